@@ -1,0 +1,1 @@
+"""The ``skill-executor`` command line."""

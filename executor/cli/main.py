@@ -1,0 +1,56 @@
+"""Entry point: ``skill-executor <group> <command> ...``.
+
+Exit codes: 0 success, 1 a check failed (invalid skill, failed install), 2 usage
+error or refused request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import ExecutorError
+from . import skills as skills_cli
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="skill-executor", description="Run Agent Skills safely and fast.")
+    groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
+    skills_cli.register(groups)
+    for module in _optional_modules():
+        module.register(groups)
+    return parser
+
+
+def _optional_modules() -> list[Any]:
+    """Command groups of later layers; imported lazily so ``skills`` stays light."""
+    from . import runs as runs_cli
+
+    return [runs_cli]
+
+
+def emit_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except ExecutorError as exc:
+        if getattr(args, "json_errors", False):
+            emit_json(exc.to_dict())
+        else:
+            print(f"skill-executor: {exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

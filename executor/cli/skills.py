@@ -1,0 +1,177 @@
+"""``skill-executor skills ...``: validate, list, prompt, show, search, install."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import ExecutorError
+from ..skills import (
+    SkillLoadError,
+    SkillRepository,
+    check,
+    docs,
+    install_package,
+    inventory,
+    load_skill,
+    render_text,
+    render_xml,
+)
+
+
+def register(groups: Any) -> None:
+    group = groups.add_parser("skills", help="inspect, validate and install skills")
+    commands = group.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
+
+    validate = commands.add_parser("validate", help="check skills against the agentskills.io rules")
+    validate.add_argument("paths", nargs="+", metavar="PATH", help="a skill directory or its SKILL.md")
+    validate.add_argument("--strict", action="store_true", help="spec violations are errors, not warnings")
+    validate.add_argument("--json", action="store_true", help="print a JSON array, one object per PATH")
+    validate.set_defaults(handler=_validate)
+
+    list_ = commands.add_parser("list", help="discover skills under roots")
+    _roots(list_)
+    list_.add_argument("--json", action="store_true")
+    list_.add_argument("--all", action="store_true", help="include skills hidden from the overview")
+    list_.set_defaults(handler=_list)
+
+    prompt = commands.add_parser("prompt", help="render the overview for skills, in argument order")
+    prompt.add_argument("paths", nargs="+", metavar="PATH")
+    prompt.add_argument("--format", choices=("xml", "text"), default="xml")
+    prompt.set_defaults(handler=_prompt)
+
+    show = commands.add_parser("show", help="load one skill: body and file inventory")
+    show.add_argument("name")
+    _roots(show)
+    show.set_defaults(handler=_show)
+
+    search = commands.add_parser("search", help="rank skills for a query")
+    search.add_argument("query")
+    _roots(search)
+    search.add_argument("--limit", type=int, default=10)
+    search.set_defaults(handler=_search)
+
+    install = commands.add_parser("install", help="install a skill from a .zip or .tar.gz")
+    install.add_argument("package", type=Path)
+    install.add_argument("--root", type=Path, required=True, help="the skills root to install into")
+    install.add_argument("--strict", action="store_true", help="refuse packages that break the spec")
+    install.set_defaults(handler=_install)
+
+
+def _roots(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--root", dest="roots", type=Path, action="append", required=True, help="a skills root (repeatable)"
+    )
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from .main import emit_json
+
+    verdicts = [check(Path(p), strict=args.strict) for p in args.paths]
+    if args.json:
+        emit_json([v.to_dict() for v in verdicts])
+    else:
+        for verdict in verdicts:
+            status = "valid" if verdict.valid else "INVALID"
+            print(f"{verdict.path}: {status}" + (f" ({verdict.name})" if verdict.name else ""))
+            for diag in verdict.errors:
+                print(f"  error   {diag.code}: {diag.message}")
+            for diag in verdict.warnings:
+                print(f"  warning {diag.code}: {diag.message}")
+    return 0 if all(v.valid for v in verdicts) else 1
+
+
+def _list(args: argparse.Namespace) -> int:
+    from .main import emit_json
+
+    catalog = SkillRepository(args.roots).reload()
+    skills = catalog.skills if args.all else catalog.visible()
+    if args.json:
+        emit_json(
+            {
+                "skills": [
+                    {
+                        "name": s.name,
+                        "id": s.id,
+                        "description": s.description,
+                        "path": str(s.path),
+                        "warnings": [d.to_dict() for d in s.warnings],
+                    }
+                    for s in skills
+                ],
+                "rejected": [r.to_dict() for r in catalog.rejected],
+            }
+        )
+        return 0
+    for skill in skills:
+        note = f"  [{len(skill.warnings)} warning(s)]" if skill.warnings else ""
+        print(f"{skill.id}\t{skill.path}{note}")
+    for rejected in catalog.rejected:
+        print(f"REJECTED\t{rejected.to_dict()['path']}: {rejected.diagnostics[0].message}", file=sys.stderr)
+    return 0
+
+
+def _prompt(args: argparse.Namespace) -> int:
+    try:
+        skills = [load_skill(Path(p)) for p in args.paths]
+    except SkillLoadError as exc:
+        print(f"skill-executor: {exc}", file=sys.stderr)
+        return 1
+    print(render_xml(skills) if args.format == "xml" else render_text(skills))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from .main import emit_json
+
+    skill = SkillRepository(args.roots).get(args.name)
+    files = inventory(skill)
+    emit_json(
+        {
+            "name": skill.name,
+            "id": skill.id,
+            "description": skill.description,
+            "path": str(skill.path),
+            "body": skill.body,
+            "body_tokens": skill.body_tokens,
+            "docs": [f.path for f in docs(files)],
+            "files": [{"path": f.path, "size": f.size, "kind": f.kind} for f in files],
+            "warnings": [d.to_dict() for d in skill.warnings],
+        }
+    )
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    from .main import emit_json
+
+    hits = SkillRepository(args.roots).search(args.query, args.limit)
+    emit_json([{"id": h.skill.id, "name": h.skill.name, "score": h.score, "description": h.skill.description} for h in hits])
+    return 0
+
+
+def _install(args: argparse.Namespace) -> int:
+    from .main import emit_json
+
+    try:
+        data = args.package.read_bytes()
+    except OSError as exc:
+        print(f"skill-executor: cannot read {args.package}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        result = install_package(data, args.root, strict=args.strict)
+    except ExecutorError as exc:
+        print(f"skill-executor: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    emit_json(
+        {
+            "id": result.skill.id,
+            "path": str(result.skill.path),
+            "replaced": result.replaced,
+            "files": [{"path": f.path, "size": f.size, "kind": f.kind} for f in result.files],
+            "warnings": [d.to_dict() for d in result.skill.warnings],
+        }
+    )
+    return 0

@@ -1,0 +1,49 @@
+"""Layer 1 of progressive disclosure: the overview an agent always has in context."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Iterable
+
+from .model import Skill
+
+#: Maps a skill to the ``<location>`` an agent sees (host path, or the path in the sandbox).
+Locator = Callable[[Skill], str]
+
+
+def host_location(skill: Skill) -> str:
+    """Resolved absolute path of the skill's ``SKILL.md``, as skills-ref reports it."""
+    return str(skill.path.resolve() / skill.skill_file.name)
+
+
+def render_xml(skills: Iterable[Skill], locate: Locator = host_location) -> str:
+    """The ``<available_skills>`` block, byte-identical to skills-ref's ``to-prompt``.
+
+    One value per line, ``html.escape`` (quote=True) on name and description, the
+    location as a plain path -- exactly what the reference library writes.
+    """
+    items = list(skills)
+    if not items:
+        return "<available_skills>\n</available_skills>"
+    lines = ["<available_skills>"]
+    for skill in items:
+        lines += [
+            "<skill>",
+            "<name>",
+            html.escape(skill.name),
+            "</name>",
+            "<description>",
+            html.escape(skill.description),
+            "</description>",
+            "<location>",
+            locate(skill),
+            "</location>",
+            "</skill>",
+        ]
+    lines.append("</available_skills>")
+    return "\n".join(lines)
+
+
+def render_text(skills: Iterable[Skill]) -> str:
+    """Plain lines, ``- id: description``, the cheapest overview for a prompt."""
+    return "\n".join(f"- {skill.id}: {' '.join(skill.description.split())}" for skill in skills)

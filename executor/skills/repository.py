@@ -1,0 +1,192 @@
+"""Discovery of skills under configured roots, cached in memory.
+
+Any directory below a root that holds a ``SKILL.md`` (or a tolerated ``skill.md``) is a
+skill.  The walk goes at most :data:`MAX_DEPTH` levels deep, skips ``.git``,
+``node_modules`` and ``__pycache__`` but *not* other dot-directories (real collections
+keep skills under ``.curated/`` or ``.system/``), and follows a symlinked directory
+only when it resolves inside the same root.
+
+The catalog is a snapshot: parsing happens once per changed ``SKILL.md`` (mtime and
+size), and reads in between cost nothing.  A rescan runs on :meth:`SkillRepository.reload`
+or lazily when the snapshot is older than ``refresh_interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import NotFound
+from ..paths import is_within
+from .loader import SkillLoadError, find_skill_file, load_skill
+from .model import Skill
+from .search import Hit, SearchIndex
+from .spec import Diagnostic
+
+MAX_DEPTH = 6
+SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__"})
+#: Prefix of the install staging directories; never a skill.
+STAGING_PREFIX = ".skill-executor-"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    path: Path
+    diagnostics: list[Diagnostic]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"path": str(self.path), "errors": [d.to_dict() for d in self.diagnostics if d.severity == "fatal"]}
+
+
+@dataclass(slots=True)
+class Catalog:
+    """One consistent snapshot of the skills under the roots."""
+
+    skills: list[Skill] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    by_id: dict[str, Skill] = field(default_factory=dict)
+    _index: SearchIndex | None = None
+
+    @property
+    def index(self) -> SearchIndex:
+        if self._index is None:
+            self._index = SearchIndex(self.visible())
+        return self._index
+
+    def visible(self) -> list[Skill]:
+        """The skills offered in the overview (hidden ones stay callable by name)."""
+        return [s for s in self.skills if not s.hidden]
+
+
+def discover(roots: Sequence[Path]) -> list[Path]:
+    """Skill directories under ``roots``, in root order then path order."""
+    found: list[Path] = []
+    for root in roots:
+        real_root = Path(root).resolve()
+        if not real_root.is_dir():
+            continue
+        found.extend(_walk(real_root, real_root, 0, {real_root}))
+    return found
+
+
+def _walk(directory: Path, root: Path, depth: int, seen: set[Path]) -> Iterable[Path]:
+    if find_skill_file(directory) is not None:
+        yield directory
+    if depth >= MAX_DEPTH:
+        return
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name in SKIP_DIRS or entry.name.startswith(STAGING_PREFIX):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=True):
+                continue
+        except OSError:
+            continue
+        child = Path(entry.path)
+        if entry.is_symlink():
+            target = child.resolve()
+            if not is_within(target, root) or target in seen:
+                continue
+            seen.add(target)
+        yield from _walk(child, root, depth + 1, seen)
+
+
+class SkillRepository:
+    """Skills under a list of roots, parsed once and kept in memory.
+
+    Thread-safe: readers get an immutable :class:`Catalog` snapshot.
+    """
+
+    def __init__(self, roots: Sequence[Path | str], *, refresh_interval: float = 2.0) -> None:
+        self.roots = [Path(r) for r in roots]
+        self.refresh_interval = refresh_interval
+        self._lock = threading.Lock()
+        self._cache: dict[Path, tuple[tuple[int, int], Skill | Rejected]] = {}
+        self._catalog: Catalog | None = None
+        self._scanned_at = 0.0
+
+    @property
+    def catalog(self) -> Catalog:
+        catalog = self._catalog
+        if catalog is None or time.monotonic() - self._scanned_at > self.refresh_interval:
+            catalog = self.reload()
+        return catalog
+
+    def reload(self) -> Catalog:
+        """Rescan the roots; re-parse only the ``SKILL.md`` files that changed."""
+        with self._lock:
+            cache: dict[Path, tuple[tuple[int, int], Skill | Rejected]] = {}
+            loaded: list[Skill | Rejected] = []
+            for directory in discover(self.roots):
+                skill_file = find_skill_file(directory)
+                if skill_file is None:
+                    continue
+                try:
+                    st = skill_file.stat()
+                except OSError:
+                    continue
+                key = (st.st_mtime_ns, st.st_size)
+                previous = self._cache.get(directory)
+                if previous is not None and previous[0] == key:
+                    item = previous[1]
+                else:
+                    try:
+                        item = load_skill(directory)
+                    except SkillLoadError as exc:
+                        item = Rejected(directory, exc.diagnostics)
+                cache[directory] = (key, item)
+                loaded.append(item)
+            self._cache = cache
+            self._catalog = _build_catalog(loaded)
+            self._scanned_at = time.monotonic()
+            return self._catalog
+
+    # -- convenience reads over the current snapshot -------------------------------
+
+    def list(self, *, include_hidden: bool = False) -> list[Skill]:
+        catalog = self.catalog
+        return list(catalog.skills) if include_hidden else catalog.visible()
+
+    def get(self, name: str) -> Skill:
+        """Look a skill up by id or name, case-insensitively; 404 when unknown."""
+        skill = self.catalog.by_id.get(name.strip().lower())
+        if skill is None:
+            raise NotFound(f"unknown skill {name!r}", code="skill_not_found")
+        return skill
+
+    def search(self, query: str, limit: int = 10) -> list[Hit]:
+        return self.catalog.index.search(query, limit)
+
+
+def _build_catalog(items: list[Skill | Rejected]) -> Catalog:
+    """Resolve duplicate names: the first by root order then path order wins."""
+    catalog = Catalog()
+    for item in items:
+        if isinstance(item, Rejected):
+            catalog.rejected.append(item)
+            continue
+        keys = {item.id.lower(), item.name.lower()}
+        winner = next((catalog.by_id[k] for k in keys if k in catalog.by_id), None)
+        if winner is not None:
+            winner.diagnostics = [
+                d for d in winner.diagnostics if not (d.code == "duplicate-name" and str(item.path) in d.message)
+            ] + [
+                Diagnostic(
+                    "duplicate-name",
+                    f"another skill named {item.name!r} at {item.path} is shadowed by this one",
+                    "note",
+                )
+            ]
+            continue
+        catalog.skills.append(item)
+        for key in keys:
+            catalog.by_id.setdefault(key, item)
+    return catalog

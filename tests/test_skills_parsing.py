@@ -1,0 +1,311 @@
+"""Parsing and validation rules of the skills layer, one fixture per rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from executor.skills import check, load_skill
+from executor.skills.loader import SkillLoadError, split_tools
+from executor.skills.spec import derive_id
+
+from .helpers import make_skill
+
+VALID = "name: demo\ndescription: A demo skill."
+
+
+def codes(diags) -> list[str]:
+    return [d.code for d in diags]
+
+
+def test_valid_skill_has_no_findings(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", VALID + "\nlicense: MIT\ncompatibility: python3\nmetadata:\n  a: b")
+    verdict = check(d, strict=True)
+    assert verdict.valid and verdict.errors == [] and verdict.warnings == []
+    skill = verdict.skill
+    assert skill is not None
+    assert (skill.name, skill.id, skill.description, skill.license) == ("demo", "demo", "A demo skill.", "MIT")
+    assert skill.metadata == {"a": "b"}
+    assert skill.body == "# Body"
+
+
+def test_bom_is_stripped_with_a_note(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", "", raw=b"\xef\xbb\xbf---\n" + VALID.encode() + b"\n---\nbody\n")
+    verdict = check(d, strict=True)
+    assert verdict.valid
+    assert "bom" in codes(verdict.warnings)
+    assert verdict.skill and verdict.skill.name == "demo"
+
+
+def test_crlf_and_cr_are_normalised(tmp_path: Path) -> None:
+    raw = b"---\r\nname: demo\r\ndescription: |\r\n  line one\r\n  line two\r\n---\r\nbody\r\nmore\r\n"
+    skill = load_skill(make_skill(tmp_path, "demo", "", raw=raw))
+    assert skill.description == "line one\nline two"
+    assert skill.body == "body\nmore"
+    assert "\r" not in skill.raw
+    skill_cr = load_skill(make_skill(tmp_path / "cr", "demo", "", raw=raw.replace(b"\r\n", b"\r")))
+    assert skill_cr.description == "line one\nline two"
+
+
+def test_triple_dash_inside_a_value_does_not_cut_frontmatter(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", "name: demo\ndescription: before --- after\nlicense: MIT")
+    skill = load_skill(d)
+    assert skill.description == "before --- after"
+    assert skill.license == "MIT"
+    block = make_skill(tmp_path / "b", "demo", "name: demo\ndescription: |\n  first\n  ---x\n  last")
+    assert load_skill(block).description == "first\n---x\nlast"
+
+
+def test_delimiter_with_trailing_spaces(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", "", raw=b"---  \nname: demo\ndescription: d\n--- \t\nbody")
+    assert load_skill(d).body == "body"
+
+
+def test_blank_lines_before_frontmatter_warn(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", "", raw=b"\n\n---\n" + VALID.encode() + b"\n---\n")
+    verdict = check(d, strict=True)
+    assert verdict.valid and "leading-blank-lines" in codes(verdict.warnings)
+
+
+@pytest.mark.parametrize(
+    "raw, code",
+    [
+        (b"# no frontmatter\n", "frontmatter-missing"),
+        (b"---\nname: demo\ndescription: d\n", "frontmatter-unclosed"),
+        (b"---\n- a\n- b\n---\n", "frontmatter-not-mapping"),
+        (b"---\n---\nbody", "frontmatter-not-mapping"),
+        (b"---\nname: [unclosed\n---\n", "yaml-invalid"),
+        (b"---\nname: demo\ndescription: caf\xe9\n---\n", "encoding"),
+        (b"---\nname: demo\n---\n", "description-missing"),
+        (b"---\nname: demo\ndescription: '   '\n---\n", "description-empty"),
+        (b"---\nname: demo\ndescription:\n---\n", "description-empty"),
+        (b"---\nname: demo\ndescription: [a, b]\n---\n", "description-type"),
+    ],
+)
+def test_rejections(tmp_path: Path, raw: bytes, code: str) -> None:
+    d = make_skill(tmp_path, "demo", "", raw=raw)
+    with pytest.raises(SkillLoadError) as info:
+        load_skill(d)
+    assert info.value.diagnostics[0].code == code or code in codes(info.value.diagnostics)
+    verdict = check(d)
+    assert not verdict.valid and code in codes(verdict.errors)
+
+
+def test_non_utf8_message_is_clear(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", "", raw=b"---\nname: demo\ndescription: \xff\n---\n")
+    verdict = check(d)
+    assert "not valid UTF-8" in verdict.errors[0].message and "0xff" in verdict.errors[0].message
+
+
+def test_block_scalar_descriptions_are_stripped(tmp_path: Path) -> None:
+    literal = load_skill(make_skill(tmp_path / "a", "demo", "name: demo\ndescription: |\n  Does things.\n  Well.\n"))
+    folded = load_skill(make_skill(tmp_path / "b", "demo", "name: demo\ndescription: >\n  Does things.\n  Well.\n"))
+    keep = load_skill(make_skill(tmp_path / "c", "demo", "name: demo\ndescription: |+\n  Kept.\n\n\n"))
+    assert literal.description == "Does things.\nWell."
+    assert folded.description == "Does things. Well."
+    assert keep.description == "Kept."
+
+
+def test_length_is_measured_in_code_points(tmp_path: Path) -> None:
+    desc = "é" * 1024  # 2048 bytes, 1024 code points: exactly at the limit
+    assert check(make_skill(tmp_path / "a", "demo", f"name: demo\ndescription: {desc}"), strict=True).valid
+    long = check(make_skill(tmp_path / "b", "demo", f"name: demo\ndescription: {desc}é"), strict=True)
+    assert "description-too-long" in codes(long.errors)
+    tolerant = check(tmp_path / "b" / "demo")
+    assert tolerant.valid and "description-too-long" in codes(tolerant.warnings)
+
+
+def test_typed_looking_scalars_stay_strings(tmp_path: Path) -> None:
+    d = make_skill(
+        tmp_path,
+        "yes",
+        "name: yes\ndescription: 1.0\nlicense: 2024\ncompatibility: null\n"
+        "metadata:\n  version: 1.0\n  enabled: true\n  date: 2024-01-01\n  octal: 0755\n  empty:",
+    )
+    skill = load_skill(d)
+    assert skill.name == "yes" and skill.description == "1.0" and skill.license == "2024"
+    assert skill.compatibility == "null"
+    assert skill.metadata == {"version": "1.0", "enabled": "true", "date": "2024-01-01", "octal": "0755", "empty": ""}
+    assert check(d, strict=True).valid
+
+
+def test_explicit_tags_become_strings(tmp_path: Path) -> None:
+    skill = load_skill(make_skill(tmp_path, "demo", "name: demo\ndescription: !!int 42\nmetadata:\n  a: !!float 1"))
+    assert skill.description == "42" and skill.metadata == {"a": "1.0"}
+
+
+def test_flow_and_block_lists_and_anchors_are_valid_yaml(tmp_path: Path) -> None:
+    d = make_skill(
+        tmp_path,
+        "demo",
+        "name: demo\ndescription: &d Shared text\nallowed-tools: [Read, Write]\n"
+        "x-tags:\n  - one\n  - two\nx-copy: *d\nx-base: &base {k: v}\nx-merged:\n  <<: *base\n  z: w",
+    )
+    skill = load_skill(d)
+    assert skill.allowed_tools == ["Read", "Write"]
+    assert skill.extras["x-tags"] == ["one", "two"]
+    assert skill.extras["x-copy"] == "Shared text"
+    assert skill.extras["x-merged"] == {"k": "v", "z": "w"}
+
+
+def test_alias_bomb_is_linear(tmp_path: Path) -> None:
+    lines = ["name: demo", "description: d", "a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 12):
+        prev = f"*a{i - 1}"
+        lines.append(f"a{i}: &a{i} [{', '.join([prev] * 9)}]")
+    skill = load_skill(make_skill(tmp_path, "demo", "\n".join(lines)))
+    assert skill.description == "d"
+
+
+def test_duplicate_keys(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", "name: demo\ndescription: first\ndescription: second")
+    strict = check(d, strict=True)
+    assert not strict.valid and "duplicate-key" in codes(strict.errors)
+    assert "line 4" in next(e.message for e in strict.errors if e.code == "duplicate-key")
+    tolerant = check(d)
+    assert tolerant.valid and "duplicate-key" in codes(tolerant.warnings)
+    assert tolerant.skill and tolerant.skill.description == "second"
+
+
+def test_unquoted_colon_is_repaired_once_with_a_warning(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", "name: demo\ndescription: Use when: the user asks  # trailing comment\nlicense: MIT")
+    tolerant = check(d)
+    assert tolerant.valid and "yaml-unquoted-colon" in codes(tolerant.warnings)
+    assert tolerant.skill and tolerant.skill.description == "Use when: the user asks"
+    assert tolerant.skill.license == "MIT"
+    assert "yaml-unquoted-colon" in codes(check(d, strict=True).errors)
+    quotes = load_skill(make_skill(tmp_path / "q", "demo", 'name: demo\ndescription: Say "hi": then \\ go'))
+    assert quotes.description == 'Say "hi": then \\ go'
+
+
+def test_unknown_keys_are_kept_as_extras(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", VALID + "\nversion: 2\nauthor: me")
+    strict = check(d, strict=True)
+    assert codes(strict.errors) == ["unknown-field", "unknown-field"]
+    assert "'author'" in strict.errors[0].message and "'version'" in strict.errors[1].message
+    tolerant = check(d)
+    assert tolerant.valid and tolerant.skill and tolerant.skill.extras == {"version": "2", "author": "me"}
+
+
+def test_disable_model_invocation_hides(tmp_path: Path) -> None:
+    skill = load_skill(make_skill(tmp_path, "demo", VALID + "\ndisable-model-invocation: true"))
+    assert skill.hidden
+    assert not load_skill(make_skill(tmp_path / "x", "demo", VALID)).hidden
+
+
+def test_name_dir_mismatch_nfkc(tmp_path: Path) -> None:
+    mismatch = check(make_skill(tmp_path, "other", VALID), strict=True)
+    assert codes(mismatch.errors) == ["name-dir-mismatch"]
+    tolerant = check(tmp_path / "other")
+    assert tolerant.valid and tolerant.skill and tolerant.skill.id == "demo"
+    # A fullwidth directory name equals the ASCII name under NFKC.
+    same = check(make_skill(tmp_path, "ｄｅｍｏ", VALID), strict=True)
+    assert "name-dir-mismatch" not in codes(same.errors)
+
+
+@pytest.mark.parametrize(
+    "name, ok",
+    [
+        ("a", True),
+        ("pdf-tools2", True),
+        ("a" * 64, True),
+        ("a" * 65, False),
+        ("PDF-Tools", False),
+        ("-lead", False),
+        ("trail-", False),
+        ("double--hyphen", False),
+        ("under_score", False),
+        ("dot.name", False),
+        ("space name", False),
+    ],
+)
+def test_name_format(tmp_path: Path, name: str, ok: bool) -> None:
+    d = make_skill(tmp_path, name if "/" not in name else "x", f"name: {name}\ndescription: d")
+    verdict = check(d, strict=True)
+    assert verdict.valid is ok, verdict.errors
+    assert check(d).valid
+
+
+def test_bad_name_gets_a_safe_id_and_keeps_display_name(tmp_path: Path) -> None:
+    skill = load_skill(make_skill(tmp_path, "My Skill", "name: My_Cool.Skill  v2\ndescription: d"))
+    assert skill.name == "My_Cool.Skill  v2"
+    assert skill.id == "my-cool-skill-v2"
+    assert derive_id("--A  b__c..d--") == "a-b-c-d"
+    assert derive_id("日本") == ""
+
+
+def test_missing_name_falls_back_to_directory(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "fallback-dir", "description: d")
+    strict = check(d, strict=True)
+    assert "name-missing" in codes(strict.errors)
+    tolerant = check(d)
+    assert tolerant.valid and tolerant.skill and (tolerant.skill.name, tolerant.skill.id) == ("fallback-dir", "fallback-dir")
+
+
+def test_lowercase_skill_md(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", VALID, filename="skill.md")
+    strict = check(d, strict=True)
+    assert codes(strict.errors) == ["file-name"]
+    assert check(d).valid
+
+
+@pytest.mark.parametrize(
+    "extra, code",
+    [
+        ("license: [MIT]", "license-type"),
+        ("compatibility: ''", "compatibility-length"),
+        ("compatibility: " + "x" * 501, "compatibility-length"),
+        ("compatibility: {a: b}", "compatibility-type"),
+        ("metadata: just text", "metadata-type"),
+        ("metadata:\n  nested: {a: b}", "metadata-value"),
+        ("allowed-tools: [Read, Write]", "allowed-tools-list"),
+        ("allowed-tools: {a: b}", "allowed-tools-type"),
+    ],
+)
+def test_optional_field_rules(tmp_path: Path, extra: str, code: str) -> None:
+    d = make_skill(tmp_path, "demo", VALID + "\n" + extra)
+    strict = check(d, strict=True)
+    assert codes(strict.errors) == [code]
+    tolerant = check(d)
+    assert tolerant.valid and code in codes(tolerant.warnings)
+
+
+def test_every_violation_is_reported(tmp_path: Path) -> None:
+    d = make_skill(
+        tmp_path,
+        "dir",
+        "name: Bad_Name\ndescription: " + "x" * 1100 + "\nfoo: 1\nlicense: [a]\ncompatibility: ''",
+        filename="skill.md",
+    )
+    found = set(codes(check(d, strict=True).errors))
+    assert {"file-name", "unknown-field", "name-format", "name-dir-mismatch", "description-too-long",
+            "license-type", "compatibility-length"} <= found
+
+
+def test_allowed_tools_normalisation(tmp_path: Path) -> None:
+    spaced = load_skill(make_skill(tmp_path / "a", "demo", VALID + '\nallowed-tools: "Bash(git diff *) Read  Write"'))
+    assert spaced.allowed_tools == ["Bash(git diff *)", "Read", "Write"]
+    comma = check(make_skill(tmp_path / "b", "demo", VALID + '\nallowed-tools: "Read, Bash(a, b), Write"'), strict=True)
+    assert comma.valid and "allowed-tools-commas" in codes(comma.warnings)
+    assert comma.skill and comma.skill.allowed_tools == ["Read", "Bash(a, b)", "Write"]
+    listed = load_skill(make_skill(tmp_path / "c", "demo", VALID + "\nallowed-tools:\n  - Bash(git log *)\n  - Read"))
+    assert listed.allowed_tools == ["Bash(git log *)", "Read"]
+    assert split_tools("A,B C")[0] == ["A", "B", "C"]
+
+
+def test_body_is_trimmed_and_raw_kept(tmp_path: Path) -> None:
+    raw = b"---\nname: demo\ndescription: d\n---\n\n\n  # Title\n\ntext\n\n\n"
+    skill = load_skill(make_skill(tmp_path, "demo", "", raw=raw))
+    assert skill.body == "# Title\n\ntext"
+    assert skill.raw == raw.decode()
+
+
+def test_skill_md_path_is_accepted_directly(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", VALID)
+    assert check(d / "SKILL.md", strict=True).valid
+    missing = check(tmp_path / "nope")
+    assert not missing.valid and codes(missing.errors) == ["not-found"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert codes(check(empty).errors) == ["skill-file-missing"]
