@@ -38,8 +38,14 @@ def emit_json(data: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if argv and argv[0] == "run" and "--" in argv:
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1 :]
     parser = _parser()
     args = parser.parse_args(argv)
+    args.command_argv = command
     try:
         return int(args.handler(args) or 0)
     except ExecutorError as exc:

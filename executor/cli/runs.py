@@ -1,7 +1,135 @@
-"""``skill-executor run`` (filled in by the skill_run pipeline)."""
+"""``skill-executor run`` and ``skill-executor artifacts``."""
 
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
+
+from ..config import Settings
+from ..errors import BadRequest, ExecutorError
 
 
 def register(groups: Any) -> None:
-    return None
+    run = groups.add_parser(
+        "run",
+        help="run a skill_run request (or SKILL -- COMMAND...) and print the result",
+        description="Either --request FILE|- (prints the result JSON) or SKILL -- COMMAND... (readable output).",
+    )
+    run.add_argument("skill", nargs="?", help="shorthand: the skill to run COMMAND in")
+    run.add_argument("--request", help="a JSON request file, or - for stdin")
+    _common(run)
+    run.set_defaults(handler=_run, json_errors=True)
+
+    artifacts = groups.add_parser("artifacts", help="the artifact store")
+    sub = artifacts.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
+    put = sub.add_parser("put", help="save FILE (or - for stdin) as a new version of NAME")
+    put.add_argument("name")
+    put.add_argument("file")
+    put.add_argument("--mime-type", default="application/octet-stream")
+    get = sub.add_parser("get", help="write NAME[@VERSION] to stdout or --output")
+    get.add_argument("ref")
+    get.add_argument("--output", "-o")
+    list_ = sub.add_parser("list", help="list artifacts, or the versions of NAME")
+    list_.add_argument("name", nargs="?")
+    for parser in (put, get, list_):
+        parser.add_argument("--data-dir", type=Path)
+        parser.set_defaults(handler=_artifacts)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runtime", choices=("local", "docker"))
+    parser.add_argument("--skills-dir", action="append", type=Path, dest="skills_dirs")
+    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--allow-host-root", action="append", type=Path, dest="allowed_host_roots")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    overrides = {
+        key: value
+        for key in ("runtime", "skills_dirs", "data_dir", "allowed_host_roots")
+        if (value := getattr(args, key, None)) is not None
+    }
+    return Settings(**overrides)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..core import Executor
+    from ..runs.models import RunRequest
+
+    command: list[str] = getattr(args, "command_argv", [])
+    if args.request is None and not (args.skill and command):
+        raise BadRequest("give --request FILE|- or SKILL -- COMMAND...", code="usage")
+    if args.request is not None and (args.skill or command):
+        raise BadRequest("--request and SKILL -- COMMAND are exclusive", code="usage")
+    try:
+        if args.request is not None:
+            text = sys.stdin.read() if args.request == "-" else Path(args.request).read_text()
+            request = RunRequest.model_validate_json(text)
+        else:
+            import shlex
+
+            request = RunRequest(skill=args.skill, command=shlex.join(command) if len(command) > 1 else command[0],
+                                 output_files=["out/**"])
+    except OSError as exc:
+        raise BadRequest(f"cannot read request: {exc}", code="usage") from None
+    except ValidationError as exc:
+        raise BadRequest(
+            "invalid request: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()),
+            code="invalid_request",
+        ) from None
+
+    executor = Executor.from_settings(settings_from(args))
+    try:
+        result = executor.runner.run(request)
+    finally:
+        executor.close()
+    if args.request is not None:
+        print(result.model_dump_json(indent=2))
+        return 0
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    for item in result.output_files:
+        print(f"--- {item.name} ({item.mime_type}, {item.size_bytes} bytes{', truncated' if item.truncated else ''})")
+        if item.encoding == "utf-8" and item.content is not None:
+            print(item.content, end="" if item.content.endswith("\n") else "\n")
+    status = "timed out" if result.timed_out else f"exit {result.exit_code}"
+    print(f"--- {status} in {result.duration_ms} ms", file=sys.stderr)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def _artifacts(args: argparse.Namespace) -> int:
+    from ..artifacts.store import LocalArtifactStore, parse_ref
+
+    settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    store = LocalArtifactStore(settings.artifacts_dir)
+    if args.command == "put":
+        if args.file == "-":
+            info = store.put(args.name, sys.stdin.buffer, mime_type=args.mime_type)
+        else:
+            try:
+                handle = open(args.file, "rb")
+            except OSError as exc:
+                raise BadRequest(f"cannot read {args.file}: {exc.strerror}") from None
+            with handle:
+                info = store.put(args.name, handle, mime_type=args.mime_type)
+        print(json.dumps(info.to_dict()))
+    elif args.command == "get":
+        name, version = parse_ref(args.ref.removeprefix("artifact://"))
+        info = store.info(name, version)
+        with store.open(info) as handle:
+            data = handle.read()
+        if args.output:
+            Path(args.output).write_bytes(data)
+        else:
+            sys.stdout.buffer.write(data)
+    else:
+        rows = store.versions(args.name) if args.name else store.names()
+        print(json.dumps([row.to_dict() for row in rows], indent=2))
+    return 0

@@ -1,0 +1,91 @@
+"""Service settings: every knob is a ``SKILL_EXECUTOR_*`` environment variable.
+
+List settings accept a comma-separated string (``SKILL_EXECUTOR_SKILLS_DIRS=a,b``) or a
+JSON array.  Settings are the only process-wide state; everything else is built from
+them and passed explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+PathList = Annotated[list[Path], NoDecode]
+StrList = Annotated[list[str], NoDecode]
+
+
+def _split_list(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Defaults are the embedded configuration: local disk, SQLite, ``./skills``."""
+
+    model_config = SettingsConfigDict(env_prefix="SKILL_EXECUTOR_", extra="ignore")
+
+    # -- where things live ---------------------------------------------------------
+    skills_dirs: PathList = Field(default_factory=lambda: [Path("skills")])
+    data_dir: Path = Path("data")
+    workspace_root: Path | None = None  # default: <data_dir>/workspaces
+    skills_refresh_seconds: float = 2.0
+
+    # -- runs ----------------------------------------------------------------------
+    runtime: Literal["docker", "local"] = "docker"
+    default_timeout: float = 60.0
+    max_timeout: float = 900.0
+    stdout_max_bytes: int = 1 * MiB
+    stderr_max_bytes: int = 1 * MiB
+    max_stdin_bytes: int = 4 * MiB
+    max_command_bytes: int = 256 * 1024
+    max_env_vars: int = 256
+    max_inputs: int = 64
+    max_staged_bytes: int = 512 * MiB
+    allowed_host_roots: PathList = Field(default_factory=list)
+    session_ttl_seconds: float = 3600.0
+    keep_workspaces: bool = False
+
+    # -- output caps: the most a request may ask for --------------------------------
+    max_output_files: int = 1000
+    max_output_file_bytes: int = 64 * MiB
+    max_output_total_bytes: int = 256 * MiB
+
+    # -- Docker runtime --------------------------------------------------------------
+    docker_image: str = "skill-executor/runner:latest"
+    docker_memory_bytes: int = 1 * GiB
+    docker_cpus: float = 1.0
+    docker_pids_limit: int = 256
+    docker_user: str = "1000:1000"
+    docker_network_disabled: bool = True
+    docker_tmpfs_bytes: int = 64 * MiB
+    docker_disk_bytes: int = 1 * GiB
+    docker_nofile: int = 1024
+    docker_oci_runtime: str | None = None
+    max_concurrent_runs: int = Field(default_factory=lambda: max(1, os.cpu_count() or 1))
+    max_queued_runs: int = 64
+    instance_id: str | None = None
+
+    @field_validator("skills_dirs", "allowed_host_roots", mode="before")
+    @classmethod
+    def _paths(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @property
+    def workspaces(self) -> Path:
+        return self.workspace_root or self.data_dir / "workspaces"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.data_dir / "artifacts"

@@ -1,0 +1,48 @@
+"""Assemble the library's parts from :class:`~executor.config.Settings`.
+
+The CLI and the HTTP service both build an :class:`Executor`; tests and embedders can
+too.  Nothing here is global: two executors with different settings coexist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .artifacts.store import LocalArtifactStore
+from .config import Settings
+from .errors import BadRequest
+from .runs.pipeline import SkillRunner
+from .runtimes.base import Runtime
+from .skills import SkillRepository
+
+
+def make_runtime(settings: Settings) -> Runtime:
+    if settings.runtime == "local":
+        from .runtimes.local import LocalRuntime
+
+        return LocalRuntime()
+    if settings.runtime == "docker":
+        from .runtimes.docker import DockerRuntime
+
+        return DockerRuntime(settings)
+    raise BadRequest(f"unknown runtime {settings.runtime!r}")
+
+
+@dataclass(slots=True)
+class Executor:
+    settings: Settings
+    repository: SkillRepository
+    artifacts: LocalArtifactStore
+    runtime: Runtime
+    runner: SkillRunner
+
+    @classmethod
+    def from_settings(cls, settings: Settings, runtime: Runtime | None = None) -> "Executor":
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        repository = SkillRepository(settings.skills_dirs, refresh_interval=settings.skills_refresh_seconds)
+        artifacts = LocalArtifactStore(settings.artifacts_dir)
+        runtime = runtime or make_runtime(settings)
+        return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime))
+
+    def close(self) -> None:
+        self.runtime.close()

@@ -1,0 +1,109 @@
+"""Wire schemas of ``skill_run``: request and result (field names follow trpc-agent-go).
+
+These models are what the HTTP API, the CLI (``--request``) and the tool definitions
+share.  Unknown fields are refused, so a typo is an error rather than a silently
+ignored option.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MiB = 1024 * 1024
+
+
+class InputSpec(BaseModel):
+    """One file or folder to stage into the workspace before the command runs."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_: str = Field(
+        alias="from",
+        description="artifact://name[@version], host:///abs/path, workspace://rel/path or skill://name/rel/path",
+    )
+    to: str | None = Field(
+        default=None, description="workspace-relative target; default work/inputs/<basename>; inputs/x = work/inputs/x"
+    )
+    mode: Literal["copy", "link"] = Field(
+        default="copy", description="copy, or link: a read-only view the run cannot write through"
+    )
+    pin: bool = Field(
+        default=False, description="with a session: reuse the artifact version first staged in that session"
+    )
+
+
+class OutputSpec(BaseModel):
+    """Which files to bring back, and how."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    globs: list[str] = Field(default_factory=list, description="workspace-relative globs; ** supported")
+    inline: bool = Field(default=True, description="inline text content (UTF-8) in the result")
+    inline_binary: bool = Field(default=False, description="also inline binary content, base64-encoded")
+    save: bool = Field(default=False, description="save each collected file as an artifact (new version)")
+    name_template: str | None = Field(
+        default=None,
+        description="artifact name; placeholders {path} {name} {stem} {ext} {run_id} {session} {prefix}",
+    )
+    max_files: int = Field(default=100, ge=0)
+    max_file_bytes: int = Field(default=4 * MiB, ge=0)
+    max_total_bytes: int = Field(default=64 * MiB, ge=0)
+
+
+class RunRequest(BaseModel):
+    """A ``skill_run`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    skill: str = Field(min_length=1, max_length=256, description="skill name (case-insensitive)")
+    command: str = Field(min_length=1, description="shell command, run with bash -c")
+    cwd: str | None = Field(default=None, description="relative to the skill root; $WORK_DIR etc. understood")
+    env: dict[str, str] = Field(default_factory=dict)
+    stdin: str | None = None
+    timeout: float | None = Field(default=None, gt=0, description="seconds; server default and maximum apply")
+    session: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    inputs: list[InputSpec] = Field(default_factory=list)
+    outputs: OutputSpec | None = None
+    output_files: list[str] = Field(default_factory=list, description="legacy: globs (same caps as outputs)")
+    save_as_artifacts: bool = Field(default=False, description="legacy: save collected files as artifacts")
+    omit_inline_content: bool = Field(default=False, description="legacy: do not inline file content")
+    artifact_prefix: str = Field(default="", description="legacy: prefix of saved artifact names")
+
+
+class OutputFile(BaseModel):
+    name: str
+    mime_type: str
+    size_bytes: int
+    sha256: str | None = None
+    truncated: bool = False
+    content: str | None = None
+    encoding: Literal["utf-8", "base64"] | None = None
+    ref: str
+
+
+class ArtifactFile(BaseModel):
+    name: str
+    version: int
+    ref: str
+
+
+class RunResult(BaseModel):
+    run_id: str
+    skill: str
+    session: str | None = None
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    signal: str | None = None
+    timed_out: bool = False
+    oom_killed: bool = False
+    disk_limit_hit: bool = False
+    duration_ms: int = 0
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    output_files: list[OutputFile] = Field(default_factory=list)
+    artifact_files: list[ArtifactFile] = Field(default_factory=list)
+    limits_hit: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)

@@ -1,0 +1,156 @@
+"""The per-run workspace and its logical namespace.
+
+On the host a run's workspace is ``<root>/runs/<run_id>/``::
+
+    work/            WORK_DIR   (a session's persistent dir when the run names one)
+    work/inputs/                default target of staged inputs
+    out/             OUTPUT_DIR
+    run/             RUN_DIR    (run-private scratch: HOME, TMPDIR)
+    .skill/                     the skill's files, read-only (a copy, or a read-only mount)
+    skills/<id>/     SKILL_DIR  the skill *view*: one relative link per top-level entry
+                                of ``.skill/``, plus ``out``, ``work``, ``inputs`` links
+
+The view is what makes ``python3 scripts/fib.py > out/fib.txt`` work from the skill
+root while the skill's own files stay read-only: every link is relative, so it means
+the same on the host and inside a container.
+
+Callers name places with *logical* paths (``out/x``, ``work/a/b``, ``inputs/x``),
+which :meth:`Workspace.host_path` maps to host paths without following links.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from ..errors import BadRequest, Forbidden
+from ..paths import clean_relative, has_symlink_component
+
+#: Logical top-level directories a run may write to.
+WRITABLE_ROOTS = ("work", "out", "run")
+SKILL_SOURCE = ".skill"
+SKILLS = "skills"
+
+
+@dataclass(slots=True)
+class Workspace:
+    run_id: str
+    root: Path
+    work: Path
+    session: str | None
+    skill_id: str
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def inputs(self) -> Path:
+        return self.work / "inputs"
+
+    @property
+    def skill_source(self) -> Path:
+        return self.root / SKILL_SOURCE
+
+    @property
+    def skills_dir(self) -> Path:
+        return self.root / SKILLS
+
+    @property
+    def skill_view(self) -> Path:
+        return self.skills_dir / self.skill_id
+
+    def roots(self) -> dict[str, Path]:
+        """Logical top-level name -> host directory, for the writable roots."""
+        return {"work": self.work, "out": self.out, "run": self.run_dir}
+
+    def logical(self, path: str, *, what: str = "path") -> PurePosixPath:
+        """Normalise a workspace-relative path: ``inputs/x`` -> ``work/inputs/x``."""
+        rel = clean_relative(path, what=what)
+        if rel.parts[0] == "inputs":
+            rel = PurePosixPath("work", *rel.parts)
+        return rel
+
+    def host_path(self, logical: PurePosixPath, *, what: str = "path") -> Path:
+        """Host path of a logical path under a writable root; refuses links on the way.
+
+        A symlink anywhere below the root (left there by an earlier run of the same
+        session, say) is refused rather than followed, so nothing outside the
+        workspace can be reached through it.
+        """
+        top = logical.parts[0]
+        if top not in WRITABLE_ROOTS:
+            raise Forbidden(
+                f"{what} {str(logical)!r} is outside the writable workspace (work/, out/, run/, inputs/)",
+                code="path_escape",
+            )
+        base = self.roots()[top]
+        rest = PurePosixPath(*logical.parts[1:]) if len(logical.parts) > 1 else PurePosixPath(".")
+        if str(rest) != "." and has_symlink_component(base, rest):
+            raise Forbidden(f"{what} {str(logical)!r} goes through a symbolic link", code="path_escape")
+        return base / str(rest) if str(rest) != "." else base
+
+
+class WorkspaceManager:
+    """Creates and removes run workspaces under ``<root>/runs``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.runs = self.root / "runs"
+        self.runs.mkdir(parents=True, exist_ok=True)
+
+    def create(self, run_id: str, skill_id: str, *, session_work: Path | None = None, session: str | None = None) -> Workspace:
+        if not run_id or "/" in run_id or run_id.startswith("."):
+            raise BadRequest(f"invalid run id {run_id!r}")
+        root = self.runs / run_id
+        root.mkdir(mode=0o755)
+        for name in ("out", "run", "run/home", "run/tmp", SKILL_SOURCE, SKILLS):
+            (root / name).mkdir(mode=0o755)
+        if session_work is None:
+            work = root / "work"
+            work.mkdir(mode=0o755)
+        else:
+            # A mountpoint for the session's work dir; runtimes decide how to attach it.
+            (root / "work").mkdir(mode=0o755)
+            work = session_work
+        (work / "inputs").mkdir(parents=True, exist_ok=True)
+        return Workspace(run_id=run_id, root=root, work=work, session=session, skill_id=skill_id)
+
+    def remove(self, workspace: Workspace) -> None:
+        remove_tree(workspace.root)
+
+
+def build_view(workspace: Workspace, entries: list[str]) -> None:
+    """Create the skill view: relative links to ``.skill/<entry>`` and the run dirs."""
+    view = workspace.skill_view
+    view.mkdir(parents=True, exist_ok=True)
+    reserved = {"out": "../../out", "work": "../../work", "inputs": "../../work/inputs"}
+    for entry in entries:
+        if entry in reserved:
+            continue
+        os.symlink(f"../../{SKILL_SOURCE}/{entry}", view / entry)
+    for name, target in reserved.items():
+        os.symlink(target, view / name)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a directory tree, making read-only parts writable first."""
+    if not path.exists() and not path.is_symlink():
+        return
+
+    def _retry(func, target, _exc):  # type: ignore[no-untyped-def]
+        try:
+            os.chmod(os.path.dirname(target), 0o755)
+            if os.path.isdir(target) and not os.path.islink(target):
+                os.chmod(target, 0o755)
+            func(target)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=_retry)

@@ -1,0 +1,75 @@
+"""Shared fixtures: an Executor per test on each runtime under test.
+
+Pipeline tests take the ``executor`` fixture and run unchanged on every runtime in
+``RUNTIMES``.  Docker runs need a real engine: in CI (``CI=true``) a missing engine
+is a failure, elsewhere those tests skip with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from executor.config import Settings
+from executor.core import Executor
+
+REPO = Path(__file__).resolve().parent.parent
+SKILLS = REPO / "skills"
+RUNTIMES = ["local"]
+
+
+def make_settings(tmp_path: Path, runtime: str, **overrides: object) -> Settings:
+    extra = tmp_path / "extra-skills"
+    extra.mkdir(exist_ok=True)
+    values: dict[str, object] = {
+        "runtime": runtime,
+        "skills_dirs": [SKILLS, extra],
+        "data_dir": tmp_path / "data",
+        "skills_refresh_seconds": 0.0,
+        "default_timeout": 30.0,
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime_name(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def make_executor(tmp_path: Path, runtime_name: str) -> Iterator:
+    made: list[Executor] = []
+
+    def factory(**overrides: object) -> Executor:
+        executor = Executor.from_settings(make_settings(tmp_path, runtime_name, **overrides))
+        made.append(executor)
+        return executor
+
+    yield factory
+    for executor in made:
+        executor.close()
+
+
+@pytest.fixture
+def executor(make_executor) -> Executor:  # type: ignore[no-untyped-def]
+    return make_executor()
+
+
+@pytest.fixture
+def extra_skills(tmp_path: Path) -> Path:
+    path = tmp_path / "extra-skills"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def has_command(name: str) -> bool:
+    return shutil.which(name) is not None
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")

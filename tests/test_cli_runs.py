@@ -1,0 +1,89 @@
+"""The ``skill-executor run`` and ``artifacts`` command-line contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, RUNTIMES
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "executor.cli.main", *args], capture_output=True, text=True, cwd=REPO, input=stdin
+    )
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_run_request_file_and_stdin(tmp_path: Path, runtime: str) -> None:
+    request = {
+        "skill": "csv-report",
+        "command": "python3 scripts/report.py inputs/sample.csv out/ --title Sample",
+        "inputs": [{"from": "skill://csv-report/assets/sample.csv"}],
+        "output_files": ["out/*"],
+    }
+    path = tmp_path / "req.json"
+    path.write_text(json.dumps(request))
+    common = ["--runtime", runtime, "--data-dir", str(tmp_path / "data")]
+    for args, stdin in ((["--request", str(path)], None), (["--request", "-"], json.dumps(request))):
+        result = cli("run", *args, *common, stdin=stdin)
+        assert result.returncode == 0, result.stderr
+        body = json.loads(result.stdout)
+        types = {f["name"]: f["mime_type"] for f in body["output_files"]}
+        assert types == {"out/chart.svg": "image/svg+xml", "out/report.md": "text/markdown", "out/summary.json": "application/json"}
+        assert body["exit_code"] == 0 and "4 rows" in body["stdout"] + json.dumps(body["output_files"])
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_run_refused_and_failed(tmp_path: Path, runtime: str) -> None:
+    common = ["--runtime", runtime, "--data-dir", str(tmp_path / "data")]
+    refused = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "nope", "command": "true"}))
+    assert refused.returncode == 2
+    assert json.loads(refused.stdout)["error"]["code"] == "skill_not_found"
+    invalid = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools"}))
+    assert invalid.returncode == 2 and json.loads(invalid.stdout)["error"]["code"] == "invalid_request"
+    host = cli("run", "--request", "-", *common, stdin=json.dumps(
+        {"skill": "math-tools", "command": "true", "inputs": [{"from": "host:///etc/passwd"}]}))
+    assert host.returncode == 2 and json.loads(host.stdout)["error"]["code"] == "host_input_refused"
+    failed = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools", "command": "exit 7"}))
+    assert failed.returncode == 0 and json.loads(failed.stdout)["exit_code"] == 7
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_run_shorthand(tmp_path: Path, runtime: str) -> None:
+    result = cli("run", "math-tools", "--runtime", runtime, "--data-dir", str(tmp_path / "d"), "--",
+                 "python3 scripts/primes.py 20 out/p.txt")
+    assert result.returncode == 0, result.stderr
+    assert "8 primes below 20" in result.stdout and "--- out/p.txt (text/plain" in result.stdout
+    assert "2\n3\n5\n7\n11\n13\n17\n19\n" in result.stdout
+
+
+def test_allow_host_root_flag(tmp_path: Path) -> None:
+    (tmp_path / "in.txt").write_text("from host")
+    request = {"skill": "math-tools", "command": "cat inputs/in.txt", "inputs": [{"from": f"host://{tmp_path}/in.txt"}]}
+    result = cli("run", "--request", "-", "--runtime", "local", "--data-dir", str(tmp_path / "d"),
+                 "--allow-host-root", str(tmp_path), stdin=json.dumps(request))
+    assert json.loads(result.stdout)["stdout"] == "from host"
+
+
+def test_artifacts_put_get_list(tmp_path: Path) -> None:
+    data = ["--data-dir", str(tmp_path)]
+    src = tmp_path / "a.txt"
+    src.write_text("one")
+    first = json.loads(cli("artifacts", "put", "docs/a.txt", str(src), *data).stdout)
+    second = json.loads(cli("artifacts", "put", "docs/a.txt", "-", *data, stdin="two").stdout)
+    assert (first["version"], second["version"]) == (1, 2) and second["ref"] == "artifact://docs/a.txt@2"
+    assert cli("artifacts", "get", "docs/a.txt", *data).stdout == "two"
+    assert cli("artifacts", "get", "artifact://docs/a.txt@1", *data).stdout == "one"
+    listed = json.loads(cli("artifacts", "list", *data).stdout)
+    assert [(a["name"], a["version"]) for a in listed] == [("docs/a.txt", 2)]
+    versions = json.loads(cli("artifacts", "list", "docs/a.txt", *data).stdout)
+    assert [v["version"] for v in versions] == [1, 2]
+    missing = cli("artifacts", "get", "nope", *data)
+    assert missing.returncode == 2 and "artifact_not_found" in missing.stderr
+    bad = cli("artifacts", "put", "../evil", str(src), *data)
+    assert bad.returncode == 2 and "invalid_artifact_name" in bad.stderr
