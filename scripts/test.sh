@@ -1,7 +1,22 @@
 #!/usr/bin/env bash
-# Set up everything on a fresh machine and run the whole test suite.
+# Set up everything on a fresh machine and run the whole test suite:
+# virtualenv + project, a Docker engine (installed and started when none answers),
+# the runner image (built offline when no registry is available), then pytest.
+# In CI (CI=true) a missing engine is a failure; elsewhere the Docker tests skip
+# with the reason. Only an engine this script started is stopped at the end.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 ensure_venv
-exec "$PY" -m pytest "$@"
+trap stop_started_engine EXIT
+if ensure_engine; then
+  ensure_image
+  export SKILL_EXECUTOR_TEST_DOCKER=1
+elif [[ "${CI:-}" == "true" ]]; then
+  log "CI needs a Docker engine for the container tests; failing"
+  exit 1
+else
+  log "no Docker engine: the Docker tests will be skipped"
+  export SKILL_EXECUTOR_TEST_DOCKER=0
+fi
+"$PY" -m pytest "$@"

@@ -19,7 +19,38 @@ from executor.core import Executor
 
 REPO = Path(__file__).resolve().parent.parent
 SKILLS = REPO / "skills"
-RUNTIMES = ["local"]
+RUNTIMES = ["local", "docker"]
+_docker_problem: list[str | None] = []
+
+
+def docker_problem() -> str | None:
+    """Why Docker tests cannot run here (None when they can); probed once."""
+    if not _docker_problem:
+        reason = None
+        try:
+            import docker
+
+            from executor.config import Settings
+
+            client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=10)
+            client.ping()
+            client.images.get(Settings().docker_image)
+        except Exception as exc:  # any failure means: no usable engine or image
+            reason = f"no usable Docker engine/runner image: {exc}"
+        _docker_problem.append(reason)
+    return _docker_problem[0]
+
+
+def require_runtime(runtime: str) -> None:
+    """Skip (or, in CI, fail) a Docker test when no engine is usable."""
+    if runtime != "docker":
+        return
+    problem = docker_problem()
+    if problem is None:
+        return
+    if in_ci():
+        pytest.fail(f"CI must run the Docker tests on a real engine: {problem}")
+    pytest.skip(problem)
 
 
 def make_settings(tmp_path: Path, runtime: str, **overrides: object) -> Settings:
@@ -38,7 +69,14 @@ def make_settings(tmp_path: Path, runtime: str, **overrides: object) -> Settings
 
 @pytest.fixture(params=RUNTIMES)
 def runtime_name(request: pytest.FixtureRequest) -> str:
+    require_runtime(request.param)
     return request.param
+
+
+@pytest.fixture
+def docker_runtime_name() -> str:
+    require_runtime("docker")
+    return "docker"
 
 
 @pytest.fixture

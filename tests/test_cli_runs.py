@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, RUNTIMES
+from .conftest import REPO, RUNTIMES, require_runtime
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -20,6 +20,7 @@ def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_run_request_file_and_stdin(tmp_path: Path, runtime: str) -> None:
+    require_runtime(runtime)
     request = {
         "skill": "csv-report",
         "command": "python3 scripts/report.py inputs/sample.csv out/ --title Sample",
@@ -40,6 +41,7 @@ def test_run_request_file_and_stdin(tmp_path: Path, runtime: str) -> None:
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_run_refused_and_failed(tmp_path: Path, runtime: str) -> None:
+    require_runtime(runtime)
     common = ["--runtime", runtime, "--data-dir", str(tmp_path / "data")]
     refused = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "nope", "command": "true"}))
     assert refused.returncode == 2
@@ -55,6 +57,7 @@ def test_run_refused_and_failed(tmp_path: Path, runtime: str) -> None:
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_run_shorthand(tmp_path: Path, runtime: str) -> None:
+    require_runtime(runtime)
     result = cli("run", "math-tools", "--runtime", runtime, "--data-dir", str(tmp_path / "d"), "--",
                  "python3 scripts/primes.py 20 out/p.txt")
     assert result.returncode == 0, result.stderr
@@ -87,3 +90,42 @@ def test_artifacts_put_get_list(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "artifact_not_found" in missing.stderr
     bad = cli("artifacts", "put", "../evil", str(src), *data)
     assert bad.returncode == 2 and "invalid_artifact_name" in bad.stderr
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_example_skills_and_mime_types(tmp_path: Path, runtime: str) -> None:
+    require_runtime(runtime)
+    common = ["--runtime", runtime, "--data-dir", str(tmp_path / "data")]
+    cases = [
+        ({"skill": "math-tools",
+          "command": "python3 scripts/fib.py 12 --json out/fib.json && python3 scripts/primes.py 50 out/primes.txt "
+                     "&& python3 scripts/stats.py inputs/n.txt out/stats.json",
+          "inputs": [{"from": "skill://math-tools/references/REFERENCE.md", "to": "inputs/ref.md"}],
+          "stdin": None},
+         None),
+        ({"skill": "file-bundle", "command": "bash scripts/bundle.sh inputs out",
+          "inputs": [{"from": "skill://csv-report/assets"}, {"from": "skill://math-tools/scripts"}]},
+         {"out/bundle.tar.gz": "application/gzip", "out/manifest.tsv": "text/tab-separated-values"}),
+    ]
+    # math-tools: numbers staged from an artifact made through the CLI
+    numbers = tmp_path / "n.txt"
+    numbers.write_text("4 8 15 16 23 42\n")
+    assert cli("artifacts", "put", "n.txt", str(numbers), "--data-dir", str(tmp_path / "data")).returncode == 0
+    cases[0][0]["inputs"].append({"from": "artifact://n.txt"})
+    del cases[0][0]["stdin"]
+    expected_math = {"out/fib.json": "application/json", "out/primes.txt": "text/plain", "out/stats.json": "application/json"}
+    for request, expected in cases:
+        request["outputs"] = {"globs": ["out/*"]}
+        result = cli("run", "--request", "-", *common, stdin=json.dumps(request))
+        assert result.returncode == 0, result.stderr
+        body = json.loads(result.stdout)
+        assert body["exit_code"] == 0, body["stderr"]
+        types = {f["name"]: f["mime_type"] for f in body["output_files"]}
+        assert types == (expected or expected_math)
+        if request["skill"] == "math-tools":
+            outputs = {f["name"]: f for f in body["output_files"]}
+            assert json.loads(outputs["out/fib.json"]["content"])[-1] == 89
+            assert json.loads(outputs["out/stats.json"]["content"])["mean"] == 18.0
+        else:
+            manifest = next(f for f in body["output_files"] if f["name"] == "out/manifest.tsv")["content"]
+            assert "assets/sample.csv\t87\t" in manifest and "scripts/fib.py\t" in manifest and "bundled 4 files" in body["stdout"]

@@ -454,3 +454,31 @@ def test_artifact_versions_under_concurrent_saves(executor: Executor) -> None:
     by_version = {i.version: i for i in infos}
     for version, info in by_version.items():
         assert store.read("shared/name", version)[1] == f"content {infos.index(info)}".encode()
+
+
+# -- signals and concurrency -------------------------------------------------------------------
+
+
+def test_signals_are_reported(executor: Executor) -> None:
+    result = run(executor, command="kill -TERM $$")
+    assert result.exit_code == 143 and result.signal == "SIGTERM" and not result.timed_out
+
+
+def test_busy_when_slots_and_queue_are_full(make_executor) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    executor = make_executor(max_concurrent_runs=1, max_queued_runs=1)
+    results: list[RunResult] = []
+    first = threading.Thread(target=lambda: results.append(run(executor, command="sleep 1.5; echo first")))
+    first.start()
+    while executor.runner.limiter.running == 0:
+        time.sleep(0.01)
+    queued = threading.Thread(target=lambda: results.append(run(executor, command="echo queued")))
+    queued.start()
+    while executor.runner.limiter.waiting == 0:
+        time.sleep(0.01)
+    error = refused(executor, command="echo third")
+    assert error.status == 429 and error.code == "busy" and "retry" in error.message
+    first.join()
+    queued.join()
+    assert sorted(r.stdout for r in results) == ["first\n", "queued\n"]

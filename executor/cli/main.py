@@ -27,9 +27,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _optional_modules() -> list[Any]:
     """Command groups of later layers; imported lazily so ``skills`` stays light."""
+    from . import image as image_cli
     from . import runs as runs_cli
 
-    return [runs_cli]
+    return [runs_cli, image_cli]
 
 
 def emit_json(data: Any) -> None:

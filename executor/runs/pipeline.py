@@ -29,6 +29,7 @@ from ..skills import Skill, SkillRepository
 from ..workspace.layout import Workspace, WorkspaceManager
 from ..workspace.sessions import SessionStore
 from ..workspace.staging import Stager
+from .limiter import RunLimiter
 from .models import ArtifactFile, OutputFile, RunRequest, RunResult
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,9 @@ class SkillRunner:
         self.artifacts = artifacts
         self.runtime = runtime
         self.workspaces = WorkspaceManager(settings.workspaces)
+        swept = self.workspaces.sweep()
+        if swept:
+            log.warning("removed %d workspace(s) left by a crashed process", len(swept))
         self.sessions = SessionStore(settings.workspaces, settings.session_ttl_seconds)
         self.stager = Stager(
             repository,
@@ -81,6 +85,7 @@ class SkillRunner:
             max_bytes=settings.max_staged_bytes,
             owner=runtime.owner,
         )
+        self.limiter = RunLimiter(settings.max_concurrent_runs, settings.max_queued_runs)
         self._last_sweep = 0.0
         self._sweep_lock = threading.Lock()
 
@@ -195,10 +200,11 @@ class SkillRunner:
         skill, timeout, plan = self.validate(request)
         run_id = run_id or new_run_id()
         self._maybe_sweep()
-        if request.session:
-            with self.sessions.use(request.session) as work:
-                return self._run(request, skill, timeout, plan, run_id, work, listener, cancel)
-        return self._run(request, skill, timeout, plan, run_id, None, listener, cancel)
+        with self.limiter.slot():
+            if request.session:
+                with self.sessions.use(request.session) as work:
+                    return self._run(request, skill, timeout, plan, run_id, work, listener, cancel)
+            return self._run(request, skill, timeout, plan, run_id, None, listener, cancel)
 
     def _run(
         self,

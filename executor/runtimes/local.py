@@ -51,8 +51,7 @@ class LocalRuntime:
             # The session's work dir stands in for the run's own (a link locally).
             os.rmdir(workspace.root / "work")
             os.symlink(workspace.work, workspace.root / "work")
-        build_view(workspace, sorted(os.listdir(workspace.skill_source)))
-        return warnings
+        return warnings + build_view(workspace, sorted(os.listdir(workspace.skill_source)))
 
     def execute(self, spec: ExecSpec) -> ExecResult:
         env = {"PATH": self.path, **spec.env}

@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..errors import BadRequest, Forbidden
+from ..owners import owner_alive, owner_token
 from ..paths import clean_relative, has_symlink_component
 
 #: Logical top-level directories a run may write to.
 WRITABLE_ROOTS = ("work", "out", "run")
 SKILL_SOURCE = ".skill"
+OWNER_FILE = ".owner"
 SKILLS = "skills"
 
 
@@ -104,12 +106,28 @@ class WorkspaceManager:
         self.root = root.resolve()
         self.runs = self.root / "runs"
         self.runs.mkdir(parents=True, exist_ok=True)
+        self.token = owner_token()
+
+    def sweep(self) -> list[str]:
+        """Remove workspaces whose owning process is gone (left by a crash)."""
+        removed = []
+        for entry in sorted(self.runs.iterdir()):
+            try:
+                token = (entry / OWNER_FILE).read_text()
+            except OSError:
+                token = ""
+            if not owner_alive(token):
+                remove_tree(entry)
+                removed.append(entry.name)
+        return removed
 
     def create(self, run_id: str, skill_id: str, *, session_work: Path | None = None, session: str | None = None) -> Workspace:
         if not run_id or "/" in run_id or run_id.startswith("."):
             raise BadRequest(f"invalid run id {run_id!r}")
         root = self.runs / run_id
         root.mkdir(mode=0o755)
+        (root / OWNER_FILE).write_text(self.token)
+        os.chmod(root / OWNER_FILE, 0o600)
         for name in ("out", "run", "run/home", "run/tmp", SKILL_SOURCE, SKILLS):
             (root / name).mkdir(mode=0o755)
         if session_work is None:
@@ -126,17 +144,24 @@ class WorkspaceManager:
         remove_tree(workspace.root)
 
 
-def build_view(workspace: Workspace, entries: list[str]) -> None:
-    """Create the skill view: relative links to ``.skill/<entry>`` and the run dirs."""
+def build_view(workspace: Workspace, entries: list[str]) -> list[str]:
+    """Create the skill view: relative links to ``.skill/<entry>`` and the run dirs.
+
+    Returns warnings: a skill entry named ``out``, ``work`` or ``inputs`` is shadowed
+    by the run's directory of that name.
+    """
     view = workspace.skill_view
     view.mkdir(parents=True, exist_ok=True)
     reserved = {"out": "../../out", "work": "../../work", "inputs": "../../work/inputs"}
+    warnings = []
     for entry in entries:
         if entry in reserved:
+            warnings.append(f"the skill's own {entry!r} is hidden by the run's {entry}/ directory")
             continue
         os.symlink(f"../../{SKILL_SOURCE}/{entry}", view / entry)
     for name, target in reserved.items():
         os.symlink(target, view / name)
+    return warnings
 
 
 def remove_tree(path: Path) -> None:

@@ -22,7 +22,7 @@ while IFS= read -r -d '' file; do
   printf '%s\t%s\t%s\n' "$rel" "$size" "$sum" >> "$manifest"
   count=$((count + 1))
   total=$((total + size))
-done < <(find "$src" -type f -print0 | sort -z)
+done < <(find -H "$src" -type f -print0 | sort -z)
 
 tar -czf "$outdir/bundle.tar.gz" -C "$src" . -C "$(cd "$outdir" && pwd)" manifest.tsv
 echo "bundled $count files, $total bytes"

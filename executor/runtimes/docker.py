@@ -1,0 +1,371 @@
+"""The Docker runtime: every run in its own fresh, hardened, network-less container.
+
+Per run: create -> attach -> start -> wait (deadline) -> inspect -> remove.  The
+container is always removed: after a normal exit, a timeout, an error, and (through
+the start-up sweep and the deadline reaper) after a crash of the service.
+
+Isolation, each a setting (:class:`~executor.config.Settings`):
+
+* no network (``network_disabled``: the container gets only ``lo``; or ``network_mode=none``);
+* the run's workspace bind-mounted read-write at ``/workspace``, its skill read-only at
+  ``/workspace/.skill``, a session's ``work/`` at ``/workspace/work``; nothing else of the host;
+* non-root user, all capabilities dropped, ``no-new-privileges``, read-only root file
+  system with a size-capped tmpfs ``/tmp``;
+* memory limit with no swap, CPU quota, pids limit, ``nofile`` and ``fsize`` ulimits;
+* an init process (``tini``) as PID 1, so signals reach the command and zombies are reaped.
+
+stdout/stderr are read from the attach stream into bounded buffers; the log driver is
+off, so even a flood never lands on the host disk.  The disk cap is enforced twice:
+the ``fsize`` ulimit stops any single file at the cap, and a monitor measures what the
+run has added to its workspace and kills the container when the total passes the cap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal as signals
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import APIError, DockerException, NotFound
+from docker.types import Mount, Ulimit
+from docker.utils.socket import frames_iter
+
+from ..config import Settings
+from ..errors import Unavailable
+from ..owners import owner_alive, owner_token
+from ..skills import Skill
+from ..workspace.layout import SKILL_SOURCE, Workspace, build_view
+from .base import ExecResult, ExecSpec, RuntimePaths
+from .streams import BoundedBuffer
+
+log = logging.getLogger(__name__)
+
+LABEL = "io.skill-executor"
+LABEL_MANAGED = f"{LABEL}.managed"
+LABEL_INSTANCE = f"{LABEL}.instance"
+LABEL_OWNER = f"{LABEL}.owner"
+LABEL_RUN = f"{LABEL}.run"
+LABEL_DEADLINE = f"{LABEL}.deadline"
+CONTAINER_WORKSPACE = "/workspace"
+STDIN_FILE = ".stdin"
+#: Seconds between two measurements of a run's disk use.
+DISK_POLL_SECONDS = 0.2
+#: Extra seconds past a container's deadline before the reaper removes it.
+REAPER_GRACE_SECONDS = 30.0
+
+
+def connect(timeout: float = 60) -> docker.DockerClient:
+    """A client for the local engine with API version negotiation."""
+    try:
+        client = docker.DockerClient(base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
+                                     version="auto", timeout=timeout)
+        client.ping()
+        return client
+    except DockerException as exc:
+        raise Unavailable(f"the Docker engine is not reachable: {exc}", code="engine_unavailable") from None
+
+
+class DockerRuntime:
+    name = "docker"
+
+    def __init__(self, settings: Settings, client: docker.DockerClient | None = None) -> None:
+        self.settings = settings
+        self.client = client or connect()
+        self.owner = _parse_user(settings.docker_user)
+        self.instance = settings.instance_id or hashlib.sha256(
+            f"{socket.gethostname()}:{settings.workspaces.resolve()}".encode()
+        ).hexdigest()[:12]
+        self.token = owner_token()
+        self._check_image()
+        self.sweep()
+        self._closed = threading.Event()
+        self._reaper = threading.Thread(target=self._reap_loop, name="docker-reaper", daemon=True)
+        self._reaper.start()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _check_image(self) -> None:
+        try:
+            self.client.images.get(self.settings.docker_image)
+        except NotFound:
+            raise Unavailable(
+                f"the runner image {self.settings.docker_image!r} is missing; build it with "
+                "'skill-executor image build'",
+                code="image_missing",
+            ) from None
+
+    def sweep(self) -> int:
+        """Remove containers left by dead processes of this host (a crashed service)."""
+        removed = 0
+        for container in self._managed():
+            if not owner_alive(container["Labels"].get(LABEL_OWNER, "")):
+                removed += self._remove(container["Id"])
+        return removed
+
+    def reap(self, now: float | None = None) -> int:
+        """Remove containers of any owner that are past their deadline."""
+        now = time.time() if now is None else now
+        removed = 0
+        for container in self._managed():
+            try:
+                deadline = float(container["Labels"].get(LABEL_DEADLINE, "inf"))
+            except ValueError:
+                deadline = 0.0
+            if now > deadline + REAPER_GRACE_SECONDS:
+                removed += self._remove(container["Id"])
+        return removed
+
+    def _managed(self) -> list[dict[str, Any]]:
+        """Every container this project created (any instance), as list entries."""
+        try:
+            return self.client.api.containers(all=True, filters={"label": f"{LABEL_MANAGED}=1"})
+        except DockerException as exc:
+            log.warning("listing containers failed: %s", exc)
+            return []
+
+    def _reap_loop(self) -> None:
+        while not self._closed.wait(30.0):
+            try:
+                self.reap()
+            except Exception as exc:  # the reaper must never die
+                log.warning("reaper: %s", exc)
+
+    def _remove(self, container_id: str) -> int:
+        try:
+            self.client.api.remove_container(container_id, force=True, v=True)
+            return 1
+        except NotFound:
+            return 0
+        except APIError as exc:
+            if exc.status_code == 409:  # removal already in progress
+                return 0
+            log.warning("removing container %s failed: %s", container_id[:12], exc)
+            return 0
+
+    def close(self) -> None:
+        self._closed.set()
+
+    # -- runtime interface -------------------------------------------------------------------
+
+    def paths(self, workspace: Workspace) -> RuntimePaths:
+        return RuntimePaths(CONTAINER_WORKSPACE)
+
+    def prepare(self, workspace: Workspace, skill: Skill) -> list[str]:
+        entries = sorted(e for e in os.listdir(skill.path) if e not in (".git", "__pycache__"))
+        return build_view(workspace, entries)
+
+    def cleanup(self, workspace: Workspace) -> None:
+        return None
+
+    def container_config(self, spec: ExecSpec) -> dict[str, Any]:
+        """The create-container parameters of one run (hardening in one place)."""
+        s = self.settings
+        ws = spec.workspace
+        mounts = [
+            Mount(CONTAINER_WORKSPACE, str(ws.root), type="bind", read_only=False),
+            Mount(f"{CONTAINER_WORKSPACE}/{SKILL_SOURCE}", str(spec.skill.path.resolve()), type="bind", read_only=True),
+        ]
+        if ws.work != ws.root / "work":
+            mounts.append(Mount(f"{CONTAINER_WORKSPACE}/work", str(ws.work), type="bind", read_only=False))
+        command = ["bash", "-c", spec.command]
+        if spec.stdin is not None:
+            # A constant wrapper: the command and the file travel as arguments, never spliced.
+            command = ["bash", "-c", 'exec bash -c "$0" < "$1"', spec.command, f"{CONTAINER_WORKSPACE}/run/{STDIN_FILE}"]
+        config: dict[str, Any] = {
+            "image": s.docker_image,
+            "command": command,
+            "user": s.docker_user,
+            "working_dir": spec.cwd,
+            "environment": spec.env,
+            "labels": {
+                LABEL_MANAGED: "1",
+                LABEL_INSTANCE: self.instance,
+                LABEL_OWNER: self.token,
+                LABEL_RUN: spec.run_id,
+                LABEL_DEADLINE: f"{time.time() + spec.timeout:.0f}",
+            },
+            "mounts": mounts,
+            "read_only": True,
+            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={s.docker_tmpfs_bytes},mode=1777"},
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "mem_limit": s.docker_memory_bytes,
+            "memswap_limit": s.docker_memory_bytes,
+            "nano_cpus": int(s.docker_cpus * 1e9),
+            "pids_limit": s.docker_pids_limit,
+            "ulimits": [
+                Ulimit(name="nofile", soft=s.docker_nofile, hard=s.docker_nofile),
+                Ulimit(name="fsize", soft=s.docker_disk_bytes, hard=s.docker_disk_bytes),
+            ],
+            "init": True,
+            "log_config": {"type": "none", "config": {}},
+            "stdin_open": False,
+            "tty": False,
+            "detach": True,
+        }
+        if s.docker_network_disabled:
+            config["network_disabled"] = True
+        else:
+            config["network_mode"] = "none"
+        if s.docker_oci_runtime:
+            config["runtime"] = s.docker_oci_runtime
+        return config
+
+    def execute(self, spec: ExecSpec) -> ExecResult:
+        if spec.stdin is not None:
+            stdin_path = spec.workspace.run_dir / STDIN_FILE
+            stdin_path.write_bytes(spec.stdin)
+            os.chmod(stdin_path, 0o444)
+        baseline = _disk_usage([spec.workspace.root, spec.workspace.work])
+        started = time.monotonic()
+        try:
+            container = self.client.containers.create(**self.container_config(spec))
+        except DockerException as exc:
+            raise Unavailable(f"could not create the run's container: {exc}", code="engine_error") from None
+        try:
+            return self._supervise(container.id, spec, started, baseline)
+        finally:
+            self._remove(container.id)
+
+    def _supervise(self, container_id: str, spec: ExecSpec, started: float, baseline: int) -> ExecResult:
+        api = self.client.api
+        out, err = BoundedBuffer(spec.stdout_max), BoundedBuffer(spec.stderr_max)
+        sock = api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1, "logs": 0})
+        raw = getattr(sock, "_sock", sock)
+        done = threading.Event()
+        reader = threading.Thread(target=_pump_frames, args=(sock, out, err, spec, done), daemon=True)
+        reader.start()
+        try:
+            api.start(container_id)
+        except DockerException as exc:
+            _close(raw)
+            raise Unavailable(f"could not start the run's container: {exc}", code="engine_error") from None
+
+        timed_out = cancelled = disk_hit = False
+        deadline = started + spec.timeout
+        next_disk = time.monotonic() + DISK_POLL_SECONDS
+        limit = self.settings.docker_disk_bytes
+        while not done.wait(timeout=min(0.05, max(0.0, deadline - time.monotonic()))):
+            now = time.monotonic()
+            if now >= deadline:
+                timed_out = True
+            elif spec.cancel is not None and spec.cancel.is_set():
+                cancelled = True
+            elif now >= next_disk:
+                next_disk = now + DISK_POLL_SECONDS
+                if _disk_usage([spec.workspace.root, spec.workspace.work]) - baseline >= limit:
+                    disk_hit = True
+            if timed_out or cancelled or disk_hit:
+                _kill(api, container_id)
+                break
+        status = _wait(api, container_id)
+        duration_ms = int((time.monotonic() - started) * 1000)
+        reader.join(timeout=2.0)
+        _close(raw)
+        state = api.inspect_container(container_id)["State"]
+        oom = bool(state.get("OOMKilled"))
+        code: int | None = status if status is not None else state.get("ExitCode")
+        if not disk_hit and (
+            code == 128 + signals.SIGXFSZ
+            or _disk_usage([spec.workspace.root, spec.workspace.work]) - baseline >= limit
+        ):
+            disk_hit = True  # a file stopped at the fsize cap, or the run reached the cap as it ended
+        sig = None
+        if code is not None and 128 < code < 128 + 65:
+            try:
+                sig = signals.Signals(code - 128).name
+            except ValueError:
+                sig = None
+        warnings = []
+        if disk_hit:
+            warnings.append(f"the run reached the disk cap of {limit} bytes: writes past it failed or the run was stopped")
+        return ExecResult(
+            exit_code=code,
+            stdout=out.data,
+            stderr=err.data,
+            duration_ms=duration_ms,
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+            timed_out=timed_out,
+            cancelled=cancelled,
+            signal=sig,
+            oom_killed=oom,
+            disk_limit_hit=disk_hit,
+            warnings=warnings,
+        )
+
+
+def _pump_frames(sock: Any, out: BoundedBuffer, err: BoundedBuffer, spec: ExecSpec, done: threading.Event) -> None:
+    try:
+        for stream, data in frames_iter(sock, tty=False):
+            buffer, name = (out, "stdout") if stream == 1 else (err, "stderr")
+            kept = buffer.feed(data)
+            if spec.listener is not None and kept:
+                try:
+                    spec.listener(name, kept)
+                except Exception:
+                    pass
+    except (OSError, ValueError):
+        pass
+    finally:
+        done.set()
+
+
+def _kill(api: Any, container_id: str) -> None:
+    try:
+        api.kill(container_id, signal="SIGKILL")
+    except DockerException:
+        pass
+
+
+def _wait(api: Any, container_id: str) -> int | None:
+    try:
+        return int(api.wait(container_id, timeout=30)["StatusCode"])
+    except Exception:
+        _kill(api, container_id)
+        return None
+
+
+def _close(raw: Any) -> None:
+    try:
+        raw.close()
+    except OSError:
+        pass
+
+
+def _disk_usage(roots: list[Path]) -> int:
+    """Bytes allocated under ``roots`` (links not followed, hard links counted once)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    stack = [str(r) for r in dict.fromkeys(roots)]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    key = (st.st_dev, st.st_ino)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return total
+
+
+def _parse_user(user: str) -> tuple[int, int]:
+    uid, _, gid = user.partition(":")
+    return int(uid), int(gid or uid)

@@ -1,0 +1,1 @@
+"""Placeholder for the warm-pool launcher (see the performance issue)."""

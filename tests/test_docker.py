@@ -1,0 +1,275 @@
+"""Container hardening on a real engine: each property checked from inside the run and
+from the host (``docker inspect`` and the host's ``/proc`` view of the container)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor.core import Executor
+from executor.errors import ExecutorError
+from executor.runs.models import RunRequest, RunResult
+from executor.runs.pipeline import new_run_id
+from executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN, DockerRuntime
+
+from .conftest import make_settings
+
+
+@pytest.fixture
+def make_docker(tmp_path: Path, docker_runtime_name: str):  # type: ignore[no-untyped-def]
+    made: list[Executor] = []
+
+    def factory(**overrides: object) -> Executor:
+        executor = Executor.from_settings(make_settings(tmp_path, "docker", **overrides))
+        made.append(executor)
+        return executor
+
+    yield factory
+    for executor in made:
+        runtime = executor.runtime
+        assert isinstance(runtime, DockerRuntime)
+        left = runtime.client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={runtime.token}"})
+        assert left == [], "containers left behind"
+        assert list(executor.runner.workspaces.runs.iterdir()) == [], "workspaces left behind"
+        executor.close()
+
+
+def request(**fields: Any) -> RunRequest:
+    fields.setdefault("skill", "math-tools")
+    return RunRequest.model_validate(fields)
+
+
+def run_observed(executor: Executor, command: str, **fields: Any) -> tuple[RunResult, dict[str, Any], dict[str, str]]:
+    """Run ``command; sleep``, and meanwhile inspect the container from the host.
+
+    Returns the result, ``docker inspect`` of the container, and host-side reads of the
+    container's ``/proc/<pid>/`` files (status and net/dev of its main process).
+    """
+    runtime = executor.runtime
+    assert isinstance(runtime, DockerRuntime)
+    run_id = new_run_id()
+    holder: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: holder.setdefault("result", executor.runner.run(request(command=f"{command}; sleep 3", **fields), run_id=run_id))
+    )
+    thread.start()
+    info: dict[str, Any] = {}
+    proc: dict[str, str] = {}
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not info:
+        for container in runtime.client.containers.list(filters={"label": f"{LABEL_RUN}={run_id}"}):
+            data = runtime.client.api.inspect_container(container.id)
+            if data["State"]["Running"] and data["State"]["Pid"]:
+                time.sleep(0.5)
+                info = data
+                pid = data["State"]["Pid"]
+                for name in ("status", "net/dev"):
+                    proc[name] = Path(f"/proc/{pid}/{name}").read_text()
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                if children:
+                    proc["child_status"] = Path(f"/proc/{children[0]}/status").read_text()
+        time.sleep(0.05)
+    thread.join()
+    return holder["result"], info, proc
+
+
+def status_field(status: str, name: str) -> str:
+    return next(line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith(name + ":"))
+
+
+def interfaces(net_dev: str) -> list[str]:
+    return [line.split(":", 1)[0].strip() for line in net_dev.splitlines()[2:] if ":" in line]
+
+
+@pytest.mark.parametrize("setting", [{"docker_network_disabled": True}, {"docker_network_disabled": False}])
+def test_no_network(make_docker, setting: dict[str, bool]) -> None:  # type: ignore[no-untyped-def]
+    executor = make_docker(**setting)
+    probe = (
+        "cat /proc/net/dev; python3 -c \"import socket,errno\n"
+        "s=socket.socket(); s.settimeout(3)\n"
+        "try:\n    s.connect(('10.20.30.40', 80)); print('CONNECTED')\n"
+        "except OSError as e:\n    print('ERRNO', errno.errorcode.get(e.errno, e.errno))\""
+    )
+    result, info, proc = run_observed(executor, probe)
+    assert interfaces(result.stdout.split("ERRNO")[0]) == ["lo"]
+    assert "ERRNO ENETUNREACH" in result.stdout and "CONNECTED" not in result.stdout
+    # From the host: no network attached, and the container's namespace has only lo.
+    assert info["NetworkSettings"]["Networks"] in ({}, {"none": info["NetworkSettings"]["Networks"].get("none")})
+    if setting["docker_network_disabled"]:
+        assert info["Config"]["NetworkDisabled"] is True
+    else:
+        assert info["HostConfig"]["NetworkMode"] == "none"
+    assert interfaces(proc["net/dev"]) == ["lo"]
+
+
+def test_read_only_root_and_skill(make_docker) -> None:  # type: ignore[no-untyped-def]
+    executor = make_docker()
+    probe = (
+        "for t in /x /usr/x /workspace/x /workspace/.skill/x $SKILL_DIR/scripts/x $SKILL_DIR/SKILL.md; do "
+        "(echo hi > $t) 2>/dev/null && echo \"WROTE $t\" || echo \"DENIED $t\"; done; "
+        "echo ok > /tmp/t && echo TMP-OK; head -c 100M /dev/zero > /tmp/big 2>/dev/null || echo TMP-FULL; "
+        "echo ok > $OUTPUT_DIR/o && echo OUT-OK"
+    )
+    result, info, _ = run_observed(executor, probe)
+    assert "WROTE" not in result.stdout, result.stdout
+    assert result.stdout.count("DENIED") == 6
+    assert "TMP-OK" in result.stdout and "TMP-FULL" in result.stdout and "OUT-OK" in result.stdout
+    assert info["HostConfig"]["ReadonlyRootfs"] is True
+    mounts = {m["Destination"]: m for m in info["Mounts"]}
+    assert mounts["/workspace/.skill"]["RW"] is False
+    assert mounts["/workspace/.skill"]["Source"] == str(executor.repository.get("math-tools").path.resolve())
+    assert mounts["/workspace"]["RW"] is True
+    assert set(mounts) == {"/workspace", "/workspace/.skill"}
+    assert "size=" in info["HostConfig"]["Tmpfs"]["/tmp"]
+
+
+def test_identity_capabilities_and_limits(make_docker) -> None:  # type: ignore[no-untyped-def]
+    executor = make_docker()
+    result, info, proc = run_observed(executor, "id -u; id -g; grep -E '^(CapEff|CapPrm|NoNewPrivs):' /proc/self/status")
+    lines = result.stdout.split()
+    assert lines[0] != "0" and lines[0] == "1000" and lines[1] == "1000"
+    inside = dict(zip(lines[2::2], lines[3::2]))
+    assert inside["CapEff:"] == "0000000000000000" and inside["CapPrm:"] == "0000000000000000"
+    assert inside["NoNewPrivs:"] == "1"
+    # From the host: the container's processes (init and the command).
+    for status in (proc["status"], proc["child_status"]):
+        assert status_field(status, "CapEff") == "0000000000000000"
+        assert status_field(status, "NoNewPrivs") == "1"
+        assert status_field(status, "Uid").split()[0] == "1000"
+    host = info["HostConfig"]
+    assert info["Config"]["User"] == "1000:1000"
+    assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+    assert host["Init"] is True and host["PidsLimit"] == 256
+    assert host["Memory"] == 1024**3 and host["MemorySwap"] == 1024**3 and host["NanoCpus"] == 10**9
+    assert {u["Name"] for u in host["Ulimits"]} == {"nofile", "fsize"}
+    labels = info["Config"]["Labels"]
+    assert labels[LABEL_MANAGED] == "1" and labels[LABEL_RUN] == result.run_id
+
+
+def test_fork_bomb_is_contained(make_docker) -> None:  # type: ignore[no-untyped-def]
+    executor = make_docker()
+    runtime = executor.runtime
+    assert isinstance(runtime, DockerRuntime)
+    run_id = new_run_id()
+    seen: dict[str, Any] = {}
+
+    def watch() -> None:
+        while "result" not in seen:
+            for c in runtime.client.api.containers(filters={"label": f"{LABEL_RUN}={run_id}"}):
+                seen["id"] = c["Id"]
+                try:
+                    pids = Path(f"/sys/fs/cgroup/pids/docker/{c['Id']}/pids.current").read_text()
+                    seen["max_pids"] = max(seen.get("max_pids", 0), int(pids))
+                except OSError:
+                    pass
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        seen["result"] = result = executor.runner.run(
+            request(command="bomb() { bomb | bomb & }; bomb; sleep 30", timeout=4), run_id=run_id)
+    finally:
+        seen.setdefault("result", None)
+        watcher.join()
+    assert result.timed_out and time.monotonic() - started < 15
+    assert "id" in seen and 0 < seen.get("max_pids", 1) <= 256
+    time.sleep(0.5)
+    survivors = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if seen["id"] in Path(f"/proc/{pid}/cgroup").read_text():
+                survivors.append(pid)
+        except OSError:
+            pass
+    assert survivors == []
+    assert executor.runner.run(request(command="echo still serving")).stdout == "still serving\n"
+
+
+def test_oom_is_reported(make_docker) -> None:  # type: ignore[no-untyped-def]
+    executor = make_docker(docker_memory_bytes=128 * 1024**2)
+    result = executor.runner.run(
+        request(command="python3 -c \"x = bytearray(256 * 1024 * 1024); x[::4096] = b'1' * len(x[::4096]); print('survived')\"")
+    )
+    assert result.oom_killed and "survived" not in result.stdout
+    assert result.exit_code == 137 and result.signal == "SIGKILL" and "memory" in result.limits_hit
+
+
+def test_timeout_kills_and_removes_the_container(make_docker) -> None:  # type: ignore[no-untyped-def]
+    executor = make_docker()
+    runtime = executor.runtime
+    run_id = new_run_id()
+    started = time.monotonic()
+    result = executor.runner.run(request(command="echo before; sleep 1000", timeout=2), run_id=run_id)
+    elapsed = time.monotonic() - started
+    assert result.timed_out and result.stdout == "before\n"
+    assert 2.0 <= result.duration_ms / 1000 <= 3.5 and elapsed <= 2 + 1.5 + 1.0
+    assert runtime.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}) == []
+
+
+def test_disk_cap_single_file_and_many_files(make_docker) -> None:  # type: ignore[no-untyped-def]
+    executor = make_docker(docker_disk_bytes=32 * 1024**2)
+    big = executor.runner.run(request(command="head -c 100M /dev/zero > out/big; echo $?"))
+    assert big.disk_limit_hit and "disk" in big.limits_hit
+    assert big.stdout == f"{128 + 25}\n"  # the writer got SIGXFSZ: nothing past the cap was written
+    many = executor.runner.run(
+        request(command="for i in $(seq 1 400); do head -c 1M /dev/zero > out/f$i; done; echo finished", timeout=60),
+    )
+    assert many.disk_limit_hit and "finished" not in many.stdout
+    assert any("disk cap" in w for w in many.warnings)
+    small = executor.runner.run(request(command="head -c 1M /dev/zero > out/ok; echo fine"))
+    assert not small.disk_limit_hit and small.stdout == "fine\n"
+
+
+def test_concurrent_runs_have_no_cross_talk(make_docker) -> None:  # type: ignore[no-untyped-def]
+    executor = make_docker(max_concurrent_runs=8)
+
+    def one(i: int) -> tuple[int, RunResult]:
+        token = f"run-{i}-{new_run_id()}"
+        return i, executor.runner.run(
+            request(command=f"echo {token} > out/id.txt; sleep 0.5; ls $OUTPUT_DIR; cat out/id.txt",
+                    output_files=["out/*"])
+        )
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(one, range(8)))
+    tokens = set()
+    for _, result in results:
+        ls, token = result.stdout.split()
+        assert ls == "id.txt"
+        assert [f.content for f in result.output_files] == [token + "\n"]
+        tokens.add(token)
+    assert len(tokens) == 8 and len({r.run_id for _, r in results}) == 8
+
+
+def test_sweep_and_reaper_remove_leftovers(make_docker) -> None:  # type: ignore[no-untyped-def]
+    executor = make_docker()
+    runtime = executor.runtime
+    assert isinstance(runtime, DockerRuntime)
+    dead = runtime.client.containers.create(
+        executor.settings.docker_image, ["sleep", "100"],
+        labels={LABEL_MANAGED: "1", LABEL_OWNER: f"{runtime.token.split(':')[0]}:999999:1", LABEL_DEADLINE: "9999999999"},
+    )
+    stale = runtime.client.containers.create(
+        executor.settings.docker_image, ["sleep", "100"],
+        labels={LABEL_MANAGED: "1", LABEL_OWNER: runtime.token, LABEL_DEADLINE: str(int(time.time()) - 3600)},
+    )
+    assert runtime.sweep() == 1
+    ids = {c.id for c in runtime.client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
+    assert dead.id not in ids and stale.id in ids
+    assert runtime.reap() >= 1
+    ids = {c.id for c in runtime.client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
+    assert stale.id not in ids
+
+
+def test_missing_image_is_a_clear_error(tmp_path: Path, docker_runtime_name: str) -> None:
+    with pytest.raises(ExecutorError) as info:
+        Executor.from_settings(make_settings(tmp_path, "docker", docker_image="skill-executor/runner:does-not-exist"))
+    assert info.value.code == "image_missing" and "image build" in info.value.message

@@ -1,0 +1,44 @@
+"""Runs last (by name): the suite left no container and no workspace behind."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from .conftest import docker_problem, in_ci
+
+
+def test_no_project_containers_left() -> None:
+    problem = docker_problem()
+    if problem is not None:
+        if in_ci():
+            pytest.fail(problem)
+        pytest.skip(problem)
+    import docker
+
+    from executor.owners import owner_token
+    from executor.runtimes.docker import LABEL_MANAGED, LABEL_OWNER
+
+    client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto")
+    host = owner_token().rsplit(":", 2)[0]
+    pid = str(os.getpid())
+    deadline = time.monotonic() + 10
+    while True:
+        ours = [
+            c for c in client.api.containers(all=True, filters={"label": f"{LABEL_MANAGED}=1"})
+            if c["Labels"].get(LABEL_OWNER, "").startswith(f"{host}:{pid}:")
+        ]
+        if not ours or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert ours == []
+
+
+def test_no_workspaces_left(tmp_path_factory: pytest.TempPathFactory) -> None:
+    base = tmp_path_factory.getbasetemp()
+    leftovers = [
+        str(run) for runs in base.glob("*/data/workspaces/runs") for run in runs.iterdir()
+    ]
+    assert leftovers == []
