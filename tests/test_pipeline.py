@@ -482,3 +482,19 @@ def test_busy_when_slots_and_queue_are_full(make_executor) -> None:  # type: ign
     first.join()
     queued.join()
     assert sorted(r.stdout for r in results) == ["first\n", "queued\n"]
+
+
+def test_workspaces_of_dead_processes_are_swept(tmp_path: Path) -> None:
+    from executor.owners import owner_token
+    from executor.workspace.layout import OWNER_FILE, WorkspaceManager
+
+    manager = WorkspaceManager(tmp_path)
+    mine = manager.create("mine", "math-tools")
+    dead = manager.runs / "dead"
+    dead.mkdir()
+    (dead / OWNER_FILE).write_text(owner_token().rsplit(":", 2)[0] + ":999999:1")
+    (dead / "out").mkdir(mode=0o555)
+    orphan = manager.runs / "no-owner-file"
+    orphan.mkdir()
+    assert manager.sweep() == ["dead", "no-owner-file"]
+    assert mine.root.exists() and not dead.exists() and not orphan.exists()
