@@ -171,12 +171,16 @@ def test_duplicate_keys(tmp_path: Path) -> None:
 def test_unquoted_colon_is_repaired_once_with_a_warning(tmp_path: Path) -> None:
     d = make_skill(tmp_path, "demo", "name: demo\ndescription: Use when: the user asks  # trailing comment\nlicense: MIT")
     tolerant = check(d)
-    assert tolerant.valid and "yaml-unquoted-colon" in codes(tolerant.warnings)
+    assert tolerant.valid and "yaml-repaired" in codes(tolerant.warnings)
     assert tolerant.skill and tolerant.skill.description == "Use when: the user asks"
     assert tolerant.skill.license == "MIT"
-    assert "yaml-unquoted-colon" in codes(check(d, strict=True).errors)
+    assert "yaml-repaired" in codes(check(d, strict=True).errors)
     quotes = load_skill(make_skill(tmp_path / "q", "demo", 'name: demo\ndescription: Say "hi": then \\ go'))
     assert quotes.description == 'Say "hi": then \\ go'
+    for value in ["@mention the bot", "`code` helper", "%complete tasks"]:
+        odd = check(make_skill(tmp_path / "r" / value[:2], "demo", f"name: demo\ndescription: {value}"))
+        assert odd.valid and odd.skill and odd.skill.description == value
+        assert "yaml-repaired" in codes(odd.warnings)
 
 
 def test_unknown_keys_are_kept_as_extras(tmp_path: Path) -> None:

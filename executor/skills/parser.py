@@ -119,12 +119,17 @@ def load_yaml(text: str) -> tuple[Any, list[tuple[str, int]]]:
 
 
 _PLAIN_PAIR = re.compile(
-    r"^(?P<indent>[ \t]*)(?P<key>[^\s#'\"\-?:][^:#]*?):[ \t]+(?P<value>[^\s'\"|>\[{&*!%@`#].*?)[ \t]*$"
+    r"^(?P<indent>[ \t]*)(?P<key>[^\s#'\"\-?:][^:#]*?):[ \t]+(?P<value>[^\s'\"|>\[{&*!#].*?)[ \t]*$"
 )
+#: Reserved indicators that cannot start a plain YAML scalar.
+_RESERVED_START = ("@", "`", "%")
 
 
 def _quote_colon_values(text: str) -> tuple[str, list[str]]:
-    """Double-quote single-line plain values that contain ``: `` (or end with ``:``).
+    """Double-quote single-line plain values that YAML cannot read as written.
+
+    That is values containing ``: `` (or ending with ``:``) and values starting with a
+    reserved indicator (``@``, a backtick, ``%``).
 
     A trailing ``  # comment`` stays a comment.  Multi-line plain values are left
     alone: quoting only their first line would change what they mean.
@@ -140,7 +145,7 @@ def _quote_colon_values(text: str) -> tuple[str, list[str]]:
                 value, _, rest = value.partition(" #")
                 comment = " #" + rest
                 value = value.rstrip()
-            if ": " in value or value.endswith(":"):
+            if ": " in value or value.endswith(":") or value.startswith(_RESERVED_START):
                 indent = len(match["indent"].expandtabs())
                 nxt = next((ln for ln in lines[index + 1 :] if ln.strip()), "")
                 nxt_indent = len(nxt) - len(nxt.lstrip()) if nxt else 0
@@ -238,10 +243,10 @@ def parse_skill_file(data: bytes) -> ParsedFile:
             ) from None
         notes.append(
             Diagnostic(
-                "yaml-unquoted-colon",
+                "yaml-repaired",
                 "the frontmatter is not valid YAML as written: the value of "
                 + ", ".join(repr(k) for k in keys)
-                + " contains ': ' and must be quoted (read as if it were quoted)",
+                + " must be quoted (it contains ': ' or starts with a reserved character); read as if quoted",
                 "spec",
             )
         )
