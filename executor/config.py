@@ -62,6 +62,17 @@ class Settings(BaseSettings):
     max_output_file_bytes: int = 64 * MiB
     max_output_total_bytes: int = 256 * MiB
 
+    # -- HTTP service ---------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_keys: StrList = Field(default_factory=list)
+    admin_keys: StrList = Field(default_factory=list)
+    api_keys_file: Path | None = None
+    max_request_bytes: int = 64 * MiB
+    max_file_read_bytes: int = 4 * MiB
+    install_dir: Path | None = None  # default: the first of skills_dirs
+    log_json: bool = True
+
     # -- Docker runtime --------------------------------------------------------------
     docker_image: str = "skill-executor/runner:latest"
     docker_memory_bytes: int = 1 * GiB
@@ -77,6 +88,11 @@ class Settings(BaseSettings):
     max_queued_runs: int = 64
     instance_id: str | None = None
 
+    @field_validator("api_keys", "admin_keys", mode="before")
+    @classmethod
+    def _strs(cls, value: Any) -> Any:
+        return _split_list(value)
+
     @field_validator("skills_dirs", "allowed_host_roots", mode="before")
     @classmethod
     def _paths(cls, value: Any) -> Any:
@@ -89,3 +105,15 @@ class Settings(BaseSettings):
     @property
     def artifacts_dir(self) -> Path:
         return self.data_dir / "artifacts"
+
+    @property
+    def install_root(self) -> Path:
+        return self.install_dir or self.skills_dirs[0]
+
+    @property
+    def skill_roots(self) -> list[Path]:
+        """Where skills are discovered: the skills dirs, plus the install dir if apart."""
+        roots = list(self.skills_dirs)
+        if self.install_dir is not None and self.install_dir not in roots:
+            roots.append(self.install_dir)
+        return roots

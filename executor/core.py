@@ -39,7 +39,7 @@ class Executor:
     @classmethod
     def from_settings(cls, settings: Settings, runtime: Runtime | None = None) -> "Executor":
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        repository = SkillRepository(settings.skills_dirs, refresh_interval=settings.skills_refresh_seconds)
+        repository = SkillRepository(settings.skill_roots, refresh_interval=settings.skills_refresh_seconds)
         artifacts = LocalArtifactStore(settings.artifacts_dir)
         runtime = runtime or make_runtime(settings)
         return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime))

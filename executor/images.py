@@ -26,8 +26,10 @@ from docker.errors import BuildError, DockerException, ImageNotFound
 from .errors import ExecutorError
 
 REPOSITORY = "skill-executor/runner"
+SERVICE_REPOSITORY = "skill-executor/service"
 BASE_REPOSITORY = "skill-executor/base"
 PUBLIC_BASE = "debian:bookworm-slim"
+SERVICE_PUBLIC_BASE = "python:3.11-slim"
 
 Mode = Literal["auto", "online", "offline"]
 
@@ -65,47 +67,32 @@ def _log(message: str) -> None:
     print(f"[image] {message}", file=sys.stderr, flush=True)
 
 
-def build_image(client: docker.DockerClient, *, mode: Mode = "auto", context: Path | None = None) -> BuildResult:
-    """Build (or reuse) the runner image; return its hash tag."""
-    root = context or images_dir()
-    runner = root / "runner"
-    base_script = root / "build-base.sh"
-    if not (runner / "Dockerfile").is_file():
-        raise ExecutorError(f"no runner Dockerfile at {runner}", code="image_context_missing")
-    if mode == "auto":
-        if _has_image(client, PUBLIC_BASE):
-            mode = "online"
-        elif shutil.which("debootstrap"):
-            mode = "offline"
-        else:
-            mode = "online"
-    context_files = [p for p in runner.rglob("*") if p.is_file()]
-    if mode == "offline":
-        base_tag = f"{BASE_REPOSITORY}:bookworm-{tree_hash([base_script], root)[:12]}"
-        digest = tree_hash([*context_files, base_script], root)
-    else:
-        base_tag = PUBLIC_BASE
-        digest = tree_hash(context_files, root)
-    tag = f"{REPOSITORY}:{digest[:16]}"
-    if _has_image(client, tag):
-        client.images.get(tag).tag(REPOSITORY, "latest")
-        _log(f"{tag} is up to date")
-        return BuildResult(tag, False, base_tag)
-    if mode == "offline" and not _has_image(client, base_tag):
-        _log(f"building the base {base_tag} with debootstrap (no registry needed)")
-        proc = subprocess.run(["bash", str(base_script), base_tag], check=False)
+def _resolve_mode(client: docker.DockerClient, mode: Mode, public_base: str) -> Mode:
+    if mode != "auto":
+        return mode
+    if _has_image(client, public_base):
+        return "online"
+    return "offline" if shutil.which("debootstrap") else "online"
+
+
+def _offline_base(client: docker.DockerClient, root: Path) -> str:
+    """The debootstrapped base image (built once per version of build-base.sh)."""
+    script = root / "build-base.sh"
+    tag = f"{BASE_REPOSITORY}:bookworm-{tree_hash([script], root)[:12]}"
+    if not _has_image(client, tag):
+        _log(f"building the base {tag} with debootstrap (no registry needed)")
+        proc = subprocess.run(["bash", str(script), tag], check=False)
         if proc.returncode != 0:
             raise ExecutorError(f"building the base image failed (exit {proc.returncode})", code="image_build_failed")
-    _log(f"building {tag} FROM {base_tag}")
+    return tag
+
+
+def _docker_build(client: docker.DockerClient, *, path: Path, dockerfile: str, tag: str, base: str, repository: str) -> None:
+    _log(f"building {tag} FROM {base}")
     try:
         stream = client.api.build(
-            path=str(runner),
-            tag=tag,
-            buildargs={"BASE": base_tag},
-            network_mode="host",
-            rm=True,
-            forcerm=True,
-            decode=True,
+            path=str(path), dockerfile=dockerfile, tag=tag, buildargs={"BASE": base},
+            network_mode="host", rm=True, forcerm=True, decode=True,
         )
         for chunk in stream:
             if "error" in chunk:
@@ -115,6 +102,57 @@ def build_image(client: docker.DockerClient, *, mode: Mode = "auto", context: Pa
                 _log(line)
     except (BuildError, DockerException) as exc:
         raise ExecutorError(f"image build failed: {exc}", code="image_build_failed") from None
-    client.images.get(tag).tag(REPOSITORY, "latest")
+    client.images.get(tag).tag(repository, "latest")
     _log(f"built {tag}")
-    return BuildResult(tag, True, base_tag)
+
+
+def build_image(client: docker.DockerClient, *, mode: Mode = "auto", context: Path | None = None) -> BuildResult:
+    """Build (or reuse) the runner image; return its hash tag."""
+    root = context or images_dir()
+    runner = root / "runner"
+    if not (runner / "Dockerfile").is_file():
+        raise ExecutorError(f"no runner Dockerfile at {runner}", code="image_context_missing")
+    mode = _resolve_mode(client, mode, PUBLIC_BASE)
+    inputs = [p for p in runner.rglob("*") if p.is_file()]
+    if mode == "offline":
+        inputs.append(root / "build-base.sh")
+    tag = f"{REPOSITORY}:{tree_hash(inputs, root)[:16]}"
+    if _has_image(client, tag):
+        client.images.get(tag).tag(REPOSITORY, "latest")
+        _log(f"{tag} is up to date")
+        return BuildResult(tag, False, PUBLIC_BASE if mode == "online" else "offline")
+    base = _offline_base(client, root) if mode == "offline" else PUBLIC_BASE
+    _docker_build(client, path=runner, dockerfile="Dockerfile", tag=tag, base=base, repository=REPOSITORY)
+    return BuildResult(tag, True, base)
+
+
+def build_service_image(client: docker.DockerClient, *, mode: Mode = "auto", context: Path | None = None) -> BuildResult:
+    """Build (or reuse) the service's own image for docker-compose.yml.
+
+    Python packages go in as a wheelhouse made on this host (``pip wheel``, with the
+    host's pip configuration), so the image build needs no access to PyPI.
+    """
+    root = (context or images_dir()).parent
+    dockerfile = root / "images" / "service" / "Dockerfile"
+    if not dockerfile.is_file():
+        raise ExecutorError(f"no service Dockerfile at {dockerfile}", code="image_context_missing")
+    mode = _resolve_mode(client, mode, SERVICE_PUBLIC_BASE)
+    inputs = [dockerfile, root / "pyproject.toml", *sorted((root / "executor").rglob("*.py"))]
+    if mode == "offline":
+        inputs.append(root / "images" / "build-base.sh")
+    tag = f"{SERVICE_REPOSITORY}:{tree_hash(inputs, root)[:16]}"
+    if _has_image(client, tag):
+        client.images.get(tag).tag(SERVICE_REPOSITORY, "latest")
+        _log(f"{tag} is up to date")
+        return BuildResult(tag, False, SERVICE_PUBLIC_BASE if mode == "online" else "offline")
+    wheels = root / "build" / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    _log("building the wheelhouse with pip (host configuration)")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(root)],
+                          check=False)
+    if proc.returncode != 0:
+        raise ExecutorError(f"pip wheel failed (exit {proc.returncode})", code="image_build_failed")
+    base = _offline_base(client, root / "images") if mode == "offline" else SERVICE_PUBLIC_BASE
+    _docker_build(client, path=root, dockerfile="images/service/Dockerfile", tag=tag, base=base,
+                  repository=SERVICE_REPOSITORY)
+    return BuildResult(tag, True, base)

@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
-# Set up everything on a fresh machine and start the service on its embedded defaults.
+# Set up everything on a fresh machine and start the service on its embedded defaults:
+# virtualenv + project, a Docker engine (installed and started when none answers; it
+# keeps running after the service stops), the runner image, then
+# `skill-executor serve` on 127.0.0.1:8080 with skills from ./skills and data in ./data.
+# Arguments go to `skill-executor serve` (e.g. --port 9000, --runtime local).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 ensure_venv
-exec "$VENV/bin/skill-executor" skills list --root "$ROOT/skills" "$@"
+if [[ " $* " != *" --runtime local "* && "${SKILL_EXECUTOR_RUNTIME:-docker}" != "local" ]]; then
+  if ! ensure_engine; then
+    log "no Docker engine: the service cannot run skills in containers here."
+    log "For development without isolation: ./scripts/serve.sh --runtime local"
+    exit 1
+  fi
+  ensure_image
+fi
+exec "$VENV/bin/skill-executor" serve "$@"

@@ -18,13 +18,15 @@ def register(groups: Any) -> None:
     mode.add_argument("--online", action="store_const", const="online", dest="mode",
                       help="build FROM the public Debian base (needs a registry)")
     build.add_argument("--context", type=Path, help="the images/ folder (default: the source tree's)")
+    build.add_argument("--service", action="store_true", help="build the service's own image (docker-compose.yml)")
     build.set_defaults(handler=_build, mode="auto")
 
 
 def _build(args: argparse.Namespace) -> int:
-    from ..images import build_image
+    from ..images import build_image, build_service_image
     from ..runtimes.docker import connect
 
-    result = build_image(connect(timeout=600), mode=args.mode, context=args.context)
+    build = build_service_image if args.service else build_image
+    result = build(connect(timeout=600), mode=args.mode, context=args.context)
     print(json.dumps({"tag": result.tag, "built": result.built, "base": result.base}))
     return 0

@@ -29,8 +29,9 @@ def _optional_modules() -> list[Any]:
     """Command groups of later layers; imported lazily so ``skills`` stays light."""
     from . import image as image_cli
     from . import runs as runs_cli
+    from . import serve as serve_cli
 
-    return [runs_cli, image_cli]
+    return [runs_cli, image_cli, serve_cli]
 
 
 def emit_json(data: Any) -> None:

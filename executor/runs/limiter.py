@@ -1,16 +1,49 @@
 """At most N runs at once; a bounded number wait; the rest are refused as busy.
 
-A refusal is immediate and says so (HTTP 429), rather than a request hanging in an
-unbounded queue while the client times out.
+Admission is two steps so a caller can be refused *before* it commits to a run (the
+HTTP API answers 429 instead of accepting a run that would then fail):
+:meth:`RunLimiter.reserve` takes a place or raises :class:`~executor.errors.Busy`,
+and entering the returned reservation waits for a free slot.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from ..errors import Busy
+
+
+class Reservation:
+    """A place in line; ``with reservation:`` holds a run slot for the block."""
+
+    def __init__(self, limiter: "RunLimiter") -> None:
+        self._limiter = limiter
+        self._state = "reserved"
+
+    def __enter__(self) -> "Reservation":
+        limiter = self._limiter
+        with limiter._cond:
+            while limiter.running >= limiter.slots:
+                limiter._cond.wait()
+            limiter.waiting -= 1
+            limiter.running += 1
+            self._state = "running"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        limiter = self._limiter
+        with limiter._cond:
+            if self._state == "running":
+                limiter.running -= 1
+            elif self._state == "reserved":
+                limiter.waiting -= 1
+            self._state = "done"
+            limiter._cond.notify_all()
+
+    def release(self) -> None:
+        """Give the place up without running (the request was refused later)."""
+        if self._state == "reserved":
+            self.__exit__(None, None, None)
 
 
 class RunLimiter:
@@ -23,26 +56,22 @@ class RunLimiter:
         self.running = 0
         self.waiting = 0
 
-    @contextmanager
-    def slot(self) -> Iterator[None]:
+    def reserve(self) -> Reservation:
         with self._cond:
-            if self.running >= self.slots:
-                if self.waiting >= self.queue:
-                    raise Busy(
-                        f"the service is busy: {self.running} runs are executing and {self.waiting} are queued "
-                        f"(limits {self.slots} and {self.queue}); retry later",
-                        code="busy",
-                    )
-                self.waiting += 1
-                try:
-                    while self.running >= self.slots:
-                        self._cond.wait()
-                finally:
-                    self.waiting -= 1
-            self.running += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self.running -= 1
-                self._cond.notify()
+            # A free slot admits at once; otherwise there must be room in the queue.
+            free = self.slots - self.running - self.waiting
+            if free <= 0 and self.waiting - max(0, self.slots - self.running) >= self.queue:
+                raise Busy(
+                    f"the service is busy: {self.running} runs are executing and "
+                    f"{max(0, self.waiting - max(0, self.slots - self.running))} are queued "
+                    f"(limits {self.slots} and {self.queue}); retry later",
+                    code="busy",
+                )
+            self.waiting += 1
+            return Reservation(self)
+
+    def slot(self) -> Reservation:
+        """Reserve and hold: ``with limiter.slot(): ...``."""
+        return self.reserve()
+
+

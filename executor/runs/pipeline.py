@@ -29,7 +29,7 @@ from ..skills import Skill, SkillRepository
 from ..workspace.layout import Workspace, WorkspaceManager
 from ..workspace.sessions import SessionStore
 from ..workspace.staging import Stager
-from .limiter import RunLimiter
+from .limiter import Reservation, RunLimiter
 from .models import ArtifactFile, OutputFile, RunRequest, RunResult
 
 log = logging.getLogger(__name__)
@@ -196,11 +196,18 @@ class SkillRunner:
         run_id: str | None = None,
         listener: OutputListener | None = None,
         cancel: threading.Event | None = None,
+        reservation: Reservation | None = None,
     ) -> RunResult:
-        skill, timeout, plan = self.validate(request)
+        """Run a request; ``reservation`` is a place already taken with the limiter."""
+        try:
+            skill, timeout, plan = self.validate(request)
+        except BaseException:
+            if reservation is not None:
+                reservation.release()
+            raise
         run_id = run_id or new_run_id()
         self._maybe_sweep()
-        with self.limiter.slot():
+        with reservation or self.limiter.reserve():
             if request.session:
                 with self.sessions.use(request.session) as work:
                     return self._run(request, skill, timeout, plan, run_id, work, listener, cancel)

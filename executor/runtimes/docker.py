@@ -74,6 +74,8 @@ def connect(timeout: float = 60) -> docker.DockerClient:
 
 class DockerRuntime:
     name = "docker"
+    #: Where a run sees the skills (for the overview's ``<location>``).
+    visible_skills_dir = f"{CONTAINER_WORKSPACE}/skills"
 
     def __init__(self, settings: Settings, client: docker.DockerClient | None = None) -> None:
         self.settings = settings
@@ -151,6 +153,29 @@ class DockerRuntime:
 
     def close(self) -> None:
         self._closed.set()
+
+    def health(self) -> dict[str, tuple[bool, str]]:
+        """Engine reachable and runner image present."""
+        checks: dict[str, tuple[bool, str]] = {}
+        try:
+            version = self.client.version()
+            checks["engine"] = (True, f"Docker {version.get('Version')} (API {version.get('ApiVersion')})")
+        except DockerException as exc:
+            return {"engine": (False, f"engine unreachable: {exc}"), "image": (False, "unknown")}
+        try:
+            image = self.client.images.get(self.settings.docker_image)
+            checks["image"] = (True, f"{self.settings.docker_image} ({image.short_id})")
+        except NotFound:
+            checks["image"] = (False, f"{self.settings.docker_image} is missing")
+        except DockerException as exc:
+            checks["image"] = (False, str(exc))
+        return checks
+
+    def containers_alive(self) -> int:
+        try:
+            return len(self.client.api.containers(filters={"label": f"{LABEL_OWNER}={self.token}"}))
+        except DockerException:
+            return 0
 
     # -- runtime interface -------------------------------------------------------------------
 

@@ -37,6 +37,8 @@ DRAIN_SECONDS = 2.0
 class LocalRuntime:
     name = "local"
     owner: tuple[int, int] | None = None
+    #: Runs see skills at per-run host paths; the overview shows the source path.
+    visible_skills_dir: str | None = None
 
     def __init__(self, *, path: str = "/usr/local/bin:/usr/bin:/bin") -> None:
         self.path = path

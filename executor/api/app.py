@@ -1,0 +1,82 @@
+"""The FastAPI application: ``create_app(settings)``.
+
+Everything the routes need lives on ``app.state`` (built in the lifespan), so several
+apps with different settings can coexist in one process (tests do exactly that).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from .. import __version__
+from ..config import Settings
+from ..core import Executor
+from ..runs.manager import RunManager
+from ..runs.store import RunRecord, RunStore
+from ..runtimes.base import Runtime
+from ..tools import ToolExecutor
+from . import errors
+from .auth import KeyRing
+from .metrics import Metrics
+from .middleware import BodyLimit, RequestContext
+from .routes import artifacts, runs, skills, system, tools
+
+log = logging.getLogger("executor.api")
+
+DESCRIPTION = """Run Agent Skills safely: a cheap overview of every skill (`/v1/skills`),
+instructions on demand (`/v1/skills/{name}`), and `skill_run` (`/v1/runs`), which runs a
+command of a skill in a fresh, network-less, read-only container and returns its output
+and files. Errors always have the shape `{"error": {"code", "message", "details"?}}`."""
+
+
+def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
+    settings = settings or Settings()
+    keyring = KeyRing.from_settings(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        executor = Executor.from_settings(settings, runtime)
+        store = RunStore(settings.data_dir / "runs.db")
+        metrics: Metrics = app.state.metrics
+
+        def finished(record: RunRecord) -> None:
+            result = record.result or {}
+            if record.status == "completed":
+                outcome = "timeout" if result.get("timed_out") else ("ok" if result.get("exit_code") == 0 else "error")
+            else:
+                outcome = record.status
+            metrics.runs.labels(outcome=outcome).inc()
+            if result:
+                metrics.duration.observe(result.get("duration_ms", 0) / 1000)
+                metrics.bytes_collected.inc(sum(f.get("size_bytes", 0) for f in result.get("output_files", [])))
+
+        manager = RunManager(executor.runner, store, on_finish=finished)
+        app.state.executor = executor
+        app.state.manager = manager
+        app.state.tools = ToolExecutor(executor.repository, executor.runner.run)
+        log.info("skill-executor ready", extra={"runtime": executor.runtime.name, "auth": keyring.enabled})
+        try:
+            yield
+        finally:
+            manager.shutdown()
+            executor.close()
+
+    app = FastAPI(
+        title="skill-executor",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.keyring = keyring
+    app.state.metrics = Metrics()
+    errors.install(app)
+    for module in (skills, runs, artifacts, tools, system):
+        app.include_router(module.router)
+    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    app.add_middleware(RequestContext)
+    return app

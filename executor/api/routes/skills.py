@@ -1,0 +1,169 @@
+"""Skills: overview and search, load, docs, files, install, delete."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import PlainTextResponse
+
+from ...errors import BadRequest, Conflict, NotFound, Unavailable
+from ...outputs.mime import detect
+from ...skills import Skill, docs, install_package, inventory, read_file, render_text, render_xml, uninstall
+from ...skills.model import estimate_tokens
+from ..auth import Principal, admin, principal
+from ..schemas import ERRORS, DocEntry, DocList, FileInfo, Finding, Installed, SkillDetail, SkillList, SkillSummary
+
+router = APIRouter(prefix="/v1/skills", tags=["skills"], responses=ERRORS)
+
+
+def _location(request: Request, skill: Skill) -> str:
+    base = getattr(request.app.state.executor.runtime, "visible_skills_dir", None)
+    return f"{base}/{skill.id}/SKILL.md" if base else str(skill.path.resolve() / skill.skill_file.name)
+
+
+def _files(items) -> list[FileInfo]:  # type: ignore[no-untyped-def]
+    return [FileInfo(path=f.path, size=f.size, kind=f.kind) for f in items]
+
+
+@router.get(
+    "",
+    response_model=SkillList,
+    summary="Overview of all skills, or a search",
+    responses={200: {"content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/SkillList"}},
+        "application/xml": {"schema": {"type": "string"}, "example": "<available_skills>...</available_skills>"},
+        "text/plain": {"schema": {"type": "string"}},
+    }, "description": "json (default), the skills-ref <available_skills> XML, or plain lines"}},
+)
+def list_skills(
+    request: Request,
+    q: str | None = Query(default=None, max_length=500, description="search over names and descriptions"),
+    limit: int = Query(default=10, ge=1, le=1000, description="how many search hits"),
+    format: Literal["json", "xml", "text"] = Query(default="json"),
+    _: Principal = Depends(principal),
+) -> SkillList | Response:
+    repository = request.app.state.executor.repository
+    if q is not None:
+        hits = repository.search(q, limit)
+        skills, scores = [h.skill for h in hits], [h.score for h in hits]
+    else:
+        skills, scores = repository.list(), []
+    if format == "xml":
+        return PlainTextResponse(render_xml(skills, lambda s: _location(request, s)), media_type="application/xml")
+    if format == "text":
+        return PlainTextResponse(render_text(skills))
+    entries = [
+        SkillSummary(
+            name=s.name, id=s.id, description=s.description, tokens=s.overview_tokens,
+            location=_location(request, s), score=scores[i] if scores else None,
+        )
+        for i, s in enumerate(skills)
+    ]
+    return SkillList(skills=entries, count=len(entries), total_tokens=sum(e.tokens for e in entries))
+
+
+@router.get("/{name}", response_model=SkillDetail, summary="Load a skill: body and file inventory")
+def load_skill(name: str, request: Request, _: Principal = Depends(principal)) -> SkillDetail:
+    skill = request.app.state.executor.repository.get(name)
+    files = inventory(skill)
+    return SkillDetail(
+        name=skill.name, id=skill.id, description=skill.description, license=skill.license,
+        compatibility=skill.compatibility, metadata=skill.metadata, allowed_tools=skill.allowed_tools,
+        extras=skill.extras, body=skill.body, body_tokens=skill.body_tokens,
+        docs=_files(docs(files)),
+        scripts=_files(f for f in files if f.kind == "script"),
+        references=_files(f for f in files if f.kind == "reference"),
+        assets=_files(f for f in files if f.kind == "asset"),
+        files=_files(files),
+        warnings=[Finding(code=d.code, message=d.message) for d in skill.warnings],
+    )
+
+
+@router.get("/{name}/docs", response_model=DocList, summary="List a skill's docs, or read selected ones")
+def skill_docs(
+    name: str,
+    request: Request,
+    names: str | None = Query(default=None, description="comma-separated doc paths to read"),
+    _: Principal = Depends(principal),
+) -> DocList:
+    skill = request.app.state.executor.repository.get(name)
+    listed = {e.path: e for e in docs(inventory(skill))}
+    if names is None:
+        return DocList(skill=skill.id, docs=[DocEntry(path=p, size=e.size, tokens=-(-e.size // 4)) for p, e in listed.items()])
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    missing = [n for n in wanted if n not in listed]
+    if missing:
+        raise NotFound(f"skill {skill.id!r} has no doc {', '.join(map(repr, missing))}", code="doc_not_found")
+    out = []
+    limit = request.app.state.settings.max_file_read_bytes
+    for path in wanted:
+        content = read_file(skill, path, max_bytes=limit)
+        text = content.text
+        out.append(DocEntry(path=path, size=content.size, tokens=estimate_tokens(text or ""), content=text,
+                            truncated=content.truncated, binary=text is None))
+    return DocList(skill=skill.id, docs=out)
+
+
+@router.get("/{name}/files/{path:path}", summary="Read one file of a skill",
+            responses={200: {"content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+                             "description": "the file, typed by content and extension"}})
+def skill_file(name: str, path: str, request: Request, _: Principal = Depends(principal)) -> Response:
+    skill = request.app.state.executor.repository.get(name)
+    content = read_file(skill, path, max_bytes=request.app.state.settings.max_file_read_bytes)
+    mime = detect(content.path, content.data[:8192], complete=not content.truncated and content.size <= 8192)
+    if content.is_text and mime.startswith("text/"):
+        mime += "; charset=utf-8"
+    headers = {"X-File-Size": str(content.size), "X-Truncated": "true" if content.truncated else "false"}
+    return Response(content=content.data, media_type=mime, headers=headers)
+
+
+@router.post("", response_model=Installed, status_code=201, summary="Install a skill from a .zip or .tar.gz",
+             openapi_extra={"requestBody": {"content": {
+                 "application/zip": {"schema": {"type": "string", "format": "binary"}},
+                 "application/gzip": {"schema": {"type": "string", "format": "binary"}},
+                 "multipart/form-data": {"schema": {"type": "object", "properties": {
+                     "file": {"type": "string", "format": "binary"}}}}}}})
+async def install(
+    request: Request,
+    strict: bool = Query(default=False, description="refuse packages that break the spec"),
+    _: Principal = Depends(admin),
+) -> Installed:
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        form = await request.form()
+        upload = next((v for v in form.values() if hasattr(v, "read")), None)
+        if upload is None:
+            raise BadRequest("the multipart body has no file part", code="invalid_package")
+        data = await upload.read()  # type: ignore[union-attr]
+    else:
+        data = await request.body()
+    if not data:
+        raise BadRequest("the request body is empty; send a .zip or .tar.gz", code="invalid_package")
+    settings = request.app.state.settings
+    executor = request.app.state.executor
+    try:
+        result = await run_in_threadpool(install_package, data, settings.install_root, strict=strict)
+    except OSError as exc:
+        raise Unavailable(
+            f"cannot write to the install folder {settings.install_root}: {exc.strerror}", code="install_failed"
+        ) from None
+    executor.repository.reload()
+    skill = result.skill
+    return Installed(id=skill.id, name=skill.name, path=str(skill.path), replaced=result.replaced,
+                     files=_files(result.files), warnings=[Finding(code=d.code, message=d.message) for d in skill.warnings])
+
+
+@router.delete("/{name}", status_code=204, summary="Delete an installed skill")
+def delete(name: str, request: Request, _: Principal = Depends(admin)) -> Response:
+    settings = request.app.state.settings
+    repository = request.app.state.executor.repository
+    skill = repository.get(name)
+    root = settings.install_root.resolve()
+    if skill.path.resolve().parent != root:
+        raise Conflict(f"skill {skill.id!r} is not in the install folder {root}; it cannot be deleted here",
+                       code="skill_not_removable")
+    uninstall(root, skill.path.name)
+    repository.reload()
+    return Response(status_code=204)

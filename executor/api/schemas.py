@@ -1,0 +1,154 @@
+"""Response models of the HTTP API (they make /openapi.json precise)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..runs.models import RunResult
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: Any = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class Finding(BaseModel):
+    code: str
+    message: str
+
+
+class SkillSummary(BaseModel):
+    name: str
+    id: str
+    description: str
+    tokens: int = Field(description="estimated tokens of this overview entry (4 characters per token)")
+    location: str = Field(description="path of SKILL.md as a run sees it")
+    score: float | None = None
+
+
+class SkillList(BaseModel):
+    skills: list[SkillSummary]
+    count: int
+    total_tokens: int
+    token_estimate: str = "ceil(characters / 4)"
+
+
+class FileInfo(BaseModel):
+    path: str
+    size: int
+    kind: str
+
+
+class SkillDetail(BaseModel):
+    name: str
+    id: str
+    description: str
+    license: str | None = None
+    compatibility: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    allowed_tools: list[str] = Field(default_factory=list)
+    extras: dict[str, Any] = Field(default_factory=dict)
+    body: str
+    body_tokens: int
+    docs: list[FileInfo]
+    scripts: list[FileInfo]
+    references: list[FileInfo]
+    assets: list[FileInfo]
+    files: list[FileInfo]
+    warnings: list[Finding]
+
+
+class DocEntry(BaseModel):
+    path: str
+    size: int
+    tokens: int
+    content: str | None = None
+    truncated: bool = False
+    binary: bool = False
+
+
+class DocList(BaseModel):
+    skill: str
+    docs: list[DocEntry]
+
+
+class Installed(BaseModel):
+    id: str
+    name: str
+    path: str
+    replaced: bool
+    files: list[FileInfo]
+    warnings: list[Finding]
+
+
+class RunAccepted(BaseModel):
+    run_id: str
+    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    replayed: bool = False
+
+
+class RunRecordModel(BaseModel):
+    run_id: str
+    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    skill: str
+    session: str | None = None
+    created_at: float
+    updated_at: float
+    request: dict[str, Any]
+    result: RunResult | None = None
+    error: ErrorBody | None = None
+
+
+class ArtifactModel(BaseModel):
+    name: str
+    version: int
+    size: int
+    sha256: str
+    mime_type: str
+    created_at: float
+    run_id: str | None = None
+    ref: str
+
+
+class ArtifactList(BaseModel):
+    artifacts: list[ArtifactModel]
+
+
+class ToolList(BaseModel):
+    format: Literal["openai", "anthropic", "mcp"]
+    tools: list[dict[str, Any]]
+
+
+class ToolCall(BaseModel):
+    name: str = Field(min_length=1, max_length=64)
+    arguments: dict[str, Any] | str | None = None
+
+
+class ToolCallResult(BaseModel):
+    name: str
+    content: str
+    is_error: bool
+    data: Any = None
+
+
+class Check(BaseModel):
+    ok: bool
+    detail: str
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unhealthy"]
+    runtime: str
+    checks: dict[str, Check]
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422, 429, 503)
+}

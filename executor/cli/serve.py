@@ -1,0 +1,51 @@
+"""``skill-executor serve``: the HTTP service on its embedded defaults."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings
+
+
+def register(groups: Any) -> None:
+    serve = groups.add_parser("serve", help="run the HTTP service")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1; others need API keys)")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--runtime", choices=("local", "docker"))
+    serve.add_argument("--skills-dir", action="append", type=Path, dest="skills_dirs")
+    serve.add_argument("--data-dir", type=Path)
+    serve.set_defaults(handler=_serve)
+
+
+def build_settings(args: argparse.Namespace) -> Settings:
+    overrides = {
+        key: value
+        for key in ("host", "port", "runtime", "skills_dirs", "data_dir")
+        if (value := getattr(args, key, None)) is not None
+    }
+    return Settings(**overrides)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from ..api.app import create_app
+    from ..api.auth import KeyRing, is_loopback
+    from ..api.middleware import configure_logging
+
+    settings = build_settings(args)
+    if not is_loopback(settings.host) and not KeyRing.from_settings(settings).enabled:
+        print(
+            f"skill-executor: refusing to serve on {settings.host} without API keys; set SKILL_EXECUTOR_API_KEYS "
+            "(or SKILL_EXECUTOR_API_KEYS_FILE), or bind to 127.0.0.1",
+            file=sys.stderr,
+        )
+        return 2
+    configure_logging(settings.log_json)
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
+                timeout_graceful_shutdown=5)
+    return 0

@@ -1,0 +1,220 @@
+"""Runs as tracked jobs: submit (sync or async), observe live output, cancel.
+
+The manager sits between a front end (the HTTP API) and :class:`SkillRunner`:
+
+* everything that can be refused is refused in :meth:`RunManager.submit`, before the
+  run is accepted (validation errors, ``busy``);
+* each accepted run gets a record in the :class:`RunStore` and a thread;
+* a :class:`RunHandle` carries the run's live events (stdout/stderr chunks, status,
+  the final result) to any number of subscribers, thread-safely and asyncio-friendly;
+* ``Idempotency-Key``: a retried submission with the same key gets the first run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import Conflict, ExecutorError
+from .models import RunRequest, RunResult
+from .pipeline import SkillRunner, new_run_id
+from .store import FINAL, RunRecord, RunStore
+
+log = logging.getLogger(__name__)
+
+Event = tuple[str, Any]
+
+
+@dataclass(eq=False)
+class RunHandle:
+    """Live view of one run in this process."""
+
+    run_id: str
+    cancel: threading.Event = field(default_factory=threading.Event)
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    events: list[Event] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
+
+    def publish(self, kind: str, data: Any) -> None:
+        with self._lock:
+            self.events.append((kind, data))
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the subscriber's loop is gone
+                pass
+
+    async def stream(self) -> AsyncIterator[Event]:
+        """Every event from the start, then new ones as they come, until the run ends."""
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        entry = (loop, wake)
+        with self._lock:
+            self._waiters.append(entry)
+        try:
+            offset = 0
+            while True:
+                wake.clear()
+                with self._lock:
+                    batch = self.events[offset:]
+                offset += len(batch)
+                for item in batch:
+                    yield item
+                    if item[0] in ("result", "error"):
+                        return
+                await wake.wait()
+        finally:
+            with self._lock:
+                self._waiters.remove(entry)
+
+    async def wait(self) -> RunRecord:
+        return await asyncio.wrap_future(self.future)
+
+
+def fingerprint(request: RunRequest) -> str:
+    canonical = json.dumps(request.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class RunManager:
+    def __init__(
+        self,
+        runner: SkillRunner,
+        store: RunStore,
+        *,
+        on_finish: Callable[[RunRecord], None] | None = None,
+    ) -> None:
+        self.runner = runner
+        self.store = store
+        self.on_finish = on_finish
+        self._handles: dict[str, RunHandle] = {}
+        self._lock = threading.Lock()
+        interrupted = store.fail_interrupted()
+        if interrupted:
+            log.warning("marked %d run(s) interrupted by a restart as failed", interrupted)
+
+    def submit(
+        self,
+        request: RunRequest,
+        *,
+        principal: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[RunRecord, RunHandle | None, bool]:
+        """Accept a run; returns (record, live handle or None, whether this is a replay)."""
+        self.runner.validate(request)
+        reservation = self.runner.limiter.reserve()
+        run_id = new_run_id()
+        payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        try:
+            record = self.store.create(
+                run_id,
+                payload,
+                principal=principal,
+                idempotency=(idempotency_key, fingerprint(request)) if idempotency_key else None,
+            )
+        except Conflict as exc:
+            reservation.release()
+            if exc.code != "idempotent_replay":
+                raise Conflict(
+                    "this Idempotency-Key was used for a different request",
+                    code="idempotency_key_reused",
+                    details=exc.details,
+                ) from None
+            first = exc.details["run_id"]
+            return self.store.get(first), self.handle(first), True
+        except BaseException:
+            reservation.release()
+            raise
+        handle = RunHandle(run_id)
+        with self._lock:
+            self._handles[run_id] = handle
+        thread = threading.Thread(
+            target=self._execute, args=(request, handle, reservation), name=f"run-{run_id[-8:]}", daemon=True
+        )
+        thread.start()
+        return record, handle, False
+
+    def _execute(self, request: RunRequest, handle: RunHandle, reservation: Any) -> None:
+        run_id = handle.run_id
+        self.store.update(run_id, "running")
+        handle.publish("status", "running")
+
+        def listener(stream: str, chunk: bytes) -> None:
+            handle.publish(stream, chunk.decode("utf-8", "replace"))
+
+        try:
+            result: RunResult = self.runner.run(
+                request, run_id=run_id, listener=listener, cancel=handle.cancel, reservation=reservation
+            )
+            body = result.model_dump(mode="json")
+            status = "cancelled" if handle.cancel.is_set() else "completed"
+            self.store.update(run_id, status, result=body)
+            handle.publish("result", body)
+        except ExecutorError as exc:
+            error = exc.to_dict()["error"]
+            error["status"] = exc.status
+            self.store.update(run_id, "failed", error=error)
+            handle.publish("error", error)
+        except Exception as exc:  # never leave a record "running"
+            log.exception("run %s failed unexpectedly", run_id)
+            error = {"code": "internal", "message": "the run failed inside the service", "status": 500}
+            self.store.update(run_id, "failed", error=error)
+            handle.publish("error", error)
+            del exc
+        finally:
+            record = self.store.get(run_id)
+            with self._lock:
+                self._handles.pop(run_id, None)
+            handle.future.set_result(record)
+            if self.on_finish is not None:
+                try:
+                    self.on_finish(record)
+                except Exception:
+                    log.exception("on_finish hook failed")
+
+    def handle(self, run_id: str) -> RunHandle | None:
+        with self._lock:
+            return self._handles.get(run_id)
+
+    def get(self, run_id: str) -> RunRecord:
+        return self.store.get(run_id)
+
+    def cancel(self, run_id: str) -> RunRecord:
+        record = self.store.get(run_id)
+        if record.status in FINAL:
+            raise Conflict(f"run {run_id!r} has already ended ({record.status})", code="run_finished")
+        handle = self.handle(run_id)
+        if handle is None:
+            raise Conflict(f"run {run_id!r} is not running in this process", code="run_not_active")
+        handle.cancel.set()
+        return record
+
+    async def wait(self, record: RunRecord, handle: RunHandle | None) -> RunRecord:
+        """The final record of a run (polls the store for runs of another process)."""
+        if handle is not None:
+            return await handle.wait()
+        while record.status not in FINAL:
+            await asyncio.sleep(0.2)
+            record = self.store.get(record.run_id)
+        return record
+
+    def active(self) -> int:
+        with self._lock:
+            return len(self._handles)
+
+    def shutdown(self, timeout: float = 15.0) -> None:
+        """Cancel every run of this process and wait for them to clean up."""
+        with self._lock:
+            handles = list(self._handles.values())
+        for handle in handles:
+            handle.cancel.set()
+        concurrent.futures.wait([h.future for h in handles], timeout=timeout)

@@ -1,0 +1,164 @@
+"""Run records in SQLite: status, request, result, and idempotency keys.
+
+Records survive a restart.  A run still ``queued`` or ``running`` when a new process
+opens the store was interrupted by that restart; :meth:`RunStore.fail_interrupted`
+marks it ``failed`` with the reason, so no record is left "running" forever.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ..errors import Conflict, NotFound
+
+Status = Literal["queued", "running", "completed", "failed", "cancelled"]
+FINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(slots=True)
+class RunRecord:
+    run_id: str
+    status: Status
+    skill: str
+    session: str | None
+    created_at: float
+    updated_at: float
+    request: dict[str, Any]
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    principal: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "skill": self.skill,
+            "session": self.session,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "request": self.request,
+            "result": self.result,
+            "error": self.error,
+        }
+
+
+class RunStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._local = threading.local()
+        db = self._db()
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS runs (
+                run_id TEXT PRIMARY KEY, status TEXT NOT NULL, skill TEXT NOT NULL, session TEXT,
+                created_at REAL NOT NULL, updated_at REAL NOT NULL, request TEXT NOT NULL,
+                result TEXT, error TEXT, principal TEXT);
+            CREATE TABLE IF NOT EXISTS idempotency (
+                principal TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL,
+                run_id TEXT NOT NULL, created_at REAL NOT NULL, PRIMARY KEY (principal, key));
+            """
+        )
+
+    def _db(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._local.conn = conn
+        return conn
+
+    def create(
+        self,
+        run_id: str,
+        request: dict[str, Any],
+        *,
+        principal: str | None = None,
+        idempotency: tuple[str, str] | None = None,
+    ) -> RunRecord:
+        """Insert a queued run; with ``idempotency=(key, fingerprint)`` claim the key too.
+
+        Raises :class:`~executor.errors.Conflict` with ``details.run_id`` when the key
+        is already taken (the caller then serves that run instead).
+        """
+        now = time.time()
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if idempotency is not None:
+                key, fingerprint = idempotency
+                row = db.execute(
+                    "SELECT run_id, fingerprint FROM idempotency WHERE principal = ? AND key = ?",
+                    (principal or "", key),
+                ).fetchone()
+                if row is not None:
+                    db.execute("ROLLBACK")
+                    raise Conflict(
+                        "this Idempotency-Key was already used",
+                        code="idempotency_key_reused" if row[1] != fingerprint else "idempotent_replay",
+                        details={"run_id": row[0]},
+                    )
+                db.execute(
+                    "INSERT INTO idempotency VALUES (?, ?, ?, ?, ?)", (principal or "", key, fingerprint, run_id, now)
+                )
+            db.execute(
+                "INSERT INTO runs VALUES (?, 'queued', ?, ?, ?, ?, ?, NULL, NULL, ?)",
+                (run_id, request.get("skill", ""), request.get("session"), now, now, json.dumps(request), principal),
+            )
+            db.execute("COMMIT")
+        except Conflict:
+            raise
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return RunRecord(run_id, "queued", request.get("skill", ""), request.get("session"), now, now, request,
+                         principal=principal)
+
+    def update(
+        self,
+        run_id: str,
+        status: Status,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        self._db().execute(
+            "UPDATE runs SET status = ?, updated_at = ?, result = COALESCE(?, result), error = COALESCE(?, error) "
+            "WHERE run_id = ?",
+            (status, time.time(), json.dumps(result) if result is not None else None,
+             json.dumps(error) if error is not None else None, run_id),
+        )
+
+    def get(self, run_id: str) -> RunRecord:
+        row = self._db().execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no run {run_id!r}", code="run_not_found")
+        return RunRecord(
+            run_id=row[0], status=row[1], skill=row[2], session=row[3], created_at=row[4], updated_at=row[5],
+            request=json.loads(row[6]), result=json.loads(row[7]) if row[7] else None,
+            error=json.loads(row[8]) if row[8] else None, principal=row[9],
+        )
+
+    def fail_interrupted(self) -> int:
+        """Mark runs left queued/running by a previous process as failed."""
+        error = json.dumps({"code": "interrupted", "message": "the service restarted while this run was in progress"})
+        cursor = self._db().execute(
+            "UPDATE runs SET status = 'failed', error = ?, updated_at = ? WHERE status IN ('queued', 'running')",
+            (error, time.time()),
+        )
+        return cursor.rowcount
+
+    def writable(self) -> bool:
+        try:
+            self._db().execute("CREATE TABLE IF NOT EXISTS health (x INTEGER)")
+            self._db().execute("DELETE FROM health")
+            return True
+        except sqlite3.Error:
+            return False

@@ -1,0 +1,227 @@
+"""Function-tool definitions for agents, and an executor for their calls.
+
+Four tools teach the progressive-disclosure protocol: ``skill_load`` (instructions),
+``skill_list_docs`` / ``skill_select_docs`` (extra docs on demand) and ``skill_run``
+(execute, never paste scripts).  Definitions come in OpenAI, Anthropic and MCP shapes;
+:class:`ToolExecutor` runs a call and returns the text an agent loop feeds back.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from .errors import BadRequest, ExecutorError, NotFound
+from .runs.models import RunRequest, RunResult
+from .skills import SkillRepository, docs, inventory, read_file
+from .skills.model import estimate_tokens
+
+Format = Literal["openai", "anthropic", "mcp"]
+#: Up to this many skills, ``skill`` parameters carry an ``enum`` of their names.
+ENUM_LIMIT = 64
+DOC_MAX_BYTES = 256 * 1024
+
+_DOCS = {"type": "array", "items": {"type": "string"}, "description": "doc paths as listed by skill_list_docs"}
+
+
+def _skill_param(names: list[str]) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "description": "the skill's name"}
+    if 0 < len(names) <= ENUM_LIMIT:
+        schema["enum"] = names
+    return schema
+
+
+def _run_schema() -> dict[str, Any]:
+    """skill_run's parameters: the RunRequest JSON Schema, inlined for tool use."""
+    schema = RunRequest.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(copy.deepcopy(defs[node["$ref"].rsplit("/", 1)[-1]]))
+            return {k: inline(v) for k, v in node.items() if k != "title"}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    return inline(schema)
+
+
+def definitions(repository: SkillRepository, fmt: Format = "openai") -> list[dict[str, Any]]:
+    names = [s.id for s in repository.list()]
+    skill = _skill_param(names)
+    run = _run_schema()
+    run["properties"]["skill"] = {**run["properties"]["skill"], **skill}
+    tools = [
+        (
+            "skill_load",
+            "Load a skill's full instructions (its SKILL.md body) before using it. Call this when a task "
+            "matches a skill from the overview; read the instructions, then follow them. Optionally include docs.",
+            {
+                "type": "object",
+                "properties": {"skill": skill, "docs": _DOCS, "include_all_docs": {"type": "boolean"}},
+                "required": ["skill"],
+                "additionalProperties": False,
+            },
+        ),
+        (
+            "skill_list_docs",
+            "List the extra docs (references, guides) a skill ships, with sizes and token estimates, so you can "
+            "select only the ones the task needs.",
+            {"type": "object", "properties": {"skill": skill}, "required": ["skill"], "additionalProperties": False},
+        ),
+        (
+            "skill_select_docs",
+            "Read selected docs of a skill (after skill_list_docs). Prefer a few relevant docs over all of them.",
+            {
+                "type": "object",
+                "properties": {"skill": skill, "docs": _DOCS, "include_all_docs": {"type": "boolean"}},
+                "required": ["skill"],
+                "additionalProperties": False,
+            },
+        ),
+        (
+            "skill_run",
+            "Run a shell command of a skill in a fresh, isolated, network-less workspace, as the skill's "
+            "instructions say (e.g. 'python3 scripts/x.py > out/result.txt'). Scripts run here; never paste them. "
+            "The command starts in the skill's folder; write results to out/ and list them in outputs.globs "
+            "(e.g. ['out/**']) to get them back. Stage files with inputs (artifact://, skill://, workspace://).",
+            run,
+        ),
+    ]
+    if fmt == "openai":
+        return [{"type": "function", "function": {"name": n, "description": d, "parameters": p}} for n, d, p in tools]
+    if fmt == "anthropic":
+        return [{"name": n, "description": d, "input_schema": p} for n, d, p in tools]
+    if fmt == "mcp":
+        return [{"name": n, "description": d, "inputSchema": p} for n, d, p in tools]
+    raise BadRequest(f"unknown tool format {fmt!r}; use openai, anthropic or mcp", code="invalid_format")
+
+
+@dataclass(slots=True)
+class ToolResult:
+    name: str
+    content: str
+    is_error: bool
+    data: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "content": self.content, "is_error": self.is_error, "data": self.data}
+
+
+class ToolExecutor:
+    """Executes tool calls against a repository and a run function."""
+
+    def __init__(self, repository: SkillRepository, run: Callable[[RunRequest], RunResult]) -> None:
+        self.repository = repository
+        self._run = run
+
+    def call(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                return ToolResult(name, "error: arguments are not valid JSON", True, None)
+        arguments = arguments or {}
+        if not isinstance(arguments, dict):
+            return ToolResult(name, "error: arguments must be a JSON object", True, None)
+        handler = {
+            "skill_load": self._load,
+            "skill_list_docs": self._list_docs,
+            "skill_select_docs": self._select_docs,
+            "skill_run": self._skill_run,
+        }.get(name)
+        if handler is None:
+            raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
+        try:
+            return handler(arguments)
+        except ExecutorError as exc:
+            return ToolResult(name, f"error ({exc.code}): {exc.message}", True, exc.to_dict())
+
+    def _skill(self, arguments: dict[str, Any]):  # type: ignore[no-untyped-def]
+        skill = arguments.get("skill")
+        if not isinstance(skill, str) or not skill:
+            raise BadRequest("the 'skill' argument is required", code="invalid_arguments")
+        return self.repository.get(skill)
+
+    def _doc_texts(self, skill, arguments: dict[str, Any]) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+        available = [e.path for e in docs(inventory(skill))]
+        if arguments.get("include_all_docs"):
+            wanted = available
+        else:
+            wanted = arguments.get("docs") or []
+            if not isinstance(wanted, list) or not all(isinstance(d, str) for d in wanted):
+                raise BadRequest("'docs' must be a list of doc paths", code="invalid_arguments")
+            unknown = [d for d in wanted if d not in available]
+            if unknown:
+                raise NotFound(
+                    f"skill {skill.id!r} has no doc {', '.join(map(repr, unknown))}; available: {', '.join(available)}",
+                    code="doc_not_found",
+                )
+        out = []
+        for path in wanted:
+            content = read_file(skill, path, max_bytes=DOC_MAX_BYTES)
+            text = content.text if content.text is not None else "(binary file)"
+            out.append({"path": path, "content": text, "truncated": content.truncated, "tokens": estimate_tokens(text)})
+        return out
+
+    def _load(self, arguments: dict[str, Any]) -> ToolResult:
+        skill = self._skill(arguments)
+        selected = self._doc_texts(skill, arguments)
+        files = inventory(skill)
+        parts = [f"# Skill: {skill.id}", "", skill.body]
+        if files:
+            parts += ["", "Files (run scripts with skill_run; read docs with skill_select_docs):"]
+            parts += [f"- {f.path} ({f.size} bytes)" for f in files]
+        for doc in selected:
+            parts += ["", f"## Doc: {doc['path']}", "", doc["content"]]
+        data = {
+            "skill": skill.id,
+            "body": skill.body,
+            "docs": selected,
+            "files": [{"path": f.path, "size": f.size, "kind": f.kind} for f in files],
+        }
+        return ToolResult("skill_load", "\n".join(parts), False, data)
+
+    def _list_docs(self, arguments: dict[str, Any]) -> ToolResult:
+        skill = self._skill(arguments)
+        listed = [{"path": e.path, "size": e.size, "tokens": -(-e.size // 4)} for e in docs(inventory(skill))]
+        text = "\n".join(f"- {d['path']} (~{d['tokens']} tokens)" for d in listed) or "(no docs)"
+        return ToolResult("skill_list_docs", text, False, {"skill": skill.id, "docs": listed})
+
+    def _select_docs(self, arguments: dict[str, Any]) -> ToolResult:
+        skill = self._skill(arguments)
+        selected = self._doc_texts(skill, arguments)
+        text = "\n\n".join(f"## Doc: {d['path']}\n\n{d['content']}" for d in selected) or "(no docs selected)"
+        return ToolResult("skill_select_docs", text, False, {"skill": skill.id, "docs": selected})
+
+    def _skill_run(self, arguments: dict[str, Any]) -> ToolResult:
+        try:
+            request = RunRequest.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise BadRequest(f"invalid skill_run arguments: {problems}", code="invalid_arguments") from None
+        result = self._run(request)
+        return ToolResult("skill_run", render_result(result), False, result.model_dump(mode="json"))
+
+
+def render_result(result: RunResult) -> str:
+    """The run result as compact text for a model."""
+    status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+    lines = [f"{status} in {result.duration_ms} ms"]
+    if result.stdout:
+        lines += ["stdout:", result.stdout.rstrip("\n") + (" [truncated]" if result.stdout_truncated else "")]
+    if result.stderr:
+        lines += ["stderr:", result.stderr.rstrip("\n") + (" [truncated]" if result.stderr_truncated else "")]
+    for item in result.output_files:
+        lines.append(f"file {item.name} ({item.mime_type}, {item.size_bytes} bytes, {item.ref})")
+        if item.encoding == "utf-8" and item.content is not None:
+            lines.append(item.content.rstrip("\n") + (" [truncated]" if item.truncated else ""))
+    lines += [f"warning: {w}" for w in result.warnings]
+    return "\n".join(lines)

@@ -1,0 +1,475 @@
+"""The HTTP API, driven through ``executor.client`` against a real server process."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from executor.client import ApiError, AsyncClient, Client
+
+from .api_server import Server, api_runtime, free_port
+from .conftest import REPO
+
+USER, ADMIN = "user-key-123", "admin-key-456"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = Server(tmp_path_factory.mktemp("api"), env={"SKILL_EXECUTOR_MAX_REQUEST_BYTES": str(8 * 1024 * 1024)})
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = Server(tmp_path_factory.mktemp("api-auth"),
+                 env={"SKILL_EXECUTOR_API_KEYS": USER, "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN})
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[Client]:
+    with Client(server.url) as c:
+        yield c
+
+
+def skill_zip(name: str, description: str = "An uploaded skill.") -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr(f"{name}/SKILL.md", f"---\nname: {name}\ndescription: {description}\n---\n# {name}\nRun scripts/hi.sh\n")
+        zf.writestr(f"{name}/scripts/hi.sh", "echo hello from upload\n")
+    return buf.getvalue()
+
+
+def expect_error(status: int, code: str | None = None):  # type: ignore[no-untyped-def]
+    class _Ctx:
+        def __enter__(self) -> "_Ctx":
+            return self
+
+        def __exit__(self, kind, exc, tb) -> bool:  # type: ignore[no-untyped-def]
+            assert isinstance(exc, ApiError), f"expected ApiError {status}, got {exc!r}"
+            assert exc.status == status, (exc.status, exc.code, exc.message)
+            if code is not None:
+                assert exc.code == code, exc.code
+            return True
+
+    return _Ctx()
+
+
+# -- system ---------------------------------------------------------------------------------------
+
+
+def test_health_openapi_docs(client: Client, server: Server) -> None:
+    health = client.health()
+    assert health["status"] == "ok" and health["runtime"] == api_runtime()
+    assert health["checks"]["store"]["ok"] and "3 skills" in health["checks"]["skills"]["detail"]
+    if api_runtime() == "docker":
+        assert health["checks"]["engine"]["ok"] and health["checks"]["image"]["ok"]
+    spec = httpx.get(f"{server.url}/openapi.json").json()
+    assert {"/v1/runs", "/v1/skills", "/v1/tools/call", "/healthz", "/metrics"} <= set(spec["paths"])
+    assert httpx.get(f"{server.url}/docs").status_code == 200
+
+
+def test_error_shapes(server: Server) -> None:
+    url = server.url
+    cases = [
+        (httpx.post(f"{url}/v1/runs", content=b"{bad", headers={"content-type": "application/json"}), 400, "malformed_json"),
+        (httpx.post(f"{url}/v1/runs", json={"skill": "math-tools"}), 422, "invalid_request"),
+        (httpx.post(f"{url}/v1/runs", json={"skill": "math-tools", "command": "x", "bogus": 1}), 422, "invalid_request"),
+        (httpx.get(f"{url}/v1/nope"), 404, "not_found"),
+        (httpx.put(f"{url}/v1/skills"), 405, "method_not_allowed"),
+        (httpx.get(f"{url}/v1/skills/nope"), 404, "skill_not_found"),
+        (httpx.post(f"{url}/v1/artifacts/big", content=b"x" * (9 * 1024 * 1024)), 413, "too_large"),
+        (httpx.get(f"{url}/v1/skills", params={"limit": 0}), 422, "invalid_request"),
+    ]
+    for response, status, code in cases:
+        assert response.status_code == status, (response.status_code, response.text)
+        body = response.json()
+        assert set(body) == {"error"} and body["error"]["code"] == code and body["error"]["message"]
+        assert "Traceback" not in response.text and "detail" not in body
+        assert response.headers["x-request-id"]
+
+
+# -- skills ---------------------------------------------------------------------------------------
+
+
+def test_overview_search_and_formats(client: Client, server: Server) -> None:
+    overview = client.list_skills()
+    assert [s["id"] for s in overview["skills"]] == ["csv-report", "file-bundle", "math-tools"]
+    assert overview["total_tokens"] == sum(s["tokens"] for s in overview["skills"]) > 0
+    hits = client.list_skills("csv chart")["skills"]
+    assert hits[0]["id"] == "csv-report" and hits[0]["score"] > 0
+    xml = client.skills_prompt("xml")
+    location = ("/workspace/skills/math-tools/SKILL.md" if api_runtime() == "docker"
+                else str((server.skills_dir / "math-tools" / "SKILL.md").resolve()))
+    assert xml.startswith("<available_skills>\n<skill>\n<name>\ncsv-report\n</name>")
+    assert f"<location>\n{location}\n</location>" in xml
+    assert client.skills_prompt("text").startswith("- csv-report: Turn a CSV")
+
+
+def test_load_docs_and_files(client: Client) -> None:
+    loaded = client.load_skill("MATH-TOOLS")
+    assert loaded["id"] == "math-tools" and "Fibonacci" in loaded["body"]
+    assert [d["path"] for d in loaded["docs"]] == ["references/REFERENCE.md"]
+    assert {s["path"] for s in loaded["scripts"]} == {"scripts/fib.py", "scripts/primes.py", "scripts/stats.py"}
+    docs = client.list_docs("math-tools")["docs"]
+    assert docs[0]["path"] == "references/REFERENCE.md" and docs[0]["content"] is None
+    read = client.read_docs("math-tools", ["references/REFERENCE.md"])["docs"][0]
+    assert "math-tools reference" in read["content"] and read["tokens"] > 0
+    with expect_error(404, "doc_not_found"):
+        client.read_docs("math-tools", ["nope.md"])
+    script = client.read_file("math-tools", "scripts/fib.py")
+    assert script.text.startswith("#!/usr/bin/env python3") and script.headers["content-type"].startswith("text/x-python")
+    csv = client.read_file("csv-report", "assets/sample.csv")
+    assert csv.headers["content-type"].startswith("text/csv") and csv.headers["x-truncated"] == "false"
+    for bad in ["../csv-report/SKILL.md", "%2e%2e/%2e%2e/etc/passwd", "scripts/../../../etc/passwd"]:
+        response = httpx.get(f"{client._http.base_url}/v1/skills/math-tools/files/{bad}")
+        assert response.status_code in (400, 403, 404) and "root:" not in response.text
+
+
+def test_install_and_delete(client: Client, server: Server) -> None:
+    installed = client.install_skill(skill_zip("uploaded-one"))
+    assert installed["id"] == "uploaded-one" and not installed["replaced"]
+    assert [f["path"] for f in installed["files"]] == ["scripts/hi.sh"]
+    raw = client.install_skill(skill_zip("uploaded-one", "Second version."), multipart=False)
+    assert raw["replaced"]
+    assert client.load_skill("uploaded-one")["description"] == "Second version."
+    result = client.run({"skill": "uploaded-one", "command": "bash scripts/hi.sh"})
+    assert result["stdout"] == "hello from upload\n"
+    with expect_error(400, "invalid_package"):
+        client.install_skill(b"not an archive")
+    with expect_error(400, "invalid_skill"):
+        client.install_skill(_zip({"SKILL.md": "---\nname: x\nversion: 1\ndescription: d\n---\n"}), strict=True)
+    client.delete_skill("uploaded-one")
+    with expect_error(404, "skill_not_found"):
+        client.load_skill("uploaded-one")
+    assert not (server.skills_dir / "uploaded-one").exists()
+
+
+def _zip(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return buf.getvalue()
+
+
+# -- runs -----------------------------------------------------------------------------------------
+
+
+def test_sync_run_and_record(client: Client) -> None:
+    result = client.run({"skill": "csv-report", "command": "python3 scripts/report.py assets/sample.csv out/",
+                         "outputs": {"globs": ["out/*"]}})
+    assert result["exit_code"] == 0
+    assert {f["name"]: f["mime_type"] for f in result["output_files"]} == {
+        "out/chart.svg": "image/svg+xml", "out/report.md": "text/markdown", "out/summary.json": "application/json"}
+    record = client.get_run(result["run_id"])
+    assert record["status"] == "completed" and record["result"]["stdout"] == result["stdout"]
+    assert record["request"]["skill"] == "csv-report"
+    with expect_error(404, "run_not_found"):
+        client.get_run("nope")
+
+
+def test_refusals_are_errors_not_results(client: Client) -> None:
+    with expect_error(404, "skill_not_found"):
+        client.run({"skill": "missing", "command": "true"})
+    with expect_error(404, "artifact_not_found"):
+        client.run({"skill": "math-tools", "command": "true", "inputs": [{"from": "artifact://none"}]})
+    with expect_error(403, "host_input_refused"):
+        client.run({"skill": "math-tools", "command": "true", "inputs": [{"from": "host:///etc/passwd"}]})
+    with expect_error(400):
+        client.run({"skill": "math-tools", "command": "true", "inputs": [{"from": "skill://math-tools/SKILL.md", "to": "../../x"}]})
+    failed_async = client.submit({"skill": "math-tools", "command": "true", "inputs": [{"from": "artifact://none"}]})
+    time.sleep(0.5)
+    record = client.get_run(failed_async["run_id"])
+    assert record["status"] == "failed" and record["error"]["code"] == "artifact_not_found"
+
+
+def test_async_run_and_sse_stream(client: Client) -> None:
+    accepted = client.submit({"skill": "math-tools", "command": "for i in 1 2 3; do echo line $i; sleep 0.4; done"})
+    assert accepted["status"] in ("queued", "running")
+    events = list(client.events(accepted["run_id"]))
+    kinds = [e for e, _ in events]
+    assert kinds[0] == "status" and kinds[-1] == "result"
+    streamed = "".join(d["data"] for e, d in events if e == "stdout")
+    assert streamed == "line 1\nline 2\nline 3\n"
+    assert kinds.index("stdout") < kinds.index("result")
+    final = events[-1][1]
+    assert final["stdout"] == streamed and final["exit_code"] == 0
+    assert client.get_run(accepted["run_id"])["status"] == "completed"
+    # A finished run streams its result at once.
+    again = list(client.events(accepted["run_id"]))
+    assert [e for e, _ in again] == ["status", "result"]
+
+
+def test_sse_arrives_while_running(client: Client) -> None:
+    accepted = client.submit({"skill": "math-tools", "command": "echo early; sleep 2; echo late"})
+    started = time.monotonic()
+    for event, data in client.events(accepted["run_id"]):
+        if event == "stdout" and "early" in data["data"]:
+            assert time.monotonic() - started < 1.8  # before the run ends
+            break
+    for _ in client.events(accepted["run_id"]):
+        pass
+
+
+def test_cancel(client: Client) -> None:
+    accepted = client.submit({"skill": "math-tools", "command": "echo started; sleep 60"})
+    for event, data in client.events(accepted["run_id"]):
+        if event == "stdout":
+            break
+    started = time.monotonic()
+    client.cancel_run(accepted["run_id"])
+    while client.get_run(accepted["run_id"])["status"] not in ("cancelled", "completed", "failed"):
+        time.sleep(0.05)
+    assert time.monotonic() - started < 5
+    record = client.get_run(accepted["run_id"])
+    assert record["status"] == "cancelled" and "cancelled" in " ".join(record["result"]["warnings"])
+    with expect_error(409, "run_finished"):
+        client.cancel_run(accepted["run_id"])
+
+
+def test_idempotent_retry(client: Client) -> None:
+    request = {"skill": "math-tools", "command": "date +%s%N > out/t.txt; cat out/t.txt",
+               "outputs": {"globs": ["out/t.txt"], "save": True, "name_template": "idem/{name}"}}
+    first = client.run(request, idempotency_key="key-1")
+    second = client.run(request, idempotency_key="key-1")
+    assert first == second
+    assert [v["version"] for v in client.artifact_versions("idem/t.txt")["artifacts"]] == [1]
+    queued = client.submit(request, idempotency_key="key-1")
+    assert queued["run_id"] == first["run_id"] and queued["replayed"]
+    with expect_error(409, "idempotency_key_reused"):
+        client.run({**request, "command": "echo other"}, idempotency_key="key-1")
+
+
+def test_busy_is_429(tmp_path: Path) -> None:
+    srv = Server(tmp_path, env={"SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "1", "SKILL_EXECUTOR_MAX_QUEUED_RUNS": "0"}).start()
+    try:
+        with Client(srv.url) as c:
+            c.submit({"skill": "math-tools", "command": "sleep 2"})
+            time.sleep(0.3)
+            response = httpx.post(f"{srv.url}/v1/runs", json={"skill": "math-tools", "command": "true"})
+            assert response.status_code == 429 and response.json()["error"]["code"] == "busy"
+            assert response.headers["retry-after"] == "1"
+    finally:
+        srv.stop()
+
+
+def test_restart_with_a_run_in_flight(tmp_path: Path) -> None:
+    srv = Server(tmp_path).start()
+    with Client(srv.url) as c:
+        accepted = c.submit({"skill": "math-tools", "command": "sleep 60"})
+        for event, _ in c.events(accepted["run_id"]):
+            if event == "status":
+                break
+        time.sleep(1.0)
+    srv.stop(signal.SIGKILL)
+    srv.start()
+    try:
+        with Client(srv.url) as c:
+            record = c.get_run(accepted["run_id"])
+            assert record["status"] == "failed" and record["error"]["code"] == "interrupted"
+            assert "restarted" in record["error"]["message"]
+            assert c.run({"skill": "math-tools", "command": "echo alive"})["stdout"] == "alive\n"
+            if api_runtime() == "docker":
+                import docker
+
+                engine = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto")
+                left = engine.api.containers(all=True, filters={"label": f"io.skill-executor.run={accepted['run_id']}"})
+                assert left == []
+            assert list((srv.data_dir / "workspaces" / "runs").iterdir()) == []
+    finally:
+        srv.stop()
+
+
+def test_graceful_shutdown_cancels_runs_and_removes_containers(tmp_path: Path) -> None:
+    srv = Server(tmp_path).start()
+    with Client(srv.url) as c:
+        accepted = c.submit({"skill": "math-tools", "command": "echo up; sleep 60"})
+        for event, _ in c.events(accepted["run_id"]):
+            if event == "stdout":
+                break
+    started = time.monotonic()
+    srv.stop(signal.SIGTERM)
+    assert time.monotonic() - started < 15
+    if api_runtime() == "docker":
+        import docker
+
+        engine = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto")
+        assert engine.api.containers(all=True, filters={"label": f"io.skill-executor.run={accepted['run_id']}"}) == []
+    assert list((srv.data_dir / "workspaces" / "runs").iterdir()) == []
+    srv.start()
+    try:
+        with Client(srv.url) as c:
+            assert c.get_run(accepted["run_id"])["status"] == "cancelled"
+    finally:
+        srv.stop()
+
+
+# -- artifacts ------------------------------------------------------------------------------------
+
+
+def test_artifacts(client: Client) -> None:
+    one = client.put_artifact("reports/q1.txt", b"first", mime_type="text/plain")
+    two = client.put_artifact("reports/q1.txt", b"second", mime_type="text/plain")
+    assert (one["version"], two["version"]) == (1, 2) and two["ref"] == "artifact://reports/q1.txt@2"
+    latest = client.get_artifact("reports/q1.txt")
+    assert latest.content == b"second" and latest.headers["x-artifact-version"] == "2"
+    assert latest.headers["content-type"].startswith("text/plain")
+    assert client.get_artifact("reports/q1.txt", version=1).content == b"first"
+    assert [a["version"] for a in client.artifact_versions("reports/q1.txt")["artifacts"]] == [1, 2]
+    assert any(a["name"] == "reports/q1.txt" and a["version"] == 2 for a in client.list_artifacts()["artifacts"])
+    with expect_error(404, "artifact_not_found"):
+        client.get_artifact("reports/none.txt")
+    with expect_error(400, "invalid_artifact_name"):
+        client.put_artifact("bad name", b"x")
+    used = client.run({"skill": "math-tools", "command": "cat inputs/q1.txt", "inputs": [{"from": "artifact://reports/q1.txt@1"}]})
+    assert used["stdout"] == "first"
+
+
+# -- tools and the agent loop ------------------------------------------------------------------------
+
+
+def test_tool_definitions(client: Client) -> None:
+    openai = client.tools("openai")["tools"]
+    assert [t["function"]["name"] for t in openai] == ["skill_load", "skill_list_docs", "skill_select_docs", "skill_run"]
+    run_params = openai[3]["function"]["parameters"]
+    assert run_params["properties"]["skill"]["enum"] == ["csv-report", "file-bundle", "math-tools"]
+    assert set(run_params["required"]) == {"skill", "command"} and "$defs" not in json.dumps(run_params)
+    assert "skill_load" in openai[3]["function"]["description"] or "isolated" in openai[3]["function"]["description"]
+    anthropic = client.tools("anthropic")["tools"]
+    assert anthropic[0]["name"] == "skill_load" and "input_schema" in anthropic[0]
+    mcp = client.tools("mcp")["tools"]
+    assert mcp[1]["name"] == "skill_list_docs" and "inputSchema" in mcp[1]
+    with expect_error(422):
+        client.tools("bogus")
+
+
+def test_agent_loop_through_tool_calls(client: Client) -> None:
+    tools = {t["function"]["name"] for t in client.tools()["tools"]}
+    assert {"skill_load", "skill_run"} <= tools
+    loaded = client.call_tool("skill_load", {"skill": "csv-report"})
+    assert not loaded["is_error"] and "python3 scripts/report.py" in loaded["content"]
+    listed = client.call_tool("skill_list_docs", json.dumps({"skill": "csv-report"}))
+    assert "references/FORMAT.md" in listed["content"]
+    selected = client.call_tool("skill_select_docs", {"skill": "csv-report", "docs": ["references/FORMAT.md"]})
+    assert "summary.json format" in selected["content"]
+    ran = client.call_tool("skill_run", {
+        "skill": "csv-report",
+        "command": "python3 scripts/report.py inputs/sample.csv out/ --title Agent",
+        "inputs": [{"from": "skill://csv-report/assets/sample.csv"}],
+        "outputs": {"globs": ["out/report.md"]},
+    })
+    assert not ran["is_error"], ran["content"]
+    assert "exit code 0" in ran["content"] and "# Agent" in ran["content"]
+    report = ran["data"]["output_files"][0]
+    assert report["name"] == "out/report.md" and report["mime_type"] == "text/markdown" and "| region | text |" in report["content"]
+    bad = client.call_tool("skill_run", {"skill": "nope", "command": "true"})
+    assert bad["is_error"] and "skill_not_found" in bad["content"]
+    assert client.call_tool("skill_load", "{not json")["is_error"]
+    with expect_error(404, "tool_not_found"):
+        client.call_tool("rm_rf", {})
+
+
+def test_async_client(server: Server) -> None:
+    async def scenario() -> None:
+        async with AsyncClient(server.url) as c:
+            skills = await c.list_skills()
+            assert skills["count"] == 3
+            accepted = await c.submit({"skill": "math-tools", "command": "echo async"})
+            kinds = [e async for e, _ in c.events(accepted["run_id"])]
+            assert kinds[-1] == "result"
+            assert (await c.get_run(accepted["run_id"]))["result"]["stdout"] == "async\n"
+            assert (await c.health())["status"] == "ok"
+            assert (await c.put_artifact("async.txt", b"a"))["version"] >= 1
+
+    asyncio.run(scenario())
+
+
+def test_metrics(client: Client) -> None:
+    client.run({"skill": "math-tools", "command": "exit 3"})
+    text = client.metrics()
+    assert 'skill_executor_runs_total{outcome="error"}' in text
+    assert "skill_executor_run_duration_seconds_bucket" in text
+    for name in ("skill_executor_queue_depth", "skill_executor_containers_alive",
+                 "skill_executor_output_bytes_collected_total", "skill_executor_refusals_total"):
+        assert name in text
+
+
+def test_json_logs_with_request_id_and_no_secrets(secured: Server) -> None:
+    httpx.get(f"{secured.url}/v1/skills", headers={"Authorization": f"Bearer {USER}", "X-Request-ID": "trace-abc"})
+    time.sleep(0.2)
+    lines = [json.loads(line) for line in secured.log().splitlines() if line.startswith("{")]
+    access = [line for line in lines if line.get("request_id") == "trace-abc"]
+    assert access and access[0]["path"] == "/v1/skills" and access[0]["status"] == 200
+    assert access[0]["principal"] and access[0]["principal"] not in (USER, ADMIN)
+    assert USER not in secured.log() and ADMIN not in secured.log()
+
+
+# -- auth -----------------------------------------------------------------------------------------
+
+
+def test_auth(secured: Server) -> None:
+    url = secured.url
+    assert httpx.get(f"{url}/v1/skills").status_code == 401
+    assert httpx.get(f"{url}/v1/skills", headers={"Authorization": "Bearer wrong"}).json()["error"]["code"] == "unauthorized"
+    assert httpx.get(f"{url}/metrics").status_code == 401
+    assert httpx.get(f"{url}/healthz").status_code == 200
+    with Client(url, api_key=USER) as user, Client(url, api_key=ADMIN) as admin:
+        assert user.list_skills()["count"] == 3
+        assert user.run({"skill": "math-tools", "command": "echo hi"})["stdout"] == "hi\n"
+        with expect_error(403, "admin_required"):
+            user.install_skill(skill_zip("by-user"))
+        with expect_error(403, "admin_required"):
+            user.run({"skill": "math-tools", "command": "true", "inputs": [{"from": "host:///etc/hostname"}]})
+        with expect_error(403, "admin_required"):
+            user.delete_skill("math-tools")
+        assert admin.install_skill(skill_zip("by-admin"))["id"] == "by-admin"
+        admin.delete_skill("by-admin")
+        # Runs are private to the key that made them (admins see all).
+        mine = user.submit({"skill": "math-tools", "command": "true"})
+        assert admin.get_run(mine["run_id"])["run_id"] == mine["run_id"]
+
+
+def test_refuses_public_bind_without_keys(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "executor.cli.main", "serve", "--host", "0.0.0.0", "--port", str(free_port()),
+         "--data-dir", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=30,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert result.returncode == 2 and "without API keys" in result.stderr
+
+
+# -- schema fuzzing ---------------------------------------------------------------------------------
+
+
+def test_schemathesis_finds_no_5xx_and_no_schema_violation(tmp_path: Path) -> None:
+    srv = Server(tmp_path, env={"SKILL_EXECUTOR_MAX_TIMEOUT": "5", "SKILL_EXECUTOR_DEFAULT_TIMEOUT": "5"}).start()
+    try:
+        result = subprocess.run(
+            [str(Path(sys.executable).parent / "schemathesis"), "run", f"{srv.url}/openapi.json",
+             "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+             "--max-examples", "25", "--request-timeout", "30", "--generation-deterministic",
+             "--exclude-path-regex", "/events$"],
+            capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        )
+        assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    finally:
+        srv.stop()
+    assert "Traceback" not in srv.log()
+
