@@ -42,16 +42,22 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def _parse_sse(lines: list[str]) -> tuple[str, Any] | None:
-    event, data = "message", []
-    for line in lines:
+class _SSEParser:
+    """Feed lines of a Server-Sent Events stream; get (event, data) per finished block."""
+
+    def __init__(self) -> None:
+        self._event, self._data = "message", []  # type: tuple[str, list[str]]
+
+    def feed(self, line: str) -> tuple[str, Any] | None:
         if line.startswith("event:"):
-            event = line[6:].strip()
+            self._event = line[6:].strip()
         elif line.startswith("data:"):
-            data.append(line[5:].strip())
-    if not data:
+            self._data.append(line[5:].strip())
+        elif not line and self._data:
+            parsed = (self._event, json.loads("\n".join(self._data)))
+            self._event, self._data = "message", []
+            return parsed
         return None
-    return event, json.loads("\n".join(data))
 
 
 def _skill_params(q: str | None, limit: int | None) -> JSON:
@@ -135,14 +141,9 @@ class Client:
             if not response.is_success:
                 response.read()
                 _raise_for(response)
-            block: list[str] = []
+            parser = _SSEParser()
             for line in response.iter_lines():
-                if line:
-                    block.append(line)
-                    continue
-                parsed = _parse_sse(block)
-                block = []
-                if parsed is not None:
+                if (parsed := parser.feed(line)) is not None:
                     yield parsed
 
     # artifacts
@@ -241,14 +242,9 @@ class AsyncClient:
             if not response.is_success:
                 await response.aread()
                 _raise_for(response)
-            block: list[str] = []
+            parser = _SSEParser()
             async for line in response.aiter_lines():
-                if line:
-                    block.append(line)
-                    continue
-                parsed = _parse_sse(block)
-                block = []
-                if parsed is not None:
+                if (parsed := parser.feed(line)) is not None:
                     yield parsed
 
     async def put_artifact(self, name: str, data: bytes, *, mime_type: str = "application/octet-stream") -> JSON:
