@@ -19,7 +19,7 @@ from executor.core import Executor
 
 REPO = Path(__file__).resolve().parent.parent
 SKILLS = REPO / "skills"
-RUNTIMES = ["local", "docker"]
+RUNTIMES = ["local", "docker", "docker-pool"]
 _docker_problem: list[str | None] = []
 
 
@@ -43,7 +43,7 @@ def docker_problem() -> str | None:
 
 def require_runtime(runtime: str) -> None:
     """Skip (or, in CI, fail) a Docker test when no engine is usable."""
-    if runtime != "docker":
+    if not runtime.startswith("docker"):
         return
     problem = docker_problem()
     if problem is None:
@@ -54,10 +54,12 @@ def require_runtime(runtime: str) -> None:
 
 
 def make_settings(tmp_path: Path, runtime: str, **overrides: object) -> Settings:
+    """Settings for a test; ``docker-pool`` is the Docker runtime with a warm pool."""
     extra = tmp_path / "extra-skills"
     extra.mkdir(exist_ok=True)
     values: dict[str, object] = {
-        "runtime": runtime,
+        "runtime": "docker" if runtime.startswith("docker") else runtime,
+        "pool_size": 2 if runtime == "docker-pool" else 0,
         "skills_dirs": [SKILLS, extra],
         "data_dir": tmp_path / "data",
         "skills_refresh_seconds": 0.0,
@@ -86,11 +88,21 @@ def make_executor(tmp_path: Path, runtime_name: str) -> Iterator:
     def factory(**overrides: object) -> Executor:
         executor = Executor.from_settings(make_settings(tmp_path, runtime_name, **overrides))
         made.append(executor)
+        pool = getattr(executor.runtime, "pool", None)
+        if pool is not None:
+            assert pool.wait_ready(), "the warm pool did not fill"
         return executor
 
     yield factory
     for executor in made:
         executor.close()
+    for executor in made:
+        # All closed: nothing may be left, warm containers included.
+        assert os.listdir(executor.runner.workspaces.runs) == [], "workspaces left behind"
+        token = getattr(executor.runtime, "token", None)
+        if token is not None:
+            left = executor.runtime.client.api.containers(all=True, filters={"label": f"io.skill-executor.owner={token}"})
+            assert left == [], "containers left behind"
 
 
 @pytest.fixture

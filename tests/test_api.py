@@ -291,7 +291,9 @@ def test_restart_with_a_run_in_flight(tmp_path: Path) -> None:
                 engine = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto")
                 left = engine.api.containers(all=True, filters={"label": f"io.skill-executor.run={accepted['run_id']}"})
                 assert left == []
-            assert list((srv.data_dir / "workspaces" / "runs").iterdir()) == []
+            runs = [p.name for p in (srv.data_dir / "workspaces" / "runs").iterdir()]
+            assert accepted["run_id"] not in runs
+            assert [name for name in runs if not name.startswith("warm-")] == []  # warm-*: the new server's pool
     finally:
         srv.stop()
 

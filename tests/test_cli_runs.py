@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, RUNTIMES, require_runtime
+from .conftest import REPO, require_runtime
+
+RUNTIMES = ["local", "docker"]  # the CLI's --runtime values
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -21,23 +21,27 @@ from executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER,
 from .conftest import make_settings
 
 
-@pytest.fixture
-def make_docker(tmp_path: Path, docker_runtime_name: str):  # type: ignore[no-untyped-def]
+@pytest.fixture(params=["docker", "docker-pool"])
+def make_docker(request: pytest.FixtureRequest, tmp_path: Path, docker_runtime_name: str):  # type: ignore[no-untyped-def]
+    """Executors on the Docker runtime: per-run containers, and with a warm pool."""
     made: list[Executor] = []
 
     def factory(**overrides: object) -> Executor:
-        executor = Executor.from_settings(make_settings(tmp_path, "docker", **overrides))
+        executor = Executor.from_settings(make_settings(tmp_path, request.param, **overrides))
+        if executor.runtime.pool is not None:  # type: ignore[attr-defined]
+            assert executor.runtime.pool.wait_ready()  # type: ignore[attr-defined]
         made.append(executor)
         return executor
 
     yield factory
+    for executor in made:
+        executor.close()
     for executor in made:
         runtime = executor.runtime
         assert isinstance(runtime, DockerRuntime)
         left = runtime.client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={runtime.token}"})
         assert left == [], "containers left behind"
         assert list(executor.runner.workspaces.runs.iterdir()) == [], "workspaces left behind"
-        executor.close()
 
 
 def request(**fields: Any) -> RunRequest:
@@ -63,8 +67,9 @@ def run_observed(executor: Executor, command: str, **fields: Any) -> tuple[RunRe
     proc: dict[str, str] = {}
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not info:
-        for container in runtime.client.containers.list(filters={"label": f"{LABEL_RUN}={run_id}"}):
-            data = runtime.client.api.inspect_container(container.id)
+        container_id = runtime.container_of(run_id)
+        if container_id is not None:
+            data = runtime.client.api.inspect_container(container_id)
             if data["State"]["Running"] and data["State"]["Pid"]:
                 time.sleep(0.5)
                 info = data
@@ -74,6 +79,12 @@ def run_observed(executor: Executor, command: str, **fields: Any) -> tuple[RunRe
                 children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
                 if children:
                     proc["child_status"] = Path(f"/proc/{children[0]}/status").read_text()
+                source = executor.runner.workspaces.runs / run_id  # a warm folder is renamed to its run
+                skill_files = []
+                for path in Path(source, ".skill").rglob("*"):
+                    st = path.lstat()
+                    skill_files.append(f"{path.relative_to(source)} {st.st_uid} {oct(st.st_mode)}")
+                proc["skill_files"] = "\n".join(skill_files)
         time.sleep(0.05)
     thread.join()
     return holder["result"], info, proc
@@ -116,16 +127,25 @@ def test_read_only_root_and_skill(make_docker) -> None:  # type: ignore[no-untyp
         "echo ok > /tmp/t && echo TMP-OK; head -c 100M /dev/zero > /tmp/big 2>/dev/null || echo TMP-FULL; "
         "echo ok > $OUTPUT_DIR/o && echo OUT-OK"
     )
-    result, info, _ = run_observed(executor, probe)
+    result, info, proc = run_observed(executor, probe)
     assert "WROTE" not in result.stdout, result.stdout
     assert result.stdout.count("DENIED") == 6
     assert "TMP-OK" in result.stdout and "TMP-FULL" in result.stdout and "OUT-OK" in result.stdout
     assert info["HostConfig"]["ReadonlyRootfs"] is True
     mounts = {m["Destination"]: m for m in info["Mounts"]}
-    assert mounts["/workspace/.skill"]["RW"] is False
-    assert mounts["/workspace/.skill"]["Source"] == str(executor.repository.get("math-tools").path.resolve())
     assert mounts["/workspace"]["RW"] is True
-    assert set(mounts) == {"/workspace", "/workspace/.skill"}
+    if executor.runtime.pool is None:
+        # Per-run container: the skill is a read-only bind mount.
+        assert mounts["/workspace/.skill"]["RW"] is False
+        assert mounts["/workspace/.skill"]["Source"] == str(executor.repository.get("math-tools").path.resolve())
+        assert set(mounts) == {"/workspace", "/workspace/.skill"}
+    else:
+        # Warm container: only its own workspace; the skill's files in it belong to root, not writable by the run.
+        assert set(mounts) == {"/workspace"}
+        entries = [line.split() for line in proc["skill_files"].splitlines()]
+        assert len(entries) >= 5
+        for name, uid, mode in entries:
+            assert uid == "0" and int(mode, 8) & 0o022 == 0, (name, uid, mode)
     assert "size=" in info["HostConfig"]["Tmpfs"]["/tmp"]
 
 
@@ -149,7 +169,7 @@ def test_identity_capabilities_and_limits(make_docker) -> None:  # type: ignore[
     assert host["Memory"] == 1024**3 and host["MemorySwap"] == 1024**3 and host["NanoCpus"] == 10**9
     assert {u["Name"] for u in host["Ulimits"]} == {"nofile", "fsize"}
     labels = info["Config"]["Labels"]
-    assert labels[LABEL_MANAGED] == "1" and labels[LABEL_RUN] == result.run_id
+    assert labels[LABEL_MANAGED] == "1" and labels[LABEL_RUN] in (result.run_id, "warm")  # warm: labelled before the run
 
 
 def test_fork_bomb_is_contained(make_docker) -> None:  # type: ignore[no-untyped-def]
@@ -161,10 +181,11 @@ def test_fork_bomb_is_contained(make_docker) -> None:  # type: ignore[no-untyped
 
     def watch() -> None:
         while "result" not in seen:
-            for c in runtime.client.api.containers(filters={"label": f"{LABEL_RUN}={run_id}"}):
-                seen["id"] = c["Id"]
+            container_id = runtime.container_of(run_id)
+            if container_id is not None:
+                seen["id"] = container_id
                 try:
-                    pids = Path(f"/sys/fs/cgroup/pids/docker/{c['Id']}/pids.current").read_text()
+                    pids = Path(f"/sys/fs/cgroup/pids/docker/{container_id}/pids.current").read_text()
                     seen["max_pids"] = max(seen.get("max_pids", 0), int(pids))
                 except OSError:
                     pass
@@ -273,3 +294,42 @@ def test_missing_image_is_a_clear_error(tmp_path: Path, docker_runtime_name: str
     with pytest.raises(ExecutorError) as info:
         Executor.from_settings(make_settings(tmp_path, "docker", docker_image="skill-executor/runner:does-not-exist"))
     assert info.value.code == "image_missing" and "image build" in info.value.message
+
+
+def test_warm_pool_runs_are_single_use_and_isolated(tmp_path: Path, docker_runtime_name: str) -> None:
+    executor = Executor.from_settings(make_settings(tmp_path, "docker-pool", pool_size=2))
+    try:
+        pool = executor.runtime.pool  # type: ignore[attr-defined]
+        assert pool.wait_ready()
+        first = executor.runner.run(request(command="echo secret-1 > out/s.txt; touch /workspace/run/mark; ls /workspace",
+                                            output_files=["out/*"]))
+        assert pool.hits == 1 and first.exit_code == 0
+        assert first.output_files[0].content == "secret-1\n"
+        assert pool.wait_ready()
+        second = executor.runner.run(request(command="ls /workspace/run; cat out/s.txt 2>&1; ls /workspace/out | wc -l"))
+        assert pool.hits == 2
+        assert "mark" not in second.stdout and "secret-1" not in second.stdout and second.stdout.endswith("0\n")
+        # The warm workspace never holds the launcher socket once a run has it.
+        assert ".launcher.sock" not in second.stdout
+        # Each run used its own container: none of them exists any more.
+        time.sleep(1.0)
+        runtime = executor.runtime
+        assert isinstance(runtime, DockerRuntime)
+        alive = runtime.client.api.containers(filters={"label": f"{LABEL_OWNER}={runtime.token}"})
+        assert all(c["Labels"][LABEL_RUN] == "warm" for c in alive)
+    finally:
+        executor.close()
+
+
+def test_drained_pool_falls_back_to_cold_containers(tmp_path: Path, docker_runtime_name: str) -> None:
+    executor = Executor.from_settings(make_settings(tmp_path, "docker-pool", pool_size=1, max_concurrent_runs=6))
+    try:
+        pool = executor.runtime.pool  # type: ignore[attr-defined]
+        assert pool.wait_ready()
+        with ThreadPoolExecutor(max_workers=6) as workers:
+            results = list(workers.map(lambda i: executor.runner.run(request(command=f"echo {i}")), range(6)))
+        assert [r.stdout for r in results] == [f"{i}\n" for i in range(6)]
+        assert all(r.exit_code == 0 and not r.warnings for r in results)
+        assert pool.hits >= 1 and pool.misses >= 1 and pool.hits + pool.misses == 6
+    finally:
+        executor.close()

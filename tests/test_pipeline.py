@@ -34,7 +34,8 @@ def files(result: RunResult) -> dict[str, object]:
 
 
 def leftover_runs(executor: Executor) -> list[str]:
-    return os.listdir(executor.runner.workspaces.runs)
+    """Run workspaces still on disk (idle warm containers' own folders excluded)."""
+    return [d for d in os.listdir(executor.runner.workspaces.runs) if not d.startswith("warm-")]
 
 
 # -- basics ----------------------------------------------------------------------------

@@ -49,11 +49,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    overrides = {
+    overrides: dict[str, Any] = {
         key: value
         for key in ("runtime", "skills_dirs", "data_dir", "allowed_host_roots")
         if (value := getattr(args, key, None)) is not None
     }
+    overrides["pool_size"] = 0  # one run per process: warm containers would only cost
     return Settings(**overrides)
 
 

@@ -76,6 +76,9 @@ class SkillRunner:
         swept = self.workspaces.sweep()
         if swept:
             log.warning("removed %d workspace(s) left by a crashed process", len(swept))
+        start_pool = getattr(runtime, "start_pool", None)
+        if start_pool is not None:
+            start_pool(self.workspaces)  # warm containers need the workspace folder
         self.sessions = SessionStore(settings.workspaces, settings.session_ttl_seconds)
         self.stager = Stager(
             repository,
@@ -224,7 +227,9 @@ class SkillRunner:
         listener: OutputListener | None,
         cancel: threading.Event | None,
     ) -> RunResult:
-        workspace = self.workspaces.create(run_id, skill.id, session_work=session_work, session=request.session)
+        workspace = self.runtime.create_workspace(
+            self.workspaces, run_id, skill.id, session_work=session_work, session=request.session
+        )
         warnings: list[str] = []
         try:
             if self.runtime.owner is not None:

@@ -16,8 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pathlib import Path
+
 from ..skills import Skill
-from ..workspace.layout import Workspace
+from ..workspace.layout import Workspace, WorkspaceManager
 
 #: Called with ("stdout" | "stderr", chunk) as output arrives (for streaming).
 OutputListener = Callable[[str, bytes], None]
@@ -80,6 +82,10 @@ class Runtime(Protocol):
     name: str
     #: uid/gid the command runs as, for files the service creates in the workspace.
     owner: tuple[int, int] | None
+
+    def create_workspace(
+        self, manager: WorkspaceManager, run_id: str, skill_id: str, *, session_work: Path | None, session: str | None
+    ) -> Workspace: ...
 
     def paths(self, workspace: Workspace) -> RuntimePaths: ...
 

@@ -23,10 +23,13 @@ run has added to its workspace and kills the container when the total passes the
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
+import queue
 import signal as signals
 import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -41,8 +44,10 @@ from ..config import Settings
 from ..errors import Unavailable
 from ..owners import owner_alive, owner_token
 from ..skills import Skill
-from ..workspace.layout import SKILL_SOURCE, Workspace, build_view
-from .base import ExecResult, ExecSpec, RuntimePaths
+from ..workspace.layout import SKILL_SOURCE, Workspace, WorkspaceManager, build_view, remove_tree
+from .base import ExecResult, ExecSpec, OutputListener, RuntimePaths
+from .pool import SOCKET, WarmContainer, WarmPool
+from .skillcopy import copy_skill
 from .streams import BoundedBuffer
 
 log = logging.getLogger(__name__)
@@ -59,6 +64,7 @@ STDIN_FILE = ".stdin"
 DISK_POLL_SECONDS = 0.2
 #: Extra seconds past a container's deadline before the reaper removes it.
 REAPER_GRACE_SECONDS = 30.0
+LAUNCHER = "/opt/skill-executor/launcher.py"
 
 
 def connect(timeout: float = 60) -> docker.DockerClient:
@@ -90,6 +96,23 @@ class DockerRuntime:
         self._closed = threading.Event()
         self._reaper = threading.Thread(target=self._reap_loop, name="docker-reaper", daemon=True)
         self._reaper.start()
+        self._trash: queue.Queue[tuple[str, Path | None] | None] = queue.Queue()
+        self._janitor = threading.Thread(target=self._clean_loop, name="docker-janitor", daemon=True)
+        self._janitor.start()
+        self._warm: dict[str, WarmContainer] = {}
+        self._warm_lock = threading.Lock()
+        self._running: dict[str, str] = {}  # run id -> container id, while a run executes
+        self.pool: WarmPool | None = None
+
+    def container_of(self, run_id: str) -> str | None:
+        """The container executing ``run_id`` right now (warm containers carry no run label)."""
+        with self._warm_lock:
+            return self._running.get(run_id)
+
+    def start_pool(self, workspaces: WorkspaceManager) -> None:
+        """Start keeping ``pool_size`` warm containers (no-op for size 0)."""
+        if self.settings.pool_size > 0 and self.pool is None:
+            self.pool = WarmPool(self, workspaces, self.settings.pool_size, self.settings.pool_max_idle_seconds)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -152,7 +175,39 @@ class DockerRuntime:
             return 0
 
     def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
         self._closed.set()
+        self._trash.put(None)
+        self._janitor.join(timeout=60)
+
+    def discard(self, container_id: str, root: Path | None = None, *, wait: bool = False) -> None:
+        """Kill and remove a container (and a workspace folder) off the caller's path."""
+        if wait or self._closed.is_set():
+            self._remove(container_id)
+            if root is not None:
+                remove_tree(root)
+        else:
+            self._trash.put((container_id, root))
+
+    def _clean_loop(self) -> None:
+        while True:
+            item = self._trash.get()
+            if item is None:
+                break
+            container_id, root = item
+            self._remove(container_id)
+            if root is not None:
+                remove_tree(root)
+        while True:  # drain what was queued before the stop
+            try:
+                item = self._trash.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                self._remove(item[0])
+                if item[1] is not None:
+                    remove_tree(item[1])
 
     def health(self) -> dict[str, tuple[bool, str]]:
         """Engine reachable and runner image present."""
@@ -179,43 +234,54 @@ class DockerRuntime:
 
     # -- runtime interface -------------------------------------------------------------------
 
+    def create_workspace(
+        self, manager: WorkspaceManager, run_id: str, skill_id: str, *, session_work: Path | None, session: str | None
+    ) -> Workspace:
+        """A warm container's workspace when one is ready (not for sessions), else a new one."""
+        warm = self.pool.acquire() if self.pool is not None and session_work is None else None
+        if warm is None:
+            return manager.create(run_id, skill_id, session_work=session_work, session=session)
+        try:
+            workspace = manager.adopt(warm.root, run_id, skill_id)
+        except OSError:
+            self.discard(warm.id, warm.root)
+            return manager.create(run_id, skill_id, session_work=session_work, session=session)
+        with self._warm_lock:
+            self._warm[run_id] = warm
+        return workspace
+
     def paths(self, workspace: Workspace) -> RuntimePaths:
         return RuntimePaths(CONTAINER_WORKSPACE)
 
     def prepare(self, workspace: Workspace, skill: Skill) -> list[str]:
+        with self._warm_lock:
+            warm = workspace.run_id in self._warm
+        if warm:
+            # The container is already running: its skill goes into the workspace as
+            # root-owned, read-only files (hard links where the run user cannot write the source).
+            warnings = copy_skill(skill.path, workspace.skill_source, link_unless_writable_by=self.owner)
+            return warnings + build_view(workspace, sorted(os.listdir(workspace.skill_source)))
         entries = sorted(e for e in os.listdir(skill.path) if e not in (".git", "__pycache__"))
         return build_view(workspace, entries)
 
     def cleanup(self, workspace: Workspace) -> None:
-        return None
+        with self._warm_lock:
+            warm = self._warm.pop(workspace.run_id, None)
+        if warm is not None:
+            self.discard(warm.id)
 
-    def container_config(self, spec: ExecSpec) -> dict[str, Any]:
-        """The create-container parameters of one run (hardening in one place)."""
+    def hardened_config(
+        self, *, command: list[str], cwd: str, env: dict[str, str], mounts: list[Mount], labels: dict[str, str]
+    ) -> dict[str, Any]:
+        """Create-container parameters with every isolation setting (one place for both paths)."""
         s = self.settings
-        ws = spec.workspace
-        mounts = [
-            Mount(CONTAINER_WORKSPACE, str(ws.root), type="bind", read_only=False),
-            Mount(f"{CONTAINER_WORKSPACE}/{SKILL_SOURCE}", str(spec.skill.path.resolve()), type="bind", read_only=True),
-        ]
-        if ws.work != ws.root / "work":
-            mounts.append(Mount(f"{CONTAINER_WORKSPACE}/work", str(ws.work), type="bind", read_only=False))
-        command = ["bash", "-c", spec.command]
-        if spec.stdin is not None:
-            # A constant wrapper: the command and the file travel as arguments, never spliced.
-            command = ["bash", "-c", 'exec bash -c "$0" < "$1"', spec.command, f"{CONTAINER_WORKSPACE}/run/{STDIN_FILE}"]
         config: dict[str, Any] = {
             "image": s.docker_image,
             "command": command,
             "user": s.docker_user,
-            "working_dir": spec.cwd,
-            "environment": spec.env,
-            "labels": {
-                LABEL_MANAGED: "1",
-                LABEL_INSTANCE: self.instance,
-                LABEL_OWNER: self.token,
-                LABEL_RUN: spec.run_id,
-                LABEL_DEADLINE: f"{time.time() + spec.timeout:.0f}",
-            },
+            "working_dir": cwd,
+            "environment": env,
+            "labels": {LABEL_MANAGED: "1", LABEL_INSTANCE: self.instance, LABEL_OWNER: self.token, **labels},
             "mounts": mounts,
             "read_only": True,
             "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={s.docker_tmpfs_bytes},mode=1777"},
@@ -243,20 +309,73 @@ class DockerRuntime:
             config["runtime"] = s.docker_oci_runtime
         return config
 
+    def container_config(self, spec: ExecSpec) -> dict[str, Any]:
+        """The container of one run (cold path)."""
+        ws = spec.workspace
+        mounts = [
+            Mount(CONTAINER_WORKSPACE, str(ws.root), type="bind", read_only=False),
+            Mount(f"{CONTAINER_WORKSPACE}/{SKILL_SOURCE}", str(spec.skill.path.resolve()), type="bind", read_only=True),
+        ]
+        if ws.work != ws.root / "work":
+            mounts.append(Mount(f"{CONTAINER_WORKSPACE}/work", str(ws.work), type="bind", read_only=False))
+        command = ["bash", "-c", spec.command]
+        if spec.stdin is not None:
+            # A constant wrapper: the command and the file travel as arguments, never spliced.
+            command = ["bash", "-c", 'exec bash -c "$0" < "$1"', spec.command, f"{CONTAINER_WORKSPACE}/run/{STDIN_FILE}"]
+        return self.hardened_config(
+            command=command,
+            cwd=spec.cwd,
+            env=spec.env,
+            mounts=mounts,
+            labels={LABEL_RUN: spec.run_id, LABEL_DEADLINE: f"{time.time() + spec.timeout:.0f}"},
+        )
+
+    def start_warm(self, root: Path) -> str:
+        """Create and start a pool container on an empty workspace; return its id."""
+        deadline = time.time() + self.settings.pool_max_idle_seconds + self.settings.max_timeout
+        config = self.hardened_config(
+            command=["python3", LAUNCHER, f"{CONTAINER_WORKSPACE}/{SOCKET}"],
+            cwd=CONTAINER_WORKSPACE,
+            env={},
+            mounts=[Mount(CONTAINER_WORKSPACE, str(root), type="bind", read_only=False)],
+            labels={LABEL_RUN: "warm", LABEL_DEADLINE: f"{deadline:.0f}"},
+        )
+        container = self.client.containers.create(**config)
+        try:
+            self.client.api.start(container.id)
+        except DockerException:
+            self._remove(container.id)
+            raise
+        return container.id
+
     def execute(self, spec: ExecSpec) -> ExecResult:
         if spec.stdin is not None:
             stdin_path = spec.workspace.run_dir / STDIN_FILE
             stdin_path.write_bytes(spec.stdin)
             os.chmod(stdin_path, 0o444)
         baseline = _disk_usage([spec.workspace.root, spec.workspace.work])
+        with self._warm_lock:
+            warm = self._warm.get(spec.run_id)
+        if warm is not None:
+            with self._warm_lock:
+                self._running[spec.run_id] = warm.id
+            try:
+                return self._execute_warm(warm, spec, baseline)
+            finally:
+                with self._warm_lock:
+                    self._running.pop(spec.run_id, None)
         started = time.monotonic()
         try:
             container = self.client.containers.create(**self.container_config(spec))
         except DockerException as exc:
             raise Unavailable(f"could not create the run's container: {exc}", code="engine_error") from None
+        with self._warm_lock:
+            self._running[spec.run_id] = container.id
         try:
             return self._supervise(container.id, spec, started, baseline)
         finally:
+            with self._warm_lock:
+                self._running.pop(spec.run_id, None)
             self._remove(container.id)
 
     def _supervise(self, container_id: str, spec: ExecSpec, started: float, baseline: int) -> ExecResult:
@@ -273,6 +392,36 @@ class DockerRuntime:
             _close(raw)
             raise Unavailable(f"could not start the run's container: {exc}", code="engine_error") from None
 
+        timed_out, cancelled, disk_hit = self._watch(done, spec, started, baseline, lambda: _kill(api, container_id))
+        status = _wait(api, container_id)
+        duration_ms = int((time.monotonic() - started) * 1000)
+        reader.join(timeout=2.0)
+        _close(raw)
+        state = api.inspect_container(container_id)["State"]
+        oom = bool(state.get("OOMKilled"))
+        code: int | None = status if status is not None else state.get("ExitCode")
+        disk_hit = disk_hit or self._reached_cap(spec, baseline, code)
+        sig = _signal_name(code)
+        warnings = self._disk_warning(disk_hit)
+        return ExecResult(
+            exit_code=code,
+            stdout=out.data,
+            stderr=err.data,
+            duration_ms=duration_ms,
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+            timed_out=timed_out,
+            cancelled=cancelled,
+            signal=sig,
+            oom_killed=oom,
+            disk_limit_hit=disk_hit,
+            warnings=warnings,
+        )
+
+    def _watch(
+        self, done: threading.Event, spec: ExecSpec, started: float, baseline: int, kill: Any
+    ) -> tuple[bool, bool, bool]:
+        """Wait for the run to end; kill it at the deadline, on cancel, or past the disk cap."""
         timed_out = cancelled = disk_hit = False
         deadline = started + spec.timeout
         next_disk = time.monotonic() + DISK_POLL_SECONDS
@@ -288,43 +437,151 @@ class DockerRuntime:
                 if _disk_usage([spec.workspace.root, spec.workspace.work]) - baseline >= limit:
                     disk_hit = True
             if timed_out or cancelled or disk_hit:
-                _kill(api, container_id)
+                kill()
                 break
-        status = _wait(api, container_id)
+        return timed_out, cancelled, disk_hit
+
+    def _reached_cap(self, spec: ExecSpec, baseline: int, code: int | None) -> bool:
+        """A file stopped at the fsize cap, or the run reached the cap as it ended."""
+        limit = self.settings.docker_disk_bytes
+        return code == 128 + signals.SIGXFSZ or _disk_usage([spec.workspace.root, spec.workspace.work]) - baseline >= limit
+
+    def _disk_warning(self, disk_hit: bool) -> list[str]:
+        if not disk_hit:
+            return []
+        limit = self.settings.docker_disk_bytes
+        return [f"the run reached the disk cap of {limit} bytes: writes past it failed or the run was stopped"]
+
+    def _execute_warm(self, warm: WarmContainer, spec: ExecSpec, baseline: int) -> ExecResult:
+        """Run the command through the launcher of a warm container."""
+        started = time.monotonic()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            _connect_unix(conn, spec.workspace.root / SOCKET)
+            request = {
+                "command": spec.command,
+                "cwd": spec.cwd,
+                "env": spec.env,
+                "stdin": f"{CONTAINER_WORKSPACE}/run/{STDIN_FILE}" if spec.stdin is not None else None,
+            }
+            conn.sendall(json.dumps(request).encode() + b"\n")
+        except OSError as exc:
+            conn.close()
+            raise Unavailable(f"the warm container's launcher is unreachable: {exc}", code="engine_error") from None
+        frames = _Frames(conn, spec)
+        reader = threading.Thread(target=frames.run, name="launcher-frames", daemon=True)
+        reader.start()
+        api = self.client.api
+        timed_out, cancelled, disk_hit = self._watch(
+            frames.done, spec, started, baseline, lambda: _kill(api, warm.id)
+        )
+        reader.join(timeout=5.0)
         duration_ms = int((time.monotonic() - started) * 1000)
-        reader.join(timeout=2.0)
-        _close(raw)
-        state = api.inspect_container(container_id)["State"]
-        oom = bool(state.get("OOMKilled"))
-        code: int | None = status if status is not None else state.get("ExitCode")
-        if not disk_hit and (
-            code == 128 + signals.SIGXFSZ
-            or _disk_usage([spec.workspace.root, spec.workspace.work]) - baseline >= limit
-        ):
-            disk_hit = True  # a file stopped at the fsize cap, or the run reached the cap as it ended
-        sig = None
-        if code is not None and 128 < code < 128 + 65:
-            try:
-                sig = signals.Signals(code - 128).name
-            except ValueError:
-                sig = None
+        conn.close()
         warnings = []
-        if disk_hit:
-            warnings.append(f"the run reached the disk cap of {limit} bytes: writes past it failed or the run was stopped")
+        if frames.exit is None and not (timed_out or cancelled or disk_hit):
+            _kill(api, warm.id)  # the launcher is gone: make sure nothing of the run survives
+        oom = bool(_oom_kills(warm.id))
+        if frames.exit is not None:
+            code: int | None = frames.exit.get("exit_code")
+        elif timed_out or cancelled or disk_hit or oom:
+            code = 128 + signals.SIGKILL
+        else:
+            code = None
+            warnings.append("the run's launcher ended without reporting an exit status")
+        disk_hit = disk_hit or self._reached_cap(spec, baseline, code)
         return ExecResult(
             exit_code=code,
-            stdout=out.data,
-            stderr=err.data,
+            stdout=frames.out.data,
+            stderr=frames.err.data,
             duration_ms=duration_ms,
-            stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated,
+            stdout_truncated=frames.out.truncated,
+            stderr_truncated=frames.err.truncated,
             timed_out=timed_out,
             cancelled=cancelled,
-            signal=sig,
+            signal=_signal_name(code),
             oom_killed=oom,
             disk_limit_hit=disk_hit,
-            warnings=warnings,
+            warnings=warnings + self._disk_warning(disk_hit),
         )
+
+
+class _Frames:
+    """Reader of the launcher's frames: output into bounded buffers, then the exit."""
+
+    def __init__(self, conn: socket.socket, spec: ExecSpec) -> None:
+        self.conn = conn
+        self.out, self.err = BoundedBuffer(spec.stdout_max), BoundedBuffer(spec.stderr_max)
+        self.listener: OutputListener | None = spec.listener
+        self.exit: dict[str, Any] | None = None
+        self.done = threading.Event()
+
+    def _exactly(self, size: int) -> bytes:
+        data = bytearray()
+        while len(data) < size:
+            chunk = self.conn.recv(size - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return bytes(data)
+
+    def run(self) -> None:
+        try:
+            while True:
+                kind, length = struct.unpack(">cI", self._exactly(5))
+                payload = self._exactly(length)
+                if kind == b"X":
+                    self.exit = json.loads(payload)
+                    return
+                buffer, name = (self.out, "stdout") if kind == b"O" else (self.err, "stderr")
+                kept = buffer.feed(payload)
+                if self.listener is not None and kept:
+                    try:
+                        self.listener(name, kept)
+                    except Exception:
+                        pass
+        except (EOFError, OSError, ValueError, struct.error):
+            return
+        finally:
+            self.done.set()
+
+
+def _connect_unix(conn: socket.socket, path: Path) -> None:
+    """Connect to a Unix socket at any depth (paths are limited to 108 bytes)."""
+    if len(os.fsencode(path)) < 100:
+        conn.connect(str(path))
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        conn.connect(f"/proc/self/fd/{fd}/{path.name}")
+    finally:
+        os.close(fd)
+
+
+def _signal_name(code: int | None) -> str | None:
+    """The signal behind an exit status of 128+N, if N is one."""
+    if code is None or not 128 < code < 128 + 65:
+        return None
+    try:
+        return signals.Signals(code - 128).name
+    except ValueError:
+        return None
+
+
+def _oom_kills(container_id: str) -> int | None:
+    """OOM kills in the container's memory cgroup (v1 or v2), read from the host."""
+    candidates = [
+        (Path(f"/sys/fs/cgroup/memory/docker/{container_id}/memory.oom_control"), "oom_kill "),
+        (Path(f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.events"), "oom_kill "),
+    ]
+    for path, key in candidates:
+        try:
+            for line in path.read_text().splitlines():
+                if line.startswith(key):
+                    return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
 
 
 def _pump_frames(sock: Any, out: BoundedBuffer, err: BoundedBuffer, spec: ExecSpec, done: threading.Event) -> None:

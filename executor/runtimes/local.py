@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 from ..skills import Skill
-from ..workspace.layout import Workspace, build_view
+from ..workspace.layout import Workspace, WorkspaceManager, build_view
 from .base import ExecResult, ExecSpec, RuntimePaths
 from .skillcopy import copy_skill
 from .streams import BoundedBuffer, pump
@@ -44,6 +46,11 @@ class LocalRuntime:
         self.path = path
         log.warning(WARNING)
 
+    def create_workspace(
+        self, manager: WorkspaceManager, run_id: str, skill_id: str, *, session_work: Path | None, session: str | None
+    ) -> Workspace:
+        return manager.create(run_id, skill_id, session_work=session_work, session=session)
+
     def paths(self, workspace: Workspace) -> RuntimePaths:
         return RuntimePaths(str(workspace.root))
 
@@ -51,7 +58,7 @@ class LocalRuntime:
         warnings = copy_skill(skill.path, workspace.skill_source)
         if workspace.session is not None:
             # The session's work dir stands in for the run's own (a link locally).
-            os.rmdir(workspace.root / "work")
+            shutil.rmtree(workspace.root / "work")
             os.symlink(workspace.work, workspace.root / "work")
         return warnings + build_view(workspace, sorted(os.listdir(workspace.skill_source)))
 

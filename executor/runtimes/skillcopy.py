@@ -12,13 +12,27 @@ from ..paths import is_within
 SKIP = frozenset({".git", "__pycache__"})
 
 
-def copy_skill(source: Path, dest: Path, *, readonly: bool = True) -> list[str]:
+def _safe_to_link(st: os.stat_result, user: tuple[int, int]) -> bool:
+    """A hard link shares the source's inode: only safe if ``user`` cannot write it."""
+    uid, gid = user
+    if st.st_uid == uid or st.st_mode & 0o002:
+        return False
+    return not (st.st_mode & 0o020 and st.st_gid == gid)
+
+
+def copy_skill(
+    source: Path, dest: Path, *, readonly: bool = True, link_unless_writable_by: tuple[int, int] | None = None
+) -> list[str]:
     """Copy ``source`` into the existing folder ``dest``; return warnings.
 
     Symbolic links are never followed: a link whose target stays inside the skill is
     recreated as a link, any other link is skipped with a warning.  With ``readonly``
     the copy is made read-only (which stops a non-root command; root ignores modes,
     but then it only writes to this copy, never to the source).
+
+    With ``link_unless_writable_by=(uid, gid)``, a file that user cannot write is hard
+    linked instead of copied (no data moves; its mode is left alone, as it is the
+    source's); others are copied as usual.
     """
     warnings: list[str] = []
     real_root = source.resolve()
@@ -42,6 +56,12 @@ def copy_skill(source: Path, dest: Path, *, readonly: bool = True) -> list[str]:
             elif stat.S_ISDIR(st.st_mode):
                 dst.mkdir()
             elif stat.S_ISREG(st.st_mode):
+                if link_unless_writable_by is not None and _safe_to_link(st, link_unless_writable_by):
+                    try:
+                        os.link(src, dst, follow_symlinks=False)
+                        continue
+                    except OSError:
+                        pass  # another file system, say: copy instead
                 shutil.copyfile(src, dst, follow_symlinks=False)
                 os.chmod(dst, (st.st_mode & 0o555) if readonly else (st.st_mode & 0o777))
             else:

@@ -122,23 +122,35 @@ class WorkspaceManager:
         return removed
 
     def create(self, run_id: str, skill_id: str, *, session_work: Path | None = None, session: str | None = None) -> Workspace:
-        if not run_id or "/" in run_id or run_id.startswith("."):
-            raise BadRequest(f"invalid run id {run_id!r}")
-        root = self.runs / run_id
+        root = self.create_root(run_id)
+        work = root / "work" if session_work is None else session_work
+        # With a session, root/work stays an empty mountpoint for the session's dir.
+        (work / "inputs").mkdir(parents=True, exist_ok=True)
+        return Workspace(run_id=run_id, root=root, work=work, session=session, skill_id=skill_id)
+
+    def create_root(self, name: str, owner: tuple[int, int] | None = None) -> Path:
+        """A fresh workspace folder with the standard layout (no skill yet)."""
+        if not name or "/" in name or name.startswith("."):
+            raise BadRequest(f"invalid run id {name!r}")
+        root = self.runs / name
         root.mkdir(mode=0o755)
         (root / OWNER_FILE).write_text(self.token)
         os.chmod(root / OWNER_FILE, 0o600)
-        for name in ("out", "run", "run/home", "run/tmp", SKILL_SOURCE, SKILLS):
-            (root / name).mkdir(mode=0o755)
-        if session_work is None:
-            work = root / "work"
-            work.mkdir(mode=0o755)
-        else:
-            # A mountpoint for the session's work dir; runtimes decide how to attach it.
-            (root / "work").mkdir(mode=0o755)
-            work = session_work
-        (work / "inputs").mkdir(parents=True, exist_ok=True)
-        return Workspace(run_id=run_id, root=root, work=work, session=session, skill_id=skill_id)
+        for sub in ("work", "work/inputs", "out", "run", "run/home", "run/tmp", SKILL_SOURCE, SKILLS):
+            (root / sub).mkdir(mode=0o755)
+            if owner is not None and sub not in (SKILL_SOURCE, SKILLS):
+                os.chown(root / sub, *owner)
+        return root
+
+    def adopt(self, root: Path, run_id: str, skill_id: str) -> Workspace:
+        """Give a prepared folder (a warm container's) to a run: rename it to the run id.
+
+        A bind mount follows the folder, not its name, so a container that has it
+        mounted keeps seeing it.
+        """
+        target = self.runs / run_id
+        os.rename(root, target)
+        return Workspace(run_id=run_id, root=target, work=target / "work", session=None, skill_id=skill_id)
 
     def remove(self, workspace: Workspace) -> None:
         remove_tree(workspace.root)

@@ -1,0 +1,158 @@
+"""A warm pool of started, single-use run containers.
+
+Each pool container is started ahead of time with the full hardening of a per-run
+container and its *own* fresh, empty workspace mounted at ``/workspace``; its main
+process is the launcher (``images/runner/launcher.py``), waiting on a Unix socket in
+that workspace.  A run takes one container (or none, when the pool is empty: the
+caller then starts a container of its own), uses it once, and the container is
+destroyed.  Background threads keep the pool filled and retire containers that have
+been idle for too long.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..workspace.layout import WorkspaceManager, remove_tree
+
+if TYPE_CHECKING:
+    from .docker import DockerRuntime
+
+log = logging.getLogger(__name__)
+
+SOCKET = "run/.launcher.sock"
+READY_TIMEOUT = 20.0
+
+
+@dataclass(slots=True)
+class WarmContainer:
+    id: str
+    root: Path
+    started_at: float
+
+    @property
+    def socket(self) -> Path:
+        return self.root / SOCKET
+
+
+class WarmPool:
+    def __init__(self, runtime: "DockerRuntime", workspaces: WorkspaceManager, size: int, max_idle: float) -> None:
+        self.runtime = runtime
+        self.workspaces = workspaces
+        self.size = size
+        self.max_idle = max_idle
+        self._idle: deque[WarmContainer] = deque()
+        self._starting = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self.hits = 0
+        self.misses = 0
+        self._threads = [
+            threading.Thread(target=self._fill, name=f"pool-fill-{i}", daemon=True) for i in range(min(size, 2))
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def acquire(self) -> WarmContainer | None:
+        """A ready container, or None at once when none is ready (never waits)."""
+        with self._cond:
+            while self._idle:
+                item = self._idle.popleft()
+                self._cond.notify_all()
+                if time.monotonic() - item.started_at <= self.max_idle and item.socket.exists():
+                    self.hits += 1
+                    return item
+                self.runtime.discard(item.id, item.root)
+            self.misses += 1
+            self._cond.notify_all()
+            return None
+
+    def wait_ready(self, count: int | None = None, timeout: float = 60.0) -> bool:
+        """Block until ``count`` (default: all) containers are idle; for tests and benchmarks."""
+        want = self.size if count is None else count
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._idle) < want:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    @property
+    def idle(self) -> int:
+        with self._cond:
+            return len(self._idle)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            items = list(self._idle)
+            self._idle.clear()
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=READY_TIMEOUT + 5)
+        for item in items:
+            self.runtime.discard(item.id, item.root, wait=True)
+
+    # -- background filling -------------------------------------------------------------------
+
+    def _fill(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and len(self._idle) + self._starting >= self.size:
+                    self._retire_old()
+                    self._cond.wait(timeout=min(30.0, self.max_idle))
+                if self._closed:
+                    return
+                self._starting += 1
+            item = None
+            try:
+                item = self._start()
+            except Exception as exc:  # keep filling; a failed start is logged, not fatal
+                if not self._closed:
+                    log.warning("warm pool: starting a container failed: %s", exc)
+                    time.sleep(1.0)
+            finally:
+                with self._cond:
+                    self._starting -= 1
+                    if item is not None:
+                        if self._closed:
+                            self.runtime.discard(item.id, item.root)
+                        else:
+                            self._idle.append(item)
+                    self._cond.notify_all()
+
+    def _retire_old(self) -> None:
+        now = time.monotonic()
+        while self._idle and now - self._idle[0].started_at > self.max_idle:
+            item = self._idle.popleft()
+            self.runtime.discard(item.id, item.root)
+
+    def _start(self) -> WarmContainer | None:
+        name = f"warm-{uuid.uuid4().hex[:16]}"
+        root = self.workspaces.create_root(name, owner=self.runtime.owner)
+        try:
+            container_id = self.runtime.start_warm(root)
+        except BaseException:
+            remove_tree(root)
+            raise
+        item = WarmContainer(container_id, root, time.monotonic())
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not item.socket.exists():
+            if self._closed:
+                self.runtime.discard(container_id, root)
+                return None
+            if time.monotonic() > deadline:
+                self.runtime.discard(container_id, root)
+                raise TimeoutError("the launcher did not come up")
+            time.sleep(0.002)
+        return item
+
