@@ -45,4 +45,5 @@ class Executor:
         return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime))
 
     def close(self) -> None:
+        self.runner.close()
         self.runtime.close()

@@ -79,11 +79,12 @@ def run_observed(executor: Executor, command: str, **fields: Any) -> tuple[RunRe
                 children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
                 if children:
                     proc["child_status"] = Path(f"/proc/{children[0]}/status").read_text()
-                source = executor.runner.workspaces.runs / run_id  # a warm folder is renamed to its run
+                source = next(m["Source"] for m in data["Mounts"] if m["Destination"] == "/workspace")
                 skill_files = []
-                for path in Path(source, ".skill").rglob("*"):
+                for path in [*Path(source, ".skill").rglob("*"), *Path(source, "skills").rglob("*")]:
                     st = path.lstat()
-                    skill_files.append(f"{path.relative_to(source)} {st.st_uid} {oct(st.st_mode)}")
+                    if not path.is_symlink():
+                        skill_files.append(f"{path.relative_to(source)} {st.st_uid} {oct(st.st_mode)}")
                 proc["skill_files"] = "\n".join(skill_files)
         time.sleep(0.05)
     thread.join()

@@ -34,8 +34,14 @@ def files(result: RunResult) -> dict[str, object]:
 
 
 def leftover_runs(executor: Executor) -> list[str]:
-    """Run workspaces still on disk (idle warm containers' own folders excluded)."""
-    return [d for d in os.listdir(executor.runner.workspaces.runs) if not d.startswith("warm-")]
+    """Run workspaces still on disk once removal settled (idle warm containers' folders excluded)."""
+    executor.runner.settle()
+    pool = getattr(executor.runtime, "pool", None)
+    idle: set[str] = set()
+    if pool is not None:
+        assert pool.wait_ready()
+        idle = {root.name for root in pool.idle_roots()}
+    return [d for d in os.listdir(executor.runner.workspaces.runs) if d not in idle]
 
 
 # -- basics ----------------------------------------------------------------------------
@@ -66,7 +72,10 @@ def test_environment_is_clean_and_complete(executor: Executor, monkeypatch: pyte
     monkeypatch.setenv("SKILL_EXECUTOR_SECRET_TOKEN", "s3cr3t")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "leak-me")
     fresh = Executor.from_settings(executor.settings, executor.runtime)
-    result = run(fresh, command="env", env={"GREETING": "hi there"})
+    try:
+        result = run(fresh, command="env", env={"GREETING": "hi there"})
+    finally:
+        fresh.runner.close()  # the runtime is shared and closed by the fixture
     env = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
     assert "s3cr3t" not in result.stdout and "leak-me" not in result.stdout
     for name in ("WORKSPACE_DIR", "SKILLS_DIR", "SKILL_DIR", "SKILL_NAME", "WORK_DIR", "OUTPUT_DIR", "RUN_DIR",

@@ -18,8 +18,9 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import Conflict, ExecutorError
@@ -37,6 +38,8 @@ class RunHandle:
     """Live view of one run in this process."""
 
     run_id: str
+    record: RunRecord | None = None
+    started: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     events: list[Event] = field(default_factory=list)
@@ -98,6 +101,11 @@ class RunManager:
         self.on_finish = on_finish
         self._handles: dict[str, RunHandle] = {}
         self._lock = threading.Lock()
+        # One worker per admissible run (executing or queued): threads are reused.
+        limiter = runner.limiter
+        self._workers = concurrent.futures.ThreadPoolExecutor(
+            max_workers=limiter.slots + limiter.queue, thread_name_prefix="run"
+        )
         interrupted = store.fail_interrupted()
         if interrupted:
             log.warning("marked %d run(s) interrupted by a restart as failed", interrupted)
@@ -134,19 +142,19 @@ class RunManager:
         except BaseException:
             reservation.release()
             raise
-        handle = RunHandle(run_id)
+        handle = RunHandle(run_id, record)
         with self._lock:
             self._handles[run_id] = handle
-        thread = threading.Thread(
-            target=self._execute, args=(request, handle, reservation), name=f"run-{run_id[-8:]}", daemon=True
-        )
-        thread.start()
+        self._workers.submit(self._execute, request, handle, reservation)
         return record, handle, False
 
     def _execute(self, request: RunRequest, handle: RunHandle, reservation: Any) -> None:
+        # "running" lives in memory (get() reports it); only the outcome is written.
+        # A record left "queued" by a crash is marked failed at the next start.
         run_id = handle.run_id
-        self.store.update(run_id, "running")
+        handle.started = True
         handle.publish("status", "running")
+        final: tuple[str, dict[str, Any] | None, dict[str, Any] | None] = ("failed", None, None)
 
         def listener(stream: str, chunk: bytes) -> None:
             handle.publish(stream, chunk.decode("utf-8", "replace"))
@@ -156,22 +164,19 @@ class RunManager:
                 request, run_id=run_id, listener=listener, cancel=handle.cancel, reservation=reservation
             )
             body = result.model_dump(mode="json")
-            status = "cancelled" if handle.cancel.is_set() else "completed"
-            self.store.update(run_id, status, result=body)
-            handle.publish("result", body)
+            final = ("cancelled" if handle.cancel.is_set() else "completed", body, None)
         except ExecutorError as exc:
             error = exc.to_dict()["error"]
             error["status"] = exc.status
-            self.store.update(run_id, "failed", error=error)
-            handle.publish("error", error)
-        except Exception as exc:  # never leave a record "running"
+            final = ("failed", None, error)
+        except Exception:  # never leave a record unfinished
             log.exception("run %s failed unexpectedly", run_id)
-            error = {"code": "internal", "message": "the run failed inside the service", "status": 500}
-            self.store.update(run_id, "failed", error=error)
-            handle.publish("error", error)
-            del exc
+            final = ("failed", None, {"code": "internal", "message": "the run failed inside the service", "status": 500})
         finally:
-            record = self.store.get(run_id)
+            status, body, error = final
+            self.store.update(run_id, status, result=body, error=error)  # type: ignore[arg-type]
+            record = replace(handle.record, status=status, result=body, error=error, updated_at=time.time())  # type: ignore[arg-type]
+            handle.publish("result" if body is not None else "error", body if body is not None else error)
             with self._lock:
                 self._handles.pop(run_id, None)
             handle.future.set_result(record)
@@ -186,7 +191,11 @@ class RunManager:
             return self._handles.get(run_id)
 
     def get(self, run_id: str) -> RunRecord:
-        return self.store.get(run_id)
+        handle = self.handle(run_id)
+        record = self.store.get(run_id)
+        if handle is not None and handle.started and record.status == "queued":
+            record.status = "running"
+        return record
 
     def cancel(self, run_id: str) -> RunRecord:
         record = self.store.get(run_id)
@@ -218,3 +227,4 @@ class RunManager:
         for handle in handles:
             handle.cancel.set()
         concurrent.futures.wait([h.future for h in handles], timeout=timeout)
+        self._workers.shutdown(wait=False, cancel_futures=True)

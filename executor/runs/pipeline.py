@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import queue
 import re
 import secrets
 import threading
@@ -89,6 +90,11 @@ class SkillRunner:
             owner=runtime.owner,
         )
         self.limiter = RunLimiter(settings.max_concurrent_runs, settings.max_queued_runs)
+        # Workspaces are removed once results are built, off the caller's path
+        # (folder removal is slow on some file systems).
+        self._trash: queue.Queue[Workspace | None] = queue.Queue()
+        self._cleaner = threading.Thread(target=self._clean, name="workspace-cleaner", daemon=True)
+        self._cleaner.start()
         self._last_sweep = 0.0
         self._sweep_lock = threading.Lock()
 
@@ -210,7 +216,7 @@ class SkillRunner:
             raise
         run_id = run_id or new_run_id()
         self._maybe_sweep()
-        with reservation or self.limiter.reserve():
+        with reservation or self.limiter.reserve(), self.runtime.activity.running():
             if request.session:
                 with self.sessions.use(request.session) as work:
                     return self._run(request, skill, timeout, plan, run_id, work, listener, cancel)
@@ -232,8 +238,6 @@ class SkillRunner:
         )
         warnings: list[str] = []
         try:
-            if self.runtime.owner is not None:
-                _chown_roots(workspace, self.runtime.owner)
             warnings += self.runtime.prepare(workspace, skill)
             report = self.stager.stage(workspace, request.inputs)
             warnings += report.warnings
@@ -263,7 +267,7 @@ class SkillRunner:
                 self.runtime.cleanup(workspace)
             finally:
                 if not self.settings.keep_workspaces:
-                    self.workspaces.remove(workspace)
+                    self._trash.put(workspace)
 
     def _result(
         self,
@@ -349,6 +353,26 @@ class SkillRunner:
 
     # -- housekeeping --------------------------------------------------------------------
 
+    def _clean(self) -> None:
+        while (workspace := self._trash.get()) is not None:
+            self.runtime.activity.wait_quiet(2.0)
+            try:
+                self.workspaces.remove(workspace)
+            except OSError as exc:
+                log.warning("removing workspace %s failed: %s", workspace.root, exc)
+            finally:
+                self._trash.task_done()
+        self._trash.task_done()
+
+    def settle(self) -> None:
+        """Wait until every finished run's workspace is removed."""
+        self._trash.join()
+
+    def close(self) -> None:
+        """Remove the workspaces still queued, then stop the cleaner."""
+        self._trash.put(None)
+        self._cleaner.join(timeout=60)
+
     def _maybe_sweep(self) -> None:
         now = time.monotonic()
         if now - self._last_sweep < 60 or not self._sweep_lock.acquire(blocking=False):
@@ -360,9 +384,3 @@ class SkillRunner:
             log.warning("session sweep failed: %s", exc)
         finally:
             self._sweep_lock.release()
-
-
-def _chown_roots(workspace: Workspace, owner: tuple[int, int]) -> None:
-    for path in (workspace.root / "out", workspace.run_dir, workspace.run_dir / "home", workspace.run_dir / "tmp",
-                 workspace.root / "work", workspace.work, workspace.inputs):
-        os.chown(path, *owner)

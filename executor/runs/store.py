@@ -72,6 +72,9 @@ class RunStore:
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             conn.execute("PRAGMA busy_timeout=30000")
+            # WAL + NORMAL: a record survives a crash of the service; only a power loss
+            # may drop the last commits. Run records do not need an fsync per update.
+            conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
         return conn
 

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from pathlib import Path
 
+from ..activity import Activity
 from ..skills import Skill
 from ..workspace.layout import Workspace, WorkspaceManager
 
@@ -82,6 +83,8 @@ class Runtime(Protocol):
     name: str
     #: uid/gid the command runs as, for files the service creates in the workspace.
     owner: tuple[int, int] | None
+    #: Runs in progress; background housekeeping yields to them.
+    activity: Activity
 
     def create_workspace(
         self, manager: WorkspaceManager, run_id: str, skill_id: str, *, session_work: Path | None, session: str | None

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import queue
+import selectors
 import signal as signals
 import socket
 import struct
@@ -40,11 +41,21 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.types import Mount, Ulimit
 from docker.utils.socket import frames_iter
 
+from ..activity import Activity
 from ..config import Settings
 from ..errors import Unavailable
 from ..owners import owner_alive, owner_token
 from ..skills import Skill
-from ..workspace.layout import SKILL_SOURCE, Workspace, WorkspaceManager, build_view, remove_tree
+from ..workspace.layout import (
+    RUN_LINKS,
+    SKILL_SOURCE,
+    Workspace,
+    WorkspaceManager,
+    add_run_links,
+    build_view,
+    remove_tree,
+    shadowed,
+)
 from .base import ExecResult, ExecSpec, OutputListener, RuntimePaths
 from .pool import SOCKET, WarmContainer, WarmPool
 from .skillcopy import copy_skill
@@ -65,6 +76,9 @@ DISK_POLL_SECONDS = 0.2
 #: Extra seconds past a container's deadline before the reaper removes it.
 REAPER_GRACE_SECONDS = 30.0
 LAUNCHER = "/opt/skill-executor/launcher.py"
+#: Longest that housekeeping (container removal, pool refill) waits for a quiet moment.
+HOUSEKEEPING_MAX_WAIT = 2.0
+RUN_LINK_NAMES = frozenset(RUN_LINKS)
 
 
 def connect(timeout: float = 60) -> docker.DockerClient:
@@ -91,6 +105,7 @@ class DockerRuntime:
             f"{socket.gethostname()}:{settings.workspaces.resolve()}".encode()
         ).hexdigest()[:12]
         self.token = owner_token()
+        self.activity = Activity()
         self._check_image()
         self.sweep()
         self._closed = threading.Event()
@@ -195,6 +210,7 @@ class DockerRuntime:
             item = self._trash.get()
             if item is None:
                 break
+            self.activity.wait_quiet(HOUSEKEEPING_MAX_WAIT)
             container_id, root = item
             self._remove(container_id)
             if root is not None:
@@ -240,12 +256,8 @@ class DockerRuntime:
         """A warm container's workspace when one is ready (not for sessions), else a new one."""
         warm = self.pool.acquire() if self.pool is not None and session_work is None else None
         if warm is None:
-            return manager.create(run_id, skill_id, session_work=session_work, session=session)
-        try:
-            workspace = manager.adopt(warm.root, run_id, skill_id)
-        except OSError:
-            self.discard(warm.id, warm.root)
-            return manager.create(run_id, skill_id, session_work=session_work, session=session)
+            return manager.create(run_id, skill_id, session_work=session_work, session=session, owner=self.owner)
+        workspace = manager.adopt(warm.root, run_id, skill_id)
         with self._warm_lock:
             self._warm[run_id] = warm
         return workspace
@@ -257,10 +269,15 @@ class DockerRuntime:
         with self._warm_lock:
             warm = workspace.run_id in self._warm
         if warm:
-            # The container is already running: its skill goes into the workspace as
-            # root-owned, read-only files (hard links where the run user cannot write the source).
-            warnings = copy_skill(skill.path, workspace.skill_source, link_unless_writable_by=self.owner)
-            return warnings + build_view(workspace, sorted(os.listdir(workspace.skill_source)))
+            # The container is already running: the skill goes straight into the
+            # workspace as its SKILL_DIR, files and folders owned by root and not
+            # writable by the run's user (hard links where that user cannot write the
+            # source), plus the out/work/inputs links.
+            view = workspace.skill_view
+            view.mkdir()
+            warnings = copy_skill(skill.path, view, link_unless_writable_by=self.owner, skip_top=RUN_LINK_NAMES)
+            add_run_links(view)
+            return warnings + shadowed(os.listdir(skill.path))
         entries = sorted(e for e in os.listdir(skill.path) if e not in (".git", "__pycache__"))
         return build_view(workspace, entries)
 
@@ -453,7 +470,11 @@ class DockerRuntime:
         return [f"the run reached the disk cap of {limit} bytes: writes past it failed or the run was stopped"]
 
     def _execute_warm(self, warm: WarmContainer, spec: ExecSpec, baseline: int) -> ExecResult:
-        """Run the command through the launcher of a warm container."""
+        """Run the command through the launcher of a warm container.
+
+        One thread does it all: send the request, read output frames as they come,
+        and watch the deadline, cancellation and the disk cap in between.
+        """
         started = time.monotonic()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -468,23 +489,52 @@ class DockerRuntime:
         except OSError as exc:
             conn.close()
             raise Unavailable(f"the warm container's launcher is unreachable: {exc}", code="engine_error") from None
-        frames = _Frames(conn, spec)
-        reader = threading.Thread(target=frames.run, name="launcher-frames", daemon=True)
-        reader.start()
-        api = self.client.api
-        timed_out, cancelled, disk_hit = self._watch(
-            frames.done, spec, started, baseline, lambda: _kill(api, warm.id)
-        )
-        reader.join(timeout=5.0)
+        frames = _Frames(spec)
+        timed_out = cancelled = disk_hit = killed = False
+        deadline = started + spec.timeout
+        next_disk = started + DISK_POLL_SECONDS
+        limit = self.settings.docker_disk_bytes
+        with conn, selectors.DefaultSelector() as selector:
+            selector.register(conn, selectors.EVENT_READ)
+            eof_deadline = float("inf")
+            while frames.exit is None:
+                now = time.monotonic()
+                if now >= eof_deadline:
+                    break  # killed, but the stream did not close: stop waiting
+                wait = min(deadline, next_disk, eof_deadline) - now
+                if spec.cancel is not None:
+                    wait = min(wait, 0.05)
+                if selector.select(timeout=max(0.0, wait)):
+                    try:
+                        data = conn.recv(262144)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        break
+                    frames.feed(data)
+                    continue
+                if killed:
+                    continue
+                now = time.monotonic()
+                if now >= deadline:
+                    timed_out = True
+                elif spec.cancel is not None and spec.cancel.is_set():
+                    cancelled = True
+                elif now >= next_disk:
+                    next_disk = now + DISK_POLL_SECONDS
+                    disk_hit = _disk_usage([spec.workspace.root]) - baseline >= limit
+                if timed_out or cancelled or disk_hit:
+                    _kill(self.client.api, warm.id)
+                    killed = True
+                    eof_deadline = time.monotonic() + 5.0
         duration_ms = int((time.monotonic() - started) * 1000)
-        conn.close()
         warnings = []
-        if frames.exit is None and not (timed_out or cancelled or disk_hit):
-            _kill(api, warm.id)  # the launcher is gone: make sure nothing of the run survives
+        if frames.exit is None and not killed:
+            _kill(self.client.api, warm.id)  # the launcher is gone: make sure nothing of the run survives
         oom = bool(_oom_kills(warm.id))
         if frames.exit is not None:
             code: int | None = frames.exit.get("exit_code")
-        elif timed_out or cancelled or disk_hit or oom:
+        elif killed or oom:
             code = 128 + signals.SIGKILL
         else:
             code = None
@@ -507,43 +557,33 @@ class DockerRuntime:
 
 
 class _Frames:
-    """Reader of the launcher's frames: output into bounded buffers, then the exit."""
+    """Parser of the launcher's frames: output into bounded buffers, then the exit."""
 
-    def __init__(self, conn: socket.socket, spec: ExecSpec) -> None:
-        self.conn = conn
+    def __init__(self, spec: ExecSpec) -> None:
         self.out, self.err = BoundedBuffer(spec.stdout_max), BoundedBuffer(spec.stderr_max)
         self.listener: OutputListener | None = spec.listener
         self.exit: dict[str, Any] | None = None
-        self.done = threading.Event()
+        self._pending = bytearray()
 
-    def _exactly(self, size: int) -> bytes:
-        data = bytearray()
-        while len(data) < size:
-            chunk = self.conn.recv(size - len(data))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return bytes(data)
-
-    def run(self) -> None:
-        try:
-            while True:
-                kind, length = struct.unpack(">cI", self._exactly(5))
-                payload = self._exactly(length)
-                if kind == b"X":
-                    self.exit = json.loads(payload)
-                    return
-                buffer, name = (self.out, "stdout") if kind == b"O" else (self.err, "stderr")
-                kept = buffer.feed(payload)
-                if self.listener is not None and kept:
-                    try:
-                        self.listener(name, kept)
-                    except Exception:
-                        pass
-        except (EOFError, OSError, ValueError, struct.error):
-            return
-        finally:
-            self.done.set()
+    def feed(self, data: bytes) -> None:
+        self._pending += data
+        while len(self._pending) >= 5 and self.exit is None:
+            kind = bytes(self._pending[:1])
+            (length,) = struct.unpack(">I", self._pending[1:5])
+            if len(self._pending) < 5 + length:
+                return
+            payload = bytes(self._pending[5 : 5 + length])
+            del self._pending[: 5 + length]
+            if kind == b"X":
+                self.exit = json.loads(payload)
+                return
+            buffer, name = (self.out, "stdout") if kind == b"O" else (self.err, "stderr")
+            kept = buffer.feed(payload)
+            if self.listener is not None and kept:
+                try:
+                    self.listener(name, kept)
+                except Exception:
+                    pass
 
 
 def _connect_unix(conn: socket.socket, path: Path) -> None:

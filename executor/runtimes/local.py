@@ -20,10 +20,11 @@ import threading
 import time
 from pathlib import Path
 
+from ..activity import Activity
 from ..skills import Skill
 from ..workspace.layout import Workspace, WorkspaceManager, build_view
 from .base import ExecResult, ExecSpec, RuntimePaths
-from .skillcopy import copy_skill
+from .skillcopy import copy_skill, make_read_only
 from .streams import BoundedBuffer, pump
 
 log = logging.getLogger(__name__)
@@ -44,18 +45,20 @@ class LocalRuntime:
 
     def __init__(self, *, path: str = "/usr/local/bin:/usr/bin:/bin") -> None:
         self.path = path
+        self.activity = Activity()
         log.warning(WARNING)
 
     def create_workspace(
         self, manager: WorkspaceManager, run_id: str, skill_id: str, *, session_work: Path | None, session: str | None
     ) -> Workspace:
-        return manager.create(run_id, skill_id, session_work=session_work, session=session)
+        return manager.create(run_id, skill_id, session_work=session_work, session=session, owner=self.owner)
 
     def paths(self, workspace: Workspace) -> RuntimePaths:
         return RuntimePaths(str(workspace.root))
 
     def prepare(self, workspace: Workspace, skill: Skill) -> list[str]:
         warnings = copy_skill(skill.path, workspace.skill_source)
+        make_read_only(workspace.skill_source)
         if workspace.session is not None:
             # The session's work dir stands in for the run's own (a link locally).
             shutil.rmtree(workspace.root / "work")

@@ -86,6 +86,10 @@ class WarmPool:
                 self._cond.wait(left)
         return True
 
+    def idle_roots(self) -> set[Path]:
+        with self._cond:
+            return {item.root for item in self._idle}
+
     @property
     def idle(self) -> int:
         with self._cond:
@@ -113,6 +117,10 @@ class WarmPool:
                 if self._closed:
                     return
                 self._starting += 1
+                have = len(self._idle)
+            if have:
+                # Still serving from the pool: start the replacement in a quiet moment.
+                self.runtime.activity.wait_quiet(2.0)
             item = None
             try:
                 item = self._start()

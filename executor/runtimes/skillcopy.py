@@ -21,14 +21,19 @@ def _safe_to_link(st: os.stat_result, user: tuple[int, int]) -> bool:
 
 
 def copy_skill(
-    source: Path, dest: Path, *, readonly: bool = True, link_unless_writable_by: tuple[int, int] | None = None
+    source: Path,
+    dest: Path,
+    *,
+    readonly: bool = True,
+    link_unless_writable_by: tuple[int, int] | None = None,
+    skip_top: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Copy ``source`` into the existing folder ``dest``; return warnings.
 
     Symbolic links are never followed: a link whose target stays inside the skill is
     recreated as a link, any other link is skipped with a warning.  With ``readonly``
-    the copy is made read-only (which stops a non-root command; root ignores modes,
-    but then it only writes to this copy, never to the source).
+    copied files lose their write bits (:func:`make_read_only` does the folders); a
+    root command ignores modes, but then it only writes to this copy, never the source.
 
     With ``link_unless_writable_by=(uid, gid)``, a file that user cannot write is hard
     linked instead of copied (no data moves; its mode is left alone, as it is the
@@ -38,7 +43,10 @@ def copy_skill(
     real_root = source.resolve()
     for dirpath, dirnames, filenames in os.walk(source):
         rel_dir = os.path.relpath(dirpath, source)
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP)
+        skip = SKIP | skip_top if rel_dir == "." else SKIP
+        dirnames[:] = sorted(d for d in dirnames if d not in skip)
+        if rel_dir == ".":
+            filenames = [f for f in filenames if f not in skip_top]
         target_dir = dest if rel_dir == "." else dest / rel_dir
         for name in [*dirnames, *sorted(filenames)]:
             src = Path(dirpath, name)
@@ -66,11 +74,14 @@ def copy_skill(
                 os.chmod(dst, (st.st_mode & 0o555) if readonly else (st.st_mode & 0o777))
             else:
                 warnings.append(f"skill file {rel!r} is a special file; not copied")
-    if readonly:
-        for dirpath, dirnames, _ in os.walk(dest, topdown=False):
-            for name in dirnames:
-                path = Path(dirpath, name)
-                if not path.is_symlink():
-                    os.chmod(path, 0o555)
-        os.chmod(dest, 0o555)
     return warnings
+
+
+def make_read_only(dest: Path) -> None:
+    """Directories of a copied skill: read-only (files got their modes when copied)."""
+    for dirpath, dirnames, _ in os.walk(dest, topdown=False):
+        for name in dirnames:
+            path = Path(dirpath, name)
+            if not path.is_symlink():
+                os.chmod(path, 0o555)
+    os.chmod(dest, 0o555)

@@ -121,11 +121,25 @@ class WorkspaceManager:
                 removed.append(entry.name)
         return removed
 
-    def create(self, run_id: str, skill_id: str, *, session_work: Path | None = None, session: str | None = None) -> Workspace:
-        root = self.create_root(run_id)
-        work = root / "work" if session_work is None else session_work
-        # With a session, root/work stays an empty mountpoint for the session's dir.
-        (work / "inputs").mkdir(parents=True, exist_ok=True)
+    def create(
+        self,
+        run_id: str,
+        skill_id: str,
+        *,
+        session_work: Path | None = None,
+        session: str | None = None,
+        owner: tuple[int, int] | None = None,
+    ) -> Workspace:
+        """A fresh workspace; its writable folders belong to ``owner`` (the run's user)."""
+        root = self.create_root(run_id, owner)
+        work = root / "work"
+        if session_work is not None:
+            # root/work stays an empty mountpoint (or becomes a link) for the session's dir.
+            work = session_work
+            (work / "inputs").mkdir(parents=True, exist_ok=True)
+            if owner is not None:
+                os.chown(work, *owner)
+                os.chown(work / "inputs", *owner)
         return Workspace(run_id=run_id, root=root, work=work, session=session, skill_id=skill_id)
 
     def create_root(self, name: str, owner: tuple[int, int] | None = None) -> Path:
@@ -143,17 +157,20 @@ class WorkspaceManager:
         return root
 
     def adopt(self, root: Path, run_id: str, skill_id: str) -> Workspace:
-        """Give a prepared folder (a warm container's) to a run: rename it to the run id.
-
-        A bind mount follows the folder, not its name, so a container that has it
-        mounted keeps seeing it.
-        """
-        target = self.runs / run_id
-        os.rename(root, target)
-        return Workspace(run_id=run_id, root=target, work=target / "work", session=None, skill_id=skill_id)
+        """Give a prepared folder (a warm container's) to a run; it keeps its name."""
+        return Workspace(run_id=run_id, root=root, work=root / "work", session=None, skill_id=skill_id)
 
     def remove(self, workspace: Workspace) -> None:
         remove_tree(workspace.root)
+
+
+RUN_LINKS = {"out": "../../out", "work": "../../work", "inputs": "../../work/inputs"}
+
+
+def add_run_links(view: Path) -> None:
+    """``out``, ``work`` and ``inputs`` in a skill folder point at the run's folders."""
+    for name, target in RUN_LINKS.items():
+        os.symlink(target, view / name)
 
 
 def build_view(workspace: Workspace, entries: list[str]) -> list[str]:
@@ -164,16 +181,16 @@ def build_view(workspace: Workspace, entries: list[str]) -> list[str]:
     """
     view = workspace.skill_view
     view.mkdir(parents=True, exist_ok=True)
-    reserved = {"out": "../../out", "work": "../../work", "inputs": "../../work/inputs"}
-    warnings = []
+    warnings = shadowed(entries)
     for entry in entries:
-        if entry in reserved:
-            warnings.append(f"the skill's own {entry!r} is hidden by the run's {entry}/ directory")
-            continue
-        os.symlink(f"../../{SKILL_SOURCE}/{entry}", view / entry)
-    for name, target in reserved.items():
-        os.symlink(target, view / name)
+        if entry not in RUN_LINKS:
+            os.symlink(f"../../{SKILL_SOURCE}/{entry}", view / entry)
+    add_run_links(view)
     return warnings
+
+
+def shadowed(entries: list[str]) -> list[str]:
+    return [f"the skill's own {e!r} is hidden by the run's {e}/ directory" for e in entries if e in RUN_LINKS]
 
 
 def remove_tree(path: Path) -> None:

@@ -55,8 +55,10 @@ async def create_run(
         status = "queued" if record.status == "queued" else record.status
         accepted = RunAccepted(run_id=record.run_id, status=status, replayed=replayed)
         return JSONResponse(accepted.model_dump(), status_code=202, headers={"Location": f"/v1/runs/{record.run_id}"})
-    final = await manager.wait(record, handle)
-    response = _final_response(final)
+    # Until the answer is built, this request counts as activity: housekeeping waits.
+    with request.app.state.executor.runtime.activity.running():
+        final = await manager.wait(record, handle)
+        response = _final_response(final)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return response
