@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     docker_oci_runtime: str | None = None
     pool_size: int = 2
     pool_max_idle_seconds: float = 600.0
-    max_concurrent_runs: int = Field(default_factory=lambda: max(1, os.cpu_count() or 1))
+    max_concurrent_runs: int = Field(default_factory=lambda: 2 * max(1, os.cpu_count() or 1))
     max_queued_runs: int = 64
     instance_id: str | None = None
 

@@ -88,12 +88,23 @@ def test_cache_reparses_only_changed_files(tmp_path: Path) -> None:
     assert repo.reload().by_id["demo"].description == "new text"
 
 
-def test_cache_refreshes_after_interval(tmp_path: Path) -> None:
+def test_cache_refreshes_after_interval_in_the_background(tmp_path: Path) -> None:
     repo = SkillRepository([tmp_path], refresh_interval=0.05)
     assert repo.list() == []
     skill(tmp_path, "late")
     time.sleep(0.1)
+    assert repo.list() == []  # stale snapshot served at once; a rescan starts
+    deadline = time.monotonic() + 5
+    while not repo.list() and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert [s.id for s in repo.list()] == ["late"]
+
+
+def test_interval_zero_rescans_synchronously(tmp_path: Path) -> None:
+    repo = SkillRepository([tmp_path], refresh_interval=0)
+    assert repo.list() == []
+    skill(tmp_path, "now")
+    assert [s.id for s in repo.list()] == ["now"]
 
 
 def test_rejected_and_hidden(tmp_path: Path) -> None:

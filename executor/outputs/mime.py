@@ -1,9 +1,11 @@
 """MIME types from content (libmagic), refined by extension where content says little.
 
 libmagic knows binary formats well but calls most text ``text/plain`` (or guesses a
-programming language for Markdown).  When the content is text and libmagic's answer
-is generic, a known extension decides: ``.json`` is ``application/json``, ``.csv`` is
-``text/csv``, ``.md`` is ``text/markdown`` and so on.
+programming language for Markdown).  So content decides first whether a file is text
+(valid UTF-8, no NUL byte); text with a known extension is typed by the extension
+(``.json`` is ``application/json``, ``.csv`` ``text/csv``, ``.md`` ``text/markdown``,
+...), which also spares libmagic's slowest path (~0.1-0.3 ms a file); everything else
+-- binary content, unknown or no extension -- is typed by libmagic.
 """
 
 from __future__ import annotations
@@ -43,20 +45,6 @@ BY_EXTENSION: dict[str, str] = {
     ".geojson": "application/geo+json",
 }
 
-#: libmagic answers that say only "some text" (or nothing) about a text file.
-_GENERIC = {
-    "text/plain",
-    "application/octet-stream",
-    "inode/x-empty",
-    "application/x-empty",
-    "text/xml",
-    "application/xml",
-    "text/html",
-    "application/json",
-    "application/csv",
-    "text/csv",
-}
-
 _local = threading.local()
 
 
@@ -80,13 +68,13 @@ def sniff(head: bytes) -> str:
 
 def detect(name: str, head: bytes, *, complete: bool) -> str:
     """The MIME type of a file called ``name`` whose content starts with ``head``."""
-    found = sniff(head)
     dot = name.rfind(".")
     ext = name[dot:].lower() if dot > name.rfind("/") else ""
     refined = BY_EXTENSION.get(ext)
     text = is_text(head, partial=not complete)
-    if refined and text and (found in _GENERIC or found.startswith("text/")):
+    if refined and text:
         return refined
+    found = sniff(head)
     if found in ("inode/x-empty", "application/x-empty"):
         return refined or "application/octet-stream"
     if text and found == "application/octet-stream":

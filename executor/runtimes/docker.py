@@ -30,7 +30,6 @@ import queue
 import selectors
 import signal as signals
 import socket
-import struct
 import threading
 import time
 from pathlib import Path
@@ -38,8 +37,7 @@ from typing import Any
 
 import docker
 from docker.errors import APIError, DockerException, NotFound
-from docker.types import Mount, Ulimit
-from docker.utils.socket import frames_iter
+from docker.types import LogConfig, Mount, Ulimit
 
 from ..activity import Activity
 from ..config import Settings
@@ -59,7 +57,7 @@ from ..workspace.layout import (
 from .base import ExecResult, ExecSpec, OutputListener, RuntimePaths
 from .pool import SOCKET, WarmContainer, WarmPool
 from .skillcopy import copy_skill
-from .streams import BoundedBuffer
+from .streams import BoundedBuffer, Demux, recv_loop
 
 log = logging.getLogger(__name__)
 
@@ -290,41 +288,40 @@ class DockerRuntime:
     def hardened_config(
         self, *, command: list[str], cwd: str, env: dict[str, str], mounts: list[Mount], labels: dict[str, str]
     ) -> dict[str, Any]:
-        """Create-container parameters with every isolation setting (one place for both paths)."""
+        """Low-level create-container parameters with every isolation setting, for both paths."""
         s = self.settings
-        config: dict[str, Any] = {
+        host_config = self.client.api.create_host_config(
+            mounts=mounts,
+            read_only=True,
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={s.docker_tmpfs_bytes},mode=1777"},
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            mem_limit=s.docker_memory_bytes,
+            memswap_limit=s.docker_memory_bytes,
+            nano_cpus=int(s.docker_cpus * 1e9),
+            pids_limit=s.docker_pids_limit,
+            ulimits=[
+                Ulimit(name="nofile", soft=s.docker_nofile, hard=s.docker_nofile),
+                Ulimit(name="fsize", soft=s.docker_disk_bytes, hard=s.docker_disk_bytes),
+            ],
+            init=True,
+            log_config=LogConfig(type="none", config={}),
+            network_mode=None if s.docker_network_disabled else "none",
+            runtime=s.docker_oci_runtime,
+        )
+        return {
             "image": s.docker_image,
             "command": command,
             "user": s.docker_user,
             "working_dir": cwd,
             "environment": env,
             "labels": {LABEL_MANAGED: "1", LABEL_INSTANCE: self.instance, LABEL_OWNER: self.token, **labels},
-            "mounts": mounts,
-            "read_only": True,
-            "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={s.docker_tmpfs_bytes},mode=1777"},
-            "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
-            "mem_limit": s.docker_memory_bytes,
-            "memswap_limit": s.docker_memory_bytes,
-            "nano_cpus": int(s.docker_cpus * 1e9),
-            "pids_limit": s.docker_pids_limit,
-            "ulimits": [
-                Ulimit(name="nofile", soft=s.docker_nofile, hard=s.docker_nofile),
-                Ulimit(name="fsize", soft=s.docker_disk_bytes, hard=s.docker_disk_bytes),
-            ],
-            "init": True,
-            "log_config": {"type": "none", "config": {}},
+            "network_disabled": s.docker_network_disabled,
             "stdin_open": False,
             "tty": False,
             "detach": True,
+            "host_config": host_config,
         }
-        if s.docker_network_disabled:
-            config["network_disabled"] = True
-        else:
-            config["network_mode"] = "none"
-        if s.docker_oci_runtime:
-            config["runtime"] = s.docker_oci_runtime
-        return config
 
     def container_config(self, spec: ExecSpec) -> dict[str, Any]:
         """The container of one run (cold path)."""
@@ -351,19 +348,19 @@ class DockerRuntime:
         """Create and start a pool container on an empty workspace; return its id."""
         deadline = time.time() + self.settings.pool_max_idle_seconds + self.settings.max_timeout
         config = self.hardened_config(
-            command=["python3", LAUNCHER, f"{CONTAINER_WORKSPACE}/{SOCKET}"],
+            command=["python3", "-I", "-S", LAUNCHER, f"{CONTAINER_WORKSPACE}/{SOCKET}"],
             cwd=CONTAINER_WORKSPACE,
             env={},
             mounts=[Mount(CONTAINER_WORKSPACE, str(root), type="bind", read_only=False)],
             labels={LABEL_RUN: "warm", LABEL_DEADLINE: f"{deadline:.0f}"},
         )
-        container = self.client.containers.create(**config)
+        container_id = self.client.api.create_container(**config)["Id"]
         try:
-            self.client.api.start(container.id)
+            self.client.api.start(container_id)
         except DockerException:
-            self._remove(container.id)
+            self._remove(container_id)
             raise
-        return container.id
+        return container_id
 
     def execute(self, spec: ExecSpec) -> ExecResult:
         if spec.stdin is not None:
@@ -383,25 +380,34 @@ class DockerRuntime:
                     self._running.pop(spec.run_id, None)
         started = time.monotonic()
         try:
-            container = self.client.containers.create(**self.container_config(spec))
+            container_id = self.client.api.create_container(**self.container_config(spec))["Id"]
         except DockerException as exc:
             raise Unavailable(f"could not create the run's container: {exc}", code="engine_error") from None
         with self._warm_lock:
-            self._running[spec.run_id] = container.id
+            self._running[spec.run_id] = container_id
         try:
-            return self._supervise(container.id, spec, started, baseline)
+            return self._supervise(container_id, spec, started, baseline)
         finally:
             with self._warm_lock:
                 self._running.pop(spec.run_id, None)
-            self._remove(container.id)
+            self._remove(container_id)
 
     def _supervise(self, container_id: str, spec: ExecSpec, started: float, baseline: int) -> ExecResult:
         api = self.client.api
         out, err = BoundedBuffer(spec.stdout_max), BoundedBuffer(spec.stderr_max)
         sock = api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1, "logs": 0})
         raw = getattr(sock, "_sock", sock)
+        # Docker's stream multiplexing: 8-byte headers, [stream, 0, 0, 0, size (big-endian)].
+        demux = Demux(8, _attach_header, {1: ("stdout", out), 2: ("stderr", err)}, spec.listener)
         done = threading.Event()
-        reader = threading.Thread(target=_pump_frames, args=(sock, out, err, spec, done), daemon=True)
+
+        def pump() -> None:
+            try:
+                recv_loop(raw, demux)
+            finally:
+                done.set()
+
+        reader = threading.Thread(target=pump, name="attach-reader", daemon=True)
         reader.start()
         try:
             api.start(container_id)
@@ -414,9 +420,13 @@ class DockerRuntime:
         duration_ms = int((time.monotonic() - started) * 1000)
         reader.join(timeout=2.0)
         _close(raw)
-        state = api.inspect_container(container_id)["State"]
-        oom = bool(state.get("OOMKilled"))
-        code: int | None = status if status is not None else state.get("ExitCode")
+        code: int | None = status
+        oom = False
+        if code is None or code == 128 + signals.SIGKILL:
+            # Only a SIGKILL can be the OOM killer's; ask the engine then (one call saved otherwise).
+            state = api.inspect_container(container_id)["State"]
+            oom = bool(state.get("OOMKilled"))
+            code = code if code is not None else state.get("ExitCode")
         disk_hit = disk_hit or self._reached_cap(spec, baseline, code)
         sig = _signal_name(code)
         warnings = self._disk_warning(disk_hit)
@@ -489,7 +499,9 @@ class DockerRuntime:
         except OSError as exc:
             conn.close()
             raise Unavailable(f"the warm container's launcher is unreachable: {exc}", code="engine_error") from None
-        frames = _Frames(spec)
+        frames = _LauncherFrames(spec)
+        buffer = bytearray(256 * 1024)
+        view = memoryview(buffer)
         timed_out = cancelled = disk_hit = killed = False
         deadline = started + spec.timeout
         next_disk = started + DISK_POLL_SECONDS
@@ -506,12 +518,12 @@ class DockerRuntime:
                     wait = min(wait, 0.05)
                 if selector.select(timeout=max(0.0, wait)):
                     try:
-                        data = conn.recv(262144)
+                        count = conn.recv_into(buffer)
                     except OSError:
-                        data = b""
-                    if not data:
+                        count = 0
+                    if not count:
                         break
-                    frames.feed(data)
+                    frames.demux.feed(view[:count])
                     continue
                 if killed:
                     continue
@@ -556,34 +568,27 @@ class DockerRuntime:
         )
 
 
-class _Frames:
-    """Parser of the launcher's frames: output into bounded buffers, then the exit."""
+class _LauncherFrames:
+    """The launcher's frames: 1 byte kind (O, E, X) + 4 bytes length + payload."""
 
     def __init__(self, spec: ExecSpec) -> None:
         self.out, self.err = BoundedBuffer(spec.stdout_max), BoundedBuffer(spec.stderr_max)
-        self.listener: OutputListener | None = spec.listener
         self.exit: dict[str, Any] | None = None
-        self._pending = bytearray()
+        self.demux = Demux(
+            5,
+            lambda h: (h[0], int.from_bytes(h[1:5], "big")),
+            {ord("O"): ("stdout", self.out), ord("E"): ("stderr", self.err)},
+            spec.listener,
+            self._control,
+        )
 
-    def feed(self, data: bytes) -> None:
-        self._pending += data
-        while len(self._pending) >= 5 and self.exit is None:
-            kind = bytes(self._pending[:1])
-            (length,) = struct.unpack(">I", self._pending[1:5])
-            if len(self._pending) < 5 + length:
-                return
-            payload = bytes(self._pending[5 : 5 + length])
-            del self._pending[: 5 + length]
-            if kind == b"X":
-                self.exit = json.loads(payload)
-                return
-            buffer, name = (self.out, "stdout") if kind == b"O" else (self.err, "stderr")
-            kept = buffer.feed(payload)
-            if self.listener is not None and kept:
-                try:
-                    self.listener(name, kept)
-                except Exception:
-                    pass
+    def _control(self, stream: int, payload: bytes) -> None:
+        if stream == ord("X"):
+            self.exit = json.loads(payload)
+
+
+def _attach_header(header: bytes) -> tuple[int, int]:
+    return header[0], int.from_bytes(header[4:8], "big")
 
 
 def _connect_unix(conn: socket.socket, path: Path) -> None:
@@ -622,22 +627,6 @@ def _oom_kills(container_id: str) -> int | None:
         except (OSError, ValueError, IndexError):
             continue
     return None
-
-
-def _pump_frames(sock: Any, out: BoundedBuffer, err: BoundedBuffer, spec: ExecSpec, done: threading.Event) -> None:
-    try:
-        for stream, data in frames_iter(sock, tty=False):
-            buffer, name = (out, "stdout") if stream == 1 else (err, "stderr")
-            kept = buffer.feed(data)
-            if spec.listener is not None and kept:
-                try:
-                    spec.listener(name, kept)
-                except Exception:
-                    pass
-    except (OSError, ValueError):
-        pass
-    finally:
-        done.set()
 
 
 def _kill(api: Any, container_id: str) -> None:

@@ -7,7 +7,9 @@ cap, counts the rest and flags truncation, so its memory never grows with the ou
 from __future__ import annotations
 
 import os
+import socket
 import threading
+from collections.abc import Callable
 from typing import BinaryIO
 
 from .base import OutputListener
@@ -21,7 +23,7 @@ class BoundedBuffer:
         self._data = bytearray()
         self.total = 0
 
-    def feed(self, chunk: bytes) -> bytes:
+    def feed(self, chunk: bytes | memoryview) -> bytes | memoryview:
         """Keep what fits; return the part kept (empty once the cap is reached)."""
         self.total += len(chunk)
         room = self.limit - len(self._data)
@@ -69,3 +71,82 @@ def pump(stream: BinaryIO, buffer: BoundedBuffer, name: str, listener: OutputLis
 def decode(data: bytes) -> str:
     """Output as text: UTF-8 with invalid bytes replaced (never an exception)."""
     return data.decode("utf-8", "replace")
+
+
+class Demux:
+    """Length-prefixed frames from a byte stream, without copying discarded output.
+
+    ``header`` bytes precede each frame; ``parse(header) -> (stream, length)``.  Bytes
+    of streams in ``outputs`` go to their :class:`BoundedBuffer` (and the listener,
+    only what is kept); any other stream's frame is collected whole and reported via
+    ``control`` (the launcher's exit frame).
+    """
+
+    def __init__(
+        self,
+        header: int,
+        parse: Callable[[bytes], tuple[int, int]],
+        outputs: dict[int, tuple[str, BoundedBuffer]],
+        listener: OutputListener | None,
+        control: Callable[[int, bytes], None] | None = None,
+    ) -> None:
+        self._size = header
+        self._parse = parse
+        self._outputs = outputs
+        self._listener = listener
+        self._control = control
+        self._head = bytearray()
+        self._stream = -1
+        self._left = 0
+        self._frame = bytearray()
+
+    def feed(self, data: memoryview) -> None:
+        i, n = 0, len(data)
+        while i < n:
+            if self._left == 0 and self._stream < 0:
+                take = min(self._size - len(self._head), n - i)
+                self._head += data[i : i + take]
+                i += take
+                if len(self._head) == self._size:
+                    self._stream, self._left = self._parse(bytes(self._head))
+                    self._head.clear()
+                    if self._left == 0:
+                        self._finish()
+                continue
+            take = min(self._left, n - i)
+            chunk = data[i : i + take]
+            target = self._outputs.get(self._stream)
+            if target is not None:
+                name, buffer = target
+                kept = buffer.feed(chunk)
+                if self._listener is not None and kept:
+                    try:
+                        self._listener(name, bytes(kept))
+                    except Exception:
+                        pass
+            else:
+                self._frame += chunk
+            i += take
+            self._left -= take
+            if self._left == 0:
+                self._finish()
+
+    def _finish(self) -> None:
+        if self._stream not in self._outputs and self._control is not None:
+            self._control(self._stream, bytes(self._frame))
+        self._frame.clear()
+        self._stream = -1
+
+
+def recv_loop(sock: socket.socket, demux: Demux, size: int = 256 * 1024) -> None:
+    """Read ``sock`` to EOF into one reused buffer, feeding ``demux``."""
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    while True:
+        try:
+            count = sock.recv_into(buffer)
+        except OSError:
+            return
+        if not count:
+            return
+        demux.feed(view[:count])

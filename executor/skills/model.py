@@ -43,6 +43,14 @@ class Skill:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     mtime_ns: int = 0
     size: int = 0
+    _location: str | None = None
+
+    @property
+    def location(self) -> str:
+        """Resolved absolute path of the skill file (computed once: resolving costs syscalls)."""
+        if self._location is None:
+            self._location = str(self.path.resolve() / self.skill_file.name)
+        return self._location
 
     @property
     def hidden(self) -> bool:

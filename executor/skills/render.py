@@ -13,7 +13,7 @@ Locator = Callable[[Skill], str]
 
 def host_location(skill: Skill) -> str:
     """Resolved absolute path of the skill's ``SKILL.md``, as skills-ref reports it."""
-    return str(skill.path.resolve() / skill.skill_file.name)
+    return skill.location
 
 
 def render_xml(skills: Iterable[Skill], locate: Locator = host_location) -> str:

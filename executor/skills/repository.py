@@ -7,12 +7,16 @@ keep skills under ``.curated/`` or ``.system/``), and follows a symlinked direct
 only when it resolves inside the same root.
 
 The catalog is a snapshot: parsing happens once per changed ``SKILL.md`` (mtime and
-size), and reads in between cost nothing.  A rescan runs on :meth:`SkillRepository.reload`
-or lazily when the snapshot is older than ``refresh_interval`` seconds.
+size), and reads in between cost nothing.  A rescan runs on :meth:`SkillRepository.reload`,
+or when the snapshot is older than ``refresh_interval`` seconds -- then in the
+background while readers keep getting the current snapshot (a rescan of 1,000 skills
+walks 1,000 folders: it must not sit on a request's path).  With an interval of 0
+every read rescans first, synchronously.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -26,6 +30,8 @@ from .loader import SkillLoadError, find_skill_file, load_skill
 from .model import Skill
 from .search import Hit, SearchIndex
 from .spec import Diagnostic
+
+log = logging.getLogger(__name__)
 
 MAX_DEPTH = 6
 SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__"})
@@ -112,13 +118,24 @@ class SkillRepository:
         self._cache: dict[Path, tuple[tuple[int, int], Skill | Rejected]] = {}
         self._catalog: Catalog | None = None
         self._scanned_at = 0.0
+        self._refreshing = threading.Lock()
 
     @property
     def catalog(self) -> Catalog:
         catalog = self._catalog
-        if catalog is None or time.monotonic() - self._scanned_at > self.refresh_interval:
-            catalog = self.reload()
+        if catalog is None or self.refresh_interval <= 0:
+            return self.reload()
+        if time.monotonic() - self._scanned_at > self.refresh_interval and self._refreshing.acquire(blocking=False):
+            threading.Thread(target=self._refresh, name="skills-refresh", daemon=True).start()
         return catalog
+
+    def _refresh(self) -> None:
+        try:
+            self.reload()
+        except Exception:  # a failed rescan keeps the previous snapshot
+            log.exception("rescanning the skill roots failed")
+        finally:
+            self._refreshing.release()
 
     def reload(self) -> Catalog:
         """Rescan the roots; re-parse only the ``SKILL.md`` files that changed."""

@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1/skills", tags=["skills"], responses=ERRORS)
 
 def _location(request: Request, skill: Skill) -> str:
     base = getattr(request.app.state.executor.runtime, "visible_skills_dir", None)
-    return f"{base}/{skill.id}/SKILL.md" if base else str(skill.path.resolve() / skill.skill_file.name)
+    return f"{base}/{skill.id}/SKILL.md" if base else skill.location
 
 
 def _files(items) -> list[FileInfo]:  # type: ignore[no-untyped-def]
