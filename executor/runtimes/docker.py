@@ -73,7 +73,7 @@ STDIN_FILE = ".stdin"
 DISK_POLL_SECONDS = 0.2
 #: Extra seconds past a container's deadline before the reaper removes it.
 REAPER_GRACE_SECONDS = 30.0
-LAUNCHER = "/opt/skill-executor/launcher.py"
+LAUNCHER = "/opt/skill-executor/launcher"
 #: Longest that housekeeping (container removal, pool refill) waits for a quiet moment.
 HOUSEKEEPING_MAX_WAIT = 2.0
 RUN_LINK_NAMES = frozenset(RUN_LINKS)
@@ -348,7 +348,7 @@ class DockerRuntime:
         """Create and start a pool container on an empty workspace; return its id."""
         deadline = time.time() + self.settings.pool_max_idle_seconds + self.settings.max_timeout
         config = self.hardened_config(
-            command=["python3", "-I", "-S", LAUNCHER, f"{CONTAINER_WORKSPACE}/{SOCKET}"],
+            command=[LAUNCHER, "--container", f"{CONTAINER_WORKSPACE}/{SOCKET}"],
             cwd=CONTAINER_WORKSPACE,
             env={},
             mounts=[Mount(CONTAINER_WORKSPACE, str(root), type="bind", read_only=False)],
@@ -489,13 +489,8 @@ class DockerRuntime:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             _connect_unix(conn, spec.workspace.root / SOCKET)
-            request = {
-                "command": spec.command,
-                "cwd": spec.cwd,
-                "env": spec.env,
-                "stdin": f"{CONTAINER_WORKSPACE}/run/{STDIN_FILE}" if spec.stdin is not None else None,
-            }
-            conn.sendall(json.dumps(request).encode() + b"\n")
+            stdin = f"{CONTAINER_WORKSPACE}/run/{STDIN_FILE}" if spec.stdin is not None else ""
+            conn.sendall(_launcher_request(spec.command, spec.cwd, stdin, spec.env))
         except OSError as exc:
             conn.close()
             raise Unavailable(f"the warm container's launcher is unreachable: {exc}", code="engine_error") from None
@@ -585,6 +580,16 @@ class _LauncherFrames:
     def _control(self, stream: int, payload: bytes) -> None:
         if stream == ord("X"):
             self.exit = json.loads(payload)
+
+
+def _launcher_request(command: str, cwd: str, stdin: str, env: dict[str, str]) -> bytes:
+    """u32 count, then (u32 length, bytes) fields: command, cwd, stdin path, NAME=value..."""
+    fields = [command, cwd, stdin, *(f"{name}={value}" for name, value in env.items())]
+    encoded = [field.encode() for field in fields]
+    parts = [len(encoded).to_bytes(4, "big")]
+    for field in encoded:
+        parts += [len(field).to_bytes(4, "big"), field]
+    return b"".join(parts)
 
 
 def _attach_header(header: bytes) -> tuple[int, int]:

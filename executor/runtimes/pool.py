@@ -2,7 +2,7 @@
 
 Each pool container is started ahead of time with the full hardening of a per-run
 container and its *own* fresh, empty workspace mounted at ``/workspace``; its main
-process is the launcher (``images/runner/launcher.py``), waiting on a Unix socket in
+process is the launcher (``images/runner/launcher.c``), waiting on a Unix socket in
 that workspace.  A run takes one container (or none, when the pool is empty: the
 caller then starts a container of its own), uses it once, and the container is
 destroyed.  Background threads keep the pool filled and retire containers that have

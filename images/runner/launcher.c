@@ -1,0 +1,223 @@
+/*
+ * The warm-pool launcher: runs exactly one command in its (single-use) container.
+ *
+ * Started as the container's main process (under tini), with the same user and
+ * restrictions as the command.  It listens on a Unix socket inside the run's own
+ * workspace mount, accepts exactly one connection, then removes the socket so nothing
+ * else can reach it.  Written in C so that a warm container is ready, and a command
+ * starts, in about a millisecond.
+ *
+ * Request (host -> launcher): u32 count, then count fields of u32 length + bytes, all
+ * big-endian: command, cwd, stdin path ("" for none), then "NAME=value" environment
+ * entries (merged over the launcher's own environment, as Docker merges a container's
+ * environment over the image's).
+ *
+ * Frames (launcher -> host): 1 byte kind + u32 big-endian length + payload:
+ *   'O' stdout bytes, 'E' stderr bytes, 'X' {"exit_code": N} (last).
+ *
+ * When the command's main process exits, whatever it left behind is killed, so the
+ * workspace is final when the exit frame arrives -- as in a container per run, which
+ * ends with its main process.  With --container (the runtime passes it; the launcher
+ * is then the main process of a container's own PID namespace) that is
+ * kill(-1, SIGKILL): every process of the container but PID 1 and this one.  Without
+ * it only the command's process group is killed: kill(-1) anywhere else would kill
+ * every process its user may signal.  The host still kills and removes the container.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_FIELDS 4096
+#define MAX_FIELD (1u << 20)
+#define CHUNK 65536
+
+extern char **environ;
+
+static void die(const char *what) {
+    perror(what);
+    _exit(111);
+}
+
+static int read_exact(int fd, void *buf, size_t size) {
+    char *p = buf;
+    while (size) {
+        ssize_t n = read(fd, p, size);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        p += n;
+        size -= (size_t)n;
+    }
+    return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t size) {
+    const char *p = buf;
+    while (size) {
+        ssize_t n = send(fd, p, size, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        p += n;
+        size -= (size_t)n;
+    }
+    return 0;
+}
+
+static uint32_t be32(const unsigned char *b) {
+    return ((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) | b[3];
+}
+
+static int frame(int conn, char kind, const void *data, uint32_t size) {
+    unsigned char head[5] = {(unsigned char)kind, size >> 24, size >> 16, size >> 8, size};
+    if (write_all(conn, head, 5)) return -1;
+    return size ? write_all(conn, data, size) : 0;
+}
+
+/* Read one field of the request into a fresh NUL-terminated buffer. */
+static char *read_field(int conn) {
+    unsigned char len[4];
+    if (read_exact(conn, len, 4)) return NULL;
+    uint32_t size = be32(len);
+    if (size > MAX_FIELD) return NULL;
+    char *field = malloc(size + 1);
+    if (!field || read_exact(conn, field, size)) return NULL;
+    field[size] = '\0';
+    return field;
+}
+
+static size_t name_length(const char *entry) {
+    const char *eq = strchr(entry, '=');
+    return eq ? (size_t)(eq - entry) : strlen(entry);
+}
+
+/* The request's entries, then the launcher's own ones the request does not set. */
+static char **merge_environment(char **given, size_t count) {
+    size_t own = 0;
+    while (environ[own]) own++;
+    char **env = calloc(count + own + 1, sizeof(char *));
+    if (!env) return NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < count; i++) env[n++] = given[i];
+    for (size_t i = 0; i < own; i++) {
+        size_t len = name_length(environ[i]);
+        int overridden = 0;
+        for (size_t j = 0; j < count && !overridden; j++)
+            overridden = name_length(given[j]) == len && strncmp(given[j], environ[i], len) == 0;
+        if (!overridden) env[n++] = environ[i];
+    }
+    env[n] = NULL;
+    return env;
+}
+
+/* Forward what one pipe has now; returns 0 at end of file or error, 1 otherwise. */
+static int forward(int conn, int fd, char kind) {
+    char buf[CHUNK];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 1;
+    if (n <= 0) return 0;
+    if (frame(conn, kind, buf, (uint32_t)n)) _exit(0); /* the host went away */
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    int in_container = argc == 3 && strcmp(argv[1], "--container") == 0;
+    if (argc != 2 && !in_container) {
+        fprintf(stderr, "usage: launcher [--container] SOCKET\n");
+        return 2;
+    }
+    const char *path = argv[argc - 1];
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    char tmp[sizeof addr.sun_path];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) die("socket path");
+    memcpy(addr.sun_path, tmp, strlen(tmp) + 1);
+
+    int server = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (server < 0) die("socket");
+    if (bind(server, (struct sockaddr *)&addr, sizeof addr)) die("bind");
+    if (listen(server, 1)) die("listen");
+    if (rename(tmp, path)) die("rename"); /* appears only once it accepts */
+    int conn = accept4(server, NULL, NULL, SOCK_CLOEXEC);
+    if (conn < 0) die("accept");
+    close(server);
+    unlink(path);
+
+    unsigned char countb[4];
+    if (read_exact(conn, countb, 4)) return 0;
+    uint32_t count = be32(countb);
+    if (count < 3 || count > MAX_FIELDS) return 1;
+    char **fields = calloc(count, sizeof(char *));
+    if (!fields) die("calloc");
+    for (uint32_t i = 0; i < count; i++)
+        if (!(fields[i] = read_field(conn))) return 1;
+    char **env = merge_environment(fields + 3, count - 3);
+    if (!env) die("environment");
+
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) die("pipe");
+    pid_t child = fork();
+    if (child < 0) die("fork");
+    if (child == 0) {
+        setsid();
+        signal(SIGPIPE, SIG_DFL);
+        int in = open(fields[2][0] ? fields[2] : "/dev/null", O_RDONLY);
+        if (in < 0 || dup2(in, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(126);
+        if (chdir(fields[1])) {
+            dprintf(2, "launcher: cannot enter %s: %s\n", fields[1], strerror(errno));
+            _exit(126);
+        }
+        char *args[] = {"bash", "-c", fields[0], NULL};
+        execve("/bin/bash", args, env);
+        dprintf(2, "launcher: cannot run bash: %s\n", strerror(errno));
+        _exit(127);
+    }
+    close(out[1]);
+    close(err[1]);
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+
+    /* The main process's exit wakes poll too (a pidfd), even while leftovers keep the pipes open. */
+    int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+    struct pollfd fds[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {pidfd, POLLIN, 0}};
+    int open_pipes = 2, exited = 0, status = 0;
+    while (open_pipes) {
+        int ready = poll(fds, 3, exited ? 0 : (pidfd >= 0 ? -1 : 5));
+        if (ready < 0 && errno == EINTR) continue;
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd >= 0 && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+                if (!forward(conn, fds[i].fd, i == 0 ? 'O' : 'E')) {
+                    close(fds[i].fd);
+                    fds[i].fd = -1;
+                    open_pipes--;
+                }
+            }
+        }
+        if (fds[2].fd >= 0 && (fds[2].revents & POLLIN)) fds[2].fd = -1;
+        if (!exited && waitpid(child, &status, WNOHANG) == child) {
+            exited = 1;
+            continue; /* one more pass to drain what is already in the pipes */
+        }
+        if (exited && ready <= 0) break; /* leftovers holding the pipes die below */
+    }
+    if (!exited) waitpid(child, &status, 0);
+    if (in_container)
+        kill(-1, SIGKILL);
+    else
+        kill(-child, SIGKILL); /* the command's session and process group */
+
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    char body[64];
+    int size = snprintf(body, sizeof body, "{\"exit_code\": %d}", code);
+    frame(conn, 'X', body, (uint32_t)size);
+    close(conn);
+    return 0;
+}
