@@ -432,6 +432,13 @@ def test_timeout_kills_process_tree(executor: Executor) -> None:
     assert not _sleepers_left()
 
 
+def test_output_flood_still_meets_its_deadline(executor: Executor) -> None:
+    started = time.monotonic()
+    result = run(executor, command="yes", timeout=2)
+    assert result.timed_out and result.stdout_truncated and result.stdout.startswith("y\ny\n")
+    assert time.monotonic() - started < 2 + 1.5 + 1.0
+
+
 def test_background_leftovers_are_killed_after_exit(executor: Executor) -> None:
     started = time.monotonic()
     result = run(executor, command="(sleep 77 &) ; echo quick")

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..config import Settings
-from ..errors import BadRequest, ExecutorError
+from ..errors import BadRequest
 
 
 def register(groups: Any) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import queue
 import re
 import secrets

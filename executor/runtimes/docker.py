@@ -54,7 +54,7 @@ from ..workspace.layout import (
     remove_tree,
     shadowed,
 )
-from .base import ExecResult, ExecSpec, OutputListener, RuntimePaths
+from .base import ExecResult, ExecSpec, RuntimePaths
 from .pool import SOCKET, WarmContainer, WarmPool
 from .skillcopy import copy_skill
 from .streams import BoundedBuffer, Demux, recv_loop
@@ -367,7 +367,7 @@ class DockerRuntime:
             stdin_path = spec.workspace.run_dir / STDIN_FILE
             stdin_path.write_bytes(spec.stdin)
             os.chmod(stdin_path, 0o444)
-        baseline = _disk_usage([spec.workspace.root, spec.workspace.work])
+        baseline = _disk_usage(_usage_roots(spec.workspace))
         with self._warm_lock:
             warm = self._warm.get(spec.run_id)
         if warm is not None:
@@ -449,29 +449,17 @@ class DockerRuntime:
         self, done: threading.Event, spec: ExecSpec, started: float, baseline: int, kill: Any
     ) -> tuple[bool, bool, bool]:
         """Wait for the run to end; kill it at the deadline, on cancel, or past the disk cap."""
-        timed_out = cancelled = disk_hit = False
-        deadline = started + spec.timeout
-        next_disk = time.monotonic() + DISK_POLL_SECONDS
-        limit = self.settings.docker_disk_bytes
-        while not done.wait(timeout=min(0.05, max(0.0, deadline - time.monotonic()))):
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-            elif spec.cancel is not None and spec.cancel.is_set():
-                cancelled = True
-            elif now >= next_disk:
-                next_disk = now + DISK_POLL_SECONDS
-                if _disk_usage([spec.workspace.root, spec.workspace.work]) - baseline >= limit:
-                    disk_hit = True
-            if timed_out or cancelled or disk_hit:
+        guard = _Guard(spec, started, baseline, self.settings.docker_disk_bytes)
+        while not done.wait(timeout=guard.wait_time()):
+            if guard.breached():
                 kill()
                 break
-        return timed_out, cancelled, disk_hit
+        return guard.timed_out, guard.cancelled, guard.disk_hit
 
     def _reached_cap(self, spec: ExecSpec, baseline: int, code: int | None) -> bool:
         """A file stopped at the fsize cap, or the run reached the cap as it ended."""
         limit = self.settings.docker_disk_bytes
-        return code == 128 + signals.SIGXFSZ or _disk_usage([spec.workspace.root, spec.workspace.work]) - baseline >= limit
+        return code == 128 + signals.SIGXFSZ or _disk_usage(_usage_roots(spec.workspace)) - baseline >= limit
 
     def _disk_warning(self, disk_hit: bool) -> list[str]:
         if not disk_hit:
@@ -497,21 +485,16 @@ class DockerRuntime:
         frames = _LauncherFrames(spec)
         buffer = bytearray(256 * 1024)
         view = memoryview(buffer)
-        timed_out = cancelled = disk_hit = killed = False
-        deadline = started + spec.timeout
-        next_disk = started + DISK_POLL_SECONDS
-        limit = self.settings.docker_disk_bytes
+        guard = _Guard(spec, started, baseline, self.settings.docker_disk_bytes)
+        killed = False
         with conn, selectors.DefaultSelector() as selector:
             selector.register(conn, selectors.EVENT_READ)
             eof_deadline = float("inf")
             while frames.exit is None:
-                now = time.monotonic()
-                if now >= eof_deadline:
+                if time.monotonic() >= eof_deadline:
                     break  # killed, but the stream did not close: stop waiting
-                wait = min(deadline, next_disk, eof_deadline) - now
-                if spec.cancel is not None:
-                    wait = min(wait, 0.05)
-                if selector.select(timeout=max(0.0, wait)):
+                wait = guard.wait_time() if not killed else max(0.0, eof_deadline - time.monotonic())
+                if selector.select(timeout=wait):
                     try:
                         count = conn.recv_into(buffer)
                     except OSError:
@@ -519,21 +502,13 @@ class DockerRuntime:
                     if not count:
                         break
                     frames.demux.feed(view[:count])
-                    continue
-                if killed:
-                    continue
-                now = time.monotonic()
-                if now >= deadline:
-                    timed_out = True
-                elif spec.cancel is not None and spec.cancel.is_set():
-                    cancelled = True
-                elif now >= next_disk:
-                    next_disk = now + DISK_POLL_SECONDS
-                    disk_hit = _disk_usage([spec.workspace.root]) - baseline >= limit
-                if timed_out or cancelled or disk_hit:
+                # Checked on every pass: a command that floods its output keeps the socket
+                # readable, and must still meet its deadline.
+                if not killed and guard.breached():
                     _kill(self.client.api, warm.id)
                     killed = True
                     eof_deadline = time.monotonic() + 5.0
+        timed_out, cancelled, disk_hit = guard.timed_out, guard.cancelled, guard.disk_hit
         duration_ms = int((time.monotonic() - started) * 1000)
         warnings = []
         if frames.exit is None and not killed:
@@ -561,6 +536,45 @@ class DockerRuntime:
             disk_limit_hit=disk_hit,
             warnings=warnings + self._disk_warning(disk_hit),
         )
+
+
+class _Guard:
+    """The limits a run is held to while it executes: deadline, cancellation, disk cap."""
+
+    def __init__(self, spec: ExecSpec, started: float, baseline: int, limit: int) -> None:
+        self.spec = spec
+        self.deadline = started + spec.timeout
+        self.baseline = baseline
+        self.limit = limit
+        self.roots = _usage_roots(spec.workspace)
+        self.next_disk = started + DISK_POLL_SECONDS
+        self.timed_out = self.cancelled = self.disk_hit = False
+
+    def wait_time(self) -> float:
+        """Seconds until the next check is due."""
+        wait = min(self.deadline, self.next_disk) - time.monotonic()
+        if self.spec.cancel is not None:
+            wait = min(wait, 0.05)
+        return max(0.0, wait)
+
+    def breached(self) -> bool:
+        now = time.monotonic()
+        if now >= self.deadline:
+            self.timed_out = True
+        elif self.spec.cancel is not None and self.spec.cancel.is_set():
+            self.cancelled = True
+        elif now >= self.next_disk:
+            self.next_disk = now + DISK_POLL_SECONDS
+            self.disk_hit = _disk_usage(self.roots) - self.baseline >= self.limit
+        return self.timed_out or self.cancelled or self.disk_hit
+
+
+def _usage_roots(workspace: Workspace) -> list[Path]:
+    """Folders whose growth counts against the disk cap (a session's work is elsewhere)."""
+    roots = [workspace.root]
+    if workspace.root not in workspace.work.parents:
+        roots.append(workspace.work)
+    return roots
 
 
 class _LauncherFrames:
