@@ -19,10 +19,6 @@ class Activity:
         self._cond = threading.Condition()
         self._active = 0
 
-    @property
-    def active(self) -> int:
-        return self._active
-
     @contextmanager
     def running(self) -> Iterator[None]:
         with self._cond:

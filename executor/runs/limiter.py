@@ -70,8 +70,4 @@ class RunLimiter:
             self.waiting += 1
             return Reservation(self)
 
-    def slot(self) -> Reservation:
-        """Reserve and hold: ``with limiter.slot(): ...``."""
-        return self.reserve()
-
 

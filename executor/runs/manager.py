@@ -216,10 +216,6 @@ class RunManager:
             record = self.store.get(record.run_id)
         return record
 
-    def active(self) -> int:
-        with self._lock:
-            return len(self._handles)
-
     def shutdown(self, timeout: float = 15.0) -> None:
         """Cancel every run of this process and wait for them to clean up."""
         with self._lock:

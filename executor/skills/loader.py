@@ -75,7 +75,6 @@ def load_skill(path: Path | str) -> Skill:
     """Load a skill (tolerant mode); raises :class:`SkillLoadError` when unusable."""
     directory, skill_file = resolve_target(Path(path))
     try:
-        stat = skill_file.stat()
         data = skill_file.read_bytes()
     except OSError as exc:
         raise SkillLoadError(
@@ -85,9 +84,7 @@ def load_skill(path: Path | str) -> Skill:
         parsed = parse_skill_file(data)
     except SkillFileError as exc:
         raise SkillLoadError(skill_file, [exc.diagnostic, *exc.notes]) from None
-    skill = build_skill(parsed, directory, skill_file)
-    skill.mtime_ns, skill.size = stat.st_mtime_ns, stat.st_size
-    return skill
+    return build_skill(parsed, directory, skill_file)
 
 
 def build_skill(parsed: ParsedFile, directory: Path, skill_file: Path) -> Skill:

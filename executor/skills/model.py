@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .spec import Diagnostic
+from .spec import HIDE_FROM_MODEL, Diagnostic
 
 
 def estimate_tokens(text: str) -> int:
@@ -41,8 +41,6 @@ class Skill:
     allowed_tools: list[str] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    mtime_ns: int = 0
-    size: int = 0
     _location: str | None = None
 
     @property
@@ -55,7 +53,7 @@ class Skill:
     @property
     def hidden(self) -> bool:
         """True when the skill asks not to be offered to the model on its own."""
-        value = self.extras.get("disable-model-invocation")
+        value = self.extras.get(HIDE_FROM_MODEL)
         return isinstance(value, str) and value.strip().lower() in {"true", "yes", "on", "1"}
 
     @property

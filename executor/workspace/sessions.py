@@ -59,12 +59,6 @@ class SessionStore:
         marker.touch()
         os.utime(marker)
 
-    def last_used(self, session: str) -> float | None:
-        try:
-            return (self.path(session) / _TOUCH).stat().st_mtime
-        except FileNotFoundError:
-            return None
-
     def sweep(self, now: float | None = None) -> list[str]:
         """Delete sessions idle for longer than the TTL and not in use; return their ids."""
         now = time.time() if now is None else now
