@@ -334,3 +334,34 @@ def test_drained_pool_falls_back_to_cold_containers(tmp_path: Path, docker_runti
         assert pool.hits >= 1 and pool.misses >= 1 and pool.hits + pool.misses == 6
     finally:
         executor.close()
+
+
+def test_runner_image_libraries_and_binary_outputs(tmp_path: Path, docker_runtime_name: str) -> None:
+    """The libraries the README lists import, and real binary outputs are typed by content."""
+    executor = Executor.from_settings(make_settings(tmp_path, "docker"))
+    try:
+        script = (
+            "import numpy, pandas, matplotlib, PIL, openpyxl, pypdf, reportlab, docx, yaml, lxml\n"
+            "import matplotlib.pyplot as plt\n"
+            "plt.plot([1, 2, 3], [1, 4, 9]); plt.savefig('out/chart.png')\n"
+            "from reportlab.pdfgen import canvas\n"
+            "c = canvas.Canvas('out/doc.pdf'); c.drawString(100, 750, 'hello'); c.save()\n"
+            "wb = openpyxl.Workbook(); wb.active['A1'] = 42; wb.save('out/book.xlsx')\n"
+            "print(pandas.DataFrame({'a': [1, 2]})['a'].sum())\n"
+        )
+        result = executor.runner.run(request(
+            command=f"python3 - <<'PY'\n{script}PY\nfile --version | head -1; pdftotext out/doc.pdf - | head -1",
+            outputs={"globs": ["out/*"], "inline_binary": True},
+        ))
+        assert result.exit_code == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0] == "3" and lines[1].startswith("file-") and lines[2] == "hello"
+        types = {f.name: f.mime_type for f in result.output_files}
+        assert types == {
+            "out/chart.png": "image/png",
+            "out/doc.pdf": "application/pdf",
+            "out/book.xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        }
+        assert all(f.encoding == "base64" for f in result.output_files)
+    finally:
+        executor.close()
