@@ -313,3 +313,23 @@ def test_skill_md_path_is_accepted_directly(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     assert codes(check(empty).errors) == ["skill-file-missing"]
+
+
+def test_key_spelling_variants_are_read_as_spec_keys(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", "Name: demo\nDescription: Works.\nallowed_tools: Read Write\nLicense: MIT")
+    strict = check(d, strict=True)
+    assert codes(strict.errors) == ["key-spelling"] * 4
+    tolerant = check(d)
+    assert tolerant.valid and tolerant.skill is not None
+    skill = tolerant.skill
+    assert (skill.name, skill.description, skill.allowed_tools, skill.license) == ("demo", "Works.", ["Read", "Write"], "MIT")
+    assert skill.extras == {}
+    both = load_skill(make_skill(tmp_path / "b", "demo", "name: demo\ndescription: exact\nDescription: variant"))
+    assert both.description == "exact" and both.extras == {"Description": "variant"}
+
+
+def test_other_casings_of_the_file_name(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", VALID, filename="Skill.md")
+    strict = check(d, strict=True)
+    assert codes(strict.errors) == ["file-name"] and "Skill.md" in strict.errors[0].message
+    assert check(d).valid

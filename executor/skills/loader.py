@@ -41,16 +41,17 @@ class SkillLoadError(Exception):
 
 
 def find_skill_file(directory: Path) -> Path | None:
-    """``SKILL.md`` if present, else a lowercase ``skill.md`` (tolerated), else None.
+    """``SKILL.md`` if present, else ``skill.md`` or another casing (tolerated), else None.
 
     The directory is listed rather than probed so that a case-insensitive file system
     cannot make ``skill.md`` pass for ``SKILL.md``.
     """
     try:
-        names = set(os.listdir(directory))
+        names = sorted(os.listdir(directory))
     except OSError:
         return None
-    for candidate in (SKILL_FILE, LOWERCASE_SKILL_FILE):
+    ranked = [SKILL_FILE, LOWERCASE_SKILL_FILE, *(n for n in names if n.lower() == LOWERCASE_SKILL_FILE)]
+    for candidate in ranked:
         if candidate in names and (directory / candidate).is_file():
             return directory / candidate
     return None
@@ -89,8 +90,8 @@ def load_skill(path: Path | str) -> Skill:
 
 def build_skill(parsed: ParsedFile, directory: Path, skill_file: Path) -> Skill:
     """Apply the spec rules to parsed frontmatter; raises when no usable description."""
-    fm = parsed.frontmatter
     diags: list[Diagnostic] = list(parsed.diagnostics)
+    fm = _normalise_keys(parsed.frontmatter, diags)
 
     if skill_file.name != SKILL_FILE:
         diags.append(
@@ -160,6 +161,23 @@ def build_skill(parsed: ParsedFile, directory: Path, skill_file: Path) -> Skill:
         extras=extras,
         diagnostics=diags,
     )
+
+
+def _normalise_keys(fm: dict[str, Any], diags: list[Diagnostic]) -> dict[str, Any]:
+    """Read ``Description:`` or ``allowed_tools:`` as the spec key they mean (with a finding).
+
+    Only when the exact key is absent, so a file holding both keeps the exact one (and
+    the variant is then an unknown key).
+    """
+    out = dict(fm)
+    for key in list(fm):
+        if not isinstance(key, str) or key in ALLOWED_FIELDS:
+            continue
+        meant = key.strip().lower().replace("_", "-")
+        if meant in ALLOWED_FIELDS and meant not in out:
+            out[meant] = out.pop(key)
+            diags.append(Diagnostic("key-spelling", f"key {key!r} should be spelled {meant!r}; read as {meant!r}"))
+    return out
 
 
 def _check_description(fm: dict[str, Any], diags: list[Diagnostic]) -> str | None:
