@@ -423,13 +423,14 @@ def test_save_as_artifacts_and_name_template(executor: Executor) -> None:
 
 def test_timeout_kills_process_tree(executor: Executor) -> None:
     started = time.monotonic()
-    result = run(executor, command="echo started; sleep 100 & sleep 100; wait", timeout=2)
+    # A distinctive duration, so the check below finds this run's processes and no others.
+    result = run(executor, command="echo started; sleep 100.0417 & sleep 100.0417; wait", timeout=2)
     elapsed = time.monotonic() - started
     assert result.timed_out and result.stdout == "started\n"
     assert 2.0 <= result.duration_ms / 1000 < 3.0
     assert elapsed < 3.0 + 1.5  # within 1 s of the deadline, plus set-up
     assert "timeout" in result.limits_hit
-    assert not _sleepers_left()
+    assert not _sleepers_left("100.0417")
 
 
 def test_output_flood_still_meets_its_deadline(executor: Executor) -> None:
@@ -441,12 +442,13 @@ def test_output_flood_still_meets_its_deadline(executor: Executor) -> None:
 
 def test_background_leftovers_are_killed_after_exit(executor: Executor) -> None:
     started = time.monotonic()
-    result = run(executor, command="(sleep 77 &) ; echo quick")
+    result = run(executor, command="(sleep 77.0417 &) ; echo quick")
     assert result.stdout == "quick\n" and time.monotonic() - started < 5
-    assert not _sleepers_left("77")
+    assert not _sleepers_left("77.0417")
 
 
-def _sleepers_left(arg: str = "100") -> bool:
+def _sleepers_left(arg: str) -> bool:
+    """True when a ``sleep ARG`` process still exists anywhere on the host (containers included)."""
     time.sleep(0.2)
     for pid in os.listdir("/proc"):
         if pid.isdigit():
