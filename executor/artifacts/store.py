@@ -14,13 +14,13 @@ import os
 import re
 import sqlite3
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from ..errors import BadRequest, NotFound
+from ..sqlite import ThreadLocalDB
 
 NAME_MAX = 255
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*$")
@@ -87,10 +87,9 @@ class LocalArtifactStore:
         self.root = root
         self.blobs = root / "blobs"
         self.blobs.mkdir(parents=True, exist_ok=True)
-        self._db_path = root / "artifacts.db"
-        self._local = threading.local()
+        # Artifact metadata is synced on every commit: a save is final once it returns.
+        self._sqlite = ThreadLocalDB(root / "artifacts.db", synchronous="FULL")
         with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
             db.execute(
                 """CREATE TABLE IF NOT EXISTS artifacts (
                     name TEXT NOT NULL, version INTEGER NOT NULL, size INTEGER NOT NULL,
@@ -99,13 +98,7 @@ class LocalArtifactStore:
             )
 
     def _connect(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self._db_path, timeout=30, isolation_level=None)
-            conn.execute("PRAGMA busy_timeout=30000")
-            conn.execute("PRAGMA synchronous=FULL")
-            self._local.conn = conn
-        return conn
+        return self._sqlite.db()
 
     def _blob_path(self, sha: str) -> Path:
         return self.blobs / sha[:2] / sha

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import Conflict, NotFound
+from ..sqlite import ThreadLocalDB
 
 Status = Literal["queued", "running", "completed", "failed", "cancelled"]
 FINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
@@ -52,9 +52,10 @@ class RunStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._local = threading.local()
+        # WAL + NORMAL: a record survives a crash of the service; only a power loss
+        # may drop the last commits. Run records do not need an fsync per update.
+        self._sqlite = ThreadLocalDB(path, synchronous="NORMAL")
         db = self._db()
-        db.execute("PRAGMA journal_mode=WAL")
         db.executescript(
             """
             CREATE TABLE IF NOT EXISTS runs (
@@ -68,15 +69,7 @@ class RunStore:
         )
 
     def _db(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            conn.execute("PRAGMA busy_timeout=30000")
-            # WAL + NORMAL: a record survives a crash of the service; only a power loss
-            # may drop the last commits. Run records do not need an fsync per update.
-            conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = conn
-        return conn
+        return self._sqlite.db()
 
     def create(
         self,
