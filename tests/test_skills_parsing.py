@@ -75,7 +75,8 @@ def test_blank_lines_before_frontmatter_warn(tmp_path: Path) -> None:
         (b"---\nname: demo\ndescription: d\n", "frontmatter-unclosed"),
         (b"---\n- a\n- b\n---\n", "frontmatter-not-mapping"),
         (b"---\n---\nbody", "frontmatter-not-mapping"),
-        (b"---\nname: [unclosed\n---\n", "yaml-invalid"),
+        (b"---\nname: demo\n description: misplaced\n---\n", "yaml-invalid"),
+        (b"---\nname: demo\ndescription: d\n\tlicense: tab-indented\n---\n", "yaml-invalid"),
         (b"---\nname: demo\ndescription: caf\xe9\n---\n", "encoding"),
         (b"---\nname: demo\n---\n", "description-missing"),
         (b"---\nname: demo\ndescription: '   '\n---\n", "description-empty"),
@@ -177,10 +178,26 @@ def test_unquoted_colon_is_repaired_once_with_a_warning(tmp_path: Path) -> None:
     assert "yaml-repaired" in codes(check(d, strict=True).errors)
     quotes = load_skill(make_skill(tmp_path / "q", "demo", 'name: demo\ndescription: Say "hi": then \\ go'))
     assert quotes.description == 'Say "hi": then \\ go'
-    for value in ["@mention the bot", "`code` helper", "%complete tasks"]:
-        odd = check(make_skill(tmp_path / "r" / value[:2], "demo", f"name: demo\ndescription: {value}"))
+    for value in ["@mention the bot", "`code` helper", "%complete tasks", "[Beta] Does X", "{{name}} helper",
+                  '"Fast" helper for Y', "'Fast' helper: for Y", "[unclosed"]:
+        odd = check(make_skill(tmp_path / "r" / str(abs(hash(value))), "demo", f"name: demo\ndescription: {value}"))
         assert odd.valid and odd.skill and odd.skill.description == value
         assert "yaml-repaired" in codes(odd.warnings)
+
+
+def test_unindented_continuation_lines_are_folded(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", "name: demo\ndescription: This skill does X.\nUse it when Y happens.\nlicense: MIT")
+    tolerant = check(d)
+    assert tolerant.valid and tolerant.skill is not None
+    assert tolerant.skill.description == "This skill does X. Use it when Y happens." and tolerant.skill.license == "MIT"
+    assert "yaml-repaired" in codes(tolerant.warnings) and "yaml-repaired" in codes(check(d, strict=True).errors)
+
+
+def test_valid_yaml_is_never_repaired(tmp_path: Path) -> None:
+    fm = "name: demo\ndescription: |\n  Line: one\n  [two]\ntags: [a, b]\nx-quoted: 'it''s: fine'"
+    skill = load_skill(make_skill(tmp_path, "demo", fm))
+    assert skill.description == "Line: one\n[two]" and skill.extras == {"tags": ["a", "b"], "x-quoted": "it's: fine"}
+    assert "yaml-repaired" not in codes(skill.diagnostics)
 
 
 def test_unknown_keys_are_kept_as_extras(tmp_path: Path) -> None:

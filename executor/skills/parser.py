@@ -10,8 +10,9 @@ sloppiness would change meaning:
   stays ``"1.0"``, ``name: yes`` stays ``"yes"``), while lists, mappings, anchors and
   merge keys still work;
 * duplicate keys are noticed (last one wins);
-* an unquoted ``: `` in a plain value -- the most common YAML mistake in published
-  skills -- is repaired once, with a warning.
+* frontmatter YAML cannot read -- most often an unquoted ``: `` in a value, a value
+  starting with ``[``, ``@`` or a quoted word, or a description continued on
+  unindented lines -- is repaired once, with a warning.
 """
 
 from __future__ import annotations
@@ -118,41 +119,72 @@ def load_yaml(text: str) -> tuple[Any, list[tuple[str, int]]]:
         loader.dispose()
 
 
-_PLAIN_PAIR = re.compile(
-    r"^(?P<indent>[ \t]*)(?P<key>[^\s#'\"\-?:][^:#]*?):[ \t]+(?P<value>[^\s'\"|>\[{&*!#].*?)[ \t]*$"
-)
-#: Reserved indicators that cannot start a plain YAML scalar.
-_RESERVED_START = ("@", "`", "%")
+_PAIR = re.compile(r"^(?P<indent>[ \t]*)(?P<key>[^\s#'\"\-?:][^:#]*?):[ \t]+(?P<value>\S.*?)[ \t]*$")
+#: A line that starts a top-level key (``key:`` then a blank or the end of the line).
+_TOP_KEY = re.compile(r"^[^\s#'\"\-?:][^:]*:(?:[ \t]|$)")
 
 
-def _quote_colon_values(text: str) -> tuple[str, list[str]]:
-    """Double-quote single-line plain values that YAML cannot read as written.
+def _readable_alone(value: str) -> bool:
+    """Can YAML read ``value`` as the value of one key, as written?"""
+    try:
+        loader = _StringLoader(f"k: {value}")
+        try:
+            return isinstance(loader.get_single_data(), dict)
+        finally:
+            loader.dispose()
+    except yaml.YAMLError:
+        return False
 
-    That is values containing ``: `` (or ending with ``:``) and values starting with a
-    reserved indicator (``@``, a backtick, ``%``).
 
-    A trailing ``  # comment`` stays a comment.  Multi-line plain values are left
-    alone: quoting only their first line would change what they mean.
+def _fold_continuations(lines: list[str]) -> tuple[list[str], list[str]]:
+    """Join unindented lines that continue a top-level plain value (not valid YAML) into it."""
+    out: list[str] = []
+    folded: list[str] = []
+    key: str | None = None
+    for line in lines:
+        if line and not line[0].isspace() and not line.startswith(("#", "- ")) and not _TOP_KEY.match(line):
+            if key is not None:
+                out[-1] = f"{out[-1].rstrip()} {line.strip()}"
+                if key not in folded:
+                    folded.append(key)
+                continue
+        match = _PAIR.match(line)
+        plain = match is not None and not match["indent"] and match["value"][0] not in "|>'\"[{&*!#"
+        key = match["key"].strip() if plain and match is not None else None
+        out.append(line)
+    return out, folded
+
+
+def _repair(text: str) -> tuple[str, list[str]]:
+    """Make sloppy frontmatter readable; return it and the keys whose values changed.
+
+    * unindented lines continuing a top-level plain value are folded into it;
+    * a single-line value YAML cannot read as written (``Use when: x``, ``[Beta] Does
+      X``, ``"Fast" helper``, ``@mention``) is double-quoted, as the text it reads as.
+
+    A trailing ``  # comment`` stays a comment.  Multi-line values (indented
+    continuations) are left alone: quoting only their first line would change them.
     """
-    lines = text.split("\n")
-    fixed: list[str] = []
+    lines, fixed = _fold_continuations(text.split("\n"))
     for index, line in enumerate(lines):
-        match = _PLAIN_PAIR.match(line)
-        if match:
-            value = match["value"]
-            comment = ""
-            if " #" in value:
-                value, _, rest = value.partition(" #")
-                comment = " #" + rest
-                value = value.rstrip()
-            if ": " in value or value.endswith(":") or value.startswith(_RESERVED_START):
-                indent = len(match["indent"].expandtabs())
-                nxt = next((ln for ln in lines[index + 1 :] if ln.strip()), "")
-                nxt_indent = len(nxt) - len(nxt.lstrip()) if nxt else 0
-                if not nxt or nxt_indent <= indent or nxt.lstrip().startswith("#"):
-                    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-                    lines[index] = f'{match["indent"]}{match["key"]}: "{escaped}"{comment}'
-                    fixed.append(match["key"].strip())
+        match = _PAIR.match(line)
+        if not match or match["value"][0] in "|>&*!#":
+            continue
+        value, comment = match["value"], ""
+        if " #" in value:
+            value, _, rest = value.partition(" #")
+            comment, value = " #" + rest, value.rstrip()
+        if _readable_alone(value):
+            continue
+        indent = len(match["indent"].expandtabs())
+        nxt = next((ln for ln in lines[index + 1 :] if ln.strip()), "")
+        if nxt and len(nxt) - len(nxt.lstrip()) > indent and not nxt.lstrip().startswith("#"):
+            continue
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        lines[index] = f'{match["indent"]}{match["key"]}: "{escaped}"{comment}'
+        key = match["key"].strip()
+        if key not in fixed:
+            fixed.append(key)
     return "\n".join(lines), fixed
 
 
@@ -227,7 +259,7 @@ def parse_skill_file(data: bytes) -> ParsedFile:
     try:
         data_obj, duplicates = load_yaml(yaml_text)
     except yaml.YAMLError as first_error:
-        repaired, keys = _quote_colon_values(yaml_text)
+        repaired, keys = _repair(yaml_text)
         try:
             if not keys:
                 raise first_error
@@ -246,7 +278,8 @@ def parse_skill_file(data: bytes) -> ParsedFile:
                 "yaml-repaired",
                 "the frontmatter is not valid YAML as written: the value of "
                 + ", ".join(repr(k) for k in keys)
-                + " must be quoted (it contains ': ' or starts with a reserved character); read as if quoted",
+                + " is not readable as written (e.g. an unquoted ': ', a reserved first character, "
+                "or continuation lines without indentation); read as the text it holds",
                 "spec",
             )
         )
