@@ -515,5 +515,37 @@ def test_workspaces_of_dead_processes_are_swept(tmp_path: Path) -> None:
     (dead / "out").mkdir(mode=0o555)
     orphan = manager.runs / "no-owner-file"
     orphan.mkdir()
+    young = manager.runs / "being-made"  # no owner file yet: a live process may be creating it
+    young.mkdir()
+    old = time.time() - 3600
+    os.utime(orphan, (old, old))
     assert manager.sweep() == ["dead", "no-owner-file"]
-    assert mine.root.exists() and not dead.exists() and not orphan.exists()
+    assert mine.root.exists() and young.exists() and not dead.exists() and not orphan.exists()
+
+
+def test_remove_tree_tolerates_a_concurrent_remover(tmp_path: Path) -> None:
+    import threading
+
+    from executor.workspace.layout import remove_tree
+
+    for round_ in range(15):
+        tree = tmp_path / f"t{round_}"
+        for d in range(40):
+            (tree / f"d{d}" / "sub").mkdir(parents=True)
+            (tree / f"d{d}" / "sub" / "f").write_text("x")
+        barrier = threading.Barrier(6)
+        errors: list[BaseException] = []
+
+        def remove() -> None:
+            barrier.wait()
+            try:
+                remove_tree(tree)
+            except BaseException as exc:  # noqa: BLE001 - the assertion below reports it
+                errors.append(exc)
+
+        threads = [threading.Thread(target=remove) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == [] and not tree.exists()

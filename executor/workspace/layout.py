@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -33,6 +34,8 @@ from ..paths import clean_relative, has_symlink_component
 WRITABLE_ROOTS = ("work", "out", "run")
 SKILL_SOURCE = ".skill"
 OWNER_FILE = ".owner"
+#: How long a workspace without an owner file must stay unchanged to count as abandoned.
+ORPHAN_GRACE_SECONDS = 60.0
 SKILLS = "skills"
 
 
@@ -108,13 +111,24 @@ class WorkspaceManager:
         self.runs.mkdir(parents=True, exist_ok=True)
         self.token = owner_token()
 
-    def sweep(self) -> list[str]:
-        """Remove workspaces whose owning process is gone (left by a crash)."""
+    def sweep(self, *, grace: float = ORPHAN_GRACE_SECONDS) -> list[str]:
+        """Remove workspaces whose owning process is gone (left by a crash).
+
+        A folder without an owner file may be half-made or half-removed by a live
+        process sharing this data folder right now; it counts as abandoned only once
+        it has not changed for ``grace`` seconds.
+        """
         removed = []
+        now = time.time()
         for entry in sorted(self.runs.iterdir()):
             try:
                 token = (entry / OWNER_FILE).read_text()
             except OSError:
+                try:
+                    if now - entry.stat().st_mtime < grace:
+                        continue
+                except FileNotFoundError:
+                    continue
                 token = ""
             if not owner_alive(token):
                 remove_tree(entry)
@@ -194,16 +208,23 @@ def shadowed(entries: list[str]) -> list[str]:
 
 
 def remove_tree(path: Path) -> None:
-    """Remove a directory tree, making read-only parts writable first."""
+    """Remove a directory tree, making read-only parts writable first.
+
+    Parts that vanish meanwhile (another remover got there first) are fine.
+    """
     if not path.exists() and not path.is_symlink():
         return
 
-    def _retry(func, target, _exc):  # type: ignore[no-untyped-def]
+    def _retry(func, target, exc_info):  # type: ignore[no-untyped-def]
+        if isinstance(exc_info[1], FileNotFoundError):
+            return
         try:
             os.chmod(os.path.dirname(target), 0o755)
             if os.path.isdir(target) and not os.path.islink(target):
                 os.chmod(target, 0o755)
-            func(target)
+                shutil.rmtree(target, ignore_errors=True)
+            elif func in (os.unlink, os.remove, os.rmdir):
+                func(target)
         except OSError:
             pass
 
