@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import Conflict, ExecutorError
 from .models import RunRequest, RunResult
-from .pipeline import SkillRunner, new_run_id
+from .pipeline import Checked, SkillRunner, new_run_id
 from .store import FINAL, RunRecord, RunStore
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class RunManager:
         idempotency_key: str | None = None,
     ) -> tuple[RunRecord, RunHandle | None, bool]:
         """Accept a run; returns (record, live handle or None, whether this is a replay)."""
-        self.runner.validate(request)
+        checked = self.runner.validate(request)
         reservation = self.runner.limiter.reserve()
         run_id = new_run_id()
         payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
@@ -145,10 +145,10 @@ class RunManager:
         handle = RunHandle(run_id, record)
         with self._lock:
             self._handles[run_id] = handle
-        self._workers.submit(self._execute, request, handle, reservation)
+        self._workers.submit(self._execute, request, handle, reservation, checked)
         return record, handle, False
 
-    def _execute(self, request: RunRequest, handle: RunHandle, reservation: Any) -> None:
+    def _execute(self, request: RunRequest, handle: RunHandle, reservation: Any, checked: Checked) -> None:
         # "running" lives in memory (get() reports it); only the outcome is written.
         # A record left "queued" by a crash is marked failed at the next start.
         run_id = handle.run_id
@@ -161,7 +161,8 @@ class RunManager:
 
         try:
             result: RunResult = self.runner.run(
-                request, run_id=run_id, listener=listener, cancel=handle.cancel, reservation=reservation
+                request, run_id=run_id, listener=listener, cancel=handle.cancel, reservation=reservation,
+                checked=checked,
             )
             body = result.model_dump(mode="json")
             final = ("cancelled" if handle.cancel.is_set() else "completed", body, None)

@@ -48,6 +48,15 @@ def new_run_id() -> str:
     return f"{int(time.time() * 1000):011x}-{secrets.token_hex(12)}"
 
 
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """What :meth:`SkillRunner.validate` settled about a request (reused by ``run``)."""
+
+    skill: Skill
+    timeout: float
+    plan: "OutputPlan"
+
+
 @dataclass(slots=True)
 class OutputPlan:
     globs: list[str]
@@ -99,7 +108,7 @@ class SkillRunner:
 
     # -- validation --------------------------------------------------------------------
 
-    def validate(self, request: RunRequest) -> tuple[Skill, float, OutputPlan]:
+    def validate(self, request: RunRequest) -> Checked:
         """Everything that can be refused before a workspace exists."""
         s = self.settings
         skill = self.repository.get(request.skill)
@@ -119,7 +128,7 @@ class SkillRunner:
             raise BadRequest(f"at most {s.max_inputs} inputs per run", code="too_many_inputs")
         if request.cwd is not None:
             self._cwd_logical(request.cwd)
-        return skill, timeout, self._output_plan(request)
+        return Checked(skill, timeout, self._output_plan(request))
 
     def _validate_env(self, env: dict[str, str]) -> None:
         if len(env) > self.settings.max_env_vars:
@@ -205,16 +214,19 @@ class SkillRunner:
         listener: OutputListener | None = None,
         cancel: threading.Event | None = None,
         reservation: Reservation | None = None,
+        checked: Checked | None = None,
     ) -> RunResult:
-        """Run a request; ``reservation`` is a place already taken with the limiter."""
+        """Run a request; ``reservation`` is a place already taken with the limiter,
+        ``checked`` what :meth:`validate` already settled about this request."""
         try:
-            skill, timeout, plan = self.validate(request)
+            checked = checked or self.validate(request)
         except BaseException:
             if reservation is not None:
                 reservation.release()
             raise
         run_id = run_id or new_run_id()
         self._maybe_sweep()
+        skill, timeout, plan = checked.skill, checked.timeout, checked.plan
         with reservation or self.limiter.reserve(), self.runtime.activity.running():
             if request.session:
                 with self.sessions.use(request.session) as work:
@@ -297,16 +309,17 @@ class SkillRunner:
         )
         if executed.cancelled:
             result.warnings.append("the run was cancelled")
-        if executed.stdout_truncated:
-            result.limits_hit.append("stdout_max_bytes")
-        if executed.stderr_truncated:
-            result.limits_hit.append("stderr_max_bytes")
-        if executed.timed_out:
-            result.limits_hit.append("timeout")
-        if executed.disk_limit_hit:
-            result.limits_hit.append("disk")
-        if executed.oom_killed:
-            result.limits_hit.append("memory")
+        result.limits_hit += [
+            limit
+            for limit, hit in (
+                ("stdout_max_bytes", executed.stdout_truncated),
+                ("stderr_max_bytes", executed.stderr_truncated),
+                ("timeout", executed.timed_out),
+                ("disk", executed.disk_limit_hit),
+                ("memory", executed.oom_killed),
+            )
+            if hit
+        ]
         for item in collection.files:
             entry = OutputFile(
                 name=item.name,
