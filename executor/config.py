@@ -49,12 +49,14 @@ class Settings(BaseSettings):
     stdout_max_bytes: int = 1 * MiB
     stderr_max_bytes: int = 1 * MiB
     max_stdin_bytes: int = 4 * MiB
-    max_command_bytes: int = 256 * 1024
+    max_command_bytes: int = 128 * 1024 - 1  # the kernel's limit for one argument
     max_env_vars: int = 256
+    max_env_bytes: int = 1 * MiB
     max_inputs: int = 64
     max_staged_bytes: int = 512 * MiB
     allowed_host_roots: PathList = Field(default_factory=list)
     session_ttl_seconds: float = 3600.0
+    session_disk_bytes: int = 1 * GiB  # a session's work/ across its runs
     keep_workspaces: bool = False
 
     # -- output caps: the most a request may ask for --------------------------------

@@ -8,14 +8,21 @@ touches the file system beyond ``resolve``.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path, PurePosixPath
 
 from .errors import BadRequest, Forbidden
 
 
+#: Longest path and path component a caller may name (Linux's PATH_MAX and NAME_MAX).
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+
+
 def clean_relative(path: str, *, what: str = "path", allow_empty: bool = False) -> PurePosixPath:
     """Validate a caller's relative path lexically; return it normalised (no ``.`` parts)."""
+    encoded = path.encode("utf-8", "surrogatepass")
+    if len(encoded) > MAX_PATH_BYTES:
+        raise BadRequest(f"{what} is longer than {MAX_PATH_BYTES} bytes", code="invalid_path")
     if "\x00" in path:
         raise BadRequest(f"{what} {path!r} contains a NUL byte", code="invalid_path")
     if path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
@@ -23,6 +30,9 @@ def clean_relative(path: str, *, what: str = "path", allow_empty: bool = False) 
     parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
     if ".." in parts:
         raise BadRequest(f"{what} {path!r} must not contain '..'", code="invalid_path")
+    for part in parts:
+        if len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise BadRequest(f"{what} has a name longer than {MAX_NAME_BYTES} bytes", code="invalid_path")
     if not parts and not allow_empty:
         raise BadRequest(f"{what} is empty", code="invalid_path")
     return PurePosixPath(*parts) if parts else PurePosixPath(".")
@@ -46,13 +56,3 @@ def resolve_within(root: Path, relative: PurePosixPath | str, *, what: str = "pa
             code="path_escape",
         )
     return candidate
-
-
-def has_symlink_component(root: Path, relative: PurePosixPath) -> bool:
-    """True when any component of ``root/relative`` (below root) is a symlink."""
-    current = root
-    for part in relative.parts:
-        current = current / part
-        if os.path.islink(current):
-            return True
-    return False

@@ -205,16 +205,16 @@ def test_session_ttl_expiry(make_executor) -> None:  # type: ignore[no-untyped-d
     sessions = executor.runner.sessions
     assert sessions.sweep() == []  # still fresh
     time.sleep(0.7)
-    assert sessions.sweep() == ["old"]
-    assert not sessions.path("old").exists()
+    assert sessions.sweep() == ["local/old"]
+    assert not sessions.path("old", "local").exists()
     assert run(executor, session="old", command="ls work | grep -c x || true").stdout == "0\n"
 
 
 def test_session_in_use_is_not_swept(make_executor) -> None:  # type: ignore[no-untyped-def]
     executor = make_executor(session_ttl_seconds=0.0)
-    with executor.runner.sessions.use("busy"):
+    with executor.runner.sessions.use("busy", "local", wait=0):
         assert executor.runner.sessions.sweep(now=time.time() + 100) == []
-    assert executor.runner.sessions.sweep(now=time.time() + 100) == ["busy"]
+    assert executor.runner.sessions.sweep(now=time.time() + 100) == ["local/busy"]
 
 
 def test_host_input_needs_allow_list(make_executor, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

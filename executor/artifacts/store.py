@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
+from ..access import LOCAL_TENANT
 from ..errors import BadRequest, NotFound
 from ..sqlite import ThreadLocalDB
 
@@ -36,6 +37,8 @@ class ArtifactInfo:
     mime_type: str
     created_at: float
     run_id: str | None = None
+    #: The API key (tenant) that owns it; names are per tenant.
+    owner: str = LOCAL_TENANT
 
     @property
     def ref(self) -> str:
@@ -67,17 +70,23 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
 
 
 class ArtifactStore(Protocol):
-    """What the pipeline and the API need from an artifact backend."""
+    """What the pipeline and the API need from an artifact backend.
 
-    def put(self, name: str, data: bytes | BinaryIO, *, mime_type: str = ..., run_id: str | None = ...) -> ArtifactInfo: ...
+    Every artifact belongs to one tenant (:mod:`executor.access`); names, versions and
+    listings are per tenant, so one key never sees another's artifacts.
+    """
 
-    def info(self, name: str, version: int | None = None) -> ArtifactInfo: ...
+    def put(
+        self, name: str, data: bytes | BinaryIO, *, mime_type: str = ..., run_id: str | None = ..., tenant: str = ...
+    ) -> ArtifactInfo: ...
+
+    def info(self, name: str, version: int | None = None, *, tenant: str = ...) -> ArtifactInfo: ...
 
     def open(self, info: ArtifactInfo) -> BinaryIO: ...
 
-    def versions(self, name: str) -> list[ArtifactInfo]: ...
+    def versions(self, name: str, *, tenant: str = ...) -> list[ArtifactInfo]: ...
 
-    def names(self) -> list[ArtifactInfo]: ...
+    def names(self, *, tenant: str = ...) -> list[ArtifactInfo]: ...
 
 
 class LocalArtifactStore:
@@ -90,12 +99,19 @@ class LocalArtifactStore:
         # Artifact metadata is synced on every commit: a save is final once it returns.
         self._sqlite = ThreadLocalDB(root / "artifacts.db", synchronous="FULL")
         with self._connect() as db:
+            columns = [row[1] for row in db.execute("PRAGMA table_info(artifacts)")]
+            if columns and "owner" not in columns:
+                # A store from before tenancy: everything in it belongs to the local tenant.
+                db.execute("ALTER TABLE artifacts RENAME TO artifacts_v1")
             db.execute(
                 """CREATE TABLE IF NOT EXISTS artifacts (
                     name TEXT NOT NULL, version INTEGER NOT NULL, size INTEGER NOT NULL,
                     sha256 TEXT NOT NULL, mime_type TEXT NOT NULL, created_at REAL NOT NULL,
-                    run_id TEXT, PRIMARY KEY (name, version))"""
+                    run_id TEXT, owner TEXT NOT NULL, PRIMARY KEY (owner, name, version))"""
             )
+            if columns and "owner" not in columns:
+                db.execute("INSERT INTO artifacts SELECT *, ? FROM artifacts_v1", (LOCAL_TENANT,))
+                db.execute("DROP TABLE artifacts_v1")
 
     def _connect(self) -> sqlite3.Connection:
         return self._sqlite.db()
@@ -138,6 +154,7 @@ class LocalArtifactStore:
         *,
         mime_type: str = "application/octet-stream",
         run_id: str | None = None,
+        tenant: str = LOCAL_TENANT,
     ) -> ArtifactInfo:
         validate_name(name)
         sha, size = self._write_blob(data)
@@ -145,27 +162,31 @@ class LocalArtifactStore:
         created = time.time()
         db.execute("BEGIN IMMEDIATE")
         try:
-            (latest,) = db.execute("SELECT COALESCE(MAX(version), 0) FROM artifacts WHERE name = ?", (name,)).fetchone()
+            (latest,) = db.execute(
+                "SELECT COALESCE(MAX(version), 0) FROM artifacts WHERE owner = ? AND name = ?", (tenant, name)
+            ).fetchone()
             version = latest + 1
             db.execute(
-                "INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (name, version, size, sha, mime_type, created, run_id),
+                "INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (name, version, size, sha, mime_type, created, run_id, tenant),
             )
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
-        return ArtifactInfo(name, version, size, sha, mime_type, created, run_id)
+        return ArtifactInfo(name, version, size, sha, mime_type, created, run_id, tenant)
 
-    def info(self, name: str, version: int | None = None) -> ArtifactInfo:
+    def info(self, name: str, version: int | None = None, *, tenant: str = LOCAL_TENANT) -> ArtifactInfo:
         validate_name(name)
         db = self._connect()
         if version is None:
             row = db.execute(
-                "SELECT * FROM artifacts WHERE name = ? ORDER BY version DESC LIMIT 1", (name,)
+                "SELECT * FROM artifacts WHERE owner = ? AND name = ? ORDER BY version DESC LIMIT 1", (tenant, name)
             ).fetchone()
         else:
-            row = db.execute("SELECT * FROM artifacts WHERE name = ? AND version = ?", (name, version)).fetchone()
+            row = db.execute(
+                "SELECT * FROM artifacts WHERE owner = ? AND name = ? AND version = ?", (tenant, name, version)
+            ).fetchone()
         if row is None:
             which = f"{name}@{version}" if version is not None else name
             raise NotFound(f"no artifact {which!r}", code="artifact_not_found")
@@ -174,23 +195,27 @@ class LocalArtifactStore:
     def open(self, info: ArtifactInfo) -> BinaryIO:
         return open(self._blob_path(info.sha256), "rb")
 
-    def read(self, name: str, version: int | None = None) -> tuple[ArtifactInfo, bytes]:
-        info = self.info(name, version)
+    def read(self, name: str, version: int | None = None, *, tenant: str = LOCAL_TENANT) -> tuple[ArtifactInfo, bytes]:
+        info = self.info(name, version, tenant=tenant)
         with self.open(info) as handle:
             return info, handle.read()
 
-    def versions(self, name: str) -> list[ArtifactInfo]:
+    def versions(self, name: str, *, tenant: str = LOCAL_TENANT) -> list[ArtifactInfo]:
         validate_name(name)
-        rows = self._connect().execute("SELECT * FROM artifacts WHERE name = ? ORDER BY version", (name,)).fetchall()
+        rows = self._connect().execute(
+            "SELECT * FROM artifacts WHERE owner = ? AND name = ? ORDER BY version", (tenant, name)
+        ).fetchall()
         if not rows:
             raise NotFound(f"no artifact {name!r}", code="artifact_not_found")
         return [ArtifactInfo(*row) for row in rows]
 
-    def names(self) -> list[ArtifactInfo]:
-        """The latest version of every artifact, by name."""
+    def names(self, *, tenant: str = LOCAL_TENANT) -> list[ArtifactInfo]:
+        """The latest version of every artifact of ``tenant``, by name."""
         rows = self._connect().execute(
-            """SELECT a.* FROM artifacts a JOIN (SELECT name, MAX(version) v FROM artifacts GROUP BY name) m
-               ON a.name = m.name AND a.version = m.v ORDER BY a.name"""
+            """SELECT a.* FROM artifacts a JOIN
+               (SELECT name, MAX(version) v FROM artifacts WHERE owner = ? GROUP BY name) m
+               ON a.owner = ? AND a.name = m.name AND a.version = m.v ORDER BY a.name""",
+            (tenant, tenant),
         ).fetchall()
         return [ArtifactInfo(*row) for row in rows]
 

@@ -5,9 +5,14 @@
   ``out/``).  ``$OUTPUT_DIR/x`` means ``out/x`` (likewise ``$WORK_DIR``,
   ``$WORKSPACE_DIR``, ``$RUN_DIR``), but only on a real path boundary.
 * The walk never follows a symbolic link: a matching link yields a warning, never
-  content.  Only regular files are collected.
-* ``max_files``, ``max_file_bytes`` and ``max_total_bytes`` bound what is read; every
-  cap that bites is named in ``limits_hit``.
+  content.  Only regular files are collected, opened without blocking (a FIFO is
+  refused on its descriptor).  The trees are run-writable: they are walked and read
+  only through :mod:`executor.workspace.fs`.
+* ``max_files``, ``max_file_bytes`` and ``max_total_bytes`` bound what is read: no
+  byte past the caps is read or hashed (``sha256`` is that of the whole file, and
+  absent for a truncated one); every cap that bites is named in ``limits_hit``.
+* A file whose name is not valid UTF-8 cannot be returned as JSON: it is skipped
+  with a warning.
 """
 
 from __future__ import annotations
@@ -16,20 +21,20 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
+from pathlib import PurePosixPath
 
 import pathspec
 
-from ..errors import BadRequest
+from ..errors import BadRequest, ExecutorError
 from ..paths import clean_relative
 from ..skills.files import is_text
+from ..workspace.fs import Tree
 from ..workspace.layout import Workspace
 from .mime import detect
 
-_CHUNK = 1024 * 1024
 _SNIFF = 8192
 MAX_WALK_ENTRIES = 200_000
 
@@ -85,10 +90,9 @@ class CollectLimits:
 @dataclass(slots=True)
 class CollectedFile:
     name: str
-    path: Path
     size: int
     mime_type: str
-    sha256: str
+    sha256: str | None
     data: bytes
     truncated: bool
 
@@ -108,27 +112,9 @@ class Collection:
             self.limits_hit.append(limit)
 
 
-def _walk(workspace: Workspace, collection: Collection) -> Iterator[tuple[str, Path, os.stat_result]]:
-    """(logical path, host path, lstat) of every entry under the writable roots."""
-    seen = 0
-    for top, base in workspace.roots().items():
-        stack: list[tuple[str, Path]] = [(top, base)]
-        while stack:
-            logical_dir, host_dir = stack.pop()
-            try:
-                entries = sorted(os.scandir(host_dir), key=lambda e: e.name, reverse=True)
-            except OSError:
-                continue
-            for entry in entries:
-                seen += 1
-                if seen > MAX_WALK_ENTRIES:
-                    collection.hit("walk_entries")
-                    return
-                st = entry.stat(follow_symlinks=False)
-                logical = f"{logical_dir}/{entry.name}"
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append((logical, Path(entry.path)))
-                yield logical, Path(entry.path), st
+def printable(name: str) -> str:
+    """A name as UTF-8-safe text (undecodable bytes shown as escapes)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def collect(
@@ -143,60 +129,74 @@ def collect(
     if not globs:
         return collection
     spec = compile_globs(tuple(globs))
-    remaining = limits.max_total_bytes
-    matches: list[tuple[str, Path, os.stat_result]] = []
-    for logical, host, st in _walk(workspace, collection):
-        if stat.S_ISDIR(st.st_mode) or not spec.match_file(logical):
-            continue
-        if stat.S_ISLNK(st.st_mode):
-            collection.warnings.append(f"output {logical!r} is a symbolic link; links are never followed")
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            collection.warnings.append(f"output {logical!r} is not a regular file; skipped")
-            continue
-        if failed and st.st_size == 0:
-            collection.warnings.append(f"output {logical!r} is empty and the command failed; dropped")
-            continue
-        matches.append((logical, host, st))
-    matches.sort(key=lambda m: m[0])
-    if len(matches) > limits.max_files:
-        collection.hit("max_files")
-        collection.warnings.append(
-            f"{len(matches)} files matched; only the first {limits.max_files} (by path) are returned"
-        )
-        matches = matches[: limits.max_files]
-    for logical, host, st in matches:
-        budget = min(limits.max_file_bytes, remaining)
-        try:
-            item = _read(logical, host, budget)
-        except OSError as exc:
-            collection.warnings.append(f"output {logical!r} could not be read: {exc.strerror}")
-            continue
-        if item.truncated:
-            collection.hit("max_file_bytes" if budget == limits.max_file_bytes else "max_total_bytes")
-        remaining -= len(item.data)
-        collection.files.append(item)
+    with ExitStack() as stack:
+        trees = {top: stack.enter_context(workspace.tree(top)) for top in workspace.roots()}
+        matches = _match(trees, spec, collection, failed)
+        if len(matches) > limits.max_files:
+            collection.hit("max_files")
+            collection.warnings.append(
+                f"{len(matches)} files matched; only the first {limits.max_files} (by path) are returned"
+            )
+            matches = matches[: limits.max_files]
+        remaining = limits.max_total_bytes
+        for logical, top, rel in matches:
+            budget = max(0, min(limits.max_file_bytes, remaining))
+            try:
+                item = _read(trees[top], logical, rel, budget)
+            except ExecutorError as exc:
+                collection.warnings.append(f"output {logical!r} could not be read: {exc.message}")
+                continue
+            except OSError as exc:
+                collection.warnings.append(f"output {logical!r} could not be read: {exc.strerror}")
+                continue
+            if item.truncated:
+                collection.hit("max_file_bytes" if budget == limits.max_file_bytes else "max_total_bytes")
+            remaining -= len(item.data)
+            collection.files.append(item)
     return collection
 
 
-def _read(logical: str, host: Path, budget: int) -> CollectedFile:
-    """Read up to ``budget`` bytes (no link followed); hash the whole file."""
-    fd = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+def _match(
+    trees: dict[str, Tree], spec: pathspec.PathSpec, collection: Collection, failed: bool
+) -> list[tuple[str, str, PurePosixPath]]:
+    """(logical path, root, path in root) of every regular file matching, by path."""
+    matches: list[tuple[str, str, PurePosixPath]] = []
+    seen = 0
+    for top, tree in trees.items():
+        for entry in tree.walk():
+            seen += 1
+            if seen > MAX_WALK_ENTRIES:
+                collection.hit("walk_entries")
+                return sorted(matches)
+            if entry.is_dir:
+                continue
+            logical = f"{top}/{entry.path}"
+            if not spec.match_file(logical):
+                continue
+            shown = printable(logical)
+            mode = entry.stat.st_mode
+            if shown != logical:
+                collection.warnings.append(f"output {shown!r} has a name that is not UTF-8; skipped")
+            elif stat.S_ISLNK(mode):
+                collection.warnings.append(f"output {logical!r} is a symbolic link; links are never followed")
+            elif not stat.S_ISREG(mode):
+                collection.warnings.append(f"output {logical!r} is not a regular file; skipped")
+            elif failed and entry.stat.st_size == 0:
+                collection.warnings.append(f"output {logical!r} is empty and the command failed; dropped")
+            else:
+                matches.append((logical, top, entry.path))
+    return sorted(matches)
+
+
+def _read(tree: Tree, logical: str, rel: PurePosixPath, budget: int) -> CollectedFile:
+    """Read at most ``budget`` bytes of a regular file; hash it only when read whole."""
+    fd, st = tree.open_file(rel, what=f"output {logical!r}")
     with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        digest = hashlib.sha256()
-        kept = bytearray()
-        total = 0
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-            total += len(chunk)
-            if len(kept) < budget:
-                kept += chunk[: budget - len(kept)]
-    data = bytes(kept)
-    truncated = total > len(data)
-    head = data[:_SNIFF] if data else b""
-    mime = detect(logical, head, complete=not truncated and total <= _SNIFF)
-    return CollectedFile(logical, host, max(total, st.st_size), mime, digest.hexdigest(), data, truncated)
+        data = handle.read(min(budget, st.st_size)) if budget and st.st_size else b""
+    truncated = st.st_size > len(data)
+    digest = None if truncated else hashlib.sha256(data).hexdigest()
+    mime = detect(logical, data[:_SNIFF], complete=not truncated and len(data) <= _SNIFF)
+    return CollectedFile(logical, st.st_size, mime, digest, data, truncated)
 
 
 def resolve_globs(workspace_globs: list[str], *, runtime_root: str | None = None) -> list[str]:

@@ -16,12 +16,13 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
+from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore, validate_name
 from ..config import Settings
-from ..errors import BadRequest, ExecutorError, Forbidden, NotFound, TooLarge
-from ..outputs.collect import CollectLimits, Collection, collect, resolve_globs
+from ..errors import BadRequest, ExecutorError, TooLarge
+from ..outputs.collect import CollectedFile, CollectLimits, Collection, collect, resolve_globs
 from ..paths import clean_relative, resolve_within
 from ..runtimes.base import ExecResult, ExecSpec, OutputListener, Runtime, RuntimePaths
 from ..runtimes.streams import decode
@@ -35,6 +36,8 @@ from .models import ArtifactFile, OutputFile, RunRequest, RunResult
 log = logging.getLogger(__name__)
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The kernel's limit for one ``NAME=value`` string (MAX_ARG_STRLEN, its NUL included).
+MAX_ENV_ENTRY_BYTES = 128 * 1024 - 1
 FORBIDDEN_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV"})
 RESERVED_ENV = frozenset(
     {"WORKSPACE_DIR", "SKILLS_DIR", "SKILL_DIR", "SKILL_NAME", "WORK_DIR", "OUTPUT_DIR", "RUN_DIR"}
@@ -133,15 +136,29 @@ class SkillRunner:
     def _validate_env(self, env: dict[str, str]) -> None:
         if len(env) > self.settings.max_env_vars:
             raise BadRequest(f"at most {self.settings.max_env_vars} environment variables", code="invalid_env")
+        total = 0
         for name, value in env.items():
-            if not ENV_NAME.match(name):
-                raise BadRequest(f"invalid environment variable name {name!r}", code="invalid_env")
+            if not ENV_NAME.match(name) or len(name) > 1024:
+                raise BadRequest(f"invalid environment variable name {name[:64]!r}", code="invalid_env")
             if name in FORBIDDEN_ENV:
-                raise Forbidden(f"environment variable {name} is not allowed", code="env_refused")
+                raise BadRequest(f"environment variable {name} is not allowed", code="env_refused")
             if name in RESERVED_ENV:
                 raise BadRequest(f"environment variable {name} is set by the service", code="env_refused")
             if "\x00" in value:
                 raise BadRequest(f"environment variable {name} contains a NUL byte", code="invalid_env")
+            size = len(name.encode()) + 1 + len(value.encode("utf-8", "surrogatepass"))
+            if size > MAX_ENV_ENTRY_BYTES:
+                raise TooLarge(
+                    f"environment variable {name} is {size} bytes; the most one variable may hold is "
+                    f"{MAX_ENV_ENTRY_BYTES} bytes",
+                    code="env_too_large",
+                )
+            total += size + 1
+        if total > self.settings.max_env_bytes:
+            raise TooLarge(
+                f"the environment variables take {total} bytes; the most is {self.settings.max_env_bytes}",
+                code="env_too_large",
+            )
 
     def _output_plan(self, request: RunRequest) -> OutputPlan:
         s = self.settings
@@ -193,15 +210,16 @@ class SkillRunner:
             if str(rel) == ".":
                 return root
             logical = workspace.logical(str(rel), what="cwd")
-            host = workspace.host_path(logical, what="cwd")
-            if not host.is_dir():
-                raise NotFound(f"cwd {cwd!r} is not a folder in the workspace", code="invalid_cwd")
+            top, rest = workspace.locate(logical, what="cwd")
+            with workspace.tree(top) as tree:
+                if not tree.is_dir(rest, what=f"cwd {cwd!r}"):
+                    raise BadRequest(f"cwd {cwd!r} is not a folder in the workspace", code="invalid_cwd")
             return f"{root}/{logical}"
         if str(rel) == ".":
             return skill_root
         source = resolve_within(skill.path, rel, what="cwd")
         if not source.is_dir():
-            raise NotFound(f"cwd {cwd!r} is not a folder of the skill", code="invalid_cwd")
+            raise BadRequest(f"cwd {cwd!r} is not a folder of the skill", code="invalid_cwd")
         return f"{skill_root}/{rel}"
 
     # -- running -----------------------------------------------------------------------
@@ -215,9 +233,15 @@ class SkillRunner:
         cancel: threading.Event | None = None,
         reservation: Reservation | None = None,
         checked: Checked | None = None,
+        tenant: str = LOCAL_TENANT,
     ) -> RunResult:
-        """Run a request; ``reservation`` is a place already taken with the limiter,
-        ``checked`` what :meth:`validate` already settled about this request."""
+        """Run a request for ``tenant`` (the API key it belongs to: its session and
+        artifacts are that key's); ``reservation`` is a place already taken with the
+        limiter, ``checked`` what :meth:`validate` already settled about this request.
+
+        Runs of one session never overlap: a second one waits for the session at most
+        its own timeout, then is refused with ``session_busy``.
+        """
         try:
             checked = checked or self.validate(request)
         except BaseException:
@@ -229,9 +253,9 @@ class SkillRunner:
         skill, timeout, plan = checked.skill, checked.timeout, checked.plan
         with reservation or self.limiter.reserve(), self.runtime.activity.running():
             if request.session:
-                with self.sessions.use(request.session) as work:
-                    return self._run(request, skill, timeout, plan, run_id, work, listener, cancel)
-            return self._run(request, skill, timeout, plan, run_id, None, listener, cancel)
+                with self.sessions.use(request.session, tenant, wait=timeout) as work:
+                    return self._run(request, skill, timeout, plan, run_id, work, listener, cancel, tenant)
+            return self._run(request, skill, timeout, plan, run_id, None, listener, cancel, tenant)
 
     def _run(
         self,
@@ -240,12 +264,13 @@ class SkillRunner:
         timeout: float,
         plan: OutputPlan,
         run_id: str,
-        session_work,  # type: ignore[no-untyped-def]
+        session_work: Path | None,
         listener: OutputListener | None,
         cancel: threading.Event | None,
+        tenant: str,
     ) -> RunResult:
         workspace = self.runtime.create_workspace(
-            self.workspaces, run_id, skill.id, session_work=session_work, session=request.session
+            self.workspaces, run_id, skill.id, session_work=session_work, session=request.session, tenant=tenant
         )
         warnings: list[str] = []
         try:
@@ -268,11 +293,12 @@ class SkillRunner:
                 stderr_max=self.settings.stderr_max_bytes,
                 listener=listener,
                 cancel=cancel,
+                session_disk_max=self.settings.session_disk_bytes if request.session else None,
             )
             executed = self.runtime.execute(spec)
             failed = executed.timed_out or executed.cancelled or executed.exit_code != 0
             collection = collect(workspace, plan.globs, plan.limits, failed=failed)
-            return self._result(request, skill, run_id, executed, collection, plan, warnings)
+            return self._result(request, skill, run_id, executed, collection, plan, warnings, tenant)
         finally:
             try:
                 self.runtime.cleanup(workspace)
@@ -289,6 +315,7 @@ class SkillRunner:
         collection: Collection,
         plan: OutputPlan,
         warnings: list[str],
+        tenant: str,
     ) -> RunResult:
         result = RunResult(
             run_id=run_id,
@@ -334,14 +361,16 @@ class SkillRunner:
             elif plan.inline_binary and not item.is_text:
                 entry.content, entry.encoding = base64.b64encode(item.data).decode(), "base64"
             if plan.save:
-                saved = self._save(item, plan, request, run_id, result)
+                saved = self._save(item, plan, request, run_id, result, tenant)
                 if saved is not None:
                     entry.ref = saved.ref
                     result.artifact_files.append(saved)
             result.output_files.append(entry)
         return result
 
-    def _save(self, item, plan: OutputPlan, request: RunRequest, run_id: str, result: RunResult) -> ArtifactFile | None:  # type: ignore[no-untyped-def]
+    def _save(
+        self, item: CollectedFile, plan: OutputPlan, request: RunRequest, run_id: str, result: RunResult, tenant: str
+    ) -> ArtifactFile | None:
         if item.truncated:
             result.warnings.append(f"output {item.name!r} was truncated by a cap and is not saved as an artifact")
             return None
@@ -360,7 +389,7 @@ class SkillRunner:
         except ExecutorError as exc:
             result.warnings.append(f"output {item.name!r} not saved: {exc.message}")
             return None
-        info = self.artifacts.put(name, item.data, mime_type=item.mime_type, run_id=run_id)
+        info = self.artifacts.put(name, item.data, mime_type=item.mime_type, run_id=run_id, tenant=tenant)
         return ArtifactFile(name=info.name, version=info.version, ref=info.ref)
 
     # -- housekeeping --------------------------------------------------------------------

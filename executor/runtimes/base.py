@@ -61,6 +61,8 @@ class ExecSpec:
     stderr_max: int
     listener: OutputListener | None = None
     cancel: threading.Event | None = None
+    #: The most a session's ``work/`` may hold (across its runs), when the run has one.
+    session_disk_max: int | None = None
 
 
 @dataclass(slots=True)
@@ -87,7 +89,14 @@ class Runtime(Protocol):
     activity: Activity
 
     def create_workspace(
-        self, manager: WorkspaceManager, run_id: str, skill_id: str, *, session_work: Path | None, session: str | None
+        self,
+        manager: WorkspaceManager,
+        run_id: str,
+        skill_id: str,
+        *,
+        session_work: Path | None,
+        session: str | None,
+        tenant: str,
     ) -> Workspace: ...
 
     def paths(self, workspace: Workspace) -> RuntimePaths: ...

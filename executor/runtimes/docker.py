@@ -32,7 +32,7 @@ import signal as signals
 import socket
 import threading
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import docker
@@ -44,6 +44,7 @@ from ..config import Settings
 from ..errors import Unavailable
 from ..owners import owner_alive, owner_token
 from ..skills import Skill
+from ..workspace.fs import Tree, remove_tree
 from ..workspace.layout import (
     RUN_LINKS,
     SKILL_SOURCE,
@@ -51,7 +52,6 @@ from ..workspace.layout import (
     WorkspaceManager,
     add_run_links,
     build_view,
-    remove_tree,
     shadowed,
 )
 from .base import ExecResult, ExecSpec, RuntimePaths
@@ -249,13 +249,22 @@ class DockerRuntime:
     # -- runtime interface -------------------------------------------------------------------
 
     def create_workspace(
-        self, manager: WorkspaceManager, run_id: str, skill_id: str, *, session_work: Path | None, session: str | None
+        self,
+        manager: WorkspaceManager,
+        run_id: str,
+        skill_id: str,
+        *,
+        session_work: Path | None,
+        session: str | None,
+        tenant: str,
     ) -> Workspace:
         """A warm container's workspace when one is ready (not for sessions), else a new one."""
         warm = self.pool.acquire() if self.pool is not None and session_work is None else None
         if warm is None:
-            return manager.create(run_id, skill_id, session_work=session_work, session=session, owner=self.owner)
-        workspace = manager.adopt(warm.root, run_id, skill_id)
+            return manager.create(
+                run_id, skill_id, session_work=session_work, session=session, owner=self.owner, tenant=tenant
+            )
+        workspace = manager.adopt(warm.root, run_id, skill_id, tenant)
         with self._warm_lock:
             self._warm[run_id] = warm
         return workspace
@@ -364,9 +373,8 @@ class DockerRuntime:
 
     def execute(self, spec: ExecSpec) -> ExecResult:
         if spec.stdin is not None:
-            stdin_path = spec.workspace.run_dir / STDIN_FILE
-            stdin_path.write_bytes(spec.stdin)
-            os.chmod(stdin_path, 0o444)
+            with spec.workspace.tree("run") as run_dir:
+                run_dir.write(PurePosixPath(STDIN_FILE), spec.stdin, owner=None, mode=0o444, what="the run's stdin")
         baseline = _disk_usage(_usage_roots(spec.workspace))
         with self._warm_lock:
             warm = self._warm.get(spec.run_id)
@@ -457,15 +465,17 @@ class DockerRuntime:
         return guard.timed_out, guard.cancelled, guard.disk_hit
 
     def _reached_cap(self, spec: ExecSpec, baseline: int, code: int | None) -> bool:
-        """A file stopped at the fsize cap, or the run reached the cap as it ended."""
-        limit = self.settings.docker_disk_bytes
-        return code == 128 + signals.SIGXFSZ or _disk_usage(_usage_roots(spec.workspace)) - baseline >= limit
+        """A file stopped at the fsize cap, or the run reached a cap as it ended."""
+        return code == 128 + signals.SIGXFSZ or _over_cap(spec, baseline, self.settings.docker_disk_bytes)
 
     def _disk_warning(self, disk_hit: bool) -> list[str]:
         if not disk_hit:
             return []
         limit = self.settings.docker_disk_bytes
-        return [f"the run reached the disk cap of {limit} bytes: writes past it failed or the run was stopped"]
+        return [
+            f"the run reached a disk cap (the run's {limit} bytes, its session's work/, or folders nested deeper "
+            "than the service measures): writes past it failed or the run was stopped"
+        ]
 
     def _execute_warm(self, warm: WarmContainer, spec: ExecSpec, baseline: int) -> ExecResult:
         """Run the command through the launcher of a warm container.
@@ -546,7 +556,6 @@ class _Guard:
         self.deadline = started + spec.timeout
         self.baseline = baseline
         self.limit = limit
-        self.roots = _usage_roots(spec.workspace)
         self.next_disk = started + DISK_POLL_SECONDS
         self.timed_out = self.cancelled = self.disk_hit = False
 
@@ -565,7 +574,7 @@ class _Guard:
             self.cancelled = True
         elif now >= self.next_disk:
             self.next_disk = now + DISK_POLL_SECONDS
-            self.disk_hit = _disk_usage(self.roots) - self.baseline >= self.limit
+            self.disk_hit = _over_cap(self.spec, self.baseline, self.limit)
         return self.timed_out or self.cancelled or self.disk_hit
 
 
@@ -575,6 +584,22 @@ def _usage_roots(workspace: Workspace) -> list[Path]:
     if workspace.root not in workspace.work.parents:
         roots.append(workspace.work)
     return roots
+
+
+def _over_cap(spec: ExecSpec, baseline: int, limit: int) -> bool:
+    """The run grew its folders by ``limit`` or more, filled its session's ``work/``
+    to the session's cap, or nested folders deeper than can be measured."""
+    workspace = spec.workspace
+    total = 0
+    for root in _usage_roots(workspace):
+        with Tree(root) as tree:
+            used, too_deep = tree.usage()
+        if too_deep:
+            return True
+        if spec.session_disk_max is not None and root == workspace.work and used >= spec.session_disk_max:
+            return True
+        total += used
+    return total - baseline >= limit
 
 
 class _LauncherFrames:
@@ -671,28 +696,11 @@ def _close(raw: Any) -> None:
 
 
 def _disk_usage(roots: list[Path]) -> int:
-    """Bytes allocated under ``roots`` (links not followed, hard links counted once)."""
-    seen: set[tuple[int, int]] = set()
+    """Bytes allocated under ``roots`` (links not followed, hard links counted once per root)."""
     total = 0
-    stack = [str(r) for r in dict.fromkeys(roots)]
-    while stack:
-        current = stack.pop()
-        try:
-            with os.scandir(current) as entries:
-                for entry in entries:
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    key = (st.st_dev, st.st_ino)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    total += st.st_blocks * 512
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-        except OSError:
-            continue
+    for root in dict.fromkeys(roots):
+        with Tree(root) as tree:
+            total += tree.usage()[0]
     return total
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -49,9 +48,18 @@ class LocalRuntime:
         log.warning(WARNING)
 
     def create_workspace(
-        self, manager: WorkspaceManager, run_id: str, skill_id: str, *, session_work: Path | None, session: str | None
+        self,
+        manager: WorkspaceManager,
+        run_id: str,
+        skill_id: str,
+        *,
+        session_work: Path | None,
+        session: str | None,
+        tenant: str,
     ) -> Workspace:
-        return manager.create(run_id, skill_id, session_work=session_work, session=session, owner=self.owner)
+        return manager.create(
+            run_id, skill_id, session_work=session_work, session=session, owner=self.owner, tenant=tenant
+        )
 
     def paths(self, workspace: Workspace) -> RuntimePaths:
         return RuntimePaths(str(workspace.root))
@@ -61,7 +69,8 @@ class LocalRuntime:
         make_read_only(workspace.skill_source)
         if workspace.session is not None:
             # The session's work dir stands in for the run's own (a link locally).
-            shutil.rmtree(workspace.root / "work")
+            os.rmdir(workspace.root / "work/inputs")
+            os.rmdir(workspace.root / "work")
             os.symlink(workspace.work, workspace.root / "work")
         return warnings + build_view(workspace, sorted(os.listdir(workspace.skill_source)))
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..workspace.layout import WorkspaceManager, remove_tree
+from ..workspace.fs import remove_tree
+from ..workspace.layout import WorkspaceManager
 
 if TYPE_CHECKING:
     from .docker import DockerRuntime

@@ -15,23 +15,28 @@ root while the skill's own files stay read-only: every link is relative, so it m
 the same on the host and inside a container.
 
 Callers name places with *logical* paths (``out/x``, ``work/a/b``, ``inputs/x``),
-which :meth:`Workspace.host_path` maps to host paths without following links.
+which :meth:`Workspace.locate` maps to a writable root and a path below it.  Those
+roots are run-writable: every operation inside them goes through
+:class:`~executor.workspace.fs.Tree` (:meth:`Workspace.tree`), never by host path.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ..access import LOCAL_TENANT
 from ..errors import BadRequest, Forbidden
 from ..owners import owner_alive, owner_token
-from ..paths import clean_relative, has_symlink_component
+from ..paths import clean_relative
+from .fs import Tree, remove_tree
 
 #: Logical top-level directories a run may write to.
 WRITABLE_ROOTS = ("work", "out", "run")
+#: Places in ``run/`` the service itself uses (the launcher's socket, the stdin file).
+RESERVED = frozenset({"run/.launcher.sock", "run/.launcher.sock.tmp", "run/.stdin"})
 SKILL_SOURCE = ".skill"
 OWNER_FILE = ".owner"
 #: How long a workspace without an owner file must stay unchanged to count as abandoned.
@@ -46,6 +51,8 @@ class Workspace:
     work: Path
     session: str | None
     skill_id: str
+    #: The API key (tenant) the run belongs to: its session and artifacts are that key's.
+    tenant: str = LOCAL_TENANT
 
     @property
     def out(self) -> Path:
@@ -82,24 +89,22 @@ class Workspace:
             rel = PurePosixPath("work", *rel.parts)
         return rel
 
-    def host_path(self, logical: PurePosixPath, *, what: str = "path") -> Path:
-        """Host path of a logical path under a writable root; refuses links on the way.
-
-        A symlink anywhere below the root (left there by an earlier run of the same
-        session, say) is refused rather than followed, so nothing outside the
-        workspace can be reached through it.
-        """
+    def locate(self, logical: PurePosixPath, *, what: str = "path") -> tuple[str, PurePosixPath]:
+        """(writable root name, path below it) of a logical path; refuses other roots."""
         top = logical.parts[0]
         if top not in WRITABLE_ROOTS:
             raise Forbidden(
                 f"{what} {str(logical)!r} is outside the writable workspace (work/, out/, run/, inputs/)",
                 code="path_escape",
             )
-        base = self.roots()[top]
+        if len(logical.parts) > 1 and "/".join(logical.parts[:2]) in RESERVED:
+            raise BadRequest(f"{what} {str(logical)!r} is reserved by the service", code="reserved_path")
         rest = PurePosixPath(*logical.parts[1:]) if len(logical.parts) > 1 else PurePosixPath(".")
-        if str(rest) != "." and has_symlink_component(base, rest):
-            raise Forbidden(f"{what} {str(logical)!r} goes through a symbolic link", code="path_escape")
-        return base / str(rest) if str(rest) != "." else base
+        return top, rest
+
+    def tree(self, top: str) -> Tree:
+        """The writable root ``top`` (``work``, ``out`` or ``run``), opened for safe use."""
+        return Tree(self.roots()[top])
 
 
 class WorkspaceManager:
@@ -143,18 +148,25 @@ class WorkspaceManager:
         session_work: Path | None = None,
         session: str | None = None,
         owner: tuple[int, int] | None = None,
+        tenant: str = LOCAL_TENANT,
     ) -> Workspace:
-        """A fresh workspace; its writable folders belong to ``owner`` (the run's user)."""
+        """A fresh workspace; its writable folders belong to ``owner`` (the run's user).
+
+        A session's ``work/`` was written by earlier runs: its ``inputs/`` is made only
+        when nothing of that name is there (a link an earlier run left is neither
+        followed nor replaced; staging through it is refused later).
+        """
         root = self.create_root(run_id, owner)
         work = root / "work"
         if session_work is not None:
             # root/work stays an empty mountpoint (or becomes a link) for the session's dir.
             work = session_work
-            (work / "inputs").mkdir(parents=True, exist_ok=True)
-            if owner is not None:
-                os.chown(work, *owner)
-                os.chown(work / "inputs", *owner)
-        return Workspace(run_id=run_id, root=root, work=work, session=session, skill_id=skill_id)
+            with Tree(work) as tree:
+                if owner is not None:
+                    os.fchown(tree.fd, *owner)
+                if tree.lstat(PurePosixPath("inputs")) is None:
+                    tree.make_dirs(PurePosixPath("inputs"), owner=owner)
+        return Workspace(run_id=run_id, root=root, work=work, session=session, skill_id=skill_id, tenant=tenant)
 
     def create_root(self, name: str, owner: tuple[int, int] | None = None) -> Path:
         """A fresh workspace folder with the standard layout (no skill yet)."""
@@ -170,9 +182,9 @@ class WorkspaceManager:
                 os.chown(root / sub, *owner)
         return root
 
-    def adopt(self, root: Path, run_id: str, skill_id: str) -> Workspace:
+    def adopt(self, root: Path, run_id: str, skill_id: str, tenant: str = LOCAL_TENANT) -> Workspace:
         """Give a prepared folder (a warm container's) to a run; it keeps its name."""
-        return Workspace(run_id=run_id, root=root, work=root / "work", session=None, skill_id=skill_id)
+        return Workspace(run_id=run_id, root=root, work=root / "work", session=None, skill_id=skill_id, tenant=tenant)
 
     def remove(self, workspace: Workspace) -> None:
         remove_tree(workspace.root)
@@ -205,27 +217,3 @@ def build_view(workspace: Workspace, entries: list[str]) -> list[str]:
 
 def shadowed(entries: list[str]) -> list[str]:
     return [f"the skill's own {e!r} is hidden by the run's {e}/ directory" for e in entries if e in RUN_LINKS]
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a directory tree, making read-only parts writable first.
-
-    Parts that vanish meanwhile (another remover got there first) are fine.
-    """
-    if not path.exists() and not path.is_symlink():
-        return
-
-    def _retry(func, target, exc_info):  # type: ignore[no-untyped-def]
-        if isinstance(exc_info[1], FileNotFoundError):
-            return
-        try:
-            os.chmod(os.path.dirname(target), 0o755)
-            if os.path.isdir(target) and not os.path.islink(target):
-                os.chmod(target, 0o755)
-                shutil.rmtree(target, ignore_errors=True)
-            elif func in (os.unlink, os.remove, os.rmdir):
-                func(target)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=_retry)

@@ -14,26 +14,33 @@ Targets (``to``) are workspace-relative and land under ``work/``, ``out/`` or ``
 deleted or overwritten: existing links on the way are refused, files are opened with
 ``O_NOFOLLOW``, and no shell is ever involved.  ``mode: link`` stages a read-only
 copy: the run can read it but never write through it to the source.
+
+Targets and ``workspace://`` sources lie in run-writable trees: they are written and
+read only through :mod:`executor.workspace.fs` (descriptor-relative, no link ever
+followed, fresh files created exclusively).  Skill and host sources are trees the
+service trusts; links in them are skipped, never followed.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from ..artifacts.store import ArtifactInfo, ArtifactStore, parse_ref
 from ..errors import BadRequest, ExecutorError, Forbidden, NotFound, TooLarge
 from ..paths import clean_relative, is_within, resolve_within
 from ..runs.models import InputSpec
 from ..skills import SkillRepository
+from .fs import Tree
 from .layout import Workspace
 from .sessions import SessionStore
 
-_CHUNK = 1024 * 1024
 SCHEMES = ("artifact://", "host://", "workspace://", "skill://")
+_Opener = Callable[[], BinaryIO]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +59,18 @@ class StagingReport:
 
 @dataclass(frozen=True, slots=True)
 class _PathSource:
+    """A file or folder of a tree the service trusts (a skill, an allowed host root)."""
+
     path: Path
+    basename: str
+
+
+@dataclass(frozen=True, slots=True)
+class _WorkspaceSource:
+    """A file or folder of the run's own (run-writable) workspace."""
+
+    top: str
+    rel: PurePosixPath
     basename: str
 
 
@@ -92,8 +110,8 @@ class Stager:
             label = f"inputs[{index}] ({spec.from_})"
             try:
                 source = self._resolve(workspace, spec, label)
-                target = self._target(workspace, spec, source.basename, label)
-                size = self._size(source, report, label)
+                target = self._target(workspace, spec, source.basename)
+                size = self._size(workspace, source)
                 if size > budget:
                     raise TooLarge(
                         f"{label}: staging {size} bytes would exceed the cap of {self.max_bytes} bytes for all inputs",
@@ -101,14 +119,9 @@ class Stager:
                     )
                 budget -= size
                 readonly = spec.mode == "link"
-                host_target = workspace.host_path(target, what=f"{label} target")
-                if isinstance(source, _ArtifactSource):
-                    with self.artifacts.open(source.info) as handle:
-                        self._write_stream(handle, host_target, readonly, label)
-                    version = source.info.version
-                else:
-                    self._copy_path(source.path, host_target, readonly, label, report)
-                    version = None
+                top, rest = workspace.locate(target, what=f"{label} target")
+                with workspace.tree(top) as tree:
+                    version = self._copy(workspace, source, tree, rest, readonly, label, report)
             except ExecutorError as exc:
                 if not exc.message.startswith("inputs["):
                     exc.message = f"{label}: {exc.message}"
@@ -120,29 +133,33 @@ class Stager:
 
     # -- sources -----------------------------------------------------------------------
 
-    def _resolve(self, workspace: Workspace, spec: InputSpec, label: str) -> _PathSource | _ArtifactSource:
+    def _resolve(
+        self, workspace: Workspace, spec: InputSpec, label: str
+    ) -> _PathSource | _ArtifactSource | _WorkspaceSource:
         ref = spec.from_
         if ref.startswith("artifact://"):
             name, version = parse_ref(ref[len("artifact://") :])
-            if spec.pin and version is None and workspace.session:
-                version = self.sessions.pinned(workspace.session, name)
-            info = self.artifacts.info(name, version)
-            if spec.pin and workspace.session:
-                pinned = self.sessions.pin(workspace.session, name, info.version)
+            session, tenant = workspace.session, workspace.tenant
+            if spec.pin and version is None and session:
+                version = self.sessions.pinned(session, tenant, name)
+            info = self.artifacts.info(name, version, tenant=tenant)
+            if spec.pin and session:
+                pinned = self.sessions.pin(session, tenant, name, info.version)
                 if pinned != info.version:
-                    info = self.artifacts.info(name, pinned)
+                    info = self.artifacts.info(name, pinned, tenant=tenant)
             return _ArtifactSource(info)
         if ref.startswith("host://"):
             return self._host_source(ref[len("host://") :], label)
         if ref.startswith("workspace://"):
             logical = workspace.logical(ref[len("workspace://") :], what="workspace source")
-            path = workspace.host_path(logical, what="workspace source")
-            if not path.exists():
-                raise NotFound(f"workspace has no {str(logical)!r}", code="input_not_found")
-            return _PathSource(path, logical.name)
+            top, rest = workspace.locate(logical, what="workspace source")
+            with workspace.tree(top) as tree:
+                if tree.lstat(rest, what=f"workspace source {str(logical)!r}") is None:
+                    raise NotFound(f"workspace has no {str(logical)!r}", code="input_not_found")
+            return _WorkspaceSource(top, rest, logical.name)
         if ref.startswith("skill://"):
-            rest = ref[len("skill://") :]
-            name, _, rel = rest.partition("/")
+            rest_ref = ref[len("skill://") :]
+            name, _, rel = rest_ref.partition("/")
             skill = self.repository.get(name)
             relative = clean_relative(rel, what="skill source", allow_empty=True)
             path = resolve_within(skill.path, relative, what="skill source")
@@ -171,108 +188,146 @@ class Stager:
             raise NotFound(f"host path {'/' + str(relative)!r} does not exist", code="input_not_found")
         return _PathSource(path, path.name)
 
-    def _target(self, workspace: Workspace, spec: InputSpec, basename: str, label: str) -> PurePosixPath:
+    def _target(self, workspace: Workspace, spec: InputSpec, basename: str) -> PurePosixPath:
         if spec.to is None:
             return PurePosixPath("work", "inputs", basename)
         return workspace.logical(spec.to, what="target 'to'")
 
-    def _size(self, source: _PathSource | _ArtifactSource, report: StagingReport, label: str) -> int:
+    def _size(self, workspace: Workspace, source: _PathSource | _ArtifactSource | _WorkspaceSource) -> int:
         if isinstance(source, _ArtifactSource):
             return source.info.size
-        total = 0
-        for _, st in _walk(source.path):
-            if stat.S_ISREG(st.st_mode):
-                total += st.st_size
-        return total
+        if isinstance(source, _WorkspaceSource):
+            with workspace.tree(source.top) as tree:
+                st = tree.lstat(source.rel)
+                if st is not None and stat.S_ISREG(st.st_mode):
+                    return st.st_size
+                return sum(e.stat.st_size for e in tree.walk(source.rel) if stat.S_ISREG(e.stat.st_mode))
+        return sum(st.st_size for _, st in _walk(source.path) if stat.S_ISREG(st.st_mode))
 
     # -- writing -----------------------------------------------------------------------
 
-    def _copy_path(self, source: Path, target: Path, readonly: bool, label: str, report: StagingReport) -> None:
-        st = source.stat()
-        if stat.S_ISREG(st.st_mode):
-            with open(source, "rb") as handle:
-                self._write_stream(handle, target, readonly, label)
-            return
-        if not stat.S_ISDIR(st.st_mode):
-            raise BadRequest(f"{source.name!r} is neither a file nor a folder", code="invalid_input")
-        if is_within(target.resolve(), source.resolve()):
+    def _copy(
+        self,
+        workspace: Workspace,
+        source: _PathSource | _ArtifactSource | _WorkspaceSource,
+        tree: Tree,
+        target: PurePosixPath,
+        readonly: bool,
+        label: str,
+        report: StagingReport,
+    ) -> int | None:
+        """Copy ``source`` to ``target`` in ``tree``; return the artifact version staged."""
+        mode = 0o444 if readonly else 0o644
+        what = f"target {str(target)!r}"
+        if isinstance(source, _ArtifactSource):
+            with self.artifacts.open(source.info) as handle:
+                tree.write(target, handle, owner=self.owner, mode=mode, what=what)
+            return source.info.version
+        if isinstance(source, _WorkspaceSource):
+            with workspace.tree(source.top) as origin:
+                if source.top == _tree_top(workspace, tree) and _inside(target, source.rel):
+                    raise BadRequest("the target lies inside the folder being copied", code="target_conflict")
+                self._copy_entries(_tree_entries(origin, source.rel), tree, target, mode, label, report)
+            return None
+        if stat.S_ISDIR(os.stat(source.path).st_mode) and _host_inside(workspace, tree, target, source.path):
             raise BadRequest("the target lies inside the folder being copied", code="target_conflict")
-        self._mkdir(target, label)
-        for rel, entry_st in _walk(source):
-            if rel == ".":
-                continue
-            dest = target / rel
-            if stat.S_ISLNK(entry_st.st_mode):
+        self._copy_entries(_path_entries(source.path), tree, target, mode, label, report)
+        return None
+
+    def _copy_entries(
+        self,
+        entries: Iterator[tuple[str, os.stat_result, _Opener]],
+        tree: Tree,
+        target: PurePosixPath,
+        mode: int,
+        label: str,
+        report: StagingReport,
+    ) -> None:
+        folders: list[PurePosixPath] = []
+        for rel, st, opener in entries:
+            dest = target if rel == "." else target / rel
+            what = f"target {str(dest)!r}"
+            if stat.S_ISLNK(st.st_mode):
                 report.warnings.append(f"{label}: skipped symbolic link {rel!r} (links are never followed)")
-            elif stat.S_ISDIR(entry_st.st_mode):
-                self._mkdir(dest, label)
-            elif stat.S_ISREG(entry_st.st_mode):
-                with open(source / rel, "rb") as handle:
-                    self._write_stream(handle, dest, readonly, label)
+            elif stat.S_ISDIR(st.st_mode):
+                if tree.lstat(dest, what=what) is not None and not tree.is_dir(dest, what=what):
+                    raise BadRequest(f"{what} exists and is not a folder", code="target_conflict")
+                tree.make_dirs(dest, owner=self.owner, what=what)
+                folders.append(dest)
+            elif stat.S_ISREG(st.st_mode):
+                with opener() as handle:
+                    tree.write(dest, handle, owner=self.owner, mode=mode, what=what)
+            elif rel == ".":
+                raise BadRequest("the source is neither a file nor a folder", code="invalid_input")
             else:
                 report.warnings.append(f"{label}: skipped special file {rel!r}")
-        if readonly:
-            for rel, entry_st in _walk(target):
-                if stat.S_ISDIR(entry_st.st_mode):
-                    os.chmod(target / rel, 0o555)
-
-    def _mkdir(self, path: Path, label: str) -> None:
-        if path.is_symlink():
-            raise Forbidden(f"target {path.name!r} is a symbolic link", code="path_escape")
-        if path.exists() and not path.is_dir():
-            raise BadRequest(f"target {path.name!r} exists and is not a folder", code="target_conflict")
-        path.mkdir(parents=True, exist_ok=True)
-        self._chown(path)
-
-    def _write_stream(self, handle, target: Path, readonly: bool, label: str) -> None:  # type: ignore[no-untyped-def]
-        parent = target.parent
-        if not parent.exists():
-            self._mkdir_chain(parent)
-        if target.is_symlink():
-            raise Forbidden(f"target {target.name!r} is a symbolic link", code="path_escape")
-        if target.is_dir():
-            raise BadRequest(f"target {target.name!r} exists and is a folder", code="target_conflict")
-        if target.exists():
-            os.chmod(target, 0o644)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(target, flags, 0o644)
-        with os.fdopen(fd, "wb") as out:
-            while chunk := handle.read(_CHUNK):
-                out.write(chunk)
-        if readonly:
-            os.chmod(target, 0o444)
-        else:
-            self._chown(target)
-
-    def _mkdir_chain(self, path: Path) -> None:
-        missing = []
-        current = path
-        while not current.exists():
-            if current.is_symlink():
-                raise Forbidden(f"target folder {current.name!r} is a dangling symbolic link", code="path_escape")
-            missing.append(current)
-            current = current.parent
-        for directory in reversed(missing):
-            directory.mkdir()
-            self._chown(directory)
-
-    def _chown(self, path: Path) -> None:
-        if self.owner is not None:
-            os.chown(path, *self.owner, follow_symlinks=False)
+        if mode == 0o444 and folders:
+            tree.make_read_only(folders[0])
 
 
-def _walk(root: Path):  # type: ignore[no-untyped-def]
+def _tree_top(workspace: Workspace, tree: Tree) -> str:
+    for top, path in workspace.roots().items():
+        if path == tree.path:
+            return top
+    return ""
+
+
+def _inside(target: PurePosixPath, folder: PurePosixPath) -> bool:
+    return str(folder) == "." or target == folder or folder in target.parents
+
+
+def _host_inside(workspace: Workspace, tree: Tree, target: PurePosixPath, source: Path) -> bool:
+    """A trusted source folder that contains the target (an allowed host root spanning the data dir)."""
+    return is_within(tree.path.resolve() / str(target), source.resolve())
+
+
+def _tree_entries(tree: Tree, rel: PurePosixPath) -> Iterator[tuple[str, os.stat_result, _Opener]]:
+    """(relative path, lstat, opener) of a run-writable source, links never followed."""
+    st = tree.lstat(rel)
+    if st is None:
+        raise NotFound(f"workspace has no {str(rel)!r}", code="input_not_found")
+    yield ".", st, (lambda: _open_tree_file(tree, rel))
+    if not stat.S_ISDIR(st.st_mode):
+        return
+    for entry in tree.walk(rel):
+        path = entry.path
+        yield str(path.relative_to(rel)) if str(rel) != "." else str(path), entry.stat, (
+            lambda p=path: _open_tree_file(tree, p)
+        )
+
+
+def _open_tree_file(tree: Tree, rel: PurePosixPath) -> BinaryIO:
+    fd, _ = tree.open_file(rel, what=f"workspace source {str(rel)!r}")
+    return os.fdopen(fd, "rb")
+
+
+def _path_entries(root: Path) -> Iterator[tuple[str, os.stat_result, _Opener]]:
+    for rel, st in _walk(root):
+        path = root if rel == "." else root / rel
+        yield rel, st, (lambda p=path: _open_trusted(p))
+
+
+def _open_trusted(path: Path) -> BinaryIO:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadRequest(f"{path.name!r} is not a regular file", code="invalid_input")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
     """Yield (relative path, lstat) for root and everything below it, links not followed."""
-    yield ".", os.lstat(root)
-    if not stat.S_ISDIR(os.lstat(root).st_mode):
+    st = os.lstat(root)
+    yield ".", st
+    if not stat.S_ISDIR(st.st_mode):
         return
     stack = [root]
     while stack:
         current = stack.pop()
         with os.scandir(current) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
-                st = entry.stat(follow_symlinks=False)
-                rel = os.path.relpath(entry.path, root)
-                yield rel, st
-                if stat.S_ISDIR(st.st_mode):
+                entry_st = entry.stat(follow_symlinks=False)
+                yield os.path.relpath(entry.path, root), entry_st
+                if stat.S_ISDIR(entry_st.st_mode):
                     stack.append(Path(entry.path))
