@@ -399,7 +399,7 @@ class SkillRunner:
             self.runtime.activity.wait_quiet(2.0)
             try:
                 self.workspaces.remove(workspace)
-            except OSError as exc:
+            except Exception as exc:  # the cleaner must outlive anything a run leaves
                 log.warning("removing workspace %s failed: %s", workspace.root, exc)
             finally:
                 self._trash.task_done()

@@ -51,6 +51,9 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOE
 _CHUNK = 1024 * 1024
 #: Deepest folder level a walk descends to (one open descriptor per level).
 MAX_DEPTH = 1024
+#: Most entries a disk-use measurement visits; a run with more is over its disk cap
+#: (it bounds what one measurement costs the service).
+MAX_ENTRIES = 200_000
 #: Passes over a tree that is refilled while it is removed (concurrent removers) before giving up.
 _REMOVE_PASSES = 1000
 #: Name prefix of folders hoisted to the top of a tree while it is being removed.
@@ -219,7 +222,7 @@ class Tree:
     def make_read_only(self, rel: PurePosixPath, *, what: str = "folder") -> None:
         """Folders at and below ``rel``: mode 0555, owned by the service (not the run)."""
         for entry, fd in self._walk_fds(rel, what=what):
-            if entry.is_dir:
+            if entry.is_dir and fd >= 0:
                 os.fchown(fd, os.getuid(), os.getgid())
                 os.fchmod(fd, 0o555)
 
@@ -300,23 +303,23 @@ class Tree:
                 os.close(fd)
 
     def usage(self) -> tuple[int, bool]:
-        """(bytes allocated below the tree, whether folders were too deep to measure).
+        """(bytes allocated below the tree, whether it could not be measured whole:
+        folders deeper than :data:`MAX_DEPTH` or more than :data:`MAX_ENTRIES` entries).
 
         Hard links count once; nothing is followed.
         """
         seen: set[tuple[int, int]] = set()
         total = 0
-        too_deep = False
-        for entry in self.walk():
+        for count, entry in enumerate(self.walk(), 1):
+            if count > MAX_ENTRIES or (entry.is_dir and entry.depth > MAX_DEPTH):
+                return total, True
             st = entry.stat
             key = (st.st_dev, st.st_ino)
             if key in seen:
                 continue
             seen.add(key)
             total += st.st_blocks * 512
-            if entry.is_dir and entry.depth > MAX_DEPTH:
-                too_deep = True
-        return total, too_deep
+        return total, False
 
 
 def remove_tree(path: Path) -> None:
