@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import stat
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -32,37 +31,24 @@ from ..errors import BadRequest, ExecutorError
 from ..paths import clean_relative
 from ..skills.files import is_text
 from ..workspace.fs import Tree
-from ..workspace.layout import Workspace
+from ..workspace.layout import Workspace, expand_path_variable
 from .mime import detect
 
 _SNIFF = 8192
 MAX_WALK_ENTRIES = 200_000
 
-_VARIABLES = {
-    "OUTPUT_DIR": "out",
-    "WORK_DIR": "work",
-    "RUN_DIR": "run",
-    "WORKSPACE_DIR": "",
-}
-_VAR = re.compile(r"^\$(\{)?(OUTPUT_DIR|WORK_DIR|RUN_DIR|WORKSPACE_DIR)(?(1)\})(?=/|$)")
-
-
-def normalise_glob(pattern: str, *, runtime_root: str | None = None) -> str:
+def normalise_glob(pattern: str) -> str:
     """Map a caller's glob to a workspace-relative one, or refuse it."""
     text = pattern.strip()
-    match = _VAR.match(text)
-    if match:
-        prefix = _VARIABLES[match.group(2)]
-        rest = text[match.end() :].lstrip("/")
-        text = f"{prefix}/{rest}" if prefix and rest else (prefix or rest)
+    expanded = expand_path_variable(text)
+    if expanded is not None:
+        text = expanded
     elif text.startswith("$"):
         raise BadRequest(
             f"output glob {pattern!r} starts with an unknown variable; use $OUTPUT_DIR, $WORK_DIR, "
             "$RUN_DIR or $WORKSPACE_DIR followed by '/'",
             code="invalid_glob",
         )
-    elif runtime_root and (text == runtime_root or text.startswith(runtime_root.rstrip("/") + "/")):
-        text = text[len(runtime_root) :].lstrip("/")
     while text.startswith("./"):
         text = text[2:]
     if not text or text.startswith("/"):
@@ -199,11 +185,11 @@ def _read(tree: Tree, logical: str, rel: PurePosixPath, budget: int) -> Collecte
     return CollectedFile(logical, st.st_size, mime, digest, data, truncated)
 
 
-def resolve_globs(workspace_globs: list[str], *, runtime_root: str | None = None) -> list[str]:
+def resolve_globs(workspace_globs: list[str]) -> list[str]:
     """Normalise a request's globs (order kept, duplicates dropped)."""
     out: list[str] = []
     for pattern in workspace_globs:
-        normal = normalise_glob(pattern, runtime_root=runtime_root)
+        normal = normalise_glob(pattern)
         clean_relative(normal.replace("*", "x").replace("?", "x"), what="output glob")
         if normal not in out:
             out.append(normal)

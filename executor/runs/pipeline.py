@@ -27,7 +27,7 @@ from ..paths import clean_relative, resolve_within
 from ..runtimes.base import ExecResult, ExecSpec, OutputListener, Runtime, RuntimePaths
 from ..runtimes.streams import decode
 from ..skills import Skill, SkillRepository
-from ..workspace.layout import Workspace, WorkspaceManager
+from ..workspace.layout import Workspace, WorkspaceManager, expand_path_variable
 from ..workspace.sessions import SessionStore
 from ..workspace.staging import Stager
 from .limiter import Reservation, RunLimiter
@@ -42,8 +42,6 @@ FORBIDDEN_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_EN
 RESERVED_ENV = frozenset(
     {"WORKSPACE_DIR", "SKILLS_DIR", "SKILL_DIR", "SKILL_NAME", "WORK_DIR", "OUTPUT_DIR", "RUN_DIR"}
 )
-_CWD_VAR = re.compile(r"^\$(\{)?(OUTPUT_DIR|WORK_DIR|WORKSPACE_DIR|RUN_DIR)(?(1)\})(?=/|$)")
-_CWD_PREFIX = {"OUTPUT_DIR": "out", "WORK_DIR": "work", "RUN_DIR": "run", "WORKSPACE_DIR": ""}
 
 
 def new_run_id() -> str:
@@ -192,12 +190,9 @@ class SkillRunner:
 
     def _cwd_logical(self, cwd: str) -> tuple[str, PurePosixPath]:
         """("skill" | "workspace", relative path) for a request's cwd."""
-        match = _CWD_VAR.match(cwd)
-        if match:
-            prefix = _CWD_PREFIX[match.group(2)]
-            rest = cwd[match.end() :].lstrip("/")
-            joined = "/".join(p for p in (prefix, rest) if p)
-            return "workspace", clean_relative(joined, what="cwd", allow_empty=True)
+        expanded = expand_path_variable(cwd)
+        if expanded is not None:
+            return "workspace", clean_relative(expanded, what="cwd", allow_empty=True)
         return "skill", clean_relative(cwd, what="cwd", allow_empty=True)
 
     def _resolve_cwd(self, cwd: str | None, workspace: Workspace, skill: Skill, paths: RuntimePaths) -> str:

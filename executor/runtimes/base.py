@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..activity import Activity
 from ..skills import Skill
-from ..workspace.layout import Workspace, WorkspaceManager
+from ..workspace.layout import Workspace, WorkspaceManager, environment
 
 #: Called with ("stdout" | "stderr", chunk) as output arrives (for streaming).
 OutputListener = Callable[[str, bytes], None]
@@ -33,18 +33,7 @@ class RuntimePaths:
     workspace: str
 
     def env(self, skill_id: str) -> dict[str, str]:
-        root = self.workspace.rstrip("/") or "/"
-        return {
-            "WORKSPACE_DIR": root,
-            "SKILLS_DIR": f"{root}/skills",
-            "SKILL_DIR": f"{root}/skills/{skill_id}",
-            "SKILL_NAME": skill_id,
-            "WORK_DIR": f"{root}/work",
-            "OUTPUT_DIR": f"{root}/out",
-            "RUN_DIR": f"{root}/run",
-            "HOME": f"{root}/run/home",
-            "TMPDIR": f"{root}/run/tmp",
-        }
+        return environment(self.workspace, skill_id)
 
 
 @dataclass(slots=True)

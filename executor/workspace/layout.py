@@ -23,6 +23,7 @@ roots are run-writable: every operation inside them goes through
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -35,13 +36,45 @@ from .fs import Tree, remove_tree
 
 #: Logical top-level directories a run may write to.
 WRITABLE_ROOTS = ("work", "out", "run")
-#: Places in ``run/`` the service itself uses (the launcher's socket, the stdin file).
-RESERVED = frozenset({"run/.launcher.sock", "run/.launcher.sock.tmp", "run/.stdin"})
+SKILLS = "skills"
+#: Where the warm-pool launcher listens, and where a run's stdin is written.
+LAUNCHER_SOCKET = "run/.launcher.sock"
+STDIN_FILE = "run/.stdin"
+#: Places in ``run/`` the service itself uses: never staging targets.
+RESERVED = frozenset({LAUNCHER_SOCKET, f"{LAUNCHER_SOCKET}.tmp", STDIN_FILE})
+#: The workspace variables that name folders, and the logical folder each names
+#: (``""``: the workspace itself).  Callers may start a path with one (``$OUTPUT_DIR/x``).
+PATH_VARIABLES = {"OUTPUT_DIR": "out", "WORK_DIR": "work", "RUN_DIR": "run", "WORKSPACE_DIR": ""}
+_PATH_VARIABLE = re.compile(r"^\$(\{)?(OUTPUT_DIR|WORK_DIR|RUN_DIR|WORKSPACE_DIR)(?(1)\})(?=/|$)")
+
+
+def expand_path_variable(text: str) -> str | None:
+    """``$OUTPUT_DIR/x`` (or ``${OUTPUT_DIR}/x``) -> ``out/x``; only on a path boundary
+    (``$OUTPUT_DIRX`` is no variable).  None when ``text`` starts with no such variable."""
+    match = _PATH_VARIABLE.match(text)
+    if not match:
+        return None
+    prefix = PATH_VARIABLES[match.group(2)]
+    rest = text[match.end() :].lstrip("/")
+    return "/".join(part for part in (prefix, rest) if part)
+
+
+def environment(root: str, skill_id: str) -> dict[str, str]:
+    """The variables a run sees, for a workspace the command sees at ``root``."""
+    root = root.rstrip("/") or "/"
+    return {
+        "WORKSPACE_DIR": root,
+        "SKILLS_DIR": f"{root}/{SKILLS}",
+        "SKILL_DIR": f"{root}/{SKILLS}/{skill_id}",
+        "SKILL_NAME": skill_id,
+        **{name: f"{root}/{folder}" for name, folder in PATH_VARIABLES.items() if folder},
+        "HOME": f"{root}/run/home",
+        "TMPDIR": f"{root}/run/tmp",
+    }
 SKILL_SOURCE = ".skill"
 OWNER_FILE = ".owner"
 #: How long a workspace without an owner file must stay unchanged to count as abandoned.
 ORPHAN_GRACE_SECONDS = 60.0
-SKILLS = "skills"
 
 
 @dataclass(slots=True)
