@@ -6,17 +6,25 @@
         result = client.run({"skill": "math-tools", "command": "python3 scripts/fib.py 10"})
 
 Every non-2xx answer raises :class:`ApiError` with the service's error code.
+
+Both clients share one core: each operation is described once as a :class:`Call`
+(method, quoted path, parameters, body, how to read the answer) by :class:`Calls`;
+:class:`Client` and :class:`AsyncClient` only send calls and map errors, in the same
+way (:func:`raise_for`), and parse Server-Sent Events with the same parser.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, cast
+from urllib.parse import quote
 
 import httpx
 
 JSON = dict[str, Any]
+T = TypeVar("T")
 
 
 class ApiError(Exception):
@@ -28,7 +36,8 @@ class ApiError(Exception):
         self.details = details
 
 
-def _raise_for(response: httpx.Response) -> None:
+def raise_for(response: httpx.Response) -> None:
+    """Raise :class:`ApiError` for a non-2xx answer (the service's error shape, or the text)."""
     if response.is_success:
         return
     try:
@@ -38,15 +47,165 @@ def _raise_for(response: httpx.Response) -> None:
         raise ApiError(response.status_code, "http_error", response.text[:500]) from None
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+def segment(value: str) -> str:
+    """One path segment, quoted (a ``/`` in it stays inside the segment)."""
+    return quote(value, safe="")
 
 
-class _SSEParser:
+def subpath(value: str) -> str:
+    """A ``/``-separated path (an artifact name, a file of a skill), each segment quoted."""
+    return "/".join(quote(part, safe="") for part in value.split("/"))
+
+
+def as_json(response: httpx.Response) -> JSON:
+    return cast(JSON, response.json())
+
+
+def as_text(response: httpx.Response) -> str:
+    return response.text
+
+
+def as_response(response: httpx.Response) -> httpx.Response:
+    return response
+
+
+def as_nothing(response: httpx.Response) -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One request and how to read its answer."""
+
+    method: str
+    path: str
+    answer: Callable[[httpx.Response], T]
+    params: dict[str, Any] = field(default_factory=dict)
+    json: Any = None
+    content: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    files: dict[str, tuple[str, bytes]] | None = None
+    #: Statuses returned as answers rather than raised (health: 503 is an answer).
+    accept: tuple[int, ...] = ()
+
+    def send_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"params": self.params or None, "headers": self.headers or None}
+        if self.json is not None:
+            kwargs["json"] = self.json
+        if self.content is not None:
+            kwargs["content"] = self.content
+        if self.files is not None:
+            kwargs["files"] = self.files
+        return kwargs
+
+    def read(self, response: httpx.Response) -> T:
+        if response.status_code not in self.accept:
+            raise_for(response)
+        return self.answer(response)
+
+
+def _idempotency(key: str | None) -> dict[str, str]:
+    return {"Idempotency-Key": key} if key else {}
+
+
+class Calls:
+    """Every operation of the API, as a :class:`Call` (shared by both clients)."""
+
+    @staticmethod
+    def list_skills(q: str | None, limit: int | None) -> Call[JSON]:
+        params = {k: v for k, v in (("q", q), ("limit", limit)) if v is not None}
+        return Call("GET", "/v1/skills", as_json, params=params)
+
+    @staticmethod
+    def skills_prompt(format: str) -> Call[str]:
+        return Call("GET", "/v1/skills", as_text, params={"format": format})
+
+    @staticmethod
+    def load_skill(name: str) -> Call[JSON]:
+        return Call("GET", f"/v1/skills/{segment(name)}", as_json)
+
+    @staticmethod
+    def list_docs(name: str) -> Call[JSON]:
+        return Call("GET", f"/v1/skills/{segment(name)}/docs", as_json)
+
+    @staticmethod
+    def read_docs(name: str, docs: list[str]) -> Call[JSON]:
+        return Call("GET", f"/v1/skills/{segment(name)}/docs", as_json, params={"names": ",".join(docs)})
+
+    @staticmethod
+    def read_file(name: str, path: str) -> Call[httpx.Response]:
+        return Call("GET", f"/v1/skills/{segment(name)}/files/{subpath(path)}", as_response)
+
+    @staticmethod
+    def install_skill(package: bytes, filename: str, strict: bool, multipart: bool) -> Call[JSON]:
+        params = {"strict": "true"} if strict else {}
+        if multipart:
+            return Call("POST", "/v1/skills", as_json, params=params, files={"file": (filename, package)})
+        kind = "application/zip" if package[:2] == b"PK" else "application/gzip"
+        return Call("POST", "/v1/skills", as_json, params=params, content=package, headers={"Content-Type": kind})
+
+    @staticmethod
+    def delete_skill(name: str) -> Call[None]:
+        return Call("DELETE", f"/v1/skills/{segment(name)}", as_nothing)
+
+    @staticmethod
+    def run(request: JSON, idempotency_key: str | None, wait: bool) -> Call[JSON]:
+        params = {} if wait else {"wait": "false"}
+        return Call("POST", "/v1/runs", as_json, params=params, json=request, headers=_idempotency(idempotency_key))
+
+    @staticmethod
+    def get_run(run_id: str) -> Call[JSON]:
+        return Call("GET", f"/v1/runs/{segment(run_id)}", as_json)
+
+    @staticmethod
+    def cancel_run(run_id: str) -> Call[JSON]:
+        return Call("DELETE", f"/v1/runs/{segment(run_id)}", as_json)
+
+    @staticmethod
+    def events(run_id: str) -> Call[None]:
+        return Call("GET", f"/v1/runs/{segment(run_id)}/events", as_nothing)
+
+    @staticmethod
+    def put_artifact(name: str, data: bytes, mime_type: str) -> Call[JSON]:
+        headers = {"Content-Type": mime_type}
+        return Call("POST", f"/v1/artifacts/{subpath(name)}", as_json, content=data, headers=headers)
+
+    @staticmethod
+    def get_artifact(name: str, version: int | None) -> Call[httpx.Response]:
+        params = {"version": version} if version is not None else {}
+        return Call("GET", f"/v1/artifacts/{subpath(name)}", as_response, params=params)
+
+    @staticmethod
+    def list_artifacts() -> Call[JSON]:
+        return Call("GET", "/v1/artifacts", as_json)
+
+    @staticmethod
+    def artifact_versions(name: str) -> Call[JSON]:
+        return Call("GET", f"/v1/artifacts/{subpath(name)}/versions", as_json)
+
+    @staticmethod
+    def tools(format: str) -> Call[JSON]:
+        return Call("GET", "/v1/tools", as_json, params={"format": format})
+
+    @staticmethod
+    def call_tool(name: str, arguments: JSON | str | None) -> Call[JSON]:
+        return Call("POST", "/v1/tools/call", as_json, json={"name": name, "arguments": arguments})
+
+    @staticmethod
+    def health() -> Call[JSON]:
+        return Call("GET", "/healthz", as_json, accept=(200, 503))
+
+    @staticmethod
+    def metrics() -> Call[str]:
+        return Call("GET", "/metrics", as_text)
+
+
+class SSEParser:
     """Feed lines of a Server-Sent Events stream; get (event, data) per finished block."""
 
     def __init__(self) -> None:
-        self._event, self._data = "message", []  # type: tuple[str, list[str]]
+        self._event = "message"
+        self._data: list[str] = []
 
     def feed(self, line: str) -> tuple[str, Any] | None:
         if line.startswith("event:"):
@@ -60,13 +219,8 @@ class _SSEParser:
         return None
 
 
-def _skill_params(q: str | None, limit: int | None) -> JSON:
-    params: JSON = {}
-    if q is not None:
-        params["q"] = q
-    if limit is not None:
-        params["limit"] = limit
-    return params
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 class Client:
@@ -79,102 +233,91 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        response = self._http.request(method, path, **kwargs)
-        _raise_for(response)
-        return response
+    def send(self, call: Call[T]) -> T:
+        return call.read(self._http.request(call.method, call.path, **call.send_kwargs()))
 
     # skills
     def list_skills(self, q: str | None = None, *, limit: int | None = None) -> JSON:
-        return self._request("GET", "/v1/skills", params=_skill_params(q, limit)).json()
+        return self.send(Calls.list_skills(q, limit))
 
     def skills_prompt(self, format: str = "xml") -> str:
-        return self._request("GET", "/v1/skills", params={"format": format}).text
+        return self.send(Calls.skills_prompt(format))
 
     def load_skill(self, name: str) -> JSON:
-        return self._request("GET", f"/v1/skills/{name}").json()
+        return self.send(Calls.load_skill(name))
 
     def list_docs(self, name: str) -> JSON:
-        return self._request("GET", f"/v1/skills/{name}/docs").json()
+        return self.send(Calls.list_docs(name))
 
     def read_docs(self, name: str, docs: list[str]) -> JSON:
-        return self._request("GET", f"/v1/skills/{name}/docs", params={"names": ",".join(docs)}).json()
+        return self.send(Calls.read_docs(name, docs))
 
     def read_file(self, name: str, path: str) -> httpx.Response:
-        return self._request("GET", f"/v1/skills/{name}/files/{path}")
+        return self.send(Calls.read_file(name, path))
 
     def install_skill(self, package: bytes, *, filename: str = "skill.zip", strict: bool = False,
                       multipart: bool = True) -> JSON:
-        params = {"strict": "true"} if strict else {}
-        if multipart:
-            return self._request("POST", "/v1/skills", params=params, files={"file": (filename, package)}).json()
-        kind = "application/zip" if package[:2] == b"PK" else "application/gzip"
-        return self._request("POST", "/v1/skills", params=params, content=package, headers={"Content-Type": kind}).json()
+        return self.send(Calls.install_skill(package, filename, strict, multipart))
 
     def delete_skill(self, name: str) -> None:
-        self._request("DELETE", f"/v1/skills/{name}")
+        self.send(Calls.delete_skill(name))
 
     # runs
     def run(self, request: JSON, *, idempotency_key: str | None = None) -> JSON:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self._request("POST", "/v1/runs", json=request, headers=headers).json()
+        return self.send(Calls.run(request, idempotency_key, wait=True))
 
     def submit(self, request: JSON, *, idempotency_key: str | None = None) -> JSON:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self._request("POST", "/v1/runs", params={"wait": "false"}, json=request, headers=headers).json()
+        return self.send(Calls.run(request, idempotency_key, wait=False))
 
     def get_run(self, run_id: str) -> JSON:
-        return self._request("GET", f"/v1/runs/{run_id}").json()
+        return self.send(Calls.get_run(run_id))
 
     def cancel_run(self, run_id: str) -> JSON:
-        return self._request("DELETE", f"/v1/runs/{run_id}").json()
+        return self.send(Calls.cancel_run(run_id))
 
     def events(self, run_id: str) -> Iterator[tuple[str, Any]]:
         """Yield (event, data) from the run's Server-Sent Events until the result."""
-        with self._http.stream("GET", f"/v1/runs/{run_id}/events") as response:
+        call = Calls.events(run_id)
+        with self._http.stream(call.method, call.path) as response:
             if not response.is_success:
                 response.read()
-                _raise_for(response)
-            parser = _SSEParser()
+                raise_for(response)
+            parser = SSEParser()
             for line in response.iter_lines():
                 if (parsed := parser.feed(line)) is not None:
                     yield parsed
 
     # artifacts
     def put_artifact(self, name: str, data: bytes, *, mime_type: str = "application/octet-stream") -> JSON:
-        return self._request("POST", f"/v1/artifacts/{name}", content=data, headers={"Content-Type": mime_type}).json()
+        return self.send(Calls.put_artifact(name, data, mime_type))
 
     def get_artifact(self, name: str, version: int | None = None) -> httpx.Response:
-        params = {"version": version} if version is not None else {}
-        return self._request("GET", f"/v1/artifacts/{name}", params=params)
+        return self.send(Calls.get_artifact(name, version))
 
     def list_artifacts(self) -> JSON:
-        return self._request("GET", "/v1/artifacts").json()
+        return self.send(Calls.list_artifacts())
 
     def artifact_versions(self, name: str) -> JSON:
-        return self._request("GET", f"/v1/artifacts/{name}/versions").json()
+        return self.send(Calls.artifact_versions(name))
 
     # tools and system
     def tools(self, format: str = "openai") -> JSON:
-        return self._request("GET", "/v1/tools", params={"format": format}).json()
+        return self.send(Calls.tools(format))
 
     def call_tool(self, name: str, arguments: JSON | str | None) -> JSON:
-        return self._request("POST", "/v1/tools/call", json={"name": name, "arguments": arguments}).json()
+        return self.send(Calls.call_tool(name, arguments))
 
     def health(self) -> JSON:
-        response = self._http.get("/healthz")
-        if response.status_code not in (200, 503):
-            _raise_for(response)
-        return response.json()
+        return self.send(Calls.health())
 
     def metrics(self) -> str:
-        return self._request("GET", "/metrics").text
+        return self.send(Calls.metrics())
 
 
 class AsyncClient:
@@ -182,96 +325,95 @@ class AsyncClient:
 
     def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 900.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self._http = httpx.AsyncClient(base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        response = await self._http.request(method, path, **kwargs)
-        _raise_for(response)
-        return response
+    async def send(self, call: Call[T]) -> T:
+        return call.read(await self._http.request(call.method, call.path, **call.send_kwargs()))
 
+    # skills
     async def list_skills(self, q: str | None = None, *, limit: int | None = None) -> JSON:
-        return (await self._request("GET", "/v1/skills", params=_skill_params(q, limit))).json()
+        return await self.send(Calls.list_skills(q, limit))
 
     async def skills_prompt(self, format: str = "xml") -> str:
-        return (await self._request("GET", "/v1/skills", params={"format": format})).text
+        return await self.send(Calls.skills_prompt(format))
 
     async def load_skill(self, name: str) -> JSON:
-        return (await self._request("GET", f"/v1/skills/{name}")).json()
+        return await self.send(Calls.load_skill(name))
 
     async def list_docs(self, name: str) -> JSON:
-        return (await self._request("GET", f"/v1/skills/{name}/docs")).json()
+        return await self.send(Calls.list_docs(name))
 
     async def read_docs(self, name: str, docs: list[str]) -> JSON:
-        return (await self._request("GET", f"/v1/skills/{name}/docs", params={"names": ",".join(docs)})).json()
+        return await self.send(Calls.read_docs(name, docs))
 
     async def read_file(self, name: str, path: str) -> httpx.Response:
-        return await self._request("GET", f"/v1/skills/{name}/files/{path}")
+        return await self.send(Calls.read_file(name, path))
 
-    async def install_skill(self, package: bytes, *, filename: str = "skill.zip", strict: bool = False) -> JSON:
-        params = {"strict": "true"} if strict else {}
-        return (await self._request("POST", "/v1/skills", params=params, files={"file": (filename, package)})).json()
+    async def install_skill(self, package: bytes, *, filename: str = "skill.zip", strict: bool = False,
+                            multipart: bool = True) -> JSON:
+        return await self.send(Calls.install_skill(package, filename, strict, multipart))
 
     async def delete_skill(self, name: str) -> None:
-        await self._request("DELETE", f"/v1/skills/{name}")
+        await self.send(Calls.delete_skill(name))
 
+    # runs
     async def run(self, request: JSON, *, idempotency_key: str | None = None) -> JSON:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return (await self._request("POST", "/v1/runs", json=request, headers=headers)).json()
+        return await self.send(Calls.run(request, idempotency_key, wait=True))
 
     async def submit(self, request: JSON, *, idempotency_key: str | None = None) -> JSON:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return (await self._request("POST", "/v1/runs", params={"wait": "false"}, json=request, headers=headers)).json()
+        return await self.send(Calls.run(request, idempotency_key, wait=False))
 
     async def get_run(self, run_id: str) -> JSON:
-        return (await self._request("GET", f"/v1/runs/{run_id}")).json()
+        return await self.send(Calls.get_run(run_id))
 
     async def cancel_run(self, run_id: str) -> JSON:
-        return (await self._request("DELETE", f"/v1/runs/{run_id}")).json()
+        return await self.send(Calls.cancel_run(run_id))
 
     async def events(self, run_id: str) -> AsyncIterator[tuple[str, Any]]:
-        async with self._http.stream("GET", f"/v1/runs/{run_id}/events") as response:
+        """Yield (event, data) from the run's Server-Sent Events until the result."""
+        call = Calls.events(run_id)
+        async with self._http.stream(call.method, call.path) as response:
             if not response.is_success:
                 await response.aread()
-                _raise_for(response)
-            parser = _SSEParser()
+                raise_for(response)
+            parser = SSEParser()
             async for line in response.aiter_lines():
                 if (parsed := parser.feed(line)) is not None:
                     yield parsed
 
+    # artifacts
     async def put_artifact(self, name: str, data: bytes, *, mime_type: str = "application/octet-stream") -> JSON:
-        return (await self._request("POST", f"/v1/artifacts/{name}", content=data,
-                                    headers={"Content-Type": mime_type})).json()
+        return await self.send(Calls.put_artifact(name, data, mime_type))
 
     async def get_artifact(self, name: str, version: int | None = None) -> httpx.Response:
-        params = {"version": version} if version is not None else {}
-        return await self._request("GET", f"/v1/artifacts/{name}", params=params)
+        return await self.send(Calls.get_artifact(name, version))
 
     async def list_artifacts(self) -> JSON:
-        return (await self._request("GET", "/v1/artifacts")).json()
+        return await self.send(Calls.list_artifacts())
 
     async def artifact_versions(self, name: str) -> JSON:
-        return (await self._request("GET", f"/v1/artifacts/{name}/versions")).json()
+        return await self.send(Calls.artifact_versions(name))
 
+    # tools and system
     async def tools(self, format: str = "openai") -> JSON:
-        return (await self._request("GET", "/v1/tools", params={"format": format})).json()
+        return await self.send(Calls.tools(format))
 
     async def call_tool(self, name: str, arguments: JSON | str | None) -> JSON:
-        return (await self._request("POST", "/v1/tools/call", json={"name": name, "arguments": arguments})).json()
+        return await self.send(Calls.call_tool(name, arguments))
 
     async def health(self) -> JSON:
-        response = await self._http.get("/healthz")
-        if response.status_code not in (200, 503):
-            _raise_for(response)
-        return response.json()
+        return await self.send(Calls.health())
 
     async def metrics(self) -> str:
-        return (await self._request("GET", "/metrics")).text
+        return await self.send(Calls.metrics())
