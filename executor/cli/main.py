@@ -7,13 +7,13 @@ error or refused request.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ExecutorError
 from . import skills as skills_cli
+from .output import emit_json
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,11 +32,6 @@ def _optional_modules() -> list[Any]:
     from . import serve as serve_cli
 
     return [runs_cli, image_cli, serve_cli]
-
-
-def emit_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
-    sys.stdout.write("\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

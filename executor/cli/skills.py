@@ -19,6 +19,7 @@ from ..skills import (
     render_text,
     render_xml,
 )
+from .output import emit_json
 
 
 def register(groups: Any) -> None:
@@ -67,7 +68,6 @@ def _roots(parser: argparse.ArgumentParser) -> None:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from .main import emit_json
 
     verdicts = [check(Path(p), strict=args.strict) for p in args.paths]
     if args.json:
@@ -84,7 +84,6 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from .main import emit_json
 
     catalog = SkillRepository(args.roots).reload()
     skills = catalog.skills if args.all else catalog.visible()
@@ -124,7 +123,6 @@ def _prompt(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .main import emit_json
 
     skill = SkillRepository(args.roots).get(args.name)
     files = inventory(skill)
@@ -145,7 +143,6 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from .main import emit_json
 
     hits = SkillRepository(args.roots).search(args.query, args.limit)
     emit_json([{"id": h.skill.id, "name": h.skill.name, "score": h.score, "description": h.skill.description} for h in hits])
@@ -153,7 +150,6 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _install(args: argparse.Namespace) -> int:
-    from .main import emit_json
 
     try:
         data = args.package.read_bytes()

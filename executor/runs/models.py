@@ -11,45 +11,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-MiB = 1024 * 1024
+from ..outputs.spec import OutputSpec
+from ..workspace.spec import InputSpec
 
+__all__ = ["InputSpec", "OutputSpec", "RunRequest", "RunResult", "OutputFile", "ArtifactFile"]
 
-class InputSpec(BaseModel):
-    """One file or folder to stage into the workspace before the command runs."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    from_: str = Field(
-        alias="from",
-        description="artifact://name[@version], host:///abs/path, workspace://rel/path or skill://name/rel/path",
-    )
-    to: str | None = Field(
-        default=None, description="workspace-relative target; default work/inputs/<basename>; inputs/x = work/inputs/x"
-    )
-    mode: Literal["copy", "link"] = Field(
-        default="copy", description="copy, or link: a read-only view the run cannot write through"
-    )
-    pin: bool = Field(
-        default=False, description="with a session: reuse the artifact version first staged in that session"
-    )
-
-
-class OutputSpec(BaseModel):
-    """Which files to bring back, and how."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    globs: list[str] = Field(default_factory=list, description="workspace-relative globs; ** supported")
-    inline: bool = Field(default=True, description="inline text content (UTF-8) in the result")
-    inline_binary: bool = Field(default=False, description="also inline binary content, base64-encoded")
-    save: bool = Field(default=False, description="save each collected file as an artifact (new version)")
-    name_template: str | None = Field(
-        default=None,
-        description="artifact name; placeholders {path} {name} {stem} {ext} {run_id} {session} {prefix}",
-    )
-    max_files: int = Field(default=100, ge=0)
-    max_file_bytes: int = Field(default=4 * MiB, ge=0)
-    max_total_bytes: int = Field(default=64 * MiB, ge=0)
 
 
 class RunRequest(BaseModel):

@@ -33,11 +33,11 @@ from typing import BinaryIO
 from ..artifacts.store import ArtifactInfo, ArtifactStore, parse_ref
 from ..errors import BadRequest, ExecutorError, Forbidden, NotFound, TooLarge
 from ..paths import clean_relative, is_within, resolve_within
-from ..runs.models import InputSpec
 from ..skills import SkillRepository
 from .fs import Tree
 from .layout import Workspace
 from .sessions import SessionStore
+from .spec import InputSpec
 
 SCHEMES = ("artifact://", "host://", "workspace://", "skill://")
 _Opener = Callable[[], BinaryIO]
