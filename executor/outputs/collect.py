@@ -24,6 +24,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 import pathspec
 
@@ -35,6 +36,8 @@ from ..workspace.layout import Workspace, expand_path_variable
 from .mime import detect
 
 _SNIFF = 8192
+if TYPE_CHECKING:
+    Globs = pathspec.PathSpec[pathspec.Pattern]
 MAX_WALK_ENTRIES = 200_000
 
 def normalise_glob(pattern: str) -> str:
@@ -61,7 +64,7 @@ def normalise_glob(pattern: str) -> str:
 
 
 @lru_cache(maxsize=512)
-def compile_globs(patterns: tuple[str, ...]) -> pathspec.PathSpec:
+def compile_globs(patterns: tuple[str, ...]) -> Globs:
     """Compiled once per distinct glob list (agents reuse the same few)."""
     return pathspec.PathSpec.from_lines("gitignore", ["/" + p for p in patterns])
 
@@ -143,7 +146,7 @@ def collect(
 
 
 def _match(
-    trees: dict[str, Tree], spec: pathspec.PathSpec, collection: Collection, failed: bool
+    trees: dict[str, Tree], spec: Globs, collection: Collection, failed: bool
 ) -> list[tuple[str, str, PurePosixPath]]:
     """(logical path, root, path in root) of every regular file matching, by path."""
     matches: list[tuple[str, str, PurePosixPath]] = []

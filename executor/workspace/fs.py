@@ -396,7 +396,7 @@ def _empty(top: int) -> None:
 
 def _clear_level(fd: int, top: int) -> list[str]:
     """Unlink the non-folders in ``fd``; move its folders to ``top`` and return their names."""
-    moved = []
+    moved: list[str] = []
     try:
         entries = list(os.scandir(fd))
     except FileNotFoundError:

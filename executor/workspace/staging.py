@@ -23,6 +23,7 @@ service trusts; links in them are skipped, never followed.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Callable, Iterator, Sequence
@@ -286,14 +287,12 @@ def _tree_entries(tree: Tree, rel: PurePosixPath) -> Iterator[tuple[str, os.stat
     st = tree.lstat(rel)
     if st is None:
         raise NotFound(f"workspace has no {str(rel)!r}", code="input_not_found")
-    yield ".", st, (lambda: _open_tree_file(tree, rel))
+    yield ".", st, functools.partial(_open_tree_file, tree, rel)
     if not stat.S_ISDIR(st.st_mode):
         return
     for entry in tree.walk(rel):
-        path = entry.path
-        yield str(path.relative_to(rel)) if str(rel) != "." else str(path), entry.stat, (
-            lambda p=path: _open_tree_file(tree, p)
-        )
+        name = str(entry.path.relative_to(rel)) if str(rel) != "." else str(entry.path)
+        yield name, entry.stat, functools.partial(_open_tree_file, tree, entry.path)
 
 
 def _open_tree_file(tree: Tree, rel: PurePosixPath) -> BinaryIO:
@@ -304,7 +303,7 @@ def _open_tree_file(tree: Tree, rel: PurePosixPath) -> BinaryIO:
 def _path_entries(root: Path) -> Iterator[tuple[str, os.stat_result, _Opener]]:
     for rel, st in _walk(root):
         path = root if rel == "." else root / rel
-        yield rel, st, (lambda p=path: _open_trusted(p))
+        yield rel, st, functools.partial(_open_trusted, path)
 
 
 def _open_trusted(path: Path) -> BinaryIO:
