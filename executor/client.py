@@ -10,7 +10,8 @@ Every non-2xx answer raises :class:`ApiError` with the service's error code.
 Both clients share one core: each operation is described once as a :class:`Call`
 (method, quoted path, parameters, body, how to read the answer) by :class:`Calls`;
 :class:`Client` and :class:`AsyncClient` only send calls and map errors, in the same
-way (:func:`raise_for`), and parse Server-Sent Events with the same parser.
+way (:func:`raise_for`), and parse Server-Sent Events with the same parser.  (The
+module is long only because each client lists every operation once, as httpx does.)
 """
 
 from __future__ import annotations

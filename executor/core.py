@@ -20,7 +20,7 @@ def make_runtime(settings: Settings) -> Runtime:
     if settings.runtime == "local":
         from .runtimes.local import LocalRuntime
 
-        return LocalRuntime()
+        return LocalRuntime(settings)
     if settings.runtime == "docker":
         from .runtimes.docker import DockerRuntime
 

@@ -25,7 +25,8 @@ from typing import Any
 
 from ..errors import Conflict, ExecutorError
 from .models import RunRequest, RunResult
-from .pipeline import Checked, SkillRunner, new_run_id
+from .pipeline import SkillRunner, new_run_id
+from .plan import RunPlan
 from .store import FINAL, RunRecord, RunStore
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ class RunManager:
         self._workers.submit(self._execute, request, handle, reservation, checked)
         return record, handle, False
 
-    def _execute(self, request: RunRequest, handle: RunHandle, reservation: Any, checked: Checked) -> None:
+    def _execute(self, request: RunRequest, handle: RunHandle, reservation: Any, checked: RunPlan) -> None:
         # "running" lives in memory (get() reports it); only the outcome is written.
         # A record left "queued" by a crash is marked failed at the next start.
         run_id = handle.run_id

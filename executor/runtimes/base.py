@@ -1,57 +1,71 @@
-"""The runtime interface: where and how a run's command executes.
+"""The seam between the pipeline and every runtime: ``Runtime.open(plan) -> Sandbox``.
 
-The pipeline does not know which runtime runs it.  A runtime
+In the spirit of httpx's transports, the pipeline knows nothing of containers or
+processes.  It asks a :class:`Runtime` to open a :class:`Sandbox` for one run and talks
+only to that object:
 
-* ``prepare``s a fresh workspace: materialises the skill's read-only files under
-  ``.skill/`` and tells how the command will see the workspace (``paths``);
-* ``execute``s one command with bounded stdout/stderr, a wall-clock timeout that
-  kills everything the command started, and the real elapsed time;
-* ``cleanup``s whatever it attached to the workspace (containers, mounts).
+* ``sandbox.workspace`` -- the run's folders on the service's side (for the path rules);
+* ``sandbox.root`` -- where the command sees its workspace (``/workspace`` in Docker);
+* ``sandbox.stage(stager, inputs)`` -- put the inputs in, before the command runs;
+* ``sandbox.execute(command)`` -- run it with bounded output, a deadline that kills
+  everything it started, cancellation and the disk cap;
+* ``sandbox.collect(globs, limits, failed=...)`` -- bring outputs back, once nothing of
+  the run is alive any more;
+* ``sandbox.close()`` -- release everything (containers, folders); a sandbox is a context
+  manager and owns its cleanup, also after errors.
+
+``Runtime.health()`` reports the runtime's dependencies and ``Runtime.close()`` stops
+it.  A new runtime (bubblewrap, a remote engine, Kubernetes Jobs) implements these two
+protocols and passes ``tests/test_sandbox_contract.py``; the pipeline does not change.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
-
 from pathlib import Path
+from typing import Protocol, Self
 
 from ..activity import Activity
+from ..access import LOCAL_TENANT
+from ..outputs.collect import CollectLimits, Collection
 from ..skills import Skill
-from ..workspace.layout import Workspace, WorkspaceManager, environment
+from ..workspace.layout import Workspace, WorkspaceManager
+from ..workspace.spec import InputSpec
+from ..workspace.staging import Stager, StagingReport
 
 #: Called with ("stdout" | "stderr", chunk) as output arrives (for streaming).
 OutputListener = Callable[[str, bytes], None]
 
 
 @dataclass(frozen=True, slots=True)
-class RuntimePaths:
-    """How the command sees the workspace (host paths locally, /workspace in Docker)."""
+class SandboxPlan:
+    """What a run needs from its sandbox before anything is staged."""
 
-    workspace: str
-
-    def env(self, skill_id: str) -> dict[str, str]:
-        return environment(self.workspace, skill_id)
+    run_id: str
+    skill: Skill
+    session: str | None = None
+    #: The session's persistent ``work/`` (held exclusively by this run), if any.
+    session_work: Path | None = None
+    tenant: str = LOCAL_TENANT
+    #: The most the session's ``work/`` may hold across runs (None: no session).
+    session_disk_max: int | None = None
 
 
 @dataclass(slots=True)
-class ExecSpec:
-    run_id: str
+class Command:
+    """One command to execute in a sandbox."""
+
     command: str
     cwd: str
     env: dict[str, str]
     stdin: bytes | None
     timeout: float
-    workspace: Workspace
-    skill: Skill
     stdout_max: int
     stderr_max: int
     listener: OutputListener | None = None
     cancel: threading.Event | None = None
-    #: The most a session's ``work/`` may hold (across its runs), when the run has one.
-    session_disk_max: int | None = None
 
 
 @dataclass(slots=True)
@@ -70,30 +84,45 @@ class ExecResult:
     warnings: list[str] = field(default_factory=list)
 
 
+class Sandbox(Protocol):
+    """One run's isolated place; see the module docstring."""
+
+    workspace: Workspace
+    #: Where the command sees its workspace.
+    root: str
+    #: What preparing the sandbox had to say (a skill file that could not be copied, ...).
+    warnings: list[str]
+
+    def stage(self, stager: Stager, inputs: Sequence[InputSpec]) -> StagingReport: ...
+
+    def execute(self, command: Command) -> ExecResult: ...
+
+    def collect(self, globs: list[str], limits: CollectLimits, *, failed: bool) -> Collection: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
 class Runtime(Protocol):
     name: str
     #: uid/gid the command runs as, for files the service creates in the workspace.
     owner: tuple[int, int] | None
     #: Runs in progress; background housekeeping yields to them.
     activity: Activity
+    #: The run folders this runtime makes and removes.
+    workspaces: WorkspaceManager
+    #: Where runs see the skills (for an overview's ``<location>``); None: host paths.
+    visible_skills_dir: str | None
 
-    def create_workspace(
-        self,
-        manager: WorkspaceManager,
-        run_id: str,
-        skill_id: str,
-        *,
-        session_work: Path | None,
-        session: str | None,
-        tenant: str,
-    ) -> Workspace: ...
+    def open(self, plan: SandboxPlan) -> Sandbox: ...
 
-    def paths(self, workspace: Workspace) -> RuntimePaths: ...
+    def health(self) -> dict[str, tuple[bool, str]]: ...
 
-    def prepare(self, workspace: Workspace, skill: Skill) -> list[str]: ...
-
-    def execute(self, spec: ExecSpec) -> ExecResult: ...
-
-    def cleanup(self, workspace: Workspace) -> None: ...
+    def settle(self) -> None:
+        """Wait until the folders (and containers) of finished runs are removed."""
+        ...
 
     def close(self) -> None: ...

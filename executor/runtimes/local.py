@@ -6,7 +6,8 @@ of the file system.  Use it to develop skills, never to run untrusted ones.
 
 What it does guarantee: ``bash -c`` in its own process group, stdin from the request
 (closed otherwise), stdout/stderr bounded while read, the service's environment never
-passed on, and on timeout the whole process group killed.
+passed on, and on timeout or cancellation the whole process group killed.  It
+enforces no disk cap.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 from ..activity import Activity
-from ..skills import Skill
+from ..config import Settings
 from ..workspace.layout import Workspace, WorkspaceManager, build_view
-from .base import ExecResult, ExecSpec, RuntimePaths
+from .base import Command, ExecResult, SandboxPlan
+from .host import HostSandbox
+from .janitor import Janitor
+from .limits import Guard
 from .skillcopy import copy_skill, make_read_only
 from .streams import BoundedBuffer, pump
 
@@ -42,69 +45,77 @@ class LocalRuntime:
     #: Runs see skills at per-run host paths; the overview shows the source path.
     visible_skills_dir: str | None = None
 
-    def __init__(self, *, path: str = "/usr/local/bin:/usr/bin:/bin") -> None:
+    def __init__(self, settings: Settings, *, path: str = "/usr/local/bin:/usr/bin:/bin") -> None:
+        self.settings = settings
         self.path = path
         self.activity = Activity()
+        self.workspaces = WorkspaceManager(settings.workspaces)
+        swept = self.workspaces.sweep()
+        if swept:
+            log.warning("removed %d workspace(s) left by a crashed process", len(swept))
+        self.janitor = Janitor(self.activity, name="local-janitor")
         log.warning(WARNING)
 
-    def create_workspace(
-        self,
-        manager: WorkspaceManager,
-        run_id: str,
-        skill_id: str,
-        *,
-        session_work: Path | None,
-        session: str | None,
-        tenant: str,
-    ) -> Workspace:
-        return manager.create(
-            run_id, skill_id, session_work=session_work, session=session, owner=self.owner, tenant=tenant
+    def open(self, plan: SandboxPlan) -> LocalSandbox:
+        workspace = self.workspaces.create(
+            plan.run_id, plan.skill.id, session_work=plan.session_work, session=plan.session, tenant=plan.tenant
         )
+        sandbox = LocalSandbox(self, workspace, keep=self.settings.keep_workspaces)
+        try:
+            sandbox.warnings += copy_skill(plan.skill.path, workspace.skill_source)
+            make_read_only(workspace.skill_source)
+            if plan.session_work is not None:
+                # The session's work dir stands in for the run's own (a link locally).
+                os.rmdir(workspace.root / "work/inputs")
+                os.rmdir(workspace.root / "work")
+                os.symlink(plan.session_work, workspace.root / "work")
+            sandbox.warnings += build_view(workspace, sorted(os.listdir(workspace.skill_source)))
+        except BaseException:
+            sandbox.close()
+            raise
+        return sandbox
 
-    def paths(self, workspace: Workspace) -> RuntimePaths:
-        return RuntimePaths(str(workspace.root))
+    def health(self) -> dict[str, tuple[bool, str]]:
+        return {"runtime": (True, "local subprocesses (no isolation)")}
 
-    def prepare(self, workspace: Workspace, skill: Skill) -> list[str]:
-        warnings = copy_skill(skill.path, workspace.skill_source)
-        make_read_only(workspace.skill_source)
-        if workspace.session is not None:
-            # The session's work dir stands in for the run's own (a link locally).
-            os.rmdir(workspace.root / "work/inputs")
-            os.rmdir(workspace.root / "work")
-            os.symlink(workspace.work, workspace.root / "work")
-        return warnings + build_view(workspace, sorted(os.listdir(workspace.skill_source)))
+    def settle(self) -> None:
+        self.janitor.settle()
 
-    def execute(self, spec: ExecSpec) -> ExecResult:
-        env = {"PATH": self.path, **spec.env}
+    def close(self) -> None:
+        self.janitor.close()
+
+
+class LocalSandbox(HostSandbox):
+    def __init__(self, runtime: LocalRuntime, workspace: Workspace, *, keep: bool) -> None:
+        super().__init__(workspace, str(workspace.root), runtime.janitor, keep=keep)
+        self.path = runtime.path
+
+    def execute(self, command: Command) -> ExecResult:
+        env = {"PATH": self.path, **command.env}
         started = time.monotonic()
         proc = subprocess.Popen(
-            ["bash", "-c", spec.command],
-            cwd=spec.cwd,
+            ["bash", "-c", command.command],
+            cwd=command.cwd,
             env=env,
-            stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if command.stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
         )
-        out, err = BoundedBuffer(spec.stdout_max), BoundedBuffer(spec.stderr_max)
-        readers = [pump(proc.stdout, out, "stdout", spec.listener), pump(proc.stderr, err, "stderr", spec.listener)]  # type: ignore[arg-type]
-        if spec.stdin is not None:
-            threading.Thread(target=_feed, args=(proc, spec.stdin), daemon=True).start()
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = BoundedBuffer(command.stdout_max), BoundedBuffer(command.stderr_max)
+        readers = [pump(proc.stdout, out, "stdout", command.listener), pump(proc.stderr, err, "stderr", command.listener)]
+        if command.stdin is not None:
+            threading.Thread(target=_feed, args=(proc, command.stdin), daemon=True).start()
 
-        timed_out = cancelled = False
-        deadline = started + spec.timeout
+        guard = Guard(started=started, timeout=command.timeout, cancel=command.cancel, disk=None)
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
             try:
-                proc.wait(timeout=min(remaining, 0.05))
+                proc.wait(timeout=max(0.001, min(guard.wait_time(), 0.05)))
                 break
             except subprocess.TimeoutExpired:
-                if spec.cancel is not None and spec.cancel.is_set():
-                    cancelled = True
+                if guard.breached():
                     break
         # Kill the whole group: on timeout, on cancel, and leftovers after a normal exit.
         _kill_group(proc.pid)
@@ -121,7 +132,7 @@ class LocalRuntime:
         if code is not None and code < 0:
             sig = signal.Signals(-code).name
             code = 128 - code
-        if timed_out or cancelled:
+        if guard.timed_out or guard.cancelled:
             code, sig = 128 + signal.SIGKILL, "SIGKILL"
         return ExecResult(
             exit_code=code,
@@ -130,28 +141,24 @@ class LocalRuntime:
             duration_ms=duration_ms,
             stdout_truncated=out.truncated,
             stderr_truncated=err.truncated,
-            timed_out=timed_out,
-            cancelled=cancelled,
+            timed_out=guard.timed_out,
+            cancelled=guard.cancelled,
             signal=sig,
             warnings=warnings,
         )
 
-    def cleanup(self, workspace: Workspace) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
 
 def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    stdin = proc.stdin
+    if stdin is None:
+        return
     try:
-        assert proc.stdin is not None
-        proc.stdin.write(data)
-    except (BrokenPipeError, OSError):
+        stdin.write(data)
+    except OSError:
         pass
     finally:
         try:
-            proc.stdin.close()  # type: ignore[union-attr]
+            stdin.close()
         except OSError:
             pass
 

@@ -10,7 +10,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import IO
 
 from .base import OutputListener
 
@@ -42,7 +42,7 @@ class BoundedBuffer:
         return self.total > len(self._data)
 
 
-def pump(stream: BinaryIO, buffer: BoundedBuffer, name: str, listener: OutputListener | None) -> threading.Thread:
+def pump(stream: IO[bytes], buffer: BoundedBuffer, name: str, listener: OutputListener | None) -> threading.Thread:
     """Read ``stream`` to EOF in a daemon thread, into ``buffer``."""
 
     def run() -> None:
@@ -52,7 +52,7 @@ def pump(stream: BinaryIO, buffer: BoundedBuffer, name: str, listener: OutputLis
                 kept = buffer.feed(chunk)
                 if listener is not None and kept:
                     try:
-                        listener(name, kept)
+                        listener(name, bytes(kept))
                     except Exception:  # a broken listener must not break the run
                         pass
         except OSError:

@@ -30,6 +30,10 @@ touches a run-writable tree while a process of that run is alive (staging happen
 before the run starts, collection after its container is dead, sessions are
 serialised), so descriptor-relative operations leave no race to win.  A remote
 engine would ship the same operations over the archive API.
+
+The module is longer than the others on purpose: it is the single place where the
+service operates inside run-writable trees, so every such operation stays together
+where it can be reviewed at once.
 """
 
 from __future__ import annotations

@@ -16,20 +16,21 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ..workspace.fs import remove_tree
-from ..workspace.layout import WorkspaceManager
-
-if TYPE_CHECKING:
-    from .docker import DockerRuntime
+from ...activity import Activity
+from ...workspace.fs import remove_tree
+from ...workspace.layout import LAUNCHER_SOCKET, WorkspaceManager
 
 log = logging.getLogger(__name__)
 
-SOCKET = "run/.launcher.sock"
 READY_TIMEOUT = 20.0
+#: Starts a warm container on a workspace folder; returns its id.
+Start = Callable[[Path], str]
+#: Removes a container and a folder, in the background (``wait=False``) or now.
+Discard = Callable[..., None]
 
 
 @dataclass(slots=True)
@@ -40,13 +41,26 @@ class WarmContainer:
 
     @property
     def socket(self) -> Path:
-        return self.root / SOCKET
+        return self.root / LAUNCHER_SOCKET
 
 
 class WarmPool:
-    def __init__(self, runtime: "DockerRuntime", workspaces: WorkspaceManager, size: int, max_idle: float) -> None:
-        self.runtime = runtime
+    def __init__(
+        self,
+        *,
+        start: Start,
+        discard: Discard,
+        workspaces: WorkspaceManager,
+        owner: tuple[int, int] | None,
+        activity: Activity,
+        size: int,
+        max_idle: float,
+    ) -> None:
+        self._start_container = start
+        self._discard = discard
         self.workspaces = workspaces
+        self.owner = owner
+        self.activity = activity
         self.size = size
         self.max_idle = max_idle
         self._idle: deque[WarmContainer] = deque()
@@ -70,7 +84,7 @@ class WarmPool:
                 if time.monotonic() - item.started_at <= self.max_idle and item.socket.exists():
                     self.hits += 1
                     return item
-                self.runtime.discard(item.id, item.root)
+                self._discard(item.id, item.root)
             self.misses += 1
             self._cond.notify_all()
             return None
@@ -105,7 +119,7 @@ class WarmPool:
         for thread in self._threads:
             thread.join(timeout=READY_TIMEOUT + 5)
         for item in items:
-            self.runtime.discard(item.id, item.root, wait=True)
+            self._discard(item.id, item.root, wait=True)
 
     # -- background filling -------------------------------------------------------------------
 
@@ -121,7 +135,7 @@ class WarmPool:
                 have = len(self._idle)
             if have:
                 # Still serving from the pool: start the replacement in a quiet moment.
-                self.runtime.activity.wait_quiet(2.0)
+                self.activity.wait_quiet(2.0)
             item = None
             try:
                 item = self._start()
@@ -134,7 +148,7 @@ class WarmPool:
                     self._starting -= 1
                     if item is not None:
                         if self._closed:
-                            self.runtime.discard(item.id, item.root)
+                            self._discard(item.id, item.root)
                         else:
                             self._idle.append(item)
                     self._cond.notify_all()
@@ -143,13 +157,13 @@ class WarmPool:
         now = time.monotonic()
         while self._idle and now - self._idle[0].started_at > self.max_idle:
             item = self._idle.popleft()
-            self.runtime.discard(item.id, item.root)
+            self._discard(item.id, item.root)
 
     def _start(self) -> WarmContainer | None:
         name = f"warm-{uuid.uuid4().hex[:16]}"
-        root = self.workspaces.create_root(name, owner=self.runtime.owner)
+        root = self.workspaces.create_root(name, owner=self.owner)
         try:
-            container_id = self.runtime.start_warm(root)
+            container_id = self._start_container(root)
         except BaseException:
             remove_tree(root)
             raise
@@ -157,10 +171,10 @@ class WarmPool:
         deadline = time.monotonic() + READY_TIMEOUT
         while not item.socket.exists():
             if self._closed:
-                self.runtime.discard(container_id, root)
+                self._discard(container_id, root)
                 return None
             if time.monotonic() > deadline:
-                self.runtime.discard(container_id, root)
+                self._discard(container_id, root)
                 raise TimeoutError("the launcher did not come up")
             time.sleep(0.002)
         return item

@@ -1,0 +1,158 @@
+"""What a ``skill_run`` request means, checked before anything exists.
+
+:func:`check_request` refuses everything that can be refused up front (unknown skill,
+timeout, sizes, environment, ``cwd`` syntax, output caps) and settles the run's
+:class:`RunPlan`; :func:`resolve_cwd` places the command's working folder once the
+workspace exists.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from ..config import Settings
+from ..errors import BadRequest, TooLarge
+from ..outputs.collect import CollectLimits, resolve_globs
+from ..paths import clean_relative, resolve_within
+from ..skills import Skill, SkillRepository
+from ..workspace.layout import Workspace, expand_path_variable
+from .models import RunRequest
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: The kernel's limit for one ``NAME=value`` string (MAX_ARG_STRLEN, its NUL included).
+MAX_ENV_ENTRY_BYTES = 128 * 1024 - 1
+FORBIDDEN_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV"})
+RESERVED_ENV = frozenset(
+    {"WORKSPACE_DIR", "SKILLS_DIR", "SKILL_DIR", "SKILL_NAME", "WORK_DIR", "OUTPUT_DIR", "RUN_DIR"}
+)
+
+
+@dataclass(slots=True)
+class OutputPlan:
+    globs: list[str]
+    inline: bool
+    inline_binary: bool
+    save: bool
+    name_template: str
+    limits: CollectLimits
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """What :func:`check_request` settled about a request (reused when it runs)."""
+
+    skill: Skill
+    timeout: float
+    outputs: OutputPlan
+
+
+def check_request(request: RunRequest, settings: Settings, repository: SkillRepository) -> RunPlan:
+    """Everything that can be refused before a workspace exists."""
+    s = settings
+    skill = repository.get(request.skill)
+    timeout = request.timeout if request.timeout is not None else s.default_timeout
+    if timeout > s.max_timeout:
+        raise BadRequest(
+            f"timeout {timeout:g}s exceeds the server maximum of {s.max_timeout:g}s", code="timeout_too_large"
+        )
+    if len(request.command.encode()) > s.max_command_bytes:
+        raise TooLarge(f"command is longer than {s.max_command_bytes} bytes", code="command_too_large")
+    if "\x00" in request.command:
+        raise BadRequest("command contains a NUL byte", code="invalid_command")
+    if request.stdin is not None and len(request.stdin.encode()) > s.max_stdin_bytes:
+        raise TooLarge(f"stdin is larger than {s.max_stdin_bytes} bytes", code="stdin_too_large")
+    _check_env(request.env, s)
+    if len(request.inputs) > s.max_inputs:
+        raise BadRequest(f"at most {s.max_inputs} inputs per run", code="too_many_inputs")
+    if request.cwd is not None:
+        cwd_logical(request.cwd)
+    return RunPlan(skill, timeout, _output_plan(request, s))
+
+def _check_env(env: dict[str, str], settings: Settings) -> None:
+    if len(env) > settings.max_env_vars:
+        raise BadRequest(f"at most {settings.max_env_vars} environment variables", code="invalid_env")
+    total = 0
+    for name, value in env.items():
+        if not ENV_NAME.match(name) or len(name) > 1024:
+            raise BadRequest(f"invalid environment variable name {name[:64]!r}", code="invalid_env")
+        if name in FORBIDDEN_ENV:
+            raise BadRequest(f"environment variable {name} is not allowed", code="env_refused")
+        if name in RESERVED_ENV:
+            raise BadRequest(f"environment variable {name} is set by the service", code="env_refused")
+        if "\x00" in value:
+            raise BadRequest(f"environment variable {name} contains a NUL byte", code="invalid_env")
+        size = len(name.encode()) + 1 + len(value.encode("utf-8", "surrogatepass"))
+        if size > MAX_ENV_ENTRY_BYTES:
+            raise TooLarge(
+                f"environment variable {name} is {size} bytes; the most one variable may hold is "
+                f"{MAX_ENV_ENTRY_BYTES} bytes",
+                code="env_too_large",
+            )
+        total += size + 1
+    if total > settings.max_env_bytes:
+        raise TooLarge(
+            f"the environment variables take {total} bytes; the most is {settings.max_env_bytes}",
+            code="env_too_large",
+        )
+
+def _output_plan(request: RunRequest, s: Settings) -> OutputPlan:
+    spec = request.outputs
+    raw_globs = [*(spec.globs if spec else []), *request.output_files]
+    limits = CollectLimits(
+        max_files=spec.max_files if spec else 100,
+        max_file_bytes=spec.max_file_bytes if spec else 4 * 1024 * 1024,
+        max_total_bytes=spec.max_total_bytes if spec else 64 * 1024 * 1024,
+    )
+    for field, asked, most in (
+        ("max_files", limits.max_files, s.max_output_files),
+        ("max_file_bytes", limits.max_file_bytes, s.max_output_file_bytes),
+        ("max_total_bytes", limits.max_total_bytes, s.max_output_total_bytes),
+    ):
+        if asked > most:
+            raise BadRequest(f"outputs.{field} {asked} exceeds the server maximum of {most}", code="output_caps")
+    template = (spec.name_template if spec else None) or "{prefix}{path}"
+    try:
+        template.format(path="p", name="n", stem="s", ext="", run_id="r", session="s", prefix="")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise BadRequest(f"invalid name_template {template!r}: {exc}", code="invalid_name_template") from None
+    return OutputPlan(
+        globs=resolve_globs(raw_globs),
+        inline=(spec.inline if spec else True) and not request.omit_inline_content,
+        inline_binary=bool(spec and spec.inline_binary) and not request.omit_inline_content,
+        save=bool(spec and spec.save) or request.save_as_artifacts,
+        name_template=template,
+        limits=limits,
+    )
+
+def cwd_logical(cwd: str) -> tuple[str, PurePosixPath]:
+    """("skill" | "workspace", relative path) for a request's cwd."""
+    expanded = expand_path_variable(cwd)
+    if expanded is not None:
+        return "workspace", clean_relative(expanded, what="cwd", allow_empty=True)
+    return "skill", clean_relative(cwd, what="cwd", allow_empty=True)
+
+
+def resolve_cwd(cwd: str | None, workspace: Workspace, skill: Skill, visible_root: str) -> str:
+    """Where the command starts, as the command sees it; checked without following links."""
+    root = visible_root.rstrip("/")
+    skill_root = f"{root}/skills/{workspace.skill_id}"
+    if cwd is None:
+        return skill_root
+    kind, rel = cwd_logical(cwd)
+    if kind == "workspace" or rel.parts[0] in ("out", "work", "inputs"):
+        if str(rel) == ".":
+            return root
+        logical = workspace.logical(str(rel), what="cwd")
+        top, rest = workspace.locate(logical, what="cwd")
+        with workspace.tree(top) as tree:
+            if not tree.is_dir(rest, what=f"cwd {cwd!r}"):
+                raise BadRequest(f"cwd {cwd!r} is not a folder in the workspace", code="invalid_cwd")
+        return f"{root}/{logical}"
+    if str(rel) == ".":
+        return skill_root
+    source = resolve_within(skill.path, rel, what="cwd")
+    if not source.is_dir():
+        raise BadRequest(f"cwd {cwd!r} is not a folder of the skill", code="invalid_cwd")
+    return f"{skill_root}/{rel}"

@@ -1,0 +1,226 @@
+"""The Docker engine as the runtime uses it: a thin layer over docker-py's low-level API.
+
+One place builds the hardened container configuration (for per-run and warm
+containers alike), one place talks to the engine (create, start, attach, kill, wait,
+remove, list), and one place maps the engine's errors to the service's
+(``engine_unavailable``, ``engine_error``, ``image_missing``).
+
+Isolation of every container, each a setting (:class:`~executor.config.Settings`):
+
+* no network (``network_disabled``: the container gets only ``lo``; or ``network_mode=none``);
+* non-root user, all capabilities dropped, ``no-new-privileges``, read-only root file
+  system with a size-capped tmpfs ``/tmp``;
+* memory limit with no swap, CPU quota, pids limit, ``nofile`` and ``fsize`` ulimits;
+* an init process (``tini``) as PID 1, so signals reach the command and zombies are reaped;
+* the log driver off, so even an output flood never lands on the host disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import APIError, DockerException, NotFound
+from docker.types import LogConfig, Mount, Ulimit
+
+from ...config import Settings
+from ...errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+LABEL = "io.skill-executor"
+LABEL_MANAGED = f"{LABEL}.managed"
+LABEL_OWNER = f"{LABEL}.owner"
+LABEL_RUN = f"{LABEL}.run"
+LABEL_DEADLINE = f"{LABEL}.deadline"
+CONTAINER_WORKSPACE = "/workspace"
+LAUNCHER = "/opt/skill-executor/launcher"
+
+
+def connect(timeout: float = 60) -> docker.DockerClient:
+    """A client for the local engine with API version negotiation."""
+    try:
+        client = docker.DockerClient(
+            base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"), version="auto", timeout=timeout
+        )
+        client.ping()
+        return client
+    except DockerException as exc:
+        raise Unavailable(f"the Docker engine is not reachable: {exc}", code="engine_unavailable") from None
+
+
+def parse_user(user: str) -> tuple[int, int]:
+    uid, _, gid = user.partition(":")
+    return int(uid), int(gid or uid)
+
+
+class Engine:
+    """Containers of one service process: made hardened, labelled with its owner token."""
+
+    def __init__(self, settings: Settings, client: docker.DockerClient, token: str) -> None:
+        self.settings = settings
+        self.client = client
+        self.api = client.api
+        self.token = token
+
+    # -- configuration -------------------------------------------------------------------
+
+    def config(
+        self, *, command: list[str], cwd: str, env: dict[str, str], mounts: list[Mount], labels: dict[str, str]
+    ) -> dict[str, Any]:
+        """Low-level create-container parameters with every isolation setting."""
+        s = self.settings
+        host_config = self.api.create_host_config(
+            mounts=mounts,
+            read_only=True,
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={s.docker_tmpfs_bytes},mode=1777"},
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            mem_limit=s.docker_memory_bytes,
+            memswap_limit=s.docker_memory_bytes,
+            nano_cpus=int(s.docker_cpus * 1e9),
+            pids_limit=s.docker_pids_limit,
+            ulimits=[
+                Ulimit(name="nofile", soft=s.docker_nofile, hard=s.docker_nofile),
+                Ulimit(name="fsize", soft=s.docker_disk_bytes, hard=s.docker_disk_bytes),
+            ],
+            init=True,
+            log_config=LogConfig(type="none", config={}),
+            network_mode=None if s.docker_network_disabled else "none",
+            runtime=s.docker_oci_runtime,
+        )
+        return {
+            "image": s.docker_image,
+            "command": command,
+            "user": s.docker_user,
+            "working_dir": cwd,
+            "environment": env,
+            "labels": {LABEL_MANAGED: "1", LABEL_OWNER: self.token, **labels},
+            "network_disabled": s.docker_network_disabled,
+            "stdin_open": False,
+            "tty": False,
+            "detach": True,
+            "host_config": host_config,
+        }
+
+    # -- operations ----------------------------------------------------------------------
+
+    def create(self, config: dict[str, Any]) -> str:
+        try:
+            return str(self.api.create_container(**config)["Id"])
+        except DockerException as exc:
+            raise Unavailable(f"could not create the run's container: {exc}", code="engine_error") from None
+
+    def start(self, container_id: str) -> None:
+        try:
+            self.api.start(container_id)
+        except DockerException as exc:
+            raise Unavailable(f"could not start the run's container: {exc}", code="engine_error") from None
+
+    def attach(self, container_id: str) -> socket.socket:
+        """The raw stdout/stderr attach stream (Docker's 8-byte frame headers)."""
+        try:
+            sock = self.api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1, "logs": 0})
+        except DockerException as exc:
+            raise Unavailable(f"could not attach to the run's container: {exc}", code="engine_error") from None
+        return getattr(sock, "_sock", sock)  # type: ignore[no-any-return]
+
+    def kill(self, container_id: str) -> None:
+        try:
+            self.api.kill(container_id, signal="SIGKILL")
+        except DockerException:
+            pass  # already gone, or the engine is away: removal retries later
+
+    def wait(self, container_id: str, timeout: float = 30) -> int | None:
+        """The exit status, or None (the container is then killed)."""
+        try:
+            return int(self.api.wait(container_id, timeout=timeout)["StatusCode"])
+        except Exception:
+            self.kill(container_id)
+            return None
+
+    def state(self, container_id: str) -> dict[str, Any]:
+        try:
+            return dict(self.api.inspect_container(container_id)["State"])
+        except DockerException:
+            return {}
+
+    def remove(self, container_id: str) -> int:
+        """Kill and remove; 1 when this call removed it."""
+        try:
+            self.api.remove_container(container_id, force=True, v=True)
+            return 1
+        except NotFound:
+            return 0
+        except APIError as exc:
+            if exc.status_code == 409:  # removal already in progress
+                return 0
+            log.warning("removing container %s failed: %s", container_id[:12], exc)
+            return 0
+        except DockerException as exc:
+            log.warning("removing container %s failed: %s", container_id[:12], exc)
+            return 0
+
+    def managed(self) -> list[dict[str, Any]]:
+        """Every container this project created (any owner), as list entries."""
+        try:
+            return list(self.api.containers(all=True, filters={"label": f"{LABEL_MANAGED}=1"}))
+        except DockerException as exc:
+            log.warning("listing containers failed: %s", exc)
+            return []
+
+    def alive(self) -> int:
+        """Running containers of this process."""
+        try:
+            return len(self.api.containers(filters={"label": f"{LABEL_OWNER}={self.token}"}))
+        except DockerException:
+            return 0
+
+    def check_image(self) -> None:
+        try:
+            self.client.images.get(self.settings.docker_image)
+        except NotFound:
+            raise Unavailable(
+                f"the runner image {self.settings.docker_image!r} is missing; build it with "
+                "'skill-executor image build'",
+                code="image_missing",
+            ) from None
+        except DockerException as exc:
+            raise Unavailable(f"the Docker engine is not reachable: {exc}", code="engine_unavailable") from None
+
+    def health(self) -> dict[str, tuple[bool, str]]:
+        """Engine reachable and runner image present."""
+        checks: dict[str, tuple[bool, str]] = {}
+        try:
+            version = self.client.version()
+            checks["engine"] = (True, f"Docker {version.get('Version')} (API {version.get('ApiVersion')})")
+        except DockerException as exc:
+            return {"engine": (False, f"engine unreachable: {exc}"), "image": (False, "unknown")}
+        try:
+            image = self.client.images.get(self.settings.docker_image)
+            checks["image"] = (True, f"{self.settings.docker_image} ({image.short_id})")
+        except NotFound:
+            checks["image"] = (False, f"{self.settings.docker_image} is missing")
+        except DockerException as exc:
+            checks["image"] = (False, str(exc))
+        return checks
+
+
+def oom_kills(container_id: str) -> int | None:
+    """OOM kills in the container's memory cgroup (v1 or v2), read from the host."""
+    candidates = [
+        Path(f"/sys/fs/cgroup/memory/docker/{container_id}/memory.oom_control"),
+        Path(f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.events"),
+    ]
+    for path in candidates:
+        try:
+            for line in path.read_text().splitlines():
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return None

@@ -1,0 +1,271 @@
+"""The two Docker sandboxes: a container of its own per run (cold), or a started,
+single-use container of the warm pool driven through its launcher (warm).
+
+Both hold a run to the same limits (:mod:`executor.runtimes.limits`) and leave nothing
+of it alive before outputs are collected: a cold container has exited (its init ends
+every process with it) and is removed; a warm container is killed as soon as the
+command's exit status arrives.
+"""
+
+from __future__ import annotations
+
+import selectors
+import signal as signals
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import PurePosixPath
+
+from docker.types import Mount
+
+from ...config import Settings
+from ...errors import Unavailable
+from ...workspace.layout import SKILL_SOURCE, STDIN_FILE, Workspace
+from ..base import Command, ExecResult, SandboxPlan
+from ..host import HostSandbox
+from ..janitor import Janitor
+from ..limits import DiskCap, Guard, signal_name
+from ..streams import BoundedBuffer, Demux, recv_loop
+from .engine import CONTAINER_WORKSPACE, LABEL_DEADLINE, LABEL_RUN, Engine, oom_kills
+from .launcher import LauncherFrames, connect_unix, request_bytes
+from .pool import WarmContainer
+
+#: Called with (run id, container id) while a run's container executes, (run id, None) after.
+Track = Callable[[str, str | None], None]
+
+
+class DockerSandbox(HostSandbox):
+    """What both Docker sandboxes share: stdin, the disk cap, the result."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        plan: SandboxPlan,
+        engine: Engine,
+        janitor: Janitor,
+        settings: Settings,
+        track: Track,
+    ) -> None:
+        super().__init__(workspace, CONTAINER_WORKSPACE, janitor, keep=settings.keep_workspaces)
+        self.plan = plan
+        self.engine = engine
+        self.settings = settings
+        self._track = track
+
+    def _write_stdin(self, stdin: bytes | None) -> str:
+        """Put the command's stdin in the run folder; its path as the command sees it."""
+        if stdin is None:
+            return ""
+        top, _, name = STDIN_FILE.partition("/")
+        with self.workspace.tree(top) as tree:
+            tree.write(PurePosixPath(name), stdin, owner=None, mode=0o444, what="the run's stdin")
+        return f"{CONTAINER_WORKSPACE}/{STDIN_FILE}"
+
+    def _disk_cap(self) -> DiskCap:
+        return DiskCap(self.workspace, self.settings.docker_disk_bytes, self.plan.session_disk_max)
+
+    @staticmethod
+    def _result(
+        *,
+        code: int | None,
+        out: BoundedBuffer,
+        err: BoundedBuffer,
+        started: float,
+        guard: Guard,
+        disk: DiskCap,
+        oom: bool,
+        warnings: list[str],
+    ) -> ExecResult:
+        disk_hit = guard.disk_hit or disk.reached(code)
+        return ExecResult(
+            exit_code=code,
+            stdout=out.data,
+            stderr=err.data,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+            timed_out=guard.timed_out,
+            cancelled=guard.cancelled,
+            signal=signal_name(code),
+            oom_killed=oom,
+            disk_limit_hit=disk_hit,
+            warnings=[*warnings, *([disk.warning()] if disk_hit else [])],
+        )
+
+
+class ColdSandbox(DockerSandbox):
+    """A fresh container per run: create -> attach -> start -> wait (deadline) -> remove."""
+
+    def _config(self, command: Command, stdin_path: str) -> dict[str, object]:
+        ws = self.workspace
+        mounts = [
+            Mount(CONTAINER_WORKSPACE, str(ws.root), type="bind", read_only=False),
+            Mount(f"{CONTAINER_WORKSPACE}/{SKILL_SOURCE}", str(self.plan.skill.path.resolve()), type="bind",
+                  read_only=True),
+        ]
+        if ws.work != ws.root / "work":
+            mounts.append(Mount(f"{CONTAINER_WORKSPACE}/work", str(ws.work), type="bind", read_only=False))
+        argv = ["bash", "-c", command.command]
+        if stdin_path:
+            # A constant wrapper: the command and the file travel as arguments, never spliced.
+            argv = ["bash", "-c", 'exec bash -c "$0" < "$1"', command.command, stdin_path]
+        return self.engine.config(
+            command=argv,
+            cwd=command.cwd,
+            env=command.env,
+            mounts=mounts,
+            labels={LABEL_RUN: self.plan.run_id, LABEL_DEADLINE: f"{time.time() + command.timeout:.0f}"},
+        )
+
+    def execute(self, command: Command) -> ExecResult:
+        stdin_path = self._write_stdin(command.stdin)
+        disk = self._disk_cap()
+        started = time.monotonic()
+        container_id = self.engine.create(self._config(command, stdin_path))
+        self._track(self.plan.run_id, container_id)
+        try:
+            return self._supervise(container_id, command, started, disk)
+        finally:
+            self._track(self.plan.run_id, None)
+            self.engine.remove(container_id)
+
+    def _supervise(self, container_id: str, command: Command, started: float, disk: DiskCap) -> ExecResult:
+        out, err = BoundedBuffer(command.stdout_max), BoundedBuffer(command.stderr_max)
+        raw = self.engine.attach(container_id)
+        # Docker's stream multiplexing: 8-byte headers, [stream, 0, 0, 0, size (big-endian)].
+        demux = Demux(8, _attach_header, {1: ("stdout", out), 2: ("stderr", err)}, command.listener)
+        done = threading.Event()
+
+        def pump() -> None:
+            try:
+                recv_loop(raw, demux)
+            finally:
+                done.set()
+
+        reader = threading.Thread(target=pump, name="attach-reader", daemon=True)
+        reader.start()
+        try:
+            self.engine.start(container_id)
+        except Unavailable:
+            _close(raw)
+            raise
+        guard = Guard(started=started, timeout=command.timeout, cancel=command.cancel, disk=disk)
+        while not done.wait(timeout=guard.wait_time()):
+            if guard.breached():
+                self.engine.kill(container_id)
+                break
+        code = self.engine.wait(container_id)
+        reader.join(timeout=2.0)
+        _close(raw)
+        oom = False
+        if code is None or code == 128 + signals.SIGKILL:
+            # Only a SIGKILL can be the OOM killer's; ask the engine then (one call saved otherwise).
+            state = self.engine.state(container_id)
+            oom = bool(state.get("OOMKilled"))
+            code = code if code is not None else state.get("ExitCode")
+        return self._result(code=code, out=out, err=err, started=started, guard=guard, disk=disk, oom=oom,
+                            warnings=[])
+
+
+class WarmSandbox(DockerSandbox):
+    """A started pool container, used once through its launcher, then destroyed."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        warm: WarmContainer,
+        *,
+        plan: SandboxPlan,
+        engine: Engine,
+        janitor: Janitor,
+        settings: Settings,
+        track: Track,
+    ) -> None:
+        super().__init__(workspace, plan=plan, engine=engine, janitor=janitor, settings=settings, track=track)
+        self.warm = warm
+
+    def release(self) -> Callable[[], None] | None:
+        engine, container_id = self.engine, self.warm.id
+
+        def remove() -> None:
+            engine.remove(container_id)
+
+        return remove
+
+    def execute(self, command: Command) -> ExecResult:
+        """Run the command through the launcher of a warm container.
+
+        One thread does it all: send the request, read output frames as they come,
+        and watch the deadline, cancellation and the disk cap in between.
+        """
+        stdin_path = self._write_stdin(command.stdin)
+        disk = self._disk_cap()
+        self._track(self.plan.run_id, self.warm.id)
+        try:
+            return self._drive(command, stdin_path, disk)
+        finally:
+            self._track(self.plan.run_id, None)
+
+    def _drive(self, command: Command, stdin_path: str, disk: DiskCap) -> ExecResult:
+        warm = self.warm
+        started = time.monotonic()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            connect_unix(conn, warm.socket)
+            conn.sendall(request_bytes(command.command, command.cwd, stdin_path, command.env))
+        except OSError as exc:
+            conn.close()
+            raise Unavailable(f"the warm container's launcher is unreachable: {exc}", code="engine_error") from None
+        frames = LauncherFrames(command.stdout_max, command.stderr_max, command.listener)
+        buffer = bytearray(256 * 1024)
+        view = memoryview(buffer)
+        guard = Guard(started=started, timeout=command.timeout, cancel=command.cancel, disk=disk)
+        killed = False
+        with conn, selectors.DefaultSelector() as selector:
+            selector.register(conn, selectors.EVENT_READ)
+            eof_deadline = float("inf")
+            while frames.exit is None:
+                if time.monotonic() >= eof_deadline:
+                    break  # killed, but the stream did not close: stop waiting
+                wait = guard.wait_time() if not killed else max(0.0, eof_deadline - time.monotonic())
+                if selector.select(timeout=wait):
+                    try:
+                        count = conn.recv_into(buffer)
+                    except OSError:
+                        count = 0
+                    if not count:
+                        break
+                    frames.demux.feed(view[:count])
+                # Checked on every pass: a command that floods its output keeps the socket
+                # readable, and must still meet its deadline.
+                if not killed and guard.breached():
+                    self.engine.kill(warm.id)
+                    killed = True
+                    eof_deadline = time.monotonic() + 5.0
+        warnings = []
+        if frames.exit is None and not killed:
+            self.engine.kill(warm.id)  # the launcher is gone: make sure nothing of the run survives
+        oom = bool(oom_kills(warm.id))
+        code: int | None
+        if frames.exit is not None:
+            code = frames.exit.get("exit_code")
+        elif killed or oom:
+            code = 128 + signals.SIGKILL
+        else:
+            code = None
+            warnings.append("the run's launcher ended without reporting an exit status")
+        return self._result(code=code, out=frames.out, err=frames.err, started=started, guard=guard, disk=disk,
+                            oom=oom, warnings=warnings)
+
+
+def _attach_header(header: bytes) -> tuple[int, int]:
+    return header[0], int.from_bytes(header[4:8], "big")
+
+
+def _close(raw: socket.socket) -> None:
+    try:
+        raw.close()
+    except OSError:
+        pass
