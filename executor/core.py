@@ -37,7 +37,7 @@ class Executor:
     runner: SkillRunner
 
     @classmethod
-    def from_settings(cls, settings: Settings, runtime: Runtime | None = None) -> "Executor":
+    def from_settings(cls, settings: Settings, runtime: Runtime | None = None) -> Executor:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         repository = SkillRepository(settings.skill_roots, refresh_interval=settings.skills_refresh_seconds)
         artifacts = LocalArtifactStore(settings.artifacts_dir)

@@ -12,7 +12,6 @@ from pathlib import Path, PurePosixPath
 
 from .errors import BadRequest, Forbidden
 
-
 #: Longest path and path component a caller may name (Linux's PATH_MAX and NAME_MAX).
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255

@@ -144,7 +144,9 @@ def _show(args: argparse.Namespace) -> int:
 
 def _search(args: argparse.Namespace) -> int:
     hits = SkillRepository(args.roots).search(args.query, args.limit)
-    emit_json([{"id": h.skill.id, "name": h.skill.name, "score": h.score, "description": h.skill.description} for h in hits])
+    emit_json(
+        [{"id": h.skill.id, "name": h.skill.name, "score": h.score, "description": h.skill.description} for h in hits]
+    )
     return 0
 
 

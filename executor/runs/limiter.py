@@ -16,11 +16,11 @@ from ..errors import Busy
 class Reservation:
     """A place in line; ``with reservation:`` holds a run slot for the block."""
 
-    def __init__(self, limiter: "RunLimiter") -> None:
+    def __init__(self, limiter: RunLimiter) -> None:
         self._limiter = limiter
         self._state = "reserved"
 
-    def __enter__(self) -> "Reservation":
+    def __enter__(self) -> Reservation:
         limiter = self._limiter
         with limiter._cond:
             while limiter.running >= limiter.slots:

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Self
 
-from ..activity import Activity
 from ..access import LOCAL_TENANT
-from ..outputs.collect import CollectLimits, Collection
+from ..activity import Activity
+from ..outputs.collect import Collection, CollectLimits
 from ..skills import Skill
 from ..workspace.layout import Workspace, WorkspaceManager
 from ..workspace.spec import InputSpec

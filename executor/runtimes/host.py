@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Self
 
-from ..outputs.collect import CollectLimits, Collection, collect
+from ..outputs.collect import Collection, CollectLimits, collect
 from ..workspace.fs import remove_tree
 from ..workspace.layout import Workspace
 from ..workspace.spec import InputSpec

@@ -105,7 +105,10 @@ class LocalSandbox(HostSandbox):
         )
         assert proc.stdout is not None and proc.stderr is not None
         out, err = BoundedBuffer(command.stdout_max), BoundedBuffer(command.stderr_max)
-        readers = [pump(proc.stdout, out, "stdout", command.listener), pump(proc.stderr, err, "stderr", command.listener)]
+        readers = [
+            pump(proc.stdout, out, "stdout", command.listener),
+            pump(proc.stderr, err, "stderr", command.listener),
+        ]
         if command.stdin is not None:
             threading.Thread(target=_feed, args=(proc, command.stdin), daemon=True).start()
 

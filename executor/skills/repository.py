@@ -17,7 +17,6 @@ every read rescans first, synchronously.
 from __future__ import annotations
 
 import builtins
-
 import logging
 import os
 import threading
@@ -181,7 +180,7 @@ class SkillRepository:
             raise NotFound(f"unknown skill {name!r}", code="skill_not_found")
         return skill
 
-    def search(self, query: str, limit: int = 10) -> "builtins.list[Hit]":
+    def search(self, query: str, limit: int = 10) -> builtins.list[Hit]:
         return self.catalog.index.search(query, limit)
 
 

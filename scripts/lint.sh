@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Lint and type-check the package: ruff (pyproject's [tool.ruff]) and mypy --strict
+# (pyproject's [tool.mypy]). Called by scripts/test.sh before the tests; runs alone too.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ROOT"
+ensure_venv
+log "ruff"
+"$VENV/bin/ruff" check executor
+"$VENV/bin/ruff" check --select F tests bench  # tests: errors only (long literal lines are fine there)
+log "mypy --strict"
+"$VENV/bin/mypy" executor
