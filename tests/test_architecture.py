@@ -1,0 +1,94 @@
+"""The package's shape: imports only go downwards through the layers the README's
+Architecture section lists, and there are no import cycles (read from the source, not run)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "executor"
+
+#: Lowest layer first; a module may import from its own layer and the ones before it.
+LAYERS = [
+    {"executor", "executor.errors", "executor.config", "executor.paths", "executor.access", "executor.owners",
+     "executor.activity", "executor.sqlite"},
+    {"executor.skills", "executor.images"},
+    {"executor.artifacts"},
+    {"executor.workspace"},
+    {"executor.outputs"},
+    {"executor.runtimes"},
+    {"executor.runs"},
+    {"executor.core", "executor.tools"},
+    {"executor.api", "executor.client"},
+    {"executor.cli"},
+]
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            candidates = [target, *(f"{target}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        targets |= {c for c in candidates if c in known and c != name}
+    return targets
+
+
+def layer(name: str) -> int:
+    for index, members in enumerate(LAYERS):
+        if any(name == m or name.startswith(m + ".") for m in members if m != "executor") or name == "executor":
+            return index
+    raise AssertionError(f"{name} is in no layer: add it to LAYERS and to the README's map")
+
+
+def test_imports_only_go_downwards() -> None:
+    known = modules()
+    upward = [
+        f"{name} (layer {layer(name)}) imports {target} (layer {layer(target)})"
+        for name, path in known.items()
+        for target in imports(name, path, known)
+        if layer(target) > layer(name)
+    ]
+    assert upward == []
+
+
+def test_no_import_cycles() -> None:
+    known = modules()
+    graph = {name: imports(name, path, known) - {name} for name, path in known.items()}
+    # A package's __init__ importing its own submodules is how it exports them, not a cycle.
+    for name in graph:
+        graph[name] = {t for t in graph[name] if not (t.startswith(name + ".") and known[name].name == "__init__.py")}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                cycles.append(trail[trail.index(target):] + [target])
+            elif target not in state:
+                visit(target, [*trail, target])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
