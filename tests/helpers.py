@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
+
+from executor.core import Executor
+from executor.errors import ExecutorError
+from executor.runs.models import RunRequest, RunResult
 
 
 def make_skill(root: Path, dirname: str, frontmatter: str, body: str = "# Body\n", *, filename: str = "SKILL.md",
@@ -13,3 +20,27 @@ def make_skill(root: Path, dirname: str, frontmatter: str, body: str = "# Body\n
     data = raw if raw is not None else f"---\n{frontmatter.strip(chr(10))}\n---\n{body}".encode()
     (directory / filename).write_bytes(data)
     return directory
+
+
+def run(executor: Executor, **fields: object) -> RunResult:
+    """Run a request through the library (skill ``math-tools`` unless named)."""
+    fields.setdefault("skill", "math-tools")
+    return executor.runner.run(RunRequest.model_validate(fields))
+
+
+def refused(executor: Executor, **fields: object) -> ExecutorError:
+    """The refusal a request gets (the test fails if it runs)."""
+    with pytest.raises(ExecutorError) as info:
+        run(executor, **fields)
+    return info.value
+
+
+def leftover_runs(executor: Executor) -> list[str]:
+    """Run workspaces still on disk once removal settled (idle warm containers' folders excluded)."""
+    executor.runner.settle()
+    pool = getattr(executor.runtime, "pool", None)
+    idle: set[str] = set()
+    if pool is not None:
+        assert pool.wait_ready()
+        idle = {root.name for root in pool.idle_roots()}
+    return [d for d in os.listdir(executor.runner.workspaces.runs) if d not in idle]

@@ -19,16 +19,7 @@ from executor.core import Executor
 from executor.errors import ExecutorError
 from executor.runs.models import RunRequest, RunResult
 
-
-def run(executor: Executor, **fields: object) -> RunResult:
-    fields.setdefault("skill", "math-tools")
-    return executor.runner.run(RunRequest.model_validate(fields))
-
-
-def refused(executor: Executor, **fields: object) -> ExecutorError:
-    with pytest.raises(ExecutorError) as info:
-        run(executor, **fields)
-    return info.value
+from .helpers import refused, run
 
 
 @pytest.fixture

@@ -13,35 +13,13 @@ import pytest
 
 from executor.core import Executor
 from executor.errors import ExecutorError
-from executor.runs.models import RunRequest, RunResult
+from executor.runs.models import RunResult
 
-from .helpers import make_skill
-
-
-def run(executor: Executor, **fields: object) -> RunResult:
-    fields.setdefault("skill", "math-tools")
-    return executor.runner.run(RunRequest.model_validate(fields))
-
-
-def refused(executor: Executor, **fields: object) -> ExecutorError:
-    with pytest.raises(ExecutorError) as info:
-        run(executor, **fields)
-    return info.value
+from .helpers import leftover_runs, make_skill, refused, run
 
 
 def files(result: RunResult) -> dict[str, object]:
     return {f.name: f for f in result.output_files}
-
-
-def leftover_runs(executor: Executor) -> list[str]:
-    """Run workspaces still on disk once removal settled (idle warm containers' folders excluded)."""
-    executor.runner.settle()
-    pool = getattr(executor.runtime, "pool", None)
-    idle: set[str] = set()
-    if pool is not None:
-        assert pool.wait_ready()
-        idle = {root.name for root in pool.idle_roots()}
-    return [d for d in os.listdir(executor.runner.workspaces.runs) if d not in idle]
 
 
 # -- basics ----------------------------------------------------------------------------

@@ -7,7 +7,6 @@ limits, collects, and leaves nothing behind once closed.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -18,6 +17,8 @@ from executor.outputs.collect import CollectLimits
 from executor.runtimes.base import Command, Sandbox, SandboxPlan
 from executor.workspace.layout import environment
 from executor.workspace.spec import InputSpec
+
+from .helpers import leftover_runs
 
 LIMITS = CollectLimits(max_files=10, max_file_bytes=1024, max_total_bytes=4096)
 
@@ -36,16 +37,6 @@ def command(sandbox: Sandbox, text: str, **fields: object) -> Command:
     return Command(**values)  # type: ignore[arg-type]
 
 
-def leftovers(executor: Executor) -> list[str]:
-    executor.runtime.settle()
-    pool = getattr(executor.runtime, "pool", None)
-    idle: set[str] = set()
-    if pool is not None:
-        assert pool.wait_ready()
-        idle = {root.name for root in pool.idle_roots()}
-    return [d for d in os.listdir(executor.runtime.workspaces.runs) if d not in idle]
-
-
 def test_a_sandbox_stages_executes_collects_and_leaves_nothing(executor: Executor) -> None:
     with executor.runtime.open(plan(executor, "contract-1")) as sandbox:
         assert sandbox.workspace.root.is_dir() and sandbox.root
@@ -56,7 +47,7 @@ def test_a_sandbox_stages_executes_collects_and_leaves_nothing(executor: Executo
         assert result.exit_code == 0 and result.stdout == b"fed\nmath-tools\n" and result.duration_ms >= 0
         collection = sandbox.collect(["out/*"], LIMITS, failed=False)
         assert [(f.name, f.data) for f in collection.files] == [("out/first.txt", b"---\n")]
-    assert leftovers(executor) == []
+    assert leftover_runs(executor) == []
 
 
 def test_execute_holds_the_command_to_its_limits(executor: Executor) -> None:
@@ -73,7 +64,7 @@ def test_execute_holds_the_command_to_its_limits(executor: Executor) -> None:
         threading.Timer(0.5, cancel.set).start()
         stopped = sandbox.execute(command(sandbox, "sleep 30", cancel=cancel))
         assert stopped.cancelled and not stopped.timed_out
-    assert leftovers(executor) == []
+    assert leftover_runs(executor) == []
 
 
 def test_closing_is_idempotent_and_happens_on_errors(executor: Executor) -> None:
@@ -83,7 +74,7 @@ def test_closing_is_idempotent_and_happens_on_errors(executor: Executor) -> None
     with pytest.raises(RuntimeError):
         with executor.runtime.open(plan(executor, "contract-6")):
             raise RuntimeError("the caller failed")
-    assert leftovers(executor) == []
+    assert leftover_runs(executor) == []
 
 
 def test_health_names_its_parts(executor: Executor) -> None:
