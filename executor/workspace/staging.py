@@ -35,7 +35,7 @@ from ..artifacts.store import ArtifactInfo, ArtifactStore, parse_ref
 from ..errors import BadRequest, ExecutorError, Forbidden, NotFound, TooLarge
 from ..paths import clean_relative, is_within, resolve_within
 from ..skills import SkillRepository
-from .fs import Tree
+from .fs import MAX_ENTRIES, Tree
 from .layout import Workspace
 from .sessions import SessionStore
 from .spec import InputSpec
@@ -202,8 +202,8 @@ class Stager:
                 st = tree.lstat(source.rel)
                 if st is not None and stat.S_ISREG(st.st_mode):
                     return st.st_size
-                return sum(e.stat.st_size for e in tree.walk(source.rel) if stat.S_ISREG(e.stat.st_mode))
-        return sum(st.st_size for _, st in _walk(source.path) if stat.S_ISREG(st.st_mode))
+                return _total(e.stat for e in tree.walk(source.rel))
+        return _total(st for _, st in _walk(source.path))
 
     # -- writing -----------------------------------------------------------------------
 
@@ -264,6 +264,18 @@ class Stager:
                 report.warnings.append(f"{label}: skipped special file {rel!r}")
         if mode == 0o444 and folders:
             tree.make_read_only(folders[0])
+
+
+def _total(stats: Iterator[os.stat_result]) -> int:
+    """Bytes of the regular files among ``stats``; refuses a source of more than
+    :data:`~executor.workspace.fs.MAX_ENTRIES` entries (a copy must stay cheap)."""
+    total = 0
+    for count, st in enumerate(stats, 1):
+        if count > MAX_ENTRIES:
+            raise TooLarge(f"the source has more than {MAX_ENTRIES} entries", code="inputs_too_large")
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_size
+    return total
 
 
 def _tree_top(workspace: Workspace, tree: Tree) -> str:
