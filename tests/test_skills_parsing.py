@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from executor.skills import check, load_skill
 from executor.skills.loader import SkillLoadError, split_tools
+from executor.skills.parser import MAX_FRONTMATTER_BYTES, MAX_SKILL_FILE_BYTES
 from executor.skills.spec import derive_id
 
 from .helpers import make_skill
@@ -150,13 +152,119 @@ def test_flow_and_block_lists_and_anchors_are_valid_yaml(tmp_path: Path) -> None
     assert skill.extras["x-merged"] == {"k": "v", "z": "w"}
 
 
-def test_alias_bomb_is_linear(tmp_path: Path) -> None:
-    lines = ["name: demo", "description: d", "a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+def _merge_bomb(levels: int, copies: int) -> list[str]:
+    """Each level merges the previous one ``copies`` times: copies**levels keys to flatten."""
+    lines = ["m0: &m0 {x: 1, y: 2}"]
+    for i in range(1, levels):
+        lines.append(f"m{i}: &m{i} {{<<: [{', '.join([f'*m{i - 1}'] * copies)}]}}")
+    return lines
+
+
+def _laughs() -> list[str]:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 12):
-        prev = f"*a{i - 1}"
-        lines.append(f"a{i}: &a{i} [{', '.join([prev] * 9)}]")
-    skill = load_skill(make_skill(tmp_path, "demo", "\n".join(lines)))
-    assert skill.description == "d"
+        lines.append(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]")
+    return lines
+
+
+@pytest.mark.parametrize(
+    "yaml_lines, bound",
+    [
+        # 9**12 list items: composing shares them, but JSON of the skill never ends.
+        (_laughs(), "more than 10000 YAML nodes"),
+        # PyYAML flattens merges eagerly: 8**9 keys, minutes of CPU for 483 bytes.
+        (_merge_bomb(9, 8), "more than 10000 YAML nodes"),
+        (["k: " + "[" * 20000 + "]" * 20000], "nested more than 64 deep"),  # RecursionError before
+        (["k: " + "{a: " * 5000 + "}" * 5000], "nested more than 64 deep"),
+        (["k:", *(" " * i + "- " for i in range(2, 200, 2))], "nested more than 64 deep"),
+        (["? " * 2000 + "a"], "nested more than 64 deep"),
+        (["k: [" + ",".join("a" * 30000) + "]"], "more than 10000 YAML nodes"),
+        (["a: &a x", "b: [" + ", ".join(["*a"] * 1001) + "]"], "more than 1000 alias references"),
+        (["a: &a " + "x" * 30000, "b: [" + ", ".join(["*a"] * 9) + "]"], "more than 262144 characters"),
+        (["a: &a [*a]"], "the alias *a refers to a node that contains it"),
+        (["a: &a {<<: *a}"], "the alias *a refers to a node that contains it"),
+    ],
+    ids=["laughs", "merge-keys", "deep-flow", "deep-flow-map", "deep-block", "deep-keys", "dense", "aliases",
+         "text", "cycle", "merge-cycle"],
+)
+def test_yaml_bombs_are_refused_fast(tmp_path: Path, yaml_lines: list[str], bound: str) -> None:
+    d = make_skill(tmp_path, "demo", "\n".join(["name: demo", "description: d", *yaml_lines]))
+    started = time.perf_counter()
+    with pytest.raises(SkillLoadError) as info:
+        load_skill(d)
+    assert time.perf_counter() - started < 1.0
+    fatal = info.value.diagnostics[0]
+    assert fatal.code == "yaml-invalid" and fatal.severity == "fatal"
+    assert bound in fatal.message and "the frontmatter is refused" in fatal.message
+    verdict = check(d)
+    assert not verdict.valid and codes(verdict.errors) == ["yaml-invalid"]
+
+
+def test_repair_path_is_bounded_too(tmp_path: Path) -> None:
+    """A value that needs repair does not buy a second, unbounded parse."""
+    bomb = make_skill(tmp_path / "a", "demo", "\n".join(["name: demo", "description: Use when: x", *_merge_bomb(9, 8)]))
+    started = time.perf_counter()
+    with pytest.raises(SkillLoadError) as info:
+        load_skill(bomb)
+    assert "more than 10000 YAML nodes" in info.value.diagnostics[0].message
+    # A 60 000-blank line took the repair's line pattern seconds (quadratic backtracking).
+    blanks = load_skill(make_skill(tmp_path / "b", "demo", "name: demo\ndescription: Use when: x" + " " * 60000 + "y"))
+    assert blanks.description == "Use when: x" + " " * 60000 + "y"
+    # Thousands of lines to try alone: the repair gives up, the first error is reported.
+    many = make_skill(tmp_path / "c", "demo", "name: demo\ndescription: Use when: x\n" + "k: @x\n" * 10000)
+    with pytest.raises(SkillLoadError) as info:
+        load_skill(many)
+    assert info.value.diagnostics[0].code == "yaml-invalid"
+    # Thousands of unindented continuation lines are folded in linear time.
+    folded = load_skill(make_skill(tmp_path / "d", "demo", "name: demo\ndescription: Use when: x\n" + "y\n" * 30000))
+    assert folded.description == "Use when: x" + " y" * 30000
+    assert time.perf_counter() - started < 2.0
+
+
+def test_frontmatter_size_is_capped(tmp_path: Path) -> None:
+    prefix = "name: demo\ndescription: d\nx-pad: "
+    at_limit = prefix + "p" * (MAX_FRONTMATTER_BYTES - len(prefix) - 2) + "é"
+    assert len(at_limit.encode()) == MAX_FRONTMATTER_BYTES
+    assert load_skill(make_skill(tmp_path / "a", "demo", at_limit)).description == "d"
+    big = make_skill(tmp_path / "b", "demo", at_limit[:-2] + "éé")  # as many characters, one byte more
+    with pytest.raises(SkillLoadError) as info:
+        load_skill(big)
+    fatal = info.value.diagnostics[0]
+    assert fatal.code == "frontmatter-too-large"
+    assert f"is {MAX_FRONTMATTER_BYTES + 1} bytes; the limit is {MAX_FRONTMATTER_BYTES}" in fatal.message
+    # The body is not frontmatter: a long body is fine.
+    assert load_skill(make_skill(tmp_path / "c", "demo", VALID, body="x" * 1_000_000)).body == "x" * 1_000_000
+
+
+def test_oversized_skill_file_is_not_read_whole(tmp_path: Path) -> None:
+    d = make_skill(tmp_path, "demo", VALID, body="x" * (MAX_SKILL_FILE_BYTES + 10))
+    with pytest.raises(SkillLoadError) as info:
+        load_skill(d)
+    assert info.value.diagnostics[0].code == "file-too-large"
+
+
+@pytest.mark.parametrize("value", ["!!int abc", "!!timestamp 2024-13-45", "!!int 0b", "!!float x"])
+def test_unreadable_tagged_values_are_yaml_invalid(tmp_path: Path, value: str) -> None:
+    """They raised ValueError before: a 500, and a repository scan that stopped at them."""
+    d = make_skill(tmp_path, "demo", f"name: demo\ndescription: {value}")
+    with pytest.raises(SkillLoadError) as info:
+        load_skill(d)
+    assert info.value.diagnostics[0].code == "yaml-invalid"
+    assert "a tagged value cannot be read" in info.value.diagnostics[0].message
+
+
+def test_ordinary_anchors_and_merge_keys_still_work(tmp_path: Path) -> None:
+    fm = "\n".join([
+        "name: demo", "description: &d Shared", "x-defaults: &base {timeout: 30, retries: 2}",
+        "x-extra: &extra {verbose: true}", "x-job:", "  <<: [*base, *extra]", "  retries: 5",
+        "x-again: *d", "x-merge-of-merge:", "  <<: *base", "x-list: &l [a, b]", "x-lists: [*l, *l, *l]",
+        "x-deep: " + "[" * 60 + "]" * 60, *_merge_bomb(3, 8),
+    ])
+    skill = load_skill(make_skill(tmp_path, "demo", fm))
+    assert skill.extras["x-job"] == {"timeout": "30", "retries": "5", "verbose": "true"}
+    assert skill.extras["x-again"] == "Shared" and skill.extras["x-merge-of-merge"] == {"timeout": "30", "retries": "2"}
+    assert skill.extras["x-lists"] == [["a", "b"]] * 3
+    assert skill.extras["m2"] == {"x": "1", "y": "2"}
 
 
 def test_duplicate_keys(tmp_path: Path) -> None:

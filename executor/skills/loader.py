@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .model import Skill
-from .parser import ParsedFile, SkillFileError, parse_skill_file
+from .parser import MAX_SKILL_FILE_BYTES, ParsedFile, SkillFileError, parse_skill_file
 from .spec import (
     ALLOWED_FIELDS,
     COMPATIBILITY_MAX,
@@ -76,7 +76,8 @@ def load_skill(path: Path | str) -> Skill:
     """Load a skill (tolerant mode); raises :class:`SkillLoadError` when unusable."""
     directory, skill_file = resolve_target(Path(path))
     try:
-        data = skill_file.read_bytes()
+        with skill_file.open("rb") as handle:  # never more than the parser accepts
+            data = handle.read(MAX_SKILL_FILE_BYTES + 1)
     except OSError as exc:
         raise SkillLoadError(
             skill_file, [Diagnostic("unreadable", f"cannot read {skill_file}: {exc.strerror}", "fatal")]

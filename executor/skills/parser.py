@@ -12,7 +12,12 @@ sloppiness would change meaning:
 * duplicate keys are noticed (last one wins);
 * frontmatter YAML cannot read -- most often an unquoted ``: `` in a value, a value
   starting with ``[``, ``@`` or a quoted word, or a description continued on
-  unindented lines -- is repaired once, with a warning.
+  unindented lines -- is repaired once, with a warning;
+* the work one file can cause is bounded (the file is untrusted): the frontmatter is
+  at most :data:`MAX_FRONTMATTER_BYTES`; while composing, nesting depth, nodes, text
+  and alias references are counted against :data:`YAML_LIMITS`, aliases and merge
+  keys at their expanded size.  A few hundred bytes of nested aliases or merge keys
+  would otherwise cost minutes of CPU here, or an endless JSON answer later.
 """
 
 from __future__ import annotations
@@ -22,13 +27,59 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from yaml.nodes import MappingNode, ScalarNode
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent, NodeEvent
+from yaml.nodes import MappingNode, Node, ScalarNode
+from yaml.resolver import Resolver
 
 from .spec import Diagnostic
 
+try:  # libyaml scans and parses in C, 5-10x faster; composing stays in Python (bounded below)
+    from yaml._yaml import CParser as _Parser
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    from yaml.parser import Parser as _PyParser
+    from yaml.reader import Reader
+    from yaml.scanner import Scanner
+
+    class _Parser(Reader, Scanner, _PyParser):  # type: ignore[no-redef]
+        def __init__(self, stream: str) -> None:
+            Reader.__init__(self, stream)
+            Scanner.__init__(self)
+            _PyParser.__init__(self)
+
+
 MAX_SKILL_FILE_BYTES = 4 * 1024 * 1024
+#: The YAML between the ``---`` lines, in bytes.  Real frontmatter is well under
+#: 4 KiB (a description is at most 1024 characters); this leaves room for metadata.
+MAX_FRONTMATTER_BYTES = 64 * 1024
+#: How many ``key: value`` lines a repair tries alone (one small parse each); real
+#: frontmatter has a few dozen.
+MAX_REPAIR_CHECKS = 1000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _BOM = "\ufeff"
+
+
+@dataclass(frozen=True, slots=True)
+class YamlLimits:
+    """What composing one frontmatter may cost; aliases count at their expanded size."""
+
+    max_depth: int = 64
+    max_nodes: int = 10_000
+    max_chars: int = 256 * 1024
+    max_aliases: int = 1_000
+
+
+YAML_LIMITS = YamlLimits()
+
+
+class YamlLimitError(yaml.YAMLError):
+    """The frontmatter is refused because reading it would cost too much."""
+
+    def __init__(self, problem: str, line: int | None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = line  # 0-based, within the YAML text
 
 
 class SkillFileError(Exception):
@@ -50,11 +101,75 @@ class ParsedFile:
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
 
-class _StringLoader(yaml.SafeLoader):
-    """A safe loader that resolves every plain scalar to a string and records duplicates."""
+class _BoundedComposer(Composer):
+    """PyYAML's composer, counting what the document costs as it is composed.
+
+    Every node counts once for each place it appears: an alias costs the nodes and
+    text of what it names (so a merge key ``<<: [*a, *a]`` costs ``a`` twice, as it
+    will when merged).  Crossing a bound stops composing at once.  An alias to a node
+    that contains it (``&a [*a]``) is refused: it would make a cyclic value.
+    """
+
+    limits: YamlLimits = YAML_LIMITS
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._depth = 0
+        self._nodes = 0
+        self._chars = 0
+        self._aliases = 0
+        #: anchor -> (nodes, chars) of the finished node it names
+        self._sizes: dict[str, tuple[int, int]] = {}
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        event = self.peek_event()
+        line = event.start_mark.line if event.start_mark is not None else 0
+        limits = self.limits
+        if isinstance(event, AliasEvent):
+            anchor = event.anchor
+            self._aliases += 1
+            if self._aliases > limits.max_aliases:
+                raise YamlLimitError(f"more than {limits.max_aliases} alias references (*name)", line)
+            if anchor in self.anchors and anchor not in self._sizes:
+                raise YamlLimitError(f"the alias *{anchor} refers to a node that contains it", line)
+            nodes, chars = self._sizes.get(anchor, (0, 0))
+            self._count(nodes, chars, line, f" (the alias *{anchor} repeats {nodes} nodes)")
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > limits.max_depth:
+            raise YamlLimitError(f"collections nested more than {limits.max_depth} deep", line)
+        before = (self._nodes, self._chars)
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        self._count(1, len(node.value) if isinstance(node, ScalarNode) else 0, line, "")
+        anchor = event.anchor if isinstance(event, NodeEvent) else None
+        if anchor is not None:
+            self._sizes[anchor] = (self._nodes - before[0], self._chars - before[1])
+        return node
+
+    def _count(self, nodes: int, chars: int, line: int, why: str) -> None:
+        self._nodes += nodes
+        self._chars += chars
+        if self._nodes > self.limits.max_nodes:
+            raise YamlLimitError(
+                f"more than {self.limits.max_nodes} YAML nodes, aliases and merge keys counted as copies{why}",
+                line,
+            )
+        if self._chars > self.limits.max_chars:
+            raise YamlLimitError(
+                f"more than {self.limits.max_chars} characters of text, aliases and merge keys counted as copies",
+                line,
+            )
+
+
+class _StringLoader(_BoundedComposer, _Parser, SafeConstructor, Resolver):
+    """A bounded safe loader that resolves every plain scalar to a string and records duplicates."""
 
     def __init__(self, stream: str) -> None:
-        super().__init__(stream)
+        _Parser.__init__(self, stream)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+        _BoundedComposer.__init__(self)
         self.duplicate_keys: list[tuple[str, int]] = []
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -110,16 +225,24 @@ def _scalar_text(value: Any) -> str:
 
 
 def load_yaml(text: str) -> tuple[Any, list[tuple[str, int]]]:
-    """Load YAML with every scalar as a string; returns (data, duplicate keys)."""
+    """Load YAML with every scalar as a string; returns (data, duplicate keys).
+
+    Raises :class:`yaml.YAMLError` for anything unreadable (:class:`YamlLimitError`
+    when a bound of :data:`YAML_LIMITS` is crossed), never another exception.
+    """
     loader = _StringLoader(text)
     try:
         data = loader.get_single_data()
         return _stringify(data, {}), loader.duplicate_keys
+    except (ValueError, TypeError, OverflowError) as exc:  # an explicit tag: !!int x, !!timestamp 2024-13-01
+        raise yaml.constructor.ConstructorError(None, None, f"a tagged value cannot be read: {exc}") from None
     finally:
         loader.dispose()
 
 
-_PAIR = re.compile(r"^(?P<indent>[ \t]*)(?P<key>[^\s#'\"\-?:][^:#]*?):[ \t]+(?P<value>\S.*?)[ \t]*$")
+#: ``key: value`` on one line.  The value's end is found without backtracking over
+#: runs of blanks (``\S.*?[ \t]*$`` took seconds for a line of 20 000 spaces).
+_PAIR = re.compile(r"^(?P<indent>[ \t]*)(?P<key>[^\s#'\"\-?:][^:#]*?):[ \t]+(?P<value>\S(?:.*[^ \t])?)[ \t]*$")
 #: A line that starts a top-level key (``key:`` then a blank or the end of the line).
 _TOP_KEY = re.compile(r"^[^\s#'\"\-?:][^:]*:(?:[ \t]|$)")
 
@@ -132,27 +255,30 @@ def _readable_alone(value: str) -> bool:
             return isinstance(loader.get_single_data(), dict)
         finally:
             loader.dispose()
-    except yaml.YAMLError:
+    except YamlLimitError:
+        return True  # readable, and refused as written by the second parse
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError):
         return False
 
 
 def _fold_continuations(lines: list[str]) -> tuple[list[str], list[str]]:
     """Join unindented lines that continue a top-level plain value (not valid YAML) into it."""
-    out: list[str] = []
+    out: list[list[str]] = []  # each output line as parts, joined once (no quadratic concatenation)
     folded: list[str] = []
     key: str | None = None
     for line in lines:
         if line and not line[0].isspace() and not line.startswith(("#", "- ")) and not _TOP_KEY.match(line):
             if key is not None:
-                out[-1] = f"{out[-1].rstrip()} {line.strip()}"
+                out[-1][-1] = out[-1][-1].rstrip()
+                out[-1] += [" ", line.strip()]
                 if key not in folded:
                     folded.append(key)
                 continue
         match = _PAIR.match(line)
         plain = match is not None and not match["indent"] and match["value"][0] not in "|>'\"[{&*!#"
         key = match["key"].strip() if plain and match is not None else None
-        out.append(line)
-    return out, folded
+        out.append([line])
+    return ["".join(parts) for parts in out], folded
 
 
 def _repair(text: str) -> tuple[str, list[str]]:
@@ -164,12 +290,18 @@ def _repair(text: str) -> tuple[str, list[str]]:
 
     A trailing ``  # comment`` stays a comment.  Multi-line values (indented
     continuations) are left alone: quoting only their first line would change them.
+    Each value is tried alone, at most :data:`MAX_REPAIR_CHECKS` of them: past that
+    nothing is repaired (the frontmatter is then refused with the first error).
     """
     lines, fixed = _fold_continuations(text.split("\n"))
+    checks = 0
     for index, line in enumerate(lines):
         match = _PAIR.match(line)
         if not match or match["value"][0] in "|>&*!#":
             continue
+        checks += 1
+        if checks > MAX_REPAIR_CHECKS:
+            return text, []
         value, comment = match["value"], ""
         if " #" in value:
             value, _, rest = value.partition(" #")
@@ -177,7 +309,7 @@ def _repair(text: str) -> tuple[str, list[str]]:
         if _readable_alone(value):
             continue
         indent = len(match["indent"].expandtabs())
-        nxt = next((ln for ln in lines[index + 1 :] if ln.strip()), "")
+        nxt = next((lines[i] for i in range(index + 1, len(lines)) if lines[i].strip()), "")
         if nxt and len(nxt) - len(nxt.lstrip()) > indent and not nxt.lstrip().startswith("#"):
             continue
         escaped = value.replace("\\", "\\\\").replace('"', '\\"')
@@ -186,6 +318,31 @@ def _repair(text: str) -> tuple[str, list[str]]:
         if key not in fixed:
             fixed.append(key)
     return "\n".join(lines), fixed
+
+
+def _load_frontmatter(text: str) -> tuple[Any, list[tuple[str, int]], list[str]]:
+    """(data, duplicate keys, repaired keys): loaded as written, else repaired once.
+
+    Raises the first parse's error when the repair changes nothing or does not help,
+    and :class:`YamlLimitError` from either parse (a repair cannot make a bomb cheap).
+    """
+    try:
+        data, duplicates = load_yaml(text)
+        return data, duplicates, []
+    except YamlLimitError:
+        raise
+    except yaml.YAMLError as first_error:
+        repaired, keys = _repair(text)
+        if not keys:
+            raise
+        try:
+            data, duplicates = load_yaml(repaired)
+        except YamlLimitError as exc:
+            exc.line = None  # a line of the repaired text, not of the file
+            raise
+        except yaml.YAMLError:
+            raise first_error from None
+        return data, duplicates, keys
 
 
 def _is_delimiter(line: str) -> bool:
@@ -217,7 +374,7 @@ def parse_skill_file(data: bytes) -> ParsedFile:
         raise SkillFileError(
             Diagnostic(
                 "file-too-large",
-                f"SKILL.md is {len(data)} bytes; the limit is {MAX_SKILL_FILE_BYTES}",
+                f"SKILL.md is more than {MAX_SKILL_FILE_BYTES} bytes (the limit)",
                 "fatal",
             )
         )
@@ -256,28 +413,39 @@ def parse_skill_file(data: bytes) -> ParsedFile:
         )
 
     yaml_text = "\n".join(lines[start + 1 : end])
+    size = len(yaml_text.encode("utf-8", "surrogatepass"))
+    if size > MAX_FRONTMATTER_BYTES:
+        raise SkillFileError(
+            Diagnostic(
+                "frontmatter-too-large",
+                f"the frontmatter (lines {start + 2}-{end}) is {size} bytes; the limit is "
+                f"{MAX_FRONTMATTER_BYTES} (long text belongs in the body)",
+                "fatal",
+            ),
+            notes,
+        )
     try:
-        data_obj, duplicates = load_yaml(yaml_text)
-    except yaml.YAMLError as first_error:
-        repaired, keys = _repair(yaml_text)
-        try:
-            if not keys:
-                raise first_error
-            data_obj, duplicates = load_yaml(repaired)
-        except yaml.YAMLError:
-            raise SkillFileError(
-                Diagnostic(
-                    "yaml-invalid",
-                    f"the frontmatter is not valid YAML: {_one_line(first_error)}",
-                    "fatal",
-                ),
-                notes,
-            ) from None
+        data_obj, duplicates, repaired = _load_frontmatter(yaml_text)
+    except YamlLimitError as exc:
+        where = f" (line {exc.line + start + 2})" if exc.line is not None else ""
+        raise SkillFileError(
+            Diagnostic(
+                "yaml-invalid",
+                f"the frontmatter is refused: {exc.problem}{where}; these limits bound the work one SKILL.md may cause",
+                "fatal",
+            ),
+            notes,
+        ) from None
+    except yaml.YAMLError as exc:
+        raise SkillFileError(
+            Diagnostic("yaml-invalid", f"the frontmatter is not valid YAML: {_one_line(exc)}", "fatal"), notes
+        ) from None
+    if repaired:
         notes.append(
             Diagnostic(
                 "yaml-repaired",
                 "the frontmatter is not valid YAML as written: the value of "
-                + ", ".join(repr(k) for k in keys)
+                + ", ".join(repr(k) for k in repaired)
                 + " is not readable as written (e.g. an unquoted ': ', a reserved first character, "
                 "or continuation lines without indentation); read as the text it holds",
                 "spec",
