@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import bz2
+import functools
+import gzip
 import io
+import os
 import stat
+import struct
 import tarfile
+import time
+import tracemalloc
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -136,3 +144,184 @@ def test_uninstall(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ExecutorError):
         uninstall(tmp_path, "../x")
+
+
+# -- bombs and lies: every cap applies while unpacking, and quickly -----------------------
+
+MiB = 1024 * 1024
+
+
+def tar_header(name: str, size: int, kind: bytes = tarfile.REGTYPE) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size, info.type = size, kind
+    return info.tobuf(format=tarfile.GNU_FORMAT)
+
+
+def gzip_of_zeros(head: bytes, zero_mib: int, tail: bytes = b"") -> bytes:
+    """``head`` + ``zero_mib`` MiB of zeros + ``tail``, gzipped, without compressing the zeros
+    one by one: after a full flush every MiB compresses to the same bytes."""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    mib = bytes(MiB)
+    start = deflate.compress(head) + deflate.flush(zlib.Z_FULL_FLUSH)
+    block = deflate.compress(mib) + deflate.flush(zlib.Z_FULL_FLUSH)
+    end = deflate.compress(tail) + deflate.flush()
+    crc = zlib.crc32(head)
+    for _ in range(zero_mib):
+        crc = zlib.crc32(mib, crc)
+    size = len(head) + zero_mib * MiB + len(tail)
+    trailer = struct.pack("<LL", zlib.crc32(tail, crc), size & 0xFFFFFFFF)
+    return b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff" + start + block * zero_mib + end + trailer
+
+
+@functools.cache
+def bz2_eight_mib_of_zeros() -> bytes:
+    return bz2.compress(bytes(8 * MiB))  # 48 bytes
+
+
+def bz2_of_zeros(head: bytes, zero_mib: int) -> bytes:
+    """The same in bzip2: ``head`` then concatenated streams of 8 MiB of zeros each."""
+    return (bz2.compress(head) if head else b"") + bz2_eight_mib_of_zeros() * (zero_mib // 8)
+
+
+def refused_fast(data: bytes, root: Path, *, status: int = 413, limits: PackageLimits = PackageLimits()) -> ExecutorError:
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(ExecutorError) as info:
+            install_package(data, root, limits=limits)
+        elapsed = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert elapsed < 1.0, f"took {elapsed:.2f}s"
+    assert peak < 16 * MiB, f"peak {peak} bytes"
+    assert info.value.status == status, info.value.message
+    if status == 413:
+        assert info.value.code == "package_too_large"
+    assert [p.name for p in root.iterdir()] == [] if root.exists() else True
+    return info.value
+
+
+def test_small_tar_gz_declaring_a_512_mib_member_is_refused_before_inflating(tmp_path: Path) -> None:
+    skill = tar_header("SKILL.md", len(SKILL_MD)) + SKILL_MD + bytes(-len(SKILL_MD) % 512)
+    bomb = gzip_of_zeros(skill + tar_header("big.bin", 512 * MiB), 512, bytes(1024))
+    assert len(bomb) < 600 * 1024  # the issue's 509 KiB
+    error = refused_fast(bomb, tmp_path)
+    assert "'big.bin' declares 536870912 bytes; the limit is 33554432" in error.message
+
+
+def test_huge_members_that_are_never_written_are_refused_too(tmp_path: Path) -> None:
+    """A folder entry or a global pax header with data is skipped by a reader, not free."""
+    folder = gzip_of_zeros(tar_header("pkg/", 512 * MiB, tarfile.DIRTYPE), 512)
+    assert "declares 536870912 bytes" in refused_fast(folder, tmp_path).message
+    global_header = gzip_of_zeros(tar_header("pax_global_header", 512 * MiB, tarfile.XGLTYPE), 512)
+    assert "meta header of 536870912 bytes" in refused_fast(global_header, tmp_path).message
+
+
+def test_bz2_bomb_is_refused_by_what_it_produces(tmp_path: Path) -> None:
+    # The header tells the truth, but a GiB of zeros in 1 KiB is not a skill.
+    declared = bz2_of_zeros(tar_header("SKILL.md", 1024 * MiB), 1024)
+    assert len(declared) < 8 * 1024
+    assert "declares 1073741824 bytes" in refused_fast(declared, tmp_path).message
+    # Honest small members, each under every cap: the compression ratio stops it.
+    skill = tar_header("SKILL.md", len(SKILL_MD)) + SKILL_MD + bytes(-len(SKILL_MD) % 512)
+    honest = bz2.compress(skill) + b"".join(bz2_of_zeros(tar_header(f"f{i}", 8 * MiB), 8) for i in range(3))
+    assert len(honest) < 1024
+    error = refused_fast(honest, tmp_path)
+    assert "over 100 times its own" in error.message
+    # Data after the end of the archive is decompressed (to check the stream) and counted too.
+    small = tar_bytes({"SKILL.md": SKILL_MD})
+    trailing = bz2.compress(gzip.decompress(small)) + bz2_of_zeros(b"", 1024)
+    assert "over 100 times its own" in refused_fast(trailing, tmp_path).message
+
+
+def test_zip_whose_header_lies_about_its_size(tmp_path: Path) -> None:
+    honest = zip_bytes({"SKILL.md": SKILL_MD, "bomb.bin": bytes(50 * MiB)})
+    listed = zipfile.ZipFile(io.BytesIO(honest)).getinfo("bomb.bin")
+
+    def claim(size: int) -> bytes:
+        """Rewrite bomb.bin's uncompressed size in its local header and the central directory."""
+        data = bytearray(honest)
+        struct.pack_into("<L", data, listed.header_offset + 22, size)
+        central = honest.rfind(b"PK\x01\x02")  # bomb.bin was written last
+        assert data[central : central + 4] == b"PK\x01\x02"
+        struct.pack_into("<L", data, central + 24, size)
+        return bytes(data)
+
+    # Claims 1 KiB: the reader stops there, and the CRC of what it read is wrong.
+    error = refused_fast(claim(1024), tmp_path, status=400)
+    assert error.code == "invalid_package" and "bomb.bin" in error.message
+    # Claims 4 GiB - 1: refused at once, nothing inflated.
+    assert "declares 4294967295 bytes" in refused_fast(claim(0xFFFFFFFF), tmp_path).message
+    # Claims its real size: stopped while inflating at the per-file cap.
+    limits = PackageLimits(max_file_bytes=64 * MiB)
+    assert "unpacks to more than" in refused_fast(honest, tmp_path, limits=limits).message
+
+
+def test_zip_central_directory_and_methods_are_checked_first(tmp_path: Path) -> None:
+    data = bytearray(zip_bytes({"SKILL.md": SKILL_MD}))
+    struct.pack_into("<HH", data, len(data) - 22 + 8, 60000, 60000)  # entries on disk, entries
+    assert "60000 entries" in refused_fast(bytes(data), tmp_path).message
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_BZIP2) as zf:
+        zf.writestr("SKILL.md", SKILL_MD)
+    error = refused_fast(buf.getvalue(), tmp_path, status=400)
+    assert "compression method 12; only stored and deflate" in error.message
+
+
+def test_pax_header_that_stalls_tarfile_is_refused_fast(tmp_path: Path) -> None:
+    """Python's tarfile parses pax headers with regular expressions that take seconds on runs of digits."""
+    digits = b"1" * 60000
+    data = tar_header("././@PaxHeader", len(digits), tarfile.XHDTYPE) + digits + bytes(-len(digits) % 512)
+    error = refused_fast(gzip.compress(data + tar_header("SKILL.md", 0) + bytes(1024)), tmp_path, status=400)
+    assert "malformed pax header" in error.message
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("a" * 300 + "/SKILL.md", "longer than 255 bytes"),
+        ("/".join(["d" * 200] * 8) + "/SKILL.md", "longer than 1024 bytes"),
+        ("SKILL.md/x" + "/.." * 3, "unsafe path"),
+    ],
+)
+def test_long_or_unsafe_entry_paths_are_400(tmp_path: Path, name: str, message: str) -> None:
+    for archive in (zip_bytes({name: b"x", "SKILL.md": SKILL_MD}), tar_bytes({name: b"x", "SKILL.md": SKILL_MD})):
+        error = refused_fast(archive, tmp_path, status=400)
+        assert message in error.message and len(error.message) < 600
+
+
+def test_tar_names_that_are_not_utf8_and_sparse_files_are_refused(tmp_path: Path) -> None:
+    bad = bytearray(tar_header("SKILL.md", 0))
+    bad[0:8] = b"SKILL\xff.m"
+    bad[148:156] = b" " * 8
+    bad[148:156] = b"%06o\0 " % sum(bad)
+    error = refused_fast(bytes(bad) + bytes(1024), tmp_path, status=400)
+    assert "not valid UTF-8" in error.message
+    sparse = tar_header("SKILL.md", 0, tarfile.GNUTYPE_SPARSE)
+    assert "sparse" in refused_fast(sparse + bytes(1024), tmp_path, status=400).message
+
+
+@pytest.mark.parametrize("mode", ["w:", "w:gz", "w:bz2", "w:xz"])
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT])
+def test_tar_formats_and_compressions_install(tmp_path: Path, mode: str, fmt: int) -> None:
+    long_dir = "packed/references/" + "r" * 90  # over 100 bytes: pax path, GNU long name or ustar prefix
+    entries = {"packed/SKILL.md": SKILL_MD, f"{long_dir}/notes.md": b"notes", "packed/scripts/run.sh": b"echo\n"}
+    if fmt != tarfile.USTAR_FORMAT:
+        entries["packed/references/ünï.md"] = "ü".encode()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=mode, format=fmt) as tf:  # type: ignore[call-overload]
+        folder = tarfile.TarInfo("packed/references")
+        folder.type = tarfile.DIRTYPE
+        tf.addfile(folder)
+        for name, data in entries.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), 1700000000.5
+            tf.addfile(info, io.BytesIO(data))
+    result = install_package(buf.getvalue(), tmp_path)
+    root = tmp_path / "packed"
+    assert (root / long_dir.removeprefix("packed/") / "notes.md").read_bytes() == b"notes"
+    assert os.access(root / "scripts" / "run.sh", os.X_OK) and not os.access(root / "SKILL.md", os.X_OK)
+    if fmt != tarfile.USTAR_FORMAT:
+        assert (root / "references" / "ünï.md").read_text() == "ü"
+    assert result.skill.id == "packed"
