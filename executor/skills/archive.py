@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import Protocol
 
 from ..errors import ExecutorError, TooLarge
 from ..paths import clean_relative
@@ -257,7 +257,9 @@ def _unzip(data: bytes, out: _Writer, tally: _Tally) -> None:
         if entries > limits.max_entries:
             raise _too_large(f"archive has {entries} entries; the limit is {limits.max_entries}")
         if size > limits.max_entries * _ZIP_DIRECTORY_PER_ENTRY:
-            raise _too_large(f"the archive's central directory is {size} bytes; too large for {limits.max_entries} entries")
+            raise _too_large(
+                f"the archive's central directory is {size} bytes; too large for {limits.max_entries} entries"
+            )
     with _reading("not a valid zip archive"):
         archive = zipfile.ZipFile(io.BytesIO(data))
     infos = archive.infolist()
@@ -306,7 +308,11 @@ _LINK_TYPES = {b"1", b"2", b"K"}
 _SPECIAL_TYPES = {b"3", b"4", b"6"}
 
 
-def _decompressed(data: bytes) -> IO[bytes]:
+class _Readable(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
+def _decompressed(data: bytes) -> _Readable:
     """The tar stream inside ``data``; each ``read(n)`` returns at most ``n`` bytes."""
     raw = io.BytesIO(data)
     if data[:2] == b"\x1f\x8b":
@@ -323,7 +329,7 @@ def _decompressed(data: bytes) -> IO[bytes]:
 class _TarStream:
     """Exact reads from the decompressed stream, every byte counted."""
 
-    def __init__(self, source: IO[bytes], tally: _Tally) -> None:
+    def __init__(self, source: _Readable, tally: _Tally) -> None:
         self.source = source
         self.tally = tally
 
@@ -476,15 +482,20 @@ def _untar(data: bytes, out: _Writer, tally: _Tally) -> None:
             out.folder(path)
             stream.skip(size, "a folder entry")
         else:
-            left = size
-
-            def member(count: int) -> bytes:
-                nonlocal left
-                chunk = stream.read(min(count, left))
-                if len(chunk) < min(count, left):
-                    raise PackageError(f"not a valid tar archive: it ends inside {_show(text)} (truncated?)")
-                left -= len(chunk)
-                return chunk
-
-            out.file(path, member, text)
+            out.file(path, _member(stream, size, text), text)
         stream.skip(_padding(size), "padding")
+
+
+def _member(stream: _TarStream, size: int, name: str) -> Callable[[int], bytes]:
+    """Reads of one member's ``size`` bytes, then the end."""
+    left = size
+
+    def read(count: int) -> bytes:
+        nonlocal left
+        chunk = stream.read(min(count, left))
+        if len(chunk) < min(count, left):
+            raise PackageError(f"not a valid tar archive: it ends inside {_show(name)} (truncated?)")
+        left -= len(chunk)
+        return chunk
+
+    return read

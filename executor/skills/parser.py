@@ -23,13 +23,14 @@ sloppiness would change meaning:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
-from yaml.events import AliasEvent, NodeEvent
+from yaml.events import AliasEvent, Event, NodeEvent
 from yaml.nodes import MappingNode, Node, ScalarNode
 from yaml.resolver import Resolver
 
@@ -111,6 +112,7 @@ class _BoundedComposer(Composer):
     """
 
     limits: YamlLimits = YAML_LIMITS
+    peek_event: Callable[[], Event]  # the parser's, later in the loader's bases
 
     def __init__(self) -> None:
         super().__init__()
@@ -121,12 +123,12 @@ class _BoundedComposer(Composer):
         #: anchor -> (nodes, chars) of the finished node it names
         self._sizes: dict[str, tuple[int, int]] = {}
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         event = self.peek_event()
         line = event.start_mark.line if event.start_mark is not None else 0
         limits = self.limits
         if isinstance(event, AliasEvent):
-            anchor = event.anchor
+            anchor = str(event.anchor)
             self._aliases += 1
             if self._aliases > limits.max_aliases:
                 raise YamlLimitError(f"more than {limits.max_aliases} alias references (*name)", line)
@@ -142,9 +144,8 @@ class _BoundedComposer(Composer):
         node = super().compose_node(parent, index)
         self._depth -= 1
         self._count(1, len(node.value) if isinstance(node, ScalarNode) else 0, line, "")
-        anchor = event.anchor if isinstance(event, NodeEvent) else None
-        if anchor is not None:
-            self._sizes[anchor] = (self._nodes - before[0], self._chars - before[1])
+        if isinstance(event, NodeEvent) and event.anchor is not None:
+            self._sizes[event.anchor] = (self._nodes - before[0], self._chars - before[1])
         return node
 
     def _count(self, nodes: int, chars: int, line: int, why: str) -> None:
@@ -267,13 +268,13 @@ def _fold_continuations(lines: list[str]) -> tuple[list[str], list[str]]:
     folded: list[str] = []
     key: str | None = None
     for line in lines:
-        if line and not line[0].isspace() and not line.startswith(("#", "- ")) and not _TOP_KEY.match(line):
-            if key is not None:
-                out[-1][-1] = out[-1][-1].rstrip()
-                out[-1] += [" ", line.strip()]
-                if key not in folded:
-                    folded.append(key)
-                continue
+        continues = line and not line[0].isspace() and not line.startswith(("#", "- ")) and not _TOP_KEY.match(line)
+        if continues and key is not None:
+            out[-1][-1] = out[-1][-1].rstrip()
+            out[-1] += [" ", line.strip()]
+            if key not in folded:
+                folded.append(key)
+            continue
         match = _PAIR.match(line)
         plain = match is not None and not match["indent"] and match["value"][0] not in "|>'\"[{&*!#"
         key = match["key"].strip() if plain and match is not None else None
