@@ -15,6 +15,7 @@ from pathlib import PurePosixPath
 from ..config import Settings
 from ..errors import BadRequest, TooLarge
 from ..outputs.collect import CollectLimits, resolve_globs
+from ..outputs.naming import DEFAULT_TEMPLATE, NameTemplate
 from ..paths import clean_relative, resolve_within
 from ..skills import Skill, SkillRepository
 from ..workspace.layout import Workspace, expand_path_variable
@@ -35,7 +36,7 @@ class OutputPlan:
     inline: bool
     inline_binary: bool
     save: bool
-    name_template: str
+    name_template: NameTemplate
     limits: CollectLimits
 
 
@@ -112,11 +113,7 @@ def _output_plan(request: RunRequest, s: Settings) -> OutputPlan:
     ):
         if asked > most:
             raise BadRequest(f"outputs.{field} {asked} exceeds the server maximum of {most}", code="output_caps")
-    template = (spec.name_template if spec else None) or "{prefix}{path}"
-    try:
-        template.format(path="p", name="n", stem="s", ext="", run_id="r", session="s", prefix="")
-    except (KeyError, IndexError, ValueError) as exc:
-        raise BadRequest(f"invalid name_template {template!r}: {exc}", code="invalid_name_template") from None
+    template = NameTemplate.parse((spec.name_template if spec else None) or DEFAULT_TEMPLATE)
     return OutputPlan(
         globs=resolve_globs(raw_globs),
         inline=(spec.inline if spec else True) and not request.omit_inline_content,

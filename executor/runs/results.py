@@ -86,16 +86,16 @@ def _save(
         result.warnings.append(f"output {item.name!r} was truncated by a cap and is not saved as an artifact")
         return None
     path = PurePosixPath(item.name)
-    name = plan.name_template.format(
-        path=item.name,
-        name=path.name,
-        stem=path.stem,
-        ext=path.suffix,
-        run_id=run_id,
-        session=request.session or "",
-        prefix=request.artifact_prefix,
-    )
     try:
+        name = plan.name_template.render(
+            path=item.name,
+            name=path.name,
+            stem=path.stem,
+            ext=path.suffix,
+            run_id=run_id,
+            session=request.session or "",
+            prefix=request.artifact_prefix,
+        )
         validate_name(name)
     except ExecutorError as exc:
         result.warnings.append(f"output {item.name!r} not saved: {exc.message}")
