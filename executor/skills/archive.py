@@ -9,9 +9,9 @@ produced, never after:
   by the reader, which stops at the claim and then fails the CRC);
 * every byte a decompressor produces counts -- headers, padding, data between or after
   members -- against one budget: ``max_total_bytes`` plus room for headers, and at
-  most ``max_ratio`` times the upload (beyond ``ratio_floor_bytes``).  That bounds the
-  CPU of any stream linearly: a 79-byte ``.tar.bz2`` that inflates to a GiB is refused
-  after ``ratio_floor_bytes``;
+  most ``ratio_floor_bytes`` plus ``max_ratio`` times the upload.  That bounds the CPU
+  of any stream linearly: a 79-byte ``.tar.bz2`` that inflates to a GiB is refused
+  after about ``ratio_floor_bytes``;
 * tar is read by a small streaming reader of our own (ustar, GNU long names, pax
   ``path``/``size``), in one pass: the standard ``tarfile`` seeks over members by
   decompressing them, reads pax headers whole and parses them with regular
@@ -64,10 +64,10 @@ class PackageLimits:
     max_entries: int = 2000
     max_file_bytes: int = 32 * MiB
     max_total_bytes: int = 128 * MiB
-    #: unpacking may produce at most this many times the upload's size ...
-    max_ratio: int = 100
-    #: ... once past this many bytes (a small skill may compress very well)
+    #: unpacking may produce this many bytes whatever the upload's size ...
     ratio_floor_bytes: int = 8 * MiB
+    #: ... and on top of them at most this many per byte uploaded
+    max_ratio: int = 100
 
 
 class PackageError(ExecutorError):
@@ -85,7 +85,7 @@ class _Tally:
     def __init__(self, limits: PackageLimits, upload_bytes: int) -> None:
         self.limits = limits
         self.upload_bytes = upload_bytes
-        by_ratio = max(limits.ratio_floor_bytes, limits.max_ratio * upload_bytes)
+        by_ratio = limits.ratio_floor_bytes + limits.max_ratio * upload_bytes
         by_total = limits.max_total_bytes + limits.max_entries * _OVERHEAD_PER_ENTRY
         self.unpack_limit = min(by_ratio, by_total)
         self.ratio_binds = by_ratio < by_total
@@ -100,8 +100,8 @@ class _Tally:
         if self.unpacked > self.unpack_limit:
             if self.ratio_binds:
                 raise _too_large(
-                    f"archive unpacks to more than {self.unpack_limit} bytes, over {self.limits.max_ratio} times "
-                    f"its own {self.upload_bytes} bytes"
+                    f"archive unpacks to more than {self.unpack_limit} bytes: {self.limits.ratio_floor_bytes} "
+                    f"plus {self.limits.max_ratio} times its own {self.upload_bytes} bytes"
                 )
             raise _too_large(f"archive unpacks to more than {self.limits.max_total_bytes} bytes")
 
