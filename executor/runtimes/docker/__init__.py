@@ -46,10 +46,11 @@ from .engine import (
     LABEL_RUN,
     LAUNCHER,
     Engine,
+    InitProcess,
     connect,
     parse_user,
 )
-from .pool import WarmPool
+from .pool import WarmContainer, WarmPool
 from .sandboxes import ColdSandbox, WarmSandbox
 
 __all__ = ["DockerRuntime", "LABEL_DEADLINE", "LABEL_MANAGED", "LABEL_OWNER", "LABEL_RUN", "connect"]
@@ -170,8 +171,8 @@ class DockerRuntime:
     def containers_alive(self) -> int:
         return self.engine.alive()
 
-    def _start_warm(self, root: Path) -> str:
-        """Create and start a pool container on an empty workspace; return its id."""
+    def _start_warm(self, root: Path) -> tuple[str, InitProcess | None]:
+        """Create and start a pool container on an empty workspace; its id and init."""
         deadline = time.time() + self.settings.pool_max_idle_seconds + self.settings.max_timeout
         config = self.engine.config(
             command=[LAUNCHER, "--container", f"{CONTAINER_WORKSPACE}/{LAUNCHER_SOCKET}"],
@@ -183,26 +184,24 @@ class DockerRuntime:
         container_id = self.engine.create(config)
         try:
             self.engine.start(container_id)
+            return container_id, InitProcess.of(self.engine, container_id)
         except BaseException:
             self.engine.remove(container_id)
             raise
-        return container_id
 
-    def discard(self, container_id: str, root: Path | None = None, *, wait: bool = False) -> None:
-        """Kill and remove a container (and a workspace folder), now or in the background."""
+    def discard(self, warm: WarmContainer) -> None:
+        """Remove an unused warm container and its folder, in the background."""
         engine = self.engine
 
         def job() -> None:
             try:
-                engine.remove(container_id)
+                if warm.init is not None:
+                    warm.init.close()
+                engine.remove(warm.id)
             finally:
-                if root is not None:
-                    remove_tree(root)
+                remove_tree(warm.root)
 
-        if wait:
-            job()
-        else:
-            self.janitor.submit(job)
+        self.janitor.submit(job)
 
     def sweep(self) -> int:
         """Remove containers left by dead processes of this host (a crashed service)."""

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import os
+import select
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -208,6 +210,54 @@ class Engine:
         except DockerException as exc:
             checks["image"] = (False, str(exc))
         return checks
+
+
+class InitProcess:
+    """A container's init process, held by a pidfd (so a reused pid is never signalled).
+
+    Killing it ends the container's PID namespace: the kernel kills every other process
+    in it before the init's exit is reported, so once :meth:`kill` returns nothing of
+    the container runs any more.
+    """
+
+    def __init__(self, pidfd: int) -> None:
+        self.pidfd = pidfd
+
+    @classmethod
+    def of(cls, engine: Engine, container_id: str) -> InitProcess | None:
+        """The init of a running container, or None when it cannot be held safely."""
+        pid = engine.state(container_id).get("Pid")
+        if not isinstance(pid, int) or pid <= 0:
+            return None
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return None
+        try:
+            # Opened after the look-up: make sure the pid still is this container's.
+            if container_id not in Path(f"/proc/{pid}/cgroup").read_text():
+                os.close(pidfd)
+                return None
+        except OSError:
+            os.close(pidfd)
+            return None
+        return cls(pidfd)
+
+    def kill(self, timeout: float = 5.0) -> bool:
+        """SIGKILL the init and wait until it (and so its whole namespace) is gone."""
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        ready, _, _ = select.select([self.pidfd], [], [], timeout)
+        return bool(ready)
+
+    def close(self) -> None:
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
 
 
 def oom_kills(container_id: str) -> int | None:

@@ -23,14 +23,13 @@ from pathlib import Path
 from ...activity import Activity
 from ...workspace.fs import remove_tree
 from ...workspace.layout import LAUNCHER_SOCKET, WorkspaceManager
+from .engine import InitProcess
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 20.0
-#: Starts a warm container on a workspace folder; returns its id.
-Start = Callable[[Path], str]
-#: Removes a container and a folder, in the background (``wait=False``) or now.
-Discard = Callable[..., None]
+#: Starts a warm container on a workspace folder; returns its id and its init process.
+Start = Callable[[Path], tuple[str, InitProcess | None]]
 
 
 @dataclass(slots=True)
@@ -38,6 +37,8 @@ class WarmContainer:
     id: str
     root: Path
     started_at: float
+    #: The container's init, to end everything in it at once (None: only through the engine).
+    init: InitProcess | None = None
 
     @property
     def socket(self) -> Path:
@@ -49,7 +50,7 @@ class WarmPool:
         self,
         *,
         start: Start,
-        discard: Discard,
+        discard: Callable[[WarmContainer], None],
         workspaces: WorkspaceManager,
         owner: tuple[int, int] | None,
         activity: Activity,
@@ -84,7 +85,7 @@ class WarmPool:
                 if time.monotonic() - item.started_at <= self.max_idle and item.socket.exists():
                     self.hits += 1
                     return item
-                self._discard(item.id, item.root)
+                self._discard(item)
             self.misses += 1
             self._cond.notify_all()
             return None
@@ -119,7 +120,7 @@ class WarmPool:
         for thread in self._threads:
             thread.join(timeout=READY_TIMEOUT + 5)
         for item in items:
-            self._discard(item.id, item.root, wait=True)
+            self._discard(item)
 
     # -- background filling -------------------------------------------------------------------
 
@@ -148,7 +149,7 @@ class WarmPool:
                     self._starting -= 1
                     if item is not None:
                         if self._closed:
-                            self._discard(item.id, item.root)
+                            self._discard(item)
                         else:
                             self._idle.append(item)
                     self._cond.notify_all()
@@ -157,24 +158,24 @@ class WarmPool:
         now = time.monotonic()
         while self._idle and now - self._idle[0].started_at > self.max_idle:
             item = self._idle.popleft()
-            self._discard(item.id, item.root)
+            self._discard(item)
 
     def _start(self) -> WarmContainer | None:
         name = f"warm-{uuid.uuid4().hex[:16]}"
         root = self.workspaces.create_root(name, owner=self.owner)
         try:
-            container_id = self._start_container(root)
+            container_id, init = self._start_container(root)
         except BaseException:
             remove_tree(root)
             raise
-        item = WarmContainer(container_id, root, time.monotonic())
+        item = WarmContainer(container_id, root, time.monotonic(), init)
         deadline = time.monotonic() + READY_TIMEOUT
         while not item.socket.exists():
             if self._closed:
-                self._discard(container_id, root)
+                self._discard(item)
                 return None
             if time.monotonic() > deadline:
-                self._discard(container_id, root)
+                self._discard(item)
                 raise TimeoutError("the launcher did not come up")
             time.sleep(0.002)
         return item

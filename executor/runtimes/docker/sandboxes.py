@@ -187,12 +187,23 @@ class WarmSandbox(DockerSandbox):
         self.warm = warm
 
     def release(self) -> Callable[[], None] | None:
-        engine, container_id = self.engine, self.warm.id
+        engine, warm = self.engine, self.warm
 
         def remove() -> None:
-            engine.remove(container_id)
+            if warm.init is not None:
+                warm.init.close()
+            engine.remove(warm.id)
 
         return remove
+
+    def _end_container(self) -> None:
+        """Nothing of the run may outlive its exit status: end the whole container now
+        (its init, and so its PID namespace; through the engine when the init is not held)."""
+        init = self.warm.init
+        if init is not None and init.kill():
+            return
+        self.engine.kill(self.warm.id)
+        self.engine.wait(self.warm.id, timeout=5)
 
     def execute(self, command: Command) -> ExecResult:
         """Run the command through the launcher of a warm container.
@@ -245,9 +256,10 @@ class WarmSandbox(DockerSandbox):
                     killed = True
                     eof_deadline = time.monotonic() + 5.0
         warnings = []
-        if frames.exit is None and not killed:
-            self.engine.kill(warm.id)  # the launcher is gone: make sure nothing of the run survives
         oom = bool(oom_kills(warm.id))
+        # Before anything reads the run's folders: whatever the command started (or a
+        # launcher it subverted claims) is gone.
+        self._end_container()
         code: int | None
         if frames.exit is not None:
             code = frames.exit.get("exit_code")
