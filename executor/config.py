@@ -86,6 +86,7 @@ class Settings(BaseSettings):
     docker_disk_bytes: int = 1 * GiB
     docker_nofile: int = 1024
     docker_oci_runtime: str | None = None
+    docker_allow_vsock: bool = False  # AF_VSOCK sockets (not covered by a network namespace)
     pool_size: int = 2
     pool_max_idle_seconds: float = 600.0
     max_concurrent_runs: int = Field(default_factory=lambda: 2 * max(1, os.cpu_count() or 1))

@@ -73,13 +73,19 @@ def decode(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
+class ProtocolError(Exception):
+    """The stream broke its framing rules (an unknown kind, an oversized control frame)."""
+
+
 class Demux:
     """Length-prefixed frames from a byte stream, without copying discarded output.
 
     ``header`` bytes precede each frame; ``parse(header) -> (stream, length)``.  Bytes
     of streams in ``outputs`` go to their :class:`BoundedBuffer` (and the listener,
-    only what is kept); any other stream's frame is collected whole and reported via
-    ``control`` (the launcher's exit frame).
+    only what is kept) as they arrive, never a whole frame at a time.  With
+    ``control``, frames of the kinds in ``controls`` are collected whole (at most
+    ``control_max`` bytes) and reported to it, and any other kind is a
+    :class:`ProtocolError`; without it, other streams are dropped unbuffered.
     """
 
     def __init__(
@@ -89,12 +95,17 @@ class Demux:
         outputs: dict[int, tuple[str, BoundedBuffer]],
         listener: OutputListener | None,
         control: Callable[[int, bytes], None] | None = None,
+        *,
+        controls: frozenset[int] = frozenset(),
+        control_max: int = 4096,
     ) -> None:
         self._size = header
         self._parse = parse
         self._outputs = outputs
         self._listener = listener
         self._control = control
+        self._controls = controls
+        self._control_max = control_max
         self._head = bytearray()
         self._stream = -1
         self._left = 0
@@ -110,6 +121,7 @@ class Demux:
                 if len(self._head) == self._size:
                     self._stream, self._left = self._parse(bytes(self._head))
                     self._head.clear()
+                    self._check_frame()
                     if self._left == 0:
                         self._finish()
                 continue
@@ -124,12 +136,20 @@ class Demux:
                         self._listener(name, bytes(kept))
                     except Exception:
                         pass
-            else:
+            elif self._control is not None:
                 self._frame += chunk
             i += take
             self._left -= take
             if self._left == 0:
                 self._finish()
+
+    def _check_frame(self) -> None:
+        if self._control is None or self._stream in self._outputs:
+            return
+        if self._stream not in self._controls:
+            raise ProtocolError(f"unknown frame kind {self._stream}")
+        if self._left > self._control_max:
+            raise ProtocolError(f"a control frame of {self._left} bytes (at most {self._control_max})")
 
     def _finish(self) -> None:
         if self._stream not in self._outputs and self._control is not None:

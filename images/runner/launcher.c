@@ -22,16 +22,31 @@
  * kill(-1, SIGKILL): every process of the container but PID 1 and this one.  Without
  * it only the command's process group is killed: kill(-1) anywhere else would kill
  * every process its user may signal.  The host still kills and removes the container.
+ *
+ * The command cannot reach the launcher: the launcher makes itself non-dumpable
+ * (PR_SET_DUMPABLE 0: no ptrace attach, no /proc/<pid>/mem or fd access by the same
+ * uid), and the command runs under a seccomp filter, stacked on the engine's profile,
+ * that refuses ptrace, process_vm_readv/writev, system calls of any other ABI, and
+ * AF_VSOCK sockets (a network namespace does not cover vsock; --allow-vsock lifts that).
+ *
+ * `launcher --exec [--allow-vsock] -- PROGRAM ARGS...` applies the same filter and
+ * execs PROGRAM: the per-run (cold) container starts its command that way, so one
+ * piece of code guards both paths.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -44,10 +59,54 @@
 
 extern char **environ;
 
+#if defined(__x86_64__)
+#define NATIVE_ARCH AUDIT_ARCH_X86_64
+#define X32_BIT 0x40000000u
+#elif defined(__aarch64__)
+#define NATIVE_ARCH AUDIT_ARCH_AARCH64
+#define X32_BIT 0u
+#else
+#error "the launcher's seccomp filter knows x86_64 and aarch64"
+#endif
+#ifndef AF_VSOCK
+#define AF_VSOCK 40
+#endif
+
+#define DENY BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA))
+#define ALLOW BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+
+/* Refuse what would let the command reach the launcher or leave the network namespace. */
+static int restrict_command(int allow_vsock) {
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, 1, 0),
+        DENY, /* another ABI (i386, arm32): none of it is needed, all of it refused */
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, X32_BIT ? X32_BIT : 0xffffffffu, 0, 1),
+        DENY, /* the x32 ABI */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ptrace, 0, 1),
+        DENY,
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
+        DENY,
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 0, 1),
+        DENY,
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, allow_vsock ? 0xffffffffu : AF_VSOCK, 0, 1),
+        DENY,
+        ALLOW,
+    };
+    struct sock_fprog program = {.len = sizeof filter / sizeof filter[0], .filter = filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) return -1;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program);
+}
+
 static void die(const char *what) {
     perror(what);
     _exit(111);
 }
+
 
 static int read_exact(int fd, void *buf, size_t size) {
     char *p = buf;
@@ -129,13 +188,35 @@ static int forward(int conn, int fd, char kind) {
     return 1;
 }
 
-int main(int argc, char **argv) {
-    int in_container = argc == 3 && strcmp(argv[1], "--container") == 0;
-    if (argc != 2 && !in_container) {
-        fprintf(stderr, "usage: launcher [--container] SOCKET\n");
+/* launcher --exec [--allow-vsock] -- PROGRAM ARGS... */
+static int exec_mode(int argc, char **argv) {
+    int i = 2, allow_vsock = 0;
+    if (i < argc && strcmp(argv[i], "--allow-vsock") == 0) allow_vsock = 1, i++;
+    if (i >= argc || strcmp(argv[i], "--") != 0 || i + 1 >= argc) {
+        fprintf(stderr, "usage: launcher --exec [--allow-vsock] -- PROGRAM ARGS...\n");
         return 2;
     }
-    const char *path = argv[argc - 1];
+    if (restrict_command(allow_vsock)) die("seccomp");
+    execvp(argv[i + 1], argv + i + 1);
+    fprintf(stderr, "launcher: cannot run %s: %s\n", argv[i + 1], strerror(errno));
+    return 127;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--exec") == 0) return exec_mode(argc, argv);
+    int allow_vsock = 0, in_container = 0, arg = 1;
+    for (; arg < argc - 1; arg++) {
+        if (strcmp(argv[arg], "--allow-vsock") == 0) allow_vsock = 1;
+        else if (strcmp(argv[arg], "--container") == 0) in_container = 1;
+        else break;
+    }
+    if (arg != argc - 1) {
+        fprintf(stderr, "usage: launcher [--allow-vsock] [--container] SOCKET\n");
+        return 2;
+    }
+    /* Not ptrace-able, its memory and descriptors not readable, by the command (same uid). */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) die("prctl");
+    const char *path = argv[arg];
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     char tmp[sizeof addr.sun_path];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) die("socket path");
@@ -173,6 +254,10 @@ int main(int argc, char **argv) {
         if (in < 0 || dup2(in, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(126);
         if (chdir(fields[1])) {
             dprintf(2, "launcher: cannot enter %s: %s\n", fields[1], strerror(errno));
+            _exit(126);
+        }
+        if (restrict_command(allow_vsock)) {
+            dprintf(2, "launcher: cannot restrict the command: %s\n", strerror(errno));
             _exit(126);
         }
         char *args[] = {"bash", "-c", fields[0], NULL};

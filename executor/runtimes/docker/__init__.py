@@ -44,10 +44,10 @@ from .engine import (
     LABEL_MANAGED,
     LABEL_OWNER,
     LABEL_RUN,
-    LAUNCHER,
     Engine,
     InitProcess,
     connect,
+    launcher_argv,
     parse_user,
 )
 from .pool import WarmContainer, WarmPool
@@ -175,7 +175,7 @@ class DockerRuntime:
         """Create and start a pool container on an empty workspace; its id and init."""
         deadline = time.time() + self.settings.pool_max_idle_seconds + self.settings.max_timeout
         config = self.engine.config(
-            command=[LAUNCHER, "--container", f"{CONTAINER_WORKSPACE}/{LAUNCHER_SOCKET}"],
+            command=[*launcher_argv(self.settings, "--container"), f"{CONTAINER_WORKSPACE}/{LAUNCHER_SOCKET}"],
             cwd=CONTAINER_WORKSPACE,
             env={},
             mounts=[Mount(CONTAINER_WORKSPACE, str(root), type="bind", read_only=False)],

@@ -55,6 +55,11 @@ def connect(timeout: float = 60) -> docker.DockerClient:
         raise Unavailable(f"the Docker engine is not reachable: {exc}", code="engine_unavailable") from None
 
 
+def launcher_argv(settings: Settings, mode: str) -> list[str]:
+    """The launcher with its mode (``--exec`` or ``--container``) and the vsock setting."""
+    return [LAUNCHER, *(["--allow-vsock"] if settings.docker_allow_vsock else []), mode]
+
+
 def parse_user(user: str) -> tuple[int, int]:
     uid, _, gid = user.partition(":")
     return int(uid), int(gid or uid)

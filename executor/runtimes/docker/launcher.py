@@ -18,26 +18,50 @@ from pathlib import Path
 from typing import Any
 
 from ..base import OutputListener
-from ..streams import BoundedBuffer, Demux
+from ..streams import BoundedBuffer, Demux, ProtocolError
+
+#: The most an exit frame may hold (it is ``{"exit_code": N}``).
+EXIT_FRAME_MAX = 256
 
 
 class LauncherFrames:
-    """The launcher's frames, demultiplexed into bounded stdout/stderr buffers."""
+    """The launcher's frames, demultiplexed into bounded stdout/stderr buffers.
+
+    Only ``O``, ``E`` and one ``X`` frame are valid; the exit frame must be a JSON object
+    with exactly an integer ``exit_code`` in 0..255.  Anything else raises
+    :class:`~executor.runtimes.streams.ProtocolError` from :meth:`feed`.
+    """
 
     def __init__(self, stdout_max: int, stderr_max: int, listener: OutputListener | None) -> None:
         self.out, self.err = BoundedBuffer(stdout_max), BoundedBuffer(stderr_max)
-        self.exit: dict[str, Any] | None = None
-        self.demux = Demux(
+        self.exit_code: int | None = None
+        self.exited = False
+        self._demux = Demux(
             5,
             lambda h: (h[0], int.from_bytes(h[1:5], "big")),
             {ord("O"): ("stdout", self.out), ord("E"): ("stderr", self.err)},
             listener,
             self._control,
+            controls=frozenset({ord("X")}),
+            control_max=EXIT_FRAME_MAX,
         )
 
+    def feed(self, data: memoryview) -> None:
+        if self.exited:
+            raise ProtocolError("data after the exit frame")
+        self._demux.feed(data)
+
     def _control(self, stream: int, payload: bytes) -> None:
-        if stream == ord("X"):
-            self.exit = json.loads(payload)
+        if self.exited:
+            raise ProtocolError("a second exit frame")
+        try:
+            message: Any = json.loads(payload)
+        except ValueError:
+            raise ProtocolError("an exit frame that is not JSON") from None
+        code = message.get("exit_code") if isinstance(message, dict) and set(message) == {"exit_code"} else None
+        if type(code) is not int or not 0 <= code <= 255:
+            raise ProtocolError("an exit frame without an exit code in 0..255")
+        self.exit_code, self.exited = code, True
 
 
 def request_bytes(command: str, cwd: str, stdin: str, env: dict[str, str]) -> bytes:

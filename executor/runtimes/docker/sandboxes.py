@@ -26,8 +26,8 @@ from ..base import Command, ExecResult, SandboxPlan
 from ..host import HostSandbox
 from ..janitor import Janitor
 from ..limits import DiskCap, Guard, signal_name
-from ..streams import BoundedBuffer, Demux, recv_loop
-from .engine import CONTAINER_WORKSPACE, LABEL_DEADLINE, LABEL_RUN, Engine, oom_kills
+from ..streams import BoundedBuffer, Demux, ProtocolError, recv_loop
+from .engine import CONTAINER_WORKSPACE, LABEL_DEADLINE, LABEL_RUN, Engine, launcher_argv, oom_kills
 from .launcher import LauncherFrames, connect_unix, request_bytes
 from .pool import WarmContainer
 
@@ -111,6 +111,8 @@ class ColdSandbox(DockerSandbox):
         if stdin_path:
             # A constant wrapper: the command and the file travel as arguments, never spliced.
             argv = ["bash", "-c", 'exec bash -c "$0" < "$1"', command.command, stdin_path]
+        # The launcher's exec mode puts the command under the same seccomp filter as a warm run.
+        argv = [*launcher_argv(self.settings, "--exec"), "--", *argv]
         return self.engine.config(
             command=argv,
             cwd=command.cwd,
@@ -234,10 +236,11 @@ class WarmSandbox(DockerSandbox):
         view = memoryview(buffer)
         guard = Guard(started=started, timeout=command.timeout, cancel=command.cancel, disk=disk)
         killed = False
+        broken: str | None = None
         with conn, selectors.DefaultSelector() as selector:
             selector.register(conn, selectors.EVENT_READ)
             eof_deadline = float("inf")
-            while frames.exit is None:
+            while not frames.exited:
                 if time.monotonic() >= eof_deadline:
                     break  # killed, but the stream did not close: stop waiting
                 wait = guard.wait_time() if not killed else max(0.0, eof_deadline - time.monotonic())
@@ -248,7 +251,11 @@ class WarmSandbox(DockerSandbox):
                         count = 0
                     if not count:
                         break
-                    frames.demux.feed(view[:count])
+                    try:
+                        frames.feed(view[:count])
+                    except ProtocolError as exc:
+                        broken = str(exc)
+                        break
                 # Checked on every pass: a command that floods its output keeps the socket
                 # readable, and must still meet its deadline.
                 if not killed and guard.breached():
@@ -261,8 +268,11 @@ class WarmSandbox(DockerSandbox):
         # launcher it subverted claims) is gone.
         self._end_container()
         code: int | None
-        if frames.exit is not None:
-            code = frames.exit.get("exit_code")
+        if broken is not None:
+            code = None
+            warnings.append(f"the run's launcher broke its protocol ({broken}); the run was stopped")
+        elif frames.exited:
+            code = frames.exit_code
         elif killed or oom:
             code = 128 + signals.SIGKILL
         else:
