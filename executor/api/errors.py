@@ -28,6 +28,7 @@ _HTTP_CODES = {
     409: "conflict",
     413: "too_large",
     415: "unsupported_media_type",
+    421: "misdirected_request",
     422: "invalid_request",
     429: "busy",
     503: "unavailable",
