@@ -7,6 +7,7 @@ loop, and downloads are streamed from the blob.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -16,6 +17,7 @@ from fastapi.responses import StreamingResponse
 
 from ...access import Principal, resolve_tenant_audited
 from ...artifacts.store import ArtifactInfo
+from ...errors import BadRequest
 from ..auth import principal
 from ..schemas import ERRORS, ArtifactList, ArtifactModel
 
@@ -24,6 +26,8 @@ router = APIRouter(prefix="/v1/artifacts", tags=["artifacts"], responses=ERRORS)
 _CHUNK = 256 * 1024
 #: The largest version a SQLite INTEGER holds (a bigger one is a 422, not a 500).
 _MAX_VERSION = 2**63 - 1
+#: ``type/subtype`` (RFC 6838 names), as kept with an artifact and sent back as its Content-Type.
+_MIME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$")
 
 
 def _owner_param() -> Any:
@@ -62,10 +66,12 @@ async def put_artifact(
     name: str, request: Request, owner: str | None = _owner_param(), who: Principal = Depends(principal)
 ) -> ArtifactModel:
     tenant = _tenant(who, owner, "artifact.put", name)
+    mime = request.headers.get("content-type", "").split(";")[0].strip() or "application/octet-stream"
+    if not _MIME.match(mime):
+        raise BadRequest(f"invalid Content-Type {mime[:80]!r}: use type/subtype", code="invalid_mime_type")
     data = await request.body()
-    mime = request.headers.get("content-type", "application/octet-stream").split(";")[0].strip()[:255]
     store = request.app.state.executor.artifacts
-    info = await run_in_threadpool(store.put, name, data, mime_type=mime or "application/octet-stream", tenant=tenant)
+    info = await run_in_threadpool(store.put, name, data, mime_type=mime.lower(), tenant=tenant)
     return _model(info)
 
 
