@@ -37,7 +37,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def bind_problem(settings: Settings, keyring: "KeyRing", runtime: str | None = None) -> str | None:
+def bind_problem(settings: Settings, keyring: KeyRing, runtime: str | None = None) -> str | None:
     """Why the service must not serve on ``settings.host`` as configured (None: it may)."""
     if is_loopback(settings.host):
         return None
@@ -59,7 +59,7 @@ class KeyRing:
         self._keys = [(k.encode(), admin) for k, admin in keys if k]
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "KeyRing":
+    def from_settings(cls, settings: Settings) -> KeyRing:
         keys = [(k, False) for k in settings.api_keys] + [(k, True) for k in settings.admin_keys]
         if settings.api_keys_file is not None:
             for line in Path(settings.api_keys_file).read_text().splitlines():

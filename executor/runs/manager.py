@@ -202,7 +202,8 @@ class RunManager:
             final = ("failed", None, refusal)
         except Exception:  # never leave a record unfinished
             log.exception("run %s failed unexpectedly", run_id)
-            final = ("failed", None, {"code": "internal", "message": "the run failed inside the service", "status": 500})
+            internal = {"code": "internal", "message": "the run failed inside the service", "status": 500}
+            final = ("failed", None, internal)
         finally:
             status, body, error = final
             self.store.update(run_id, status, result=body, error=error)

@@ -93,7 +93,8 @@ def skill_docs(
     skill = request.app.state.executor.repository.get(name)
     listed = {e.path: e for e in docs(inventory(skill))}
     if names is None:
-        return DocList(skill=skill.id, docs=[DocEntry(path=p, size=e.size, tokens=-(-e.size // 4)) for p, e in listed.items()])
+        entries = [DocEntry(path=p, size=e.size, tokens=-(-e.size // 4)) for p, e in listed.items()]
+        return DocList(skill=skill.id, docs=entries)
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     missing = [n for n in wanted if n not in listed]
     if missing:
@@ -154,7 +155,8 @@ async def install(
     await run_in_threadpool(executor.repository.reload)
     skill = result.skill
     return Installed(id=skill.id, name=skill.name, path=str(skill.path), replaced=result.replaced,
-                     files=_files(result.files), warnings=[Finding(code=d.code, message=d.message) for d in skill.warnings])
+                     files=_files(result.files),
+                     warnings=[Finding(code=d.code, message=d.message) for d in skill.warnings])
 
 
 @router.delete("/{name}", status_code=204, summary="Delete an installed skill")

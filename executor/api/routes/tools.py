@@ -23,7 +23,8 @@ from .runs import submit
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=ERRORS)
 
 
-@router.get("", response_model=ToolList, summary="Tool definitions (JSON Schema) for skill_load/list_docs/select_docs/run")
+@router.get("", response_model=ToolList,
+            summary="Tool definitions (JSON Schema) for skill_load/list_docs/select_docs/run")
 def list_tools(
     request: Request,
     format: Literal["openai", "anthropic", "mcp"] = Query(default="openai"),
