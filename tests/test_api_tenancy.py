@@ -330,6 +330,24 @@ def test_cross_origin_browser_requests_are_refused(open_local: Server, tenants: 
     assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == APP_ORIGIN
 
 
+def test_guard_serves_only_loopback_connections_without_keys_or_isolation() -> None:
+    from executor.api.middleware import BrowserGuard
+
+    def scope(server: tuple[str, int], host: str) -> dict[str, Any]:
+        return {"type": "http", "server": server, "headers": [(b"host", host.encode())]}
+
+    public = scope(("10.1.2.3", 8080), "10.1.2.3:8080")
+    assert BrowserGuard(None, auth_enabled=False).check(public)[:2] == (403, "loopback_only")  # type: ignore[index]
+    local_runtime = BrowserGuard(None, auth_enabled=True, local_runtime=True)
+    assert local_runtime.check(public)[:2] == (403, "loopback_only")  # type: ignore[index]
+    assert BrowserGuard(None, auth_enabled=True).check(public) is None
+    v6 = BrowserGuard(None, auth_enabled=False)
+    assert v6.check(scope(("::1", 9000), "[::1]:9000")) is None
+    assert v6.check(scope(("::1", 9000), "[::1]x:9000"))[:2] == (421, "host_not_allowed")  # type: ignore[index]
+    assert v6.check(scope(("127.0.0.1", 80), "localhost")) is None  # the default port may be left out
+    assert v6.check(scope(("127.0.0.1", 9000), "localhost"))[:2] == (421, "host_not_allowed")  # type: ignore[index]
+
+
 def test_local_runtime_refuses_a_public_bind(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "executor.cli.main", "serve", "--host", "0.0.0.0", "--port", str(free_port()),

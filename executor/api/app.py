@@ -94,7 +94,9 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
             expose_headers=["X-Request-ID", "Location", "Idempotent-Replayed", "X-Artifact-Version",
                             "X-Artifact-SHA256", "X-File-Size", "X-Truncated"],
         )
-    app.add_middleware(BrowserGuard, auth_enabled=keyring.enabled, allowed_origins=settings.allowed_origins,
+    local = (runtime.name if runtime is not None else settings.runtime) == "local"
+    app.add_middleware(BrowserGuard, auth_enabled=keyring.enabled, local_runtime=local,
+                       allowed_origins=settings.allowed_origins,
                        host=settings.host, port=settings.port)
     app.add_middleware(RequestContext)
     return app

@@ -74,17 +74,20 @@ class BrowserGuard:
       name this server -- the bound address, ``localhost``, ``127.0.0.1`` or ``[::1]``,
       with the bound port -- or the request is refused with 421 ``host_not_allowed``:
       a page on ``evil.example`` whose name was rebound to 127.0.0.1 (DNS rebinding)
-      cannot reach the API.  A connection to a non-loopback address is refused (403
-      ``auth_required``) even if the service was somehow bound to one.
+      cannot reach the API.
+    * With authentication off, or with the local runtime (no isolation), a connection
+      to a non-loopback address is refused (403 ``loopback_only``) even if the service
+      was somehow bound to one (``serve`` refuses to, but an embedder might).
     * Always: a cross-origin browser request -- an ``Origin`` that is neither this
       host nor listed in ``allowed_origins``, or ``Sec-Fetch-Site: cross-site`` /
       ``same-site`` without such an Origin -- is refused with 403 ``cross_origin_refused``.
     """
 
-    def __init__(self, app: Any, *, auth_enabled: bool, allowed_origins: Iterable[str] = (),
-                 host: str = "127.0.0.1", port: int = 8080) -> None:
+    def __init__(self, app: Any, *, auth_enabled: bool, local_runtime: bool = False,
+                 allowed_origins: Iterable[str] = (), host: str = "127.0.0.1", port: int = 8080) -> None:
         self.app = app
         self.auth_enabled = auth_enabled
+        self.loopback_only = local_runtime or not auth_enabled
         self.allowed_origins = frozenset(normalize_origin(o) for o in allowed_origins)
         self.host = host
         self.port = port
@@ -109,16 +112,16 @@ class BrowserGuard:
         for name, value in scope.get("headers") or []:
             headers.setdefault(name.lower(), value)
         host = headers.get(b"host", b"").decode("latin-1").strip().lower()
-        if not self.auth_enabled:
-            server = scope.get("server") or (self.host, self.port)
-            bound_host, bound_port = server[0], server[1]
-            if bound_port is not None and not is_loopback(str(bound_host)):
-                return 403, "auth_required", "authentication is off: only loopback connections are served"
-            if host and not self._host_allowed(host, str(bound_host), bound_port or self.port):
-                return 421, "host_not_allowed", (
-                    f"the Host header {host[:100]!r} does not name this server; without API keys only "
-                    "localhost, 127.0.0.1 and [::1] (with the service's port) are served"
-                )
+        server = scope.get("server") or (self.host, self.port)
+        bound_host, bound_port = server[0], server[1]
+        if self.loopback_only and bound_port is not None and not is_loopback(str(bound_host)):
+            why = "authentication is off" if not self.auth_enabled else "the local runtime isolates nothing"
+            return 403, "loopback_only", f"{why}: only connections to a loopback address are served"
+        if not self.auth_enabled and host and not self._host_allowed(host, str(bound_host), bound_port or self.port):
+            return 421, "host_not_allowed", (
+                f"the Host header {host[:100]!r} does not name this server; without API keys only "
+                "localhost, 127.0.0.1 and [::1] (with the service's port) are served"
+            )
         origin = headers.get(b"origin")
         if origin is not None:
             text = normalize_origin(origin.decode("latin-1"))
