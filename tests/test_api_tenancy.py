@@ -276,6 +276,35 @@ def test_tool_calls_are_authorized_and_owned_like_runs(clients: tuple[Client, Cl
     assert refused["is_error"] and refused["data"]["error"]["code"] == "artifact_not_found"
 
 
+def test_waiting_tool_calls_hold_no_request_threads(tmp_path: Path) -> None:
+    """More skill_run tool calls in flight than the request thread pool has threads
+    (40): a plain request is still answered at once (the calls are awaited)."""
+    import asyncio
+
+    calls = 44
+    srv = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": str(calls),
+                                "SKILL_EXECUTOR_MAX_QUEUED_RUNS": "0"}).start()
+
+    async def scenario() -> tuple[float, list[dict[str, Any]]]:
+        async with httpx.AsyncClient(base_url=srv.url, timeout=60,
+                                     limits=httpx.Limits(max_connections=calls + 5)) as http:
+            call = {"name": "skill_run", "arguments": {"skill": "math-tools", "command": "sleep 4; echo done"}}
+            pending = [asyncio.create_task(http.post("/v1/tools/call", json=call)) for _ in range(calls)]
+            await asyncio.sleep(1.5)
+            started = time.monotonic()
+            listed = await http.get("/v1/skills")
+            latency = time.monotonic() - started
+            assert listed.status_code == 200
+            return latency, [(await p).json() for p in pending]
+
+    try:
+        latency, results = asyncio.run(scenario())
+    finally:
+        srv.stop()
+    assert all(not r["is_error"] and r["data"]["stdout"] == "done\n" for r in results), results[:2]
+    assert latency < 1.5, latency
+
+
 # -- the browser guard --------------------------------------------------------------------------
 
 
