@@ -9,14 +9,25 @@ development) every caller is the one local tenant.
   written to the audit log by the caller of :func:`authorize`.
 * A refusal is indistinguishable from absence (``404``), so a key cannot probe which
   ids or names another key uses.
+* What needs an admin key (installing skills, ``host://`` inputs) is decided here too
+  (:func:`require_admin`, :func:`authorize_inputs`): every front end (``POST /v1/runs``,
+  ``POST /v1/tools/call``, MCP) asks the same functions.
+
+:func:`permit` and :func:`resolve_tenant_audited` write the audit line (logger
+``executor.audit``: ``cross_tenant: true``, who, whose, what) whenever an admin crosses
+tenants, so callers cannot forget it.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .errors import BadRequest, NotFound
+from .errors import BadRequest, Forbidden, NotFound
+
+audit_log = logging.getLogger("executor.audit")
 
 #: The tenant of everything made while no API keys are configured.
 LOCAL_TENANT = "local"
@@ -38,7 +49,7 @@ LOCAL = Principal(LOCAL_TENANT, admin=True)
 def check_tenant(tenant: str) -> str:
     """A tenant id is used in paths and records: refuse anything but a plain token."""
     if not _TENANT.match(tenant):
-        raise BadRequest(f"invalid owner id {tenant!r}", code="invalid_owner")
+        raise BadRequest(f"invalid owner id {tenant[:80]!r}", code="invalid_owner")
     return tenant
 
 
@@ -67,3 +78,44 @@ def resolve_tenant(who: Principal, requested: str | None) -> tuple[str, bool]:
     if not who.admin:
         raise NotFound(f"no owner {requested!r}", code="owner_not_found")
     return requested, True
+
+
+def audit(who: Principal, owner: str, *, action: str, target: str) -> None:
+    """The audit line of a cross-tenant access (an admin acting on ``owner``'s resource)."""
+    audit_log.warning(
+        "cross-tenant access",
+        extra={"audit": True, "cross_tenant": True, "principal": who.id, "owner": owner,
+               "action": action, "target": target[:300]},
+    )
+
+
+def permit(who: Principal, owner: str | None, *, action: str, target: str, what: str, code: str) -> bool:
+    """:func:`authorize`, and the audit line when it crosses tenants; returns cross_tenant."""
+    cross = authorize(who, owner, what=what, code=code)
+    if cross and owner is not None:
+        audit(who, owner, action=action, target=target)
+    return cross
+
+
+def resolve_tenant_audited(who: Principal, requested: str | None, *, action: str, target: str) -> str:
+    """:func:`resolve_tenant`, and the audit line when an admin addresses another tenant."""
+    tenant, cross = resolve_tenant(who, requested)
+    if cross:
+        audit(who, tenant, action=action, target=target)
+    return tenant
+
+
+def require_admin(who: Principal, message: str = "this operation needs an admin key") -> None:
+    """Operations that are not per tenant (installing skills, reading the host) need an admin."""
+    if not who.admin:
+        raise Forbidden(message, code="admin_required")
+
+
+def authorize_inputs(who: Principal, sources: Iterable[str]) -> None:
+    """The sources of a run's inputs: ``host://`` reads the service's host, so admins only.
+
+    (Whether the path is inside the allowed host roots is the stager's check, for
+    everyone; ``artifact://`` and sessions are per tenant by construction.)
+    """
+    if any(source.startswith("host://") for source in sources):
+        require_admin(who, "host:// inputs need an admin key")

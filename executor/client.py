@@ -109,6 +109,11 @@ def _idempotency(key: str | None) -> dict[str, str]:
     return {"Idempotency-Key": key} if key else {}
 
 
+def _owner(owner: str | None) -> dict[str, str]:
+    """Admins: act on another key's artifacts (``owner`` is its key id, as in the logs)."""
+    return {"owner": owner} if owner else {}
+
+
 class Calls:
     """Every operation of the API, as a :class:`Call` (shared by both clients)."""
 
@@ -167,22 +172,23 @@ class Calls:
         return Call("GET", f"/v1/runs/{segment(run_id)}/events", as_nothing)
 
     @staticmethod
-    def put_artifact(name: str, data: bytes, mime_type: str) -> Call[JSON]:
+    def put_artifact(name: str, data: bytes, mime_type: str, owner: str | None = None) -> Call[JSON]:
         headers = {"Content-Type": mime_type}
-        return Call("POST", f"/v1/artifacts/{subpath(name)}", as_json, content=data, headers=headers)
+        return Call("POST", f"/v1/artifacts/{subpath(name)}", as_json, content=data, headers=headers,
+                    params=_owner(owner))
 
     @staticmethod
-    def get_artifact(name: str, version: int | None) -> Call[httpx.Response]:
-        params = {"version": version} if version is not None else {}
-        return Call("GET", f"/v1/artifacts/{subpath(name)}", as_response, params=params)
+    def get_artifact(name: str, version: int | None, owner: str | None = None) -> Call[httpx.Response]:
+        params: dict[str, Any] = {"version": version} if version is not None else {}
+        return Call("GET", f"/v1/artifacts/{subpath(name)}", as_response, params={**params, **_owner(owner)})
 
     @staticmethod
-    def list_artifacts() -> Call[JSON]:
-        return Call("GET", "/v1/artifacts", as_json)
+    def list_artifacts(owner: str | None = None) -> Call[JSON]:
+        return Call("GET", "/v1/artifacts", as_json, params=_owner(owner))
 
     @staticmethod
-    def artifact_versions(name: str) -> Call[JSON]:
-        return Call("GET", f"/v1/artifacts/{subpath(name)}/versions", as_json)
+    def artifact_versions(name: str, owner: str | None = None) -> Call[JSON]:
+        return Call("GET", f"/v1/artifacts/{subpath(name)}/versions", as_json, params=_owner(owner))
 
     @staticmethod
     def tools(format: str) -> Call[JSON]:
@@ -295,17 +301,18 @@ class Client:
                     yield parsed
 
     # artifacts
-    def put_artifact(self, name: str, data: bytes, *, mime_type: str = "application/octet-stream") -> JSON:
-        return self.send(Calls.put_artifact(name, data, mime_type))
+    def put_artifact(self, name: str, data: bytes, *, mime_type: str = "application/octet-stream",
+                     owner: str | None = None) -> JSON:
+        return self.send(Calls.put_artifact(name, data, mime_type, owner))
 
-    def get_artifact(self, name: str, version: int | None = None) -> httpx.Response:
-        return self.send(Calls.get_artifact(name, version))
+    def get_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> httpx.Response:
+        return self.send(Calls.get_artifact(name, version, owner))
 
-    def list_artifacts(self) -> JSON:
-        return self.send(Calls.list_artifacts())
+    def list_artifacts(self, *, owner: str | None = None) -> JSON:
+        return self.send(Calls.list_artifacts(owner))
 
-    def artifact_versions(self, name: str) -> JSON:
-        return self.send(Calls.artifact_versions(name))
+    def artifact_versions(self, name: str, *, owner: str | None = None) -> JSON:
+        return self.send(Calls.artifact_versions(name, owner))
 
     # tools and system
     def tools(self, format: str = "openai") -> JSON:
@@ -394,17 +401,18 @@ class AsyncClient:
                     yield parsed
 
     # artifacts
-    async def put_artifact(self, name: str, data: bytes, *, mime_type: str = "application/octet-stream") -> JSON:
-        return await self.send(Calls.put_artifact(name, data, mime_type))
+    async def put_artifact(self, name: str, data: bytes, *, mime_type: str = "application/octet-stream",
+                           owner: str | None = None) -> JSON:
+        return await self.send(Calls.put_artifact(name, data, mime_type, owner))
 
-    async def get_artifact(self, name: str, version: int | None = None) -> httpx.Response:
-        return await self.send(Calls.get_artifact(name, version))
+    async def get_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> httpx.Response:
+        return await self.send(Calls.get_artifact(name, version, owner))
 
-    async def list_artifacts(self) -> JSON:
-        return await self.send(Calls.list_artifacts())
+    async def list_artifacts(self, *, owner: str | None = None) -> JSON:
+        return await self.send(Calls.list_artifacts(owner))
 
-    async def artifact_versions(self, name: str) -> JSON:
-        return await self.send(Calls.artifact_versions(name))
+    async def artifact_versions(self, name: str, *, owner: str | None = None) -> JSON:
+        return await self.send(Calls.artifact_versions(name, owner))
 
     # tools and system
     async def tools(self, format: str = "openai") -> JSON:

@@ -70,6 +70,7 @@ class Settings(BaseSettings):
     api_keys: StrList = Field(default_factory=list)
     admin_keys: StrList = Field(default_factory=list)
     api_keys_file: Path | None = None
+    allowed_origins: StrList = Field(default_factory=list)  # browser origins allowed cross-origin (CORS)
     max_request_bytes: int = 64 * MiB
     max_file_read_bytes: int = 4 * MiB
     install_dir: Path | None = None  # default: the first of skills_dirs
@@ -93,7 +94,7 @@ class Settings(BaseSettings):
     max_queued_runs: int = 64
     instance_id: str | None = None
 
-    @field_validator("api_keys", "admin_keys", mode="before")
+    @field_validator("api_keys", "admin_keys", "allowed_origins", mode="before")
     @classmethod
     def _strs(cls, value: Any) -> Any:
         return _split_list(value)

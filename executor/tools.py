@@ -4,15 +4,21 @@ Four tools teach the progressive-disclosure protocol: ``skill_load`` (instructio
 ``skill_list_docs`` / ``skill_select_docs`` (extra docs on demand) and ``skill_run``
 (execute, never paste scripts).  Definitions come in OpenAI, Anthropic and MCP shapes;
 :class:`ToolExecutor` runs a call and returns the text an agent loop feeds back.
+
+``skill_run`` is not executed here: the executor is given a ``run`` function (the
+library's runner, or the service's run manager, so a tool call is authorized,
+validated and admitted exactly like ``POST /v1/runs``).  :meth:`ToolExecutor.call_async`
+awaits an async ``run`` and hands the other tools, which read skill files, to an
+``offload`` function (a thread pool) so an event loop never blocks.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import ValidationError
 
@@ -50,7 +56,8 @@ def _run_schema() -> dict[str, Any]:
             return [inline(v) for v in node]
         return node
 
-    return inline(schema)
+    inlined: dict[str, Any] = inline(schema)
+    return inlined
 
 
 def definitions(repository: SkillRepository, fmt: Format = "openai") -> list[dict[str, Any]]:
@@ -115,22 +122,52 @@ class ToolResult:
         return {"name": self.name, "content": self.content, "is_error": self.is_error, "data": self.data}
 
 
+RunFunction = Callable[[RunRequest], RunResult]
+AsyncRunFunction = Callable[[RunRequest], Awaitable[RunResult]]
+
+
+def _arguments(name: str, arguments: dict[str, Any] | str | None) -> dict[str, Any] | ToolResult:
+    """A call's arguments as a dict, or the error result to feed back."""
+    if isinstance(arguments, str):
+        try:
+            arguments = cast(Any, json.loads(arguments) if arguments.strip() else {})
+        except ValueError:
+            return ToolResult(name, "error: arguments are not valid JSON", True, None)
+    arguments = arguments or {}
+    if not isinstance(arguments, dict):
+        return ToolResult(name, "error: arguments must be a JSON object", True, None)
+    return arguments
+
+
+def _refusal(name: str, exc: ExecutorError) -> ToolResult:
+    return ToolResult(name, f"error ({exc.code}): {exc.message}", True, exc.to_dict())
+
+
+def run_request(arguments: dict[str, Any]) -> RunRequest:
+    """skill_run's arguments as a :class:`RunRequest` (400 ``invalid_arguments`` if not one)."""
+    try:
+        return RunRequest.model_validate(arguments)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise BadRequest(f"invalid skill_run arguments: {problems}", code="invalid_arguments") from None
+
+
+def run_result(result: RunResult) -> ToolResult:
+    return ToolResult("skill_run", render_result(result), False, result.model_dump(mode="json"))
+
+
 class ToolExecutor:
     """Executes tool calls against a repository and a run function."""
 
-    def __init__(self, repository: SkillRepository, run: Callable[[RunRequest], RunResult]) -> None:
+    def __init__(self, repository: SkillRepository, run: RunFunction | None = None) -> None:
         self.repository = repository
         self._run = run
 
     def call(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
-            except ValueError:
-                return ToolResult(name, "error: arguments are not valid JSON", True, None)
-        arguments = arguments or {}
-        if not isinstance(arguments, dict):
-            return ToolResult(name, "error: arguments must be a JSON object", True, None)
+        """Execute one call (blocking); an unknown tool raises 404 ``tool_not_found``."""
+        parsed = _arguments(name, arguments)
+        if isinstance(parsed, ToolResult):
+            return parsed
         handler = {
             "skill_load": self._load,
             "skill_list_docs": self._list_docs,
@@ -140,9 +177,29 @@ class ToolExecutor:
         if handler is None:
             raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
         try:
-            return handler(arguments)
+            return handler(parsed)
         except ExecutorError as exc:
-            return ToolResult(name, f"error ({exc.code}): {exc.message}", True, exc.to_dict())
+            return _refusal(name, exc)
+
+    async def call_async(
+        self,
+        name: str,
+        arguments: dict[str, Any] | str | None,
+        *,
+        run: AsyncRunFunction,
+        offload: Callable[[Callable[[], ToolResult]], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        """:meth:`call` for an event loop: ``skill_run`` awaits ``run``; the other tools
+        (file reads) run through ``offload``."""
+        if name != "skill_run":
+            return await offload(lambda: self.call(name, arguments))
+        parsed = _arguments(name, arguments)
+        if isinstance(parsed, ToolResult):
+            return parsed
+        try:
+            return run_result(await run(run_request(parsed)))
+        except ExecutorError as exc:
+            return _refusal(name, exc)
 
     def _skill(self, arguments: dict[str, Any]):  # type: ignore[no-untyped-def]
         skill = arguments.get("skill")
@@ -202,13 +259,9 @@ class ToolExecutor:
         return ToolResult("skill_select_docs", text, False, {"skill": skill.id, "docs": selected})
 
     def _skill_run(self, arguments: dict[str, Any]) -> ToolResult:
-        try:
-            request = RunRequest.model_validate(arguments)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-            raise BadRequest(f"invalid skill_run arguments: {problems}", code="invalid_arguments") from None
-        result = self._run(request)
-        return ToolResult("skill_run", render_result(result), False, result.model_dump(mode="json"))
+        if self._run is None:
+            raise BadRequest("skill_run is not available here", code="tool_unavailable")
+        return run_result(self._run(run_request(arguments)))
 
 
 def render_result(result: RunResult) -> str:

@@ -11,18 +11,20 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from .. import __version__
 from ..config import Settings
 from ..core import Executor
+from ..errors import ExecutorError
 from ..runs.manager import RunManager
 from ..runs.store import RunRecord, RunStore
 from ..runtimes.base import Runtime
 from ..tools import ToolExecutor
 from . import errors
-from .auth import KeyRing
+from .auth import KeyRing, bind_problem
 from .metrics import Metrics
-from .middleware import BodyLimit, RequestContext
+from .middleware import BodyLimit, BrowserGuard, RequestContext, normalize_origin
 from .routes import artifacts, runs, skills, system, tools
 
 log = logging.getLogger("executor.api")
@@ -36,6 +38,9 @@ and files. Errors always have the shape `{"error": {"code", "message", "details"
 def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
     settings = settings or Settings()
     keyring = KeyRing.from_settings(settings)
+    problem = bind_problem(settings, keyring, runtime.name if runtime is not None else None)
+    if problem is not None:
+        raise ExecutorError(problem, code="unsafe_bind")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -57,7 +62,8 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         manager = RunManager(executor.runner, store, on_finish=finished)
         app.state.executor = executor
         app.state.manager = manager
-        app.state.tools = ToolExecutor(executor.repository, executor.runner.run)
+        # skill_run tool calls go through the manager (routes/tools.py), never the runner directly.
+        app.state.tools = ToolExecutor(executor.repository)
         log.info("skill-executor ready", extra={"runtime": executor.runtime.name, "auth": keyring.enabled})
         try:
             yield
@@ -77,6 +83,20 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     errors.install(app)
     for module in (skills, runs, artifacts, tools, system):
         app.include_router(module.router)
+    # Outermost last: RequestContext -> BrowserGuard -> CORS (allowed origins only) -> BodyLimit -> routes.
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    if settings.allowed_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=[normalize_origin(o) for o in settings.allowed_origins],
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "X-Request-ID"],
+            expose_headers=["X-Request-ID", "Location", "Idempotent-Replayed", "X-Artifact-Version",
+                            "X-Artifact-SHA256", "X-File-Size", "X-Truncated"],
+        )
+    local = (runtime.name if runtime is not None else settings.runtime) == "local"
+    app.add_middleware(BrowserGuard, auth_enabled=keyring.enabled, local_runtime=local,
+                       allowed_origins=settings.allowed_origins,
+                       host=settings.host, port=settings.port)
     app.add_middleware(RequestContext)
     return app

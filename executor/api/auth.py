@@ -4,7 +4,9 @@ Keys come from ``SKILL_EXECUTOR_API_KEYS`` / ``SKILL_EXECUTOR_ADMIN_KEYS``
 (comma-separated) and from a keys file (one key per line, ``KEY`` or ``KEY admin``;
 ``#`` comments).  Tokens are compared in constant time against every key.  With no
 keys configured, authentication is off -- which the service only allows on a
-loopback address -- and every caller may do everything.
+loopback address -- and every caller is :data:`executor.access.LOCAL`.
+
+This module only says *who* is calling; what they may do is :mod:`executor.access`.
 """
 
 from __future__ import annotations
@@ -12,29 +14,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import Request
 
+from ..access import LOCAL, Principal, require_admin
 from ..config import Settings
-from ..errors import ExecutorError, Forbidden
+from ..errors import ExecutorError
 
 
 class Unauthorized(ExecutorError):
     code = "unauthorized"
     status = 401
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is calling: ``id`` is a hash prefix of the key (safe to log), never the key."""
-
-    id: str
-    admin: bool
-
-
-ANONYMOUS = Principal("anonymous", True)
 
 
 def is_loopback(host: str) -> bool:
@@ -46,12 +37,29 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def bind_problem(settings: Settings, keyring: KeyRing, runtime: str | None = None) -> str | None:
+    """Why the service must not serve on ``settings.host`` as configured (None: it may)."""
+    if is_loopback(settings.host):
+        return None
+    if (runtime or settings.runtime) == "local":
+        return (
+            f"refusing to serve on {settings.host} with the local runtime: it runs commands as this "
+            "service's user with its network and files (no isolation); bind to 127.0.0.1 or use --runtime docker"
+        )
+    if not keyring.enabled:
+        return (
+            f"refusing to serve on {settings.host} without API keys; set SKILL_EXECUTOR_API_KEYS "
+            "(or SKILL_EXECUTOR_API_KEYS_FILE), or bind to 127.0.0.1"
+        )
+    return None
+
+
 class KeyRing:
     def __init__(self, keys: list[tuple[str, bool]]) -> None:
         self._keys = [(k.encode(), admin) for k, admin in keys if k]
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "KeyRing":
+    def from_settings(cls, settings: Settings) -> KeyRing:
         keys = [(k, False) for k in settings.api_keys] + [(k, True) for k in settings.admin_keys]
         if settings.api_keys_file is not None:
             for line in Path(settings.api_keys_file).read_text().splitlines():
@@ -66,7 +74,7 @@ class KeyRing:
 
     def authenticate(self, authorization: str | None) -> Principal:
         if not self.enabled:
-            return ANONYMOUS
+            return LOCAL
         if not authorization or not authorization.lower().startswith("bearer "):
             raise Unauthorized("missing bearer token (Authorization: Bearer <key>)")
         token = authorization[7:].strip().encode()
@@ -89,7 +97,7 @@ def principal(request: Request) -> Principal:
 
 
 def admin(request: Request) -> Principal:
+    """FastAPI dependency: the authenticated caller, who must hold an admin key."""
     found = principal(request)
-    if not found.admin:
-        raise Forbidden("this operation needs an admin key", code="admin_required")
+    require_admin(found)
     return found

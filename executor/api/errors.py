@@ -28,13 +28,16 @@ _HTTP_CODES = {
     409: "conflict",
     413: "too_large",
     415: "unsupported_media_type",
+    421: "misdirected_request",
     422: "invalid_request",
     429: "busy",
     503: "unavailable",
 }
 
 
-def error_response(status: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     body: dict[str, Any] = {"code": code, "message": message}
     if details:
         body["details"] = details

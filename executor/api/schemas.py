@@ -104,6 +104,7 @@ class RunRecordModel(BaseModel):
     request: dict[str, Any]
     result: RunResult | None = None
     error: ErrorBody | None = None
+    owner: str = Field(description="the key id (tenant) the run belongs to")
 
 
 class ArtifactModel(BaseModel):
@@ -114,6 +115,7 @@ class ArtifactModel(BaseModel):
     mime_type: str
     created_at: float
     run_id: str | None = None
+    owner: str = Field(description="the key id (tenant) the artifact belongs to")
     ref: str
 
 
@@ -150,5 +152,5 @@ class Health(BaseModel):
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 422, 429, 503)
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 421, 422, 429, 503)
 }

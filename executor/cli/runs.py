@@ -38,6 +38,11 @@ def register(groups: Any) -> None:
     list_.add_argument("name", nargs="?")
     for parser in (put, get, list_):
         parser.add_argument("--data-dir", type=Path)
+        parser.add_argument(
+            "--owner", default=None, metavar="KEY_ID",
+            help="the tenant (API key id, as in the logs) whose artifacts to use; default: the local tenant "
+            "(what the service uses when no keys are configured)",
+        )
         parser.set_defaults(handler=_artifacts)
 
 
@@ -106,31 +111,37 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _artifacts(args: argparse.Namespace) -> int:
+    """The CLI works on the store's files directly (whoever can read them is an admin):
+    the local tenant's artifacts, or ``--owner``'s."""
+    import shutil
+
+    from ..access import LOCAL_TENANT, check_tenant
     from ..artifacts.store import LocalArtifactStore, parse_ref
 
     settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    tenant = check_tenant(args.owner) if args.owner else LOCAL_TENANT
     store = LocalArtifactStore(settings.artifacts_dir)
     if args.command == "put":
         if args.file == "-":
-            info = store.put(args.name, sys.stdin.buffer, mime_type=args.mime_type)
+            info = store.put(args.name, sys.stdin.buffer, mime_type=args.mime_type, tenant=tenant)
         else:
             try:
-                handle = open(args.file, "rb")
+                source = open(args.file, "rb")  # noqa: SIM115 - closed below; open errors are refusals
             except OSError as exc:
                 raise BadRequest(f"cannot read {args.file}: {exc.strerror}") from None
-            with handle:
-                info = store.put(args.name, handle, mime_type=args.mime_type)
+            with source:
+                info = store.put(args.name, source, mime_type=args.mime_type, tenant=tenant)
         print(json.dumps(info.to_dict()))
     elif args.command == "get":
         name, version = parse_ref(args.ref.removeprefix("artifact://"))
-        info = store.info(name, version)
+        info = store.info(name, version, tenant=tenant)
         with store.open(info) as handle:
-            data = handle.read()
-        if args.output:
-            Path(args.output).write_bytes(data)
-        else:
-            sys.stdout.buffer.write(data)
+            if args.output:
+                with open(args.output, "wb") as out:
+                    shutil.copyfileobj(handle, out)
+            else:
+                shutil.copyfileobj(handle, sys.stdout.buffer)
     else:
-        rows = store.versions(args.name) if args.name else store.names()
+        rows = store.versions(args.name, tenant=tenant) if args.name else store.names(tenant=tenant)
         print(json.dumps([row.to_dict() for row in rows], indent=2))
     return 0

@@ -12,7 +12,7 @@ from ..config import Settings
 
 def register(groups: Any) -> None:
     serve = groups.add_parser("serve", help="run the HTTP service")
-    serve.add_argument("--host", help="bind address (default 127.0.0.1; others need API keys)")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1; others need API keys and the docker runtime)")
     serve.add_argument("--port", type=int)
     serve.add_argument("--runtime", choices=("local", "docker"))
     serve.add_argument("--skills-dir", action="append", type=Path, dest="skills_dirs")
@@ -51,20 +51,18 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..api.app import create_app
-    from ..api.auth import KeyRing, is_loopback
+    from ..api.auth import KeyRing, bind_problem
     from ..api.middleware import configure_logging
+    from ..api.protocol import JsonErrorHttpToolsProtocol
 
     settings = build_settings(args)
-    if not is_loopback(settings.host) and not KeyRing.from_settings(settings).enabled:
-        print(
-            f"skill-executor: refusing to serve on {settings.host} without API keys; set SKILL_EXECUTOR_API_KEYS "
-            "(or SKILL_EXECUTOR_API_KEYS_FILE), or bind to 127.0.0.1",
-            file=sys.stderr,
-        )
+    problem = bind_problem(settings, KeyRing.from_settings(settings))
+    if problem is not None:
+        print(f"skill-executor: {problem}", file=sys.stderr)
         return 2
     limit_malloc_arenas()
     configure_logging(settings.log_json)
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-                timeout_graceful_shutdown=5)
+                timeout_graceful_shutdown=5, http=JsonErrorHttpToolsProtocol)
     return 0

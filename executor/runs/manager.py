@@ -3,11 +3,17 @@
 The manager sits between a front end (the HTTP API) and :class:`SkillRunner`:
 
 * everything that can be refused is refused in :meth:`RunManager.submit`, before the
-  run is accepted (validation errors, ``busy``);
+  run is accepted, in one order for every front end (``POST /v1/runs``, tool calls):
+  authorization (:mod:`executor.access`), validation, admission (``busy``);
 * each accepted run gets a record in the :class:`RunStore` and a thread;
 * a :class:`RunHandle` carries the run's live events (stdout/stderr chunks, status,
   the final result) to any number of subscribers, thread-safely and asyncio-friendly;
-* ``Idempotency-Key``: a retried submission with the same key gets the first run.
+* ``Idempotency-Key``: a retried submission with the same key (of the same API key)
+  gets the first run -- looked up before anything else, so a replay is never refused
+  for being busy or because the skill has gone since;
+* every run belongs to the tenant of the principal that submitted it: reading,
+  streaming and cancelling go through :func:`executor.access.permit` (another key's
+  run is "not found"; an admin's access is audited).
 """
 
 from __future__ import annotations
@@ -17,21 +23,25 @@ import concurrent.futures
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import Conflict, ExecutorError
+from ..access import Principal, authorize_inputs, permit
+from ..errors import Conflict, ExecutorError, NotFound
 from .models import RunRequest, RunResult
 from .pipeline import SkillRunner, new_run_id
 from .plan import RunPlan
-from .store import FINAL, RunRecord, RunStore
+from .store import FINAL, RunRecord, RunStore, Status
 
 log = logging.getLogger(__name__)
 
 Event = tuple[str, Any]
+#: Run ids are ``new_run_id()``s; anything else (a 10k-character id) is simply unknown.
+RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
 @dataclass(eq=False)
@@ -39,10 +49,10 @@ class RunHandle:
     """Live view of one run in this process."""
 
     run_id: str
-    record: RunRecord | None = None
+    record: RunRecord
     started: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)
-    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    future: concurrent.futures.Future[RunRecord] = field(default_factory=concurrent.futures.Future)
     events: list[Event] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
@@ -115,47 +125,67 @@ class RunManager:
         self,
         request: RunRequest,
         *,
-        principal: str | None = None,
+        principal: Principal,
         idempotency_key: str | None = None,
     ) -> tuple[RunRecord, RunHandle | None, bool]:
-        """Accept a run; returns (record, live handle or None, whether this is a replay)."""
+        """Accept a run of ``principal``; returns (record, live handle or None, whether
+        this is a replay).  Blocking (SQLite, the skill catalog): call it off the event loop.
+
+        Order: an Idempotency-Key already used by this principal answers with its run
+        (same request) or 409 (another request) before anything else; then
+        authorization, validation and admission.
+        """
+        fingerprinted = (idempotency_key, fingerprint(request)) if idempotency_key else None
+        if fingerprinted is not None:
+            replay = self._replay(principal.id, *fingerprinted)
+            if replay is not None:
+                return replay
+        authorize_inputs(principal, (i.from_ for i in request.inputs))
         checked = self.runner.validate(request)
         reservation = self.runner.limiter.reserve()
         run_id = new_run_id()
         payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
         try:
-            record = self.store.create(
-                run_id,
-                payload,
-                principal=principal,
-                idempotency=(idempotency_key, fingerprint(request)) if idempotency_key else None,
-            )
-        except Conflict as exc:
+            record = self.store.create(run_id, payload, owner=principal.id, idempotency=fingerprinted)
+        except Conflict:
+            # Another request with this key claimed it between the lookup and now.
             reservation.release()
-            if exc.code != "idempotent_replay":
-                raise Conflict(
-                    "this Idempotency-Key was used for a different request",
-                    code="idempotency_key_reused",
-                    details=exc.details,
-                ) from None
-            first = exc.details["run_id"]
-            return self.store.get(first), self.handle(first), True
+            assert fingerprinted is not None
+            replay = self._replay(principal.id, *fingerprinted)
+            if replay is None:  # pragma: no cover - a claimed key is never released
+                raise
+            return replay
         except BaseException:
             reservation.release()
             raise
         handle = RunHandle(run_id, record)
         with self._lock:
             self._handles[run_id] = handle
-        self._workers.submit(self._execute, request, handle, reservation, checked)
+        self._workers.submit(self._execute, request, handle, reservation, checked, principal.id)
         return record, handle, False
 
-    def _execute(self, request: RunRequest, handle: RunHandle, reservation: Any, checked: RunPlan) -> None:
+    def _replay(self, owner: str, key: str, fingerprint: str) -> tuple[RunRecord, RunHandle | None, bool] | None:
+        found = self.store.idempotent(owner, key)
+        if found is None:
+            return None
+        run_id, first = found
+        if first != fingerprint:
+            raise Conflict(
+                "this Idempotency-Key was used for a different request",
+                code="idempotency_key_reused",
+                details={"run_id": run_id},
+            )
+        return self._current(run_id), self.handle(run_id), True
+
+    def _execute(
+        self, request: RunRequest, handle: RunHandle, reservation: Any, checked: RunPlan, tenant: str
+    ) -> None:
         # "running" lives in memory (get() reports it); only the outcome is written.
         # A record left "queued" by a crash is marked failed at the next start.
         run_id = handle.run_id
         handle.started = True
         handle.publish("status", "running")
-        final: tuple[str, dict[str, Any] | None, dict[str, Any] | None] = ("failed", None, None)
+        final: tuple[Status, dict[str, Any] | None, dict[str, Any] | None] = ("failed", None, None)
 
         def listener(stream: str, chunk: bytes) -> None:
             handle.publish(stream, chunk.decode("utf-8", "replace"))
@@ -163,21 +193,21 @@ class RunManager:
         try:
             result: RunResult = self.runner.run(
                 request, run_id=run_id, listener=listener, cancel=handle.cancel, reservation=reservation,
-                checked=checked,
+                checked=checked, tenant=tenant,
             )
-            body = result.model_dump(mode="json")
-            final = ("cancelled" if handle.cancel.is_set() else "completed", body, None)
+            final = ("cancelled" if handle.cancel.is_set() else "completed", result.model_dump(mode="json"), None)
         except ExecutorError as exc:
-            error = exc.to_dict()["error"]
-            error["status"] = exc.status
-            final = ("failed", None, error)
+            refusal: dict[str, Any] = exc.to_dict()["error"]
+            refusal["status"] = exc.status
+            final = ("failed", None, refusal)
         except Exception:  # never leave a record unfinished
             log.exception("run %s failed unexpectedly", run_id)
-            final = ("failed", None, {"code": "internal", "message": "the run failed inside the service", "status": 500})
+            internal = {"code": "internal", "message": "the run failed inside the service", "status": 500}
+            final = ("failed", None, internal)
         finally:
             status, body, error = final
-            self.store.update(run_id, status, result=body, error=error)  # type: ignore[arg-type]
-            record = replace(handle.record, status=status, result=body, error=error, updated_at=time.time())  # type: ignore[arg-type]
+            self.store.update(run_id, status, result=body, error=error)
+            record = replace(handle.record, status=status, result=body, error=error, updated_at=time.time())
             handle.publish("result" if body is not None else "error", body if body is not None else error)
             with self._lock:
                 self._handles.pop(run_id, None)
@@ -189,18 +219,31 @@ class RunManager:
                     log.exception("on_finish hook failed")
 
     def handle(self, run_id: str) -> RunHandle | None:
+        """The live view of a run of this process (no authorization: use after :meth:`get`)."""
         with self._lock:
             return self._handles.get(run_id)
 
-    def get(self, run_id: str) -> RunRecord:
+    def _current(self, run_id: str) -> RunRecord:
+        if not RUN_ID.match(run_id):
+            raise NotFound(f"no run {run_id[:128]!r}", code="run_not_found")
         handle = self.handle(run_id)
         record = self.store.get(run_id)
         if handle is not None and handle.started and record.status == "queued":
             record.status = "running"
         return record
 
-    def cancel(self, run_id: str) -> RunRecord:
-        record = self.store.get(run_id)
+    def get(self, run_id: str, who: Principal, *, action: str = "run.read") -> RunRecord:
+        """A run's record, if ``who`` may see it (another key's run is "not found")."""
+        record = self._current(run_id)
+        permit(who, record.owner, action=action, target=run_id, what=f"run {run_id!r}", code="run_not_found")
+        return record
+
+    def reload(self, record: RunRecord) -> RunRecord:
+        """The current state of a record the caller already got through :meth:`get`."""
+        return self._current(record.run_id)
+
+    def cancel(self, run_id: str, who: Principal) -> RunRecord:
+        record = self.get(run_id, who, action="run.cancel")
         if record.status in FINAL:
             raise Conflict(f"run {run_id!r} has already ended ({record.status})", code="run_finished")
         handle = self.handle(run_id)
@@ -210,13 +253,27 @@ class RunManager:
         return record
 
     async def wait(self, record: RunRecord, handle: RunHandle | None) -> RunRecord:
-        """The final record of a run (polls the store for runs of another process)."""
+        """The final record of a run (polls the store, off the event loop, for runs of
+        another process)."""
         if handle is not None:
             return await handle.wait()
         while record.status not in FINAL:
             await asyncio.sleep(0.2)
-            record = self.store.get(record.run_id)
+            record = await asyncio.to_thread(self.reload, record)
         return record
+
+    @staticmethod
+    def result(record: RunRecord) -> RunResult:
+        """A finished run's result, or its refusal raised as the :class:`ExecutorError` it was."""
+        if record.status == "failed" or record.result is None:
+            error = dict(record.error or {"code": "error", "message": "the run failed"})
+            raise ExecutorError(
+                error.get("message", "the run failed"),
+                code=error.get("code", "error"),
+                status=int(error.get("status", 500)),
+                details=error.get("details"),
+            )
+        return RunResult.model_validate(record.result)
 
     def shutdown(self, timeout: float = 15.0) -> None:
         """Cancel every run of this process and wait for them to clean up."""

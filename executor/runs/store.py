@@ -3,6 +3,10 @@
 Records survive a restart.  A run still ``queued`` or ``running`` when a new process
 opens the store was interrupted by that restart; :meth:`RunStore.fail_interrupted`
 marks it ``failed`` with the reason, so no record is left "running" forever.
+
+Every record has an ``owner``: the tenant (API key id, :mod:`executor.access`) that
+made it.  Idempotency keys are per owner.  (The column is called ``principal`` in the
+database; rows from before owners were recorded belong to the local tenant.)
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..access import LOCAL_TENANT
 from ..errors import Conflict, NotFound
 from ..sqlite import ThreadLocalDB
 
@@ -32,7 +37,8 @@ class RunRecord:
     request: dict[str, Any]
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
-    principal: str | None = None
+    #: The tenant (API key id) the run belongs to.
+    owner: str = LOCAL_TENANT
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +51,7 @@ class RunRecord:
             "request": self.request,
             "result": self.result,
             "error": self.error,
+            "owner": self.owner,
         }
 
 
@@ -71,15 +78,23 @@ class RunStore:
     def _db(self) -> sqlite3.Connection:
         return self._sqlite.db()
 
+    def idempotent(self, owner: str, key: str) -> tuple[str, str] | None:
+        """(run_id, fingerprint) of the run ``owner`` made with Idempotency-Key ``key``."""
+        row = self._db().execute(
+            "SELECT run_id, fingerprint FROM idempotency WHERE principal = ? AND key = ?", (owner, key)
+        ).fetchone()
+        return (row[0], row[1]) if row is not None else None
+
     def create(
         self,
         run_id: str,
         request: dict[str, Any],
         *,
-        principal: str | None = None,
+        owner: str,
         idempotency: tuple[str, str] | None = None,
     ) -> RunRecord:
-        """Insert a queued run; with ``idempotency=(key, fingerprint)`` claim the key too.
+        """Insert a queued run of ``owner``; with ``idempotency=(key, fingerprint)``
+        claim the key (per owner) too.
 
         Raises :class:`~executor.errors.Conflict` with ``details.run_id`` when the key
         is already taken (the caller then serves that run instead).
@@ -92,7 +107,7 @@ class RunStore:
                 key, fingerprint = idempotency
                 row = db.execute(
                     "SELECT run_id, fingerprint FROM idempotency WHERE principal = ? AND key = ?",
-                    (principal or "", key),
+                    (owner, key),
                 ).fetchone()
                 if row is not None:
                     db.execute("ROLLBACK")
@@ -102,11 +117,11 @@ class RunStore:
                         details={"run_id": row[0]},
                     )
                 db.execute(
-                    "INSERT INTO idempotency VALUES (?, ?, ?, ?, ?)", (principal or "", key, fingerprint, run_id, now)
+                    "INSERT INTO idempotency VALUES (?, ?, ?, ?, ?)", (owner, key, fingerprint, run_id, now)
                 )
             db.execute(
                 "INSERT INTO runs VALUES (?, 'queued', ?, ?, ?, ?, ?, NULL, NULL, ?)",
-                (run_id, request.get("skill", ""), request.get("session"), now, now, json.dumps(request), principal),
+                (run_id, request.get("skill", ""), request.get("session"), now, now, json.dumps(request), owner),
             )
             db.execute("COMMIT")
         except Conflict:
@@ -115,7 +130,7 @@ class RunStore:
             db.execute("ROLLBACK")
             raise
         return RunRecord(run_id, "queued", request.get("skill", ""), request.get("session"), now, now, request,
-                         principal=principal)
+                         owner=owner)
 
     def update(
         self,
@@ -139,7 +154,7 @@ class RunStore:
         return RunRecord(
             run_id=row[0], status=row[1], skill=row[2], session=row[3], created_at=row[4], updated_at=row[5],
             request=json.loads(row[6]), result=json.loads(row[7]) if row[7] else None,
-            error=json.loads(row[8]) if row[8] else None, principal=row[9],
+            error=json.loads(row[8]) if row[8] else None, owner=row[9] or LOCAL_TENANT,
         )
 
     def fail_interrupted(self) -> int:

@@ -1,4 +1,9 @@
-"""Runs: skill_run (sync or async), status, live events (SSE), cancel."""
+"""Runs: skill_run (sync or async), status, live events (SSE), cancel.
+
+Who may do what is the run manager's (and :mod:`executor.access`'s) business; these
+routes only translate.  Nothing here blocks the event loop: submitting (SQLite, the
+skill catalog) runs in the thread pool, waiting for a run is awaited.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +12,18 @@ import json
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ...errors import ExecutorError, Forbidden
+from ...access import Principal
+from ...runs.manager import RunHandle, RunManager
 from ...runs.models import RunRequest, RunResult
 from ...runs.store import FINAL, RunRecord
-from ..auth import Principal, principal
+from ..auth import principal
 from ..errors import error_response
 from ..schemas import ERRORS, RunAccepted, RunRecordModel
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERRORS)
-
-
-def _check_owner(record: RunRecord, who: Principal) -> None:
-    if who.admin or record.principal in (None, who.id):
-        return
-    raise ExecutorError(f"no run {record.run_id!r}", code="run_not_found", status=404)
 
 
 def _final_response(record: RunRecord) -> JSONResponse:
@@ -31,6 +32,14 @@ def _final_response(record: RunRecord) -> JSONResponse:
         status = int(error.pop("status", 500))
         return error_response(status, error.get("code", "error"), error.get("message", ""), error.get("details"))
     return JSONResponse(record.result or {}, status_code=200)
+
+
+async def submit(
+    request: Request, body: RunRequest, who: Principal, idempotency_key: str | None = None
+) -> tuple[RunRecord, RunHandle | None, bool]:
+    """Hand a run to the manager (every front end's one way in), off the event loop."""
+    manager: RunManager = request.app.state.manager
+    return await run_in_threadpool(manager.submit, body, principal=who, idempotency_key=idempotency_key)
 
 
 @router.post(
@@ -47,13 +56,10 @@ async def create_run(
     idempotency_key: str | None = Header(default=None, alias="Idempotency-Key", max_length=255),
     who: Principal = Depends(principal),
 ) -> JSONResponse:
-    if any(i.from_.startswith("host://") for i in body.inputs) and not who.admin:
-        raise Forbidden("host:// inputs need an admin key", code="admin_required")
-    manager = request.app.state.manager
-    record, handle, replayed = manager.submit(body, principal=who.id, idempotency_key=idempotency_key)
+    manager: RunManager = request.app.state.manager
+    record, handle, replayed = await submit(request, body, who, idempotency_key)
     if not wait:
-        status = "queued" if record.status == "queued" else record.status
-        accepted = RunAccepted(run_id=record.run_id, status=status, replayed=replayed)
+        accepted = RunAccepted(run_id=record.run_id, status=record.status, replayed=replayed)
         return JSONResponse(accepted.model_dump(), status_code=202, headers={"Location": f"/v1/runs/{record.run_id}"})
     # Until the answer is built, this request counts as activity: housekeeping waits.
     with request.app.state.executor.runtime.activity.running():
@@ -66,8 +72,7 @@ async def create_run(
 
 @router.get("/{run_id}", response_model=RunRecordModel, summary="A run's status and, once finished, its result")
 def get_run(run_id: str, request: Request, who: Principal = Depends(principal)) -> RunRecordModel:
-    record = request.app.state.manager.get(run_id)
-    _check_owner(record, who)
+    record = request.app.state.manager.get(run_id, who)
     data = record.to_dict()
     if data["error"]:
         data["error"] = {k: v for k, v in data["error"].items() if k != "status"}
@@ -85,9 +90,8 @@ def _sse(event: str, data: object) -> bytes:
                      "description": "events: status, stdout, stderr ({\"data\": text}), then result or error"}},
 )
 async def run_events(run_id: str, request: Request, who: Principal = Depends(principal)) -> StreamingResponse:
-    manager = request.app.state.manager
-    record = manager.get(run_id)
-    _check_owner(record, who)
+    manager: RunManager = request.app.state.manager
+    record = await run_in_threadpool(manager.get, run_id, who, action="run.events")
     handle = manager.handle(run_id)
 
     async def stream() -> AsyncIterator[bytes]:
@@ -106,7 +110,7 @@ async def run_events(run_id: str, request: Request, who: Principal = Depends(pri
         current = record
         while current.status not in FINAL:
             await asyncio.sleep(0.2)
-            current = manager.get(run_id)
+            current = await run_in_threadpool(manager.reload, current)
         if current.status == "failed" and current.error:
             yield _sse("error", {k: v for k, v in current.error.items() if k != "status"})
         else:
@@ -117,7 +121,5 @@ async def run_events(run_id: str, request: Request, who: Principal = Depends(pri
 
 @router.delete("/{run_id}", response_model=RunAccepted, status_code=202, summary="Cancel a run (kills its container)")
 def cancel_run(run_id: str, request: Request, who: Principal = Depends(principal)) -> RunAccepted:
-    manager = request.app.state.manager
-    _check_owner(manager.get(run_id), who)
-    record = manager.cancel(run_id)
+    record = request.app.state.manager.cancel(run_id, who)
     return RunAccepted(run_id=record.run_id, status=record.status)

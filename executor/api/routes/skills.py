@@ -7,12 +7,14 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
+from starlette.datastructures import UploadFile
 
+from ...access import Principal
 from ...errors import BadRequest, Conflict, NotFound, Unavailable
 from ...outputs.mime import detect
 from ...skills import Skill, docs, install_package, inventory, read_file, render_text, render_xml, uninstall
 from ...skills.model import estimate_tokens
-from ..auth import Principal, admin, principal
+from ..auth import admin, principal
 from ..schemas import ERRORS, DocEntry, DocList, FileInfo, Finding, Installed, SkillDetail, SkillList, SkillSummary
 
 router = APIRouter(prefix="/v1/skills", tags=["skills"], responses=ERRORS)
@@ -91,7 +93,8 @@ def skill_docs(
     skill = request.app.state.executor.repository.get(name)
     listed = {e.path: e for e in docs(inventory(skill))}
     if names is None:
-        return DocList(skill=skill.id, docs=[DocEntry(path=p, size=e.size, tokens=-(-e.size // 4)) for p, e in listed.items()])
+        entries = [DocEntry(path=p, size=e.size, tokens=-(-e.size // 4)) for p, e in listed.items()]
+        return DocList(skill=skill.id, docs=entries)
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     missing = [n for n in wanted if n not in listed]
     if missing:
@@ -133,10 +136,10 @@ async def install(
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
         form = await request.form()
-        upload = next((v for v in form.values() if hasattr(v, "read")), None)
+        upload = next((v for v in form.values() if isinstance(v, UploadFile)), None)
         if upload is None:
             raise BadRequest("the multipart body has no file part", code="invalid_package")
-        data = await upload.read()  # type: ignore[union-attr]
+        data = await upload.read()
     else:
         data = await request.body()
     if not data:
@@ -149,10 +152,11 @@ async def install(
         raise Unavailable(
             f"cannot write to the install folder {settings.install_root}: {exc.strerror}", code="install_failed"
         ) from None
-    executor.repository.reload()
+    await run_in_threadpool(executor.repository.reload)
     skill = result.skill
     return Installed(id=skill.id, name=skill.name, path=str(skill.path), replaced=result.replaced,
-                     files=_files(result.files), warnings=[Finding(code=d.code, message=d.message) for d in skill.warnings])
+                     files=_files(result.files),
+                     warnings=[Finding(code=d.code, message=d.message) for d in skill.warnings])
 
 
 @router.delete("/{name}", status_code=204, summary="Delete an installed skill")

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..auth import Principal, principal
+from ...access import Principal
+from ..auth import principal
 from ..schemas import Check, Health
 
 router = APIRouter(tags=["system"])

@@ -1,21 +1,30 @@
-"""Tools: function-tool definitions for agents and a tool-call executor."""
+"""Tools: function-tool definitions for agents and a tool-call executor.
+
+``skill_run`` calls go through the run manager exactly like ``POST /v1/runs`` (same
+authorization, validation, admission, tenant) and are awaited, not waited for in a
+thread; a refusal comes back as a tool error carrying the same error body.
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
 
-from ...errors import ExecutorError, Forbidden
+from ...access import Principal
+from ...runs.manager import RunManager
 from ...runs.models import RunRequest, RunResult
 from ...tools import ToolExecutor, definitions
-from ..auth import Principal, principal
+from ..auth import principal
 from ..schemas import ERRORS, ToolCall, ToolCallResult, ToolList
+from .runs import submit
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=ERRORS)
 
 
-@router.get("", response_model=ToolList, summary="Tool definitions (JSON Schema) for skill_load/list_docs/select_docs/run")
+@router.get("", response_model=ToolList,
+            summary="Tool definitions (JSON Schema) for skill_load/list_docs/select_docs/run")
 def list_tools(
     request: Request,
     format: Literal["openai", "anthropic", "mcp"] = Query(default="openai"),
@@ -25,19 +34,15 @@ def list_tools(
 
 
 @router.post("/call", response_model=ToolCallResult, summary="Execute one tool call; returns what to feed back")
-def call_tool(body: ToolCall, request: Request, who: Principal = Depends(principal)) -> ToolCallResult:
-    manager = request.app.state.manager
+async def call_tool(body: ToolCall, request: Request, who: Principal = Depends(principal)) -> ToolCallResult:
+    manager: RunManager = request.app.state.manager
+    tools: ToolExecutor = request.app.state.tools
 
-    def run(run_request: RunRequest) -> RunResult:
-        if any(i.from_.startswith("host://") for i in run_request.inputs) and not who.admin:
-            raise Forbidden("host:// inputs need an admin key", code="admin_required")
-        record, handle, _ = manager.submit(run_request, principal=who.id)
-        final = handle.future.result() if handle is not None else manager.get(record.run_id)
-        if final.status == "failed":
-            error = final.error or {}
-            raise ExecutorError(error.get("message", "run failed"), code=error.get("code", "error"),
-                                status=int(error.get("status", 400)))
-        return RunResult.model_validate(final.result)
+    async def run(run_request: RunRequest) -> RunResult:
+        record, handle, _ = await submit(request, run_request, who)
+        with request.app.state.executor.runtime.activity.running():
+            final = await manager.wait(record, handle)
+        return manager.result(final)
 
-    executor = ToolExecutor(request.app.state.executor.repository, run)
-    return ToolCallResult.model_validate(executor.call(body.name, body.arguments).to_dict())
+    result = await tools.call_async(body.name, body.arguments, run=run, offload=run_in_threadpool)
+    return ToolCallResult.model_validate(result.to_dict())
