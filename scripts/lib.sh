@@ -65,7 +65,7 @@ ensure_engine() {
     log "no Docker engine answers and this user cannot start one (not root)"
     return 1
   fi
-  apt_install docker.io debootstrap docker-compose || return 1
+  apt_install docker.io debootstrap docker-compose runsc || return 1
   if [[ -f /var/run/docker.pid ]]; then
     local old
     old=$(cat /var/run/docker.pid 2>/dev/null || true)
@@ -74,9 +74,14 @@ ensure_engine() {
       rm -f /var/run/docker.pid
     fi
   fi
-  log "starting dockerd (--bridge=none --iptables=false)"
+  # Its own config file: the operator's /etc/docker/daemon.json (if any, left untouched)
+  # plus the gVisor runtime, no bridge and no iptables rules.
+  mkdir -p "$ENGINE_DIR"
+  local config="$ENGINE_DIR/daemon.json"
+  engine_config "$(etc_daemon_json)" "$config" '{"bridge": "none", "iptables": false}' || return 1
+  log "starting dockerd (--config-file $config: no bridge, no iptables, runtime runsc)"
   local logfile="${TMPDIR:-/tmp}/skill-executor-dockerd.log"
-  setsid dockerd --bridge=none --iptables=false >"$logfile" 2>&1 < /dev/null &
+  setsid dockerd --config-file "$config" >"$logfile" 2>&1 < /dev/null &
   STARTED_ENGINE_PID=$!
   for _ in $(seq 1 120); do
     if engine_answers; then
@@ -92,6 +97,115 @@ ensure_engine() {
     sleep 0.5
   done
   log "dockerd did not answer within 60 s"
+  return 1
+}
+
+# Where this script keeps the config file of an engine it starts.
+ENGINE_DIR="${SKILL_EXECUTOR_ENGINE_DIR:-$ROOT/build/engine}"
+
+# The operator's engine config file, if there is one.
+etc_daemon_json() {
+  if [[ -f /etc/docker/daemon.json ]]; then echo /etc/docker/daemon.json; fi
+}
+
+# engine_config IN OUT [EXTRA_JSON]: write to OUT the engine config IN (a file, or "" for
+# none) with the `runsc` runtime (gVisor) registered with the arguments the executor needs
+# (executor/runtimes/docker.py RUNSC_ARGS; an existing entry keeps its path, its other
+# arguments and its --platform), and EXTRA_JSON's keys set. Written atomically; IN is
+# only read (unless it is OUT).
+engine_config() {
+  local extra="${3:-}"
+  "$PY" -P - "$1" "$2" "${extra:-"{}"}" <<'PYEOF'
+import json, os, shutil, sys, tempfile
+from executor.runtimes.docker.engine import RUNSC_ARGS
+source, target, extra = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+config = {}
+if source:
+    with open(source) as f:
+        text = f.read().strip()
+    config = json.loads(text) if text else {}
+entry = config.setdefault("runtimes", {}).setdefault("runsc", {})
+entry.setdefault("path", shutil.which("runsc") or "/usr/bin/runsc")
+args = list(entry.get("runtimeArgs") or [])
+key = lambda arg: arg.split("=", 1)[0]
+for want in RUNSC_ARGS:
+    same = [a for a in args if key(a) == key(want)]
+    if (key(want) == "--platform" and same) or (want == "--host-uds=create" and "--host-uds=all" in same):
+        continue
+    if not same:
+        args.append(want)
+    else:  # replaced where it stood
+        args = [want if a == same[0] else a for a in args if key(a) != key(want) or a == same[0]]
+entry["runtimeArgs"] = args
+config.update(extra)
+folder = os.path.dirname(os.path.abspath(target))
+fd, tmp = tempfile.mkstemp(dir=folder, prefix=".daemon.json.")
+with os.fdopen(fd, "w") as f:
+    json.dump(config, f, indent=2)
+    f.write("\n")
+if os.path.exists(target):
+    os.chmod(tmp, os.stat(target).st_mode & 0o777)
+else:
+    os.chmod(tmp, 0o644)
+os.replace(tmp, target)
+PYEOF
+}
+
+# Why the engine cannot run containers on gVisor as the executor needs it (empty: it can).
+runsc_problem() {
+  "$PY" -P - <<'PYEOF' 2>&1
+import docker
+from executor.errors import ExecutorError
+from executor.runtimes.docker.engine import check_oci_runtime
+client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=10)
+try:
+    check_oci_runtime("runsc", client.info(), pool=True)
+except ExecutorError as exc:
+    print(exc.message)
+PYEOF
+}
+
+# Make the engine's `runsc` runtime (gVisor) usable: install Debian's runsc package, and
+# register the runtime with a running engine that lacks it (root only: merge it into the
+# engine's config file, keeping a backup, and reload the engine with SIGHUP -- running
+# containers are not touched). Returns non-zero with the reason in RUNSC_PROBLEM.
+RUNSC_PROBLEM=""
+ensure_runsc() {
+  RUNSC_PROBLEM=""
+  if ! command -v runsc >/dev/null && ! apt_install runsc; then
+    RUNSC_PROBLEM="gVisor's runsc is not installed and could not be installed (Debian package runsc)"
+    return 1
+  fi
+  local problem
+  problem=$(runsc_problem)
+  [[ -z "$problem" ]] && return 0
+  if [[ $(id -u) -ne 0 ]]; then
+    RUNSC_PROBLEM="$problem (this user cannot register it: not root)"
+    return 1
+  fi
+  local pid config
+  pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+  if [[ -z "$pid" || "$(cat "/proc/$pid/comm" 2>/dev/null)" != "dockerd" ]]; then
+    RUNSC_PROBLEM="$problem (no dockerd process found through /var/run/docker.pid to reload)"
+    return 1
+  fi
+  # The engine's config file: its --config-file, else the default.
+  config=$(tr '\0' '\n' < "/proc/$pid/cmdline" | sed -n 's/^--config-file=//p; /^--config-file$/{n;p}' | tail -1)
+  config="${config:-/etc/docker/daemon.json}"
+  if [[ -f "$config" && ! -f "$config.skill-executor.bak" ]]; then cp -p "$config" "$config.skill-executor.bak"; fi
+  mkdir -p "$(dirname "$config")"
+  log "registering runsc in $config and reloading dockerd (pid $pid, SIGHUP): $problem"
+  if ! engine_config "$([[ -f "$config" ]] && echo "$config")" "$config"; then
+    RUNSC_PROBLEM="$problem (could not merge runsc into $config)"
+    return 1
+  fi
+  kill -HUP "$pid"
+  for _ in $(seq 1 20); do
+    problem=$(runsc_problem)
+    [[ -z "$problem" ]] && { log "runsc registered: $(docker_cli info --format '{{json .Runtimes.runsc}}' 2>/dev/null)"; return 0; }
+    sleep 0.5
+  done
+  RUNSC_PROBLEM="$problem (still, after registering it in $config and reloading dockerd)"
   return 1
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything on a fresh machine and start the service on its embedded defaults:
 # virtualenv + project, a Docker engine (installed and started when none answers; it
-# keeps running after the service stops), the runner image, then
+# keeps running after the service stops), gVisor's runsc registered with it when
+# SKILL_EXECUTOR_DOCKER_OCI_RUNTIME=runsc, the runner image, then
 # `skill-executor serve` on 127.0.0.1:8080 with skills from ./skills and data in ./data.
 # Arguments go to `skill-executor serve` (e.g. --port 9000, --runtime local).
 set -euo pipefail
@@ -12,6 +13,10 @@ if [[ " $* " != *" --runtime local "* && "${SKILL_EXECUTOR_RUNTIME:-docker}" != 
   if ! ensure_engine; then
     log "no Docker engine: the service cannot run skills in containers here."
     log "For development without isolation: ./scripts/serve.sh --runtime local"
+    exit 1
+  fi
+  if [[ "${SKILL_EXECUTOR_DOCKER_OCI_RUNTIME:-}" == "runsc" ]] && ! ensure_runsc; then
+    log "SKILL_EXECUTOR_DOCKER_OCI_RUNTIME=runsc, but: $RUNSC_PROBLEM"
     exit 1
   fi
   ensure_image

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up everything on a fresh machine and run the whole test suite:
 # virtualenv + project, a Docker engine (installed and started when none answers),
-# the runner image (built offline when no registry is available), then pytest.
-# In CI (CI=true) a missing engine is a failure; elsewhere the Docker tests skip
+# gVisor's runsc registered with it as the runtime `runsc`, the runner image (built
+# offline when no registry is available), then pytest. The container-hardening tests
+# run on runc and on runsc.
+# In CI (CI=true) a missing engine or runsc is a failure; elsewhere those tests skip
 # with the reason. Only an engine this script started is stopped at the end.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -12,6 +14,14 @@ trap stop_started_engine EXIT
 if ensure_engine; then
   ensure_image
   export SKILL_EXECUTOR_TEST_DOCKER=1
+  if ! ensure_runsc; then
+    if [[ "${CI:-}" == "true" ]]; then
+      log "CI runs the hardening tests on gVisor too, but: $RUNSC_PROBLEM; failing"
+      exit 1
+    fi
+    log "the gVisor (runsc) tests will be skipped: $RUNSC_PROBLEM"
+    export SKILL_EXECUTOR_TEST_RUNSC_SKIP="$RUNSC_PROBLEM"
+  fi
 elif [[ "${CI:-}" == "true" ]]; then
   log "CI needs a Docker engine for the container tests; failing"
   exit 1

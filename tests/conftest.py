@@ -20,7 +20,12 @@ from executor.core import Executor
 REPO = Path(__file__).resolve().parent.parent
 SKILLS = REPO / "skills"
 RUNTIMES = ["local", "docker", "docker-pool"]
+#: The container-hardening tests run on runc (the engine's default) and on gVisor (``runsc``).
+HARDENING_RUNTIMES = ["docker", "docker-pool", "docker-runsc", "docker-pool-runsc"]
+#: Test runtime name -> the engine's OCI runtime it selects (``docker_oci_runtime``).
+OCI_RUNTIMES = {"docker-runsc": "runsc", "docker-pool-runsc": "runsc"}
 _docker_problem: list[str | None] = []
+_runsc_problem: list[str | None] = []
 
 
 def docker_problem() -> str | None:
@@ -41,11 +46,37 @@ def docker_problem() -> str | None:
     return _docker_problem[0]
 
 
+def runsc_problem() -> str | None:
+    """Why the gVisor tests cannot run here (None when they can); probed once.
+
+    ``scripts/test.sh`` registers runsc with the engine, or says why it could not
+    (``SKILL_EXECUTOR_TEST_RUNSC_SKIP``)."""
+    if not _runsc_problem:
+        reason = docker_problem() or os.environ.get("SKILL_EXECUTOR_TEST_RUNSC_SKIP") or None
+        if reason is None:
+            import docker
+
+            from executor.errors import ExecutorError
+            from executor.runtimes.docker.engine import check_oci_runtime
+
+            client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=10)
+            try:
+                check_oci_runtime("runsc", client.info(), pool=True)
+            except ExecutorError as exc:
+                reason = f"{exc.message} (./scripts/test.sh registers it)"
+        _runsc_problem.append(reason)
+    return _runsc_problem[0]
+
+
+def is_gvisor(runtime: str) -> bool:
+    return OCI_RUNTIMES.get(runtime) == "runsc"
+
+
 def require_runtime(runtime: str) -> None:
-    """Skip (or, in CI, fail) a Docker test when no engine is usable."""
+    """Skip (or, in CI, fail) a Docker test when no engine (or no runsc) is usable."""
     if not runtime.startswith("docker"):
         return
-    problem = docker_problem()
+    problem = runsc_problem() if is_gvisor(runtime) else docker_problem()
     if problem is None:
         return
     if in_ci():
@@ -54,12 +85,14 @@ def require_runtime(runtime: str) -> None:
 
 
 def make_settings(tmp_path: Path, runtime: str, **overrides: object) -> Settings:
-    """Settings for a test; ``docker-pool`` is the Docker runtime with a warm pool."""
+    """Settings for a test; ``docker-pool`` is the Docker runtime with a warm pool, and a
+    ``-runsc`` suffix selects gVisor as the engine's OCI runtime."""
     extra = tmp_path / "extra-skills"
     extra.mkdir(exist_ok=True)
     values: dict[str, object] = {
         "runtime": "docker" if runtime.startswith("docker") else runtime,
-        "pool_size": 2 if runtime == "docker-pool" else 0,
+        "pool_size": 2 if runtime.startswith("docker-pool") else 0,
+        "docker_oci_runtime": OCI_RUNTIMES.get(runtime),
         "skills_dirs": [SKILLS, extra],
         "data_dir": tmp_path / "data",
         "skills_refresh_seconds": 0.0,

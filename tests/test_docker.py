@@ -1,9 +1,18 @@
 """Container hardening on a real engine: each property checked from inside the run and
-from the host (``docker inspect`` and the host's ``/proc`` view of the container)."""
+from the host (``docker inspect`` and the host's ``/proc`` view of the container).
+
+Every test taking ``make_docker`` runs on runc and on gVisor (``runsc``), per-run
+containers and warm pool.  Under gVisor the host does not see the run's processes: it
+sees the sandbox (a user-space kernel, ``runsc-sandbox``, with its ptrace stubs) and the
+gofer serving its files.  There the host-side checks look at those processes, and at the
+run's processes as the sandbox's kernel reports them (``runsc ps``, ``docker exec``).
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,13 +26,15 @@ from executor.errors import ExecutorError
 from executor.runs.models import RunRequest, RunResult
 from executor.runs.pipeline import new_run_id
 from executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN, DockerRuntime
+from executor.runtimes.docker.engine import GVISOR_HOST_TASKS_PER_PID
 
-from .conftest import make_settings
+from .conftest import HARDENING_RUNTIMES, make_settings, require_runtime
 
 
-@pytest.fixture(params=["docker", "docker-pool"])
-def make_docker(request: pytest.FixtureRequest, tmp_path: Path, docker_runtime_name: str):  # type: ignore[no-untyped-def]
-    """Executors on the Docker runtime: per-run containers, and with a warm pool."""
+@pytest.fixture(params=HARDENING_RUNTIMES)
+def make_docker(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Executors on the Docker runtime: per-run containers and a warm pool, on runc and on gVisor."""
+    require_runtime(request.param)
     made: list[Executor] = []
 
     def factory(**overrides: object) -> Executor:
@@ -53,7 +64,11 @@ def run_observed(executor: Executor, command: str, **fields: Any) -> tuple[RunRe
     """Run ``command; sleep``, and meanwhile inspect the container from the host.
 
     Returns the result, ``docker inspect`` of the container, and host-side reads of the
-    container's ``/proc/<pid>/`` files (status and net/dev of its main process).
+    container's ``/proc/<pid>/`` files (status and net/dev of its main process).  Under
+    gVisor ``status``/``child_status`` are those of the run's init and its child as the
+    sandbox's kernel reports them (read through the engine), and ``sandbox`` holds the
+    host's status of every process of the container (the sandbox's and the gofer's), and
+    ``guest`` the run's processes as ``runsc ps`` lists them.
     """
     runtime = executor.runtime
     assert isinstance(runtime, DockerRuntime)
@@ -76,9 +91,14 @@ def run_observed(executor: Executor, command: str, **fields: Any) -> tuple[RunRe
                 pid = data["State"]["Pid"]
                 for name in ("status", "net/dev"):
                     proc[name] = Path(f"/proc/{pid}/{name}").read_text()
-                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-                if children:
-                    proc["child_status"] = Path(f"/proc/{children[0]}/status").read_text()
+                if gvisor(executor):
+                    proc.update(guest_statuses(runtime, container_id))
+                    proc["sandbox"] = json.dumps(host_statuses(container_id, pid))
+                    proc["guest"] = json.dumps(guest_processes(container_id, pid))
+                else:
+                    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                    if children:
+                        proc["child_status"] = Path(f"/proc/{children[0]}/status").read_text()
                 source = next(m["Source"] for m in data["Mounts"] if m["Destination"] == "/workspace")
                 skill_files = []
                 for path in [*Path(source, ".skill").rglob("*"), *Path(source, "skills").rglob("*")]:
@@ -89,6 +109,68 @@ def run_observed(executor: Executor, command: str, **fields: Any) -> tuple[RunRe
         time.sleep(0.05)
     thread.join()
     return holder["result"], info, proc
+
+
+def gvisor(executor: Executor) -> bool:
+    runtime = executor.runtime
+    assert isinstance(runtime, DockerRuntime)
+    return runtime.engine.gvisor
+
+
+def cgroup_procs(container_id: str) -> list[int]:
+    """The host processes in the container's cgroup (v1 pids controller, or v2)."""
+    for path in (f"/sys/fs/cgroup/pids/docker/{container_id}/cgroup.procs",
+                 f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cgroup.procs"):
+        try:
+            return [int(pid) for pid in Path(path).read_text().split()]
+        except OSError:
+            continue
+    return []
+
+
+def host_statuses(container_id: str, sandbox_pid: int) -> dict[str, dict[str, str]]:
+    """The host's ``/proc/<pid>/status`` of each process of a gVisor container, with its
+    user namespace and whether it is the sandbox (the main process) or a descendant of it."""
+    sandbox = {sandbox_pid}
+    for pid in sorted(cgroup_procs(container_id)):
+        try:
+            ppid = int(status_field(Path(f"/proc/{pid}/status").read_text(), "PPid"))
+        except OSError:
+            continue
+        if ppid in sandbox:
+            sandbox.add(pid)
+    statuses = {}
+    for pid in cgroup_procs(container_id):
+        try:
+            text = Path(f"/proc/{pid}/status").read_text()
+            userns = os.readlink(f"/proc/{pid}/ns/user")
+        except OSError:
+            continue
+        statuses[str(pid)] = {
+            "Uid": status_field(text, "Uid").split()[0], "NoNewPrivs": status_field(text, "NoNewPrivs"),
+            "Seccomp": status_field(text, "Seccomp"), "userns": userns, "sandbox": str(pid in sandbox),
+        }
+    return statuses
+
+
+def guest_statuses(runtime: DockerRuntime, container_id: str) -> dict[str, str]:
+    """``/proc/1/status`` (init) and the status of init's first child, read by the sandbox's
+    kernel through the engine (``docker exec``), not by the run."""
+    script = ('cat /proc/1/status; for p in /proc/[0-9]*; do '
+              'if grep -qx "PPid:.1" $p/status; then echo ===; cat $p/status; break; fi; done')
+    output = runtime.client.containers.get(container_id).exec_run(["bash", "-c", script]).output.decode()
+    init, _, child = output.partition("===\n")
+    return {"status": init, "child_status": child}
+
+
+def guest_processes(container_id: str, sandbox_pid: int) -> list[dict[str, str]]:
+    """The run's processes as gVisor's kernel lists them (``runsc ps``: UID, PID, PPID, ...)."""
+    args = Path(f"/proc/{sandbox_pid}/cmdline").read_bytes().split(b"\0")
+    root = next(a.decode().split("=", 1)[1] for a in args if a.startswith(b"--root="))
+    table = subprocess.run(["runsc", "--root", root, "ps", container_id], capture_output=True, text=True,
+                           check=True, timeout=10).stdout.splitlines()
+    header = table[0].split()
+    return [dict(zip(header, line.split())) for line in table[1:]]
 
 
 def status_field(status: str, name: str) -> str:
@@ -110,7 +192,9 @@ def test_no_network(make_docker, setting: dict[str, bool]) -> None:  # type: ign
     )
     result, info, proc = run_observed(executor, probe)
     assert interfaces(result.stdout.split("ERRNO")[0]) == ["lo"]
-    assert "ERRNO ENETUNREACH" in result.stdout and "CONNECTED" not in result.stdout
+    # No route anywhere but lo: Linux says the network is unreachable, gVisor's netstack the host.
+    unreachable = "EHOSTUNREACH" if gvisor(executor) else "ENETUNREACH"
+    assert f"ERRNO {unreachable}" in result.stdout and "CONNECTED" not in result.stdout
     # From the host: no network attached, and the container's namespace has only lo.
     assert info["NetworkSettings"]["Networks"] in ({}, {"none": info["NetworkSettings"]["Networks"].get("none")})
     if setting["docker_network_disabled"]:
@@ -152,23 +236,52 @@ def test_read_only_root_and_skill(make_docker) -> None:  # type: ignore[no-untyp
 
 def test_identity_capabilities_and_limits(make_docker) -> None:  # type: ignore[no-untyped-def]
     executor = make_docker()
-    result, info, proc = run_observed(executor, "id -u; id -g; grep -E '^(CapEff|CapPrm|NoNewPrivs):' /proc/self/status")
+    result, info, proc = run_observed(
+        executor,
+        "id -u; id -g; grep -E '^(CapEff|CapPrm|NoNewPrivs):' /proc/self/status; "
+        "python3 -c 'import ctypes; print(\"PR_GET_NO_NEW_PRIVS:\", ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'",
+    )
     lines = result.stdout.split()
     assert lines[0] != "0" and lines[0] == "1000" and lines[1] == "1000"
     inside = dict(zip(lines[2::2], lines[3::2]))
     assert inside["CapEff:"] == "0000000000000000" and inside["CapPrm:"] == "0000000000000000"
-    assert inside["NoNewPrivs:"] == "1"
-    # From the host: the container's processes (init and the command).
+    assert inside["PR_GET_NO_NEW_PRIVS:"] == "1"
+    if not gvisor(executor):  # gVisor's /proc/<pid>/status has no NoNewPrivs line: prctl above says it
+        assert inside["NoNewPrivs:"] == "1"
+    # The container's processes (init and the command, or the launcher): from the host's
+    # /proc, or under gVisor as the sandbox's kernel reports them.
     for status in (proc["status"], proc["child_status"]):
         assert status_field(status, "CapEff") == "0000000000000000"
-        assert status_field(status, "NoNewPrivs") == "1"
         assert status_field(status, "Uid").split()[0] == "1000"
+        if not gvisor(executor):
+            assert status_field(status, "NoNewPrivs") == "1"
+    if gvisor(executor):
+        # From the host: the run's processes exist only inside the sandbox, whose own processes
+        # run as nobody in a user namespace of their own; every process of the container (the
+        # sandbox's and the gofer's) has no-new-privileges and a seccomp filter.
+        sandbox = json.loads(proc["sandbox"])
+        assert any(p["sandbox"] == "True" for p in sandbox.values()) and len(sandbox) >= 2
+        host_userns = os.readlink("/proc/self/ns/user")
+        for status in sandbox.values():
+            assert status["NoNewPrivs"] == "1" and status["Seccomp"] == "2", status
+            if status["sandbox"] == "True":
+                assert status["Uid"] == "65534" and status["userns"] != host_userns, status
+        guest = json.loads(proc["guest"])
+        assert len(guest) >= 2 and {p["UID"] for p in guest} == {"1000"}, guest
     host = info["HostConfig"]
     assert info["Config"]["User"] == "1000:1000"
     assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
-    assert host["Init"] is True and host["PidsLimit"] == 256
     assert host["Memory"] == 1024**3 and host["MemorySwap"] == 1024**3 and host["NanoCpus"] == 10**9
-    assert {u["Name"] for u in host["Ulimits"]} == {"nofile", "fsize"}
+    assert host["Init"] is True
+    ulimits = {u["Name"]: u["Hard"] for u in host["Ulimits"]}
+    if gvisor(executor):
+        # gVisor enforces the pids limit in its kernel (nproc, counting only the run's processes);
+        # the host's cgroup bounds the sandbox, which needs host tasks of its own per process.
+        assert host["PidsLimit"] == 256 * GVISOR_HOST_TASKS_PER_PID
+        assert ulimits.keys() == {"nofile", "fsize", "nproc"} and ulimits["nproc"] == 256
+    else:
+        assert host["PidsLimit"] == 256
+        assert ulimits.keys() == {"nofile", "fsize"}
     labels = info["Config"]["Labels"]
     assert labels[LABEL_MANAGED] == "1" and labels[LABEL_RUN] in (result.run_id, "warm")  # warm: labelled before the run
 
@@ -188,7 +301,11 @@ def test_fork_bomb_is_contained(make_docker) -> None:  # type: ignore[no-untyped
                 try:
                     pids = Path(f"/sys/fs/cgroup/pids/docker/{container_id}/pids.current").read_text()
                     seen["max_pids"] = max(seen.get("max_pids", 0), int(pids))
-                except OSError:
+                    if gvisor(executor):  # the run's processes, as the sandbox's kernel counts them
+                        sandbox_pid = runtime.client.api.inspect_container(container_id)["State"]["Pid"]
+                        guest = len(guest_processes(container_id, sandbox_pid))
+                        seen["max_guest"] = max(seen.get("max_guest", 0), guest)
+                except (OSError, subprocess.SubprocessError, StopIteration):
                     pass
             time.sleep(0.1)
 
@@ -202,7 +319,12 @@ def test_fork_bomb_is_contained(make_docker) -> None:  # type: ignore[no-untyped
         seen.setdefault("result", None)
         watcher.join()
     assert result.timed_out and time.monotonic() - started < 15
-    assert "id" in seen and 0 < seen.get("max_pids", 1) <= 256
+    if gvisor(executor):
+        # The run's processes stop at 256 in the sandbox; on the host the sandbox stays within its cgroup.
+        assert "id" in seen and 1 < seen.get("max_guest", 0) <= 256, seen
+        assert 0 < seen.get("max_pids", 1) <= 256 * GVISOR_HOST_TASKS_PER_PID, seen
+    else:
+        assert "id" in seen and 0 < seen.get("max_pids", 1) <= 256
     time.sleep(0.5)
     survivors = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -256,10 +378,12 @@ def test_concurrent_runs_have_no_cross_talk(make_docker) -> None:  # type: ignor
     def one(i: int) -> tuple[int, RunResult]:
         token = f"run-{i}-{new_run_id()}"
         return i, executor.runner.run(
-            request(command=f"echo {token} > out/id.txt; sleep 0.5; ls $OUTPUT_DIR; cat out/id.txt",
+            request(command=f"echo {token} > out/id.txt; sleep 0.5; (cd $OUTPUT_DIR && ls -A); cat out/id.txt",
                     output_files=["out/*"])
         )
 
+    # (cd DIR && ls): the ls of Debian 12 cannot stat a named path under gVisor 20221219 (EINVAL:
+    # that gVisor rejects statx's AT_NO_AUTOMOUNT), while listing the current folder works everywhere.
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(one, range(8)))
     tokens = set()
@@ -297,17 +421,20 @@ def test_missing_image_is_a_clear_error(tmp_path: Path, docker_runtime_name: str
     assert info.value.code == "image_missing" and "image build" in info.value.message
 
 
-def test_warm_pool_runs_are_single_use_and_isolated(tmp_path: Path, docker_runtime_name: str) -> None:
-    executor = Executor.from_settings(make_settings(tmp_path, "docker-pool", pool_size=2))
+@pytest.mark.parametrize("runtime", ["docker-pool", "docker-pool-runsc"])
+def test_warm_pool_runs_are_single_use_and_isolated(tmp_path: Path, runtime: str) -> None:
+    require_runtime(runtime)
+    executor = Executor.from_settings(make_settings(tmp_path, runtime, pool_size=2))
     try:
         pool = executor.runtime.pool  # type: ignore[attr-defined]
         assert pool.wait_ready()
-        first = executor.runner.run(request(command="echo secret-1 > out/s.txt; touch /workspace/run/mark; ls /workspace",
+        first = executor.runner.run(request(command="echo secret-1 > out/s.txt; touch /workspace/run/mark; cd /workspace && ls",
                                             output_files=["out/*"]))
         assert pool.hits == 1 and first.exit_code == 0
         assert first.output_files[0].content == "secret-1\n"
         assert pool.wait_ready()
-        second = executor.runner.run(request(command="ls /workspace/run; cat out/s.txt 2>&1; ls /workspace/out | wc -l"))
+        second = executor.runner.run(request(
+            command="(cd /workspace/run && ls -A); cat out/s.txt 2>&1; (cd /workspace/out && ls -A) | wc -l"))
         assert pool.hits == 2
         assert "mark" not in second.stdout and "secret-1" not in second.stdout and second.stdout.endswith("0\n")
         # The warm workspace never holds the launcher socket once a run has it.

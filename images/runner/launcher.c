@@ -226,7 +226,14 @@ int main(int argc, char **argv) {
     if (server < 0) die("socket");
     if (bind(server, (struct sockaddr *)&addr, sizeof addr)) die("bind");
     if (listen(server, 1)) die("listen");
-    if (rename(tmp, path)) die("rename"); /* appears only once it accepts */
+    /* The socket appears under its name only once it accepts.  gVisor can neither rename
+       nor unlink a socket it made on the host: there a link publishes it, and the host
+       removes both once connected. */
+    if (rename(tmp, path)) {
+        if (errno != EPERM) die("rename");
+        const char *base = strrchr(tmp, '/');
+        if (symlink(base ? base + 1 : tmp, path)) die("symlink");
+    }
     int conn = accept4(server, NULL, NULL, SOCK_CLOEXEC);
     if (conn < 0) die("accept");
     close(server);

@@ -74,6 +74,7 @@ class DockerRuntime:
         self.token = owner_token()
         self.engine = Engine(settings, self.client, self.token)
         self.engine.check_image()
+        self.engine.check_oci_runtime()
         self.activity = Activity()
         self.workspaces = WorkspaceManager(settings.workspaces)
         swept = self.workspaces.sweep()

@@ -13,16 +13,21 @@ Isolation of every container, each a setting (:class:`~executor.config.Settings`
 * memory limit with no swap, CPU quota, pids limit, ``nofile`` and ``fsize`` ulimits;
 * an init process (``tini``) as PID 1, so signals reach the command and zombies are reaped;
 * the log driver off, so even an output flood never lands on the host disk.
+
+The engine's OCI runtime (``docker_oci_runtime``, e.g. gVisor's ``runsc``) is checked at
+start-up against what the engine has registered (:func:`check_oci_runtime`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import select
 import signal
 import socket
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import docker
@@ -41,6 +46,15 @@ LABEL_RUN = f"{LABEL}.run"
 LABEL_DEADLINE = f"{LABEL}.deadline"
 CONTAINER_WORKSPACE = "/workspace"
 LAUNCHER = "/opt/skill-executor/launcher"
+#: gVisor's arguments: no network of its own (else a network-less container fails with "cannot
+#: run with network enabled in root network namespace"), the ptrace platform (kvm hangs on
+#: many hosts), and host Unix sockets it may create in a mount (the warm pool's launcher socket).
+RUNSC_ARGS = ("--network=none", "--platform=ptrace", "--host-uds=create")
+RUNSC_REGISTRATION = json.dumps({"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": list(RUNSC_ARGS)}}})
+#: Host tasks per process of a run under gVisor's ptrace platform (a stub per process,
+#: tracer threads in the sandbox; ~12 measured): there the pids limit is enforced in the
+#: sandbox (``nproc``), and the host cgroup caps the sandbox as a whole at this multiple.
+GVISOR_HOST_TASKS_PER_PID = 16
 
 
 def connect(timeout: float = 60) -> docker.DockerClient:
@@ -73,6 +87,11 @@ class Engine:
         self.client = client
         self.api = client.api
         self.token = token
+        self.oci_runtime: OciRuntime | None = None
+
+    @property
+    def gvisor(self) -> bool:
+        return self.oci_runtime is not None and self.oci_runtime.gvisor
 
     # -- configuration -------------------------------------------------------------------
 
@@ -90,10 +109,12 @@ class Engine:
             mem_limit=s.docker_memory_bytes,
             memswap_limit=s.docker_memory_bytes,
             nano_cpus=int(s.docker_cpus * 1e9),
-            pids_limit=s.docker_pids_limit,
+            pids_limit=s.docker_pids_limit * (GVISOR_HOST_TASKS_PER_PID if self.gvisor else 1),
             ulimits=[
                 Ulimit(name="nofile", soft=s.docker_nofile, hard=s.docker_nofile),
                 Ulimit(name="fsize", soft=s.docker_disk_bytes, hard=s.docker_disk_bytes),
+                # gVisor counts the run's own processes against nproc (runc would count the host user's).
+                *([Ulimit(name="nproc", soft=s.docker_pids_limit, hard=s.docker_pids_limit)] if self.gvisor else []),
             ],
             init=True,
             log_config=LogConfig(type="none", config={}),
@@ -199,8 +220,25 @@ class Engine:
         except DockerException as exc:
             raise Unavailable(f"the Docker engine is not reachable: {exc}", code="engine_unavailable") from None
 
+    def check_oci_runtime(self) -> None:
+        """The configured OCI runtime is registered with the engine (and usable as configured)."""
+        try:
+            info = self.client.info()
+        except DockerException as exc:
+            raise Unavailable(f"the Docker engine is not reachable: {exc}", code="engine_unavailable") from None
+        self.oci_runtime = check_oci_runtime(self.settings.docker_oci_runtime, info, pool=self.settings.pool_size > 0)
+
+    def oom_killed(self, container_id: str) -> bool:
+        """The engine's word on an OOM kill of the whole (ended) container: under gVisor
+        the OOM killer takes the sandbox, whose memory is the run's, and its cgroup with it."""
+        try:
+            self.api.wait(container_id, timeout=5)
+            return bool(self.api.inspect_container(container_id)["State"].get("OOMKilled"))
+        except Exception:
+            return False
+
     def health(self) -> dict[str, tuple[bool, str]]:
-        """Engine reachable and runner image present."""
+        """Engine reachable, runner image present, OCI runtime registered."""
         checks: dict[str, tuple[bool, str]] = {}
         try:
             version = self.client.version()
@@ -214,7 +252,62 @@ class Engine:
             checks["image"] = (False, f"{self.settings.docker_image} is missing")
         except DockerException as exc:
             checks["image"] = (False, str(exc))
+        try:
+            runtime = check_oci_runtime(self.settings.docker_oci_runtime, self.client.info(),
+                                        pool=self.settings.pool_size > 0)
+            checks["oci_runtime"] = (True, runtime.describe())
+        except Unavailable as exc:
+            checks["oci_runtime"] = (False, exc.message)
+        except DockerException as exc:
+            checks["oci_runtime"] = (False, str(exc))
         return checks
+
+
+@dataclass(frozen=True, slots=True)
+class OciRuntime:
+    """The engine's OCI runtime that runs the containers, as the engine registered it."""
+
+    name: str
+    path: str
+    args: tuple[str, ...]
+
+    @property
+    def gvisor(self) -> bool:
+        return PurePosixPath(self.path).name == "runsc"
+
+    def describe(self) -> str:
+        command = " ".join([self.path, *self.args])
+        return f"{self.name} ({command}{'; gVisor' if self.gvisor else ''})"
+
+
+def check_oci_runtime(name: str | None, info: dict[str, Any], *, pool: bool) -> OciRuntime:
+    """The runtime ``name`` (None: the engine's default) as the engine's ``info`` lists it,
+    or a clear ``Unavailable`` naming what is missing and how to register it."""
+    runtimes: dict[str, Any] = info.get("Runtimes") or {}
+    chosen = name or info.get("DefaultRuntime") or "runc"
+    how = (f"register it in the engine's config file (/etc/docker/daemon.json), e.g. {RUNSC_REGISTRATION}, "
+           "then reload the engine (kill -HUP the dockerd process) or start it with --config-file; "
+           "./scripts/test.sh and ./scripts/serve.sh do this for runsc")
+    if chosen not in runtimes:
+        known = ", ".join(sorted(runtimes)) or "none"
+        raise Unavailable(
+            f"the OCI runtime {chosen!r} (SKILL_EXECUTOR_DOCKER_OCI_RUNTIME) is not registered with the "
+            f"Docker engine (it has: {known}); {how}",
+            code="oci_runtime_missing",
+        )
+    entry = runtimes[chosen] or {}
+    runtime = OciRuntime(chosen, str(entry.get("path") or chosen), tuple(entry.get("runtimeArgs") or ()))
+    if runtime.gvisor:
+        missing = [] if "--network=none" in runtime.args else ["--network=none"]
+        if pool and not {"--host-uds=create", "--host-uds=all"} & set(runtime.args):
+            missing.append("--host-uds=create (for the warm pool; or SKILL_EXECUTOR_POOL_SIZE=0)")
+        if missing:
+            raise Unavailable(
+                f"the OCI runtime {chosen!r} is gVisor registered without {', '.join(missing)} in its "
+                f"runtimeArgs (it has: {' '.join(runtime.args) or 'none'}); {how}",
+                code="oci_runtime_misconfigured",
+            )
+    return runtime
 
 
 class InitProcess:

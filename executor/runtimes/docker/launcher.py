@@ -12,13 +12,17 @@ frame at a time.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ...workspace.layout import LAUNCHER_SOCKET, Workspace
 from ..base import OutputListener
 from ..streams import BoundedBuffer, Demux, ProtocolError
+
+log = logging.getLogger(__name__)
 
 #: The most an exit frame may hold (it is ``{"exit_code": N}``).
 EXIT_FRAME_MAX = 256
@@ -84,3 +88,22 @@ def connect_unix(conn: socket.socket, path: Path) -> None:
         conn.connect(f"/proc/self/fd/{fd}/{path.name}")
     finally:
         os.close(fd)
+
+
+def unpublish(workspace: Workspace) -> None:
+    """Remove the launcher's socket once connected, before the command starts.
+
+    The launcher removes it itself, except under gVisor, which can neither unlink nor
+    rename a socket it created on the host: there it published ``<socket>.tmp`` under the
+    final name with a symbolic link.  Entries are removed by name, never followed.
+    """
+    name = PurePosixPath(LAUNCHER_SOCKET).name
+    try:
+        with workspace.tree("run") as run_dir:
+            for entry in (name, f"{name}.tmp"):
+                try:
+                    os.unlink(entry, dir_fd=run_dir.fd)
+                except FileNotFoundError:
+                    pass
+    except OSError as exc:
+        log.warning("removing the launcher socket of %s failed: %s", workspace.run_id, exc)

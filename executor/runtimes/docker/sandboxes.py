@@ -28,7 +28,7 @@ from ..janitor import Janitor
 from ..limits import DiskCap, Guard, signal_name
 from ..streams import BoundedBuffer, Demux, ProtocolError, recv_loop
 from .engine import CONTAINER_WORKSPACE, LABEL_DEADLINE, LABEL_RUN, Engine, launcher_argv, oom_kills
-from .launcher import LauncherFrames, connect_unix, request_bytes
+from .launcher import LauncherFrames, connect_unix, request_bytes, unpublish
 from .pool import WarmContainer
 
 #: Called with (run id, container id) while a run's container executes, (run id, None) after.
@@ -227,6 +227,7 @@ class WarmSandbox(DockerSandbox):
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             connect_unix(conn, warm.socket)
+            unpublish(self.workspace)
             conn.sendall(request_bytes(command.command, command.cwd, stdin_path, command.env))
         except OSError as exc:
             conn.close()
@@ -267,6 +268,8 @@ class WarmSandbox(DockerSandbox):
         # Before anything reads the run's folders: whatever the command started (or a
         # launcher it subverted claims) is gone.
         self._end_container()
+        if not oom and not frames.exited and broken is None:
+            oom = self.engine.oom_killed(warm.id)
         code: int | None
         if broken is not None:
             code = None
