@@ -24,6 +24,9 @@ RUNTIMES = ["local", "docker", "docker-pool"]
 HARDENING_RUNTIMES = ["docker", "docker-pool", "docker-runsc", "docker-pool-runsc"]
 #: Test runtime name -> the engine's OCI runtime it selects (``docker_oci_runtime``).
 OCI_RUNTIMES = {"docker-runsc": "runsc", "docker-pool-runsc": "runsc"}
+#: Modules whose ``executor`` tests run on gVisor too (the attacks on the sandbox's host side);
+#: the other pipeline tests run on ``RUNTIMES``.
+GVISOR_MODULES = {"test_boundary"}
 _docker_problem: list[str | None] = []
 _runsc_problem: list[str | None] = []
 
@@ -102,7 +105,16 @@ def make_settings(tmp_path: Path, runtime: str, **overrides: object) -> Settings
     return Settings(**values)  # type: ignore[arg-type]
 
 
-@pytest.fixture(params=RUNTIMES)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``runtime_name``: every runtime of ``RUNTIMES``, plus gVisor for ``GVISOR_MODULES``."""
+    if "runtime_name" in metafunc.fixturenames:
+        names = list(RUNTIMES)
+        if metafunc.module.__name__.rsplit(".", 1)[-1] in GVISOR_MODULES:
+            names += [name for name in HARDENING_RUNTIMES if is_gvisor(name)]
+        metafunc.parametrize("runtime_name", names, indirect=True)
+
+
+@pytest.fixture
 def runtime_name(request: pytest.FixtureRequest) -> str:
     require_runtime(request.param)
     return request.param

@@ -26,7 +26,7 @@ from executor.errors import ExecutorError
 from executor.runs.models import RunRequest, RunResult
 from executor.runs.pipeline import new_run_id
 from executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN, DockerRuntime
-from executor.runtimes.docker.engine import GVISOR_HOST_TASKS_PER_PID
+from executor.runtimes.docker.engine import GVISOR_HOST_TASKS_PER_PID, check_oci_runtime
 
 from .conftest import HARDENING_RUNTIMES, make_settings, require_runtime
 
@@ -490,5 +490,64 @@ def test_runner_image_libraries_and_binary_outputs(tmp_path: Path, docker_runtim
             "out/book.xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
         }
         assert all(f.encoding == "base64" for f in result.output_files)
+    finally:
+        executor.close()
+
+
+def test_unregistered_oci_runtime_is_a_clear_error_at_start(tmp_path: Path, docker_runtime_name: str) -> None:
+    with pytest.raises(ExecutorError) as info:
+        Executor.from_settings(make_settings(tmp_path, "docker", docker_oci_runtime="runcs"))
+    error = info.value
+    assert error.code == "oci_runtime_missing" and error.status == 503
+    assert "'runcs'" in error.message and "SKILL_EXECUTOR_DOCKER_OCI_RUNTIME" in error.message
+    assert '"runtimeArgs": ["--network=none", "--platform=ptrace", "--host-uds=create"]' in error.message
+    assert "kill -HUP" in error.message and "runc" in error.message.split("it has:")[1]
+
+
+@pytest.mark.parametrize(
+    "args, pool, missing",
+    [
+        (["--platform=ptrace"], False, ["--network=none"]),
+        (["--network=none", "--platform=ptrace"], True, ["--host-uds=create"]),
+        (["--platform=ptrace"], True, ["--network=none", "--host-uds=create"]),
+        (["--network=none", "--platform=ptrace"], False, []),
+        (["--network=none", "--host-uds=all"], True, []),
+    ],
+)
+def test_gvisor_registration_needs_its_arguments(args: list[str], pool: bool, missing: list[str]) -> None:
+    """Pure logic on the engine's ``Runtimes`` answer: gVisor without ``--network=none`` cannot
+    start a network-less container, and the warm pool needs ``--host-uds=create``."""
+    info = {"Runtimes": {"runc": {"path": "runc"}, "gv": {"path": "/usr/bin/runsc", "runtimeArgs": args}},
+            "DefaultRuntime": "runc"}
+    if missing:
+        with pytest.raises(ExecutorError) as error:
+            check_oci_runtime("gv", info, pool=pool)
+        assert error.value.code == "oci_runtime_misconfigured"
+        assert all(arg in error.value.message.split("(it has")[0] for arg in missing), error.value.message
+    else:
+        runtime = check_oci_runtime("gv", info, pool=pool)
+        assert runtime.gvisor and runtime.args == tuple(args)
+    default = check_oci_runtime(None, info, pool=True)
+    assert default.name == "runc" and not default.gvisor and default.describe() == "runc (runc)"
+
+
+@pytest.mark.parametrize("runtime", ["docker", "docker-runsc"])
+def test_health_reports_the_oci_runtime(tmp_path: Path, runtime: str) -> None:
+    require_runtime(runtime)
+    executor = Executor.from_settings(make_settings(tmp_path, runtime))
+    try:
+        docker_runtime = executor.runtime
+        assert isinstance(docker_runtime, DockerRuntime)
+        ok, detail = docker_runtime.health()["oci_runtime"]
+        assert ok
+        if runtime == "docker-runsc":
+            assert detail.startswith("runsc (/usr/bin/runsc ") and "--network=none" in detail and detail.endswith("; gVisor)")
+        else:
+            assert detail.startswith("runc (runc")
+        # Gone from the engine later: /healthz says so.
+        engine = docker_runtime.engine
+        engine.settings = engine.settings.model_copy(update={"docker_oci_runtime": "gone"})
+        ok, detail = docker_runtime.health()["oci_runtime"]
+        assert not ok and "'gone'" in detail and "not registered" in detail
     finally:
         executor.close()
