@@ -374,10 +374,14 @@ def _versions_script(python: Sequence[str], npm: Sequence[str]) -> str:
         "    except m.PackageNotFoundError: print('@@python:' + name)\n"
     )
     lines.append(f"python3 -c {_sh_quote(code)} {' '.join(_sh_quote(n) for n in python)}")
+    # A package's package.json need not be exported: read it from the NODE_PATH folders.
+    probe = ('const fs = require("fs"), path = require("path");'
+             ' for (const dir of (process.env.NODE_PATH || "").split(":")) {'
+             ' try { console.log(JSON.parse(fs.readFileSync(path.join(dir, process.argv[1], "package.json"))).version);'
+             ' break; } catch (e) {} }')
     for name in npm:
         lines.append(f"printf '@@npm:%s\\n' {_sh_quote(name)}")
-        probe = "require(" + json.dumps(name + "/package.json") + ").version"
-        lines.append(f"node -p {_sh_quote(probe)} 2>/dev/null || true")
+        lines.append(f"if command -v node >/dev/null; then node -e {_sh_quote(probe)} {_sh_quote(name)}; fi")
     return "\n".join(lines) + "\n"
 
 
