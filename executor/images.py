@@ -191,7 +191,7 @@ def runner_aliases(flavour: Flavour) -> tuple[str, ...]:
 def pip_download_command(python: str, requirements: Path, dest: Path) -> list[str]:
     """``pip download`` of exactly the pinned wheels for the image's Python, whatever
     the host's Python is."""
-    command = [python, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+    command = [python, "-m", "pip", "download", "--quiet", "--quiet", "--disable-pip-version-check", "--no-deps",
                "--only-binary=:all:", "--python-version", IMAGE_PYTHON, "--implementation", "cp",
                "--abi", IMAGE_ABI]
     for platform in IMAGE_PLATFORMS:
