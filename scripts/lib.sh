@@ -217,12 +217,14 @@ stop_started_engine() {
   fi
 }
 
-# Tools the image build (debootstrap, offline) and the compose tests (docker-compose)
-# need, whether or not an engine was already running. Without root, whatever is
-# missing stays missing and the step that needs it says so.
+# Tools the image build (debootstrap, offline; npm, for the runner's npm packages,
+# fetched on the host) and the compose tests (docker-compose) need, whether or not an
+# engine was already running. Without root, whatever is missing stays missing and the
+# step that needs it says so.
 ensure_tools() {
   local missing=()
   command -v debootstrap >/dev/null || missing+=(debootstrap)
+  command -v npm >/dev/null || missing+=(npm)
   command -v docker-compose >/dev/null || missing+=(docker-compose)
   ((${#missing[@]})) || return 0
   apt_install "${missing[@]}" || log "could not install ${missing[*]}"

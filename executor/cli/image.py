@@ -1,4 +1,4 @@
-"""``skill-executor image build``: build or reuse the runner image."""
+"""``skill-executor image build|versions``: build or reuse the runner image; list what it holds."""
 
 from __future__ import annotations
 
@@ -17,16 +17,36 @@ def register(groups: Any) -> None:
                       help="build the base with debootstrap + docker import (no registry)")
     mode.add_argument("--online", action="store_const", const="online", dest="mode",
                       help="build FROM the public Debian base (needs a registry)")
+    build.add_argument("--flavour", choices=["full", "minimal"], default="full",
+                       help="full (default; tagged :latest) or minimal (tagged :minimal)")
     build.add_argument("--context", type=Path, help="the images/ folder (default: the source tree's)")
     build.add_argument("--service", action="store_true", help="build the service's own image (docker-compose.yml)")
     build.set_defaults(handler=_build, mode="auto")
+    versions = sub.add_parser("versions", help="print a Markdown table of the tool and package versions in images")
+    versions.add_argument("--image", action="append", dest="images", metavar="REF",
+                          help="an image to list (repeatable, one column each; default: the configured runner image)")
+    versions.add_argument("--context", type=Path, help="the images/ folder (default: the source tree's)")
+    versions.set_defaults(handler=_versions)
 
 
 def _build(args: argparse.Namespace) -> int:
     from ..images import build_image, build_service_image
     from ..runtimes.docker import connect
 
-    build = build_service_image if args.service else build_image
-    result = build(connect(timeout=600), mode=args.mode, context=args.context)
-    print(json.dumps({"tag": result.tag, "built": result.built, "base": result.base}))
+    client = connect(timeout=600)
+    if args.service:
+        result = build_service_image(client, mode=args.mode, context=args.context)
+    else:
+        result = build_image(client, mode=args.mode, context=args.context, flavour=args.flavour)
+    print(json.dumps({"tag": result.tag, "built": result.built, "base": result.base, "flavour": result.flavour}))
+    return 0
+
+
+def _versions(args: argparse.Namespace) -> int:
+    from ..config import Settings
+    from ..images import runner_versions
+    from ..runtimes.docker import connect
+
+    images = args.images or [Settings().docker_image]
+    print(runner_versions(connect(timeout=120), images, context=args.context), end="")
     return 0
