@@ -300,7 +300,9 @@ def build_image(
     return BuildResult(tag, True, base, flavour)
 
 
-def build_service_image(client: docker.DockerClient, *, mode: Mode = "auto", context: Path | None = None) -> BuildResult:
+def build_service_image(
+    client: docker.DockerClient, *, mode: Mode = "auto", context: Path | None = None
+) -> BuildResult:
     """Build (or reuse) the service's own image for docker-compose.yml.
 
     Python packages go in as a wheelhouse made on this host (``pip wheel``, with the

@@ -29,4 +29,5 @@ else
   log "no Docker engine: the Docker tests will be skipped"
   export SKILL_EXECUTOR_TEST_DOCKER=0
 fi
+"$ROOT/scripts/lint.sh"
 "$PY" -m pytest "$@"
