@@ -14,7 +14,7 @@ from executor.core import Executor
 from executor.runtimes.docker.launcher import EXIT_FRAME_MAX, LauncherFrames
 from executor.runtimes.streams import ProtocolError
 
-from .conftest import make_settings, require_runtime
+from .conftest import HARDENING_RUNTIMES, make_settings, require_runtime
 from .helpers import run
 
 
@@ -75,7 +75,7 @@ for pid in launcher:
 VSOCK = "import socket\ntry:\n socket.socket(40, socket.SOCK_STREAM)\n print('vsock open')\nexcept OSError as e:\n print('vsock', e.errno)"
 
 
-@pytest.fixture(params=["docker", "docker-pool"])
+@pytest.fixture(params=HARDENING_RUNTIMES)
 def docker_executor(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Executor]:
     require_runtime(request.param)
     executor = Executor.from_settings(make_settings(tmp_path, request.param))
