@@ -231,7 +231,15 @@ ensure_tools() {
 }
 
 # Build (or reuse) the runner image.
+# The runs then use the image by its hash tag (unless SKILL_EXECUTOR_DOCKER_IMAGE is set):
+# on an engine shared with other checkouts, :latest may be retagged while the tests run.
 ensure_image() {
   ensure_tools
-  "$VENV/bin/skill-executor" image build
+  local built
+  built="$("$VENV/bin/skill-executor" image build)" || return 1
+  echo "$built"
+  if [[ -z "${SKILL_EXECUTOR_DOCKER_IMAGE:-}" ]]; then
+    SKILL_EXECUTOR_DOCKER_IMAGE="$("$PY" -P -c 'import json, sys; print(json.loads(sys.argv[1])["tag"])' "$built")"
+    export SKILL_EXECUTOR_DOCKER_IMAGE
+  fi
 }
