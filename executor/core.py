@@ -6,6 +6,7 @@ too.  Nothing here is global: two executors with different settings coexist.
 
 from __future__ import annotations
 
+import resource
 from dataclasses import dataclass
 
 from .artifacts.store import LocalArtifactStore
@@ -28,6 +29,14 @@ def make_runtime(settings: Settings) -> Runtime:
     raise BadRequest(f"unknown runtime {settings.runtime!r}")
 
 
+def _raise_descriptor_limit(most: int = 65536) -> None:
+    """Walks of run trees hold a descriptor per folder level: allow what the hard limit does."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = most if hard == resource.RLIM_INFINITY else min(hard, most)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
 @dataclass(slots=True)
 class Executor:
     settings: Settings
@@ -39,6 +48,7 @@ class Executor:
     @classmethod
     def from_settings(cls, settings: Settings, runtime: Runtime | None = None) -> Executor:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        _raise_descriptor_limit()
         repository = SkillRepository(settings.skill_roots, refresh_interval=settings.skills_refresh_seconds)
         artifacts = LocalArtifactStore(settings.artifacts_dir)
         runtime = runtime or make_runtime(settings)

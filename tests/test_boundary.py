@@ -243,3 +243,30 @@ def test_tenants_do_not_share_sessions_or_artifacts(executor: Executor) -> None:
         runner.run(steal, tenant="bbbb")
     assert info.value.status == 404
     assert runner.run(steal, tenant="aaaa").stdout == "tenant a's data"
+
+
+def test_staging_cannot_multiply_entries(executor: Executor) -> None:
+    """Copies between the writable roots grow a tree fast: the whole request has one
+    entry budget, so a handful of inputs cannot make the service create millions."""
+    made = run(executor, session="grow", command="mkdir -p $WORK_DIR/seed && cd $WORK_DIR/seed && "
+               "for i in $(seq 60); do mkdir d$i; for j in $(seq 60); do mkdir d$i/e$j; done; done; echo made")
+    assert made.stdout == "made\n"
+    inputs = [{"from": "workspace://work/seed", "to": f"out/copy{i}"} for i in range(20)]
+    error = refused(executor, session="grow", command="true", inputs=inputs)
+    assert error.code == "inputs_too_large" and error.status == 413, error.to_dict()
+
+
+def test_collection_holds_only_what_it_returns(executor: Executor) -> None:
+    command = ("python3 -c \"import os\nos.chdir('out')\nfor i in range(40):\n os.mkdir('d'*200); os.chdir('d'*200)\n"
+               "for i in range(50): open(f'f{i}', 'w').write('x')\"; touch out/a.txt")
+    result = run(executor, command=command, outputs={"globs": ["out/**"], "max_files": 5})
+    names = [f.name for f in result.output_files]
+    assert names == ["out/a.txt"], names  # the deep ones are longer than a path may be
+    assert any("longer than 4096 bytes" in w for w in result.warnings)
+
+
+def test_lone_surrogates_are_a_clean_refusal(executor: Executor) -> None:
+    for fields in ({"cwd": "out/\ud800"}, {"stdin": "\udcff"}, {"env": {"A": "\ud800"}},
+                   {"inputs": [{"from": "workspace://work/\ud800"}]}):
+        error = refused(executor, command="true", **fields)
+        assert error.status == 400 and error.code == "invalid_text", error.to_dict()

@@ -17,7 +17,8 @@ def make(limit: int = 10):  # type: ignore[no-untyped-def]
     seen: list[tuple[str, bytes]] = []
     control: list[tuple[int, bytes]] = []
     demux = Demux(5, lambda h: (h[0], int.from_bytes(h[1:5], "big")), {1: ("stdout", out), 2: ("stderr", err)},
-                  lambda name, data: seen.append((name, data)), lambda s, p: control.append((s, p)))
+                  lambda name, data: seen.append((name, data)), lambda s, p: control.append((s, p)),
+                  controls=frozenset({7, 9}))
     return demux, out, err, seen, control
 
 
@@ -49,3 +50,16 @@ def test_recv_loop_reads_to_eof() -> None:
     writer.join()
     left.close()
     assert out.data == payload and control == [(7, b"x")]
+
+
+def test_unknown_and_oversized_control_frames_are_refused() -> None:
+    import pytest
+
+    from executor.runtimes.streams import ProtocolError
+
+    demux, *_ = make()
+    with pytest.raises(ProtocolError, match="unknown frame kind 3"):
+        demux.feed(memoryview(frame(3, b"x")))
+    demux, *_ = make()
+    with pytest.raises(ProtocolError, match="control frame"):
+        demux.feed(memoryview(bytes([9]) + (1 << 30).to_bytes(4, "big")))

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import hashlib
+import heapq
 import os
 import stat
 from contextlib import ExitStack
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 import pathspec
 
 from ..errors import BadRequest, ExecutorError
-from ..paths import clean_relative
+from ..paths import MAX_PATH_BYTES, clean_relative
 from ..skills.files import is_text
 from ..workspace.fs import Tree
 from ..workspace.layout import Workspace, expand_path_variable
@@ -120,13 +121,12 @@ def collect(
     spec = compile_globs(tuple(globs))
     with ExitStack() as stack:
         trees = {top: stack.enter_context(workspace.tree(top)) for top in workspace.roots()}
-        matches = _match(trees, spec, collection, failed)
-        if len(matches) > limits.max_files:
+        matched, matches = _match(trees, spec, collection, failed, limits.max_files)
+        if matched > limits.max_files:
             collection.hit("max_files")
             collection.warnings.append(
-                f"{len(matches)} files matched; only the first {limits.max_files} (by path) are returned"
+                f"{matched} files matched; only the first {limits.max_files} (by path) are returned"
             )
-            matches = matches[: limits.max_files]
         remaining = limits.max_total_bytes
         for logical, top, rel in matches:
             budget = max(0, min(limits.max_file_bytes, remaining))
@@ -146,20 +146,28 @@ def collect(
 
 
 def _match(
-    trees: dict[str, Tree], spec: Globs, collection: Collection, failed: bool
-) -> list[tuple[str, str, PurePosixPath]]:
-    """(logical path, root, path in root) of every regular file matching, by path."""
-    matches: list[tuple[str, str, PurePosixPath]] = []
-    seen = 0
+    trees: dict[str, Tree], spec: Globs, collection: Collection, failed: bool, most: int
+) -> tuple[int, list[tuple[str, str, PurePosixPath]]]:
+    """(how many regular files match, the first ``most`` of them by path as (logical
+    path, root, path in root)).  Only ``most`` matches are ever held; paths longer than
+    a path may be are skipped."""
+    kept: list[tuple[str, str, PurePosixPath]] = []  # trimmed to the ``most`` first whenever it doubles
+    matched = seen = too_long = 0
     for top, tree in trees.items():
         for entry in tree.walk():
             seen += 1
             if seen > MAX_WALK_ENTRIES:
                 collection.hit("walk_entries")
-                return sorted(matches)
+                break
             if entry.is_dir:
                 continue
+            if entry.depth * 2 > MAX_PATH_BYTES or len(entry.path.parts[-1]) > MAX_PATH_BYTES:
+                too_long += 1
+                continue
             logical = f"{top}/{entry.path}"
+            if len(logical.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
+                too_long += 1
+                continue
             if not spec.match_file(logical):
                 continue
             shown = printable(logical)
@@ -173,8 +181,16 @@ def _match(
             elif failed and entry.stat.st_size == 0:
                 collection.warnings.append(f"output {logical!r} is empty and the command failed; dropped")
             else:
-                matches.append((logical, top, entry.path))
-    return sorted(matches)
+                matched += 1
+                kept.append((logical, top, entry.path))
+                if len(kept) >= 2 * most + 64:
+                    kept = heapq.nsmallest(most, kept)
+        else:
+            continue
+        break
+    if too_long:
+        collection.warnings.append(f"{too_long} file(s) with paths longer than {MAX_PATH_BYTES} bytes were skipped")
+    return matched, heapq.nsmallest(most, kept)
 
 
 def _read(tree: Tree, logical: str, rel: PurePosixPath, budget: int) -> CollectedFile:

@@ -52,6 +52,7 @@ class RunPlan:
 def check_request(request: RunRequest, settings: Settings, repository: SkillRepository) -> RunPlan:
     """Everything that can be refused before a workspace exists."""
     s = settings
+    _check_text(request.model_dump(by_alias=True), "request")
     skill = repository.get(request.skill)
     timeout = request.timeout if request.timeout is not None else s.default_timeout
     if timeout > s.max_timeout:
@@ -153,3 +154,20 @@ def resolve_cwd(cwd: str | None, workspace: Workspace, skill: Skill, visible_roo
     if not source.is_dir():
         raise BadRequest(f"cwd {cwd!r} is not a folder of the skill", code="invalid_cwd")
     return f"{skill_root}/{rel}"
+
+
+def _check_text(value: object, where: str) -> None:
+    """Every string of a request must be encodable as UTF-8 (JSON can carry lone surrogates)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            message = f"{where} is not valid Unicode text (it holds a lone surrogate)"
+            raise BadRequest(message, code="invalid_text") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key, f"{where} key")
+            _check_text(item, f"{where}.{key}" if isinstance(key, str) and key.isprintable() else where)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_text(item, f"{where}[{index}]")

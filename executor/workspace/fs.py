@@ -42,7 +42,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -107,6 +107,8 @@ class Tree:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.fd = os.open(path, _DIR_FLAGS)
+        #: Set by a walk that could not read or enter a folder (other than one removed meanwhile).
+        self.incomplete = False
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -251,7 +253,9 @@ class Tree:
         os.set_blocking(fd, True)
         return fd, st
 
-    def walk(self, rel: PurePosixPath = PurePosixPath("."), *, what: str = "folder") -> Iterator[Entry]:
+    def walk(
+        self, rel: PurePosixPath = PurePosixPath("."), *, what: str = "folder"
+    ) -> Generator[Entry, None, None]:
         """Every entry below ``rel`` (not ``rel`` itself), depth first, in name order;
         links and special files are yielded, never followed.  Folders deeper than
         :data:`MAX_DEPTH` are yielded but not entered."""
@@ -276,6 +280,7 @@ class Tree:
                     try:
                         listing = sorted(os.scandir(fd), key=lambda e: e.name)
                     except OSError:
+                        self.incomplete = True
                         listing = []
                     entries = iter(listing)
                     stack[-1] = (fd, path, entries)
@@ -286,7 +291,10 @@ class Tree:
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
                 except OSError:
+                    self.incomplete = True
                     continue
                 child_path = path / entry.name if str(path) != "." else PurePosixPath(entry.name)
                 item = Entry(child_path, st, len(stack))
@@ -295,8 +303,10 @@ class Tree:
                     continue
                 try:
                     child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
-                except OSError:
-                    yield item, -1  # replaced meanwhile: not entered
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                        self.incomplete = True  # unreadable (EACCES, EMFILE): not measured
+                    yield item, -1  # replaced meanwhile, or unreadable: not entered
                     continue
                 yield item, child
                 stack.append((child, child_path, None))
@@ -308,7 +318,8 @@ class Tree:
 
     def usage(self) -> tuple[int, bool]:
         """(bytes allocated below the tree, whether it could not be measured whole:
-        folders deeper than :data:`MAX_DEPTH` or more than :data:`MAX_ENTRIES` entries).
+        folders deeper than :data:`MAX_DEPTH`, more than :data:`MAX_ENTRIES` entries, or a
+        folder that could not be read).
 
         Hard links count once; nothing is followed.
         """
@@ -323,7 +334,7 @@ class Tree:
                 continue
             seen.add(key)
             total += st.st_blocks * 512
-        return total, False
+        return total, self.incomplete
 
 
 def remove_tree(path: Path) -> None:
@@ -411,18 +422,42 @@ def _clear_level(fd: int, top: int) -> list[str]:
         except OSError:
             continue
         if not is_dir:
-            _unlink(fd, entry.name)
-            continue
+            try:
+                _unlink(fd, entry.name)
+                continue
+            except IsADirectoryError:
+                pass  # replaced by a folder since it was listed: hoist it
         if fd == top and entry.name.startswith(_HOIST):
             moved.append(entry.name)
             continue
         name = f"{_HOIST}{secrets.token_hex(8)}"
+        _writable_child(fd, entry.name)
         try:
             os.rename(entry.name, name, src_dir_fd=fd, dst_dir_fd=top)
         except FileNotFoundError:
             continue
+        except NotADirectoryError:
+            _unlink(fd, entry.name)  # replaced by a file since it was listed
+            continue
         moved.append(name)
     return moved
+
+
+def _writable_child(dir_fd: int, name: str) -> None:
+    """A service that is not root can only move a folder it may write: fix its mode
+    through an ``O_PATH`` descriptor (never following a link)."""
+    if os.geteuid() == 0:
+        return
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", 0o700)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _make_writable(fd: int) -> None:

@@ -22,6 +22,7 @@ roots are run-writable: every operation inside them goes through
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -33,6 +34,8 @@ from ..errors import BadRequest, Forbidden
 from ..owners import owner_alive, owner_token
 from ..paths import clean_relative
 from .fs import Tree, remove_tree
+
+log = logging.getLogger(__name__)
 
 #: Logical top-level directories a run may write to.
 WRITABLE_ROOTS = ("work", "out", "run")
@@ -169,7 +172,11 @@ class WorkspaceManager:
                     continue
                 token = ""
             if not owner_alive(token):
-                remove_tree(entry)
+                try:
+                    remove_tree(entry)
+                except OSError as exc:  # one bad leftover must not stop the service starting
+                    log.warning("could not remove the abandoned workspace %s: %s", entry, exc)
+                    continue
                 removed.append(entry.name)
         return removed
 

@@ -127,6 +127,9 @@ class SessionStore:
             for entry in sorted(tenant_dir.iterdir()):
                 if not entry.is_dir() or entry.is_symlink():
                     continue
+                if entry.name.startswith(".expired-"):  # left by a sweep that crashed
+                    fs.remove_tree(entry)
+                    continue
                 if self._expire(entry, now):
                     removed.append(f"{tenant_dir.name}/{entry.name}")
         return removed
@@ -150,10 +153,13 @@ class SessionStore:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     return False  # another process runs it right now
-                fs.remove_tree(entry)
-                return True
+                # Out of the way under the lock; removed (however large) outside it.
+                doomed = entry.with_name(f".expired-{entry.name}-{time.monotonic_ns()}")
+                os.rename(entry, doomed)
             finally:
                 os.close(fd)
+        fs.remove_tree(doomed)
+        return True
 
     # -- artifact pins -----------------------------------------------------------------
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 import functools
 import os
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -35,13 +36,19 @@ from ..artifacts.store import ArtifactInfo, ArtifactStore, parse_ref
 from ..errors import BadRequest, ExecutorError, Forbidden, NotFound, TooLarge
 from ..paths import clean_relative, is_within, resolve_within
 from ..skills import SkillRepository
-from .fs import MAX_ENTRIES, Tree
+from .fs import PathEscape, Tree
 from .layout import Workspace
 from .sessions import SessionStore
 from .spec import InputSpec
 
 SCHEMES = ("artifact://", "host://", "workspace://", "skill://")
 _Opener = Callable[[], BinaryIO]
+_Entries = Generator[tuple[str, os.stat_result, _Opener], None, None]
+#: What all inputs of one request may make: entries, and folder levels below a target.
+MAX_STAGED_ENTRIES = 50_000
+MAX_STAGED_DEPTH = 256
+#: What a folder costs against the staged-bytes cap (a block and an inode).
+FOLDER_BYTES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,20 +112,35 @@ class Stager:
         self.owner = owner
 
     def stage(self, workspace: Workspace, inputs: Sequence[InputSpec]) -> StagingReport:
+        """Stage every input, or refuse.  All inputs of a request together may hold at
+        most ``max_bytes`` (a folder counts 4 KiB) in :data:`MAX_STAGED_ENTRIES` entries,
+        none deeper than :data:`MAX_STAGED_DEPTH` levels."""
         report = StagingReport()
-        budget = self.max_bytes
+        budget, entries_left = self.max_bytes, MAX_STAGED_ENTRIES
         for index, spec in enumerate(inputs):
             label = f"inputs[{index}] ({spec.from_})"
             try:
                 source = self._resolve(workspace, spec, label)
                 target = self._target(workspace, spec, source.basename)
-                size = self._size(workspace, source)
+                size, entries, depth = self._size(workspace, source)
                 if size > budget:
                     raise TooLarge(
                         f"{label}: staging {size} bytes would exceed the cap of {self.max_bytes} bytes for all inputs",
                         code="inputs_too_large",
                     )
+                if entries > entries_left:
+                    raise TooLarge(
+                        f"{label}: staging {entries} files and folders would exceed the cap of "
+                        f"{MAX_STAGED_ENTRIES} for all inputs",
+                        code="inputs_too_large",
+                    )
+                if len(target.parts) + depth > MAX_STAGED_DEPTH:
+                    raise BadRequest(
+                        f"{label}: staging would nest folders deeper than {MAX_STAGED_DEPTH} levels",
+                        code="inputs_too_deep",
+                    )
                 budget -= size
+                entries_left -= entries
                 readonly = spec.mode == "link"
                 top, rest = workspace.locate(target, what=f"{label} target")
                 with workspace.tree(top) as tree:
@@ -155,8 +177,11 @@ class Stager:
             logical = workspace.logical(ref[len("workspace://") :], what="workspace source")
             top, rest = workspace.locate(logical, what="workspace source")
             with workspace.tree(top) as tree:
-                if tree.lstat(rest, what=f"workspace source {str(logical)!r}") is None:
+                found = tree.lstat(rest, what=f"workspace source {str(logical)!r}")
+                if found is None:
                     raise NotFound(f"workspace has no {str(logical)!r}", code="input_not_found")
+                if stat.S_ISLNK(found.st_mode):
+                    raise PathEscape(f"workspace source {str(logical)!r} is a symbolic link")
             return _WorkspaceSource(top, rest, logical.name)
         if ref.startswith("skill://"):
             rest_ref = ref[len("skill://") :]
@@ -194,16 +219,21 @@ class Stager:
             return PurePosixPath("work", "inputs", basename)
         return workspace.logical(spec.to, what="target 'to'")
 
-    def _size(self, workspace: Workspace, source: _PathSource | _ArtifactSource | _WorkspaceSource) -> int:
+    def _size(
+        self, workspace: Workspace, source: _PathSource | _ArtifactSource | _WorkspaceSource
+    ) -> tuple[int, int, int]:
+        """(bytes, entries, folder depth) that copying ``source`` makes."""
         if isinstance(source, _ArtifactSource):
-            return source.info.size
+            return source.info.size, 1, 0
         if isinstance(source, _WorkspaceSource):
             with workspace.tree(source.top) as tree:
                 st = tree.lstat(source.rel)
-                if st is not None and stat.S_ISREG(st.st_mode):
-                    return st.st_size
-                return _total(e.stat for e in tree.walk(source.rel))
-        return _total(st for _, st in _walk(source.path))
+                if st is None or not stat.S_ISDIR(st.st_mode):
+                    return (st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0), 1, 0
+                with closing(tree.walk(source.rel)) as walk:
+                    return _total((e.stat, e.depth) for e in walk)
+        with closing(_walk(source.path)) as entries:
+            return _total((st, rel.count("/") + 1) for rel, st in entries)
 
     # -- writing -----------------------------------------------------------------------
 
@@ -237,7 +267,7 @@ class Stager:
 
     def _copy_entries(
         self,
-        entries: Iterator[tuple[str, os.stat_result, _Opener]],
+        entries: _Entries,
         tree: Tree,
         target: PurePosixPath,
         mode: int,
@@ -245,6 +275,21 @@ class Stager:
         report: StagingReport,
     ) -> None:
         folders: list[PurePosixPath] = []
+        with closing(entries):
+            self._copy_each(entries, tree, target, mode, label, report, folders)
+        if mode == 0o444 and folders:
+            tree.make_read_only(folders[0])
+
+    def _copy_each(
+        self,
+        entries: _Entries,
+        tree: Tree,
+        target: PurePosixPath,
+        mode: int,
+        label: str,
+        report: StagingReport,
+        folders: list[PurePosixPath],
+    ) -> None:
         for rel, st, opener in entries:
             dest = target if rel == "." else target / rel
             what = f"target {str(dest)!r}"
@@ -262,20 +307,22 @@ class Stager:
                 raise BadRequest("the source is neither a file nor a folder", code="invalid_input")
             else:
                 report.warnings.append(f"{label}: skipped special file {rel!r}")
-        if mode == 0o444 and folders:
-            tree.make_read_only(folders[0])
 
 
-def _total(stats: Iterator[os.stat_result]) -> int:
-    """Bytes of the regular files among ``stats``; refuses a source of more than
-    :data:`~executor.workspace.fs.MAX_ENTRIES` entries (a copy must stay cheap)."""
-    total = 0
-    for count, st in enumerate(stats, 1):
-        if count > MAX_ENTRIES:
-            raise TooLarge(f"the source has more than {MAX_ENTRIES} entries", code="inputs_too_large")
+def _total(stats: Iterator[tuple[os.stat_result, int]]) -> tuple[int, int, int]:
+    """(bytes: regular files' sizes + 4 KiB a folder, entries, deepest level) of a source
+    folder's (lstat, depth) pairs; stops counting past :data:`MAX_STAGED_ENTRIES`."""
+    total = count = deepest = 0
+    for st, depth in stats:
+        count += 1
+        if count > MAX_STAGED_ENTRIES:
+            break
+        deepest = max(deepest, depth)
         if stat.S_ISREG(st.st_mode):
             total += st.st_size
-    return total
+        elif stat.S_ISDIR(st.st_mode):
+            total += FOLDER_BYTES
+    return total, count, deepest
 
 
 def _tree_top(workspace: Workspace, tree: Tree) -> str:
@@ -294,7 +341,7 @@ def _host_inside(workspace: Workspace, tree: Tree, target: PurePosixPath, source
     return is_within(tree.path.resolve() / str(target), source.resolve())
 
 
-def _tree_entries(tree: Tree, rel: PurePosixPath) -> Iterator[tuple[str, os.stat_result, _Opener]]:
+def _tree_entries(tree: Tree, rel: PurePosixPath) -> _Entries:
     """(relative path, lstat, opener) of a run-writable source, links never followed."""
     st = tree.lstat(rel)
     if st is None:
@@ -312,7 +359,7 @@ def _open_tree_file(tree: Tree, rel: PurePosixPath) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _path_entries(root: Path) -> Iterator[tuple[str, os.stat_result, _Opener]]:
+def _path_entries(root: Path) -> _Entries:
     for rel, st in _walk(root):
         path = root if rel == "." else root / rel
         yield rel, st, functools.partial(_open_trusted, path)
@@ -327,7 +374,7 @@ def _open_trusted(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
+def _walk(root: Path) -> Generator[tuple[str, os.stat_result], None, None]:
     """Yield (relative path, lstat) for root and everything below it, links not followed."""
     st = os.lstat(root)
     yield ".", st

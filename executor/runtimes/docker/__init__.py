@@ -77,10 +77,10 @@ class DockerRuntime:
         self.engine.check_oci_runtime()
         self.activity = Activity()
         self.workspaces = WorkspaceManager(settings.workspaces)
+        self.sweep()  # first the containers of a crashed service, then (nothing runs in them) their folders
         swept = self.workspaces.sweep()
         if swept:
             log.warning("removed %d workspace(s) left by a crashed process", len(swept))
-        self.sweep()
         self.janitor = Janitor(self.activity, name="docker-janitor")
         self._closed = threading.Event()
         self._reaper = threading.Thread(target=self._reap_loop, name="docker-reaper", daemon=True)
