@@ -357,7 +357,7 @@ def main() -> int:
         # -- gVisor next to runc --------------------------------------------------------------
         problem = runsc_problem(client)
         if problem is None:
-            counts = (6, 4, 8, 2) if quick else (24, 12, 24, 5)
+            counts = (4, 3, 4, 1) if quick else (24, 12, 24, 5)
             results["oci_runtimes"] = {name: bench_oci_runtime(base, client, image, runtime, counts)
                                        for name, runtime in (("runc", None), ("runsc", "runsc"))}
         else:
