@@ -13,7 +13,11 @@ Measures on the same engine and image:
 * output collection (1,000 small files; one 64 MiB file) next to a plain read of the
   same files; catalog overview and search over 1,000 generated skills;
 * the service's RSS idle and under 8 concurrent runs each printing 1 GiB (256 MiB with
-  ``--quick``).
+  ``--quick``);
+* gVisor (the engine's ``runsc`` runtime), next to runc: the floor's create+start+wait+remove,
+  ours over HTTP with a warm pool and with pool size 0, throughput at concurrency 4, and a
+  run of ``import pandas`` through a warm pool -- each with the ratio runsc/runc.  Skipped
+  (with the reason) when the engine has no usable ``runsc``.
 
 Prints a table of p50/p90 and the ratios ours/floor, and writes JSON.
 """
@@ -45,6 +49,8 @@ from executor.config import Settings  # noqa: E402
 from executor.core import Executor  # noqa: E402
 from executor.outputs.collect import CollectLimits, collect  # noqa: E402
 from executor.runs.models import RunRequest  # noqa: E402
+from executor.errors import ExecutorError  # noqa: E402
+from executor.runtimes.docker.engine import check_oci_runtime  # noqa: E402
 from executor.skills import SkillRepository, render_text, render_xml  # noqa: E402
 from executor.workspace.layout import Workspace, WorkspaceManager  # noqa: E402
 
@@ -118,8 +124,12 @@ class Service:
 
     def run(self, command: str = "true") -> dict[str, Any]:
         response = self.http.post("/v1/runs", json={"skill": "math-tools", "command": command})
-        response.raise_for_status()
-        return response.json()
+        if response.status_code != 200:
+            raise RuntimeError(f"{command!r}: HTTP {response.status_code} {response.text[:500]}")
+        result: dict[str, Any] = response.json()
+        if result.get("exit_code") != 0:
+            raise RuntimeError(f"{command!r} failed: {result}")
+        return result
 
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
@@ -146,8 +156,8 @@ def floor_exec_run(client: docker.DockerClient, image: str, count: int) -> list[
         container.remove(force=True)
 
 
-def floor_cold_once(client: docker.DockerClient, image: str) -> None:
-    container = client.containers.create(image, ["true"], network_disabled=True)
+def floor_cold_once(client: docker.DockerClient, image: str, runtime: str | None = None) -> None:
+    container = client.containers.create(image, ["true"], network_disabled=True, runtime=runtime)
     container.start()
     container.wait()
     container.remove(force=True)
@@ -236,9 +246,55 @@ def bench_rss(base: Path, quick: bool) -> dict[str, Any]:
         service.stop()
 
 
+PANDAS = "python3 -c 'import pandas'"
+
+
+def runsc_problem(client: docker.DockerClient) -> str | None:
+    """Why the engine cannot run our containers on gVisor (None when it can)."""
+    skip = os.environ.get("SKILL_EXECUTOR_BENCH_RUNSC_SKIP")
+    if skip:
+        return skip
+    try:
+        check_oci_runtime("runsc", client.info(), pool=True)
+    except ExecutorError as exc:
+        return exc.message
+    return None
+
+
+def bench_oci_runtime(base: Path, client: docker.DockerClient, image: str, runtime: str | None,
+                      counts: tuple[int, int, int, int]) -> dict[str, Any]:
+    """The rows compared between runc (``runtime`` None: the engine's default) and runsc."""
+    n_warm, n_cold, per_level, n_heavy = counts
+    out: dict[str, Any] = {}
+    floor_cold_once(client, image, runtime)
+    out["floor_create_start_wait_remove_ms"] = stats(
+        [timed(lambda: floor_cold_once(client, image, runtime)) for _ in range(n_cold)])
+    settings: dict[str, Any] = {"docker_image": image}
+    if runtime is not None:
+        settings["docker_oci_runtime"] = runtime
+    warm = Service(base, pool_size=2, **settings)
+    try:
+        time.sleep(1.0)
+        warm.run()
+        # Paced so the pool keeps up: a gVisor container takes longer to start.
+        out["http_warm_pool_ms"] = stats(paced(warm.run, n_warm, 0.5))
+        out["throughput_http_c4"] = throughput(warm.run, 4, per_level)
+        time.sleep(2.0)
+        out["http_warm_pool_import_pandas_ms"] = stats(paced(lambda: warm.run(PANDAS), n_heavy, 1.0))
+    finally:
+        warm.stop()
+    cold = Service(base, pool_size=0, **settings)
+    try:
+        cold.run()
+        out["http_pool0_ms"] = stats([timed(cold.run) for _ in range(n_cold)])
+    finally:
+        cold.stop()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer samples; finishes within 60 s")
+    parser.add_argument("--quick", action="store_true", help="fewer samples; finishes within about 90 s")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "latest.json")
     args = parser.parse_args()
     quick = args.quick
@@ -258,7 +314,7 @@ def main() -> int:
             [timed(lambda: floor_cold_once(client, image)) for _ in range(n_cold)])
 
         # -- ours over HTTP ---------------------------------------------------------------------
-        warm = Service(base, pool_size=2)
+        warm = Service(base, pool_size=2, docker_image=image)
         try:
             time.sleep(1.0)
             warm.run()
@@ -272,7 +328,7 @@ def main() -> int:
             results["throughput_ours_http"] = ours_tp
         finally:
             warm.stop()
-        cold = Service(base, pool_size=0)
+        cold = Service(base, pool_size=0, docker_image=image)
         try:
             cold.run()
             results["http_pool0_ms"] = stats([timed(cold.run) for _ in range(n_cold)])
@@ -282,7 +338,7 @@ def main() -> int:
         # -- ours through the library ------------------------------------------------------------
         for pool in (2, 0):
             executor = Executor.from_settings(Settings(skills_dirs=[REPO / "skills"], data_dir=base / f"lib{pool}",
-                                                       pool_size=pool))
+                                                       pool_size=pool, docker_image=image))
             try:
                 if pool:
                     executor.runtime.pool.wait_ready()  # type: ignore[attr-defined]
@@ -297,6 +353,15 @@ def main() -> int:
         results.update(bench_collection(base, quick))
         results.update(bench_catalog(base, quick))
         results.update(bench_rss(base, quick))
+
+        # -- gVisor next to runc --------------------------------------------------------------
+        problem = runsc_problem(client)
+        if problem is None:
+            counts = (4, 3, 4, 1) if quick else (24, 12, 24, 5)
+            results["oci_runtimes"] = {name: bench_oci_runtime(base, client, image, runtime, counts)
+                                       for name, runtime in (("runc", None), ("runsc", "runsc"))}
+        else:
+            results["oci_runtimes"] = {"skipped": problem}
     finally:
         shutil.rmtree(base, ignore_errors=True)
     results["seconds"] = round(time.monotonic() - began, 1)
@@ -343,7 +408,24 @@ def report(r: dict[str, Any]) -> None:
     print(f"{'service RSS idle (MB)':42} {r['rss_idle_mb']:9.1f}  <= 120{' MET' if r['rss_idle_mb'] <= 120 else ' MISSED'}")
     print(f"{'service RSS peak, 8 x ' + r['flood_per_run'] + ' stdout (MB)':42} {r['rss_flood_peak_mb']:9.1f}  <= 300"
           f"{' MET' if r['rss_flood_peak_mb'] <= 300 else ' MISSED'}")
+    report_oci_runtimes(r["oci_runtimes"])
     print(f"\nfinished in {r['seconds']} s")
+
+
+def report_oci_runtimes(r: dict[str, Any]) -> None:
+    if "skipped" in r:
+        print(f"\ngVisor (runsc): skipped: {r['skipped']}")
+        return
+    runc, runsc = r["runc"], r["runsc"]
+    print(f"\n{'gVisor (runsc) vs runc, p50':42} {'runc':>9} {'runsc':>9} {'ratio':>7}")
+    for name, key in (("floor: create+start+wait+remove (ms)", "floor_create_start_wait_remove_ms"),
+                      ("ours: HTTP run, warm pool (ms)", "http_warm_pool_ms"),
+                      ("ours: HTTP run, pool 0 (ms)", "http_pool0_ms"),
+                      ("ours: import pandas, warm pool (ms)", "http_warm_pool_import_pandas_ms")):
+        a, b = runc[key]["p50"], runsc[key]["p50"]
+        print(f"{name:42} {a:9.1f} {b:9.1f} {b / a:7.2f}")
+    a, b = runc["throughput_http_c4"], runsc["throughput_http_c4"]
+    print(f"{'ours: HTTP throughput at c=4 (runs/s)':42} {a:9.1f} {b:9.1f} {b / a:7.2f}")
 
 
 if __name__ == "__main__":
