@@ -258,11 +258,13 @@ class Stager:
             with workspace.tree(source.top) as origin:
                 if source.top == _tree_top(workspace, tree) and _inside(target, source.rel):
                     raise BadRequest("the target lies inside the folder being copied", code="target_conflict")
-                self._copy_entries(_tree_entries(origin, source.rel), tree, target, mode, label, report)
+                with closing(_tree_entries(origin, source.rel)) as entries:
+                    self._copy_entries(entries, tree, target, mode, label, report)
             return None
         if stat.S_ISDIR(os.stat(source.path).st_mode) and _host_inside(workspace, tree, target, source.path):
             raise BadRequest("the target lies inside the folder being copied", code="target_conflict")
-        self._copy_entries(_path_entries(source.path), tree, target, mode, label, report)
+        with closing(_path_entries(source.path)) as trusted:
+            self._copy_entries(trusted, tree, target, mode, label, report)
         return None
 
     def _copy_entries(
@@ -275,21 +277,6 @@ class Stager:
         report: StagingReport,
     ) -> None:
         folders: list[PurePosixPath] = []
-        with closing(entries):
-            self._copy_each(entries, tree, target, mode, label, report, folders)
-        if mode == 0o444 and folders:
-            tree.make_read_only(folders[0])
-
-    def _copy_each(
-        self,
-        entries: _Entries,
-        tree: Tree,
-        target: PurePosixPath,
-        mode: int,
-        label: str,
-        report: StagingReport,
-        folders: list[PurePosixPath],
-    ) -> None:
         for rel, st, opener in entries:
             dest = target if rel == "." else target / rel
             what = f"target {str(dest)!r}"
@@ -307,6 +294,8 @@ class Stager:
                 raise BadRequest("the source is neither a file nor a folder", code="invalid_input")
             else:
                 report.warnings.append(f"{label}: skipped special file {rel!r}")
+        if mode == 0o444 and folders:
+            tree.make_read_only(folders[0])
 
 
 def _total(stats: Iterator[tuple[os.stat_result, int]]) -> tuple[int, int, int]:
