@@ -25,7 +25,8 @@
  *
  * The command cannot reach the launcher: the launcher makes itself non-dumpable
  * (PR_SET_DUMPABLE 0: no ptrace attach, no /proc/<pid>/mem or fd access by the same
- * uid), and the command runs under a seccomp filter, stacked on the engine's profile,
+ * uid; gVisor honours it for ptrace and mem, and its /proc cannot reopen the socket to
+ * the host either), and the command runs under a seccomp filter, stacked on the engine's profile,
  * that refuses ptrace, process_vm_readv/writev, io_uring, system calls of any other ABI,
  * and AF_VSOCK sockets (a network namespace does not cover vsock; --allow-vsock lifts
  * that).  io_uring is refused because its IORING_OP_SOCKET makes sockets without the
