@@ -25,11 +25,15 @@
  *
  * The command cannot reach the launcher: the launcher makes itself non-dumpable
  * (PR_SET_DUMPABLE 0: no ptrace attach, no /proc/<pid>/mem or fd access by the same
- * uid), and the command runs under a seccomp filter, stacked on the engine's profile,
- * that refuses ptrace, process_vm_readv/writev, system calls of any other ABI, and
- * AF_VSOCK sockets (a network namespace does not cover vsock; --allow-vsock lifts that).
+ * uid; gVisor honours it for ptrace and mem, and its /proc cannot reopen the socket to
+ * the host either), and the command runs under a seccomp filter, stacked on the engine's profile,
+ * that refuses ptrace, process_vm_readv/writev, io_uring, system calls of any other ABI,
+ * and AF_VSOCK sockets (a network namespace does not cover vsock; --allow-vsock lifts
+ * that).  io_uring is refused because its IORING_OP_SOCKET makes sockets without the
+ * socket() call the filter inspects.  A command that signals the launcher (same uid)
+ * only ends its own run: the host then reports no exit status and kills the container.
  *
- * `launcher --exec [--allow-vsock] -- PROGRAM ARGS...` applies the same filter and
+ * `launcher [--allow-vsock] --exec -- PROGRAM ARGS...` applies the same filter and
  * execs PROGRAM: the per-run (cold) container starts its command that way, so one
  * piece of code guards both paths.
  */
@@ -89,6 +93,11 @@ static int restrict_command(int allow_vsock) {
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
         DENY,
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 0, 1),
+        DENY,
+        /* io_uring (the engine's profile allows it before Docker 25) makes sockets
+         * (IORING_OP_SOCKET) without the socket system call this filter checks. */
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, __NR_io_uring_setup, 0, 2),
+        BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, __NR_io_uring_register, 1, 0),
         DENY,
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 1, 0),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 0, 3),
@@ -188,32 +197,33 @@ static int forward(int conn, int fd, char kind) {
     return 1;
 }
 
-/* launcher --exec [--allow-vsock] -- PROGRAM ARGS... */
-static int exec_mode(int argc, char **argv) {
-    int i = 2, allow_vsock = 0;
-    if (i < argc && strcmp(argv[i], "--allow-vsock") == 0) allow_vsock = 1, i++;
-    if (i >= argc || strcmp(argv[i], "--") != 0 || i + 1 >= argc) {
-        fprintf(stderr, "usage: launcher --exec [--allow-vsock] -- PROGRAM ARGS...\n");
-        return 2;
-    }
+static int usage(void) {
+    fprintf(stderr, "usage: launcher [--allow-vsock] [--container] SOCKET\n"
+                    "       launcher [--allow-vsock] --exec -- PROGRAM ARGS...\n");
+    return 2;
+}
+
+/* launcher [--allow-vsock] --exec -- PROGRAM ARGS...: the filter, then PROGRAM in place. */
+static int exec_mode(char **program, int allow_vsock) {
     if (restrict_command(allow_vsock)) die("seccomp");
-    execvp(argv[i + 1], argv + i + 1);
-    fprintf(stderr, "launcher: cannot run %s: %s\n", argv[i + 1], strerror(errno));
+    execvp(program[0], program);
+    fprintf(stderr, "launcher: cannot run %s: %s\n", program[0], strerror(errno));
     return 127;
 }
 
 int main(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], "--exec") == 0) return exec_mode(argc, argv);
-    int allow_vsock = 0, in_container = 0, arg = 1;
-    for (; arg < argc - 1; arg++) {
+    int allow_vsock = 0, in_container = 0, exec = 0, arg = 1;
+    for (; arg < argc; arg++) { /* the options, in any order */
         if (strcmp(argv[arg], "--allow-vsock") == 0) allow_vsock = 1;
         else if (strcmp(argv[arg], "--container") == 0) in_container = 1;
+        else if (strcmp(argv[arg], "--exec") == 0) exec = 1;
         else break;
     }
-    if (arg != argc - 1) {
-        fprintf(stderr, "usage: launcher [--allow-vsock] [--container] SOCKET\n");
-        return 2;
+    if (exec) {
+        if (in_container || arg + 1 >= argc || strcmp(argv[arg], "--") != 0) return usage();
+        return exec_mode(argv + arg + 1, allow_vsock);
     }
+    if (arg != argc - 1) return usage();
     /* Not ptrace-able, its memory and descriptors not readable, by the command (same uid). */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) die("prctl");
     const char *path = argv[arg];
