@@ -17,6 +17,7 @@ from .. import __version__
 from ..config import Settings
 from ..core import Executor
 from ..errors import ExecutorError
+from ..owners import DataDirClaim
 from ..runs.manager import RunManager
 from ..runs.store import RunRecord, RunStore
 from ..runtimes.base import Runtime
@@ -35,7 +36,12 @@ command of a skill in a fresh, network-less, read-only container and returns its
 and files. Errors always have the shape `{"error": {"code", "message", "details"?}}`."""
 
 
-def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, runtime: Runtime | None = None, claim: DataDirClaim | None = None
+) -> FastAPI:
+    """The service; its lifespan first claims the data dir (:class:`DataDirClaim`: one
+    service per data dir, refused before any record is touched) unless ``claim`` is given,
+    then starts the executor, degraded when the Docker engine is not there yet."""
     settings = settings or Settings()
     keyring = KeyRing.from_settings(settings)
     problem = bind_problem(settings, keyring, runtime.name if runtime is not None else None)
@@ -44,7 +50,12 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        executor = Executor.from_settings(settings, runtime)
+        held = claim or DataDirClaim(settings.data_dir)
+        try:
+            executor = Executor.from_settings(settings, runtime, wait_for_engine=True)
+        except BaseException:
+            held.release()
+            raise
         store = RunStore(settings.data_dir / "runs.db")
         metrics: Metrics = app.state.metrics
 
@@ -60,6 +71,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
                 metrics.bytes_collected.inc(sum(f.get("size_bytes", 0) for f in result.get("output_files", [])))
 
         manager = RunManager(executor.runner, store, on_finish=finished)
+        metrics.watch_runtime(executor.runtime.stats)
         app.state.executor = executor
         app.state.manager = manager
         # skill_run tool calls go through the manager (routes/tools.py), never the runner directly.
@@ -70,6 +82,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         finally:
             manager.shutdown()
             executor.close()
+            held.release()
 
     app = FastAPI(
         title="skill-executor",
