@@ -6,7 +6,9 @@ as the file is the same (a bind-mounted data dir included):
 
 * :class:`Lease` -- every process that makes containers or workspaces under a
   workspace root holds a lease file ``<root>/leases/<instance>`` for its lifetime.
-  Its owner token ``<root id>/<instance>`` labels its containers and workspaces.  A
+  Its owner token ``lease:<root id>:<instance>`` labels its containers and workspaces
+  (the ``lease:`` prefix makes an older version, which parsed ``host:pid:start``, take
+  it for another host's and leave it alone).  A
   token is judged only by someone who shares the root (the root id says so): a held
   lease is alive; a lease that can be taken, or is gone, is dead, and its leftovers
   may go.  A token of another root (another data dir, another host, a legacy token)
@@ -32,6 +34,7 @@ from pathlib import Path
 from .errors import Conflict, ExecutorError
 
 LEASES = "leases"
+PREFIX = "lease"
 ROOT_ID = "root-id"
 CLAIM_FILE = "instance.lock"
 
@@ -71,6 +74,15 @@ def _root_id(leases: Path) -> str:
     return path.read_text().strip()
 
 
+def parse(token: str) -> tuple[str, str]:
+    """(root id, instance) of a lease token; ("", "") for anything else."""
+    prefix, _, rest = token.partition(":")
+    root_id, _, instance = rest.partition(":")
+    if prefix != PREFIX or not root_id or not instance or "/" in instance or instance.startswith("."):
+        return "", ""
+    return root_id, instance
+
+
 class Lease:
     """This process's lease on a workspace root; see the module's docstring."""
 
@@ -81,7 +93,7 @@ class Lease:
         self.instance = instance or uuid.uuid4().hex[:16]
         if not self.instance.replace("-", "").isalnum() or len(self.instance) > 64:
             raise ExecutorError(f"invalid instance id {self.instance!r} (letters, digits and '-', at most 64)")
-        self.token = f"{self.root_id}/{self.instance}"
+        self.token = f"{PREFIX}:{self.root_id}:{self.instance}"
         self.path = self.dir / self.instance
         # Locked before it is visible under its name: a lease is never seen unlocked while alive.
         tmp = self.dir / f".{self.instance}.{uuid.uuid4().hex}"
@@ -101,8 +113,8 @@ class Lease:
         """What ``token`` (a container's or a workspace's owner) is to this lease."""
         if token == self.token:
             return Verdict.MINE
-        root_id, sep, instance = token.partition("/")
-        if not sep or root_id != self.root_id or not instance or "/" in instance or instance.startswith("."):
+        root_id, instance = parse(token)
+        if root_id != self.root_id or not instance:
             return Verdict.FOREIGN
         try:
             fd = os.open(self.dir / instance, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -118,7 +130,7 @@ class Lease:
         """Hold a dead owner's lease while its leftovers are removed; True when this
         caller should remove them (nobody else is, and the owner is dead).  The lease
         file goes afterwards, unless the body failed (the next sweep retries)."""
-        root_id, _, instance = token.partition("/")
+        _, instance = parse(token)
         if self.judge(token) is not Verdict.DEAD:
             yield False
             return
@@ -145,7 +157,7 @@ class Lease:
         for entry in sorted(os.listdir(self.dir)):
             if entry.startswith(".") or entry == ROOT_ID:
                 continue
-            token = f"{self.root_id}/{entry}"
+            token = f"{PREFIX}:{self.root_id}:{entry}"
             if token != self.token and self.judge(token) is Verdict.DEAD:
                 tokens.append(token)
         return tokens

@@ -399,16 +399,16 @@ def test_sweep_and_reaper_remove_leftovers(make_docker) -> None:  # type: ignore
     executor = make_docker()
     runtime = executor.runtime
     assert isinstance(runtime, DockerRuntime)
-    root_id = runtime.token.split("/")[0]
+    root_id = runtime.token.split(":")[1]
     # An owner of this root whose lease is gone (crashed), one of another root (a
     # neighbour with another data dir: not ours to judge), and one of ours past its deadline.
     dead = runtime.client.containers.create(
         executor.settings.docker_image, ["sleep", "100"],
-        labels={LABEL_MANAGED: "1", LABEL_OWNER: f"{root_id}/crashed0", LABEL_DEADLINE: "9999999999"},
+        labels={LABEL_MANAGED: "1", LABEL_OWNER: f"lease:{root_id}:crashed0", LABEL_DEADLINE: "9999999999"},
     )
     foreign = runtime.client.containers.create(
         executor.settings.docker_image, ["sleep", "100"],
-        labels={LABEL_MANAGED: "1", LABEL_OWNER: "0123456789abcdef/neighbour", LABEL_DEADLINE: "9999999999"},
+        labels={LABEL_MANAGED: "1", LABEL_OWNER: "lease:0123456789abcdef:neighbour", LABEL_DEADLINE: "9999999999"},
     )
     stale = runtime.client.containers.create(
         executor.settings.docker_image, ["sleep", "100"],

@@ -138,11 +138,11 @@ def test_a_lease_is_judged_alive_across_pid_namespaces_and_dead_once_its_holder_
     mine = Lease(tmp_path)
     process, token = _hold_lease(tmp_path, new_pid_namespace=True)
     try:
-        assert token.startswith(mine.root_id + "/")
+        assert token.startswith(f"lease:{mine.root_id}:")
         # From this PID namespace the holder's pid means nothing; its lease says it lives.
         assert mine.judge(token) is Verdict.ALIVE
         assert mine.judge(mine.token) is Verdict.MINE
-        assert mine.judge("0123456789abcdef/other-root") is Verdict.FOREIGN
+        assert mine.judge("lease:0123456789abcdef:other-root") is Verdict.FOREIGN
         assert mine.judge("host:123:456") is Verdict.FOREIGN  # a legacy token: not judged here
     finally:
         process.kill()
@@ -241,7 +241,7 @@ def test_neighbours_in_other_pid_namespaces_never_sweep_each_other(tmp_path: Pat
     assert wait_for(lambda: any(c["State"] == "running" for c in _containers(token)), timeout=30)
     neighbour.kill()  # --kill-child: the namespace's init dies with unshare, and every process in it
     neighbour.wait()
-    assert wait_for(lambda: not (data / "workspaces" / "leases" / token.split("/")[1]).exists()
+    assert wait_for(lambda: not (data / "workspaces" / "leases" / token.split(":")[2]).exists()
                     or Lease(data / "workspaces").judge(token) is Verdict.DEAD, timeout=10)
     # ... which the next start removes.
     here = Executor.from_settings(settings)

@@ -490,7 +490,7 @@ def test_workspaces_of_dead_processes_are_swept(tmp_path: Path) -> None:
     mine = manager.create("mine", "math-tools")
     dead = manager.runs / "dead"
     dead.mkdir()
-    (dead / OWNER_FILE).write_text(manager.lease.root_id + "/crashed0")  # a lease that is gone
+    (dead / OWNER_FILE).write_text(f"lease:{manager.lease.root_id}:crashed0")  # a lease that is gone
     (dead / "out").mkdir(mode=0o555)
     orphan = manager.runs / "no-owner-file"
     orphan.mkdir()

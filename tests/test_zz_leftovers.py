@@ -18,17 +18,17 @@ def test_no_project_containers_left(tmp_path_factory: pytest.TempPathFactory) ->
         pytest.skip(problem)
     import docker
 
-    from executor.owners import LEASES, ROOT_ID
+    from executor.owners import LEASES, ROOT_ID, parse
     from executor.runtimes.docker import LABEL_MANAGED, LABEL_OWNER
 
     client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto")
-    # Owner tokens are "<root id>/<instance>": the roots are this session's temp folders.
+    # Owner tokens are "lease:<root id>:<instance>": the roots are this session's temp folders.
     roots = {path.read_text().strip() for path in base_temp.glob(f"**/{LEASES}/{ROOT_ID}")}
     deadline = time.monotonic() + 10
     while True:
         ours = [
             c for c in client.api.containers(all=True, filters={"label": f"{LABEL_MANAGED}=1"})
-            if c["Labels"].get(LABEL_OWNER, "").split("/")[0] in roots
+            if parse(c["Labels"].get(LABEL_OWNER, ""))[0] in roots
         ]
         if not ours or time.monotonic() > deadline:
             break
