@@ -481,3 +481,12 @@ def test_removal_leaves_no_staging_folder_and_refuses_what_is_not_installed(tmp_
     assert info.value.status == 404
     uninstall(tmp_path, "packed")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_install_root_defaults_to_the_data_dir(tmp_path: Path) -> None:
+    from executor.config import Settings
+
+    settings = Settings(skills_dirs=[tmp_path / "shipped"], data_dir=tmp_path / "data")
+    assert settings.install_root == tmp_path / "data" / "skills"
+    assert settings.skill_roots == [tmp_path / "shipped", tmp_path / "data" / "skills"]
+    assert Settings(data_dir=tmp_path, install_dir=tmp_path / "mine").install_root == tmp_path / "mine"
