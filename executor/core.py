@@ -49,7 +49,9 @@ class Executor:
     def from_settings(cls, settings: Settings, runtime: Runtime | None = None) -> Executor:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
-        repository = SkillRepository(settings.skill_roots, refresh_interval=settings.skills_refresh_seconds)
+        repository = SkillRepository(
+            settings.skills_dirs, install_root=settings.install_root, refresh_interval=settings.skills_refresh_seconds
+        )
         artifacts = LocalArtifactStore(settings.artifacts_dir)
         runtime = runtime or make_runtime(settings)
         return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime))
