@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     allowed_origins: StrList = Field(default_factory=list)  # browser origins allowed cross-origin (CORS)
     max_request_bytes: int = 64 * MiB
     max_file_read_bytes: int = 4 * MiB
-    install_dir: Path | None = None  # default: the first of skills_dirs
+    install_dir: Path | None = None  # default: <data_dir>/skills
     log_json: bool = True
 
     # -- Docker runtime --------------------------------------------------------------
@@ -115,12 +115,10 @@ class Settings(BaseSettings):
 
     @property
     def install_root(self) -> Path:
-        return self.install_dir or self.skills_dirs[0]
+        """Where installs go, and the only skills folder the service writes to."""
+        return self.install_dir or self.data_dir / "skills"
 
     @property
     def skill_roots(self) -> list[Path]:
-        """Where skills are discovered: the skills dirs, plus the install dir if apart."""
-        roots = list(self.skills_dirs)
-        if self.install_dir is not None and self.install_dir not in roots:
-            roots.append(self.install_dir)
-        return roots
+        """Where skills are discovered: the read-only skills dirs, then the install root."""
+        return [*self.skills_dirs, self.install_root]

@@ -53,7 +53,9 @@ class Executor:
     ) -> Executor:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
-        repository = SkillRepository(settings.skill_roots, refresh_interval=settings.skills_refresh_seconds)
+        repository = SkillRepository(
+            settings.skills_dirs, install_root=settings.install_root, refresh_interval=settings.skills_refresh_seconds
+        )
         artifacts = LocalArtifactStore(settings.artifacts_dir)
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
         return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime))
