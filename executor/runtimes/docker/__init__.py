@@ -67,8 +67,9 @@ REAP_SECONDS = 30.0
 RECONCILE_SECONDS = 10.0
 #: How often a runtime that started without its engine tries again.
 ENGINE_RETRY_SECONDS = 2.0
-#: A container that was created but never started is a leftover after this long.
-CREATED_GRACE_SECONDS = 60.0
+#: A container that was created but never started (its start failed, and so did its
+#: removal) is a leftover after this long; a start in progress takes milliseconds.
+CREATED_GRACE_SECONDS = 10.0
 RUN_LINK_NAMES = frozenset(RUN_LINKS)
 
 
@@ -290,7 +291,7 @@ class DockerRuntime:
             self.engine.start(container_id)
             return container_id, InitProcess.of(self.engine, container_id)
         except BaseException:
-            self.engine.remove(container_id)
+            self.engine.remove(container_id)  # or, the engine being away, by the reconciliation
             raise
 
     def discard(self, warm: WarmContainer) -> None:

@@ -28,6 +28,8 @@ from .engine import InitProcess
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 20.0
+#: How long closing waits for fillers in the middle of a start (they clean up after themselves).
+CLOSE_WAIT_SECONDS = 3.0
 #: Starts a warm container on a workspace folder; returns its id and its init process.
 Start = Callable[[Path], tuple[str, InitProcess | None]]
 
@@ -117,7 +119,8 @@ class WarmPool:
             items = list(self._idle)
             self._idle.clear()
             self._cond.notify_all()
-        deadline = time.monotonic() + READY_TIMEOUT + 5
+        # A filler still starting a container discards it itself when it sees the pool closed.
+        deadline = time.monotonic() + CLOSE_WAIT_SECONDS
         with self._cond:
             while self._filling and time.monotonic() < deadline:
                 self._cond.wait(0.1)
