@@ -50,7 +50,7 @@ class Executor:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
         repository = SkillRepository(settings.skill_roots, refresh_interval=settings.skills_refresh_seconds)
-        artifacts = LocalArtifactStore(settings.artifacts_dir)
+        artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
         runtime = runtime or make_runtime(settings)
         return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime))
 

@@ -6,6 +6,7 @@ apps with different settings can coexist in one process (tests do exactly that).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -64,10 +65,13 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         app.state.manager = manager
         # skill_run tool calls go through the manager (routes/tools.py), never the runner directly.
         app.state.tools = ToolExecutor(executor.repository)
+        # Expired artifact versions and unreferenced blobs: removed now, then periodically.
+        expiry = asyncio.create_task(artifacts.keep_expiring(executor.artifacts, settings.artifact_ttl_seconds))
         log.info("skill-executor ready", extra={"runtime": executor.runtime.name, "auth": keyring.enabled})
         try:
             yield
         finally:
+            expiry.cancel()
             manager.shutdown()
             executor.close()
 
