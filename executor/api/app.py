@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -72,6 +72,8 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
             yield
         finally:
             expiry.cancel()
+            with suppress(asyncio.CancelledError):
+                await expiry
             manager.shutdown()
             executor.close()
 
