@@ -64,8 +64,8 @@ class TempBlob:
             return False
         target.parent.mkdir(exist_ok=True)
         os.replace(self.path, target)
-        _fsync_dir(target.parent)
         self.placed = True
+        _fsync_dir(target.parent)
         return True
 
     def __enter__(self) -> TempBlob:

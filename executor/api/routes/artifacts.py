@@ -16,7 +16,6 @@ not even one ending in ``/versions`` -- is shadowed by another route.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -110,9 +109,7 @@ async def put_artifact(
                 await run_in_threadpool(_write, blob, pending)
                 pending, size = [], 0
         await run_in_threadpool(_write, blob, pending)
-        info = await run_in_threadpool(
-            functools.partial(store.commit, blob, name, mime_type=mime.lower(), tenant=tenant)
-        )
+        info = await run_in_threadpool(store.commit, blob, name, mime_type=mime.lower(), tenant=tenant)
     except ClientDisconnect:
         raise BadRequest("the client disconnected before the whole body arrived", code="client_disconnected") from None
     finally:
