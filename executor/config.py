@@ -58,6 +58,7 @@ class Settings(BaseSettings):
     session_ttl_seconds: float = 3600.0
     session_disk_bytes: int = 1 * GiB  # a session's work/ across its runs
     keep_workspaces: bool = False
+    artifact_ttl_seconds: float | None = Field(default=None, gt=0)  # None: artifact versions never expire
 
     # -- output caps: the most a request may ask for --------------------------------
     max_output_files: int = 1000

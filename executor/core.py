@@ -56,7 +56,7 @@ class Executor:
         repository = SkillRepository(
             settings.skills_dirs, install_root=settings.install_root, refresh_interval=settings.skills_refresh_seconds
         )
-        artifacts = LocalArtifactStore(settings.artifacts_dir)
+        artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
         return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime))
 

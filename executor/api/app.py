@@ -6,9 +6,10 @@ apps with different settings can coexist in one process (tests do exactly that).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -76,10 +77,15 @@ def create_app(
         app.state.manager = manager
         # skill_run tool calls go through the manager (routes/tools.py), never the runner directly.
         app.state.tools = ToolExecutor(executor.repository)
+        # Expired artifact versions and unreferenced blobs: removed now, then periodically.
+        expiry = asyncio.create_task(artifacts.keep_expiring(executor.artifacts, settings.artifact_ttl_seconds))
         log.info("skill-executor ready", extra={"runtime": executor.runtime.name, "auth": keyring.enabled})
         try:
             yield
         finally:
+            expiry.cancel()
+            with suppress(asyncio.CancelledError):
+                await expiry
             manager.shutdown()
             executor.close()
             held.release()
