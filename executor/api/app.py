@@ -6,10 +6,9 @@ apps with different settings can coexist in one process (tests do exactly that).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -30,6 +29,9 @@ from .middleware import BodyLimit, BrowserGuard, RequestContext, normalize_origi
 from .routes import artifacts, runs, skills, system, tools
 
 log = logging.getLogger("executor.api")
+
+#: How often expired artifact versions are removed (at most the TTL).
+ARTIFACT_EXPIRY_SECONDS = 60.0
 
 DESCRIPTION = """Run Agent Skills safely: a cheap overview of every skill (`/v1/skills`),
 instructions on demand (`/v1/skills/{name}`), and `skill_run` (`/v1/runs`), which runs a
@@ -77,15 +79,17 @@ def create_app(
         app.state.manager = manager
         # skill_run tool calls go through the manager (routes/tools.py), never the runner directly.
         app.state.tools = ToolExecutor(executor.repository)
-        # Expired artifact versions and unreferenced blobs: removed now, then periodically.
-        expiry = asyncio.create_task(artifacts.keep_expiring(executor.artifacts, settings.artifact_ttl_seconds))
+        # Expired artifact versions and unreferenced blobs: removed now, then periodically
+        # (a supervised worker: it survives and logs any failure).
+        ttl = settings.artifact_ttl_seconds
+        executor.runner.supervisor.every(
+            "artifact-expiry", min(ARTIFACT_EXPIRY_SECONDS, ttl) if ttl else ARTIFACT_EXPIRY_SECONDS,
+            executor.artifacts.expire,
+        )
         log.info("skill-executor ready", extra={"runtime": executor.runtime.name, "auth": keyring.enabled})
         try:
             yield
         finally:
-            expiry.cancel()
-            with suppress(asyncio.CancelledError):
-                await expiry
             manager.shutdown()
             executor.close()
             held.release()
