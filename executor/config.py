@@ -93,7 +93,8 @@ class Settings(BaseSettings):
     pool_max_idle_seconds: float = 600.0
     max_concurrent_runs: int = Field(default_factory=lambda: 2 * max(1, os.cpu_count() or 1))
     max_queued_runs: int = 64
-    instance_id: str | None = None
+    instance_id: str | None = None  # this process's lease name under the workspace root (default: random)
+    cleanup_workers: int = 4  # parallel removals of used containers and workspaces
 
     @field_validator("api_keys", "admin_keys", "allowed_origins", mode="before")
     @classmethod

@@ -79,9 +79,11 @@ def expect_error(status: int, code: str | None = None):  # type: ignore[no-untyp
 def test_health_openapi_docs(client: Client, server: Server) -> None:
     health = client.health()
     assert health["status"] == "ok" and health["runtime"] == api_runtime()
-    assert health["checks"]["store"]["ok"] and "3 skills" in health["checks"]["skills"]["detail"]
+    assert health["checks"]["data_dir"]["ok"] and health["checks"]["database"]["ok"]
+    assert "3 skills" in health["checks"]["skills"]["detail"] and health["failing"] == []
     if api_runtime() == "docker":
         assert health["checks"]["engine"]["ok"] and health["checks"]["image"]["ok"]
+        assert health["checks"]["workers"]["ok"]
     spec = httpx.get(f"{server.url}/openapi.json").json()
     assert {"/v1/runs", "/v1/skills", "/v1/tools/call", "/healthz", "/metrics"} <= set(spec["paths"])
     assert httpx.get(f"{server.url}/docs").status_code == 200

@@ -60,9 +60,17 @@ def _serve(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"skill-executor: {problem}", file=sys.stderr)
         return 2
+    from ..errors import ExecutorError
+    from ..owners import DataDirClaim
+
+    try:
+        claim = DataDirClaim(settings.data_dir)  # before anything reads or writes a record
+    except (ExecutorError, OSError) as exc:
+        print(f"skill-executor: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
     limit_malloc_arenas()
     configure_logging(settings.log_json)
-    app = create_app(settings)
+    app = create_app(settings, claim=claim)
     uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                 timeout_graceful_shutdown=5, http=JsonErrorHttpToolsProtocol)
     return 0

@@ -15,7 +15,6 @@ not even one ending in ``/versions`` -- is shadowed by another route.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -44,9 +43,6 @@ _MAX_VERSION = 2**63 - 1
 #: ``type/subtype`` (RFC 6838 names), as kept with an artifact and sent back as its Content-Type.
 _MIME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$")
 #: The longest pause between two expiry passes (a shorter TTL runs them as often as it is long).
-EXPIRY_INTERVAL = 60.0
-
-
 def _owner_param() -> Any:
     return Query(default=None, max_length=64, description="admins: act on this key id's artifacts (audited)")
 
@@ -165,18 +161,3 @@ def delete_artifact(
 ) -> ArtifactList:
     tenant = _tenant(who, owner, "artifact.delete", name if version is None else f"{name}@{version}")
     return ArtifactList(artifacts=[_model(i) for i in _store(request).delete(name, version, tenant=tenant)])
-
-
-async def keep_expiring(store: LocalArtifactStore, ttl_seconds: float | None) -> None:
-    """At start-up, then (with a TTL) periodically: remove expired versions and the
-    blobs nothing references any more (one store call, :meth:`expire`, in a thread)."""
-    while True:
-        try:
-            removed = await run_in_threadpool(store.expire)
-            if removed:
-                log.info("expired artifact versions removed", extra={"removed": removed})
-        except Exception:
-            log.exception("artifact expiry failed")
-        if ttl_seconds is None:
-            return
-        await asyncio.sleep(min(EXPIRY_INTERVAL, ttl_seconds))
