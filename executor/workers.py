@@ -44,6 +44,7 @@ class _Worker:
     stats: WorkerStats = field(default_factory=WorkerStats)
     thread: threading.Thread | None = None
     causes: set[str] = field(default_factory=set)
+    next_restart: float = 0.0
 
 
 class Supervisor:
@@ -143,9 +144,13 @@ class Supervisor:
     def _watch_loop(self) -> None:
         while not self._closed.wait(WATCH_INTERVAL):
             with self._lock:
+                now = time.monotonic()
                 for worker in self._workers.values():
-                    if worker.thread is not None and not worker.thread.is_alive() and not self._closed.is_set():
+                    if (worker.thread is not None and not worker.thread.is_alive() and not self._closed.is_set()
+                            and now >= worker.next_restart):
                         worker.stats.restarts += 1
+                        # A worker that keeps dying is restarted less and less often.
+                        worker.next_restart = now + min(BACKOFF_MAX, BACKOFF_START * 2 ** worker.stats.restarts)
                         log.error("%s: worker %s died; restarting it (restart %d)", self.name, worker.name,
                                   worker.stats.restarts)
                         self._start(worker)

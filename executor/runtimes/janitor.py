@@ -37,8 +37,6 @@ class Janitor:
         self.workers = max(1, workers)
         self._jobs: queue.Queue[Job] = queue.Queue()
         self._closed = False
-        self._busy = 0
-        self._lock = threading.Lock()
         self._failed_causes: set[str] = set()
         self.failures = 0
         self.done = 0
@@ -55,8 +53,7 @@ class Janitor:
     @property
     def backlog(self) -> int:
         """Jobs waiting or in progress."""
-        with self._lock:
-            return self._jobs.qsize() + self._busy
+        return self._jobs.unfinished_tasks
 
     def settle(self, timeout: float | None = None) -> bool:
         """Wait until every job submitted so far is done; False when ``timeout`` passed first."""
@@ -101,15 +98,11 @@ class Janitor:
         self._take(job, wait=not self._closed)
 
     def _take(self, job: Job, *, wait: bool) -> None:
-        with self._lock:
-            self._busy += 1
         try:
             if wait and self._jobs.qsize() < self.workers:
                 self.activity.wait_quiet(self.max_wait)
             self._run(job)
         finally:
-            with self._lock:
-                self._busy -= 1
             self._jobs.task_done()
 
     def _run(self, job: Job) -> None:
