@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..access import LOCAL_TENANT
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, NotFound, Unavailable
 from ..sqlite import ThreadLocalDB
 
 Status = Literal["queued", "running", "completed", "failed", "cancelled"]
@@ -115,8 +115,14 @@ class RunStore:
         """
         now = time.time()
         db = self._db()
-        with self._write:
-            self._create(db, run_id, request, owner, idempotency, now)
+        try:
+            with self._write:
+                self._create(db, run_id, request, owner, idempotency, now)
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            raise Unavailable(f"the run store {self.path} stayed locked by another process; retry later",
+                              code="store_busy") from None
         return RunRecord(run_id, "queued", request.get("skill", ""), request.get("session"), now, now, request,
                          owner=owner)
 
