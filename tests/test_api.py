@@ -601,6 +601,27 @@ def test_sigterm_drains_within_the_grace_and_answers_every_waiting_client(tmp_pa
         srv.stop()
 
 
+def test_a_request_still_open_after_the_drain_gets_json(tmp_path: Path) -> None:
+    """An upload that never finishes: after the drain and a second's wait, 503 shutting_down
+    in the error shape (uvicorn alone: a plain-text 500)."""
+    srv = Server(tmp_path, env={"SKILL_EXECUTOR_SHUTDOWN_GRACE_SECONDS": "0"}).start()
+    import socket
+
+    with socket.create_connection(("127.0.0.1", srv.port)) as sock:
+        sock.sendall(f"POST /v1/artifacts/slow.txt HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n"
+                     "Content-Type: text/plain\r\nContent-Length: 100000\r\n\r\n".encode() + b"x" * 1000)
+        time.sleep(0.3)
+        exited = srv.terminate()
+        sock.settimeout(5)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 ") and b"content-type: application/json" in head.lower()
+    assert json.loads(body)["error"]["code"] == "shutting_down"
+    assert exited < 3
+
+
 # -- artifacts ------------------------------------------------------------------------------------
 
 

@@ -31,15 +31,13 @@ class Reservation:
         with limiter._cond:
             if self._state == "running":
                 return True
-            while limiter.running >= limiter.slots:
-                if cancel is not None and cancel.is_set():
-                    break
+            while cancel is None or not cancel.is_set():
+                if limiter.running < limiter.slots:
+                    limiter.waiting -= 1
+                    limiter.running += 1
+                    self._state = "running"
+                    return True
                 limiter._cond.wait()
-            else:
-                limiter.waiting -= 1
-                limiter.running += 1
-                self._state = "running"
-                return True
         self.release()
         return False
 

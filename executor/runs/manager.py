@@ -43,8 +43,11 @@ log = logging.getLogger(__name__)
 Event = tuple[str, Any]
 T = TypeVar("T")
 INTERNAL = {"code": "internal", "message": "the run failed inside the service", "status": 500}
-#: Threads for the blocking steps the event loop hands over (admission, records, building
-#: large answers): the service's own, so waiting runs never hold the web server's pool.
+#: Threads for the blocking steps the event loop hands over -- admission (SQLite writes,
+#: which may wait for another process's lock), and reads and building large answers --
+#: the service's own, so runs never hold the web server's pool, and a locked store delays
+#: only admissions.
+ADMISSION_THREADS = 4
 IO_THREADS = 4
 #: Run ids are ``new_run_id()``s; anything else (a 10k-character id) is simply unknown.
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -179,6 +182,9 @@ class RunManager:
         self._workers = concurrent.futures.ThreadPoolExecutor(
             max_workers=limiter.slots + limiter.queue, thread_name_prefix="run"
         )
+        self._admission = concurrent.futures.ThreadPoolExecutor(
+            max_workers=ADMISSION_THREADS, thread_name_prefix="run-admit"
+        )
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="run-io")
         interrupted = store.fail_interrupted()
         if interrupted:
@@ -201,8 +207,10 @@ class RunManager:
         principal: Principal,
         idempotency_key: str | None = None,
     ) -> tuple[RunRecord, RunHandle | None, bool]:
-        """:meth:`submit` for an event loop: on the manager's threads."""
-        return await self.offload(lambda: self.submit(request, principal=principal, idempotency_key=idempotency_key))
+        """:meth:`submit` for an event loop: on the manager's admission threads."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._admission, lambda: self.submit(request, principal=principal, idempotency_key=idempotency_key)
+        )
 
     def submit(
         self,
@@ -458,4 +466,5 @@ class RunManager:
             self._cancel(handle, "shutdown")
         concurrent.futures.wait([h.future for h in handles], timeout=timeout)
         self._workers.shutdown(wait=False, cancel_futures=True)
+        self._admission.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)

@@ -31,6 +31,8 @@ from ..sqlite import ThreadLocalDB
 
 Status = Literal["queued", "running", "completed", "failed", "cancelled"]
 FINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+#: SQLite's busy timeout of the store's connections (executor/sqlite.py).
+BUSY_TIMEOUT_MS = 30000
 
 
 @dataclass(slots=True)
@@ -204,12 +206,21 @@ class RunStore:
             )
         return cursor.rowcount
 
-    def writable(self) -> bool:
+    def writable(self, timeout: float = 2.0) -> bool:
+        """Whether a write succeeds within ``timeout`` seconds (a health check must not
+        wait out the 30 s busy timeout behind another process's lock)."""
+        if not self._write.acquire(timeout=timeout):
+            return False
         try:
             db = self._db()
-            with self._write:
+            db.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+            try:
                 db.execute("CREATE TABLE IF NOT EXISTS health (x INTEGER)")
                 db.execute("DELETE FROM health")
+            finally:
+                db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             return True
         except sqlite3.Error:
             return False
+        finally:
+            self._write.release()
