@@ -16,12 +16,17 @@ module is long only because each client lists every operation once, as httpx doe
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+import os
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from stat import S_ISREG
+from typing import Any, BinaryIO, Generic, TypeVar, cast
 from urllib.parse import quote
 
+import anyio.to_thread
 import httpx
 
 JSON = dict[str, Any]
@@ -83,7 +88,8 @@ class Call(Generic[T]):
     answer: Callable[[httpx.Response], T]
     params: dict[str, Any] = field(default_factory=dict)
     json: Any = None
-    content: bytes | None = None
+    #: The body: bytes, or chunks (an iterable for Client, an async iterable for AsyncClient).
+    content: bytes | Iterable[bytes] | AsyncIterable[bytes] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     files: dict[str, tuple[str, bytes]] | None = None
     #: Statuses returned as answers rather than raised (health: 503 is an answer).
@@ -172,9 +178,12 @@ class Calls:
         return Call("GET", f"/v1/runs/{segment(run_id)}/events", as_nothing)
 
     @staticmethod
-    def put_artifact(name: str, data: bytes, mime_type: str, owner: str | None = None) -> Call[JSON]:
+    def put_artifact(name: str, content: bytes | Iterable[bytes] | AsyncIterable[bytes], mime_type: str,
+                     owner: str | None = None, size: int | None = None) -> Call[JSON]:
         headers = {"Content-Type": mime_type}
-        return Call("POST", f"/v1/artifacts/{subpath(name)}", as_json, content=data, headers=headers,
+        if size is not None:
+            headers["Content-Length"] = str(size)  # known up front: the service refuses an oversize body at once
+        return Call("POST", f"/v1/artifacts/{subpath(name)}", as_json, content=content, headers=headers,
                     params=_owner(owner))
 
     @staticmethod
@@ -183,12 +192,17 @@ class Calls:
         return Call("GET", f"/v1/artifacts/{subpath(name)}", as_response, params={**params, **_owner(owner)})
 
     @staticmethod
+    def delete_artifact(name: str, version: int | None, owner: str | None = None) -> Call[JSON]:
+        params: dict[str, Any] = {"version": version} if version is not None else {}
+        return Call("DELETE", f"/v1/artifacts/{subpath(name)}", as_json, params={**params, **_owner(owner)})
+
+    @staticmethod
     def list_artifacts(owner: str | None = None) -> Call[JSON]:
         return Call("GET", "/v1/artifacts", as_json, params=_owner(owner))
 
     @staticmethod
     def artifact_versions(name: str, owner: str | None = None) -> Call[JSON]:
-        return Call("GET", f"/v1/artifacts/{subpath(name)}/versions", as_json, params=_owner(owner))
+        return Call("GET", "/v1/artifacts", as_json, params={"name": name, **_owner(owner)})
 
     @staticmethod
     def tools(format: str) -> Call[JSON]:
@@ -224,6 +238,93 @@ class SSEParser:
             self._event, self._data = "message", []
             return parsed
         return None
+
+
+#: Upload and download chunk size.
+CHUNK = 256 * 1024
+#: What an artifact upload reads: bytes, a file path, a binary file or chunks.
+Body = bytes | os.PathLike[str] | BinaryIO | Iterable[bytes]
+AsyncBody = bytes | os.PathLike[str] | BinaryIO | AsyncIterable[bytes]
+
+
+def _file_size(handle: BinaryIO) -> int | None:
+    """What is left to read of a regular file (None for pipes and the like)."""
+    try:
+        stat = os.fstat(handle.fileno())
+        return stat.st_size - handle.tell() if S_ISREG(stat.st_mode) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _read_chunks(handle: BinaryIO) -> Iterator[bytes]:
+    while chunk := handle.read(CHUNK):
+        yield chunk
+
+
+def _path_chunks(path: os.PathLike[str]) -> Iterator[bytes]:
+    with open(path, "rb") as handle:
+        yield from _read_chunks(handle)
+
+
+async def _aread_chunks(handle: BinaryIO) -> AsyncIterator[bytes]:
+    while chunk := await anyio.to_thread.run_sync(handle.read, CHUNK):
+        yield chunk
+
+
+async def _apath_chunks(path: os.PathLike[str]) -> AsyncIterator[bytes]:
+    handle = await anyio.to_thread.run_sync(open, path, "rb")
+    try:
+        async for chunk in _aread_chunks(handle):
+            yield chunk
+    finally:
+        await anyio.to_thread.run_sync(handle.close)
+
+
+def upload_body(data: Body) -> tuple[bytes | Iterable[bytes], int | None]:
+    """(what httpx sends, its size when known) for :meth:`Client.put_artifact`."""
+    if isinstance(data, bytes):
+        return data, len(data)
+    if isinstance(data, os.PathLike):
+        return _path_chunks(data), os.stat(data).st_size
+    if hasattr(data, "read"):
+        handle = cast(BinaryIO, data)
+        return _read_chunks(handle), _file_size(handle)
+    return data, None
+
+
+async def aupload_body(data: AsyncBody) -> tuple[bytes | AsyncIterable[bytes], int | None]:
+    """(what httpx sends, its size when known) for :meth:`AsyncClient.put_artifact`."""
+    if isinstance(data, bytes):
+        return data, len(data)
+    if isinstance(data, os.PathLike):
+        return _apath_chunks(data), (await anyio.to_thread.run_sync(os.stat, data)).st_size
+    if hasattr(data, "read"):
+        handle = cast(BinaryIO, data)
+        return _aread_chunks(handle), _file_size(handle)
+    return data, None
+
+
+class Download:
+    """Checks a streamed artifact while it is written: its SHA-256 against the
+    service's ``X-Artifact-SHA256``; ``done()`` returns its metadata."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def update(self, chunk: bytes) -> None:
+        self.digest.update(chunk)
+        self.size += len(chunk)
+
+    def done(self) -> JSON:
+        headers = self.response.headers
+        expected = headers.get("x-artifact-sha256")
+        if expected is not None and expected != self.digest.hexdigest():
+            raise ApiError(self.response.status_code, "checksum_mismatch",
+                           f"the download's SHA-256 {self.digest.hexdigest()} is not the artifact's {expected}")
+        return {"version": int(headers.get("x-artifact-version", "0")), "sha256": self.digest.hexdigest(),
+                "size": self.size, "mime_type": headers.get("content-type", "").split(";")[0]}
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -301,12 +402,47 @@ class Client:
                     yield parsed
 
     # artifacts
-    def put_artifact(self, name: str, data: bytes, *, mime_type: str = "application/octet-stream",
+    def put_artifact(self, name: str, data: Body, *, mime_type: str = "application/octet-stream",
                      owner: str | None = None) -> JSON:
-        return self.send(Calls.put_artifact(name, data, mime_type, owner))
+        """Save a new version; ``data`` is bytes, a path, a binary file or an iterable of
+        chunks -- all but bytes are streamed, never read into memory."""
+        content, size = upload_body(data)
+        return self.send(Calls.put_artifact(name, content, mime_type, owner, size))
 
     def get_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> httpx.Response:
+        """The whole content in memory (``.content``); big artifacts: :meth:`download_artifact`."""
         return self.send(Calls.get_artifact(name, version, owner))
+
+    def download_artifact(self, name: str, target: str | os.PathLike[str] | BinaryIO, version: int | None = None,
+                          *, owner: str | None = None) -> JSON:
+        """Stream an artifact into ``target`` (a path, written anew, or a binary file),
+        checking its SHA-256; returns its version, sha256, size and mime_type.  A
+        failed download to a path leaves no file."""
+        call = Calls.get_artifact(name, version, owner)
+        with self._http.stream(call.method, call.path, params=call.params) as response:
+            if not response.is_success:
+                response.read()
+                raise_for(response)
+            download = Download(response)
+            if isinstance(target, str | os.PathLike):
+                try:
+                    with open(target, "wb") as out:
+                        for chunk in response.iter_bytes(CHUNK):
+                            download.update(chunk)
+                            out.write(chunk)
+                    return download.done()
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(target)
+                    raise
+            for chunk in response.iter_bytes(CHUNK):
+                download.update(chunk)
+                target.write(chunk)
+            return download.done()
+
+    def delete_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> JSON:
+        """Delete every version (or ``version``); returns ``{"artifacts": [what was deleted]}``."""
+        return self.send(Calls.delete_artifact(name, version, owner))
 
     def list_artifacts(self, *, owner: str | None = None) -> JSON:
         return self.send(Calls.list_artifacts(owner))
@@ -401,12 +537,46 @@ class AsyncClient:
                     yield parsed
 
     # artifacts
-    async def put_artifact(self, name: str, data: bytes, *, mime_type: str = "application/octet-stream",
+    async def put_artifact(self, name: str, data: AsyncBody, *, mime_type: str = "application/octet-stream",
                            owner: str | None = None) -> JSON:
-        return await self.send(Calls.put_artifact(name, data, mime_type, owner))
+        """Save a new version; ``data`` is bytes, a path, a binary file (read in a
+        thread) or an async iterable of chunks -- all but bytes are streamed."""
+        content, size = await aupload_body(data)
+        return await self.send(Calls.put_artifact(name, content, mime_type, owner, size))
 
     async def get_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> httpx.Response:
         return await self.send(Calls.get_artifact(name, version, owner))
+
+    async def download_artifact(self, name: str, target: str | os.PathLike[str] | BinaryIO,
+                                version: int | None = None, *, owner: str | None = None) -> JSON:
+        """:meth:`Client.download_artifact`; file writes run in a thread."""
+        call = Calls.get_artifact(name, version, owner)
+        async with self._http.stream(call.method, call.path, params=call.params) as response:
+            if not response.is_success:
+                await response.aread()
+                raise_for(response)
+            download = Download(response)
+            if not isinstance(target, str | os.PathLike):
+                async for chunk in response.aiter_bytes(CHUNK):
+                    download.update(chunk)
+                    await anyio.to_thread.run_sync(target.write, chunk)
+                return download.done()
+            out = await anyio.to_thread.run_sync(open, target, "wb")
+            try:
+                try:
+                    async for chunk in response.aiter_bytes(CHUNK):
+                        download.update(chunk)
+                        await anyio.to_thread.run_sync(out.write, chunk)
+                finally:
+                    await anyio.to_thread.run_sync(out.close)
+                return download.done()
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    await anyio.to_thread.run_sync(os.unlink, target)
+                raise
+
+    async def delete_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> JSON:
+        return await self.send(Calls.delete_artifact(name, version, owner))
 
     async def list_artifacts(self, *, owner: str | None = None) -> JSON:
         return await self.send(Calls.list_artifacts(owner))

@@ -58,6 +58,7 @@ class Settings(BaseSettings):
     session_ttl_seconds: float = 3600.0
     session_disk_bytes: int = 1 * GiB  # a session's work/ across its runs
     keep_workspaces: bool = False
+    artifact_ttl_seconds: float | None = Field(default=None, gt=0)  # None: artifact versions never expire
 
     # -- output caps: the most a request may ask for --------------------------------
     max_output_files: int = 1000
@@ -73,7 +74,7 @@ class Settings(BaseSettings):
     allowed_origins: StrList = Field(default_factory=list)  # browser origins allowed cross-origin (CORS)
     max_request_bytes: int = 64 * MiB
     max_file_read_bytes: int = 4 * MiB
-    install_dir: Path | None = None  # default: the first of skills_dirs
+    install_dir: Path | None = None  # default: <data_dir>/skills
     log_json: bool = True
     # How long a shutdown (SIGTERM) lets runs in flight finish before cancelling them;
     # under `docker stop`'s 10 s with room for the cancellation and the clean-up.
@@ -95,7 +96,8 @@ class Settings(BaseSettings):
     pool_max_idle_seconds: float = 600.0
     max_concurrent_runs: int = Field(default_factory=lambda: 2 * max(1, os.cpu_count() or 1))
     max_queued_runs: int = 64
-    instance_id: str | None = None
+    instance_id: str | None = None  # this process's lease name under the workspace root (default: random)
+    cleanup_workers: int = 4  # parallel removals of used containers and workspaces
 
     @field_validator("api_keys", "admin_keys", "allowed_origins", mode="before")
     @classmethod
@@ -117,12 +119,10 @@ class Settings(BaseSettings):
 
     @property
     def install_root(self) -> Path:
-        return self.install_dir or self.skills_dirs[0]
+        """Where installs go, and the only skills folder the service writes to."""
+        return self.install_dir or self.data_dir / "skills"
 
     @property
     def skill_roots(self) -> list[Path]:
-        """Where skills are discovered: the skills dirs, plus the install dir if apart."""
-        roots = list(self.skills_dirs)
-        if self.install_dir is not None and self.install_dir not in roots:
-            roots.append(self.install_dir)
-        return roots
+        """Where skills are discovered: the read-only skills dirs, then the install root."""
+        return [*self.skills_dirs, self.install_root]

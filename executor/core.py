@@ -17,7 +17,9 @@ from .runtimes.base import Runtime
 from .skills import SkillRepository
 
 
-def make_runtime(settings: Settings) -> Runtime:
+def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtime:
+    """The configured runtime; ``wait_for_engine``: start degraded without the Docker
+    engine (the service) rather than fail (the CLI)."""
     if settings.runtime == "local":
         from .runtimes.local import LocalRuntime
 
@@ -25,7 +27,7 @@ def make_runtime(settings: Settings) -> Runtime:
     if settings.runtime == "docker":
         from .runtimes.docker import DockerRuntime
 
-        return DockerRuntime(settings)
+        return DockerRuntime(settings, wait_for_engine=wait_for_engine)
     raise BadRequest(f"unknown runtime {settings.runtime!r}")
 
 
@@ -46,12 +48,16 @@ class Executor:
     runner: SkillRunner
 
     @classmethod
-    def from_settings(cls, settings: Settings, runtime: Runtime | None = None) -> Executor:
+    def from_settings(
+        cls, settings: Settings, runtime: Runtime | None = None, *, wait_for_engine: bool = False
+    ) -> Executor:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
-        repository = SkillRepository(settings.skill_roots, refresh_interval=settings.skills_refresh_seconds)
-        artifacts = LocalArtifactStore(settings.artifacts_dir)
-        runtime = runtime or make_runtime(settings)
+        repository = SkillRepository(
+            settings.skills_dirs, install_root=settings.install_root, refresh_interval=settings.skills_refresh_seconds
+        )
+        artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
+        runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
         return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime))
 
     def close(self) -> None:

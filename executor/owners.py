@@ -1,35 +1,210 @@
-"""Who owns a container or a workspace: a token that outlives a crash.
+"""Who owns a container or a workspace, true across PID namespaces, containers and hosts.
 
-A token names this host, this process and the process's start time, so a later
-process can tell a leftover of a dead owner (safe to remove) from one of a live
-owner sharing the same engine or data directory (not ours to touch).
+Two locks, both ``flock``s, which the kernel releases when their holder dies (however
+it dies: a zombie holds none), and which work across PID and mount namespaces as long
+as the file is the same (a bind-mounted data dir included):
+
+* :class:`Lease` -- every process that makes containers or workspaces under a
+  workspace root holds a lease file ``<root>/leases/<instance>`` for its lifetime.
+  Its owner token ``lease:<root id>:<instance>`` labels its containers and workspaces
+  (the ``lease:`` prefix makes an older version, which parsed ``host:pid:start``, take
+  it for another host's and leave it alone).  A
+  token is judged only by someone who shares the root (the root id says so): a held
+  lease is alive; a lease that can be taken, or is gone, is dead, and its leftovers
+  may go.  A token of another root (another data dir, another host, a legacy token)
+  is never judged here: such containers are left to their deadline.
+* :class:`DataDirClaim` -- the one service instance of a data dir
+  (``<data>/instance.lock``); a second one is refused before it touches a record.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import json
 import os
 import socket
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 
+from .errors import Conflict, ExecutorError
 
-def _start_time(pid: int | str) -> str | None:
+LEASES = "leases"
+PREFIX = "lease"
+ROOT_ID = "root-id"
+CLAIM_FILE = "instance.lock"
+
+
+class Verdict(Enum):
+    MINE = "mine"  # this lease's own
+    ALIVE = "alive"  # another live holder of this root
+    DEAD = "dead"  # of this root, holder gone: its leftovers may be removed
+    FOREIGN = "foreign"  # not of this root: not ours to judge
+
+
+def _try_lock(fd: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+        raise
 
 
-def owner_token() -> str:
-    """``host:pid:start-time`` of the current process."""
-    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid()) or 0}"
-
-
-def owner_alive(token: str) -> bool:
-    """False when ``token`` names a process of this host that no longer exists."""
+def _root_id(leases: Path) -> str:
+    """The root's id, created once (first writer wins, atomically)."""
+    path = leases / ROOT_ID
     try:
-        host, pid, start = token.rsplit(":", 2)
-    except ValueError:
-        return False
-    if host != socket.gethostname():
-        return True  # another host's process: not ours to judge
-    return _start_time(pid) == start
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    tmp = leases / f".{ROOT_ID}.{uuid.uuid4().hex}"
+    tmp.write_text(uuid.uuid4().hex[:16])
+    try:
+        os.link(tmp, path)  # fails when another process was first
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    return path.read_text().strip()
+
+
+def parse(token: str) -> tuple[str, str]:
+    """(root id, instance) of a lease token; ("", "") for anything else."""
+    prefix, _, rest = token.partition(":")
+    root_id, _, instance = rest.partition(":")
+    if prefix != PREFIX or not root_id or not instance or "/" in instance or instance.startswith("."):
+        return "", ""
+    return root_id, instance
+
+
+class Lease:
+    """This process's lease on a workspace root; see the module's docstring."""
+
+    def __init__(self, root: Path, instance: str | None = None) -> None:
+        self.dir = root / LEASES
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.root_id = _root_id(self.dir)
+        self.instance = instance or uuid.uuid4().hex[:16]
+        if not self.instance.replace("-", "").isalnum() or len(self.instance) > 64:
+            raise ExecutorError(f"invalid instance id {self.instance!r} (letters, digits and '-', at most 64)")
+        self.token = f"{PREFIX}:{self.root_id}:{self.instance}"
+        self.path = self.dir / self.instance
+        # Locked before it is visible under its name: a lease is never seen unlocked while alive.
+        tmp = self.dir / f".{self.instance}.{uuid.uuid4().hex}"
+        self._fd: int | None = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        os.write(self._fd, json.dumps(_holder()).encode())
+        try:
+            os.link(tmp, self.path)
+        except FileExistsError:
+            os.close(self._fd)
+            tmp.unlink()
+            raise Conflict(f"instance id {self.instance!r} is already in use under {root}",
+                           code="instance_in_use") from None
+        tmp.unlink()
+
+    def judge(self, token: str) -> Verdict:
+        """What ``token`` (a container's or a workspace's owner) is to this lease."""
+        if token == self.token:
+            return Verdict.MINE
+        root_id, instance = parse(token)
+        if root_id != self.root_id or not instance:
+            return Verdict.FOREIGN
+        try:
+            fd = os.open(self.dir / instance, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return Verdict.DEAD
+        try:
+            return Verdict.DEAD if _try_lock(fd) else Verdict.ALIVE
+        finally:
+            os.close(fd)  # closing drops the probe's lock at once
+
+    @contextmanager
+    def reclaim(self, token: str) -> Iterator[bool]:
+        """Hold a dead owner's lease while its leftovers are removed; True when this
+        caller should remove them (nobody else is, and the owner is dead).  The lease
+        file goes afterwards, unless the body failed (the next sweep retries)."""
+        _, instance = parse(token)
+        if self.judge(token) is not Verdict.DEAD:
+            yield False
+            return
+        try:
+            fd = os.open(self.dir / instance, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            yield True  # already reclaimed by someone: what is left is ours to remove
+            return
+        try:
+            if not _try_lock(fd):
+                yield False  # another sweeper holds it right now
+                return
+            yield True
+            try:
+                os.unlink(self.dir / instance)
+            except FileNotFoundError:
+                pass
+        finally:
+            os.close(fd)
+
+    def dead_leases(self) -> list[str]:
+        """Tokens of this root's leases whose holders are gone."""
+        tokens = []
+        for entry in sorted(os.listdir(self.dir)):
+            if entry.startswith(".") or entry == ROOT_ID:
+                continue
+            token = f"{PREFIX}:{self.root_id}:{entry}"
+            if token != self.token and self.judge(token) is Verdict.DEAD:
+                tokens.append(token)
+        return tokens
+
+    def release(self) -> None:
+        """Give the lease up (at a clean close, after everything of it is gone)."""
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+
+def _holder() -> dict[str, object]:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                     time.gmtime())}
+
+
+class DataDirClaim:
+    """The one service instance of a data dir, held until :meth:`release` (or death)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = data_dir / CLAIM_FILE
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        if not _try_lock(fd):
+            try:
+                holder = json.loads(os.read(fd, 4096) or b"{}")
+            except ValueError:
+                holder = {}
+            finally:
+                os.close(fd)
+            who = ", ".join(f"{k} {holder[k]}" for k in ("pid", "host", "since") if k in holder)
+            raise Conflict(
+                f"the data dir {data_dir} is in use by another skill-executor service"
+                + (f" ({who})" if who else "")
+                + "; stop that one, or give this one its own SKILL_EXECUTOR_DATA_DIR",
+                code="data_dir_in_use",
+            )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(_holder()).encode(), 0)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

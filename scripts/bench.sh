@@ -3,13 +3,25 @@
 # ours against the raw Docker floor, side by side, on runc and (when gVisor's runsc can
 # be registered with the engine) on runsc. `--quick` finishes within about 90 s.
 # Results: a table on stdout and JSON in bench/results/latest.json (or --out FILE).
+# `--soak [--runs N --concurrency C ...]` runs the soak benchmark instead (bench/soak.py:
+# 2,000 runs at concurrency 8 by default, the cleanup backlog, before/after counts; exit
+# status 1 on failed runs, leaks or missed backlog/drain targets).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 ensure_venv
 trap stop_started_engine EXIT
 ensure_engine
-ensure_image
+ensure_image >&2  # the build summary; stdout is the results (`--soak --json`)
+if [[ "${1:-}" == "--soak" ]]; then
+  shift
+  if [[ " $* " == *" runsc "* || " $* " == *"=runsc "* ]] && ! ensure_runsc; then
+    log "cannot soak on runsc: $RUNSC_PROBLEM"
+    exit 1
+  fi
+  "$PY" bench/soak.py "$@"
+  exit 0
+fi
 if ! ensure_runsc; then
   log "no runsc rows: $RUNSC_PROBLEM"
   export SKILL_EXECUTOR_BENCH_RUNSC_SKIP="$RUNSC_PROBLEM"

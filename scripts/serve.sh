@@ -3,7 +3,8 @@
 # virtualenv + project, a Docker engine (installed and started when none answers; it
 # keeps running after the service stops), gVisor's runsc registered with it when
 # SKILL_EXECUTOR_DOCKER_OCI_RUNTIME=runsc, the runner image, then
-# `skill-executor serve` on 127.0.0.1:8080 with skills from ./skills and data in ./data.
+# `skill-executor serve` on 127.0.0.1:8080 with skills from ./skills (read-only: never
+# written), data in ./data and uploaded skills in ./data/skills.
 # Arguments go to `skill-executor serve` (e.g. --port 9000, --runtime local).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"

@@ -65,8 +65,11 @@ def expect_error(status: int, code: str | None = None):  # type: ignore[no-untyp
         def __enter__(self) -> "_Ctx":
             return self
 
+        error: ApiError
+
         def __exit__(self, kind, exc, tb) -> bool:  # type: ignore[no-untyped-def]
             assert isinstance(exc, ApiError), f"expected ApiError {status}, got {exc!r}"
+            self.error = exc
             assert exc.status == status, (exc.status, exc.code, exc.message)
             if code is not None:
                 assert exc.code == code, exc.code
@@ -81,9 +84,11 @@ def expect_error(status: int, code: str | None = None):  # type: ignore[no-untyp
 def test_health_openapi_docs(client: Client, server: Server) -> None:
     health = client.health()
     assert health["status"] == "ok" and health["runtime"] == api_runtime()
-    assert health["checks"]["store"]["ok"] and "3 skills" in health["checks"]["skills"]["detail"]
+    assert health["checks"]["data_dir"]["ok"] and health["checks"]["database"]["ok"]
+    assert "3 skills" in health["checks"]["skills"]["detail"] and health["failing"] == []
     if api_runtime() == "docker":
         assert health["checks"]["engine"]["ok"] and health["checks"]["image"]["ok"]
+        assert health["checks"]["workers"]["ok"]
     spec = httpx.get(f"{server.url}/openapi.json").json()
     assert {"/v1/runs", "/v1/skills", "/v1/tools/call", "/healthz", "/metrics"} <= set(spec["paths"])
     assert httpx.get(f"{server.url}/docs").status_code == 200
@@ -168,6 +173,9 @@ def test_load_docs_and_files(client: Client) -> None:
 def test_install_and_delete(client: Client, server: Server) -> None:
     installed = client.install_skill(skill_zip("uploaded-one"))
     assert installed["id"] == "uploaded-one" and not installed["replaced"]
+    # Installs go under the data dir, never into the (read-only) skills dir.
+    assert installed["path"] == str(server.data_dir / "skills" / "uploaded-one")
+    assert (server.data_dir / "skills" / "uploaded-one" / "SKILL.md").exists()
     assert [f["path"] for f in installed["files"]] == ["scripts/hi.sh"]
     raw = client.install_skill(skill_zip("uploaded-one", "Second version."), multipart=False)
     assert raw["replaced"]
@@ -182,6 +190,49 @@ def test_install_and_delete(client: Client, server: Server) -> None:
     with expect_error(404, "skill_not_found"):
         client.load_skill("uploaded-one")
     assert not (server.skills_dir / "uploaded-one").exists()
+    assert list((server.data_dir / "skills").iterdir()) == []  # no staging folder left either
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
+    return {str(p.relative_to(root)): (p.stat().st_mode, p.read_bytes() if p.is_file() else b"")
+            for p in sorted(root.rglob("*"))}
+
+
+def test_shipped_skills_are_read_only(client: Client, server: Server) -> None:
+    shipped = _snapshot(server.skills_dir)
+    with expect_error(403, "read_only_skill") as refusal:
+        client.delete_skill("math-tools")
+    assert "shipped in the read-only root" in refusal.error.message and str(server.skills_dir) in refusal.error.message
+    # An install may not shadow a shipped skill either, by id or by name.
+    with expect_error(409, "shadows_read_only_skill"):
+        client.install_skill(skill_zip("math-tools", "An impostor."))
+    assert client.load_skill("math-tools")["description"] != "An impostor."
+    assert _snapshot(server.skills_dir) == shipped
+    assert not (server.data_dir / "skills" / "math-tools").exists()
+
+
+def test_start_up_sweeps_what_crashed_installs_left(tmp_path: Path) -> None:
+    install_root = tmp_path / "data" / "skills"
+    leftover = install_root / ".skill-executor-0123456789abcdef" / "packed"
+    leftover.mkdir(parents=True)
+    (leftover / "SKILL.md").write_text("---\nname: packed\ndescription: half installed\n---\n")
+    (leftover / "blob.bin").write_bytes(bytes(1024 * 1024))
+    srv = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_POOL_SIZE": "0"}).start()
+    try:
+        assert list(install_root.iterdir()) == []
+        with Client(srv.url) as client:
+            assert "packed" not in [s["id"] for s in client.list_skills()["skills"]]
+    finally:
+        srv.stop()
+
+
+def test_an_install_root_inside_the_skills_dir_is_refused_at_start_up(tmp_path: Path) -> None:
+    srv = Server(tmp_path, env={"SKILL_EXECUTOR_INSTALL_DIR": str(tmp_path / "skills" / "uploads"),
+                                "SKILL_EXECUTOR_RUNTIME": "local"})
+    with pytest.raises(RuntimeError) as info:
+        srv.start()
+    assert "overlaps the read-only skills root" in str(info.value)
+    assert not (tmp_path / "skills" / "uploads").exists()
 
 
 def _zip(files: dict[str, str]) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +15,13 @@ from .helpers import make_skill
 REPO = Path(__file__).resolve().parent.parent
 
 
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = None
+    if env is not None:
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")} | env
     return subprocess.run(
-        [sys.executable, "-m", "executor.cli.main", *args], capture_output=True, text=True, cwd=cwd or REPO
+        [sys.executable, "-m", "executor.cli.main", *args], capture_output=True, text=True, cwd=cwd or REPO,
+        env=environment,
     )
 
 
@@ -90,3 +95,39 @@ def test_show_search_install(tmp_path: Path) -> None:
     assert json.loads(out.stdout)["id"] == "zipped" and (root / "zipped" / "SKILL.md").exists()
     package.write_bytes(b"junk")
     assert cli("skills", "install", str(package), "--root", str(root)).returncode == 1
+
+
+def _package(path: Path, name: str, description: str = "z") -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("SKILL.md", f"---\nname: {name}\ndescription: {description}\n---\n")
+    return path
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_install_goes_to_the_install_root_and_never_into_the_skills_dirs(tmp_path: Path) -> None:
+    data, shipped_root = tmp_path / "data", tmp_path / "shipped"
+    make_skill(shipped_root, "example", "name: example\ndescription: shipped")
+    env = {"SKILL_EXECUTOR_DATA_DIR": str(data), "SKILL_EXECUTOR_SKILLS_DIRS": str(shipped_root)}
+    shipped = _snapshot(shipped_root)
+    out = cli("skills", "install", str(_package(tmp_path / "a.zip", "zipped")), env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["path"] == str(data / "skills" / "zipped")
+    # A leftover of a crashed install is swept when the next install starts.
+    (data / "skills" / ".skill-executor-0123456789abcdef").mkdir()
+    (data / "skills" / ".skill-executor-0123456789abcdef" / "junk").write_bytes(b"x" * 1024)
+    again = cli("skills", "install", str(_package(tmp_path / "b.zip", "zipped", "v2")), env=env)
+    assert again.returncode == 0 and json.loads(again.stdout)["replaced"]
+    assert sorted(p.name for p in (data / "skills").iterdir()) == ["zipped"]
+    # The skills dirs are read-only: no install into them, and no install shadowing what they ship.
+    for root in (shipped_root, tmp_path):
+        into = cli("skills", "install", str(_package(tmp_path / "c.zip", "other")), "--root", str(root), env=env)
+        assert into.returncode == 1 and "install_root_overlaps" in into.stderr
+    shadow = cli("skills", "install", str(_package(tmp_path / "d.zip", "example")), env=env)
+    assert shadow.returncode == 1 and "shadows_read_only_skill" in shadow.stderr
+    assert f"read-only root {shipped_root}" in shadow.stderr
+    assert _snapshot(shipped_root) == shipped and not (tmp_path / "other").exists()

@@ -4,7 +4,11 @@ requests, quote path segments, and map errors the same way."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import json
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -21,9 +25,16 @@ def handler(seen: Seen):  # type: ignore[no-untyped-def]
             return httpx.Response(404, json={"error": {"code": "skill_not_found", "message": "no skill"}})
         if request.url.path == "/healthz":
             return httpx.Response(503, json={"status": "degraded"})
+        if request.url.path.startswith("/v1/artifacts/dl/"):
+            sha = hashlib.sha256(CONTENT).hexdigest() if request.url.path.endswith("/good") else "0" * 64
+            return httpx.Response(200, content=CONTENT, headers={
+                "X-Artifact-SHA256": sha, "X-Artifact-Version": "7", "Content-Type": "text/plain"})
         return httpx.Response(200, json={"ok": True})
 
     return answer
+
+
+CONTENT = b"streamed content " * 1000
 
 
 def calls(client: Client) -> None:
@@ -34,6 +45,9 @@ def calls(client: Client) -> None:
     client.install_skill(b"PK\x03\x04", multipart=False)
     client.run({"skill": "s", "command": "true"}, idempotency_key="k1")
     assert client.health() == {"status": "degraded"}
+    client.put_artifact("chunks", iter([b"a", b"b"]))
+    client.delete_artifact("d/x", 2, owner="k")
+    client.artifact_versions("x/versions")
 
 
 async def acalls(client: AsyncClient) -> None:
@@ -44,6 +58,14 @@ async def acalls(client: AsyncClient) -> None:
     await client.install_skill(b"PK\x03\x04", multipart=False)
     await client.run({"skill": "s", "command": "true"}, idempotency_key="k1")
     assert await client.health() == {"status": "degraded"}
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"a"
+        yield b"b"
+
+    await client.put_artifact("chunks", chunks())
+    await client.delete_artifact("d/x", 2, owner="k")
+    await client.artifact_versions("x/versions")
 
 
 def shape(seen: Seen) -> list[tuple[str, str, str | None, str | None, bytes]]:
@@ -72,6 +94,53 @@ def test_both_clients_send_the_same_quoted_requests() -> None:
     ]
     assert shape(sync_seen)[4][2] == "application/zip"
     assert shape(sync_seen)[5][3] == "k1" and json.loads(shape(sync_seen)[5][4]) == {"skill": "s", "command": "true"}
+    # Artifacts: an iterator streams (chunked); delete by version; versions is a listing filter, never a
+    # path under the name (which would shadow an artifact named .../versions).
+    assert [(r.method, r.url.raw_path.decode()) for r in sync_seen[7:]] == [
+        ("POST", "/v1/artifacts/chunks"), ("DELETE", "/v1/artifacts/d/x?version=2&owner=k"),
+        ("GET", "/v1/artifacts?name=x%2Fversions")]
+    assert sync_seen[7].content == b"ab" and sync_seen[7].headers["transfer-encoding"] == "chunked"
+
+
+def test_uploads_stream_from_files_and_downloads_stream_to_files(tmp_path: Path) -> None:
+    source = tmp_path / "src.bin"
+    source.write_bytes(CONTENT)
+    seen: Seen = []
+    with Client("http://test", transport=httpx.MockTransport(handler(seen))) as client:
+        client.put_artifact("from/path", source)
+        with open(source, "rb") as handle:
+            handle.read(7)
+            client.put_artifact("from/file", handle)  # what is left of it
+        target = tmp_path / "out.bin"
+        info = client.download_artifact("dl/good", target)
+        assert info == {"version": 7, "sha256": hashlib.sha256(CONTENT).hexdigest(), "size": len(CONTENT),
+                        "mime_type": "text/plain"}
+        assert target.read_bytes() == CONTENT
+        sink = io.BytesIO()
+        client.download_artifact("dl/good", sink)
+        assert sink.getvalue() == CONTENT
+        with pytest.raises(ApiError) as info_:
+            client.download_artifact("dl/bad", tmp_path / "bad.bin")
+        assert info_.value.code == "checksum_mismatch" and not (tmp_path / "bad.bin").exists()
+        with pytest.raises(ApiError):
+            client.download_artifact("missing", tmp_path / "missing.bin")
+        assert not (tmp_path / "missing.bin").exists()
+    assert [(r.content, r.headers.get("content-length")) for r in seen[:2]] == [
+        (CONTENT, str(len(CONTENT))), (CONTENT[7:], str(len(CONTENT) - 7))]
+
+    async def main() -> None:
+        aseen: Seen = []
+        async with AsyncClient("http://test", transport=httpx.MockTransport(handler(aseen))) as client:
+            await client.put_artifact("from/path", source)
+            with open(source, "rb") as handle:
+                await client.put_artifact("from/file", handle)
+            assert (await client.download_artifact("dl/good", tmp_path / "a.bin"))["size"] == len(CONTENT)
+            with pytest.raises(ApiError):
+                await client.download_artifact("dl/bad", tmp_path / "abad.bin")
+        assert [r.content for r in aseen[:2]] == [CONTENT, CONTENT]
+        assert (tmp_path / "a.bin").read_bytes() == CONTENT and not (tmp_path / "abad.bin").exists()
+
+    asyncio.run(main())
 
 
 def test_errors_map_to_api_error_in_both_clients() -> None:

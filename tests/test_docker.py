@@ -399,20 +399,30 @@ def test_sweep_and_reaper_remove_leftovers(make_docker) -> None:  # type: ignore
     executor = make_docker()
     runtime = executor.runtime
     assert isinstance(runtime, DockerRuntime)
+    root_id = runtime.token.split(":")[1]
+    # An owner of this root whose lease is gone (crashed), one of another root (a
+    # neighbour with another data dir: not ours to judge), and one of ours past its deadline.
     dead = runtime.client.containers.create(
         executor.settings.docker_image, ["sleep", "100"],
-        labels={LABEL_MANAGED: "1", LABEL_OWNER: f"{runtime.token.split(':')[0]}:999999:1", LABEL_DEADLINE: "9999999999"},
+        labels={LABEL_MANAGED: "1", LABEL_OWNER: f"lease:{root_id}:crashed0", LABEL_DEADLINE: "9999999999"},
+    )
+    foreign = runtime.client.containers.create(
+        executor.settings.docker_image, ["sleep", "100"],
+        labels={LABEL_MANAGED: "1", LABEL_OWNER: "lease:0123456789abcdef:neighbour", LABEL_DEADLINE: "9999999999"},
     )
     stale = runtime.client.containers.create(
         executor.settings.docker_image, ["sleep", "100"],
         labels={LABEL_MANAGED: "1", LABEL_OWNER: runtime.token, LABEL_DEADLINE: str(int(time.time()) - 3600)},
     )
-    assert runtime.sweep() == 1
-    ids = {c.id for c in runtime.client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
-    assert dead.id not in ids and stale.id in ids
-    assert runtime.reap() >= 1
-    ids = {c.id for c in runtime.client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
-    assert stale.id not in ids
+    try:
+        assert runtime.sweep() == 1
+        ids = {c.id for c in runtime.client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
+        assert dead.id not in ids and stale.id in ids and foreign.id in ids
+        assert runtime.reap() >= 1
+        ids = {c.id for c in runtime.client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
+        assert stale.id not in ids and foreign.id in ids
+    finally:
+        foreign.remove(force=True)
 
 
 def test_missing_image_is_a_clear_error(tmp_path: Path, docker_runtime_name: str) -> None:

@@ -482,14 +482,15 @@ def test_busy_when_slots_and_queue_are_full(make_executor) -> None:  # type: ign
 
 
 def test_workspaces_of_dead_processes_are_swept(tmp_path: Path) -> None:
-    from executor.owners import owner_token
     from executor.workspace.layout import OWNER_FILE, WorkspaceManager
 
     manager = WorkspaceManager(tmp_path)
+    neighbour = WorkspaceManager(tmp_path)  # another live process sharing the root
+    theirs = neighbour.create("theirs", "math-tools")
     mine = manager.create("mine", "math-tools")
     dead = manager.runs / "dead"
     dead.mkdir()
-    (dead / OWNER_FILE).write_text(owner_token().rsplit(":", 2)[0] + ":999999:1")
+    (dead / OWNER_FILE).write_text(f"lease:{manager.lease.root_id}:crashed0")  # a lease that is gone
     (dead / "out").mkdir(mode=0o555)
     orphan = manager.runs / "no-owner-file"
     orphan.mkdir()
@@ -499,6 +500,9 @@ def test_workspaces_of_dead_processes_are_swept(tmp_path: Path) -> None:
     os.utime(orphan, (old, old))
     assert manager.sweep() == ["dead", "no-owner-file"]
     assert mine.root.exists() and young.exists() and not dead.exists() and not orphan.exists()
+    assert theirs.root.exists()
+    neighbour.lease.release()  # it ends (cleanly, leaving its workspace behind): now a leftover
+    assert manager.sweep() == ["theirs"]
 
 
 def test_remove_tree_tolerates_a_concurrent_remover(tmp_path: Path) -> None:

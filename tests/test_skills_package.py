@@ -1,14 +1,19 @@
-"""Installing skills from archives: safe extraction, caps, atomic replace."""
+"""Installing skills from archives: safe extraction, caps, atomic and crash-safe replace."""
 
 from __future__ import annotations
 
 import bz2
+import errno
 import functools
 import gzip
 import io
 import os
+import platform
+import signal
 import stat
 import struct
+import subprocess
+import sys
 import tarfile
 import time
 import tracemalloc
@@ -19,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from executor.errors import ExecutorError
-from executor.skills import PackageLimits, SkillRepository, install_package, uninstall
+from executor.skills import PackageLimits, SkillRepository, discover, install_package, installdir, uninstall
+from executor.skills.installdir import leftovers, sweep
 
 SKILL_MD = b"---\nname: packed\ndescription: A packaged skill.\n---\n# Packed\n"
 
@@ -325,3 +331,162 @@ def test_tar_formats_and_compressions_install(tmp_path: Path, mode: str, fmt: in
     if fmt != tarfile.USTAR_FORMAT:
         assert (root / "references" / "ünï.md").read_text() == "ü"
     assert result.skill.id == "packed"
+
+
+# -- the install root: crash-safe replacement, the start-up sweep -------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+V1 = zip_bytes({"SKILL.md": SKILL_MD, "v1.txt": b"1" * 4096, "scripts/run.sh": b"echo v1\n"})
+V2 = zip_bytes({"SKILL.md": SKILL_MD.replace(b"A packaged skill.", b"Version two."), "v2.txt": b"2" * 4096})
+
+#: Installs a package in a child process with crash points injected: ``kill-before`` dies
+#: with SIGKILL once the new version is staged and validated (before it goes live),
+#: ``kill-after`` right after the swap with the live version, and ``wait`` says ``staged``
+#: on stdout at the first point and waits for a line on stdin before going on.
+INSTALLER = """
+import os, signal, sys
+from pathlib import Path
+from executor.skills import package
+
+root, archive, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+go_live, exchange = package._go_live, package.exchange
+
+def staged(*args, **kwargs):
+    if mode == "kill-before":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "wait":
+        print("staged", flush=True)
+        sys.stdin.readline()
+    return go_live(*args, **kwargs)
+
+def swapped(staged, live):
+    exchange(staged, live)
+    if mode == "kill-after":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+package._go_live, package.exchange = staged, swapped
+package.install_package(archive.read_bytes(), root)
+"""
+
+
+def installer(root: Path, archive: bytes, mode: str, tmp_path: Path) -> subprocess.Popen[str]:
+    path = tmp_path / f"package-{mode}.zip"
+    path.write_bytes(archive)
+    return subprocess.Popen([sys.executable, "-c", INSTALLER, str(root), str(path), mode], cwd=REPO, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("mode, survivor", [("kill-before", V1), ("kill-after", V2)])
+def test_a_crash_during_a_replacement_leaves_one_complete_version_and_start_up_sweeps(
+    tmp_path: Path, mode: str, survivor: bytes
+) -> None:
+    root = tmp_path / "installed"
+    install_package(V1, root)
+    expected_root = tmp_path / "expected"
+    install_package(survivor, expected_root)
+    child = installer(root, V2, mode, tmp_path)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL, err
+    # The skill is one whole version; the staging folder (holding the other one) is left over ...
+    assert tree(root / "packed") == tree(expected_root / "packed")
+    left = leftovers(root)
+    assert len(left) == 1 and (left[0] / "packed" / "SKILL.md").exists()
+    # ... and is never a skill, even though it holds a complete one.
+    assert discover([root]) == [root.resolve() / "packed"]
+    # The next start-up removes it.
+    repository = SkillRepository([], install_root=root)
+    assert leftovers(root) == [] and [p.name for p in root.iterdir()] == ["packed"]
+    assert repository.get("packed").path == root.resolve() / "packed"
+    assert tree(root / "packed") == tree(expected_root / "packed")
+
+
+def test_a_crash_during_a_first_install_leaves_nothing_after_the_sweep(tmp_path: Path) -> None:
+    root = tmp_path / "installed"
+    child = installer(root, V1, "kill-before", tmp_path)
+    child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    # A first install has no live version to swap with: the crash came while staging ...
+    assert [p.name.startswith(".skill-executor-") for p in root.iterdir()] == [True]
+    assert SkillRepository([], install_root=root).list() == []
+    assert list(root.iterdir()) == []
+
+
+def test_the_sweep_spares_a_live_install_in_another_process(tmp_path: Path) -> None:
+    root = tmp_path / "installed"
+    install_package(V1, root)
+    dead = installer(root, V2, "kill-before", tmp_path)
+    dead.communicate(timeout=60)
+    (crashed,) = leftovers(root)
+    live = installer(root, V2, "wait", tmp_path)
+    try:
+        assert live.stdout is not None and live.stdout.readline() == "staged\n"
+        (staged,) = [p for p in leftovers(root) if p != crashed]
+        snapshot = tree(staged)
+        repository = SkillRepository([], install_root=root)  # a start-up while the install is in progress
+        assert leftovers(root) == [staged] and tree(staged) == snapshot
+        assert repository.get("packed").description == "A packaged skill."
+        assert sweep(root) == []
+    finally:
+        _, err = live.communicate("go\n", timeout=60)
+    assert live.returncode == 0, err
+    assert leftovers(root) == [] and [p.name for p in root.iterdir()] == ["packed"]
+    assert repository.reload().by_id["packed"].description == "Version two."
+
+
+def test_a_replacement_is_refused_where_folders_cannot_be_swapped(tmp_path: Path, monkeypatch) -> None:
+    root = tmp_path / "installed"
+    install_package(V1, root)
+    before = tree(root / "packed")
+
+    def unsupported(src: Path, dst: Path, flags: int) -> None:
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+    monkeypatch.setattr(installdir, "_renameat2", unsupported)
+    with pytest.raises(ExecutorError) as info:
+        install_package(V2, root)
+    assert info.value.code == "atomic_replace_unsupported" and info.value.status == 503
+    assert "cannot swap folders atomically" in info.value.message
+    assert tree(root / "packed") == before and [p.name for p in root.iterdir()] == ["packed"]
+    # A first install needs no swap.
+    assert install_package(zip_bytes({"SKILL.md": SKILL_MD.replace(b"packed", b"other")}), root).skill.id == "other"
+
+
+def test_exchange_through_the_raw_system_call(tmp_path: Path, monkeypatch) -> None:
+    """Where the C library has no ``renameat2`` wrapper, the system call is made by number."""
+    if installdir._SYSCALL_RENAMEAT2.get(platform.machine()) is None:
+        pytest.skip(f"no renameat2 number known for {platform.machine()}")
+    libc = installdir._libc
+
+    class NoWrapper:
+        syscall = libc.syscall if libc is not None else None
+
+    monkeypatch.setattr(installdir, "_libc", NoWrapper())
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "from-a").touch()
+    (tmp_path / "b").mkdir()
+    installdir.exchange(tmp_path / "a", tmp_path / "b")
+    assert os.listdir(tmp_path / "b") == ["from-a"] and os.listdir(tmp_path / "a") == []
+    with pytest.raises(FileNotFoundError):
+        installdir.exchange(tmp_path / "a", tmp_path / "missing")
+
+
+def test_removal_leaves_no_staging_folder_and_refuses_what_is_not_installed(tmp_path: Path) -> None:
+    install_package(V1, tmp_path)
+    with pytest.raises(ExecutorError) as info:
+        uninstall(tmp_path, "nope")
+    assert info.value.status == 404
+    uninstall(tmp_path, "packed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_install_root_defaults_to_the_data_dir(tmp_path: Path) -> None:
+    from executor.config import Settings
+
+    settings = Settings(skills_dirs=[tmp_path / "shipped"], data_dir=tmp_path / "data")
+    assert settings.install_root == tmp_path / "data" / "skills"
+    assert settings.skill_roots == [tmp_path / "shipped", tmp_path / "data" / "skills"]
+    assert Settings(data_dir=tmp_path, install_dir=tmp_path / "mine").install_root == tmp_path / "mine"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -10,7 +9,8 @@ import pytest
 from .conftest import docker_problem, in_ci
 
 
-def test_no_project_containers_left() -> None:
+def test_no_project_containers_left(tmp_path_factory: pytest.TempPathFactory) -> None:
+    base_temp = tmp_path_factory.getbasetemp()
     problem = docker_problem()
     if problem is not None:
         if in_ci():
@@ -18,17 +18,17 @@ def test_no_project_containers_left() -> None:
         pytest.skip(problem)
     import docker
 
-    from executor.owners import owner_token
+    from executor.owners import LEASES, ROOT_ID, parse
     from executor.runtimes.docker import LABEL_MANAGED, LABEL_OWNER
 
     client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto")
-    host = owner_token().rsplit(":", 2)[0]
-    pid = str(os.getpid())
+    # Owner tokens are "lease:<root id>:<instance>": the roots are this session's temp folders.
+    roots = {path.read_text().strip() for path in base_temp.glob(f"**/{LEASES}/{ROOT_ID}")}
     deadline = time.monotonic() + 10
     while True:
         ours = [
             c for c in client.api.containers(all=True, filters={"label": f"{LABEL_MANAGED}=1"})
-            if c["Labels"].get(LABEL_OWNER, "").startswith(f"{host}:{pid}:")
+            if parse(c["Labels"].get(LABEL_OWNER, ""))[0] in roots
         ]
         if not ours or time.monotonic() > deadline:
             break

@@ -25,6 +25,7 @@ from .. import __version__
 from ..config import Settings
 from ..core import Executor
 from ..errors import ExecutorError
+from ..owners import DataDirClaim
 from ..runs.manager import RunManager
 from ..runs.store import RunRecord, RunStore
 from ..runtimes.base import Runtime
@@ -38,13 +39,21 @@ from .routes import artifacts, runs, skills, system, tools
 
 log = logging.getLogger("executor.api")
 
+#: How often expired artifact versions are removed (at most the TTL).
+ARTIFACT_EXPIRY_SECONDS = 60.0
+
 DESCRIPTION = """Run Agent Skills safely: a cheap overview of every skill (`/v1/skills`),
 instructions on demand (`/v1/skills/{name}`), and `skill_run` (`/v1/runs`), which runs a
 command of a skill in a fresh, network-less, read-only container and returns its output
 and files. Errors always have the shape `{"error": {"code", "message", "details"?}}`."""
 
 
-def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, runtime: Runtime | None = None, claim: DataDirClaim | None = None
+) -> FastAPI:
+    """The service; its lifespan first claims the data dir (:class:`DataDirClaim`: one
+    service per data dir, refused before any record is touched) unless ``claim`` is given,
+    then starts the executor, degraded when the Docker engine is not there yet."""
     settings = settings or Settings()
     keyring = KeyRing.from_settings(settings)
     problem = bind_problem(settings, keyring, runtime.name if runtime is not None else None)
@@ -53,7 +62,12 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        executor = Executor.from_settings(settings, runtime)
+        held = claim or DataDirClaim(settings.data_dir)
+        try:
+            executor = Executor.from_settings(settings, runtime, wait_for_engine=True)
+        except BaseException:
+            held.release()
+            raise
         store = RunStore(settings.data_dir / "runs.db")
         metrics: Metrics = app.state.metrics
 
@@ -69,10 +83,18 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
                 metrics.bytes_collected.inc(sum(f.get("size_bytes", 0) for f in result.get("output_files", [])))
 
         manager = RunManager(executor.runner, store, on_finish=finished)
+        metrics.watch_runtime(executor.runtime.stats)
         app.state.executor = executor
         app.state.manager = manager
         # skill_run tool calls go through the manager (routes/tools.py), never the runner directly.
         app.state.tools = ToolExecutor(executor.repository)
+        # Expired artifact versions and unreferenced blobs: removed now, then periodically
+        # (a supervised worker: it survives and logs any failure).
+        ttl = settings.artifact_ttl_seconds
+        executor.runner.supervisor.every(
+            "artifact-expiry", min(ARTIFACT_EXPIRY_SECONDS, ttl) if ttl else ARTIFACT_EXPIRY_SECONDS,
+            executor.artifacts.expire,
+        )
         grace = settings.shutdown_grace_seconds
 
         stopping: list[asyncio.Future[None]] = []
@@ -97,8 +119,11 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
                 await stopping[0]
 
             def close() -> None:
-                manager.shutdown()
-                executor.close()
+                try:
+                    manager.shutdown()
+                    executor.close()
+                finally:
+                    held.release()
 
             await asyncio.to_thread(close)
             log.info("shut down", extra={"close_seconds": round(time.monotonic() - started, 3)})

@@ -2,12 +2,67 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+#: Container states always reported (0 when none), so dashboards see every series.
+STATES = ("created", "running", "exited", "removing", "dead", "paused", "restarting")
+
+
+class RuntimeCollector(Collector):
+    """The runtime's figures (``Runtime.stats()``), read at each scrape; never raises."""
+
+    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            stats = self.stats()
+        except Exception as exc:  # a scrape never fails
+            log.warning("metrics: runtime figures unavailable: %s", exc)
+            stats = {}
+        containers = stats.get("containers")
+        if containers is not None:
+            family = GaugeMetricFamily("skill_executor_containers", "Containers of this instance by state",
+                                       labels=["state"])
+            for state in sorted(set(STATES) | set(containers)):
+                family.add_metric([state], containers.get(state, 0))
+            yield family
+            yield GaugeMetricFamily("skill_executor_containers_alive", "Running containers of this instance",
+                                    value=containers.get("running", 0))
+        if stats.get("engine_up") is not None:
+            yield GaugeMetricFamily("skill_executor_engine_up", "1 when the Docker engine answers",
+                                    value=1 if stats["engine_up"] else 0)
+        for key, text in (
+            ("cleanup_backlog", "Cleanup jobs (used containers, workspaces) waiting or in progress"),
+            ("cleanup_leftovers", "Leftovers found by the last reconciliation, not yet removed"),
+            ("workspaces", "Workspace folders under the workspace root"),
+        ):
+            if key in stats:
+                yield GaugeMetricFamily(f"skill_executor_{key}", text, value=stats[key])
+        workers = stats.get("workers") or {}
+        failures = CounterMetricFamily("skill_executor_worker_failures", "Failed steps of background workers",
+                                       labels=["worker"])
+        restarts = CounterMetricFamily("skill_executor_worker_restarts",
+                                       "Background workers restarted after their thread died", labels=["worker"])
+        for name, figures in sorted(workers.items()):
+            failures.add_metric([name], figures.failures)
+            restarts.add_metric([name], figures.restarts)
+        yield failures
+        yield restarts
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._runtime: RuntimeCollector | None = None
         self.runs = Counter(
             "skill_executor_runs", "Finished runs by outcome", ["outcome"], registry=self.registry
         )
@@ -19,12 +74,16 @@ class Metrics:
         )
         self.queue_depth = Gauge("skill_executor_queue_depth", "Runs waiting for a slot", registry=self.registry)
         self.running = Gauge("skill_executor_runs_in_progress", "Runs holding a slot", registry=self.registry)
-        self.containers = Gauge(
-            "skill_executor_containers_alive", "Run containers of this instance that exist now", registry=self.registry
-        )
         self.bytes_collected = Counter(
             "skill_executor_output_bytes_collected", "Bytes of output files returned", registry=self.registry
         )
         self.refusals = Counter(
             "skill_executor_refusals", "Requests refused, by reason", ["reason"], registry=self.registry
         )
+
+    def watch_runtime(self, stats: Callable[[], dict[str, Any]]) -> None:
+        """Report the runtime's figures (once the runtime exists)."""
+        if self._runtime is not None:
+            self.registry.unregister(self._runtime)
+        self._runtime = RuntimeCollector(stats)
+        self.registry.register(self._runtime)

@@ -149,6 +149,8 @@ class Health(BaseModel):
     status: Literal["ok", "unhealthy"]
     runtime: str
     checks: dict[str, Check]
+    #: The checks that fail (empty when healthy).
+    failing: list[str] = []
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {

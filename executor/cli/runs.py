@@ -1,4 +1,4 @@
-"""``skill-executor run`` and ``skill-executor artifacts``.
+"""``skill-executor run``.
 
 ``run`` exits with the command's status, so scripts can rely on it:
 
@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,26 +37,6 @@ def register(groups: Any) -> None:
     run.add_argument("--request", help="a JSON request file, or - for stdin")
     _common(run)
     run.set_defaults(handler=_run, json_errors=True)
-
-    artifacts = groups.add_parser("artifacts", help="the artifact store")
-    sub = artifacts.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
-    put = sub.add_parser("put", help="save FILE (or - for stdin) as a new version of NAME")
-    put.add_argument("name")
-    put.add_argument("file")
-    put.add_argument("--mime-type", default="application/octet-stream")
-    get = sub.add_parser("get", help="write NAME[@VERSION] to stdout or --output")
-    get.add_argument("ref")
-    get.add_argument("--output", "-o")
-    list_ = sub.add_parser("list", help="list artifacts, or the versions of NAME")
-    list_.add_argument("name", nargs="?")
-    for parser in (put, get, list_):
-        parser.add_argument("--data-dir", type=Path)
-        parser.add_argument(
-            "--owner", default=None, metavar="KEY_ID",
-            help="the tenant (API key id, as in the logs) whose artifacts to use; default: the local tenant "
-            "(what the service uses when no keys are configured)",
-        )
-        parser.set_defaults(handler=_artifacts)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -137,40 +116,3 @@ def _run(args: argparse.Namespace) -> int:
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return exit_status(result)
-
-
-def _artifacts(args: argparse.Namespace) -> int:
-    """The CLI works on the store's files directly (whoever can read them is an admin):
-    the local tenant's artifacts, or ``--owner``'s."""
-    import shutil
-
-    from ..access import LOCAL_TENANT, check_tenant
-    from ..artifacts.store import LocalArtifactStore, parse_ref
-
-    settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
-    tenant = check_tenant(args.owner) if args.owner else LOCAL_TENANT
-    store = LocalArtifactStore(settings.artifacts_dir)
-    if args.command == "put":
-        if args.file == "-":
-            info = store.put(args.name, sys.stdin.buffer, mime_type=args.mime_type, tenant=tenant)
-        else:
-            try:
-                source = open(args.file, "rb")  # noqa: SIM115 - closed below; open errors are refusals
-            except OSError as exc:
-                raise BadRequest(f"cannot read {args.file}: {exc.strerror}") from None
-            with source:
-                info = store.put(args.name, source, mime_type=args.mime_type, tenant=tenant)
-        print(json.dumps(info.to_dict()))
-    elif args.command == "get":
-        name, version = parse_ref(args.ref.removeprefix("artifact://"))
-        info = store.info(name, version, tenant=tenant)
-        with store.open(info) as handle:
-            if args.output:
-                with open(args.output, "wb") as out:
-                    shutil.copyfileobj(handle, out)
-            else:
-                shutil.copyfileobj(handle, sys.stdout.buffer)
-    else:
-        rows = store.versions(args.name, tenant=tenant) if args.name else store.names(tenant=tenant)
-        print(json.dumps([row.to_dict() for row in rows], indent=2))
-    return 0

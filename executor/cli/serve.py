@@ -66,9 +66,17 @@ def _serve(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"skill-executor: {problem}", file=sys.stderr)
         return 2
+    from ..errors import ExecutorError
+    from ..owners import DataDirClaim
+
+    try:
+        claim = DataDirClaim(settings.data_dir)  # before anything reads or writes a record
+    except (ExecutorError, OSError) as exc:
+        print(f"skill-executor: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
     limit_malloc_arenas()
     configure_logging(settings.log_json)
-    app = create_app(settings)
+    app = create_app(settings, claim=claim)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
                             timeout_graceful_shutdown=REQUESTS_GRACE_SECONDS, http=JsonErrorHttpToolsProtocol)
     server = DrainingServer(config, app)

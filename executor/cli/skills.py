@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..config import Settings
 from ..errors import ExecutorError
 from ..skills import (
     SkillLoadError,
     SkillRepository,
     check,
     docs,
-    install_package,
     inventory,
     load_skill,
     render_text,
@@ -56,7 +56,11 @@ def register(groups: Any) -> None:
 
     install = commands.add_parser("install", help="install a skill from a .zip or .tar.gz")
     install.add_argument("package", type=Path)
-    install.add_argument("--root", type=Path, required=True, help="the skills root to install into")
+    install.add_argument(
+        "--root", type=Path, default=None,
+        help="the install root (default: SKILL_EXECUTOR_INSTALL_DIR, else <SKILL_EXECUTOR_DATA_DIR>/skills); "
+        "never one of SKILL_EXECUTOR_SKILLS_DIRS, whose skills it may not shadow either",
+    )
     install.add_argument("--strict", action="store_true", help="refuse packages that break the spec")
     install.set_defaults(handler=_install)
 
@@ -158,9 +162,15 @@ def _install(args: argparse.Namespace) -> int:
         print(f"skill-executor: cannot read {args.package}: {exc.strerror}", file=sys.stderr)
         return 2
     try:
-        result = install_package(data, args.root, strict=args.strict)
+        settings = Settings()
+        repository = SkillRepository(settings.skills_dirs, install_root=args.root or settings.install_root)
+        result = repository.install(data, strict=args.strict)
     except ExecutorError as exc:
         print(f"skill-executor: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"skill-executor: cannot install into {exc.filename or 'the install root'}: {exc.strerror}",
+              file=sys.stderr)
         return 1
     emit_json(
         {

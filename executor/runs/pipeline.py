@@ -20,6 +20,7 @@ from ..artifacts.store import ArtifactStore
 from ..config import Settings
 from ..runtimes.base import Command, OutputListener, Runtime, SandboxPlan
 from ..skills import SkillRepository
+from ..workers import Supervisor
 from ..workspace.layout import WorkspaceManager, environment
 from ..workspace.sessions import SessionStore
 from ..workspace.staging import Stager
@@ -30,7 +31,7 @@ from .results import build_result
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two sweeps of expired sessions (done by a run, off the hot path).
+#: Seconds between two sweeps of expired sessions (a supervised background worker).
 SESSION_SWEEP_SECONDS = 60.0
 
 
@@ -63,8 +64,9 @@ class SkillRunner:
             owner=runtime.owner,
         )
         self.limiter = RunLimiter(settings.max_concurrent_runs, settings.max_queued_runs)
-        self._last_sweep = 0.0
-        self._sweep_lock = threading.Lock()
+        self.supervisor = Supervisor("runner")
+        self.supervisor.every("session-expiry", SESSION_SWEEP_SECONDS, self.sessions.sweep,
+                              initial_delay=SESSION_SWEEP_SECONDS)
 
     @property
     def workspaces(self) -> WorkspaceManager:
@@ -99,7 +101,6 @@ class SkillRunner:
                 reservation.release()
             raise
         run_id = run_id or new_run_id()
-        self._maybe_sweep()
         with reservation or self.limiter.reserve(), self.runtime.activity.running():
             if request.session:
                 with self.sessions.use(request.session, tenant, wait=plan.timeout) as work:
@@ -148,16 +149,5 @@ class SkillRunner:
         self.runtime.settle()
 
     def close(self) -> None:
-        """Nothing of its own to release: the runtime (closed by its owner) holds the rest."""
-
-    def _maybe_sweep(self) -> None:
-        now = time.monotonic()
-        if now - self._last_sweep < SESSION_SWEEP_SECONDS or not self._sweep_lock.acquire(blocking=False):
-            return
-        try:
-            self._last_sweep = now
-            self.sessions.sweep()
-        except OSError as exc:  # housekeeping must never fail a run
-            log.warning("session sweep failed: %s", exc)
-        finally:
-            self._sweep_lock.release()
+        """Stop its own workers; the runtime (closed by its owner) holds the rest."""
+        self.supervisor.close()

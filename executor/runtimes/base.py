@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Self
+from typing import Any, Protocol, Self
 
 from ..access import LOCAL_TENANT
 from ..activity import Activity
@@ -119,10 +119,20 @@ class Runtime(Protocol):
 
     def open(self, plan: SandboxPlan) -> Sandbox: ...
 
-    def health(self) -> dict[str, tuple[bool, str]]: ...
+    def health(self) -> dict[str, tuple[bool, str]]:
+        """Each dependency's (ok, detail); never raises."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Figures for the metrics: ``containers`` (by state; None when unknown),
+        ``cleanup_backlog``, ``cleanup_leftovers``, ``workspaces``, ``workers``
+        (:class:`~executor.workers.WorkerStats` by name), ``engine_up`` (None: no engine)."""
+        ...
 
     def settle(self) -> None:
         """Wait until the folders (and containers) of finished runs are removed."""
         ...
 
-    def close(self) -> None: ...
+    def close(self, timeout: float = 6.0) -> None:
+        """Release everything within ``timeout`` seconds (leftovers: swept at the next start)."""
+        ...

@@ -9,10 +9,10 @@ Staging and collecting go through the host's safe file layer (the workspace's
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Self
 
 from ..outputs.collect import Collection, CollectLimits, collect
-from ..workspace.fs import remove_tree
 from ..workspace.layout import Workspace
 from ..workspace.spec import InputSpec
 from ..workspace.staging import Stager, StagingReport
@@ -22,11 +22,15 @@ from .janitor import Janitor
 class HostSandbox:
     """A sandbox over a host folder; subclasses implement ``execute`` (and ``release``)."""
 
-    def __init__(self, workspace: Workspace, root: str, janitor: Janitor, *, keep: bool = False) -> None:
+    def __init__(
+        self, workspace: Workspace, root: str, janitor: Janitor, *, discard: Callable[[Path], None],
+        keep: bool = False,
+    ) -> None:
         self.workspace = workspace
         self.root = root
         self.warnings: list[str] = []
         self._janitor = janitor
+        self._discard = discard
         self._keep = keep
         self._closed = False
 
@@ -47,6 +51,7 @@ class HostSandbox:
         self._closed = True
         before = self.release()
         root = None if self._keep else self.workspace.root
+        remove = self._discard
 
         def discard() -> None:
             try:
@@ -54,7 +59,7 @@ class HostSandbox:
                     before()
             finally:
                 if root is not None:
-                    remove_tree(root)
+                    remove(root)
 
         self._janitor.submit(discard)
 

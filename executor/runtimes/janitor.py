@@ -1,9 +1,12 @@
 """The one janitor: removes what finished runs leave (containers, folders) off their path.
 
-Removal is slow on some file systems and engines, and it competes for the same CPU as
-the runs agents wait for, so it happens in background workers that first wait for a
-quiet moment (at most ``max_wait``).  A job that fails is logged and dropped: a
-worker survives anything, and whatever a failed job left is swept at the next start.
+Removals run in parallel on a bounded set of supervised workers
+(:class:`~executor.workers.Supervisor`).  While the backlog is short they first wait
+for a quiet moment (at most ``max_wait``), so housekeeping does not compete with the
+runs agents wait for; once it grows past the number of workers they go at once, so
+cleanup keeps up with any load.  A job that fails is logged (once per cause) and
+dropped: what it left is found again by the runtime's periodic reconciliation (and at
+the next start).
 """
 
 from __future__ import annotations
@@ -11,24 +14,36 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from ..activity import Activity
+from ..workers import Supervisor
 
 log = logging.getLogger(__name__)
 
 Job = Callable[[], None]
+#: How long a worker blocks on an empty queue before it checks whether it should stop.
+POLL_SECONDS = 0.5
 
 
 class Janitor:
-    def __init__(self, activity: Activity, *, workers: int = 2, max_wait: float = 2.0, name: str = "janitor") -> None:
+    def __init__(
+        self, activity: Activity, supervisor: Supervisor, *, workers: int = 4, max_wait: float = 2.0,
+        name: str = "janitor",
+    ) -> None:
         self.activity = activity
         self.max_wait = max_wait
-        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self.workers = max(1, workers)
+        self._jobs: queue.Queue[Job] = queue.Queue()
         self._closed = False
-        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(workers)]
-        for thread in self._threads:
-            thread.start()
+        self._busy = 0
+        self._lock = threading.Lock()
+        self._failed_causes: set[str] = set()
+        self.failures = 0
+        self.done = 0
+        for i in range(self.workers):
+            supervisor.loop(f"{name}-{i}", self._work_one)
 
     def submit(self, job: Job) -> None:
         """Run ``job`` in the background (at once, in the caller, once closed)."""
@@ -39,35 +54,72 @@ class Janitor:
 
     @property
     def backlog(self) -> int:
-        return self._jobs.qsize()
+        """Jobs waiting or in progress."""
+        with self._lock:
+            return self._jobs.qsize() + self._busy
 
-    def settle(self) -> None:
-        """Wait until every job submitted so far is done."""
-        self._jobs.join()
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait until every job submitted so far is done; False when ``timeout`` passed first."""
+        if timeout is None:
+            self._jobs.join()
+            return True
+        deadline = time.monotonic() + timeout
+        while self.backlog:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
-    def close(self) -> None:
-        """Finish the queued jobs, then stop the workers."""
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop taking jobs in the background; finish the queued ones (in parallel, within
+        ``timeout``: what is left then is swept at the next start)."""
         self._closed = True
-        for _ in self._threads:
-            self._jobs.put(None)
-        for thread in self._threads:
-            thread.join(timeout=60)
+        deadline = time.monotonic() + timeout
+        helpers = [threading.Thread(target=self._drain, args=(deadline,), daemon=True) for _ in range(self.workers)]
+        for thread in helpers:
+            thread.start()
+        for thread in helpers:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        left = self.backlog
+        if left:
+            log.warning("janitor: %d cleanup job(s) left at shutdown (swept at the next start)", left)
 
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
+    def _drain(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
             try:
-                if job is None:
-                    return
-                if not self._closed:
-                    self.activity.wait_quiet(self.max_wait)
-                self._run(job)
-            finally:
-                self._jobs.task_done()
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            self._take(job, wait=False)
 
-    @staticmethod
-    def _run(job: Job) -> None:
+    def _work_one(self) -> None:
+        """One step of a worker: take a job (or return after a short poll)."""
+        try:
+            job = self._jobs.get(timeout=POLL_SECONDS)
+        except queue.Empty:
+            return
+        self._take(job, wait=not self._closed)
+
+    def _take(self, job: Job, *, wait: bool) -> None:
+        with self._lock:
+            self._busy += 1
+        try:
+            if wait and self._jobs.qsize() < self.workers:
+                self.activity.wait_quiet(self.max_wait)
+            self._run(job)
+        finally:
+            with self._lock:
+                self._busy -= 1
+            self._jobs.task_done()
+
+    def _run(self, job: Job) -> None:
         try:
             job()
+            self.done += 1
         except Exception as exc:  # the janitor must outlive anything a run leaves
-            log.warning("cleanup failed: %s", exc)
+            self.failures += 1
+            cause = f"{type(exc).__name__}: {exc}"
+            if cause not in self._failed_causes:
+                if len(self._failed_causes) < 100:
+                    self._failed_causes.add(cause)
+                log.warning("cleanup failed (left for the reconciliation): %s", cause[:500])

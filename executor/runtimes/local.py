@@ -18,9 +18,11 @@ import signal
 import subprocess
 import threading
 import time
+from typing import Any
 
 from ..activity import Activity
 from ..config import Settings
+from ..workers import Supervisor
 from ..workspace.layout import Workspace, WorkspaceManager, build_view
 from .base import Command, ExecResult, SandboxPlan
 from .host import HostSandbox
@@ -49,11 +51,12 @@ class LocalRuntime:
         self.settings = settings
         self.path = path
         self.activity = Activity()
-        self.workspaces = WorkspaceManager(settings.workspaces)
+        self.workspaces = WorkspaceManager(settings.workspaces, instance=settings.instance_id)
         swept = self.workspaces.sweep()
         if swept:
             log.warning("removed %d workspace(s) left by a crashed process", len(swept))
-        self.janitor = Janitor(self.activity, name="local-janitor")
+        self.supervisor = Supervisor("local")
+        self.janitor = Janitor(self.activity, self.supervisor, workers=settings.cleanup_workers, name="janitor")
         log.warning(WARNING)
 
     def open(self, plan: SandboxPlan) -> LocalSandbox:
@@ -78,16 +81,25 @@ class LocalRuntime:
     def health(self) -> dict[str, tuple[bool, str]]:
         return {"runtime": (True, "local subprocesses (no isolation)")}
 
+    def stats(self) -> dict[str, Any]:
+        return {"containers": None, "cleanup_backlog": self.janitor.backlog, "cleanup_leftovers": 0,
+                "workspaces": self.workspaces.count(), "workers": self.supervisor.stats(), "engine_up": None}
+
     def settle(self) -> None:
         self.janitor.settle()
 
-    def close(self) -> None:
-        self.janitor.close()
+    def close(self, timeout: float = 6.0) -> None:
+        deadline = time.monotonic() + timeout
+        self.janitor.close(timeout=timeout)
+        self.supervisor.close(timeout=max(0.5, deadline - time.monotonic()))
+        if not self.janitor.backlog:
+            self.workspaces.close()
 
 
 class LocalSandbox(HostSandbox):
     def __init__(self, runtime: LocalRuntime, workspace: Workspace, *, keep: bool) -> None:
-        super().__init__(workspace, str(workspace.root), runtime.janitor, keep=keep)
+        super().__init__(workspace, str(workspace.root), runtime.janitor, discard=runtime.workspaces.discard,
+                         keep=keep)
         self.path = runtime.path
 
     def execute(self, command: Command) -> ExecResult:

@@ -6,33 +6,34 @@ per-file, a total and a compression-ratio cap; at most ``max_entries`` entries).
 The package must hold exactly one skill: ``SKILL.md`` at the root or inside a single
 top folder.
 
-Unpacking goes to a staging directory inside the target root; the skill is loaded
-and validated there, then swapped into place with renames, so a failed install
-leaves the previous version untouched.
+Unpacking goes to a locked staging folder inside the install root
+(:mod:`.installdir`); the skill is loaded and validated there, then goes live in one
+atomic step -- a rename for a first install, ``renameat2(RENAME_EXCHANGE)`` with the
+live folder for a replacement -- so a failed install, or a crash at any point, leaves
+the previous version or the new one complete, never neither.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import shutil
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..errors import BadRequest, Conflict
+from ..errors import BadRequest, Conflict, NotFound
 from ..paths import clean_relative
 from .archive import PackageError, PackageLimits, unpack
 from .files import FileEntry, inventory
+from .installdir import STAGING_PREFIX, Staging, exchange
 from .loader import SkillLoadError, load_skill
 from .model import Skill
-from .repository import STAGING_PREFIX
 from .spec import SKILL_FILE, split_verdict
 
 __all__ = ["Installed", "PackageError", "PackageLimits", "install_package", "uninstall"]
 
-#: Names inside the staging folder; a skill id is ``[a-z0-9-]+``, so neither can clash.
+#: Where a package is unpacked inside the staging folder; a skill id is ``[a-z0-9-]+``, so it cannot clash.
 _UNPACKED = ".unpacked"
-_OLD = ".old"
 
 
 @dataclass(slots=True)
@@ -71,13 +72,14 @@ def install_package(
     strict: bool = False,
     replace: bool = True,
     limits: PackageLimits = PackageLimits(),
+    admit: Callable[[Skill], None] | None = None,
 ) -> Installed:
-    """Install the one skill in an archive under ``root/<id>``; atomic replace."""
-    root.mkdir(parents=True, exist_ok=True)
-    staging = root / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
-    staging.mkdir()
-    try:
-        unpacked = staging / _UNPACKED
+    """Install the one skill in an archive under ``root/<id>``; a replacement is atomic.
+
+    ``admit`` sees the validated skill before it goes live and may refuse it by raising.
+    """
+    with Staging(root) as staging:
+        unpacked = staging.path / _UNPACKED
         unpacked.mkdir()
         files = unpack(data, unpacked, limits)
         prefix = _skill_prefix(files)
@@ -86,7 +88,7 @@ def install_package(
         try:
             # Load once to learn the id, then again under the directory name it will have.
             skill_id = load_skill(unpacked).id
-            named = staging / skill_id
+            named = staging.path / skill_id
             os.rename(unpacked, named)
             unpacked = named
             skill = load_skill(unpacked)
@@ -103,32 +105,41 @@ def install_package(
                 code="invalid_skill",
                 details={"errors": [d.to_dict() for d in errors]},
             )
+        if admit is not None:
+            admit(skill)
         target = root / skill.id
-        replaced = target.exists() or target.is_symlink()
-        if replaced and not replace:
-            raise Conflict(f"skill {skill.id!r} is already installed", code="skill_exists")
-        if replaced:
-            old = staging / _OLD
-            os.rename(target, old)
-            try:
-                os.rename(unpacked, target)
-            except OSError:
-                os.rename(old, target)
-                raise
-        else:
-            os.rename(unpacked, target)
+        replaced = _go_live(unpacked, target, replace=replace)
         installed = load_skill(target)
         return Installed(installed, replaced, inventory(installed))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _go_live(staged: Path, target: Path, *, replace: bool) -> bool:
+    """Put ``staged`` at ``target``: a rename, or an exchange with the live version; True if replaced.
+
+    Either way one atomic step: a crash before it leaves the old version, after it the
+    new one (the old one then sits in the staging folder, which goes with it).
+    """
+    if not (target.exists() or target.is_symlink()):
+        try:
+            os.rename(staged, target)
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            # installed meanwhile by someone else: replace that
+    if not replace:
+        raise Conflict(f"skill {target.name!r} is already installed", code="skill_exists")
+    exchange(staged, target)
+    return True
 
 
 def uninstall(root: Path, skill_id: str) -> None:
-    """Remove an installed skill directory (atomically renamed away first)."""
+    """Remove an installed skill: renamed into a staging folder in one step, then deleted."""
     rel = clean_relative(skill_id, what="skill id")
-    if len(rel.parts) != 1:
+    if len(rel.parts) != 1 or rel.parts[0].startswith(STAGING_PREFIX):
         raise BadRequest(f"invalid skill id {skill_id!r}")
     target = root / rel.parts[0]
-    trash = root / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
-    os.rename(target, trash)
-    shutil.rmtree(trash, ignore_errors=True)
+    if not (target.exists() or target.is_symlink()):
+        raise NotFound(f"no skill {skill_id!r} is installed in {root}", code="skill_not_found")
+    with Staging(root) as staging:
+        os.rename(target, staging.path / rel.parts[0])

@@ -12,6 +12,12 @@ or when the snapshot is older than ``refresh_interval`` seconds -- then in the
 background while readers keep getting the current snapshot (a rescan of 1,000 skills
 walks 1,000 folders: it must not sit on a request's path).  With an interval of 0
 every read rescans first, synchronously.
+
+The roots come in two kinds: the read-only roots (``SKILLS_DIRS``: shipped skills,
+never written to) and at most one install root, searched last, where
+:meth:`SkillRepository.install` puts packages and the only place
+:meth:`SkillRepository.remove` deletes from.  Opening a repository with an install
+root sweeps the staging folders a crashed install left there (see :mod:`.installdir`).
 """
 
 from __future__ import annotations
@@ -25,10 +31,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import NotFound
+from ..errors import Conflict, ExecutorError, Forbidden, NotFound
 from ..paths import is_within
+from .archive import PackageLimits
+from .installdir import STAGING_PREFIX, sweep
 from .loader import SkillLoadError, find_skill_file, load_skill
 from .model import Skill
+from .package import Installed, install_package, uninstall
 from .search import Hit, SearchIndex
 from .spec import Diagnostic
 
@@ -36,8 +45,6 @@ log = logging.getLogger(__name__)
 
 MAX_DEPTH = 6
 SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__"})
-#: Prefix of the install staging directories; never a skill.
-STAGING_PREFIX = ".skill-executor-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +97,7 @@ def _walk(directory: Path, root: Path, depth: int, seen: set[Path]) -> Iterable[
     except OSError:
         return
     for entry in entries:
-        if entry.name in SKIP_DIRS or entry.name.startswith(STAGING_PREFIX):
+        if entry.name in SKIP_DIRS or entry.name.startswith(STAGING_PREFIX):  # staging folders are never skills
             continue
         try:
             if not entry.is_dir(follow_symlinks=True):
@@ -112,14 +119,30 @@ class SkillRepository:
     Thread-safe: readers get an immutable :class:`Catalog` snapshot.
     """
 
-    def __init__(self, roots: Sequence[Path | str], *, refresh_interval: float = 2.0) -> None:
-        self.roots = [Path(r) for r in roots]
+    def __init__(
+        self,
+        roots: Sequence[Path | str],
+        *,
+        install_root: Path | str | None = None,
+        refresh_interval: float = 2.0,
+    ) -> None:
+        #: where skills are shipped: discovered, never written to
+        self.read_only_roots = [Path(r) for r in roots]
+        #: where :meth:`install` puts skills and the only place :meth:`remove` deletes from
+        self.install_root = Path(install_root) if install_root is not None else None
+        self.roots = [*self.read_only_roots, *([self.install_root] if self.install_root is not None else [])]
         self.refresh_interval = refresh_interval
         self._lock = threading.Lock()
         self._cache: dict[Path, tuple[tuple[int, int], Skill | Rejected]] = {}
         self._catalog: Catalog | None = None
         self._scanned_at = 0.0
         self._refreshing = threading.Lock()
+        if self.install_root is not None:
+            _check_apart(self.install_root, self.read_only_roots)
+            try:
+                sweep(self.install_root)  # what a crashed install or removal left behind
+            except OSError as exc:
+                log.warning("cannot sweep the install root %s: %s", self.install_root, exc)
 
     @property
     def catalog(self) -> Catalog:
@@ -182,6 +205,79 @@ class SkillRepository:
 
     def search(self, query: str, limit: int = 10) -> builtins.list[Hit]:
         return self.catalog.index.search(query, limit)
+
+    # -- the install root: the only place skills are written ------------------------
+
+    def installed_here(self, skill: Skill) -> bool:
+        """True for a skill installed in the install root (one that :meth:`remove` may delete)."""
+        return self.install_root is not None and skill.path.parent == self.install_root.resolve()
+
+    def root_of(self, skill: Skill) -> Path | None:
+        """The configured root a skill was discovered under."""
+        for root in self.roots:
+            if is_within(skill.path, root.resolve()):
+                return root
+        return None
+
+    def install(
+        self, data: bytes, *, strict: bool = False, limits: PackageLimits = PackageLimits()
+    ) -> Installed:
+        """Install a package into the install root (replacing an installed skill of that id).
+
+        A skill whose id or name is taken by a skill of a read-only root is refused
+        (409 ``shadows_read_only_skill``): it would either be shadowed by the shipped
+        one or, were the order reversed, silently replace it.
+        """
+        install_root = self._require_install_root()
+        catalog = self.reload()
+
+        def admit(skill: Skill) -> None:
+            for key in (skill.id.lower(), skill.name.lower()):
+                other = catalog.by_id.get(key)
+                if other is not None and not self.installed_here(other):
+                    raise Conflict(
+                        f"skill {skill.id!r} would shadow the skill {other.id!r} shipped in the read-only root "
+                        f"{self.root_of(other) or other.path.parent}; rename the packaged skill",
+                        code="shadows_read_only_skill",
+                    )
+
+        result = install_package(data, install_root, strict=strict, limits=limits, admit=admit)
+        self.reload()
+        return result
+
+    def remove(self, name: str) -> Skill:
+        """Delete an installed skill; one of a read-only root is refused (403 ``read_only_skill``)."""
+        install_root = self._require_install_root()
+        skill = self.get(name)
+        if not self.installed_here(skill):
+            raise Forbidden(
+                f"skill {skill.id!r} is shipped in the read-only root {self.root_of(skill) or skill.path.parent}; "
+                f"only skills installed in {install_root} can be deleted",
+                code="read_only_skill",
+            )
+        uninstall(install_root, skill.path.name)
+        self.reload()
+        return skill
+
+    def _require_install_root(self) -> Path:
+        if self.install_root is None:
+            raise Forbidden("no install root is configured: skills cannot be installed or deleted here",
+                            code="install_disabled")
+        return self.install_root
+
+
+def _check_apart(install_root: Path, read_only: Sequence[Path]) -> None:
+    """The install root may neither be, nor lie inside, nor contain a read-only root."""
+    mine = install_root.resolve()
+    for root in read_only:
+        theirs = root.resolve()
+        if is_within(mine, theirs) or is_within(theirs, mine):
+            raise ExecutorError(
+                f"the install root {install_root} overlaps the read-only skills root {root}: installs would "
+                "write into shipped skills; set SKILL_EXECUTOR_INSTALL_DIR to a folder of its own",
+                code="install_root_overlaps",
+                status=500,
+            )
 
 
 def _build_catalog(items: list[Skill | Rejected]) -> Catalog:

@@ -25,13 +25,14 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..access import LOCAL_TENANT
 from ..errors import BadRequest, Forbidden
-from ..owners import owner_alive, owner_token
+from ..owners import Lease, Verdict
 from ..paths import clean_relative
 from .fs import Tree, remove_tree
 
@@ -144,23 +145,31 @@ class Workspace:
 
 
 class WorkspaceManager:
-    """Creates and removes run workspaces under ``<root>/runs``."""
+    """Creates and removes run workspaces under ``<root>/runs``, under this process's
+    lease on the root (:class:`~executor.owners.Lease`): every workspace names its owner."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, instance: str | None = None) -> None:
         self.root = root.resolve()
         self.runs = self.root / "runs"
         self.runs.mkdir(parents=True, exist_ok=True)
-        self.token = owner_token()
+        self.lease = Lease(self.root, instance)
+        self.token = self.lease.token
+        #: Names of this process's workspaces that are in use (made, not yet discarded).
+        self._live: set[str] = set()
+        self._live_lock = threading.Lock()
 
     def sweep(self, *, grace: float = ORPHAN_GRACE_SECONDS) -> list[str]:
-        """Remove workspaces whose owning process is gone (left by a crash).
+        """Remove workspaces whose owner is gone (left by a crash).
 
-        A folder without an owner file may be half-made or half-removed by a live
-        process sharing this data folder right now; it counts as abandoned only once
-        it has not changed for ``grace`` seconds.
+        An owner is judged by its lease (:meth:`Lease.judge`): a live one's workspaces
+        stay, whatever PID namespace it runs in.  A workspace in this root whose token
+        is of no lease of it (a legacy token) is a leftover too.  A folder without an
+        owner file may be half-made or half-removed by a live process sharing this root
+        right now; it counts as abandoned only once it has not changed for ``grace`` seconds.
         """
         removed = []
         now = time.time()
+        verdicts: dict[str, Verdict] = {}
         for entry in sorted(self.runs.iterdir()):
             try:
                 token = (entry / OWNER_FILE).read_text()
@@ -171,14 +180,57 @@ class WorkspaceManager:
                 except FileNotFoundError:
                     continue
                 token = ""
-            if not owner_alive(token):
-                try:
-                    remove_tree(entry)
-                except OSError as exc:  # one bad leftover must not stop the service starting
-                    log.warning("could not remove the abandoned workspace %s: %s", entry, exc)
-                    continue
+            if token not in verdicts:
+                verdicts[token] = self.lease.judge(token) if token else Verdict.DEAD
+            if verdicts[token] in (Verdict.MINE, Verdict.ALIVE):
+                continue
+            if self._remove(entry):
                 removed.append(entry.name)
         return removed
+
+    def stale(self, *, grace: float = ORPHAN_GRACE_SECONDS) -> list[Path]:
+        """This process's own workspaces that are in no use any more (a cleanup that
+        failed), unchanged for ``grace`` seconds."""
+        now = time.time()
+        found = []
+        with self._live_lock:
+            live = set(self._live)
+        for entry in self.runs.iterdir():
+            if entry.name in live:
+                continue
+            try:
+                if (entry / OWNER_FILE).read_text() != self.token or now - entry.stat().st_mtime < grace:
+                    continue
+            except OSError:
+                continue
+            with self._live_lock:
+                if entry.name not in self._live:
+                    found.append(entry)
+        return found
+
+    def count(self) -> int:
+        """Workspace folders under this root (any owner)."""
+        try:
+            return sum(1 for _ in os.scandir(self.runs))
+        except OSError:
+            return 0
+
+    @staticmethod
+    def _remove(entry: Path) -> bool:
+        try:
+            remove_tree(entry)
+            return True
+        except OSError as exc:  # one bad leftover must not stop the service starting
+            log.warning("could not remove the abandoned workspace %s: %s", entry, exc)
+            return False
+
+    def discard(self, root: Path) -> None:
+        """Remove one of this process's workspace folders (a run's or a warm container's)."""
+        try:
+            remove_tree(root)
+        finally:
+            with self._live_lock:
+                self._live.discard(root.name)
 
     def create(
         self,
@@ -213,7 +265,14 @@ class WorkspaceManager:
         if not name or "/" in name or name.startswith("."):
             raise BadRequest(f"invalid run id {name!r}")
         root = self.runs / name
-        root.mkdir(mode=0o755)
+        with self._live_lock:
+            self._live.add(name)
+        try:
+            root.mkdir(mode=0o755)
+        except BaseException:
+            with self._live_lock:
+                self._live.discard(name)
+            raise
         (root / OWNER_FILE).write_text(self.token)
         os.chmod(root / OWNER_FILE, 0o600)
         for sub in ("work", "work/inputs", "out", "run", "run/home", "run/tmp", SKILL_SOURCE, SKILLS):
@@ -227,7 +286,11 @@ class WorkspaceManager:
         return Workspace(run_id=run_id, root=root, work=root / "work", session=None, skill_id=skill_id, tenant=tenant)
 
     def remove(self, workspace: Workspace) -> None:
-        remove_tree(workspace.root)
+        self.discard(workspace.root)
+
+    def close(self) -> None:
+        """Give up the lease (after everything of this process is gone)."""
+        self.lease.release()
 
 
 RUN_LINKS = {"out": "../../out", "work": "../../work", "inputs": "../../work/inputs"}

@@ -10,9 +10,9 @@ from fastapi.responses import PlainTextResponse
 from starlette.datastructures import UploadFile
 
 from ...access import Principal
-from ...errors import BadRequest, Conflict, NotFound, Unavailable
+from ...errors import BadRequest, NotFound, Unavailable
 from ...outputs.mime import detect
-from ...skills import Skill, docs, install_package, inventory, read_file, render_text, render_xml, uninstall
+from ...skills import Skill, docs, inventory, read_file, render_text, render_xml
 from ...skills.model import estimate_tokens
 from ..auth import admin, principal
 from ..schemas import ERRORS, DocEntry, DocList, FileInfo, Finding, Installed, SkillDetail, SkillList, SkillSummary
@@ -145,29 +145,28 @@ async def install(
     if not data:
         raise BadRequest("the request body is empty; send a .zip or .tar.gz", code="invalid_package")
     settings = request.app.state.settings
-    executor = request.app.state.executor
+    repository = request.app.state.executor.repository
     try:
-        result = await run_in_threadpool(install_package, data, settings.install_root, strict=strict)
+        result = await run_in_threadpool(repository.install, data, strict=strict)
     except OSError as exc:
         raise Unavailable(
             f"cannot write to the install folder {settings.install_root}: {exc.strerror}", code="install_failed"
         ) from None
-    await run_in_threadpool(executor.repository.reload)
     skill = result.skill
     return Installed(id=skill.id, name=skill.name, path=str(skill.path), replaced=result.replaced,
                      files=_files(result.files),
                      warnings=[Finding(code=d.code, message=d.message) for d in skill.warnings])
 
 
-@router.delete("/{name}", status_code=204, summary="Delete an installed skill")
+@router.delete("/{name}", status_code=204, summary="Delete an installed skill",
+               description="Only a skill in the install folder; one shipped in a read-only skills root is "
+                           "refused with 403 `read_only_skill`.")
 def delete(name: str, request: Request, _: Principal = Depends(admin)) -> Response:
     settings = request.app.state.settings
-    repository = request.app.state.executor.repository
-    skill = repository.get(name)
-    root = settings.install_root.resolve()
-    if skill.path.resolve().parent != root:
-        raise Conflict(f"skill {skill.id!r} is not in the install folder {root}; it cannot be deleted here",
-                       code="skill_not_removable")
-    uninstall(root, skill.path.name)
-    repository.reload()
+    try:
+        request.app.state.executor.repository.remove(name)
+    except OSError as exc:
+        raise Unavailable(
+            f"cannot delete from the install folder {settings.install_root}: {exc.strerror}", code="install_failed"
+        ) from None
     return Response(status_code=204)

@@ -15,40 +15,45 @@ from ..schemas import Check, Health
 router = APIRouter(tags=["system"])
 
 
-@router.get("/healthz", response_model=Health, summary="Engine reachable, image present, store writable",
+@router.get("/healthz", response_model=Health,
+            summary="Each dependency: engine, image, OCI runtime, workers, data dir, database; 503 names what fails",
             responses={503: {"model": Health}})
 def healthz(request: Request) -> JSONResponse:
     executor = request.app.state.executor
-    checks: dict[str, Check] = {}
     runtime = executor.runtime
-    probe = getattr(runtime, "health", None)
-    if probe is not None:
-        for name, (ok, detail) in probe().items():
+    checks: dict[str, Check] = {}
+    try:
+        for name, (ok, detail) in runtime.health().items():
             checks[name] = Check(ok=ok, detail=detail)
-    else:
-        checks["runtime"] = Check(ok=True, detail=f"{runtime.name} runtime (no isolation)")
+    except Exception as exc:  # a probe that breaks is a failing check, never a 500
+        checks["runtime"] = Check(ok=False, detail=f"health probe failed: {exc}")
     try:
         with tempfile.NamedTemporaryFile(dir=executor.settings.data_dir):
             pass
-        ok = request.app.state.manager.store.writable()
-        checks["store"] = Check(ok=ok, detail="data dir and run store writable" if ok else "run store not writable")
+        checks["data_dir"] = Check(ok=True, detail=f"{executor.settings.data_dir} writable")
     except OSError as exc:
-        checks["store"] = Check(ok=False, detail=f"data dir not writable: {exc.strerror}")
-    count = len(executor.repository.list(include_hidden=True))
-    checks["skills"] = Check(ok=True, detail=f"{count} skills loaded")
-    healthy = all(c.ok for c in checks.values())
-    body = Health(status="ok" if healthy else "unhealthy", runtime=runtime.name, checks=checks)
-    return JSONResponse(body.model_dump(), status_code=200 if healthy else 503)
+        checks["data_dir"] = Check(ok=False, detail=f"{executor.settings.data_dir} not writable: {exc.strerror}")
+    try:
+        ok = request.app.state.manager.store.writable()
+        checks["database"] = Check(ok=ok, detail="run store writable" if ok else "run store not writable")
+    except Exception as exc:
+        checks["database"] = Check(ok=False, detail=f"run store: {exc}")
+    try:
+        count = len(executor.repository.list(include_hidden=True))
+        checks["skills"] = Check(ok=True, detail=f"{count} skills loaded")
+    except Exception as exc:
+        checks["skills"] = Check(ok=False, detail=f"skills: {exc}")
+    failing = sorted(name for name, check in checks.items() if not check.ok)
+    body = Health(status="unhealthy" if failing else "ok", runtime=runtime.name, checks=checks, failing=failing)
+    return JSONResponse(body.model_dump(), status_code=503 if failing else 200)
 
 
 @router.get("/metrics", summary="Prometheus metrics", responses={200: {"content": {"text/plain": {}}}})
 def metrics(request: Request, _: Principal = Depends(principal)) -> Response:
+    """Never fails: a figure that cannot be had (the engine is away) is left out, and
+    ``skill_executor_engine_up`` says so."""
     state = request.app.state
     limiter = state.executor.runner.limiter
     state.metrics.queue_depth.set(max(0, limiter.waiting - max(0, limiter.slots - limiter.running)))
     state.metrics.running.set(limiter.running)
-    count = getattr(state.executor.runtime, "containers_alive", None)
-    state.metrics.containers.set(count() if count is not None else 0)
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-

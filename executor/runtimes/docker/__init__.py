@@ -18,14 +18,16 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import docker
 from docker.types import Mount
 
 from ...activity import Activity
 from ...config import Settings
-from ...owners import owner_alive, owner_token
-from ...workspace.fs import remove_tree
+from ...errors import Unavailable
+from ...owners import Verdict
+from ...workers import Supervisor
 from ...workspace.layout import (
     LAUNCHER_SOCKET,
     RUN_LINKS,
@@ -59,6 +61,15 @@ log = logging.getLogger(__name__)
 
 #: Extra seconds past a container's deadline before the reaper removes it.
 REAPER_GRACE_SECONDS = 30.0
+#: How often the reaper runs, and how often this instance reconciles what it should
+#: have removed with what is there (a cleanup that failed while the engine was away).
+REAP_SECONDS = 30.0
+RECONCILE_SECONDS = 10.0
+#: How often a runtime that started without its engine tries again.
+ENGINE_RETRY_SECONDS = 2.0
+#: A container that was created but never started (its start failed, and so did its
+#: removal) is a leftover after this long; a start in progress takes milliseconds.
+CREATED_GRACE_SECONDS = 10.0
 RUN_LINK_NAMES = frozenset(RUN_LINKS)
 
 
@@ -67,42 +78,101 @@ class DockerRuntime:
     #: Where a run sees the skills (for the overview's ``<location>``).
     visible_skills_dir: str | None = f"{CONTAINER_WORKSPACE}/skills"
 
-    def __init__(self, settings: Settings, client: docker.DockerClient | None = None) -> None:
+    def __init__(
+        self, settings: Settings, client: docker.DockerClient | None = None, *, wait_for_engine: bool = False
+    ) -> None:
+        """Connect, check the image and the OCI runtime, sweep what dead owners left, and
+        start the workers.  Without an engine (or image) this raises ``Unavailable``,
+        unless ``wait_for_engine``: then the runtime starts degraded (runs are refused
+        with 503, health says why) and completes its start once the engine answers."""
         self.settings = settings
-        self.client = client or connect()
         self.owner: tuple[int, int] | None = parse_user(settings.docker_user)
-        self.token = owner_token()
-        self.engine = Engine(settings, self.client, self.token)
-        self.engine.check_image()
-        self.engine.check_oci_runtime()
         self.activity = Activity()
-        self.workspaces = WorkspaceManager(settings.workspaces)
-        self.sweep()  # first the containers of a crashed service, then (nothing runs in them) their folders
-        swept = self.workspaces.sweep()
-        if swept:
-            log.warning("removed %d workspace(s) left by a crashed process", len(swept))
-        self.janitor = Janitor(self.activity, name="docker-janitor")
-        self._closed = threading.Event()
-        self._reaper = threading.Thread(target=self._reap_loop, name="docker-reaper", daemon=True)
-        self._reaper.start()
+        self.workspaces = WorkspaceManager(settings.workspaces, instance=settings.instance_id)
+        self.token = self.workspaces.token
+        self.supervisor = Supervisor("docker")
+        self.janitor = Janitor(self.activity, self.supervisor, workers=settings.cleanup_workers, name="janitor")
         self._running: dict[str, str] = {}  # run id -> container id, while a run executes
         self._running_lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._client = client
+        self._engine: Engine | None = None
+        self._problem: Unavailable | None = None
         self.pool: WarmPool | None = None
-        if settings.pool_size > 0:
-            self.pool = WarmPool(
-                start=self._start_warm,
-                discard=self.discard,
-                workspaces=self.workspaces,
-                owner=self.owner,
-                activity=self.activity,
-                size=settings.pool_size,
-                max_idle=settings.pool_max_idle_seconds,
-            )
+        self.swept = 0
+        self.leftovers = 0
+        try:
+            self._start()
+        except Unavailable as exc:
+            if not wait_for_engine:
+                self.close()
+                raise
+            self._problem = exc
+            log.warning("starting without the Docker engine (%s); retrying every %.0f s", exc.message,
+                        ENGINE_RETRY_SECONDS)
+            self.supervisor.every("engine-watch", ENGINE_RETRY_SECONDS, self._retry_start,
+                                  initial_delay=ENGINE_RETRY_SECONDS)
+
+    def _start(self) -> None:
+        """Everything that needs the engine, once (idempotent)."""
+        with self._start_lock:
+            if self._engine is not None:
+                return
+            client = self._client or connect()
+            engine = Engine(self.settings, client, self.token)
+            engine.check_image()
+            engine.check_oci_runtime()
+            # First the containers of dead owners, then (nothing runs in them any more) their folders.
+            self.swept = self._sweep(engine)
+            swept = self.workspaces.sweep()
+            if swept:
+                log.warning("removed %d workspace(s) left by a crashed process", len(swept))
+            self._engine = engine
+            self._problem = None
+            self.supervisor.every("reaper", REAP_SECONDS, self.reap, initial_delay=REAP_SECONDS)
+            self.supervisor.every("reconcile", RECONCILE_SECONDS, self.reconcile, initial_delay=RECONCILE_SECONDS)
+            if self.settings.pool_size > 0:
+                self.pool = WarmPool(
+                    start=self._start_warm,
+                    discard=self.discard,
+                    workspaces=self.workspaces,
+                    owner=self.owner,
+                    activity=self.activity,
+                    supervisor=self.supervisor,
+                    size=self.settings.pool_size,
+                    max_idle=self.settings.pool_max_idle_seconds,
+                )
+
+    def _retry_start(self) -> None:
+        if self._engine is None and not self.supervisor.closed:
+            try:
+                self._start()
+            except Unavailable as exc:
+                self._problem = exc
+                raise
+            log.info("the Docker engine answers: the runtime is ready")
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, or ``Unavailable`` (503) while the runtime waits for it."""
+        engine = self._engine
+        if engine is None:
+            raise self._problem or Unavailable("the Docker engine is not reachable", code="engine_unavailable")
+        return engine
+
+    @property
+    def client(self) -> docker.DockerClient:
+        return self.engine.client
+
+    @property
+    def ready(self) -> bool:
+        return self._engine is not None
 
     # -- the seam ------------------------------------------------------------------------
 
     def open(self, plan: SandboxPlan) -> ColdSandbox | WarmSandbox:
         """A warm container's sandbox when one is ready (not for sessions), else a new one."""
+        engine = self.engine
         warm = self.pool.acquire() if self.pool is not None and plan.session_work is None else None
         sandbox: ColdSandbox | WarmSandbox
         if warm is None:
@@ -111,14 +181,14 @@ class DockerRuntime:
                 tenant=plan.tenant,
             )
             sandbox = ColdSandbox(
-                workspace, plan=plan, engine=self.engine, janitor=self.janitor, settings=self.settings,
-                track=self._track,
+                workspace, plan=plan, engine=engine, janitor=self.janitor, settings=self.settings,
+                track=self._track, discard=self.workspaces.discard,
             )
         else:
             workspace = self.workspaces.adopt(warm.root, plan.run_id, plan.skill.id, plan.tenant)
             sandbox = WarmSandbox(
-                workspace, warm, plan=plan, engine=self.engine, janitor=self.janitor, settings=self.settings,
-                track=self._track,
+                workspace, warm, plan=plan, engine=engine, janitor=self.janitor, settings=self.settings,
+                track=self._track, discard=self.workspaces.discard,
             )
         try:
             sandbox.warnings += self._skill_view(workspace, plan, warm=warm is not None)
@@ -144,16 +214,49 @@ class DockerRuntime:
         return build_view(workspace, entries)
 
     def health(self) -> dict[str, tuple[bool, str]]:
-        return self.engine.health()
+        engine = self._engine
+        if engine is None:
+            problem = self._problem.message if self._problem is not None else "not connected"
+            return {"engine": (False, f"waiting for the engine: {problem}"), "image": (False, "unknown")}
+        checks = engine.health()
+        alive = self.supervisor.alive()
+        dead = sorted(name for name, ok in alive.items() if not ok)
+        checks["workers"] = (not dead, f"dead: {', '.join(dead)} (restarting)" if dead
+                             else f"{len(alive)} background workers running")
+        return checks
+
+    def stats(self) -> dict[str, Any]:
+        """Figures for the metrics: containers by state (when the engine answers), the
+        cleanup backlog, the workers' failures and restarts."""
+        engine = self._engine
+        by_state: dict[str, int] | None = None
+        if engine is not None:
+            try:
+                by_state = engine.by_state()
+            except Unavailable:
+                by_state = None
+        return {
+            "containers": by_state,
+            "cleanup_backlog": self.janitor.backlog,
+            "cleanup_leftovers": self.leftovers,
+            "workspaces": self.workspaces.count(),
+            "workers": self.supervisor.stats(),
+            "engine_up": by_state is not None,
+        }
 
     def settle(self) -> None:
         self.janitor.settle()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 6.0) -> None:
+        """Discard the pool, finish the cleanup within ``timeout`` (what is left then is
+        swept at the next start), stop the workers, give up the lease."""
+        deadline = time.monotonic() + timeout
         if self.pool is not None:
             self.pool.close()
-        self._closed.set()
-        self.janitor.close()
+        self.janitor.close(timeout=max(0.5, deadline - time.monotonic()))
+        self.supervisor.close(timeout=max(0.5, deadline - time.monotonic()))
+        if not self.janitor.backlog:
+            self.workspaces.close()  # else the lease stays, and the next start sweeps what is left
 
     # -- containers ------------------------------------------------------------------------
 
@@ -170,7 +273,8 @@ class DockerRuntime:
                 self._running[run_id] = container_id
 
     def containers_alive(self) -> int:
-        return self.engine.alive()
+        """Running containers of this instance."""
+        return self.engine.by_state().get("running", 0)
 
     def _start_warm(self, root: Path) -> tuple[str, InitProcess | None]:
         """Create and start a pool container on an empty workspace; its id and init."""
@@ -187,29 +291,49 @@ class DockerRuntime:
             self.engine.start(container_id)
             return container_id, InitProcess.of(self.engine, container_id)
         except BaseException:
-            self.engine.remove(container_id)
+            self.engine.remove(container_id)  # or, the engine being away, by the reconciliation
             raise
 
     def discard(self, warm: WarmContainer) -> None:
         """Remove an unused warm container and its folder, in the background."""
         engine = self.engine
 
+        discard = self.workspaces.discard
+
         def job() -> None:
             try:
                 if warm.init is not None:
                     warm.init.close()
-                engine.remove(warm.id)
+                engine.remove(warm.id, strict=True)
             finally:
-                remove_tree(warm.root)
+                discard(warm.root)
 
         self.janitor.submit(job)
 
     def sweep(self) -> int:
-        """Remove containers left by dead processes of this host (a crashed service)."""
+        """Remove what dead owners of this workspace root left: containers, then folders."""
+        removed = self._sweep(self.engine)
+        self.workspaces.sweep()
+        return removed
+
+    def _sweep(self, engine: Engine) -> int:
+        """Remove the containers of dead owners of this root (judged by their leases,
+        :mod:`executor.owners`); a container of another root is left to its deadline."""
+        lease = self.workspaces.lease
+        owners: dict[str, list[str]] = {}
+        for container in engine.managed():
+            owners.setdefault(container["Labels"].get(LABEL_OWNER, ""), []).append(container["Id"])
         removed = 0
-        for container in self.engine.managed():
-            if not owner_alive(container["Labels"].get(LABEL_OWNER, "")):
-                removed += self.engine.remove(container["Id"])
+        for token in sorted(set(owners) | set(lease.dead_leases())):
+            if lease.judge(token) is not Verdict.DEAD:
+                continue
+            with lease.reclaim(token) as ours:
+                if ours:
+                    for container_id in owners.get(token, []):
+                        removed += engine.remove(container_id, strict=True)
+                    self.workspaces.sweep()  # its folders, now that nothing runs in them
+        if removed:
+            log.warning("removed %d container(s) left by a crashed process", removed)
         return removed
 
     def reap(self, now: float | None = None) -> int:
@@ -222,12 +346,35 @@ class DockerRuntime:
             except ValueError:
                 deadline = 0.0
             if now > deadline + REAPER_GRACE_SECONDS:
-                removed += self.engine.remove(container["Id"])
+                removed += self.engine.remove(container["Id"], strict=True)
         return removed
 
-    def _reap_loop(self) -> None:
-        while not self._closed.wait(30.0):
-            try:
-                self.reap()
-            except Exception as exc:  # the reaper must never die
-                log.warning("reaper: %s", exc)
+    def reconcile(self) -> int:
+        """Remove what this instance itself should have removed and did not (a cleanup
+        that failed, e.g. while the engine was away): its containers that have ended and
+        belong to no run, and its folders in no use.  Returns how many it removed."""
+        engine = self.engine
+        with self._running_lock:
+            busy = set(self._running.values())
+        now = time.time()
+        leftovers = []
+        for container in engine.own():
+            state = container.get("State")
+            created = float(container.get("Created") or now)
+            if container["Id"] in busy:
+                continue
+            if state in ("exited", "dead") or (state == "created" and now - created > CREATED_GRACE_SECONDS):
+                leftovers.append(container["Id"])
+        folders = self.workspaces.stale()
+        self.leftovers = len(leftovers) + len(folders)
+        removed = 0
+        for container_id in leftovers:
+            with self._running_lock:
+                if container_id in self._running.values():
+                    continue
+            removed += engine.remove(container_id, strict=True)
+        for folder in folders:
+            self.workspaces.discard(folder)
+            removed += 1
+        self.leftovers = 0
+        return removed

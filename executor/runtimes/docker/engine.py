@@ -33,11 +33,16 @@ from typing import Any
 import docker
 from docker.errors import APIError, DockerException, NotFound
 from docker.types import LogConfig, Mount, Ulimit
+from requests.exceptions import RequestException
 
 from ...config import Settings
 from ...errors import Unavailable
 
 log = logging.getLogger(__name__)
+
+#: What an engine call raises when the engine misbehaves or is away: docker-py's own
+#: errors, and the transport's (an unreachable socket surfaces as ``requests``' errors).
+ENGINE_ERRORS: tuple[type[Exception], ...] = (DockerException, RequestException)
 
 LABEL = "io.skill-executor"
 LABEL_MANAGED = f"{LABEL}.managed"
@@ -65,8 +70,12 @@ def connect(timeout: float = 60) -> docker.DockerClient:
         )
         client.ping()
         return client
-    except DockerException as exc:
-        raise Unavailable(f"the Docker engine is not reachable: {exc}", code="engine_unavailable") from None
+    except ENGINE_ERRORS as exc:
+        raise unreachable(exc) from None
+
+
+def unreachable(exc: BaseException) -> Unavailable:
+    return Unavailable(f"the Docker engine is not reachable: {exc}", code="engine_unavailable")
 
 
 def launcher_argv(settings: Settings, mode: str) -> list[str]:
@@ -140,27 +149,27 @@ class Engine:
     def create(self, config: dict[str, Any]) -> str:
         try:
             return str(self.api.create_container(**config)["Id"])
-        except DockerException as exc:
+        except ENGINE_ERRORS as exc:
             raise Unavailable(f"could not create the run's container: {exc}", code="engine_error") from None
 
     def start(self, container_id: str) -> None:
         try:
             self.api.start(container_id)
-        except DockerException as exc:
+        except ENGINE_ERRORS as exc:
             raise Unavailable(f"could not start the run's container: {exc}", code="engine_error") from None
 
     def attach(self, container_id: str) -> socket.socket:
         """The raw stdout/stderr attach stream (Docker's 8-byte frame headers)."""
         try:
             sock = self.api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1, "logs": 0})
-        except DockerException as exc:
+        except ENGINE_ERRORS as exc:
             raise Unavailable(f"could not attach to the run's container: {exc}", code="engine_error") from None
         return getattr(sock, "_sock", sock)  # type: ignore[no-any-return]
 
     def kill(self, container_id: str) -> None:
         try:
             self.api.kill(container_id, signal="SIGKILL")
-        except DockerException:
+        except ENGINE_ERRORS:
             pass  # already gone, or the engine is away: removal retries later
 
     def wait(self, container_id: str, timeout: float = 30) -> int | None:
@@ -174,11 +183,12 @@ class Engine:
     def state(self, container_id: str) -> dict[str, Any]:
         try:
             return dict(self.api.inspect_container(container_id)["State"])
-        except DockerException:
+        except ENGINE_ERRORS:
             return {}
 
-    def remove(self, container_id: str) -> int:
-        """Kill and remove; 1 when this call removed it."""
+    def remove(self, container_id: str, *, strict: bool = False) -> int:
+        """Kill and remove; 1 when this call removed it.  A failure raises ``Unavailable``
+        when ``strict``; otherwise the container is left to the reconciliation."""
         try:
             self.api.remove_container(container_id, force=True, v=True)
             return 1
@@ -187,26 +197,35 @@ class Engine:
         except APIError as exc:
             if exc.status_code == 409:  # removal already in progress
                 return 0
-            log.warning("removing container %s failed: %s", container_id[:12], exc)
-            return 0
-        except DockerException as exc:
-            log.warning("removing container %s failed: %s", container_id[:12], exc)
-            return 0
+            problem = Unavailable(f"removing container {container_id[:12]} failed: {exc}", code="engine_error")
+        except ENGINE_ERRORS as exc:
+            problem = unreachable(exc)
+        if strict:
+            raise problem
+        log.debug("%s (left to the reconciliation)", problem.message)
+        return 0
 
     def managed(self) -> list[dict[str, Any]]:
         """Every container this project created (any owner), as list entries."""
         try:
             return list(self.api.containers(all=True, filters={"label": f"{LABEL_MANAGED}=1"}))
-        except DockerException as exc:
-            log.warning("listing containers failed: %s", exc)
-            return []
+        except ENGINE_ERRORS as exc:
+            raise unreachable(exc) from None
 
-    def alive(self) -> int:
-        """Running containers of this process."""
+    def own(self) -> list[dict[str, Any]]:
+        """Every container of this instance (any state), as list entries."""
         try:
-            return len(self.api.containers(filters={"label": f"{LABEL_OWNER}={self.token}"}))
-        except DockerException:
-            return 0
+            return list(self.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={self.token}"}))
+        except ENGINE_ERRORS as exc:
+            raise unreachable(exc) from None
+
+    def by_state(self) -> dict[str, int]:
+        """This instance's containers by state (running, exited, created, removing, dead, ...)."""
+        counts: dict[str, int] = {}
+        for container in self.own():
+            state = str(container.get("State") or "unknown")
+            counts[state] = counts.get(state, 0) + 1
+        return counts
 
     def check_image(self) -> None:
         try:
@@ -217,15 +236,15 @@ class Engine:
                 "'skill-executor image build'",
                 code="image_missing",
             ) from None
-        except DockerException as exc:
-            raise Unavailable(f"the Docker engine is not reachable: {exc}", code="engine_unavailable") from None
+        except ENGINE_ERRORS as exc:
+            raise unreachable(exc) from None
 
     def check_oci_runtime(self) -> None:
         """The configured OCI runtime is registered with the engine (and usable as configured)."""
         try:
             info = self.client.info()
-        except DockerException as exc:
-            raise Unavailable(f"the Docker engine is not reachable: {exc}", code="engine_unavailable") from None
+        except ENGINE_ERRORS as exc:
+            raise unreachable(exc) from None
         self.oci_runtime = check_oci_runtime(self.settings.docker_oci_runtime, info, pool=self.settings.pool_size > 0)
 
     def oom_killed(self, container_id: str) -> bool:
@@ -243,14 +262,14 @@ class Engine:
         try:
             version = self.client.version()
             checks["engine"] = (True, f"Docker {version.get('Version')} (API {version.get('ApiVersion')})")
-        except DockerException as exc:
+        except ENGINE_ERRORS as exc:
             return {"engine": (False, f"engine unreachable: {exc}"), "image": (False, "unknown")}
         try:
             image = self.client.images.get(self.settings.docker_image)
             checks["image"] = (True, f"{self.settings.docker_image} ({image.short_id})")
         except NotFound:
             checks["image"] = (False, f"{self.settings.docker_image} is missing")
-        except DockerException as exc:
+        except ENGINE_ERRORS as exc:
             checks["image"] = (False, str(exc))
         try:
             runtime = check_oci_runtime(self.settings.docker_oci_runtime, self.client.info(),
@@ -258,7 +277,7 @@ class Engine:
             checks["oci_runtime"] = (True, runtime.describe())
         except Unavailable as exc:
             checks["oci_runtime"] = (False, exc.message)
-        except DockerException as exc:
+        except ENGINE_ERRORS as exc:
             checks["oci_runtime"] = (False, str(exc))
         return checks
 

@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...activity import Activity
-from ...workspace.fs import remove_tree
+from ...workers import Supervisor
 from ...workspace.layout import LAUNCHER_SOCKET, WorkspaceManager
 from .engine import InitProcess
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 20.0
+#: How long closing waits for fillers in the middle of a start (they clean up after themselves).
+CLOSE_WAIT_SECONDS = 3.0
 #: Starts a warm container on a workspace folder; returns its id and its init process.
 Start = Callable[[Path], tuple[str, InitProcess | None]]
 
@@ -54,6 +56,7 @@ class WarmPool:
         workspaces: WorkspaceManager,
         owner: tuple[int, int] | None,
         activity: Activity,
+        supervisor: Supervisor,
         size: int,
         max_idle: float,
     ) -> None:
@@ -70,11 +73,10 @@ class WarmPool:
         self._closed = False
         self.hits = 0
         self.misses = 0
-        self._threads = [
-            threading.Thread(target=self._fill, name=f"pool-fill-{i}", daemon=True) for i in range(min(size, 2))
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._fillers = min(size, 2)
+        self._filling = 0  # fillers inside a step right now
+        for i in range(self._fillers):
+            supervisor.loop(f"pool-fill-{i}", self._fill)
 
     def acquire(self) -> WarmContainer | None:
         """A ready container, or None at once when none is ready (never waits)."""
@@ -117,42 +119,45 @@ class WarmPool:
             items = list(self._idle)
             self._idle.clear()
             self._cond.notify_all()
-        for thread in self._threads:
-            thread.join(timeout=READY_TIMEOUT + 5)
+        # A filler still starting a container discards it itself when it sees the pool closed.
+        deadline = time.monotonic() + CLOSE_WAIT_SECONDS
+        with self._cond:
+            while self._filling and time.monotonic() < deadline:
+                self._cond.wait(0.1)
         for item in items:
             self._discard(item)
 
     # -- background filling -------------------------------------------------------------------
 
     def _fill(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed and len(self._idle) + self._starting >= self.size:
-                    self._retire_old()
-                    self._cond.wait(timeout=min(30.0, self.max_idle))
-                if self._closed:
-                    return
-                self._starting += 1
-                have = len(self._idle)
+        """One step of a filler (run over and over by the supervisor): wait until the
+        pool needs a container, start one.  A failed start raises: the supervisor logs
+        it once per cause and retries with backoff."""
+        with self._cond:
+            while not self._closed and len(self._idle) + self._starting >= self.size:
+                self._retire_old()
+                self._cond.wait(timeout=min(30.0, self.max_idle))
+            if self._closed:
+                return
+            self._starting += 1
+            self._filling += 1
+            have = len(self._idle)
+        item = None
+        try:
             if have:
                 # Still serving from the pool: start the replacement in a quiet moment.
                 self.activity.wait_quiet(2.0)
-            item = None
-            try:
-                item = self._start()
-            except Exception as exc:  # keep filling; a failed start is logged, not fatal
-                if not self._closed:
-                    log.warning("warm pool: starting a container failed: %s", exc)
-                    time.sleep(1.0)
-            finally:
-                with self._cond:
-                    self._starting -= 1
-                    if item is not None:
-                        if self._closed:
-                            self._discard(item)
-                        else:
-                            self._idle.append(item)
-                    self._cond.notify_all()
+            item = self._start()
+        finally:
+            with self._cond:
+                self._starting -= 1
+                self._filling -= 1
+                if item is not None:
+                    if self._closed:
+                        self._discard(item)
+                    else:
+                        self._idle.append(item)
+                self._cond.notify_all()
 
     def _retire_old(self) -> None:
         now = time.monotonic()
@@ -166,7 +171,7 @@ class WarmPool:
         try:
             container_id, init = self._start_container(root)
         except BaseException:
-            remove_tree(root)
+            self.workspaces.discard(root)
             raise
         item = WarmContainer(container_id, root, time.monotonic(), init)
         deadline = time.monotonic() + READY_TIMEOUT

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from docker.types import Mount
 
@@ -47,8 +47,9 @@ class DockerSandbox(HostSandbox):
         janitor: Janitor,
         settings: Settings,
         track: Track,
+        discard: Callable[[Path], None],
     ) -> None:
-        super().__init__(workspace, CONTAINER_WORKSPACE, janitor, keep=settings.keep_workspaces)
+        super().__init__(workspace, CONTAINER_WORKSPACE, janitor, discard=discard, keep=settings.keep_workspaces)
         self.plan = plan
         self.engine = engine
         self.settings = settings
@@ -184,8 +185,10 @@ class WarmSandbox(DockerSandbox):
         janitor: Janitor,
         settings: Settings,
         track: Track,
+        discard: Callable[[Path], None],
     ) -> None:
-        super().__init__(workspace, plan=plan, engine=engine, janitor=janitor, settings=settings, track=track)
+        super().__init__(workspace, plan=plan, engine=engine, janitor=janitor, settings=settings, track=track,
+                         discard=discard)
         self.warm = warm
 
     def release(self) -> Callable[[], None] | None:
@@ -194,7 +197,7 @@ class WarmSandbox(DockerSandbox):
         def remove() -> None:
             if warm.init is not None:
                 warm.init.close()
-            engine.remove(warm.id)
+            engine.remove(warm.id, strict=True)
 
         return remove
 

@@ -1,0 +1,88 @@
+"""``skill-executor artifacts``: the artifact store, on its files directly.
+
+Whoever can read the store's files is an admin: the commands act on the local
+tenant's artifacts (what the service uses with no keys), or ``--owner``'s.  Reading a
+store that was never written (``list``, ``get``, ``delete``) finds nothing and creates
+nothing; only ``put`` creates the data dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings
+from ..errors import BadRequest
+
+
+def register(groups: Any) -> None:
+    artifacts = groups.add_parser("artifacts", help="the artifact store")
+    sub = artifacts.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
+    put = sub.add_parser("put", help="save FILE (or - for stdin) as a new version of NAME")
+    put.add_argument("name")
+    put.add_argument("file")
+    put.add_argument("--mime-type", default="application/octet-stream")
+    get = sub.add_parser("get", help="write NAME[@VERSION] to stdout or --output")
+    get.add_argument("ref")
+    get.add_argument("--output", "-o")
+    list_ = sub.add_parser("list", help="list artifacts, or the versions of NAME")
+    list_.add_argument("name", nargs="?")
+    delete = sub.add_parser("delete", help="delete NAME (every version) or NAME@VERSION; prints what was deleted")
+    delete.add_argument("ref")
+    for parser in (put, get, list_, delete):
+        parser.add_argument("--data-dir", type=Path)
+        parser.add_argument(
+            "--owner", default=None, metavar="KEY_ID",
+            help="the tenant (API key id, as in the logs) whose artifacts to use; default: the local tenant "
+            "(what the service uses when no keys are configured)",
+        )
+        parser.set_defaults(handler=_artifacts)
+
+
+def _artifacts(args: argparse.Namespace) -> int:
+    from ..access import LOCAL_TENANT, check_tenant
+    from ..artifacts.store import LocalArtifactStore, parse_ref, validate_name
+    from ..errors import NotFound
+
+    settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    tenant = check_tenant(args.owner) if args.owner else LOCAL_TENANT
+    root = settings.artifacts_dir
+    if args.command != "put" and not LocalArtifactStore.exists(root):
+        # Nothing was ever saved here: empty, and left uncreated.
+        if args.command == "list" and args.name is None:
+            print(json.dumps([]))
+            return 0
+        name = validate_name(args.name) if args.command == "list" else parse_ref(args.ref.removeprefix("artifact://"))[0]
+        raise NotFound(f"no artifact {name!r}", code="artifact_not_found")
+    store = LocalArtifactStore(root, ttl_seconds=settings.artifact_ttl_seconds)
+    if args.command == "put":
+        if args.file == "-":
+            info = store.put(args.name, sys.stdin.buffer, mime_type=args.mime_type, tenant=tenant)
+        else:
+            try:
+                source = open(args.file, "rb")  # noqa: SIM115 - closed below; open errors are refusals
+            except OSError as exc:
+                raise BadRequest(f"cannot read {args.file}: {exc.strerror}") from None
+            with source:
+                info = store.put(args.name, source, mime_type=args.mime_type, tenant=tenant)
+        print(json.dumps(info.to_dict()))
+    elif args.command == "get":
+        name, version = parse_ref(args.ref.removeprefix("artifact://"))
+        info = store.info(name, version, tenant=tenant)
+        with store.open(info) as handle:
+            if args.output:
+                with open(args.output, "wb") as out:
+                    shutil.copyfileobj(handle, out)
+            else:
+                shutil.copyfileobj(handle, sys.stdout.buffer)
+    elif args.command == "delete":
+        name, version = parse_ref(args.ref.removeprefix("artifact://"))
+        print(json.dumps([row.to_dict() for row in store.delete(name, version, tenant=tenant)], indent=2))
+    else:
+        rows = store.versions(args.name, tenant=tenant) if args.name else store.names(tenant=tenant)
+        print(json.dumps([row.to_dict() for row in rows], indent=2))
+    return 0
