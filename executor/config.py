@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     max_file_read_bytes: int = 4 * MiB
     install_dir: Path | None = None  # default: <data_dir>/skills
     log_json: bool = True
+    # How long a shutdown (SIGTERM) lets runs in flight finish before cancelling them;
+    # under `docker stop`'s 10 s with room for the cancellation and the clean-up.
+    shutdown_grace_seconds: float = Field(default=8.0, ge=0)
 
     # -- Docker runtime --------------------------------------------------------------
     docker_image: str = "skill-executor/runner:latest"

@@ -8,7 +8,8 @@ Four tools teach the progressive-disclosure protocol: ``skill_load`` (instructio
 ``skill_run`` is not executed here: the executor is given a ``run`` function (the
 library's runner, or the service's run manager, so a tool call is authorized,
 validated and admitted exactly like ``POST /v1/runs``).  :meth:`ToolExecutor.call_async`
-awaits an async ``run`` and hands the other tools, which read skill files, to an
+awaits an async ``run`` and hands everything else that costs time -- the other tools,
+which read skill files, and turning arguments and results into models and text -- to an
 ``offload`` function (a thread pool) so an event loop never blocks.
 """
 
@@ -18,11 +19,12 @@ import copy
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from pydantic import ValidationError
 
 from .errors import BadRequest, ExecutorError, NotFound
+from .runs.manager import ShuttingDown
 from .runs.models import RunRequest, RunResult
 from .skills import SkillRepository, docs, inventory, read_file
 from .skills.model import estimate_tokens
@@ -124,6 +126,13 @@ class ToolResult:
 
 RunFunction = Callable[[RunRequest], RunResult]
 AsyncRunFunction = Callable[[RunRequest], Awaitable[RunResult]]
+T = TypeVar("T")
+
+
+class Offload(Protocol):
+    """Runs a blocking function off the event loop (``run_in_threadpool``)."""
+
+    def __call__(self, fn: Callable[[], T], /) -> Awaitable[T]: ...
 
 
 def _arguments(name: str, arguments: dict[str, Any] | str | None) -> dict[str, Any] | ToolResult:
@@ -150,6 +159,11 @@ def run_request(arguments: dict[str, Any]) -> RunRequest:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise BadRequest(f"invalid skill_run arguments: {problems}", code="invalid_arguments") from None
+
+
+def _run_arguments(arguments: dict[str, Any] | str | None) -> RunRequest | ToolResult:
+    parsed = _arguments("skill_run", arguments)
+    return parsed if isinstance(parsed, ToolResult) else run_request(parsed)
 
 
 def run_result(result: RunResult) -> ToolResult:
@@ -187,19 +201,24 @@ class ToolExecutor:
         arguments: dict[str, Any] | str | None,
         *,
         run: AsyncRunFunction,
-        offload: Callable[[Callable[[], ToolResult]], Awaitable[ToolResult]],
+        offload: Offload,
     ) -> ToolResult:
         """:meth:`call` for an event loop: ``skill_run`` awaits ``run``; the other tools
-        (file reads) run through ``offload``."""
+        (file reads) and the parsing and rendering around a run go through ``offload``.
+        A :class:`~executor.runs.manager.ShuttingDown` from ``run`` is raised, not fed
+        back to the model: the call failed, the tool did not."""
         if name != "skill_run":
             return await offload(lambda: self.call(name, arguments))
-        parsed = _arguments(name, arguments)
-        if isinstance(parsed, ToolResult):
-            return parsed
         try:
-            return run_result(await run(run_request(parsed)))
+            request = await offload(lambda: _run_arguments(arguments))
+            if isinstance(request, ToolResult):
+                return request
+            result = await run(request)
+        except ShuttingDown:
+            raise
         except ExecutorError as exc:
             return _refusal(name, exc)
+        return await offload(lambda: run_result(result))
 
     def _skill(self, arguments: dict[str, Any]):  # type: ignore[no-untyped-def]
         skill = arguments.get("skill")

@@ -51,6 +51,8 @@ class Server:
         if not self.skills_dir.exists():
             shutil.copytree(SKILLS, self.skills_dir)
         env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
+        if "SKILL_EXECUTOR_DOCKER_IMAGE" in os.environ:  # the image the suite pinned (its hash tag)
+            env["SKILL_EXECUTOR_DOCKER_IMAGE"] = os.environ["SKILL_EXECUTOR_DOCKER_IMAGE"]
         env.update({"SKILL_EXECUTOR_RUNTIME": api_runtime(), "SKILL_EXECUTOR_SKILLS_REFRESH_SECONDS": "0"})
         env.update(self.env)
         log = open(self.base / f"server-{self.port}.log", "ab")
@@ -83,3 +85,15 @@ class Server:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+    def terminate(self) -> float:
+        """SIGTERM (as ``docker stop``); seconds until the process has exited."""
+        assert self.process is not None
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        finally:
+            elapsed = time.monotonic() - started
+            self.stop(signal.SIGKILL)
+        return elapsed

@@ -5,13 +5,18 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -87,6 +92,25 @@ def test_health_openapi_docs(client: Client, server: Server) -> None:
     spec = httpx.get(f"{server.url}/openapi.json").json()
     assert {"/v1/runs", "/v1/skills", "/v1/tools/call", "/healthz", "/metrics"} <= set(spec["paths"])
     assert httpx.get(f"{server.url}/docs").status_code == 200
+
+
+def test_docs_work_offline(server: Server) -> None:
+    """/docs and /redoc load everything from this service: no CDN, no fonts, no validator."""
+    for page, assets in (("/docs", {".js", ".css", ".png"}), ("/redoc", {".js", ".png"})):
+        response = httpx.get(f"{server.url}{page}")
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+        html = response.text
+        assert re.findall(r"(?:https?:)?//[\w.-]+\.\w+", html) == [], f"{page} references another host"
+        urls = set(re.findall(r"""(?:src|href|spec-url)=["']([^"']+)["']""", html))
+        urls |= set(re.findall(r"url: ?'([^']+)'", html))
+        assert "/openapi.json" in urls and {Path(u).suffix for u in urls if u != "/openapi.json"} == assets
+        for url in urls:
+            assert url.startswith("/"), url
+            fetched = httpx.get(f"{server.url}{url}")
+            assert fetched.status_code == 200 and fetched.content, url
+    swagger = httpx.get(f"{server.url}/docs").text
+    assert '"validatorUrl": null' in swagger  # the online validator badge would send the spec out
+    assert "SwaggerUIBundle" in httpx.get(f"{server.url}/docs/assets/swagger-ui-bundle.js").text
 
 
 def test_error_shapes(server: Server) -> None:
@@ -284,9 +308,8 @@ def test_cancel(client: Client) -> None:
         if event == "stdout":
             break
     started = time.monotonic()
-    client.cancel_run(accepted["run_id"])
-    while client.get_run(accepted["run_id"])["status"] not in ("cancelled", "completed", "failed"):
-        time.sleep(0.05)
+    answer = client.cancel_run(accepted["run_id"])
+    assert answer == {"run_id": accepted["run_id"], "status": "cancelled", "replayed": False}  # the state it ended in
     assert time.monotonic() - started < 5
     record = client.get_run(accepted["run_id"])
     assert record["status"] == "cancelled" and "cancelled" in " ".join(record["result"]["warnings"])
@@ -356,9 +379,8 @@ def test_graceful_shutdown_cancels_runs_and_removes_containers(tmp_path: Path) -
         for event, _ in c.events(accepted["run_id"]):
             if event == "stdout":
                 break
-    started = time.monotonic()
-    srv.stop(signal.SIGTERM)
-    assert time.monotonic() - started < 15
+    exited = srv.terminate()
+    assert 8 <= exited < 10  # the default grace (8 s) and the clean-up, within `docker stop`'s 10 s
     if api_runtime() == "docker":
         import docker
 
@@ -368,9 +390,287 @@ def test_graceful_shutdown_cancels_runs_and_removes_containers(tmp_path: Path) -
     srv.start()
     try:
         with Client(srv.url) as c:
-            assert c.get_run(accepted["run_id"])["status"] == "cancelled"
+            record = c.get_run(accepted["run_id"])
+            assert record["status"] == "cancelled" and record["error"]["code"] == "shutting_down"
     finally:
         srv.stop()
+
+
+@dataclass
+class Event:
+    id: int | None
+    event: str
+    data: Any
+
+
+def sse(lines: Iterable[str]) -> Iterator[Event]:
+    """Parse a Server-Sent Events stream, keeping the ids."""
+    event_id, kind, data = None, "message", []
+    for line in lines:
+        if line.startswith("id:"):
+            event_id = int(line[3:].strip())
+        elif line.startswith("event:"):
+            kind = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())
+        elif not line and data:
+            yield Event(event_id, kind, json.loads("\n".join(data)))
+            event_id, kind, data = None, "message", []
+
+
+def stream_events(url: str, last_event_id: int | None = None, until: str | None = None) -> list[Event]:
+    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+    events: list[Event] = []
+    with httpx.stream("GET", url, headers=headers, timeout=60) as response:
+        assert response.status_code == 200, response.read()
+        for event in sse(response.iter_lines()):
+            events.append(event)
+            if until is not None and event.event in ("stdout", "stderr") and until in event.data["data"]:
+                break
+    return events
+
+
+def statuses(events: list[Event]) -> list[str]:
+    return [e.data["status"] for e in events if e.event == "status"]
+
+
+def nothing_left(srv: Server) -> None:
+    """No container of this server's runs or pool, no run workspace."""
+    if api_runtime() == "docker":
+        import docker
+
+        engine = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto")
+        for container in engine.api.containers(all=True, filters={"label": "io.skill-executor.run"}):
+            sources = [m.get("Source", "") for m in container.get("Mounts", [])]
+            assert not any(src.startswith(str(srv.base)) for src in sources), container["Labels"]
+    assert list((srv.data_dir / "workspaces" / "runs").iterdir()) == []
+
+
+def test_sse_ids_each_state_once_cancelled_and_resume(client: Client, server: Server) -> None:
+    run_id = client.submit({"skill": "math-tools", "command": "echo one; sleep 0.5; echo two; sleep 60"})["run_id"]
+    url = f"{server.url}/v1/runs/{run_id}/events"
+    first = stream_events(url, until="one")
+    assert [e.id for e in first] == list(range(1, len(first) + 1))
+    assert statuses(first) == ["queued", "running"]
+    # A client that lost its connection resumes after the last id it saw: nothing twice.
+    resumed = stream_events(url, last_event_id=first[-1].id, until="two")
+    assert resumed[0].id == first[-1].id + 1
+    assert [e.id for e in resumed] == list(range(first[-1].id + 1, first[-1].id + 1 + len(resumed)))
+    assert "".join(e.data["data"] for e in first + resumed if e.event == "stdout") == "one\ntwo\n"
+
+    whole: list[Event] = []
+    reader = threading.Thread(target=lambda: whole.extend(stream_events(url)))
+    reader.start()
+    time.sleep(0.3)
+    assert client.cancel_run(run_id)["status"] == "cancelled"
+    reader.join(timeout=10)
+    assert not reader.is_alive()
+    ids = [e.id for e in whole]
+    assert ids == list(range(1, len(whole) + 1))  # every event once, in order
+    assert statuses(whole) == ["queued", "running", "cancelled"]  # each state once, cancelled included
+    assert whole[-1].event == "result" and "the run was cancelled" in whole[-1].data["warnings"]
+    assert whole[-2].data == {"status": "cancelled"}
+
+    # The run has ended: its last two events keep their ids; after the last one, 204 (EventSource stops).
+    last = whole[-1].id
+    assert [(e.id, e.event) for e in stream_events(url, last_event_id=last - 2)] == [(last - 1, "status"),
+                                                                                      (last, "result")]
+    assert [(e.id, e.event) for e in stream_events(url)] == [(last - 1, "status"), (last, "result")]
+    assert httpx.get(url, headers={"Last-Event-ID": str(last)}).status_code == 204
+
+
+def test_delete_answers_the_state_the_run_ended_in(tmp_path: Path) -> None:
+    srv = Server(tmp_path, env={"SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "1",
+                                "SKILL_EXECUTOR_MAX_QUEUED_RUNS": "4"}).start()
+    try:
+        with Client(srv.url) as c:
+            blocker = c.submit({"skill": "math-tools", "command": "echo up; sleep 60"})["run_id"]
+            for event, _ in c.events(blocker):
+                if event == "stdout":
+                    break
+            # A queued run: cancelled at once, though the blocker still holds the only slot.
+            request = {"skill": "math-tools", "command": "echo never"}
+            queued = c.submit(request, idempotency_key="queued-1")
+            assert queued["status"] == "queued"
+            waiting: list[httpx.Response] = []
+            waiter = threading.Thread(target=lambda: waiting.append(httpx.post(
+                f"{srv.url}/v1/runs", json=request, headers={"Idempotency-Key": "queued-1"}, timeout=60)))
+            waiter.start()
+            time.sleep(0.3)
+            started = time.monotonic()
+            assert c.cancel_run(queued["run_id"]) == {"run_id": queued["run_id"], "status": "cancelled",
+                                                      "replayed": False}
+            assert time.monotonic() - started < 2
+            waiter.join(timeout=10)
+            assert waiting[0].status_code == 200  # the waiting client gets the run's honest result
+            result = waiting[0].json()
+            assert result["exit_code"] is None and result["stdout"] == ""
+            assert result["warnings"] == ["the run was cancelled before it started"]
+            record = c.get_run(queued["run_id"])
+            assert record["status"] == "cancelled" and record["result"]["warnings"] == result["warnings"]
+            assert c.get_run(blocker)["status"] == "running"
+            # A running run: the answer is its final state, not "running".
+            assert c.cancel_run(blocker) == {"run_id": blocker, "status": "cancelled", "replayed": False}
+            assert c.get_run(blocker)["status"] == "cancelled"
+            with expect_error(409, "run_finished"):
+                c.cancel_run(queued["run_id"])
+    finally:
+        srv.stop()
+
+
+def _tool_run(command: str) -> dict[str, Any]:
+    return {"name": "skill_run", "arguments": {"skill": "math-tools", "command": command}}
+
+
+async def _timed_get(http: httpx.AsyncClient, path: str) -> float:
+    started = time.monotonic()
+    response = await http.get(path)
+    assert response.status_code == 200, response.text
+    return time.monotonic() - started
+
+
+def test_fifty_waiting_tool_calls_leave_the_service_responsive(tmp_path: Path) -> None:
+    srv = Server(tmp_path, env={"SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "4",
+                                "SKILL_EXECUTOR_SHUTDOWN_GRACE_SECONDS": "0"}).start()
+
+    async def scenario() -> tuple[list[float], list[httpx.Response | BaseException], float]:
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+        async with httpx.AsyncClient(base_url=srv.url, timeout=60, limits=limits) as http:
+            calls = [asyncio.ensure_future(http.post("/v1/tools/call", json=_tool_run("sleep 60"))) for _ in range(50)]
+            latencies = []
+            for _ in range(12):
+                await asyncio.sleep(0.25)
+                latencies += await asyncio.gather(_timed_get(http, "/v1/skills"), _timed_get(http, "/healthz"))
+            assert not any(call.done() for call in calls)
+            exited = await asyncio.to_thread(srv.terminate)
+            answers = await asyncio.gather(*calls, return_exceptions=True)
+            return latencies, answers, exited
+
+    try:
+        latencies, answers, exited = asyncio.run(scenario())
+    finally:
+        srv.stop()
+    assert max(latencies) < 2.0, sorted(latencies)[-5:]
+    # Every waiting call is answered in JSON when the service stops: 503 shutting_down.
+    for answer in answers:
+        assert isinstance(answer, httpx.Response), answer
+        assert answer.status_code == 503 and answer.json()["error"]["code"] == "shutting_down", answer.text
+    assert exited < 3.0
+    nothing_left(srv)
+
+
+def test_runs_waiting_for_the_store_hold_no_server_thread(tmp_path: Path) -> None:
+    """Another process holds runs.db's write lock: admissions wait for it (SQLite's busy
+    timeout), but on the run manager's threads, so the web server's 40 threads stay free
+    for everything else."""
+    srv = Server(tmp_path, env={"SKILL_EXECUTOR_SHUTDOWN_GRACE_SECONDS": "0"}).start()
+    lock = sqlite3.connect(srv.data_dir / "runs.db", isolation_level=None)
+
+    async def scenario() -> tuple[list[float], list[httpx.Response | BaseException]]:
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+        async with httpx.AsyncClient(base_url=srv.url, timeout=60, limits=limits) as http:
+            lock.execute("BEGIN IMMEDIATE")
+            try:
+                calls = [asyncio.ensure_future(http.post("/v1/tools/call", json=_tool_run("true")))
+                         for _ in range(50)]
+                await asyncio.sleep(0.5)
+                latencies = [await _timed_get(http, path) for path in ("/v1/skills", "/v1/tools", "/v1/skills")]
+                assert not any(call.done() for call in calls)
+            finally:
+                lock.execute("ROLLBACK")
+            await asyncio.to_thread(srv.terminate)
+            return latencies, await asyncio.gather(*calls, return_exceptions=True)
+
+    try:
+        latencies, answers = asyncio.run(scenario())
+    finally:
+        lock.close()
+        srv.stop()
+    assert max(latencies) < 2.0, latencies
+    for answer in answers:
+        assert isinstance(answer, httpx.Response) and answer.headers["content-type"] == "application/json", answer
+        assert answer.status_code in (200, 503), answer.text
+
+
+def test_sigterm_drains_within_the_grace_and_answers_every_waiting_client(tmp_path: Path) -> None:
+    grace = 4.0
+    srv = Server(tmp_path, env={"SKILL_EXECUTOR_SHUTDOWN_GRACE_SECONDS": str(grace),
+                                "SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "4"}).start()
+    answers: dict[str, httpx.Response] = {}
+    streamed: list[Event] = []
+
+    def post(name: str, path: str, body: dict[str, Any]) -> None:
+        answers[name] = httpx.post(f"{srv.url}{path}", json=body, timeout=60)
+
+    with Client(srv.url) as c:
+        streamed_id = c.submit({"skill": "math-tools", "command": "echo up; sleep 60"})["run_id"]
+        waiters = [
+            threading.Thread(target=post, args=("long", "/v1/runs", {"skill": "math-tools", "command": "sleep 60"})),
+            threading.Thread(target=post, args=("tool", "/v1/tools/call", _tool_run("sleep 60"))),
+            threading.Thread(target=post, args=("short", "/v1/runs",
+                                                {"skill": "math-tools", "command": "sleep 2; echo finished"})),
+            # Queued behind the four: the first to get the slot "short" frees runs until cancelled,
+            # the other never starts.
+            threading.Thread(target=post, args=("queued-a", "/v1/runs", {"skill": "math-tools", "command": "sleep 60"})),
+            threading.Thread(target=post, args=("queued-b", "/v1/runs", {"skill": "math-tools", "command": "sleep 60"})),
+            threading.Thread(target=lambda: streamed.extend(stream_events(f"{srv.url}/v1/runs/{streamed_id}/events"))),
+        ]
+        for waiter in waiters:
+            waiter.start()
+            time.sleep(0.2)  # in this order: four runs hold the four slots, two wait
+        time.sleep(0.5)
+        exited = srv.terminate()
+        for waiter in waiters:
+            waiter.join(timeout=10)
+    assert grace <= exited < grace + 2.5, exited
+
+    assert answers["short"].status_code == 200 and answers["short"].json()["stdout"] == "finished\n"
+    cancelled = {}
+    for name in ("long", "tool", "queued-a", "queued-b"):
+        response = answers[name]
+        assert response.status_code == 503, (name, response.text)
+        error = response.json()["error"]
+        assert error["code"] == "shutting_down" and error["details"]["status"] == "cancelled"
+        cancelled[name] = error["details"]["run_id"]
+    assert statuses(streamed) == ["queued", "running", "cancelled"]
+    assert streamed[-1].event == "error" and streamed[-1].data["code"] == "shutting_down"
+    nothing_left(srv)
+
+    srv.start()
+    try:
+        with Client(srv.url) as c:
+            never_started = []
+            for name, run_id in [*cancelled.items(), ("streamed", streamed_id)]:
+                record = c.get_run(run_id)
+                assert record["status"] == "cancelled" and record["error"]["code"] == "shutting_down", (name, record)
+                # What ran is kept (its partial output); what never started has no result.
+                if record["result"] is None:
+                    never_started.append(name)
+            assert never_started in (["queued-a"], ["queued-b"])
+            assert c.get_run(streamed_id)["result"]["stdout"] == "up\n"
+    finally:
+        srv.stop()
+
+
+def test_a_request_still_open_after_the_drain_gets_json(tmp_path: Path) -> None:
+    """An upload that never finishes: after the drain and a second's wait, 503 shutting_down
+    in the error shape (uvicorn alone: a plain-text 500)."""
+    srv = Server(tmp_path, env={"SKILL_EXECUTOR_SHUTDOWN_GRACE_SECONDS": "0"}).start()
+    import socket
+
+    with socket.create_connection(("127.0.0.1", srv.port)) as sock:
+        sock.sendall(f"POST /v1/artifacts/slow.txt HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n"
+                     "Content-Type: text/plain\r\nContent-Length: 100000\r\n\r\n".encode() + b"x" * 1000)
+        time.sleep(0.3)
+        exited = srv.terminate()
+        sock.settimeout(5)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 ") and b"content-type: application/json" in head.lower()
+    assert json.loads(body)["error"]["code"] == "shutting_down"
+    assert exited < 3
 
 
 # -- artifacts ------------------------------------------------------------------------------------

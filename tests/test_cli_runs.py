@@ -53,8 +53,14 @@ def test_run_refused_and_failed(tmp_path: Path, runtime: str) -> None:
     host = cli("run", "--request", "-", *common, stdin=json.dumps(
         {"skill": "math-tools", "command": "true", "inputs": [{"from": "host:///etc/passwd"}]}))
     assert host.returncode == 2 and json.loads(host.stdout)["error"]["code"] == "host_input_refused"
+    # A command that ran: the CLI exits with its status (the result JSON is printed all the same).
     failed = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools", "command": "exit 7"}))
-    assert failed.returncode == 0 and json.loads(failed.stdout)["exit_code"] == 7
+    assert failed.returncode == 7 and json.loads(failed.stdout)["exit_code"] == 7
+    killed = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools", "command": "kill -TERM $$"}))
+    assert killed.returncode == 143 and json.loads(killed.stdout)["signal"] == "SIGTERM"
+    slow = cli("run", "--request", "-", *common,
+               stdin=json.dumps({"skill": "math-tools", "command": "sleep 30", "timeout": 1}))
+    assert slow.returncode == 124 and json.loads(slow.stdout)["timed_out"] is True
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -65,6 +71,33 @@ def test_run_shorthand(tmp_path: Path, runtime: str) -> None:
     assert result.returncode == 0, result.stderr
     assert "8 primes below 20" in result.stdout and "--- out/p.txt (text/plain" in result.stdout
     assert "2\n3\n5\n7\n11\n13\n17\n19\n" in result.stdout
+    failed = cli("run", "math-tools", "--runtime", runtime, "--data-dir", str(tmp_path / "d"), "--",
+                 "echo partial; exit 3")
+    assert failed.returncode == 3 and "partial" in failed.stdout and "--- exit 3 in" in failed.stderr
+
+
+def test_version() -> None:
+    from executor import __version__
+
+    result = cli("--version")
+    assert result.returncode == 0 and result.stdout == f"skill-executor {__version__}\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["serve", "--port", "70000"], "invalid port 70000: must be 1-65535"),
+    (["serve", "--port", "0"], "invalid port 0: must be 1-65535"),
+    (["serve", "--port", "-1"], "invalid port -1: must be 1-65535"),
+    (["serve", "--port", "http"], "invalid port 'http': not a number"),
+    (["serve", "--skills-dir", "/nonexistent/skills"], "'/nonexistent/skills' does not exist"),
+    (["serve", "--skills-dir", "/etc/hostname"], "'/etc/hostname' is not a folder"),
+    (["run", "math-tools", "--skills-dir", "/nonexistent/skills", "--", "true"], "'/nonexistent/skills' does not exist"),
+])
+def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    """Refused before anything starts: exit 2 with the reason (serve never binds)."""
+    result = cli(*args, "--data-dir", str(tmp_path / "d"))
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "usage:" in result.stderr
+    assert not (tmp_path / "d").exists()
 
 
 def test_allow_host_root_flag(tmp_path: Path) -> None:

@@ -2,11 +2,19 @@
 
 Everything the routes need lives on ``app.state`` (built in the lifespan), so several
 apps with different settings can coexist in one process (tests do exactly that).
+
+Shutdown: ``app.state.drain()`` stops accepting runs, lets the runs in flight finish for
+``SHUTDOWN_GRACE_SECONDS`` and cancels the rest, so every waiting client gets its answer
+(the result, or 503 ``shutting_down``).  ``serve`` calls it as soon as the server stops
+listening (:class:`~executor.api.protocol.DrainingServer`), before waiting for open
+requests; the lifespan's end calls it too (a no-op then), then closes the runtime.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -24,6 +32,7 @@ from ..runtimes.base import Runtime
 from ..tools import ToolExecutor
 from . import errors
 from .auth import KeyRing, bind_problem
+from .docs import install_docs
 from .metrics import Metrics
 from .middleware import BodyLimit, BrowserGuard, RequestContext, normalize_origin
 from .routes import artifacts, runs, skills, system, tools
@@ -86,20 +95,48 @@ def create_app(
             "artifact-expiry", min(ARTIFACT_EXPIRY_SECONDS, ttl) if ttl else ARTIFACT_EXPIRY_SECONDS,
             executor.artifacts.expire,
         )
+        grace = settings.shutdown_grace_seconds
+
+        stopping: list[asyncio.Future[None]] = []
+
+        async def drain() -> None:
+            # No run will take a warm container any more: tear the pool down during the
+            # grace rather than after it (a container being started would otherwise hold
+            # the runtime's close for its start-up).
+            pool = getattr(executor.runtime, "pool", None)
+            if pool is not None and not stopping:
+                stopping.append(asyncio.ensure_future(asyncio.to_thread(pool.close)))
+            await manager.drain(grace)
+
+        app.state.drain = drain
         log.info("skill-executor ready", extra={"runtime": executor.runtime.name, "auth": keyring.enabled})
         try:
             yield
         finally:
-            manager.shutdown()
-            executor.close()
-            held.release()
+            await drain()
+            started = time.monotonic()
+            if stopping:
+                await stopping[0]
+
+            def close() -> None:
+                try:
+                    manager.shutdown()
+                    executor.close()
+                finally:
+                    held.release()
+
+            await asyncio.to_thread(close)
+            log.info("shut down", extra={"close_seconds": round(time.monotonic() - started, 3)})
 
     app = FastAPI(
         title="skill-executor",
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    install_docs(app)
     app.state.settings = settings
     app.state.keyring = keyring
     app.state.metrics = Metrics()

@@ -3,6 +3,7 @@ Origin checks), and a request body cap."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 import logging
@@ -20,10 +21,19 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 #: The most of a request path written to a log line.
 LOG_PATH_MAX = 1024
+SHUTTING_DOWN = "shutting_down"
+SHUTDOWN_MESSAGE = "the service is shutting down; retry the request elsewhere or after it restarts"
 
 
 class RequestContext:
-    """Assigns ``X-Request-ID`` (a caller's, if sane) and logs one line per request."""
+    """Assigns ``X-Request-ID`` (a caller's, if sane) and logs one line per request.
+
+    A request still open when the server's graceful-shutdown timeout cancels it (the
+    drain answers every run's waiting client before that, so this is a backstop) is
+    answered 503 ``shutting_down`` in the API's error shape, or, if it is an event
+    stream already under way, ended with an ``error`` event -- never uvicorn's plain-text
+    500 or a cut connection.
+    """
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -39,16 +49,32 @@ class RequestContext:
         token = REQUEST_ID.set(request_id)
         started = time.monotonic()
         status = 500
+        started_response = stream = complete = False
 
         async def send_with_id(message: dict[str, Any]) -> None:
-            nonlocal status
+            nonlocal status, started_response, stream, complete
             if message["type"] == "http.response.start":
                 status = message["status"]
+                started_response = True
                 message.setdefault("headers", []).append((b"x-request-id", request_id.encode()))
+                stream = any(name.lower() == b"content-type" and value.startswith(b"text/event-stream")
+                             for name, value in message.get("headers") or [])
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                complete = True
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
+        except asyncio.CancelledError:
+            # Only the server cancels a request: its graceful-shutdown timeout ran out.
+            if not started_response:
+                await send_error(send_with_id, 503, SHUTTING_DOWN, SHUTDOWN_MESSAGE)
+            elif stream and not complete:
+                event = json.dumps({"code": SHUTTING_DOWN, "message": SHUTDOWN_MESSAGE})
+                await send({"type": "http.response.body", "body": f"event: error\ndata: {event}\n\n".encode()})
+                await send({"type": "http.response.body", "body": b""})
+            else:
+                raise
         finally:
             state = scope.get("state", {})
             principal = state.get("principal")

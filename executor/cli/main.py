@@ -1,7 +1,8 @@
 """Entry point: ``skill-executor <group> <command> ...``.
 
 Exit codes: 0 success, 1 a check failed (invalid skill, failed install), 2 usage
-error or refused request.
+error or refused request, 130 interrupted; ``run`` exits with the command's own status
+(124 timed out, 125 no status; see :mod:`executor.cli.runs`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .. import __version__
 from ..errors import ExecutorError
 from . import skills as skills_cli
 from .output import emit_json
@@ -18,6 +20,7 @@ from .output import emit_json
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="skill-executor", description="Run Agent Skills safely and fast.")
+    parser.add_argument("--version", action="version", version=f"skill-executor {__version__}")
     groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     skills_cli.register(groups)
     for module in _optional_modules():

@@ -1,16 +1,30 @@
-"""``skill-executor run``."""
+"""``skill-executor run``.
+
+``run`` exits with the command's status, so scripts can rely on it:
+
+* 0 -- the command exited 0;
+* 1-255 -- the command's exit code (a command killed by signal N: 128+N, as the
+  result's ``exit_code``; out of memory: 137);
+* 124 -- the command timed out (as ``timeout(1)``);
+* 125 -- the command has no exit code (cancelled, or stopped by the service);
+* 2 -- also a usage error or a refused request (nothing ran; the output says which).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from ..config import Settings
 from ..errors import BadRequest
+from .arguments import existing_dir
+
+if TYPE_CHECKING:
+    from ..runs.models import RunResult
 
 
 def register(groups: Any) -> None:
@@ -27,7 +41,8 @@ def register(groups: Any) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime", choices=("local", "docker"))
-    parser.add_argument("--skills-dir", action="append", type=Path, dest="skills_dirs")
+    parser.add_argument("--skills-dir", action="append", type=existing_dir, dest="skills_dirs",
+                        help="a skill root (an existing folder); repeat for more")
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--allow-host-root", action="append", type=Path, dest="allowed_host_roots")
 
@@ -40,6 +55,20 @@ def settings_from(args: argparse.Namespace) -> Settings:
     }
     overrides["pool_size"] = 0  # one run per process: warm containers would only cost
     return Settings(**overrides)
+
+
+#: ``run``'s exit statuses that are not the command's own.
+EXIT_TIMED_OUT = 124
+EXIT_NO_STATUS = 125
+
+
+def exit_status(result: RunResult) -> int:
+    """What ``skill-executor run`` exits with for a run that happened."""
+    if result.timed_out:
+        return EXIT_TIMED_OUT
+    if result.exit_code is None:
+        return EXIT_NO_STATUS
+    return min(max(result.exit_code, 0), 255)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -75,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         executor.close()
     if args.request is not None:
         print(result.model_dump_json(indent=2))
-        return 0
+        return exit_status(result)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     for item in result.output_files:
@@ -86,4 +115,4 @@ def _run(args: argparse.Namespace) -> int:
     print(f"--- {status} in {result.duration_ms} ms", file=sys.stderr)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    return 0
+    return exit_status(result)

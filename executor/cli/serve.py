@@ -8,14 +8,20 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
+from .arguments import existing_dir, port
+
+#: After the drain has answered every run's waiting client, how long the server still
+#: waits for other open requests (an upload, a download) before cancelling them.
+REQUESTS_GRACE_SECONDS = 1
 
 
 def register(groups: Any) -> None:
     serve = groups.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", help="bind address (default 127.0.0.1; others need API keys and the docker runtime)")
-    serve.add_argument("--port", type=int)
+    serve.add_argument("--port", type=port, help="TCP port, 1-65535 (default 8080)")
     serve.add_argument("--runtime", choices=("local", "docker"))
-    serve.add_argument("--skills-dir", action="append", type=Path, dest="skills_dirs")
+    serve.add_argument("--skills-dir", action="append", type=existing_dir, dest="skills_dirs",
+                       help="a skill root (an existing folder); repeat for more")
     serve.add_argument("--data-dir", type=Path)
     serve.set_defaults(handler=_serve)
 
@@ -53,7 +59,7 @@ def _serve(args: argparse.Namespace) -> int:
     from ..api.app import create_app
     from ..api.auth import KeyRing, bind_problem
     from ..api.middleware import configure_logging
-    from ..api.protocol import JsonErrorHttpToolsProtocol
+    from ..api.protocol import DrainingServer, JsonErrorHttpToolsProtocol
 
     settings = build_settings(args)
     problem = bind_problem(settings, KeyRing.from_settings(settings))
@@ -71,6 +77,11 @@ def _serve(args: argparse.Namespace) -> int:
     limit_malloc_arenas()
     configure_logging(settings.log_json)
     app = create_app(settings, claim=claim)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-                timeout_graceful_shutdown=5, http=JsonErrorHttpToolsProtocol)
-    return 0
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
+                            timeout_graceful_shutdown=REQUESTS_GRACE_SECONDS, http=JsonErrorHttpToolsProtocol)
+    server = DrainingServer(config, app)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    return 0 if server.started else 3  # uvicorn's code for a failed start-up

@@ -21,14 +21,25 @@ class Reservation:
         self._state = "reserved"
 
     def __enter__(self) -> Reservation:
+        self.acquire()
+        return self
+
+    def acquire(self, cancel: threading.Event | None = None) -> bool:
+        """Wait for a run slot (at once if this reservation holds one already); False,
+        with the place given up, when ``cancel`` is set first (see :meth:`RunLimiter.wake`)."""
         limiter = self._limiter
         with limiter._cond:
-            while limiter.running >= limiter.slots:
+            if self._state == "running":
+                return True
+            while cancel is None or not cancel.is_set():
+                if limiter.running < limiter.slots:
+                    limiter.waiting -= 1
+                    limiter.running += 1
+                    self._state = "running"
+                    return True
                 limiter._cond.wait()
-            limiter.waiting -= 1
-            limiter.running += 1
-            self._state = "running"
-        return self
+        self.release()
+        return False
 
     def __exit__(self, *exc: object) -> None:
         limiter = self._limiter
@@ -41,9 +52,8 @@ class Reservation:
             limiter._cond.notify_all()
 
     def release(self) -> None:
-        """Give the place up without running (the request was refused later)."""
-        if self._state == "reserved":
-            self.__exit__(None, None, None)
+        """Give the place or the slot up (idempotent)."""
+        self.__exit__(None, None, None)
 
 
 class RunLimiter:
@@ -69,5 +79,10 @@ class RunLimiter:
                 )
             self.waiting += 1
             return Reservation(self)
+
+    def wake(self) -> None:
+        """Wake every reservation waiting for a slot, so a cancelled one stops waiting."""
+        with self._cond:
+            self._cond.notify_all()
 
 

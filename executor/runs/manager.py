@@ -28,10 +28,11 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from ..access import Principal, authorize_inputs, permit
-from ..errors import Conflict, ExecutorError, NotFound
+from ..errors import Conflict, ExecutorError, NotFound, Unavailable
+from .limiter import Reservation
 from .models import RunRequest, RunResult
 from .pipeline import SkillRunner, new_run_id
 from .plan import RunPlan
@@ -40,18 +41,49 @@ from .store import FINAL, RunRecord, RunStore, Status
 log = logging.getLogger(__name__)
 
 Event = tuple[str, Any]
+T = TypeVar("T")
+INTERNAL = {"code": "internal", "message": "the run failed inside the service", "status": 500}
+#: Threads for the blocking steps the event loop hands over -- admission (SQLite writes,
+#: which may wait for another process's lock), and reads and building large answers --
+#: the service's own, so runs never hold the web server's pool, and a locked store delays
+#: only admissions.
+ADMISSION_THREADS = 4
+IO_THREADS = 4
 #: Run ids are ``new_run_id()``s; anything else (a 10k-character id) is simply unknown.
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
+class ShuttingDown(Unavailable):
+    """The service is shutting down: no new runs, and a run it had to cancel."""
+
+    code = "shutting_down"
+
+
+def shutdown_error(run_id: str | None = None) -> ShuttingDown:
+    if run_id is None:
+        return ShuttingDown("the service is shutting down; retry the request elsewhere or after it restarts")
+    return ShuttingDown(
+        "the service shut down before this run finished; the run was cancelled",
+        details={"run_id": run_id, "status": "cancelled"},
+    )
+
+
 @dataclass(eq=False)
 class RunHandle:
-    """Live view of one run in this process."""
+    """Live view of one run in this process.
+
+    Its events are numbered from 1 in the order they happened (the ids of the run's
+    Server-Sent Events): ``status`` ``queued``, ``status`` ``running``, ``stdout`` /
+    ``stderr`` chunks, the final ``status``, then ``result`` or ``error``.  Each status
+    appears once.
+    """
 
     run_id: str
     record: RunRecord
     started: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)
+    #: Why ``cancel`` was set: "request" (DELETE) or "shutdown".
+    reason: str | None = None
     future: concurrent.futures.Future[RunRecord] = field(default_factory=concurrent.futures.Future)
     events: list[Event] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -67,31 +99,63 @@ class RunHandle:
             except RuntimeError:  # the subscriber's loop is gone
                 pass
 
-    async def stream(self) -> AsyncIterator[Event]:
-        """Every event from the start, then new ones as they come, until the run ends."""
+    async def stream(self, after: int = 0) -> AsyncIterator[tuple[int, str, Any]]:
+        """``(id, kind, data)`` of every event after id ``after``, then new ones as they
+        come, until the run's ``result`` or ``error``."""
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
         entry = (loop, wake)
         with self._lock:
             self._waiters.append(entry)
         try:
-            offset = 0
+            offset = max(0, after)
             while True:
                 wake.clear()
                 with self._lock:
                     batch = self.events[offset:]
-                offset += len(batch)
-                for item in batch:
-                    yield item
-                    if item[0] in ("result", "error"):
+                for kind, data in batch:
+                    offset += 1
+                    yield offset, kind, data
+                    if kind in TERMINAL:
                         return
+                with self._lock:
+                    if offset >= len(self.events) and self.events and self.events[-1][0] in TERMINAL:
+                        return  # resumed after the last event: nothing more will come
                 await wake.wait()
         finally:
             with self._lock:
                 self._waiters.remove(entry)
 
     async def wait(self) -> RunRecord:
-        return await asyncio.wrap_future(self.future)
+        """The final record.  A waiter that is cancelled leaves the run alone (unlike
+        ``asyncio.wrap_future``, which would cancel the run's future with it)."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[RunRecord] = loop.create_future()
+
+        def resolve(done: concurrent.futures.Future[RunRecord]) -> None:
+            if not waiter.done():
+                waiter.set_result(done.result())
+
+        def finished(done: concurrent.futures.Future[RunRecord]) -> None:
+            try:
+                loop.call_soon_threadsafe(resolve, done)
+            except RuntimeError:  # the waiter's loop is gone
+                pass
+
+        self.future.add_done_callback(finished)
+        return await waiter
+
+
+#: The event that ends a run's stream.
+TERMINAL = ("result", "error")
+
+
+def terminal(record: RunRecord) -> tuple[str, dict[str, Any]]:
+    """A finished run's last event: ``("error", body)`` when it ended with an error
+    (failed, or cancelled by a shutdown), else ``("result", result)``."""
+    if record.error is not None and record.status != "completed":
+        return "error", {k: v for k, v in record.error.items() if k != "status"}
+    return "result", record.result or {}
 
 
 def fingerprint(request: RunRequest) -> str:
@@ -112,14 +176,41 @@ class RunManager:
         self.on_finish = on_finish
         self._handles: dict[str, RunHandle] = {}
         self._lock = threading.Lock()
+        self._closing = False
         # One worker per admissible run (executing or queued): threads are reused.
         limiter = runner.limiter
         self._workers = concurrent.futures.ThreadPoolExecutor(
             max_workers=limiter.slots + limiter.queue, thread_name_prefix="run"
         )
+        self._admission = concurrent.futures.ThreadPoolExecutor(
+            max_workers=ADMISSION_THREADS, thread_name_prefix="run-admit"
+        )
+        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="run-io")
         interrupted = store.fail_interrupted()
         if interrupted:
             log.warning("marked %d run(s) interrupted by a restart as failed", interrupted)
+
+    @property
+    def closing(self) -> bool:
+        """True once a shutdown began: no new runs are accepted."""
+        return self._closing
+
+    async def offload(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run blocking ``fn(*args)`` on the manager's own threads, off the event loop
+        (never on the web server's thread pool, which its synchronous routes need)."""
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def submit_async(
+        self,
+        request: RunRequest,
+        *,
+        principal: Principal,
+        idempotency_key: str | None = None,
+    ) -> tuple[RunRecord, RunHandle | None, bool]:
+        """:meth:`submit` for an event loop: on the manager's admission threads."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._admission, lambda: self.submit(request, principal=principal, idempotency_key=idempotency_key)
+        )
 
     def submit(
         self,
@@ -129,17 +220,20 @@ class RunManager:
         idempotency_key: str | None = None,
     ) -> tuple[RunRecord, RunHandle | None, bool]:
         """Accept a run of ``principal``; returns (record, live handle or None, whether
-        this is a replay).  Blocking (SQLite, the skill catalog): call it off the event loop.
+        this is a replay).  Blocking (SQLite, the skill catalog): call it off the event
+        loop (:meth:`submit_async`).
 
         Order: an Idempotency-Key already used by this principal answers with its run
-        (same request) or 409 (another request) before anything else; then
-        authorization, validation and admission.
+        (same request) or 409 (another request) before anything else; then shutdown
+        (503 ``shutting_down``), authorization, validation and admission.
         """
         fingerprinted = (idempotency_key, fingerprint(request)) if idempotency_key else None
         if fingerprinted is not None:
             replay = self._replay(principal.id, *fingerprinted)
             if replay is not None:
                 return replay
+        if self._closing:
+            raise shutdown_error()
         authorize_inputs(principal, (i.from_ for i in request.inputs))
         checked = self.runner.validate(request)
         reservation = self.runner.limiter.reserve()
@@ -159,8 +253,16 @@ class RunManager:
             reservation.release()
             raise
         handle = RunHandle(run_id, record)
+        handle.publish("status", "queued")
         with self._lock:
-            self._handles[run_id] = handle
+            closing = self._closing
+            if not closing:
+                self._handles[run_id] = handle
+        if closing:  # the shutdown began while this run was being admitted
+            reservation.release()
+            error = shutdown_error(run_id)
+            self.store.update(run_id, "cancelled", error={**error.to_dict()["error"], "status": error.status})
+            raise error
         self._workers.submit(self._execute, request, handle, reservation, checked, principal.id)
         return record, handle, False
 
@@ -178,45 +280,76 @@ class RunManager:
         return self._current(run_id), self.handle(run_id), True
 
     def _execute(
-        self, request: RunRequest, handle: RunHandle, reservation: Any, checked: RunPlan, tenant: str
+        self, request: RunRequest, handle: RunHandle, reservation: Reservation, checked: RunPlan, tenant: str
     ) -> None:
         # "running" lives in memory (get() reports it); only the outcome is written.
         # A record left "queued" by a crash is marked failed at the next start.
         run_id = handle.run_id
-        handle.started = True
-        handle.publish("status", "running")
-        final: tuple[Status, dict[str, Any] | None, dict[str, Any] | None] = ("failed", None, None)
+        final: tuple[Status, dict[str, Any] | None, dict[str, Any] | None] = ("failed", None, INTERNAL)
 
         def listener(stream: str, chunk: bytes) -> None:
             handle.publish(stream, chunk.decode("utf-8", "replace"))
 
         try:
+            if not reservation.acquire(handle.cancel):  # cancelled while queued: nothing ran
+                final = self._cancelled_before_start(handle, request, checked)
+                return
+            handle.started = True
+            handle.publish("status", "running")
             result: RunResult = self.runner.run(
                 request, run_id=run_id, listener=listener, cancel=handle.cancel, reservation=reservation,
                 checked=checked, tenant=tenant,
             )
-            final = ("cancelled" if handle.cancel.is_set() else "completed", result.model_dump(mode="json"), None)
+            body = result.model_dump(mode="json")
+            if handle.cancel.is_set():
+                by_shutdown = handle.reason == "shutdown"
+                final = ("cancelled", body, self._error(shutdown_error(run_id)) if by_shutdown else None)
+            else:
+                final = ("completed", body, None)
         except ExecutorError as exc:
-            refusal: dict[str, Any] = exc.to_dict()["error"]
-            refusal["status"] = exc.status
-            final = ("failed", None, refusal)
+            final = ("failed", None, self._error(exc))
         except Exception:  # never leave a record unfinished
             log.exception("run %s failed unexpectedly", run_id)
-            internal = {"code": "internal", "message": "the run failed inside the service", "status": 500}
-            final = ("failed", None, internal)
         finally:
-            status, body, error = final
-            self.store.update(run_id, status, result=body, error=error)
-            record = replace(handle.record, status=status, result=body, error=error, updated_at=time.time())
-            handle.publish("result" if body is not None else "error", body if body is not None else error)
-            with self._lock:
-                self._handles.pop(run_id, None)
-            handle.future.set_result(record)
-            if self.on_finish is not None:
-                try:
-                    self.on_finish(record)
-                except Exception:
-                    log.exception("on_finish hook failed")
+            reservation.release()
+            self._finish(handle, *final)
+
+    @staticmethod
+    def _error(exc: ExecutorError) -> dict[str, Any]:
+        """An error as recorded: its body plus the HTTP status a waiting client gets."""
+        return {**exc.to_dict()["error"], "status": exc.status}
+
+    def _cancelled_before_start(
+        self, handle: RunHandle, request: RunRequest, checked: RunPlan
+    ) -> tuple[Status, dict[str, Any] | None, dict[str, Any] | None]:
+        if handle.reason == "shutdown":
+            return "cancelled", None, self._error(shutdown_error(handle.run_id))
+        result = RunResult(run_id=handle.run_id, skill=checked.skill.id, session=request.session,
+                           warnings=["the run was cancelled before it started"])
+        return "cancelled", result.model_dump(mode="json"), None
+
+    def _finish(
+        self, handle: RunHandle, status: Status, body: dict[str, Any] | None, error: dict[str, Any] | None
+    ) -> None:
+        """Record the outcome, publish the final status and the last event, wake waiters."""
+        run_id = handle.run_id
+        record = replace(handle.record, status=status, result=body, error=error, updated_at=time.time())
+        with handle._lock:
+            record.events = len(handle.events) + 2  # + the final status and the last event
+        try:
+            self.store.update(run_id, status, result=body, error=error, events=record.events)
+        except Exception:  # the record stays "queued" and is marked interrupted at the next start
+            log.exception("recording the outcome of run %s failed", run_id)
+        handle.publish("status", status)
+        handle.publish(*terminal(record))
+        with self._lock:
+            self._handles.pop(run_id, None)
+        handle.future.set_result(record)
+        if self.on_finish is not None:
+            try:
+                self.on_finish(record)
+            except Exception:
+                log.exception("on_finish hook failed")
 
     def handle(self, run_id: str) -> RunHandle | None:
         """The live view of a run of this process (no authorization: use after :meth:`get`)."""
@@ -242,44 +375,96 @@ class RunManager:
         """The current state of a record the caller already got through :meth:`get`."""
         return self._current(record.run_id)
 
-    def cancel(self, run_id: str, who: Principal) -> RunRecord:
+    def cancel(self, run_id: str, who: Principal) -> RunHandle:
+        """Ask a run of this process to stop; its live handle (await :meth:`settle`)."""
         record = self.get(run_id, who, action="run.cancel")
         if record.status in FINAL:
             raise Conflict(f"run {run_id!r} has already ended ({record.status})", code="run_finished")
         handle = self.handle(run_id)
         if handle is None:
+            if self.store.get(run_id).status in FINAL:  # it ended a moment ago
+                raise Conflict(f"run {run_id!r} has already ended", code="run_finished")
             raise Conflict(f"run {run_id!r} is not running in this process", code="run_not_active")
-        handle.cancel.set()
-        return record
+        self._cancel(handle, "request")
+        return handle
+
+    def _cancel(self, handle: RunHandle, reason: str) -> None:
+        if not handle.cancel.is_set():
+            handle.reason = reason
+            handle.cancel.set()
+        self.runner.limiter.wake()  # a queued run stops waiting for a slot
+
+    @staticmethod
+    async def settle(handle: RunHandle, timeout: float) -> RunRecord | None:
+        """The final record of ``handle``'s run, or None if it has not ended within ``timeout``."""
+        try:
+            return await asyncio.wait_for(handle.wait(), timeout)
+        except TimeoutError:
+            return None
 
     async def wait(self, record: RunRecord, handle: RunHandle | None) -> RunRecord:
         """The final record of a run (polls the store, off the event loop, for runs of
-        another process)."""
+        another process; refused with ``shutting_down`` once this one shuts down)."""
         if handle is not None:
             return await handle.wait()
         while record.status not in FINAL:
+            if self._closing:
+                raise shutdown_error()
             await asyncio.sleep(0.2)
-            record = await asyncio.to_thread(self.reload, record)
+            record = await self.offload(self.reload, record)
         return record
 
     @staticmethod
     def result(record: RunRecord) -> RunResult:
-        """A finished run's result, or its refusal raised as the :class:`ExecutorError` it was."""
-        if record.status == "failed" or record.result is None:
+        """A finished run's result, or the error it ended with raised as the
+        :class:`ExecutorError` it was (``shutting_down`` as :class:`ShuttingDown`)."""
+        kind, body = terminal(record)
+        if kind == "error" or record.result is None:
             error = dict(record.error or {"code": "error", "message": "the run failed"})
-            raise ExecutorError(
+            cls = ShuttingDown if error.get("code") == ShuttingDown.code else ExecutorError
+            raise cls(
                 error.get("message", "the run failed"),
                 code=error.get("code", "error"),
                 status=int(error.get("status", 500)),
                 details=error.get("details"),
             )
-        return RunResult.model_validate(record.result)
+        return RunResult.model_validate(body)
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def _begin_shutdown(self) -> list[RunHandle]:
+        with self._lock:
+            self._closing = True
+            return list(self._handles.values())
+
+    async def drain(self, grace: float, *, settle: float = 5.0) -> None:
+        """Shut down gracefully: accept no new run, give the runs in flight up to
+        ``grace`` seconds to finish, then cancel the rest (their records end
+        ``cancelled`` with the ``shutting_down`` error, which their waiting clients get)
+        and wait up to ``settle`` seconds for them to wind up.  Idempotent."""
+        handles = self._begin_shutdown()
+        if not handles:
+            return
+        waits = [asyncio.ensure_future(h.wait()) for h in handles]
+        log.info("shutdown: waiting up to %.1f s for %d run(s) in flight", grace, len(handles))
+        _, pending = await asyncio.wait(waits, timeout=max(0.0, grace))
+        if pending:
+            log.warning("shutdown: cancelling %d run(s) still in flight after %.1f s", len(pending), grace)
+            for handle in self._begin_shutdown():
+                self._cancel(handle, "shutdown")
+            _, pending = await asyncio.wait(pending, timeout=settle)
+            for wait in pending:
+                wait.cancel()
+            if pending:
+                log.error("shutdown: %d cancelled run(s) did not wind up within %.1f s", len(pending), settle)
 
     def shutdown(self, timeout: float = 15.0) -> None:
-        """Cancel every run of this process and wait for them to clean up."""
-        with self._lock:
-            handles = list(self._handles.values())
+        """Cancel every run of this process and wait for them to clean up (blocking; after
+        :meth:`drain` there is nothing left to wait for)."""
+        handles = self._begin_shutdown()
         for handle in handles:
-            handle.cancel.set()
+            self._cancel(handle, "shutdown")
         concurrent.futures.wait([h.future for h in handles], timeout=timeout)
         self._workers.shutdown(wait=False, cancel_futures=True)
+        self._admission.shutdown(wait=False, cancel_futures=True)
+        self._io.shutdown(wait=False, cancel_futures=True)

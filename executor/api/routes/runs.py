@@ -1,8 +1,10 @@
 """Runs: skill_run (sync or async), status, live events (SSE), cancel.
 
 Who may do what is the run manager's (and :mod:`executor.access`'s) business; these
-routes only translate.  Nothing here blocks the event loop: submitting (SQLite, the
-skill catalog) runs in the thread pool, waiting for a run is awaited.
+routes only translate.  Nothing here blocks the event loop or holds a thread of the web
+server's pool while a run waits: admission (SQLite, the skill catalog) and building a
+large answer run on the manager's own threads (:meth:`RunManager.offload`), waiting for
+a run is awaited.
 """
 
 from __future__ import annotations
@@ -11,35 +13,40 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from ...access import Principal
-from ...runs.manager import RunHandle, RunManager
+from ...activity import Activity
+from ...runs.manager import RunHandle, RunManager, shutdown_error, terminal
 from ...runs.models import RunRequest, RunResult
-from ...runs.store import FINAL, RunRecord
+from ...runs.store import FINAL, RunRecord, Status
 from ..auth import principal
 from ..errors import error_response
 from ..schemas import ERRORS, RunAccepted, RunRecordModel
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERRORS)
 
-
-def _final_response(record: RunRecord) -> JSONResponse:
-    if record.status == "failed" and record.error:
-        error = dict(record.error)
-        status = int(error.pop("status", 500))
-        return error_response(status, error.get("code", "error"), error.get("message", ""), error.get("details"))
-    return JSONResponse(record.result or {}, status_code=200)
+#: How long ``DELETE /v1/runs/{id}`` waits for the run to stop before answering 202.
+CANCEL_SETTLE_SECONDS = 5.0
+#: How often a stream of a run of another process looks at its record.
+POLL_SECONDS = 0.2
 
 
-async def submit(
-    request: Request, body: RunRequest, who: Principal, idempotency_key: str | None = None
-) -> tuple[RunRecord, RunHandle | None, bool]:
-    """Hand a run to the manager (every front end's one way in), off the event loop."""
-    manager: RunManager = request.app.state.manager
-    return await run_in_threadpool(manager.submit, body, principal=who, idempotency_key=idempotency_key)
+def final_response(record: RunRecord) -> JSONResponse:
+    """A finished run's answer: its result, or the error it ended with (blocking for a
+    large result: build it through :meth:`RunManager.offload`)."""
+    kind, body = terminal(record)
+    if kind == "error":
+        status = int((record.error or {}).get("status", 500))
+        return error_response(status, body.get("code", "error"), body.get("message", ""), body.get("details"))
+    return JSONResponse(body, status_code=200)
+
+
+def _answer(record: RunRecord, activity: Activity) -> JSONResponse:
+    # Building a large answer costs CPU: housekeeping steps aside meanwhile.
+    with activity.running():
+        return final_response(record)
 
 
 @router.post(
@@ -57,14 +64,12 @@ async def create_run(
     who: Principal = Depends(principal),
 ) -> JSONResponse:
     manager: RunManager = request.app.state.manager
-    record, handle, replayed = await submit(request, body, who, idempotency_key)
+    record, handle, replayed = await manager.submit_async(body, principal=who, idempotency_key=idempotency_key)
     if not wait:
         accepted = RunAccepted(run_id=record.run_id, status=record.status, replayed=replayed)
         return JSONResponse(accepted.model_dump(), status_code=202, headers={"Location": f"/v1/runs/{record.run_id}"})
-    # Until the answer is built, this request counts as activity: housekeeping waits.
-    with request.app.state.executor.runtime.activity.running():
-        final = await manager.wait(record, handle)
-        response = _final_response(final)
+    final = await manager.wait(record, handle)
+    response = await manager.offload(_answer, final, request.app.state.executor.runtime.activity)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return response
@@ -79,47 +84,94 @@ def get_run(run_id: str, request: Request, who: Principal = Depends(principal)) 
     return RunRecordModel.model_validate(data)
 
 
-def _sse(event: str, data: object) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+def _sse(event: str, data: object, event_id: int | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _payload(kind: str, data: object) -> object:
+    if kind in ("stdout", "stderr"):
+        return {"data": data}
+    if kind == "status":
+        return {"status": data}
+    return data
+
+
+def _last_event_id(value: str | None) -> int:
+    """The id a reconnecting client saw last (ids are 1, 2, ...); anything else is 0."""
+    text = (value or "").strip()
+    return int(text) if text.isdigit() and len(text) <= 18 else 0
+
+
+async def _live(handle: RunHandle, after: int) -> AsyncIterator[bytes]:
+    async for event_id, kind, data in handle.stream(after):
+        yield _sse(kind, _payload(kind, data), event_id)
+
+
+async def _recorded(manager: RunManager, record: RunRecord, after: int) -> AsyncIterator[bytes]:
+    """A run with no live view here: one that has ended, or one of another process
+    (polled until it ends, or until this process shuts down)."""
+    status = None
+    while record.status not in FINAL:
+        if record.status != status:
+            status = record.status
+            yield _sse("status", {"status": status})
+        if manager.closing:
+            yield _sse("error", shutdown_error().to_dict()["error"])
+            return
+        await asyncio.sleep(POLL_SECONDS)
+        record = await manager.offload(manager.reload, record)
+    kind, body = terminal(record)
+    count = record.events
+    # The last two events carry the ids the live stream gave them, when it was recorded.
+    for event_id, event, data in ((count - 1 if count else None, "status", {"status": record.status}),
+                                  (count, kind, body)):
+        if event_id is None or event_id > after:
+            yield _sse(event, data, event_id)
 
 
 @router.get(
     "/{run_id}/events",
     summary="Stream a run's output and result as Server-Sent Events",
     responses={200: {"content": {"text/event-stream": {}},
-                     "description": "events: status, stdout, stderr ({\"data\": text}), then result or error"}},
+                     "description": "events, each with an id: status (queued, running, then the final one, each "
+                                    "once), stdout, stderr ({\"data\": text}), then result or error. With "
+                                    "Last-Event-ID, only the events after that id"},
+               204: {"description": "Last-Event-ID names the run's last event: nothing more will come"}},
 )
-async def run_events(run_id: str, request: Request, who: Principal = Depends(principal)) -> StreamingResponse:
+async def run_events(
+    run_id: str,
+    request: Request,
+    who: Principal = Depends(principal),
+    last_event_id: str | None = Header(default=None, alias="Last-Event-ID", max_length=64),
+) -> Response:
     manager: RunManager = request.app.state.manager
-    record = await run_in_threadpool(manager.get, run_id, who, action="run.events")
+    after = _last_event_id(last_event_id)
+    record = await manager.offload(lambda: manager.get(run_id, who, action="run.events"))
     handle = manager.handle(run_id)
-
-    async def stream() -> AsyncIterator[bytes]:
-        yield _sse("status", {"status": record.status})
-        if handle is not None:
-            async for kind, data in handle.stream():
-                if kind in ("stdout", "stderr"):
-                    yield _sse(kind, {"data": data})
-                elif kind == "status":
-                    yield _sse("status", {"status": data})
-                elif kind == "error":
-                    yield _sse("error", {k: v for k, v in data.items() if k != "status"})
-                else:
-                    yield _sse("result", data)
-            return
-        current = record
-        while current.status not in FINAL:
-            await asyncio.sleep(0.2)
-            current = await run_in_threadpool(manager.reload, current)
-        if current.status == "failed" and current.error:
-            yield _sse("error", {k: v for k, v in current.error.items() if k != "status"})
-        else:
-            yield _sse("result", current.result or {})
-
-    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    if handle is None and record.status not in FINAL:
+        record = await manager.offload(manager.reload, record)  # it may have ended a moment ago
+    if handle is None and record.status in FINAL and record.events is not None and after >= record.events:
+        return Response(status_code=204)
+    stream = _live(handle, after) if handle is not None else _recorded(manager, record, after)
+    return StreamingResponse(stream, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-@router.delete("/{run_id}", response_model=RunAccepted, status_code=202, summary="Cancel a run (kills its container)")
-def cancel_run(run_id: str, request: Request, who: Principal = Depends(principal)) -> RunAccepted:
-    record = request.app.state.manager.cancel(run_id, who)
-    return RunAccepted(run_id=record.run_id, status=record.status)
+@router.delete(
+    "/{run_id}",
+    response_model=RunAccepted,
+    summary="Cancel a run (kills its container) and answer the state it ended in",
+    responses={200: {"model": RunAccepted, "description": "the run has stopped: its final status (cancelled, or "
+                                                         "completed/failed when it ended before the cancellation)"},
+               202: {"model": RunAccepted, "description": f"still stopping after {CANCEL_SETTLE_SECONDS:g} s: its "
+                                                         "current status (queued or running)"}},
+)
+async def cancel_run(run_id: str, request: Request, who: Principal = Depends(principal)) -> JSONResponse:
+    manager: RunManager = request.app.state.manager
+    handle = await manager.offload(manager.cancel, run_id, who)
+    final = await manager.settle(handle, CANCEL_SETTLE_SECONDS)
+    if final is not None:
+        return JSONResponse(RunAccepted(run_id=run_id, status=final.status).model_dump(), status_code=200)
+    current: Status = "running" if handle.started else "queued"
+    return JSONResponse(RunAccepted(run_id=run_id, status=current).model_dump(), status_code=202)

@@ -1,8 +1,9 @@
 """Tools: function-tool definitions for agents and a tool-call executor.
 
 ``skill_run`` calls go through the run manager exactly like ``POST /v1/runs`` (same
-authorization, validation, admission, tenant) and are awaited, not waited for in a
-thread; a refusal comes back as a tool error carrying the same error body.
+authorization, validation, admission, tenant, threads) and are awaited, not waited for
+in a thread; a refusal comes back as a tool error carrying the same error body.  A
+shutdown is no tool error: it is answered 503 ``shutting_down`` like ``POST /v1/runs``.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 
 from ...access import Principal
+from ...activity import Activity
 from ...runs.manager import RunManager
 from ...runs.models import RunRequest, RunResult
-from ...tools import ToolExecutor, definitions
+from ...tools import ToolExecutor, ToolResult, definitions
 from ..auth import principal
 from ..schemas import ERRORS, ToolCall, ToolCallResult, ToolList
-from .runs import submit
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=ERRORS)
 
@@ -33,16 +35,20 @@ def list_tools(
     return ToolList(format=format, tools=definitions(request.app.state.executor.repository, format))
 
 
+def _answer(result: ToolResult, activity: Activity) -> JSONResponse:
+    with activity.running():  # a large answer costs CPU: housekeeping steps aside meanwhile
+        return JSONResponse(ToolCallResult.model_validate(result.to_dict()).model_dump(mode="json"))
+
+
 @router.post("/call", response_model=ToolCallResult, summary="Execute one tool call; returns what to feed back")
-async def call_tool(body: ToolCall, request: Request, who: Principal = Depends(principal)) -> ToolCallResult:
+async def call_tool(body: ToolCall, request: Request, who: Principal = Depends(principal)) -> JSONResponse:
     manager: RunManager = request.app.state.manager
     tools: ToolExecutor = request.app.state.tools
 
     async def run(run_request: RunRequest) -> RunResult:
-        record, handle, _ = await submit(request, run_request, who)
-        with request.app.state.executor.runtime.activity.running():
-            final = await manager.wait(record, handle)
-        return manager.result(final)
+        record, handle, _ = await manager.submit_async(run_request, principal=who)
+        final = await manager.wait(record, handle)
+        return await manager.offload(manager.result, final)
 
     result = await tools.call_async(body.name, body.arguments, run=run, offload=run_in_threadpool)
-    return ToolCallResult.model_validate(result.to_dict())
+    return await manager.offload(_answer, result, request.app.state.executor.runtime.activity)
