@@ -54,6 +54,7 @@ class Supervisor:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._watch: threading.Thread | None = None
+        self._on_close: list[Callable[[], None]] = []
 
     # -- registering ---------------------------------------------------------------------
 
@@ -93,9 +94,15 @@ class Supervisor:
         """Sleep up to ``seconds``; True when the supervisor was closed meanwhile."""
         return self._closed.wait(seconds)
 
+    def on_close(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` when closing, to unblock a worker waiting on something of its own."""
+        self._on_close.append(wake)
+
     def close(self, timeout: float = 5.0) -> None:
         """Stop every worker (each finishes its current call) within ``timeout`` in all."""
         self._closed.set()
+        for wake in self._on_close:
+            wake()
         deadline = time.monotonic() + timeout
         with self._lock:
             threads = [w.thread for w in self._workers.values() if w.thread is not None]

@@ -273,11 +273,11 @@ class DockerRuntime:
         if self.pool is not None:
             self.pool.close()
         self.janitor.close(timeout=max(0.5, deadline - time.monotonic()))
+        left = self.janitor.backlog
         self.supervisor.close(timeout=max(0.5, deadline - time.monotonic()))
         with self._running_lock:
             running = bool(self._running)
-        if not self.janitor.backlog and not running and (self.settings.keep_workspaces
-                                                         or not self.workspaces.in_use()):
+        if not left and not running and (self.settings.keep_workspaces or not self.workspaces.in_use()):
             self.workspaces.close()  # else the lease stays until the process ends; the next start sweeps
 
     # -- containers ------------------------------------------------------------------------
