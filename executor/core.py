@@ -61,8 +61,9 @@ class Executor:
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
         return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime))
 
-    def close(self, timeout: float = 60.0) -> None:
-        """Stop the runner's workers, then close the runtime within ``timeout``: what its
+    def close(self, timeout: float = 300.0) -> None:
+        """Stop the runner's workers, then close the runtime within ``timeout`` (a bound for a
+        pathological cleanup, e.g. a run that left 50,000 folders): what its
         cleanup cannot finish by then is swept by the next start."""
         deadline = time.monotonic() + timeout
         self.runner.close()

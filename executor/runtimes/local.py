@@ -88,7 +88,7 @@ class LocalRuntime:
     def settle(self) -> None:
         self.janitor.settle()
 
-    def close(self, timeout: float = 60.0) -> None:
+    def close(self, timeout: float = 300.0) -> None:
         deadline = time.monotonic() + timeout
         self.janitor.close(timeout=timeout)
         left = self.janitor.backlog

@@ -266,7 +266,7 @@ class DockerRuntime:
     def settle(self) -> None:
         self.janitor.settle()
 
-    def close(self, timeout: float = 60.0) -> None:
+    def close(self, timeout: float = 300.0) -> None:
         """Discard the pool, finish the cleanup within ``timeout`` (what is left then is
         swept at the next start), stop the workers, give up the lease."""
         deadline = time.monotonic() + timeout
