@@ -7,6 +7,7 @@ too.  Nothing here is global: two executors with different settings coexist.
 from __future__ import annotations
 
 import resource
+import time
 from dataclasses import dataclass
 
 from .artifacts.store import LocalArtifactStore
@@ -60,6 +61,10 @@ class Executor:
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
         return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime))
 
-    def close(self) -> None:
+    def close(self, timeout: float = 300.0) -> None:
+        """Stop the runner's workers, then close the runtime within ``timeout`` (a bound for a
+        pathological cleanup, e.g. a run that left 50,000 folders): what its
+        cleanup cannot finish by then is swept by the next start."""
+        deadline = time.monotonic() + timeout
         self.runner.close()
-        self.runtime.close()
+        self.runtime.close(timeout=max(0.5, deadline - time.monotonic()))

@@ -24,6 +24,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 import uuid
 from collections.abc import Iterator
@@ -78,7 +79,8 @@ def parse(token: str) -> tuple[str, str]:
     """(root id, instance) of a lease token; ("", "") for anything else."""
     prefix, _, rest = token.partition(":")
     root_id, _, instance = rest.partition(":")
-    if prefix != PREFIX or not root_id or not instance or "/" in instance or instance.startswith("."):
+    if (prefix != PREFIX or not root_id or not instance or "/" in instance or instance.startswith(".")
+            or instance == ROOT_ID):
         return "", ""
     return root_id, instance
 
@@ -91,37 +93,63 @@ class Lease:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.root_id = _root_id(self.dir)
         self.instance = instance or uuid.uuid4().hex[:16]
-        if not self.instance.replace("-", "").isalnum() or len(self.instance) > 64:
+        if (not self.instance.replace("-", "").isalnum() or len(self.instance) > 64
+                or self.instance == ROOT_ID or self.instance.startswith("-")):
             raise ExecutorError(f"invalid instance id {self.instance!r} (letters, digits and '-', at most 64)")
         self.token = f"{PREFIX}:{self.root_id}:{self.instance}"
         self.path = self.dir / self.instance
         # Locked before it is visible under its name: a lease is never seen unlocked while alive.
+        self._fd: int | None = None
         tmp = self.dir / f".{self.instance}.{uuid.uuid4().hex}"
-        self._fd: int | None = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        os.write(self._fd, json.dumps(_holder()).encode())
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, json.dumps(_holder()).encode())
         try:
             os.link(tmp, self.path)
         except FileExistsError:
-            os.close(self._fd)
+            os.close(fd)
+            fd = self._take_over(root)  # a fixed instance id whose last holder died
+        finally:
             tmp.unlink()
-            raise Conflict(f"instance id {self.instance!r} is already in use under {root}",
-                           code="instance_in_use") from None
-        tmp.unlink()
+        self._fd = fd
+
+    def _take_over(self, root: Path) -> int:
+        """The lease file of a dead holder of this instance id, locked for us."""
+        for _ in range(3):
+            fd = _open_lease(self.path)
+            if fd is None:
+                try:  # reclaimed meanwhile: publish ours again
+                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                except FileExistsError:
+                    continue
+            if not _try_lock(fd):
+                os.close(fd)
+                break  # held: its holder lives
+            if _same_file(fd, self.path):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(_holder()).encode(), 0)
+                return fd
+            os.close(fd)  # unlinked by a reclaimer meanwhile: once more
+        raise Conflict(f"instance id {self.instance!r} is in use by a live process under {root}",
+                       code="instance_in_use")
 
     def judge(self, token: str) -> Verdict:
         """What ``token`` (a container's or a workspace's owner) is to this lease."""
-        if token == self.token:
+        if token == self.token and self._fd is not None:
             return Verdict.MINE
         root_id, instance = parse(token)
         if root_id != self.root_id or not instance:
             return Verdict.FOREIGN
         try:
-            fd = os.open(self.dir / instance, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
+            fd = _open_lease(self.dir / instance)
+        except OSError:
+            return Verdict.ALIVE  # cannot tell: the safe answer
+        if fd is None:
             return Verdict.DEAD
         try:
             return Verdict.DEAD if _try_lock(fd) else Verdict.ALIVE
+        except OSError:
+            return Verdict.ALIVE
         finally:
             os.close(fd)  # closing drops the probe's lock at once
 
@@ -134,9 +162,13 @@ class Lease:
         if self.judge(token) is not Verdict.DEAD:
             yield False
             return
+        path = self.dir / instance
         try:
-            fd = os.open(self.dir / instance, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
+            fd = _open_lease(path)
+        except OSError:
+            yield False
+            return
+        if fd is None:
             yield True  # already reclaimed by someone: what is left is ours to remove
             return
         try:
@@ -144,10 +176,11 @@ class Lease:
                 yield False  # another sweeper holds it right now
                 return
             yield True
-            try:
-                os.unlink(self.dir / instance)
-            except FileNotFoundError:
-                pass
+            if _same_file(fd, path):  # not taken over meanwhile by a new holder of that id
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
         finally:
             os.close(fd)
 
@@ -155,10 +188,8 @@ class Lease:
         """Tokens of this root's leases whose holders are gone."""
         tokens = []
         for entry in sorted(os.listdir(self.dir)):
-            if entry.startswith(".") or entry == ROOT_ID:
-                continue
             token = f"{PREFIX}:{self.root_id}:{entry}"
-            if token != self.token and self.judge(token) is Verdict.DEAD:
+            if parse(token)[1] and token != self.token and self.judge(token) is Verdict.DEAD:
                 tokens.append(token)
         return tokens
 
@@ -167,11 +198,32 @@ class Lease:
         if self._fd is None:
             return
         try:
-            os.unlink(self.path)
+            if _same_file(self._fd, self.path):
+                os.unlink(self.path)
         except FileNotFoundError:
             pass
         os.close(self._fd)
         self._fd = None
+
+
+def _open_lease(path: Path) -> int | None:
+    """A lease file opened for a lock probe; None when there is none.  Anything but a
+    regular file (a link, a FIFO, a folder) raises OSError: not a lease."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a lease file", str(path))
+    return fd
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _holder() -> dict[str, object]:

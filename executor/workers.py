@@ -44,6 +44,7 @@ class _Worker:
     stats: WorkerStats = field(default_factory=WorkerStats)
     thread: threading.Thread | None = None
     causes: set[str] = field(default_factory=set)
+    next_restart: float = 0.0
 
 
 class Supervisor:
@@ -53,6 +54,7 @@ class Supervisor:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._watch: threading.Thread | None = None
+        self._on_close: list[Callable[[], None]] = []
 
     # -- registering ---------------------------------------------------------------------
 
@@ -92,9 +94,15 @@ class Supervisor:
         """Sleep up to ``seconds``; True when the supervisor was closed meanwhile."""
         return self._closed.wait(seconds)
 
+    def on_close(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` when closing, to unblock a worker waiting on something of its own."""
+        self._on_close.append(wake)
+
     def close(self, timeout: float = 5.0) -> None:
         """Stop every worker (each finishes its current call) within ``timeout`` in all."""
         self._closed.set()
+        for wake in self._on_close:
+            wake()
         deadline = time.monotonic() + timeout
         with self._lock:
             threads = [w.thread for w in self._workers.values() if w.thread is not None]
@@ -143,9 +151,13 @@ class Supervisor:
     def _watch_loop(self) -> None:
         while not self._closed.wait(WATCH_INTERVAL):
             with self._lock:
+                now = time.monotonic()
                 for worker in self._workers.values():
-                    if worker.thread is not None and not worker.thread.is_alive() and not self._closed.is_set():
+                    if (worker.thread is not None and not worker.thread.is_alive() and not self._closed.is_set()
+                            and now >= worker.next_restart):
                         worker.stats.restarts += 1
+                        # A worker that keeps dying is restarted less and less often.
+                        worker.next_restart = now + min(BACKOFF_MAX, BACKOFF_START * 2 ** worker.stats.restarts)
                         log.error("%s: worker %s died; restarting it (restart %d)", self.name, worker.name,
                                   worker.stats.restarts)
                         self._start(worker)

@@ -405,3 +405,108 @@ def test_a_second_service_on_a_busy_data_dir_refuses_before_touching_records(tmp
         assert record["status"] == "completed" and record["result"]["stdout"] == "done\n", record
     finally:
         first.stop()
+
+
+HOLD_ID = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from executor.owners import Lease
+    lease = Lease(Path(sys.argv[1]), sys.argv[2])
+    print(lease.token, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_a_fixed_instance_id_starts_again_after_a_crash_but_never_twice(tmp_path: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-c", HOLD_ID, str(tmp_path), "web-1"], cwd=REPO,
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().startswith("lease:")
+    with pytest.raises(Exception) as info:
+        Lease(tmp_path, "web-1")  # its holder lives
+    assert getattr(info.value, "code", None) == "instance_in_use"
+    process.kill()
+    process.wait()
+    lease = Lease(tmp_path, "web-1")  # the holder died (kill -9): its lease file is taken over
+    try:
+        other = Lease(tmp_path)
+        assert other.judge(lease.token) is Verdict.ALIVE
+        other.release()
+    finally:
+        lease.release()
+
+
+def test_odd_entries_in_the_leases_folder_neither_hang_nor_break_a_sweep(tmp_path: Path) -> None:
+    lease = Lease(tmp_path)
+    leases = tmp_path / "leases"
+    os.mkfifo(leases / "fifo")
+    (leases / "folder").mkdir()
+    (leases / "link").symlink_to(lease.path)
+    for name in ("fifo", "folder", "link", "root-id"):
+        assert lease.judge(f"lease:{lease.root_id}:{name}") in (Verdict.ALIVE, Verdict.FOREIGN)
+    assert lease.dead_leases() == []
+    assert (leases / "root-id").exists()
+    lease.release()
+
+
+def test_the_workspace_sweep_spares_half_written_and_unjudgeable_owners(tmp_path: Path) -> None:
+    from executor.workspace.layout import OWNER_FILE, WorkspaceManager
+
+    manager = WorkspaceManager(tmp_path)
+    empty = manager.runs / "owner-file-being-written"
+    empty.mkdir()
+    (empty / OWNER_FILE).write_text("")
+    legacy = manager.runs / "older-version"
+    legacy.mkdir()
+    (legacy / OWNER_FILE).write_text("somehost:1234:5678")
+    old_legacy = manager.runs / "older-version-long-gone"
+    old_legacy.mkdir()
+    (old_legacy / OWNER_FILE).write_text("somehost:1234:5678")
+    day_ago = time.time() - 2 * 86400
+    os.utime(old_legacy, (day_ago, day_ago))
+    assert manager.sweep() == ["older-version-long-gone"]
+    assert empty.exists() and legacy.exists()
+    manager.close()
+
+
+def test_reconciliation_spares_runs_in_flight_and_removes_what_cleanup_missed(tmp_path: Path) -> None:
+    needs_docker()
+    from concurrent.futures import ThreadPoolExecutor
+
+    from executor.core import Executor
+    from executor.runs.models import RunRequest
+    from executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, DockerRuntime
+
+    from .conftest import make_settings
+
+    executor = Executor.from_settings(make_settings(tmp_path, "docker-pool", pool_size=1, docker_image=IMAGE))
+    runtime = executor.runtime
+    assert isinstance(runtime, DockerRuntime) and runtime.pool is not None
+    try:
+        assert runtime.pool.wait_ready()
+        requests = [RunRequest(skill="math-tools", command="sleep 2; echo ok", **extra)  # type: ignore[arg-type]
+                    for extra in ({}, {}, {"session": "s"})]  # warm, cold, session
+        with ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(executor.runner.run, request) for request in requests]
+            while not all(f.done() for f in futures):
+                runtime.reconcile()
+                time.sleep(0.1)
+        assert [f.result().stdout for f in futures] == ["ok\n"] * 3
+        assert runtime.pool.wait_ready()
+        runtime.settle()
+        # What a failed cleanup would leave: an ended container of ours, a folder in no use.
+        leaked = runtime.client.containers.create(
+            IMAGE, ["true"], labels={LABEL_MANAGED: "1", LABEL_OWNER: runtime.token, LABEL_DEADLINE: "9999999999"})
+        leaked.start()
+        leaked.wait()
+        folder = runtime.workspaces.create_root("leaked")
+        with runtime.workspaces._live_lock:
+            runtime.workspaces._live.discard("leaked")
+        old = time.time() - 60
+        os.utime(folder, (old, old))
+        assert runtime.reconcile() == 2
+        assert not folder.exists()
+        assert [c["Id"] for c in runtime.engine.own() if c["Id"] == leaked.id] == []
+        # The warm container idle in the pool is the pool's: untouched.
+        assert runtime.pool.idle == 1
+    finally:
+        executor.close()

@@ -39,6 +39,8 @@ from .routes import artifacts, runs, skills, system, tools
 
 log = logging.getLogger("executor.api")
 
+#: The most closing the executor may take after the drain (the grace).
+CLOSE_SECONDS = 1.5
 #: How often expired artifact versions are removed (at most the TTL).
 ARTIFACT_EXPIRY_SECONDS = 60.0
 
@@ -121,7 +123,9 @@ def create_app(
             def close() -> None:
                 try:
                     manager.shutdown()
-                    executor.close()
+                    # What cleanup cannot finish in this budget stays under the lease and
+                    # is swept at the next start: the process must end within docker stop's 10 s.
+                    executor.close(timeout=CLOSE_SECONDS)
                 finally:
                     held.release()
 

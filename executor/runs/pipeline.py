@@ -150,4 +150,4 @@ class SkillRunner:
 
     def close(self) -> None:
         """Stop its own workers; the runtime (closed by its owner) holds the rest."""
-        self.supervisor.close()
+        self.supervisor.close(timeout=1.0)

@@ -133,6 +133,6 @@ class Runtime(Protocol):
         """Wait until the folders (and containers) of finished runs are removed."""
         ...
 
-    def close(self, timeout: float = 6.0) -> None:
+    def close(self, timeout: float = 300.0) -> None:
         """Release everything within ``timeout`` seconds (leftovers: swept at the next start)."""
         ...

@@ -35,15 +35,14 @@ class Janitor:
         self.activity = activity
         self.max_wait = max_wait
         self.workers = max(1, workers)
-        self._jobs: queue.Queue[Job] = queue.Queue()
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._closed = False
-        self._busy = 0
-        self._lock = threading.Lock()
         self._failed_causes: set[str] = set()
         self.failures = 0
         self.done = 0
         for i in range(self.workers):
             supervisor.loop(f"{name}-{i}", self._work_one)
+        supervisor.on_close(self._wake)
 
     def submit(self, job: Job) -> None:
         """Run ``job`` in the background (at once, in the caller, once closed)."""
@@ -55,8 +54,7 @@ class Janitor:
     @property
     def backlog(self) -> int:
         """Jobs waiting or in progress."""
-        with self._lock:
-            return self._jobs.qsize() + self._busy
+        return self._jobs.unfinished_tasks
 
     def settle(self, timeout: float | None = None) -> bool:
         """Wait until every job submitted so far is done; False when ``timeout`` passed first."""
@@ -80,9 +78,16 @@ class Janitor:
             thread.start()
         for thread in helpers:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        # The workers may still be finishing jobs they took before.
+        self.settle(timeout=max(0.0, deadline - time.monotonic()))
         left = self.backlog
         if left:
             log.warning("janitor: %d cleanup job(s) left at shutdown (swept at the next start)", left)
+
+    def _wake(self) -> None:
+        """Unblock every worker waiting for a job (the supervisor is closing)."""
+        for _ in range(self.workers):
+            self._jobs.put(None)
 
     def _drain(self, deadline: float) -> None:
         while time.monotonic() < deadline:
@@ -90,6 +95,9 @@ class Janitor:
                 job = self._jobs.get_nowait()
             except queue.Empty:
                 return
+            if job is None:
+                self._jobs.task_done()
+                continue
             self._take(job, wait=False)
 
     def _work_one(self) -> None:
@@ -98,18 +106,17 @@ class Janitor:
             job = self._jobs.get(timeout=POLL_SECONDS)
         except queue.Empty:
             return
+        if job is None:
+            self._jobs.task_done()
+            return
         self._take(job, wait=not self._closed)
 
     def _take(self, job: Job, *, wait: bool) -> None:
-        with self._lock:
-            self._busy += 1
         try:
             if wait and self._jobs.qsize() < self.workers:
                 self.activity.wait_quiet(self.max_wait)
             self._run(job)
         finally:
-            with self._lock:
-                self._busy -= 1
             self._jobs.task_done()
 
     def _run(self, job: Job) -> None:

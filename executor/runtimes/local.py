@@ -88,11 +88,12 @@ class LocalRuntime:
     def settle(self) -> None:
         self.janitor.settle()
 
-    def close(self, timeout: float = 6.0) -> None:
+    def close(self, timeout: float = 300.0) -> None:
         deadline = time.monotonic() + timeout
         self.janitor.close(timeout=timeout)
+        left = self.janitor.backlog
         self.supervisor.close(timeout=max(0.5, deadline - time.monotonic()))
-        if not self.janitor.backlog:
+        if not left and not self.workspaces.in_use():
             self.workspaces.close()
 
 

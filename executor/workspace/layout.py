@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 
 from ..access import LOCAL_TENANT
 from ..errors import BadRequest, Forbidden
-from ..owners import Lease, Verdict
+from ..owners import Lease, Verdict, parse
 from ..paths import clean_relative
 from .fs import Tree, remove_tree
 
@@ -79,6 +79,12 @@ SKILL_SOURCE = ".skill"
 OWNER_FILE = ".owner"
 #: How long a workspace without an owner file must stay unchanged to count as abandoned.
 ORPHAN_GRACE_SECONDS = 60.0
+#: How long a workspace of an owner this root cannot judge must stay unchanged.
+FOREIGN_GRACE_SECONDS = 86400.0
+#: How long one of this process's own folders, in no use, stays before the reconciliation
+#: removes it (in use means: made and not yet discarded; this only spares a folder whose
+#: removal is under way).
+STALE_GRACE_SECONDS = 5.0
 
 
 @dataclass(slots=True)
@@ -158,14 +164,16 @@ class WorkspaceManager:
         self._live: set[str] = set()
         self._live_lock = threading.Lock()
 
-    def sweep(self, *, grace: float = ORPHAN_GRACE_SECONDS) -> list[str]:
+    def sweep(self, *, grace: float = ORPHAN_GRACE_SECONDS, foreign_grace: float = FOREIGN_GRACE_SECONDS) -> list[str]:
         """Remove workspaces whose owner is gone (left by a crash).
 
         An owner is judged by its lease (:meth:`Lease.judge`): a live one's workspaces
-        stay, whatever PID namespace it runs in.  A workspace in this root whose token
-        is of no lease of it (a legacy token) is a leftover too.  A folder without an
-        owner file may be half-made or half-removed by a live process sharing this root
-        right now; it counts as abandoned only once it has not changed for ``grace`` seconds.
+        stay, whatever PID namespace it runs in.  A folder without a readable owner
+        token may be half-made or half-removed by a live process sharing this root right
+        now; it counts as abandoned only once it has not changed for ``grace`` seconds.
+        A token of no lease of this root (an older version's ``host:pid:start``, a root
+        whose ``leases/`` was recreated) is not judged: such a folder goes only once it has
+        not changed for ``foreign_grace`` (a day; no run lasts that long).
         """
         removed = []
         now = time.time()
@@ -174,21 +182,24 @@ class WorkspaceManager:
             try:
                 token = (entry / OWNER_FILE).read_text()
             except OSError:
-                try:
-                    if now - entry.stat().st_mtime < grace:
-                        continue
-                except FileNotFoundError:
-                    continue
                 token = ""
             if token not in verdicts:
-                verdicts[token] = self.lease.judge(token) if token else Verdict.DEAD
-            if verdicts[token] in (Verdict.MINE, Verdict.ALIVE):
+                verdicts[token] = self.lease.judge(token) if parse(token)[0] else Verdict.FOREIGN
+            verdict = verdicts[token]
+            if verdict in (Verdict.MINE, Verdict.ALIVE):
                 continue
+            if verdict is Verdict.FOREIGN:
+                try:
+                    age = now - entry.stat().st_mtime
+                except FileNotFoundError:
+                    continue
+                if age < (foreign_grace if token else grace):
+                    continue
             if self._remove(entry):
                 removed.append(entry.name)
         return removed
 
-    def stale(self, *, grace: float = ORPHAN_GRACE_SECONDS) -> list[Path]:
+    def stale(self, *, grace: float = STALE_GRACE_SECONDS) -> list[Path]:
         """This process's own workspaces that are in no use any more (a cleanup that
         failed), unchanged for ``grace`` seconds."""
         now = time.time()
@@ -207,6 +218,11 @@ class WorkspaceManager:
                 if entry.name not in self._live:
                     found.append(entry)
         return found
+
+    def in_use(self) -> int:
+        """This process's folders in use right now."""
+        with self._live_lock:
+            return len(self._live)
 
     def count(self) -> int:
         """Workspace folders under this root (any owner)."""
@@ -273,12 +289,19 @@ class WorkspaceManager:
             with self._live_lock:
                 self._live.discard(name)
             raise
-        (root / OWNER_FILE).write_text(self.token)
-        os.chmod(root / OWNER_FILE, 0o600)
-        for sub in ("work", "work/inputs", "out", "run", "run/home", "run/tmp", SKILL_SOURCE, SKILLS):
-            (root / sub).mkdir(mode=0o755)
-            if owner is not None and sub not in (SKILL_SOURCE, SKILLS):
-                os.chown(root / sub, *owner)
+        try:
+            # The owner file appears whole (a sweep never reads half a token).
+            tmp = root / f"{OWNER_FILE}.tmp"
+            tmp.write_text(self.token)
+            os.chmod(tmp, 0o600)
+            os.rename(tmp, root / OWNER_FILE)
+            for sub in ("work", "work/inputs", "out", "run", "run/home", "run/tmp", SKILL_SOURCE, SKILLS):
+                (root / sub).mkdir(mode=0o755)
+                if owner is not None and sub not in (SKILL_SOURCE, SKILLS):
+                    os.chown(root / sub, *owner)
+        except BaseException:
+            self.discard(root)
+            raise
         return root
 
     def adopt(self, root: Path, run_id: str, skill_id: str, tenant: str = LOCAL_TENANT) -> Workspace:

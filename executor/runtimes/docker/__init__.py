@@ -70,6 +70,10 @@ ENGINE_RETRY_SECONDS = 2.0
 #: A container that was created but never started (its start failed, and so did its
 #: removal) is a leftover after this long; a start in progress takes milliseconds.
 CREATED_GRACE_SECONDS = 10.0
+#: A running container of this instance that is neither a run's nor in the pool (a warm
+#: container whose removal failed) is a leftover after this long: a pool start, the only
+#: moment a container runs unknown to both, takes at most the launcher's ready timeout.
+STRAY_GRACE_SECONDS = 60.0
 RUN_LINK_NAMES = frozenset(RUN_LINKS)
 
 
@@ -101,6 +105,7 @@ class DockerRuntime:
         self.pool: WarmPool | None = None
         self.swept = 0
         self.leftovers = 0
+        self._causes: set[str] = set()
         try:
             self._start()
         except Unavailable as exc:
@@ -108,10 +113,14 @@ class DockerRuntime:
                 self.close()
                 raise
             self._problem = exc
+            self._causes = {exc.message}
             log.warning("starting without the Docker engine (%s); retrying every %.0f s", exc.message,
                         ENGINE_RETRY_SECONDS)
             self.supervisor.every("engine-watch", ENGINE_RETRY_SECONDS, self._retry_start,
                                   initial_delay=ENGINE_RETRY_SECONDS)
+        except BaseException:
+            self.close()
+            raise
 
     def _start(self) -> None:
         """Everything that needs the engine, once (idempotent)."""
@@ -127,6 +136,8 @@ class DockerRuntime:
             swept = self.workspaces.sweep()
             if swept:
                 log.warning("removed %d workspace(s) left by a crashed process", len(swept))
+            if self.supervisor.closed:
+                return  # closed while it connected: start nothing
             self._engine = engine
             self._problem = None
             self.supervisor.every("reaper", REAP_SECONDS, self.reap, initial_delay=REAP_SECONDS)
@@ -144,12 +155,19 @@ class DockerRuntime:
                 )
 
     def _retry_start(self) -> None:
-        if self._engine is None and not self.supervisor.closed:
-            try:
-                self._start()
-            except Unavailable as exc:
-                self._problem = exc
-                raise
+        """Every ``ENGINE_RETRY_SECONDS`` until the engine answers (no backoff: the engine's
+        return is noticed at once); each distinct problem is logged once."""
+        if self._engine is not None or self.supervisor.closed:
+            return
+        try:
+            self._start()
+        except Unavailable as exc:
+            self._problem = exc
+            if exc.message not in self._causes and len(self._causes) < 100:
+                self._causes.add(exc.message)
+                log.warning("still waiting for the Docker engine: %s", exc.message)
+            return
+        if self._engine is not None:
             log.info("the Docker engine answers: the runtime is ready")
 
     @property
@@ -185,6 +203,7 @@ class DockerRuntime:
                 track=self._track, discard=self.workspaces.discard,
             )
         else:
+            self._track(plan.run_id, warm.id)  # the run's from now on (untracked at its release)
             workspace = self.workspaces.adopt(warm.root, plan.run_id, plan.skill.id, plan.tenant)
             sandbox = WarmSandbox(
                 workspace, warm, plan=plan, engine=engine, janitor=self.janitor, settings=self.settings,
@@ -247,16 +266,19 @@ class DockerRuntime:
     def settle(self) -> None:
         self.janitor.settle()
 
-    def close(self, timeout: float = 6.0) -> None:
+    def close(self, timeout: float = 300.0) -> None:
         """Discard the pool, finish the cleanup within ``timeout`` (what is left then is
         swept at the next start), stop the workers, give up the lease."""
         deadline = time.monotonic() + timeout
         if self.pool is not None:
             self.pool.close()
         self.janitor.close(timeout=max(0.5, deadline - time.monotonic()))
+        left = self.janitor.backlog
         self.supervisor.close(timeout=max(0.5, deadline - time.monotonic()))
-        if not self.janitor.backlog:
-            self.workspaces.close()  # else the lease stays, and the next start sweeps what is left
+        with self._running_lock:
+            running = bool(self._running)
+        if not left and not running and (self.settings.keep_workspaces or not self.workspaces.in_use()):
+            self.workspaces.close()  # else the lease stays until the process ends; the next start sweeps
 
     # -- containers ------------------------------------------------------------------------
 
@@ -318,7 +340,9 @@ class DockerRuntime:
 
     def _sweep(self, engine: Engine) -> int:
         """Remove the containers of dead owners of this root (judged by their leases,
-        :mod:`executor.owners`); a container of another root is left to its deadline."""
+        :mod:`executor.owners`); a container of another root is left to its deadline.
+        A container that cannot be removed is logged and skipped (its owner's lease stays,
+        so the next start tries again): it never stops this start."""
         lease = self.workspaces.lease
         owners: dict[str, list[str]] = {}
         for container in engine.managed():
@@ -327,11 +351,16 @@ class DockerRuntime:
         for token in sorted(set(owners) | set(lease.dead_leases())):
             if lease.judge(token) is not Verdict.DEAD:
                 continue
-            with lease.reclaim(token) as ours:
-                if ours:
-                    for container_id in owners.get(token, []):
-                        removed += engine.remove(container_id, strict=True)
-                    self.workspaces.sweep()  # its folders, now that nothing runs in them
+            try:
+                with lease.reclaim(token) as ours:
+                    if ours:
+                        count, failed = _remove_all(engine, owners.get(token, []))
+                        removed += count
+                        if failed:
+                            raise failed[0]
+                        self.workspaces.sweep()  # its folders, now that nothing runs in them
+            except Unavailable as exc:
+                log.warning("could not remove what %s left (retried at the next start): %s", token, exc.message)
         if removed:
             log.warning("removed %d container(s) left by a crashed process", removed)
         return removed
@@ -339,42 +368,64 @@ class DockerRuntime:
     def reap(self, now: float | None = None) -> int:
         """Remove containers of any owner that are past their deadline."""
         now = time.time() if now is None else now
-        removed = 0
+        doomed = []
         for container in self.engine.managed():
             try:
                 deadline = float(container["Labels"].get(LABEL_DEADLINE, "inf"))
             except ValueError:
                 deadline = 0.0
             if now > deadline + REAPER_GRACE_SECONDS:
-                removed += self.engine.remove(container["Id"], strict=True)
+                doomed.append(container["Id"])
+        removed, failed = _remove_all(self.engine, doomed)
+        if failed:
+            raise failed[0]  # counted by the supervisor; the others went all the same
         return removed
 
     def reconcile(self) -> int:
         """Remove what this instance itself should have removed and did not (a cleanup
-        that failed, e.g. while the engine was away): its containers that have ended and
-        belong to no run, and its folders in no use.  Returns how many it removed."""
+        that failed, e.g. while the engine was away): its containers that belong to no
+        run -- ended, never started, or (a warm container whose removal failed) running
+        but neither in the pool nor a run's -- and its folders in no use.  Returns how
+        many it removed."""
         engine = self.engine
         with self._running_lock:
             busy = set(self._running.values())
+        pooled = self.pool.known() if self.pool is not None else set()
         now = time.time()
         leftovers = []
         for container in engine.own():
             state = container.get("State")
-            created = float(container.get("Created") or now)
-            if container["Id"] in busy:
+            age = now - float(container.get("Created") or now)
+            if container["Id"] in busy or container["Id"] in pooled:
                 continue
-            if state in ("exited", "dead") or (state == "created" and now - created > CREATED_GRACE_SECONDS):
+            if (state in ("exited", "dead") or (state == "created" and age > CREATED_GRACE_SECONDS)
+                    or (state == "running" and age > STRAY_GRACE_SECONDS)):
                 leftovers.append(container["Id"])
         folders = self.workspaces.stale()
         self.leftovers = len(leftovers) + len(folders)
-        removed = 0
-        for container_id in leftovers:
-            with self._running_lock:
-                if container_id in self._running.values():
-                    continue
-            removed += engine.remove(container_id, strict=True)
+        with self._running_lock:
+            leftovers = [c for c in leftovers if c not in self._running.values()]
+        removed, failed = _remove_all(engine, leftovers)
         for folder in folders:
-            self.workspaces.discard(folder)
-            removed += 1
-        self.leftovers = 0
+            try:
+                self.workspaces.discard(folder)
+                removed += 1
+            except OSError as exc:
+                failed.append(Unavailable(f"removing {folder} failed: {exc}"))
+        self.leftovers = len(failed)
+        if failed:
+            raise failed[0]
         return removed
+
+
+def _remove_all(engine: Engine, container_ids: list[str]) -> tuple[int, list[Unavailable]]:
+    """Remove each container; (how many this removed, the failures): one failure
+    never stops the others."""
+    removed = 0
+    failed: list[Unavailable] = []
+    for container_id in container_ids:
+        try:
+            removed += engine.remove(container_id, strict=True)
+        except Unavailable as exc:
+            failed.append(exc)
+    return removed, failed

@@ -69,6 +69,7 @@ class WarmPool:
         self.max_idle = max_idle
         self._idle: deque[WarmContainer] = deque()
         self._starting = 0
+        self._starting_ids: set[str] = set()  # started, not yet ready
         self._cond = threading.Condition()
         self._closed = False
         self.hits = 0
@@ -103,6 +104,11 @@ class WarmPool:
                     return False
                 self._cond.wait(left)
         return True
+
+    def known(self) -> set[str]:
+        """Ids of the containers the pool holds: idle, or started and not yet ready."""
+        with self._cond:
+            return {item.id for item in self._idle} | self._starting_ids
 
     def idle_roots(self) -> set[Path]:
         with self._cond:
@@ -153,6 +159,7 @@ class WarmPool:
                 self._starting -= 1
                 self._filling -= 1
                 if item is not None:
+                    self._starting_ids.discard(item.id)
                     if self._closed:
                         self._discard(item)
                     else:
@@ -174,14 +181,23 @@ class WarmPool:
             self.workspaces.discard(root)
             raise
         item = WarmContainer(container_id, root, time.monotonic(), init)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not item.socket.exists():
-            if self._closed:
-                self._discard(item)
-                return None
-            if time.monotonic() > deadline:
-                self._discard(item)
-                raise TimeoutError("the launcher did not come up")
-            time.sleep(0.002)
-        return item
+        with self._cond:
+            self._starting_ids.add(container_id)
+        try:
+            deadline = time.monotonic() + READY_TIMEOUT
+            while not item.socket.exists():
+                if self._closed:
+                    with self._cond:
+                        self._starting_ids.discard(container_id)
+                    self._discard(item)
+                    return None
+                if time.monotonic() > deadline:
+                    self._discard(item)
+                    raise TimeoutError("the launcher did not come up")
+                time.sleep(0.002)
+            return item
+        except BaseException:
+            with self._cond:
+                self._starting_ids.discard(container_id)
+            raise
 

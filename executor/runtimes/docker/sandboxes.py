@@ -192,6 +192,7 @@ class WarmSandbox(DockerSandbox):
         self.warm = warm
 
     def release(self) -> Callable[[], None] | None:
+        self._track(self.plan.run_id, None)  # tracked since the runtime handed it out
         engine, warm = self.engine, self.warm
 
         def remove() -> None:
