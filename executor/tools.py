@@ -277,7 +277,7 @@ class ToolExecutor:
                     found = match_path(skill, name, available)
                 except NotFound as exc:
                     listing = ", ".join(available) or "none"
-                    raise NotFound(f"{exc.message}; available: {listing}", code=exc.code) from None
+                    raise NotFound(f"{exc.message} (available: {listing})", code=exc.code) from None
                 matches.append((found.path, found.note))
         out = []
         where = sandbox_dir(skill, self.visible_skills_dir)
