@@ -11,6 +11,16 @@ validated and admitted exactly like ``POST /v1/runs``).  :meth:`ToolExecutor.cal
 awaits an async ``run`` and hands everything else that costs time -- the other tools,
 which read skill files, and turning arguments and results into models and text -- to an
 ``offload`` function (a thread pool) so an event loop never blocks.
+
+A ``skill_run`` whose command failed -- a non-zero exit, a timeout, out of memory,
+killed by a signal -- is an error for the model (``is_error``; the text starts with
+``error:``), with the whole result still in it: stdout, stderr and files are what the
+model needs to fix the call.  :meth:`ToolResult.message` shapes a result as each
+format's tool-result message.
+
+Bodies and docs are served with the skill-folder placeholders of published skills
+(``{baseDir}``, ``${CLAUDE_SKILL_DIR}``, ``<path-to-skill>``) replaced by the folder a run
+sees; doc names match ignoring case when that is unambiguous.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from pydantic import ValidationError
 from .errors import BadRequest, ExecutorError, NotFound
 from .runs.manager import ShuttingDown
 from .runs.models import RunRequest, RunResult
-from .skills import SkillRepository, docs, inventory, read_file
+from .skills import SkillRepository, docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
 from .skills.model import estimate_tokens
 
 Format = Literal["openai", "anthropic", "mcp"]
@@ -123,6 +133,22 @@ class ToolResult:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "content": self.content, "is_error": self.is_error, "data": self.data}
 
+    def message(self, fmt: Format, call_id: str) -> dict[str, Any]:
+        """This result as the tool-result message of ``fmt``, answering the call ``call_id``.
+
+        Anthropic: a ``tool_result`` block with ``is_error``; MCP: a ``CallToolResult``
+        with ``isError`` (``call_id`` is the JSON-RPC id's business, not the result's);
+        OpenAI: a ``tool`` message -- it has no error flag, so an error is told in the
+        text, which then starts with ``error:`` (every error result's does).
+        """
+        if fmt == "anthropic":
+            return {"type": "tool_result", "tool_use_id": call_id, "content": self.content, "is_error": self.is_error}
+        if fmt == "mcp":
+            return {"content": [{"type": "text", "text": self.content}], "isError": self.is_error}
+        if fmt == "openai":
+            return {"role": "tool", "tool_call_id": call_id, "content": self.content}
+        raise BadRequest(f"unknown tool format {fmt!r}; use openai, anthropic or mcp", code="invalid_format")
+
 
 RunFunction = Callable[[RunRequest], RunResult]
 AsyncRunFunction = Callable[[RunRequest], Awaitable[RunResult]]
@@ -166,16 +192,27 @@ def _run_arguments(arguments: dict[str, Any] | str | None) -> RunRequest | ToolR
     return parsed if isinstance(parsed, ToolResult) else run_request(parsed)
 
 
+def failed(result: RunResult) -> bool:
+    """The command did not succeed: a non-zero (or no) exit code, a timeout, out of
+    memory, or killed by a signal."""
+    return result.exit_code != 0 or result.timed_out or result.oom_killed or result.signal is not None
+
+
 def run_result(result: RunResult) -> ToolResult:
-    return ToolResult("skill_run", render_result(result), False, result.model_dump(mode="json"))
+    return ToolResult("skill_run", render_result(result), failed(result), result.model_dump(mode="json"))
 
 
 class ToolExecutor:
     """Executes tool calls against a repository and a run function."""
 
-    def __init__(self, repository: SkillRepository, run: RunFunction | None = None) -> None:
+    def __init__(
+        self, repository: SkillRepository, run: RunFunction | None = None, *, visible_skills_dir: str | None = None
+    ) -> None:
+        """``visible_skills_dir``: where runs see the skills (the runtime's), for the
+        placeholders in bodies and docs; None: host paths."""
         self.repository = repository
         self._run = run
+        self.visible_skills_dir = visible_skills_dir
 
     def call(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
         """Execute one call (blocking); an unknown tool raises 404 ``tool_not_found``."""
@@ -229,37 +266,48 @@ class ToolExecutor:
     def _doc_texts(self, skill, arguments: dict[str, Any]) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
         available = [e.path for e in docs(inventory(skill))]
         if arguments.get("include_all_docs"):
-            wanted = available
+            matches: list[tuple[str, str | None]] = [(path, None) for path in available]
         else:
             wanted = arguments.get("docs") or []
             if not isinstance(wanted, list) or not all(isinstance(d, str) for d in wanted):
                 raise BadRequest("'docs' must be a list of doc paths", code="invalid_arguments")
-            unknown = [d for d in wanted if d not in available]
-            if unknown:
-                raise NotFound(
-                    f"skill {skill.id!r} has no doc {', '.join(map(repr, unknown))}; available: {', '.join(available)}",
-                    code="doc_not_found",
-                )
+            matches = []
+            for name in wanted:
+                try:
+                    found = match_path(skill, name, available)
+                except NotFound as exc:
+                    listing = ", ".join(available) or "none"
+                    raise NotFound(f"{exc.message} (available: {listing})", code=exc.code) from None
+                matches.append((found.path, found.note))
         out = []
-        for path in wanted:
+        where = sandbox_dir(skill, self.visible_skills_dir)
+        for path, note in matches:
             content = read_file(skill, path, max_bytes=DOC_MAX_BYTES)
-            text = content.text if content.text is not None else "(binary file)"
-            out.append({"path": path, "content": text, "truncated": content.truncated, "tokens": estimate_tokens(text)})
+            text = expand_placeholders(content.text, where) if content.text is not None else "(binary file)"
+            doc = {"path": path, "content": text, "truncated": content.truncated, "tokens": estimate_tokens(text)}
+            if note:
+                doc["note"] = note
+            out.append(doc)
         return out
+
+    @staticmethod
+    def _doc_heading(doc: dict[str, Any]) -> str:
+        return f"## Doc: {doc['path']}" + (f" ({doc['note']})" if doc.get("note") else "")
 
     def _load(self, arguments: dict[str, Any]) -> ToolResult:
         skill = self._skill(arguments)
         selected = self._doc_texts(skill, arguments)
         files = inventory(skill)
-        parts = [f"# Skill: {skill.id}", "", skill.body]
+        body = expand_placeholders(skill.body, sandbox_dir(skill, self.visible_skills_dir))
+        parts = [f"# Skill: {skill.id}", "", body]
         if files:
             parts += ["", "Files (run scripts with skill_run; read docs with skill_select_docs):"]
             parts += [f"- {f.path} ({f.size} bytes)" for f in files]
         for doc in selected:
-            parts += ["", f"## Doc: {doc['path']}", "", doc["content"]]
+            parts += ["", self._doc_heading(doc), "", doc["content"]]
         data = {
             "skill": skill.id,
-            "body": skill.body,
+            "body": body,
             "docs": selected,
             "files": [{"path": f.path, "size": f.size, "kind": f.kind} for f in files],
         }
@@ -274,7 +322,7 @@ class ToolExecutor:
     def _select_docs(self, arguments: dict[str, Any]) -> ToolResult:
         skill = self._skill(arguments)
         selected = self._doc_texts(skill, arguments)
-        text = "\n\n".join(f"## Doc: {d['path']}\n\n{d['content']}" for d in selected) or "(no docs selected)"
+        text = "\n\n".join(f"{self._doc_heading(d)}\n\n{d['content']}" for d in selected) or "(no docs selected)"
         return ToolResult("skill_select_docs", text, False, {"skill": skill.id, "docs": selected})
 
     def _skill_run(self, arguments: dict[str, Any]) -> ToolResult:
@@ -284,9 +332,19 @@ class ToolExecutor:
 
 
 def render_result(result: RunResult) -> str:
-    """The run result as compact text for a model."""
-    status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
-    lines = [f"{status} in {result.duration_ms} ms"]
+    """The run result as compact text for a model; a failed command's starts with
+    ``error:`` and says how it failed (an OpenAI tool message has no error flag)."""
+    if result.timed_out:
+        status = f"timed out (exit code {result.exit_code})"
+    elif result.oom_killed:
+        status = f"out of memory (exit code {result.exit_code})"
+    elif result.signal is not None:
+        status = f"killed by {result.signal} (exit code {result.exit_code})"
+    elif result.exit_code is None:
+        status = "no exit code"
+    else:
+        status = f"exit code {result.exit_code}"
+    lines = [f"{'error: the command failed: ' if failed(result) else ''}{status} in {result.duration_ms} ms"]
     if result.stdout:
         lines += ["stdout:", result.stdout.rstrip("\n") + (" [truncated]" if result.stdout_truncated else "")]
     if result.stderr:

@@ -89,7 +89,7 @@ def create_app(
         app.state.executor = executor
         app.state.manager = manager
         # skill_run tool calls go through the manager (routes/tools.py), never the runner directly.
-        app.state.tools = ToolExecutor(executor.repository)
+        app.state.tools = ToolExecutor(executor.repository, visible_skills_dir=executor.runtime.visible_skills_dir)
         # Expired artifact versions and unreferenced blobs: removed now, then periodically
         # (a supervised worker: it survives and logs any failure).
         ttl = settings.artifact_ttl_seconds

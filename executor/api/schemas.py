@@ -72,6 +72,7 @@ class DocEntry(BaseModel):
     content: str | None = None
     truncated: bool = False
     binary: bool = False
+    note: str | None = Field(default=None, description="how the requested name matched this doc, when not exactly")
 
 
 class DocList(BaseModel):

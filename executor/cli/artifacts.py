@@ -9,14 +9,18 @@ nothing; only ``put`` creates the data dir.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..config import Settings
 from ..errors import BadRequest
+
+if TYPE_CHECKING:
+    from ..artifacts.store import ArtifactInfo, LocalArtifactStore
 
 
 def register(groups: Any) -> None:
@@ -25,7 +29,10 @@ def register(groups: Any) -> None:
     put = sub.add_parser("put", help="save FILE (or - for stdin) as a new version of NAME")
     put.add_argument("name")
     put.add_argument("file")
-    put.add_argument("--mime-type", default="application/octet-stream")
+    put.add_argument(
+        "--mime-type", default=None,
+        help="the MIME type to keep (default: sniffed from the content and NAME, as run outputs are typed)",
+    )
     get = sub.add_parser("get", help="write NAME[@VERSION] to stdout or --output")
     get.add_argument("ref")
     get.add_argument("--output", "-o")
@@ -61,14 +68,14 @@ def _artifacts(args: argparse.Namespace) -> int:
     store = LocalArtifactStore(root, ttl_seconds=settings.artifact_ttl_seconds)
     if args.command == "put":
         if args.file == "-":
-            info = store.put(args.name, sys.stdin.buffer, mime_type=args.mime_type, tenant=tenant)
+            info = _put(store, args.name, sys.stdin.buffer, args.mime_type, tenant)
         else:
             try:
                 source = open(args.file, "rb")  # noqa: SIM115 - closed below; open errors are refusals
             except OSError as exc:
                 raise BadRequest(f"cannot read {args.file}: {exc.strerror}") from None
             with source:
-                info = store.put(args.name, source, mime_type=args.mime_type, tenant=tenant)
+                info = _put(store, args.name, source, args.mime_type, tenant)
         print(json.dumps(info.to_dict()))
     elif args.command == "get":
         name, version = parse_ref(args.ref.removeprefix("artifact://"))
@@ -86,3 +93,21 @@ def _artifacts(args: argparse.Namespace) -> int:
         rows = store.versions(args.name, tenant=tenant) if args.name else store.names(tenant=tenant)
         print(json.dumps([row.to_dict() for row in rows], indent=2))
     return 0
+
+
+_SNIFF = 8192
+
+
+def _put(store: LocalArtifactStore, name: str, source: BinaryIO, mime_type: str | None, tenant: str) -> ArtifactInfo:
+    """Save ``source``; with no ``mime_type``, typed by its first bytes and ``name`` (as outputs are)."""
+    if mime_type is not None:
+        return store.put(name, source, mime_type=mime_type, tenant=tenant)
+    from ..outputs.mime import detect
+
+    head = b""
+    while len(head) < _SNIFF and (chunk := source.read(_SNIFF - len(head))):
+        head += chunk
+    rest = source.read(1) if len(head) == _SNIFF else b""
+    mime = detect(name, head, complete=not rest)
+    return store.put(name, itertools.chain((head + rest,), iter(lambda: source.read(256 * 1024), b"")),
+                     mime_type=mime, tenant=tenant)

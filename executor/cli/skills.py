@@ -14,10 +14,12 @@ from ..skills import (
     SkillRepository,
     check,
     docs,
+    expand_placeholders,
     inventory,
     load_skill,
     render_text,
     render_xml,
+    sandbox_dir,
 )
 from .output import emit_json
 
@@ -43,9 +45,17 @@ def register(groups: Any) -> None:
     prompt.add_argument("--format", choices=("xml", "text"), default="xml")
     prompt.set_defaults(handler=_prompt)
 
-    show = commands.add_parser("show", help="load one skill: body and file inventory")
+    show = commands.add_parser(
+        "show", help="load one skill: body (placeholders such as {baseDir} replaced) and file inventory"
+    )
     show.add_argument("name")
     _roots(show)
+    show.add_argument(
+        "--runtime", choices=("docker", "local"), default=None,
+        help="whose view of the skill folder replaces {baseDir}, ${CLAUDE_SKILL_DIR}, <path-to-skill> "
+        "(default: SKILL_EXECUTOR_RUNTIME)",
+    )
+    show.add_argument("--raw", action="store_true", help="the body as written, placeholders kept")
     show.set_defaults(handler=_show)
 
     search = commands.add_parser("search", help="rank skills for a query")
@@ -130,13 +140,14 @@ def _show(args: argparse.Namespace) -> int:
 
     skill = SkillRepository(args.roots).get(args.name)
     files = inventory(skill)
+    body = skill.body if args.raw else expand_placeholders(skill.body, sandbox_dir(skill, _visible(args.runtime)))
     emit_json(
         {
             "name": skill.name,
             "id": skill.id,
             "description": skill.description,
             "path": str(skill.path),
-            "body": skill.body,
+            "body": body,
             "body_tokens": skill.body_tokens,
             "docs": [f.path for f in docs(files)],
             "files": [{"path": f.path, "size": f.size, "kind": f.kind} for f in files],
@@ -144,6 +155,17 @@ def _show(args: argparse.Namespace) -> int:
         }
     )
     return 0
+
+
+def _visible(runtime: str | None) -> str | None:
+    """Where runs of ``runtime`` (default: the configured one) see the skills."""
+    if (runtime or Settings().runtime) == "docker":
+        from ..runtimes.docker import DockerRuntime
+
+        return DockerRuntime.visible_skills_dir
+    from ..runtimes.local import LocalRuntime
+
+    return LocalRuntime.visible_skills_dir
 
 
 def _search(args: argparse.Namespace) -> int:

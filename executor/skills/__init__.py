@@ -1,10 +1,10 @@
 """The skills layer: spec rules, parsing, discovery, progressive disclosure, packages."""
 
-from .files import FileContent, FileEntry, docs, inventory, read_file
+from .files import FileContent, FileEntry, Match, docs, find_file, inventory, match_path, read_file, suggestions
 from .loader import SkillLoadError, Verdict, check, load_skill
 from .model import Skill, estimate_tokens
 from .package import Installed, PackageLimits, install_package, uninstall
-from .render import host_location, render_text, render_xml
+from .render import expand_placeholders, host_location, render_text, render_xml, sandbox_dir
 from .repository import Catalog, SkillRepository, discover
 from .search import Hit
 from .spec import Diagnostic
@@ -16,6 +16,7 @@ __all__ = [
     "FileEntry",
     "Hit",
     "Installed",
+    "Match",
     "PackageLimits",
     "Skill",
     "SkillLoadError",
@@ -25,12 +26,17 @@ __all__ = [
     "discover",
     "docs",
     "estimate_tokens",
+    "find_file",
+    "expand_placeholders",
     "host_location",
     "install_package",
     "inventory",
     "load_skill",
+    "match_path",
     "read_file",
     "render_text",
     "render_xml",
+    "sandbox_dir",
+    "suggestions",
     "uninstall",
 ]

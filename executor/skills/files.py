@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import stat
 from dataclasses import dataclass
@@ -71,6 +72,50 @@ def docs(entries: list[FileEntry]) -> list[FileEntry]:
 
 
 @dataclass(frozen=True, slots=True)
+class Match:
+    """The path a requested name resolved to; ``note`` says why when it is not the name itself."""
+
+    requested: str
+    path: str
+    note: str | None = None
+
+
+def suggestions(wanted: str, available: list[str], *, limit: int = 3) -> list[str]:
+    """Paths close to ``wanted``: equal ignoring case, the same file name in another
+    folder (ignoring case), then difflib's closest (ignoring case)."""
+    folded = wanted.casefold()
+    base = folded.rsplit("/", 1)[-1]
+    by_fold: dict[str, list[str]] = {}
+    for path in available:
+        by_fold.setdefault(path.casefold(), []).append(path)
+    found = [p for p in available if p.casefold() == folded]
+    found += [p for p in available if p.casefold().rsplit("/", 1)[-1] == base]
+    for close in difflib.get_close_matches(folded, list(by_fold), n=limit, cutoff=0.6):
+        found += by_fold[close]
+    return list(dict.fromkeys(found))[:limit]
+
+
+def match_path(skill: Skill, wanted: str, available: list[str], *, what: str = "doc") -> Match:
+    """Resolve a requested name against ``available`` paths: the exact path wins;
+    otherwise the one path equal to it ignoring case (``FORMS.md`` -> ``forms.md``)
+    is served with a note; none, or several such, is 404 ``<what>_not_found`` with a
+    "did you mean" suggestion."""
+    if wanted in available:
+        return Match(wanted, wanted)
+    folded = [p for p in available if p.casefold() == wanted.casefold()]
+    if len(folded) == 1:
+        return Match(wanted, folded[0], f"{wanted!r} matched {folded[0]!r} ignoring case")
+    raise NotFound(_missing(skill, what, wanted, suggestions(wanted, available)), code=f"{what}_not_found")
+
+
+def _missing(skill: Skill, what: str, wanted: str, close: list[str]) -> str:
+    message = f"skill {skill.id!r} has no {what} {wanted!r}"
+    if close:
+        message += f"; did you mean {' or '.join(map(repr, close))}?"
+    return message
+
+
+@dataclass(frozen=True, slots=True)
 class FileContent:
     path: str
     size: int
@@ -99,6 +144,17 @@ def is_text(data: bytes, *, partial: bool = False) -> bool:
         return partial and exc.start >= len(data) - 3 and exc.reason == "unexpected end of data"
 
 
+def find_file(skill: Skill, relative: str) -> Match:
+    """:func:`match_path` for any file of the skill (``SKILL.md`` included): an
+    existing path is itself; otherwise the one file equal to it ignoring case."""
+    rel = str(clean_relative(relative, what="file path"))
+    if resolve_within(skill.path, rel, what="file path").exists():
+        return Match(relative, rel)
+    available = [skill.skill_file.name, *(e.path for e in inventory(skill))]
+    found = match_path(skill, rel, available, what="file")
+    return Match(relative, found.path, found.note)
+
+
 def read_file(skill: Skill, relative: str, *, max_bytes: int = DEFAULT_MAX_READ) -> FileContent:
     """Read one file of a skill by relative path, safely.
 
@@ -110,7 +166,8 @@ def read_file(skill: Skill, relative: str, *, max_bytes: int = DEFAULT_MAX_READ)
     try:
         st = target.stat()
     except OSError:
-        raise NotFound(f"skill {skill.id!r} has no file {str(rel)!r}", code="file_not_found") from None
+        close = suggestions(str(rel), [e.path for e in inventory(skill)])
+        raise NotFound(_missing(skill, "file", str(rel), close), code="file_not_found") from None
     if not stat.S_ISREG(st.st_mode):
         raise NotFound(f"{str(rel)!r} in skill {skill.id!r} is not a regular file", code="file_not_found")
     if max_bytes <= 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable, Iterable
 
 from .model import Skill
@@ -47,3 +48,23 @@ def render_xml(skills: Iterable[Skill], locate: Locator = host_location) -> str:
 def render_text(skills: Iterable[Skill]) -> str:
     """Plain lines, ``- id: description``, the cheapest overview for a prompt."""
     return "\n".join(f"- {skill.id}: {' '.join(skill.description.split())}" for skill in skills)
+
+
+#: ``$CLAUDE_SKILL_DIR`` as a whole token (not ``$CLAUDE_SKILL_DIRS``, not ``${...}``).
+_PLACEHOLDERS = re.compile(r"\{baseDir\}|\$\{CLAUDE_SKILL_DIR\}|\$CLAUDE_SKILL_DIR(?![A-Za-z0-9_])|<path-to-skill>")
+
+
+def expand_placeholders(text: str, skill_dir: str) -> str:
+    """``text`` with the skill-folder placeholders of published skills replaced by ``skill_dir``.
+
+    ``{baseDir}``, ``${CLAUDE_SKILL_DIR}``, ``$CLAUDE_SKILL_DIR`` (the whole token only)
+    and ``<path-to-skill>`` all mean "the folder this skill lives in"; a run sees it at
+    ``skill_dir`` (``/workspace/skills/<id>`` in Docker, the host path locally).
+    """
+    return _PLACEHOLDERS.sub(lambda _: skill_dir, text)
+
+
+def sandbox_dir(skill: Skill, visible_skills_dir: str | None) -> str:
+    """The skill's folder as a run sees it: ``<visible_skills_dir>/<id>`` (Docker:
+    ``/workspace/skills/<id>``), or its host path when runs see host paths (local)."""
+    return f"{visible_skills_dir}/{skill.id}" if visible_skills_dir else str(skill.path.resolve())

@@ -31,6 +31,7 @@ from ...access import Principal, resolve_tenant_audited
 from ...artifacts.blobs import TempBlob
 from ...artifacts.store import ArtifactInfo, LocalArtifactStore, validate_name
 from ...errors import BadRequest
+from ...outputs.mime import detect
 from ..auth import principal
 from ..schemas import ERRORS, ArtifactList, ArtifactModel
 
@@ -38,6 +39,8 @@ log = logging.getLogger("executor.artifacts")
 router = APIRouter(prefix="/v1/artifacts", tags=["artifacts"], responses=ERRORS)
 
 _CHUNK = 256 * 1024
+#: How much of an upload without a Content-Type is looked at to type it (as outputs are).
+_SNIFF = 8192
 #: The largest version a SQLite INTEGER holds (a bigger one is a 422, not a 500).
 _MAX_VERSION = 2**63 - 1
 #: ``type/subtype`` (RFC 6838 names), as kept with an artifact and sent back as its Content-Type.
@@ -81,6 +84,8 @@ def list_artifacts(
 
 
 @router.post("/{name:path}", response_model=ArtifactModel, status_code=201, summary="Save a new version (streamed)",
+             description="The `Content-Type` (a `type/subtype`) is kept as the artifact's MIME type; without "
+                         "one, the type is sniffed from the content and the name, as run outputs are typed.",
              openapi_extra={"requestBody": {"content": {"application/octet-stream": {
                  "schema": {"type": "string", "format": "binary"}}}, "required": True}})
 async def put_artifact(
@@ -88,8 +93,8 @@ async def put_artifact(
 ) -> ArtifactModel:
     tenant = _tenant(who, owner, "artifact.put", name)
     validate_name(name)
-    mime = request.headers.get("content-type", "").split(";")[0].strip() or "application/octet-stream"
-    if not _MIME.match(mime):
+    mime = request.headers.get("content-type", "").split(";")[0].strip()
+    if mime and not _MIME.match(mime):
         raise BadRequest(f"invalid Content-Type {mime[:80]!r}: use type/subtype", code="invalid_mime_type")
     store = _store(request)
     # The body is received on the event loop and written in a worker thread about
@@ -97,14 +102,20 @@ async def put_artifact(
     blob = await run_in_threadpool(store.new_blob, request.app.state.settings.max_request_bytes)
     try:
         pending: list[bytes] = []
-        size = 0
+        size = total = 0
+        head = b""
         async for chunk in request.stream():
+            if not mime and len(head) < _SNIFF:
+                head += chunk[: _SNIFF - len(head)]
             pending.append(chunk)
             size += len(chunk)
+            total += len(chunk)
             if size >= _CHUNK:
                 await run_in_threadpool(_write, blob, pending)
                 pending, size = [], 0
         await run_in_threadpool(_write, blob, pending)
+        if not mime:  # no Content-Type: typed by content and name, as run outputs are
+            mime = await run_in_threadpool(detect, name, head, complete=total <= _SNIFF)
         info = await run_in_threadpool(store.commit, blob, name, mime_type=mime.lower(), tenant=tenant)
     except ClientDisconnect:
         raise BadRequest("the client disconnected before the whole body arrived", code="client_disconnected") from None

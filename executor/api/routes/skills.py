@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -10,9 +11,20 @@ from fastapi.responses import PlainTextResponse
 from starlette.datastructures import UploadFile
 
 from ...access import Principal
-from ...errors import BadRequest, NotFound, Unavailable
+from ...errors import BadRequest, Unavailable
 from ...outputs.mime import detect
-from ...skills import Skill, docs, inventory, read_file, render_text, render_xml
+from ...skills import (
+    Skill,
+    docs,
+    expand_placeholders,
+    find_file,
+    inventory,
+    match_path,
+    read_file,
+    render_text,
+    render_xml,
+    sandbox_dir,
+)
 from ...skills.model import estimate_tokens
 from ..auth import admin, principal
 from ..schemas import ERRORS, DocEntry, DocList, FileInfo, Finding, Installed, SkillDetail, SkillList, SkillSummary
@@ -20,8 +32,13 @@ from ..schemas import ERRORS, DocEntry, DocList, FileInfo, Finding, Installed, S
 router = APIRouter(prefix="/v1/skills", tags=["skills"], responses=ERRORS)
 
 
+def _visible(request: Request) -> str | None:
+    base: str | None = getattr(request.app.state.executor.runtime, "visible_skills_dir", None)
+    return base
+
+
 def _location(request: Request, skill: Skill) -> str:
-    base = getattr(request.app.state.executor.runtime, "visible_skills_dir", None)
+    base = _visible(request)
     return f"{base}/{skill.id}/SKILL.md" if base else skill.location
 
 
@@ -66,14 +83,18 @@ def list_skills(
     return SkillList(skills=entries, count=len(entries), total_tokens=sum(e.tokens for e in entries))
 
 
-@router.get("/{name}", response_model=SkillDetail, summary="Load a skill: body and file inventory")
+@router.get("/{name}", response_model=SkillDetail, summary="Load a skill: body and file inventory",
+            description="The body has the skill-folder placeholders (`{baseDir}`, `${CLAUDE_SKILL_DIR}`, "
+                        "`$CLAUDE_SKILL_DIR`, `<path-to-skill>`) replaced by the folder a run sees; "
+                        "`files/SKILL.md` is the file as written.")
 def load_skill(name: str, request: Request, _: Principal = Depends(principal)) -> SkillDetail:
     skill = request.app.state.executor.repository.get(name)
     files = inventory(skill)
     return SkillDetail(
         name=skill.name, id=skill.id, description=skill.description, license=skill.license,
         compatibility=skill.compatibility, metadata=skill.metadata, allowed_tools=skill.allowed_tools,
-        extras=skill.extras, body=skill.body, body_tokens=skill.body_tokens,
+        extras=skill.extras, body=expand_placeholders(skill.body, sandbox_dir(skill, _visible(request))),
+        body_tokens=skill.body_tokens,
         docs=_files(docs(files)),
         scripts=_files(f for f in files if f.kind == "script"),
         references=_files(f for f in files if f.kind == "reference"),
@@ -83,7 +104,10 @@ def load_skill(name: str, request: Request, _: Principal = Depends(principal)) -
     )
 
 
-@router.get("/{name}/docs", response_model=DocList, summary="List a skill's docs, or read selected ones")
+@router.get("/{name}/docs", response_model=DocList, summary="List a skill's docs, or read selected ones",
+            description="A name matches its doc exactly, else the one doc equal to it ignoring case (the entry's "
+                        "`note` says so); none or several: 404 `doc_not_found` with a suggestion. Contents have "
+                        "the skill-folder placeholders replaced, like the body.")
 def skill_docs(
     name: str,
     request: Request,
@@ -95,30 +119,34 @@ def skill_docs(
     if names is None:
         entries = [DocEntry(path=p, size=e.size, tokens=-(-e.size // 4)) for p, e in listed.items()]
         return DocList(skill=skill.id, docs=entries)
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
-    missing = [n for n in wanted if n not in listed]
-    if missing:
-        raise NotFound(f"skill {skill.id!r} has no doc {', '.join(map(repr, missing))}", code="doc_not_found")
+    matches = [match_path(skill, n.strip(), list(listed)) for n in names.split(",") if n.strip()]
     out = []
     limit = request.app.state.settings.max_file_read_bytes
-    for path in wanted:
-        content = read_file(skill, path, max_bytes=limit)
-        text = content.text
-        out.append(DocEntry(path=path, size=content.size, tokens=estimate_tokens(text or ""), content=text,
-                            truncated=content.truncated, binary=text is None))
+    where = sandbox_dir(skill, _visible(request))
+    for match in matches:
+        content = read_file(skill, match.path, max_bytes=limit)
+        text = expand_placeholders(content.text, where) if content.text is not None else None
+        out.append(DocEntry(path=match.path, size=content.size, tokens=estimate_tokens(text or ""), content=text,
+                            truncated=content.truncated, binary=text is None, note=match.note))
     return DocList(skill=skill.id, docs=out)
 
 
 @router.get("/{name}/files/{path:path}", summary="Read one file of a skill",
             responses={200: {"content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
-                             "description": "the file, typed by content and extension"}})
+                             "description": "the file as written, typed by content and extension"}},
+            description="A path that does not exist matches the one file equal to it ignoring case "
+                        "(`X-Resolved-Path` names it, percent-encoded); none or several: 404 `file_not_found` "
+                        "with a suggestion.")
 def skill_file(name: str, path: str, request: Request, _: Principal = Depends(principal)) -> Response:
     skill = request.app.state.executor.repository.get(name)
-    content = read_file(skill, path, max_bytes=request.app.state.settings.max_file_read_bytes)
+    match = find_file(skill, path)
+    content = read_file(skill, match.path, max_bytes=request.app.state.settings.max_file_read_bytes)
     mime = detect(content.path, content.data[:8192], complete=not content.truncated and content.size <= 8192)
     if content.is_text and mime.startswith("text/"):
         mime += "; charset=utf-8"
     headers = {"X-File-Size": str(content.size), "X-Truncated": "true" if content.truncated else "false"}
+    if match.note:
+        headers["X-Resolved-Path"] = quote(match.path, safe="/")  # percent-encoded: headers are latin-1
     return Response(content=content.data, media_type=mime, headers=headers)
 
 
