@@ -171,8 +171,8 @@ def test_localhost_unix_sockets_home_and_tmp(executor: Executor) -> None:
     )
     result = run(
         executor,
-        command=f"python3 -c \"$PROBE\" && echo h > ~/.probe && cat ~/.probe && echo t > /tmp/probe-$$ "
-                f"&& cat /tmp/probe-$$ && rm /tmp/probe-$$ && getent hosts localhost | head -1 | wc -l",
+        command="python3 -c \"$PROBE\" && echo h > ~/.probe && cat ~/.probe && echo t > /tmp/probe-$$ "
+                "&& cat /tmp/probe-$$ && rm /tmp/probe-$$ && getent hosts localhost | head -1 | wc -l",
         env={"PROBE": script},
     )
     assert result.exit_code == 0, result.stderr

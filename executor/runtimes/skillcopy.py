@@ -20,7 +20,6 @@ The installed skill is never modified: nothing of it is writable by the run.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from pathlib import Path
 
@@ -40,6 +39,32 @@ def _safe_to_link(st: os.stat_result, user: tuple[int, int]) -> bool:
     if uid == 0 or st.st_uid == uid or st.st_mode & (0o002 | stat.S_ISUID | stat.S_ISGID):
         return False
     return not (st.st_mode & 0o020 and st.st_gid == gid)
+
+
+def _copy_file(src: Path, dst: Path, mode: int, owner: tuple[int, int] | None) -> None:
+    """One file's copy in a few system calls (per-run cost: skills have hundreds)."""
+    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            try:
+                while os.sendfile(fd_out, fd_in, None, 1 << 24):
+                    pass
+            except OSError:  # a file system without sendfile: plain reads and writes
+                os.lseek(fd_in, 0, os.SEEK_SET)
+                os.ftruncate(fd_out, 0)
+                os.lseek(fd_out, 0, os.SEEK_SET)
+                while chunk := os.read(fd_in, 1 << 20):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd_out, view):]
+            if owner is not None:
+                os.fchown(fd_out, *owner)
+            os.fchmod(fd_out, mode)  # the umask may have taken bits off
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
 
 
 def make_view(workspace: Workspace, source: Path, owner: tuple[int, int] | None) -> list[str]:
@@ -109,10 +134,7 @@ def copy_skill(
                         continue
                     except OSError:
                         pass  # another file system, say: copy instead
-                shutil.copyfile(src, dst, follow_symlinks=False)
-                os.chmod(dst, (st.st_mode & 0o755) | 0o600)
-                if chown is not None:
-                    os.chown(dst, *chown)
+                _copy_file(src, dst, (st.st_mode & 0o755) | 0o600, chown)
             else:
                 warnings.append(f"skill file {rel!r} is a special file; not copied")
     return warnings
