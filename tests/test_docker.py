@@ -101,7 +101,7 @@ def run_observed(executor: Executor, command: str, **fields: Any) -> tuple[RunRe
                         proc["child_status"] = Path(f"/proc/{children[0]}/status").read_text()
                 source = next(m["Source"] for m in data["Mounts"] if m["Destination"] == "/workspace")
                 skill_files = []
-                for path in [*Path(source, ".skill").rglob("*"), *Path(source, "skills").rglob("*")]:
+                for path in Path(source, "skills").rglob("*"):
                     st = path.lstat()
                     if not path.is_symlink():
                         skill_files.append(f"{path.relative_to(source)} {st.st_uid} {oct(st.st_mode)}")
@@ -206,31 +206,32 @@ def test_no_network(make_docker, setting: dict[str, bool]) -> None:  # type: ign
 
 def test_read_only_root_and_skill(make_docker) -> None:  # type: ignore[no-untyped-def]
     executor = make_docker()
+    source = executor.repository.get("math-tools").path
+    before = {p: p.read_bytes() for p in source.rglob("*") if p.is_file()}
     probe = (
-        "for t in /x /usr/x /workspace/x /workspace/.skill/x $SKILL_DIR/scripts/x $SKILL_DIR/SKILL.md; do "
-        "(echo hi > $t) 2>/dev/null && echo \"WROTE $t\" || echo \"DENIED $t\"; done; "
+        "for t in /x /usr/x /workspace/x /workspace/skills/x /etc/hosts $SKILL_DIR/scripts/x $SKILL_DIR/SKILL.md; do "
+        "(echo hi >> $t) 2>/dev/null && echo \"WROTE $t\" || echo \"DENIED $t\"; done; "
         "echo ok > /tmp/t && echo TMP-OK; head -c 100M /dev/zero > /tmp/big 2>/dev/null || echo TMP-FULL; "
         "echo ok > $OUTPUT_DIR/o && echo OUT-OK"
     )
     result, info, proc = run_observed(executor, probe)
-    assert "WROTE" not in result.stdout, result.stdout
-    assert result.stdout.count("DENIED") == 6
+    # The root file system and the workspace's own folders are read-only; the skill is the
+    # run's private copy (cold and warm alike), writable, while the installed one is untouched.
+    assert result.stdout.count("DENIED") == 5, result.stdout
+    assert "WROTE /workspace/skills/math-tools/scripts/x" in result.stdout
+    assert "WROTE /workspace/skills/math-tools/SKILL.md" in result.stdout
+    assert {p: p.read_bytes() for p in source.rglob("*") if p.is_file()} == before
     assert "TMP-OK" in result.stdout and "TMP-FULL" in result.stdout and "OUT-OK" in result.stdout
     assert info["HostConfig"]["ReadonlyRootfs"] is True
     mounts = {m["Destination"]: m for m in info["Mounts"]}
-    assert mounts["/workspace"]["RW"] is True
-    if executor.runtime.pool is None:
-        # Per-run container: the skill is a read-only bind mount.
-        assert mounts["/workspace/.skill"]["RW"] is False
-        assert mounts["/workspace/.skill"]["Source"] == str(executor.repository.get("math-tools").path.resolve())
-        assert set(mounts) == {"/workspace", "/workspace/.skill"}
-    else:
-        # Warm container: only its own workspace; the skill's files in it belong to root, not writable by the run.
-        assert set(mounts) == {"/workspace"}
-        entries = [line.split() for line in proc["skill_files"].splitlines()]
-        assert len(entries) >= 5
-        for name, uid, mode in entries:
-            assert uid == "0" and int(mode, 8) & 0o022 == 0, (name, uid, mode)
+    # Only the run's own workspace (no mount of the installed skill), and the hosts file.
+    assert set(mounts) == {"/workspace", "/etc/hosts"}
+    assert mounts["/workspace"]["RW"] is True and mounts["/etc/hosts"]["RW"] is False
+    entries = [line.split() for line in proc["skill_files"].splitlines()]
+    assert len(entries) >= 5
+    for name, uid, mode in entries:
+        # The copy belongs to the run's user; nothing of it is writable by others.
+        assert uid == "1000" and int(mode, 8) & 0o022 == 0, (name, uid, mode)
     assert "size=" in info["HostConfig"]["Tmpfs"]["/tmp"]
 
 

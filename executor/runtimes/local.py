@@ -1,8 +1,9 @@
 """The local runtime: a plain subprocess on the service's machine (development only).
 
-It isolates nothing beyond a fresh workspace, a copy of the skill and a clean
+It isolates nothing beyond a fresh workspace, a private copy of the skill and a clean
 environment: the command runs as the service's user, with its network and its view
-of the file system.  Use it to develop skills, never to run untrusted ones.
+of the file system (so no ``/mnt/...`` paths of the hosted products either).  Use it
+to develop skills, never to run untrusted ones.
 
 What it does guarantee: ``bash -c`` in its own process group, stdin from the request
 (closed otherwise), stdout/stderr bounded while read, the service's environment never
@@ -23,12 +24,12 @@ from typing import Any
 from ..activity import Activity
 from ..config import Settings
 from ..workers import Supervisor
-from ..workspace.layout import Workspace, WorkspaceManager, build_view
+from ..workspace.layout import Workspace, WorkspaceManager
 from .base import Command, ExecResult, SandboxPlan
 from .host import HostSandbox
 from .janitor import Janitor
 from .limits import Guard
-from .skillcopy import copy_skill, make_read_only
+from .skillcopy import make_view
 from .streams import BoundedBuffer, pump
 
 log = logging.getLogger(__name__)
@@ -65,14 +66,14 @@ class LocalRuntime:
         )
         sandbox = LocalSandbox(self, workspace, keep=self.settings.keep_workspaces)
         try:
-            sandbox.warnings += copy_skill(plan.skill.path, workspace.skill_source)
-            make_read_only(workspace.skill_source)
             if plan.session_work is not None:
                 # The session's work dir stands in for the run's own (a link locally).
                 os.rmdir(workspace.root / "work/inputs")
                 os.rmdir(workspace.root / "work")
                 os.symlink(plan.session_work, workspace.root / "work")
-            sandbox.warnings += build_view(workspace, sorted(os.listdir(workspace.skill_source)))
+            # The run's private copy of the skill, as on Docker (no /mnt/... paths here:
+            # the local runtime shares the host's file system).
+            sandbox.warnings += make_view(workspace, plan.skill.path, None)
         except BaseException:
             sandbox.close()
             raise

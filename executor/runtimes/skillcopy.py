@@ -1,46 +1,106 @@
-"""Copy a skill's files into a workspace without letting links pull in host files."""
+"""The run's private copy of its skill (``SKILL_DIR``), the same on every runtime and path.
+
+Published skills assume their folder is a working directory: ``find scripts -name
+'*.py'`` sees real files, ``cd out && python ../templates/x.py`` works, and relative
+writes from the skill root (``python scripts/office/unpack.py doc.docx unpacked/``)
+succeed.  So every run gets its own copy of the skill, owned by the run's user:
+
+* folders and small files are real copies the run may change, add to and delete;
+* a file of :data:`LINK_MIN_BYTES` or more that the run's user cannot write (nor gain
+  anything from: no set-id bit) is a hard link to the installed file instead -- no data
+  moves, and it stays read-only: its inode is the installed skill's, owned by the
+  installer, so it cannot be written, truncated or chmod-ed through the link.  The run
+  can still replace it (delete, then create), as the folder holding it is the run's;
+* links are never followed: one whose target stays inside the skill is recreated as a
+  link, any other is skipped with a warning; special files are skipped too.
+
+The installed skill is never modified: nothing of it is writable by the run.
+"""
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from pathlib import Path
 
 from ..paths import is_within
+from ..workspace.layout import RUN_LINKS, Workspace, add_run_links, shadowed
 
 SKIP = frozenset({".git", "__pycache__"})
+#: Files at least this large are hard linked (read-only) rather than copied, when safe.
+LINK_MIN_BYTES = 1 << 20
+RUN_LINK_NAMES = frozenset(RUN_LINKS)
 
 
 def _safe_to_link(st: os.stat_result, user: tuple[int, int]) -> bool:
-    """A hard link shares the source's inode: only safe if ``user`` cannot write it."""
+    """A hard link shares the source's inode: only safe if ``user`` cannot write (or
+    chmod) it, and it carries no set-id bit."""
     uid, gid = user
-    if st.st_uid == uid or st.st_mode & 0o002:
+    if uid == 0 or st.st_uid == uid or st.st_mode & (0o002 | stat.S_ISUID | stat.S_ISGID):
         return False
     return not (st.st_mode & 0o020 and st.st_gid == gid)
+
+
+def _copy_file(src: Path, dst: Path, mode: int, owner: tuple[int, int] | None) -> None:
+    """One file's copy in a few system calls (per-run cost: skills have hundreds)."""
+    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            try:
+                while os.sendfile(fd_out, fd_in, None, 1 << 24):
+                    pass
+            except OSError:  # a file system without sendfile: plain reads and writes
+                os.lseek(fd_in, 0, os.SEEK_SET)
+                os.ftruncate(fd_out, 0)
+                os.lseek(fd_out, 0, os.SEEK_SET)
+                while chunk := os.read(fd_in, 1 << 20):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd_out, view):]
+            if owner is not None:
+                os.fchown(fd_out, *owner)
+            os.fchmod(fd_out, mode)  # the umask may have taken bits off
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
+
+
+def make_view(workspace: Workspace, source: Path, owner: tuple[int, int] | None) -> list[str]:
+    """Create ``SKILL_DIR``: the run's private copy of ``source`` (owned by ``owner``,
+    None: this process's user) with the ``out``, ``work`` and ``inputs`` links.
+
+    Returns warnings: links out of the skill, special files, and a skill entry named
+    ``out``, ``work`` or ``inputs`` (hidden by the run's directory of that name).
+    """
+    view = workspace.skill_view
+    view.mkdir(mode=0o755)
+    warnings = copy_skill(source, view, owner=owner, skip_top=RUN_LINK_NAMES)
+    add_run_links(view)
+    return warnings + shadowed(os.listdir(source))
 
 
 def copy_skill(
     source: Path,
     dest: Path,
     *,
-    readonly: bool = True,
-    link_unless_writable_by: tuple[int, int] | None = None,
+    owner: tuple[int, int] | None,
     skip_top: frozenset[str] = frozenset(),
+    link_min_bytes: int = LINK_MIN_BYTES,
 ) -> list[str]:
-    """Copy ``source`` into the existing folder ``dest``; return warnings.
+    """Copy ``source`` into the existing folder ``dest`` for the user ``owner``; return warnings.
 
-    Symbolic links are never followed: a link whose target stays inside the skill is
-    recreated as a link, any other link is skipped with a warning.  With ``readonly``
-    copied files lose their write bits (:func:`make_read_only` does the folders); a
-    root command ignores modes, but then it only writes to this copy, never the source.
-
-    With ``link_unless_writable_by=(uid, gid)``, a file that user cannot write is hard
-    linked instead of copied (no data moves; its mode is left alone, as it is the
-    source's); others are copied as usual.
+    Folders and copied files belong to ``owner`` and are writable by it (files keep
+    their execute bits); large files it cannot write are hard linked (see the module).
+    Without ``owner`` (the local runtime: the run is this process's user) everything is
+    copied.
     """
     warnings: list[str] = []
     real_root = source.resolve()
+    chown = owner if owner is not None and owner != (os.getuid(), os.getgid()) else None
+    if chown is not None:
+        os.chown(dest, *chown)
     for dirpath, dirnames, filenames in os.walk(source):
         rel_dir = os.path.relpath(dirpath, source)
         skip = SKIP | skip_top if rel_dir == "." else SKIP
@@ -59,29 +119,22 @@ def copy_skill(
                 target = src.resolve()
                 if is_within(target, real_root):
                     os.symlink(os.path.relpath(target, src.parent.resolve()), dst)
+                    if chown is not None:
+                        os.lchown(dst, *chown)
                 else:
                     warnings.append(f"skill file {rel!r} is a link out of the skill; not copied")
             elif stat.S_ISDIR(st.st_mode):
-                dst.mkdir()
+                dst.mkdir(mode=0o755)
+                if chown is not None:
+                    os.chown(dst, *chown)
             elif stat.S_ISREG(st.st_mode):
-                if link_unless_writable_by is not None and _safe_to_link(st, link_unless_writable_by):
+                if owner is not None and st.st_size >= link_min_bytes and _safe_to_link(st, owner):
                     try:
                         os.link(src, dst, follow_symlinks=False)
                         continue
                     except OSError:
                         pass  # another file system, say: copy instead
-                shutil.copyfile(src, dst, follow_symlinks=False)
-                os.chmod(dst, (st.st_mode & 0o555) if readonly else (st.st_mode & 0o777))
+                _copy_file(src, dst, (st.st_mode & 0o755) | 0o600, chown)
             else:
                 warnings.append(f"skill file {rel!r} is a special file; not copied")
     return warnings
-
-
-def make_read_only(dest: Path) -> None:
-    """Directories of a copied skill: read-only (files got their modes when copied)."""
-    for dirpath, dirnames, _ in os.walk(dest, topdown=False):
-        for name in dirnames:
-            path = Path(dirpath, name)
-            if not path.is_symlink():
-                os.chmod(path, 0o555)
-    os.chmod(dest, 0o555)

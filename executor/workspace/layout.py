@@ -6,13 +6,13 @@ On the host a run's workspace is ``<root>/runs/<run_id>/``::
     work/inputs/                default target of staged inputs
     out/             OUTPUT_DIR
     run/             RUN_DIR    (run-private scratch: HOME, TMPDIR)
-    .skill/                     the skill's files, read-only (a copy, or a read-only mount)
-    skills/<id>/     SKILL_DIR  the skill *view*: one relative link per top-level entry
-                                of ``.skill/``, plus ``out``, ``work``, ``inputs`` links
+    skills/<id>/     SKILL_DIR  the skill *view*: the run's private copy of the skill
+                                (:mod:`executor.runtimes.skillcopy`), plus ``out``,
+                                ``work``, ``inputs`` links
 
 The view is what makes ``python3 scripts/fib.py > out/fib.txt`` work from the skill
-root while the skill's own files stay read-only: every link is relative, so it means
-the same on the host and inside a container.
+root, and relative writes there too, while the installed skill is never touched: the
+links are relative, so they mean the same on the host and inside a container.
 
 Callers name places with *logical* paths (``out/x``, ``work/a/b``, ``inputs/x``),
 which :meth:`Workspace.locate` maps to a writable root and a path below it.  Those
@@ -75,7 +75,6 @@ def environment(root: str, skill_id: str) -> dict[str, str]:
         "HOME": f"{root}/run/home",
         "TMPDIR": f"{root}/run/tmp",
     }
-SKILL_SOURCE = ".skill"
 OWNER_FILE = ".owner"
 #: How long a workspace without an owner file must stay unchanged to count as abandoned.
 ORPHAN_GRACE_SECONDS = 60.0
@@ -108,10 +107,6 @@ class Workspace:
     @property
     def inputs(self) -> Path:
         return self.work / "inputs"
-
-    @property
-    def skill_source(self) -> Path:
-        return self.root / SKILL_SOURCE
 
     @property
     def skills_dir(self) -> Path:
@@ -295,9 +290,9 @@ class WorkspaceManager:
             tmp.write_text(self.token)
             os.chmod(tmp, 0o600)
             os.rename(tmp, root / OWNER_FILE)
-            for sub in ("work", "work/inputs", "out", "run", "run/home", "run/tmp", SKILL_SOURCE, SKILLS):
+            for sub in ("work", "work/inputs", "out", "run", "run/home", "run/tmp", SKILLS):
                 (root / sub).mkdir(mode=0o755)
-                if owner is not None and sub not in (SKILL_SOURCE, SKILLS):
+                if owner is not None and sub != SKILLS:
                     os.chown(root / sub, *owner)
         except BaseException:
             self.discard(root)
@@ -323,22 +318,6 @@ def add_run_links(view: Path) -> None:
     """``out``, ``work`` and ``inputs`` in a skill folder point at the run's folders."""
     for name, target in RUN_LINKS.items():
         os.symlink(target, view / name)
-
-
-def build_view(workspace: Workspace, entries: list[str]) -> list[str]:
-    """Create the skill view: relative links to ``.skill/<entry>`` and the run dirs.
-
-    Returns warnings: a skill entry named ``out``, ``work`` or ``inputs`` is shadowed
-    by the run's directory of that name.
-    """
-    view = workspace.skill_view
-    view.mkdir(parents=True, exist_ok=True)
-    warnings = shadowed(entries)
-    for entry in entries:
-        if entry not in RUN_LINKS:
-            os.symlink(f"../../{SKILL_SOURCE}/{entry}", view / entry)
-    add_run_links(view)
-    return warnings
 
 
 def shadowed(entries: list[str]) -> list[str]:

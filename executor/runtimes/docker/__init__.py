@@ -14,7 +14,6 @@ ways to run), :mod:`.pool` (warm containers, private to this runtime).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -28,18 +27,10 @@ from ...config import Settings
 from ...errors import Unavailable
 from ...owners import Verdict
 from ...workers import Supervisor
-from ...workspace.layout import (
-    LAUNCHER_SOCKET,
-    RUN_LINKS,
-    Workspace,
-    WorkspaceManager,
-    add_run_links,
-    build_view,
-    shadowed,
-)
+from ...workspace.layout import LAUNCHER_SOCKET, WorkspaceManager
 from ..base import SandboxPlan
 from ..janitor import Janitor
-from ..skillcopy import copy_skill
+from ..skillcopy import make_view
 from .engine import (
     CONTAINER_WORKSPACE,
     LABEL_DEADLINE,
@@ -65,6 +56,8 @@ REAPER_GRACE_SECONDS = 30.0
 #: have removed with what is there (a cleanup that failed while the engine was away).
 REAP_SECONDS = 30.0
 RECONCILE_SECONDS = 10.0
+#: The containers' /etc/hosts, in the workspaces root (next to ``runs/``).
+HOSTS_FILE = "hosts"
 #: How often a runtime that started without its engine tries again.
 ENGINE_RETRY_SECONDS = 2.0
 #: A container that was created but never started (its start failed, and so did its
@@ -74,7 +67,6 @@ CREATED_GRACE_SECONDS = 10.0
 #: container whose removal failed) is a leftover after this long: a pool start, the only
 #: moment a container runs unknown to both, takes at most the launcher's ready timeout.
 STRAY_GRACE_SECONDS = 60.0
-RUN_LINK_NAMES = frozenset(RUN_LINKS)
 
 
 class DockerRuntime:
@@ -128,7 +120,7 @@ class DockerRuntime:
             if self._engine is not None:
                 return
             client = self._client or connect()
-            engine = Engine(self.settings, client, self.token)
+            engine = Engine(self.settings, client, self.token, self.workspaces.root / HOSTS_FILE)
             engine.check_image()
             engine.check_oci_runtime()
             # First the containers of dead owners, then (nothing runs in them any more) their folders.
@@ -189,7 +181,8 @@ class DockerRuntime:
     # -- the seam ------------------------------------------------------------------------
 
     def open(self, plan: SandboxPlan) -> ColdSandbox | WarmSandbox:
-        """A warm container's sandbox when one is ready (not for sessions), else a new one."""
+        """A warm container's sandbox when one is ready (not for sessions), else a new one;
+        either way the skill is the run's private copy (:func:`~..skillcopy.make_view`)."""
         engine = self.engine
         warm = self.pool.acquire() if self.pool is not None and plan.session_work is None else None
         sandbox: ColdSandbox | WarmSandbox
@@ -210,27 +203,11 @@ class DockerRuntime:
                 track=self._track, discard=self.workspaces.discard,
             )
         try:
-            sandbox.warnings += self._skill_view(workspace, plan, warm=warm is not None)
+            sandbox.warnings += make_view(workspace, plan.skill.path, self.owner)
         except BaseException:
             sandbox.close()
             raise
         return sandbox
-
-    def _skill_view(self, workspace: Workspace, plan: SandboxPlan, *, warm: bool) -> list[str]:
-        skill_path = plan.skill.path
-        if warm:
-            # The container is already running: the skill goes straight into the
-            # workspace as its SKILL_DIR, files and folders owned by root and not
-            # writable by the run's user (hard links where that user cannot write the
-            # source), plus the out/work/inputs links.
-            view = workspace.skill_view
-            view.mkdir()
-            warnings = copy_skill(skill_path, view, link_unless_writable_by=self.owner, skip_top=RUN_LINK_NAMES)
-            add_run_links(view)
-            return warnings + shadowed(os.listdir(skill_path))
-        # A cold container mounts the skill read-only at .skill/; the view links into it.
-        entries = sorted(e for e in os.listdir(skill_path) if e not in (".git", "__pycache__"))
-        return build_view(workspace, entries)
 
     def health(self) -> dict[str, tuple[bool, str]]:
         engine = self._engine

@@ -12,6 +12,8 @@ Isolation of every container, each a setting (:class:`~executor.config.Settings`
   system with a size-capped tmpfs ``/tmp``;
 * memory limit with no swap, CPU quota, pids limit, ``nofile`` and ``fsize`` ulimits;
 * an init process (``tini``) as PID 1, so signals reach the command and zombies are reaped;
+* a read-only ``/etc/hosts`` naming ``localhost`` (without a network the engine's own is
+  empty, and programs that serve or call ``localhost`` fail to resolve it);
 * the log driver off, so even an output flood never lands on the host disk.
 
 The engine's OCI runtime (``docker_oci_runtime``, e.g. gVisor's ``runsc``) is checked at
@@ -50,6 +52,8 @@ LABEL_OWNER = f"{LABEL}.owner"
 LABEL_RUN = f"{LABEL}.run"
 LABEL_DEADLINE = f"{LABEL}.deadline"
 CONTAINER_WORKSPACE = "/workspace"
+#: The containers' /etc/hosts (loopback only: there is no other network).
+HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 LAUNCHER = "/opt/skill-executor/launcher"
 #: gVisor's arguments: no network of its own (else a network-less container fails with "cannot
 #: run with network enabled in root network namespace"), the ptrace platform (kvm hangs on
@@ -83,6 +87,16 @@ def launcher_argv(settings: Settings, mode: str) -> list[str]:
     return [LAUNCHER, *(["--allow-vsock"] if settings.docker_allow_vsock else []), mode]
 
 
+def write_hosts(path: Path) -> Path:
+    """Write the containers' hosts file at ``path`` (atomically: instances may share it)."""
+    if not (path.is_file() and not path.is_symlink() and path.read_text() == HOSTS):
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(HOSTS)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    return path
+
+
 def parse_user(user: str) -> tuple[int, int]:
     uid, _, gid = user.partition(":")
     return int(uid), int(gid or uid)
@@ -91,12 +105,13 @@ def parse_user(user: str) -> tuple[int, int]:
 class Engine:
     """Containers of one service process: made hardened, labelled with its owner token."""
 
-    def __init__(self, settings: Settings, client: docker.DockerClient, token: str) -> None:
+    def __init__(self, settings: Settings, client: docker.DockerClient, token: str, hosts_file: Path) -> None:
         self.settings = settings
         self.client = client
         self.api = client.api
         self.token = token
         self.oci_runtime: OciRuntime | None = None
+        self.hosts_file = write_hosts(hosts_file)
 
     @property
     def gvisor(self) -> bool:
@@ -110,7 +125,7 @@ class Engine:
         """Low-level create-container parameters with every isolation setting."""
         s = self.settings
         host_config = self.api.create_host_config(
-            mounts=mounts,
+            mounts=[*mounts, Mount("/etc/hosts", str(self.hosts_file), type="bind", read_only=True)],
             read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={s.docker_tmpfs_bytes},mode=1777"},
             cap_drop=["ALL"],

@@ -21,7 +21,7 @@ from docker.types import Mount
 
 from ...config import Settings
 from ...errors import Unavailable
-from ...workspace.layout import SKILL_SOURCE, STDIN_FILE, Workspace
+from ...workspace.layout import STDIN_FILE, Workspace
 from ..base import Command, ExecResult, SandboxPlan
 from ..host import HostSandbox
 from ..janitor import Janitor
@@ -101,11 +101,8 @@ class ColdSandbox(DockerSandbox):
 
     def _config(self, command: Command, stdin_path: str) -> dict[str, object]:
         ws = self.workspace
-        mounts = [
-            Mount(CONTAINER_WORKSPACE, str(ws.root), type="bind", read_only=False),
-            Mount(f"{CONTAINER_WORKSPACE}/{SKILL_SOURCE}", str(self.plan.skill.path.resolve()), type="bind",
-                  read_only=True),
-        ]
+        # The skill is in the workspace already (the run's private copy, as on a warm container).
+        mounts = [Mount(CONTAINER_WORKSPACE, str(ws.root), type="bind", read_only=False)]
         if ws.work != ws.root / "work":
             mounts.append(Mount(f"{CONTAINER_WORKSPACE}/work", str(ws.work), type="bind", read_only=False))
         argv = ["bash", "-c", command.command]

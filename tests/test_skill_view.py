@@ -1,0 +1,199 @@
+"""The skill as a run sees it: the same private copy on every runtime and path (per-run
+container, warm pool, session, local), writable from the skill root while the
+installed skill stays untouched; plus what published skills assume of their sandbox
+(``localhost``, Unix sockets, a writable ``$HOME`` and ``/tmp``, ``scripts/`` importable,
+the hosted products' ``/mnt/...`` paths on Docker)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from executor.core import Executor
+from executor.runtimes.skillcopy import LINK_MIN_BYTES
+
+from .helpers import leftover_runs, make_skill, run
+
+SKILL = "view-probe"
+SCRIPTS = 40  # .py files below scripts/
+HELPER = "def z():\n    return 42\n"
+MAIN = "from scripts.helper import z\n\nprint('main', z())\n"
+UNPACK = """import os, sys, zipfile
+src, dest = sys.argv[1], sys.argv[2]
+os.makedirs(dest, exist_ok=True)
+with zipfile.ZipFile(src) as z:
+    z.extractall(dest)
+print('unpacked', sorted(os.listdir(dest)))
+"""
+TEMPLATE = "print('template ran')\n"
+PATHS = ["plain", "session"]
+
+
+@pytest.fixture
+def probe(extra_skills: Path) -> Path:
+    """A skill shaped like the published document skills: nested scripts (a package
+    without ``__init__.py``), templates, and one large asset (hard linked on Docker)."""
+    skill = make_skill(extra_skills, SKILL, f"name: {SKILL}\ndescription: probes the skill view")
+    (skill / "scripts/office").mkdir(parents=True)
+    (skill / "scripts/helper.py").write_text(HELPER)
+    (skill / "scripts/main.py").write_text(MAIN)
+    (skill / "scripts/office/unpack.py").write_text(UNPACK)
+    for i in range(SCRIPTS - 3):
+        (skill / f"scripts/office/mod{i}.py").write_text(f"X = {i}\n")
+    (skill / "templates").mkdir()
+    (skill / "templates/x.py").write_text(TEMPLATE)
+    with zipfile.ZipFile(skill / "doc.docx", "w") as doc:
+        doc.writestr("word/document.xml", "<w:document/>")
+        doc.writestr("[Content_Types].xml", "<Types/>")
+    (skill / "assets").mkdir()
+    (skill / "assets/big.bin").write_bytes(b"\0" * LINK_MIN_BYTES)
+    os.chmod(skill / "assets/big.bin", 0o644)
+    return skill
+
+
+def digest(folder: Path) -> dict[str, tuple[str, int]]:
+    """Every entry of a folder: content hash (or link target) and mode."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        st = path.lstat()
+        if path.is_symlink():
+            content = "->" + os.readlink(path)
+        elif path.is_file():
+            content = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            content = "dir"
+        found[str(path.relative_to(folder))] = (content, st.st_mode)
+    return found
+
+
+def session_of(path: str) -> str | None:
+    return "view" if path == "session" else None
+
+
+def docker(executor: Executor) -> bool:
+    return executor.runtime.name == "docker"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_view_has_real_files_on_every_path(executor: Executor, probe: Path, path: str) -> None:
+    result = run(
+        executor, skill=SKILL, session=session_of(path),
+        command="find scripts -name '*.py' | wc -l; find . -type l | sort; cd templates && python3 ../templates/x.py "
+                "&& cd .. && cat ../$SKILL_NAME/scripts/helper.py | wc -l && du -sbL . --exclude=out --exclude=work "
+                "--exclude=inputs | cut -f1",
+    )
+    lines = result.stdout.splitlines()
+    assert result.exit_code == 0, result.stderr
+    assert lines[0] == str(SCRIPTS)
+    # Only the run's own folders are links; the skill's files are real.
+    assert lines[1:4] == ["./inputs", "./out", "./work"]
+    assert lines[4] == "template ran" and lines[5] == "2"
+    installed = sum(p.stat().st_size for p in probe.rglob("*") if p.is_file())
+    assert int(lines[6]) >= installed
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_relative_writes_from_skill_root_leave_installed_skill_unchanged(
+    executor: Executor, probe: Path, path: str
+) -> None:
+    before = digest(probe)
+    result = run(
+        executor, skill=SKILL, session=session_of(path),
+        command="set -e; python3 scripts/office/unpack.py doc.docx unpacked/; "
+                "echo edited >> unpacked/word/document.xml; echo changed >> SKILL.md; echo new > scripts/new.py; "
+                "rm scripts/helper.py; mkdir -p build/x && echo y > build/x/y; chmod +x scripts/main.py; "
+                "rm -f assets/big.bin; echo replaced > assets/big.bin; cat assets/big.bin; "
+                "tail -1 SKILL.md",
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == ["unpacked ['[Content_Types].xml', 'word']", "replaced", "changed"]
+    assert digest(probe) == before
+    # The next run sees the installed skill again, not what the last one did to its copy.
+    again = run(executor, skill=SKILL, session=session_of(path),
+                command="ls; test -f scripts/helper.py && wc -c < assets/big.bin")
+    assert again.exit_code == 0 and "unpacked" not in again.stdout and "build" not in again.stdout
+    assert again.stdout.splitlines()[-1] == str(LINK_MIN_BYTES)
+    assert leftover_runs(executor) == []
+
+
+def test_installed_skill_cannot_be_modified_through_a_hard_link(executor: Executor, probe: Path) -> None:
+    before = digest(probe)
+    big = probe / "assets/big.bin"
+    result = run(
+        executor, skill=SKILL,
+        command="stat -c '%h %u' assets/big.bin; "
+                "for attempt in 'echo x >> assets/big.bin' 'truncate -s 0 assets/big.bin' 'chmod 666 assets/big.bin' "
+                "'touch -d 2001-01-01 assets/big.bin' "
+                "\"python3 -c \\\"open('assets/big.bin', 'r+b').write(b'x')\\\"\" "
+                "'ln assets/big.bin run-link && echo y >> run-link'; do "
+                "(eval \"$attempt\") 2>/dev/null && echo \"WROTE $attempt\" || echo DENIED; done; true",
+    )
+    lines = result.stdout.splitlines()
+    links, owner = lines[0].split()
+    if docker(executor):
+        # A hard link to the installed file (no data copied), owned by the installer, not the run.
+        assert int(links) >= 2 and owner == str(big.stat().st_uid) and owner != "1000"
+        assert lines[1:] == ["DENIED"] * 6, result.stdout
+    else:
+        # The local runtime copies everything: the run's file to change.
+        assert links == "1"
+    assert digest(probe) == before
+    assert big.read_bytes() == b"\0" * LINK_MIN_BYTES
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_scripts_importable_from_skill_root(executor: Executor, probe: Path, path: str) -> None:
+    result = run(
+        executor, skill=SKILL, session=session_of(path),
+        command="python3 -m scripts.main && python3 -c 'from scripts.helper import z; print(z())' "
+                "&& python3 -c 'import scripts.office.mod7 as m; print(m.X)'",
+    )
+    assert result.stdout == "main 42\n42\n7\n", result.stderr
+
+
+def test_localhost_unix_sockets_home_and_tmp(executor: Executor) -> None:
+    script = (
+        "import os, socket, threading\n"
+        "print(sorted({a[4][0] for a in socket.getaddrinfo('localhost', 80)}))\n"
+        "srv = socket.create_server(('localhost', 0)); port = srv.getsockname()[1]\n"
+        "threading.Thread(target=lambda: srv.accept()[0].sendall(b'tcp ok'), daemon=True).start()\n"
+        "print(socket.create_connection(('localhost', port)).recv(10).decode())\n"
+        "for d in (os.environ['TMPDIR'], '/tmp'):\n"
+        "    os.chdir(d); path = f'probe-{os.getpid()}.sock'  # relative: a host TMPDIR may be long\n"
+        "    u = socket.socket(socket.AF_UNIX); u.bind(path); u.listen()\n"
+        "    c = socket.socket(socket.AF_UNIX); c.connect(path); u.accept()[0].sendall(b'unix ok')\n"
+        "    print(c.recv(10).decode()); os.unlink(path)\n"
+        "a, b = socket.socketpair(); a.sendall(b'pair ok'); print(b.recv(10).decode())\n"
+    )
+    result = run(
+        executor,
+        command="python3 -c \"$PROBE\" && echo h > ~/.probe && cat ~/.probe && echo t > /tmp/probe-$$ "
+                "&& cat /tmp/probe-$$ && rm /tmp/probe-$$ && getent hosts localhost | head -1 | wc -l",
+        env={"PROBE": script},
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert set(eval(lines[0])) <= {"127.0.0.1", "::1"} and lines[0] != "[]"  # noqa: S307 -- our own output
+    assert lines[1:] == ["tcp ok", "unix ok", "unix ok", "pair ok", "h", "t", "1"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_hosted_paths_on_docker(executor: Executor, probe: Path, path: str) -> None:
+    if not docker(executor):
+        pytest.skip("the local runtime shares the host's file system: it provides no /mnt/... paths")
+    result = run(
+        executor, skill=SKILL, session=session_of(path),
+        inputs=[{"from": f"skill://{SKILL}/templates/x.py", "to": "inputs/up.py"}],
+        command="set -e; head -2 /mnt/skills/public/view-probe/SKILL.md | tail -1; "
+                "cd /mnt/skills/user/view-probe && python3 -m scripts.main; "
+                "echo report > /mnt/user-data/outputs/report.txt; echo data > /mnt/data/d.txt; "
+                "python3 /mnt/user-data/uploads/up.py; cat $WORK_DIR/d.txt; echo made > unpacked.txt",
+        output_files=["out/*.txt"],
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == [f"name: {SKILL}", "main 42", "template ran", "data"]
+    assert {f.name: f.content for f in result.output_files} == {"out/report.txt": "report\n"}
