@@ -27,6 +27,30 @@ BACKOFF_MAX = 30.0
 WATCH_INTERVAL = 1.0
 
 
+class Causes:
+    """Failure causes already logged: each distinct one is logged once (the first
+    ``LIMIT`` kept; past them every new cause is logged again)."""
+
+    LIMIT = 100
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def first(self, cause: str) -> bool:
+        """True when ``cause`` should be logged now."""
+        with self._lock:
+            if cause in self._seen:
+                return False
+            if len(self._seen) < self.LIMIT:
+                self._seen.add(cause)
+            return True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._seen.clear()
+
+
 @dataclass
 class WorkerStats:
     failures: int = 0
@@ -43,7 +67,7 @@ class _Worker:
     initial_delay: float = 0.0
     stats: WorkerStats = field(default_factory=WorkerStats)
     thread: threading.Thread | None = None
-    causes: set[str] = field(default_factory=set)
+    causes: Causes = field(default_factory=Causes)
     next_restart: float = 0.0
 
 
@@ -143,9 +167,7 @@ class Supervisor:
         worker.stats.failures += 1
         worker.stats.last_error = cause[:500]
         worker.stats.failing = True
-        if cause not in worker.causes:
-            if len(worker.causes) < 100:
-                worker.causes.add(cause)
+        if worker.causes.first(cause):
             log.warning("%s: %s failed (retrying with backoff): %s", self.name, worker.name, cause[:500])
 
     def _watch_loop(self) -> None:

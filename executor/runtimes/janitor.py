@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 
 from ..activity import Activity
-from ..workers import Supervisor
+from ..workers import Causes, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class Janitor:
         self.workers = max(1, workers)
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._closed = False
-        self._failed_causes: set[str] = set()
+        self._failed_causes = Causes()
         self.failures = 0
         self.done = 0
         for i in range(self.workers):
@@ -126,7 +126,5 @@ class Janitor:
         except Exception as exc:  # the janitor must outlive anything a run leaves
             self.failures += 1
             cause = f"{type(exc).__name__}: {exc}"
-            if cause not in self._failed_causes:
-                if len(self._failed_causes) < 100:
-                    self._failed_causes.add(cause)
+            if self._failed_causes.first(cause):
                 log.warning("cleanup failed (left for the reconciliation): %s", cause[:500])

@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 
 from ..access import LOCAL_TENANT
 from ..errors import BadRequest, Forbidden
-from ..owners import Lease, Verdict, parse
+from ..owners import Lease, Verdict
 from ..paths import clean_relative
 from .fs import Tree, remove_tree
 
@@ -179,7 +179,7 @@ class WorkspaceManager:
             except OSError:
                 token = ""
             if token not in verdicts:
-                verdicts[token] = self.lease.judge(token) if parse(token)[0] else Verdict.FOREIGN
+                verdicts[token] = self.lease.judge(token)
             verdict = verdicts[token]
             if verdict in (Verdict.MINE, Verdict.ALIVE):
                 continue

@@ -26,7 +26,7 @@ from ...activity import Activity
 from ...config import Settings
 from ...errors import Unavailable
 from ...owners import Verdict
-from ...workers import Supervisor
+from ...workers import Causes, Supervisor
 from ...workspace.layout import LAUNCHER_SOCKET, WorkspaceManager
 from ..base import SandboxPlan
 from ..janitor import Janitor
@@ -95,9 +95,8 @@ class DockerRuntime:
         self._engine: Engine | None = None
         self._problem: Unavailable | None = None
         self.pool: WarmPool | None = None
-        self.swept = 0
         self.leftovers = 0
-        self._causes: set[str] = set()
+        self._causes = Causes()
         try:
             self._start()
         except Unavailable as exc:
@@ -105,7 +104,7 @@ class DockerRuntime:
                 self.close()
                 raise
             self._problem = exc
-            self._causes = {exc.message}
+            self._causes.first(exc.message)
             log.warning("starting without the Docker engine (%s); retrying every %.0f s", exc.message,
                         ENGINE_RETRY_SECONDS)
             self.supervisor.every("engine-watch", ENGINE_RETRY_SECONDS, self._retry_start,
@@ -124,7 +123,7 @@ class DockerRuntime:
             engine.check_image()
             engine.check_oci_runtime()
             # First the containers of dead owners, then (nothing runs in them any more) their folders.
-            self.swept = self._sweep(engine)
+            self._sweep(engine)
             swept = self.workspaces.sweep()
             if swept:
                 log.warning("removed %d workspace(s) left by a crashed process", len(swept))
@@ -155,8 +154,7 @@ class DockerRuntime:
             self._start()
         except Unavailable as exc:
             self._problem = exc
-            if exc.message not in self._causes and len(self._causes) < 100:
-                self._causes.add(exc.message)
+            if self._causes.first(exc.message):
                 log.warning("still waiting for the Docker engine: %s", exc.message)
             return
         if self._engine is not None:
@@ -271,10 +269,6 @@ class DockerRuntime:
             else:
                 self._running[run_id] = container_id
 
-    def containers_alive(self) -> int:
-        """Running containers of this instance."""
-        return self.engine.by_state().get("running", 0)
-
     def _start_warm(self, root: Path) -> tuple[str, InitProcess | None]:
         """Create and start a pool container on an empty workspace; its id and init."""
         deadline = time.time() + self.settings.pool_max_idle_seconds + self.settings.max_timeout
@@ -335,7 +329,6 @@ class DockerRuntime:
                         removed += count
                         if failed:
                             raise failed[0]
-                        self.workspaces.sweep()  # its folders, now that nothing runs in them
             except Unavailable as exc:
                 log.warning("could not remove what %s left (retried at the next start): %s", token, exc.message)
         if removed:
