@@ -18,7 +18,7 @@ LAYERS = [
     {"executor.outputs"},
     {"executor.runtimes"},
     {"executor.runs"},
-    {"executor.core", "executor.tools"},
+    {"executor.core", "executor.tools", "executor.doctor"},
     {"executor.api", "executor.client"},
     {"executor.cli"},
 ]

@@ -1,0 +1,273 @@
+"""Preflight: what a skill needs from its image, and whether the image has it.
+
+:func:`diagnose` scans the skill (:mod:`executor.skills.needs`, static), then runs ONE
+probe in the sandbox through the normal run pipeline -- so the skill's own environment
+is part of the answer -- that looks for every command (``shutil.which``, as
+``command -v``), Python module (``importlib.util.find_spec`` from the skill folder with
+the run's ``PYTHONPATH``) and Node module (``require.resolve`` from the skill folder with
+the run's ``NODE_PATH``), and prints JSON.  The names come from untrusted skills: they
+travel as JSON on the probe's stdin, never through a shell.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .access import LOCAL_TENANT
+from .errors import Unavailable
+from .runs.models import RunRequest
+from .skills import Skill
+from .skills.needs import Needs, locations, python_distribution, scan
+
+if TYPE_CHECKING:
+    from .core import Executor
+
+#: At most this many names (commands, modules) are probed; the rest is reported as not checked.
+MAX_PROBE_NAMES = 500
+#: Seconds the probe may take (capped by the server's maximum run timeout).
+PROBE_TIMEOUT = 60.0
+
+NO_NETWORK = "runs have no network access: whatever needs it fails at run time unless the image provides it"
+
+#: Looks for Node modules the way ``require`` would from the skill folder (NODE_PATH
+#: included); a package whose entry point is not ``require``-able (ESM only, types only)
+#: counts when its folder is on a lookup path.
+NODE_PROBE = r"""
+const fs = require('fs'), path = require('path'), Module = require('module');
+let input = '';
+process.stdin.on('data', d => input += d).on('end', () => {
+  const cwd = process.cwd(), found = {};
+  const dirs = [...Module._nodeModulePaths(cwd),
+                ...(process.env.NODE_PATH || '').split(path.delimiter).filter(Boolean),
+                ...(Module.globalPaths || [])];
+  for (const name of JSON.parse(input)) {
+    let ok = false;
+    try { require.resolve(name, {paths: [cwd]}); ok = true; } catch (e) {
+      ok = dirs.some(d => fs.existsSync(path.join(d, name, 'package.json')));
+    }
+    found[name] = ok;
+  }
+  process.stdout.write(JSON.stringify(found));
+});
+"""
+
+#: Runs in the sandbox with the names as JSON on stdin; prints one JSON object.
+PROBE = r"""
+import importlib.util, json, os, shutil, subprocess, sys
+names = json.load(sys.stdin)
+out = {"commands": {}, "python": {}, "node": {}, "errors": []}
+for name in names["commands"]:
+    out["commands"][name] = shutil.which(name)
+sys.path.insert(0, os.getcwd())
+for name in names["python"]:
+    try:
+        out["python"][name] = importlib.util.find_spec(name) is not None
+    except Exception:
+        out["python"][name] = False
+if names["node"]:
+    node = shutil.which("node")
+    if node is None:
+        out["errors"].append("node is not on PATH: no Node module can be loaded")
+        out["node"] = {name: False for name in names["node"]}
+    else:
+        try:
+            done = subprocess.run([node, "-e", names["node_probe"]], input=json.dumps(names["node"]),
+                                  capture_output=True, text=True, timeout=names["node_timeout"])
+            out["node"] = json.loads(done.stdout)
+        except Exception as exc:
+            out["errors"].append(f"the Node probe failed: {exc}")
+            out["node"] = {name: False for name in names["node"]}
+print("\n" + json.dumps(out))
+"""
+
+
+class CommandNeed(BaseModel):
+    name: str
+    found: bool
+    path: str | None = Field(default=None, description="where the sandbox finds it")
+    used_in: list[str] = Field(description="file:line of each use")
+
+
+class PythonNeed(BaseModel):
+    module: str = Field(description="the top-level import name")
+    distribution_hint: str | None = Field(default=None, description="the usual distribution, when named otherwise")
+    found: bool
+    optional: bool = Field(description="every import of it is guarded (try/except ImportError, TYPE_CHECKING)")
+    used_in: list[str]
+
+
+class NodeNeed(BaseModel):
+    module: str
+    found: bool
+    used_in: list[str]
+
+
+class Missing(BaseModel):
+    commands: list[str] = Field(default_factory=list)
+    python: list[str] = Field(default_factory=list, description="required modules only (optional ones are not)")
+    node: list[str] = Field(default_factory=list)
+
+
+class NetworkReason(BaseModel):
+    file: str
+    line: int
+    why: str
+    level: Literal["yes", "maybe"]
+
+
+class Network(BaseModel):
+    needed: Literal["yes", "maybe", "no"]
+    reasons: list[NetworkReason] = Field(default_factory=list)
+    note: str = NO_NETWORK
+
+
+class DoctorFinding(BaseModel):
+    code: str
+    message: str
+    file: str | None = None
+    line: int | None = None
+
+
+class DoctorReport(BaseModel):
+    """What a skill needs, what the image (plus the skill's environment) has, what is missing."""
+
+    skill: str
+    image: str | None = Field(description="the runner image probed (None: the local runtime, the host)")
+    commands: list[CommandNeed]
+    python: list[PythonNeed]
+    node: list[NodeNeed]
+    missing: Missing
+    network: Network
+    findings: list[DoctorFinding]
+    ok: bool = Field(description="nothing required is missing and the skill does not need the network")
+
+
+def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> DoctorReport:
+    """Scan skill ``name`` and probe its sandbox (one run). Blocking: call it off an event loop."""
+    skill = executor.repository.get(name)
+    needs = scan(skill, max_bytes=executor.settings.max_file_read_bytes)
+    findings = [DoctorFinding(code=n.code, message=n.message, file=n.file, line=n.line) for n in needs.notes]
+    commands, python, node = _bounded(needs, findings)
+    probed = _probe(executor, skill, commands, python, node, tenant)
+    findings += [DoctorFinding(code="probe", message=m) for m in probed.get("errors", [])]
+    return report(skill, _image(executor), needs, probed, findings)
+
+
+def _bounded(needs: Needs, findings: list[DoctorFinding]) -> tuple[list[str], list[str], list[str]]:
+    names = [*(("c", n) for n in sorted(needs.commands)), *(("p", n) for n in sorted(needs.python)),
+             *(("n", n) for n in sorted(needs.node))]
+    if len(names) > MAX_PROBE_NAMES:
+        left = [n for _, n in names[MAX_PROBE_NAMES:]]
+        findings.append(DoctorFinding(
+            code="too_many_names",
+            message=f"only {MAX_PROBE_NAMES} names were checked; not checked: {', '.join(left[:20])}"
+                    + (" ..." if len(left) > 20 else ""),
+        ))
+        names = names[:MAX_PROBE_NAMES]
+    return ([n for k, n in names if k == "c"], [n for k, n in names if k == "p"], [n for k, n in names if k == "n"])
+
+
+def _image(executor: Executor) -> str | None:
+    return executor.settings.docker_image if executor.settings.runtime == "docker" else None
+
+
+def _probe(
+    executor: Executor, skill: Skill, commands: list[str], python: list[str], node: list[str], tenant: str
+) -> dict[str, Any]:
+    timeout = min(PROBE_TIMEOUT, executor.settings.max_timeout)
+    names = {"commands": commands, "python": python, "node": node, "node_probe": NODE_PROBE,
+             "node_timeout": max(1.0, timeout - 5)}
+    request = RunRequest(skill=skill.id, command=f"python3 -c {shlex.quote(PROBE)}", stdin=json.dumps(names),
+                         timeout=timeout)
+    result = executor.runner.run(request, tenant=tenant)
+    lines = result.stdout.strip().splitlines()
+    try:
+        answer: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+        if result.exit_code != 0 or not isinstance(answer, dict) or "commands" not in answer:
+            raise ValueError("no answer")
+    except ValueError:
+        why = "timed out" if result.timed_out else f"exit {result.exit_code}"
+        raise Unavailable(
+            f"the probe of skill {skill.id!r} failed ({why}): {result.stderr.strip()[-500:] or 'no output'}",
+            code="doctor_probe_failed",
+        ) from None
+    return answer
+
+
+def report(
+    skill: Skill, image: str | None, needs: Needs, probed: dict[str, Any], findings: list[DoctorFinding]
+) -> DoctorReport:
+    """The report from the scan and the probe's answer (pure); names the probe did not
+    check (over the bound) are left out."""
+    found_commands: dict[str, str | None] = probed.get("commands", {})
+    found_python: dict[str, bool] = probed.get("python", {})
+    found_node: dict[str, bool] = probed.get("node", {})
+    commands = [
+        CommandNeed(name=n, found=found_commands[n] is not None, path=found_commands[n],
+                    used_in=locations(needs.commands[n]))
+        for n in sorted(needs.commands) if n in found_commands
+    ]
+    python = [
+        PythonNeed(module=n, distribution_hint=python_distribution(n), found=bool(found_python[n]),
+                   optional=needs.python[n].optional, used_in=locations(needs.python[n].uses))
+        for n in sorted(needs.python) if n in found_python
+    ]
+    node = [NodeNeed(module=n, found=bool(found_node[n]), used_in=locations(needs.node[n]))
+            for n in sorted(needs.node) if n in found_node]
+    missing = Missing(
+        commands=[c.name for c in commands if not c.found],
+        python=[p.module for p in python if not p.found and not p.optional],
+        node=[m.module for m in node if not m.found],
+    )
+    network = Network(
+        needed=needs.network_needed,
+        reasons=[NetworkReason(file=r.file, line=r.line, why=r.why, level=r.level) for r in needs.network],
+    )
+    ok = not (missing.commands or missing.python or missing.node) and network.needed != "yes"
+    return DoctorReport(skill=skill.id, image=image, commands=commands, python=python, node=node, missing=missing,
+                        network=network, findings=findings, ok=ok)
+
+
+def render_table(doctor: DoctorReport) -> str:
+    """The report for people: one line per need, then what is missing and the verdict."""
+    lines = [f"skill {doctor.skill}  image {doctor.image or '(local runtime: the host)'}", ""]
+
+    def row(kind: str, name: str, found: bool, extra: str, used: list[str]) -> str:
+        where = ", ".join(used[:3]) + (f" (+{len(used) - 3})" if len(used) > 3 else "")
+        status = "ok" if found else "MISSING"
+        return f"  {kind:<8} {name:<28} {status:<8} {extra:<34} {where}".rstrip()
+
+    lines.append(f"  {'KIND':<8} {'NAME':<28} {'STATUS':<8} {'DETAIL':<34} USED IN")
+    for c in doctor.commands:
+        lines.append(row("command", c.name, c.found, c.path or "", c.used_in))
+    for p in doctor.python:
+        detail = " ".join(x for x in (f"pip: {p.distribution_hint}" if p.distribution_hint else "",
+                                      "optional" if p.optional else "") if x)
+        lines.append(row("python", p.module, p.found, detail, p.used_in))
+    for m in doctor.node:
+        lines.append(row("node", m.module, m.found, "", m.used_in))
+    if not (doctor.commands or doctor.python or doctor.node):
+        lines.append("  (the skill uses no command or module the scan could see)")
+    lines.append("")
+    lines.append(f"network: {doctor.network.needed}" + (f" -- {doctor.network.note}" if doctor.network.reasons else ""))
+    for r in doctor.network.reasons:
+        lines.append(f"  {r.level:<5} {r.file}:{r.line}  {r.why}")
+    for f in doctor.findings:
+        where = f" {f.file}:{f.line}" if f.file and f.line else f" {f.file}" if f.file else ""
+        lines.append(f"finding {f.code}:{where} {f.message}")
+    missing = [*doctor.missing.commands, *doctor.missing.python, *doctor.missing.node]
+    lines.append("")
+    if doctor.ok:
+        lines.append("ok: everything the skill needs is there")
+    else:
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(missing))
+        if doctor.network.needed == "yes":
+            parts.append("needs the network")
+        lines.append("NOT OK: " + "; ".join(parts))
+    return "\n".join(lines)
