@@ -149,6 +149,10 @@ class Calls:
         return Call("GET", f"/v1/skills/{segment(name)}/files/{subpath(path)}", as_response)
 
     @staticmethod
+    def skill_doctor(name: str) -> Call[JSON]:
+        return Call("GET", f"/v1/skills/{segment(name)}/doctor", as_json)
+
+    @staticmethod
     def install_skill(package: bytes, filename: str, strict: bool, multipart: bool) -> Call[JSON]:
         params = {"strict": "true"} if strict else {}
         if multipart:
@@ -369,6 +373,10 @@ class Client:
     def read_file(self, name: str, path: str) -> httpx.Response:
         return self.send(Calls.read_file(name, path))
 
+    def skill_doctor(self, name: str) -> JSON:
+        """Preflight: what the skill needs, what the image has, what is missing (one probe run)."""
+        return self.send(Calls.skill_doctor(name))
+
     def install_skill(self, package: bytes, *, filename: str = "skill.zip", strict: bool = False,
                       multipart: bool = True) -> JSON:
         return self.send(Calls.install_skill(package, filename, strict, multipart))
@@ -503,6 +511,10 @@ class AsyncClient:
 
     async def read_file(self, name: str, path: str) -> httpx.Response:
         return await self.send(Calls.read_file(name, path))
+
+    async def skill_doctor(self, name: str) -> JSON:
+        """Preflight: what the skill needs, what the image has, what is missing (one probe run)."""
+        return await self.send(Calls.skill_doctor(name))
 
     async def install_skill(self, package: bytes, *, filename: str = "skill.zip", strict: bool = False,
                             multipart: bool = True) -> JSON:

@@ -1,4 +1,4 @@
-"""``skill-executor skills ...``: validate, list, prompt, show, search, install."""
+"""``skill-executor skills ...``: validate, list, prompt, show, search, doctor, install."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from ..skills import (
     render_xml,
     sandbox_dir,
 )
+from .arguments import existing_dir
 from .output import emit_json
 
 
@@ -63,6 +64,20 @@ def register(groups: Any) -> None:
     _roots(search)
     search.add_argument("--limit", type=int, default=10)
     search.set_defaults(handler=_search)
+
+    doctor = commands.add_parser(
+        "doctor", help="preflight: the commands, Python imports and Node modules a skill uses, which the image "
+        "(plus the skill's environment) has, and whether it needs the network",
+        description="Exit status: 0 ok, 1 something required is missing or the skill needs the network, "
+        "2 refused (unknown skill, ...).",
+    )
+    doctor.add_argument("name")
+    doctor.add_argument("--root", dest="skills_dirs", type=existing_dir, action="append",
+                        help="a skills root (repeatable; default: SKILL_EXECUTOR_SKILLS_DIRS)")
+    doctor.add_argument("--runtime", choices=("docker", "local"), default=None,
+                        help="whose sandbox to probe (default: SKILL_EXECUTOR_RUNTIME)")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.set_defaults(handler=_doctor)
 
     install = commands.add_parser("install", help="install a skill from a .zip or .tar.gz")
     install.add_argument("package", type=Path)
@@ -174,6 +189,27 @@ def _search(args: argparse.Namespace) -> int:
         [{"id": h.skill.id, "name": h.skill.name, "score": h.score, "description": h.skill.description} for h in hits]
     )
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from ..core import Executor
+    from ..doctor import diagnose, render_table
+
+    overrides: dict[str, Any] = {"pool_size": 0}  # one probe per process: warm containers would only cost
+    if args.skills_dirs:
+        overrides["skills_dirs"] = args.skills_dirs
+    if args.runtime:
+        overrides["runtime"] = args.runtime
+    executor = Executor.from_settings(Settings(**overrides))
+    try:
+        report = diagnose(executor, args.name)
+    finally:
+        executor.close()
+    if args.json:
+        emit_json(report.model_dump(mode="json"))
+    else:
+        print(render_table(report))
+    return 0 if report.ok else 1
 
 
 def _install(args: argparse.Namespace) -> int:

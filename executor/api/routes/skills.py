@@ -1,7 +1,8 @@
-"""Skills: overview and search, load, docs, files, install, delete."""
+"""Skills: overview and search, load, docs, doctor (preflight), files, install, delete."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Literal
 from urllib.parse import quote
 
@@ -11,6 +12,7 @@ from fastapi.responses import PlainTextResponse
 from starlette.datastructures import UploadFile
 
 from ...access import Principal
+from ...doctor import DoctorReport, diagnose
 from ...errors import BadRequest, Unavailable
 from ...outputs.mime import detect
 from ...skills import (
@@ -129,6 +131,18 @@ def skill_docs(
         out.append(DocEntry(path=match.path, size=content.size, tokens=estimate_tokens(text or ""), content=text,
                             truncated=content.truncated, binary=text is None, note=match.note))
     return DocList(skill=skill.id, docs=out)
+
+
+@router.get("/{name}/doctor", response_model=DoctorReport, summary="Preflight: what a skill needs and what is missing",
+            description="The commands, Python imports and Node modules the skill's scripts and docs use (a static "
+                        "scan), which the runner image plus the skill's environment has (one probe run in the "
+                        "sandbox), which are missing, and whether the skill needs the network (runs have none). "
+                        "`ok` is true when nothing required is missing and `network.needed` is not `yes`.")
+async def doctor(name: str, request: Request, who: Principal = Depends(principal)) -> DoctorReport:
+    executor = request.app.state.executor
+    # A probe is a run: it waits for a slot like one, on a thread of its own (not the server's pool).
+    report: DoctorReport = await asyncio.to_thread(diagnose, executor, name, tenant=who.id)
+    return report
 
 
 @router.get("/{name}/files/{path:path}", summary="Read one file of a skill",

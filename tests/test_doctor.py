@@ -1,0 +1,331 @@
+"""Preflight (``skills doctor``): the static scan of a skill's needs, and the probe on the real engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from executor.client import Client
+from executor.core import Executor
+from executor.doctor import DoctorReport, _probe, diagnose, render_table
+from executor.errors import NotFound
+from executor.skills import load_skill
+from executor.skills.needs import Needs, fenced_blocks, looks_like_shell, scan, scan_texts, shell_commands
+
+from .api_server import Server
+from .conftest import REPO, SKILLS, make_settings
+from .helpers import make_skill
+
+
+def commands(needs: Needs) -> dict[str, list[str]]:
+    return {name: [str(u) for u in uses] for name, uses in needs.commands.items()}
+
+
+# -- the scan (pure) ---------------------------------------------------------------------------
+
+
+def test_commands_from_doc_blocks() -> None:
+    doc = "\n".join([
+        "# Use",                                              # 1
+        "```bash",                                            # 2
+        "$ FOO=1 sudo -E pandoc in.md -o out.docx",           # 3
+        "cd work && soffice --headless --convert-to pdf x | tee log; qpdf --check x.pdf",  # 4
+        "python3 scripts/run.py \\",                          # 5
+        "   --flag",                                          # 6
+        "for f in *.png; do tesseract $f -; done",            # 7
+        "x=$(jq -r .a data.json) && echo $((x + 1))",         # 8
+        "cat <<'EOF' > notes.txt",                            # 9
+        "heredoctext is not a command",                       # 10
+        "EOF",                                                # 11
+        "```",                                                # 12
+        "```console",                                         # 13
+        "$ magick -version",                                  # 14
+        "Version: ImageMagick 7",                             # 15
+        "```",                                                # 16
+        "```",                                                # 17
+        "ffmpeg -i in.mp4 out.gif",                           # 18
+        "```",                                                # 19
+        "```",                                                # 20
+        "my-skill/",                                          # 21
+        "├── SKILL.md",                                       # 22
+        "```",                                                # 23
+        "```text",                                            # 24
+        "notashellcommand here",                              # 25
+        "```",                                                # 26
+    ])
+    found = commands(scan_texts({"SKILL.md": doc}))
+    assert found == {
+        "pandoc": ["SKILL.md:3"], "soffice": ["SKILL.md:4"], "tee": ["SKILL.md:4"], "qpdf": ["SKILL.md:4"],
+        "python3": ["SKILL.md:5"], "tesseract": ["SKILL.md:7"], "jq": ["SKILL.md:8"], "cat": ["SKILL.md:9"],
+        "magick": ["SKILL.md:14"], "ffmpeg": ["SKILL.md:18"],
+    }
+
+
+def test_shell_helpers() -> None:
+    functions: set[str] = set()
+    words = [w[0] for w, _ in shell_commands("helper() { git status; }\nhelper\ncase $x in\n a) rg x ;;\nesac",
+                                             functions)]
+    assert functions == {"helper"} and "git" in words and "rg" in words and "a" not in words
+    assert list(fenced_blocks("```sh\nls\n```\ntext\n~~~\nx\n~~~")) == [("sh", 1, "ls"), ("", 5, "x")]
+    assert looks_like_shell("pandoc a -o b\n# comment\nqpdf x")
+    assert not looks_like_shell("import os\nos.getcwd()")
+    assert not looks_like_shell('{"a": 1}')
+    assert not looks_like_shell("name: value")
+
+
+def test_scripts_shebangs_and_literal_commands() -> None:
+    needs = scan_texts({
+        "SKILL.md": "---\nname: s\n---\n",
+        "scripts/tool": "#!/usr/bin/env node\nconsole.log(1)\n",
+        "scripts/build.sh": "#!/bin/bash\nset -e\nlog() { echo \"$@\"; }\nlog start\nrg -n x . | sort\n",
+        "scripts/conv.py": "\n".join([
+            "import os, shutil, subprocess",                        # 1
+            "from subprocess import check_output as co",           # 2
+            "subprocess.run(['pdftoppm', '-png', 'a.pdf'])",       # 3
+            "co(['/usr/bin/gs', '-v'])",                           # 4
+            "subprocess.call('convert a.png b.jpg && git log', shell=True)",  # 5
+            "os.system('git --version')",                          # 6
+            "shutil.which('libreoffice')",                         # 7
+            "subprocess.run([exe, 'x'])",                          # 8: not a literal
+            "subprocess.run(['scripts/conv.py'])",                 # 9: the skill's own file
+        ]),
+    })
+    assert commands(needs) == {
+        "node": ["scripts/tool:1"], "bash": ["scripts/build.sh:1"], "rg": ["scripts/build.sh:5"],
+        "sort": ["scripts/build.sh:5"], "pdftoppm": ["scripts/conv.py:3"], "gs": ["scripts/conv.py:4"],
+        "convert": ["scripts/conv.py:5"], "git": ["scripts/conv.py:5", "scripts/conv.py:6"],
+        "libreoffice": ["scripts/conv.py:7"],
+    }
+
+
+def test_python_imports() -> None:
+    needs = scan_texts({
+        "SKILL.md": "```python\nfrom pptx import Presentation\n...\nimport yaml\n```\n",
+        "helpers.py": "",
+        "scripts/util/__init__.py": "",
+        "scripts/sibling.py": "",
+        "scripts/sub/main.py": "\n".join([
+            "import os, sys, json.decoder",                 # 1: stdlib
+            "import numpy.linalg as la",                    # 2
+            "from PIL import Image",                        # 3
+            "from . import x",                              # 4: relative
+            "import helpers, sibling, util.deep",           # 5: the skill's own
+            "try:",                                         # 6
+            "    import docx",                              # 7: optional
+            "except ImportError:",                          # 8
+            "    docx = None",                              # 9
+            "def f():",                                     # 10
+            "    import openpyxl",                          # 11: inside a function: still required
+            "    import importlib",                         # 12
+            "    importlib.import_module('cv2')",           # 13
+            "from typing import TYPE_CHECKING",             # 14
+            "if TYPE_CHECKING:",                            # 15
+            "    import pandas",                            # 16: optional
+            "import numpy",                                 # 17
+        ]),
+        "scripts/broken.py": "def f(:\n",
+    })
+    got = {m: ([str(u) for u in n.uses], n.optional) for m, n in needs.python.items()}
+    assert got == {
+        "pptx": (["SKILL.md:2"], False), "yaml": (["SKILL.md:4"], False),
+        "numpy": (["scripts/sub/main.py:2", "scripts/sub/main.py:17"], False),
+        "PIL": (["scripts/sub/main.py:3"], False), "docx": (["scripts/sub/main.py:7"], True),
+        "openpyxl": (["scripts/sub/main.py:11"], False), "cv2": (["scripts/sub/main.py:13"], False),
+        "pandas": (["scripts/sub/main.py:16"], True),
+    }
+    assert [(n.code, n.file, n.line) for n in needs.notes] == [("syntax_error", "scripts/broken.py", 1)]
+
+
+def test_node_modules() -> None:
+    needs = scan_texts({
+        "SKILL.md": "```bash\nnpx -y @mermaid-js/mermaid-cli@10 -i a.mmd\n```\n```js\nconst p = require('pptxgenjs');\n```\n",
+        "scripts/make.mjs": "\n".join([
+            "import fs from 'node:fs';",                  # 1
+            "import path from 'path';",                   # 2
+            "import { Document,",                         # 3
+            "  Packer } from 'docx';",                    # 4
+            "const sharp = require(\"sharp/lib/x\");",    # 5
+            "const local = require('./local.js');",       # 6
+            "const scoped = await import('@scope/pkg/sub');",  # 7
+            "// require('commented-out')",                # 8
+            "/* import z from 'zzz'; */",                 # 9
+            "export { a } from 'reexported';",            # 10
+        ]),
+    })
+    assert {m: [str(u) for u in uses] for m, uses in needs.node.items()} == {
+        "@mermaid-js/mermaid-cli": ["SKILL.md:2"], "pptxgenjs": ["SKILL.md:5"], "docx": ["scripts/make.mjs:4"],
+        "sharp": ["scripts/make.mjs:5"], "@scope/pkg": ["scripts/make.mjs:7"], "reexported": ["scripts/make.mjs:10"],
+    }
+
+
+def test_network_reasons() -> None:
+    needs = scan_texts({
+        "SKILL.md": "```bash\npip install markitdown\ncurl -sSL https://x.test/a -o a\nuv run x.py\n```\n",
+        "scripts/fetch.py": "\n".join([
+            "import requests",                                      # 1
+            "requests.get('https://api.example.com/v1')",          # 2
+            "requests.get('http://localhost:8000/')",               # 3: loopback works without network
+            "print('https://docs.example.com')",                   # 4: not a request
+        ]),
+    })
+    reasons = [(r.file, r.line, r.level) for r in needs.network]
+    assert reasons == [("SKILL.md", 2, "yes"), ("SKILL.md", 3, "yes"), ("SKILL.md", 4, "maybe"),
+                       ("scripts/fetch.py", 1, "maybe"), ("scripts/fetch.py", 2, "yes")]
+    assert needs.network_needed == "yes"
+    assert scan_texts({"scripts/a.py": "import urllib.request\n"}).network_needed == "maybe"
+    assert scan_texts({"SKILL.md": "```bash\npython3 x.py\n```\n"}).network_needed == "no"
+
+
+def test_scan_reads_only_inside_the_skill(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "pkg").mkdir(parents=True)
+    (outside / "evil.py").write_text("import outsidemodule\n")
+    (outside / "pkg" / "x.py").write_text("import outsidepackage\n")
+    root = make_skill(tmp_path / "skills", "linky", "name: linky\ndescription: d",
+                      "```bash\ninsidetool --x\n```\n")
+    (root / "scripts").mkdir()
+    (root / "scripts" / "evil.py").symlink_to(outside / "evil.py")
+    (root / "scripts" / "dir").symlink_to(outside / "pkg")
+    (root / "scripts" / "big.py").write_text("import bigmodule\n" + "#" * 5000)
+    (root / "scripts" / "ok.py").write_text("import insidemodule\n")
+    needs = scan(load_skill(root), max_bytes=4096)
+    assert set(needs.commands) == {"insidetool"}
+    assert set(needs.python) == {"insidemodule"}
+    assert [(n.code, n.file) for n in needs.notes] == [("file_too_large", "scripts/big.py")]
+
+
+# -- the probe on the real engine ---------------------------------------------------------------
+
+GOOD_SKILL = {
+    "SKILL.md": "---\nname: needs-good\ndescription: uses what the image has\n---\n"
+                "```bash\npandoc in.md -o out.docx\npython3 scripts/make.py\nnode scripts/make.js\n```\n",
+    "scripts/make.py": "import openpyxl\nfrom local_helper import x\n",
+    "scripts/local_helper.py": "x = 1\n",
+    "scripts/make.js": "const docx = require('docx');\n",
+}
+BAD_SKILL = {
+    "SKILL.md": "---\nname: needs-bad\ndescription: uses what nobody has\n---\n"
+                "```bash\npip install x\nnosuchtool --go\n```\n",
+    "scripts/a.py": "import nosuchmodule\ntry:\n    import nosuchoptional\nexcept ImportError:\n    pass\n",
+    "scripts/b.js": "require('nosuchmod')\n",
+}
+
+
+def write_skill(root: Path, name: str, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / name / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / name
+
+
+@pytest.fixture(scope="module")
+def skills_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("doctor-skills")
+    write_skill(root, "needs-good", GOOD_SKILL)
+    write_skill(root, "needs-bad", BAD_SKILL)
+    return root
+
+
+@pytest.fixture
+def docker_executor(tmp_path: Path, docker_runtime_name: str, skills_root: Path) -> Iterator[Executor]:
+    executor = Executor.from_settings(make_settings(tmp_path, docker_runtime_name, skills_dirs=[skills_root, SKILLS]))
+    yield executor
+    executor.close()
+
+
+def test_everything_found(docker_executor: Executor) -> None:
+    report = diagnose(docker_executor, "needs-good")
+    assert report.ok, render_table(report)
+    assert report.image == docker_executor.settings.docker_image
+    assert {c.name: c.found for c in report.commands} == {"pandoc": True, "python3": True, "node": True}
+    assert [(p.module, p.found, p.distribution_hint) for p in report.python] == [("openpyxl", True, None)]
+    assert [(m.module, m.found, m.used_in) for m in report.node] == [("docx", True, ["scripts/make.js:1"])]
+    assert report.missing.model_dump() == {"commands": [], "python": [], "node": []}
+    assert report.network.needed == "no"
+    assert "ok: everything" in render_table(report)
+
+
+def test_missing_and_network(docker_executor: Executor) -> None:
+    report = diagnose(docker_executor, "needs-bad")
+    assert not report.ok
+    assert report.missing.model_dump() == {"commands": ["nosuchtool"], "python": ["nosuchmodule"],
+                                           "node": ["nosuchmod"]}
+    optional = next(p for p in report.python if p.module == "nosuchoptional")
+    assert optional.optional and not optional.found
+    assert report.network.needed == "yes"
+    assert [(r.file, r.line, r.why) for r in report.network.reasons] == [
+        ("SKILL.md", 6, "pip install downloads packages")]
+    assert "no network" in report.network.note
+    assert {c.name: c.found for c in report.commands} == {"pip": True, "nosuchtool": False}
+    with pytest.raises(NotFound):
+        diagnose(docker_executor, "no-such-skill")
+
+
+def test_probe_names_cannot_escape(docker_executor: Executor, tmp_path: Path) -> None:
+    """Names come from untrusted skills: a hostile one is data, never shell or code."""
+    root = docker_executor.settings.skills_dirs[0]
+    write_skill(root, "needs-hostile", {
+        "SKILL.md": "---\nname: needs-hostile\ndescription: d\n---\n",
+        "scripts/a.js": "require('x\";process.exit(3);\"')\nrequire(\"$(touch /tmp/pwned)\")\n",
+        "scripts/b.py": "import subprocess\nsubprocess.run(['a;touch /tmp/pwned'])\n",
+    })
+    report = diagnose(docker_executor, "needs-hostile")
+    assert report.commands == [] and report.node == []  # not valid names: never probed
+    # Even names the scan would refuse travel as data (JSON on the probe's stdin): had one
+    # been spliced into shell, Python or JavaScript, the probe would have exited 3 (an error).
+    hostile = ["a;touch /tmp/pwned", "$(touch /tmp/pwned)", "x' \"; exit 3; #"]
+    skill = docker_executor.repository.get("needs-hostile")
+    answer = _probe(docker_executor, skill, hostile, ["os; import sys; sys.exit(3)"],
+                    ["x'); process.exit(3); ('"], "local")
+    assert answer["commands"] == dict.fromkeys(hostile)
+    assert answer["python"] == {"os; import sys; sys.exit(3)": False}
+    assert answer["node"] == {"x'); process.exit(3); ('": False}
+
+
+# -- CLI and HTTP ---------------------------------------------------------------------------
+
+
+def cli(*args: str, data: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
+    env["SKILL_EXECUTOR_DATA_DIR"] = str(data)
+    if "SKILL_EXECUTOR_DOCKER_IMAGE" in os.environ:
+        env["SKILL_EXECUTOR_DOCKER_IMAGE"] = os.environ["SKILL_EXECUTOR_DOCKER_IMAGE"]
+    return subprocess.run([sys.executable, "-m", "executor.cli.main", "skills", "doctor", *args],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+
+
+def test_cli(docker_runtime_name: str, skills_root: Path, tmp_path: Path) -> None:
+    bad = cli("needs-bad", "--root", str(skills_root), "--runtime", "docker", "--json", data=tmp_path)
+    assert bad.returncode == 1, bad.stderr
+    report = DoctorReport.model_validate_json(bad.stdout)
+    assert report.missing.commands == ["nosuchtool"] and not report.ok
+    good = cli("needs-good", "--root", str(skills_root), "--runtime", "docker", data=tmp_path)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "pandoc" in good.stdout and "ok: everything the skill needs is there" in good.stdout
+    unknown = cli("nope", "--root", str(skills_root), "--runtime", "docker", data=tmp_path)
+    assert unknown.returncode == 2 and "skill_not_found" in unknown.stderr
+
+
+def test_http(docker_runtime_name: str, skills_root: Path, tmp_path: Path) -> None:
+    server = Server(tmp_path)
+    shutil.copytree(SKILLS, server.skills_dir)
+    shutil.copytree(skills_root / "needs-bad", server.skills_dir / "needs-bad")
+    server.start()
+    try:
+        with Client(server.url) as client:
+            body = client.skill_doctor("needs-bad")
+        assert body["ok"] is False and body["missing"]["node"] == ["nosuchmod"]
+        assert body["network"]["needed"] == "yes"
+        answer = httpx.get(f"{server.url}/v1/skills/nope/doctor", timeout=30)
+        assert answer.status_code == 404 and answer.json()["error"]["code"] == "skill_not_found"
+    finally:
+        server.stop()
