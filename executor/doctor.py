@@ -89,6 +89,8 @@ class CommandNeed(BaseModel):
     name: str
     found: bool
     path: str | None = Field(default=None, description="where the sandbox finds it")
+    optional: bool = Field(default=False, description="only looked for (shutil.which, command -v) or run in "
+                                                      "try/except FileNotFoundError")
     used_in: list[str] = Field(description="file:line of each use")
 
 
@@ -107,7 +109,7 @@ class NodeNeed(BaseModel):
 
 
 class Missing(BaseModel):
-    commands: list[str] = Field(default_factory=list)
+    commands: list[str] = Field(default_factory=list, description="required commands only (optional ones are not)")
     python: list[str] = Field(default_factory=list, description="required modules only (optional ones are not)")
     node: list[str] = Field(default_factory=list)
 
@@ -208,7 +210,7 @@ def report(
     found_node: dict[str, bool] = probed.get("node", {})
     commands = [
         CommandNeed(name=n, found=found_commands[n] is not None, path=found_commands[n],
-                    used_in=locations(needs.commands[n]))
+                    optional=needs.commands[n].optional, used_in=locations(needs.commands[n].uses))
         for n in sorted(needs.commands) if n in found_commands
     ]
     python = [
@@ -219,7 +221,7 @@ def report(
     node = [NodeNeed(module=n, found=bool(found_node[n]), used_in=locations(needs.node[n]))
             for n in sorted(needs.node) if n in found_node]
     missing = Missing(
-        commands=[c.name for c in commands if not c.found],
+        commands=[c.name for c in commands if not c.found and not c.optional],
         python=[p.module for p in python if not p.found and not p.optional],
         node=[m.module for m in node if not m.found],
     )
@@ -243,7 +245,8 @@ def render_table(doctor: DoctorReport) -> str:
 
     lines.append(f"  {'KIND':<8} {'NAME':<28} {'STATUS':<8} {'DETAIL':<34} USED IN")
     for c in doctor.commands:
-        lines.append(row("command", c.name, c.found, c.path or "", c.used_in))
+        detail = " ".join(x for x in (c.path or "", "optional" if c.optional else "") if x)
+        lines.append(row("command", c.name, c.found, detail, c.used_in))
     for p in doctor.python:
         detail = " ".join(x for x in (f"pip: {p.distribution_hint}" if p.distribution_hint else "",
                                       "optional" if p.optional else "") if x)

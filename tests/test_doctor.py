@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -26,7 +25,7 @@ from .helpers import make_skill
 
 
 def commands(needs: Needs) -> dict[str, list[str]]:
-    return {name: [str(u) for u in uses] for name, uses in needs.commands.items()}
+    return {name: [str(u) for u in need.uses] for name, need in needs.commands.items()}
 
 
 # -- the scan (pure) ---------------------------------------------------------------------------
@@ -103,6 +102,24 @@ def test_scripts_shebangs_and_literal_commands() -> None:
         "sort": ["scripts/build.sh:5"], "pdftoppm": ["scripts/conv.py:3"], "gs": ["scripts/conv.py:4"],
         "convert": ["scripts/conv.py:5"], "git": ["scripts/conv.py:5", "scripts/conv.py:6"],
         "libreoffice": ["scripts/conv.py:7"],
+    }
+
+
+def test_optional_commands() -> None:
+    needs = scan_texts({
+        "scripts/a.py": "\n".join([
+            "import shutil, subprocess",                           # 1
+            "if shutil.which('gtimeout'):",                        # 2: looked for
+            "    pass",                                            # 3
+            "try:",                                                # 4
+            "    subprocess.run(['magick', '-version'])",          # 5: absence handled
+            "except FileNotFoundError:",                           # 6
+            "    subprocess.run(['convert', '-version'])",         # 7: the fallback is relied on
+        ]),
+        "scripts/b.sh": "if command -v pdftk >/dev/null; then echo yes; fi\nwhich qpdf || exit 1\n",
+    })
+    assert {n: need.optional for n, need in needs.commands.items()} == {
+        "gtimeout": True, "magick": True, "convert": False, "pdftk": True, "qpdf": True, "which": False,
     }
 
 
@@ -214,7 +231,8 @@ GOOD_SKILL = {
 BAD_SKILL = {
     "SKILL.md": "---\nname: needs-bad\ndescription: uses what nobody has\n---\n"
                 "```bash\npip install x\nnosuchtool --go\n```\n",
-    "scripts/a.py": "import nosuchmodule\ntry:\n    import nosuchoptional\nexcept ImportError:\n    pass\n",
+    "scripts/a.py": "import nosuchmodule\ntry:\n    import nosuchoptional\nexcept ImportError:\n    pass\n"
+                    "import shutil\nHAS_TOOL = shutil.which('nosuchoptionaltool')\n",
     "scripts/b.js": "require('nosuchmod')\n",
 }
 
@@ -265,7 +283,8 @@ def test_missing_and_network(docker_executor: Executor) -> None:
     assert [(r.file, r.line, r.why) for r in report.network.reasons] == [
         ("SKILL.md", 6, "pip install downloads packages")]
     assert "no network" in report.network.note
-    assert {c.name: c.found for c in report.commands} == {"pip": True, "nosuchtool": False}
+    assert {c.name: (c.found, c.optional) for c in report.commands} == {
+        "pip": (True, False), "nosuchtool": (False, False), "nosuchoptionaltool": (False, True)}
     with pytest.raises(NotFound):
         diagnose(docker_executor, "no-such-skill")
 

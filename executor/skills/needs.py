@@ -86,6 +86,8 @@ SHELL_BUILTINS = frozenset({
 WRAPPERS = frozenset({"sudo", "env", "exec", "time", "nohup", "nice", "stdbuf", "then", "do", "else", "if",
                       "while", "until", "!", "{", "elif"})
 
+#: Commands that look for others (``command -v X``): X is optional there.
+CHECKS = frozenset({"command", "which", "type", "hash"})
 SHELL_TAGS = frozenset({"bash", "sh", "shell", "console", "zsh", "shell-session", "shellsession", "terminal"})
 PYTHON_TAGS = frozenset({"python", "py", "python3"})
 NODE_TAGS = frozenset({"javascript", "js", "node", "mjs", "cjs", "typescript", "ts", "jsx", "tsx"})
@@ -141,7 +143,8 @@ SUBPROCESS_CALLS = frozenset({"run", "call", "check_call", "check_output", "Pope
                               "getstatusoutput"})
 OS_SHELL_CALLS = frozenset({"system", "popen"})
 OS_EXEC_CALLS = frozenset({"execvp", "execlp", "execv", "execl", "spawnlp", "spawnvp", "execvpe", "execlpe"})
-OPTIONAL_EXCEPTIONS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+IMPORT_EXCEPTIONS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+EXEC_EXCEPTIONS = frozenset({"FileNotFoundError", "OSError", "EnvironmentError", "Exception", "BaseException"})
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -176,16 +179,20 @@ class Note:
 
 
 @dataclass(slots=True)
-class PythonNeed:
+class Need:
+    """A command or a Python module, where it is used, and whether the skill copes without it."""
+
     uses: list[Use] = field(default_factory=list)
-    #: True while every use is guarded (``try/except ImportError``, ``if TYPE_CHECKING``).
+    #: True while every use is guarded: an import in ``try/except ImportError`` or under
+    #: ``if TYPE_CHECKING``; a command only checked for (``shutil.which``, ``command -v``)
+    #: or run in ``try/except FileNotFoundError``.
     optional: bool = True
 
 
 @dataclass(slots=True)
 class Needs:
-    commands: dict[str, list[Use]] = field(default_factory=dict)
-    python: dict[str, PythonNeed] = field(default_factory=dict)
+    commands: dict[str, Need] = field(default_factory=dict)
+    python: dict[str, Need] = field(default_factory=dict)
     node: dict[str, list[Use]] = field(default_factory=dict)
     network: list[Reason] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
@@ -195,14 +202,12 @@ class Needs:
         levels = {r.level for r in self.network}
         return "yes" if "yes" in levels else "maybe" if levels else "no"
 
-    def command(self, name: str, file: str, line: int) -> None:
+    def command(self, name: str, file: str, line: int, *, optional: bool = False) -> None:
         if COMMAND_NAME.match(name) and name not in SHELL_BUILTINS:
-            _add(self.commands.setdefault(name, []), Use(file, line))
+            _use(self.commands.setdefault(name, Need()), Use(file, line), optional)
 
     def module(self, name: str, file: str, line: int, *, optional: bool) -> None:
-        need = self.python.setdefault(name, PythonNeed())
-        _add(need.uses, Use(file, line))
-        need.optional = need.optional and optional
+        _use(self.python.setdefault(name, Need()), Use(file, line), optional)
 
     def node_module(self, name: str, file: str, line: int) -> None:
         _add(self.node.setdefault(name, []), Use(file, line))
@@ -211,6 +216,11 @@ class Needs:
         reason = Reason(file, line, why, level)
         if reason not in self.network:
             self.network.append(reason)
+
+
+def _use(need: Need, use: Use, optional: bool) -> None:
+    _add(need.uses, use)
+    need.optional = need.optional and optional
 
 
 def _add(uses: list[Use], use: Use) -> None:
@@ -354,6 +364,9 @@ class _Scanner:
         for words, line in shell_commands(text, functions):
             found.append((words[0], words, line + offset))
         for name, words, line in found:
+            if name in CHECKS:  # command -v X, which X, ...: X is looked for, not relied on
+                for checked in (w for w in words[1:] if not w.startswith("-")):
+                    self.needs.command(checked, path, line, optional=True)
             if name in functions or "/" in name or name in self.file_names:
                 continue
             self.needs.command(name, path, line)
@@ -480,6 +493,8 @@ class _PythonVisitor(ast.NodeVisitor):
         self.offset = offset
         self.local = local
         self.guarded = 0
+        #: Inside a ``try`` that catches a missing program (FileNotFoundError, OSError, ...).
+        self.exec_guarded = 0
         #: Names bound to the subprocess/os/shutil modules or their functions.
         self.aliases: dict[str, str] = {}
 
@@ -487,11 +502,14 @@ class _PythonVisitor(ast.NodeVisitor):
         return int(getattr(node, "lineno", 1)) + self.offset
 
     def visit_Try(self, node: ast.Try) -> None:
-        guarded = any(_catches_import_error(h) for h in node.handlers)
+        guarded = any(_catches(h, IMPORT_EXCEPTIONS) for h in node.handlers)
+        exec_guarded = any(_catches(h, EXEC_EXCEPTIONS) for h in node.handlers)
         self.guarded += guarded
+        self.exec_guarded += exec_guarded
         for statement in node.body:
             self.visit(statement)
         self.guarded -= guarded
+        self.exec_guarded -= exec_guarded
         for part in (*node.handlers, *node.orelse, *node.finalbody):
             self.visit(part)
 
@@ -550,8 +568,10 @@ class _PythonVisitor(ast.NodeVisitor):
                 self.scanner.shell(self.path, literal, line - 1)
         elif name in {f"os.{c}" for c in OS_SHELL_CALLS} and literal is not None:
             self.scanner.shell(self.path, literal, line - 1)
-        elif (name in {f"os.{c}" for c in OS_EXEC_CALLS} or name == "shutil.which") and literal is not None:
-            self.needs.command(PurePosixPath(literal).name, self.path, line)
+        elif name == "shutil.which" and literal is not None:
+            self.needs.command(PurePosixPath(literal).name, self.path, line, optional=True)
+        elif name in {f"os.{c}" for c in OS_EXEC_CALLS} and literal is not None:
+            self.needs.command(PurePosixPath(literal).name, self.path, line, optional=self.exec_guarded > 0)
         elif name in ("importlib.import_module", "__import__") and literal and not literal.startswith("."):
             self.imported(literal, node)
         attr = node.func.attr if isinstance(node.func, ast.Attribute) else (
@@ -571,7 +591,7 @@ class _PythonVisitor(ast.NodeVisitor):
         name = PurePosixPath(words[0]).name if words[0].startswith("/") else words[0]
         if "/" in name or name in self.scanner.file_names:
             return
-        self.needs.command(name, self.path, line)
+        self.needs.command(name, self.path, line, optional=self.exec_guarded > 0)
         self.scanner.shell_needs(self.path, name, words, line)
 
     def call_name(self, func: ast.expr) -> str:
@@ -583,14 +603,13 @@ class _PythonVisitor(ast.NodeVisitor):
         return ""
 
 
-def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+def _catches(handler: ast.ExceptHandler, exceptions: frozenset[str]) -> bool:
     kind = handler.type
     if kind is None:
         return True
     names = kind.elts if isinstance(kind, ast.Tuple) else [kind]
     return any(
-        (isinstance(n, ast.Name) and n.id in OPTIONAL_EXCEPTIONS)
-        or (isinstance(n, ast.Attribute) and n.attr in OPTIONAL_EXCEPTIONS)
+        (isinstance(n, ast.Name) and n.id in exceptions) or (isinstance(n, ast.Attribute) and n.attr in exceptions)
         for n in names
     )
 
