@@ -105,6 +105,17 @@ def test_scripts_shebangs_and_literal_commands() -> None:
     }
 
 
+def test_quoted_strings_span_lines_and_local_modules_run_with_dash_m() -> None:
+    needs = scan_texts({
+        "SKILL.md": "```bash\npython -m scripts.run_eval --x\npython3 -m markitdown in.pdf\n```\n",
+        "scripts/run_eval.py": "",
+        "scripts/init.sh": "node -e \"\nconst fs = require('fs');\nfs.writeFileSync('x');\n\"\necho 'unclosed\nrg x\n",
+    })
+    assert commands(needs) == {"python": ["SKILL.md:2"], "python3": ["SKILL.md:3"], "node": ["scripts/init.sh:1"],
+                               "rg": ["scripts/init.sh:6"]}
+    assert list(needs.python) == ["markitdown"]
+
+
 def test_optional_commands() -> None:
     needs = scan_texts({
         "scripts/a.py": "\n".join([

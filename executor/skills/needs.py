@@ -101,6 +101,8 @@ NODE_NAME = re.compile(r"^(@[A-Za-z0-9][A-Za-z0-9._-]{0,99}/)?[A-Za-z0-9][A-Za-z
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 SEPARATORS = frozenset({";", "&&", "||", "|", "&", "|&", ";;", "(", ")", "((", "))", ";&", ";;&", "\n"})
 REDIRECT = re.compile(r"^[<>&|]*[<>][<>&|]*$")
+#: A quoted string spanning more lines than this is taken as an unbalanced quote.
+MAX_QUOTED_LINES = 200
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})\s*([^\s`{]*)")
 URL = re.compile(r"^https?://([^/:?#\s]+)", re.I)
@@ -391,7 +393,8 @@ class _Scanner:
             rest = [w for w in words[index + 2:] if not w.startswith("-")]
             if module in ("pip", "pip3") and rest[:1] == ["install"]:
                 self.needs.reason(path, line, "pip install downloads packages", "yes")
-            if MODULE_NAME.match(module) and module not in sys.stdlib_module_names:
+            if MODULE_NAME.match(module) and module not in sys.stdlib_module_names and \
+                    module not in self.local_modules(path):
                 self.needs.module(module, path, line, optional=False)
 
     # -- Python ---------------------------------------------------------------------------------
@@ -752,9 +755,16 @@ def _logical_lines(text: str) -> Iterator[tuple[str, int]]:
     while index < len(lines):
         start = index
         line = lines[index]
-        while line.rstrip().endswith("\\") and index + 1 < len(lines):
+        while index + 1 < len(lines):
+            if line.rstrip().endswith("\\"):
+                line = line.rstrip()[:-1] + " " + lines[index + 1]
+            elif _open_quote(line) and index + 1 - start < MAX_QUOTED_LINES:
+                line = line + "\n" + lines[index + 1]  # a quoted string goes on
+            else:
+                break
             index += 1
-            line = line.rstrip()[:-1] + " " + lines[index]
+        if _open_quote(line):  # never closed: the first line alone
+            line, index = lines[start], start
         index += 1
         for heredoc in HEREDOC.finditer(line):
             terminator = heredoc.group(2)
@@ -765,6 +775,20 @@ def _logical_lines(text: str) -> Iterator[tuple[str, int]]:
 
 
 ARITHMETIC = re.compile(r"\$?\(\((?:[^()]|\([^()]*\))*\)\)")
+
+
+def _open_quote(line: str) -> bool:
+    if "'" not in line and '"' not in line:
+        return False
+    lexer = shlex.shlex(ARITHMETIC.sub(" : ", line), posix=True, punctuation_chars=";&|()<>")
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    try:
+        for _ in lexer:
+            pass
+    except ValueError:
+        return True
+    return False
 
 
 def _tokens(line: str) -> list[str]:
