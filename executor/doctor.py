@@ -31,6 +31,9 @@ MAX_PROBE_NAMES = 500
 #: Seconds the probe may take (capped by the server's maximum run timeout).
 PROBE_TIMEOUT = 60.0
 
+#: Network reasons the table shows (the JSON has them all).
+TABLE_REASONS = 10
+
 NO_NETWORK = "runs have no network access: whatever needs it fails at run time unless the image provides it"
 
 #: Looks for Node modules the way ``require`` would from the skill folder (NODE_PATH
@@ -257,8 +260,10 @@ def render_table(doctor: DoctorReport) -> str:
         lines.append("  (the skill uses no command or module the scan could see)")
     lines.append("")
     lines.append(f"network: {doctor.network.needed}" + (f" -- {doctor.network.note}" if doctor.network.reasons else ""))
-    for r in doctor.network.reasons:
+    for r in doctor.network.reasons[:TABLE_REASONS]:
         lines.append(f"  {r.level:<5} {r.file}:{r.line}  {r.why}")
+    if len(doctor.network.reasons) > TABLE_REASONS:
+        lines.append(f"  ... and {len(doctor.network.reasons) - TABLE_REASONS} more (--json lists them all)")
     for f in doctor.findings:
         where = f" {f.file}:{f.line}" if f.file and f.line else f" {f.file}" if f.file else ""
         lines.append(f"finding {f.code}:{where} {f.message}")

@@ -78,6 +78,7 @@ def test_shell_helpers() -> None:
     assert not looks_like_shell("import os\nos.getcwd()")
     assert not looks_like_shell('{"a": 1}')
     assert not looks_like_shell("name: value")
+    assert not looks_like_shell("queued → running → done")
 
 
 def test_scripts_shebangs_and_literal_commands() -> None:

@@ -669,6 +669,8 @@ def looks_like_shell(block: str) -> bool:
         return False
     if all(line.startswith("$ ") for line in lines):
         return True
+    if not all(line.isascii() for line in lines):  # arrows, box drawing, prose: a diagram or text
+        return False
     for line in lines:
         first = line.split()[0]
         if first in NOT_SHELL_WORDS:
