@@ -35,6 +35,8 @@ PROBE_TIMEOUT = 60.0
 TABLE_REASONS = 10
 
 NO_NETWORK = "runs have no network access: whatever needs it fails at run time unless the image provides it"
+NO_NETWORK_LOCAL = ("the local runtime (development only) has the host's network; runs of the Docker runtime "
+                    "have none")
 
 #: Looks for Node modules the way ``require`` would from the skill folder (NODE_PATH
 #: included); a package whose entry point is not ``require``-able (ESM only, types only)
@@ -231,6 +233,7 @@ def report(
     network = Network(
         needed=needs.network_needed,
         reasons=[NetworkReason(file=r.file, line=r.line, why=r.why, level=r.level) for r in needs.network],
+        note=NO_NETWORK if image is not None else NO_NETWORK_LOCAL,
     )
     ok = not (missing.commands or missing.python or missing.node) and network.needed != "yes"
     return DoctorReport(skill=skill.id, image=image, commands=commands, python=python, node=node, missing=missing,

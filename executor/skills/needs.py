@@ -60,6 +60,11 @@ DISTRIBUTIONS = {
     "OpenSSL": "pyopenssl",
     "serial": "pyserial",
     "usb": "pyusb",
+    "markdown_it": "markdown-it-py",
+    "jwt": "pyjwt",
+    "git": "gitpython",
+    "zmq": "pyzmq",
+    "Bio": "biopython",
 }
 
 #: Node's builtin modules (``require('module').builtinModules`` of Node 22, top names).
