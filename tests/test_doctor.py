@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -229,6 +230,25 @@ def test_scan_reads_only_inside_the_skill(tmp_path: Path) -> None:
     assert set(needs.commands) == {"insidetool"}
     assert set(needs.python) == {"insidemodule"}
     assert [(n.code, n.file) for n in needs.notes] == [("file_too_large", "scripts/big.py")]
+
+
+def test_hostile_files_are_read_in_bounded_time(tmp_path: Path) -> None:
+    """Files come from untrusted skills: nothing quadratic, nesting is a note, budgets hold."""
+    root = make_skill(tmp_path, "huge", "name: huge\ndescription: d", "```bash\n" * 20000)
+    scripts = root / "scripts"
+    scripts.mkdir()
+    (scripts / "deep.py").write_text("x = " + "+".join(["a"] * 100000))
+    (scripts / "comments.js").write_text("/*" * 100000 + "\nrequire('hidden')\n")
+    (scripts / "many.js").write_text("require('a')\n" * 50000)
+    (scripts / "quotes.sh").write_text("'\n" * 20000 + "curl x\n" * 20000 + "a \\\n" * 20000)
+    (scripts / "z_after_budget.py").write_text("import latemodule\n")
+    started = time.monotonic()
+    needs = scan(load_skill(root), max_total=1_400_000)
+    assert time.monotonic() - started < 20
+    assert [n.code for n in needs.notes] == ["too_complex", "scan_budget"]
+    assert needs.notes[1].file == "scripts/z_after_budget.py"
+    assert len(needs.node["a"]) == 50 and "hidden" not in needs.node  # places per name are capped
+    assert needs.network_needed == "yes" and len(needs.network) == 200
 
 
 # -- the probe on the real engine ---------------------------------------------------------------

@@ -24,9 +24,11 @@ Sources:
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 import shlex
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -36,8 +38,14 @@ from ..errors import ExecutorError
 from .files import DEFAULT_MAX_READ, FileEntry, inventory, read_file
 from .model import Skill
 
-#: At most this many files are scanned.
+#: At most this many files are scanned, this many bytes in all, for about this many seconds
+#: (the files come from untrusted skills).
 MAX_FILES = 2000
+MAX_TOTAL_BYTES = 16 * 1024 * 1024
+MAX_SECONDS = 20.0
+#: At most this many places are kept per command or module, and network reasons per skill.
+MAX_USES = 50
+MAX_REASONS = 200
 
 #: Import names whose distribution is called otherwise (a hint for the report).
 DISTRIBUTIONS = {
@@ -108,6 +116,7 @@ SEPARATORS = frozenset({";", "&&", "||", "|", "&", "|&", ";;", "(", ")", "((", "
 REDIRECT = re.compile(r"^[<>&|]*[<>][<>&|]*$")
 #: A quoted string spanning more lines than this is taken as an unbalanced quote.
 MAX_QUOTED_LINES = 200
+MAX_QUOTED_CHARS = 64 * 1024
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})\s*([^\s`{]*)")
 URL = re.compile(r"^https?://([^/:?#\s]+)", re.I)
@@ -194,6 +203,7 @@ class Need:
     #: ``if TYPE_CHECKING``; a command only checked for (``shutil.which``, ``command -v``)
     #: or run in ``try/except FileNotFoundError``.
     optional: bool = True
+    seen: set[Use] = field(default_factory=set, repr=False, compare=False)
 
 
 @dataclass(slots=True)
@@ -203,6 +213,8 @@ class Needs:
     node: dict[str, list[Use]] = field(default_factory=dict)
     network: list[Reason] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
+    seen_reasons: set[Reason] = field(default_factory=set, repr=False, compare=False)
+    seen_node: set[tuple[str, Use]] = field(default_factory=set, repr=False, compare=False)
 
     @property
     def network_needed(self) -> Level:
@@ -217,22 +229,29 @@ class Needs:
         _use(self.python.setdefault(name, Need()), Use(file, line), optional)
 
     def node_module(self, name: str, file: str, line: int) -> None:
-        _add(self.node.setdefault(name, []), Use(file, line))
+        uses = self.node.setdefault(name, [])
+        if (name, Use(file, line)) not in self.seen_node:
+            self.seen_node.add((name, Use(file, line)))
+            if len(uses) < MAX_USES:
+                uses.append(Use(file, line))
 
     def reason(self, file: str, line: int, why: str, level: Sure) -> None:
         reason = Reason(file, line, why, level)
-        if reason not in self.network:
+        if reason in self.seen_reasons:
+            return
+        self.seen_reasons.add(reason)
+        if len(self.network) < MAX_REASONS:
             self.network.append(reason)
+        elif level == "yes" and all(r.level == "maybe" for r in self.network):
+            self.network[-1] = reason  # the verdict must not be lost to the bound
 
 
 def _use(need: Need, use: Use, optional: bool) -> None:
-    _add(need.uses, use)
     need.optional = need.optional and optional
-
-
-def _add(uses: list[Use], use: Use) -> None:
-    if use not in uses:
-        uses.append(use)
+    if use not in need.seen:
+        need.seen.add(use)
+        if len(need.uses) < MAX_USES:
+            need.uses.append(use)
 
 
 def python_distribution(module: str) -> str | None:
@@ -255,9 +274,19 @@ def node_package(spec: str) -> str | None:
 # -- the scan ----------------------------------------------------------------------------------
 
 
-def scan(skill: Skill, *, max_bytes: int = DEFAULT_MAX_READ, max_files: int = MAX_FILES) -> Needs:
-    """Everything ``skill`` uses, read from its files (SKILL.md first)."""
+def scan(
+    skill: Skill,
+    *,
+    max_bytes: int = DEFAULT_MAX_READ,
+    max_files: int = MAX_FILES,
+    max_total: int = MAX_TOTAL_BYTES,
+    max_seconds: float = MAX_SECONDS,
+) -> Needs:
+    """Everything ``skill`` uses, read from its files (SKILL.md first); files past
+    ``max_total`` bytes or ``max_seconds`` of reading are skipped with a note."""
     needs = Needs()
+    deadline = time.monotonic() + max_seconds
+    total = 0
     entries = inventory(skill, limit=max_files)
     if len(entries) >= max_files:
         needs.notes.append(Note("too_many_files", f"only the first {max_files} files were scanned"))
@@ -267,6 +296,10 @@ def scan(skill: Skill, *, max_bytes: int = DEFAULT_MAX_READ, max_files: int = MA
         kind = _kind(path)
         if kind is None:
             continue
+        if total >= max_total or time.monotonic() > deadline:
+            needs.notes.append(Note("scan_budget", f"the scan stopped after {total} bytes: {path} and the files "
+                                                   "after it were not read", path))
+            break
         try:
             content = read_file(skill, path, max_bytes=max_bytes)
         except ExecutorError as exc:  # gone meanwhile, or a link out of the skill
@@ -278,6 +311,7 @@ def scan(skill: Skill, *, max_bytes: int = DEFAULT_MAX_READ, max_files: int = MA
         text = content.text
         if text is None:
             continue
+        total += len(content.data)
         scanner.scan_text(path, kind, text)
     return needs
 
@@ -407,6 +441,9 @@ class _Scanner:
     def python(self, path: str, text: str, offset: int, *, from_doc: bool) -> None:
         try:
             tree = ast.parse(text, filename=path)
+        except RecursionError:
+            self.needs.notes.append(Note("too_complex", f"{path}: nested too deeply to read", path))
+            return
         except (SyntaxError, ValueError) as exc:
             if from_doc:  # a snippet with "..." in it: its import lines still count
                 self.python_import_lines(path, text, offset)
@@ -416,7 +453,10 @@ class _Scanner:
                                          path, line))
             return
         local = self.local_modules(path) if not from_doc else self.local_modules("SKILL.md")
-        _PythonVisitor(self, path, offset, local).visit(tree)
+        try:
+            _PythonVisitor(self, path, offset, local).visit(tree)
+        except RecursionError:
+            self.needs.notes.append(Note("too_complex", f"{path}: nested too deeply to read fully", path))
 
     def python_import_lines(self, path: str, text: str, offset: int) -> None:
         local = self.local_modules("SKILL.md")
@@ -456,35 +496,36 @@ class _Scanner:
 
     def node(self, path: str, text: str, offset: int) -> None:
         code = strip_js_comments(text)
-        patterns = (
+        starts = [0, *(m.end() for m in re.finditer("\n", code))]
+
+        def line_of(index: int) -> int:
+            return bisect.bisect_right(starts, index)
+        patterns = (  # linear: no nested repetition (files come from untrusted skills)
             r"\brequire\s*\(\s*(['\"`])([^'\"`\n]+)\1\s*\)",
             r"\bimport\s*\(\s*(['\"`])([^'\"`\n]+)\1\s*\)",
-            r"(?:^|[;\s])(?:import|export)\s+(?:[\w*${}\s,]+?\s+from\s+)?(['\"])([^'\"\n]+)\1",
+            r"\bfrom\s*(['\"])([^'\"\n]+)\1",
+            r"\bimport\s*(['\"])([^'\"\n]+)\1",
         )
         for pattern in patterns:
             for match in re.finditer(pattern, code, re.M):
                 package = node_package(match.group(2))
                 if package:
-                    self.needs.node_module(package, path, _line_of(code, match.start(2)) + offset)
+                    self.needs.node_module(package, path, line_of(match.start(2)) + offset)
         calls = r"\b(execSync|execFileSync|spawnSync|spawn|execFile|exec)\s*\(\s*(['\"`])([^'\"`\n]+)\2"
         for match in re.finditer(calls, code):
-            line = _line_of(code, match.start(3)) + offset
+            line = line_of(match.start(3)) + offset
             if match.group(1).startswith("exec") and not match.group(1).startswith("execFile"):
                 self.shell(path, match.group(3), line - 1)
             else:
                 self.needs.command(PurePosixPath(match.group(3)).name, path, line)
         requests = r"\b(fetch|axios(?:\.\w+)?|got|request|get|post)\s*\(\s*(['\"`])(https?://[^'\"`\s]+)\2"
         for match in re.finditer(requests, code):
-            self.url(path, _line_of(code, match.start(3)) + offset, match.group(3))
+            self.url(path, line_of(match.start(3)) + offset, match.group(3))
 
     def url(self, path: str, line: int, url: str) -> None:
         host = URL.match(url)
         if host and not LOOPBACK.match(host.group(1)):
             self.needs.reason(path, line, f"requests {url[:200]}", "yes")
-
-
-def _line_of(text: str, index: int) -> int:
-    return text.count("\n", 0, index) + 1
 
 
 def _strip_version(spec: str) -> str:
@@ -756,23 +797,31 @@ def _command_words(segment: list[str], in_case: bool, separator: str) -> tuple[l
 
 
 def _logical_lines(text: str) -> Iterator[tuple[str, int]]:
-    """Lines with ``\\`` continuations joined and heredoc bodies left out."""
+    """Lines with ``\\`` continuations and quoted strings spanning lines joined, and heredoc
+    bodies left out (linear: each physical line is scanned once per start)."""
     lines = text.split("\n")
     index = 0
     while index < len(lines):
         start = index
-        line = lines[index]
-        while index + 1 < len(lines):
-            if line.rstrip().endswith("\\"):
-                line = line.rstrip()[:-1] + " " + lines[index + 1]
-            elif _open_quote(line) and index + 1 - start < MAX_QUOTED_LINES:
-                line = line + "\n" + lines[index + 1]  # a quoted string goes on
+        parts = [lines[index]]
+        quote = _quote_after(lines[index], None)
+        size = len(lines[index])
+        while index + 1 < len(lines) and size < MAX_QUOTED_CHARS:
+            current = parts[-1].rstrip()
+            if quote is None and current.endswith("\\"):
+                parts[-1] = current[:-1] + " "
+            elif quote is not None and index + 1 - start < MAX_QUOTED_LINES:
+                parts.append("\n")  # a quoted string goes on
             else:
                 break
             index += 1
-        if _open_quote(line):  # never closed: the first line alone
-            line, index = lines[start], start
+            parts.append(lines[index])
+            size += len(lines[index])
+            quote = _quote_after(lines[index], quote)
+        if quote is not None:  # never closed: the first line alone
+            parts, index = [lines[start]], start
         index += 1
+        line = "".join(parts)
         for heredoc in HEREDOC.finditer(line):
             terminator = heredoc.group(2)
             while index < len(lines) and lines[index].strip() != terminator:
@@ -784,22 +833,39 @@ def _logical_lines(text: str) -> Iterator[tuple[str, int]]:
 ARITHMETIC = re.compile(r"\$?\(\((?:[^()]|\([^()]*\))*\)\)")
 
 
-def _open_quote(line: str) -> bool:
-    if "'" not in line and '"' not in line:
-        return False
-    lexer = shlex.shlex(ARITHMETIC.sub(" : ", line), posix=True, punctuation_chars=";&|()<>")
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    try:
-        for _ in lexer:
-            pass
-    except ValueError:
-        return True
-    return False
+def _quote_after(text: str, quote: str | None) -> str | None:
+    """The quote still open at the end of ``text`` (``'``, ``"`` or None), starting inside
+    ``quote``: a linear scan (``\\`` escapes outside single quotes, ``#`` comments)."""
+    if quote is None and "'" not in text and '"' not in text:
+        return None
+    index, length = 0, len(text)
+    while index < length:
+        char = text[index]
+        if quote is None:
+            if char == "#" and (index == 0 or text[index - 1] in " \t\n;&|("):
+                newline = text.find("\n", index)
+                if newline < 0:
+                    return None
+                index = newline
+            elif char in "'\"":
+                quote = char
+            elif char == "\\":
+                index += 1
+        elif char == quote:
+            quote = None
+        elif char == "\\" and quote == '"':
+            index += 1
+        index += 1
+    return quote
+
+
+PLAIN_WORDS = re.compile(r"[;&|()<>]+|[^\s;&|()<>]+")
 
 
 def _tokens(line: str) -> list[str]:
     line = ARITHMETIC.sub(" : ", line)  # $(( ... )) and (( ... )) hold no command
+    if not any(c in line for c in "'\"\\#"):  # nothing to unquote: a quick split
+        return [part for token in PLAIN_WORDS.findall(line) for part in _operators(token)]
     lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|()<>")
     lexer.whitespace_split = True
     lexer.commenters = "#"
@@ -822,9 +888,16 @@ def _operators(token: str) -> list[str]:
 
 def strip_js_comments(text: str) -> str:
     """JavaScript with ``//`` and ``/* */`` comments blanked (line numbers kept; strings
-    are respected roughly: a ``//`` right after ``:`` is a URL's)."""
-    text = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
-    return re.sub(r"(?<![:\\'\"`])//[^\n]*", "", text)
+    are respected roughly: a ``//`` right after ``:`` is a URL's). Linear."""
+    parts: list[str] = []
+    position = 0
+    while (opening := text.find("/*", position)) >= 0:
+        closing = text.find("*/", opening + 2)
+        end = len(text) if closing < 0 else closing + 2
+        parts += [text[position:opening], "\n" * text.count("\n", opening, end)]
+        position = end
+    parts.append(text[position:])
+    return re.sub(r"(?<![:\\'\"`])//[^\n]*", "", "".join(parts))
 
 
 def locations(uses: Iterable[Use]) -> list[str]:
