@@ -355,6 +355,7 @@ class _Scanner:
         self.needs = needs
         self.paths = [e.path for e in entries]
         self.file_names = file_names
+        self._local: dict[str, set[str]] = {}
 
     def scan_text(self, path: str, kind: Kind, text: str) -> None:
         if kind == "doc":
@@ -474,6 +475,12 @@ class _Scanner:
     def local_modules(self, path: str) -> set[str]:
         """Top-level modules of the skill a script can import: ``.py`` files and folders in
         the script's folder and each folder above it, the skill root and ``scripts/``."""
+        key = str(PurePosixPath(path).parent)
+        if key not in self._local:
+            self._local[key] = self._local_modules(path)
+        return self._local[key]
+
+    def _local_modules(self, path: str) -> set[str]:
         folders = {"", "scripts"}
         parent = PurePosixPath(path).parent
         while str(parent) not in (".", ""):
