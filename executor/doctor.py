@@ -159,7 +159,9 @@ def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> Do
     needs = scan(skill, max_bytes=executor.settings.max_file_read_bytes)
     findings = [DoctorFinding(code=n.code, message=n.message, file=n.file, line=n.line) for n in needs.notes]
     commands, python, node = _bounded(needs, findings)
-    probed = _probe(executor, skill, commands, python, node, tenant)
+    probed: dict[str, Any] = {"commands": {}, "python": {}, "node": {}}
+    if commands or python or node:  # nothing to look for: no run
+        probed = _probe(executor, skill, commands, python, node, tenant)
     findings += [DoctorFinding(code="probe", message=m) for m in probed.get("errors", [])]
     return report(skill, _image(executor), needs, probed, findings)
 
@@ -187,7 +189,7 @@ def _probe(
 ) -> dict[str, Any]:
     timeout = min(PROBE_TIMEOUT, executor.settings.max_timeout)
     names = {"commands": commands, "python": python, "node": node, "node_probe": NODE_PROBE,
-             "node_timeout": max(1.0, timeout - 5)}
+             "node_timeout": max(1.0, timeout * 0.8)}
     request = RunRequest(skill=skill.id, command=f"python3 -c {shlex.quote(PROBE)}", stdin=json.dumps(names),
                          timeout=timeout)
     result = executor.runner.run(request, tenant=tenant)

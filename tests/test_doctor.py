@@ -321,6 +321,25 @@ def test_missing_and_network(docker_executor: Executor) -> None:
         diagnose(docker_executor, "no-such-skill")
 
 
+def test_probe_is_bounded_and_skipped_when_there_is_nothing_to_probe(
+    docker_executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = docker_executor.settings.skills_dirs[0]
+    tools = "\n".join(f"tool{i:03d} --x" for i in range(510))
+    write_skill(root, "needs-many", {"SKILL.md": f"---\nname: needs-many\ndescription: d\n---\n```bash\n{tools}\n```\n"})
+    report = diagnose(docker_executor, "needs-many")
+    assert len(report.commands) == 500 and not any(c.found for c in report.commands)
+    assert [f.code for f in report.findings] == ["too_many_names"] and "tool509" in report.findings[0].message
+    write_skill(root, "needs-nothing", {"SKILL.md": "---\nname: needs-nothing\ndescription: d\n---\nProse only.\n"})
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a skill with nothing to look for needs no probe run")
+
+    monkeypatch.setattr(docker_executor.runner, "run", no_run)
+    report = diagnose(docker_executor, "needs-nothing")
+    assert report.ok and report.commands == [] and report.findings == []
+    assert "no command or module" in render_table(report)
+
+
 def test_probe_names_cannot_escape(docker_executor: Executor, tmp_path: Path) -> None:
     """Names come from untrusted skills: a hostile one is data, never shell or code."""
     root = docker_executor.settings.skills_dirs[0]
