@@ -312,12 +312,29 @@ class WorkspaceManager:
 
 
 RUN_LINKS = {"out": "../../out", "work": "../../work", "inputs": "../../work/inputs"}
+#: What a workspace root holds of its own (a skill's entry of that name is not linked there).
+ROOT_ENTRIES = frozenset({"work", "out", "run", SKILLS, OWNER_FILE, "inputs"})
 
 
 def add_run_links(view: Path) -> None:
     """``out``, ``work`` and ``inputs`` in a skill folder point at the run's folders."""
     for name, target in RUN_LINKS.items():
         os.symlink(target, view / name)
+
+
+def add_root_links(root: Path, skill_id: str, names: list[str]) -> None:
+    """Each top-level entry of the skill also appears in the workspace root, as a link
+    into the skill's folder, so paths relative to a run folder reach the skill too:
+    ``cd out && python ../templates/x.py`` (``out`` is ``<root>/out``, its ``..`` the
+    root).  The root's own entries (``work``, ``out``, ``run``, ``skills``, the owner
+    file) win; the root is not writable by the run, nor are these links."""
+    for name in names:
+        if name in ROOT_ENTRIES or name.startswith(".") or "/" in name:
+            continue
+        try:
+            os.symlink(f"{SKILLS}/{skill_id}/{name}", root / name)
+        except FileExistsError:
+            pass
 
 
 def shadowed(entries: list[str]) -> list[str]:
