@@ -391,8 +391,17 @@ def npm_range_accepts(spec: str, version: str) -> bool:
     for alternative in spec.split("||"):
         alternative = alternative.strip()
         hyphen = re.fullmatch(r"(\S+)\s+-\s+(\S+)", alternative)
-        comps = [f">={hyphen.group(1)}", f"<={hyphen.group(2)}"] if hyphen else \
-            re.findall(r"(?:\^|~|>=|<=|>|<|=)?\s*[^\s]+", alternative)
+        if hyphen:
+            upper = _partial(hyphen.group(2))
+            if upper is None or not upper[0]:
+                return False
+            numbers = upper[0]
+            # A partial upper bound takes the whole of its last part: ``1 - 2`` is ``>=1 <3``.
+            bound = f"<={hyphen.group(2)}" if len(numbers) == 3 else \
+                "<" + ".".join(map(str, [*numbers[:-1], numbers[-1] + 1]))
+            comps = [f">={hyphen.group(1)}", bound]
+        else:
+            comps = re.findall(r"(?:\^|~|>=|<=|>|<|=)?\s*[^\s]+", alternative)
         results = [_comparator(c.strip(), parsed) for c in comps] or [True]
         if all(r is True for r in results):
             return True
@@ -672,9 +681,14 @@ class SkillEnvs:
                 raise
 
     def _run(self, argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ)
+        if self.sources.wheelhouse is not None:
+            # The wheelhouse alone: no pip configuration (files or PIP_* variables) adds sources.
+            env = {k: v for k, v in env.items() if not k.startswith("PIP_")}
+            env["PIP_CONFIG_FILE"] = os.devnull
         try:
             return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT,
-                                  check=False, stdin=subprocess.DEVNULL)
+                                  check=False, stdin=subprocess.DEVNULL, env=env)
         except subprocess.TimeoutExpired:
             return subprocess.CompletedProcess(argv, 124, "", f"timed out after {RESOLVE_TIMEOUT:.0f} s")
         except OSError as exc:
@@ -695,7 +709,8 @@ class SkillEnvs:
                 "--target", str(work / "dry"), *pip_target_args(self.sources)]
         report = work / "report.json"
         proc = self._run([*base, "--report", str(report), "-c", str(constraints), "-r", str(requirements)])
-        if proc.returncode != 0:  # the needs conflict with the image's pins: honour the skill's wish
+        if proc.returncode != 0 and "ResolutionImpossible" in proc.stderr + proc.stdout:
+            # The needs conflict with the image's pins: honour the skill's wish.
             proc = self._run([*base, "--report", str(report), "-r", str(requirements)])
         if proc.returncode != 0:
             raise self._pip_failure(planned, proc)
