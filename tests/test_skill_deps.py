@@ -305,10 +305,11 @@ def test_refused_declarations_fail_without_resolving(tmp_path: Path) -> None:
 
 
 def test_install_refuses_unmet_needs_with_422(tmp_path: Path, wheelhouse: Path) -> None:
-    from starlette.testclient import TestClient
-
     from executor.api.app import create_app
 
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # starlette's TestClient warns about its httpx use
+        from starlette.testclient import TestClient
     settings = Settings(runtime="local", skills_dirs=[tmp_path / "skills"], data_dir=tmp_path / "data",
                         skills_refresh_seconds=0.0, wheelhouse=wheelhouse, npm_wheelhouse=wheelhouse)
     with warnings.catch_warnings():
@@ -415,3 +416,20 @@ def test_a_run_of_a_skill_with_unmet_needs_fails_with_the_error(make_executor, r
     assert os.listdir(executor.runner.workspaces.runs) == []  # refused before any workspace
     off: Executor = make_executor(skill_deps="off", data_dir=executor.settings.data_dir.parent / "data-off")
     assert run(off, skill="dep-broken", command="echo ran").stdout == "ran\n"
+
+
+def test_concurrent_resolvers_of_one_key_share_the_winner(tmp_path: Path, wheelhouse: Path) -> None:
+    """Two resolvers (as two processes would: no shared lock) build the same key at once:
+    one environment ends up in place, the loser's build folder is gone."""
+    sources = Sources(wheelhouse=wheelhouse, npm_wheelhouse=wheelhouse)
+    skill = dep_skill(tmp_path / "skills", "racer", requirements="tinypkg\n")
+    resolvers = [SkillEnvs(tmp_path / "envs", sources=sources, image=IMAGE) for _ in range(2)]
+    keys: list[str | None] = []
+    threads = [threading.Thread(target=lambda r=r: keys.append(r.for_run(skill))) for r in resolvers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(keys) == 2 and keys[0] == keys[1] and keys[0] is not None
+    assert os.listdir(tmp_path / "envs") == [keys[0]]
+    assert (tmp_path / "envs" / keys[0] / "python/tinypkg/__init__.py").is_file()

@@ -575,6 +575,10 @@ class SkillEnvs:
         #: (skill path, signature) -> the plan, or the refusal (not retried until the skill changes)
         self._cache: dict[tuple[str, str], EnvPlan | DependenciesUnmet] = {}
         root.mkdir(parents=True, exist_ok=True)
+        try:
+            os.chmod(root, 0o755)  # runs (another uid) read it through a bind mount
+        except OSError:
+            pass
         self._sweep()
 
     @classmethod
