@@ -13,6 +13,8 @@ import http.server
 import io
 import json
 import os
+import subprocess
+import sys
 import tarfile
 import threading
 import urllib.request
@@ -433,3 +435,17 @@ def test_concurrent_resolvers_of_one_key_share_the_winner(tmp_path: Path, wheelh
     assert len(keys) == 2 and keys[0] == keys[1] and keys[0] is not None
     assert os.listdir(tmp_path / "envs") == [keys[0]]
     assert (tmp_path / "envs" / keys[0] / "python/tinypkg/__init__.py").is_file()
+
+
+def test_cli_install_refuses_unmet_needs(tmp_path: Path, wheelhouse: Path) -> None:
+    package = tmp_path / "unmet.zip"
+    package.write_bytes(skill_zip("cli-unmet", "tinypkg\nno-such-package\n"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
+    env |= {"SKILL_EXECUTOR_DATA_DIR": str(tmp_path / "data"), "SKILL_EXECUTOR_SKILLS_DIRS": str(tmp_path / "none"),
+            "SKILL_EXECUTOR_WHEELHOUSE": str(wheelhouse)}
+    proc = subprocess.run([sys.executable, "-m", "executor.cli.main", "skills", "install", str(package)],
+                          capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("skill-executor: skill_dependencies_unmet: ")
+    assert "  unmet: no-such-package (python): pip could not resolve it" in proc.stderr
+    assert not (tmp_path / "data/skills/cli-unmet").exists()
