@@ -362,7 +362,8 @@ qpdf --check made.pdf
 # A page served on localhost by a server the run starts itself, opened by Playwright the
 # way the webapp-testing skill's examples do (sync API, `launch(headless=True)`), with a
 # screenshot into out/: the image's Chromium works as uid 1000 on the read-only root,
-# without network or capabilities, under the launcher's seccomp filter in the warm pool.
+# without network or capabilities, under the launcher's seccomp filter in the warm pool,
+# and on gVisor.
 WEBAPP_TEST = r"""
 set -e
 cd "$WORK_DIR"
@@ -395,10 +396,11 @@ kill $server
 """
 
 
-@pytest.mark.parametrize("pool_size", [0, 1], ids=["pool0", "warm-pool"])
-def test_playwright_screenshots_a_page_served_on_localhost(tmp_path: Path, pool_size: int) -> None:
-    require_runtime("docker")
-    made = Executor.from_settings(make_settings(tmp_path, "docker", pool_size=pool_size, default_timeout=120.0))
+@pytest.mark.parametrize(("runtime", "pool_size"), [("docker", 0), ("docker", 1), ("docker-runsc", 0)],
+                         ids=["pool0", "warm-pool", "gvisor"])
+def test_playwright_screenshots_a_page_served_on_localhost(tmp_path: Path, runtime: str, pool_size: int) -> None:
+    require_runtime(runtime)
+    made = Executor.from_settings(make_settings(tmp_path, runtime, pool_size=pool_size, default_timeout=120.0))
     try:
         if pool_size:
             assert made.runtime.pool is not None and made.runtime.pool.wait_ready()  # type: ignore[attr-defined]
