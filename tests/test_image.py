@@ -193,6 +193,49 @@ pdftoppm -v 2>&1 | head -n1
     assert "qpdf version " in out and "pdftoppm version " in out
 
 
+def test_graphviz_curl_and_pip_as_skills_call_them(executor: Executor) -> None:
+    result = run(executor, """
+set -e
+cd "$WORK_DIR"
+echo 'digraph { a -> b }' | dot -Tsvg > g.svg && grep -c '<svg' g.svg
+python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 & server=$!
+for i in $(seq 50); do curl -s -o /dev/null http://localhost:8123/ && break; sleep 0.1; done
+curl -s http://localhost:8123/g.svg | grep -c '<svg'
+kill $server
+printf 'pypdf\\nopenpyxl>=3\\n' > req.txt
+pip install -q -r req.txt && echo pip-satisfied
+pip install -q no-such-package-xyz >/dev/null 2>&1 || echo pip-refused
+""")
+    assert result.stdout.splitlines() == ["1", "1", "pip-satisfied", "pip-refused"], result.stderr
+
+
+def test_node_renders_icons_and_edits_pdfs(executor: Executor) -> None:
+    """What pptxgenjs.md's icon recipe (react-icons -> SVG -> sharp -> PNG) and the pdf
+    skill's JavaScript (pdf-lib) need."""
+    result = run(executor, """
+cd "$WORK_DIR"
+node - <<'EOF'
+const fs = require("fs");
+const React = require("react");
+const ReactDOMServer = require("react-dom/server");
+const { FaBeer } = require("react-icons/fa");
+const sharp = require("sharp");
+const { PDFDocument } = require("pdf-lib");
+(async () => {
+  const svg = ReactDOMServer.renderToStaticMarkup(React.createElement(FaBeer, { color: "#336699", size: "256" }));
+  const png = await sharp(Buffer.from(svg)).png().toBuffer();
+  fs.writeFileSync("icon.png", png);
+  const pdf = await PDFDocument.create();
+  pdf.addPage([200, 100]).drawText("pdf-lib");
+  fs.writeFileSync("made.pdf", await pdf.save());
+  console.log(svg.startsWith("<svg"), (await sharp(png).metadata()).width);
+})();
+EOF
+python3 -c 'from pypdf import PdfReader; print(len(PdfReader("made.pdf").pages))'
+""")
+    assert result.stdout.splitlines() == ["true 256", "1"], result.stderr
+
+
 def test_node_requires_docx_and_pptxgenjs_from_anywhere(executor: Executor) -> None:
     result = run(executor, """
 cd "$WORK_DIR"
