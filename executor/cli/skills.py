@@ -21,6 +21,7 @@ from ..skills import (
     render_xml,
     sandbox_dir,
 )
+from ..skills.deps import SkillEnvs
 from .arguments import existing_dir
 from .output import emit_json
 
@@ -221,10 +222,15 @@ def _install(args: argparse.Namespace) -> int:
         return 2
     try:
         settings = Settings()
-        repository = SkillRepository(settings.skills_dirs, install_root=args.root or settings.install_root)
+        repository = SkillRepository(settings.skills_dirs, install_root=args.root or settings.install_root,
+                                     deps=SkillEnvs.from_settings(settings))
         result = repository.install(data, strict=args.strict)
     except ExecutorError as exc:
         print(f"skill-executor: {exc.code}: {exc.message}", file=sys.stderr)
+        for item in exc.details.get("unmet", []) if exc.code == "skill_dependencies_unmet" else []:
+            print(f"  unmet: {item.get('need')} ({item.get('source')}): {item.get('error')}", file=sys.stderr)
+        for line in exc.details.get("log", []) if exc.code == "skill_dependencies_unmet" else []:
+            print(f"  | {line}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"skill-executor: cannot install into {exc.filename or 'the install root'}: {exc.strerror}",
