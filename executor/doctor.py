@@ -21,6 +21,7 @@ from .access import LOCAL_TENANT
 from .errors import Unavailable
 from .runs.models import RunRequest
 from .skills import Skill
+from .skills.deps import DependenciesUnmet
 from .skills.needs import Needs, locations, python_distribution, scan
 
 if TYPE_CHECKING:
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 MAX_PROBE_NAMES = 500
 #: Seconds the probe may take (capped by the server's maximum run timeout).
 PROBE_TIMEOUT = 60.0
+
+#: A command the probe did not check (no run could start).
+NOT_CHECKED = ""
 
 #: Network reasons the table shows (the JSON has them all).
 TABLE_REASONS = 10
@@ -92,7 +96,7 @@ print("\n" + json.dumps(out))
 
 class CommandNeed(BaseModel):
     name: str
-    found: bool
+    found: bool | None = Field(description="null: not checked (no run could start; see findings)")
     path: str | None = Field(default=None, description="where the sandbox finds it")
     optional: bool = Field(default=False, description="only looked for (shutil.which, command -v) or run in "
                                                       "try/except FileNotFoundError")
@@ -102,14 +106,14 @@ class CommandNeed(BaseModel):
 class PythonNeed(BaseModel):
     module: str = Field(description="the top-level import name")
     distribution_hint: str | None = Field(default=None, description="the usual distribution, when named otherwise")
-    found: bool
+    found: bool | None = Field(description="null: not checked (no run could start; see findings)")
     optional: bool = Field(description="every import of it is guarded (try/except ImportError, TYPE_CHECKING)")
     used_in: list[str]
 
 
 class NodeNeed(BaseModel):
     module: str
-    found: bool
+    found: bool | None = Field(description="null: not checked (no run could start; see findings)")
     used_in: list[str]
 
 
@@ -161,7 +165,13 @@ def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> Do
     commands, python, node = _bounded(needs, findings)
     probed: dict[str, Any] = {"commands": {}, "python": {}, "node": {}}
     if commands or python or node:  # nothing to look for: no run
-        probed = _probe(executor, skill, commands, python, node, tenant)
+        try:
+            probed = _probe(executor, skill, commands, python, node, tenant)
+        except DependenciesUnmet as exc:  # no run can start: say so, and what the scan found
+            unmet = exc.details.get("unmet") if isinstance(exc.details, dict) else None
+            findings.append(DoctorFinding(code=exc.code, message=exc.message + (f": {unmet}" if unmet else "")))
+            probed = {"commands": dict.fromkeys(commands, NOT_CHECKED), "python": dict.fromkeys(python),
+                      "node": dict.fromkeys(node)}
     findings += [DoctorFinding(code="probe", message=m) for m in probed.get("errors", [])]
     return report(skill, _image(executor), needs, probed, findings)
 
@@ -213,31 +223,37 @@ def report(
     """The report from the scan and the probe's answer (pure); names the probe did not
     check (over the bound) are left out."""
     found_commands: dict[str, str | None] = probed.get("commands", {})
-    found_python: dict[str, bool] = probed.get("python", {})
-    found_node: dict[str, bool] = probed.get("node", {})
+    found_python: dict[str, bool | None] = probed.get("python", {})
+    found_node: dict[str, bool | None] = probed.get("node", {})
+
+    def flag(value: bool | None) -> bool | None:
+        return None if value is None else bool(value)
+
     commands = [
-        CommandNeed(name=n, found=found_commands[n] is not None, path=found_commands[n],
-                    optional=needs.commands[n].optional, used_in=locations(needs.commands[n].uses))
+        CommandNeed(name=n, found=None if found_commands[n] == NOT_CHECKED else found_commands[n] is not None,
+                    path=found_commands[n] or None, optional=needs.commands[n].optional,
+                    used_in=locations(needs.commands[n].uses))
         for n in sorted(needs.commands) if n in found_commands
     ]
     python = [
-        PythonNeed(module=n, distribution_hint=python_distribution(n), found=bool(found_python[n]),
+        PythonNeed(module=n, distribution_hint=python_distribution(n), found=flag(found_python[n]),
                    optional=needs.python[n].optional, used_in=locations(needs.python[n].uses))
         for n in sorted(needs.python) if n in found_python
     ]
-    node = [NodeNeed(module=n, found=bool(found_node[n]), used_in=locations(needs.node[n]))
+    node = [NodeNeed(module=n, found=flag(found_node[n]), used_in=locations(needs.node[n]))
             for n in sorted(needs.node) if n in found_node]
     missing = Missing(
-        commands=[c.name for c in commands if not c.found and not c.optional],
-        python=[p.module for p in python if not p.found and not p.optional],
-        node=[m.module for m in node if not m.found],
+        commands=[c.name for c in commands if c.found is False and not c.optional],
+        python=[p.module for p in python if p.found is False and not p.optional],
+        node=[m.module for m in node if m.found is False],
     )
     network = Network(
         needed=needs.network_needed,
         reasons=[NetworkReason(file=r.file, line=r.line, why=r.why, level=r.level) for r in needs.network],
         note=NO_NETWORK if image is not None else NO_NETWORK_LOCAL,
     )
-    ok = not (missing.commands or missing.python or missing.node) and network.needed != "yes"
+    unchecked = any(f.code == DependenciesUnmet.code for f in findings)
+    ok = not (missing.commands or missing.python or missing.node or unchecked) and network.needed != "yes"
     return DoctorReport(skill=skill.id, image=image, commands=commands, python=python, node=node, missing=missing,
                         network=network, findings=findings, ok=ok)
 
@@ -246,9 +262,9 @@ def render_table(doctor: DoctorReport) -> str:
     """The report for people: one line per need, then what is missing and the verdict."""
     lines = [f"skill {doctor.skill}  image {doctor.image or '(local runtime: the host)'}", ""]
 
-    def row(kind: str, name: str, found: bool, extra: str, used: list[str]) -> str:
+    def row(kind: str, name: str, found: bool | None, extra: str, used: list[str]) -> str:
         where = ", ".join(used[:3]) + (f" (+{len(used) - 3})" if len(used) > 3 else "")
-        status = "ok" if found else "MISSING"
+        status = "?" if found is None else "ok" if found else "MISSING"
         return f"  {kind:<8} {name:<28} {status:<8} {extra:<34} {where}".rstrip()
 
     lines.append(f"  {'KIND':<8} {'NAME':<28} {'STATUS':<8} {'DETAIL':<34} USED IN")
@@ -278,6 +294,8 @@ def render_table(doctor: DoctorReport) -> str:
         lines.append("ok: everything the skill needs is there")
     else:
         parts = []
+        if any(f.code == DependenciesUnmet.code for f in doctor.findings):
+            parts.append("its declared dependencies cannot be met (nothing was checked)")
         if missing:
             parts.append("missing " + ", ".join(missing))
         if doctor.network.needed == "yes":

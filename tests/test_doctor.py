@@ -340,6 +340,20 @@ def test_probe_is_bounded_and_skipped_when_there_is_nothing_to_probe(
     assert "no command or module" in render_table(report)
 
 
+def test_unmet_declared_dependencies_are_a_finding(docker_executor: Executor) -> None:
+    root = docker_executor.settings.skills_dirs[0]
+    write_skill(root, "needs-unmet", {"SKILL.md": "---\nname: needs-unmet\ndescription: d\n---\n```bash\npandoc x\n```\n",
+                                      "requirements.txt": "-e .\n", "scripts/a.py": "import yaml\n"})
+    report = diagnose(docker_executor, "needs-unmet")
+    assert not report.ok
+    assert [f.code for f in report.findings] == ["skill_dependencies_unmet"]
+    assert "editable installs are not allowed" in report.findings[0].message
+    assert [(c.name, c.found) for c in report.commands] == [("pandoc", None)]  # not checked: no run could start
+    assert [(p.module, p.found) for p in report.python] == [("yaml", None)]
+    assert report.missing.model_dump() == {"commands": [], "python": [], "node": []}
+    assert "declared dependencies cannot be met" in render_table(report)
+
+
 def test_probe_names_cannot_escape(docker_executor: Executor, tmp_path: Path) -> None:
     """Names come from untrusted skills: a hostile one is data, never shell or code."""
     root = docker_executor.settings.skills_dirs[0]
