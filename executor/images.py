@@ -357,6 +357,8 @@ SYSTEM_TOOLS: tuple[tuple[str, str, str], ...] = (
     ("jq", "jq", "jq --version"),
     ("sqlite3", "sqlite3", "sqlite3 --version"),
     ("ripgrep", "rg", "rg --version"),
+    ("graphviz", "dot", "dot -V 2>&1"),
+    ("curl", "curl", "curl --version"),
     ("7-Zip (p7zip)", "7z", "7z i | grep -m1 7-Zip"),
     ("unzip", "unzip", "unzip -v"),
     ("zip", "zip", "zip -v | sed -n 2p"),
