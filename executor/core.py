@@ -16,6 +16,7 @@ from .errors import BadRequest
 from .runs.pipeline import SkillRunner
 from .runtimes.base import Runtime
 from .skills import SkillRepository
+from .skills.registry import Registry
 
 
 def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtime:
@@ -55,7 +56,8 @@ class Executor:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
         repository = SkillRepository(
-            settings.skills_dirs, install_root=settings.install_root, refresh_interval=settings.skills_refresh_seconds
+            settings.skills_dirs, install_root=settings.install_root, refresh_interval=settings.skills_refresh_seconds,
+            registry=Registry(settings.registry_dir),
         )
         artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
