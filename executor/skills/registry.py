@@ -44,7 +44,7 @@ from typing import Any
 
 from ..errors import BadRequest, Conflict, NotFound
 from ..sqlite import ThreadLocalDB
-from .loader import SkillLoadError, load_skill
+from .loader import SkillLoadError, find_skill_file, load_skill
 from .model import Skill
 
 log = logging.getLogger(__name__)
@@ -379,6 +379,8 @@ class Registry:
 
     def observe(self, skill_id: str, folder: Path) -> Version:
         """The version matching ``folder``'s current content, published if it changed."""
+        if find_skill_file(folder) is None:  # removed since the catalog saw it
+            raise NotFound(f"unknown skill {skill_id!r}: {folder} holds no SKILL.md", code="skill_not_found")
         signature = _signature(folder)
         seen = self._observed.get(folder)
         if seen is not None and seen[0] == signature:
