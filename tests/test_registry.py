@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import os
@@ -16,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from executor.client import ApiError, Client
+from executor.client import ApiError, AsyncClient, Client
 from executor.core import Executor
 from executor.errors import Conflict, NotFound
 from executor.runs.models import RunRequest
@@ -170,6 +171,12 @@ def test_a_folder_skill_edited_on_disk_is_a_new_version_on_next_load(tmp_path: P
     assert repository.get("LIVE@latest").version == 2
     with pytest.raises(NotFound):
         repository.get("live@9")
+    stale = SkillRepository([root], refresh_interval=3600, registry=repository.registry)
+    stale.get("live")
+    (folder / "SKILL.md").unlink()  # gone from disk, still in the stale catalog
+    with pytest.raises(NotFound):
+        stale.get("live")
+    assert repository.registry is not None and len(repository.registry.versions("live")) == 2
 
 
 def test_an_install_is_a_version_and_the_name_check_runs_before_it_goes_live(tmp_path: Path) -> None:
@@ -240,7 +247,7 @@ def test_a_pinned_run_sees_its_version_while_a_newer_one_is_published(docker_exe
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("registry"))
+    srv = Server(tmp_path_factory.mktemp("registry"), env={"SKILL_EXECUTOR_SKILL_UPLOAD_MAX_FILES": "5"})
     srv.start()
     yield srv
     srv.stop()
@@ -317,6 +324,25 @@ def test_the_rest_api(server: Server, tmp_path: Path) -> None:
         record = client.get_run(run["run_id"])
         assert record["result"]["skill_digest"] == manifest["digest"]
 
+        loose = [("SKILL.md", b"---\nname: rest\ndescription: Loose.\nflavour: extra\n---\n# rest\n")]
+        tolerated = client.send(Client_push(loose, "rest", strict=False, set_default=False))
+        assert "unknown-field" in {f["code"] for f in tolerated["findings"]}
+        assert (tolerated["version"], tolerated["is_default"]) == (3, False)
+        with pytest.raises(ApiError) as strict:
+            client.send(Client_push(loose + [("x.txt", b"x")], "rest", strict=True))
+        assert (strict.value.status, strict.value.code) == (400, "invalid_skill")
+        with pytest.raises(ApiError) as many:
+            client.send(Client_push(files + [(f"rest/{i}.txt", b"x") for i in range(4)], "rest"))
+        assert (many.value.status, many.value.code) == (413, "upload_too_many_files")
+
+        async def pull_async() -> dict[str, object]:
+            async with AsyncClient(server.url) as async_client:
+                assert (await async_client.skill_versions("rest"))["latest_version"] == 3
+                return await async_client.pull_skill("rest", tmp_path / "async-pull", 1)
+
+        assert asyncio.run(pull_async())["version"] == 1
+        assert (tmp_path / "async-pull" / "data.txt").read_text() == "one"
+
         content = client.send(Client_content("rest", 1))
         with zipfile.ZipFile(io.BytesIO(content.content)) as archive:
             assert archive.read("rest/data.txt") == b"one"
@@ -332,10 +358,11 @@ def test_the_rest_api(server: Server, tmp_path: Path) -> None:
     assert httpx.get(f"{server.url}/v1/skills/rest/versions").status_code == 404
 
 
-def Client_push(files: list[tuple[str, bytes]], name: str):  # type: ignore[no-untyped-def]
+def Client_push(files: list[tuple[str, bytes]], name: str, *, strict: bool | None = None,  # type: ignore[no-untyped-def]
+                set_default: bool = True):
     from executor.client import Calls
 
-    return Calls.push_skill(files, name, None, True)
+    return Calls.push_skill(files, name, strict, set_default)
 
 
 def Client_content(name: str, version: int):  # type: ignore[no-untyped-def]
