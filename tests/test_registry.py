@@ -77,6 +77,28 @@ def test_a_fixed_tree_has_a_known_digest(tmp_path: Path) -> None:
 KNOWN_DIGEST = "sha256:731010a10202709eed65b406df69768cae944bd9954b4bd4abe25e27d39fdee7"
 
 
+def test_links_stay_links_and_count_in_the_digest(tmp_path: Path) -> None:
+    (tmp_path / "outside.txt").write_text("outside")
+    skill = write_skill(tmp_path / "src" / "linked", "linked")
+    (skill / "alias.txt").symlink_to("data.txt")
+    (skill / "tools").symlink_to("scripts")
+    (skill / "escape").symlink_to(tmp_path / "outside.txt")
+    registry = Registry(tmp_path / "registry")
+    version, _ = registry.publish("linked", skill, actor="test")
+    folder = registry.folder(version)
+    assert os.readlink(folder / "alias.txt") == "data.txt" and (folder / "alias.txt").read_text() == "one"
+    assert os.readlink(folder / "tools") == "scripts"
+    assert os.readlink(folder / "escape") == str(tmp_path / "outside.txt")
+    links = {f.path: f.link for f in version.files if f.link is not None}
+    assert links == {"alias.txt": "data.txt", "tools": "scripts", "escape": str(tmp_path / "outside.txt")}
+    line = b"alias.txt\x00link:" + hashlib.sha256(b"data.txt").hexdigest().encode() + b"\n"
+    assert version.digest == manifest_digest([(f.path, f.digest_field) for f in version.files])
+    assert line in b"".join(f.path.encode() + b"\x00" + f.digest_field.encode() + b"\n" for f in version.files)
+    (skill / "alias.txt").unlink()
+    (skill / "alias.txt").symlink_to("SKILL.md")  # retargeted: another version
+    assert registry.publish("linked", skill, actor="test")[0].number == 2
+
+
 # -- the registry on its own -------------------------------------------------------------
 
 
@@ -238,8 +260,10 @@ def test_a_pinned_run_sees_its_version_while_a_newer_one_is_published(docker_exe
     unpinned = docker_executor.runner.run(RunRequest(skill="pinned", command="cat data.txt"))
     assert (unpinned.stdout, unpinned.skill_version) == ("version two", 2)
     registry.set_default("pinned", 1, actor="test")  # rollback
-    rolled = docker_executor.runner.run(RunRequest(skill="pinned", command="cat data.txt"))
-    assert (rolled.stdout, rolled.skill_version) == ("version one", 1)
+    rolled = docker_executor.runner.run(RunRequest.model_validate({
+        "skill": "pinned", "command": "cat data.txt; echo; cat $WORK_DIR/inputs/v2.txt",
+        "inputs": [{"from": "skill://pinned@2/data.txt", "to": "inputs/v2.txt"}]}))
+    assert (rolled.stdout, rolled.skill_version) == ("version one\nversion two", 1)
 
 
 # -- the service, the client and the CLI -------------------------------------------------

@@ -105,9 +105,10 @@ class Installed(BaseModel):
 
 class VersionFile(BaseModel):
     path: str
-    sha256: str
+    sha256: str = Field(description="of the content; of the target for a link")
     size: int
     executable: bool
+    link: str | None = Field(default=None, description="a symbolic link's target (kept as a link)")
 
 
 class VersionInfo(BaseModel):

@@ -11,7 +11,8 @@ Layout under ``<data_dir>/registry/``::
 
 A version's digest is ``sha256`` over its manifest in a canonical byte encoding
 (:func:`manifest_digest`): for every file, in ascending byte order of its UTF-8 path
-relative to the skill folder, ``path || 0x00 || hex(sha256(content)) || 0x0A``.  File
+relative to the skill folder, ``path || 0x00 || hex(sha256(content)) || 0x0A`` (a
+symbolic link: ``path || 0x00 || "link:" || hex(sha256(target)) || 0x0A``).  File
 modes, times and empty folders are not part of it.
 
 Version numbers are consecutive per skill and never reused (``skills.next_version``
@@ -56,17 +57,30 @@ SYSTEM_ACTOR = "system"
 
 @dataclass(frozen=True, slots=True)
 class FileDigest:
+    """One manifest entry: a regular file, or (``link`` set) a symbolic link, kept as a link."""
+
     path: str
     sha256: str
     size: int
     executable: bool
+    link: str | None = None
+
+    @property
+    def digest_field(self) -> str:
+        """What the canonical encoding writes after the path: the content's hex, ``link:<hex of target>``."""
+        return f"link:{self.sha256}" if self.link is not None else self.sha256
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "size": self.size, "executable": self.executable}
+        entry: dict[str, Any] = {"path": self.path, "sha256": self.sha256, "size": self.size,
+                                 "executable": self.executable}
+        if self.link is not None:
+            entry["link"] = self.link
+        return entry
 
 
 def manifest_digest(files: list[tuple[str, str]]) -> str:
-    """``sha256:<hex>`` over ``(relative path, file sha256 hex)`` pairs in the canonical encoding."""
+    """``sha256:<hex>`` over ``(relative path, sha256 hex)`` pairs in the canonical encoding
+    (a link's pair carries ``link:<sha256 hex of its target>``)."""
     h = hashlib.sha256()
     for path, digest in sorted(files, key=lambda f: f[0].encode("utf-8", "surrogateescape")):
         h.update(path.encode("utf-8", "surrogateescape") + b"\x00" + digest.encode("ascii") + b"\n")
@@ -162,6 +176,7 @@ class Registry:
         self._observed: dict[Path, tuple[tuple[Any, ...], str, int]] = {}
         self._loaded: dict[tuple[str, int], Skill] = {}
         self._leases: dict[tuple[str, int], int] = {}
+        self._leases_lock = threading.Lock()  # not the writer's: a long publish must not hold runs up
         with self.writing():
             for leftover in [*self.staging.iterdir(), *self.trash.iterdir()]:
                 shutil.rmtree(leftover, ignore_errors=True)
@@ -207,7 +222,7 @@ class Registry:
                 target = stage / folder.name
                 target.mkdir(mode=0o755)
                 files = self._materialise(folder, target)
-                digest = manifest_digest([(f.path, f.sha256) for f in files])
+                digest = manifest_digest([(f.path, f.digest_field) for f in files])
                 return self._commit(skill_id, stage, folder.name, files, digest, actor, source, set_default)
             finally:
                 shutil.rmtree(stage, ignore_errors=True)
@@ -260,26 +275,37 @@ class Registry:
         return self.version(skill_id, number), True
 
     def _materialise(self, source: Path, target: Path) -> list[FileDigest]:
-        """Copy ``source``'s regular files into blobs and hard-link them under ``target``."""
+        """Copy ``source``'s regular files into blobs and hard-link them under ``target``.
+
+        Links stay links (as a run's copy keeps them): one that resolves inside the skill
+        with a relative target, any other to its resolved absolute target -- which every
+        reader refuses as leaving the skill, as before.
+        """
         files: list[FileDigest] = []
         real_root = source.resolve()
         for dirpath, dirnames, filenames in os.walk(source):
             rel_dir = os.path.relpath(dirpath, source)
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not Path(dirpath, d).is_symlink())
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
             out_dir = target if rel_dir == "." else target / rel_dir
-            for name in dirnames:
-                (out_dir / name).mkdir(mode=0o755)
+            for name in list(dirnames):
+                if Path(dirpath, name).is_symlink():
+                    dirnames.remove(name)
+                    filenames.append(name)  # recorded as a link below
+                else:
+                    (out_dir / name).mkdir(mode=0o755)
             for name in sorted(filenames):
                 src = Path(dirpath, name)
                 rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
                 st = os.lstat(src)
-                if stat.S_ISLNK(st.st_mode):  # a link to a file inside the skill is stored as that file
-                    resolved = src.resolve()
-                    if not resolved.is_relative_to(real_root) or not resolved.is_file():
-                        log.warning("skill file %s is a link out of the skill or to a folder; not versioned", src)
-                        continue
-                    src, st = resolved, resolved.stat()
-                elif not stat.S_ISREG(st.st_mode):
+                if stat.S_ISLNK(st.st_mode):
+                    resolved = Path(os.path.realpath(src))
+                    inside = resolved.is_relative_to(real_root)
+                    link = os.path.relpath(resolved, Path(dirpath).resolve()) if inside else str(resolved)
+                    os.symlink(link, out_dir / name)
+                    sha = hashlib.sha256(os.fsencode(link)).hexdigest()
+                    files.append(FileDigest(rel, sha, 0, False, link))
+                    continue
+                if not stat.S_ISREG(st.st_mode):
                     continue
                 executable = bool(st.st_mode & 0o111)
                 sha, size = self._link_blob(src, out_dir / name, executable)
@@ -503,12 +529,12 @@ class Registry:
                     raise gone
             except FileNotFoundError:
                 raise gone from None
-            with self._thread_lock:
+            with self._leases_lock:
                 self._leases[key] = self._leases.get(key, 0) + 1
             try:
                 yield
             finally:
-                with self._thread_lock:
+                with self._leases_lock:
                     self._leases[key] -= 1
                     if not self._leases[key]:
                         del self._leases[key]
@@ -543,10 +569,10 @@ def _signature(folder: Path) -> tuple[Any, ...]:
     entries: list[tuple[str, int, int, int, int]] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-        for name in sorted(filenames):
+        for name in sorted([*filenames, *(d for d in dirnames if os.path.islink(os.path.join(dirpath, d)))]):
             full = os.path.join(dirpath, name)
             try:
-                st = os.stat(full)
+                st = os.lstat(full)  # a retargeted link is a new link: new times
             except OSError:
                 continue
             entries.append((full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode))

@@ -202,6 +202,8 @@ def version_content(name: str, version: str, request: Request, _: Principal = De
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for entry in found.files:
+            if entry.link is not None:  # an upload cannot hold links: the zip leaves them out
+                continue
             info = zipfile.ZipInfo(str(PurePosixPath(found.dirname) / entry.path), date_time=(1980, 1, 1, 0, 0, 0))
             info.external_attr = (0o100755 if entry.executable else 0o100644) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
