@@ -212,9 +212,10 @@ class Calls:
         return Call("GET", f"/v1/runs/{segment(run_id)}/events", as_nothing)
 
     @staticmethod
-    def put_artifact(name: str, content: bytes | Iterable[bytes] | AsyncIterable[bytes], mime_type: str,
+    def put_artifact(name: str, content: bytes | Iterable[bytes] | AsyncIterable[bytes], mime_type: str | None,
                      owner: str | None = None, size: int | None = None) -> Call[JSON]:
-        headers = {"Content-Type": mime_type}
+        # No Content-Type: the service types the artifact from its content and name.
+        headers = {"Content-Type": mime_type} if mime_type else {}
         if size is not None:
             headers["Content-Length"] = str(size)  # known up front: the service refuses an oversize body at once
         return Call("POST", f"/v1/artifacts/{subpath(name)}", as_json, content=content, headers=headers,
@@ -243,8 +244,14 @@ class Calls:
         return Call("GET", "/v1/tools", as_json, params={"format": format})
 
     @staticmethod
-    def call_tool(name: str, arguments: JSON | str | None) -> Call[JSON]:
-        return Call("POST", "/v1/tools/call", as_json, json={"name": name, "arguments": arguments})
+    def call_tool(name: str, arguments: JSON | str | None, format: str | None = None,
+                  call_id: str | None = None) -> Call[JSON]:
+        body: dict[str, Any] = {"name": name, "arguments": arguments}
+        if format is not None:
+            body["format"] = format
+        if call_id is not None:
+            body["id"] = call_id
+        return Call("POST", "/v1/tools/call", as_json, json=body)
 
     @staticmethod
     def health() -> Call[JSON]:
@@ -503,10 +510,11 @@ class Client:
                     yield parsed
 
     # artifacts
-    def put_artifact(self, name: str, data: Body, *, mime_type: str = "application/octet-stream",
+    def put_artifact(self, name: str, data: Body, *, mime_type: str | None = None,
                      owner: str | None = None) -> JSON:
         """Save a new version; ``data`` is bytes, a path, a binary file or an iterable of
-        chunks -- all but bytes are streamed, never read into memory."""
+        chunks -- all but bytes are streamed, never read into memory.  Without
+        ``mime_type`` the service types it from its content and name (as run outputs)."""
         content, size = upload_body(data)
         return self.send(Calls.put_artifact(name, content, mime_type, owner, size))
 
@@ -555,8 +563,11 @@ class Client:
     def tools(self, format: str = "openai") -> JSON:
         return self.send(Calls.tools(format))
 
-    def call_tool(self, name: str, arguments: JSON | str | None) -> JSON:
-        return self.send(Calls.call_tool(name, arguments))
+    def call_tool(self, name: str, arguments: JSON | str | None, *, format: str | None = None,
+                  call_id: str | None = None) -> JSON:
+        """Execute a tool call; with ``format`` (and the call's id) the answer's ``message``
+        is the tool-result message to append to the conversation."""
+        return self.send(Calls.call_tool(name, arguments, format, call_id))
 
     def health(self) -> JSON:
         return self.send(Calls.health())
@@ -662,10 +673,11 @@ class AsyncClient:
                     yield parsed
 
     # artifacts
-    async def put_artifact(self, name: str, data: AsyncBody, *, mime_type: str = "application/octet-stream",
+    async def put_artifact(self, name: str, data: AsyncBody, *, mime_type: str | None = None,
                            owner: str | None = None) -> JSON:
         """Save a new version; ``data`` is bytes, a path, a binary file (read in a
-        thread) or an async iterable of chunks -- all but bytes are streamed."""
+        thread) or an async iterable of chunks -- all but bytes are streamed.  Without
+        ``mime_type`` the service types it from its content and name."""
         content, size = await aupload_body(data)
         return await self.send(Calls.put_artifact(name, content, mime_type, owner, size))
 
@@ -713,8 +725,9 @@ class AsyncClient:
     async def tools(self, format: str = "openai") -> JSON:
         return await self.send(Calls.tools(format))
 
-    async def call_tool(self, name: str, arguments: JSON | str | None) -> JSON:
-        return await self.send(Calls.call_tool(name, arguments))
+    async def call_tool(self, name: str, arguments: JSON | str | None, *, format: str | None = None,
+                        call_id: str | None = None) -> JSON:
+        return await self.send(Calls.call_tool(name, arguments, format, call_id))
 
     async def health(self) -> JSON:
         return await self.send(Calls.health())

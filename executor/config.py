@@ -104,6 +104,13 @@ class Settings(BaseSettings):
     instance_id: str | None = None  # this process's lease name under the workspace root (default: random)
     cleanup_workers: int = 4  # parallel removals of used containers and workspaces
 
+    # -- skill dependencies (resolved on the host into <data_dir>/envs, never in a run) ----
+    skill_deps: Literal["install", "off"] = "install"
+    package_index_url: str | None = None  # default: pip's own (its configuration, else PyPI)
+    wheelhouse: Path | None = None  # a folder of wheels: resolve from it alone (pip --no-index --find-links)
+    npm_registry: str | None = None  # default: npm's own
+    npm_wheelhouse: Path | None = None  # a folder of npm tarballs (*.tgz): resolve from it alone (npm --offline)
+
     @field_validator("api_keys", "admin_keys", "allowed_origins", mode="before")
     @classmethod
     def _strs(cls, value: Any) -> Any:
@@ -121,6 +128,11 @@ class Settings(BaseSettings):
     @property
     def artifacts_dir(self) -> Path:
         return self.data_dir / "artifacts"
+
+    @property
+    def envs_dir(self) -> Path:
+        """Where skills' dependency environments live (mounted read-only into every container)."""
+        return (self.data_dir / "envs").resolve()
 
     @property
     def install_root(self) -> Path:

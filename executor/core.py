@@ -16,6 +16,7 @@ from .errors import BadRequest
 from .runs.pipeline import SkillRunner
 from .runtimes.base import Runtime
 from .skills import SkillRepository
+from .skills.deps import SkillEnvs
 from .skills.registry import Registry
 
 
@@ -57,6 +58,7 @@ class Executor:
         _raise_descriptor_limit()
         repository = SkillRepository(
             settings.skills_dirs, install_root=settings.install_root, refresh_interval=settings.skills_refresh_seconds,
+            deps=SkillEnvs.from_settings(settings),
             registry=Registry(settings.registry_dir),
         )
         artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)

@@ -350,6 +350,7 @@ SYSTEM_TOOLS: tuple[tuple[str, str, str], ...] = (
     ("tesseract", "tesseract", "tesseract --version"),
     ("ImageMagick", "convert", "convert -version"),
     ("ffmpeg", "ffmpeg", "ffmpeg -version"),
+    ("Chromium (headless shell)", "chromium-headless-shell", "chromium-headless-shell --version"),
     ("Node.js", "node", "node --version"),
     ("npm", "npm", "npm --version"),
     ("git", "git", "git --version"),

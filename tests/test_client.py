@@ -93,6 +93,8 @@ def test_both_clients_send_the_same_quoted_requests() -> None:
         "/v1/runs/id%2F..%2Fx",
     ]
     assert shape(sync_seen)[4][2] == "application/zip"
+    # An artifact without a mime_type goes without a Content-Type: the service types it.
+    assert shape(sync_seen)[2][2] is None
     assert shape(sync_seen)[5][3] == "k1" and json.loads(shape(sync_seen)[5][4]) == {"skill": "s", "command": "true"}
     # Artifacts: an iterator streams (chunked); delete by version; versions is a listing filter, never a
     # path under the name (which would shadow an artifact named .../versions).
@@ -100,6 +102,13 @@ def test_both_clients_send_the_same_quoted_requests() -> None:
         ("POST", "/v1/artifacts/chunks"), ("DELETE", "/v1/artifacts/d/x?version=2&owner=k"),
         ("GET", "/v1/artifacts?name=x%2Fversions")]
     assert sync_seen[7].content == b"ab" and sync_seen[7].headers["transfer-encoding"] == "chunked"
+
+
+def test_put_artifact_sends_the_mime_type_it_is_given() -> None:
+    seen: Seen = []
+    with Client("http://test", transport=httpx.MockTransport(handler(seen))) as client:
+        client.put_artifact("report.csv", b"a,b\n", mime_type="text/csv")
+    assert seen[0].headers["content-type"] == "text/csv"
 
 
 def test_uploads_stream_from_files_and_downloads_stream_to_files(tmp_path: Path) -> None:

@@ -356,6 +356,8 @@ def test_timeout_kills_and_removes_the_container(make_docker) -> None:  # type: 
     elapsed = time.monotonic() - started
     assert result.timed_out and result.stdout == "before\n"
     assert 2.0 <= result.duration_ms / 1000 <= 3.5 and elapsed <= 2 + 1.5 + 1.0
+    # The killed container has exited; the cleanup workers remove it (with the workspace).
+    runtime.settle()
     assert runtime.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}) == []
 
 

@@ -103,6 +103,41 @@ def test_deep_trees_are_measured_and_removed_without_recursion(tmp_path: Path, o
     assert not root.exists() and (outside / "secret").read_text() == "secret"
 
 
+def test_usage_counts_every_allocated_block_once_and_follows_nothing(tmp_path: Path, outside: Path) -> None:
+    root = tmp_path / "measured"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "one").write_bytes(b"x" * 10_000)
+    (root / "a" / "b" / "two").write_bytes(b"y" * 70_000)
+    os.link(root / "a" / "one", root / "a" / "b" / "one-again")  # a hard link counts once
+    os.symlink(outside, root / "a" / "escape")  # a link is counted, never followed
+    os.mkfifo(root / "fifo")
+    expected, seen = 0, set()
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            st = os.lstat(os.path.join(folder, name))
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                expected += st.st_blocks * 512
+    with fs.Tree(root) as opened:
+        assert opened.usage() == (expected, False)
+    # A folder the service cannot list makes the measure incomplete, not smaller silently.
+    locked = root / "a" / "locked"
+    locked.mkdir(mode=0o000)
+    if os.geteuid() != 0:
+        with fs.Tree(root) as opened:
+            assert opened.usage()[1] is True
+
+
+def test_usage_stops_past_the_entry_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "many"
+    root.mkdir()
+    for i in range(30):
+        (root / f"f{i}").write_text("x")
+    monkeypatch.setattr(fs, "MAX_ENTRIES", 20)
+    with fs.Tree(root) as opened:
+        assert opened.usage()[1] is True
+
+
 RENAME_EXCHANGE = 2
 _libc = ctypes.CDLL(None, use_errno=True)
 

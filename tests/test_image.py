@@ -33,6 +33,7 @@ from executor.images import (
     runner_versions,
     tree_hash,
 )
+from executor.outputs.spec import OutputSpec
 from executor.runs.models import RunRequest, RunResult
 
 from .conftest import make_settings, require_runtime
@@ -48,7 +49,8 @@ PYTHON_MODULES = {
     "pdfplumber": "pdfplumber", "pypdfium2": "pypdfium2", "pdf2image": "pdf2image", "reportlab": "reportlab",
     "img2pdf": "img2pdf", "sympy": "sympy", "tqdm": "tqdm", "defusedxml": "defusedxml", "lxml": "lxml.etree",
     "pytesseract": "pytesseract", "markitdown": "markitdown", "imageio": "imageio.v3", "pyyaml": "yaml",
-    "beautifulsoup4": "bs4", "tabulate": "tabulate",
+    "beautifulsoup4": "bs4", "tabulate": "tabulate", "playwright": "playwright.sync_api", "anthropic": "anthropic",
+    "mcp": "mcp",
 }
 MINIMAL_MODULES = ["numpy", "pandas", "matplotlib.pyplot", "PIL.Image", "openpyxl", "pypdf", "reportlab",
                    "docx", "yaml", "lxml.etree", "defusedxml"]
@@ -189,6 +191,49 @@ pdftoppm -v 2>&1 | head -n1
     assert "git version " in out
     assert "[1,2]\n42\n1\nneedle\nneedle\n" in out
     assert "qpdf version " in out and "pdftoppm version " in out
+
+
+def test_graphviz_curl_and_pip_as_skills_call_them(executor: Executor) -> None:
+    result = run(executor, """
+set -e
+cd "$WORK_DIR"
+echo 'digraph { a -> b }' | dot -Tsvg > g.svg && grep -c '<svg' g.svg
+python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 & server=$!
+for i in $(seq 50); do curl -s -o /dev/null http://localhost:8123/ && break; sleep 0.1; done
+curl -s http://localhost:8123/g.svg | grep -c '<svg'
+kill $server
+printf 'pypdf\\nopenpyxl>=3\\n' > req.txt
+pip install -q -r req.txt && echo pip-satisfied
+pip install -q no-such-package-xyz >/dev/null 2>&1 || echo pip-refused
+""")
+    assert result.stdout.splitlines() == ["1", "1", "pip-satisfied", "pip-refused"], result.stderr
+
+
+def test_node_renders_icons_and_edits_pdfs(executor: Executor) -> None:
+    """What pptxgenjs.md's icon recipe (react-icons -> SVG -> sharp -> PNG) and the pdf
+    skill's JavaScript (pdf-lib) need."""
+    result = run(executor, """
+cd "$WORK_DIR"
+node - <<'EOF'
+const fs = require("fs");
+const React = require("react");
+const ReactDOMServer = require("react-dom/server");
+const { FaBeer } = require("react-icons/fa");
+const sharp = require("sharp");
+const { PDFDocument } = require("pdf-lib");
+(async () => {
+  const svg = ReactDOMServer.renderToStaticMarkup(React.createElement(FaBeer, { color: "#336699", size: "256" }));
+  const png = await sharp(Buffer.from(svg)).png().toBuffer();
+  fs.writeFileSync("icon.png", png);
+  const pdf = await PDFDocument.create();
+  pdf.addPage([200, 100]).drawText("pdf-lib");
+  fs.writeFileSync("made.pdf", await pdf.save());
+  console.log(svg.startsWith("<svg"), (await sharp(png).metadata()).width);
+})();
+EOF
+python3 -c 'from pypdf import PdfReader; print(len(PdfReader("made.pdf").pages))'
+""")
+    assert result.stdout.splitlines() == ["true 256", "1"], result.stderr
 
 
 def test_node_requires_docx_and_pptxgenjs_from_anywhere(executor: Executor) -> None:
@@ -355,6 +400,108 @@ qpdf --check made.pdf
     assert "pypdfium2: (298, 421)" in out
     assert "img2pdf pages: 1" in out
     assert "No syntax or stream encoding errors found" in out
+
+
+# A page served on localhost by a server the run starts itself, opened by Playwright the
+# way the webapp-testing skill's examples do (sync API, `launch(headless=True)`), with a
+# screenshot into out/: the image's Chromium works as uid 1000 on the read-only root,
+# without network or capabilities, under the launcher's seccomp filter in the warm pool,
+# and on gVisor.
+WEBAPP_TEST = r"""
+set -e
+cd "$WORK_DIR"
+mkdir site
+printf '<html><head><title>Served page</title></head><body><h1>Hello</h1><button>Go</button></body></html>' \
+  > site/index.html
+python3 -m http.server 5173 --bind 127.0.0.1 --directory site >/dev/null 2>&1 &
+server=$!
+python3 -c '
+import socket, time
+for _ in range(100):
+    try:
+        socket.create_connection(("localhost", 5173), timeout=1).close()
+        break
+    except OSError:
+        time.sleep(0.1)
+'
+python3 - <<'EOF'
+from playwright.sync_api import sync_playwright
+with sync_playwright() as p:
+    browser = p.chromium.launch(headless=True)
+    page = browser.new_page()
+    page.goto("http://localhost:5173")
+    page.wait_for_load_state("networkidle")
+    page.screenshot(path="../out/page.png", full_page=True)
+    print("title:", page.title(), "buttons:", page.locator("button").count())
+    browser.close()
+EOF
+kill $server
+"""
+
+
+@pytest.mark.parametrize(("runtime", "pool_size"), [("docker", 0), ("docker", 1), ("docker-runsc", 0)],
+                         ids=["pool0", "warm-pool", "gvisor"])
+def test_playwright_screenshots_a_page_served_on_localhost(tmp_path: Path, runtime: str, pool_size: int) -> None:
+    require_runtime(runtime)
+    made = Executor.from_settings(make_settings(tmp_path, runtime, pool_size=pool_size, default_timeout=120.0))
+    try:
+        if pool_size:
+            assert made.runtime.pool is not None and made.runtime.pool.wait_ready()  # type: ignore[attr-defined]
+        result = made.runner.run(RunRequest(skill="math-tools", command=WEBAPP_TEST, timeout=120,
+                                            outputs=OutputSpec(globs=["out/*"])))
+    finally:
+        made.close()
+    assert result.exit_code == 0, f"exit {result.exit_code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert "title: Served page buttons: 1\n" in result.stdout
+    shots = [f for f in result.output_files if f.name.endswith("page.png")]
+    assert shots and shots[0].mime_type == "image/png" and shots[0].size_bytes > 1000, result.output_files
+
+
+PLAYWRIGHT_LAUNCHES = r"""
+set -e
+before="$(ls -laR "$PLAYWRIGHT_BROWSERS_PATH" | md5sum)"
+python3 - <<'EOF'
+from playwright.sync_api import sync_playwright
+with sync_playwright() as p:
+    for options in ({}, {"headless": False}, {"channel": "chromium"}):
+        browser = p.chromium.launch(**options)
+        page = browser.new_page()
+        page.set_content("<title>t</title><p>x</p>")
+        print(options, browser.version.split(".")[0].isdigit(), page.title())
+        browser.close()
+EOF
+test "$before" = "$(ls -laR "$PLAYWRIGHT_BROWSERS_PATH" | md5sum)" && echo unchanged
+readlink -f "$PLAYWRIGHT_BROWSERS_PATH"/chromium_headless_shell-*/chrome-headless-shell-linux64/chrome-headless-shell
+"""
+
+
+def test_playwright_default_launch_finds_the_image_chromium_without_a_download(executor: Executor) -> None:
+    """``p.chromium.launch()`` with no arguments (the headless shell), ``headless=False``
+    and ``channel="chromium"`` all start the image's Chromium; nothing is downloaded or
+    written under the browsers folder."""
+    result = run(executor, PLAYWRIGHT_LAUNCHES)
+    assert "{} True t\n{'headless': False} True t\n{'channel': 'chromium'} True t\n" in result.stdout
+    assert "unchanged\n/usr/lib/chromium/chromium-headless-shell\n" in result.stdout
+    assert "download" not in (result.stdout + result.stderr).lower()
+
+
+def test_mcp_builder_imports_anthropic_and_the_mcp_clients(executor: Executor) -> None:
+    """What the published mcp-builder skill's scripts/evaluation.py and connections.py
+    import (mcp 1's ``streamablehttp_client``, which mcp 2 renamed)."""
+    result = run(executor, """
+python3 - <<'EOF'
+import anthropic, mcp
+print("imported")
+from anthropic import Anthropic
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.sse import sse_client
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamablehttp_client
+print("clients", Anthropic.__name__, ClientSession.__name__, StdioServerParameters.__name__,
+      sse_client.__name__, stdio_client.__name__, streamablehttp_client.__name__)
+EOF
+""")
+    assert result.stdout.startswith("imported\nclients Anthropic ClientSession StdioServerParameters sse_client ")
 
 
 def test_versions_table_names_each_tool(executor: Executor) -> None:

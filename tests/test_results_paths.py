@@ -303,6 +303,10 @@ def test_api_artifact_without_content_type_is_sniffed(server: Server) -> None:
     assert httpx.post(f"{url}/data.json", content=b'{"a": 1}').json()["mime_type"] == "application/json"
     kept = httpx.post(f"{url}/blob.docx", content=DOCX, headers={"Content-Type": "application/octet-stream"})
     assert kept.json()["mime_type"] == "application/octet-stream"  # an explicit type is kept
+    with Client(server.url) as client:  # the client sends no type unless given one
+        assert client.put_artifact("client/deck.pptx", DOCX)["mime_type"] == \
+            "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+        assert client.put_artifact("client/notes.txt", b"x", mime_type="text/markdown")["mime_type"] == "text/markdown"
 
 
 def test_tool_call_with_failing_command_is_an_error_and_outputs_are_typed(server: Server) -> None:
@@ -310,6 +314,19 @@ def test_tool_call_with_failing_command_is_an_error_and_outputs_are_typed(server
         failed = client.call_tool("skill_run", {"skill": "forms-skill", "command": "no-such-command-xyz"})
         assert failed["is_error"] and failed["content"].startswith("error: the command failed: exit code 127")
         assert failed["data"]["exit_code"] == 127 and "not found" in failed["data"]["stderr"]
+        assert failed["message"] is None  # no format asked for
+        arguments = {"skill": "forms-skill", "command": "exit 3"}
+        anthropic = client.call_tool("skill_run", arguments, format="anthropic", call_id="toolu_1")["message"]
+        assert anthropic["type"] == "tool_result" and anthropic["tool_use_id"] == "toolu_1"
+        assert anthropic["is_error"] is True and anthropic["content"].startswith("error:")
+        openai = client.call_tool("skill_run", arguments, format="openai", call_id="call_1")["message"]
+        assert openai == {"role": "tool", "tool_call_id": "call_1", "content": openai["content"]}
+        assert openai["content"].startswith("error:")
+        mcp = client.call_tool("skill_run", arguments, format="mcp")["message"]
+        assert mcp["isError"] is True and mcp["content"][0]["type"] == "text"
+        with pytest.raises(ApiError) as no_id:
+            client.call_tool("skill_run", arguments, format="anthropic")
+        assert no_id.value.status == 400 and no_id.value.code == "tool_call_id_missing"
         script = ("import zipfile; z = zipfile.ZipFile('out/r.docx', 'w'); "
                   "z.writestr('[Content_Types].xml', '<Types/>'); z.writestr('word/document.xml', '<d/>'); z.close()")
         ok = client.call_tool("skill_run", {"skill": "forms-skill", "command": f'python3 -c "{script}"',

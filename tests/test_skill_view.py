@@ -120,6 +120,31 @@ def test_relative_writes_from_skill_root_leave_installed_skill_unchanged(
     assert leftover_runs(executor) == []
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_paths_relative_to_run_folders_reach_the_skill(executor: Executor, probe: Path, path: str) -> None:
+    """``out``, ``work`` and ``inputs`` are the run's folders, so their ``..`` is the
+    workspace root: the skill's top-level entries are there too (as links)."""
+    (probe / "scripts/tool.py").write_text("#!/usr/bin/env python3\nprint('tool ran')\n")
+    os.chmod(probe / "scripts/tool.py", 0o644)  # published without the execute bit
+    # The local runtime keeps a session's work/ in the session's folder on the host: there
+    # its ``..`` is that folder (documented); everywhere else it is the workspace root.
+    from_work = docker(executor) or path != "session"
+    result = run(
+        executor, skill=SKILL, session=session_of(path),
+        command="set -e; (cd out && python3 ../templates/x.py); "
+                + ("(cd work && python3 ../scripts/main.py); " if from_work else "echo 'main 42'; ")
+                + "./scripts/tool.py; cd $WORKSPACE_DIR && test -d work && test -d out && ls -d scripts templates; "
+                "touch $WORKSPACE_DIR/scripts/new.txt && test -f $SKILL_DIR/scripts/new.txt; "
+                "(rm $WORKSPACE_DIR/templates 2>/dev/null && echo REMOVED) || echo kept",
+    )
+    assert result.exit_code == 0, result.stderr
+    # In a container the root and its links are the service's: the run cannot change them.
+    # (The local runtime runs as the service's user: nothing there is protected from it.)
+    last = "kept" if docker(executor) else "REMOVED"
+    assert result.stdout.splitlines() == ["template ran", "main 42", "tool ran", "scripts", "templates", last]
+    assert os.stat(probe / "scripts/tool.py").st_mode & 0o111 == 0  # the installed file is untouched
+
+
 def test_installed_skill_cannot_be_modified_through_a_hard_link(executor: Executor, probe: Path) -> None:
     before = digest(probe)
     big = probe / "assets/big.bin"

@@ -88,16 +88,23 @@ class KeyRing:
         return match
 
 
-def principal(request: Request) -> Principal:
-    """FastAPI dependency: the authenticated caller."""
+def _authenticate(request: Request) -> Principal:
     ring: KeyRing = request.app.state.keyring
     found = ring.authenticate(request.headers.get("authorization"))
     request.state.principal = found
     return found
 
 
-def admin(request: Request) -> Principal:
+# The dependencies are coroutines on purpose: authentication is a few constant-time
+# comparisons, and a plain function would cost every request a hop through the web
+# server's thread pool.
+async def principal(request: Request) -> Principal:
+    """FastAPI dependency: the authenticated caller."""
+    return _authenticate(request)
+
+
+async def admin(request: Request) -> Principal:
     """FastAPI dependency: the authenticated caller, who must hold an admin key."""
-    found = principal(request)
+    found = _authenticate(request)
     require_admin(found)
     return found

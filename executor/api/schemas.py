@@ -196,6 +196,10 @@ class ToolList(BaseModel):
 class ToolCall(BaseModel):
     name: str = Field(min_length=1, max_length=64)
     arguments: dict[str, Any] | str | None = None
+    format: Literal["openai", "anthropic", "mcp"] | None = Field(
+        default=None, description="also answer `message`: the result as this format's tool-result message")
+    id: str | None = Field(default=None, max_length=256,
+                           description="the model's id of this call (tool_use_id, tool_call_id), put in `message`")
 
 
 class ToolCallResult(BaseModel):
@@ -203,6 +207,10 @@ class ToolCallResult(BaseModel):
     content: str
     is_error: bool
     data: Any = None
+    message: dict[str, Any] | None = Field(
+        default=None, description="with `format`: the message to append to the conversation as it is -- "
+                                  "Anthropic tool_result block (is_error), OpenAI tool message (an error's text "
+                                  "starts with 'error:'), MCP CallToolResult (isError)")
 
 
 class Check(BaseModel):

@@ -21,6 +21,7 @@ from ..skills import (
     render_xml,
     sandbox_dir,
 )
+from ..skills.deps import SkillEnvs
 from ..skills.registry import Registry
 from . import registry
 from .output import emit_json
@@ -190,10 +191,14 @@ def _install(args: argparse.Namespace) -> int:
     try:
         settings = Settings()
         repository = SkillRepository(settings.skills_dirs, install_root=args.root or settings.install_root,
-                                     registry=Registry(settings.registry_dir))
+                                     deps=SkillEnvs.from_settings(settings), registry=Registry(settings.registry_dir))
         result = repository.install(data, strict=args.strict)
     except ExecutorError as exc:
         print(f"skill-executor: {exc.code}: {exc.message}", file=sys.stderr)
+        for item in exc.details.get("unmet", []) if exc.code == "skill_dependencies_unmet" else []:
+            print(f"  unmet: {item.get('need')} ({item.get('source')}): {item.get('error')}", file=sys.stderr)
+        for line in exc.details.get("log", []) if exc.code == "skill_dependencies_unmet" else []:
+            print(f"  | {line}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"skill-executor: cannot install into {exc.filename or 'the install root'}: {exc.strerror}",

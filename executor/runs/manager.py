@@ -85,6 +85,8 @@ class RunHandle:
     #: Why ``cancel`` was set: "request" (DELETE) or "shutdown".
     reason: str | None = None
     future: concurrent.futures.Future[RunRecord] = field(default_factory=concurrent.futures.Future)
+    #: Set once the outcome is in the store (just after ``future``: waiters are answered first).
+    recorded: threading.Event = field(default_factory=threading.Event)
     events: list[Event] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
@@ -331,20 +333,27 @@ class RunManager:
     def _finish(
         self, handle: RunHandle, status: Status, body: dict[str, Any] | None, error: dict[str, Any] | None
     ) -> None:
-        """Record the outcome, publish the final status and the last event, wake waiters."""
+        """Publish the final status and the last event, wake waiters, then record the outcome.
+
+        Waiters are answered before the store write (off the answer's path); until the
+        write is done the handle stays registered and :meth:`_current` answers from it,
+        so a client that reads the run right after its answer sees the outcome.
+        """
         run_id = handle.run_id
         record = replace(handle.record, status=status, result=body, error=error, updated_at=time.time())
         with handle._lock:
             record.events = len(handle.events) + 2  # + the final status and the last event
+        handle.publish("status", status)
+        handle.publish(*terminal(record))
+        handle.future.set_result(record)
         try:
             self.store.update(run_id, status, result=body, error=error, events=record.events)
         except Exception:  # the record stays "queued" and is marked interrupted at the next start
             log.exception("recording the outcome of run %s failed", run_id)
-        handle.publish("status", status)
-        handle.publish(*terminal(record))
-        with self._lock:
-            self._handles.pop(run_id, None)
-        handle.future.set_result(record)
+        finally:
+            with self._lock:
+                self._handles.pop(run_id, None)
+            handle.recorded.set()
         if self.on_finish is not None:
             try:
                 self.on_finish(record)
@@ -360,6 +369,8 @@ class RunManager:
         if not RUN_ID.match(run_id):
             raise NotFound(f"no run {run_id[:128]!r}", code="run_not_found")
         handle = self.handle(run_id)
+        if handle is not None and handle.future.done():  # finished; its record is being written
+            return replace(handle.future.result())
         record = self.store.get(run_id)
         if handle is not None and handle.started and record.status == "queued":
             record.status = "running"
@@ -464,7 +475,10 @@ class RunManager:
         handles = self._begin_shutdown()
         for handle in handles:
             self._cancel(handle, "shutdown")
+        deadline = time.monotonic() + timeout
         concurrent.futures.wait([h.future for h in handles], timeout=timeout)
+        for handle in handles:  # and their outcomes are in the store
+            handle.recorded.wait(max(0.0, deadline - time.monotonic()))
         self._workers.shutdown(wait=False, cancel_futures=True)
         self._admission.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)

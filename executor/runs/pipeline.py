@@ -123,6 +123,7 @@ class SkillRunner:
         cancel: threading.Event | None,
     ) -> RunResult:
         skill = plan.skill
+        skill_env = self._skill_env(plan)
         with self.runtime.open(sandbox_plan) as sandbox:
             warnings = list(sandbox.warnings)
             warnings += sandbox.stage(self.stager, request.inputs).warnings
@@ -130,7 +131,7 @@ class SkillRunner:
             command = Command(
                 command=request.command,
                 cwd=cwd,
-                env={**environment(sandbox.root, skill.id), **request.env, "PWD": cwd},
+                env={**environment(sandbox.root, skill.id, skill_env), **request.env, "PWD": cwd},
                 stdin=request.stdin.encode() if request.stdin is not None else None,
                 timeout=plan.timeout,
                 stdout_max=self.settings.stdout_max_bytes,
@@ -145,6 +146,17 @@ class SkillRunner:
                 self.artifacts, request, skill, sandbox_plan.run_id, executed, collection, plan.outputs, warnings,
                 sandbox_plan.tenant,
             )
+
+    def _skill_env(self, plan: RunPlan) -> str | None:
+        """Where the run sees its skill's dependency environment (resolved on first use),
+        or None; ``skill_dependencies_unmet`` when its needs cannot be met."""
+        envs = self.repository.deps
+        if envs is None:
+            return None
+        key = envs.for_run(plan.skill.path)
+        if key is None:
+            return None
+        return f"{self.runtime.visible_envs_dir or envs.root}/{key}"
 
     # -- housekeeping --------------------------------------------------------------------
 

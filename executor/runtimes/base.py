@@ -116,6 +116,8 @@ class Runtime(Protocol):
     workspaces: WorkspaceManager
     #: Where runs see the skills (for an overview's ``<location>``); None: host paths.
     visible_skills_dir: str | None
+    #: Where runs see the skills' dependency environments; None: their host folder.
+    visible_envs_dir: str | None
 
     def open(self, plan: SandboxPlan) -> Sandbox: ...
 

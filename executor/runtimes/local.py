@@ -47,6 +47,8 @@ class LocalRuntime:
     owner: tuple[int, int] | None = None
     #: Runs see skills at per-run host paths; the overview shows the source path.
     visible_skills_dir: str | None = None
+    #: Runs use the skills' dependency environments at their host paths.
+    visible_envs_dir: str | None = None
 
     def __init__(self, settings: Settings, *, path: str = "/usr/local/bin:/usr/bin:/bin") -> None:
         self.settings = settings

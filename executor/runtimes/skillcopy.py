@@ -1,7 +1,8 @@
 """The run's private copy of its skill (``SKILL_DIR``), the same on every runtime and path.
 
 Published skills assume their folder is a working directory: ``find scripts -name
-'*.py'`` sees real files, ``cd out && python ../templates/x.py`` works, and relative
+'*.py'`` sees real files, ``cd out && python ../templates/x.py`` works (the skill's
+top-level entries are linked into the workspace root too), and relative
 writes from the skill root (``python scripts/office/unpack.py doc.docx unpacked/``)
 succeed.  So every run gets its own copy of the skill, owned by the run's user:
 
@@ -24,7 +25,7 @@ import stat
 from pathlib import Path
 
 from ..paths import is_within
-from ..workspace.layout import RUN_LINKS, Workspace, add_run_links, shadowed
+from ..workspace.layout import RUN_LINKS, Workspace, add_root_links, add_run_links, shadowed
 
 SKIP = frozenset({".git", "__pycache__"})
 #: Files at least this large are hard linked (read-only) rather than copied, when safe.
@@ -42,9 +43,15 @@ def _safe_to_link(st: os.stat_result, user: tuple[int, int]) -> bool:
 
 
 def _copy_file(src: Path, dst: Path, mode: int, owner: tuple[int, int] | None) -> None:
-    """One file's copy in a few system calls (per-run cost: skills have hundreds)."""
+    """One file's copy in a few system calls (per-run cost: skills have hundreds).
+
+    A script (``#!``) is made executable: skills are often published, or zipped, without
+    the bit, and their SKILL.md still says ``scripts/x.py ...``.
+    """
     fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        if not mode & 0o100 and os.pread(fd_in, 2, 0) == b"#!":
+            mode |= 0o111
         fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
         try:
             try:
@@ -77,6 +84,7 @@ def make_view(workspace: Workspace, source: Path, owner: tuple[int, int] | None)
     view = workspace.skill_view
     view.mkdir(mode=0o755)
     warnings = copy_skill(source, view, owner=owner, skip_top=RUN_LINK_NAMES)
+    add_root_links(workspace.root, workspace.skill_id, os.listdir(view))
     add_run_links(view)
     return warnings + shadowed(os.listdir(source))
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from ..errors import Conflict, ExecutorError, Forbidden, NotFound
 from ..paths import is_within
 from .archive import PackageLimits
+from .deps import SkillEnvs
 from .installdir import STAGING_PREFIX, sweep
 from .loader import SkillLoadError, find_skill_file, load_skill
 from .model import Skill
@@ -126,6 +127,7 @@ class SkillRepository:
         *,
         install_root: Path | str | None = None,
         refresh_interval: float = 2.0,
+        deps: SkillEnvs | None = None,
         registry: Registry | None = None,
     ) -> None:
         #: where skills are shipped: discovered, never written to
@@ -134,6 +136,8 @@ class SkillRepository:
         self.install_root = Path(install_root) if install_root is not None else None
         self.roots = [*self.read_only_roots, *([self.install_root] if self.install_root is not None else [])]
         self.refresh_interval = refresh_interval
+        #: the skills' dependency environments (None: dependencies are not resolved)
+        self.deps = deps
         #: immutable versions of every skill (None: skills are served from their folders, unversioned)
         self.registry = registry
         self._lock = threading.Lock()
@@ -252,7 +256,9 @@ class SkillRepository:
 
         A skill whose id or name is taken by a skill of a read-only root is refused
         (409 ``shadows_read_only_skill``): it would either be shadowed by the shipped
-        one or, were the order reversed, silently replace it.
+        one or, were the order reversed, silently replace it.  A skill whose declared
+        dependencies cannot be resolved is refused (422 ``skill_dependencies_unmet``)
+        and nothing is installed.
         """
         install_root = self._require_install_root()
         catalog = self.reload()
@@ -268,6 +274,8 @@ class SkillRepository:
                     )
             if check is not None:
                 check(skill)
+            if self.deps is not None and self.deps.mode == "install":
+                self.deps.ensure(skill.path)
 
         registry = self.registry
         if registry is None:

@@ -321,19 +321,58 @@ class Tree:
         folders deeper than :data:`MAX_DEPTH`, more than :data:`MAX_ENTRIES` entries, or a
         folder that could not be read).
 
-        Hard links count once; nothing is followed.
+        Hard links count once; nothing is followed.  Measured at least twice per run
+        (before and after its command), so this is :meth:`walk` without its paths and
+        its ordering: one descriptor per level, as there.
         """
+        start = self._open_dir(PurePosixPath("."), create=False, owner=None, what="folder")
         seen: set[tuple[int, int]] = set()
-        total = 0
-        for count, entry in enumerate(self.walk(), 1):
-            if count > MAX_ENTRIES or (entry.is_dir and entry.depth > MAX_DEPTH):
-                return total, True
-            st = entry.stat
-            key = (st.st_dev, st.st_ino)
-            if key in seen:
-                continue
-            seen.add(key)
-            total += st.st_blocks * 512
+        total = count = 0
+        stack: list[tuple[int, Iterator[os.DirEntry[str]] | None]] = [(start, None)]
+        try:
+            while stack:
+                fd, entries = stack[-1]
+                if entries is None:
+                    try:
+                        with os.scandir(fd) as listing:
+                            entries = iter(list(listing))
+                    except OSError:
+                        self.incomplete = True
+                        entries = iter(())
+                    stack[-1] = (fd, entries)
+                entry = next(entries, None)
+                if entry is None:
+                    stack.pop()
+                    os.close(fd)
+                    continue
+                count += 1
+                if count > MAX_ENTRIES:
+                    return total, True
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                except OSError:
+                    self.incomplete = True
+                    continue
+                key = (st.st_dev, st.st_ino)
+                if key not in seen:
+                    seen.add(key)
+                    total += st.st_blocks * 512
+                if not stat.S_ISDIR(st.st_mode):
+                    continue
+                if len(stack) > MAX_DEPTH:
+                    return total, True
+                try:
+                    child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                        self.incomplete = True  # unreadable (EACCES, EMFILE): not measured
+                    continue
+                stack.append((child, None))
+        finally:
+            for fd, _ in stack:
+                os.close(fd)
         return total, self.incomplete
 
 

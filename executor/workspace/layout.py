@@ -63,18 +63,30 @@ def expand_path_variable(text: str) -> str | None:
     return "/".join(part for part in (prefix, rest) if part)
 
 
-def environment(root: str, skill_id: str) -> dict[str, str]:
-    """The variables a run sees, for a workspace the command sees at ``root``."""
+#: The runner image's own npm modules (its ``NODE_PATH``), searched after a skill's.
+IMAGE_NODE_PATH = "/usr/local/lib/node_modules"
+
+
+def environment(root: str, skill_id: str, skill_env: str | None = None) -> dict[str, str]:
+    """The variables a run sees, for a workspace the command sees at ``root``;
+    ``skill_env``: where the command sees the skill's dependency environment, if any."""
     root = root.rstrip("/") or "/"
-    return {
+    skill_dir = f"{root}/{SKILLS}/{skill_id}"
+    env = {
         "WORKSPACE_DIR": root,
         "SKILLS_DIR": f"{root}/{SKILLS}",
-        "SKILL_DIR": f"{root}/{SKILLS}/{skill_id}",
+        "SKILL_DIR": skill_dir,
         "SKILL_NAME": skill_id,
         **{name: f"{root}/{folder}" for name, folder in PATH_VARIABLES.items() if folder},
         "HOME": f"{root}/run/home",
         "TMPDIR": f"{root}/run/tmp",
+        # The skill's root is importable (``from scripts.x import y`` from a script run by path).
+        "PYTHONPATH": skill_dir,
     }
+    if skill_env is not None:
+        env["PYTHONPATH"] = f"{skill_dir}:{skill_env}/python"
+        env["NODE_PATH"] = f"{skill_env}/node/node_modules:{IMAGE_NODE_PATH}"
+    return env
 OWNER_FILE = ".owner"
 #: How long a workspace without an owner file must stay unchanged to count as abandoned.
 ORPHAN_GRACE_SECONDS = 60.0
@@ -312,12 +324,29 @@ class WorkspaceManager:
 
 
 RUN_LINKS = {"out": "../../out", "work": "../../work", "inputs": "../../work/inputs"}
+#: What a workspace root holds of its own (a skill's entry of that name is not linked there).
+ROOT_ENTRIES = frozenset({"work", "out", "run", SKILLS, OWNER_FILE, "inputs"})
 
 
 def add_run_links(view: Path) -> None:
     """``out``, ``work`` and ``inputs`` in a skill folder point at the run's folders."""
     for name, target in RUN_LINKS.items():
         os.symlink(target, view / name)
+
+
+def add_root_links(root: Path, skill_id: str, names: list[str]) -> None:
+    """Each top-level entry of the skill also appears in the workspace root, as a link
+    into the skill's folder, so paths relative to a run folder reach the skill too:
+    ``cd out && python ../templates/x.py`` (``out`` is ``<root>/out``, its ``..`` the
+    root).  The root's own entries (``work``, ``out``, ``run``, ``skills``, the owner
+    file) win; the root is not writable by the run, nor are these links."""
+    for name in names:
+        if name in ROOT_ENTRIES or name.startswith(".") or "/" in name:
+            continue
+        try:
+            os.symlink(f"{SKILLS}/{skill_id}/{name}", root / name)
+        except FileExistsError:
+            pass
 
 
 def shadowed(entries: list[str]) -> list[str]:

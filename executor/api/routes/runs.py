@@ -31,6 +31,9 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERRORS)
 CANCEL_SETTLE_SECONDS = 5.0
 #: How often a stream of a run of another process looks at its record.
 POLL_SECONDS = 0.2
+#: An answer with at most this much text (output, error, file contents) is built on the
+#: event loop (microseconds); a larger one on the run manager's threads.
+INLINE_ANSWER_CHARS = 64 * 1024
 
 
 def final_response(record: RunRecord) -> JSONResponse:
@@ -41,6 +44,15 @@ def final_response(record: RunRecord) -> JSONResponse:
         status = int((record.error or {}).get("status", 500))
         return error_response(status, body.get("code", "error"), body.get("message", ""), body.get("details"))
     return JSONResponse(body, status_code=200)
+
+
+def _small(record: RunRecord) -> bool:
+    """Whether the answer for ``record`` is cheap enough to build on the event loop."""
+    body = record.result or {}
+    size = len(body.get("stdout") or "") + len(body.get("stderr") or "") + len(body.get("warnings") or ())
+    for item in body.get("output_files") or ():
+        size += len(item.get("content") or "")
+    return size + len(body.get("output_files") or ()) * 512 <= INLINE_ANSWER_CHARS
 
 
 def _answer(record: RunRecord, activity: Activity) -> JSONResponse:
@@ -69,7 +81,10 @@ async def create_run(
         accepted = RunAccepted(run_id=record.run_id, status=record.status, replayed=replayed)
         return JSONResponse(accepted.model_dump(), status_code=202, headers={"Location": f"/v1/runs/{record.run_id}"})
     final = await manager.wait(record, handle)
-    response = await manager.offload(_answer, final, request.app.state.executor.runtime.activity)
+    if _small(final):
+        response = final_response(final)
+    else:
+        response = await manager.offload(_answer, final, request.app.state.executor.runtime.activity)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return response

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 
 from ...access import Principal
 from ...activity import Activity
+from ...errors import BadRequest
 from ...runs.manager import RunManager
 from ...runs.models import RunRequest, RunResult
 from ...tools import ToolExecutor, ToolResult, definitions
@@ -35,15 +36,21 @@ def list_tools(
     return ToolList(format=format, tools=definitions(request.app.state.executor.repository, format))
 
 
-def _answer(result: ToolResult, activity: Activity) -> JSONResponse:
+def _answer(result: ToolResult, call: ToolCall, activity: Activity) -> JSONResponse:
     with activity.running():  # a large answer costs CPU: housekeeping steps aside meanwhile
-        return JSONResponse(ToolCallResult.model_validate(result.to_dict()).model_dump(mode="json"))
+        body = result.to_dict()
+        if call.format is not None:
+            body["message"] = result.message(call.format, call.id or "")
+        return JSONResponse(ToolCallResult.model_validate(body).model_dump(mode="json"))
 
 
 @router.post("/call", response_model=ToolCallResult, summary="Execute one tool call; returns what to feed back")
 async def call_tool(body: ToolCall, request: Request, who: Principal = Depends(principal)) -> JSONResponse:
     manager: RunManager = request.app.state.manager
     tools: ToolExecutor = request.app.state.tools
+    if body.format in ("anthropic", "openai") and not body.id:
+        raise BadRequest(f"a {body.format} tool-result message answers a call by its id: give the call's id",
+                         code="tool_call_id_missing")
 
     async def run(run_request: RunRequest) -> RunResult:
         record, handle, _ = await manager.submit_async(run_request, principal=who)
@@ -51,4 +58,4 @@ async def call_tool(body: ToolCall, request: Request, who: Principal = Depends(p
         return await manager.offload(manager.result, final)
 
     result = await tools.call_async(body.name, body.arguments, run=run, offload=run_in_threadpool)
-    return await manager.offload(_answer, result, request.app.state.executor.runtime.activity)
+    return await manager.offload(_answer, result, body, request.app.state.executor.runtime.activity)

@@ -32,6 +32,7 @@ from ..base import SandboxPlan
 from ..janitor import Janitor
 from ..skillcopy import make_view
 from .engine import (
+    CONTAINER_ENVS,
     CONTAINER_WORKSPACE,
     LABEL_DEADLINE,
     LABEL_MANAGED,
@@ -73,6 +74,8 @@ class DockerRuntime:
     name = "docker"
     #: Where a run sees the skills (for the overview's ``<location>``).
     visible_skills_dir: str | None = f"{CONTAINER_WORKSPACE}/skills"
+    #: Where every container sees the skills' dependency environments (read-only).
+    visible_envs_dir: str | None = CONTAINER_ENVS
 
     def __init__(
         self, settings: Settings, client: docker.DockerClient | None = None, *, wait_for_engine: bool = False

@@ -55,6 +55,8 @@ CONTAINER_WORKSPACE = "/workspace"
 #: The containers' /etc/hosts (loopback only: there is no other network).
 HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 LAUNCHER = "/opt/skill-executor/launcher"
+#: Where every container sees the skills' dependency environments (``<data_dir>/envs``, read-only).
+CONTAINER_ENVS = "/opt/skill-envs"
 #: gVisor's arguments: no network of its own (else a network-less container fails with "cannot
 #: run with network enabled in root network namespace"), the ptrace platform (kvm hangs on
 #: many hosts), and host Unix sockets it may create in a mount (the warm pool's launcher socket).
@@ -112,6 +114,8 @@ class Engine:
         self.token = token
         self.oci_runtime: OciRuntime | None = None
         self.hosts_file = write_hosts(hosts_file)
+        self.envs_dir = settings.envs_dir
+        self.envs_dir.mkdir(parents=True, exist_ok=True)
 
     @property
     def gvisor(self) -> bool:
@@ -125,7 +129,8 @@ class Engine:
         """Low-level create-container parameters with every isolation setting."""
         s = self.settings
         host_config = self.api.create_host_config(
-            mounts=[*mounts, Mount("/etc/hosts", str(self.hosts_file), type="bind", read_only=True)],
+            mounts=[*mounts, Mount("/etc/hosts", str(self.hosts_file), type="bind", read_only=True),
+                    Mount(CONTAINER_ENVS, str(self.envs_dir), type="bind", read_only=True)],
             read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={s.docker_tmpfs_bytes},mode=1777"},
             cap_drop=["ALL"],

@@ -119,6 +119,20 @@ class ColdSandbox(DockerSandbox):
             labels={LABEL_RUN: self.plan.run_id, LABEL_DEADLINE: f"{time.time() + command.timeout:.0f}"},
         )
 
+    #: The run's container, once it has exited: removed by the janitor (:meth:`release`),
+    #: off the run's path -- nothing of it is alive, it only holds the engine's records.
+    _exited: str | None = None
+
+    def release(self) -> Callable[[], None] | None:
+        container_id, engine = self._exited, self.engine
+        if container_id is None:
+            return None
+
+        def remove() -> None:
+            engine.remove(container_id, strict=True)
+
+        return remove
+
     def execute(self, command: Command) -> ExecResult:
         stdin_path = self._write_stdin(command.stdin)
         disk = self._disk_cap()
@@ -129,7 +143,10 @@ class ColdSandbox(DockerSandbox):
             return self._supervise(container_id, command, started, disk)
         finally:
             self._track(self.plan.run_id, None)
-            self.engine.remove(container_id)
+            if self._exited != container_id:
+                # Not seen to exit (an engine error, or the wait failed): kill and remove
+                # it now, before anything reads the run's folders.
+                self.engine.remove(container_id)
 
     def _supervise(self, container_id: str, command: Command, started: float, disk: DiskCap) -> ExecResult:
         out, err = BoundedBuffer(command.stdout_max), BoundedBuffer(command.stderr_max)
@@ -157,6 +174,8 @@ class ColdSandbox(DockerSandbox):
                 self.engine.kill(container_id)
                 break
         code = self.engine.wait(container_id)
+        if code is not None:
+            self._exited = container_id  # its init is gone, and with it every process of the run
         reader.join(timeout=2.0)
         _close(raw)
         oom = False
