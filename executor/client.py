@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
+import zipfile
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from stat import S_ISREG
@@ -91,7 +93,7 @@ class Call(Generic[T]):
     #: The body: bytes, or chunks (an iterable for Client, an async iterable for AsyncClient).
     content: bytes | Iterable[bytes] | AsyncIterable[bytes] | None = None
     headers: dict[str, str] = field(default_factory=dict)
-    files: dict[str, tuple[str, bytes]] | None = None
+    files: dict[str, tuple[str, bytes]] | list[tuple[str, tuple[str, bytes]]] | None = None
     #: Statuses returned as answers rather than raised (health: 503 is an answer).
     accept: tuple[int, ...] = ()
 
@@ -165,6 +167,38 @@ class Calls:
         return Call("DELETE", f"/v1/skills/{segment(name)}", as_nothing)
 
     @staticmethod
+    def push_skill(files: list[tuple[str, bytes]], name: str | None, strict: bool | None,
+                   set_default: bool) -> Call[JSON]:
+        params = {k: v for k, v in (("strict", None if strict is None else str(strict).lower()),
+                                    ("no_default", None if set_default else "true")) if v is not None}
+        path = f"/v1/skills/{segment(name)}/versions" if name else "/v1/skills"
+        return Call("POST", path, as_json, params=params, files=[("files[]", (p, c)) for p, c in files])
+
+    @staticmethod
+    def skill_versions(name: str) -> Call[JSON]:
+        return Call("GET", f"/v1/skills/{segment(name)}/versions", as_json)
+
+    @staticmethod
+    def skill_version(name: str, version: int | str) -> Call[JSON]:
+        return Call("GET", f"/v1/skills/{segment(name)}/versions/{segment(str(version))}", as_json)
+
+    @staticmethod
+    def skill_version_content(name: str, version: int | str) -> Call[httpx.Response]:
+        return Call("GET", f"/v1/skills/{segment(name)}/versions/{segment(str(version))}/content", as_response)
+
+    @staticmethod
+    def set_default_version(name: str, version: int | str) -> Call[JSON]:
+        return Call("PATCH", f"/v1/skills/{segment(name)}", as_json, json={"default_version": version})
+
+    @staticmethod
+    def delete_skill_version(name: str, version: int | str) -> Call[JSON]:
+        return Call("DELETE", f"/v1/skills/{segment(name)}/versions/{segment(str(version))}", as_json)
+
+    @staticmethod
+    def skill_audit(name: str) -> Call[JSON]:
+        return Call("GET", f"/v1/skills/{segment(name)}/audit", as_json)
+
+    @staticmethod
     def run(request: JSON, idempotency_key: str | None, wait: bool) -> Call[JSON]:
         params = {} if wait else {"wait": "false"}
         return Call("POST", "/v1/runs", as_json, params=params, json=request, headers=_idempotency(idempotency_key))
@@ -230,6 +264,48 @@ class Calls:
     @staticmethod
     def metrics() -> Call[str]:
         return Call("GET", "/metrics", as_text)
+
+
+#: Folders a push leaves out (the registry does not version them either).
+PUSH_SKIP = frozenset({".git", "__pycache__"})
+
+
+def folder_files(directory: str | os.PathLike[str]) -> list[tuple[str, bytes]]:
+    """A skill folder's files as (path relative to the folder, content); links are not followed."""
+    root = os.fspath(directory)
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"no such folder: {root}")
+    out: list[tuple[str, bytes]] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in PUSH_SKIP)
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full) or not os.path.isfile(full):
+                continue
+            with open(full, "rb") as handle:
+                out.append((os.path.relpath(full, root).replace(os.sep, "/"), handle.read()))
+    return out
+
+
+def extract_version(response: httpx.Response, directory: str | os.PathLike[str]) -> JSON:
+    """Unpack a version's zip (one top folder) into ``directory``, which must be empty or absent."""
+    target = os.fspath(directory)
+    os.makedirs(target, exist_ok=True)
+    if os.listdir(target):
+        raise FileExistsError(f"{target} is not empty")
+    real = os.path.realpath(target)
+    with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
+        for info in archive.infolist():
+            parts = info.filename.split("/")[1:]  # drop the skill's folder name
+            if info.is_dir() or not parts or any(p in ("", ".", "..") for p in parts):
+                continue
+            dest = os.path.join(real, *parts)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with open(dest, "wb") as handle:
+                handle.write(archive.read(info))
+            os.chmod(dest, 0o755 if (info.external_attr >> 16) & 0o111 else 0o644)
+    return {"version": int(response.headers.get("x-skill-version", "0")) or None,
+            "digest": response.headers.get("x-skill-digest"), "path": target}
 
 
 class SSEParser:
@@ -391,6 +467,31 @@ class Client:
     def delete_skill(self, name: str) -> None:
         self.send(Calls.delete_skill(name))
 
+    def push_skill(self, directory: str | os.PathLike[str], *, name: str | None = None, strict: bool | None = None,
+                   set_default: bool = True) -> JSON:
+        """Upload a skill folder as a new version (``name``: of that existing skill, which it must be)."""
+        return self.send(Calls.push_skill(folder_files(directory), name, strict, set_default))
+
+    def skill_versions(self, name: str) -> JSON:
+        return self.send(Calls.skill_versions(name))
+
+    def skill_version(self, name: str, version: int | str) -> JSON:
+        return self.send(Calls.skill_version(name, version))
+
+    def set_default_version(self, name: str, version: int | str) -> JSON:
+        return self.send(Calls.set_default_version(name, version))
+
+    def delete_skill_version(self, name: str, version: int | str) -> JSON:
+        return self.send(Calls.delete_skill_version(name, version))
+
+    def skill_audit(self, name: str) -> JSON:
+        return self.send(Calls.skill_audit(name))
+
+    def pull_skill(self, name: str, directory: str | os.PathLike[str], version: int | str = "default") -> JSON:
+        """Download a version into ``directory`` (created; must be empty); returns its version and digest."""
+        response = self.send(Calls.skill_version_content(name, version))
+        return extract_version(response, directory)
+
     # runs
     def run(self, request: JSON, *, idempotency_key: str | None = None) -> JSON:
         return self.send(Calls.run(request, idempotency_key, wait=True))
@@ -533,6 +634,30 @@ class AsyncClient:
 
     async def delete_skill(self, name: str) -> None:
         await self.send(Calls.delete_skill(name))
+
+    async def push_skill(self, directory: str | os.PathLike[str], *, name: str | None = None,
+                         strict: bool | None = None, set_default: bool = True) -> JSON:
+        return await self.send(Calls.push_skill(folder_files(directory), name, strict, set_default))
+
+    async def skill_versions(self, name: str) -> JSON:
+        return await self.send(Calls.skill_versions(name))
+
+    async def skill_version(self, name: str, version: int | str) -> JSON:
+        return await self.send(Calls.skill_version(name, version))
+
+    async def set_default_version(self, name: str, version: int | str) -> JSON:
+        return await self.send(Calls.set_default_version(name, version))
+
+    async def delete_skill_version(self, name: str, version: int | str) -> JSON:
+        return await self.send(Calls.delete_skill_version(name, version))
+
+    async def skill_audit(self, name: str) -> JSON:
+        return await self.send(Calls.skill_audit(name))
+
+    async def pull_skill(self, name: str, directory: str | os.PathLike[str],
+                         version: int | str = "default") -> JSON:
+        response = await self.send(Calls.skill_version_content(name, version))
+        return extract_version(response, directory)
 
     # runs
     async def run(self, request: JSON, *, idempotency_key: str | None = None) -> JSON:

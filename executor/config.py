@@ -75,6 +75,11 @@ class Settings(BaseSettings):
     max_request_bytes: int = 64 * MiB
     max_file_read_bytes: int = 4 * MiB
     install_dir: Path | None = None  # default: <data_dir>/skills
+    # -- skill registry (uploads: POST /v1/skills, POST /v1/skills/{name}/versions) --
+    skill_upload_max_bytes: int = 64 * MiB  # one upload (an archive, or all files[] parts together)
+    skill_upload_max_files: int = 2000  # files in one upload
+    skill_upload_strict: bool = False  # spec violations refuse an upload (a request's ?strict= overrides)
+    skill_refuse_reserved_names: bool = False  # refuse names the hosted platforms reserve ("anthropic", "claude")
     log_json: bool = True
     # How long a shutdown (SIGTERM) lets runs in flight finish before cancelling them;
     # under `docker stop`'s 10 s with room for the cancellation and the clean-up.
@@ -133,6 +138,11 @@ class Settings(BaseSettings):
     def install_root(self) -> Path:
         """Where installs go, and the only skills folder the service writes to."""
         return self.install_dir or self.data_dir / "skills"
+
+    @property
+    def registry_dir(self) -> Path:
+        """The skill registry: immutable versions, their blobs, pointers and the audit log."""
+        return self.data_dir / "registry"
 
     @property
     def skill_roots(self) -> list[Path]:

@@ -17,6 +17,7 @@ from .runs.pipeline import SkillRunner
 from .runtimes.base import Runtime
 from .skills import SkillRepository
 from .skills.deps import SkillEnvs
+from .skills.registry import Registry
 
 
 def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtime:
@@ -58,6 +59,7 @@ class Executor:
         repository = SkillRepository(
             settings.skills_dirs, install_root=settings.install_root, refresh_interval=settings.skills_refresh_seconds,
             deps=SkillEnvs.from_settings(settings),
+            registry=Registry(settings.registry_dir),
         )
         artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)

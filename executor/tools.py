@@ -307,6 +307,8 @@ class ToolExecutor:
             parts += ["", self._doc_heading(doc), "", doc["content"]]
         data = {
             "skill": skill.id,
+            "version": skill.version,
+            "digest": skill.digest,
             "body": body,
             "docs": selected,
             "files": [{"path": f.path, "size": f.size, "kind": f.kind} for f in files],

@@ -35,7 +35,7 @@ from .auth import KeyRing, bind_problem
 from .docs import install_docs
 from .metrics import Metrics
 from .middleware import BodyLimit, BrowserGuard, RequestContext, normalize_origin
-from .routes import artifacts, runs, skills, system, tools
+from .routes import artifacts, runs, skills, system, tools, versions
 
 log = logging.getLogger("executor.api")
 
@@ -145,7 +145,7 @@ def create_app(
     app.state.keyring = keyring
     app.state.metrics = Metrics()
     errors.install(app)
-    for module in (skills, runs, artifacts, tools, system):
+    for module in (versions, skills, runs, artifacts, tools, system):
         app.include_router(module.router)
     # Outermost last: RequestContext -> BrowserGuard -> CORS (allowed origins only) -> BodyLimit -> routes.
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)

@@ -57,6 +57,8 @@ class SkillDetail(BaseModel):
     extras: dict[str, Any] = Field(default_factory=dict)
     body: str
     body_tokens: int
+    version: int | None = Field(default=None, description="the registry version loaded")
+    digest: str | None = Field(default=None, description="its digest, sha256:<hex>")
     docs: list[FileInfo]
     scripts: list[FileInfo]
     references: list[FileInfo]
@@ -80,6 +82,12 @@ class DocList(BaseModel):
     docs: list[DocEntry]
 
 
+class ValidationFinding(BaseModel):
+    code: str
+    message: str
+    severity: str
+
+
 class Installed(BaseModel):
     id: str
     name: str
@@ -87,6 +95,62 @@ class Installed(BaseModel):
     replaced: bool
     files: list[FileInfo]
     warnings: list[Finding]
+    version: int | None = Field(default=None, description="the registry version published (or returned)")
+    digest: str | None = Field(default=None, description="its digest, sha256:<hex>")
+    created: bool = Field(default=True, description="false: identical to the latest version, which is returned")
+    is_default: bool = False
+    strict: bool = False
+    findings: list[ValidationFinding] = Field(default_factory=list, description="every validation finding")
+
+
+class VersionFile(BaseModel):
+    path: str
+    sha256: str = Field(description="of the content; of the target for a link")
+    size: int
+    executable: bool
+    link: str | None = Field(default=None, description="a symbolic link's target (kept as a link)")
+
+
+class VersionInfo(BaseModel):
+    skill: str
+    version: int
+    digest: str
+    created_at: float
+    source: Literal["upload", "folder"] | str
+    created_by: str
+    file_count: int
+    size: int
+    is_default: bool
+    is_latest: bool
+    files: list[VersionFile] | None = None
+
+
+class VersionList(BaseModel):
+    skill: str
+    default_version: int | None
+    latest_version: int | None
+    versions: list[VersionInfo]
+
+
+class SkillUpdate(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    default_version: int | str = Field(description="a version number, latest, or sha256:<hex>")
+
+
+class AuditRecord(BaseModel):
+    id: int
+    at: float
+    actor: str
+    action: str
+    skill: str
+    version: int | None
+    digest: str | None
+    detail: str | None
+
+
+class AuditLog(BaseModel):
+    entries: list[AuditRecord]
 
 
 class RunAccepted(BaseModel):

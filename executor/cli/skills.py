@@ -22,6 +22,8 @@ from ..skills import (
     sandbox_dir,
 )
 from ..skills.deps import SkillEnvs
+from ..skills.registry import Registry
+from . import registry
 from .arguments import existing_dir
 from .output import emit_json
 
@@ -89,6 +91,8 @@ def register(groups: Any) -> None:
     )
     install.add_argument("--strict", action="store_true", help="refuse packages that break the spec")
     install.set_defaults(handler=_install)
+
+    registry.register(commands)  # push, versions, pin, pull: a service's registry
 
 
 def _roots(parser: argparse.ArgumentParser) -> None:
@@ -223,7 +227,7 @@ def _install(args: argparse.Namespace) -> int:
     try:
         settings = Settings()
         repository = SkillRepository(settings.skills_dirs, install_root=args.root or settings.install_root,
-                                     deps=SkillEnvs.from_settings(settings))
+                                     deps=SkillEnvs.from_settings(settings), registry=Registry(settings.registry_dir))
         result = repository.install(data, strict=args.strict)
     except ExecutorError as exc:
         print(f"skill-executor: {exc.code}: {exc.message}", file=sys.stderr)
@@ -241,6 +245,8 @@ def _install(args: argparse.Namespace) -> int:
             "id": result.skill.id,
             "path": str(result.skill.path),
             "replaced": result.replaced,
+            "version": result.version.number if result.version else None,
+            "digest": result.version.digest if result.version else None,
             "files": [{"path": f.path, "size": f.size, "kind": f.kind} for f in result.files],
             "warnings": [d.to_dict() for d in result.skill.warnings],
         }

@@ -23,7 +23,9 @@ class RunRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    skill: str = Field(min_length=1, max_length=256, description="skill name (case-insensitive)")
+    skill: str = Field(min_length=1, max_length=256,
+                       description="skill name (case-insensitive), optionally pinned: name@3, name@latest, "
+                                   "name@sha256:<hex>")
     command: str = Field(min_length=1, description="shell command, run with bash -c")
     cwd: str | None = Field(default=None, description="relative to the skill root; $WORK_DIR etc. understood")
     env: dict[str, str] = Field(default_factory=dict)
@@ -58,6 +60,8 @@ class ArtifactFile(BaseModel):
 class RunResult(BaseModel):
     run_id: str
     skill: str
+    skill_version: int | None = Field(default=None, description="the registry version that ran")
+    skill_digest: str | None = Field(default=None, description="that version's digest, sha256:<hex>")
     session: str | None = None
     stdout: str = ""
     stderr: str = ""

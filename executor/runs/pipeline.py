@@ -10,6 +10,7 @@ leave nothing behind; a command that fails or times out is a normal
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import threading
@@ -101,7 +102,10 @@ class SkillRunner:
                 reservation.release()
             raise
         run_id = run_id or new_run_id()
-        with reservation or self.limiter.reserve(), self.runtime.activity.running():
+        registry = self.repository.registry
+        # the run's version cannot be deleted while the run holds it (409 version_in_use)
+        lease = registry.lease(plan.skill) if registry is not None else contextlib.nullcontext()
+        with reservation or self.limiter.reserve(), self.runtime.activity.running(), lease:
             if request.session:
                 with self.sessions.use(request.session, tenant, wait=plan.timeout) as work:
                     sandbox_plan = SandboxPlan(

@@ -30,6 +30,8 @@ def build_result(
     result = RunResult(
         run_id=run_id,
         skill=skill.id,
+        skill_version=skill.version,
+        skill_digest=skill.digest,
         session=request.session,
         stdout=decode(executed.stdout),
         stderr=decode(executed.stderr),

@@ -42,6 +42,10 @@ class Skill:
     extras: dict[str, Any] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     _location: str | None = None
+    #: the registry version this is (None: served from its folder, unversioned)
+    version: int | None = None
+    #: that version's digest, ``sha256:<hex>``
+    digest: str | None = None
 
     @property
     def location(self) -> str:

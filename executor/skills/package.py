@@ -28,6 +28,7 @@ from .files import FileEntry, inventory
 from .installdir import STAGING_PREFIX, Staging, exchange
 from .loader import SkillLoadError, load_skill
 from .model import Skill
+from .registry import Version
 from .spec import SKILL_FILE, split_verdict
 
 __all__ = ["Installed", "PackageError", "PackageLimits", "install_package", "uninstall"]
@@ -41,6 +42,10 @@ class Installed:
     skill: Skill
     replaced: bool
     files: list[FileEntry]
+    #: the registry version the install published (None without a registry)
+    version: Version | None = None
+    #: False when the content equals the latest version's, which was returned instead
+    created: bool = True
 
 
 def _skill_prefix(files: list[PurePosixPath]) -> PurePosixPath:

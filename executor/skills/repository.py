@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from .installdir import STAGING_PREFIX, sweep
 from .loader import SkillLoadError, find_skill_file, load_skill
 from .model import Skill
 from .package import Installed, install_package, uninstall
+from .registry import Registry, Version, split_ref
 from .search import Hit, SearchIndex
 from .spec import Diagnostic
 
@@ -127,6 +128,7 @@ class SkillRepository:
         install_root: Path | str | None = None,
         refresh_interval: float = 2.0,
         deps: SkillEnvs | None = None,
+        registry: Registry | None = None,
     ) -> None:
         #: where skills are shipped: discovered, never written to
         self.read_only_roots = [Path(r) for r in roots]
@@ -136,6 +138,8 @@ class SkillRepository:
         self.refresh_interval = refresh_interval
         #: the skills' dependency environments (None: dependencies are not resolved)
         self.deps = deps
+        #: immutable versions of every skill (None: skills are served from their folders, unversioned)
+        self.registry = registry
         self._lock = threading.Lock()
         self._cache: dict[Path, tuple[tuple[int, int], Skill | Rejected]] = {}
         self._catalog: Catalog | None = None
@@ -201,11 +205,32 @@ class SkillRepository:
         return list(catalog.skills) if include_hidden else catalog.visible()
 
     def get(self, name: str) -> Skill:
-        """Look a skill up by id or name, case-insensitively; 404 when unknown."""
+        """Look a skill up by id or name, case-insensitively, optionally pinned (``name@3``,
+        ``name@latest``, ``name@sha256:<hex>``); 404 when unknown.
+
+        With a registry the skill returned is a version (``version``/``digest`` set, its
+        path the immutable version folder): the default one unless pinned.
+        """
+        base, ref = split_ref(name) if self.registry is not None else (name, None)
+        skill = self.found(base)
+        if self.registry is None:
+            return skill
+        return self.registry.load(self._version_of(skill, ref))
+
+    def found(self, name: str) -> Skill:
+        """The catalog's skill (its folder under a root) by id or name; 404 when unknown."""
         skill = self.catalog.by_id.get(name.strip().lower())
         if skill is None:
             raise NotFound(f"unknown skill {name!r}", code="skill_not_found")
         return skill
+
+    def _version_of(self, skill: Skill, ref: str | None) -> Version:
+        """Folder-root skills: a change on disk is a new version; installed ones: the registry's pointers."""
+        registry = self.registry
+        assert registry is not None
+        if not self.installed_here(skill) or registry.pointers(skill.id) == (None, None):
+            registry.observe(skill.id, skill.path)
+        return registry.version(skill.id, ref)
 
     def search(self, query: str, limit: int = 10) -> builtins.list[Hit]:
         return self.catalog.index.search(query, limit)
@@ -224,7 +249,8 @@ class SkillRepository:
         return None
 
     def install(
-        self, data: bytes, *, strict: bool = False, limits: PackageLimits = PackageLimits()
+        self, data: bytes, *, strict: bool = False, limits: PackageLimits = PackageLimits(),
+        actor: str = "local", set_default: bool = True, check: Callable[[Skill], None] | None = None,
     ) -> Installed:
         """Install a package into the install root (replacing an installed skill of that id).
 
@@ -246,24 +272,44 @@ class SkillRepository:
                         f"{self.root_of(other) or other.path.parent}; rename the packaged skill",
                         code="shadows_read_only_skill",
                     )
+            if check is not None:
+                check(skill)
             if self.deps is not None and self.deps.mode == "install":
                 self.deps.ensure(skill.path)
 
-        result = install_package(data, install_root, strict=strict, limits=limits, admit=admit)
+        registry = self.registry
+        if registry is None:
+            result = install_package(data, install_root, strict=strict, limits=limits, admit=admit)
+            self.reload()
+            return result
+        published: list[tuple[Version, bool]] = []
+
+        def admit_and_publish(skill: Skill) -> None:
+            admit(skill)
+            published.append(registry.publish(skill.id, skill.path, actor=actor, set_default=set_default))
+
+        with registry.writing():  # the install root and the pointers change together
+            result = install_package(data, install_root, strict=strict, limits=limits, admit=admit_and_publish)
         self.reload()
+        result.version, result.created = published[0]
         return result
 
-    def remove(self, name: str) -> Skill:
+    def remove(self, name: str, *, actor: str = "local") -> Skill:
         """Delete an installed skill; one of a read-only root is refused (403 ``read_only_skill``)."""
         install_root = self._require_install_root()
-        skill = self.get(name)
+        skill = self.found(name)
         if not self.installed_here(skill):
             raise Forbidden(
                 f"skill {skill.id!r} is shipped in the read-only root {self.root_of(skill) or skill.path.parent}; "
                 f"only skills installed in {install_root} can be deleted",
                 code="read_only_skill",
             )
-        uninstall(install_root, skill.path.name)
+        if self.registry is not None:
+            with self.registry.writing():
+                self.registry.delete_skill(skill.id, actor=actor)
+                uninstall(install_root, skill.path.name)
+        else:
+            uninstall(install_root, skill.path.name)
         self.reload()
         return skill
 

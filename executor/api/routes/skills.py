@@ -7,13 +7,11 @@ from typing import Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
-from starlette.datastructures import UploadFile
 
 from ...access import Principal
 from ...doctor import DoctorReport, diagnose
-from ...errors import BadRequest, Unavailable
+from ...errors import Unavailable
 from ...outputs.mime import detect
 from ...skills import (
     Skill,
@@ -30,6 +28,7 @@ from ...skills import (
 from ...skills.model import estimate_tokens
 from ..auth import admin, principal
 from ..schemas import ERRORS, DocEntry, DocList, FileInfo, Finding, Installed, SkillDetail, SkillList, SkillSummary
+from . import versions
 
 router = APIRouter(prefix="/v1/skills", tags=["skills"], responses=ERRORS)
 
@@ -96,7 +95,7 @@ def load_skill(name: str, request: Request, _: Principal = Depends(principal)) -
         name=skill.name, id=skill.id, description=skill.description, license=skill.license,
         compatibility=skill.compatibility, metadata=skill.metadata, allowed_tools=skill.allowed_tools,
         extras=skill.extras, body=expand_placeholders(skill.body, sandbox_dir(skill, _visible(request))),
-        body_tokens=skill.body_tokens,
+        body_tokens=skill.body_tokens, version=skill.version, digest=skill.digest,
         docs=_files(docs(files)),
         scripts=_files(f for f in files if f.kind == "script"),
         references=_files(f for f in files if f.kind == "reference"),
@@ -164,49 +163,32 @@ def skill_file(name: str, path: str, request: Request, _: Principal = Depends(pr
     return Response(content=content.data, media_type=mime, headers=headers)
 
 
-@router.post("", response_model=Installed, status_code=201, summary="Install a skill from a .zip or .tar.gz",
+@router.post("", response_model=Installed, status_code=201, summary="Install a skill: a new immutable version",
+             description="One .zip/.tar.gz (the body, or one multipart file part), or multipart `files[]` parts "
+                         "named by their paths relative to the skill. Every upload is a version "
+                         "(see /v1/skills/{name}/versions); content equal to the latest version's returns it.",
              openapi_extra={"requestBody": {"content": {
                  "application/zip": {"schema": {"type": "string", "format": "binary"}},
                  "application/gzip": {"schema": {"type": "string", "format": "binary"}},
                  "multipart/form-data": {"schema": {"type": "object", "properties": {
-                     "file": {"type": "string", "format": "binary"}}}}}}})
+                     "files[]": {"type": "array", "items": {"type": "string", "format": "binary"}}}}}}}})
 async def install(
     request: Request,
-    strict: bool = Query(default=False, description="refuse packages that break the spec"),
-    _: Principal = Depends(admin),
+    strict: bool | None = Query(default=None, description="refuse packages that break the spec "
+                                "(default: SKILL_EXECUTOR_SKILL_UPLOAD_STRICT)"),
+    no_default: bool = Query(default=False, description="publish without making it the default version"),
+    who: Principal = Depends(admin),
 ) -> Installed:
-    content_type = request.headers.get("content-type", "")
-    if content_type.startswith("multipart/form-data"):
-        form = await request.form()
-        upload = next((v for v in form.values() if isinstance(v, UploadFile)), None)
-        if upload is None:
-            raise BadRequest("the multipart body has no file part", code="invalid_package")
-        data = await upload.read()
-    else:
-        data = await request.body()
-    if not data:
-        raise BadRequest("the request body is empty; send a .zip or .tar.gz", code="invalid_package")
-    settings = request.app.state.settings
-    repository = request.app.state.executor.repository
-    try:
-        result = await run_in_threadpool(repository.install, data, strict=strict)
-    except OSError as exc:
-        raise Unavailable(
-            f"cannot write to the install folder {settings.install_root}: {exc.strerror}", code="install_failed"
-        ) from None
-    skill = result.skill
-    return Installed(id=skill.id, name=skill.name, path=str(skill.path), replaced=result.replaced,
-                     files=_files(result.files),
-                     warnings=[Finding(code=d.code, message=d.message) for d in skill.warnings])
+    return await versions.publish(request, who, strict=strict, set_default=not no_default)
 
 
 @router.delete("/{name}", status_code=204, summary="Delete an installed skill",
                description="Only a skill in the install folder; one shipped in a read-only skills root is "
                            "refused with 403 `read_only_skill`.")
-def delete(name: str, request: Request, _: Principal = Depends(admin)) -> Response:
+def delete(name: str, request: Request, who: Principal = Depends(admin)) -> Response:
     settings = request.app.state.settings
     try:
-        request.app.state.executor.repository.remove(name)
+        request.app.state.executor.repository.remove(name, actor=who.id)
     except OSError as exc:
         raise Unavailable(
             f"cannot delete from the install folder {settings.install_root}: {exc.strerror}", code="install_failed"

@@ -1,0 +1,579 @@
+"""The skill registry: immutable, content-addressed versions of every skill, pointers, an audit log.
+
+Layout under ``<data_dir>/registry/``::
+
+    index.db                 SQLite: skills (pointers, next number), versions (manifest), audit
+    .lock                    flock: one writer at a time (publish, pointer changes, deletes, GC)
+    blobs/<aa>/<sha256>      file contents, read-only (0444); ``<sha256>.x`` the executable variant (0555)
+    versions/<id>/<n>/<dir>/ version ``n`` of skill ``id``: folders (0755) of hard links to the blobs
+    staging/<uuid>/          a version being built (renamed into place in one step); swept at start
+    trash/<uuid>/            a deleted version on its way out
+
+A version's digest is ``sha256`` over its manifest in a canonical byte encoding
+(:func:`manifest_digest`): for every file, in ascending byte order of its UTF-8 path
+relative to the skill folder, ``path || 0x00 || hex(sha256(content)) || 0x0A`` (a
+symbolic link: ``path || 0x00 || "link:" || hex(sha256(target)) || 0x0A``).  File
+modes, times and empty folders are not part of it.
+
+Version numbers are consecutive per skill and never reused (``skills.next_version``
+survives deletes).  Publishing content whose digest equals the skill's *latest* version
+returns that version (``created`` False): a re-run CI job is idempotent.  Any other
+content -- a revert to an older version's content included -- is a new number.
+
+A run holds a :meth:`Registry.lease` on its version folder (a shared ``flock``) while it
+runs; deleting a version takes the lock exclusively without waiting, so a version in
+use is refused (409 ``version_in_use``), never removed underneath a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import stat
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import BadRequest, Conflict, NotFound
+from ..sqlite import ThreadLocalDB
+from .loader import SkillLoadError, find_skill_file, load_skill
+from .model import Skill
+
+log = logging.getLogger(__name__)
+
+#: Folders never part of a version (the run's copy skips them too).
+SKIP_DIRS = frozenset({".git", "__pycache__"})
+SYSTEM_ACTOR = "system"
+
+
+@dataclass(frozen=True, slots=True)
+class FileDigest:
+    """One manifest entry: a regular file, or (``link`` set) a symbolic link, kept as a link."""
+
+    path: str
+    sha256: str
+    size: int
+    executable: bool
+    link: str | None = None
+
+    @property
+    def digest_field(self) -> str:
+        """What the canonical encoding writes after the path: the content's hex, ``link:<hex of target>``."""
+        return f"link:{self.sha256}" if self.link is not None else self.sha256
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"path": self.path, "sha256": self.sha256, "size": self.size,
+                                 "executable": self.executable}
+        if self.link is not None:
+            entry["link"] = self.link
+        return entry
+
+
+def manifest_digest(files: list[tuple[str, str]]) -> str:
+    """``sha256:<hex>`` over ``(relative path, sha256 hex)`` pairs in the canonical encoding
+    (a link's pair carries ``link:<sha256 hex of its target>``)."""
+    h = hashlib.sha256()
+    for path, digest in sorted(files, key=lambda f: f[0].encode("utf-8", "surrogateescape")):
+        h.update(path.encode("utf-8", "surrogateescape") + b"\x00" + digest.encode("ascii") + b"\n")
+    return "sha256:" + h.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    skill: str
+    number: int
+    digest: str
+    created_at: float
+    source: str
+    actor: str
+    dirname: str
+    files: tuple[FileDigest, ...]
+    is_default: bool = False
+    is_latest: bool = False
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "skill": self.skill, "version": self.number, "digest": self.digest, "created_at": self.created_at,
+            "source": self.source, "created_by": self.actor, "file_count": len(self.files), "size": self.size,
+            "is_default": self.is_default, "is_latest": self.is_latest,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.summary(), "files": [f.to_dict() for f in self.files]}
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    id: int
+    at: float
+    actor: str
+    action: str
+    skill: str
+    version: int | None
+    digest: str | None
+    detail: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "at": self.at, "actor": self.actor, "action": self.action, "skill": self.skill,
+                "version": self.version, "digest": self.digest, "detail": self.detail}
+
+
+def split_ref(name: str) -> tuple[str, str | None]:
+    """``"pdf@3"`` -> ``("pdf", "3")``; ``"pdf"`` -> ``("pdf", None)``."""
+    base, at, ref = name.partition("@")
+    if at and not ref.strip():
+        raise BadRequest(f"empty version in {name!r}; use name@<n>, name@latest or name@sha256:<hex>",
+                         code="invalid_version")
+    return base, (ref.strip() if at else None)
+
+
+_COLUMNS = "skill, version, digest, created_at, source, actor, dirname, manifest"
+
+
+class Registry:
+    """Versions of skills under ``root``. Thread-safe; several processes may share ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.blobs = root / "blobs"
+        self.versions_dir = root / "versions"
+        self.staging = root / "staging"
+        self.trash = root / "trash"
+        for folder in (self.blobs, self.versions_dir, self.staging, self.trash):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._sqlite = ThreadLocalDB(root / "index.db")
+        self._sqlite.db().executescript(
+            """
+            CREATE TABLE IF NOT EXISTS skills (
+                skill TEXT PRIMARY KEY, next_version INTEGER NOT NULL,
+                default_version INTEGER, latest_version INTEGER);
+            CREATE TABLE IF NOT EXISTS versions (
+                skill TEXT NOT NULL, version INTEGER NOT NULL, digest TEXT NOT NULL, created_at REAL NOT NULL,
+                source TEXT NOT NULL, actor TEXT NOT NULL, dirname TEXT NOT NULL, manifest TEXT NOT NULL,
+                PRIMARY KEY (skill, version));
+            CREATE INDEX IF NOT EXISTS versions_digest ON versions (skill, digest);
+            CREATE TABLE IF NOT EXISTS audit (
+                id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL,
+                skill TEXT NOT NULL, version INTEGER, digest TEXT, detail TEXT);
+            """
+        )
+        self._thread_lock = threading.RLock()
+        self._depth = 0
+        self._lock_fd = -1
+        self._observed: dict[Path, tuple[tuple[Any, ...], str, int]] = {}
+        self._loaded: dict[tuple[str, int], Skill] = {}
+        self._leases: dict[tuple[str, int], int] = {}
+        self._leases_lock = threading.Lock()  # not the writer's: a long publish must not hold runs up
+        with self.writing():
+            for leftover in [*self.staging.iterdir(), *self.trash.iterdir()]:
+                shutil.rmtree(leftover, ignore_errors=True)
+            for partial in self.blobs.glob(".tmp-*"):  # a blob a crashed publish was writing
+                partial.unlink(missing_ok=True)
+
+    # -- locking -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """The writer lock (re-entrant in a thread; an flock across processes)."""
+        with self._thread_lock:
+            if self._depth == 0:
+                fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                self._lock_fd = fd
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    os.close(self._lock_fd)
+                    self._lock_fd = -1
+
+    def _db(self) -> Any:
+        return self._sqlite.db()
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def publish(
+        self, skill_id: str, folder: Path, *, actor: str, source: str = "upload", set_default: bool = True
+    ) -> tuple[Version, bool]:
+        """Snapshot ``folder`` as the next version of ``skill_id``; returns (version, created)."""
+        with self.writing():
+            stage = self.staging / uuid.uuid4().hex
+            stage.mkdir()
+            try:
+                target = stage / folder.name
+                target.mkdir(mode=0o755)
+                files = self._materialise(folder, target)
+                digest = manifest_digest([(f.path, f.digest_field) for f in files])
+                return self._commit(skill_id, stage, folder.name, files, digest, actor, source, set_default)
+            finally:
+                shutil.rmtree(stage, ignore_errors=True)
+
+    def _commit(self, skill_id: str, stage: Path, dirname: str, files: list[FileDigest], digest: str,
+                actor: str, source: str, set_default: bool) -> tuple[Version, bool]:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute("SELECT next_version, default_version, latest_version FROM skills WHERE skill = ?",
+                             (skill_id,)).fetchone()
+            next_version, default, latest = row if row else (1, None, None)
+            if latest is not None:
+                current = db.execute("SELECT digest FROM versions WHERE skill = ? AND version = ?",
+                                     (skill_id, latest)).fetchone()
+                if current is not None and current[0] == digest:
+                    if set_default and default != latest:
+                        db.execute("UPDATE skills SET default_version = ? WHERE skill = ?", (latest, skill_id))
+                        self._audit(db, actor, "set_default", skill_id, latest, digest, "re-published")
+                    db.execute("COMMIT")
+                    return self.version(skill_id, latest), False
+            number = next_version
+            now = time.time()
+            final = self.versions_dir / skill_id / str(number)
+            if final.exists():  # left by a crash between the rename and the commit: no row refers to it
+                shutil.rmtree(final)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            manifest = json.dumps([f.to_dict() for f in files])
+            db.execute(f"INSERT INTO versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (skill_id, number, digest, now, source, actor, dirname, manifest))
+            new_default = number if set_default or default is None else default
+            db.execute(
+                "INSERT INTO skills (skill, next_version, default_version, latest_version) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(skill) DO UPDATE SET next_version = excluded.next_version, "
+                "default_version = excluded.default_version, latest_version = excluded.latest_version",
+                (skill_id, number + 1, new_default, number),
+            )
+            self._audit(db, actor, "publish", skill_id, number, digest,
+                        f"source={source} default={new_default}")
+            os.rename(stage, final)
+            try:
+                db.execute("COMMIT")
+            except BaseException:
+                shutil.rmtree(final, ignore_errors=True)
+                raise
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return self.version(skill_id, number), True
+
+    def _materialise(self, source: Path, target: Path) -> list[FileDigest]:
+        """Copy ``source``'s regular files into blobs and hard-link them under ``target``.
+
+        Links stay links (as a run's copy keeps them): one that resolves inside the skill
+        with a relative target, any other to its resolved absolute target -- which every
+        reader refuses as leaving the skill, as before.
+        """
+        files: list[FileDigest] = []
+        real_root = source.resolve()
+        for dirpath, dirnames, filenames in os.walk(source):
+            rel_dir = os.path.relpath(dirpath, source)
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+            out_dir = target if rel_dir == "." else target / rel_dir
+            for name in list(dirnames):
+                if Path(dirpath, name).is_symlink():
+                    dirnames.remove(name)
+                    filenames.append(name)  # recorded as a link below
+                else:
+                    (out_dir / name).mkdir(mode=0o755)
+            for name in sorted(filenames):
+                src = Path(dirpath, name)
+                rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
+                st = os.lstat(src)
+                if stat.S_ISLNK(st.st_mode):
+                    resolved = Path(os.path.realpath(src))
+                    inside = resolved.is_relative_to(real_root)
+                    link = os.path.relpath(resolved, Path(dirpath).resolve()) if inside else str(resolved)
+                    os.symlink(link, out_dir / name)
+                    sha = hashlib.sha256(os.fsencode(link)).hexdigest()
+                    files.append(FileDigest(rel, sha, 0, False, link))
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                executable = bool(st.st_mode & 0o111)
+                sha, size = self._link_blob(src, out_dir / name, executable)
+                files.append(FileDigest(rel, sha, size, executable))
+        return files
+
+    def _link_blob(self, src: Path, dst: Path, executable: bool) -> tuple[str, int]:
+        """Store ``src`` as a blob (if new) and hard-link it at ``dst``; returns (sha256 hex, size)."""
+        tmp = self.blobs / f".tmp-{uuid.uuid4().hex}"
+        h = hashlib.sha256()
+        size = 0
+        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+            while chunk := fin.read(1 << 20):
+                h.update(chunk)
+                fout.write(chunk)
+                size += len(chunk)
+        sha = h.hexdigest()
+        blob = self.blobs / sha[:2] / (sha + (".x" if executable else ""))
+        try:
+            if blob.exists():
+                tmp.unlink()
+            else:
+                blob.parent.mkdir(exist_ok=True)
+                os.chmod(tmp, 0o555 if executable else 0o444)
+                os.rename(tmp, blob)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        os.link(blob, dst)
+        return sha, size
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _row_to_version(self, row: tuple[Any, ...], pointers: tuple[Any, ...] | None) -> Version:
+        skill, number, digest, created_at, source, actor, dirname, manifest = row
+        files = tuple(FileDigest(**f) for f in json.loads(manifest))
+        default, latest = pointers if pointers else (None, None)
+        return Version(skill, number, digest, created_at, source, actor, dirname, files,
+                       is_default=number == default, is_latest=number == latest)
+
+    def _pointers(self, skill_id: str) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = self._db().execute(
+            "SELECT default_version, latest_version FROM skills WHERE skill = ?", (skill_id,)).fetchone()
+        return row
+
+    def pointers(self, skill_id: str) -> tuple[int | None, int | None]:
+        row = self._pointers(skill_id)
+        return (row[0], row[1]) if row else (None, None)
+
+    def versions(self, skill_id: str) -> list[Version]:
+        rows = self._db().execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? ORDER BY version",
+                                  (skill_id,)).fetchall()
+        pointers = self._pointers(skill_id)
+        return [self._row_to_version(r, pointers) for r in rows]
+
+    def version(self, skill_id: str, ref: str | int | None = None) -> Version:
+        """A version by number, ``latest``, ``default`` (None) or ``sha256:<hex>``; 404 when none."""
+        db = self._db()
+        pointers = self._pointers(skill_id)
+        text = str(ref).strip().lower() if ref is not None else "default"
+        if text in ("default", "latest"):
+            number = pointers[0 if text == "default" else 1] if pointers else None
+            row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND version = ?",
+                             (skill_id, number)).fetchone() if number is not None else None
+        elif text.startswith("sha256:"):
+            row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND digest = ? "
+                             "ORDER BY version DESC LIMIT 1", (skill_id, text)).fetchone()
+        elif text.isdigit():
+            row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND version = ?",
+                             (skill_id, int(text))).fetchone()
+        else:
+            raise BadRequest(f"invalid version {ref!r}: use a number, latest, default or sha256:<hex>",
+                             code="invalid_version")
+        if row is None:
+            raise NotFound(f"skill {skill_id!r} has no version {text}", code="version_not_found")
+        return self._row_to_version(row, pointers)
+
+    def folder(self, version: Version) -> Path:
+        """The version's read-only skill folder."""
+        return self.versions_dir / version.skill / str(version.number) / version.dirname
+
+    def load(self, version: Version) -> Skill:
+        """The skill as of ``version`` (its path is the immutable version folder)."""
+        key = (version.skill, version.number)
+        skill = self._loaded.get(key)
+        if skill is None or skill.digest != version.digest:
+            try:
+                skill = load_skill(self.folder(version))
+            except SkillLoadError as exc:
+                raise NotFound(f"version {version.number} of skill {version.skill!r} cannot be loaded: {exc}",
+                               code="version_not_found") from None
+            skill.version, skill.digest = version.number, version.digest
+            self._loaded[key] = skill
+        return skill
+
+    # -- folder skills: a change on disk is a new version --------------------------------
+
+    def observe(self, skill_id: str, folder: Path) -> Version:
+        """The version matching ``folder``'s current content, published if it changed."""
+        if find_skill_file(folder) is None:  # removed since the catalog saw it
+            raise NotFound(f"unknown skill {skill_id!r}: {folder} holds no SKILL.md", code="skill_not_found")
+        signature = _signature(folder)
+        seen = self._observed.get(folder)
+        if seen is not None and seen[0] == signature:
+            with contextlib.suppress(NotFound):
+                found = self.version(skill_id, seen[2])
+                if found.digest == seen[1]:
+                    return found
+        version, _ = self.publish(skill_id, folder, actor=SYSTEM_ACTOR, source="folder")
+        self._observed[folder] = (signature, version.digest, version.number)
+        return version
+
+    # -- pointers and deletes ------------------------------------------------------------
+
+    def set_default(self, skill_id: str, ref: str | int, *, actor: str) -> Version:
+        with self.writing():
+            version = self.version(skill_id, ref)
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("UPDATE skills SET default_version = ? WHERE skill = ?", (version.number, skill_id))
+                self._audit(db, actor, "set_default", skill_id, version.number, version.digest, None)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return self.version(skill_id, version.number)
+
+    def delete_version(self, skill_id: str, ref: str | int, *, actor: str) -> Version:
+        """Delete one version: not the default (409 ``version_is_default``), not one in use (409)."""
+        with self.writing():
+            version = self.version(skill_id, ref)
+            if version.is_default:
+                raise Conflict(f"version {version.number} is the default of skill {skill_id!r}; set another "
+                               "default first", code="version_is_default")
+            self._remove([version], actor, "delete_version")
+            return version
+
+    def delete_skill(self, skill_id: str, *, actor: str) -> list[Version]:
+        """Delete every version of a skill (refused when any is in use); numbers are never reused."""
+        with self.writing():
+            versions = self.versions(skill_id)
+            self._remove(versions, actor, "delete_skill")
+            return versions
+
+    def _remove(self, versions: list[Version], actor: str, action: str) -> None:
+        locks: list[int] = []
+        try:
+            for version in versions:
+                folder = self.versions_dir / version.skill / str(version.number)
+                try:
+                    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue
+                locks.append(fd)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise Conflict(f"version {version.number} of skill {version.skill!r} is in use by a run; "
+                                   "try again when it has finished", code="version_in_use") from None
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for version in versions:
+                    db.execute("DELETE FROM versions WHERE skill = ? AND version = ?", (version.skill, version.number))
+                    self._audit(db, actor, action, version.skill, version.number, version.digest, None)
+                if versions:
+                    skill_id = versions[0].skill
+                    left = db.execute("SELECT MAX(version) FROM versions WHERE skill = ?", (skill_id,)).fetchone()[0]
+                    db.execute("UPDATE skills SET latest_version = ?, default_version = CASE WHEN ? IS NULL "
+                               "THEN NULL ELSE default_version END WHERE skill = ?", (left, left, skill_id))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            for version in versions:
+                folder = self.versions_dir / version.skill / str(version.number)
+                gone = self.trash / uuid.uuid4().hex
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(folder, gone)
+                shutil.rmtree(gone, ignore_errors=True)
+                self._loaded.pop((version.skill, version.number), None)
+        finally:
+            for fd in locks:
+                os.close(fd)
+        self.collect_garbage()
+
+    def collect_garbage(self) -> int:
+        """Remove blobs no version links to any more; returns how many."""
+        removed = 0
+        with self.writing():
+            for sub in self.blobs.iterdir():
+                if not sub.is_dir():
+                    continue
+                for blob in sub.iterdir():
+                    with contextlib.suppress(FileNotFoundError):
+                        if blob.stat().st_nlink == 1:
+                            blob.unlink()
+                            removed += 1
+        return removed
+
+    # -- leases --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lease(self, skill: Skill) -> Iterator[None]:
+        """Hold ``skill``'s version (a shared flock on its folder) so it cannot be deleted meanwhile."""
+        if skill.version is None:
+            yield
+            return
+        folder = self.versions_dir / skill.id / str(skill.version)
+        gone = NotFound(f"version {skill.version} of skill {skill.id!r} was deleted", code="version_not_found")
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise gone from None
+        key = (skill.id, skill.version)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            try:
+                if os.stat(folder).st_ino != os.fstat(fd).st_ino:
+                    raise gone
+            except FileNotFoundError:
+                raise gone from None
+            with self._leases_lock:
+                self._leases[key] = self._leases.get(key, 0) + 1
+            try:
+                yield
+            finally:
+                with self._leases_lock:
+                    self._leases[key] -= 1
+                    if not self._leases[key]:
+                        del self._leases[key]
+        finally:
+            os.close(fd)
+
+    def in_use(self, skill_id: str, number: int) -> int:
+        """How many runs of this process hold the version."""
+        return self._leases.get((skill_id, number), 0)
+
+    # -- audit ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _audit(db: Any, actor: str, action: str, skill: str, version: int | None, digest: str | None,
+               detail: str | None) -> None:
+        db.execute("INSERT INTO audit (at, actor, action, skill, version, digest, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   (time.time(), actor, action, skill, version, digest, detail))
+
+    def audit(self, skill_id: str | None = None, *, limit: int = 100) -> list[AuditEntry]:
+        db = self._db()
+        cols = "id, at, actor, action, skill, version, digest, detail"
+        if skill_id is None:
+            rows = db.execute(f"SELECT {cols} FROM audit ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        else:
+            rows = db.execute(f"SELECT {cols} FROM audit WHERE skill = ? ORDER BY id DESC LIMIT ?",
+                              (skill_id, limit)).fetchall()
+        return [AuditEntry(*r) for r in rows]
+
+
+def _signature(folder: Path) -> tuple[Any, ...]:
+    """What changes whenever a file of ``folder`` does: (path, size, mtime, ctime, mode) per entry."""
+    entries: list[tuple[str, int, int, int, int]] = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        for name in sorted([*filenames, *(d for d in dirnames if os.path.islink(os.path.join(dirpath, d)))]):
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)  # a retargeted link is a new link: new times
+            except OSError:
+                continue
+            entries.append((full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode))
+    return tuple(entries)
