@@ -173,7 +173,8 @@ class Registry:
         self._thread_lock = threading.RLock()
         self._depth = 0
         self._lock_fd = -1
-        self._observed: dict[Path, tuple[tuple[Any, ...], str, int]] = {}
+        #: folder -> (signature, digest, number, when the signature was last taken)
+        self._observed: dict[Path, tuple[tuple[Any, ...], str, int, float]] = {}
         self._loaded: dict[tuple[str, int], Skill] = {}
         self._leases: dict[tuple[str, int], int] = {}
         self._leases_lock = threading.Lock()  # not the writer's: a long publish must not hold runs up
@@ -403,19 +404,29 @@ class Registry:
 
     # -- folder skills: a change on disk is a new version --------------------------------
 
-    def observe(self, skill_id: str, folder: Path) -> Version:
-        """The version matching ``folder``'s current content, published if it changed."""
+    def observe(self, skill_id: str, folder: Path, *, max_age: float = 0.0) -> Version:
+        """The version matching ``folder``'s current content, published if it changed.
+
+        ``max_age``: a signature taken less than this many seconds ago is trusted without
+        walking the folder again (the catalog's own refresh interval: an edit shows within
+        it, as in the overview).  Records stay truthful either way: a run copies the
+        version's immutable folder, never the live one.
+        """
         if find_skill_file(folder) is None:  # removed since the catalog saw it
             raise NotFound(f"unknown skill {skill_id!r}: {folder} holds no SKILL.md", code="skill_not_found")
-        signature = _signature(folder)
         seen = self._observed.get(folder)
+        now = time.monotonic()
+        fresh = seen is not None and max_age > 0 and now - seen[3] < max_age
+        signature = seen[0] if fresh and seen is not None else _signature(folder)
         if seen is not None and seen[0] == signature:
             with contextlib.suppress(NotFound):
                 found = self.version(skill_id, seen[2])
                 if found.digest == seen[1]:
+                    if not fresh:
+                        self._observed[folder] = (*seen[:3], now)
                     return found
         version, _ = self.publish(skill_id, folder, actor=SYSTEM_ACTOR, source="folder")
-        self._observed[folder] = (signature, version.digest, version.number)
+        self._observed[folder] = (signature, version.digest, version.number, now)
         return version
 
     # -- pointers and deletes ------------------------------------------------------------

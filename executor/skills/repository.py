@@ -229,7 +229,7 @@ class SkillRepository:
         registry = self.registry
         assert registry is not None
         if not self.installed_here(skill) or registry.pointers(skill.id) == (None, None):
-            registry.observe(skill.id, skill.path)
+            registry.observe(skill.id, skill.path, max_age=self.refresh_interval)
         return registry.version(skill.id, ref)
 
     def search(self, query: str, limit: int = 10) -> builtins.list[Hit]:
