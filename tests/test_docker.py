@@ -209,7 +209,8 @@ def test_read_only_root_and_skill(make_docker) -> None:  # type: ignore[no-untyp
     source = executor.repository.get("math-tools").path
     before = {p: p.read_bytes() for p in source.rglob("*") if p.is_file()}
     probe = (
-        "for t in /x /usr/x /workspace/x /workspace/skills/x /etc/hosts $SKILL_DIR/scripts/x $SKILL_DIR/SKILL.md; do "
+        "for t in /x /usr/x /workspace/x /workspace/skills/x /etc/hosts /opt/skill-envs/x $SKILL_DIR/scripts/x "
+        "$SKILL_DIR/SKILL.md; do "
         "(echo hi >> $t) 2>/dev/null && echo \"WROTE $t\" || echo \"DENIED $t\"; done; "
         "echo ok > /tmp/t && echo TMP-OK; head -c 100M /dev/zero > /tmp/big 2>/dev/null || echo TMP-FULL; "
         "echo ok > $OUTPUT_DIR/o && echo OUT-OK"
@@ -217,16 +218,18 @@ def test_read_only_root_and_skill(make_docker) -> None:  # type: ignore[no-untyp
     result, info, proc = run_observed(executor, probe)
     # The root file system and the workspace's own folders are read-only; the skill is the
     # run's private copy (cold and warm alike), writable, while the installed one is untouched.
-    assert result.stdout.count("DENIED") == 5, result.stdout
+    assert result.stdout.count("DENIED") == 6, result.stdout
     assert "WROTE /workspace/skills/math-tools/scripts/x" in result.stdout
     assert "WROTE /workspace/skills/math-tools/SKILL.md" in result.stdout
     assert {p: p.read_bytes() for p in source.rglob("*") if p.is_file()} == before
     assert "TMP-OK" in result.stdout and "TMP-FULL" in result.stdout and "OUT-OK" in result.stdout
     assert info["HostConfig"]["ReadonlyRootfs"] is True
     mounts = {m["Destination"]: m for m in info["Mounts"]}
-    # Only the run's own workspace (no mount of the installed skill), and the hosts file.
-    assert set(mounts) == {"/workspace", "/etc/hosts"}
+    # Only the run's own workspace (no mount of the installed skill), the hosts file and
+    # the skills' dependency environments (read-only).
+    assert set(mounts) == {"/workspace", "/etc/hosts", "/opt/skill-envs"}
     assert mounts["/workspace"]["RW"] is True and mounts["/etc/hosts"]["RW"] is False
+    assert mounts["/opt/skill-envs"]["RW"] is False
     entries = [line.split() for line in proc["skill_files"].splitlines()]
     assert len(entries) >= 5
     for name, uid, mode in entries:
