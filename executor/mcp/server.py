@@ -113,6 +113,25 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
+class _Server(Server[Any]):
+    """The SDK's server whose default initialization options (what the HTTP session
+    manager uses) are ours: resources ``listChanged``, and the Skills extension declared
+    under ``experimental`` too -- the 2025-11-25 handshake has no ``capabilities.extensions``
+    (the SDK drops it there); 2026-07-28+ clients see it under ``extensions`` (SEP-2133)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(resources_changed=True),
+            experimental_capabilities or {EXTENSION: {"directoryRead": True}},
+            extensions,
+        )
+
+
 class SkillServer:
     """Builds the low-level :class:`Server` and answers its requests."""
 
@@ -120,7 +139,7 @@ class SkillServer:
         self.backend = backend
         self._files: SkillFiles | None = None
         self.sessions: dict[int, Any] = {}
-        server: Server[Any] = Server(
+        server = _Server(
             "skill-executor", version=__version__, instructions=INSTRUCTIONS,
             on_list_tools=self.list_tools, on_call_tool=self.call_tool,
             on_list_resources=self.list_resources, on_read_resource=self.read_resource,
@@ -133,7 +152,7 @@ class SkillServer:
         self.server = server
 
     def options(self) -> InitializationOptions:
-        return self.server.create_initialization_options(NotificationOptions(resources_changed=True))
+        return self.server.create_initialization_options()
 
     @property
     def files(self) -> SkillFiles:
@@ -388,7 +407,7 @@ class SkillServer:
                         await ctx.session.report_progress(sent, message=f"{kind}: {data}")
                     elif kind == "status":
                         sent += 1
-                        await ctx.session.report_progress(sent, message=f"status: {data}")
+                        await ctx.session.report_progress(sent, message=f"run {record.run_id}: {data}")
             final = await manager.wait(record, handle)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
