@@ -396,6 +396,10 @@ class SkillServer:
     async def _skill_run(self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]) -> types.CallToolResult:
         manager = self.backend.manager()
         who = self.backend.principal(ctx)
+        outputs = arguments.get("outputs")
+        if isinstance(outputs, dict) and "inline_binary" not in outputs:
+            # MCP content carries binary files as blobs: embed them unless the caller said otherwise.
+            arguments = {**arguments, "outputs": {**outputs, "inline_binary": True}}
         request = await self._offload(lambda: run_request(arguments))
         record, handle, _ = await manager.submit_async(request, principal=who)
         try:
