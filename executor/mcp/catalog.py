@@ -182,10 +182,7 @@ class SkillFiles:
             content = read_file(skill, parsed.path, max_bytes=MAX_FILE_BYTES)
         except NotFound as exc:
             raise UnknownResource(exc.message) from None
-        if parsed.path == skill.skill_file.name:
-            mime = "text/markdown"
-        else:
-            mime = mime_type(parsed.path)
+        mime = "text/markdown" if parsed.path == skill.skill_file.name else mime_type(parsed.path)
         text = content.text
         if text is not None:
             return {"uri": uri, "mimeType": mime if mime != "application/octet-stream" else "text/plain", "text": text}

@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
@@ -27,7 +27,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPError
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from .. import __version__
 from ..access import Principal
@@ -40,6 +40,7 @@ from ..tools import ToolExecutor, definitions, failed, render_result, run_reques
 from .catalog import EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 
 log = logging.getLogger("executor.mcp")
+T = TypeVar("T")
 
 #: Output files up to this size are embedded in a ``skill_run`` result; larger ones are links.
 EMBED_MAX_BYTES = 256 * 1024
@@ -174,7 +175,7 @@ class SkillServer:
             except Exception:  # a closed connection: forget it
                 self.sessions.pop(key, None)
 
-    async def _offload(self, fn: Callable[[], Any]) -> Any:
+    async def _offload(self, fn: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(fn)
 
     async def _guard(self, fn: Callable[[], Any]) -> Any:
