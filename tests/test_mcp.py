@@ -57,14 +57,14 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def stdio_client(base: Path) -> AsyncIterator[Client]:
+async def stdio_client(base: Path, runtime: str | None = None, **options: Any) -> AsyncIterator[Client]:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "executor.cli.main", "mcp", "--runtime", api_runtime(), "--skills-dir", str(_skills(base)),
+        args=["-m", "executor.cli.main", "mcp", "--runtime", runtime or api_runtime(), "--skills-dir", str(_skills(base)),
               "--data-dir", str(base / "data")],
         env=_env(), cwd=REPO,
     )
-    async with Client(params, mode="legacy", read_timeout_seconds=120) as client:
+    async with Client(params, mode="legacy", read_timeout_seconds=120, **options) as client:
         yield client
 
 
@@ -257,3 +257,37 @@ def test_http_needs_a_key(tmp_path: Path) -> None:
         anyio.run(main)
     finally:
         server.stop()
+
+
+def test_list_changed_on_install_and_removal(tmp_path: Path) -> None:
+    """Clients hear ``notifications/resources/list_changed`` when the catalog changes."""
+    skills = _skills(tmp_path)
+    changes: list[str] = []
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceListChangedNotification):
+            changes.append(message.method)
+            changed.set()
+
+    async def main() -> None:
+        nonlocal changed
+        # The catalog watch is the same on every runtime: the local one keeps this test off the engine.
+        async with stdio_client(tmp_path, "local", message_handler=on_message) as client:
+            await client.list_resources()
+            shutil.copytree(skills / "math-tools", skills / "more-math")
+            text = (skills / "more-math" / "SKILL.md").read_text().replace("name: math-tools", "name: more-math")
+            (skills / "more-math" / "SKILL.md").write_text(text)
+            with anyio.fail_after(15):
+                await changed.wait()
+            uris = {str(r.uri) for r in (await client.list_resources()).resources}
+            assert "skill://more-math/SKILL.md" in uris
+            changed = anyio.Event()
+            shutil.rmtree(skills / "more-math")
+            with anyio.fail_after(15):
+                await changed.wait()
+            uris = {str(r.uri) for r in (await client.list_resources()).resources}
+            assert "skill://more-math/SKILL.md" not in uris
+
+    anyio.run(main)
+    assert len(changes) >= 2

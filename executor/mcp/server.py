@@ -474,8 +474,11 @@ def _run_content(result: RunResult) -> types.CallToolResult:
             else:
                 resource = {"uri": item.ref, "mimeType": item.mime_type, "text": item.content}
             content.append(_embedded(resource))
-        else:
+        elif item.ref.startswith("artifact://"):  # readable with resources/read (or artifact_get)
             content.append(types.ResourceLink(type="resource_link", uri=item.ref, name=item.name,
                                               mime_type=item.mime_type, size=item.size_bytes))
+        else:  # the run's workspace is gone: only a saved file can be fetched later
+            content.append(_text(f"file {item.name} ({item.size_bytes} bytes) is not embedded: too large or cut; "
+                                 "run again with outputs.save=true to get it as a readable artifact:// resource"))
     structured = json.loads(result.model_dump_json())
     return types.CallToolResult(content=content, structured_content=structured, is_error=failed(result))
