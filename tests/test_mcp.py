@@ -98,8 +98,9 @@ def test_skills_extension(connect: Connect, tmp_path: Path) -> None:
             init = client.session.initialize_result if hasattr(client.session, "initialize_result") else None
             caps = client.session.server_capabilities if hasattr(client.session, "server_capabilities") else None
             caps = caps or (init.capabilities if init else None)
-            # The 2025-11-25 handshake has no capabilities.extensions: declared under experimental there.
-            assert caps is not None and caps.experimental is not None
+            assert caps is not None and caps.extensions is not None and caps.experimental is not None
+            assert caps.extensions["io.modelcontextprotocol/skills"] == {"directoryRead": True}
+            # Also under experimental, for 2025-11-25 clients that only read that map.
             assert caps.experimental["io.modelcontextprotocol/skills"] == {"directoryRead": True}
             assert caps.resources is not None and caps.resources.list_changed
 
@@ -291,3 +292,51 @@ def test_list_changed_on_install_and_removal(tmp_path: Path) -> None:
 
     anyio.run(main)
     assert len(changes) >= 2
+
+
+INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
+
+
+def test_mcp_inspector_cli(tmp_path: Path) -> None:
+    """A stock client: the MCP Inspector's non-interactive CLI against the stdio server."""
+    import json
+    import subprocess
+
+    npx = shutil.which("npx")
+    if npx is None:
+        pytest.skip("no npx here: the MCP Inspector cannot be run")
+    skills = _skills(tmp_path)
+    server = [sys.executable, "-m", "executor.cli.main", "mcp", "--runtime", "local", "--skills-dir", str(skills),
+              "--data-dir", str(tmp_path / "data")]
+
+    def inspect(*args: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [npx, "--yes", "--prefer-offline", INSPECTOR, "--cli", *args, *server], cwd=REPO, env=_env(
+                MCP_CATALOG_PATH=str(tmp_path / "catalog.json")), capture_output=True, text=True, timeout=120)
+        if done.returncode != 0 and "npm error" in done.stderr:
+            pytest.skip(f"the MCP Inspector did not install from npm: {done.stderr.strip()[-300:]}")
+        assert done.returncode == 0, done.stdout + done.stderr
+        found: dict[str, Any] = json.loads(done.stdout)
+        return found
+
+    # The Inspector calls these only when initialize declared the extension (and directoryRead).
+    got = inspect("--method", "skills/get", "--uri", "skill://csv-report/SKILL.md")
+    assert got["skill"]["frontmatter"]["name"] == "csv-report"
+    children = inspect("--method", "resources/directory/read", "--uri", "skill://csv-report/scripts")
+    assert [r["uri"] for r in children["resources"]] == ["skill://csv-report/scripts/report.py"]
+
+
+def test_frontmatter_as_json(tmp_path: Path) -> None:
+    """Plain YAML keeps its types; a frontmatter only the tolerant loader reads is served repaired."""
+    from executor.mcp.catalog import frontmatter
+    from executor.skills import load_skill
+
+    from .helpers import make_skill
+
+    typed = make_skill(tmp_path, "typed", "name: typed\ndescription: Typed values.\nmetadata:\n  version: 2\n"
+                       "  beta: true\n  released: 2026-01-02\n")
+    assert frontmatter(load_skill(typed)) == {
+        "name": "typed", "description": "Typed values.",
+        "metadata": {"version": 2, "beta": True, "released": "2026-01-02"}}
+    repaired = make_skill(tmp_path, "repaired", "name: repaired\ndescription: Use when: the user asks\n")
+    assert frontmatter(load_skill(repaired)) == {"name": "repaired", "description": "Use when: the user asks"}

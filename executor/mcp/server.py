@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPError
@@ -41,6 +41,8 @@ from .catalog import EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 
 log = logging.getLogger("executor.mcp")
 T = TypeVar("T")
+#: The Skills extension's settings: ``resources/directory/read`` is served.
+SETTINGS = {"directoryRead": True}
 
 #: Output files up to this size are embedded in a ``skill_run`` result; larger ones are links.
 EMBED_MAX_BYTES = 256 * 1024
@@ -117,8 +119,8 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 class _Server(Server[Any]):
     """The SDK's server whose default initialization options (what the HTTP session
     manager uses) are ours: resources ``listChanged``, and the Skills extension declared
-    under ``experimental`` too -- the 2025-11-25 handshake has no ``capabilities.extensions``
-    (the SDK drops it there); 2026-07-28+ clients see it under ``extensions`` (SEP-2133)."""
+    under ``experimental`` too, for 2025-11-25 clients that only read that map (see
+    :func:`declare_extension` for ``capabilities.extensions``)."""
 
     def create_initialization_options(
         self,
@@ -128,9 +130,25 @@ class _Server(Server[Any]):
     ) -> InitializationOptions:
         return super().create_initialization_options(
             notification_options or NotificationOptions(resources_changed=True),
-            experimental_capabilities or {EXTENSION: {"directoryRead": True}},
+            experimental_capabilities or {EXTENSION: dict(SETTINGS)},
             extensions,
         )
+
+
+async def declare_extension(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Middleware: put the Skills extension in ``initialize``'s ``capabilities.extensions``.
+
+    The SDK sieves a 2025-11-25 ``initialize`` result down to that revision's schema,
+    which has no ``extensions`` (SEP-2133 came later), yet stock clients (the MCP
+    Inspector, SEP-2640 hosts) look for the extension exactly there.  The middleware's
+    own return value is not sieved again, so this is the SDK's extension point for it.
+    """
+    result = await call_next(ctx)
+    if ctx.method == "initialize" and isinstance(result, dict):
+        capabilities = result.setdefault("capabilities", {})
+        if isinstance(capabilities, dict):
+            capabilities.setdefault("extensions", {})[EXTENSION] = dict(SETTINGS)
+    return result
 
 
 class SkillServer:
@@ -146,7 +164,8 @@ class SkillServer:
             on_list_resources=self.list_resources, on_read_resource=self.read_resource,
             on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt,
         )
-        server.extensions[EXTENSION] = {"directoryRead": True}
+        server.extensions[EXTENSION] = dict(SETTINGS)
+        server.middleware.append(declare_extension)
         server.add_request_handler("skills/list", SkillsListParams, self.skills_list)
         server.add_request_handler("skills/get", UriParams, self.skills_get)
         server.add_request_handler("resources/directory/read", DirectoryParams, self.directory_read)
