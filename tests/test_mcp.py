@@ -60,8 +60,8 @@ def _env(**extra: str) -> dict[str, str]:
 async def stdio_client(base: Path, runtime: str | None = None, **options: Any) -> AsyncIterator[Client]:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "executor.cli.main", "mcp", "--runtime", runtime or api_runtime(), "--skills-dir", str(_skills(base)),
-              "--data-dir", str(base / "data")],
+        args=["-m", "executor.cli.main", "mcp", "--runtime", runtime or api_runtime(),
+              "--skills-dir", str(_skills(base)), "--data-dir", str(base / "data")],
         env=_env(), cwd=REPO,
     )
     async with Client(params, mode="legacy", read_timeout_seconds=120, **options) as client:
@@ -244,6 +244,15 @@ def test_http_needs_a_key(tmp_path: Path) -> None:
         assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
         wrong = httpx.post(f"{server.url}/mcp", json=body, headers={**headers, "Authorization": "Bearer nope"})
         assert wrong.status_code == 401
+        # A session belongs to the key that opened it: another key presenting its id is told it does not exist.
+        opened = httpx.post(f"{server.url}/mcp", json=body, headers={**headers, "Authorization": "Bearer k-one"})
+        assert opened.status_code == 200
+        session = opened.headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        hijack = httpx.post(f"{server.url}/mcp", json=listing, headers={
+            **headers, "Authorization": "Bearer k-two", "Mcp-Session-Id": session,
+            "MCP-Protocol-Version": "2025-11-25"})
+        assert hijack.status_code == 404 and hijack.json()["error"]["code"] == "session_not_found"
 
         async def main() -> None:
             async with http_client(server, "k-one") as client:
