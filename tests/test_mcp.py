@@ -64,7 +64,8 @@ async def stdio_client(base: Path, runtime: str | None = None, **options: Any) -
               "--skills-dir", str(_skills(base)), "--data-dir", str(base / "data")],
         env=_env(), cwd=REPO,
     )
-    async with Client(params, mode="legacy", read_timeout_seconds=120, **options) as client:
+    options.setdefault("mode", "legacy")
+    async with Client(params, read_timeout_seconds=120, **options) as client:
         yield client
 
 
@@ -349,3 +350,19 @@ def test_frontmatter_as_json(tmp_path: Path) -> None:
         "metadata": {"version": 2, "beta": True, "released": "2026-01-02"}}
     repaired = make_skill(tmp_path, "repaired", "name: repaired\ndescription: Use when: the user asks\n")
     assert frontmatter(load_skill(repaired)) == {"name": "repaired", "description": "Use when: the user asks"}
+
+
+def test_modern_protocol(tmp_path: Path) -> None:
+    """A 2026-07-28 client (server/discover, no handshake) gets the same surface."""
+
+    async def main() -> None:
+        async with stdio_client(tmp_path, "local", mode="auto") as client:
+            assert client.session.protocol_version == "2026-07-28"
+            got = await raw(client, "skills/get", {"uri": "skill://math-tools/SKILL.md"})
+            assert got["skill"]["frontmatter"]["name"] == "math-tools"
+            children = await raw(client, "resources/directory/read", {"uri": "skill://math-tools"})
+            assert "skill://math-tools/scripts" in {r["uri"] for r in children["resources"]}
+            result = await client.call_tool("skill_run", {"skill": "math-tools", "command": "echo modern"})
+            assert not result.is_error and result.structured_content["stdout"] == "modern\n"
+
+    anyio.run(main)
