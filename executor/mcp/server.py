@@ -421,8 +421,12 @@ class SkillServer:
             # MCP content carries binary files as blobs: embed them unless the caller said otherwise.
             arguments = {**arguments, "outputs": {**outputs, "inline_binary": True}}
         request = await self._offload(lambda: run_request(arguments))
-        record, handle, _ = await manager.submit_async(request, principal=who)
+        # Shielded: a cancellation during admission would leave the accepted run unowned;
+        # it is delivered at the next await below, which cancels the run.
+        with anyio.CancelScope(shield=True):
+            record, handle, _ = await manager.submit_async(request, principal=who)
         try:
+            await anyio.lowlevel.checkpoint()
             if handle is not None:
                 sent = 0
                 async for _, kind, data in handle.stream():
