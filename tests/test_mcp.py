@@ -366,3 +366,13 @@ def test_modern_protocol(tmp_path: Path) -> None:
             assert not result.is_error and result.structured_content["stdout"] == "modern\n"
 
     anyio.run(main)
+
+
+def test_pages() -> None:
+    from executor.mcp.catalog import PAGE_SIZE, page
+
+    items = list(range(PAGE_SIZE * 2 + 3))
+    first, cursor = page(items, None)
+    second, cursor2 = page(items, cursor)
+    third, end = page(items, cursor2)
+    assert first + second + third == items and end is None and len(third) == 3
