@@ -25,6 +25,7 @@ from .. import __version__
 from ..config import Settings
 from ..core import Executor
 from ..errors import ExecutorError
+from ..mcp.http import McpHttp
 from ..owners import DataDirClaim
 from ..runs.manager import RunManager
 from ..runs.store import RunRecord, RunStore
@@ -113,7 +114,8 @@ def create_app(
         app.state.drain = drain
         log.info("skill-executor ready", extra={"runtime": executor.runtime.name, "auth": keyring.enabled})
         try:
-            yield
+            async with mcp_http.running(app):  # the MCP SDK's session manager, at /mcp
+                yield
         finally:
             await drain()
             started = time.monotonic()
@@ -147,6 +149,7 @@ def create_app(
     errors.install(app)
     for module in (versions, skills, runs, artifacts, tools, system):
         app.include_router(module.router)
+    mcp_http = McpHttp(app)
     # Outermost last: RequestContext -> BrowserGuard -> CORS (allowed origins only) -> BodyLimit -> routes.
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
     if settings.allowed_origins:

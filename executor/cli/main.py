@@ -32,10 +32,11 @@ def _optional_modules() -> list[Any]:
     """Command groups of later layers; imported lazily so ``skills`` stays light."""
     from . import artifacts as artifacts_cli
     from . import image as image_cli
+    from . import mcp as mcp_cli
     from . import runs as runs_cli
     from . import serve as serve_cli
 
-    return [runs_cli, artifacts_cli, image_cli, serve_cli]
+    return [runs_cli, artifacts_cli, image_cli, serve_cli, mcp_cli]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

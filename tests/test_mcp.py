@@ -1,0 +1,378 @@
+"""The MCP server with the SDK's own client, over stdio and streamable HTTP, on the real engine:
+the Skills extension (SEP-2640), skill_run end to end, errors, progress, cancellation, auth."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import TypeAdapter
+
+from .api_server import Server, api_runtime
+from .conftest import REPO, SKILLS
+
+BINARY = bytes(range(256)) * 4
+Connect = Callable[[], Any]
+
+
+class Raw(types.Request[dict[str, Any] | None, str]):
+    """A request of a method the SDK has no model for (the Skills extension's)."""
+
+
+async def raw(client: Client, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = await client.session.send_request(Raw(method=method, params=params or {}),
+                                                               TypeAdapter(dict))
+    return result
+
+
+def _skills(base: Path) -> Path:
+    target = base / "skills"
+    if not target.exists():
+        shutil.copytree(SKILLS, target)
+        (target / "csv-report" / "assets" / "blob.bin").write_bytes(BINARY)
+    return target
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
+    if "SKILL_EXECUTOR_DOCKER_IMAGE" in os.environ:
+        env["SKILL_EXECUTOR_DOCKER_IMAGE"] = os.environ["SKILL_EXECUTOR_DOCKER_IMAGE"]
+    env.update({"SKILL_EXECUTOR_SKILLS_REFRESH_SECONDS": "0", **extra})
+    return env
+
+
+@asynccontextmanager
+async def stdio_client(base: Path, runtime: str | None = None, **options: Any) -> AsyncIterator[Client]:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "executor.cli.main", "mcp", "--runtime", runtime or api_runtime(),
+              "--skills-dir", str(_skills(base)), "--data-dir", str(base / "data")],
+        env=_env(), cwd=REPO,
+    )
+    options.setdefault("mode", "legacy")
+    async with Client(params, read_timeout_seconds=120, **options) as client:
+        yield client
+
+
+@asynccontextmanager
+async def http_client(server: Server, key: str | None = None) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
+        transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
+        async with Client(transport, mode="legacy", read_timeout_seconds=120) as client:
+            yield client
+
+
+@pytest.fixture(params=["stdio", "http"])
+def connect(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "stdio":
+        yield lambda: stdio_client(tmp_path)
+        return
+    _skills(tmp_path)
+    server = Server(tmp_path).start()
+    try:
+        yield lambda: http_client(server)
+    finally:
+        server.stop()
+
+
+def test_skills_extension(connect: Connect, tmp_path: Path) -> None:
+    skills = tmp_path / "skills"
+
+    async def main() -> None:
+        async with connect() as client:
+            init = client.session.initialize_result if hasattr(client.session, "initialize_result") else None
+            caps = client.session.server_capabilities if hasattr(client.session, "server_capabilities") else None
+            caps = caps or (init.capabilities if init else None)
+            assert caps is not None and caps.extensions is not None and caps.experimental is not None
+            assert caps.extensions["io.modelcontextprotocol/skills"] == {"directoryRead": True}
+            # Also under experimental, for 2025-11-25 clients that only read that map.
+            assert caps.experimental["io.modelcontextprotocol/skills"] == {"directoryRead": True}
+            assert caps.resources is not None and caps.resources.list_changed
+
+            listed = await raw(client, "skills/list")
+            entries = {e["uri"]: e for e in listed["skills"]}
+            entry = entries["skill://csv-report/SKILL.md"]
+            assert entry["frontmatter"]["name"] == "csv-report"
+            assert entry["frontmatter"]["metadata"] == {"author": "skill-executor", "version": "1.0"}
+            files = sorted(p.relative_to(skills / "csv-report").as_posix()
+                           for p in (skills / "csv-report").rglob("*") if p.is_file())
+            assert sorted(r["uri"] for r in entry["resources"]) == [f"skill://csv-report/{f}" for f in files]
+            for item in entry["resources"]:
+                path = skills / "csv-report" / item["uri"].removeprefix("skill://csv-report/")
+                assert item["digest"] == "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+            got = await raw(client, "skills/get", {"uri": "skill://csv-report/SKILL.md"})
+            assert got["skill"] == entry
+            pinned = await raw(client, "skills/get", {"uri": "skill://csv-report@1/SKILL.md"})
+            assert pinned["skill"]["uri"] == "skill://csv-report@1/SKILL.md"
+            for unknown in ("skill://no-such-skill/SKILL.md", "skill://csv-report/scripts/report.py"):
+                with pytest.raises(MCPError) as caught:
+                    await raw(client, "skills/get", {"uri": unknown})
+                assert caught.value.error.code == -32602
+
+            text = (await client.read_resource("skill://csv-report/SKILL.md")).contents[0]
+            assert isinstance(text, types.TextResourceContents) and text.mime_type == "text/markdown"
+            assert text.text == (skills / "csv-report" / "SKILL.md").read_text()
+            blob = (await client.read_resource("skill://csv-report/assets/blob.bin")).contents[0]
+            assert isinstance(blob, types.BlobResourceContents)
+            import base64
+
+            assert base64.b64decode(blob.blob) == BINARY
+            with pytest.raises(MCPError) as caught:
+                await client.read_resource("skill://csv-report/../../etc/passwd")
+            assert caught.value.error.code == -32602
+
+            root = await raw(client, "resources/directory/read", {"uri": "skill://csv-report"})
+            kinds = {r["name"]: r["mimeType"] for r in root["resources"]}
+            assert kinds == {"SKILL.md": "text/markdown", "assets": "inode/directory",
+                             "references": "inode/directory", "scripts": "inode/directory"}
+            scripts = await raw(client, "resources/directory/read", {"uri": "skill://csv-report/scripts"})
+            assert [r["uri"] for r in scripts["resources"]] == ["skill://csv-report/scripts/report.py"]
+            with pytest.raises(MCPError):
+                await raw(client, "resources/directory/read", {"uri": "skill://csv-report/nothing"})
+
+            resources = await client.list_resources()
+            described = {str(r.uri): r for r in resources.resources}
+            assert described["skill://csv-report/SKILL.md"].name == "csv-report"
+            prompts = {p.name for p in (await client.list_prompts()).prompts}
+            assert {"skills_overview", "csv-report"} <= prompts
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["skill_run"].output_schema is not None
+            assert tools["skill_load"].annotations.read_only_hint is True
+
+    anyio.run(main)
+
+
+def test_skill_run_end_to_end(connect: Connect) -> None:
+    async def main() -> None:
+        progress: list[tuple[float, str | None]] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append((done, message))
+
+        async with connect() as client:
+            put = await client.call_tool("artifact_put", {"name": "data.csv", "text": "a,b\n1,2\n3,4\n"})
+            assert not put.is_error
+            ref = put.structured_content["ref"]
+            result = await client.call_tool("skill_run", {
+                "skill": "csv-report",
+                "command": "echo started; wc -l < inputs/data.csv > out/lines.txt; printf '\\x00\\x01' > out/b.bin",
+                "inputs": [{"from": ref, "to": "inputs/data.csv"}],
+                "outputs": {"globs": ["out/**"]},
+            }, progress_callback=on_progress)
+            assert not result.is_error, result.content
+            assert result.structured_content["exit_code"] == 0
+            assert "started" in result.structured_content["stdout"]
+            embedded = {c.resource.uri: c.resource for c in result.content if isinstance(c, types.EmbeddedResource)}
+            texts = [r for r in embedded.values() if isinstance(r, types.TextResourceContents)]
+            assert [r.text.strip() for r in texts] == ["3"]
+            blobs = [r for r in embedded.values() if isinstance(r, types.BlobResourceContents)]
+            import base64
+
+            assert [base64.b64decode(b.blob) for b in blobs] == [b"\x00\x01"]
+            assert progress and any("stdout: started" in (m or "") for _, m in progress)
+
+            failed = await client.call_tool("skill_run", {"skill": "csv-report", "command": "echo oops >&2; exit 3"})
+            assert failed.is_error
+            assert failed.structured_content["exit_code"] == 3
+            assert "oops" in failed.content[0].text
+
+    anyio.run(main)
+
+
+def test_cancel_kills_the_container(tmp_path: Path) -> None:
+    if api_runtime() != "docker":
+        pytest.skip("needs the Docker engine")
+    import docker
+
+    engine = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto")
+    run_ids: list[str] = []
+
+    async def main() -> None:
+        running = anyio.Event()
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            if message and message.startswith("run ") and message.endswith(": running"):
+                run_ids.append(message.split()[1].rstrip(":"))
+                running.set()
+
+        async with stdio_client(tmp_path) as client:
+            async with anyio.create_task_group() as group:
+                async def call() -> None:
+                    await client.call_tool("skill_run", {"skill": "csv-report", "command": "sleep 120"},
+                                           progress_callback=on_progress)
+
+                group.start_soon(call)
+                with anyio.fail_after(60):
+                    await running.wait()
+                await anyio.sleep(0.5)
+                assert engine.api.containers(filters={"label": f"io.skill-executor.run={run_ids[0]}"})
+                group.cancel_scope.cancel()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and engine.api.containers(
+                    all=True, filters={"label": f"io.skill-executor.run={run_ids[0]}"}):
+                await anyio.sleep(0.2)
+            assert engine.api.containers(all=True, filters={"label": f"io.skill-executor.run={run_ids[0]}"}) == []
+
+    anyio.run(main)
+
+
+def test_http_needs_a_key(tmp_path: Path) -> None:
+    _skills(tmp_path)
+    server = Server(tmp_path, env={"SKILL_EXECUTOR_API_KEYS": "k-one,k-two"}).start()
+    try:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                           "clientInfo": {"name": "t", "version": "0"}}}
+        headers = {"Accept": "application/json, text/event-stream"}
+        refused = httpx.post(f"{server.url}/mcp", json=body, headers=headers)
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
+        wrong = httpx.post(f"{server.url}/mcp", json=body, headers={**headers, "Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        # A session belongs to the key that opened it: another key presenting its id is told it does not exist.
+        opened = httpx.post(f"{server.url}/mcp", json=body, headers={**headers, "Authorization": "Bearer k-one"})
+        assert opened.status_code == 200
+        session = opened.headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+        hijack = httpx.post(f"{server.url}/mcp", json=listing, headers={
+            **headers, "Authorization": "Bearer k-two", "Mcp-Session-Id": session,
+            "MCP-Protocol-Version": "2025-11-25"})
+        assert hijack.status_code == 404 and hijack.json()["error"]["code"] == "session_not_found"
+
+        async def main() -> None:
+            async with http_client(server, "k-one") as client:
+                listed = await raw(client, "skills/list")
+                assert any(e["uri"] == "skill://csv-report/SKILL.md" for e in listed["skills"])
+                put = await client.call_tool("artifact_put", {"name": "mine.txt", "text": "one"})
+                assert not put.is_error
+            async with http_client(server, "k-two") as other:
+                got = await other.call_tool("artifact_get", {"ref": "mine.txt"})
+                assert got.is_error  # the other key's artifact: not found
+
+        anyio.run(main)
+    finally:
+        server.stop()
+
+
+def test_list_changed_on_install_and_removal(tmp_path: Path) -> None:
+    """Clients hear ``notifications/resources/list_changed`` when the catalog changes."""
+    skills = _skills(tmp_path)
+    changes: list[str] = []
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceListChangedNotification):
+            changes.append(message.method)
+            changed.set()
+
+    async def main() -> None:
+        nonlocal changed
+        # The catalog watch is the same on every runtime: the local one keeps this test off the engine.
+        async with stdio_client(tmp_path, "local", message_handler=on_message) as client:
+            await client.list_resources()
+            shutil.copytree(skills / "math-tools", skills / "more-math")
+            text = (skills / "more-math" / "SKILL.md").read_text().replace("name: math-tools", "name: more-math")
+            (skills / "more-math" / "SKILL.md").write_text(text)
+            with anyio.fail_after(15):
+                await changed.wait()
+            uris = {str(r.uri) for r in (await client.list_resources()).resources}
+            assert "skill://more-math/SKILL.md" in uris
+            changed = anyio.Event()
+            shutil.rmtree(skills / "more-math")
+            with anyio.fail_after(15):
+                await changed.wait()
+            uris = {str(r.uri) for r in (await client.list_resources()).resources}
+            assert "skill://more-math/SKILL.md" not in uris
+
+    anyio.run(main)
+    assert len(changes) >= 2
+
+
+INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
+
+
+def test_mcp_inspector_cli(tmp_path: Path) -> None:
+    """A stock client: the MCP Inspector's non-interactive CLI against the stdio server."""
+    import json
+    import subprocess
+
+    npx = shutil.which("npx")
+    if npx is None:
+        pytest.skip("no npx here: the MCP Inspector cannot be run")
+    skills = _skills(tmp_path)
+    server = [sys.executable, "-m", "executor.cli.main", "mcp", "--runtime", "local", "--skills-dir", str(skills),
+              "--data-dir", str(tmp_path / "data")]
+
+    def inspect(*args: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [npx, "--yes", "--prefer-offline", INSPECTOR, "--cli", *args, *server], cwd=REPO, env=_env(
+                MCP_CATALOG_PATH=str(tmp_path / "catalog.json")), capture_output=True, text=True, timeout=120)
+        if done.returncode != 0 and "npm error" in done.stderr:
+            pytest.skip(f"the MCP Inspector did not install from npm: {done.stderr.strip()[-300:]}")
+        assert done.returncode == 0, done.stdout + done.stderr
+        found: dict[str, Any] = json.loads(done.stdout)
+        return found
+
+    # The Inspector calls these only when initialize declared the extension (and directoryRead).
+    got = inspect("--method", "skills/get", "--uri", "skill://csv-report/SKILL.md")
+    assert got["skill"]["frontmatter"]["name"] == "csv-report"
+    children = inspect("--method", "resources/directory/read", "--uri", "skill://csv-report/scripts")
+    assert [r["uri"] for r in children["resources"]] == ["skill://csv-report/scripts/report.py"]
+
+
+def test_frontmatter_as_json(tmp_path: Path) -> None:
+    """Plain YAML keeps its types; a frontmatter only the tolerant loader reads is served repaired."""
+    from executor.mcp.catalog import frontmatter
+    from executor.skills import load_skill
+
+    from .helpers import make_skill
+
+    typed = make_skill(tmp_path, "typed", "name: typed\ndescription: Typed values.\nmetadata:\n  version: 2\n"
+                       "  beta: true\n  released: 2026-01-02\n")
+    assert frontmatter(load_skill(typed)) == {
+        "name": "typed", "description": "Typed values.",
+        "metadata": {"version": 2, "beta": True, "released": "2026-01-02"}}
+    repaired = make_skill(tmp_path, "repaired", "name: repaired\ndescription: Use when: the user asks\n")
+    assert frontmatter(load_skill(repaired)) == {"name": "repaired", "description": "Use when: the user asks"}
+
+
+def test_modern_protocol(tmp_path: Path) -> None:
+    """A 2026-07-28 client (server/discover, no handshake) gets the same surface."""
+
+    async def main() -> None:
+        async with stdio_client(tmp_path, "local", mode="auto") as client:
+            assert client.session.protocol_version == "2026-07-28"
+            got = await raw(client, "skills/get", {"uri": "skill://math-tools/SKILL.md"})
+            assert got["skill"]["frontmatter"]["name"] == "math-tools"
+            children = await raw(client, "resources/directory/read", {"uri": "skill://math-tools"})
+            assert "skill://math-tools/scripts" in {r["uri"] for r in children["resources"]}
+            result = await client.call_tool("skill_run", {"skill": "math-tools", "command": "echo modern"})
+            assert not result.is_error and result.structured_content["stdout"] == "modern\n"
+
+    anyio.run(main)
+
+
+def test_pages() -> None:
+    from executor.mcp.catalog import PAGE_SIZE, page
+
+    items = list(range(PAGE_SIZE * 2 + 3))
+    first, cursor = page(items, None)
+    second, cursor2 = page(items, cursor)
+    third, end = page(items, cursor2)
+    assert first + second + third == items and end is None and len(third) == 3
