@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from packaging.requirements import InvalidRequirement
 
 from executor.config import Settings
 from executor.core import Executor
@@ -37,6 +38,7 @@ from executor.skills.deps import (
     Sources,
     declared,
     env_key,
+    normalise_requirement,
     npm_range_accepts,
     parse_package_json,
     parse_pyproject,
@@ -449,3 +451,25 @@ def test_cli_install_refuses_unmet_needs(tmp_path: Path, wheelhouse: Path) -> No
     assert proc.stderr.startswith("skill-executor: skill_dependencies_unmet: ")
     assert "  unmet: no-such-package (python): pip could not resolve it" in proc.stderr
     assert not (tmp_path / "data/skills/cli-unmet").exists()
+
+
+@pytest.mark.parametrize("text", [
+    "foo===${HOME}",
+    'bar; os_name != "${PATH}"',
+    "baz; platform_release != 'x\u000c--index-url http://evil/'",
+    "qux\u2028-r /etc/hostname",
+])
+def test_needs_that_pip_would_expand_or_split_are_refused(text: str) -> None:
+    """pip expands ${VAR} in requirement files and splits lines on every Unicode break:
+    such a need could read the service's environment back or smuggle an option."""
+    with pytest.raises(InvalidRequirement):
+        normalise_requirement(text)
+
+
+def test_sources_in_manifests_carry_no_credentials() -> None:
+    sources = Sources(index_url="https://user:s3cret@pypi.example/simple",
+                             npm_registry="https://token@npm.example/")
+    described = sources.describe()
+    assert described["index_url"] == "https://pypi.example/simple"
+    assert described["npm_registry"] == "https://npm.example/"
+    assert "s3cret" not in json.dumps(described)

@@ -89,7 +89,7 @@ STALE_TEMP_SECONDS = 3600.0
 # PEP 723's reference regular expression.
 _PEP723 = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
 _NPM_NAME = re.compile(r"^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$")
-_NPM_BAD_SPEC = re.compile(r"^(file:|link:|git|github:|gitlab:|bitbucket:|gist:|npm:|https?:|workspace:)|/|\\")
+_NPM_BAD_SPEC = re.compile(r"^(file:|link:|git|github:|gitlab:|bitbucket:|gist:|npm:|https?:|workspace:|\.|~/)|/|\\")
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 Mode = Literal["install", "off"]
@@ -132,8 +132,18 @@ class Needs:
 # -- reading what a skill declares ---------------------------------------------------
 
 
+#: A resolved pin as pip's report gives it (canonical name, a version).
+_PIN = re.compile(r"^[a-z0-9][a-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
+#: What a need may not contain: pip expands ``${VAR}`` in requirement files (the service's
+#: environment, so a skill could read it back from pip's error), and characters that
+#: ``str.splitlines`` (pip's line splitting) treats as line breaks would smuggle options.
+_UNSAFE_TEXT = re.compile(r"[$\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 def normalise_requirement(text: str) -> Requirement:
     """A PEP 508 requirement without URL, canonically named; ``InvalidRequirement`` else."""
+    if _UNSAFE_TEXT.search(text):
+        raise InvalidRequirement("'$', control characters and line separators are not allowed in a need")
     req = Requirement(text)
     if req.url:
         raise InvalidRequirement("a URL requirement is not allowed (needs come from the configured index)")
@@ -482,12 +492,21 @@ class Sources:
     npm_wheelhouse: Path | None = None
 
     def describe(self) -> dict[str, str | None]:
+        # Written into each environment's manifest, which every run can read: never the
+        # credentials of a private index (the key still covers the full setting).
         return {
-            "index_url": self.index_url,
+            "index_url": _without_userinfo(self.index_url),
             "wheelhouse": str(self.wheelhouse) if self.wheelhouse else None,
-            "npm_registry": self.npm_registry,
+            "npm_registry": _without_userinfo(self.npm_registry),
             "npm_wheelhouse": str(self.npm_wheelhouse) if self.npm_wheelhouse else None,
         }
+
+
+def _without_userinfo(url: str | None) -> str | None:
+    """``url`` without ``user:password@`` (what private indexes are often configured with)."""
+    if not url:
+        return url
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -704,18 +723,22 @@ class SkillEnvs:
             return {}
         work = temp / ".work"
         work.mkdir()
-        requirements = work / "requirements.txt"
-        requirements.write_text("".join(f"{need}\n" for need in planned.python))
+        # The needs go as arguments, never in a requirements file (whose lines pip expands
+        # and parses as options); format_requirement wrote each from a parsed requirement.
+        needs = [need for need in planned.python if not _UNSAFE_TEXT.search(need)]
+        if len(needs) != len(planned.python):
+            raise _unmet([{"need": n, "source": "python", "error": "refused: unsafe characters"}
+                          for n in planned.python if n not in needs])
         constraints = work / "constraints.txt"
         constraints.write_text("".join(f"{name}=={version}\n" for name, (version, _) in
                                        sorted(self.image.python.items())))
         base = [self.python, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
                 "--target", str(work / "dry"), *pip_target_args(self.sources)]
         report = work / "report.json"
-        proc = self._run([*base, "--report", str(report), "-c", str(constraints), "-r", str(requirements)])
+        proc = self._run([*base, "--report", str(report), "-c", str(constraints), "--", *needs])
         if proc.returncode != 0 and "ResolutionImpossible" in proc.stderr + proc.stdout:
             # The needs conflict with the image's pins: honour the skill's wish.
-            proc = self._run([*base, "--report", str(report), "-r", str(requirements)])
+            proc = self._run([*base, "--report", str(report), "--", *needs])
         if proc.returncode != 0:
             raise self._pip_failure(planned, proc)
         items = json.loads(report.read_text()).get("install", [])
@@ -723,11 +746,12 @@ class SkillEnvs:
                                   for i in items}
         wanted = [f"{name}=={version}" for name, version in sorted(chosen.items())
                   if not (name in self.image.python and str(self.image.python[name][0]) == version)]
+        if any(_UNSAFE_TEXT.search(w) or not _PIN.match(w) for w in wanted):
+            raise _unmet([{"need": w, "source": "python", "error": "pip resolved an unexpected name or version"}
+                          for w in wanted if _UNSAFE_TEXT.search(w) or not _PIN.match(w)])
         if wanted:
-            pins = work / "resolved.txt"
-            pins.write_text("".join(f"{w}\n" for w in wanted))
             proc = self._run([self.python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
-                              "--target", str(temp / "python"), *pip_target_args(self.sources), "-r", str(pins)])
+                              "--target", str(temp / "python"), *pip_target_args(self.sources), "--", *wanted])
             if proc.returncode != 0:
                 raise self._pip_failure(planned, proc)
             shutil.rmtree(temp / "python" / "bin", ignore_errors=True)
@@ -786,8 +810,11 @@ class SkillEnvs:
         node.mkdir()
         (node / "package.json").write_text('{"name": "skill-env", "private": true}\n')
         cache = Path(tempfile.mkdtemp(prefix="npm-cache-", dir=temp))
+        # No git (a registry package's git dependency would be cloned, and some npm versions
+        # run its `prepare` despite --ignore-scripts), no links to local folders.
         argv = [self.npm, "install", "--prefix", str(node), "--ignore-scripts", "--no-audit", "--no-fund",
-                "--no-package-lock", "--loglevel=error", "--cache", str(cache), *specs]
+                "--no-package-lock", "--loglevel=error", "--cache", str(cache), "--git=false",
+                "--install-links=false", "--", *specs]
         if self.sources.npm_wheelhouse is not None:
             argv.insert(2, "--offline")
         elif self.sources.npm_registry:

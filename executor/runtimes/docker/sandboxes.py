@@ -174,8 +174,11 @@ class ColdSandbox(DockerSandbox):
                 self.engine.kill(container_id)
                 break
         code = self.engine.wait(container_id)
-        if code is not None:
-            self._exited = container_id  # its init is gone, and with it every process of the run
+        if code is not None and not self.engine.gvisor:
+            # runc: the init's exit is reported after the kernel has reaped its whole PID
+            # namespace, so nothing of the run is alive.  (gVisor is not relied on for that:
+            # there the container is removed before the outputs are read.)
+            self._exited = container_id
         reader.join(timeout=2.0)
         _close(raw)
         oom = False
