@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from .arguments import existing_dir
-from .serve import build_settings
+from .serve import add_service_options, build_settings
 
 
 def register(groups: Any) -> None:
     mcp = groups.add_parser("mcp", help="serve skills and skill_run over MCP on stdio")
-    mcp.add_argument("--runtime", choices=("local", "docker"))
-    mcp.add_argument("--skills-dir", action="append", type=existing_dir, dest="skills_dirs",
-                     help="a skill root (an existing folder); repeat for more")
-    mcp.add_argument("--data-dir", type=Path)
+    add_service_options(mcp)
     mcp.set_defaults(handler=_mcp)
 
 

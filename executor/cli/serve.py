@@ -19,11 +19,16 @@ def register(groups: Any) -> None:
     serve = groups.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", help="bind address (default 127.0.0.1; others need API keys and the docker runtime)")
     serve.add_argument("--port", type=port, help="TCP port, 1-65535 (default 8080)")
-    serve.add_argument("--runtime", choices=("local", "docker"))
-    serve.add_argument("--skills-dir", action="append", type=existing_dir, dest="skills_dirs",
-                       help="a skill root (an existing folder); repeat for more")
-    serve.add_argument("--data-dir", type=Path)
+    add_service_options(serve)
     serve.set_defaults(handler=_serve)
+
+
+def add_service_options(parser: argparse.ArgumentParser) -> None:
+    """What ``serve`` and ``mcp`` share: the runtime, the skill roots, the data folder."""
+    parser.add_argument("--runtime", choices=("local", "docker"))
+    parser.add_argument("--skills-dir", action="append", type=existing_dir, dest="skills_dirs",
+                        help="a skill root (an existing folder); repeat for more")
+    parser.add_argument("--data-dir", type=Path)
 
 
 def build_settings(args: argparse.Namespace) -> Settings:

@@ -153,7 +153,7 @@ class SkillRunner:
         envs = self.repository.deps
         if envs is None:
             return None
-        key = envs.for_run(plan.skill.path)
+        key = envs.for_run(plan.skill.path, plan.skill.digest)
         if key is None:
             return None
         return f"{self.runtime.visible_envs_dir or envs.root}/{key}"

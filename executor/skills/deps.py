@@ -640,12 +640,16 @@ class SkillEnvs:
             self._resolve(planned)
         return planned
 
-    def for_run(self, skill_path: Path) -> str | None:
+    def for_run(self, skill_path: Path, digest: str | None = None) -> str | None:
         """The environment key a run of the skill uses (None: none), resolving it on first
-        use; a refusal is remembered until a file that declares needs changes."""
+        use; a refusal is remembered until a file that declares needs changes.
+
+        ``digest``: the registry's digest of an immutable version folder -- it names the
+        content, so the folder is not walked on every run.
+        """
         if self.mode == "off":
             return None
-        cache_key = (str(skill_path), signature(skill_path))
+        cache_key = (str(skill_path), digest or signature(skill_path))
         with self._lock:
             cached = self._cache.get(cache_key)
         if isinstance(cached, DependenciesUnmet):
