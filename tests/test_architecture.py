@@ -19,7 +19,7 @@ LAYERS = [
     {"executor.runtimes"},
     {"executor.runs"},
     {"executor.core", "executor.tools", "executor.doctor"},
-    {"executor.api", "executor.client", "executor.mcp"},
+    {"executor.api", "executor.client", "executor.mcp", "executor.testing"},
     {"executor.cli"},
 ]
 
