@@ -52,7 +52,7 @@ class _Strict(BaseModel):
 class StreamExpect(_Strict):
     """Checks on ``stdout`` or ``stderr`` (all given checks must hold)."""
 
-    contains: list[str] = Field(default_factory=list, description="substrings that must all appear (a string or a list)")
+    contains: list[str] = Field(default_factory=list, description="substrings that must all appear (one or a list)")
     not_contains: list[str] = Field(default_factory=list, description="substrings that must not appear")
     matches: list[str] = Field(default_factory=list,
                                description="regular expressions (Python syntax, re.MULTILINE) that must all match "
@@ -78,7 +78,7 @@ class FileExpect(_Strict):
     """Checks on an output file (``path``) or on every file a ``glob`` matches."""
 
     path: str | None = Field(default=None, description="a workspace-relative file, e.g. out/report.md")
-    glob: str | None = Field(default=None, description="a workspace-relative glob (** supported); every match is checked")
+    glob: str | None = Field(default=None, description="a workspace-relative glob (**); every match is checked")
     exists: bool = Field(default=True, description="false: no file may match")
     mime_type: str | None = Field(default=None, description="exact (text/csv) or a family (image/*)")
     min_size: int | None = Field(default=None, ge=0, description="bytes")
