@@ -135,7 +135,7 @@ class Options:
 
 
 @dataclass(slots=True)
-class _Job:
+class Job:
     """Cases that run one after the other in one worker (one case, or one session's)."""
 
     item: SkillTests
@@ -160,12 +160,12 @@ def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
             outcomes.append(outcome)
         listener.finished(outcome)
 
-    jobs: list[_Job] = []
+    jobs: list[Job] = []
     evals: list[tuple[SkillTests, str, str | None, Eval]] = []
     token = secrets.token_hex(4)
     rank: dict[str, tuple[int, int]] = {}
     for index, item in enumerate(items):
-        skill, ref, problem = _prepare(item, backend, options, record)
+        skill, ref, problem = prepare(item, backend, options, record)
         rank[f"{skill}::{VALIDATE}"] = (index, -1)
         for position, case in enumerate(item.tests.cases if item.tests else []):
             rank[f"{skill}::{case.name}"] = (index, position)
@@ -180,14 +180,14 @@ def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
                 record(Outcome(skill, case.name, source, "error", message=problem.message, command=case.command,
                                infrastructure=isinstance(problem, InfrastructureError)))
             continue
-        sessions: dict[str, _Job] = {}
+        sessions: dict[str, Job] = {}
         for case in chosen:
             if case.session is None:
-                jobs.append(_Job(item, skill, ref, [case], None, source))
+                jobs.append(Job(item, skill, ref, [case], None, source))
             elif case.session in sessions:
                 sessions[case.session].cases.append(case)
             else:
-                job = _Job(item, skill, ref, [case], f"skill-tests-{token}-{case.session}", source)
+                job = Job(item, skill, ref, [case], f"skill-tests-{token}-{case.session}", source)
                 sessions[case.session] = job
                 jobs.append(job)
         for entry in item.evals.evals if item.evals else []:
@@ -196,10 +196,10 @@ def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
             else:
                 deselected += 1
 
-    def work(job: _Job) -> None:
+    def work(job: Job) -> None:
         for case in job.cases:
             listener.started(f"{job.skill}::{case.name}")
-            record(_run_case(job, case, backend, options))
+            record(run_case(job, case, backend, options))
 
     def grade(entry: tuple[SkillTests, str, str | None, Eval]) -> None:
         item, skill, ref, evaluation = entry
@@ -213,7 +213,7 @@ def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
     return Report(outcomes, backend.description, started_at, int((time.monotonic() - clock) * 1000), deselected)
 
 
-def _prepare(item: SkillTests, backend: Backend, options: Options,
+def prepare(item: SkillTests, backend: Backend, options: Options,
              record: Callable[[Outcome], None]) -> tuple[str, str | None, ExecutorError | None]:
     """Validate the skill (its ``validate`` case) and snapshot it into the backend."""
     verdict = check_skill(item.skill_dir, strict=options.strict)
@@ -257,7 +257,7 @@ def observed(result: RunResult) -> Observed:
                     result.stdout_truncated, result.stderr_truncated)
 
 
-def _run_case(job: _Job, case: Case, backend: Backend, options: Options) -> Outcome:
+def run_case(job: Job, case: Case, backend: Backend, options: Options) -> Outcome:
     outcome = Outcome(job.skill, case.name, job.source, "passed", command=case.command)
     missing = [i.path for i in case.inputs if i.path is not None and not (job.item.tests_dir / i.path).exists()]
     if missing:
