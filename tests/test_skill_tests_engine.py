@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,7 +17,7 @@ import xmlschema
 from executor.client import Client
 
 from .api_server import Server, free_port
-from .conftest import REPO, SKILLS, require_runtime
+from .conftest import REPO, require_runtime
 
 pytestmark = pytest.mark.docker
 
