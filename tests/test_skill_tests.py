@@ -342,3 +342,19 @@ def test_report_exit_codes_and_summary() -> None:
     assert report.exit_code == 0
     body = report.to_dict()
     assert body["summary"] == {"passed": 2, "failed": 0, "error": 0, "skipped": 1, "total": 3, "deselected": 0}
+
+
+def test_a_golden_file_linked_out_of_tests_is_never_read(tmp_path: Path) -> None:
+    """A test file from an untrusted change must not print a host file in a CI log's diff."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOKEN=hunter2\n")
+    tests_dir = tmp_path / "skill" / "tests"
+    (tests_dir / "golden").mkdir(parents=True)
+    (tests_dir / "golden" / "out.txt").symlink_to(secret)
+    (tests_dir / "linked").symlink_to(tmp_path)
+    for golden in ("golden/out.txt", "linked/secret.txt"):
+        failures = check(expect(files=[{"path": "out/a", "equals_file": golden}]),
+                         seen(files=[file("out/a", b"x\n")]), tests_dir=tests_dir)
+        assert [f.check for f in failures] == ["files[0].equals_file"]
+        assert "resolves outside its root" in failures[0].message
+        assert "hunter2" not in repr(failures)

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import ExecutorError
 from ..outputs.collect import compile_globs, normalise_glob
+from ..paths import resolve_within
 from .spec import Expect, FileExpect, StreamExpect
 
 #: How much of a stream or file a message quotes.
@@ -179,7 +181,10 @@ def _check_file(label: str, spec: FileExpect, item: RunFile, tests_dir: Path, sk
 
 
 def _check_golden(label: str, golden: str, item: RunFile, tests_dir: Path) -> list[Failure]:
-    path = tests_dir / golden
+    try:
+        path = golden_path(tests_dir, golden)
+    except ExecutorError as exc:
+        return [Failure(label, exc.message)]
     try:
         want = path.read_bytes()
     except FileNotFoundError:
@@ -197,6 +202,12 @@ def _check_golden(label: str, golden: str, item: RunFile, tests_dir: Path) -> li
                         expected=hashlib.sha256(want).hexdigest(), got=hashlib.sha256(got).hexdigest())]
     return [Failure(label, message + " (--update-golden accepts the new output)",
                     diff=text_diff(want_text, got_text, f"tests/{golden}", item.name))]
+
+
+def golden_path(tests_dir: Path, golden: str) -> Path:
+    """The golden file, refused when it (or a folder on the way) is a link out of ``tests/``:
+    its content would be printed in diffs, and ``--update-golden`` would write through it."""
+    return resolve_within(tests_dir, golden, what="golden file")
 
 
 def _check_json(label: str, what: str, text: str, expected: Any) -> list[Failure]:

@@ -28,7 +28,7 @@ from ..runs.models import RunRequest, RunResult
 from ..skills.loader import check as check_skill
 from ..workspace.spec import InputSpec
 from .backends import Backend, InfrastructureError
-from .checks import Failure, Observed, RunFile, check, match_files, request_glob, tail
+from .checks import Failure, Observed, RunFile, check, golden_path, match_files, request_glob, tail
 from .loader import Eval, SkillTests
 from .select import Matcher
 from .spec import Case, FileExpect
@@ -308,7 +308,10 @@ def _update_golden(spec: FileExpect, seen: Observed, tests_dir: Path, outcome: O
     if data is None:
         return [Failure(label, f"cannot update tests/{spec.equals_file}: {matched[0].name} was too large to bring "
                                "back")]
-    target = tests_dir / str(spec.equals_file)
+    try:
+        target = golden_path(tests_dir, str(spec.equals_file))
+    except ExecutorError as exc:
+        return [Failure(label, exc.message)]
     try:
         if target.is_file() and target.read_bytes() == data:
             return []
