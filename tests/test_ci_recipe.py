@@ -36,7 +36,9 @@ SKILLS = REPO / "skills"
 
 def run_recipe(recipe: Path, workdir: Path, env: dict[str, str] | None = None,
                timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "PYTHON": sys.executable, **(env or {})}
+    # `python` is this interpreter unless the caller's PATH says otherwise.
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    full = {**os.environ, "PATH": path, "PYTHON": sys.executable, **(env or {})}
     return subprocess.run(["bash", str(RUNNER), str(recipe), str(workdir)], env=full, capture_output=True,
                           text=True, timeout=timeout, check=False)
 
@@ -156,6 +158,29 @@ def test_github_recipe_shape() -> None:
     publish = {step["uses"].split("@")[0]: step for step in after if "uses" in step}
     assert publish["mikepenz/action-junit-report"]["with"]["report_paths"] == "report.xml"
     assert "actions/upload-artifact" in publish
+
+
+def test_github_summary_step_lists_the_failed_cases(tmp_path: Path) -> None:
+    workflow = yaml.safe_load(GITHUB.read_text(encoding="utf-8"))
+    (job,) = workflow["jobs"].values()
+    (step,) = [step for step in job["steps"] if step.get("name") == "Summary"]
+    recipe = tmp_path / "summary.yml"
+    recipe.write_text(yaml.safe_dump({"jobs": {"only": {"steps": [{"run": step["run"]}]}}}))
+    summary = tmp_path / "summary.md"
+    proc = run_recipe(recipe, tmp_path, {"GITHUB_STEP_SUMMARY": str(summary)})
+    assert proc.returncode == 1  # no report: the step says so and fails
+    assert summary.read_text() == "### Skill tests: no report\n"
+    (tmp_path / "report.xml").write_text(
+        '<testsuites><testsuite name="math-tools" tests="3">'
+        '<testcase classname="math-tools" name="fib ok"/>'
+        '<testcase classname="math-tools" name="fib bad"><failure message="exit 1"/></testcase>'
+        '<testcase classname="csv-report" name="crashed"><error message="boom"/></testcase>'
+        '</testsuite></testsuites>')
+    summary.unlink()
+    proc = run_recipe(recipe, tmp_path, {"GITHUB_STEP_SUMMARY": str(summary)})
+    assert proc.returncode == 0, proc.stderr
+    assert summary.read_text() == ("### Skill tests: 1 of 3 passed\n"
+                                   "- :x: math-tools: fib bad\n- :x: csv-report: crashed\n")
 
 
 def test_gitlab_recipe_shape() -> None:
