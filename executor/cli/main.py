@@ -35,8 +35,9 @@ def _optional_modules() -> list[Any]:
     from . import mcp as mcp_cli
     from . import runs as runs_cli
     from . import serve as serve_cli
+    from . import test as test_cli
 
-    return [runs_cli, artifacts_cli, image_cli, serve_cli, mcp_cli]
+    return [runs_cli, artifacts_cli, image_cli, serve_cli, mcp_cli, test_cli]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

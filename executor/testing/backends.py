@@ -1,0 +1,164 @@
+"""Where test cases run: this machine's sandbox (:class:`LocalBackend`) or a running
+service (:class:`ServerBackend`). Both run a *snapshot* of the skill folder, so an edit
+made while the tests run does not mix two versions.
+
+A backend that cannot do its job raises :class:`InfrastructureError` (the CLI's exit 3);
+a request the sandbox refuses is an ordinary :class:`~executor.errors.ExecutorError`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+import httpx
+
+from ..client import ApiError, Client
+from ..config import Settings
+from ..core import Executor
+from ..errors import ExecutorError, Unavailable
+from ..runs.models import RunRequest, RunResult
+from ..skills.loader import find_skill_file
+
+#: Folders never copied into a snapshot.
+SNAPSHOT_IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".venv")
+T = TypeVar("T")
+
+
+class InfrastructureError(ExecutorError):
+    """The engine, the image or the service is not there: nothing about the skill is known."""
+
+    status = 503
+
+    def __init__(self, message: str, code: str = "infrastructure_unavailable") -> None:
+        super().__init__(message, code=code)
+
+
+class Backend(Protocol):
+    #: what the report says about where the cases ran
+    description: str
+    sandboxed: bool
+
+    def prepare(self, skill_dir: Path) -> str:
+        """Make the folder's current content runnable; return the reference to run it by
+        (``name`` or ``name@version``)."""
+        ...
+
+    def run(self, request: RunRequest) -> RunResult: ...
+
+    def close(self) -> None: ...
+
+
+class LocalBackend:
+    """This machine's engine (or the unsandboxed local runtime), through an :class:`Executor`
+    whose only skill root is a private folder of snapshots."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._tmp = Path(tempfile.mkdtemp(prefix="skill-tests-"))
+        self._count = 0
+        self._lock = threading.Lock()
+        settings = settings.model_copy(update={"skills_dirs": [self._tmp], "skills_refresh_seconds": 0.0})
+        self.sandboxed = settings.runtime == "docker"
+        self.description = (f"docker ({settings.docker_image}"
+                            f"{', ' + settings.docker_oci_runtime if settings.docker_oci_runtime else ''})"
+                            if self.sandboxed else "local (NOT sandboxed)")
+        try:
+            if self.sandboxed:
+                _check_engine(settings.docker_image)
+            self._executor = Executor.from_settings(settings)
+        except InfrastructureError:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            raise
+        except Unavailable as exc:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            raise InfrastructureError(exc.message, exc.code) from None
+
+    def prepare(self, skill_dir: Path) -> str:
+        with self._lock:
+            self._count += 1
+            target = self._tmp / str(self._count) / Path(skill_dir).resolve().name
+        shutil.copytree(skill_dir, target, symlinks=True, ignore=SNAPSHOT_IGNORE)
+        catalog = self._executor.repository.reload()
+        for skill in catalog.skills:
+            if Path(skill.path).resolve() == target.resolve():
+                return skill.id
+        for rejected in catalog.rejected:
+            if Path(rejected.path).resolve() == target.resolve():
+                problems = "; ".join(f"{d.code}: {d.message}" for d in rejected.diagnostics)
+                raise ExecutorError(f"the skill does not load: {problems}", code="skill_invalid")
+        raise ExecutorError("the skill does not load (its name collides with another skill under test?)",
+                            code="skill_invalid")
+
+    def run(self, request: RunRequest) -> RunResult:
+        try:
+            return self._executor.runner.run(request)
+        except Unavailable as exc:
+            raise InfrastructureError(exc.message, exc.code) from None
+
+    def close(self) -> None:
+        try:
+            self._executor.close()
+        finally:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def _check_engine(image: str) -> None:
+    """Fail now, with the fix, rather than once per case."""
+    import docker
+
+    from ..runtimes.docker.engine import connect
+
+    try:
+        client = connect(timeout=30)
+    except Unavailable as exc:
+        raise InfrastructureError(f"{exc.message} (start dockerd, or set DOCKER_HOST)", "engine_unavailable") from None
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise InfrastructureError(f"the runner image {image} is not on this engine: build it with "
+                                  "`skill-executor image build` (or set SKILL_EXECUTOR_DOCKER_IMAGE)",
+                                  "image_missing") from None
+    except docker.errors.DockerException as exc:
+        raise InfrastructureError(f"the Docker engine failed: {exc}", "engine_error") from None
+    finally:
+        client.close()
+
+
+class ServerBackend:
+    """A running service: each skill folder is pushed as a new version that is *not* made
+    the default (a test never changes what agents run), and cases run pinned to it."""
+
+    sandboxed = True
+
+    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 900.0) -> None:
+        self.description = f"server {url}"
+        self._client = Client(url, api_key=api_key, timeout=timeout)
+        self._call(self._client.health)
+
+    def prepare(self, skill_dir: Path) -> str:
+        if find_skill_file(skill_dir) is None:
+            raise ExecutorError(f"{skill_dir} has no SKILL.md", code="skill_invalid")
+        pushed = self._call(lambda: self._client.push_skill(skill_dir, set_default=False))
+        return f"{pushed['id']}@{pushed['version']}"
+
+    def run(self, request: RunRequest) -> RunResult:
+        answer = self._call(lambda: self._client.run(request.model_dump(mode="json", by_alias=True,
+                                                                        exclude_none=True)))
+        return RunResult.model_validate(answer)
+
+    def _call(self, action: Callable[[], T]) -> T:
+        try:
+            return action()
+        except ApiError as exc:
+            if exc.status >= 500 or exc.status in (401, 403):
+                raise InfrastructureError(f"the service answered {exc}", exc.code) from None
+            raise ExecutorError(exc.message, code=exc.code, details=exc.details) from None
+        except httpx.HTTPError as exc:
+            raise InfrastructureError(f"cannot reach the service: {exc}", "server_unreachable") from None
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,288 @@
+"""Compare a run with a case's ``expect``: pure functions, no I/O but reading golden files.
+
+Every failed check is a :class:`Failure` with a readable message and, where it helps,
+what was expected, what came and a unified diff.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..outputs.collect import compile_globs, normalise_glob
+from .spec import Expect, FileExpect, StreamExpect
+
+#: How much of a stream or file a message quotes.
+TAIL_CHARS = 2000
+
+
+@dataclass(slots=True)
+class Failure:
+    check: str  # e.g. "exit_code", "stdout.contains", "files[0].json"
+    message: str
+    expected: str | None = None
+    got: str | None = None
+    diff: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in (("check", self.check), ("message", self.message), ("expected", self.expected),
+                                  ("got", self.got), ("diff", self.diff)) if v is not None}
+
+
+@dataclass(slots=True)
+class RunFile:
+    """An output file as the checks see it."""
+
+    name: str  # workspace-relative, e.g. out/report.md
+    mime_type: str
+    size: int
+    sha256: str | None
+    data: bytes | None  # None: not brought back (too large)
+    truncated: bool = False
+
+
+@dataclass(slots=True)
+class Observed:
+    """What a run showed."""
+
+    exit_code: int | None
+    timed_out: bool
+    stdout: str
+    stderr: str
+    duration_ms: int
+    files: list[RunFile] = field(default_factory=list)
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+
+def check(expect: Expect, seen: Observed, *, tests_dir: Path, skip_golden: bool = False) -> list[Failure]:
+    """Every way ``seen`` differs from ``expect`` (empty: the case passed)."""
+    failures: list[Failure] = []
+    if expect.timed_out != seen.timed_out:
+        failures.append(Failure("timed_out", "the run timed out" if seen.timed_out else "the run did not time out",
+                                expected=str(expect.timed_out).lower(), got=str(seen.timed_out).lower()))
+    wanted = expect.wanted_exit_code
+    if wanted is not None and seen.exit_code != wanted:
+        failures.append(Failure("exit_code", f"exit code {seen.exit_code}, expected {wanted}",
+                                expected=str(wanted), got=str(seen.exit_code)))
+    for stream in ("stdout", "stderr"):
+        spec: StreamExpect | None = getattr(expect, stream)
+        if spec is not None:
+            truncated = getattr(seen, f"{stream}_truncated")
+            failures += check_stream(stream, spec, getattr(seen, stream), truncated=truncated)
+    for index, file_spec in enumerate(expect.files):
+        failures += check_files(f"files[{index}]", file_spec, seen.files, tests_dir=tests_dir, skip_golden=skip_golden)
+    return failures
+
+
+def check_stream(label: str, spec: StreamExpect, text: str, *, truncated: bool = False) -> list[Failure]:
+    failures: list[Failure] = []
+    note = " (the stream was truncated)" if truncated else ""
+    for needle in spec.contains:
+        if needle not in text:
+            failures.append(Failure(f"{label}.contains", f"{label} does not contain {needle!r}{note}",
+                                    expected=needle, got=tail(text)))
+    for needle in spec.not_contains:
+        if needle in text:
+            failures.append(Failure(f"{label}.not_contains", f"{label} contains {needle!r}",
+                                    expected=f"not {needle!r}", got=around(text, text.index(needle))))
+    for pattern in spec.matches:
+        if re.search(pattern, text, re.MULTILINE) is None:
+            failures.append(Failure(f"{label}.matches", f"{label} does not match /{pattern}/{note}",
+                                    expected=pattern, got=tail(text)))
+    if spec.equals is not None and text != spec.equals:
+        failures.append(Failure(f"{label}.equals", f"{label} differs from the expected text{note}",
+                                expected=tail(spec.equals), got=tail(text), diff=text_diff(spec.equals, text, label)))
+    if spec.has_json:
+        failures += _check_json(f"{label}.json", label, text, spec.json_)
+    return failures
+
+
+def check_files(label: str, spec: FileExpect, files: list[RunFile], *, tests_dir: Path,
+                skip_golden: bool = False) -> list[Failure]:
+    matched = match_files(spec, files)
+    listing = ", ".join(f.name for f in files) or "(none)"
+    if not spec.exists:
+        if matched:
+            return [Failure(f"{label}.exists", f"{spec.pattern} should not exist, but {_names(matched)} did",
+                            expected="no file", got=_names(matched))]
+        return []
+    if not matched:
+        return [Failure(f"{label}.exists", f"no output file matches {spec.pattern}", expected=spec.pattern,
+                        got=f"files: {listing}")]
+    failures: list[Failure] = []
+    for item in matched:
+        failures += _check_file(f"{label}[{item.name}]" if spec.glob else label, spec, item, tests_dir, skip_golden)
+    return failures
+
+
+def match_files(spec: FileExpect, files: list[RunFile]) -> list[RunFile]:
+    if spec.path is not None:
+        name = normalise_glob(spec.path)
+        return [f for f in files if f.name == name]
+    globs = compile_globs((normalise_glob(str(spec.glob)),))
+    return [f for f in files if globs.match_file(f.name)]
+
+
+def request_glob(spec: FileExpect) -> str:
+    """The output glob that brings back what ``spec`` checks (a path's glob characters escaped)."""
+    if spec.glob is not None:
+        return spec.glob
+    return re.sub(r"([*?\[\]\\])", r"\\\1", str(spec.path))
+
+
+def _check_file(label: str, spec: FileExpect, item: RunFile, tests_dir: Path, skip_golden: bool) -> list[Failure]:
+    failures: list[Failure] = []
+    name = item.name
+    if spec.mime_type is not None and not _mime_matches(spec.mime_type, item.mime_type):
+        failures.append(Failure(f"{label}.mime_type", f"{name} is {item.mime_type}, expected {spec.mime_type}",
+                                expected=spec.mime_type, got=item.mime_type))
+    if spec.min_size is not None and item.size < spec.min_size:
+        failures.append(Failure(f"{label}.min_size", f"{name} has {item.size} bytes, fewer than {spec.min_size}",
+                                expected=f">= {spec.min_size}", got=str(item.size)))
+    if spec.max_size is not None and item.size > spec.max_size:
+        failures.append(Failure(f"{label}.max_size", f"{name} has {item.size} bytes, more than {spec.max_size}",
+                                expected=f"<= {spec.max_size}", got=str(item.size)))
+    if spec.sha256 is not None:
+        if item.sha256 is None:
+            failures.append(Failure(f"{label}.sha256", f"{name} was too large to hash ({item.size} bytes)"))
+        elif item.sha256 != spec.sha256.lower():
+            failures.append(Failure(f"{label}.sha256", f"{name} has another SHA-256",
+                                    expected=spec.sha256.lower(), got=item.sha256))
+    content_checks = bool(spec.contains or spec.matches or spec.has_json or (spec.equals_file and not skip_golden))
+    if not content_checks:
+        return failures
+    if item.data is None or item.truncated:
+        failures.append(Failure(f"{label}.content", f"{name} ({item.size} bytes) was too large to bring back and "
+                                "compare; raise the service's output caps or check sha256/size instead"))
+        return failures
+    text = item.data.decode("utf-8", errors="replace")
+    for needle in spec.contains:
+        if needle not in text:
+            failures.append(Failure(f"{label}.contains", f"{name} does not contain {needle!r}",
+                                    expected=needle, got=tail(text)))
+    for pattern in spec.matches:
+        if re.search(pattern, text, re.MULTILINE) is None:
+            failures.append(Failure(f"{label}.matches", f"{name} does not match /{pattern}/",
+                                    expected=pattern, got=tail(text)))
+    if spec.has_json:
+        failures += _check_json(f"{label}.json", name, text, spec.json_)
+    if spec.equals_file and not skip_golden:
+        failures += _check_golden(f"{label}.equals_file", spec.equals_file, item, tests_dir)
+    return failures
+
+
+def _check_golden(label: str, golden: str, item: RunFile, tests_dir: Path) -> list[Failure]:
+    path = tests_dir / golden
+    try:
+        want = path.read_bytes()
+    except FileNotFoundError:
+        return [Failure(label, f"the golden file tests/{golden} does not exist (create it with --update-golden)")]
+    except OSError as exc:
+        return [Failure(label, f"cannot read the golden file tests/{golden}: {exc.strerror}")]
+    got = item.data or b""
+    if got == want:
+        return []
+    message = f"{item.name} differs from tests/{golden}"
+    try:
+        want_text, got_text = want.decode("utf-8"), got.decode("utf-8")
+    except UnicodeDecodeError:
+        return [Failure(label, message + f" (binary: {len(want)} bytes expected, {len(got)} bytes got)",
+                        expected=hashlib.sha256(want).hexdigest(), got=hashlib.sha256(got).hexdigest())]
+    return [Failure(label, message + " (--update-golden accepts the new output)",
+                    diff=text_diff(want_text, got_text, f"tests/{golden}", item.name))]
+
+
+def _check_json(label: str, what: str, text: str, expected: Any) -> list[Failure]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return [Failure(label, f"{what} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                        got=tail(text))]
+    problems = subset_problems(expected, data)
+    if not problems:
+        return []
+    return [Failure(label, f"{what} does not contain the expected JSON: " + "; ".join(problems[:5])
+                    + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""),
+                    expected=json.dumps(expected, indent=2, ensure_ascii=False),
+                    got=tail(json.dumps(data, indent=2, ensure_ascii=False)),
+                    diff=text_diff(json.dumps(expected, indent=2, sort_keys=True, ensure_ascii=False),
+                                   json.dumps(_projected(expected, data), indent=2, sort_keys=True,
+                                              ensure_ascii=False), "expected", "got"))]
+
+
+def subset_problems(expected: Any, got: Any, where: str = "$") -> list[str]:
+    """Where ``got`` fails to contain ``expected``: objects may have more keys; arrays
+    match element by element and must have the same length; scalars are equal (1 is not
+    true, 1 equals 1.0)."""
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            return [f"{where} is {_kind(got)}, expected an object"]
+        problems: list[str] = []
+        for key, value in expected.items():
+            if key not in got:
+                problems.append(f"{where}.{key} is missing")
+            else:
+                problems += subset_problems(value, got[key], f"{where}.{key}")
+        return problems
+    if isinstance(expected, list):
+        if not isinstance(got, list):
+            return [f"{where} is {_kind(got)}, expected an array"]
+        if len(got) != len(expected):
+            return [f"{where} has {len(got)} elements, expected {len(expected)}"]
+        return [p for i, value in enumerate(expected) for p in subset_problems(value, got[i], f"{where}[{i}]")]
+    if isinstance(expected, bool) or isinstance(got, bool):
+        same = isinstance(expected, bool) and isinstance(got, bool) and expected == got
+    else:
+        same = expected == got
+    return [] if same else [f"{where} is {json.dumps(got, ensure_ascii=False)[:200]}, expected "
+                            f"{json.dumps(expected, ensure_ascii=False)[:200]}"]
+
+
+def _projected(expected: Any, got: Any) -> Any:
+    """``got`` cut down to the keys ``expected`` names, so a diff shows only what matters."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return {k: _projected(v, got[k]) for k, v in expected.items() if k in got}
+    if isinstance(expected, list) and isinstance(got, list) and len(expected) == len(got):
+        return [_projected(e, g) for e, g in zip(expected, got, strict=True)]
+    return got
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number")
+
+
+def _mime_matches(pattern: str, actual: str) -> bool:
+    base = actual.split(";", 1)[0].strip().lower()
+    return fnmatch.fnmatchcase(base, pattern.split(";", 1)[0].strip().lower())
+
+
+def _names(files: list[RunFile]) -> str:
+    return ", ".join(f.name for f in files)
+
+
+def text_diff(expected: str, got: str, expected_name: str = "expected", got_name: str = "got") -> str:
+    if not expected.endswith("\n") and not got.endswith("\n"):
+        expected, got = expected + "\n", got + "\n"  # no "No newline" noise when neither has one
+    lines = list(difflib.unified_diff(expected.splitlines(keepends=True), got.splitlines(keepends=True),
+                                      fromfile=expected_name, tofile=got_name, n=2))
+    if not lines and expected != got:
+        return "(the texts differ only in line endings or a final newline)"
+    shown = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines[:200])
+    return shown + (f"... ({len(lines) - 200} more diff lines)\n" if len(lines) > 200 else "")
+
+
+def tail(text: str, limit: int = TAIL_CHARS) -> str:
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def around(text: str, at: int, width: int = 200) -> str:
+    start = max(0, at - width)
+    return ("..." if start else "") + text[start:at + width] + ("..." if at + width < len(text) else "")
