@@ -258,12 +258,15 @@ def test_github_recipe_passes_on_the_bundled_skills(tmp_path: Path, recipe_env: 
     assert '"built": false' in proc.stdout  # the image step reused the image
     results = junit_cases(repo / "report.xml")
     expected = [case for name in names for case in cases_of(SKILLS / name)]
-    assert len(results) == len(expected)
+    # Every case, and each skill's SKILL.md validation.
+    assert len(results) == len(expected) + len(names)
     assert all(results.values()), [name for name, passed in results.items() if not passed]
     for case in expected:
         assert named(results, case)
-    json.loads((repo / "report.json").read_text(encoding="utf-8"))
-    assert f"{len(expected)} of {len(expected)} passed" in summary.read_text(encoding="utf-8")
+    report = json.loads((repo / "report.json").read_text(encoding="utf-8"))
+    assert report["summary"]["total"] == len(results)
+    assert report["summary"]["failed"] == 0
+    assert f"{len(results)} of {len(results)} passed" in summary.read_text(encoding="utf-8")
 
 
 @pytest.mark.docker
@@ -276,12 +279,12 @@ def test_github_recipe_fails_on_a_broken_skill_and_still_reports(tmp_path: Path,
     assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-4000:]  # a case failed
     results = junit_cases(repo / "report.xml")
     cases = cases_of(SKILLS / "math-tools")
-    assert len(results) == len(cases)
+    assert len(results) == len(cases) + 1  # and the SKILL.md validation
     fib = {case for case in cases if case.startswith("fib ")}
     assert fib
     for case in cases:
         assert named(results, case) == (case not in fib), case
     # The if: always() steps ran after the failure.
     text = summary.read_text(encoding="utf-8")
-    assert f"{len(cases) - len(fib)} of {len(cases)} passed" in text
+    assert f"{len(results) - len(fib)} of {len(results)} passed" in text
     assert all(case in text for case in fib)
