@@ -80,7 +80,7 @@ def _test(args: argparse.Namespace) -> int:
         return _usage("--server runs on the service's own runtime and image: drop --runtime/--image/--data-dir")
     try:
         select = keyword_matcher(args.keyword) if args.keyword else None
-        items = collect(args.paths or [Path(".")])
+        items = collect(args.paths or [Path(".")], exclude=[_data_dir(args)])
     except TestFileError as exc:
         print(f"skill-executor test: {exc.message}", file=sys.stderr)
         return EXIT_USAGE
@@ -125,6 +125,16 @@ def _usage(message: str) -> int:
     return EXIT_USAGE
 
 
+def _data_dir(args: argparse.Namespace) -> Path:
+    """``--data-dir``, else ``SKILL_EXECUTOR_DATA_DIR``, else a cache folder of the test command's own
+    (never a service's data folder: the registry there would gain the snapshots' versions)."""
+    if args.data_dir is not None:
+        return Path(args.data_dir)
+    from ..testing.backends import default_data_dir
+
+    return default_data_dir()
+
+
 def _backend(args: argparse.Namespace, items: list[Any]) -> Any:
     from ..config import Settings
     from ..testing.backends import LocalBackend, ServerBackend
@@ -134,11 +144,7 @@ def _backend(args: argparse.Namespace, items: list[Any]) -> Any:
     overrides: dict[str, Any] = {"runtime": args.runtime}
     if args.image:
         overrides["docker_image"] = args.image
-    if args.data_dir is not None:
-        overrides["data_dir"] = args.data_dir
-    elif not os.environ.get("SKILL_EXECUTOR_DATA_DIR"):
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        overrides["data_dir"] = cache / "skill-executor" / "test"
+    overrides["data_dir"] = _data_dir(args)
     # Warm containers pay off for one-shot cases; a session's cases run on the per-run path.
     one_shot = sum(1 for i in items if i.tests for c in i.tests.cases if c.session is None)
     overrides["pool_size"] = min(args.jobs, one_shot, 4) if args.runtime == "docker" else 0

@@ -8,6 +8,7 @@ a request the sandbox refuses is an ordinary :class:`~executor.errors.ExecutorEr
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import threading
@@ -27,6 +28,15 @@ from ..skills.loader import find_skill_file
 #: Folders never copied into a snapshot.
 SNAPSHOT_IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".venv")
 T = TypeVar("T")
+
+
+def default_data_dir() -> Path:
+    """``SKILL_EXECUTOR_DATA_DIR``, else ``$XDG_CACHE_HOME/skill-executor/test`` (``~/.cache``):
+    dependency environments survive between test runs; a service's registry never sees the
+    snapshots."""
+    if os.environ.get("SKILL_EXECUTOR_DATA_DIR"):
+        return Path(os.environ["SKILL_EXECUTOR_DATA_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "skill-executor" / "test"
 
 
 class InfrastructureError(ExecutorError):

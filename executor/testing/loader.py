@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ExecutorError
+from ..paths import is_within
 from ..skills.loader import find_skill_file
 from ..skills.repository import discover
 from .spec import EVALS_FILE, TEST_FILE_NAMES, TestFile
@@ -77,11 +78,13 @@ class SkillTests:
         return self.skill_dir / "tests"
 
 
-def collect(paths: Sequence[Path]) -> list[SkillTests]:
+def collect(paths: Sequence[Path], *, exclude: Sequence[Path] = ()) -> list[SkillTests]:
     """What ``skill-executor test PATH...`` covers: each PATH is a test file, a skill
-    folder or a folder of skills. Raises :class:`TestFileError` for a PATH that is none of
-    these or a test file that cannot be read."""
+    folder or a folder of skills (skills found below ``exclude``, e.g. the data folder's
+    copies, are not). Raises :class:`TestFileError` for a PATH that is none of these or a
+    test file that cannot be read."""
     found: dict[Path, SkillTests] = {}
+    skipped = [Path(e).resolve() for e in exclude]
     for raw in paths:
         path = Path(raw)
         if not path.exists():
@@ -91,7 +94,8 @@ def collect(paths: Sequence[Path]) -> list[SkillTests]:
             item = load_skill_tests(skill_dir, test_file=path)
             found.setdefault(skill_dir.resolve(), item)
             continue
-        skill_dirs = [path] if find_skill_file(path) is not None else discover([path])
+        skill_dirs = [path] if find_skill_file(path) is not None else [
+            d for d in discover([path]) if not any(is_within(Path(d).resolve(), e) for e in skipped)]
         if not skill_dirs:
             raise TestFileError(f"{raw} holds no skill (no SKILL.md in it or below it)")
         for skill_dir in skill_dirs:

@@ -96,8 +96,10 @@ class SkillExecutor:
                                                   api_key=os.environ.get("SKILL_EXECUTOR_API_KEY") or None)
                 else:
                     from ..config import Settings
+                    from .backends import default_data_dir
 
-                    overrides: dict[str, Any] = {"runtime": self.runtime, "pool_size": 0}
+                    overrides: dict[str, Any] = {"runtime": self.runtime, "pool_size": 0,
+                                                 "data_dir": default_data_dir()}
                     if self.image:
                         overrides["docker_image"] = self.image
                     self._backend = LocalBackend(Settings(**overrides))
