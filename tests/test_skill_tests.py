@@ -358,3 +358,137 @@ def test_a_golden_file_linked_out_of_tests_is_never_read(tmp_path: Path) -> None
         assert [f.check for f in failures] == ["files[0].equals_file"]
         assert "resolves outside its root" in failures[0].message
         assert "hunter2" not in repr(failures)
+
+
+# -- what an untrusted test file must not do to the host (review of 2026-11-23) -------------
+
+
+def test_a_tests_folder_linked_out_of_the_skill_is_refused(tmp_path: Path) -> None:
+    """tests -> ../.. would make the repository root the golden root (.git/config in a CI log,
+    or rewritten by --update-golden)."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "skill-tests.yaml").write_text("cases:\n  - {name: a, command: 'true'}\n")
+    folder = repo / "skills" / "x"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(SKILL_MD.format(name="x"))
+    (folder / "tests").symlink_to("../..")
+    for path in (repo / "skills", folder, folder / "tests" / "skill-tests.yaml"):
+        with pytest.raises(TestFileError, match="tests is a symbolic link"):
+            collect([path])
+    from executor.testing.checks import golden_path
+
+    with pytest.raises(Exception, match="symbolic link"):
+        golden_path(folder / "tests", ".git/config")
+
+
+def test_a_linked_test_file_or_skill_md_is_refused(tmp_path: Path) -> None:
+    host = tmp_path / "host.yaml"
+    host.write_text("secret_key: x\n")
+    folder = skill(tmp_path)
+    (folder / "tests" / "skill-tests.yaml").symlink_to(host)
+    with pytest.raises(TestFileError, match="skill-tests.yaml is a symbolic link"):
+        collect([folder])
+    (folder / "tests" / "skill-tests.yaml").unlink()
+    (folder / "tests" / "skill-tests.yaml").write_text("cases:\n  - {name: a, command: 'true'}\n")
+    (tmp_path / "elsewhere.md").write_text(SKILL_MD.format(name="demo"))
+    (folder / "SKILL.md").unlink()
+    (folder / "SKILL.md").symlink_to(tmp_path / "elsewhere.md")
+    with pytest.raises(TestFileError, match="SKILL.md is a symbolic link"):
+        collect([folder])
+
+
+def test_aliases_are_refused_so_an_alias_bomb_costs_nothing(tmp_path: Path) -> None:
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefghij", "bcdefghijk", strict=False))
+    folder = skill(tmp_path, tests=bomb + "cases:\n  - {name: a, command: 'true'}\n")
+    import time
+
+    started = time.monotonic()
+    error = error_of(folder / "tests" / "skill-tests.yaml")
+    assert time.monotonic() - started < 2
+    assert error.line == 1 and "anchors and aliases" in error.message
+
+
+def test_yaml_scalars_mean_what_json_means(tmp_path: Path) -> None:
+    folder = skill(tmp_path, tests="cases:\n  - name: a\n    command: x\n    env: {FLAG: yes}\n"
+                                   "    expect: {stdout: {json: {country: NO, day: 2024-01-01, ok: true}}}\n")
+    case = read_test_file(folder / "tests" / "skill-tests.yaml").cases[0]
+    assert case.env == {"FLAG": "yes"}
+    assert case.expect.stdout is not None
+    assert case.expect.stdout.json_ == {"country": "NO", "day": "2024-01-01", "ok": True}
+    (folder / "tests" / "skill-tests.yaml").write_text(
+        "cases:\n  - name: a\n    command: x\n    expect:\n      stdout: {json: !!set {a, b}}\n")
+    error = error_of(folder / "tests" / "skill-tests.yaml")
+    assert error.line == 5 and "set is not a JSON value" in error.message
+
+
+def test_a_catastrophic_pattern_is_stopped_not_hung() -> None:
+    import time
+
+    started = time.monotonic()
+    failures = check(expect(stdout={"matches": ["^(a+)+$", "^(a|a)*$"]}), seen(stdout="a" * 40 + "b"),
+                     tests_dir=Path("/"))
+    assert time.monotonic() - started < 10
+    assert [f.check for f in failures] == ["stdout.matches", "stdout.matches"]
+    assert failures[0].message == "stdout does not match /^(a+)+$/"  # the regex engine sees through this one
+    assert "/^(a|a)*$/ took more than 2 s on stdout" in failures[1].message
+
+
+def test_a_huge_diff_shows_the_first_difference_quickly() -> None:
+    import time
+
+    want = "".join(f"line {i % 7}\n" for i in range(60_000))
+    got = want.replace("line 3\n", "line three\n", 1)
+    started = time.monotonic()
+    diff = text_diff(want, got)
+    assert time.monotonic() - started < 2
+    assert "@@ first difference at line 4 (60000 lines expected, 60000 got" in diff
+    assert "-line 3\n" in diff and "+line three\n" in diff
+
+
+def test_output_from_a_run_cannot_drive_a_terminal_or_a_ci_log() -> None:
+    from executor.testing.report import describe, safe
+
+    assert safe("ok\x1b]52;c;aGk=\x07\x1b[2J\x9b") == "ok\\x1b]52;c;aGk=\\x07\\x1b[2J\\x9b"
+    outcome = Outcome("demo", "x", "demo/tests/skill-tests.yaml", "failed", run_id="r", exit_code=0,
+                      failures=check(expect(stdout={"equals": "a\n::error file=x::injected\nb\n"}),
+                                     seen(stdout="a\n::error file=x::injected\nc\n"), tests_dir=Path("/")))
+    for line in describe(outcome).splitlines():
+        assert not line.lstrip().startswith("::"), line
+
+
+def test_junit_attributes_are_sanitised_too() -> None:
+    import xml.etree.ElementTree as ET
+
+    report = sample_report()
+    report.outcomes[2].failures = [Failure("files[0][out/a\x01b.txt].contains", "no \x02", "x", "y")]
+    report.outcomes[2].skill = "de\x03mo"
+    ET.fromstring(junit_xml(report))
+    xmlschema.XMLSchema(str(JUNIT_XSD)).validate(junit_xml(report).decode())
+
+
+def test_a_test_file_and_an_evals_file_named_together_both_run(tmp_path: Path) -> None:
+    folder = skill(tmp_path, tests="cases:\n  - {name: a, command: 'false'}\n")
+    (folder / "evals").mkdir()
+    (folder / "evals" / "evals.json").write_text('{"evals": [{"id": 1, "prompt": "p"}]}')
+    found = collect([folder / "evals" / "evals.json", folder / "tests" / "skill-tests.yaml"])
+    assert len(found) == 1
+    assert found[0].tests is not None and found[0].evals is not None
+
+
+def test_evals_of_odd_shapes_are_read_entry_by_entry(tmp_path: Path) -> None:
+    from executor.testing.loader import read_evals
+
+    path = tmp_path / "evals.json"
+    path.write_text(json.dumps([
+        {"prompt": "no id", "files": "evals/files/a.txt", "assertions": [{"text": "is polite"}, "is short"]},
+        {"id": 7, "files": {"not": "a list"}},
+        "not an object",
+    ]))
+    evals = read_evals(path).evals
+    assert [(e.id, e.files, e.statements, e.problem is None) for e in evals] == [
+        ("1", ["evals/files/a.txt"], ["is polite", "is short"], True),
+        ("7", [], [], False),
+        ("3", [], [], False),
+    ]

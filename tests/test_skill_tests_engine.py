@@ -380,3 +380,27 @@ def test_the_example_skills_pass_their_own_tests(tmp_path: Path) -> None:
     assert {c["skill"] for c in cases} == {"csv-report", "file-bundle", "math-tools"}
     assert sum(c["name"] != "validate" for c in cases) >= 15
     xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(tmp_path / "examples.xml"))
+
+
+def test_sessions_are_private_to_a_skill_and_removed_after_the_run(tmp_path: Path) -> None:
+    writer = "cases:\n  - {name: write, session: shared, command: 'echo {n} > work/state'}\n" \
+             "  - {name: read, session: shared, command: 'cat work/state', expect: {stdout: {equals: \"{n}\\n\"}}}\n"
+    make_skill(tmp_path / "skills", "one", writer.replace("{n}", "1"))
+    make_skill(tmp_path / "skills", "two", writer.replace("{n}", "2"))
+    make_skill(tmp_path / "skills", "three", "cases:\n  - {name: fresh, session: shared, "
+                                             "command: 'test ! -e work/state'}\n")
+    result = run_test(tmp_path, "skills", "-j", "3", "--json", "r.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    sessions = tmp_path / "data" / "workspaces" / "sessions"
+    left = [p.name for p in sessions.glob("*/*")] if sessions.exists() else []
+    assert left == []
+
+
+def test_two_folders_with_one_skill_name_are_refused_by_name(tmp_path: Path) -> None:
+    make_skill(tmp_path / "a", "dup", "cases:\n  - {name: x, command: 'true'}\n")
+    make_skill(tmp_path / "b", "dup", "cases:\n  - {name: x, command: 'true'}\n")
+    result = run_test(tmp_path, "a", "b")
+    assert result.returncode == 1
+    real = tmp_path.resolve()
+    assert f"error: {real}/b/dup has the same name as {real}/a/dup ('dup'); test them in separate runs" \
+        in result.stdout

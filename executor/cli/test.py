@@ -36,6 +36,9 @@ def register(groups: Any) -> None:
     test.add_argument("--update-golden", action="store_true",
                       help="rewrite the equals_file golden files from the current outputs")
     test.add_argument("--strict-timing", action="store_true", help="a case over its duration_ms_max fails")
+    test.add_argument("--max-file-bytes", type=_positive, default=16 * 1024 * 1024, metavar="N",
+                      help="bring back output files up to N bytes for the checks (default 16 MiB; the service's "
+                           "maximum applies)")
     test.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
     test.add_argument("--json", type=Path, metavar="FILE", dest="json_file", help="write a JSON report")
     test.add_argument("--server", metavar="URL",
@@ -98,7 +101,7 @@ def _test(args: argparse.Namespace) -> int:
         len(i.evals.evals) if i.evals else 0 for i in items)
     console = Console(live=args.live, total=0 if args.keyword else total)
     options = Options(jobs=args.jobs, strict=args.strict, update_golden=args.update_golden,
-                      strict_timing=args.strict_timing, select=select)
+                      strict_timing=args.strict_timing, select=select, max_file_bytes=args.max_file_bytes)
     print(f"skill-executor test: {len(items)} skill(s) on {backend.description}, {args.jobs} at a time",
           file=sys.stderr)
     try:

@@ -18,6 +18,7 @@ from typing import Protocol, TypeVar
 
 import httpx
 
+from ..access import LOCAL_TENANT
 from ..client import ApiError, Client
 from ..config import Settings
 from ..core import Executor
@@ -59,6 +60,10 @@ class Backend(Protocol):
         ...
 
     def run(self, request: RunRequest) -> RunResult: ...
+
+    def end_session(self, session: str) -> None:
+        """The session's cases are done: drop its ``work/`` (where the backend can)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -108,6 +113,9 @@ class LocalBackend:
             return self._executor.runner.run(request)
         except Unavailable as exc:
             raise InfrastructureError(exc.message, exc.code) from None
+
+    def end_session(self, session: str) -> None:
+        self._executor.runner.sessions.end(session, LOCAL_TENANT)
 
     def close(self) -> None:
         try:
@@ -169,6 +177,9 @@ class ServerBackend:
             raise ExecutorError(exc.message, code=exc.code, details=exc.details) from None
         except httpx.HTTPError as exc:
             raise InfrastructureError(f"cannot reach the service: {exc}", "server_unreachable") from None
+
+    def end_session(self, session: str) -> None:
+        """The service has no call to end a session: it expires with the service's session TTL."""
 
     def close(self) -> None:
         self._client.close()

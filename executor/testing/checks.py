@@ -10,18 +10,44 @@ import difflib
 import fnmatch
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ExecutorError
+import regex
+
+from ..errors import ExecutorError, Forbidden
 from ..outputs.collect import compile_globs, normalise_glob
 from ..paths import resolve_within
 from .spec import Expect, FileExpect, StreamExpect
 
 #: How much of a stream or file a message quotes.
 TAIL_CHARS = 2000
+#: A ``matches`` pattern gets this long per text (a catastrophic pattern must not hang the host).
+REGEX_SECONDS = 2.0
+#: Texts are diffed line by line up to this size; beyond it, around the first difference.
+DIFF_MAX_CHARS = 200_000
+DIFF_MAX_LINES = 5_000
+
+
+def _search(pattern: str, text: str) -> bool | None:
+    """Whether ``pattern`` matches somewhere in ``text``; None when it took too long."""
+    try:
+        return regex.search(pattern, text, flags=regex.MULTILINE, timeout=REGEX_SECONDS) is not None
+    except TimeoutError:
+        return None
+
+
+def _regex_failure(check: str, what: str, pattern: str, text: str, note: str = "") -> Failure | None:
+    found = _search(pattern, text)
+    if found:
+        return None
+    if found is None:
+        return Failure(check, f"/{pattern}/ took more than {REGEX_SECONDS:g} s on {what} (a pattern with nested "
+                              "repetition backtracks catastrophically); simplify it", expected=pattern)
+    return Failure(check, f"{what} does not match /{pattern}/{note}", expected=pattern, got=tail(text))
 
 
 @dataclass(slots=True)
@@ -95,9 +121,8 @@ def check_stream(label: str, spec: StreamExpect, text: str, *, truncated: bool =
             failures.append(Failure(f"{label}.not_contains", f"{label} contains {needle!r}",
                                     expected=f"not {needle!r}", got=around(text, text.index(needle))))
     for pattern in spec.matches:
-        if re.search(pattern, text, re.MULTILINE) is None:
-            failures.append(Failure(f"{label}.matches", f"{label} does not match /{pattern}/{note}",
-                                    expected=pattern, got=tail(text)))
+        if (failure := _regex_failure(f"{label}.matches", label, pattern, text, note)) is not None:
+            failures.append(failure)
     if spec.equals is not None and text != spec.equals:
         failures.append(Failure(f"{label}.equals", f"{label} differs from the expected text{note}",
                                 expected=tail(spec.equals), got=tail(text), diff=text_diff(spec.equals, text, label)))
@@ -116,7 +141,11 @@ def check_files(label: str, spec: FileExpect, files: list[RunFile], *, tests_dir
                             expected="no file", got=_names(matched))]
         return []
     if not matched:
-        return [Failure(f"{label}.exists", f"no output file matches {spec.pattern}", expected=spec.pattern,
+        hint = ""
+        if normalise_glob(spec.pattern).split("/", 1)[0] not in ("out", "work", "run"):
+            hint = (" (paths are workspace-relative: out/..., work/...; the command runs in the skill's folder, "
+                    "where out/ and work/ lead there)")
+        return [Failure(f"{label}.exists", f"no output file matches {spec.pattern}{hint}", expected=spec.pattern,
                         got=f"files: {listing}")]
     failures: list[Failure] = []
     for item in matched:
@@ -153,7 +182,8 @@ def _check_file(label: str, spec: FileExpect, item: RunFile, tests_dir: Path, sk
                                 expected=f"<= {spec.max_size}", got=str(item.size)))
     if spec.sha256 is not None:
         if item.sha256 is None:
-            failures.append(Failure(f"{label}.sha256", f"{name} was too large to hash ({item.size} bytes)"))
+            failures.append(Failure(f"{label}.sha256", f"{name} ({item.size} bytes) was too large to bring back and "
+                                    "hash: raise --max-file-bytes (the service's maximum applies)"))
         elif item.sha256 != spec.sha256.lower():
             failures.append(Failure(f"{label}.sha256", f"{name} has another SHA-256",
                                     expected=spec.sha256.lower(), got=item.sha256))
@@ -162,7 +192,8 @@ def _check_file(label: str, spec: FileExpect, item: RunFile, tests_dir: Path, sk
         return failures
     if item.data is None or item.truncated:
         failures.append(Failure(f"{label}.content", f"{name} ({item.size} bytes) was too large to bring back and "
-                                "compare; raise the service's output caps or check sha256/size instead"))
+                                "compare: raise --max-file-bytes (the service's maximum applies) or check only "
+                                "min_size/max_size"))
         return failures
     text = item.data.decode("utf-8", errors="replace")
     for needle in spec.contains:
@@ -170,9 +201,8 @@ def _check_file(label: str, spec: FileExpect, item: RunFile, tests_dir: Path, sk
             failures.append(Failure(f"{label}.contains", f"{name} does not contain {needle!r}",
                                     expected=needle, got=tail(text)))
     for pattern in spec.matches:
-        if re.search(pattern, text, re.MULTILINE) is None:
-            failures.append(Failure(f"{label}.matches", f"{name} does not match /{pattern}/",
-                                    expected=pattern, got=tail(text)))
+        if (failure := _regex_failure(f"{label}.matches", name, pattern, text)) is not None:
+            failures.append(failure)
     if spec.has_json:
         failures += _check_json(f"{label}.json", name, text, spec.json_)
     if spec.equals_file and not skip_golden:
@@ -207,6 +237,10 @@ def _check_golden(label: str, golden: str, item: RunFile, tests_dir: Path) -> li
 def golden_path(tests_dir: Path, golden: str) -> Path:
     """The golden file, refused when it (or a folder on the way) is a link out of ``tests/``:
     its content would be printed in diffs, and ``--update-golden`` would write through it."""
+    if tests_dir.is_symlink() or Path(os.path.abspath(tests_dir)).resolve() != (
+            Path(os.path.abspath(tests_dir)).parent.resolve() / tests_dir.name):
+        raise Forbidden("the skill's tests/ folder is a symbolic link; golden files are refused",
+                        code="path_escape")
     return resolve_within(tests_dir, golden, what="golden file")
 
 
@@ -282,12 +316,27 @@ def _names(files: list[RunFile]) -> str:
 def text_diff(expected: str, got: str, expected_name: str = "expected", got_name: str = "got") -> str:
     if not expected.endswith("\n") and not got.endswith("\n"):
         expected, got = expected + "\n", got + "\n"  # no "No newline" noise when neither has one
+    if max(len(expected), len(got)) > DIFF_MAX_CHARS or max(expected.count("\n"), got.count("\n")) > DIFF_MAX_LINES:
+        return _first_difference(expected, got, expected_name, got_name)
     lines = list(difflib.unified_diff(expected.splitlines(keepends=True), got.splitlines(keepends=True),
                                       fromfile=expected_name, tofile=got_name, n=2))
     if not lines and expected != got:
         return "(the texts differ only in line endings or a final newline)"
     shown = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines[:200])
     return shown + (f"... ({len(lines) - 200} more diff lines)\n" if len(lines) > 200 else "")
+
+
+def _first_difference(expected: str, got: str, expected_name: str, got_name: str) -> str:
+    """Too large to diff cheaply: the lines around the first difference."""
+    want, have = expected.splitlines(keepends=True), got.splitlines(keepends=True)
+    at = next((i for i, (a, b) in enumerate(zip(want, have, strict=False)) if a != b), min(len(want), len(have)))
+    start = max(0, at - 2)
+    lines = [f"--- {expected_name}\n", f"+++ {got_name}\n",
+             f"@@ first difference at line {at + 1} ({len(want)} lines expected, {len(have)} got; too large to "
+             "diff whole) @@\n"]
+    lines += [" " + line for line in want[start:at]]
+    lines += ["-" + line for line in want[at:at + 5]] + ["+" + line for line in have[at:at + 5]]
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
 def tail(text: str, limit: int = TAIL_CHARS) -> str:

@@ -9,13 +9,15 @@ of path or glob``.
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from ..errors import ExecutorError
 from ..paths import is_within
@@ -37,28 +39,22 @@ class TestFileError(ExecutorError):
         self.line = line
 
 
-class Eval(BaseModel):
-    """One entry of skill-creator's ``evals/evals.json`` (extra keys are kept out of the way)."""
+@dataclass(slots=True)
+class Eval:
+    """One entry of skill-creator's ``evals/evals.json``, read tolerantly: an entry that
+    cannot be understood carries its ``problem`` (reported as an error of that eval only)."""
 
-    model_config = ConfigDict(extra="ignore")
-
-    id: int | str
+    id: str
     prompt: str = ""
-    expected_output: str = ""
-    files: list[str] = Field(default_factory=list)
-    expectations: list[str] = Field(default_factory=list)
-    assertions: list[str] = Field(default_factory=list)
-
-    @property
-    def statements(self) -> list[str]:
-        return [*self.expectations, *self.assertions]
+    files: list[str] = field(default_factory=list)
+    statements: list[str] = field(default_factory=list)  # its expectations/assertions
+    problem: str | None = None
 
 
-class EvalsFile(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    skill_name: str | None = None
-    evals: list[Eval] = Field(default_factory=list)
+@dataclass(slots=True)
+class EvalsFile:
+    skill_name: str | None
+    evals: list[Eval]
 
 
 @dataclass(slots=True)
@@ -83,32 +79,32 @@ def collect(paths: Sequence[Path], *, exclude: Sequence[Path] = ()) -> list[Skil
     folder or a folder of skills (skills found below ``exclude``, e.g. the data folder's
     copies, are not). Raises :class:`TestFileError` for a PATH that is none of these or a
     test file that cannot be read."""
-    found: dict[Path, SkillTests] = {}
+    #: skill folder -> the files named (None: the whole skill)
+    wanted: dict[Path, tuple[Path, list[Path] | None]] = {}
     skipped = [Path(e).resolve() for e in exclude]
     for raw in paths:
         path = Path(raw)
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             raise TestFileError(f"{raw} does not exist")
-        if path.is_file():
+        if not path.is_dir():
             skill_dir = _skill_of_test_file(path)
-            item = load_skill_tests(skill_dir, test_file=path)
-            found.setdefault(skill_dir.resolve(), item)
+            _, files = wanted.setdefault(skill_dir.resolve(), (skill_dir, []))
+            if files is not None:
+                files.append(path)
             continue
         skill_dirs = [path] if find_skill_file(path) is not None else [
-            d for d in discover([path]) if not any(is_within(Path(d).resolve(), e) for e in skipped)]
+            Path(d) for d in discover([path]) if not any(is_within(Path(d).resolve(), e) for e in skipped)]
         if not skill_dirs:
             raise TestFileError(f"{raw} holds no skill (no SKILL.md in it or below it)")
         for skill_dir in skill_dirs:
-            key = Path(skill_dir).resolve()
-            if key not in found or found[key].only_file:
-                found[key] = load_skill_tests(Path(skill_dir))
-    return list(found.values())
+            wanted[skill_dir.resolve()] = (skill_dir, None)
+    return [load_skill_tests(skill_dir, files=files) for skill_dir, files in wanted.values()]
 
 
 def _skill_of_test_file(path: Path) -> Path:
     if path.name not in TEST_FILE_NAMES and not path.name.endswith(EVALS_FILE.rsplit("/", 1)[1]):
         raise TestFileError(f"a test file is named {' or '.join(TEST_FILE_NAMES)}", path=path)
-    skill_dir = path.resolve().parent.parent
+    skill_dir = Path(os.path.abspath(path)).parent.parent
     if find_skill_file(skill_dir) is None:
         folder = "evals/" if path.name.endswith(".json") and path.parent.name == "evals" else "tests/"
         raise TestFileError(f"a test file must be in the {folder} folder of a skill (no SKILL.md in {skill_dir})",
@@ -116,26 +112,61 @@ def _skill_of_test_file(path: Path) -> Path:
     return skill_dir
 
 
-def load_skill_tests(skill_dir: Path, *, test_file: Path | None = None) -> SkillTests:
-    """Read a skill's test file (and ``evals/evals.json``); ``test_file``: only that file."""
+def load_skill_tests(skill_dir: Path, *, files: Sequence[Path] | None = None,
+                     test_file: Path | None = None) -> SkillTests:
+    """Read a skill's test file and ``evals/evals.json``; ``files`` (or ``test_file``):
+    only those. Nothing on the way is a symbolic link: the host reads these files, and a
+    link would make it read (and ``--update-golden`` write) outside the skill."""
     item = SkillTests(skill_dir=skill_dir)
-    if test_file is not None and test_file.parent.name == "evals":
-        item.evals_file, item.evals, item.only_file = test_file, read_evals(test_file), True
-        return item
-    if test_file is not None:
-        item.test_file, item.only_file = test_file, True
+    named = list(files or []) + ([test_file] if test_file is not None else [])
+    if named or files is not None:
+        item.only_file = True
+        for path in named:
+            _no_links(skill_dir, path)
+            if path.parent.name == "evals":
+                item.evals_file = path
+            elif item.test_file is not None and item.test_file.resolve() != path.resolve():
+                raise TestFileError(f"more than one test file: {item.test_file.name}, {path.name}; keep one",
+                                    path=item.tests_dir)
+            else:
+                item.test_file = path
     else:
-        present = [item.tests_dir / name for name in TEST_FILE_NAMES if (item.tests_dir / name).is_file()]
+        present = [item.tests_dir / name for name in TEST_FILE_NAMES
+                   if (item.tests_dir / name).is_file() or (item.tests_dir / name).is_symlink()]
         if len(present) > 1:
             raise TestFileError(f"more than one test file: {', '.join(p.name for p in present)}; keep one",
                                 path=item.tests_dir)
         item.test_file = present[0] if present else None
         evals = skill_dir / EVALS_FILE
-        if evals.is_file():
-            item.evals_file, item.evals = evals, read_evals(evals)
+        if evals.is_file() or evals.is_symlink():
+            item.evals_file = evals
+    for found in (item.test_file, item.evals_file):
+        if found is not None:
+            _no_links(skill_dir, found)
     if item.test_file is not None:
         item.tests = read_test_file(item.test_file)
+    if item.evals_file is not None:
+        item.evals = read_evals(item.evals_file)
     return item
+
+
+def _no_links(skill_dir: Path, path: Path) -> None:
+    """``path`` and every folder between it and the skill folder are real, not links."""
+    base = Path(os.path.abspath(skill_dir))
+    try:
+        relative = Path(os.path.abspath(path)).relative_to(base)
+    except ValueError:
+        raise TestFileError("is not inside its skill's folder", path=path) from None
+    current = base
+    for part in relative.parts:
+        current = current / part
+        if current.is_symlink():
+            raise TestFileError(f"{current.relative_to(base)} is a symbolic link: test files and the tests/ and "
+                                "evals/ folders must be real files and folders of the skill", path=path)
+    skill_md = find_skill_file(skill_dir)
+    if skill_md is not None and skill_md.is_symlink():
+        raise TestFileError(f"{skill_md.name} is a symbolic link; the skill's own files must be real files",
+                            path=path)
 
 
 def read_test_file(path: Path) -> TestFile:
@@ -158,17 +189,56 @@ def read_test_file(path: Path) -> TestFile:
 
 
 def read_evals(path: Path) -> EvalsFile:
+    """skill-creator's ``{"skill_name": ..., "evals": [{"id", "prompt", "files", "expectations"}]}``
+    (a bare list of evals, ``assertions`` and ``{"text": ...}`` statements are understood too)."""
     try:
         data = json.loads(path.read_bytes().decode("utf-8-sig"))
     except json.JSONDecodeError as exc:
         raise TestFileError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TestFileError(f"cannot read: {exc}", path=path) from None
-    try:
-        return EvalsFile.model_validate(data)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        raise TestFileError(f"{_loc(error['loc'])}: {_message(error)}", path=path) from None
+    entries = data.get("evals") if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        raise TestFileError('expected {"evals": [...]} (skill-creator\'s format) or a list of evals', path=path)
+    name = data.get("skill_name") if isinstance(data, dict) else None
+    return EvalsFile(name if isinstance(name, str) else None, [_eval(i, e) for i, e in enumerate(entries)])
+
+
+def _eval(index: int, raw: Any) -> Eval:
+    if not isinstance(raw, dict):
+        return Eval(str(index + 1), problem=f"evals[{index}] is not an object")
+    ident = raw.get("id", index + 1)
+    entry = Eval(str(ident) if isinstance(ident, (int, str)) and str(ident).strip() else str(index + 1))
+    prompt = raw.get("prompt", raw.get("query", ""))
+    entry.prompt = prompt if isinstance(prompt, str) else json.dumps(prompt)
+    files = raw.get("files", [])
+    files = [files] if isinstance(files, str) else files
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        entry.problem = f"evals[{index}].files must be a list of paths relative to the skill's root"
+    else:
+        entry.files = files
+    for key in ("expectations", "assertions"):
+        for statement in raw.get(key) or []:
+            text = statement.get("text") or statement.get("assertion") or statement.get("description") \
+                if isinstance(statement, dict) else statement
+            entry.statements.append(text if isinstance(text, str) else json.dumps(statement))
+    return entry
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML whose plain scalars mean what JSON would: ``true``/``false`` are the only
+    booleans (``NO``, ``yes``, ``on`` stay strings) and dates stay strings."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers
+            if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                              list("tTfF"))
+#: Nodes a test file may have (a bigger one is a mistake or an attack on the host).
+MAX_NODES = 100_000
 
 
 def _parse(text: str, path: Path) -> tuple[Any, yaml.Node | None]:
@@ -183,9 +253,10 @@ def _parse(text: str, path: Path) -> tuple[Any, yaml.Node | None]:
             tree = None
         return data, tree
     try:
-        tree = yaml.compose(text, Loader=yaml.SafeLoader)
+        _no_aliases(text, path)
+        tree = yaml.compose(text, Loader=_Loader)
         _no_duplicate_keys(tree, path)
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 -- a SafeLoader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join(filter(None, [exc.context, exc.problem]))
@@ -195,6 +266,17 @@ def _parse(text: str, path: Path) -> tuple[Any, yaml.Node | None]:
     if data is None:
         raise TestFileError("the file is empty; it needs a list of cases", path=path)
     return data, tree
+
+
+def _no_aliases(text: str, path: Path) -> None:
+    """Anchors and aliases are refused (an alias bomb would expand exponentially); so is a
+    file of more than :data:`MAX_NODES` nodes."""
+    for count, event in enumerate(yaml.parse(text, Loader=_Loader), start=1):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise TestFileError("anchors and aliases (&x, *x) are not supported in test files; write the values "
+                                "out", path=path, line=event.start_mark.line + 1 if event.start_mark else None)
+        if count > MAX_NODES:
+            raise TestFileError(f"the file has more than {MAX_NODES} YAML nodes", path=path)
 
 
 def _no_duplicate_keys(node: yaml.Node | None, path: Path) -> None:

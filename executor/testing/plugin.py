@@ -17,6 +17,7 @@ The engine and the image are only touched when an item or a fixture needs them.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import secrets
@@ -267,7 +268,8 @@ class SkillCaseItem(_SkillItem):
 
         state = self.state
         ref = state.ref(self.tests.skill_dir)
-        session = f"skill-tests-{state.token}-{self.case.session}" if self.case.session else None
+        skill_key = hashlib.sha256(str(self.tests.skill_dir.resolve()).encode()).hexdigest()[:8]
+        session = f"skill-tests-{state.token}-{skill_key}-{self.case.session}" if self.case.session else None
         job = Job(self.tests, ref.split("@", 1)[0], ref, [self.case], session, str(self.path))
         outcome = run_case(job, self.case, state.backend, Options(update_golden=state.update_golden))
         if outcome.infrastructure:
@@ -287,6 +289,9 @@ class _NoBackend:
 
     def run(self, request: Any) -> Any:
         raise AssertionError("not used")
+
+    def end_session(self, session: str) -> None:
+        pass
 
     def close(self) -> None:
         pass

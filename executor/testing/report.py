@@ -21,6 +21,14 @@ _MARK = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "skipped": "SKIP"
 #: Characters XML 1.0 cannot carry (JUnit readers reject the whole file for one).
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _TAIL_LINES = 20
+#: Control characters a terminal or a CI log would act on (colours, titles, the clipboard...).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(text: str) -> str:
+    """Untrusted text (from a test file or a run) made inert for a terminal or a CI log:
+    control characters shown as ``\\xNN``."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 class Console:
@@ -49,7 +57,7 @@ class Console:
             reason = f": {outcome.message}" if outcome.status in ("error", "skipped") and outcome.message else ""
             if outcome.status == "failed" and outcome.failures:
                 reason = f": {outcome.failures[0].message}"
-            self.stream.write(f"{_MARK[outcome.status]:5} {outcome.id}{extra}{_one_line(reason)}\n")
+            self.stream.write(safe(f"{_MARK[outcome.status]:5} {outcome.id}{extra}{_one_line(reason)}") + "\n")
             self._status()
             self.stream.flush()
 
@@ -61,7 +69,7 @@ class Console:
         running = ", ".join(self._running[:3]) + (" ..." if len(self._running) > 3 else "")
         line = f"[{done}/{self.total or '?'}] {counts}" + (f" | running: {running}" if running else "")
         width = max(20, _columns() - 1)
-        self.stream.write("\r\x1b[K" + line[:width])
+        self.stream.write("\r\x1b[K" + safe(line)[:width])
         self.stream.flush()
 
     def _clear(self) -> None:
@@ -75,19 +83,20 @@ class Console:
             if bad:
                 self.stream.write("\n" + "=" * 30 + " failures " + "=" * 30 + "\n")
                 for outcome in bad:
-                    self.stream.write(describe(outcome) + "\n")
+                    self.stream.write(safe(describe(outcome)) + "\n")
             graded = [o for o in report.outcomes if o.needs_grader and o.status == "skipped"]
             if graded:
                 self.stream.write("\nneeds a grader (not machine-checkable yet):\n")
                 for outcome in graded:
-                    self.stream.write(f"  {outcome.id}\n" + "".join(f"    - {s}\n" for s in outcome.needs_grader))
+                    statements = "".join(safe(f"    - {_one_line(s, 500)}") + "\n" for s in outcome.needs_grader)
+                    self.stream.write(safe(f"  {outcome.id}") + "\n" + statements)
             over = [o for o in report.outcomes if o.over_budget]
             if over:
                 self.stream.write("\nover their time budget (fails only with --strict-timing):\n")
-                self.stream.write("".join(f"  {o.id}: {o.over_budget}\n" for o in over))
+                self.stream.write("".join(safe(f"  {o.id}: {o.over_budget}") + "\n" for o in over))
             golden = [(o.id, path) for o in report.outcomes for path in o.golden_updated]
             if golden:
-                self.stream.write("\ngolden files updated:\n" + "".join(f"  {p} ({i})\n" for i, p in golden))
+                self.stream.write("\ngolden files updated:\n" + "".join(safe(f"  {p} ({i})") + "\n" for i, p in golden))
             self.stream.write(f"\n{report.summary()} on {report.backend}\n")
             self.stream.flush()
 
@@ -102,14 +111,14 @@ def describe(outcome: Outcome) -> str:
         lines.append(f"{'error' if outcome.status == 'error' else 'note'}: {outcome.message}")
     for failure in outcome.failures:
         lines.append(f"  x {failure.check}: {failure.message}")
-        if failure.diff:
-            lines += ["      " + line for line in failure.diff.rstrip("\n").splitlines()]
+        if failure.diff:  # behind "|": no diff line can start a CI log line (GitHub reads "::command")
+            lines += ["      | " + line for line in failure.diff.rstrip("\n").splitlines()]
         else:
             if failure.expected is not None:
                 lines += _block("expected", failure.expected)
             if failure.got is not None:
                 lines += _block("got", failure.got)
-    if outcome.status == "failed" or outcome.exit_code is not None:
+    if outcome.run_id is not None:
         lines.append(f"exit code: {outcome.exit_code}" + (f"  run: {outcome.run_id}" if outcome.run_id else ""))
         for name, text in (("stdout", outcome.stdout), ("stderr", outcome.stderr)):
             if text:
@@ -183,6 +192,10 @@ def junit_xml(report: Report) -> bytes:
                 ET.SubElement(case, "system-out").text = _xml(tail(outcome.stdout, 20_000))
             if outcome.stderr:
                 ET.SubElement(case, "system-err").text = _xml(tail(outcome.stderr, 20_000))
+    for element in suites.iter():
+        element.attrib = {key: _xml(value) for key, value in element.attrib.items()}
+        if element.text:
+            element.text = _xml(element.text)
     ET.indent(suites)
     body: bytes = ET.tostring(suites, encoding="utf-8")
     return b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + body + b"\n"

@@ -13,13 +13,14 @@ from __future__ import annotations
 import base64
 import os
 import secrets
+import shlex
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Protocol
 
 from ..errors import ExecutorError
@@ -33,6 +34,7 @@ from .loader import Eval, SkillTests
 from .select import Matcher
 from .spec import Case, FileExpect
 
+MiB = 1024 * 1024
 Status = Literal["passed", "failed", "error", "skipped"]
 VALIDATE = "validate"
 
@@ -132,6 +134,7 @@ class Options:
     update_golden: bool = False
     strict_timing: bool = False
     select: Matcher | None = None
+    max_file_bytes: int = 16 * MiB  # per output file brought back for the checks
 
 
 @dataclass(slots=True)
@@ -164,8 +167,9 @@ def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
     evals: list[tuple[SkillTests, str, str | None, Eval]] = []
     token = secrets.token_hex(4)
     rank: dict[str, tuple[int, int]] = {}
+    taken: dict[str, Path] = {}
     for index, item in enumerate(items):
-        skill, ref, problem = prepare(item, backend, options, record)
+        skill, ref, problem = prepare(item, backend, options, record, taken)
         rank[f"{skill}::{VALIDATE}"] = (index, -1)
         for position, case in enumerate(item.tests.cases if item.tests else []):
             rank[f"{skill}::{case.name}"] = (index, position)
@@ -187,7 +191,8 @@ def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
             elif case.session in sessions:
                 sessions[case.session].cases.append(case)
             else:
-                job = Job(item, skill, ref, [case], f"skill-tests-{token}-{case.session}", source)
+                # Private to this test run and this skill: neither another run nor another skill shares it.
+                job = Job(item, skill, ref, [case], f"skill-tests-{token}-{index}-{case.session}", source)
                 sessions[case.session] = job
                 jobs.append(job)
         for entry in item.evals.evals if item.evals else []:
@@ -197,14 +202,28 @@ def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
                 deselected += 1
 
     def work(job: Job) -> None:
-        for case in job.cases:
-            listener.started(f"{job.skill}::{case.name}")
-            record(run_case(job, case, backend, options))
+        try:
+            for case in job.cases:
+                listener.started(f"{job.skill}::{case.name}")
+                try:
+                    outcome = run_case(job, case, backend, options)
+                except Exception as exc:  # a bug must not lose the reports: the case errors
+                    outcome = Outcome(job.skill, case.name, job.source, "error", command=case.command,
+                                      message=f"internal error: {type(exc).__name__}: {exc}")
+                record(outcome)
+        finally:
+            if job.session is not None:
+                backend.end_session(job.session)
 
     def grade(entry: tuple[SkillTests, str, str | None, Eval]) -> None:
         item, skill, ref, evaluation = entry
         listener.started(f"{skill}::eval {evaluation.id}")
-        record(_run_eval(item, skill, ref, evaluation, backend))
+        try:
+            outcome = _run_eval(item, skill, ref, evaluation, backend)
+        except Exception as exc:
+            outcome = Outcome(skill, f"eval {evaluation.id}", _display(item.evals_file), "error",
+                              message=f"internal error: {type(exc).__name__}: {exc}")
+        record(outcome)
 
     with ThreadPoolExecutor(max_workers=max(1, options.jobs), thread_name_prefix="skill-test") as pool:
         for future in [*(pool.submit(work, job) for job in jobs), *(pool.submit(grade, e) for e in evals)]:
@@ -213,9 +232,10 @@ def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
     return Report(outcomes, backend.description, started_at, int((time.monotonic() - clock) * 1000), deselected)
 
 
-def prepare(item: SkillTests, backend: Backend, options: Options,
-             record: Callable[[Outcome], None]) -> tuple[str, str | None, ExecutorError | None]:
-    """Validate the skill (its ``validate`` case) and snapshot it into the backend."""
+def prepare(item: SkillTests, backend: Backend, options: Options, record: Callable[[Outcome], None],
+            taken: dict[str, Path] | None = None) -> tuple[str, str | None, ExecutorError | None]:
+    """Validate the skill (its ``validate`` case) and snapshot it into the backend;
+    ``taken``: the names already under test (two folders with one name cannot both run)."""
     verdict = check_skill(item.skill_dir, strict=options.strict)
     skill = verdict.name or item.skill_dir.name
     source = _display(item.test_file or item.skill_dir / "SKILL.md")
@@ -226,13 +246,19 @@ def prepare(item: SkillTests, backend: Backend, options: Options,
                        message=message))
     if verdict.skill is None:
         return skill, None, ExecutorError("the skill does not load (see its validate case)", code="skill_invalid")
+    if taken is not None:
+        other = taken.setdefault(verdict.skill.id, item.skill_dir)
+        if other != item.skill_dir:
+            return skill, None, ExecutorError(f"{item.skill_dir} has the same name as {other} ({verdict.skill.id!r}); "
+                                              "test them in separate runs", code="skill_name_taken")
     try:
         return skill, backend.prepare(item.skill_dir), None
     except ExecutorError as exc:
         return skill, None, exc
 
 
-def build_request(ref: str, case: Case, session: str | None) -> RunRequest:
+def build_request(ref: str, case: Case, session: str | None, *,
+                  max_file_bytes: int = 16 * MiB) -> RunRequest:
     inputs = [
         InputSpec.model_validate({
             "from": item.from_ if item.from_ is not None else f"skill://{ref}/tests/{item.path}",
@@ -243,7 +269,8 @@ def build_request(ref: str, case: Case, session: str | None) -> RunRequest:
     globs = list(dict.fromkeys(request_glob(spec) for spec in case.expect.files))
     return RunRequest(skill=ref, command=case.command, env=case.env, stdin=case.stdin, timeout=case.timeout,
                       session=session, inputs=inputs,
-                      outputs=OutputSpec(globs=globs, inline=True, inline_binary=True))
+                      outputs=OutputSpec(globs=globs, inline=True, inline_binary=True, max_file_bytes=max_file_bytes,
+                                         max_total_bytes=max(64 * MiB, max_file_bytes)))
 
 
 def observed(result: RunResult) -> Observed:
@@ -266,7 +293,7 @@ def run_case(job: Job, case: Case, backend: Backend, options: Options) -> Outcom
     clock = time.monotonic()
     try:
         assert job.ref is not None
-        result = backend.run(build_request(job.ref, case, job.session))
+        result = backend.run(build_request(job.ref, case, job.session, max_file_bytes=options.max_file_bytes))
     except InfrastructureError as exc:
         outcome.status, outcome.message, outcome.infrastructure = "error", f"{exc.code}: {exc.message}", True
         outcome.duration_ms = int((time.monotonic() - clock) * 1000)
@@ -331,9 +358,13 @@ def _run_eval(item: SkillTests, skill: str, ref: str | None, evaluation: Eval, b
                       needs_grader=evaluation.statements)
     what = f"{len(evaluation.statements)} natural-language expectation(s)" if evaluation.statements else "its prompt"
     outcome.message = f"needs a grader: {what} cannot be checked by a machine yet"
+    if evaluation.problem is not None:
+        outcome.status, outcome.message = "error", f"cannot read this eval: {evaluation.problem}"
+        return outcome
     if not evaluation.files or ref is None:
         return outcome
-    outcome.command = "test -e " + " ".join(f"'work/inputs/{Path(f).name}'" for f in evaluation.files)
+    outcome.command = "test -e " + " ".join(shlex.quote(f"work/inputs/{PurePosixPath(f).name}")
+                                            for f in evaluation.files)
     try:
         inputs = [InputSpec.model_validate({"from": f"skill://{ref}/{f}"}) for f in evaluation.files]
         request = RunRequest(skill=ref, command=outcome.command, inputs=inputs)

@@ -17,9 +17,9 @@ A test file lives in a skill's ``tests/`` folder (``skill-tests.yaml``, ``.yml``
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: The names a test file may have, in the order they are looked for in ``tests/``.
@@ -39,10 +39,25 @@ def _strings(value: Any) -> Any:
 def _check_regex(values: list[str]) -> list[str]:
     for pattern in values:
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            regex.compile(pattern)
+        except regex.error as exc:
             raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
     return values
+
+
+def _json_only(value: Any, where: str = "") -> Any:
+    """A ``json`` expectation holds JSON values only (a YAML date or set would never match)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"json{where}: the key {key!r} is not a string (quote it)")
+            _json_only(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _json_only(item, f"{where}[{index}]")
+    elif not (value is None or isinstance(value, (str, int, float, bool))):
+        raise ValueError(f"json{where}: {type(value).__name__} is not a JSON value (quote it)")
+    return value
 
 
 class _Strict(BaseModel):
@@ -63,6 +78,7 @@ class StreamExpect(_Strict):
                                    "keys, arrays match element by element)")
 
     _lists = field_validator("contains", "not_contains", "matches", mode="before")(_strings)
+    _json = field_validator("json_")(_json_only)
 
     @field_validator("matches")
     @classmethod
@@ -92,6 +108,7 @@ class FileExpect(_Strict):
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$", description="hex digest of the content")
 
     _lists = field_validator("contains", "matches", mode="before")(_strings)
+    _json = field_validator("json_")(_json_only)
 
     @field_validator("matches")
     @classmethod

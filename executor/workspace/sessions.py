@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import re
 import threading
@@ -133,6 +134,14 @@ class SessionStore:
                 if self._expire(entry, now):
                     removed.append(f"{tenant_dir.name}/{entry.name}")
         return removed
+
+    def end(self, session: str, tenant: str) -> bool:
+        """Delete a session now, whatever its age (not while a run holds it); False when it
+        was not there or is in use."""
+        entry = self.path(session, tenant)
+        if not entry.is_dir() or entry.is_symlink():
+            return False
+        return self._expire(entry, math.inf)
 
     def _expire(self, entry: Path, now: float) -> bool:
         with self._lock:
