@@ -16,7 +16,10 @@ DOC_SUFFIXES = (".md", ".txt")
 SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__"})
 DEFAULT_MAX_READ = 1024 * 1024
 
-Kind = Literal["doc", "script", "reference", "asset", "other"]
+Kind = Literal["doc", "script", "reference", "asset", "test", "other"]
+#: Top folders for the skill's author, not its agent: the skill's own tests (skill-executor
+#: test) and skill-creator's evals. Listed in the inventory, never offered as docs.
+AUTHOR_DIRS = frozenset({"tests", "evals"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,8 @@ def _kind(rel: str) -> Kind:
         return "reference"
     if top == "assets":
         return "asset"
+    if top in AUTHOR_DIRS and "/" in rel:
+        return "test"
     if rel.lower().endswith(DOC_SUFFIXES):
         return "doc"
     return "other"
@@ -67,8 +72,9 @@ def inventory(skill: Skill, *, limit: int = 5000) -> list[FileEntry]:
 
 
 def docs(entries: list[FileEntry]) -> list[FileEntry]:
-    """The docs an agent may select: every ``.md``/``.txt`` file except SKILL.md."""
-    return [e for e in entries if e.path.lower().endswith(DOC_SUFFIXES)]
+    """The docs an agent may select: every ``.md``/``.txt`` file except SKILL.md and the
+    author's ``tests/`` and ``evals/``."""
+    return [e for e in entries if e.path.lower().endswith(DOC_SUFFIXES) and e.kind != "test"]
 
 
 @dataclass(frozen=True, slots=True)
