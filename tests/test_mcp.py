@@ -141,7 +141,8 @@ def test_skills_extension(connect: Connect, tmp_path: Path) -> None:
             root = await raw(client, "resources/directory/read", {"uri": "skill://csv-report"})
             kinds = {r["name"]: r["mimeType"] for r in root["resources"]}
             assert kinds == {"SKILL.md": "text/markdown", "assets": "inode/directory",
-                             "references": "inode/directory", "scripts": "inode/directory"}
+                             "references": "inode/directory", "scripts": "inode/directory",
+                             "tests": "inode/directory"}  # the skill's own tests (skill-executor test)
             scripts = await raw(client, "resources/directory/read", {"uri": "skill://csv-report/scripts"})
             assert [r["uri"] for r in scripts["resources"]] == ["skill://csv-report/scripts/report.py"]
             with pytest.raises(MCPError):
