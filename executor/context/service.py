@@ -352,7 +352,7 @@ class ContextService:
                     content = "(no longer available)"
                 text.docs.append(rendering.DocText(doc.name, content, doc.tokens))
             skills.append(text)
-        body = rendering.render(fmt, self._overview(context), skills)  # type: ignore[arg-type]
+        body = rendering.render(fmt, self._overview(context), skills)
         counted = body if isinstance(body, str) else _json(body)
         return {"session": session, "format": fmt, "content": body, "tokens": self.counter.count(counted),
                 "counter": self.counter.name, "skills": [s.name for s in context.skills]}
