@@ -82,9 +82,9 @@ _EVICT = {"type": "string", "enum": ["none", "lru", "mention"],
 _MESSAGES = {"type": "array", "items": {"type": "string"},
              "description": "the text of the last few messages (for evict: mention)"}
 _BUDGET = {"type": "object", "additionalProperties": False, "description": "overrides of the context budget",
-           "properties": {"max_tokens": {"type": "integer", "minimum": 1},
-                          "skill_tokens": {"type": "integer", "minimum": 1},
-                          "doc_tokens": {"type": "integer", "minimum": 1},
+           "properties": {"max_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+                          "skill_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+                          "doc_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
                           "high_water": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}}
 #: The context tools: what an agent has loaded, kept by the service per session.
 CONTEXT_TOOLS = ("context_load", "context_unload", "context_select_docs", "context_list_docs", "context_touch",

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ..context.service import MAX_BUDGET_TOKENS
 from ..runs.models import RunResult
 
 
@@ -239,9 +240,9 @@ class ContextBudget(BaseModel):
     """Overrides of the context budget for one request (the settings' otherwise)."""
 
     model_config = {"extra": "forbid"}
-    max_tokens: int | None = Field(default=None, gt=0)
-    skill_tokens: int | None = Field(default=None, gt=0)
-    doc_tokens: int | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0, le=MAX_BUDGET_TOKENS)
+    skill_tokens: int | None = Field(default=None, gt=0, le=MAX_BUDGET_TOKENS)
+    doc_tokens: int | None = Field(default=None, gt=0, le=MAX_BUDGET_TOKENS)
     high_water: float | None = Field(default=None, gt=0, le=1)
 
 

@@ -28,6 +28,8 @@ from .tokens import Counter
 #: Docs are read up to this size (a larger one is cut, and says so).
 DOC_MAX_BYTES = 256 * 1024
 Mode = Literal["add", "replace", "clear"]
+#: The largest budget a request may set (a billion tokens: larger is a mistake).
+MAX_BUDGET_TOKENS = 1_000_000_000
 
 
 class NotLoaded(NotFound):
@@ -76,8 +78,9 @@ class ContextService:
         for key in ("max_tokens", "skill_tokens", "doc_tokens"):
             value = overrides.get(key)
             if value is not None:
-                if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                    raise BadRequest(f"budget.{key} must be a positive integer", code="invalid_budget")
+                if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_BUDGET_TOKENS:
+                    raise BadRequest(f"budget.{key} must be an integer from 1 to {MAX_BUDGET_TOKENS}",
+                                     code="invalid_budget")
                 values[key] = value
         high = overrides.get("high_water")
         if high is not None:

@@ -67,8 +67,12 @@ def touch(session: str, body: ContextSkill, request: Request, who: Principal = D
     return _contexts(request).touch(who.id, session, body.skill)
 
 
+_RENDERINGS = {"content": {"application/json": {}, "text/plain": {}, "application/xml": {}, "text/markdown": {}}}
+
+
 @router.get("/render", summary="The context block for the system message (text, xml, markdown or json)",
-            response_model=None)
+            response_model=None, responses={200: {"description": "the rendering (raw) or its envelope",
+                                                  **_RENDERINGS}})
 def render(
     session: str, request: Request,
     format: Literal["text", "xml", "markdown", "json"] = Query(default="text"),
