@@ -265,6 +265,24 @@ def test_mention_evicts_skills_the_messages_do_not_mention_first(h: Harness) -> 
     assert [e["skill"] for e in loaded["evicted"]] == ["report-writer"]
 
 
+def test_replace_measures_the_new_docs_against_what_stays(h: Harness) -> None:
+    svc = h.svc
+    svc.load("local", "chat-1", "report-writer")
+    state = svc.select_docs("local", "chat-1", "report-writer", docs=["references/style.md"])
+    style = state["skills"][0]["docs"][0]["tokens"]
+    tables = svc.list_docs("local", "chat-1", "report-writer")["docs"][1]["tokens"]
+    without = state["total_tokens"] - style
+    # tables does not fit even once style is gone: refused, and style stays selected
+    with pytest.raises(BudgetExceeded) as refused:
+        svc.select_docs("local", "chat-1", "report-writer", docs=["references/tables.md"], mode="replace",
+                        budget={"max_tokens": without + tables - 1, "high_water": 1.0})
+    assert refused.value.details["total_tokens"] == without and refused.value.details["tokens"] == tables
+    assert svc.state("local", "chat-1")["skills"][0]["docs"][0]["name"] == "references/style.md"
+    replaced = svc.select_docs("local", "chat-1", "report-writer", docs=["references/tables.md"], mode="replace",
+                               budget={"max_tokens": without + tables, "high_water": 1.0})
+    assert replaced["selected"] == ["references/tables.md"] and replaced["total_tokens"] == without + tables
+
+
 def test_nothing_is_evicted_when_even_everything_would_not_make_room(h: Harness) -> None:
     svc = h.svc
     svc.load("local", "chat-1", "report-writer")

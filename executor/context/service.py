@@ -292,10 +292,9 @@ class ContextService:
             kept = {d.name for d in keep}
             new = [DocItem(n, counted[n] if n in counted else self._doc_tokens(found, n), now)
                    for n in names if n not in kept]
-            need = sum(d.tokens for d in new) - sum(d.tokens for d in item.docs if d not in keep)
-            item.docs = keep
+            item.docs = keep  # what replace drops is gone before the new docs are measured
             evictions = plan(context, what=f"docs {', '.join(d.name for d in new) or '-'} of skill {item.name!r}",
-                             need=max(0, need), base=self._overview_tokens(context), budget=limits,
+                             need=sum(d.tokens for d in new), base=self._overview_tokens(context), budget=limits,
                              policy=policy, messages=messages, protect=item.name) if new else []
             self._apply(context, evictions)
             item.docs = [*keep, *new]
