@@ -189,3 +189,20 @@ def test_context_survives_a_restart(tmp_path: Path) -> None:
             assert a.context("keep")["skills"][0]["docs"][0]["name"] == "references/tables.md"
     finally:
         srv.stop()
+
+
+def test_a_run_in_the_session_marks_its_loaded_skill_used(clients: tuple[Client, Client]) -> None:
+    a, b = clients
+    session = "runs-1"
+    a.context_load(session, "report-writer")
+    a.context_load(session, "data-cleaner")
+    before = {s["name"]: s["last_used"] for s in a.context(session)["skills"]}
+    assert a.run({"skill": "report-writer", "command": "true", "session": session})["exit_code"] == 0
+    after = {s["name"]: s["last_used"] for s in a.context(session)["skills"]}
+    assert after["report-writer"] > before["report-writer"] and after["data-cleaner"] == before["data-cleaner"]
+    ran = a.call_tool("skill_run", {"skill": "data-cleaner", "command": "true", "session": session})
+    assert not ran["is_error"]
+    assert {s["name"]: s["last_used"] for s in a.context(session)["skills"]}["data-cleaner"] > after["data-cleaner"]
+    # another key's run of the same session id, and a run in a session without a context, change nothing
+    b.run({"skill": "report-writer", "command": "true", "session": session})
+    assert b.context(session)["skills"] == [] and b.context(session)["expires_at"] is None

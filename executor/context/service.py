@@ -326,6 +326,20 @@ class ContextService:
         result: dict[str, Any] = self._change(tenant, session, change)
         return result
 
+    def used(self, tenant: str, session: str | None, skill: str) -> bool:
+        """A run of ``skill`` in ``session``: mark the skill used when it is loaded there (an
+        agent's runs keep their skills from LRU eviction); anything else changes nothing."""
+        if session is None or not SESSION_ID.match(session) or not check_tenant(tenant):
+            return False
+        context = self.store.get(tenant, session)
+        if context is None or context.skill(skill.partition("@")[0]) is None:
+            return False
+        try:
+            self.touch(tenant, session, skill)
+        except NotLoaded:  # unloaded meanwhile
+            return False
+        return True
+
     def clear(self, tenant: str, session: str) -> dict[str, Any]:
         check_tenant(tenant)
         check_session(session)

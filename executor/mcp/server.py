@@ -440,6 +440,10 @@ class SkillServer:
         # it is delivered at the next await below, which cancels the run.
         with anyio.CancelScope(shield=True):
             record, handle, _ = await manager.submit_async(request, principal=who)
+        contexts = self.backend.tools().contexts
+        session = request.session
+        if contexts is not None and session is not None:  # the agent uses this skill: its context says so
+            await self._offload(lambda: contexts.used(who.id, session, request.skill))
         try:
             await anyio.lowlevel.checkpoint()
             if handle is not None:

@@ -67,7 +67,8 @@ def touch(session: str, body: ContextSkill, request: Request, who: Principal = D
     return _contexts(request).touch(who.id, session, body.skill)
 
 
-_RENDERINGS = {"content": {"application/json": {}, "text/plain": {}, "application/xml": {}, "text/markdown": {}}}
+_RENDERINGS: dict[str, Any] = {
+    "content": {"application/json": {}, "text/plain": {}, "application/xml": {}, "text/markdown": {}}}
 
 
 @router.get("/render", summary="The context block for the system message (text, xml, markdown or json)",
