@@ -799,17 +799,16 @@ class AsyncClient:
         return await self.send(Calls.context(session))
 
     async def context_load(self, session: str, skill: str, *, evict: str | None = None,
-                     messages: list[str] | None = None, budget: JSON | None = None) -> JSON:
-        return await self.send(Calls.context_op(session, "load", {"skill": skill, "evict": evict, "messages": messages,
-                                                              "budget": budget}))
+                           messages: list[str] | None = None, budget: JSON | None = None) -> JSON:
+        return await self.send(Calls.context_op(session, "load", {"skill": skill, "evict": evict,
+                                                                    "messages": messages, "budget": budget}))
 
     async def context_unload(self, session: str, skill: str) -> JSON:
         return await self.send(Calls.context_op(session, "unload", {"skill": skill}))
 
     async def context_select_docs(self, session: str, skill: str, docs: list[str] | None = None, *,
                                   all: bool | None = None, mode: str = "add", evict: str | None = None,
-                            messages: list[str] | None = None,
-                            budget: JSON | None = None) -> JSON:
+                                  messages: list[str] | None = None, budget: JSON | None = None) -> JSON:
         return await self.send(Calls.context_op(session, "select-docs", {
             "skill": skill, "docs": docs, "all": all, "mode": mode, "evict": evict, "messages": messages,
             "budget": budget}))
