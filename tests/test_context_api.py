@@ -4,6 +4,7 @@ contexts; a context survives a restart.  The local runtime: no run is needed her
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Iterator
@@ -206,3 +207,55 @@ def test_a_run_in_the_session_marks_its_loaded_skill_used(clients: tuple[Client,
     # another key's run of the same session id, and a run in a session without a context, change nothing
     b.run({"skill": "report-writer", "command": "true", "session": session})
     assert b.context(session)["skills"] == [] and b.context(session)["expires_at"] is None
+
+
+def test_both_clients_send_the_same_context_requests() -> None:
+    seen: dict[str, list[tuple[str, str, bytes]]] = {"sync": [], "async": []}
+
+    def handler(kind: str) -> Any:
+        def handle(request: httpx.Request) -> httpx.Response:
+            seen[kind].append((request.method, request.url.raw_path.decode(), request.content))
+            return httpx.Response(200, json={})
+        return handle
+
+    def sync_calls(c: Client) -> None:
+        c.context("s/1")
+        c.context_load("s/1", "x", evict="lru", messages=["m"], budget={"max_tokens": 5})
+        c.context_unload("s/1", "x")
+        c.context_select_docs("s/1", "x", ["a.md"], mode="replace")
+        c.context_docs("s/1", "x")
+        c.context_touch("s/1", "x")
+        c.context_render("s/1", "xml")
+        c.context_clear("s/1")
+        c.call_tool("context_render", {}, session="s/1")
+
+    async def async_calls(c: AsyncClient) -> None:
+        await c.context("s/1")
+        await c.context_load("s/1", "x", evict="lru", messages=["m"], budget={"max_tokens": 5})
+        await c.context_unload("s/1", "x")
+        await c.context_select_docs("s/1", "x", ["a.md"], mode="replace")
+        await c.context_docs("s/1", "x")
+        await c.context_touch("s/1", "x")
+        await c.context_render("s/1", "xml")
+        await c.context_clear("s/1")
+        await c.call_tool("context_render", {}, session="s/1")
+
+    with Client("http://test", transport=httpx.MockTransport(handler("sync"))) as client:
+        sync_calls(client)
+
+    async def main() -> None:
+        async with AsyncClient("http://test", transport=httpx.MockTransport(handler("async"))) as client:
+            await async_calls(client)
+
+    anyio.run(main)
+    assert seen["sync"] == seen["async"]
+    assert [(m, p) for m, p, _ in seen["sync"]] == [
+        ("GET", "/v1/sessions/s%2F1/context"), ("POST", "/v1/sessions/s%2F1/context/load"),
+        ("POST", "/v1/sessions/s%2F1/context/unload"), ("POST", "/v1/sessions/s%2F1/context/select-docs"),
+        ("GET", "/v1/sessions/s%2F1/context/docs?skill=x"), ("POST", "/v1/sessions/s%2F1/context/touch"),
+        ("GET", "/v1/sessions/s%2F1/context/render?format=xml"), ("DELETE", "/v1/sessions/s%2F1/context"),
+        ("POST", "/v1/tools/call")]
+    assert json.loads(seen["sync"][1][2]) == {"skill": "x", "evict": "lru", "messages": ["m"],
+                                              "budget": {"max_tokens": 5}}
+    assert json.loads(seen["sync"][3][2]) == {"skill": "x", "docs": ["a.md"], "mode": "replace"}
+    assert json.loads(seen["sync"][8][2])["session"] == "s/1"
