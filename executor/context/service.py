@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -139,7 +139,7 @@ class ContextService:
         return self.store.get(check_tenant(tenant), check_session(session)) or Context(
             tenant, session, self.counter.name)
 
-    def _change(self, tenant: str, session: str, fn: Any) -> Any:
+    def _change(self, tenant: str, session: str, fn: Callable[[Context, float], dict[str, Any]]) -> dict[str, Any]:
         check_tenant(tenant)
         check_session(session)
         with self._lock:
@@ -225,8 +225,7 @@ class ContextService:
             return {**self.view(context, limits), "loaded": found.id, "already_loaded": False,
                     "evicted": [e.to_dict() for e in [*replaced, *evictions]]}
 
-        result: dict[str, Any] = self._change(tenant, session, change)
-        return result
+        return self._change(tenant, session, change)
 
     def unload(self, tenant: str, session: str, skill: str) -> dict[str, Any]:
         def change(context: Context, now: float) -> dict[str, Any]:
@@ -235,8 +234,7 @@ class ContextService:
             return {**self.view(context), "unloaded": {"skill": item.name, "tokens": item.total,
                                                       "docs": [d.name for d in item.docs]}}
 
-        result: dict[str, Any] = self._change(tenant, session, change)
-        return result
+        return self._change(tenant, session, change)
 
     def _doc_names(self, skill: Skill, wanted: Sequence[str] | None, everything: bool) -> list[str]:
         available = [e.path for e in docs(inventory(skill))]
@@ -303,8 +301,7 @@ class ContextService:
                     "added": [d.name for d in new], "removed": removed,
                     "evicted": [e.to_dict() for e in evictions]}
 
-        result: dict[str, Any] = self._change(tenant, session, change)
-        return result
+        return self._change(tenant, session, change)
 
     def list_docs(self, tenant: str, session: str, skill: str) -> dict[str, Any]:
         """A skill's docs with sizes, token counts and whether they are selected (the loaded
@@ -323,8 +320,7 @@ class ContextService:
             self._loaded(context, skill).last_used = now
             return self.view(context)
 
-        result: dict[str, Any] = self._change(tenant, session, change)
-        return result
+        return self._change(tenant, session, change)
 
     def used(self, tenant: str, session: str | None, skill: str) -> bool:
         """A run of ``skill`` in ``session``: mark the skill used when it is loaded there (an
