@@ -21,7 +21,7 @@ from .api_server import Server
 from .test_api import expect_error
 from .test_api_tenancy import KEY_A, KEY_B
 from .test_context import FIXTURES, GOLDEN
-from .test_mcp import http_client
+from .test_mcp import http_client, stdio_client
 
 SESSION = "chat-7"
 
@@ -259,3 +259,26 @@ def test_both_clients_send_the_same_context_requests() -> None:
                                               "budget": {"max_tokens": 5}}
     assert json.loads(seen["sync"][3][2]) == {"skill": "x", "docs": ["a.md"], "mode": "replace"}
     assert json.loads(seen["sync"][8][2])["session"] == "s/1"
+
+
+def test_mcp_over_stdio_is_the_local_tenant(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "skills", tmp_path / "skills")
+
+    async def main() -> None:
+        async with stdio_client(tmp_path, "local") as client:
+            loaded = await client.call_tool("context_load", {"session": "cli", "skill": "data-cleaner"})
+            assert not loaded.is_error, loaded.content
+            docs = await client.call_tool("context_select_docs", {"session": "cli", "skill": "data-cleaner",
+                                                                  "all": True, "mode": "add"})
+            assert docs.structured_content["selected"] == ["docs/rules.md"]
+            listed = await client.call_tool("context_list_docs", {"session": "cli", "skill": "data-cleaner"})
+            assert "docs/rules.md" in listed.content[0].text and "selected" in listed.content[0].text
+            render = await client.call_tool("context_render", {"session": "cli", "format": "markdown"})
+            assert "- [x] **data-cleaner**" in render.content[0].text
+            assert "### Doc: docs/rules.md" in render.content[0].text
+            missing = await client.call_tool("context_load", {"skill": "data-cleaner"})
+            assert missing.is_error and "'session' argument is required" in missing.content[0].text
+            cleared = await client.call_tool("context_clear", {"session": "cli"})
+            assert cleared.content[0].text == "context cleared"
+
+    anyio.run(main)
