@@ -19,7 +19,7 @@ from executor.client import AsyncClient, Client
 
 from .api_server import Server
 from .test_api import expect_error
-from .test_api_tenancy import KEY_A, KEY_B
+from .test_api_tenancy import ADMIN, KEY_A, KEY_B, A, audit_lines
 from .test_context import FIXTURES, GOLDEN
 from .test_mcp import http_client, stdio_client
 
@@ -30,7 +30,8 @@ def _server(base: Path) -> Server:
     skills = base / "skills"
     if not skills.exists():
         shutil.copytree(FIXTURES / "skills", skills)
-    return Server(base, env={"SKILL_EXECUTOR_API_KEYS": f"{KEY_A},{KEY_B}", "SKILL_EXECUTOR_RUNTIME": "local",
+    return Server(base, env={"SKILL_EXECUTOR_API_KEYS": f"{KEY_A},{KEY_B}", "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
+                             "SKILL_EXECUTOR_RUNTIME": "local",
                              "SKILL_EXECUTOR_POOL_SIZE": "0"})
 
 
@@ -127,6 +128,22 @@ def test_a_key_cannot_see_or_change_another_keys_context(clients: tuple[Client, 
     via_tool = b.call_tool("context_render", {"format": "text"}, session=session)
     assert "[✓] data-cleaner" not in via_tool["content"]
     assert [s["name"] for s in a.context(session)["skills"]] == ["data-cleaner"]
+
+
+def test_only_an_admin_reaches_another_keys_context_and_is_audited(server: Server,
+                                                                  clients: tuple[Client, Client]) -> None:
+    a, _ = clients
+    a.context_load("audited", "note-taker")
+    url = f"{server.url}/v1/sessions/audited/context"
+    refused = httpx.get(url, params={"owner": A}, headers={"Authorization": f"Bearer {KEY_B}"})
+    assert refused.status_code == 404 and refused.json()["error"]["code"] == "owner_not_found"
+    seen = httpx.get(f"{url}/render", params={"owner": A, "format": "text"},
+                     headers={"Authorization": f"Bearer {ADMIN}"})
+    assert seen.status_code == 200 and "[✓] note-taker" in seen.json()["content"]
+    assert any(line.get("action") == "context.read" and line.get("owner") == A and line.get("target") == "audited"
+               for line in audit_lines(server))
+    own = httpx.get(url, headers={"Authorization": f"Bearer {ADMIN}"})
+    assert own.json()["skills"] == []  # without ?owner= an admin's own context
 
 
 def test_tools_call_and_definitions(server: Server, clients: tuple[Client, Client]) -> None:

@@ -1,7 +1,8 @@
 """Agent context: what an agent has loaded in a session, rendered within a token budget.
 
 The context of ``{session}`` is the caller's own (its API key's tenant): another key's
-context of the same session id is another context.  Operations run in the thread pool
+context of the same session id is another context.  An admin key may address another
+key's with ``?owner=<key id>`` (audited, as for artifacts).  Operations run in the thread pool
 (they read skill files and the embedded store).
 """
 
@@ -12,7 +13,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from ...access import Principal
+from ...access import Principal, resolve_tenant_audited
 from ...context import ContextService
 from ..auth import principal
 from ..schemas import ERRORS, ContextBudget, ContextLoad, ContextSelectDocs, ContextSkill
@@ -25,46 +26,68 @@ def _contexts(request: Request) -> ContextService:
     return contexts
 
 
+def _owner() -> Any:
+    return Query(default=None, max_length=64, description="admins: this key id's context (audited)")
+
+
+def _tenant(who: Principal, owner: str | None, action: str, session: str) -> str:
+    return resolve_tenant_audited(who, owner, action=f"context.{action}", target=session)
+
+
 def _budget(budget: ContextBudget | None) -> dict[str, Any] | None:
     return budget.model_dump(exclude_none=True) if budget is not None else None
 
 
 @router.get("", summary="The context's state: loaded skills (versions, tokens, docs, last use), totals, budget")
-def get_context(session: str, request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
-    return _contexts(request).state(who.id, session)
+def get_context(
+    session: str, request: Request, owner: str | None = _owner(), who: Principal = Depends(principal)
+) -> dict[str, Any]:
+    return _contexts(request).state(_tenant(who, owner, "read", session), session)
 
 
 @router.post("/load", summary="Load a skill's body and inventory into the context (refused or evicting when over)")
-def load(session: str, body: ContextLoad, request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
-    return _contexts(request).load(who.id, session, body.skill, evict=body.evict, messages=body.messages,
+def load(
+    session: str, body: ContextLoad, request: Request, owner: str | None = _owner(),
+    who: Principal = Depends(principal),
+) -> dict[str, Any]:
+    tenant = _tenant(who, owner, "load", session)
+    return _contexts(request).load(tenant, session, body.skill, evict=body.evict, messages=body.messages,
                                    budget=_budget(body.budget))
 
 
 @router.post("/unload", summary="Unload a skill and its docs")
-def unload(session: str, body: ContextSkill, request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
-    return _contexts(request).unload(who.id, session, body.skill)
+def unload(
+    session: str, body: ContextSkill, request: Request, owner: str | None = _owner(),
+    who: Principal = Depends(principal),
+) -> dict[str, Any]:
+    return _contexts(request).unload(_tenant(who, owner, "unload", session), session, body.skill)
 
 
 @router.post("/select-docs", summary="Select docs of a loaded skill: add, replace or clear")
 def select_docs(
-    session: str, body: ContextSelectDocs, request: Request, who: Principal = Depends(principal)
+    session: str, body: ContextSelectDocs, request: Request, owner: str | None = _owner(),
+    who: Principal = Depends(principal),
 ) -> dict[str, Any]:
-    return _contexts(request).select_docs(who.id, session, body.skill, docs=body.docs, all=body.all,
+    tenant = _tenant(who, owner, "select_docs", session)
+    return _contexts(request).select_docs(tenant, session, body.skill, docs=body.docs, all=body.all,
                                           mode=body.mode, evict=body.evict, messages=body.messages,
                                           budget=_budget(body.budget))
 
 
 @router.get("/docs", summary="A skill's docs with token counts and whether they are selected")
 def list_docs(
-    session: str, request: Request, skill: str = Query(min_length=1, max_length=300),
+    session: str, request: Request, skill: str = Query(min_length=1, max_length=300), owner: str | None = _owner(),
     who: Principal = Depends(principal),
 ) -> dict[str, Any]:
-    return _contexts(request).list_docs(who.id, session, skill)
+    return _contexts(request).list_docs(_tenant(who, owner, "read", session), session, skill)
 
 
 @router.post("/touch", summary="Mark a loaded skill as used (LRU eviction takes it last)")
-def touch(session: str, body: ContextSkill, request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
-    return _contexts(request).touch(who.id, session, body.skill)
+def touch(
+    session: str, body: ContextSkill, request: Request, owner: str | None = _owner(),
+    who: Principal = Depends(principal),
+) -> dict[str, Any]:
+    return _contexts(request).touch(_tenant(who, owner, "touch", session), session, body.skill)
 
 
 _RENDERINGS: dict[str, Any] = {
@@ -79,9 +102,10 @@ def render(
     format: Literal["text", "xml", "markdown", "json"] = Query(default="text"),
     raw: bool = Query(default=False, description="answer the rendering itself (text/plain, application/xml, "
                                                  "text/markdown), not the JSON envelope"),
+    owner: str | None = _owner(),
     who: Principal = Depends(principal),
 ) -> Response:
-    rendered = _contexts(request).render(who.id, session, format)
+    rendered = _contexts(request).render(_tenant(who, owner, "read", session), session, format)
     headers = {"X-Context-Tokens": str(rendered["tokens"]), "X-Token-Counter": rendered["counter"]}
     if raw and isinstance(rendered["content"], str):
         media = {"text": "text/plain", "xml": "application/xml", "markdown": "text/markdown"}[format]
@@ -90,5 +114,7 @@ def render(
 
 
 @router.delete("", summary="Empty the context")
-def clear(session: str, request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
-    return _contexts(request).clear(who.id, session)
+def clear(
+    session: str, request: Request, owner: str | None = _owner(), who: Principal = Depends(principal)
+) -> dict[str, Any]:
+    return _contexts(request).clear(_tenant(who, owner, "clear", session), session)
