@@ -244,18 +244,43 @@ class Calls:
         return Call("GET", "/v1/artifacts", as_json, params={"name": name, **_owner(owner)})
 
     @staticmethod
-    def tools(format: str) -> Call[JSON]:
-        return Call("GET", "/v1/tools", as_json, params={"format": format})
+    def tools(format: str, context: bool = False) -> Call[JSON]:
+        return Call("GET", "/v1/tools", as_json, params={"format": format, **({"context": "true"} if context else {})})
 
     @staticmethod
     def call_tool(name: str, arguments: JSON | str | None, format: str | None = None,
-                  call_id: str | None = None) -> Call[JSON]:
+                  call_id: str | None = None, session: str | None = None) -> Call[JSON]:
         body: dict[str, Any] = {"name": name, "arguments": arguments}
         if format is not None:
             body["format"] = format
         if call_id is not None:
             body["id"] = call_id
+        if session is not None:
+            body["session"] = session
         return Call("POST", "/v1/tools/call", as_json, json=body)
+
+    # agent context
+    @staticmethod
+    def context(session: str) -> Call[JSON]:
+        return Call("GET", f"/v1/sessions/{segment(session)}/context", as_json)
+
+    @staticmethod
+    def context_op(session: str, op: str, body: JSON) -> Call[JSON]:
+        """``op``: load, unload, select-docs or touch; ``None`` values are left out of the body."""
+        return Call("POST", f"/v1/sessions/{segment(session)}/context/{op}", as_json,
+                    json={k: v for k, v in body.items() if v is not None})
+
+    @staticmethod
+    def context_docs(session: str, skill: str) -> Call[JSON]:
+        return Call("GET", f"/v1/sessions/{segment(session)}/context/docs", as_json, params={"skill": skill})
+
+    @staticmethod
+    def context_render(session: str, format: str) -> Call[JSON]:
+        return Call("GET", f"/v1/sessions/{segment(session)}/context/render", as_json, params={"format": format})
+
+    @staticmethod
+    def context_clear(session: str) -> Call[JSON]:
+        return Call("DELETE", f"/v1/sessions/{segment(session)}/context", as_json)
 
     @staticmethod
     def health() -> Call[JSON]:
@@ -567,15 +592,50 @@ class Client:
     def artifact_versions(self, name: str, *, owner: str | None = None) -> JSON:
         return self.send(Calls.artifact_versions(name, owner))
 
+    # agent context (per session, of this key)
+    def context(self, session: str) -> JSON:
+        """The context's state: loaded skills, their docs, token counts, budget."""
+        return self.send(Calls.context(session))
+
+    def context_load(self, session: str, skill: str, *, evict: str | None = None,
+                     messages: list[str] | None = None, budget: JSON | None = None) -> JSON:
+        return self.send(Calls.context_op(session, "load", {"skill": skill, "evict": evict, "messages": messages,
+                                                              "budget": budget}))
+
+    def context_unload(self, session: str, skill: str) -> JSON:
+        return self.send(Calls.context_op(session, "unload", {"skill": skill}))
+
+    def context_select_docs(self, session: str, skill: str, docs: list[str] | None = None, *,
+                            all: bool | None = None, mode: str = "add", evict: str | None = None,
+                            messages: list[str] | None = None,
+                            budget: JSON | None = None) -> JSON:
+        return self.send(Calls.context_op(session, "select-docs", {
+            "skill": skill, "docs": docs, "all": all, "mode": mode, "evict": evict, "messages": messages,
+            "budget": budget}))
+
+    def context_docs(self, session: str, skill: str) -> JSON:
+        return self.send(Calls.context_docs(session, skill))
+
+    def context_touch(self, session: str, skill: str) -> JSON:
+        return self.send(Calls.context_op(session, "touch", {"skill": skill}))
+
+    def context_render(self, session: str, format: str = "text") -> JSON:
+        """``content`` (a string; a structure for json), ``tokens`` and ``counter``."""
+        return self.send(Calls.context_render(session, format))
+
+    def context_clear(self, session: str) -> JSON:
+        return self.send(Calls.context_clear(session))
+
     # tools and system
-    def tools(self, format: str = "openai") -> JSON:
-        return self.send(Calls.tools(format))
+    def tools(self, format: str = "openai", *, context: bool = False) -> JSON:
+        return self.send(Calls.tools(format, context))
 
     def call_tool(self, name: str, arguments: JSON | str | None, *, format: str | None = None,
-                  call_id: str | None = None) -> JSON:
+                  call_id: str | None = None, session: str | None = None) -> JSON:
         """Execute a tool call; with ``format`` (and the call's id) the answer's ``message``
-        is the tool-result message to append to the conversation."""
-        return self.send(Calls.call_tool(name, arguments, format, call_id))
+        is the tool-result message to append to the conversation; ``session``: the
+        ``context_*`` tools' session when the arguments name none."""
+        return self.send(Calls.call_tool(name, arguments, format, call_id, session))
 
     def health(self) -> JSON:
         return self.send(Calls.health())
@@ -733,13 +793,46 @@ class AsyncClient:
     async def artifact_versions(self, name: str, *, owner: str | None = None) -> JSON:
         return await self.send(Calls.artifact_versions(name, owner))
 
+    # agent context (per session, of this key)
+    async def context(self, session: str) -> JSON:
+        """The context's state: loaded skills, their docs, token counts, budget."""
+        return await self.send(Calls.context(session))
+
+    async def context_load(self, session: str, skill: str, *, evict: str | None = None,
+                           messages: list[str] | None = None, budget: JSON | None = None) -> JSON:
+        return await self.send(Calls.context_op(session, "load", {"skill": skill, "evict": evict,
+                                                                    "messages": messages, "budget": budget}))
+
+    async def context_unload(self, session: str, skill: str) -> JSON:
+        return await self.send(Calls.context_op(session, "unload", {"skill": skill}))
+
+    async def context_select_docs(self, session: str, skill: str, docs: list[str] | None = None, *,
+                                  all: bool | None = None, mode: str = "add", evict: str | None = None,
+                                  messages: list[str] | None = None, budget: JSON | None = None) -> JSON:
+        return await self.send(Calls.context_op(session, "select-docs", {
+            "skill": skill, "docs": docs, "all": all, "mode": mode, "evict": evict, "messages": messages,
+            "budget": budget}))
+
+    async def context_docs(self, session: str, skill: str) -> JSON:
+        return await self.send(Calls.context_docs(session, skill))
+
+    async def context_touch(self, session: str, skill: str) -> JSON:
+        return await self.send(Calls.context_op(session, "touch", {"skill": skill}))
+
+    async def context_render(self, session: str, format: str = "text") -> JSON:
+        """``content`` (a string; a structure for json), ``tokens`` and ``counter``."""
+        return await self.send(Calls.context_render(session, format))
+
+    async def context_clear(self, session: str) -> JSON:
+        return await self.send(Calls.context_clear(session))
+
     # tools and system
-    async def tools(self, format: str = "openai") -> JSON:
-        return await self.send(Calls.tools(format))
+    async def tools(self, format: str = "openai", *, context: bool = False) -> JSON:
+        return await self.send(Calls.tools(format, context))
 
     async def call_tool(self, name: str, arguments: JSON | str | None, *, format: str | None = None,
-                        call_id: str | None = None) -> JSON:
-        return await self.send(Calls.call_tool(name, arguments, format, call_id))
+                        call_id: str | None = None, session: str | None = None) -> JSON:
+        return await self.send(Calls.call_tool(name, arguments, format, call_id, session))
 
     async def health(self) -> JSON:
         return await self.send(Calls.health())

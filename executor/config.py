@@ -60,6 +60,13 @@ class Settings(BaseSettings):
     keep_workspaces: bool = False
     artifact_ttl_seconds: float | None = Field(default=None, gt=0)  # None: artifact versions never expire
 
+    # -- agent context (GET/POST /v1/sessions/{session}/context; expires with session_ttl_seconds) --
+    context_max_tokens: int = Field(default=200_000, gt=0)  # the agent's context window
+    context_skill_tokens: int = Field(default=8_000, gt=0)  # the most one loaded skill may take
+    context_doc_tokens: int = Field(default=8_000, gt=0)  # the most one selected doc may take
+    context_high_water: float = Field(default=0.9, gt=0, le=1)  # loads stop at this share of the maximum
+    context_token_counter: Literal["estimate", "tiktoken-cl100k"] = "estimate"
+
     # -- output caps: the most a request may ask for --------------------------------
     max_output_files: int = 1000
     max_output_file_bytes: int = 64 * MiB

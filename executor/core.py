@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .artifacts.store import LocalArtifactStore
 from .config import Settings
+from .context import Budget, ContextService, ContextStore, counter
 from .errors import BadRequest
 from .runs.pipeline import SkillRunner
 from .runtimes.base import Runtime
@@ -34,6 +35,17 @@ def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtim
     raise BadRequest(f"unknown runtime {settings.runtime!r}")
 
 
+def make_contexts(
+    settings: Settings, repository: SkillRepository, visible_skills_dir: str | None
+) -> ContextService:
+    """Agents' contexts in ``<data>/context.db``, expiring with the sessions' TTL."""
+    budget = Budget(settings.context_max_tokens, settings.context_skill_tokens, settings.context_doc_tokens,
+                    settings.context_high_water)
+    return ContextService(repository, ContextStore(settings.data_dir / "context.db", settings.session_ttl_seconds),
+                          budget=budget, counter=counter(settings.context_token_counter),
+                          visible_skills_dir=visible_skills_dir)
+
+
 def _raise_descriptor_limit(most: int = 65536) -> None:
     """Walks of run trees hold a descriptor per folder level: allow what the hard limit does."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -49,6 +61,8 @@ class Executor:
     artifacts: LocalArtifactStore
     runtime: Runtime
     runner: SkillRunner
+    #: agents' contexts per session (what they loaded), shared by the library, REST, MCP and tools
+    contexts: ContextService
 
     @classmethod
     def from_settings(
@@ -63,7 +77,9 @@ class Executor:
         )
         artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
-        return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime))
+        contexts = make_contexts(settings, repository, runtime.visible_skills_dir)
+        return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime),
+                   contexts)
 
     def close(self, timeout: float = 300.0) -> None:
         """Stop the runner's workers, then close the runtime within ``timeout`` (a bound for a

@@ -33,6 +33,9 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 
 from pydantic import ValidationError
 
+from .access import LOCAL_TENANT
+from .context import ContextService
+from .context.render import FORMATS
 from .errors import BadRequest, ExecutorError, NotFound
 from .runs.manager import ShuttingDown
 from .runs.models import RunRequest, RunResult
@@ -72,7 +75,52 @@ def _run_schema() -> dict[str, Any]:
     return inlined
 
 
-def definitions(repository: SkillRepository, fmt: Format = "openai") -> list[dict[str, Any]]:
+_SESSION = {"type": "string", "description": "the session id whose context this is (the framework's, as for runs)"}
+_EVICT = {"type": "string", "enum": ["none", "lru", "mention"],
+          "description": "when the context would overflow: none (refuse), lru (unload the least recently used "
+                         "first), mention (unload skills the recent messages do not mention first)"}
+_MESSAGES = {"type": "array", "items": {"type": "string"},
+             "description": "the text of the last few messages (for evict: mention)"}
+_BUDGET = {"type": "object", "additionalProperties": False, "description": "overrides of the context budget",
+           "properties": {"max_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+                          "skill_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+                          "doc_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+                          "high_water": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}}
+#: The context tools: what an agent has loaded, kept by the service per session.
+CONTEXT_TOOLS = ("context_load", "context_unload", "context_select_docs", "context_list_docs", "context_touch",
+                 "context_render", "context_clear")
+
+
+def _context_tools(skill: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    def obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+        return {"type": "object", "properties": {"session": _SESSION, **properties},
+                "required": ["session", *required], "additionalProperties": False}
+
+    return [
+        ("context_load", "Load a skill into your context (its instructions and file list stay there, pinned to "
+         "this version, until unloaded or evicted). Refused with the numbers when it does not fit the budget.",
+         obj({"skill": skill, "evict": _EVICT, "messages": _MESSAGES, "budget": _BUDGET}, ["skill"])),
+        ("context_unload", "Unload a skill (and its selected docs) from your context.",
+         obj({"skill": skill}, ["skill"])),
+        ("context_select_docs", "Select docs of a loaded skill into your context: mode add (to the selection), "
+         "replace (the selection) or clear; docs lists them, all selects every doc.",
+         obj({"skill": skill, "docs": _DOCS, "all": {"type": "boolean"},
+              "mode": {"type": "string", "enum": ["add", "replace", "clear"]}, "evict": _EVICT,
+              "messages": _MESSAGES, "budget": _BUDGET}, ["skill", "mode"])),
+        ("context_list_docs", "List a skill's docs with token counts and whether they are selected.",
+         obj({"skill": skill}, ["skill"])),
+        ("context_touch", "Mark a loaded skill as used (it is then the last to be evicted).",
+         obj({"skill": skill}, ["skill"])),
+        ("context_render", "Render your context: the skills overview with loaded markers, each loaded skill "
+         "and its selected docs.", obj({"format": {"type": "string", "enum": list(FORMATS)}}, [])),
+        ("context_clear", "Empty your context.", obj({}, [])),
+    ]
+
+
+def definitions(
+    repository: SkillRepository, fmt: Format = "openai", *, context: bool = False
+) -> list[dict[str, Any]]:
+    """The tools in ``fmt``'s shape; ``context``: the context tools too (``context_*``)."""
     names = [s.id for s in repository.list()]
     skill = _skill_param(names)
     run = _run_schema()
@@ -114,6 +162,8 @@ def definitions(repository: SkillRepository, fmt: Format = "openai") -> list[dic
             run,
         ),
     ]
+    if context:
+        tools += _context_tools(skill)
     if fmt == "openai":
         return [{"type": "function", "function": {"name": n, "description": d, "parameters": p}} for n, d, p in tools]
     if fmt == "anthropic":
@@ -206,19 +256,35 @@ class ToolExecutor:
     """Executes tool calls against a repository and a run function."""
 
     def __init__(
-        self, repository: SkillRepository, run: RunFunction | None = None, *, visible_skills_dir: str | None = None
+        self, repository: SkillRepository, run: RunFunction | None = None, *, visible_skills_dir: str | None = None,
+        contexts: ContextService | None = None,
     ) -> None:
         """``visible_skills_dir``: where runs see the skills (the runtime's), for the
-        placeholders in bodies and docs; None: host paths."""
+        placeholders in bodies and docs; None: host paths.  ``contexts``: serves the
+        ``context_*`` tools (None: they are unavailable)."""
         self.repository = repository
         self._run = run
         self.visible_skills_dir = visible_skills_dir
+        self.contexts = contexts
 
-    def call(self, name: str, arguments: dict[str, Any] | str | None) -> ToolResult:
-        """Execute one call (blocking); an unknown tool raises 404 ``tool_not_found``."""
+    def call(
+        self, name: str, arguments: dict[str, Any] | str | None, *, tenant: str = LOCAL_TENANT,
+        session: str | None = None,
+    ) -> ToolResult:
+        """Execute one call (blocking); an unknown tool raises 404 ``tool_not_found``.
+
+        ``tenant``: whose contexts the ``context_*`` tools reach (the caller's key);
+        ``session``: their session when the arguments name none (the framework's)."""
         parsed = _arguments(name, arguments)
         if isinstance(parsed, ToolResult):
             return parsed
+        if name in CONTEXT_TOOLS:
+            if session is not None and "session" not in parsed:
+                parsed = {**parsed, "session": session}
+            try:
+                return self._context_tool(name, parsed, tenant)
+            except ExecutorError as exc:
+                return _refusal(name, exc)
         handler = {
             "skill_load": self._load,
             "skill_list_docs": self._list_docs,
@@ -239,13 +305,15 @@ class ToolExecutor:
         *,
         run: AsyncRunFunction,
         offload: Offload,
+        tenant: str = LOCAL_TENANT,
+        session: str | None = None,
     ) -> ToolResult:
         """:meth:`call` for an event loop: ``skill_run`` awaits ``run``; the other tools
         (file reads) and the parsing and rendering around a run go through ``offload``.
         A :class:`~executor.runs.manager.ShuttingDown` from ``run`` is raised, not fed
         back to the model: the call failed, the tool did not."""
         if name != "skill_run":
-            return await offload(lambda: self.call(name, arguments))
+            return await offload(lambda: self.call(name, arguments, tenant=tenant, session=session))
         try:
             request = await offload(lambda: _run_arguments(arguments))
             if isinstance(request, ToolResult):
@@ -256,6 +324,68 @@ class ToolExecutor:
         except ExecutorError as exc:
             return _refusal(name, exc)
         return await offload(lambda: run_result(result))
+
+    def _context_tool(self, name: str, arguments: dict[str, Any], tenant: str) -> ToolResult:
+        contexts = self.contexts
+        if contexts is None:
+            raise BadRequest(f"{name} is not available here", code="tool_unavailable")
+        allowed = {"session", "skill", "evict", "messages", "budget", "docs", "all", "mode", "format"}
+        unknown = set(arguments) - allowed
+        if unknown:
+            raise BadRequest(f"unknown argument(s) for {name}: {', '.join(sorted(unknown))}",
+                             code="invalid_arguments")
+        session = arguments.get("session")
+        if not isinstance(session, str) or not session:
+            raise BadRequest("the 'session' argument is required", code="invalid_arguments")
+        skill = arguments.get("skill")
+        if name not in ("context_render", "context_clear") and (not isinstance(skill, str) or not skill):
+            raise BadRequest("the 'skill' argument is required", code="invalid_arguments")
+        messages = arguments.get("messages") or []
+        if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
+            raise BadRequest("'messages' must be a list of strings", code="invalid_arguments")
+        budget = arguments.get("budget")
+        if budget is not None and not isinstance(budget, dict):
+            raise BadRequest("'budget' must be an object", code="invalid_arguments")
+        evict = arguments.get("evict") or "none"
+        if not isinstance(evict, str):
+            raise BadRequest("'evict' must be a string", code="invalid_arguments")
+        data: dict[str, Any]
+        if name == "context_load":
+            data = contexts.load(tenant, session, str(skill), evict=evict, messages=messages, budget=budget)
+            text = ("already loaded: " if data["already_loaded"] else "loaded ") + _item(data, data["loaded"])
+        elif name == "context_unload":
+            data = contexts.unload(tenant, session, str(skill))
+            text = f"unloaded {data['unloaded']['skill']} ({data['unloaded']['tokens']} tokens)"
+        elif name == "context_select_docs":
+            docs_ = arguments.get("docs")
+            if docs_ is not None and not isinstance(docs_, list):
+                raise BadRequest("'docs' must be a list of doc paths", code="invalid_arguments")
+            data = contexts.select_docs(tenant, session, str(skill), docs=docs_, all=bool(arguments.get("all")),
+                                        mode=str(arguments.get("mode") or "add"), evict=evict, messages=messages,
+                                        budget=budget)
+            text = (f"selected docs of {data['skill']}: {', '.join(data['selected']) or '(none)'}"
+                    + (f"; added {', '.join(data['added'])}" if data["added"] else "")
+                    + (f"; removed {', '.join(data['removed'])}" if data["removed"] else ""))
+        elif name == "context_list_docs":
+            data = contexts.list_docs(tenant, session, str(skill))
+            text = "\n".join(f"- {d['name']} ({d['tokens']} tokens{', selected' if d['selected'] else ''})"
+                             for d in data["docs"]) or "(no docs)"
+            return ToolResult(name, text, False, data)
+        elif name == "context_touch":
+            data = contexts.touch(tenant, session, str(skill))
+            text = f"marked {skill} as used"
+        elif name == "context_render":
+            data = contexts.render(tenant, session, str(arguments.get("format") or "text"))
+            content = data["content"]
+            return ToolResult(name, content if isinstance(content, str) else json.dumps(content, indent=1),
+                              False, data)
+        else:
+            data = contexts.clear(tenant, session)
+            return ToolResult(name, "context cleared" if data["cleared"] else "the context was empty", False, data)
+        text += f"\ncontext: {data['total_tokens']} of {data['budget']['limit']} tokens ({data['counter']})"
+        text += "".join(f"\nevicted: {e['skill']}{'/' + e['doc'] if e['doc'] else ''} ({e['reason']}, "
+                        f"{e['tokens']} tokens)" for e in data.get("evicted", []))
+        return ToolResult(name, text, False, data)
 
     def _skill(self, arguments: dict[str, Any]):  # type: ignore[no-untyped-def]
         skill = arguments.get("skill")
@@ -331,6 +461,12 @@ class ToolExecutor:
         if self._run is None:
             raise BadRequest("skill_run is not available here", code="tool_unavailable")
         return run_result(self._run(run_request(arguments)))
+
+
+def _item(state: dict[str, Any], name: str) -> str:
+    item = next(s for s in state["skills"] if s["name"] == name)
+    version = f"version {item['version']}, " if item["version"] is not None else ""
+    return f"{name} ({version}{item['tokens']} tokens)"
 
 
 def render_result(result: RunResult) -> str:

@@ -18,6 +18,7 @@ LAYERS = [
     {"executor.outputs"},
     {"executor.runtimes"},
     {"executor.runs"},
+    {"executor.context"},
     {"executor.core", "executor.tools", "executor.doctor"},
     {"executor.api", "executor.client", "executor.mcp", "executor.testing"},
     {"executor.cli"},

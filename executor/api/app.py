@@ -36,7 +36,7 @@ from .auth import KeyRing, bind_problem
 from .docs import install_docs
 from .metrics import Metrics
 from .middleware import BodyLimit, BrowserGuard, RequestContext, normalize_origin
-from .routes import artifacts, runs, skills, system, tools, versions
+from .routes import artifacts, context, runs, skills, system, tools, versions
 
 log = logging.getLogger("executor.api")
 
@@ -90,7 +90,8 @@ def create_app(
         app.state.executor = executor
         app.state.manager = manager
         # skill_run tool calls go through the manager (routes/tools.py), never the runner directly.
-        app.state.tools = ToolExecutor(executor.repository, visible_skills_dir=executor.runtime.visible_skills_dir)
+        app.state.tools = ToolExecutor(executor.repository, visible_skills_dir=executor.runtime.visible_skills_dir,
+                                       contexts=executor.contexts)
         # Expired artifact versions and unreferenced blobs: removed now, then periodically
         # (a supervised worker: it survives and logs any failure).
         ttl = settings.artifact_ttl_seconds
@@ -98,6 +99,9 @@ def create_app(
             "artifact-expiry", min(ARTIFACT_EXPIRY_SECONDS, ttl) if ttl else ARTIFACT_EXPIRY_SECONDS,
             executor.artifacts.expire,
         )
+        # Agents' contexts expire with the sessions' TTL.
+        executor.runner.supervisor.every("context-expiry", min(ARTIFACT_EXPIRY_SECONDS, settings.session_ttl_seconds),
+                                         executor.contexts.store.expire)
         grace = settings.shutdown_grace_seconds
 
         stopping: list[asyncio.Future[None]] = []
@@ -147,7 +151,7 @@ def create_app(
     app.state.keyring = keyring
     app.state.metrics = Metrics()
     errors.install(app)
-    for module in (versions, skills, runs, artifacts, tools, system):
+    for module in (versions, skills, runs, artifacts, tools, context, system):
         app.include_router(module.router)
     mcp_http = McpHttp(app)
     # Outermost last: RequestContext -> BrowserGuard -> CORS (allowed origins only) -> BodyLimit -> routes.

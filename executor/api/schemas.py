@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ..context.service import MAX_BUDGET_TOKENS
 from ..runs.models import RunResult
 
 
@@ -200,6 +201,8 @@ class ToolCall(BaseModel):
         default=None, description="also answer `message`: the result as this format's tool-result message")
     id: str | None = Field(default=None, max_length=256,
                            description="the model's id of this call (tool_use_id, tool_call_id), put in `message`")
+    session: str | None = Field(default=None, max_length=128,
+                                description="the session of the context_* tools when their arguments name none")
 
 
 class ToolCallResult(BaseModel):
@@ -229,3 +232,43 @@ class Health(BaseModel):
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 421, 422, 429, 503)
 }
+
+
+# -- agent context (/v1/sessions/{session}/context) ---------------------------------------
+
+class ContextBudget(BaseModel):
+    """Overrides of the context budget for one request (the settings' otherwise)."""
+
+    model_config = {"extra": "forbid"}
+    max_tokens: int | None = Field(default=None, gt=0, le=MAX_BUDGET_TOKENS)
+    skill_tokens: int | None = Field(default=None, gt=0, le=MAX_BUDGET_TOKENS)
+    doc_tokens: int | None = Field(default=None, gt=0, le=MAX_BUDGET_TOKENS)
+    high_water: float | None = Field(default=None, gt=0, le=1)
+
+
+Evict = Literal["none", "lru", "mention"]
+
+
+class ContextLoad(BaseModel):
+    model_config = {"extra": "forbid"}
+    skill: str = Field(min_length=1, max_length=300, description="name, or name@version to pin another version")
+    evict: Evict = Field(default="none", description="when it does not fit: none (refuse), lru, mention")
+    messages: list[str] = Field(default_factory=list, max_length=100,
+                                description="the last messages' text, for evict=mention")
+    budget: ContextBudget | None = None
+
+
+class ContextSkill(BaseModel):
+    model_config = {"extra": "forbid"}
+    skill: str = Field(min_length=1, max_length=300)
+
+
+class ContextSelectDocs(BaseModel):
+    model_config = {"extra": "forbid"}
+    skill: str = Field(min_length=1, max_length=300)
+    docs: list[str] | None = Field(default=None, max_length=1000, description="doc paths (skill_list_docs)")
+    all: bool = Field(default=False, description="every doc the skill ships")
+    mode: Literal["add", "replace", "clear"] = "add"
+    evict: Evict = "none"
+    messages: list[str] = Field(default_factory=list, max_length=100)
+    budget: ContextBudget | None = None

@@ -36,7 +36,7 @@ from ..errors import BadRequest, ExecutorError, NotFound
 from ..runs.manager import RunManager
 from ..runs.models import RunResult
 from ..skills import SkillRepository, expand_placeholders, render_xml, sandbox_dir
-from ..tools import ToolExecutor, definitions, failed, render_result, run_request
+from ..tools import CONTEXT_TOOLS, ToolExecutor, definitions, failed, render_result, run_request
 from .catalog import EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 
 log = logging.getLogger("executor.mcp")
@@ -57,7 +57,9 @@ INSTRUCTIONS = """This server runs Agent Skills in isolated, network-less sandbo
    The command starts in the skill's folder. Stage inputs with inputs=[{"from": "artifact://name" or
    "skill://...", "to": "inputs/x"}] (artifact_put uploads a file first); write results to out/ and ask
    for them with outputs={"globs": ["out/**"]}: they come back as embedded resources and artifact:// refs
-   (artifact_get reads one)."""
+   (artifact_get reads one).
+4. Context: context_load / context_select_docs / context_unload keep, per session, what the agent has
+   loaded (within a token budget); context_render gives the block for the system message."""
 
 READ_ONLY = types.ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 RUN = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
@@ -317,7 +319,7 @@ class SkillServer:
 
     def _tool_list(self) -> list[types.Tool]:
         repository = self.backend.repository()
-        by_name = {d["name"]: d for d in definitions(repository, "mcp")}
+        by_name = {d["name"]: d for d in definitions(repository, "mcp", context=True)}
         skill = by_name["skill_list_docs"]["inputSchema"]["properties"]["skill"]
         output = _inline(RunResult.model_json_schema())
         specs: list[tuple[str, str, dict[str, Any], types.ToolAnnotations, dict[str, Any] | None]] = [
@@ -341,6 +343,9 @@ class SkillServer:
              _object({"ref": {"type": "string"}}, ["ref"]), READ_ONLY, None),
             ("artifact_list", "List your artifacts (latest version of each).", _object({}, []), READ_ONLY, None),
         ]
+        specs += [(name, by_name[name]["description"], by_name[name]["inputSchema"],
+                   READ_ONLY if name in ("context_list_docs", "context_render") else WRITE, None)
+                  for name in CONTEXT_TOOLS]
         return [types.Tool(name=n, description=d, input_schema=i, annotations=a, output_schema=o)
                 for n, d, i, a, o in specs]
 
@@ -358,6 +363,9 @@ class SkillServer:
         try:
             if params.name == "skill_run":
                 return await self._skill_run(ctx, arguments)
+            if params.name in CONTEXT_TOOLS:
+                who = self.backend.principal(ctx)
+                return await self._offload(lambda: self._context_tool(params.name, arguments, who))
             if params.name.startswith("artifact_"):
                 who = self.backend.principal(ctx)
                 return await self._offload(lambda: self._artifact_tool(params.name, arguments, who))
@@ -384,6 +392,13 @@ class SkillServer:
             raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
         result = tools.call(name, arguments)
         return types.CallToolResult(content=[_text(result.content)], is_error=result.is_error)
+
+    def _context_tool(self, name: str, arguments: dict[str, Any], who: Principal) -> types.CallToolResult:
+        """The context of the caller's key (the tenant) and the session the arguments name."""
+        result = self.backend.tools().call(name, arguments, tenant=who.id)
+        structured = result.data if isinstance(result.data, dict) and not result.is_error else None
+        return types.CallToolResult(content=[_text(result.content)], structured_content=structured,
+                                    is_error=result.is_error)
 
     def _artifact_tool(self, name: str, arguments: dict[str, Any], who: Principal) -> types.CallToolResult:
         store = self.backend.artifacts()
@@ -425,6 +440,10 @@ class SkillServer:
         # it is delivered at the next await below, which cancels the run.
         with anyio.CancelScope(shield=True):
             record, handle, _ = await manager.submit_async(request, principal=who)
+        contexts = self.backend.tools().contexts
+        session = request.session
+        if contexts is not None and session is not None:  # the agent uses this skill: its context says so
+            await self._offload(lambda: contexts.used(who.id, session, request.skill))
         try:
             await anyio.lowlevel.checkpoint()
             if handle is not None:

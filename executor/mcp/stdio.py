@@ -30,7 +30,8 @@ log = logging.getLogger("executor.mcp")
 async def serve_stdio(settings: Settings) -> None:
     executor = await anyio.to_thread.run_sync(lambda: Executor.from_settings(settings))
     manager = RunManager(executor.runner, RunStore(settings.data_dir / "runs.db"))
-    tools = ToolExecutor(executor.repository, visible_skills_dir=executor.runtime.visible_skills_dir)
+    tools = ToolExecutor(executor.repository, visible_skills_dir=executor.runtime.visible_skills_dir,
+                         contexts=executor.contexts)
     backend = Backend(
         repository=lambda: executor.repository,
         manager=lambda: manager,

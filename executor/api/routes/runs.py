@@ -77,6 +77,8 @@ async def create_run(
 ) -> JSONResponse:
     manager: RunManager = request.app.state.manager
     record, handle, replayed = await manager.submit_async(body, principal=who, idempotency_key=idempotency_key)
+    if body.session is not None and not replayed:  # the agent uses this skill: its context says so
+        await manager.offload(request.app.state.executor.contexts.used, who.id, body.session, body.skill)
     if not wait:
         accepted = RunAccepted(run_id=record.run_id, status=record.status, replayed=replayed)
         return JSONResponse(accepted.model_dump(), status_code=202, headers={"Location": f"/v1/runs/{record.run_id}"})

@@ -31,9 +31,10 @@ router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=ERRORS)
 def list_tools(
     request: Request,
     format: Literal["openai", "anthropic", "mcp"] = Query(default="openai"),
+    context: bool = Query(default=False, description="also the context_* tools (per-session agent context)"),
     _: Principal = Depends(principal),
 ) -> ToolList:
-    return ToolList(format=format, tools=definitions(request.app.state.executor.repository, format))
+    return ToolList(format=format, tools=definitions(request.app.state.executor.repository, format, context=context))
 
 
 def _answer(result: ToolResult, call: ToolCall, activity: Activity) -> JSONResponse:
@@ -54,8 +55,12 @@ async def call_tool(body: ToolCall, request: Request, who: Principal = Depends(p
 
     async def run(run_request: RunRequest) -> RunResult:
         record, handle, _ = await manager.submit_async(run_request, principal=who)
+        if run_request.session is not None:  # the agent uses this skill: its context says so
+            await manager.offload(request.app.state.executor.contexts.used, who.id, run_request.session,
+                                  run_request.skill)
         final = await manager.wait(record, handle)
         return await manager.offload(manager.result, final)
 
-    result = await tools.call_async(body.name, body.arguments, run=run, offload=run_in_threadpool)
+    result = await tools.call_async(body.name, body.arguments, run=run, offload=run_in_threadpool,
+                                    tenant=who.id, session=body.session)
     return await manager.offload(_answer, result, body, request.app.state.executor.runtime.activity)
