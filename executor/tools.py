@@ -36,7 +36,7 @@ from pydantic import ValidationError
 from .access import LOCAL_TENANT
 from .context import ContextService
 from .context.render import FORMATS
-from .errors import BadRequest, ExecutorError, NotFound
+from .errors import BadRequest, ExecutorError, Forbidden, NotFound
 from .runs.manager import ShuttingDown
 from .runs.models import RunRequest, RunResult
 from .skills import SkillRepository, docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
@@ -279,7 +279,12 @@ class ToolExecutor:
         if isinstance(parsed, ToolResult):
             return parsed
         if name in CONTEXT_TOOLS:
-            if session is not None and "session" not in parsed:
+            if session is not None:  # the framework's session binds; the model cannot reach another one
+                named = parsed.get("session")
+                if named is not None and named != session:
+                    return _refusal(name, Forbidden(
+                        f"this call is bound to session {session!r}; the arguments name {str(named)[:80]!r}",
+                        code="session_mismatch"))
                 parsed = {**parsed, "session": session}
             try:
                 return self._context_tool(name, parsed, tenant)
@@ -360,9 +365,11 @@ class ToolExecutor:
             docs_ = arguments.get("docs")
             if docs_ is not None and not isinstance(docs_, list):
                 raise BadRequest("'docs' must be a list of doc paths", code="invalid_arguments")
-            data = contexts.select_docs(tenant, session, str(skill), docs=docs_, all=bool(arguments.get("all")),
-                                        mode=str(arguments.get("mode") or "add"), evict=evict, messages=messages,
-                                        budget=budget)
+            every, mode = arguments.get("all", False), arguments.get("mode", "add")
+            if not isinstance(every, bool) or not isinstance(mode, str):
+                raise BadRequest("'all' must be a boolean and 'mode' a string", code="invalid_arguments")
+            data = contexts.select_docs(tenant, session, str(skill), docs=docs_, all=every, mode=mode, evict=evict,
+                                        messages=messages, budget=budget)
             text = (f"selected docs of {data['skill']}: {', '.join(data['selected']) or '(none)'}"
                     + (f"; added {', '.join(data['added'])}" if data["added"] else "")
                     + (f"; removed {', '.join(data['removed'])}" if data["removed"] else ""))
@@ -375,7 +382,10 @@ class ToolExecutor:
             data = contexts.touch(tenant, session, str(skill))
             text = f"marked {skill} as used"
         elif name == "context_render":
-            data = contexts.render(tenant, session, str(arguments.get("format") or "text"))
+            fmt = arguments.get("format", "text")
+            if not isinstance(fmt, str):
+                raise BadRequest("'format' must be a string", code="invalid_arguments")
+            data = contexts.render(tenant, session, fmt)
             content = data["content"]
             return ToolResult(name, content if isinstance(content, str) else json.dumps(content, indent=1),
                               False, data)

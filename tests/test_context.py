@@ -431,3 +431,85 @@ def test_the_readme_conversation_shows_the_golden_renderings() -> None:
     goldens = [(GOLDEN / name).read_text() for name in ("0-empty.txt", "1-loaded.txt", "2-docs.txt")]
     assert shown[0] == goldens[0] and shown[1] == goldens[1]
     assert goldens[2].endswith(shown[2].split("...\n", 1)[1])
+
+
+# -- review fixes (2026-11-23) -----------------------------------------------------------
+
+
+def test_the_frameworks_session_binds_a_tool_call(h: Harness) -> None:
+    """The model's arguments cannot reach another conversation's context under the same key."""
+    tools = ToolExecutor(h.executor.repository, contexts=h.svc)
+    assert not tools.call("context_load", {"skill": "report-writer"}, tenant="t", session="chat-1").is_error
+    other = tools.call("context_render", {"session": "chat-2"}, tenant="t", session="chat-1")
+    assert other.is_error and other.content.startswith("error (session_mismatch): ")
+    same = tools.call("context_render", {"session": "chat-1"}, tenant="t", session="chat-1")
+    assert not same.is_error and "[✓] report-writer" in same.content
+
+
+def test_tool_arguments_are_typed_strictly(h: Harness) -> None:
+    tools = ToolExecutor(h.executor.repository, contexts=h.svc)
+    tools.call("context_load", {"skill": "report-writer"}, tenant="t", session="chat-1")
+    loose = tools.call("context_select_docs", {"skill": "report-writer", "mode": "add", "all": "false"},
+                       tenant="t", session="chat-1")
+    assert loose.is_error and loose.content.startswith("error (invalid_arguments): ")
+    assert h.svc.state("t", "chat-1")["skills"][0]["docs"] == []
+
+
+def test_a_session_id_with_a_trailing_newline_is_refused(h: Harness) -> None:
+    with pytest.raises(BadRequest, match="invalid session id"):
+        h.svc.load("local", "chat-1\n", "report-writer")
+
+
+def test_lru_takes_a_doc_before_the_skill_selected_with_it(h: Harness) -> None:
+    svc, clock = h.svc, h.clock
+    svc.load("local", "chat-1", "report-writer")
+    clock.tick()
+    svc.select_docs("local", "chat-1", "report-writer", docs=["references/tables.md"])  # same time as its skill
+    clock.tick()
+    svc.load("local", "chat-1", "data-cleaner")
+    clock.tick()
+    state = svc.state("local", "chat-1")
+    doc_tokens = state["skills"][0]["docs"][0]["tokens"]
+    budget = {"max_tokens": state["total_tokens"] + _tokens(h, "note-taker") - doc_tokens, "high_water": 1.0}
+    loaded = svc.load("local", "chat-1", "note-taker", evict="lru", budget=budget)
+    assert loaded["evicted"] == [{"skill": "report-writer", "doc": "references/tables.md", "tokens": doc_tokens,
+                                  "reason": "lru"}]
+
+
+def test_a_loaded_version_that_was_deleted_is_replaced_and_its_docs_can_be_cleared(h: Harness) -> None:
+    svc = h.svc
+    svc.load("local", "chat-1", "report-writer")
+    svc.select_docs("local", "chat-1", "report-writer", docs=["references/style.md"])
+    skill_md = h.settings.skills_dirs[0] / "report-writer" / "SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\nOne more line.\n")
+    h.executor.repository.reload()
+    assert h.executor.repository.get("report-writer").version == 2
+    registry = h.executor.repository.registry
+    assert registry is not None
+    registry.delete_version("report-writer", 1, actor="test")
+    cleared = svc.select_docs("local", "chat-1", "report-writer", mode="clear")
+    assert cleared["selected"] == [] and cleared["removed"] == ["references/style.md"]
+    again = svc.load("local", "chat-1", "report-writer")
+    assert again["already_loaded"] is False
+    assert again["evicted"][0]["reason"] == "version" and again["skills"][0]["version"] == 2
+
+
+def test_docs_selected_against_a_version_reloaded_meanwhile_are_refused(h: Harness,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from executor.errors import Conflict
+
+    svc = h.svc
+    svc.load("local", "chat-1", "report-writer")
+    skill_md = h.settings.skills_dirs[0] / "report-writer" / "SKILL.md"
+    skill_md.write_text(skill_md.read_text() + "\nOne more line.\n")
+    h.executor.repository.reload()
+    real = svc._doc_names
+
+    def interleaved(*args: Any, **kwargs: Any) -> list[str]:  # another request loads version 2 in between
+        svc.load("local", "chat-1", "report-writer@2")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(svc, "_doc_names", interleaved)
+    with pytest.raises(Conflict, match="was loaded again"):
+        svc.select_docs("local", "chat-1", "report-writer", docs=["references/style.md"])
+    assert svc.state("local", "chat-1")["skills"][0]["docs"] == []

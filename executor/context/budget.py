@@ -73,7 +73,8 @@ def plan(
     for position, skill in enumerate(others):
         units.append((skill.name, None, skill.last_used, position))
         units += [(skill.name, d.name, d.last_used, position) for d in skill.docs]
-    units.sort(key=lambda u: (u[2], u[3], u[1] is not None, u[1] or ""))
+    # On a tie (a skill and the docs selected with it), a doc goes before its skill.
+    units.sort(key=lambda u: (u[2], u[3], u[1] is None, u[1] or ""))
     if policy == "mention":
         text = "\n".join(messages)
         stale = [u for u in units if u[1] is None and not mentioned(u[0], text)]

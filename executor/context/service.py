@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from ..access import check_tenant
-from ..errors import BadRequest, NotFound
+from ..errors import BadRequest, Conflict, NotFound
 from ..skills import Skill, SkillRepository, docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
 from ..workspace.sessions import SESSION_ID
 from . import render as rendering
@@ -127,6 +127,14 @@ class ContextService:
     def _pinned(self, item: SkillItem) -> Skill:
         return self.repository.get(item.ref)
 
+    def _available(self, item: SkillItem) -> bool:
+        """Whether the version ``item`` is pinned to still exists (it may have been deleted)."""
+        try:
+            self._pinned(item)
+        except NotFound:
+            return False
+        return True
+
     def _loaded(self, context: Context, name: str) -> SkillItem:
         item = context.skill(name.partition("@")[0])
         if item is None:
@@ -209,7 +217,8 @@ class ContextService:
         def change(context: Context, now: float) -> dict[str, Any]:
             self._recount(context)
             existing = context.skill(found.id)
-            if existing is not None and (existing.version == found.version or "@" not in skill):
+            if existing is not None and (existing.version == found.version or "@" not in skill) \
+                    and self._available(existing):
                 existing.last_used = now
                 return {**self.view(context, limits), "loaded": existing.name, "already_loaded": True,
                         "evicted": []}
@@ -270,8 +279,11 @@ class ContextService:
         policy = check_policy(evict)
         limits = self.budget(budget)
         pinned = self._loaded(self._context(tenant, session), skill)
-        found = self._pinned(pinned)
-        names = [] if mode == "clear" else self._doc_names(found, docs, all)
+        if mode == "clear":  # needs nothing of the skill (its version may be gone)
+            names: list[str] = []
+        else:
+            found = self._pinned(pinned)
+            names = self._doc_names(found, docs, all)
         counted = {}
         for name in names:
             if pinned.doc(name) is None:
@@ -282,6 +294,9 @@ class ContextService:
         def change(context: Context, now: float) -> dict[str, Any]:
             self._recount(context)
             item = self._loaded(context, skill)
+            if (item.version, item.digest) != (pinned.version, pinned.digest):
+                raise Conflict(f"skill {item.name!r} was loaded again (version {item.version}) while its docs were "
+                               "being selected; select them again", code="context_changed")
             keep = item.docs if mode == "add" else [d for d in item.docs if d.name in names]
             removed = [d.name for d in item.docs if d not in keep]
             for d in keep:

@@ -32,7 +32,7 @@ from ..access import check_tenant
 from ..errors import BadRequest, Conflict
 from . import fs
 
-SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")  # \Z: no "id\n"
 _TOUCH = ".last_used"
 _LOCK = ".lock"
 #: How often a waiting run retries a session held by another process.
