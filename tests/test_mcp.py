@@ -255,6 +255,11 @@ def test_http_needs_a_key(tmp_path: Path) -> None:
             **headers, "Authorization": "Bearer k-two", "Mcp-Session-Id": session,
             "MCP-Protocol-Version": "2025-11-25"})
         assert hijack.status_code == 404 and hijack.json()["error"]["code"] == "session_not_found"
+        # An id this endpoint never handed out is not passed on either.
+        unknown = httpx.post(f"{server.url}/mcp", json=listing, headers={
+            **headers, "Authorization": "Bearer k-one", "Mcp-Session-Id": "0" * 32,
+            "MCP-Protocol-Version": "2025-11-25"})
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "session_not_found"
 
         async def main() -> None:
             async with http_client(server, "k-one") as client:

@@ -11,6 +11,7 @@ exist.  The SDK's session manager runs inside the app's lifespan (:meth:`McpHttp
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -33,6 +34,8 @@ PATH = "/mcp"
 SESSION_HEADER = b"mcp-session-id"
 #: Sessions idle this long are closed by the SDK.
 IDLE_SECONDS = 30 * 60.0
+#: The ownership map is pruned of idle sessions once it holds this many.
+PRUNE_AT = 10_000
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
@@ -60,7 +63,8 @@ class McpHttp:
         self.keyring: KeyRing = state.keyring
         self.skills = SkillServer(backend)
         self.manager = StreamableHTTPSessionManager(self.skills.server, session_idle_timeout=IDLE_SECONDS)
-        self._owners: dict[str, str] = {}
+        #: session id -> (the key id that opened it, when it was last used); only sessions opened here
+        self._owners: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
         app.router.routes.append(Route(PATH, endpoint=self, methods=["GET", "POST", "DELETE"]))
 
@@ -85,8 +89,11 @@ class McpHttp:
         session = _header(headers, SESSION_HEADER)
         if session is not None:
             with self._lock:
-                owner = self._owners.get(session)
-            if owner is not None and owner != who.id and not who.admin:
+                entry = self._owners.get(session)
+                if entry is not None:
+                    self._owners[session] = (entry[0], time.monotonic())
+            # A session of another key -- or one this endpoint never opened -- does not exist for this caller.
+            if entry is None or (entry[0] != who.id and not who.admin):
                 await error_response(404, "session_not_found", "no such MCP session")(scope, receive, send)
                 return
         scope.setdefault("state", {})["principal"] = who
@@ -96,12 +103,21 @@ class McpHttp:
                 for key, value in message.get("headers") or []:
                     if key.lower() == SESSION_HEADER:
                         with self._lock:
-                            if len(self._owners) > 100_000:
-                                self._owners.clear()
-                            self._owners.setdefault(value.decode("latin-1"), who.id)
+                            self._forget_idle()
+                            self._owners.setdefault(value.decode("latin-1"), (who.id, time.monotonic()))
             await send(message)
 
         await self.manager.handle_request(scope, receive, remember)
+
+
+    def _forget_idle(self) -> None:
+        """Owners of sessions the SDK has closed for idleness (never a live session's: losing
+        its owner would let it be refused, never taken over)."""
+        if len(self._owners) < PRUNE_AT:
+            return
+        cutoff = time.monotonic() - IDLE_SECONDS - 60
+        for session in [s for s, (_, seen) in self._owners.items() if seen < cutoff]:
+            del self._owners[session]
 
 
 def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
