@@ -393,3 +393,23 @@ def Client_content(name: str, version: int):  # type: ignore[no-untyped-def]
     from executor.client import Calls
 
     return Calls.skill_version_content(name, version)
+
+
+def test_uploads_over_the_byte_cap_are_refused_before_they_are_held(tmp_path: Path) -> None:
+    srv = Server(tmp_path, env={"SKILL_EXECUTOR_SKILL_UPLOAD_MAX_BYTES": "2000"}).start()
+    try:
+        skill_md = b"---\nname: capped\ndescription: Capped upload. Use in tests.\n---\n# capped\n"
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+            archive.writestr("capped/SKILL.md", skill_md)
+            archive.writestr("capped/blob.bin", os.urandom(5000))
+        raw = httpx.post(f"{srv.url}/v1/skills", content=buffer.getvalue(),
+                         headers={"Content-Type": "application/zip"})
+        assert raw.status_code == 413 and raw.json()["error"]["code"] == "upload_too_large"
+        parts = [("files[]", ("SKILL.md", skill_md)), ("files[]", ("blob.bin", os.urandom(3000)))]
+        form = httpx.post(f"{srv.url}/v1/skills", files=parts)
+        assert form.status_code == 413 and form.json()["error"]["code"] == "upload_too_large"
+        small = httpx.post(f"{srv.url}/v1/skills", files=[("files[]", ("SKILL.md", skill_md))])
+        assert small.status_code in (200, 201), small.text
+    finally:
+        srv.stop()

@@ -68,7 +68,14 @@ async def read_upload(request: Request) -> bytes:
     most_bytes, most_files = settings.skill_upload_max_bytes, settings.skill_upload_max_files
     too_large = TooLarge(f"an upload may hold at most {most_bytes} bytes", code="upload_too_large")
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-        data = await request.body()
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():  # refused at the first byte past the cap, never held whole
+            size += len(chunk)
+            if size > most_bytes:
+                raise too_large
+            chunks.append(chunk)
+        data = b"".join(chunks)
     else:
         form = await request.form(max_files=most_files + 1, max_fields=most_files + 100)
         parts = [(v.filename or "", v) for _, v in form.multi_items() if isinstance(v, UploadFile)]
@@ -76,6 +83,8 @@ async def read_upload(request: Request) -> bytes:
             raise BadRequest("the multipart body has no file part", code="invalid_package")
         if len(parts) > most_files:
             raise TooLarge(f"an upload may hold at most {most_files} files", code="upload_too_many_files")
+        if sum(part.size or 0 for _, part in parts) > most_bytes:  # the parts are spooled: sized before read
+            raise too_large
         contents = [(name, await part.read()) for name, part in parts]
         if sum(len(c) for _, c in contents) > most_bytes:
             raise too_large
