@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Benchmark skill-executor next to its peers (bench/peers.py): llm-sandbox (with and without
+# its container pool), AutoGen's DockerCommandLineCodeExecutor and epicbox, each running `true`
+# on the same engine with our runner image. Creates one virtualenv per peer under
+# build/bench-peers/<peer>/ (reused when present) and pip-installs the peer from PyPI.
+# Arguments go to bench/peers.py (--samples N, --throughput-runs N, --out FILE).
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ROOT"
+ensure_venv
+trap stop_started_engine EXIT
+ensure_engine
+ensure_image >&2
+export SKILL_EXECUTOR_DOCKER_IMAGE="${SKILL_EXECUTOR_DOCKER_IMAGE:-skill-executor/runner:ebe4beadff7922e0}"
+
+PEERS_DIR="$ROOT/build/bench-peers"
+# peer folder -> pip requirements (epicbox 1.1.0 passes urllib3 1.x's `method_whitelist`)
+declare -A REQUIREMENTS=(
+  [llm-sandbox]="llm-sandbox[docker]"
+  [autogen]="autogen-ext[docker] autogen-core"
+  [epicbox]="epicbox urllib3<2"
+)
+for peer in "${!REQUIREMENTS[@]}"; do
+  venv="$PEERS_DIR/$peer"
+  if [[ -x "$venv/bin/python" && -f "$venv/.installed" ]]; then
+    continue
+  fi
+  log "creating the $peer virtualenv in $venv"
+  python3 -m venv "$venv"
+  # shellcheck disable=SC2086 -- the requirements are a word list
+  "$venv/bin/python" -m pip install --quiet ${REQUIREMENTS[$peer]}
+  touch "$venv/.installed"
+done
+"$PY" bench/peers.py "$@"
