@@ -41,7 +41,6 @@ from typing import Any, Callable
 REPO = Path(__file__).resolve().parent.parent
 VENVS = REPO / "build" / "bench-peers"
 DRIVER = Path(__file__).resolve().parent / "peers_driver.py"
-DEFAULT_IMAGE = "skill-executor/runner:ebe4beadff7922e0"
 LABEL = "se-bench-peer"  # label (=1) or name prefix of every container a peer makes (epicbox: "epicbox-")
 INTERVAL = 0.25  # latency samples start at 4 runs/s, as bench/run.py's warm-pool samples
 
@@ -68,7 +67,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON file (default bench/results/peers-<date>.json)")
     args = parser.parse_args()
-    image = os.environ.get("SKILL_EXECUTOR_DOCKER_IMAGE", DEFAULT_IMAGE)
+    sys.path.insert(0, str(REPO))
+    from executor.config import Settings
+
+    image = Settings().docker_image  # SKILL_EXECUTOR_DOCKER_IMAGE, as bench/run.py reads it
     os.environ["SKILL_EXECUTOR_DOCKER_IMAGE"] = image
     out = args.out or REPO / "bench" / "results" / f"peers-{datetime.date.today().isoformat()}.json"
     began = time.time()

@@ -10,8 +10,7 @@ cd "$ROOT"
 ensure_venv
 trap stop_started_engine EXIT
 ensure_engine
-ensure_image >&2
-export SKILL_EXECUTOR_DOCKER_IMAGE="${SKILL_EXECUTOR_DOCKER_IMAGE:-skill-executor/runner:ebe4beadff7922e0}"
+ensure_image >&2  # exports SKILL_EXECUTOR_DOCKER_IMAGE (the tag of this tree's image)
 
 PEERS_DIR="$ROOT/build/bench-peers"
 # peer folder -> pip requirements (epicbox 1.1.0 passes urllib3 1.x's `method_whitelist`)

@@ -70,8 +70,9 @@ def _positive(text: str) -> int:
 
 def _test(args: argparse.Namespace) -> int:
     from ..testing.backends import InfrastructureError
+    from ..testing.checks import write_whole
     from ..testing.loader import TestFileError, collect
-    from ..testing.report import Console, json_report, junit_xml, write_file
+    from ..testing.report import Console, json_report, junit_xml
     from ..testing.runner import Options, run_tests
     from ..testing.select import keyword_matcher
     from ..testing.spec import json_schema
@@ -111,9 +112,9 @@ def _test(args: argparse.Namespace) -> int:
     console.report(report)
     try:
         if args.junit:
-            write_file(args.junit, junit_xml(report))
+            write_whole(args.junit, junit_xml(report))
         if args.json_file:
-            write_file(args.json_file, json_report(report))
+            write_whole(args.json_file, json_report(report))
     except OSError as exc:
         print(f"skill-executor test: cannot write the report: {exc}", file=sys.stderr)
         return EXIT_USAGE

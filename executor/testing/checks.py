@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,15 @@ def golden_path(tests_dir: Path, golden: str) -> Path:
         raise Forbidden("the skill's tests/ folder is a symbolic link; golden files are refused",
                         code="path_escape")
     return resolve_within(tests_dir, golden, what="golden file")
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Whole or not at all (a temp file, then a rename): a golden file or a report a CI step
+    reads is never seen half written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
 
 
 def _check_json(label: str, what: str, text: str, expected: Any) -> list[Failure]:

@@ -250,12 +250,11 @@ class SkillCaseFailed(Exception):
 
 class ValidateItem(_SkillItem):
     def runtest(self) -> None:
-        from .runner import Options, prepare
+        from .runner import validate
 
-        seen: list[Any] = []
-        prepare(self.tests, _NoBackend(), Options(strict=self.state.strict), seen.append)
-        if seen and seen[0].status != "passed":
-            raise SkillCaseFailed(seen[0])
+        _, outcome = validate(self.tests, strict=self.state.strict)
+        if outcome.status != "passed":
+            raise SkillCaseFailed(outcome)
 
 
 class SkillCaseItem(_SkillItem):
@@ -276,22 +275,3 @@ class SkillCaseItem(_SkillItem):
             raise ExecutorError(outcome.message or "infrastructure unavailable", code="infrastructure_unavailable")
         if outcome.status != "passed":
             raise SkillCaseFailed(outcome)
-
-
-class _NoBackend:
-    """Validation needs no sandbox."""
-
-    description = "none"
-    sandboxed = False
-
-    def prepare(self, skill_dir: Path) -> str:
-        return skill_dir.name
-
-    def run(self, request: Any) -> Any:
-        raise AssertionError("not used")
-
-    def end_session(self, session: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

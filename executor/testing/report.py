@@ -11,7 +11,6 @@ import socket
 import sys
 import threading
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from typing import TextIO
 
 from .checks import tail
@@ -207,14 +206,6 @@ def _seconds(ms: int) -> str:
 
 def _xml(text: str) -> str:
     return _NOT_XML.sub("\ufffd", text)
-
-
-def write_file(path: Path, data: bytes) -> None:
-    """Whole or not at all: a CI step reading the report never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
 
 
 def json_report(report: Report) -> bytes:

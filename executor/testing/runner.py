@@ -26,10 +26,11 @@ from typing import Any, Literal, Protocol
 from ..errors import ExecutorError
 from ..outputs.spec import OutputSpec
 from ..runs.models import RunRequest, RunResult
+from ..skills.loader import Verdict
 from ..skills.loader import check as check_skill
 from ..workspace.spec import InputSpec
 from .backends import Backend, InfrastructureError
-from .checks import Failure, Observed, RunFile, check, golden_path, match_files, request_glob, tail
+from .checks import Failure, Observed, RunFile, check, golden_path, match_files, request_glob, tail, write_whole
 from .loader import Eval, SkillTests
 from .select import Matcher
 from .spec import Case, FileExpect
@@ -232,18 +233,25 @@ def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
     return Report(outcomes, backend.description, started_at, int((time.monotonic() - clock) * 1000), deselected)
 
 
+def validate(item: SkillTests, *, strict: bool) -> tuple[Verdict, Outcome]:
+    """The skill's ``validate`` case: does ``SKILL.md`` load (``strict``: and follow the spec)?"""
+    verdict = check_skill(item.skill_dir, strict=strict)
+    skill = verdict.name or item.skill_dir.name
+    failures = [Failure(f"{VALIDATE}.{d.code}", d.message) for d in verdict.errors]
+    message = "; ".join(f"warning {d.code}: {d.message}" for d in verdict.warnings) or None
+    source = _display(item.test_file or item.skill_dir / "SKILL.md")
+    return verdict, Outcome(skill, VALIDATE, source, "passed" if verdict.valid else "failed", failures=failures,
+                            message=message)
+
+
 def prepare(item: SkillTests, backend: Backend, options: Options, record: Callable[[Outcome], None],
             taken: dict[str, Path] | None = None) -> tuple[str, str | None, ExecutorError | None]:
     """Validate the skill (its ``validate`` case) and snapshot it into the backend;
     ``taken``: the names already under test (two folders with one name cannot both run)."""
-    verdict = check_skill(item.skill_dir, strict=options.strict)
-    skill = verdict.name or item.skill_dir.name
-    source = _display(item.test_file or item.skill_dir / "SKILL.md")
+    verdict, validated = validate(item, strict=options.strict)
+    skill = validated.skill
     if options.select is None or options.select(f"{skill}::{VALIDATE}") or not verdict.valid:
-        failures = [Failure(f"{VALIDATE}.{d.code}", d.message) for d in verdict.errors]
-        message = "; ".join(f"warning {d.code}: {d.message}" for d in verdict.warnings) or None
-        record(Outcome(skill, VALIDATE, source, "passed" if verdict.valid else "failed", failures=failures,
-                       message=message))
+        record(validated)
     if verdict.skill is None:
         return skill, None, ExecutorError("the skill does not load (see its validate case)", code="skill_invalid")
     if taken is not None:
@@ -342,10 +350,7 @@ def _update_golden(spec: FileExpect, seen: Observed, tests_dir: Path, outcome: O
     try:
         if target.is_file() and target.read_bytes() == data:
             return []
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
-        partial.write_bytes(data)
-        os.replace(partial, target)
+        write_whole(target, data)
     except OSError as exc:
         return [Failure(label, f"cannot write tests/{spec.equals_file}: {exc.strerror}")]
     outcome.golden_updated.append(f"tests/{spec.equals_file}")
