@@ -465,6 +465,56 @@ def test_warm_pool_runs_are_single_use_and_isolated(tmp_path: Path, runtime: str
         executor.close()
 
 
+@pytest.mark.parametrize("runtime", ["docker-pool", "docker-pool-runsc"])
+def test_warm_pool_prepares_the_latest_skill_never_stale_nor_another(tmp_path: Path, runtime: str) -> None:
+    """A warm container is prepared with a copy of the latest run's skill (moved into the
+    next run's workspace, not copied on its path), never a copy of what the skill was
+    before an edit, and never visible to a run of another skill."""
+    require_runtime(runtime)
+    skill = tmp_path / "extra-skills" / "edit-me"
+    (skill / "edit-me-data").mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: edit-me\ndescription: A skill edited between runs.\n---\nBody.\n")
+    (skill / "edit-me-data" / "v.txt").write_text("one\n")
+    executor = Executor.from_settings(make_settings(tmp_path, runtime, pool_size=2))
+    runs = executor.runner.workspaces.runs
+    show = "cat edit-me-data/v.txt; python3 -c 'import os; print(os.stat(\"edit-me-data/v.txt\").st_ino)'"
+    try:
+        pool = executor.runtime.pool  # type: ignore[attr-defined]
+        assert pool.wait_ready()
+        assert executor.runner.run(request(skill="edit-me", command=show)).stdout.startswith("one\n")
+
+        def staged() -> dict[int, Path]:
+            assert pool.wait_ready()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                found = {p.stat().st_ino: p for p in runs.glob("*-skill/edit-me/edit-me-data/v.txt")}
+                if found:  # the containers started since the latest run
+                    return found
+                time.sleep(0.05)
+            raise AssertionError(f"no prepared copies: {sorted(runs.iterdir())}")
+
+        copies = staged()
+        ran = executor.runner.run(request(skill="edit-me", command=show))
+        assert ran.exit_code == 0, (ran.stdout, ran.stderr)
+        text, inode = ran.stdout.split()
+        assert text == "one" and ran.exit_code == 0
+        if not runtime.endswith("-runsc"):  # gVisor shows its own inode numbers
+            assert int(inode) in copies, "the run's copy is not the one prepared for it"
+
+        staged()
+        (skill / "edit-me-data" / "v.txt").write_text("two\n")  # after the copies were made
+        assert executor.runner.run(request(skill="edit-me", command=show)).stdout.startswith("two\n")
+
+        staged()
+        listing = "import os; print(os.listdir('/workspace'), os.listdir('/workspace/skills'))"
+        other = executor.runner.run(request(command=f'python3 -c "{listing}"'))
+        assert other.exit_code == 0 and "math-tools" in other.stdout, (other.stdout, other.stderr)
+        assert "edit-me" not in other.stdout, other.stdout  # neither the copy nor its root links
+    finally:
+        executor.close()
+    assert list(runs.iterdir()) == [], "workspaces or prepared copies left behind"
+
+
 def test_drained_pool_falls_back_to_cold_containers(tmp_path: Path, docker_runtime_name: str) -> None:
     executor = Executor.from_settings(make_settings(tmp_path, "docker-pool", pool_size=1, max_concurrent_runs=6))
     try:

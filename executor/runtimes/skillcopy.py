@@ -16,13 +16,20 @@ succeed.  So every run gets its own copy of the skill, owned by the run's user:
   link, any other is skipped with a warning; special files are skipped too.
 
 The installed skill is never modified: nothing of it is writable by the run.
+
+A copy can also be made ahead of its run (:func:`stage`: a warm pool container's
+quiet moment), in a folder no container sees, and moved into the run's workspace
+when the run is for that skill and the skill has not changed since (:func:`place`):
+one rename instead of a copy on the run's path.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..paths import is_within
 from ..workspace.layout import RUN_LINKS, Workspace, add_root_links, add_run_links, shadowed
@@ -87,6 +94,58 @@ def make_view(workspace: Workspace, source: Path, owner: tuple[int, int] | None)
     add_root_links(workspace.root, workspace.skill_id, os.listdir(view))
     add_run_links(view)
     return warnings + shadowed(os.listdir(source))
+
+
+def tree_signature(source: Path) -> tuple[Any, ...]:
+    """What changes whenever anything :func:`copy_skill` copies does: (path, size,
+    mtime, ctime, mode, inode) of every entry, links not followed."""
+    entries: list[tuple[Any, ...]] = []
+    for dirpath, dirnames, filenames in os.walk(source):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP)
+        for name in sorted([*dirnames, *filenames]):
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                entries.append((dirpath, name, None))
+                continue
+            entries.append((dirpath, name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_ino))
+    return tuple(entries)
+
+
+@dataclass(slots=True)
+class StagedSkill:
+    """A run's copy of a skill made ahead of the run, at ``folder / skill_id``."""
+
+    skill_id: str
+    source: Path
+    folder: Path
+    signature: tuple[Any, ...]
+    warnings: list[str]
+
+    def matches(self, skill_id: str, source: Path) -> bool:
+        """Is this a copy of ``source`` as it is now (for the run of ``skill_id``)?"""
+        return (skill_id == self.skill_id and source == self.source
+                and tree_signature(source) == self.signature)
+
+
+def stage(folder: Path, skill_id: str, source: Path, owner: tuple[int, int] | None) -> StagedSkill:
+    """Copy ``source`` into ``folder / skill_id`` (``folder`` exists, is seen by no
+    container, and is this process's) as :func:`make_view` would into a workspace."""
+    signature = tree_signature(source)  # before the copy: a change while it copies shows later
+    view = folder / skill_id
+    view.mkdir(mode=0o755)
+    warnings = copy_skill(source, view, owner=owner, skip_top=RUN_LINK_NAMES)
+    add_run_links(view)
+    return StagedSkill(skill_id, source, folder, signature, warnings + shadowed(os.listdir(source)))
+
+
+def place(workspace: Workspace, staged: StagedSkill) -> list[str]:
+    """Move a staged copy into ``workspace`` as its ``SKILL_DIR`` (one rename; the
+    staged copy must :meth:`~StagedSkill.matches` the run's skill); the warnings."""
+    view = workspace.skill_view
+    os.rename(staged.folder / staged.skill_id, view)
+    add_root_links(workspace.root, workspace.skill_id, os.listdir(view))
+    return list(staged.warnings)
 
 
 def copy_skill(

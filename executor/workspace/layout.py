@@ -311,6 +311,30 @@ class WorkspaceManager:
             raise
         return root
 
+    def create_stage(self, name: str) -> Path:
+        """A fresh folder of this process for a copy made ahead of a run (no container
+        sees it; nothing but its owner file in it); removed with :meth:`discard`."""
+        if not name or "/" in name or name.startswith("."):
+            raise BadRequest(f"invalid stage name {name!r}")
+        root = self.runs / name
+        with self._live_lock:
+            self._live.add(name)
+        try:
+            root.mkdir(mode=0o755)
+        except BaseException:
+            with self._live_lock:
+                self._live.discard(name)
+            raise
+        try:
+            tmp = root / f"{OWNER_FILE}.tmp"
+            tmp.write_text(self.token)
+            os.chmod(tmp, 0o600)
+            os.rename(tmp, root / OWNER_FILE)
+        except BaseException:
+            self.discard(root)
+            raise
+        return root
+
     def adopt(self, root: Path, run_id: str, skill_id: str, tenant: str = LOCAL_TENANT) -> Workspace:
         """Give a prepared folder (a warm container's) to a run; it keeps its name."""
         return Workspace(run_id=run_id, root=root, work=root / "work", session=None, skill_id=skill_id, tenant=tenant)

@@ -30,7 +30,7 @@ from ...workers import Causes, Supervisor
 from ...workspace.layout import LAUNCHER_SOCKET, WorkspaceManager
 from ..base import SandboxPlan
 from ..janitor import Janitor
-from ..skillcopy import make_view
+from ..skillcopy import make_view, place, stage
 from .engine import (
     CONTAINER_ENVS,
     CONTAINER_WORKSPACE,
@@ -94,6 +94,8 @@ class DockerRuntime:
         self._running: dict[str, str] = {}  # run id -> container id, while a run executes
         self._running_lock = threading.Lock()
         self._start_lock = threading.Lock()
+        #: The skill of the latest run (id, folder): what a warm container is prepared for.
+        self._wanted: tuple[str, Path] | None = None
         self._client = client
         self._engine: Engine | None = None
         self._problem: Unavailable | None = None
@@ -146,6 +148,7 @@ class DockerRuntime:
                     supervisor=self.supervisor,
                     size=self.settings.pool_size,
                     max_idle=self.settings.pool_max_idle_seconds,
+                    prepare=self._prepare_warm,
                 )
 
     def _retry_start(self) -> None:
@@ -183,13 +186,19 @@ class DockerRuntime:
 
     def open(self, plan: SandboxPlan) -> ColdSandbox | WarmSandbox:
         """A warm container's sandbox when one is ready (not for sessions), else a new one;
-        either way the skill is the run's private copy (:func:`~..skillcopy.make_view`)."""
+        either way the skill is the run's private copy (:func:`~..skillcopy.make_view`),
+        on a warm container made ahead of the run when it was prepared for this skill
+        and the skill has not changed since (:func:`~..skillcopy.place`)."""
         engine = self.engine
-        warm = self.pool.acquire() if self.pool is not None and plan.session_work is None else None
+        skill = plan.skill
+        self._wanted = (skill.id, skill.path)
+        warm = None
+        if self.pool is not None and plan.session_work is None:
+            warm = self.pool.acquire(prefer=lambda w: w.staged is not None and w.staged.skill_id == skill.id)
         sandbox: ColdSandbox | WarmSandbox
         if warm is None:
             workspace = self.workspaces.create(
-                plan.run_id, plan.skill.id, session_work=plan.session_work, session=plan.session, owner=self.owner,
+                plan.run_id, skill.id, session_work=plan.session_work, session=plan.session, owner=self.owner,
                 tenant=plan.tenant,
             )
             sandbox = ColdSandbox(
@@ -198,16 +207,25 @@ class DockerRuntime:
             )
         else:
             self._track(plan.run_id, warm.id)  # the run's from now on (untracked at its release)
-            workspace = self.workspaces.adopt(warm.root, plan.run_id, plan.skill.id, plan.tenant)
+            workspace = self.workspaces.adopt(warm.root, plan.run_id, skill.id, plan.tenant)
             sandbox = WarmSandbox(
                 workspace, warm, plan=plan, engine=engine, janitor=self.janitor, settings=self.settings,
                 track=self._track, discard=self.workspaces.discard,
             )
+        staged = None
+        if warm is not None:
+            staged, warm.staged = warm.staged, None
         try:
-            sandbox.warnings += make_view(workspace, plan.skill.path, self.owner)
+            if staged is not None and staged.matches(skill.id, skill.path):
+                sandbox.warnings += place(workspace, staged)
+            else:
+                sandbox.warnings += make_view(workspace, skill.path, self.owner)
         except BaseException:
             sandbox.close()
             raise
+        finally:
+            if staged is not None:
+                self._drop_stage(staged.folder)  # what is left in it: nothing, or another skill's copy
         return sandbox
 
     def health(self) -> dict[str, tuple[bool, str]]:
@@ -290,11 +308,31 @@ class DockerRuntime:
             self.engine.remove(container_id)  # or, the engine being away, by the reconciliation
             raise
 
+    def _prepare_warm(self, warm: WarmContainer) -> None:
+        """Stage a copy of the latest run's skill for a new warm container's run, in a
+        folder of its own that no container sees (the pool fillers' quiet moment)."""
+        wanted = self._wanted
+        if wanted is None:
+            return
+        skill_id, source = wanted
+        folder = self.workspaces.create_stage(f"{warm.root.name}-skill")
+        try:
+            warm.staged = stage(folder, skill_id, source, self.owner)
+        except BaseException:
+            self.workspaces.discard(folder)
+            raise
+
+    def _drop_stage(self, folder: Path) -> None:
+        discard = self.workspaces.discard
+        self.janitor.submit(lambda: discard(folder))
+
     def discard(self, warm: WarmContainer) -> None:
         """Remove an unused warm container and its folder, in the background."""
         engine = self.engine
 
         discard = self.workspaces.discard
+
+        staged, warm.staged = warm.staged, None
 
         def job() -> None:
             try:
@@ -302,7 +340,11 @@ class DockerRuntime:
                     warm.init.close()
                 engine.remove(warm.id, strict=True)
             finally:
-                discard(warm.root)
+                try:
+                    discard(warm.root)
+                finally:
+                    if staged is not None:
+                        discard(staged.folder)
 
         self.janitor.submit(job)
 

@@ -7,6 +7,10 @@ that workspace.  A run takes one container (or none, when the pool is empty: the
 caller then starts a container of its own), uses it once, and the container is
 destroyed.  Background threads keep the pool filled and retire containers that have
 been idle for too long.
+
+A filler may also *prepare* a container it started (``prepare``: the runtime stages a
+copy of the skill the next run will likely want, outside the container's view); a run
+then takes a container prepared for its skill when there is one.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 from ...activity import Activity
 from ...workers import Supervisor
 from ...workspace.layout import LAUNCHER_SOCKET, WorkspaceManager
+from ..skillcopy import StagedSkill
 from .engine import InitProcess
 
 log = logging.getLogger(__name__)
@@ -41,6 +46,8 @@ class WarmContainer:
     started_at: float
     #: The container's init, to end everything in it at once (None: only through the engine).
     init: InitProcess | None = None
+    #: A copy of a skill made for this container's run ahead of it (see ``prepare``).
+    staged: StagedSkill | None = None
 
     @property
     def socket(self) -> Path:
@@ -59,8 +66,10 @@ class WarmPool:
         supervisor: Supervisor,
         size: int,
         max_idle: float,
+        prepare: Callable[[WarmContainer], None] | None = None,
     ) -> None:
         self._start_container = start
+        self._prepare = prepare
         self._discard = discard
         self.workspaces = workspaces
         self.owner = owner
@@ -79,9 +88,17 @@ class WarmPool:
         for i in range(self._fillers):
             supervisor.loop(f"pool-fill-{i}", self._fill)
 
-    def acquire(self) -> WarmContainer | None:
-        """A ready container, or None at once when none is ready (never waits)."""
+    def acquire(self, prefer: Callable[[WarmContainer], bool] | None = None) -> WarmContainer | None:
+        """A ready container (the first one ``prefer`` likes, if any), or None at once
+        when none is ready (never waits)."""
         with self._cond:
+            if prefer is not None:
+                for index, candidate in enumerate(self._idle):
+                    if prefer(candidate):
+                        if index:
+                            del self._idle[index]
+                            self._idle.appendleft(candidate)
+                        break
             while self._idle:
                 item = self._idle.popleft()
                 self._cond.notify_all()
@@ -111,8 +128,10 @@ class WarmPool:
             return {item.id for item in self._idle} | self._starting_ids
 
     def idle_roots(self) -> set[Path]:
+        """The folders of the idle containers: their workspaces and prepared copies."""
         with self._cond:
-            return {item.root for item in self._idle}
+            return {item.root for item in self._idle} | {
+                item.staged.folder for item in self._idle if item.staged is not None}
 
     @property
     def idle(self) -> int:
@@ -195,9 +214,14 @@ class WarmPool:
                     self._discard(item)
                     raise TimeoutError("the launcher did not come up")
                 time.sleep(0.002)
-            return item
         except BaseException:
             with self._cond:
                 self._starting_ids.discard(container_id)
             raise
+        if self._prepare is not None:
+            try:
+                self._prepare(item)
+            except Exception as exc:  # the container is still good: a run copies its skill itself
+                log.warning("preparing a warm container failed: %s", exc)
+        return item
 
