@@ -1,27 +1,31 @@
-"""skill-executor benchmark: ours against the raw Docker floor, side by side, in one run.
+"""skill-executor benchmark: ours against the raw Docker floor and its peers, side by side, in one run.
 
-    python bench/run.py [--quick] [--out FILE]
+    python bench/run.py [--quick] [--out FILE] [--skip SECTION ...]
 
-Measures on the same engine and image:
+Measures on the same engine and image, and prints one table with every row, its ratio
+and MET / NOT MET against each target (JSON: every figure, and ``targets``):
 
 * floor: SDK ``exec_run`` of ``true`` in a running container; SDK create+start+wait+remove
-  (with the same network setting as ours);
-* ours: ``POST /v1/runs`` of ``true`` over HTTP with a warm pool (paced at 4 runs/s so
-  the pool keeps up) and with pool size 0; the same through the library, no HTTP.  Pool
-  0 is compared with floor samples taken in turn with its own (this machine's engine
-  drifts by tens of percent within a minute);
-* throughput at concurrency 1, 2, 4, 8 for the floor (create+start+wait+remove) and
-  ours (HTTP, default pool);
-* output collection (1,000 small files; one 64 MiB file) next to a plain read of the
-  same files; catalog overview and search over 1,000 generated skills;
-* the service's RSS idle and under 8 concurrent runs each printing 1 GiB (256 MiB with
-  ``--quick``);
-* gVisor (the engine's ``runsc`` runtime), next to runc: the floor's create+start+wait+remove,
-  ours over HTTP with a warm pool and with pool size 0, throughput at concurrency 4, and a
-  run of ``import pandas`` through a warm pool -- each with the ratio runsc/runc.  Skipped
-  (with the reason) when the engine has no usable ``runsc``.
-
-Prints a table of p50/p90 and the ratios ours/floor, and writes JSON.
+  with ``network_mode=none`` (the floor the targets name) and with ``network_disabled``
+  (what ours uses), taken in turn;
+* the warm launcher's own round trip: a pool container's launcher driven directly (connect,
+  request, ``bash -c true``, exit frame) -- the floor of a warm run;
+* ours through the library: warm pool (paced at 4 runs/s so the pool keeps up) and pool
+  size 0 (in turn with the floor), throughput at c=4;
+* ours over HTTP (``skill-executor serve`` in a subprocess): warm pool, pool size 0 (in
+  turn with both floors), throughput at concurrency 1, 2, 4, 8 next to the floors' churn;
+* the cold path (bench/coldpath.py): create+start+wait+remove with each engine
+  alternative (network, init, tmpfs, mounts, log driver, OCI runtime) against
+  ``network_mode=none``;
+* real workloads (bench/workloads.py): document-skill invocations through ours vs the same
+  command in a plain container of the same image;
+* peers (bench/peers.py; virtualenvs made by scripts/bench-peers.sh): llm-sandbox (a
+  session per run, one shared session, its pool), AutoGen's Docker executor, epicbox;
+* output collection (1,000 small files; one 64 MiB file) next to a plain read; catalog
+  overview and search over 1,000 generated skills; the service's RSS idle and under 8
+  concurrent output floods;
+* gVisor (the engine's ``runsc``) next to runc: the floor, ours warm / pool 0, throughput
+  at c=4, ``import pandas`` -- skipped (with the reason) when the engine has no usable runsc.
 """
 
 from __future__ import annotations
@@ -46,15 +50,17 @@ import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 from executor.config import Settings  # noqa: E402
 from executor.core import Executor  # noqa: E402
 from executor.outputs.collect import CollectLimits, collect  # noqa: E402
 from executor.runs.models import RunRequest  # noqa: E402
 from executor.errors import ExecutorError  # noqa: E402
-from executor.runtimes.docker.engine import check_oci_runtime  # noqa: E402
+from executor.runtimes.docker.engine import CONTAINER_WORKSPACE, check_oci_runtime  # noqa: E402
+from executor.runtimes.docker.launcher import LauncherFrames, connect_unix, request_bytes  # noqa: E402
 from executor.skills import SkillRepository, render_text, render_xml  # noqa: E402
-from executor.workspace.layout import Workspace, WorkspaceManager  # noqa: E402
+from executor.workspace.layout import Workspace, WorkspaceManager, environment  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -82,20 +88,6 @@ def paced(fn: Callable[[], Any], count: int, interval: float) -> list[float]:
         next_start = time.monotonic() + interval
         samples.append(timed(fn))
     return samples
-
-
-def alternate(floor: Callable[[], Any], ours: Callable[[], Any], count: int,
-              pause: float = 0.3) -> tuple[list[float], list[float]]:
-    """``count`` samples of each, taken in turn (floor, ours, floor, ...), each after a
-    pause in which the engine settles: this machine's speed drifts by tens of percent
-    within a minute, so a ratio is only fair between samples taken side by side."""
-    floor_samples, ours_samples = [], []
-    for _ in range(count):
-        time.sleep(pause)
-        floor_samples.append(timed(floor))
-        time.sleep(pause)
-        ours_samples.append(timed(ours))
-    return floor_samples, ours_samples
 
 
 def throughput(fn: Callable[[], Any], concurrency: int, total: int) -> float:
@@ -172,11 +164,144 @@ def floor_exec_run(client: docker.DockerClient, image: str, count: int) -> list[
         container.remove(force=True)
 
 
-def floor_cold_once(client: docker.DockerClient, image: str, runtime: str | None = None) -> None:
-    container = client.containers.create(image, ["true"], network_disabled=True, runtime=runtime)
+def floor_cold_once(client: docker.DockerClient, image: str, runtime: str | None = None,
+                    network: str = "none") -> None:
+    """SDK create+start+wait+remove of ``true``: ``network`` ``none`` (``network_mode=none``,
+    the floor the targets name) or ``disabled`` (``network_disabled``, what ours uses)."""
+    kwargs: dict[str, Any] = {"network_disabled": True} if network == "disabled" else {"network_mode": "none"}
+    container = client.containers.create(image, ["true"], runtime=runtime, **kwargs)
     container.start()
     container.wait()
     container.remove(force=True)
+
+
+def in_turn(fns: dict[str, Callable[[], Any]], count: int, pause: float = 0.3) -> dict[str, list[float]]:
+    """``count`` samples of each, taken in turn, each after a pause (this engine drifts)."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(count):
+        for name, fn in fns.items():
+            time.sleep(pause)
+            samples[name].append(timed(fn))
+    return samples
+
+
+def launcher_round_trip(executor: Executor) -> float:
+    """One warm container's launcher driven directly: connect, send the request of a run
+    of ``true`` (with a run's environment), read frames to the exit frame; then discard it."""
+    runtime: Any = executor.runtime
+    pool = runtime.pool
+    assert pool.wait_ready()
+    time.sleep(0.1)
+    warm = pool.acquire()
+    assert warm is not None
+    try:
+        env = {**environment(CONTAINER_WORKSPACE, "math-tools"), "PWD": CONTAINER_WORKSPACE}
+        started = time.perf_counter()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            connect_unix(conn, warm.socket)
+            conn.sendall(request_bytes("true", CONTAINER_WORKSPACE, "", env))
+            frames = LauncherFrames(1 << 20, 1 << 20, None)
+            while not frames.exited:
+                data = conn.recv(65536)
+                if not data:
+                    break
+                frames.feed(memoryview(data))
+        elapsed = (time.perf_counter() - started) * 1000
+        if frames.exit_code != 0:
+            raise RuntimeError(f"the launcher's `true` ended with {frames.exit_code}")
+        return elapsed
+    finally:
+        runtime.discard(warm)
+
+
+def bench_library(base: Path, client: docker.DockerClient, image: str, n_warm: int, n_cold: int,
+                  tp_runs: int) -> dict[str, Any]:
+    """The launcher's round trip, ours through the library (warm, pool 0 in turn with the
+    floor), and the library's throughput at c=4."""
+    out: dict[str, Any] = {}
+    request = RunRequest(skill="math-tools", command="true")
+    for pool in (2, 0):
+        executor = Executor.from_settings(Settings(skills_dirs=[REPO / "skills"], data_dir=base / f"lib{pool}",
+                                                   pool_size=pool, docker_image=image))
+        try:
+            def run() -> None:
+                result = executor.runner.run(request)
+                if result.exit_code != 0:
+                    raise RuntimeError(f"`true` exited with {result.exit_code}")
+
+            if pool:
+                runtime: Any = executor.runtime
+                assert runtime.pool.wait_ready()
+                run()
+                launcher, library = [], []
+                for _ in range(n_warm):  # in turn, each on a full, quiet pool
+                    launcher.append(launcher_round_trip(executor))
+                    assert runtime.pool.wait_ready()
+                    time.sleep(0.1)
+                    library.append(timed(run))
+                out["launcher_round_trip_ms"] = stats(launcher)
+                out["library_warm_pool_ms"] = stats(library)
+                out["throughput_library_c4"] = throughput(run, 4, tp_runs)
+            else:
+                run()
+                samples = in_turn({"floor": lambda: floor_cold_once(client, image), "ours": run}, n_cold)
+                out["library_pool0_ms"] = stats(samples["ours"])
+                out["floor_none_beside_library_ms"] = stats(samples["floor"])
+        finally:
+            executor.close()
+    return out
+
+
+def bench_http(base: Path, client: docker.DockerClient, image: str, n_warm: int, n_cold: int, tp_runs: int,
+               levels: tuple[int, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    warm = Service(base, pool_size=2, docker_image=image)
+    try:
+        time.sleep(1.0)
+        warm.run()
+        warm.run()
+        time.sleep(1.0)
+        out["http_warm_pool_ms"] = stats(paced(warm.run, n_warm, 0.5))
+        # The floors' churn and ours back to back at each level: this machine's speed drifts.
+        none_tp, disabled_tp, ours_tp = {}, {}, {}
+        for c in levels:
+            none_tp[str(c)] = throughput(lambda: floor_cold_once(client, image), c, tp_runs)
+            disabled_tp[str(c)] = throughput(lambda: floor_cold_once(client, image, network="disabled"), c, tp_runs)
+            time.sleep(1.0)
+            ours_tp[str(c)] = throughput(warm.run, c, tp_runs)
+        out["throughput_floor_none"] = none_tp
+        out["throughput_floor_disabled"] = disabled_tp
+        out["throughput_ours_http"] = ours_tp
+    finally:
+        warm.stop()
+    cold = Service(base, pool_size=0, docker_image=image)
+    try:
+        cold.run()
+        samples = in_turn({"none": lambda: floor_cold_once(client, image),
+                           "disabled": lambda: floor_cold_once(client, image, network="disabled"),
+                           "ours": cold.run}, n_cold)
+        out["http_pool0_ms"] = stats(samples["ours"])
+        out["floor_none_beside_http_ms"] = stats(samples["none"])
+        out["floor_disabled_beside_http_ms"] = stats(samples["disabled"])
+    finally:
+        cold.stop()
+    return out
+
+
+def bench_peers(image: str, quick: bool) -> dict[str, Any]:
+    """Each peer through its driver in its own virtualenv (scripts/bench-peers.sh makes them)."""
+    import peers
+
+    samples, tp_runs = (6, 12) if quick else (20, 40)
+    args = argparse.Namespace(samples=samples, throughput_runs=tp_runs, concurrency=4)
+    began = time.time()
+    rows = []
+    try:
+        for name, venv, peer, isolation in peers.PEERS:
+            rows.append(peers.run_peer(name, venv, peer, isolation, image, args))
+    finally:
+        peers.clean_up(docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto"), began)
+    return {"samples": samples, "throughput_runs": tp_runs, "rows": rows}
 
 
 def bench_collection(base: Path, quick: bool) -> dict[str, Any]:
@@ -308,10 +433,14 @@ def bench_oci_runtime(base: Path, client: docker.DockerClient, image: str, runti
     return out
 
 
+SECTIONS = ("floor", "library", "http", "coldpath", "workloads", "peers", "collection", "catalog", "rss", "gvisor")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer samples; finishes within about 90 s")
+    parser.add_argument("--quick", action="store_true", help="fewer samples and rows; finishes within 90 s")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "latest.json")
+    parser.add_argument("--skip", action="append", default=[], choices=SECTIONS, help="leave a section out")
     args = parser.parse_args()
     quick = args.quick
     began = time.monotonic()
@@ -320,73 +449,61 @@ def main() -> int:
     client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=600)
     client.images.get(image)
     base = Path(tempfile.mkdtemp(prefix="se-bench-"))
-    n_warm, n_cold, per_level = (24, 8, 8) if quick else (40, 20, 24)
-    results: dict[str, Any] = {"quick": quick, "engine": client.version().get("Version"), "image": image}
+    # --quick: fewer samples, throughput at c=4 only, a light cold-path matrix and workload
+    # set, no peers and no gVisor rows (each needs services and containers of its own).
+    n_warm, n_cold, tp_runs = (10, 4, 8) if quick else (40, 15, 24)
+    levels = (4,) if quick else (1, 2, 4, 8)
+    results: dict[str, Any] = {"quick": quick, "engine": client.version().get("Version"), "image": image,
+                               "skipped": sorted(set(args.skip))}
+    skip = set(args.skip) | ({"peers", "gvisor"} if quick else set())
+    results["skipped"] = sorted(skip)
+    wanted = [name for name in SECTIONS if name not in skip]
+    timings: dict[str, float] = {}
     try:
-        # -- floor ------------------------------------------------------------------------
-        results["floor_exec_run_ms"] = stats(floor_exec_run(client, image, n_warm))
-        floor_cold_once(client, image)
-        results["floor_create_start_wait_remove_ms"] = stats(
-            [timed(lambda: floor_cold_once(client, image)) for _ in range(n_cold)])
-
-        # -- ours over HTTP ---------------------------------------------------------------------
-        warm = Service(base, pool_size=2, docker_image=image)
-        try:
-            time.sleep(1.0)
-            warm.run()
-            results["http_warm_pool_ms"] = stats(paced(warm.run, n_warm, 0.25))
-            # Floor and ours back to back at each level: this machine's speed drifts.
-            floor_tp, ours_tp = {}, {}
-            for c in (1, 2, 4, 8):
-                floor_tp[str(c)] = throughput(lambda: floor_cold_once(client, image), c, per_level)
-                ours_tp[str(c)] = throughput(warm.run, c, per_level)
-            results["throughput_floor_create_start_wait_remove"] = floor_tp
-            results["throughput_ours_http"] = ours_tp
-        finally:
-            warm.stop()
-        cold = Service(base, pool_size=0, docker_image=image)
-        try:
-            cold.run()
-            floor_samples, ours_samples = alternate(lambda: floor_cold_once(client, image), cold.run, n_cold)
-            results["http_pool0_ms"] = stats(ours_samples)
-            results["floor_create_start_wait_remove_beside_http_ms"] = stats(floor_samples)
-        finally:
-            cold.stop()
-
-        # -- ours through the library ------------------------------------------------------------
-        for pool in (2, 0):
-            executor = Executor.from_settings(Settings(skills_dirs=[REPO / "skills"], data_dir=base / f"lib{pool}",
-                                                       pool_size=pool, docker_image=image))
-            try:
-                if pool:
-                    executor.runtime.pool.wait_ready()  # type: ignore[attr-defined]
-                request = RunRequest(skill="math-tools", command="true")
-                executor.runner.run(request)
-                run = lambda: executor.runner.run(request)  # noqa: E731
-                if pool:
-                    results["library_warm_pool_ms"] = stats(paced(run, n_warm, 0.25))
+        for section in wanted:
+            started = time.monotonic()
+            if section == "floor":
+                results["floor_exec_run_ms"] = stats(floor_exec_run(client, image, max(n_warm, 12)))
+                floor_cold_once(client, image)
+                floor_cold_once(client, image, network="disabled")
+                samples = in_turn({"none": lambda: floor_cold_once(client, image),
+                                   "disabled": lambda: floor_cold_once(client, image, network="disabled")}, n_cold)
+                results["floor_none_ms"] = stats(samples["none"])
+                results["floor_disabled_ms"] = stats(samples["disabled"])
+            elif section == "library":
+                results.update(bench_library(base, client, image, n_warm, n_cold, tp_runs))
+            elif section == "http":
+                results.update(bench_http(base, client, image, n_warm, n_cold, tp_runs, levels))
+            elif section == "coldpath":
+                from coldpath import bench_coldpath
+                # (quick: the network variants are the floor section's; init is the one left)
+                results["coldpath"] = bench_coldpath(client, image, quick,
+                                                     {"init", "ours", "ours_no_init"} if quick else None)
+            elif section == "workloads":
+                from workloads import bench_workloads
+                results.update(bench_workloads(base, client, image, quick))
+            elif section == "peers":
+                results["peers"] = bench_peers(image, quick)
+            elif section == "collection":
+                results.update(bench_collection(base, quick))
+            elif section == "catalog":
+                results.update(bench_catalog(base, quick))
+            elif section == "rss":
+                results.update(bench_rss(base, quick))
+            elif section == "gvisor":
+                problem = runsc_problem(client)
+                if problem is None:
+                    counts = (4, 3, 4, 1) if quick else (24, 12, 24, 5)
+                    results["oci_runtimes"] = {name: bench_oci_runtime(base, client, image, runtime, counts)
+                                               for name, runtime in (("runc", None), ("runsc", "runsc"))}
                 else:
-                    floor_samples, ours_samples = alternate(lambda: floor_cold_once(client, image), run, n_cold)
-                    results["library_pool0_ms"] = stats(ours_samples)
-                    results["floor_create_start_wait_remove_beside_library_ms"] = stats(floor_samples)
-            finally:
-                executor.close()
-
-        results.update(bench_collection(base, quick))
-        results.update(bench_catalog(base, quick))
-        results.update(bench_rss(base, quick))
-
-        # -- gVisor next to runc --------------------------------------------------------------
-        problem = runsc_problem(client)
-        if problem is None:
-            counts = (4, 3, 4, 1) if quick else (24, 12, 24, 5)
-            results["oci_runtimes"] = {name: bench_oci_runtime(base, client, image, runtime, counts)
-                                       for name, runtime in (("runc", None), ("runsc", "runsc"))}
-        else:
-            results["oci_runtimes"] = {"skipped": problem}
+                    results["oci_runtimes"] = {"skipped": problem}
+            timings[section] = round(time.monotonic() - started, 1)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    results["section_seconds"] = timings
     results["seconds"] = round(time.monotonic() - began, 1)
+    results["targets"] = targets(results)
     report(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
@@ -394,49 +511,161 @@ def main() -> int:
     return 0
 
 
+def p50(r: dict[str, Any], key: str) -> float | None:
+    value = r.get(key)
+    return float(value["p50"]) if isinstance(value, dict) and "p50" in value else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every target with its measured value and verdict (None: not measured in this run)."""
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, value: float | None, op: str, limit: float, unit: str = "x") -> None:
+        met = None if value is None else (value <= limit if op == "<=" else value >= limit)
+        out.append({"target": name, "value": value, "op": op, "limit": limit, "unit": unit, "met": met})
+
+    add("HTTP warm pool p50 / exec_run p50", ratio(p50(r, "http_warm_pool_ms"), p50(r, "floor_exec_run_ms")),
+        "<=", 0.08)
+    add("library warm pool p50 / launcher round trip p50",
+        ratio(p50(r, "library_warm_pool_ms"), p50(r, "launcher_round_trip_ms")), "<=", 3.0)
+    add("HTTP pool 0 p50 / c+s+w+r network_mode=none (in turn)",
+        ratio(p50(r, "http_pool0_ms"), p50(r, "floor_none_beside_http_ms")), "<=", 0.8)
+    add("library pool 0 p50 / c+s+w+r network_mode=none (in turn)",
+        ratio(p50(r, "library_pool0_ms"), p50(r, "floor_none_beside_library_ms")), "<=", 0.8)
+    tp = r.get("throughput_ours_http", {}).get("4")
+    floor_tp = r.get("throughput_floor_none", {}).get("4")
+    add("HTTP throughput at c=4 / churn network_mode=none", ratio(tp, floor_tp), ">=", 1.3)
+    for name, row in (r.get("workloads") or {}).items():
+        add(f"workload {name}: ours / plain docker run", row.get("ratio"), "<=", 1.05)
+    add("collect 1,000 files (ms)", p50(r, "collect_1000_files_ms"), "<=", 300, "ms")
+    add("catalog overview, 1,000 skills (ms)", p50(r, "catalog_overview_text_ms"), "<=", 50, "ms")
+    add("service RSS idle (MB)", r.get("rss_idle_mb"), "<=", 120, "MB")
+    add("service RSS peak under 8 floods (MB)", r.get("rss_flood_peak_mb"), "<=", 300, "MB")
+    add("--quick finishes within (s)", r["seconds"] if r.get("quick") else None, "<=", 90, "s")
+    return out
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
 def report(r: dict[str, Any]) -> None:
-    exec_p50 = r["floor_exec_run_ms"]["p50"]
-    rows = [
-        ("floor: exec_run true", r["floor_exec_run_ms"], None, ""),
-        ("floor: create+start+wait+remove", r["floor_create_start_wait_remove_ms"], None, ""),
-        ("ours: HTTP run, warm pool (4/s)", r["http_warm_pool_ms"], r["http_warm_pool_ms"]["p50"] / exec_p50, "<= 0.30 x exec_run"),
-        ("floor: c+s+w+r, beside HTTP pool 0", r["floor_create_start_wait_remove_beside_http_ms"], None, ""),
-        ("ours: HTTP run, pool 0", r["http_pool0_ms"],
-         r["http_pool0_ms"]["p50"] / r["floor_create_start_wait_remove_beside_http_ms"]["p50"],
-         "<= 1.15 x c+s+w+r beside it"),
-        ("ours: library, warm pool (4/s)", r["library_warm_pool_ms"], r["library_warm_pool_ms"]["p50"] / exec_p50, "(vs exec_run)"),
-        ("floor: c+s+w+r, beside library pool 0", r["floor_create_start_wait_remove_beside_library_ms"], None, ""),
-        ("ours: library, pool 0", r["library_pool0_ms"],
-         r["library_pool0_ms"]["p50"] / r["floor_create_start_wait_remove_beside_library_ms"]["p50"],
-         "(vs c+s+w+r beside it)"),
+    exec_p50 = p50(r, "floor_exec_run_ms")
+    rows: list[tuple[str, str, dict[str, Any] | None, float | None, str]] = [
+        ("floor", "exec_run of true in a running container", r.get("floor_exec_run_ms"), None, ""),
+        ("floor", "create+start+wait+remove, network_mode=none", r.get("floor_none_ms"), None, ""),
+        ("floor", "create+start+wait+remove, network_disabled", r.get("floor_disabled_ms"),
+         ratio(p50(r, "floor_disabled_ms"), p50(r, "floor_none_ms")), "vs network_mode=none"),
+        ("floor", "warm launcher round trip (bash -c true)", r.get("launcher_round_trip_ms"),
+         ratio(p50(r, "launcher_round_trip_ms"), exec_p50), "vs exec_run"),
+        ("library", "warm pool", r.get("library_warm_pool_ms"),
+         ratio(p50(r, "library_warm_pool_ms"), p50(r, "launcher_round_trip_ms")), "vs launcher round trip"),
+        ("library", "pool 0", r.get("library_pool0_ms"),
+         ratio(p50(r, "library_pool0_ms"), p50(r, "floor_none_beside_library_ms")), "vs c+s+w+r none, in turn"),
+        ("HTTP", "warm pool (2 runs/s)", r.get("http_warm_pool_ms"),
+         ratio(p50(r, "http_warm_pool_ms"), exec_p50), "vs exec_run"),
+        ("HTTP", "pool 0", r.get("http_pool0_ms"),
+         ratio(p50(r, "http_pool0_ms"), p50(r, "floor_none_beside_http_ms")), "vs c+s+w+r none, in turn"),
+        ("HTTP", "pool 0 (vs network_disabled floor)", r.get("http_pool0_ms"),
+         ratio(p50(r, "http_pool0_ms"), p50(r, "floor_disabled_beside_http_ms")), "vs c+s+w+r disabled, in turn"),
     ]
-    print(f"\n{'measure':42} {'p50 ms':>9} {'p90 ms':>9} {'ratio':>7}  target")
-    for name, s, ratio, target in rows:
-        ratio_text = f"{ratio:.2f}" if ratio is not None else ""
-        ok = "" if ratio is None or not target.startswith("<=") else (
-            " MET" if ratio <= float(target.split()[1]) else " MISSED")
-        print(f"{name:42} {s['p50']:9.1f} {s['p90']:9.1f} {ratio_text:>7}  {target}{ok}")
-    print(f"\n{'throughput (runs/s)':42} {'c=1':>7} {'c=2':>7} {'c=4':>7} {'c=8':>7}")
-    for name, key in (("floor: create+start+wait+remove", "throughput_floor_create_start_wait_remove"),
-                      ("ours: HTTP", "throughput_ours_http")):
-        values = r[key]
-        print(f"{name:42} " + " ".join(f"{values[c]:7.1f}" for c in ("1", "2", "4", "8")))
-    ratio4 = r["throughput_ours_http"]["4"] / r["throughput_floor_create_start_wait_remove"]["4"]
-    print(f"{'ratio at c=4 (target >= 0.80)':42} {ratio4:7.2f}{' MET' if ratio4 >= 0.8 else ' MISSED'}")
+    print(f"\n{'section':10} {'measure':52} {'p50 ms':>9} {'p90 ms':>9} {'ratio':>7}  against")
+    for section, name, s, value, against in rows:
+        if s is None:
+            continue
+        print(f"{section:10} {name:52} {s['p50']:9.1f} {s['p90']:9.1f} {fmt(value, 2):>7}  {against}")
+
+    if "throughput_ours_http" in r:
+        levels = list(r["throughput_ours_http"])
+        print(f"\n{'throughput (runs/s)':63} " + " ".join(f"{'c=' + c:>7}" for c in levels))
+        for name, key in (("floor: c+s+w+r churn, network_mode=none", "throughput_floor_none"),
+                          ("floor: c+s+w+r churn, network_disabled", "throughput_floor_disabled"),
+                          ("ours: HTTP, warm pool", "throughput_ours_http")):
+            print(f"{name:63} " + " ".join(f"{r[key][c]:7.1f}" for c in levels))
+        if "throughput_library_c4" in r:
+            print(f"{'ours: library, warm pool (c=4 only)':63} {r['throughput_library_c4']:7.1f}")
+
+    report_coldpath(r.get("coldpath"))
+    report_workloads(r)
+    report_peers(r)
     print()
-    for key, target in (("collect_1000_files_ms", 300), ("plain_read_1000_files_ms", None),
-                        ("collect_64mib_file_ms", None), ("plain_read_64mib_file_ms", None),
-                        ("catalog_overview_text_ms", 50), ("catalog_overview_xml_ms", 50),
-                        ("catalog_search_ms", None), ("catalog_first_load_ms", None),
-                        ("catalog_rescan_unchanged_ms", None)):
-        s = r[key]
-        verdict = "" if target is None else (f"  <= {target} ms" + (" MET" if s["p50"] <= target else " MISSED"))
-        print(f"{key:42} {s['p50']:9.1f} {s['p90']:9.1f}{verdict}")
-    print(f"{'service RSS idle (MB)':42} {r['rss_idle_mb']:9.1f}  <= 120{' MET' if r['rss_idle_mb'] <= 120 else ' MISSED'}")
-    print(f"{'service RSS peak, 8 x ' + r['flood_per_run'] + ' stdout (MB)':42} {r['rss_flood_peak_mb']:9.1f}  <= 300"
-          f"{' MET' if r['rss_flood_peak_mb'] <= 300 else ' MISSED'}")
-    report_oci_runtimes(r["oci_runtimes"])
-    print(f"\nfinished in {r['seconds']} s")
+    for key in ("collect_1000_files_ms", "plain_read_1000_files_ms", "collect_64mib_file_ms",
+                "plain_read_64mib_file_ms", "catalog_overview_text_ms", "catalog_overview_xml_ms",
+                "catalog_search_ms", "catalog_first_load_ms", "catalog_rescan_unchanged_ms"):
+        if key in r:
+            print(f"{key:63} {r[key]['p50']:9.1f} {r[key]['p90']:9.1f}")
+    if "rss_idle_mb" in r:
+        print(f"{'service RSS idle / peak under 8 x ' + r['flood_per_run'] + ' stdout (MB)':63} "
+              f"{r['rss_idle_mb']:9.1f} {r['rss_flood_peak_mb']:9.1f}")
+    if "oci_runtimes" in r:
+        report_oci_runtimes(r["oci_runtimes"])
+
+    print(f"\n{'target':63} {'measured':>10} {'target':>10}  verdict")
+    for t in r["targets"]:
+        unit = t["unit"]
+        value = "" if t["value"] is None else (f"{t['value']:.2f}x" if unit == "x" else f"{t['value']:.1f} {unit}")
+        limit = f"{t['op']} {t['limit']:g}{'x' if unit == 'x' else ' ' + unit}"
+        verdict = "not measured" if t["met"] is None else ("MET" if t["met"] else "NOT MET")
+        print(f"{t['target']:63} {value:>10} {limit:>10}  {verdict}")
+    print(f"\nfinished in {r['seconds']} s ({', '.join(f'{k} {v} s' for k, v in r['section_seconds'].items())})")
+
+
+def report_coldpath(c: dict[str, Any] | None) -> None:
+    if not c:
+        return
+    variants = c.get("variants", c)
+    print(f"\n{'cold path: create+start+wait+remove of true':52} {'variant':>10} {'baseline':>10} {'ratio':>7}")
+    for name, row in variants.items():
+        if not isinstance(row, dict) or "ms" not in row:
+            continue
+        print(f"{name:52} {row['ms']['p50']:10.1f} {row['baseline_ms']['p50']:10.1f} {row['ratio']:7.2f}")
+    churn = c.get("churn_c4")
+    if isinstance(churn, dict):
+        print("churn at c=4 (runs/s): " + ", ".join(f"{k} {v['runs_per_s']:.1f}" for k, v in churn.items()))
+    phases = c.get("phases")
+    if isinstance(phases, dict):
+        for name, by_phase in phases.items():
+            print(f"phases of {name} (p50 ms): " + ", ".join(f"{k} {v['p50']:.0f}" for k, v in by_phase.items()))
+
+
+def report_workloads(r: dict[str, Any]) -> None:
+    workloads = r.get("workloads")
+    if not workloads:
+        return
+    print(f"\n{'real workloads (p50)':52} {'plain ms':>10} {'ours ms':>10} {'ratio':>7}")
+    for name, row in workloads.items():
+        print(f"{name:52} {row['plain_ms']['p50']:10.1f} {row['ours_ms']['p50']:10.1f} {row['ratio']:7.2f}")
+    first = r.get("libreoffice_first_start")
+    if first:
+        print(f"LibreOffice first start: {json.dumps(first)}")
+
+
+def report_peers(r: dict[str, Any]) -> None:
+    peers = r.get("peers")
+    if not peers:
+        return
+    ours_p50 = p50(r, "library_warm_pool_ms")
+    ours_tp = r.get("throughput_library_c4")
+    print(f"\n{'peers (library, true; ' + str(peers['samples']) + ' samples)':44} {'p50 ms':>8} {'p90 ms':>8} "
+          f"{'c=4/s':>6} {'ours/p50':>8} {'ours/tp':>7}  isolation")
+    rows = [{"peer": "ours, warm pool (library)", "p50_ms": ours_p50,
+             "p90_ms": (r.get("library_warm_pool_ms") or {}).get("p90"), "throughput_runs_per_s": ours_tp,
+             "isolation": "fresh single-use container per run (pre-started), destroyed after it"}]
+    rows.append({"peer": "ours, pool 0 (library)", "p50_ms": p50(r, "library_pool0_ms"),
+                 "p90_ms": (r.get("library_pool0_ms") or {}).get("p90"), "throughput_runs_per_s": None,
+                 "isolation": "fresh container per run"})
+    for row in [*rows, *peers["rows"]]:
+        name = row["peer"] + (f" {row['version']}" if "version" in row else "")
+        if "error" in row:
+            print(f"{name:44} failed: {row['error']}")
+            continue
+        tp = row.get("throughput_runs_per_s")
+        print(f"{name:44} {fmt(row['p50_ms']):>8} {fmt(row['p90_ms']):>8} {fmt(tp):>6} "
+              f"{fmt(ratio(ours_p50, row['p50_ms']), 2):>8} {fmt(ratio(ours_tp, tp), 2):>7}  {row['isolation']}")
 
 
 def report_oci_runtimes(r: dict[str, Any]) -> None:
@@ -444,15 +673,15 @@ def report_oci_runtimes(r: dict[str, Any]) -> None:
         print(f"\ngVisor (runsc): skipped: {r['skipped']}")
         return
     runc, runsc = r["runc"], r["runsc"]
-    print(f"\n{'gVisor (runsc) vs runc, p50':42} {'runc':>9} {'runsc':>9} {'ratio':>7}")
+    print(f"\n{'gVisor (runsc) vs runc, p50':52} {'runc':>10} {'runsc':>10} {'ratio':>7}")
     for name, key in (("floor: create+start+wait+remove (ms)", "floor_create_start_wait_remove_ms"),
                       ("ours: HTTP run, warm pool (ms)", "http_warm_pool_ms"),
                       ("ours: HTTP run, pool 0 (ms)", "http_pool0_ms"),
                       ("ours: import pandas, warm pool (ms)", "http_warm_pool_import_pandas_ms")):
         a, b = runc[key]["p50"], runsc[key]["p50"]
-        print(f"{name:42} {a:9.1f} {b:9.1f} {b / a:7.2f}")
+        print(f"{name:52} {a:10.1f} {b:10.1f} {b / a:7.2f}")
     a, b = runc["throughput_http_c4"], runsc["throughput_http_c4"]
-    print(f"{'ours: HTTP throughput at c=4 (runs/s)':42} {a:9.1f} {b:9.1f} {b / a:7.2f}")
+    print(f"{'ours: HTTP throughput at c=4 (runs/s)':52} {a:10.1f} {b:10.1f} {b / a:7.2f}")
 
 
 if __name__ == "__main__":

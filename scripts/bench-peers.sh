@@ -3,7 +3,8 @@
 # its container pool), AutoGen's DockerCommandLineCodeExecutor and epicbox, each running `true`
 # on the same engine with our runner image. Creates one virtualenv per peer under
 # build/bench-peers/<peer>/ (reused when present) and pip-installs the peer from PyPI.
-# Arguments go to bench/peers.py (--samples N, --throughput-runs N, --out FILE).
+# Arguments go to bench/peers.py (--samples N, --throughput-runs N, --out FILE); with
+# --prepare it only makes the virtualenvs (./scripts/bench.sh does, for its peer rows).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -30,4 +31,7 @@ for peer in "${!REQUIREMENTS[@]}"; do
   "$venv/bin/python" -m pip install --quiet ${REQUIREMENTS[$peer]}
   touch "$venv/.installed"
 done
+if [[ "${1:-}" == "--prepare" ]]; then
+  exit 0
+fi
 "$PY" bench/peers.py "$@"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Set up everything on a fresh machine and run the benchmark (bench/run.py):
-# ours against the raw Docker floor, side by side, on runc and (when gVisor's runsc can
-# be registered with the engine) on runsc. `--quick` finishes within about 90 s.
+# Set up everything on a fresh machine and run the benchmark (bench/run.py): ours against
+# the raw Docker floor, the cold-path alternatives, real workloads, the peers (llm-sandbox,
+# AutoGen, epicbox: one virtualenv each, made by scripts/bench-peers.sh --prepare), on runc
+# and (when gVisor's runsc can be registered with the engine) on runsc; one table with
+# MET / NOT MET per target. `--quick` (no peers, no gVisor rows) finishes within 90 s.
 # Results: a table on stdout and JSON in bench/results/latest.json (or --out FILE).
 # `--soak [--runs N --concurrency C ...]` runs the soak benchmark instead (bench/soak.py:
 # 2,000 runs at concurrency 8 by default, the cleanup backlog, before/after counts; exit
@@ -21,6 +23,9 @@ if [[ "${1:-}" == "--soak" ]]; then
   fi
   "$PY" bench/soak.py "$@"
   exit 0
+fi
+if [[ " $* " != *" --quick "* && " $* " != *" --skip peers "* ]]; then
+  "$ROOT/scripts/bench-peers.sh" --prepare >&2
 fi
 if ! ensure_runsc; then
   log "no runsc rows: $RUNSC_PROBLEM"
