@@ -407,9 +407,9 @@ def bench_oci_runtime(base: Path, client: docker.DockerClient, image: str, runti
     """The rows compared between runc (``runtime`` None: the engine's default) and runsc."""
     n_warm, n_cold, per_level, n_heavy = counts
     out: dict[str, Any] = {}
-    floor_cold_once(client, image, runtime)
+    floor_cold_once(client, image, runtime, network="disabled")
     out["floor_create_start_wait_remove_ms"] = stats(
-        [timed(lambda: floor_cold_once(client, image, runtime)) for _ in range(n_cold)])
+        [timed(lambda: floor_cold_once(client, image, runtime, network="disabled")) for _ in range(n_cold)])
     settings: dict[str, Any] = {"docker_image": image}
     if runtime is not None:
         settings["docker_oci_runtime"] = runtime
@@ -481,7 +481,10 @@ def main() -> int:
                                                      {"init", "ours", "ours_no_init"} if quick else None)
             elif section == "workloads":
                 from workloads import bench_workloads
-                results.update(bench_workloads(base, client, image, quick))
+                # (quick: the two light ones, one sample each, no LibreOffice first-start split)
+                results.update(bench_workloads(base, client, image, quick,
+                                               ["pdf_form_fill", "import_pandas"] if quick else None,
+                                               first_start=not quick))
             elif section == "peers":
                 results["peers"] = bench_peers(image, quick)
             elif section == "collection":
@@ -674,7 +677,7 @@ def report_oci_runtimes(r: dict[str, Any]) -> None:
         return
     runc, runsc = r["runc"], r["runsc"]
     print(f"\n{'gVisor (runsc) vs runc, p50':52} {'runc':>10} {'runsc':>10} {'ratio':>7}")
-    for name, key in (("floor: create+start+wait+remove (ms)", "floor_create_start_wait_remove_ms"),
+    for name, key in (("floor: c+s+w+r, network_disabled (ms)", "floor_create_start_wait_remove_ms"),
                       ("ours: HTTP run, warm pool (ms)", "http_warm_pool_ms"),
                       ("ours: HTTP run, pool 0 (ms)", "http_pool0_ms"),
                       ("ours: import pandas, warm pool (ms)", "http_warm_pool_import_pandas_ms")):

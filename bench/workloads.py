@@ -325,11 +325,12 @@ def ours_limits() -> dict[str, int]:
 
 
 def bench_workloads(base: Path, client: docker.DockerClient, image: str, quick: bool,
-                    names: list[str] | None = None) -> dict[str, Any]:
+                    names: list[str] | None = None, first_start: bool = True) -> dict[str, Any]:
     """Each workload plain and through ours (samples in turn), and where LibreOffice's time goes.
 
     ``names``: the workloads to run (default: all; with ``quick``, all but the heavy ones).
-    ``quick`` takes one sample of each and one round of the LibreOffice split (<= 40 s)."""
+    ``quick`` takes one sample of each and one round of the LibreOffice split (<= 40 s);
+    ``first_start=False`` leaves the LibreOffice split out."""
     if names is None:
         names = [name for name, w in WORKLOADS.items() if not (quick and w.heavy)]
     count, rounds, pause = (1, 1, 0.5) if quick else (4, 3, 1.0)
@@ -386,7 +387,8 @@ def bench_workloads(base: Path, client: docker.DockerClient, image: str, quick: 
                 row["ratio_vs_capped"] = ours_stats["p50"] / row["plain_capped_ms"]["p50"]
     finally:
         service.stop()
-    results["libreoffice_first_start"] = bench_libreoffice(client, image, scratch, rounds, quick, pause / 2)
+    if first_start:
+        results["libreoffice_first_start"] = bench_libreoffice(client, image, scratch, rounds, quick, pause / 2)
     results["seconds"] = round(time.monotonic() - began, 1)
     shutil.rmtree(base, ignore_errors=True)
     return results

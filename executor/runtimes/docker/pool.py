@@ -28,6 +28,7 @@ from ...activity import Activity
 from ...workers import Supervisor
 from ...workspace.layout import LAUNCHER_SOCKET, WorkspaceManager
 from ..skillcopy import StagedSkill
+from .appear import wait_for
 from .engine import InitProcess
 
 log = logging.getLogger(__name__)
@@ -203,17 +204,15 @@ class WarmPool:
         with self._cond:
             self._starting_ids.add(container_id)
         try:
-            deadline = time.monotonic() + READY_TIMEOUT
-            while not item.socket.exists():
+            # The launcher publishes its socket once it accepts (an inotify event, no polling).
+            if not wait_for(item.socket, READY_TIMEOUT, stop=lambda: self._closed):
                 if self._closed:
                     with self._cond:
                         self._starting_ids.discard(container_id)
                     self._discard(item)
                     return None
-                if time.monotonic() > deadline:
-                    self._discard(item)
-                    raise TimeoutError("the launcher did not come up")
-                time.sleep(0.002)
+                self._discard(item)
+                raise TimeoutError("the launcher did not come up")
         except BaseException:
             with self._cond:
                 self._starting_ids.discard(container_id)

@@ -1,0 +1,45 @@
+"""Waiting for the warm launcher's socket by inotify (executor/runtimes/docker/appear.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from executor.runtimes.docker.appear import wait_for
+
+
+def later(seconds: float, action: object) -> threading.Timer:
+    timer = threading.Timer(seconds, action)  # type: ignore[arg-type]
+    timer.start()
+    return timer
+
+
+def test_a_rename_or_a_link_into_the_folder_wakes_the_wait_at_once(tmp_path: Path) -> None:
+    target = tmp_path / "sock"
+    (tmp_path / "sock.tmp").write_text("")
+    later(0.1, lambda: os.rename(tmp_path / "sock.tmp", target))
+    started = time.monotonic()
+    assert wait_for(target, 5.0)
+    assert time.monotonic() - started < 0.2  # the event, not the 0.25 s safety look
+
+    link = tmp_path / "link"
+    later(0.1, lambda: os.symlink("sock.tmp-gone", link))  # a dangling link counts: gVisor publishes one
+    assert wait_for(link, 5.0)
+
+
+def test_an_entry_made_before_the_wait_is_seen(tmp_path: Path) -> None:
+    (tmp_path / "there").write_text("")
+    assert wait_for(tmp_path / "there", 0.0)
+
+
+def test_timeout_and_stop_end_the_wait(tmp_path: Path) -> None:
+    started = time.monotonic()
+    assert not wait_for(tmp_path / "never", 0.3)
+    assert 0.3 <= time.monotonic() - started < 1.0
+    stop = threading.Event()
+    later(0.1, stop.set)
+    started = time.monotonic()
+    assert not wait_for(tmp_path / "never", 30.0, stop=stop.is_set)
+    assert time.monotonic() - started < 1.0
