@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import resource
 import threading
 import time
 from pathlib import Path
 
+import pytest
+
+from executor.runtimes.docker import appear
 from executor.runtimes.docker.appear import wait_for
 
 
@@ -43,3 +47,28 @@ def test_timeout_and_stop_end_the_wait(tmp_path: Path) -> None:
     started = time.monotonic()
     assert not wait_for(tmp_path / "never", 30.0, stop=stop.is_set)
     assert time.monotonic() - started < 1.0
+
+
+def test_descriptors_past_1024_and_no_watch_at_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many open descriptors (the service raises its limit) must not break the wait; without
+    an inotify watch (instances or watches used up) it polls, and still sees the entry."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(2048, hard), hard))
+        if min(2048, hard) < 1200:
+            pytest.skip("cannot open 1,100 descriptors here")
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        later(0.05, lambda: (tmp_path / "a").write_text(""))
+        assert wait_for(tmp_path / "a", 5.0)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+    def no_watch(folder: Path) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(appear, "_watch", no_watch)
+    later(0.05, lambda: (tmp_path / "b").write_text(""))
+    assert wait_for(tmp_path / "b", 5.0)
+    assert not wait_for(tmp_path / "never", 0.1)

@@ -98,7 +98,12 @@ def make_view(workspace: Workspace, source: Path, owner: tuple[int, int] | None)
 
 def tree_signature(source: Path) -> tuple[Any, ...]:
     """What changes whenever anything :func:`copy_skill` copies does: (path, size,
-    mtime, ctime, mode, inode) of every entry, links not followed."""
+    mtime, mode, owner, inode) of every entry, links not followed.
+
+    Not the ctime: hard links to a file (a copy's large files, a registry's shared
+    blobs) change it without changing the file.  An edit in place changes the mtime; a
+    replaced file is a new inode.
+    """
     entries: list[tuple[Any, ...]] = []
     for dirpath, dirnames, filenames in os.walk(source):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP)
@@ -108,7 +113,7 @@ def tree_signature(source: Path) -> tuple[Any, ...]:
             except OSError:
                 entries.append((dirpath, name, None))
                 continue
-            entries.append((dirpath, name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode, st.st_ino))
+            entries.append((dirpath, name, st.st_size, st.st_mtime_ns, st.st_mode, st.st_uid, st.st_gid, st.st_ino))
     return tuple(entries)
 
 

@@ -9,19 +9,24 @@ looked at, so an entry made just before the watch is seen too.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import logging
 import os
 import select
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 IN_CREATE = 0x00000100
 IN_MOVED_TO = 0x00000080
 #: The longest a wait sleeps between two looks (a safety net: events wake it at once).
 LOOK_SECONDS = 0.25
+#: Between two looks when no watch can be had (the process or user is out of inotify
+#: instances or watches): the wait then polls, and says so in the log.
+POLL_SECONDS = 0.01
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # the C library the interpreter is linked with
 
 
 def _watch(folder: Path) -> int:
@@ -39,21 +44,31 @@ def wait_for(path: Path, timeout: float, stop: Callable[[], bool] = lambda: Fals
     """True once ``path`` exists (links not followed); False after ``timeout`` seconds or
     once ``stop()`` is true (looked at on each event, and at least every
     :data:`LOOK_SECONDS`)."""
-    fd = _watch(path.parent)
+    deadline = time.monotonic() + timeout
     try:
-        deadline = time.monotonic() + timeout
+        fd = _watch(path.parent)
+    except OSError as exc:
+        log.warning("no inotify watch for %s (%s): polling every %.0f ms", path.parent, exc, POLL_SECONDS * 1000)
+        fd = -1
+    poller = select.poll()  # not select(): descriptors past 1024 are fine
+    if fd >= 0:
+        poller.register(fd, select.POLLIN)
+    try:
         while True:
             if os.path.lexists(path):
                 return True
             left = deadline - time.monotonic()
             if left <= 0 or stop():
                 return False
-            ready, _, _ = select.select([fd], [], [], min(left, LOOK_SECONDS))
-            if ready:
+            if fd < 0:
+                time.sleep(min(left, POLL_SECONDS))
+                continue
+            if poller.poll(min(left, LOOK_SECONDS) * 1000):
                 try:
                     while os.read(fd, 4096):  # drain: the names do not matter, the look does
                         pass
                 except BlockingIOError:
                     pass
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)

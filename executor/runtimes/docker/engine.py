@@ -388,8 +388,9 @@ class InitProcess:
             return True
         except OSError:
             return False
-        ready, _, _ = select.select([self.pidfd], [], [], timeout)
-        return bool(ready)
+        poller = select.poll()  # not select(): descriptors past 1024 are fine
+        poller.register(self.pidfd, select.POLLIN)
+        return bool(poller.poll(timeout * 1000))
 
     def close(self) -> None:
         if self.pidfd >= 0:

@@ -213,11 +213,16 @@ class WarmPool:
                     return None
                 self._discard(item)
                 raise TimeoutError("the launcher did not come up")
-        except BaseException:
+        except TimeoutError:
             with self._cond:
                 self._starting_ids.discard(container_id)
             raise
-        if self._prepare is not None:
+        except BaseException:  # the wait failed: the container and its folder go too
+            with self._cond:
+                self._starting_ids.discard(container_id)
+            self._discard(item)
+            raise
+        if self._prepare is not None and not self._closed:
             try:
                 self._prepare(item)
             except Exception as exc:  # the container is still good: a run copies its skill itself
