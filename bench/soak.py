@@ -68,6 +68,7 @@ from run import Service  # noqa: E402  (bench/run.py: the service as users run i
 
 from executor.config import Settings  # noqa: E402
 from executor.runtimes.docker import LABEL_MANAGED, LABEL_OWNER  # noqa: E402
+from executor.workspace.layout import STAGE_SUFFIX  # noqa: E402
 
 #: The issue's targets (issue 11): the backlog stays under this many items ...
 BACKLOG_TARGET = 50
@@ -148,10 +149,14 @@ class Census:
         return found
 
     def folders(self) -> int:
+        """Workspace folders.  A warm container's skill copy made ahead of its run
+        (``<root>-skill``) counts with its container's folder; one whose folder is gone
+        counts on its own (a leftover)."""
         try:
-            return len(os.listdir(self.runs_dir))
+            names = set(os.listdir(self.runs_dir))
         except FileNotFoundError:
             return 0
+        return sum(1 for n in names if not (n.endswith(STAGE_SUFFIX) and n[:-len(STAGE_SUFFIX)] in names))
 
     def count(self, now: float | None = None) -> dict[str, Any]:
         """Containers by state (and how many are cleanup's), folders."""
@@ -335,8 +340,11 @@ class Sampler:
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
 
     def stop(self) -> None:
+        """Stop sampling in the background (:meth:`sample` still works until :meth:`close`)."""
         self._stop.set()
         self._thread.join()
+
+    def close(self) -> None:
         self.http.close()
 
 
@@ -448,6 +456,7 @@ def main() -> int:
             last = sampler.sample()
             if last["backlog"] == 0 and last["backlog_gauge"] in (None, 0):
                 drained = last["t"] - (sampler.load_end - sampler.t0)
+        sampler.close()
         settle_pool(census, args.pool_size, 10.0)
         result["after"] = snapshot(census, pid)
 

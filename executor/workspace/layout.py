@@ -87,6 +87,8 @@ def environment(root: str, skill_id: str, skill_env: str | None = None) -> dict[
         env["PYTHONPATH"] = f"{skill_dir}:{skill_env}/python"
         env["NODE_PATH"] = f"{skill_env}/node/node_modules:{IMAGE_NODE_PATH}"
     return env
+#: The folder of a warm container's skill copy made ahead of its run: ``<its root's name><STAGE_SUFFIX>``.
+STAGE_SUFFIX = "-skill"
 OWNER_FILE = ".owner"
 #: How long a workspace without an owner file must stay unchanged to count as abandoned.
 ORPHAN_GRACE_SECONDS = 60.0

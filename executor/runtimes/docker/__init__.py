@@ -27,7 +27,7 @@ from ...config import Settings
 from ...errors import Unavailable
 from ...owners import Verdict
 from ...workers import Causes, Supervisor
-from ...workspace.layout import LAUNCHER_SOCKET, WorkspaceManager
+from ...workspace.layout import LAUNCHER_SOCKET, STAGE_SUFFIX, WorkspaceManager
 from ..base import SandboxPlan
 from ..janitor import Janitor
 from ..skillcopy import make_view, place, stage
@@ -315,7 +315,7 @@ class DockerRuntime:
         if wanted is None:
             return
         skill_id, source = wanted
-        folder = self.workspaces.create_stage(f"{warm.root.name}-skill")
+        folder = self.workspaces.create_stage(f"{warm.root.name}{STAGE_SUFFIX}")
         try:
             warm.staged = stage(folder, skill_id, source, self.owner)
         except BaseException:
