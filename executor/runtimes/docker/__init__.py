@@ -8,7 +8,8 @@ the service.  Containers carry their owner's token and a deadline as labels.
 
 Modules: :mod:`.engine` (configuration and every engine call, errors mapped in one
 place), :mod:`.launcher` (the warm launcher's protocol), :mod:`.sandboxes` (the two
-ways to run), :mod:`.pool` (warm containers, private to this runtime).
+ways to run), :mod:`.pool` (warm containers, private to this runtime), :mod:`.appear`
+(waiting for a launcher's socket without polling).
 """
 
 from __future__ import annotations
