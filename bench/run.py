@@ -471,14 +471,15 @@ def main() -> int:
                 results["floor_none_ms"] = stats(samples["none"])
                 results["floor_disabled_ms"] = stats(samples["disabled"])
             elif section == "library":
-                results.update(bench_library(base, client, image, n_warm, n_cold, tp_runs))
+                # (each warm sample waits for a full pool: quick takes fewer)
+                results.update(bench_library(base, client, image, 6 if quick else n_warm, n_cold, tp_runs))
             elif section == "http":
                 results.update(bench_http(base, client, image, n_warm, n_cold, tp_runs, levels))
             elif section == "coldpath":
                 from coldpath import bench_coldpath
-                # (quick: the network variants are the floor section's; init is the one left)
+                # (quick: the network variants are the floor section's; init is ours with and without)
                 results["coldpath"] = bench_coldpath(client, image, quick,
-                                                     {"init", "ours", "ours_no_init"} if quick else None)
+                                                     {"ours", "ours_no_init"} if quick else None)
             elif section == "workloads":
                 from workloads import bench_workloads
                 # (quick: the two light ones, one sample each, no LibreOffice first-start split)
