@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -46,6 +45,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from executor.config import Settings  # noqa: E402
+from bench.run import in_turn, stats  # noqa: E402
 from executor.runtimes.docker.engine import CONTAINER_WORKSPACE, Engine  # noqa: E402
 
 LABEL = "io.skill-executor.bench"
@@ -53,18 +53,6 @@ LABEL_SESSION = f"{LABEL}.session"
 PHASES = ("create", "start", "wait", "remove")
 
 Config = dict[str, Any]
-
-
-def stats(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
-    return {"p50": statistics.median(ordered), "p90": p90, "n": len(ordered)}
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    started = time.perf_counter()
-    fn()
-    return (time.perf_counter() - started) * 1000
 
 
 class Bench:
@@ -188,13 +176,9 @@ class Bench:
         if warm_up:
             self.cold(baseline)
             self.cold(variant)
-        base_samples, variant_samples = [], []
-        for _ in range(count):
-            time.sleep(pause)
-            base_samples.append(timed(lambda: self.cold(baseline)))
-            time.sleep(pause)
-            variant_samples.append(timed(lambda: self.cold(variant)))
-        return base_samples, variant_samples
+        samples = in_turn({"baseline": lambda: self.cold(baseline), "variant": lambda: self.cold(variant)},
+                          count, pause)
+        return samples["baseline"], samples["variant"]
 
     def churn(self, configs: dict[str, Config], concurrency: int, total: int, rounds: int) -> dict[str, Any]:
         """Runs/s at ``concurrency``: ``total`` containers per configuration, split into

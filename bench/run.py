@@ -101,7 +101,7 @@ def throughput(fn: Callable[[], Any], concurrency: int, total: int) -> float:
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 class Service:
@@ -611,10 +611,11 @@ def report(r: dict[str, Any]) -> None:
     print(f"\n{'target':63} {'measured':>10} {'target':>10}  verdict")
     for t in r["targets"]:
         unit = t["unit"]
-        value = "" if t["value"] is None else (f"{t['value']:.2f}x" if unit == "x" else f"{t['value']:.1f} {unit}")
+        measured = "" if t["value"] is None else (
+            f"{t['value']:.2f}x" if unit == "x" else f"{t['value']:.1f} {unit}")
         limit = f"{t['op']} {t['limit']:g}{'x' if unit == 'x' else ' ' + unit}"
         verdict = "not measured" if t["met"] is None else ("MET" if t["met"] else "NOT MET")
-        print(f"{t['target']:63} {value:>10} {limit:>10}  {verdict}")
+        print(f"{t['target']:63} {measured:>10} {limit:>10}  {verdict}")
     print(f"\nfinished in {r['seconds']} s ({', '.join(f'{k} {v} s' for k, v in r['section_seconds'].items())})")
 
 

@@ -287,6 +287,24 @@ class WorkspaceManager:
 
     def create_root(self, name: str, owner: tuple[int, int] | None = None) -> Path:
         """A fresh workspace folder with the standard layout (no skill yet)."""
+        root = self._new_folder(name)
+        try:
+            for sub in ("work", "work/inputs", "out", "run", "run/home", "run/tmp", SKILLS):
+                (root / sub).mkdir(mode=0o755)
+                if owner is not None and sub != SKILLS:
+                    os.chown(root / sub, *owner)
+        except BaseException:
+            self.discard(root)
+            raise
+        return root
+
+    def create_stage(self, name: str) -> Path:
+        """A fresh folder of this process for a copy made ahead of a run (no container
+        sees it; nothing but its owner file in it); removed with :meth:`discard`."""
+        return self._new_folder(name)
+
+    def _new_folder(self, name: str) -> Path:
+        """``runs/<name>``, made by this process (in use until discarded) with its owner file."""
         if not name or "/" in name or name.startswith("."):
             raise BadRequest(f"invalid run id {name!r}")
         root = self.runs / name
@@ -300,34 +318,6 @@ class WorkspaceManager:
             raise
         try:
             # The owner file appears whole (a sweep never reads half a token).
-            tmp = root / f"{OWNER_FILE}.tmp"
-            tmp.write_text(self.token)
-            os.chmod(tmp, 0o600)
-            os.rename(tmp, root / OWNER_FILE)
-            for sub in ("work", "work/inputs", "out", "run", "run/home", "run/tmp", SKILLS):
-                (root / sub).mkdir(mode=0o755)
-                if owner is not None and sub != SKILLS:
-                    os.chown(root / sub, *owner)
-        except BaseException:
-            self.discard(root)
-            raise
-        return root
-
-    def create_stage(self, name: str) -> Path:
-        """A fresh folder of this process for a copy made ahead of a run (no container
-        sees it; nothing but its owner file in it); removed with :meth:`discard`."""
-        if not name or "/" in name or name.startswith("."):
-            raise BadRequest(f"invalid stage name {name!r}")
-        root = self.runs / name
-        with self._live_lock:
-            self._live.add(name)
-        try:
-            root.mkdir(mode=0o755)
-        except BaseException:
-            with self._live_lock:
-                self._live.discard(name)
-            raise
-        try:
             tmp = root / f"{OWNER_FILE}.tmp"
             tmp.write_text(self.token)
             os.chmod(tmp, 0o600)
