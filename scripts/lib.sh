@@ -8,17 +8,21 @@ PY="$VENV/bin/python"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
-# Create the virtualenv and install the project (with test extras) when pyproject changed.
+# Create the virtualenv and install the pinned environment (requirements/lock.txt, with
+# hashes: exactly what CI tested), then the project itself (editable, no dependencies),
+# whenever pyproject.toml or the lock file changed. The pins move only by
+# ./scripts/lock.sh, a reviewed commit.
 ensure_venv() {
   local stamp="$VENV/.installed" want
-  want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+  want="$(cat "$ROOT/pyproject.toml" "$ROOT/requirements/lock.txt" | sha256sum | cut -d' ' -f1)"
   if [[ -x "$PY" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     return 0
   fi
-  log "creating virtualenv in $VENV"
+  log "creating virtualenv in $VENV (requirements/lock.txt)"
   python3 -m venv "$VENV"
-  "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  "$PY" -m pip install --quiet -e "$ROOT[test]"
+  "$PY" -m pip install --quiet --require-hashes --no-deps -r "$ROOT/requirements/lock.txt"
+  "$PY" -m pip install --quiet --no-deps --no-build-isolation -e "$ROOT"
+  "$PY" -m pip check >/dev/null || { "$PY" -m pip check >&2; log "the locked environment is inconsistent"; return 1; }
   echo "$want" > "$stamp"
 }
 

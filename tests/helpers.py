@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from executor.core import Executor
 from executor.errors import ExecutorError
 from executor.runs.models import RunRequest, RunResult
+
+T = TypeVar("T")
 
 
 def make_skill(root: Path, dirname: str, frontmatter: str, body: str = "# Body\n", *, filename: str = "SKILL.md",
@@ -20,6 +25,20 @@ def make_skill(root: Path, dirname: str, frontmatter: str, body: str = "# Body\n
     data = raw if raw is not None else f"---\n{frontmatter.strip(chr(10))}\n---\n{body}".encode()
     (directory / filename).write_bytes(data)
     return directory
+
+
+def eventually(check: Callable[[], T], *, timeout: float = 15.0, interval: float = 0.05) -> T:
+    """``check()``'s first truthy value, polled until ``timeout``; then its last value.
+
+    For effects that follow an answer rather than precede it (an access-log line, a
+    container's removal, a process's exit): a fixed sleep races them on a loaded machine.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
 
 
 def run(executor: Executor, **fields: object) -> RunResult:

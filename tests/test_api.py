@@ -25,6 +25,7 @@ from executor.client import ApiError, AsyncClient, Client
 
 from .api_server import Server, api_runtime, free_port
 from .conftest import REPO
+from .helpers import eventually
 
 USER, ADMIN = "user-key-123", "admin-key-456"
 
@@ -269,8 +270,7 @@ def test_refusals_are_errors_not_results(client: Client) -> None:
     with expect_error(400):
         client.run({"skill": "math-tools", "command": "true", "inputs": [{"from": "skill://math-tools/SKILL.md", "to": "../../x"}]})
     failed_async = client.submit({"skill": "math-tools", "command": "true", "inputs": [{"from": "artifact://none"}]})
-    time.sleep(0.5)
-    record = client.get_run(failed_async["run_id"])
+    record = eventually(lambda: (r := client.get_run(failed_async["run_id"]))["status"] != "queued" and r)
     assert record["status"] == "failed" and record["error"]["code"] == "artifact_not_found"
 
 
@@ -765,9 +765,11 @@ def test_metrics(client: Client) -> None:
 
 def test_json_logs_with_request_id_and_no_secrets(secured: Server) -> None:
     httpx.get(f"{secured.url}/v1/skills", headers={"Authorization": f"Bearer {USER}", "X-Request-ID": "trace-abc"})
-    time.sleep(0.2)
-    lines = [json.loads(line) for line in secured.log().splitlines() if line.startswith("{")]
-    access = [line for line in lines if line.get("request_id") == "trace-abc"]
+    def access_lines() -> list[dict[str, Any]]:  # written once the answer is sent: wait for it
+        lines = [json.loads(line) for line in secured.log().splitlines() if line.startswith("{")]
+        return [line for line in lines if line.get("request_id") == "trace-abc"]
+
+    access = eventually(access_lines)
     assert access and access[0]["path"] == "/v1/skills" and access[0]["status"] == 200
     assert access[0]["principal"] and access[0]["principal"] not in (USER, ADMIN)
     assert USER not in secured.log() and ADMIN not in secured.log()

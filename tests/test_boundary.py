@@ -19,7 +19,7 @@ from executor.core import Executor
 from executor.errors import ExecutorError
 from executor.runs.models import RunRequest, RunResult
 
-from .helpers import refused, run
+from .helpers import eventually, refused, run
 
 
 @pytest.fixture
@@ -146,9 +146,10 @@ def test_sessions_are_serialised_so_a_swap_race_cannot_run_against_staging(execu
 
 
 def test_a_second_run_of_a_busy_session_is_refused_after_its_timeout(executor: Executor) -> None:
-    first = threading.Thread(target=run, args=(executor,), kwargs={"session": "busy", "command": "sleep 3"})
+    first = threading.Thread(target=run, args=(executor,),
+                             kwargs={"session": "busy", "command": "touch $WORK_DIR/started; sleep 3"})
     first.start()
-    time.sleep(0.8)
+    assert eventually(lambda: (executor.runner.sessions.path("busy", "local") / "work" / "started").exists())
     started = time.monotonic()
     error = refused(executor, session="busy", command="true", timeout=1)
     waited = time.monotonic() - started

@@ -29,6 +29,7 @@ from executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER,
 from executor.runtimes.docker.engine import GVISOR_HOST_TASKS_PER_PID, check_oci_runtime
 
 from .conftest import HARDENING_RUNTIMES, make_settings, require_runtime
+from .helpers import eventually
 
 
 @pytest.fixture(params=HARDENING_RUNTIMES)
@@ -329,15 +330,18 @@ def test_fork_bomb_is_contained(make_docker) -> None:  # type: ignore[no-untyped
         assert 0 < seen.get("max_pids", 1) <= 256 * GVISOR_HOST_TASKS_PER_PID, seen
     else:
         assert "id" in seen and 0 < seen.get("max_pids", 1) <= 256
-    time.sleep(0.5)
-    survivors = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if seen["id"] in Path(f"/proc/{pid}/cgroup").read_text():
-                survivors.append(pid)
-        except OSError:
-            pass
-    assert survivors == []
+
+    def survivors() -> list[str]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if seen["id"] in Path(f"/proc/{pid}/cgroup").read_text():
+                    found.append(pid)
+            except OSError:
+                pass
+        return found
+
+    assert eventually(lambda: not survivors(), timeout=10), survivors()
     assert executor.runner.run(request(command="echo still serving")).stdout == "still serving\n"
 
 
@@ -456,11 +460,14 @@ def test_warm_pool_runs_are_single_use_and_isolated(tmp_path: Path, runtime: str
         # The warm workspace never holds the launcher socket once a run has it.
         assert ".launcher.sock" not in second.stdout
         # Each run used its own container: none of them exists any more.
-        time.sleep(1.0)
         runtime = executor.runtime
         assert isinstance(runtime, DockerRuntime)
-        alive = runtime.client.api.containers(filters={"label": f"{LABEL_OWNER}={runtime.token}"})
-        assert all(c["Labels"][LABEL_RUN] == "warm" for c in alive)
+
+        def only_warm() -> bool:
+            alive = runtime.client.api.containers(filters={"label": f"{LABEL_OWNER}={runtime.token}"})
+            return all(c["Labels"][LABEL_RUN] == "warm" for c in alive)
+
+        assert eventually(only_warm)
     finally:
         executor.close()
 

@@ -31,9 +31,9 @@ from executor.runtimes.docker.sandboxes import WarmSandbox
 from executor.runtimes.streams import ProtocolError
 from executor.workspace.layout import environment
 
+from . import test_docker
 from .conftest import HARDENING_RUNTIMES, make_settings, require_runtime
 from .helpers import run
-from . import test_docker
 
 #: The fixture of test_docker: per-run containers and a warm pool, on runc and on gVisor.
 make_docker = test_docker.make_docker

@@ -15,7 +15,7 @@ from executor.core import Executor
 from executor.errors import ExecutorError
 from executor.runs.models import RunResult
 
-from .helpers import leftover_runs, make_skill, refused, run
+from .helpers import eventually, leftover_runs, make_skill, refused, run
 
 
 def files(result: RunResult) -> dict[str, object]:
@@ -426,8 +426,12 @@ def test_background_leftovers_are_killed_after_exit(executor: Executor) -> None:
 
 
 def _sleepers_left(arg: str) -> bool:
-    """True when a ``sleep ARG`` process still exists anywhere on the host (containers included)."""
-    time.sleep(0.2)
+    """True when a ``sleep ARG`` process still exists anywhere on the host (containers
+    included) once the kill had time to land (polled: a loaded machine reaps late)."""
+    return not eventually(lambda: not _sleeper_exists(arg), timeout=10)
+
+
+def _sleeper_exists(arg: str) -> bool:
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:

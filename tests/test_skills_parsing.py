@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.skills import check, load_skill
+from executor.skills import check, load_skill, parser
 from executor.skills.loader import SkillLoadError, split_tools
 from executor.skills.parser import MAX_FRONTMATTER_BYTES, MAX_SKILL_FILE_BYTES
 from executor.skills.spec import derive_id
@@ -152,6 +152,15 @@ def test_flow_and_block_lists_and_anchors_are_valid_yaml(tmp_path: Path) -> None
     assert skill.extras["x-merged"] == {"k": "v", "z": "w"}
 
 
+@pytest.fixture(params=["libyaml", "python"])
+def yaml_parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each YAML test runs with libyaml and with PyYAML's pure-Python parser: same verdicts."""
+    if request.param not in parser._LOADERS:  # pragma: no cover - the lock file's PyYAML has libyaml
+        pytest.fail(f"PyYAML has no {request.param} parser here")
+    monkeypatch.setattr(parser, "YAML_PARSER", request.param)
+    return str(request.param)
+
+
 def _merge_bomb(levels: int, copies: int) -> list[str]:
     """Each level merges the previous one ``copies`` times: copies**levels keys to flatten."""
     lines = ["m0: &m0 {x: 1, y: 2}"]
@@ -187,7 +196,9 @@ def _laughs() -> list[str]:
     ids=["laughs", "merge-keys", "deep-flow", "deep-flow-map", "deep-block", "deep-keys", "dense", "aliases",
          "text", "cycle", "merge-cycle"],
 )
-def test_yaml_bombs_are_refused_fast(tmp_path: Path, yaml_lines: list[str], bound: str) -> None:
+def test_yaml_bombs_are_refused_fast(
+    tmp_path: Path, yaml_parser: str, yaml_lines: list[str], bound: str
+) -> None:
     d = make_skill(tmp_path, "demo", "\n".join(["name: demo", "description: d", *yaml_lines]))
     started = time.perf_counter()
     with pytest.raises(SkillLoadError) as info:
@@ -198,6 +209,46 @@ def test_yaml_bombs_are_refused_fast(tmp_path: Path, yaml_lines: list[str], boun
     assert bound in fatal.message and "the frontmatter is refused" in fatal.message
     verdict = check(d)
     assert not verdict.valid and codes(verdict.errors) == ["yaml-invalid"]
+
+
+@pytest.mark.parametrize(
+    "opener, depth",
+    [(o, d) for o in ("[", "{a: ") for d in (65, 500, 999, 1001, 5000)] + [("[", 20000)],
+)
+def test_deep_nesting_is_one_verdict_whichever_stops_it(
+    tmp_path: Path, yaml_parser: str, depth: int, opener: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libyaml (PyYAML 6.0.4+) stops deep flow collections itself while scanning ahead;
+    the composer stops them at 64.  Whichever comes first, the refusal is the same, and
+    never a candidate for repair (a repair once read a 20 000-deep bomb as text)."""
+    closer = "]" if opener == "[" else "}"
+    for description in ("d", "Use when: x"):  # the second needs a repair: the bomb must not get one
+        d = make_skill(tmp_path / f"{len(description)}", "demo",
+                       f"name: demo\ndescription: {description}\nk: " + opener * depth + closer * depth)
+        with pytest.raises(SkillLoadError) as info:
+            load_skill(d)
+        fatal = info.value.diagnostics[0]
+        assert fatal.code == "yaml-invalid"
+        assert "collections nested more than 64 deep" in fatal.message, fatal.message
+        assert not any(n.code == "yaml-repaired" for n in info.value.diagnostics)
+
+
+def test_libyaml_nesting_limit_is_refused_as_the_depth_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """libyaml's own limit, set below the composer's, gives the composer's verdict."""
+    from yaml import _yaml  # type: ignore[attr-defined]
+
+    if getattr(_yaml, "_get_max_nest_level", lambda: -1)() < 0:
+        pytest.fail("the locked PyYAML/libyaml exposes no nesting limit; update this test with the lock")
+    monkeypatch.setattr(parser, "YAML_PARSER", "libyaml")
+    before = _yaml._get_max_nest_level()
+    _yaml._set_max_nest_level(10)
+    try:
+        d = make_skill(tmp_path, "demo", "name: demo\ndescription: d\nk: " + "[" * 20 + "]" * 20)
+        with pytest.raises(SkillLoadError) as info:
+            load_skill(d)
+    finally:
+        _yaml._set_max_nest_level(before)
+    assert "collections nested more than 64 deep (line 4)" in info.value.diagnostics[0].message
 
 
 def test_repair_path_is_bounded_too(tmp_path: Path) -> None:

@@ -335,14 +335,21 @@ class RunManager:
     ) -> None:
         """Publish the final status and the last event, wake waiters, then record the outcome.
 
-        Waiters are answered before the store write (off the answer's path); until the
-        write is done the handle stays registered and :meth:`_current` answers from it,
-        so a client that reads the run right after its answer sees the outcome.
+        ``on_finish`` (the metrics) runs first, so what it records is visible to a client
+        as soon as it has its answer.  Waiters are answered before the store write (off
+        the answer's path); until the write is done the handle stays registered and
+        :meth:`_current` answers from it, so a client that reads the run right after its
+        answer sees the outcome.
         """
         run_id = handle.run_id
         record = replace(handle.record, status=status, result=body, error=error, updated_at=time.time())
         with handle._lock:
             record.events = len(handle.events) + 2  # + the final status and the last event
+        if self.on_finish is not None:
+            try:
+                self.on_finish(record)
+            except Exception:
+                log.exception("on_finish hook failed")
         handle.publish("status", status)
         handle.publish(*terminal(record))
         handle.future.set_result(record)
@@ -354,11 +361,6 @@ class RunManager:
             with self._lock:
                 self._handles.pop(run_id, None)
             handle.recorded.set()
-        if self.on_finish is not None:
-            try:
-                self.on_finish(record)
-            except Exception:
-                log.exception("on_finish hook failed")
 
     def handle(self, run_id: str) -> RunHandle | None:
         """The live view of a run of this process (no authorization: use after :meth:`get`)."""

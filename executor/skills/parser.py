@@ -32,22 +32,29 @@ from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.events import AliasEvent, Event, NodeEvent
 from yaml.nodes import MappingNode, Node, ScalarNode
+from yaml.parser import Parser as _PyParser
+from yaml.reader import Reader
 from yaml.resolver import Resolver
+from yaml.scanner import Scanner
 
 from .spec import Diagnostic
 
-try:  # libyaml scans and parses in C, 5-10x faster; composing stays in Python (bounded below)
-    from yaml._yaml import CParser as _Parser
-except ImportError:  # pragma: no cover - PyYAML built without libyaml
-    from yaml.parser import Parser as _PyParser
-    from yaml.reader import Reader
-    from yaml.scanner import Scanner
 
-    class _Parser(Reader, Scanner, _PyParser):  # type: ignore[no-redef]
-        def __init__(self, stream: str) -> None:
-            Reader.__init__(self, stream)
-            Scanner.__init__(self)
-            _PyParser.__init__(self)
+class _PythonParser(Reader, Scanner, _PyParser):
+    """PyYAML's pure-Python reader, scanner and parser (the fallback without libyaml)."""
+
+    def __init__(self, stream: str) -> None:
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        _PyParser.__init__(self)
+
+
+try:  # libyaml scans and parses in C, 5-10x faster; composing stays in Python (bounded below)
+    from yaml._yaml import CParser as _CParser
+
+    _HAVE_LIBYAML = True
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    _HAVE_LIBYAML = False
 
 
 MAX_SKILL_FILE_BYTES = 4 * 1024 * 1024
@@ -163,15 +170,10 @@ class _BoundedComposer(Composer):
             )
 
 
-class _StringLoader(_BoundedComposer, _Parser, SafeConstructor, Resolver):
-    """A bounded safe loader that resolves every plain scalar to a string and records duplicates."""
+class _LoaderMixin(SafeConstructor, Resolver):
+    """Resolves every plain scalar to a string and records duplicate keys."""
 
-    def __init__(self, stream: str) -> None:
-        _Parser.__init__(self, stream)
-        SafeConstructor.__init__(self)
-        Resolver.__init__(self)
-        _BoundedComposer.__init__(self)
-        self.duplicate_keys: list[tuple[str, int]] = []
+    duplicate_keys: list[tuple[str, int]]
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[str] = set()
@@ -183,9 +185,66 @@ class _StringLoader(_BoundedComposer, _Parser, SafeConstructor, Resolver):
         return super().construct_mapping(node, deep=deep)
 
 
+class _PythonStringLoader(_BoundedComposer, _PythonParser, _LoaderMixin):
+    """The bounded safe string loader over PyYAML's pure-Python parser."""
+
+    def __init__(self, stream: str) -> None:
+        _PythonParser.__init__(self, stream)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+        _BoundedComposer.__init__(self)
+        self.duplicate_keys = []
+
+
+_LOADERS: dict[str, type[Any]] = {"python": _PythonStringLoader}
+if _HAVE_LIBYAML:
+
+    class _CStringLoader(_BoundedComposer, _CParser, _LoaderMixin):
+        """The bounded safe string loader over libyaml's scanner and parser."""
+
+        def __init__(self, stream: str) -> None:
+            _CParser.__init__(self, stream)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+            _BoundedComposer.__init__(self)
+            self.duplicate_keys = []
+
+    _LOADERS["libyaml"] = _CStringLoader
+
 # No implicit typing at all: ints, floats, booleans, nulls and timestamps stay strings.
-_StringLoader.yaml_implicit_resolvers = {}
-_StringLoader.add_implicit_resolver(_MERGE_TAG, re.compile(r"^(?:<<)$"), ["<"])
+for _loader in _LOADERS.values():
+    _loader.yaml_implicit_resolvers = {}
+    _loader.add_implicit_resolver(_MERGE_TAG, re.compile(r"^(?:<<)$"), ["<"])
+
+#: Which parser reads frontmatter: libyaml where PyYAML was built with it.  The verdict
+#: is the same with either (tests run both); only the speed differs.
+YAML_PARSER = "libyaml" if "libyaml" in _LOADERS else "python"
+
+
+def _resource_error(exc: BaseException) -> YamlLimitError | None:
+    """The bound a scanner or parser error stands for, if it is about resources, not syntax.
+
+    libyaml (PyYAML 6.0.4 and later, libyaml 0.2.6) stops a deep flow collection itself
+    while scanning ahead ("exceeded maximum nesting depth", at ~1000 levels), before the
+    composer's own depth bound sees it; a recursion or memory error is a bound too.  All
+    are refusals with the composer's message, whatever PyYAML or libyaml is installed,
+    and never a reason to try a repair.
+    """
+    if isinstance(exc, YamlLimitError):
+        return exc
+    if isinstance(exc, yaml.MarkedYAMLError):
+        text = f"{exc.context or ''} {exc.problem or ''}"
+        if "nesting depth" in text or "nest level" in text:
+            mark = exc.problem_mark or exc.context_mark
+            return YamlLimitError(
+                f"collections nested more than {YAML_LIMITS.max_depth} deep", mark.line if mark else None
+            )
+        return None
+    if isinstance(exc, RecursionError):
+        return YamlLimitError(f"collections nested more than {YAML_LIMITS.max_depth} deep", None)
+    if isinstance(exc, MemoryError):
+        return YamlLimitError("more memory than reading frontmatter may take", None)
+    return None
 
 
 def _stringify(value: Any, memo: dict[int, Any]) -> Any:
@@ -231,12 +290,17 @@ def load_yaml(text: str) -> tuple[Any, list[tuple[str, int]]]:
     Raises :class:`yaml.YAMLError` for anything unreadable (:class:`YamlLimitError`
     when a bound of :data:`YAML_LIMITS` is crossed), never another exception.
     """
-    loader = _StringLoader(text)
+    loader = _LOADERS[YAML_PARSER](text)
     try:
         data = loader.get_single_data()
         return _stringify(data, {}), loader.duplicate_keys
     except (ValueError, TypeError, OverflowError) as exc:  # an explicit tag: !!int x, !!timestamp 2024-13-01
         raise yaml.constructor.ConstructorError(None, None, f"a tagged value cannot be read: {exc}") from None
+    except (yaml.YAMLError, RecursionError, MemoryError) as exc:
+        bound = _resource_error(exc)
+        if bound is None:
+            raise
+        raise bound from None
     finally:
         loader.dispose()
 
@@ -251,11 +315,7 @@ _TOP_KEY = re.compile(r"^[^\s#'\"\-?:][^:]*:(?:[ \t]|$)")
 def _readable_alone(value: str) -> bool:
     """Can YAML read ``value`` as the value of one key, as written?"""
     try:
-        loader = _StringLoader(f"k: {value}")
-        try:
-            return isinstance(loader.get_single_data(), dict)
-        finally:
-            loader.dispose()
+        return isinstance(load_yaml(f"k: {value}")[0], dict)
     except YamlLimitError:
         return True  # readable, and refused as written by the second parse
     except (yaml.YAMLError, ValueError, TypeError, OverflowError):
