@@ -271,7 +271,8 @@ class SkillServer:
         return types.ReadResourceResult(contents=[model.model_validate(contents)])
 
     def _artifact(self, ref: str, who: Principal) -> tuple[Any, bytes]:
-        name, version = parse_ref(ref)
+        """``artifact://name[@version]``: the caller's artifact and its bytes."""
+        name, version = parse_ref(ref.removeprefix("artifact://"))
         store = self.backend.artifacts()
         info = store.info(name, version, tenant=who.id)
         if info.size > ARTIFACT_MAX_BYTES:
