@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     # How long a shutdown (SIGTERM) lets runs in flight finish before cancelling them;
     # under `docker stop`'s 10 s with room for the cancellation and the clean-up.
     shutdown_grace_seconds: float = Field(default=8.0, ge=0)
+    # -- MCP over HTTP (/mcp): sessions (executor/mcp/sessions.py) --
+    mcp_sessions_per_key: int = Field(default=32, gt=0)  # open MCP sessions one key may hold (429 past it)
+    mcp_session_idle_seconds: float = Field(default=1800.0, gt=0, allow_inf_nan=False)  # then the session is closed
 
     # -- Docker runtime --------------------------------------------------------------
     docker_image: str = "skill-executor/runner:latest"

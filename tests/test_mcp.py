@@ -267,9 +267,13 @@ def test_http_needs_a_key(tmp_path: Path) -> None:
                 assert any(e["uri"] == "skill://csv-report/SKILL.md" for e in listed["skills"])
                 put = await client.call_tool("artifact_put", {"name": "mine.txt", "text": "one"})
                 assert not put.is_error
+                mine = await client.call_tool("artifact_get", {"ref": "mine.txt"})
+                assert not mine.is_error and mine.structured_content["size"] == 3, mine.content
+                read = await client.read_resource(put.structured_content["ref"])
+                assert isinstance(read.contents[0], types.TextResourceContents) and read.contents[0].text == "one"
             async with http_client(server, "k-two") as other:
                 got = await other.call_tool("artifact_get", {"ref": "mine.txt"})
-                assert got.is_error  # the other key's artifact: not found
+                assert got.is_error and "artifact_not_found" in got.content[0].text  # the other key's: not found
 
         anyio.run(main)
     finally:

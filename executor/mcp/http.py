@@ -3,15 +3,20 @@
 Same rules as the REST API: the bearer token of every request says who is calling
 (:class:`~executor.api.auth.KeyRing`; 401 without a valid one when keys are configured),
 runs and artifacts are that key's tenant's, and the app's ``BrowserGuard`` checks
-``Host``/``Origin`` before anything here runs.  An MCP session belongs to the key that
-opened it: another (non-admin) key presenting its id is answered 404, as if it did not
-exist.  The SDK's session manager runs inside the app's lifespan (:meth:`McpHttp.running`).
+``Host``/``Origin`` before anything here runs.
+
+Sessions (:mod:`.sessions`): a request names at most one session, in exactly one
+``mcp-session-id`` header (else 400), and the SDK sees only that header.  A session
+belongs to the key that opened it, for every method: any other key -- an admin's too --
+is answered 404 ``session_not_found``, as for a session that does not exist.  A key has at
+most ``mcp_sessions_per_key`` open sessions (429 ``mcp_session_limit``); one idle for
+``mcp_session_idle_seconds`` is closed.  The SDK's session manager runs inside the app's
+lifespan (:meth:`McpHttp.running`).
 """
 
 from __future__ import annotations
 
-import threading
-import time
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,23 +24,20 @@ from typing import Any
 import anyio
 from fastapi import FastAPI
 from mcp.server.context import ServerRequestContext
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from ..access import Principal
 from ..api.auth import KeyRing
 from ..api.errors import error_response
+from ..config import Settings
 from ..errors import ExecutorError
 from .server import Backend, SkillServer
+from .sessions import SessionLimit, Sessions, bind_caller, session_header, single_header
 from .watch import watch_catalog
 
 PATH = "/mcp"
-SESSION_HEADER = b"mcp-session-id"
-#: Sessions idle this long are closed by the SDK.
-IDLE_SECONDS = 30 * 60.0
-#: The ownership map is pruned of idle sessions once it holds this many.
-PRUNE_AT = 10_000
+log = logging.getLogger("executor.mcp")
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
@@ -48,10 +50,11 @@ def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
 
 
 class McpHttp:
-    """The ``/mcp`` endpoint: authentication, session ownership, then the SDK."""
+    """The ``/mcp`` endpoint: authentication, the session header and its owner, then the SDK."""
 
     def __init__(self, app: FastAPI) -> None:
         state = app.state
+        settings: Settings = state.settings
         backend = Backend(
             repository=lambda: state.executor.repository,
             manager=lambda: state.manager,
@@ -62,10 +65,8 @@ class McpHttp:
         )
         self.keyring: KeyRing = state.keyring
         self.skills = SkillServer(backend)
-        self.manager = StreamableHTTPSessionManager(self.skills.server, session_idle_timeout=IDLE_SECONDS)
-        #: session id -> (the key id that opened it, when it was last used); only sessions opened here
-        self._owners: dict[str, tuple[str, float]] = {}
-        self._lock = threading.Lock()
+        self.manager = Sessions(self.skills.server, idle_seconds=settings.mcp_session_idle_seconds,
+                                per_key=settings.mcp_sessions_per_key, on_close=self.skills.forget)
         app.router.routes.append(Route(PATH, endpoint=self, methods=["GET", "POST", "DELETE"]))
 
     @asynccontextmanager
@@ -78,49 +79,30 @@ class McpHttp:
                 group.cancel_scope.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = dict(scope.get("headers") or [])
         try:
-            who = self.keyring.authenticate(_header(headers, b"authorization"))
+            authorization = single_header(scope, b"authorization", "ambiguous_authorization")
+            who = self.keyring.authenticate(authorization.decode("latin-1") if authorization is not None else None)
         except ExecutorError as exc:
             response = error_response(exc.status, exc.code, exc.message)
-            response.headers["WWW-Authenticate"] = "Bearer"
+            if exc.status == 401:
+                response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
             return
-        session = _header(headers, SESSION_HEADER)
-        if session is not None:
-            with self._lock:
-                entry = self._owners.get(session)
-                if entry is not None:
-                    self._owners[session] = (entry[0], time.monotonic())
-            # A session of another key -- or one this endpoint never opened -- does not exist for this caller.
-            if entry is None or (entry[0] != who.id and not who.admin):
-                await error_response(404, "session_not_found", "no such MCP session")(scope, receive, send)
-                return
-        scope.setdefault("state", {})["principal"] = who
-
-        async def remember(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                for key, value in message.get("headers") or []:
-                    if key.lower() == SESSION_HEADER:
-                        with self._lock:
-                            self._forget_idle()
-                            self._owners.setdefault(value.decode("latin-1"), (who.id, time.monotonic()))
-            await send(message)
-
-        await self.manager.handle_request(scope, receive, remember)
-
-
-    def _forget_idle(self) -> None:
-        """Owners of sessions the SDK has closed for idleness (never a live session's: losing
-        its owner would let it be refused, never taken over)."""
-        if len(self._owners) < PRUNE_AT:
+        scope.setdefault("state", {})["principal"] = who  # also for the access log of a refusal below
+        try:
+            session = session_header(scope)
+        except ExecutorError as exc:
+            await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
             return
-        cutoff = time.monotonic() - IDLE_SECONDS - 60
-        for session in [s for s, (_, seen) in self._owners.items() if seen < cutoff]:
-            del self._owners[session]
-
-
-def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
-    value = headers.get(name)
-    return value.decode("latin-1") if value is not None else None
-
+        # A session of another key (an admin's too) -- or one that is not open -- does not exist for this caller.
+        if session is not None and (owner := self.manager.owner(session)) != who.id:
+            if owner is not None:
+                log.warning("MCP session of another key refused", extra={
+                    "principal": who.id, "owner": owner, "method": scope.get("method")})
+            await error_response(404, "session_not_found", "no such MCP session")(scope, receive, send)
+            return
+        bind_caller(scope, who)
+        try:
+            await self.manager.handle_request(scope, receive, send)
+        except SessionLimit as exc:  # raised before the SDK admitted a session or answered anything
+            await error_response(exc.status, exc.code, exc.message)(scope, receive, send)

@@ -159,7 +159,7 @@ class SkillServer:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._files: SkillFiles | None = None
-        self.sessions: dict[int, Any] = {}
+        self.sessions: dict[str | int, Any] = {}
         server = _Server(
             "skill-executor", version=__version__, instructions=INSTRUCTIONS,
             on_list_tools=self.list_tools, on_call_tool=self.call_tool,
@@ -184,10 +184,21 @@ class SkillServer:
         return self._files
 
     def _seen(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        """Remember the connection, for ``notifications/resources/list_changed``."""
+        """Remember the connection, for ``notifications/resources/list_changed``: an HTTP
+        session by its id (until it closes: :meth:`forget`), stdio's one connection; a
+        stateless HTTP request (2026-07-28) has no stream to hear it on."""
         connection = getattr(ctx.session, "_connection", None)
-        if connection is not None and id(connection) not in self.sessions:
-            self.sessions[id(connection)] = ctx.session
+        if connection is None:
+            return
+        session_id = getattr(connection, "session_id", None)
+        if isinstance(session_id, str):
+            self.sessions.setdefault(session_id, ctx.session)
+        elif ctx.request is None:
+            self.sessions.setdefault(id(connection), ctx.session)
+
+    def forget(self, session_id: str) -> None:
+        """The HTTP session ``session_id`` has closed."""
+        self.sessions.pop(session_id, None)
 
     async def notify_list_changed(self) -> None:
         for key, session in list(self.sessions.items()):
@@ -271,7 +282,8 @@ class SkillServer:
         return types.ReadResourceResult(contents=[model.model_validate(contents)])
 
     def _artifact(self, ref: str, who: Principal) -> tuple[Any, bytes]:
-        name, version = parse_ref(ref)
+        """``artifact://name[@version]``: the caller's artifact and its bytes."""
+        name, version = parse_ref(ref.removeprefix("artifact://"))
         store = self.backend.artifacts()
         info = store.info(name, version, tenant=who.id)
         if info.size > ARTIFACT_MAX_BYTES:
