@@ -222,8 +222,10 @@ def test_cancel_kills_the_container(tmp_path: Path) -> None:
                 group.start_soon(call)
                 with anyio.fail_after(60):
                     await running.wait()
-                await anyio.sleep(0.5)
-                assert engine.api.containers(filters={"label": f"io.skill-executor.run={run_ids[0]}"})
+                # "running" is said once the run has its slot; its container starts after that.
+                with anyio.fail_after(60):
+                    while not engine.api.containers(filters={"label": f"io.skill-executor.run={run_ids[0]}"}):
+                        await anyio.sleep(0.1)
                 group.cancel_scope.cancel()
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and engine.api.containers(
