@@ -5,13 +5,17 @@ output. The engine-level versions are in test_skill_tests_ci.py."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
+import xmlschema
 
 from executor.testing.checks import RunFile, check_files
 from executor.testing.loader import TestFileError, read_test_file
@@ -20,6 +24,7 @@ from executor.testing.spec import FileExpect
 
 from .conftest import REPO
 
+JUNIT_XSD = Path(__file__).parent / "fixtures" / "junit-jenkins.xsd"
 SKILL_MD = "---\nname: {name}\ndescription: A skill to test the tests. Use in tests.\n---\n# {name}\n"
 
 
@@ -115,3 +120,130 @@ def test_a_test_file_cannot_carry_control_characters_in_a_case_name(tmp_path: Pa
     folder = skill(tmp_path, 'cases:\n  - {name: "ok\\n::add-mask::x", command: "true"}\n')
     with pytest.raises(TestFileError, match="control characters"):
         read_test_file(folder / "tests" / "skill-tests.yaml")
+
+
+# -- 5b: workflow-command injection, 5c: unbounded log and report -----------------------
+
+#: What a line may not look like once printed: a runner would act on it.
+#: GitHub (actions/runner ActionCommand): "::cmd::" after TrimStart (V2), "##[cmd]" anywhere (V1);
+#: Azure: "##vso[" anywhere (any case); TeamCity "##teamcity["; GitLab: "\r" and ANSI (section markers).
+_NET_WHITESPACE = "".join(chr(c) for c in range(0x110000) if chr(c).isspace() and c not in range(0x1c, 0x20))
+
+
+def runner_commands(text: str) -> list[str]:
+    found = [repr(c) for c in ("\r", "\x1b", "\x9b", "\x07") if c in text]
+    for line in text.split("\n"):
+        if line.lstrip(_NET_WHITESPACE).startswith("::"):
+            found.append(line[:120])
+        if re.search(r"##[a-z]*\[", line, re.IGNORECASE):
+            found.append(line[:120])
+    return found
+
+
+HOSTILE = [
+    "::add-mask::hunter2", "  \t::set-env name=NODE_OPTIONS::--require /tmp/x.js",
+    "::error file=SKILL.md,line=1::pwned",
+    "\u00a0\u2003::warning::nbsp-indented", "::stop-commands::tok3n", "##vso[task.setvariable variable=x]y",
+    "text then ##VSO[task.complete result=Succeeded]done", "##[error]legacy", "## [not a command]",
+    "##teamcity[buildStatus text='ok']", "ok\r::add-mask::after-cr", "\x1b[2J\x1b]0;title\x07colour",
+    "\x1b[0Ksection_start:1:hidden\r\x1b[0Kheader", "a\u2028::set-output name=x::y", "\u202eevil\u202c",
+    "\x85::notice::nel", "\ufeff::debug::bom",
+]
+#: Also tried in text: a lone surrogate (no UTF-8 log could take it).
+SURROGATE = "\ud800lone surrogate"
+
+
+def test_inert_leaves_nothing_a_runner_acts_on() -> None:
+    from executor.testing.logtext import inert
+
+    text = "\n".join([*HOSTILE, SURROGATE])
+    assert runner_commands(text)  # the checker sees them
+    out = inert(text)
+    assert runner_commands(out) == [], out
+    assert out.encode("utf-8")  # writable to a UTF-8 log
+    assert inert("## Heading\nplain: text, a::b, C:\\path") == "## Heading\nplain: text, a::b, C:\\path"
+    assert inert(out) == out  # idempotent
+    assert inert("::add-mask::x") == "\\x3a:add-mask::x" and inert("##vso[x]") == "##vso\\x5b" + "x]"
+
+
+def test_cuts_never_make_a_new_command_line() -> None:
+    from executor.testing.logtext import Caps, for_log
+
+    caps = Caps(line_chars=10, case_chars=30)
+    for shift in range(12):
+        text = "x" * shift + "::add-mask::abcdefghijklmnopqrstuvwxyz" * 3
+        for keep in ("head", "tail"):
+            out = for_log(text, caps, keep=keep)
+            assert runner_commands(out) == [], (shift, keep, out)
+            assert "[truncated:" in out
+
+
+def failing_outcome(stdout: str, name: str = "hostile") -> Any:
+    from executor.testing.checks import Failure
+    from executor.testing.runner import Outcome
+
+    return Outcome("demo", name, "demo/tests/skill-tests.yaml", "failed", 5, run_id="r", exit_code=1,
+                   command="echo '::add-mask::x'\n::set-output name=a::b", stdout=stdout, stderr=stdout,
+                   message="note ##vso[task.complete]", failures=[
+                       Failure("stdout.equals", "stdout differs\n::error::x", expected="::warning::e\n##[error]",
+                               got=stdout, diff="--- a\n+++ b\n-::add-mask::x\n+" + stdout[:5000]),
+                       Failure("stdout.contains", "::debug::y", expected=stdout, got=stdout)])
+
+
+def test_a_failure_text_is_inert_and_bounded() -> None:
+    from executor.testing.logtext import Caps
+    from executor.testing.report import describe
+
+    hostile = "\n".join([*HOSTILE, SURROGATE])
+    huge = hostile + "\n" + "y" * 5_000_000 + "\n" + "\n".join(f"::add-mask::{i}" for i in range(10_000))
+    caps = Caps()
+    text = describe(failing_outcome(huge), caps)
+    assert runner_commands(text) == []
+    assert len(text) < caps.case_chars + 200
+    assert all(len(line) < caps.line_chars + 100 for line in text.split("\n"))
+    assert "[truncated:" in text
+
+
+def test_the_console_is_bounded_and_always_ends_with_the_summary() -> None:
+    import io
+
+    from executor.testing.console import Console
+    from executor.testing.logtext import Caps
+    from executor.testing.runner import Report
+
+    outcomes = [failing_outcome("\n".join(HOSTILE) + "z" * 100_000, name=f"case {i} ##[error]x") for i in range(300)]
+    stream = io.StringIO()
+    console = Console(stream, live=False, caps=Caps(log_bytes=256 * 1024))
+    for outcome in outcomes:
+        console.finished(outcome)
+    console.report(Report(outcomes, "docker (test)", datetime(2026, 11, 23, tzinfo=UTC), 10))
+    out = stream.getvalue()
+    assert runner_commands(out) == []
+    assert len(out.encode()) < 256 * 1024 + 1024
+    assert "[truncated: the log reached its limit of 262144 bytes (--max-log-bytes)" in out
+    assert re.search(r"\[truncated: \d+ bytes of the log were left out\]", out)
+    assert out.rstrip("\n").split("\n")[-1].startswith("300 cases: 300 failed")
+
+
+def test_reports_are_bounded_schema_valid_and_inert() -> None:
+    from executor.testing.logtext import Caps
+    from executor.testing.report import json_report, junit_xml
+    from executor.testing.runner import Report
+
+    big = "\n".join(HOSTILE) + "\n" + ("w" * 50_000 + "\n") * 20
+    outcomes = [failing_outcome(big, name=f"case {i}") for i in range(200)]
+    report = Report(outcomes, "docker (test)", datetime(2026, 11, 23, tzinfo=UTC), 10)
+    caps = Caps(report_bytes=2 * 1024 * 1024)
+    xml = junit_xml(report, caps)
+    assert len(xml) < caps.report_bytes + 200 * 2000  # the budget, plus each case's verdict and markers
+    xmlschema.XMLSchema(str(JUNIT_XSD)).validate(xml.decode())
+    assert b"(--max-report-bytes); " in xml and xml.count(b"<testcase ") == 200
+    assert runner_commands(xml.decode()) == []
+    body = json_report(report, caps)
+    assert len(body) < caps.report_bytes + 200 * 4000
+    data = json.loads(body)
+    assert len(data["cases"]) == 200 and {c["status"] for c in data["cases"]} == {"failed"}
+    assert "(--max-report-bytes)" in body.decode()
+    assert runner_commands(body.decode()) == [] and runner_commands(json.dumps(data, ensure_ascii=False)) == []
+    small = json.loads(json_report(Report(outcomes[:1], "x", datetime(2026, 11, 23, tzinfo=UTC), 1)))
+    assert "[truncated:" in small["cases"][0]["failures"][0]["got"]  # per-line cut, not the budget

@@ -30,6 +30,7 @@ import pytest
 
 from ..errors import ExecutorError
 from .loader import SkillTests, TestFileError, load_skill_tests
+from .logtext import Caps, for_log, inert
 from .spec import TEST_FILE_NAMES, Case
 
 _STATE = pytest.StashKey["SkillExecutor"]()
@@ -211,11 +212,11 @@ class SkillTestFile(pytest.File):
         try:
             tests = load_skill_tests(skill_dir, test_file=self.path)
         except TestFileError as exc:
-            raise self.CollectError(exc.message) from None
+            raise self.CollectError(for_log(exc.message, Caps())) from None
         yield ValidateItem.from_parent(self, name="validate", tests=tests)
         assert tests.tests is not None
-        for case in tests.tests.cases:
-            yield SkillCaseItem.from_parent(self, name=case.name, tests=tests, case=case)
+        for case in tests.tests.cases:  # pytest prints item names in the CI log
+            yield SkillCaseItem.from_parent(self, name=inert(case.name), tests=tests, case=case)
 
 
 class _SkillItem(pytest.Item):
@@ -228,14 +229,15 @@ class _SkillItem(pytest.Item):
         return self.config.stash[_STATE]
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        caps = Caps()
         if isinstance(excinfo.value, SkillCaseFailed):
             from .report import describe
 
             outcome = excinfo.value.outcome
             headline = outcome.failures[0].message if outcome.failures else outcome.message or outcome.status
-            return f"{headline}\n{describe(outcome)}"
+            return f"{for_log(headline, caps)}\n{describe(outcome, caps)}"
         if isinstance(excinfo.value, ExecutorError):
-            return f"{excinfo.value.code}: {excinfo.value.message}"
+            return f"{excinfo.value.code}: {for_log(excinfo.value.message, caps)}"
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
