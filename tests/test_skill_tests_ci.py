@@ -1,5 +1,6 @@
 """``skill-executor test`` as a pull request's CI runs it, attacked by that pull request, on
-the real engine: what reaches the CI log, and how large the log and the reports grow."""
+the real engine and a real service: what reaches the CI log, how large the log and the
+reports grow, and what a ``--server`` run changes on the service."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import xmlschema
 
+from executor.client import Client
+
+from .api_server import Server
 from .conftest import REPO, require_runtime
 from .test_skill_tests_hostile import HOSTILE, JUNIT_XSD, runner_commands
 
@@ -125,3 +131,114 @@ def test_a_hostile_skills_output_commands_nothing_and_is_bounded(tmp_path: Path)
             assert len(out.encode()) < 200_000 and len(junit) < 400_000 and len(report) < 400_000
         assert peak < 2048  # generous; see the print
     print(f"(log, junit, json bytes, CLI peak RSS MiB) default caps: {sizes[0]}, small caps: {sizes[1]}")
+
+
+# -- 5a: a --server run changes nothing live ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = Server(tmp_path_factory.mktemp("skill-tests-ci-server"))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+PROBE_TESTS = "cases:\n  - {name: says hi, command: 'echo hi', expect: {stdout: {equals: \"hi\\n\"}}}\n"
+
+
+def probe_skill(root: Path, name: str, description: str) -> Path:
+    folder = root / name
+    (folder / "tests").mkdir(parents=True)
+    (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: {description}\n---\n# {name}\n")
+    (folder / "tests" / "skill-tests.yaml").write_text(PROBE_TESTS)
+    return folder
+
+
+def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "executor.cli.main", "test", *args], cwd=tmp_path,
+                          env=cli_env(tmp_path), capture_output=True, text=True, timeout=600)
+
+
+def live_state(server: Server, name: str) -> tuple[object, object]:
+    """(the skill's version list or its 404 code, the overview's entry for it)."""
+    with Client(server.url) as client:
+        try:
+            versions: object = client.skill_versions(name)
+        except Exception as exc:  # noqa: BLE001 -- the code is the state
+            versions = getattr(exc, "code", repr(exc))
+    listed = [s for s in httpx.get(f"{server.url}/v1/skills").json()["skills"] if s["id"] == name]
+    return versions, listed
+
+
+def test_a_server_run_of_a_new_skill_changes_nothing_live(tmp_path: Path, server: Server) -> None:
+    folder = probe_skill(tmp_path, "pr-new-skill", "A pull request's new skill. Use in tests.")
+    before = live_state(server, "pr-new-skill")
+    assert before == ("skill_not_found", [])
+    plain = run_cli(tmp_path, str(folder), "--server", server.url)
+    assert plain.returncode == 2 and "--publish existing" in plain.stderr, plain.stderr
+    existing = run_cli(tmp_path, str(folder), "--server", server.url, "--publish", "existing", "--json", "r.json")
+    assert existing.returncode == 1, existing.stdout + existing.stderr
+    case = {c["name"]: c for c in json.loads((tmp_path / "r.json").read_text())["cases"]}["says hi"]
+    assert case["status"] == "error" and "would make this folder the live default" in case["message"]
+    assert live_state(server, "pr-new-skill") == before  # not uploaded: no default, not listed
+
+
+def test_a_server_run_of_an_existing_skill_keeps_its_default(tmp_path: Path, server: Server) -> None:
+    live = probe_skill(tmp_path / "live", "pr-old-skill", "The live version. Use in tests.")
+    with Client(server.url) as client:
+        first = client.push_skill(live)
+    assert first["version"] == 1 and first["is_default"]
+    changed = probe_skill(tmp_path / "pr", "pr-old-skill", "The pull request's version. Use in tests.")
+    before = live_state(server, "pr-old-skill")
+    plain = run_cli(tmp_path, str(changed), "--server", server.url)
+    assert plain.returncode == 2, plain.stdout + plain.stderr
+    assert live_state(server, "pr-old-skill") == before  # nothing uploaded: versions and overview as they were
+    pushed = run_cli(tmp_path, str(changed), "--server", server.url, "--publish", "existing")
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    versions, _ = live_state(server, "pr-old-skill")
+    assert isinstance(versions, dict)
+    assert versions["default_version"] == 1 and versions["latest_version"] == 2
+    with Client(server.url) as client:
+        assert client.load_skill("pr-old-skill")["description"] == "The live version. Use in tests."
+
+
+def test_the_pytest_plugin_uploads_nothing_unless_asked(tmp_path: Path, server: Server) -> None:
+    probe_skill(tmp_path / "skills", "pr-plugin-skill", "A pull request's skill, through pytest. Use in tests.")
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "skills",
+            "--skill-executor-server", server.url]
+    result = subprocess.run(args, cwd=tmp_path, env=cli_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "publish_not_allowed" in result.stdout
+    existing = subprocess.run([*args, "--skill-executor-publish", "existing"], cwd=tmp_path, env=cli_env(tmp_path),
+                              capture_output=True, text=True, timeout=300)
+    assert existing.returncode == 1 and "skill_not_on_server" in existing.stdout, existing.stdout
+    assert live_state(server, "pr-plugin-skill") == ("skill_not_found", [])
+
+
+def test_a_default_that_moves_during_the_upload_is_an_error_and_is_put_back(tmp_path: Path, server: Server) -> None:
+    """A service that ignored ``no_default`` (simulated: the upload is promoted right after it
+    lands, on the real service) is caught by reading the default before and after."""
+    from executor.testing.backends import ServerBackend
+    from executor.testing.publish import PublishRefused
+
+    with Client(server.url) as client:
+        client.push_skill(probe_skill(tmp_path / "live", "pr-moved-skill", "Live. Use in tests."))
+    backend = ServerBackend(server.url, publish="existing")
+    real_push = backend._client.push_skill
+
+    def push_and_promote(*args: object, **kwargs: object) -> object:
+        pushed = real_push(*args, **kwargs)  # type: ignore[arg-type]
+        backend._client.set_default_version(pushed["id"], pushed["version"])
+        return pushed
+
+    backend._client.push_skill = push_and_promote  # type: ignore[method-assign]
+    try:
+        with pytest.raises(PublishRefused) as caught:
+            backend.prepare(probe_skill(tmp_path / "pr", "pr-moved-skill", "The PR. Use in tests."))
+    finally:
+        backend.close()
+    assert caught.value.code == "default_moved"
+    assert "moved from 1 to 2" in caught.value.message and "set back to 1" in caught.value.message
+    versions, _ = live_state(server, "pr-moved-skill")
+    assert isinstance(versions, dict) and versions["default_version"] == 1

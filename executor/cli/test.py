@@ -56,8 +56,12 @@ def register(groups: Any) -> None:
     test.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
     test.add_argument("--json", type=Path, metavar="FILE", dest="json_file", help="write a JSON report")
     test.add_argument("--server", metavar="URL",
-                      help="run on a running service instead of this machine's engine (each skill is pushed as a "
-                           "new version that is not made the default)")
+                      help="run on a running service instead of this machine's engine; it needs --publish, since "
+                           "each skill folder is uploaded there")
+    test.add_argument("--publish", choices=("existing", "any"), default=None,
+                      help="with --server: what may be uploaded. existing: a new version of a skill the service "
+                           "has, never made its default (a skill it does not have is refused); any: new skills too, "
+                           "which the service makes live at once (a staging service only). Default: nothing")
     test.add_argument("--token-env", default="SKILL_EXECUTOR_API_KEY", metavar="VAR",
                       help="with --server: the environment variable holding the API key")
     test.add_argument("--runtime", choices=("docker", "local"), default="docker",
@@ -99,6 +103,12 @@ def _test(args: argparse.Namespace) -> int:
                 report_bytes=args.max_report_bytes)
     if args.server and (args.runtime != "docker" or args.image or args.data_dir):
         return _usage("--server runs on the service's own runtime and image: drop --runtime/--image/--data-dir")
+    if args.publish and not args.server:
+        return _usage("--publish says what a run may upload to a service: it goes with --server")
+    if args.server and not args.publish:
+        return _usage("--server uploads each skill folder to the service; a test run changes nothing there unless "
+                      "asked: pass --publish existing (a new version of a skill the service has, never its default) "
+                      "or --publish any (new skills too, which go live: a staging service only)")
     try:
         select = keyword_matcher(args.keyword) if args.keyword else None
         items = collect(args.paths or [Path(".")], exclude=[_data_dir(args)])
@@ -121,6 +131,10 @@ def _test(args: argparse.Namespace) -> int:
                       keep_chars=caps.case_chars)
     print(f"skill-executor test: {len(items)} skill(s) on {backend.description}, {args.jobs} at a time",
           file=sys.stderr)
+    if args.publish:
+        print(f"skill-executor test: --publish {args.publish}: each skill is uploaded to {args.server}; its "
+              "default version is not moved, but the service's overview and search show an installed skill's "
+              "latest upload (its name and description) at once", file=sys.stderr)
     try:
         report = run_tests(items, backend, options, console)
     finally:
@@ -160,7 +174,7 @@ def _backend(args: argparse.Namespace, items: list[Any]) -> Any:
     from ..testing.backends import LocalBackend, ServerBackend
 
     if args.server:
-        return ServerBackend(args.server, api_key=os.environ.get(args.token_env) or None)
+        return ServerBackend(args.server, api_key=os.environ.get(args.token_env) or None, publish=args.publish)
     overrides: dict[str, Any] = {"runtime": args.runtime}
     if args.image:
         overrides["docker_image"] = args.image
