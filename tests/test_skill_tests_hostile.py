@@ -247,3 +247,15 @@ def test_reports_are_bounded_schema_valid_and_inert() -> None:
     assert runner_commands(body.decode()) == [] and runner_commands(json.dumps(data, ensure_ascii=False)) == []
     small = json.loads(json_report(Report(outcomes[:1], "x", datetime(2026, 11, 23, tzinfo=UTC), 1)))
     assert "[truncated:" in small["cases"][0]["failures"][0]["got"]  # per-line cut, not the budget
+
+
+def test_a_huge_test_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    from executor.testing.loader import MAX_FILE_BYTES, read_evals
+
+    folder = skill(tmp_path, "cases:\n  - {name: a, command: 'true', stdin: '" + "x" * MAX_FILE_BYTES + "'}\n")
+    with pytest.raises(TestFileError, match="larger than 8 MiB"):
+        read_test_file(folder / "tests" / "skill-tests.yaml")
+    (folder / "evals").mkdir()
+    (folder / "evals" / "evals.json").write_text('{"evals": [' + '{"id": 1},' * MAX_FILE_BYTES + "]}")
+    with pytest.raises(TestFileError, match="larger than 8 MiB"):
+        read_evals(folder / "evals" / "evals.json")
