@@ -15,7 +15,6 @@ compiled by pathspec's RE2 backend (:func:`executor.outputs.collect.compile_glob
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any, Protocol, cast
 
 import re2
@@ -24,10 +23,9 @@ from ..errors import BadRequest
 
 #: The longest pattern accepted (characters).
 MAX_PATTERN_CHARS = 2_000
-#: RE2's memory budget per pattern (its compiled program and its DFA cache).
+#: RE2's memory budget per pattern (its compiled program and its DFA cache); google-re2
+#: keeps its last 128 compiled patterns, so at most 128 times this.
 MAX_MEMORY = 4 * 1024 * 1024
-#: Compiled patterns kept: at most this many times MAX_MEMORY.
-_CACHED = 32
 
 #: RE2's parse errors that mean "a feature RE2 does not have" rather than "a mistake".
 _UNSUPPORTED = ("invalid perl operator: (?=", "invalid perl operator: (?!", "invalid perl operator: (?<=",
@@ -51,11 +49,6 @@ def compile_pattern(pattern: str) -> Regex:
     if len(pattern) > MAX_PATTERN_CHARS:
         raise PatternError(f"the pattern has {len(pattern)} characters, more than {MAX_PATTERN_CHARS}",
                            code="pattern_too_long")
-    return _compiled(pattern)
-
-
-@lru_cache(maxsize=_CACHED)
-def _compiled(pattern: str) -> Regex:
     options = re2.Options()
     options.max_mem = MAX_MEMORY
     options.log_errors = False  # RE2 would print the pattern on stderr: the CI log
