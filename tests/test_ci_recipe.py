@@ -183,6 +183,29 @@ def test_github_summary_step_lists_the_failed_cases(tmp_path: Path) -> None:
                                    "- :x: math-tools: fib bad\n- :x: csv-report: crashed\n")
 
 
+def test_github_summary_shows_a_hostile_case_name_as_text(tmp_path: Path) -> None:
+    """The summary page renders Markdown: a pull request's case name must not add a link, an
+    image, HTML or a line of its own to it."""
+    workflow = yaml.safe_load(GITHUB.read_text(encoding="utf-8"))
+    (job,) = workflow["jobs"].values()
+    (step,) = [step for step in job["steps"] if step.get("name") == "Summary"]
+    assert workflow["permissions"] == {"contents": "read", "checks": "write"}
+    recipe = tmp_path / "summary.yml"
+    recipe.write_text(yaml.safe_dump({"jobs": {"only": {"steps": [{"run": step["run"]}]}}}))
+    hostile = "![x](https://evil.example/p.png) <img src=x> [all passed](https://x) `code`\n### 9 of 9 passed"
+    suite = ET.Element("testsuites")
+    case = ET.SubElement(ET.SubElement(suite, "testsuite"), "testcase", classname="skills.demo", name=hostile)
+    ET.SubElement(case, "failure", message="x")
+    (tmp_path / "report.xml").write_bytes(ET.tostring(suite))
+    summary = tmp_path / "summary.md"
+    proc = run_recipe(recipe, tmp_path, {"GITHUB_STEP_SUMMARY": str(summary)})
+    assert proc.returncode == 0, proc.stderr
+    lines = summary.read_text().splitlines()
+    assert lines[0] == "### Skill tests: 0 of 1 passed" and len(lines) == 2
+    assert lines[1] == ("- :x: skills.demo: \\!\\[x\\]\\(https://evil.example/p.png\\) \\<img src=x\\> "
+                        "\\[all passed\\]\\(https://x\\) \\`code\\` \\#\\#\\# 9 of 9 passed")
+
+
 def test_gitlab_recipe_shape() -> None:
     config = yaml.safe_load(GITLAB.read_text(encoding="utf-8"))
     job = config["skill-tests"]

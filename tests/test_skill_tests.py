@@ -431,8 +431,9 @@ def test_a_catastrophic_pattern_is_stopped_not_hung() -> None:
                      tests_dir=Path("/"))
     assert time.monotonic() - started < 10
     assert [f.check for f in failures] == ["stdout.matches", "stdout.matches"]
-    assert failures[0].message == "stdout does not match /^(a+)+$/"  # the regex engine sees through this one
-    assert "/^(a|a)*$/ took more than 2 s on stdout" in failures[1].message
+    assert failures[0].message == "stdout does not match /^(a+)+$/"
+    # RE2 matches in linear time: no time limit is needed, and the answer is the real one
+    assert failures[1].message == "stdout does not match /^(a|a)*$/"
 
 
 def test_a_huge_diff_shows_the_first_difference_quickly() -> None:

@@ -265,7 +265,8 @@ def test_exit_codes_for_usage_and_infrastructure(tmp_path: Path) -> None:
     missing = run_test(tmp_path, "probe", "--image", "skill-executor/runner:no-such-tag")
     assert missing.returncode == 3, missing.stderr
     assert "image_missing" in missing.stderr and "skill-executor image build" in missing.stderr
-    unreachable = run_test(tmp_path, "probe", "--server", f"http://127.0.0.1:{free_port()}")
+    unreachable = run_test(tmp_path, "probe", "--server", f"http://127.0.0.1:{free_port()}",
+                           "--publish", "existing")
     assert unreachable.returncode == 3, unreachable.stderr
     assert "server_unreachable" in unreachable.stderr or "cannot reach" in unreachable.stderr
     env = env_for(tmp_path)
@@ -324,11 +325,11 @@ def test_against_a_running_service_without_changing_its_default(tmp_path: Path, 
         first = client.push_skill(folder)  # what agents run: version 1, the default
     script = folder / "scripts" / "make.py"
     script.write_text(script.read_text().replace("wrote report", "wrote a report"))
-    broken = run_test(tmp_path, "probe-remote", "--server", server.url)
+    broken = run_test(tmp_path, "probe-remote", "--server", server.url, "--publish", "existing")
     assert broken.returncode == 1, broken.stdout + broken.stderr  # the edit broke the stdout check
     assert "FAIL  probe-remote::made" in broken.stdout and f"on server {server.url}" in broken.stdout
     script.write_text(script.read_text().replace("wrote a report", "wrote report"))
-    fixed = run_test(tmp_path, "probe-remote", "--server", server.url)
+    fixed = run_test(tmp_path, "probe-remote", "--server", server.url, "--publish", "existing")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     with Client(server.url) as client:
         after = client.skill_versions("probe-remote")

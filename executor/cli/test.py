@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ExecutorError
+from ..testing.logtext import Caps, for_log
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INFRASTRUCTURE = 0, 1, 2, 3
+_CAPS = Caps()  # the defaults
 
 
 def register(groups: Any) -> None:
@@ -39,11 +41,27 @@ def register(groups: Any) -> None:
     test.add_argument("--max-file-bytes", type=_positive, default=16 * 1024 * 1024, metavar="N",
                       help="bring back output files up to N bytes for the checks (default 16 MiB; the service's "
                            "maximum applies)")
+    test.add_argument("--max-line-chars", type=_positive, default=_CAPS.line_chars, metavar="N",
+                      help=f"cut each printed or reported line of a skill's output at N characters (default "
+                           f"{_CAPS.line_chars})")
+    test.add_argument("--max-case-chars", type=_positive, default=_CAPS.case_chars, metavar="N",
+                      help=f"at most N characters of one case's failure text, and of each of its streams in a "
+                           f"report (default {_CAPS.case_chars})")
+    test.add_argument("--max-log-bytes", type=_positive, default=_CAPS.log_bytes, metavar="N",
+                      help=f"at most N bytes of console output; the summary line always follows (default "
+                           f"{_CAPS.log_bytes})")
+    test.add_argument("--max-report-bytes", type=_positive, default=_CAPS.report_bytes, metavar="N",
+                      help=f"about N bytes per report file; later cases keep their verdict, not their output "
+                           f"(default {_CAPS.report_bytes})")
     test.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
     test.add_argument("--json", type=Path, metavar="FILE", dest="json_file", help="write a JSON report")
     test.add_argument("--server", metavar="URL",
-                      help="run on a running service instead of this machine's engine (each skill is pushed as a "
-                           "new version that is not made the default)")
+                      help="run on a running service instead of this machine's engine; it needs --publish, since "
+                           "each skill folder is uploaded there")
+    test.add_argument("--publish", choices=("existing", "any"), default=None,
+                      help="with --server: what may be uploaded. existing: a new version of a skill the service "
+                           "has, never made its default (a skill it does not have is refused); any: new skills too, "
+                           "which the service makes live at once (a staging service only). Default: nothing")
     test.add_argument("--token-env", default="SKILL_EXECUTOR_API_KEY", metavar="VAR",
                       help="with --server: the environment variable holding the API key")
     test.add_argument("--runtime", choices=("docker", "local"), default="docker",
@@ -71,8 +89,9 @@ def _positive(text: str) -> int:
 def _test(args: argparse.Namespace) -> int:
     from ..testing.backends import InfrastructureError
     from ..testing.checks import write_whole
-    from ..testing.loader import TestFileError, collect
-    from ..testing.report import Console, json_report, junit_xml
+    from ..testing.console import Console
+    from ..testing.loader import collect
+    from ..testing.report import json_report, junit_xml
     from ..testing.runner import Options, run_tests
     from ..testing.select import keyword_matcher
     from ..testing.spec import json_schema
@@ -80,31 +99,42 @@ def _test(args: argparse.Namespace) -> int:
     if args.schema:
         print(json.dumps(json_schema(), indent=2))
         return EXIT_PASSED
+    caps = Caps(line_chars=args.max_line_chars, case_chars=args.max_case_chars, log_bytes=args.max_log_bytes,
+                report_bytes=args.max_report_bytes)
     if args.server and (args.runtime != "docker" or args.image or args.data_dir):
         return _usage("--server runs on the service's own runtime and image: drop --runtime/--image/--data-dir")
+    if args.publish and not args.server:
+        return _usage("--publish says what a run may upload to a service: it goes with --server")
+    if args.server and not args.publish:
+        return _usage("--server uploads each skill folder to the service; a test run changes nothing there unless "
+                      "asked: pass --publish existing (a new version of a skill the service has, never its default) "
+                      "or --publish any (new skills too, which go live: a staging service only)")
     try:
         select = keyword_matcher(args.keyword) if args.keyword else None
         items = collect(args.paths or [Path(".")], exclude=[_data_dir(args)])
-    except TestFileError as exc:
-        print(f"skill-executor test: {exc.message}", file=sys.stderr)
-        return EXIT_USAGE
-    except ExecutorError as exc:
-        return _usage(exc.message)
+    except ExecutorError as exc:  # TestFileError, a bad -k
+        return _usage(for_log(exc.message, caps))
     if args.runtime == "local":
         print("skill-executor test: WARNING: --runtime local runs every command directly on this machine, NOT "
               "sandboxed (no container, no network isolation); use it only for quick iterations", file=sys.stderr)
     try:
         backend = _backend(args, items)
     except InfrastructureError as exc:
-        print(f"skill-executor test: infrastructure unavailable: {exc.code}: {exc.message}", file=sys.stderr)
+        print(f"skill-executor test: infrastructure unavailable: {exc.code}: {for_log(exc.message, caps)}",
+              file=sys.stderr)
         return EXIT_INFRASTRUCTURE
     total = sum(len(i.tests.cases) if i.tests else 0 for i in items) + len(items) + sum(
         len(i.evals.evals) if i.evals else 0 for i in items)
-    console = Console(live=args.live, total=0 if args.keyword else total)
+    console = Console(live=args.live, total=0 if args.keyword else total, caps=caps)
     options = Options(jobs=args.jobs, strict=args.strict, update_golden=args.update_golden,
-                      strict_timing=args.strict_timing, select=select, max_file_bytes=args.max_file_bytes)
+                      strict_timing=args.strict_timing, select=select, max_file_bytes=args.max_file_bytes,
+                      keep_chars=caps.case_chars)
     print(f"skill-executor test: {len(items)} skill(s) on {backend.description}, {args.jobs} at a time",
           file=sys.stderr)
+    if args.publish:
+        print(f"skill-executor test: --publish {args.publish}: each skill is uploaded to {args.server}; its "
+              "default version is not moved, but the service's overview and search show an installed skill's "
+              "latest upload (its name and description) at once", file=sys.stderr)
     try:
         report = run_tests(items, backend, options, console)
     finally:
@@ -112,9 +142,9 @@ def _test(args: argparse.Namespace) -> int:
     console.report(report)
     try:
         if args.junit:
-            write_whole(args.junit, junit_xml(report))
+            write_whole(args.junit, junit_xml(report, caps))
         if args.json_file:
-            write_whole(args.json_file, json_report(report))
+            write_whole(args.json_file, json_report(report, caps))
     except OSError as exc:
         print(f"skill-executor test: cannot write the report: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -144,7 +174,7 @@ def _backend(args: argparse.Namespace, items: list[Any]) -> Any:
     from ..testing.backends import LocalBackend, ServerBackend
 
     if args.server:
-        return ServerBackend(args.server, api_key=os.environ.get(args.token_env) or None)
+        return ServerBackend(args.server, api_key=os.environ.get(args.token_env) or None, publish=args.publish)
     overrides: dict[str, Any] = {"runtime": args.runtime}
     if args.image:
         overrides["docker_image"] = args.image

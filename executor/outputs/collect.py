@@ -66,8 +66,10 @@ def normalise_glob(pattern: str) -> str:
 
 @lru_cache(maxsize=512)
 def compile_globs(patterns: tuple[str, ...]) -> Globs:
-    """Compiled once per distinct glob list (agents reuse the same few)."""
-    return pathspec.PathSpec.from_lines("gitignore", ["/" + p for p in patterns])
+    """Compiled once per distinct glob list (agents reuse the same few). Matched by RE2
+    (linear time: a glob such as ``*a*a*a...*b`` cannot backtrack for minutes), never by
+    the ``re`` fallback pathspec would pick silently without google-re2."""
+    return pathspec.PathSpec.from_lines("gitignore", ["/" + p for p in patterns], backend="re2")
 
 
 @dataclass(slots=True)

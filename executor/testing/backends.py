@@ -24,7 +24,8 @@ from ..config import Settings
 from ..core import Executor
 from ..errors import ExecutorError, Unavailable
 from ..runs.models import RunRequest, RunResult
-from ..skills.loader import find_skill_file
+from ..skills.loader import SkillLoadError, find_skill_file, load_skill
+from .publish import Publish, PublishRefused
 
 #: Folders never copied into a snapshot.
 SNAPSHOT_IGNORE = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".venv")
@@ -147,21 +148,70 @@ def _check_engine(image: str) -> None:
 
 
 class ServerBackend:
-    """A running service: each skill folder is pushed as a new version that is *not* made
-    the default (a test never changes what agents run), and cases run pinned to it."""
+    """A running service. A test run changes nothing on it unless asked (``publish``):
+
+    * None (the default): nothing is uploaded, so a skill folder cannot be tested there
+      (``publish_not_allowed``);
+    * ``existing``: each folder is uploaded as a new version of a skill the service already
+      has, never made the default -- the default is read before and after, and a move is an
+      error (``default_moved``; put back when it moved to this upload). A skill the service
+      does not have, or has without a default, is refused (``skill_not_on_server``): the
+      service would make the upload its live default;
+    * ``any``: a new skill is uploaded too, and goes live (the service makes a new skill's
+      first version its default) -- for a staging service, never for a pull request's CI.
+
+    Cases run pinned to the uploaded version (``name@N``)."""
 
     sandboxed = True
 
-    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 900.0) -> None:
+    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 900.0,
+                 publish: Publish | None = None) -> None:
         self.description = f"server {url}"
+        self.publish = publish
         self._client = Client(url, api_key=api_key, timeout=timeout)
         self._call(self._client.health)
 
     def prepare(self, skill_dir: Path) -> str:
         if find_skill_file(skill_dir) is None:
             raise ExecutorError(f"{skill_dir} has no SKILL.md", code="skill_invalid")
-        pushed = self._call(lambda: self._client.push_skill(skill_dir, set_default=False))
+        if self.publish is None:
+            raise PublishRefused("testing a skill folder on a service uploads it there, and this run may not "
+                                 "upload: pass --publish existing (a new version of a skill the service has, never "
+                                 "its default)", code="publish_not_allowed")
+        try:
+            skill = load_skill(skill_dir)
+        except SkillLoadError as exc:
+            raise ExecutorError(f"the skill does not load: {exc}", code="skill_invalid") from None
+        before = self._default_of(skill.id)
+        if before is None and self.publish != "any":
+            raise PublishRefused(f"the service has no skill {skill.id!r} with a default version: uploading it would "
+                                 "make this folder the live default; test it locally, or pass --publish any (a "
+                                 "staging service only)", code="skill_not_on_server")
+        if before is None:
+            pushed = self._call(lambda: self._client.push_skill(skill_dir, set_default=False))
+            return f"{pushed['id']}@{pushed['version']}"
+        pushed = self._call(lambda: self._client.push_skill(skill_dir, name=skill.id, set_default=False))
+        after = self._default_of(skill.id)
+        if after != before:
+            restored = ""
+            if after == pushed["version"]:
+                self._call(lambda: self._client.set_default_version(skill.id, before))
+                restored = f"; it was set back to {before}"
+            raise PublishRefused(f"the default version of {skill.id!r} moved from {before} to {after} while this "
+                                 f"run uploaded version {pushed['version']} as not-default{restored}; check the "
+                                 "service's audit log", code="default_moved")
         return f"{pushed['id']}@{pushed['version']}"
+
+    def _default_of(self, skill_id: str) -> int | None:
+        """The skill's default version on the service; None when it has no such skill or no default."""
+        try:
+            versions = self._call(lambda: self._client.skill_versions(skill_id))
+        except ExecutorError as exc:
+            if exc.code in ("skill_not_found", "version_not_found", "not_found"):
+                return None
+            raise
+        default = versions.get("default_version")
+        return default if isinstance(default, int) else None
 
     def run(self, request: RunRequest) -> RunResult:
         answer = self._call(lambda: self._client.run(request.model_dump(mode="json", by_alias=True,

@@ -172,7 +172,7 @@ def _no_links(skill_dir: Path, path: Path) -> None:
 def read_test_file(path: Path) -> TestFile:
     """Parse and validate one test file; every error names the line."""
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = _read(path).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise TestFileError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=path) from None
     except OSError as exc:
@@ -188,11 +188,23 @@ def read_test_file(path: Path) -> TestFile:
         raise TestFileError(problems[0] + more, path=path, line=line) from None
 
 
+#: The largest test or evals file read (a bigger one is a mistake or an attack on the host's memory).
+MAX_FILE_BYTES = 8 * 1024 * 1024
+
+
+def _read(path: Path) -> bytes:
+    with path.open("rb") as handle:
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise TestFileError(f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB", path=path)
+    return data
+
+
 def read_evals(path: Path) -> EvalsFile:
     """skill-creator's ``{"skill_name": ..., "evals": [{"id", "prompt", "files", "expectations"}]}``
     (a bare list of evals, ``assertions`` and ``{"text": ...}`` statements are understood too)."""
     try:
-        data = json.loads(path.read_bytes().decode("utf-8-sig"))
+        data = json.loads(_read(path).decode("utf-8-sig"))
     except json.JSONDecodeError as exc:
         raise TestFileError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno) from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -30,6 +30,8 @@ import pytest
 
 from ..errors import ExecutorError
 from .loader import SkillTests, TestFileError, load_skill_tests
+from .logtext import Caps, for_log, inert
+from .publish import PUBLISH_MODES, Publish
 from .spec import TEST_FILE_NAMES, Case
 
 _STATE = pytest.StashKey["SkillExecutor"]()
@@ -46,13 +48,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="spec violations in SKILL.md fail the skill's validate item")
     group.addoption("--skill-executor-update-golden", action="store_true", default=False,
                     help="rewrite equals_file golden files from the current outputs")
+    group.addoption("--skill-executor-publish", choices=PUBLISH_MODES, default=None,
+                    help="with a server: what may be uploaded (existing: a new version of a skill the service has, "
+                         "never its default; any: new skills too, which go live). Default: nothing")
     parser.addini("skill_executor_server", "the service URL skills run on (like --skill-executor-server)")
+    parser.addini("skill_executor_publish", "what may be uploaded to the server (like --skill-executor-publish)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     server = config.getoption("--skill-executor-server") or config.getini("skill_executor_server") or None
+    publish = config.getoption("--skill-executor-publish") or config.getini("skill_executor_publish") or None
+    if publish is not None and publish not in PUBLISH_MODES:
+        raise pytest.UsageError(f"skill_executor_publish must be one of {', '.join(PUBLISH_MODES)}")
     config.stash[_STATE] = SkillExecutor(
         server=server,
+        publish=publish,
         runtime=config.getoption("--skill-executor-runtime") or "docker",
         image=config.getoption("--skill-executor-image"),
         strict=bool(config.getoption("--skill-executor-strict")),
@@ -78,8 +88,8 @@ class SkillExecutor:
     """The session's sandbox: created at first use, closed when pytest ends."""
 
     def __init__(self, *, server: str | None = None, runtime: str = "docker", image: str | None = None,
-                 strict: bool = False, update_golden: bool = False) -> None:
-        self.server, self.runtime, self.image = server, runtime, image
+                 strict: bool = False, update_golden: bool = False, publish: Publish | None = None) -> None:
+        self.server, self.runtime, self.image, self.publish = server, runtime, image, publish
         self.strict, self.update_golden = strict, update_golden
         self.token = secrets.token_hex(4)
         self._backend: Any = None
@@ -93,7 +103,7 @@ class SkillExecutor:
                 from .backends import LocalBackend, ServerBackend
 
                 if self.server:
-                    self._backend = ServerBackend(self.server,
+                    self._backend = ServerBackend(self.server, publish=self.publish,
                                                   api_key=os.environ.get("SKILL_EXECUTOR_API_KEY") or None)
                 else:
                     from ..config import Settings
@@ -211,11 +221,11 @@ class SkillTestFile(pytest.File):
         try:
             tests = load_skill_tests(skill_dir, test_file=self.path)
         except TestFileError as exc:
-            raise self.CollectError(exc.message) from None
+            raise self.CollectError(for_log(exc.message, Caps())) from None
         yield ValidateItem.from_parent(self, name="validate", tests=tests)
         assert tests.tests is not None
-        for case in tests.tests.cases:
-            yield SkillCaseItem.from_parent(self, name=case.name, tests=tests, case=case)
+        for case in tests.tests.cases:  # pytest prints item names in the CI log
+            yield SkillCaseItem.from_parent(self, name=inert(case.name), tests=tests, case=case)
 
 
 class _SkillItem(pytest.Item):
@@ -228,14 +238,15 @@ class _SkillItem(pytest.Item):
         return self.config.stash[_STATE]
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        caps = Caps()
         if isinstance(excinfo.value, SkillCaseFailed):
             from .report import describe
 
             outcome = excinfo.value.outcome
             headline = outcome.failures[0].message if outcome.failures else outcome.message or outcome.status
-            return f"{headline}\n{describe(outcome)}"
+            return f"{for_log(headline, caps)}\n{describe(outcome, caps)}"
         if isinstance(excinfo.value, ExecutorError):
-            return f"{excinfo.value.code}: {excinfo.value.message}"
+            return f"{excinfo.value.code}: {for_log(excinfo.value.message, caps)}"
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:

@@ -1,108 +1,34 @@
-"""What a test run prints and writes: a live progress display (a status line on a
-terminal, one plain line per case in CI logs), readable failures, the summary line,
-JUnit XML (the Jenkins/xunit schema GitHub Actions, GitLab and Jenkins read) and JSON."""
+"""What a test run reports: a failure as a reader wants it (:func:`describe`), JUnit XML
+(the Jenkins/xunit schema GitHub Actions, GitLab and Jenkins read) and JSON. Untrusted
+text is inert and bounded in both (:mod:`.logtext`); a report past ``Caps.report_bytes``
+keeps every case and its verdict and leaves the later cases' output out, with a marker.
+The console (progress and the summary) is :mod:`.console`."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
-import sys
-import threading
 import xml.etree.ElementTree as ET
-from typing import TextIO
+from typing import Any
 
-from .checks import tail
+from .logtext import Caps, for_log, inert
 from .runner import Outcome, Report
 
-_MARK = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "skipped": "SKIP"}
 #: Characters XML 1.0 cannot carry (JUnit readers reject the whole file for one).
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _TAIL_LINES = 20
-#: Control characters a terminal or a CI log would act on (colours, titles, the clipboard...).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: Texts this short stay in a report past its budget (the marker would be longer).
+_SMALL = 200
+#: The one function untrusted text passes through before a log (kept under its old name).
+safe = inert
 
 
-def safe(text: str) -> str:
-    """Untrusted text (from a test file or a run) made inert for a terminal or a CI log:
-    control characters shown as ``\\xNN``."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-class Console:
-    """Progress while cases run; failures in full at the end."""
-
-    def __init__(self, stream: TextIO | None = None, *, live: bool | None = None, total: int = 0) -> None:
-        self.stream = stream or sys.stdout
-        self.live = self.stream.isatty() and os.environ.get("TERM") != "dumb" if live is None else live
-        self.total = total
-        self._lock = threading.Lock()
-        self._running: list[str] = []
-        self._done: dict[str, int] = {}
-
-    def started(self, case_id: str) -> None:
-        with self._lock:
-            self._running.append(case_id)
-            self._status()
-
-    def finished(self, outcome: Outcome) -> None:
-        with self._lock:
-            if outcome.id in self._running:
-                self._running.remove(outcome.id)
-            self._done[outcome.status] = self._done.get(outcome.status, 0) + 1
-            self._clear()
-            extra = f" ({outcome.duration_ms} ms)" if outcome.duration_ms else ""
-            reason = f": {outcome.message}" if outcome.status in ("error", "skipped") and outcome.message else ""
-            if outcome.status == "failed" and outcome.failures:
-                reason = f": {outcome.failures[0].message}"
-            self.stream.write(safe(f"{_MARK[outcome.status]:5} {outcome.id}{extra}{_one_line(reason)}") + "\n")
-            self._status()
-            self.stream.flush()
-
-    def _status(self) -> None:
-        if not self.live:
-            return
-        done = sum(self._done.values())
-        counts = ", ".join(f"{n} {s}" for s, n in self._done.items())
-        running = ", ".join(self._running[:3]) + (" ..." if len(self._running) > 3 else "")
-        line = f"[{done}/{self.total or '?'}] {counts}" + (f" | running: {running}" if running else "")
-        width = max(20, _columns() - 1)
-        self.stream.write("\r\x1b[K" + safe(line)[:width])
-        self.stream.flush()
-
-    def _clear(self) -> None:
-        if self.live:
-            self.stream.write("\r\x1b[K")
-
-    def report(self, report: Report) -> None:
-        with self._lock:
-            self._clear()
-            bad = [o for o in report.outcomes if o.status in ("failed", "error")]
-            if bad:
-                self.stream.write("\n" + "=" * 30 + " failures " + "=" * 30 + "\n")
-                for outcome in bad:
-                    self.stream.write(safe(describe(outcome)) + "\n")
-            graded = [o for o in report.outcomes if o.needs_grader and o.status == "skipped"]
-            if graded:
-                self.stream.write("\nneeds a grader (not machine-checkable yet):\n")
-                for outcome in graded:
-                    statements = "".join(safe(f"    - {_one_line(s, 500)}") + "\n" for s in outcome.needs_grader)
-                    self.stream.write(safe(f"  {outcome.id}") + "\n" + statements)
-            over = [o for o in report.outcomes if o.over_budget]
-            if over:
-                self.stream.write("\nover their time budget (fails only with --strict-timing):\n")
-                self.stream.write("".join(safe(f"  {o.id}: {o.over_budget}") + "\n" for o in over))
-            golden = [(o.id, path) for o in report.outcomes for path in o.golden_updated]
-            if golden:
-                self.stream.write("\ngolden files updated:\n" + "".join(safe(f"  {p} ({i})") + "\n" for i, p in golden))
-            self.stream.write(f"\n{report.summary()} on {report.backend}\n")
-            self.stream.flush()
-
-
-def describe(outcome: Outcome) -> str:
+def describe(outcome: Outcome, caps: Caps | None = None) -> str:
     """A failure as a reader wants it: what was run, each broken check with expected and
-    got (a diff where there is one), then the tails of the streams and the files."""
+    got (a diff where there is one), then the tails of the streams and the files; inert,
+    each line and the whole at most ``caps``' line and case sizes."""
+    caps = caps or Caps()
     lines = [f"___ {outcome.id} ___ ({outcome.source})"]
     if outcome.command:
         lines.append(f"command: {outcome.command}")
@@ -110,47 +36,70 @@ def describe(outcome: Outcome) -> str:
         lines.append(f"{'error' if outcome.status == 'error' else 'note'}: {outcome.message}")
     for failure in outcome.failures:
         lines.append(f"  x {failure.check}: {failure.message}")
-        if failure.diff:  # behind "|": no diff line can start a CI log line (GitHub reads "::command")
-            lines += ["      | " + line for line in failure.diff.rstrip("\n").splitlines()]
+        if failure.diff:  # behind "|", for the reader (inert() is what keeps a line from being a command)
+            lines += ["      | " + line for line in _recent(failure.diff, caps, head=True)]
         else:
             if failure.expected is not None:
-                lines += _block("expected", failure.expected)
+                lines += _block("expected", failure.expected, caps)
             if failure.got is not None:
-                lines += _block("got", failure.got)
+                lines += _block("got", failure.got, caps)
     if outcome.run_id is not None:
         lines.append(f"exit code: {outcome.exit_code}" + (f"  run: {outcome.run_id}" if outcome.run_id else ""))
         for name, text in (("stdout", outcome.stdout), ("stderr", outcome.stderr)):
             if text:
-                shown = text.rstrip("\n").splitlines()[-_TAIL_LINES:]
+                shown = _recent(text, caps)
                 lines.append(f"{name} (last {len(shown)} lines):")
                 lines += ["  | " + line for line in shown]
         if outcome.files:
             lines.append("files: " + "; ".join(outcome.files))
-    return "\n".join(lines) + "\n"
+    return for_log("\n".join(lines), caps) + "\n"
 
 
-def _block(label: str, text: str) -> list[str]:
-    parts = tail(text, 1000).rstrip("\n").splitlines() or [""]
+def _recent(text: str, caps: Caps, *, head: bool = False) -> list[str]:
+    """The last (``head``: first) lines of ``text``, read from no more than a case's worth of it."""
+    window = caps.case_chars
+    if len(text) > window:
+        text = text[:window] if head else text[-window:]
+    parts = text.rstrip("\n").split("\n")
+    return parts[:200] if head else parts[-_TAIL_LINES:]
+
+
+def _block(label: str, text: str, caps: Caps) -> list[str]:
+    parts = _recent(text[-1000:] if len(text) > 1000 else text, caps)
+    cut = "..." if len(text) > 1000 else ""
     if len(parts) == 1:
-        return [f"      {label}: {parts[0]!r}" if parts[0] != parts[0].strip() or not parts[0] else
-                f"      {label}: {parts[0]}"]
-    return [f"      {label}:"] + ["        | " + line for line in parts[-_TAIL_LINES:]]
+        return [f"      {label}: {cut}{parts[0]!r}" if parts[0] != parts[0].strip() or not parts[0] else
+                f"      {label}: {cut}{parts[0]}"]
+    return [f"      {label}:"] + ["        | " + line for line in parts]
 
 
-def _one_line(text: str, limit: int = 160) -> str:
+def one_line(text: str, limit: int = 160) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def _columns() -> int:
-    try:
-        return os.get_terminal_size().columns
-    except OSError:
-        return 100
+class _Budget:
+    """What is left of a report's bytes: past it, a case keeps its verdict, not its output."""
+
+    def __init__(self, caps: Caps) -> None:
+        self.caps = caps
+        self.left = caps.report_bytes
+
+    def take(self, text: str, *, keep: str = "head", omitted: int = 0) -> str:
+        bounded = for_log(text, self.caps, keep=keep, omitted=omitted)
+        size = len(bounded.encode("utf-8", "replace"))
+        if size > self.left and size > _SMALL:  # a check's name or an exit code is always kept
+            self.left = 0
+            return (f"[truncated: the report reached its limit of {self.caps.report_bytes} bytes "
+                    f"(--max-report-bytes); {len(text)} characters of this case left out]")
+        self.left = max(0, self.left - size)
+        return bounded
 
 
-def junit_xml(report: Report) -> bytes:
+def junit_xml(report: Report, caps: Caps | None = None) -> bytes:
     """JUnit XML: one ``testsuite`` per test file, one ``testcase`` per case."""
+    caps = caps or Caps()
+    budget = _Budget(caps)
     suites = ET.Element("testsuites", name="skill-executor test", tests=str(len(report.outcomes)),
                         failures=str(report.count("failed")), errors=str(report.count("error")),
                         time=_seconds(report.duration_ms))
@@ -166,33 +115,34 @@ def junit_xml(report: Report) -> bytes:
                               skipped=str(sum(o.status == "skipped" for o in outcomes)),
                               time=_seconds(sum(o.duration_ms for o in outcomes)),
                               timestamp=report.started_at.strftime("%Y-%m-%dT%H:%M:%S"),
-                              hostname=_xml(host), id=str(index), package=_xml(skill))
+                              hostname=host, id=str(index), package=skill)
         properties = ET.SubElement(suite, "properties")
-        ET.SubElement(properties, "property", name="backend", value=_xml(report.backend))
-        ET.SubElement(properties, "property", name="source", value=_xml(source))
+        ET.SubElement(properties, "property", name="backend", value=report.backend)
+        ET.SubElement(properties, "property", name="source", value=source)
         for outcome in outcomes:
-            case = ET.SubElement(suite, "testcase", name=_xml(outcome.name), classname=_xml(f"skills.{skill}"),
+            case = ET.SubElement(suite, "testcase", name=outcome.name, classname=f"skills.{skill}",
                                  time=_seconds(outcome.duration_ms))
             if outcome.status == "skipped":
-                skipped = ET.SubElement(case, "skipped", message=_xml(outcome.message or "skipped"))
+                skipped = ET.SubElement(case, "skipped", message=one_line(outcome.message or "skipped", 500))
                 if outcome.needs_grader:
-                    skipped.text = _xml("\n".join(f"- {s}" for s in outcome.needs_grader))
+                    skipped.text = budget.take("\n".join(f"- {s}" for s in outcome.needs_grader))
             elif outcome.status == "error":
-                error = ET.SubElement(case, "error", message=_xml(_one_line(outcome.message or "error", 500)),
+                error = ET.SubElement(case, "error", message=one_line(outcome.message or "error", 500),
                                       type="infrastructure" if outcome.infrastructure else "error")
-                error.text = _xml(describe(outcome))
+                error.text = budget.take(describe(outcome, caps))
             elif outcome.status == "failed":
                 first = outcome.failures[0] if outcome.failures else None
-                failure = ET.SubElement(case, "failure", message=_xml(_one_line(first.message if first else "failed",
-                                                                                500)),
+                failure = ET.SubElement(case, "failure", message=one_line(first.message if first else "failed", 500),
                                         type=first.check if first else "failure")
-                failure.text = _xml(describe(outcome))
+                failure.text = budget.take(describe(outcome, caps))
             if outcome.stdout:
-                ET.SubElement(case, "system-out").text = _xml(tail(outcome.stdout, 20_000))
+                ET.SubElement(case, "system-out").text = budget.take(outcome.stdout, keep="tail",
+                                                                     omitted=outcome.stdout_omitted)
             if outcome.stderr:
-                ET.SubElement(case, "system-err").text = _xml(tail(outcome.stderr, 20_000))
-    for element in suites.iter():
-        element.attrib = {key: _xml(value) for key, value in element.attrib.items()}
+                ET.SubElement(case, "system-err").text = budget.take(outcome.stderr, keep="tail",
+                                                                     omitted=outcome.stderr_omitted)
+    for element in suites.iter():  # every attribute too: names, messages, types come from the test file
+        element.attrib = {key: _xml(for_log(value, caps)) for key, value in element.attrib.items()}
         if element.text:
             element.text = _xml(element.text)
     ET.indent(suites)
@@ -208,5 +158,25 @@ def _xml(text: str) -> str:
     return _NOT_XML.sub("\ufffd", text)
 
 
-def json_report(report: Report) -> bytes:
-    return (json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n").encode()
+def json_report(report: Report, caps: Caps | None = None) -> bytes:
+    """The report as JSON; every string inert and bounded, the whole within the budget."""
+    caps = caps or Caps()
+    budget = _Budget(caps)
+    body = report.to_dict()
+    cases: list[dict[str, Any]] = body.pop("cases")
+    body = _strings(body, lambda text: for_log(text, caps))
+    body["cases"] = []
+    for case in cases:
+        verdict = {k: case.pop(k) for k in ("id", "skill", "name", "source", "status") if k in case}
+        body["cases"].append(_strings(verdict, lambda text: for_log(text, caps)) | _strings(case, budget.take))
+    return (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def _strings(value: Any, change: Any) -> Any:
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, dict):
+        return {k: _strings(v, change) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strings(v, change) for v in value]
+    return value

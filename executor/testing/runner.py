@@ -53,8 +53,10 @@ class Outcome:
     message: str | None = None  # why it errored or was skipped
     command: str | None = None
     exit_code: int | None = None
-    stdout: str = ""
+    stdout: str = ""  # the last Options.keep_chars characters of the stream
     stderr: str = ""
+    stdout_omitted: int = 0  # characters before those, not kept
+    stderr_omitted: int = 0
     files: list[str] = field(default_factory=list)
     run_id: str | None = None
     over_budget: str | None = None  # the soft duration budget, when exceeded
@@ -136,6 +138,7 @@ class Options:
     strict_timing: bool = False
     select: Matcher | None = None
     max_file_bytes: int = 16 * MiB  # per output file brought back for the checks
+    keep_chars: int = 20_000  # of each case's stdout and stderr, kept for the reports (Caps.case_chars)
 
 
 @dataclass(slots=True)
@@ -312,7 +315,10 @@ def run_case(job: Job, case: Case, backend: Backend, options: Options) -> Outcom
         return outcome
     seen = observed(result)
     outcome.duration_ms, outcome.exit_code, outcome.run_id = result.duration_ms, result.exit_code, result.run_id
-    outcome.stdout, outcome.stderr = result.stdout, result.stderr
+    # The checks had the whole streams; the reports show at most a case's worth of each, so
+    # only that is kept (a thousand cases of 1 MiB of output each must not pile up here).
+    outcome.stdout, outcome.stdout_omitted = _last(result.stdout, options.keep_chars)
+    outcome.stderr, outcome.stderr_omitted = _last(result.stderr, options.keep_chars)
     outcome.files = [f"{f.name} ({f.mime_type}, {f.size_bytes} bytes{', truncated' if f.truncated else ''})"
                      for f in result.output_files]
     outcome.failures = check(case.expect, seen, tests_dir=job.item.tests_dir, skip_golden=options.update_golden)
@@ -331,6 +337,10 @@ def run_case(job: Job, case: Case, backend: Backend, options: Options) -> Outcom
     if outcome.failures:
         outcome.status = "failed"
     return outcome
+
+
+def _last(text: str, chars: int) -> tuple[str, int]:
+    return (text, 0) if len(text) <= chars else (text[-chars:], len(text) - chars)
 
 
 def _update_golden(spec: FileExpect, seen: Observed, tests_dir: Path, outcome: Outcome) -> list[Failure]:

@@ -17,10 +17,12 @@ A test file lives in a skill's ``tests/`` folder (``skill-tests.yaml``, ``.yml``
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any, Literal
 
-import regex
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .patterns import PatternError, compile_pattern
 
 #: The names a test file may have, in the order they are looked for in ``tests/``.
 TEST_FILE_NAMES = ("skill-tests.yaml", "skill-tests.yml", "skill-tests.json")
@@ -39,9 +41,10 @@ def _strings(value: Any) -> Any:
 def _check_regex(values: list[str]) -> list[str]:
     for pattern in values:
         try:
-            regex.compile(pattern)
-        except regex.error as exc:
-            raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from None
+            compile_pattern(pattern)
+        except PatternError as exc:
+            shown = pattern if len(pattern) <= 80 else pattern[:77] + "..."
+            raise ValueError(f"invalid regular expression {shown!r} ({exc.code}): {exc.message}") from None
     return values
 
 
@@ -70,7 +73,8 @@ class StreamExpect(_Strict):
     contains: list[str] = Field(default_factory=list, description="substrings that must all appear (one or a list)")
     not_contains: list[str] = Field(default_factory=list, description="substrings that must not appear")
     matches: list[str] = Field(default_factory=list,
-                               description="regular expressions (Python syntax, re.MULTILINE) that must all match "
+                               description="regular expressions (RE2 syntax: Python's without lookarounds or "
+                                           "backreferences; ^ and $ match at line ends) that must all match "
                                            "somewhere")
     equals: str | None = Field(default=None, description="the whole stream, exactly")
     json_: Any = Field(default=None, alias="json",
@@ -93,14 +97,15 @@ class StreamExpect(_Strict):
 class FileExpect(_Strict):
     """Checks on an output file (``path``) or on every file a ``glob`` matches."""
 
-    path: str | None = Field(default=None, description="a workspace-relative file, e.g. out/report.md")
-    glob: str | None = Field(default=None, description="a workspace-relative glob (**); every match is checked")
+    path: str | None = Field(default=None, max_length=1024, description="a workspace-relative file, e.g. out/report.md")
+    glob: str | None = Field(default=None, max_length=1024,
+                             description="a workspace-relative glob (**); every match is checked")
     exists: bool = Field(default=True, description="false: no file may match")
-    mime_type: str | None = Field(default=None, description="exact (text/csv) or a family (image/*)")
+    mime_type: str | None = Field(default=None, max_length=255, description="exact (text/csv) or a family (image/*)")
     min_size: int | None = Field(default=None, ge=0, description="bytes")
     max_size: int | None = Field(default=None, ge=0, description="bytes")
     contains: list[str] = Field(default_factory=list, description="substrings of the UTF-8 text")
-    matches: list[str] = Field(default_factory=list, description="regular expressions the text must match")
+    matches: list[str] = Field(default_factory=list, description="regular expressions (RE2) the text must match")
     json_: Any = Field(default=None, alias="json", description="subset match against the file parsed as JSON")
     equals_file: str | None = Field(default=None,
                                     description="a golden file under tests/ the output must equal byte for byte "
@@ -193,7 +198,7 @@ class Input(_Strict):
 class Case(_Strict):
     """One run and what it must show."""
 
-    name: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200, description="unique; no control characters")
     command: str = Field(min_length=1, description="shell command, run with bash -c from the skill's root")
     inputs: list[Input] = Field(default_factory=list,
                                 description="a string is a path under tests/ (or an artifact:// reference)")
@@ -203,6 +208,13 @@ class Case(_Strict):
     session: str | None = Field(default=None, pattern=_SESSION,
                                 description="cases naming the same session run in file order, sharing work/")
     expect: Expect = Field(default_factory=Expect)
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in value):
+            raise ValueError("a case name cannot hold control characters or line breaks")
+        return value
 
     @field_validator("inputs", mode="before")
     @classmethod
