@@ -20,6 +20,12 @@ accepts.  What is left is resolved by :class:`SkillEnvs` into
 ``key`` hashes the remaining needs, the image's Python tag and pins, and the configured
 package sources.  An environment is built in a temporary folder next to its place and
 renamed there in one step: it is complete or absent, and immutable once in place.
+
+pip and npm run only through :mod:`executor.hosttools` (a fresh working directory, an
+allow-listed environment, an unprivileged user when the service is root, redacted
+output), with their own isolation switches: ``python -I -m pip --isolated`` with
+``PIP_CONFIG_FILE=/dev/null``, npm with empty user and global ``npmrc`` files.  Nothing
+the service records (manifest, refusals, logs) carries a source's credentials.
 """
 
 from __future__ import annotations
