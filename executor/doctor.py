@@ -256,7 +256,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _printable(text: str) -> str:
-    return _CONTROL.sub("?", text)
+    """One line without control characters (for a finding's message)."""
+    return _CONTROL.sub("?", " ".join(text.split()))
 
 
 def parse_answer(stdout: str, commands: list[str], python: list[str], node: list[str]) -> dict[str, Any] | None:

@@ -131,6 +131,17 @@ def test_a_hostile_checkout_and_environment_run_nothing_on_the_host(
     assert "aws-secret-value" not in proc.stdout + proc.stderr
 
 
+def test_npm_is_never_found_through_a_relative_path_entry(open_tmp: Path, markers: Markers,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    checkout = hostile_checkout(open_tmp, markers)
+    (checkout / "node_modules/.bin/npm").write_text(markers.shell("npm-shadow"))
+    (checkout / "node_modules/.bin/npm").chmod(0o755)
+    monkeypatch.chdir(checkout)
+    monkeypatch.setenv("PATH", f"node_modules/.bin:.:{os.environ['PATH']}")
+    envs = SkillEnvs(open_tmp / "envs", image=IMAGE)
+    assert envs.npm is not None and os.path.isabs(envs.npm) and not envs.npm.startswith(str(checkout))
+
+
 def evil_wheel(folder: Path, markers: Markers) -> Path:
     """A wheel whose installation drops import hooks into the target: a ``.pth``, a
     ``sitecustomize``/``usercustomize``, a console script and a data script."""

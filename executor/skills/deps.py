@@ -592,7 +592,10 @@ class SkillEnvs:
         self.sources = sources
         self.image = image if image is not None else ImagePackages()
         self.python = python
-        self.npm = npm or shutil.which("npm")
+        # The service's npm: on its PATH, skipping relative entries (``node_modules/.bin``,
+        # ``.``), which would name a folder of whatever the working directory is.
+        self.npm = npm or shutil.which("npm", path=os.pathsep.join(
+            entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(entry)))
         #: pip and npm run through this (isolated; as ``user`` when the service is root).
         self.tools = HostTools(user, sources.secrets())
         #: The tools checked to run as they must (checked once, before their first use).
