@@ -116,10 +116,11 @@ class Settings(BaseSettings):
 
     # -- skill dependencies (resolved on the host into <data_dir>/envs, never in a run) ----
     skill_deps: Literal["install", "off"] = "install"
-    package_index_url: str | None = None  # default: pip's own (its configuration, else PyPI)
+    package_index_url: str | None = None  # default: PyPI (pip's configuration files and PIP_* are ignored)
     wheelhouse: Path | None = None  # a folder of wheels: resolve from it alone (pip --no-index --find-links)
-    npm_registry: str | None = None  # default: npm's own
+    npm_registry: str | None = None  # default: registry.npmjs.org (the user's and global npmrc are ignored)
     npm_wheelhouse: Path | None = None  # a folder of npm tarballs (*.tgz): resolve from it alone (npm --offline)
+    host_tools_user: str = "nobody"  # when the service is root, pip/npm run as this user ('root': as the service)
 
     @field_validator("api_keys", "admin_keys", "allowed_origins", mode="before")
     @classmethod

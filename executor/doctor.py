@@ -3,22 +3,30 @@
 :func:`diagnose` scans the skill (:mod:`executor.skills.needs`, static), then runs ONE
 probe in the sandbox through the normal run pipeline -- so the skill's own environment
 is part of the answer -- that looks for every command (``shutil.which``, as
-``command -v``), Python module (``importlib.util.find_spec`` from the skill folder with
-the run's ``PYTHONPATH``) and Node module (``require.resolve`` from the skill folder with
-the run's ``NODE_PATH``), and prints JSON.  The names come from untrusted skills: they
-travel as JSON on the probe's stdin, never through a shell.
+``command -v``), Python module (``importlib.util.find_spec`` over the run's import path:
+the skill folder, the run's ``PYTHONPATH``, the image's site-packages) and Node module
+(``require.resolve`` from the skill folder with the run's ``NODE_PATH``), and prints JSON.
+
+Nothing of the skill runs in the probe: Python starts isolated (``python3 -I -S``: no
+``PYTHONPATH``, working directory or user site on its own path, so no ``sitecustomize.py``,
+``json.py`` or ``.pth`` of the skill is imported), adds the image's site-packages itself
+and looks the skill's paths up as data; Node starts from ``/`` with only ``PATH`` and
+``NODE_PATH``.  The names come from untrusted skills: they travel as JSON on the probe's
+stdin, never through a shell.  The answer is untrusted data too (:func:`parse_answer`:
+bounded, strictly typed, exactly the names asked); anything else is a failed probe -- a
+``doctor_probe_failed`` finding and ``ok: false``, never trusted and never a 5xx.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 from .access import LOCAL_TENANT
-from .errors import Unavailable
 from .runs.models import RunRequest
 from .skills import Skill
 from .skills.deps import DependenciesUnmet
@@ -34,6 +42,10 @@ PROBE_TIMEOUT = 60.0
 
 #: A command the probe did not check (no run could start).
 NOT_CHECKED = ""
+#: The most of the probe's output that is parsed (an answer is a few KiB per 100 names).
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+#: The finding of a probe that failed or answered something that is not an answer.
+PROBE_FAILED = "doctor_probe_failed"
 
 #: Network reasons the table shows (the JSON has them all).
 TABLE_REASONS = 10
@@ -44,18 +56,19 @@ NO_NETWORK_LOCAL = ("the local runtime (development only) has the host's network
 
 #: Looks for Node modules the way ``require`` would from the skill folder (NODE_PATH
 #: included); a package whose entry point is not ``require``-able (ESM only, types only)
-#: counts when its folder is on a lookup path.
+#: counts when its folder is on a lookup path.  Started from ``/``: the skill folder is
+#: data (``dir`` on stdin), resolution only reads its ``package.json`` files.
 NODE_PROBE = r"""
 const fs = require('fs'), path = require('path'), Module = require('module');
 let input = '';
 process.stdin.on('data', d => input += d).on('end', () => {
-  const cwd = process.cwd(), found = {};
-  const dirs = [...Module._nodeModulePaths(cwd),
+  const {dir, names} = JSON.parse(input), found = {};
+  const dirs = [...Module._nodeModulePaths(dir),
                 ...(process.env.NODE_PATH || '').split(path.delimiter).filter(Boolean),
                 ...(Module.globalPaths || [])];
-  for (const name of JSON.parse(input)) {
+  for (const name of names) {
     let ok = false;
-    try { require.resolve(name, {paths: [cwd]}); ok = true; } catch (e) {
+    try { require.resolve(name, {paths: [dir]}); ok = true; } catch (e) {
       ok = dirs.some(d => fs.existsSync(path.join(d, name, 'package.json')));
     }
     found[name] = ok;
@@ -64,17 +77,22 @@ process.stdin.on('data', d => input += d).on('end', () => {
 });
 """
 
-#: Runs in the sandbox with the names as JSON on stdin; prints one JSON object.
+#: Runs in the sandbox as ``python3 -I -S`` with the names as JSON on stdin; prints one
+#: JSON object.  Only the standard library and the image's site set-up run in it.
 PROBE = r"""
-import importlib.util, json, os, shutil, subprocess, sys
-names = json.load(sys.stdin)
+import sys
+sys.dont_write_bytecode = True
+import importlib.util, json, os, shutil, site, subprocess
+names = json.loads(sys.stdin.read(MAX_INPUT))
+skill = os.getcwd()
 out = {"commands": {}, "python": {}, "node": {}, "errors": []}
 for name in names["commands"]:
     out["commands"][name] = shutil.which(name)
-sys.path.insert(0, os.getcwd())
+site.main()  # the image's site-packages (-I: none of the user's, nothing of the skill)
+sys.path[:0] = [skill, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
 for name in names["python"]:
-    try:
-        out["python"][name] = importlib.util.find_spec(name) is not None
+    try:  # a top-level name only: find_spec imports the parents of a dotted one
+        out["python"][name] = name.isidentifier() and importlib.util.find_spec(name) is not None
     except Exception:
         out["python"][name] = False
 if names["node"]:
@@ -84,14 +102,17 @@ if names["node"]:
         out["node"] = {name: False for name in names["node"]}
     else:
         try:
-            done = subprocess.run([node, "-e", names["node_probe"]], input=json.dumps(names["node"]),
+            env = {k: os.environ[k] for k in ("PATH", "NODE_PATH") if k in os.environ}
+            done = subprocess.run([node, "-e", names["node_probe"]], cwd="/", env=env,
+                                  input=json.dumps({"dir": skill, "names": names["node"]}),
                                   capture_output=True, text=True, timeout=names["node_timeout"])
-            out["node"] = json.loads(done.stdout)
+            found = json.loads(done.stdout[:MAX_INPUT])
+            out["node"] = {name: found.get(name) is True for name in names["node"]}
         except Exception as exc:
-            out["errors"].append(f"the Node probe failed: {exc}")
+            out["errors"].append(f"the Node probe failed: {type(exc).__name__}")
             out["node"] = {name: False for name in names["node"]}
 print("\n" + json.dumps(out))
-"""
+""".replace("MAX_INPUT", str(MAX_ANSWER_BYTES))
 
 
 class CommandNeed(BaseModel):
@@ -165,13 +186,17 @@ def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> Do
     commands, python, node = _bounded(needs, findings)
     probed: dict[str, Any] = {"commands": {}, "python": {}, "node": {}}
     if commands or python or node:  # nothing to look for: no run
+        unchecked = {"commands": dict.fromkeys(commands, NOT_CHECKED), "python": dict.fromkeys(python),
+                     "node": dict.fromkeys(node)}
         try:
             probed = _probe(executor, skill, commands, python, node, tenant)
         except DependenciesUnmet as exc:  # no run can start: say so, and what the scan found
             unmet = exc.details.get("unmet") if isinstance(exc.details, dict) else None
             findings.append(DoctorFinding(code=exc.code, message=exc.message + (f": {unmet}" if unmet else "")))
-            probed = {"commands": dict.fromkeys(commands, NOT_CHECKED), "python": dict.fromkeys(python),
-                      "node": dict.fromkeys(node)}
+            probed = unchecked
+        except ProbeFailed as exc:  # no answer to trust: nothing was checked
+            findings.append(DoctorFinding(code=PROBE_FAILED, message=str(exc)))
+            probed = unchecked
     findings += [DoctorFinding(code="probe", message=m) for m in probed.get("errors", [])]
     return report(skill, _image(executor), needs, probed, findings)
 
@@ -200,21 +225,61 @@ def _probe(
     timeout = min(PROBE_TIMEOUT, executor.settings.max_timeout)
     names = {"commands": commands, "python": python, "node": node, "node_probe": NODE_PROBE,
              "node_timeout": max(1.0, timeout * 0.8)}
-    request = RunRequest(skill=skill.id, command=f"python3 -c {shlex.quote(PROBE)}", stdin=json.dumps(names),
+    request = RunRequest(skill=skill.id, command=f"python3 -I -S -c {shlex.quote(PROBE)}", stdin=json.dumps(names),
                          timeout=timeout)
     result = executor.runner.run(request, tenant=tenant)
-    lines = result.stdout.strip().splitlines()
-    try:
-        answer: dict[str, Any] = json.loads(lines[-1]) if lines else {}
-        if result.exit_code != 0 or not isinstance(answer, dict) or "commands" not in answer:
-            raise ValueError("no answer")
-    except ValueError:
+    if result.timed_out or result.exit_code != 0:
         why = "timed out" if result.timed_out else f"exit {result.exit_code}"
-        raise Unavailable(
-            f"the probe of skill {skill.id!r} failed ({why}): {result.stderr.strip()[-500:] or 'no output'}",
-            code="doctor_probe_failed",
-        ) from None
+        stderr = _printable(result.stderr.strip()[-500:])
+        raise ProbeFailed(f"the probe of skill {skill.id!r} failed ({why}): {stderr or 'no output'}")
+    answer = parse_answer(result.stdout, commands, python, node)
+    if answer is None:
+        raise ProbeFailed(f"the probe of skill {skill.id!r} gave no valid answer: nothing was checked")
     return answer
+
+
+class ProbeFailed(Exception):
+    """The probe gave no answer to trust (internal: :func:`diagnose` makes it a finding)."""
+
+
+class _Answer(BaseModel):
+    """What the probe prints, strictly: unknown fields, wrong types and over-long lists refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    commands: dict[StrictStr, StrictStr | None]
+    python: dict[StrictStr, StrictBool]
+    node: dict[StrictStr, StrictBool]
+    errors: list[StrictStr] = Field(default_factory=list, max_length=10)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    """One line without control characters (for a finding's message)."""
+    return _CONTROL.sub("?", " ".join(text.split()))
+
+
+def parse_answer(stdout: str, commands: list[str], python: list[str], node: list[str]) -> dict[str, Any] | None:
+    """The probe's answer from its output, or None: the output is over
+    :data:`MAX_ANSWER_BYTES`, its last line is not the JSON object the probe prints, a value
+    has the wrong type, a path is not a plain absolute path, or the names are not exactly
+    the ones asked."""
+    if len(stdout) > MAX_ANSWER_BYTES:
+        return None
+    lines = stdout.strip().splitlines()
+    try:
+        answer = _Answer.model_validate_json(lines[-1]) if lines else None
+    except (ValidationError, ValueError):
+        return None
+    if answer is None or (set(answer.commands), set(answer.python), set(answer.node)) != (
+            set(commands), set(python), set(node)):
+        return None
+    if any(path is not None and (not path.startswith("/") or len(path) > 4096 or _CONTROL.search(path))
+           for path in answer.commands.values()):
+        return None
+    return {"commands": answer.commands, "python": answer.python, "node": answer.node,
+            "errors": [_printable(e[:1000]) for e in answer.errors]}
 
 
 def report(
@@ -252,7 +317,7 @@ def report(
         reasons=[NetworkReason(file=r.file, line=r.line, why=r.why, level=r.level) for r in needs.network],
         note=NO_NETWORK if image is not None else NO_NETWORK_LOCAL,
     )
-    unchecked = any(f.code == DependenciesUnmet.code for f in findings)
+    unchecked = any(f.code in (DependenciesUnmet.code, PROBE_FAILED) for f in findings)
     ok = not (missing.commands or missing.python or missing.node or unchecked) and network.needed != "yes"
     return DoctorReport(skill=skill.id, image=image, commands=commands, python=python, node=node, missing=missing,
                         network=network, findings=findings, ok=ok)
@@ -296,6 +361,8 @@ def render_table(doctor: DoctorReport) -> str:
         parts = []
         if any(f.code == DependenciesUnmet.code for f in doctor.findings):
             parts.append("its declared dependencies cannot be met (nothing was checked)")
+        if any(f.code == PROBE_FAILED for f in doctor.findings):
+            parts.append("the probe failed (nothing was checked)")
         if missing:
             parts.append("missing " + ", ".join(missing))
         if doctor.network.needed == "yes":

@@ -1,5 +1,6 @@
 """The package's shape: imports only go downwards through the layers the README's
-Architecture section lists, and there are no import cycles (read from the source, not run)."""
+Architecture section lists, there are no import cycles, and only the modules allowed to
+start processes do (read from the source, not run)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "executor"
 #: Lowest layer first; a module may import from its own layer and the ones before it.
 LAYERS = [
     {"executor", "executor.errors", "executor.config", "executor.paths", "executor.access", "executor.owners",
-     "executor.activity", "executor.sqlite", "executor.workers"},
+     "executor.activity", "executor.sqlite", "executor.workers", "executor.hosttools"},
     {"executor.skills", "executor.images"},
     {"executor.artifacts"},
     {"executor.workspace"},
@@ -93,3 +94,46 @@ def test_no_import_cycles() -> None:
         if name not in state:
             visit(name, [name])
     assert cycles == []
+
+
+#: The only modules that may start a process on the service's host: the one runner of host
+#: tools over untrusted input (pip and npm over a skill's needs), the runner image's build
+#: (the project's own files) and the local runtime (development only: runs commands as the
+#: service, by design).  Anything else that needs a tool goes through executor/hosttools.py.
+PROCESS_STARTERS = {"executor.hosttools", "executor.images", "executor.runtimes.local"}
+PROCESS_MODULES = {"subprocess", "pty", "multiprocessing", "concurrent.futures.process"}
+#: ``os`` functions that start or replace processes.
+OS_PROCESS = ("system", "popen", "exec", "spawn", "posix_spawn", "fork")
+
+
+def starts_processes(path: Path) -> list[str]:
+    """How a module could start a process (empty: it cannot, as far as its source says)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if a.name.split(".")[0] in PROCESS_MODULES
+                      or a.name in PROCESS_MODULES]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            module = node.module or ""
+            if module in PROCESS_MODULES or module.split(".")[0] in {"subprocess", "pty", "multiprocessing"}:
+                found.append(f"from {module} import ...")
+            elif module in ("os", "asyncio") and any(a.name.startswith(OS_PROCESS) or "subprocess" in a.name
+                                                     for a in node.names):
+                found.append(f"from {module} import {', '.join(a.name for a in node.names)}")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "os" and node.attr.startswith(OS_PROCESS):
+                found.append(f"os.{node.attr}")
+            elif node.value.id == "asyncio" and node.attr.startswith("create_subprocess"):
+                found.append(f"asyncio.{node.attr}")
+    return found
+
+
+def test_only_the_allowed_modules_start_processes() -> None:
+    """A process started anywhere else could run a tool over a skill's files without the
+    isolation executor/hosttools.py gives it (a fresh folder, a scrubbed environment,
+    another user)."""
+    starters = {name: how for name, path in modules().items() if (how := starts_processes(path))}
+    assert set(starters) <= PROCESS_STARTERS, {k: v for k, v in starters.items() if k not in PROCESS_STARTERS}
+    assert "executor.hosttools" in starters  # the check sees what it looks for
+    assert starts_processes(PACKAGE / "skills" / "deps.py") == []
+    assert starts_processes(PACKAGE / "doctor.py") == []  # its probe's processes start in the sandbox

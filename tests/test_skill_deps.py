@@ -51,6 +51,11 @@ from executor.workspace.layout import environment
 from .helpers import make_skill, run
 
 IMAGE = ImagePackages.load(images_dir() / "runner")
+#: The tests that are not about who runs pip and npm run them as the service itself: a root
+#: test run keeps its temporary folders (and maybe its interpreter) private to root, where
+#: the default unprivileged user cannot read them (tests/test_hosttools.py and the tests
+#: below that use ``open_tmp`` run them as that user).
+AS_SERVICE: dict[str, object] = {"host_tools_user": "root"}
 
 
 # -- building a wheelhouse and an npm tarball folder by hand (no network) -------------
@@ -315,7 +320,7 @@ def test_install_refuses_unmet_needs_with_422(tmp_path: Path, wheelhouse: Path) 
         warnings.simplefilter("ignore")  # starlette's TestClient warns about its httpx use
         from starlette.testclient import TestClient
     settings = Settings(runtime="local", skills_dirs=[tmp_path / "skills"], data_dir=tmp_path / "data",
-                        skills_refresh_seconds=0.0, wheelhouse=wheelhouse, npm_wheelhouse=wheelhouse)
+                        skills_refresh_seconds=0.0, wheelhouse=wheelhouse, npm_wheelhouse=wheelhouse, **AS_SERVICE)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         client = TestClient(create_app(settings), base_url="http://127.0.0.1", client=("127.0.0.1", 50000))
@@ -377,7 +382,7 @@ def test_runs_import_the_skill_env(make_executor, runtime_name: str, wheelhouse:
     (plain / "scripts").mkdir()
     (plain / "scripts/helper.py").write_text("X = 7\n")
     (plain / "scripts/main.py").write_text("from scripts.helper import X\nprint('x', X)\n")
-    executor: Executor = make_executor(wheelhouse=wheelhouse, npm_wheelhouse=wheelhouse)
+    executor: Executor = make_executor(wheelhouse=wheelhouse, npm_wheelhouse=wheelhouse, **AS_SERVICE)
     result = run(executor, skill="dep-probe", command=PROBE)
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -413,7 +418,7 @@ def test_a_run_of_a_skill_with_unmet_needs_fails_with_the_error(make_executor, r
     if runtime_name != "docker":
         pytest.skip("one runtime is enough: the refusal comes before any sandbox")
     dep_skill(extra_skills, "dep-broken", requirements="no-such-package\n")
-    executor: Executor = make_executor(wheelhouse=wheelhouse, npm_wheelhouse=wheelhouse)
+    executor: Executor = make_executor(wheelhouse=wheelhouse, npm_wheelhouse=wheelhouse, **AS_SERVICE)
     with pytest.raises(ExecutorError) as info:
         run(executor, skill="dep-broken", command="true")
     assert info.value.code == "skill_dependencies_unmet"
@@ -444,7 +449,7 @@ def test_cli_install_refuses_unmet_needs(tmp_path: Path, wheelhouse: Path) -> No
     package.write_bytes(skill_zip("cli-unmet", "tinypkg\nno-such-package\n"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
     env |= {"SKILL_EXECUTOR_DATA_DIR": str(tmp_path / "data"), "SKILL_EXECUTOR_SKILLS_DIRS": str(tmp_path / "none"),
-            "SKILL_EXECUTOR_WHEELHOUSE": str(wheelhouse)}
+            "SKILL_EXECUTOR_WHEELHOUSE": str(wheelhouse), "SKILL_EXECUTOR_HOST_TOOLS_USER": "root"}
     proc = subprocess.run([sys.executable, "-m", "executor.cli.main", "skills", "install", str(package)],
                           capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 1

@@ -20,6 +20,12 @@ accepts.  What is left is resolved by :class:`SkillEnvs` into
 ``key`` hashes the remaining needs, the image's Python tag and pins, and the configured
 package sources.  An environment is built in a temporary folder next to its place and
 renamed there in one step: it is complete or absent, and immutable once in place.
+
+pip and npm run only through :mod:`executor.hosttools` (a fresh working directory, an
+allow-listed environment, an unprivileged user when the service is root, redacted
+output), with their own isolation switches: ``python -I -m pip --isolated`` with
+``PIP_CONFIG_FILE=/dev/null``, npm with empty user and global ``npmrc`` files.  Nothing
+the service records (manifest, refusals, logs) carries a source's credentials.
 """
 
 from __future__ import annotations
@@ -32,10 +38,9 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
+import stat
 import sys
 import tarfile
-import tempfile
 import threading
 import time
 import tomllib
@@ -51,6 +56,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..config import Settings
 from ..errors import ExecutorError
+from ..hosttools import HostTools, Scratch, ToolResult, ToolUser, reclaim, redact, tool_user, url_secrets
 from ..images import IMAGE_ABI, IMAGE_PLATFORMS, IMAGE_PYTHON, images_dir, read_pins
 
 log = logging.getLogger(__name__)
@@ -492,21 +498,18 @@ class Sources:
     npm_wheelhouse: Path | None = None
 
     def describe(self) -> dict[str, str | None]:
-        # Written into each environment's manifest, which every run can read: never the
-        # credentials of a private index (the key still covers the full setting).
+        """The sources as every run may read them (the manifest) and the key hashes them:
+        URLs without credentials, query strings or fragments (:func:`redact`)."""
         return {
-            "index_url": _without_userinfo(self.index_url),
+            "index_url": redact(self.index_url) if self.index_url else None,
             "wheelhouse": str(self.wheelhouse) if self.wheelhouse else None,
-            "npm_registry": _without_userinfo(self.npm_registry),
+            "npm_registry": redact(self.npm_registry) if self.npm_registry else None,
             "npm_wheelhouse": str(self.npm_wheelhouse) if self.npm_wheelhouse else None,
         }
 
-
-def _without_userinfo(url: str | None) -> str | None:
-    """``url`` without ``user:password@`` (what private indexes are often configured with)."""
-    if not url:
-        return url
-    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", url)
+    def secrets(self) -> set[str]:
+        """What of the sources must never leave the host process (see :func:`url_secrets`)."""
+        return url_secrets(self.index_url) | url_secrets(self.npm_registry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -582,13 +585,21 @@ class SkillEnvs:
         image: ImagePackages | None = None,
         python: str = sys.executable,
         npm: str | None = None,
+        user: ToolUser | None = None,
     ) -> None:
         self.root = root
         self.mode = mode
         self.sources = sources
         self.image = image if image is not None else ImagePackages()
         self.python = python
-        self.npm = npm or shutil.which("npm")
+        # The service's npm: on its PATH, skipping relative entries (``node_modules/.bin``,
+        # ``.``), which would name a folder of whatever the working directory is.
+        self.npm = npm or shutil.which("npm", path=os.pathsep.join(
+            entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(entry)))
+        #: pip and npm run through this (isolated; as ``user`` when the service is root).
+        self.tools = HostTools(user, sources.secrets())
+        #: The tools checked to run as they must (checked once, before their first use).
+        self._usable: set[str] = set()
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
         #: (skill path, signature) -> the plan, or the refusal (not retried until the skill changes)
@@ -609,6 +620,7 @@ class SkillEnvs:
             sources=Sources(settings.package_index_url, settings.wheelhouse, settings.npm_registry,
                             settings.npm_wheelhouse),
             image=ImagePackages.load(images_dir() / "runner", minimal=minimal),
+            user=tool_user(settings.host_tools_user),
         )
 
     def _sweep(self) -> None:
@@ -676,7 +688,7 @@ class SkillEnvs:
             if (final / MANIFEST).is_file():
                 return final
             temp = self.root / f"{TEMP_PREFIX}{planned.key}-{secrets.token_hex(4)}"
-            temp.mkdir()
+            temp.mkdir(mode=0o755)
             try:
                 resolved = {"python": self._pip(planned, temp), "node": self._npm(planned, temp)}
                 manifest = {
@@ -688,12 +700,7 @@ class SkillEnvs:
                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 }
                 (temp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-                for folder, _, files in os.walk(temp):
-                    os.chmod(folder, 0o755)
-                    for name in files:
-                        target = os.path.join(folder, name)
-                        if not os.path.islink(target):
-                            os.chmod(target, 0o755 if os.access(target, os.X_OK) else 0o644)
+                reclaim(temp)  # the service's, folders 0755 and files 0644/0755: runs (another uid) read it
                 try:
                     os.rename(temp, final)
                 except OSError as exc:
@@ -707,45 +714,61 @@ class SkillEnvs:
                 shutil.rmtree(temp, ignore_errors=True)
                 raise
 
-    def _run(self, argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ)
-        if self.sources.wheelhouse is not None:
-            # The wheelhouse alone: no pip configuration (files or PIP_* variables) adds sources.
-            env = {k: v for k, v in env.items() if not k.startswith("PIP_")}
-            env["PIP_CONFIG_FILE"] = os.devnull
+    def _usable_or_refuse(self, tool: str, argv: list[str], sources: list[Path | None]) -> None:
+        """Check once that ``argv`` runs as the tools run, and the source folders (and their
+        files) are readable there: ``host_tools_unusable`` (503) otherwise, never a refusal
+        of the skill."""
+        if tool in self._usable:
+            return
+        readable: list[Path] = []
+        for folder in sources:
+            if folder is not None:
+                readable.append(folder)
+                readable += sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+        where = self.root / f"{TEMP_PREFIX}check-{secrets.token_hex(4)}"
+        where.mkdir(mode=0o755)
         try:
-            return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=RESOLVE_TIMEOUT,
-                                  check=False, stdin=subprocess.DEVNULL, env=env)
-        except subprocess.TimeoutExpired:
-            return subprocess.CompletedProcess(argv, 124, "", f"timed out after {RESOLVE_TIMEOUT:.0f} s")
-        except OSError as exc:
-            return subprocess.CompletedProcess(argv, 127, "", f"cannot run {argv[0]}: {exc}")
+            self.tools.check(argv, where, readable)
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+        self._usable.add(tool)
+
+    def _run_pip(self, args: list[str], scratch: Scratch) -> ToolResult:
+        # -I: no PYTHON* variable, no user site, no working directory on the path; --isolated
+        # and PIP_CONFIG_FILE=/dev/null: no PIP_* variable and no configuration file.
+        argv = [self.python, "-I", "-m", "pip", "--isolated", "install", "--no-input", "--no-cache-dir",
+                "--quiet", *args]
+        return self.tools.run(argv, scratch, timeout=RESOLVE_TIMEOUT, env={"PIP_CONFIG_FILE": os.devnull})
 
     def _pip(self, planned: EnvPlan, temp: Path) -> dict[str, str]:
         """Resolve the Python needs (preferring the image's pins), then install what the image lacks."""
         if not planned.python:
             return {}
-        work = temp / ".work"
-        work.mkdir()
         # The needs go as arguments, never in a requirements file (whose lines pip expands
         # and parses as options); format_requirement wrote each from a parsed requirement.
         needs = [need for need in planned.python if not _UNSAFE_TEXT.search(need)]
         if len(needs) != len(planned.python):
             raise _unmet([{"need": n, "source": "python", "error": "refused: unsafe characters"}
                           for n in planned.python if n not in needs])
-        constraints = work / "constraints.txt"
-        constraints.write_text("".join(f"{name}=={version}\n" for name, (version, _) in
-                                       sorted(self.image.python.items())))
-        base = [self.python, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-                "--target", str(work / "dry"), *pip_target_args(self.sources)]
-        report = work / "report.json"
-        proc = self._run([*base, "--report", str(report), "-c", str(constraints), "--", *needs])
-        if proc.returncode != 0 and "ResolutionImpossible" in proc.stderr + proc.stdout:
+        self._usable_or_refuse("pip", [self.python, "-I", "-c", "import pip"], [self.sources.wheelhouse])
+        pins = "".join(f"{name}=={version}\n" for name, (version, _) in sorted(self.image.python.items()))
+
+        def dry_run(attempt: str, constrained: bool) -> tuple[ToolResult, Path]:
+            scratch = self.tools.scratch(temp / f".resolve-{attempt}")
+            (scratch.folder / "constraints.txt").write_text(pins)
+            report = scratch.folder / "report.json"
+            args = ["--dry-run", "--ignore-installed", "--target", str(scratch.folder / "dry"),
+                    *pip_target_args(self.sources), "--report", str(report)]
+            args += ["-c", str(scratch.folder / "constraints.txt")] if constrained else []
+            return self._run_pip([*args, "--", *needs], scratch), report
+
+        result, report = dry_run("pinned", True)
+        if result.returncode != 0 and "ResolutionImpossible" in result.output:
             # The needs conflict with the image's pins: honour the skill's wish.
-            proc = self._run([*base, "--report", str(report), "--", *needs])
-        if proc.returncode != 0:
-            raise self._pip_failure(planned, proc)
-        items = json.loads(report.read_text()).get("install", [])
+            result, report = dry_run("free", False)
+        if result.returncode != 0:
+            raise self._pip_failure(planned, result)
+        items = json.loads(_read_bounded(report)).get("install", [])
         chosen: dict[str, str] = {str(canonicalize_name(i["metadata"]["name"])): str(i["metadata"]["version"])
                                   for i in items}
         wanted = [f"{name}=={version}" for name, version in sorted(chosen.items())
@@ -754,16 +777,20 @@ class SkillEnvs:
             raise _unmet([{"need": w, "source": "python", "error": "pip resolved an unexpected name or version"}
                           for w in wanted if _UNSAFE_TEXT.search(w) or not _PIN.match(w)])
         if wanted:
-            proc = self._run([self.python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
-                              "--target", str(temp / "python"), *pip_target_args(self.sources), "--", *wanted])
-            if proc.returncode != 0:
-                raise self._pip_failure(planned, proc)
+            scratch = self.tools.scratch(temp / ".install")
+            result = self._run_pip(["--no-deps", "--no-compile", "--target", str(scratch.folder / "python"),
+                                    *pip_target_args(self.sources), "--", *wanted], scratch)
+            if result.returncode != 0:
+                raise self._pip_failure(planned, result)
+            os.rename(scratch.folder / "python", temp / "python")
             shutil.rmtree(temp / "python" / "bin", ignore_errors=True)
-        shutil.rmtree(work, ignore_errors=True)
+        for folder in temp.glob(".resolve-*"):
+            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(temp / ".install", ignore_errors=True)
         return chosen
 
-    def _pip_failure(self, planned: EnvPlan, proc: subprocess.CompletedProcess[str]) -> DependenciesUnmet:
-        output = proc.stderr + proc.stdout
+    def _pip_failure(self, planned: EnvPlan, result: ToolResult) -> DependenciesUnmet:
+        output = result.output
         missing = {canonicalize_name(re.split(r"[<>=!~\[;]", m, maxsplit=1)[0]) for m in _PIP_MISSING.findall(output)}
         unmet = [n for n in planned.python if canonicalize_name(Requirement(n).name) in missing] or list(planned.python)
         return _unmet([{"need": n, "source": "python", "error": "pip could not resolve it"} for n in unmet],
@@ -810,31 +837,55 @@ class SkillEnvs:
                 raise _unmet(missing)
         else:
             specs = list(planned.node)
-        node = temp / "node"
+        self._usable_or_refuse("npm", [self.npm, "--version"], [self.sources.npm_wheelhouse])
+        scratch = self.tools.scratch(temp / ".npm")
+        node = scratch.folder / "node"
         node.mkdir()
         (node / "package.json").write_text('{"name": "skill-env", "private": true}\n')
-        cache = Path(tempfile.mkdtemp(prefix="npm-cache-", dir=temp))
+        for rc in ("user.npmrc", "global.npmrc"):
+            (scratch.folder / rc).write_text("")
         # No git (a registry package's git dependency would be cloned, and some npm versions
-        # run its `prepare` despite --ignore-scripts), no links to local folders.
+        # run its `prepare` despite --ignore-scripts), no links to local folders, and no
+        # configuration but these options (empty user and global npmrc; the project's is
+        # the fresh prefix's, which has none).
         argv = [self.npm, "install", "--prefix", str(node), "--ignore-scripts", "--no-audit", "--no-fund",
-                "--no-package-lock", "--loglevel=error", "--cache", str(cache), "--git=false",
-                "--install-links=false", "--", *specs]
+                "--no-package-lock", "--no-update-notifier", "--loglevel=error",
+                "--cache", str(scratch.folder / "cache"), "--userconfig", str(scratch.folder / "user.npmrc"),
+                "--globalconfig", str(scratch.folder / "global.npmrc"), "--git=false", "--install-links=false",
+                "--", *specs]
         if self.sources.npm_wheelhouse is not None:
             argv.insert(2, "--offline")
         elif self.sources.npm_registry:
             argv.insert(2, f"--registry={self.sources.npm_registry}")
-        proc = self._run(argv, cwd=node)
-        shutil.rmtree(cache, ignore_errors=True)
-        if proc.returncode != 0:
-            output = proc.stderr + proc.stdout
+        result = self.tools.run(argv, scratch, timeout=RESOLVE_TIMEOUT)
+        if result.returncode != 0:
             raise _unmet([{"need": n, "source": "node", "error": "npm could not install it"}
-                                   for n in planned.node], _tail(output))
+                          for n in planned.node], _tail(result.output))
+        os.rename(node, temp / "node")
+        shutil.rmtree(scratch.folder, ignore_errors=True)
+        node = temp / "node"
         resolved: dict[str, str] = {}
         for need in planned.node:
             name, _ = _split_npm(need)
             try:
-                meta = json.loads((node / "node_modules" / name / "package.json").read_text())
-                resolved[name] = str(meta.get("version"))
+                meta = json.loads(_read_bounded(node / "node_modules" / name / "package.json"))
+                resolved[name] = str(meta.get("version")) if isinstance(meta, dict) else "?"
             except (OSError, ValueError):
                 resolved[name] = "?"
         return resolved
+
+
+#: The most of a tool's answer file (pip's report, a package.json) that is read.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+
+
+def _read_bounded(path: Path) -> str:
+    """A file a tool wrote (regular, not a link, at most :data:`MAX_ANSWER_BYTES`); ``ValueError`` else."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"not a regular file: {path.name}")
+        data = handle.read(MAX_ANSWER_BYTES + 1)
+    if len(data) > MAX_ANSWER_BYTES:
+        raise ValueError(f"{path.name} is over {MAX_ANSWER_BYTES} bytes")
+    return data.decode("utf-8", errors="replace")
