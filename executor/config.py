@@ -121,6 +121,9 @@ class Settings(BaseSettings):
     npm_registry: str | None = None  # default: registry.npmjs.org (the user's and global npmrc are ignored)
     npm_wheelhouse: Path | None = None  # a folder of npm tarballs (*.tgz): resolve from it alone (npm --offline)
     host_tools_user: str = "nobody"  # when the service is root, pip/npm run as this user ('root': as the service)
+    # The Python that runs pip for dependency resolution (default: the service's own); any
+    # CPython 3.8+ with pip will do (it resolves for the image's Python, not its own).
+    host_tools_python: str | None = None
 
     @field_validator("api_keys", "admin_keys", "allowed_origins", mode="before")
     @classmethod

@@ -250,7 +250,8 @@ class HostTools:
                 raise HostToolsUnusable(f"pip/npm{who}: {result.output.strip()[-500:]}{hint}")
 
 
-_HINT = ("; make it readable by that user, or set SKILL_EXECUTOR_HOST_TOOLS_USER to another one "
+_HINT = ("; make it readable by that user, point SKILL_EXECUTOR_HOST_TOOLS_PYTHON at a Python with pip it "
+         "can run (e.g. /usr/bin/python3), or set SKILL_EXECUTOR_HOST_TOOLS_USER to another user "
          "('root' runs pip and npm as the service itself)")
 
 

@@ -26,6 +26,21 @@ ensure_venv() {
   echo "$want" > "$stamp"
 }
 
+# Dependency resolution runs pip as SKILL_EXECUTOR_HOST_TOOLS_USER (nobody) when the service is
+# root. A virtualenv whose Python lives under /root (pyenv) cannot be run by that user: then
+# pip runs from Debian's /usr/bin/python3 (python3-pip installed when missing), said here.
+ensure_host_tools_python() {
+  [[ $(id -u) -eq 0 && -z "${SKILL_EXECUTOR_HOST_TOOLS_PYTHON:-}" ]] || return 0
+  local user="${SKILL_EXECUTOR_HOST_TOOLS_USER:-nobody}"
+  [[ "$user" != "root" ]] || return 0
+  if runuser -u "$user" -- "$PY" -I -c '' 2>/dev/null; then
+    return 0
+  fi
+  /usr/bin/python3 -I -m pip --version >/dev/null 2>&1 || apt_install python3-pip || return 0
+  export SKILL_EXECUTOR_HOST_TOOLS_PYTHON=/usr/bin/python3
+  log "$user cannot run $PY: skills' Python dependencies resolve with /usr/bin/python3's pip (SKILL_EXECUTOR_HOST_TOOLS_PYTHON)"
+}
+
 # The Debian client speaks the engine's API version; a newer client may refuse it.
 docker_cli() {
   if [[ -x /usr/bin/docker ]]; then /usr/bin/docker "$@"; else docker "$@"; fi

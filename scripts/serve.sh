@@ -10,6 +10,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 ensure_venv
+ensure_host_tools_python
 if [[ " $* " != *" --runtime local "* && "${SKILL_EXECUTOR_RUNTIME:-docker}" != "local" ]]; then
   if ! ensure_engine; then
     log "no Docker engine: the service cannot run skills in containers here."

@@ -214,3 +214,16 @@ def test_secrets_of_a_configured_url_are_redacted_wherever_they_appear() -> None
     line = "Retrying after connection broken: /simple/?token=t0ken-123/tinypkg/ (p@ss-word)"
     assert redact(line, secrets) == "Retrying after connection broken: /simple/?token=***/tinypkg/ (***)"
     assert redact("x", {"a"}) == "x"  # secrets shorter than 4 only go inside URLs
+
+
+def test_the_python_that_runs_pip_is_a_setting(tmp_path: Path) -> None:
+    """HOST_TOOLS_PYTHON picks the interpreter pip runs with (the service's own by default)."""
+    import sys
+
+    from executor.config import Settings
+    from executor.skills.deps import SkillEnvs
+
+    default = SkillEnvs.from_settings(Settings(data_dir=tmp_path / "a", skills_dirs=[]))
+    chosen = SkillEnvs.from_settings(Settings(data_dir=tmp_path / "b", skills_dirs=[],
+                                              host_tools_python="/usr/bin/python3"))
+    assert (default.python, chosen.python) == (sys.executable, "/usr/bin/python3")

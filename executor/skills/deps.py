@@ -621,6 +621,7 @@ class SkillEnvs:
                             settings.npm_wheelhouse),
             image=ImagePackages.load(images_dir() / "runner", minimal=minimal),
             user=tool_user(settings.host_tools_user),
+            python=settings.host_tools_python or sys.executable,
         )
 
     def _sweep(self) -> None:
