@@ -3,12 +3,16 @@
 A refusal (bad request, unknown skill, refused input) is not a failed run: a run whose
 command exits non-zero is a normal result.  Refusals carry a stable machine-readable
 ``code``, a human message and the HTTP status the API maps them to, so the library,
-the CLI and the HTTP layer all report them the same way.
+the CLI and the HTTP layer all report them the same way.  Every code is listed in
+:mod:`executor.errorcodes` (the catalogue), which also gives its status: a raise that
+names a catalogued code and no explicit ``status`` answers with the catalogue's.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from .errorcodes import CATALOGUE
 
 
 class ExecutorError(Exception):
@@ -31,6 +35,8 @@ class ExecutorError(Exception):
             self.code = code
         if status is not None:
             self.status = status
+        elif (entry := CATALOGUE.get(self.code)) is not None:
+            self.status = entry.status
         self.details = details or {}
 
     def to_dict(self) -> dict[str, Any]:

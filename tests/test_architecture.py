@@ -11,8 +11,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "executor"
 
 #: Lowest layer first; a module may import from its own layer and the ones before it.
 LAYERS = [
-    {"executor", "executor.errors", "executor.config", "executor.paths", "executor.access", "executor.owners",
-     "executor.activity", "executor.sqlite", "executor.workers", "executor.hosttools"},
+    {"executor", "executor.errors", "executor.errorcodes", "executor.config", "executor.paths", "executor.access",
+     "executor.owners", "executor.activity", "executor.sqlite", "executor.workers", "executor.hosttools"},
     {"executor.skills", "executor.images"},
     {"executor.artifacts"},
     {"executor.workspace"},
