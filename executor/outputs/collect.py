@@ -170,7 +170,8 @@ def _match(
             if len(logical.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES:
                 too_long += 1
                 continue
-            if not spec.match_file(logical):
+            # RE2 matches text: an undecodable byte is matched as U+FFFD (then skipped below, with a warning).
+            if not spec.match_file(logical.encode("utf-8", "surrogateescape").decode("utf-8", "replace")):
                 continue
             shown = printable(logical)
             mode = entry.stat.st_mode
