@@ -43,10 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadRequest, Conflict, NotFound
+from ..errors import Conflict, NotFound
 from ..sqlite import ThreadLocalDB
 from .loader import SkillLoadError, find_skill_file, load_skill
 from .model import Skill
+from .refs import VersionRef, parse_version
 
 log = logging.getLogger(__name__)
 
@@ -129,15 +130,6 @@ class AuditEntry:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "at": self.at, "actor": self.actor, "action": self.action, "skill": self.skill,
                 "version": self.version, "digest": self.digest, "detail": self.detail}
-
-
-def split_ref(name: str) -> tuple[str, str | None]:
-    """``"pdf@3"`` -> ``("pdf", "3")``; ``"pdf"`` -> ``("pdf", None)``."""
-    base, at, ref = name.partition("@")
-    if at and not ref.strip():
-        raise BadRequest(f"empty version in {name!r}; use name@<n>, name@latest or name@sha256:<hex>",
-                         code="invalid_version")
-    return base, (ref.strip() if at else None)
 
 
 _COLUMNS = "skill, version, digest, created_at, source, actor, dirname, manifest"
@@ -362,26 +354,24 @@ class Registry:
         pointers = self._pointers(skill_id)
         return [self._row_to_version(r, pointers) for r in rows]
 
-    def version(self, skill_id: str, ref: str | int | None = None) -> Version:
-        """A version by number, ``latest``, ``default`` (None) or ``sha256:<hex>``; 404 when none."""
+    def version(self, skill_id: str, ref: VersionRef | str | int | None = None) -> Version:
+        """A version by number, ``latest``, ``default`` (None) or ``sha256:<hex>``; 404 when none.
+
+        ``ref`` goes through :func:`.refs.parse_version`: anything else is 400 ``invalid_version``.
+        """
+        wanted = parse_version("default" if ref is None else ref)
         db = self._db()
         pointers = self._pointers(skill_id)
-        text = str(ref).strip().lower() if ref is not None else "default"
-        if text in ("default", "latest"):
-            number = pointers[0 if text == "default" else 1] if pointers else None
+        if wanted.kind == "digest":
+            row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND digest = ? "
+                             "ORDER BY version DESC LIMIT 1", (skill_id, wanted.digest)).fetchone()
+        else:
+            number = wanted.number if wanted.kind == "number" else (
+                pointers[0 if wanted.kind == "default" else 1] if pointers else None)
             row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND version = ?",
                              (skill_id, number)).fetchone() if number is not None else None
-        elif text.startswith("sha256:"):
-            row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND digest = ? "
-                             "ORDER BY version DESC LIMIT 1", (skill_id, text)).fetchone()
-        elif text.isdigit():
-            row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND version = ?",
-                             (skill_id, int(text))).fetchone()
-        else:
-            raise BadRequest(f"invalid version {ref!r}: use a number, latest, default or sha256:<hex>",
-                             code="invalid_version")
         if row is None:
-            raise NotFound(f"skill {skill_id!r} has no version {text}", code="version_not_found")
+            raise NotFound(f"skill {skill_id!r} has no version {wanted}", code="version_not_found")
         return self._row_to_version(row, pointers)
 
     def folder(self, version: Version) -> Path:

@@ -39,7 +39,8 @@ from .installdir import STAGING_PREFIX, sweep
 from .loader import SkillLoadError, find_skill_file, load_skill
 from .model import Skill
 from .package import Installed, install_package, uninstall
-from .registry import Registry, Version, split_ref
+from .refs import InvalidVersion, SkillRef, VersionRef, parse_ref
+from .registry import Registry, Version
 from .search import Hit, SearchIndex
 from .spec import Diagnostic
 
@@ -206,25 +207,32 @@ class SkillRepository:
 
     def get(self, name: str) -> Skill:
         """Look a skill up by id or name, case-insensitively, optionally pinned (``name@3``,
-        ``name@latest``, ``name@sha256:<hex>``); 404 when unknown.
+        ``name@latest``, ``name@sha256:<hex>``); 400 for a malformed reference (the one
+        parser, :mod:`.refs`), 404 when unknown.
 
         With a registry the skill returned is a version (``version``/``digest`` set, its
         path the immutable version folder): the default one unless pinned.
         """
-        base, ref = split_ref(name) if self.registry is not None else (name, None)
-        skill = self.found(base)
+        ref = parse_ref(name)
+        skill = self._lookup(ref)
         if self.registry is None:
+            if ref.version is not None:
+                raise InvalidVersion(f"{name!r}: this service keeps no skill versions (no registry)")
             return skill
-        return self.registry.load(self._version_of(skill, ref))
+        return self.registry.load(self._version_of(skill, ref.version))
 
     def found(self, name: str) -> Skill:
-        """The catalog's skill (its folder under a root) by id or name; 404 when unknown."""
-        skill = self.catalog.by_id.get(name.strip().lower())
+        """The catalog's skill (its folder under a root) by id or name; 400 for a malformed
+        name or one with a version, 404 when unknown."""
+        return self._lookup(parse_ref(name, versioned=False))
+
+    def _lookup(self, ref: SkillRef) -> Skill:
+        skill = self.catalog.by_id.get(ref.key)
         if skill is None:
-            raise NotFound(f"unknown skill {name!r}", code="skill_not_found")
+            raise NotFound(f"unknown skill {ref.name!r}", code="skill_not_found")
         return skill
 
-    def _version_of(self, skill: Skill, ref: str | None) -> Version:
+    def _version_of(self, skill: Skill, ref: VersionRef | None) -> Version:
         """Folder-root skills: a change on disk is a new version; installed ones: the registry's pointers."""
         registry = self.registry
         assert registry is not None

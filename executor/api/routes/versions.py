@@ -21,7 +21,8 @@ from ...access import Principal
 from ...errors import BadRequest, NotFound, TooLarge, Unavailable
 from ...skills import FileEntry, Skill
 from ...skills.archive import PackageLimits
-from ...skills.registry import Registry, Version, split_ref
+from ...skills.refs import parse_ref
+from ...skills.registry import Registry, Version
 from ...skills.repository import SkillRepository
 from ...skills.spec import split_verdict
 from ..auth import admin, principal
@@ -163,11 +164,10 @@ def _info(version: Version, *, files: bool = False) -> VersionInfo:
 
 
 def _skill_id(request: Request, name: str) -> str:
-    """The skill's id (a folder-root skill's current content is versioned on the way)."""
-    base, ref = split_ref(name)
-    if ref is not None:
-        raise BadRequest("name the skill without a version here", code="invalid_version")
-    return _repository(request).get(base).id
+    """The skill's id (a folder-root skill's current content is versioned on the way); a
+    version in ``name`` is 400 ``invalid_version``."""
+    repository = _repository(request)
+    return repository.get(repository.found(name).id).id
 
 
 @router.post("/{name}/versions", response_model=Installed, status_code=201,
@@ -240,10 +240,10 @@ def delete_version(name: str, version: str, request: Request, who: Principal = D
 @router.get("/{name}/audit", response_model=AuditLog, summary="The registry's audit log for a skill, newest first")
 def audit(name: str, request: Request, limit: int = Query(default=100, ge=1, le=10000),
           _: Principal = Depends(admin)) -> AuditLog:
-    base, _ref = split_ref(name)
+    ref = parse_ref(name, versioned=False)
     registry = _registry(request)
     try:
-        skill_id = _repository(request).found(base).id
+        skill_id = _repository(request).found(ref.name).id
     except NotFound:
-        skill_id = base.strip().lower()  # a deleted skill's history stays readable
+        skill_id = ref.key  # a deleted skill's history stays readable
     return AuditLog(entries=[AuditRecord.model_validate(e.to_dict()) for e in registry.audit(skill_id, limit=limit)])
