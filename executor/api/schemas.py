@@ -130,13 +130,16 @@ class VersionList(BaseModel):
     skill: str
     default_version: int | None
     latest_version: int | None
+    default_held: bool = Field(default=False, description="the default was set explicitly (not to `latest`): "
+                               "a changed folder of a folder-root skill does not move it")
     versions: list[VersionInfo]
 
 
 class SkillUpdate(BaseModel):
     model_config = {"extra": "forbid"}
 
-    default_version: int | str = Field(description="a version number, latest, or sha256:<hex>")
+    default_version: int | str = Field(description="a version number, `latest` (the default then follows the "
+                                       "latest version), `default`, or sha256:<hex>")
 
 
 class AuditRecord(BaseModel):

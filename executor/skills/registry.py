@@ -151,7 +151,7 @@ class Registry:
             """
             CREATE TABLE IF NOT EXISTS skills (
                 skill TEXT PRIMARY KEY, next_version INTEGER NOT NULL,
-                default_version INTEGER, latest_version INTEGER);
+                default_version INTEGER, latest_version INTEGER, default_held INTEGER NOT NULL DEFAULT 0);
             CREATE TABLE IF NOT EXISTS versions (
                 skill TEXT NOT NULL, version INTEGER NOT NULL, digest TEXT NOT NULL, created_at REAL NOT NULL,
                 source TEXT NOT NULL, actor TEXT NOT NULL, dirname TEXT NOT NULL, manifest TEXT NOT NULL,
@@ -162,6 +162,9 @@ class Registry:
                 skill TEXT NOT NULL, version INTEGER, digest TEXT, detail TEXT);
             """
         )
+        columns = {row[1] for row in self._sqlite.db().execute("PRAGMA table_info(skills)")}
+        if "default_held" not in columns:  # an index made before held defaults
+            self._sqlite.db().execute("ALTER TABLE skills ADD COLUMN default_held INTEGER NOT NULL DEFAULT 0")
         self._thread_lock = threading.RLock()
         self._depth = 0
         self._lock_fd = -1
@@ -222,18 +225,27 @@ class Registry:
 
     def _commit(self, skill_id: str, stage: Path, dirname: str, files: list[FileDigest], digest: str,
                 actor: str, source: str, set_default: bool) -> tuple[Version, bool]:
+        """Record the staged version (or return the latest, when it has this content).
+
+        An upload moves the default when ``set_default`` (and then the default follows
+        again).  A folder observation (``source="folder"``) moves it only while it follows:
+        after an explicit :meth:`set_default` to anything but ``latest`` it is *held*, and
+        a changed folder becomes a new latest version that is not the default.
+        """
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
         try:
-            row = db.execute("SELECT next_version, default_version, latest_version FROM skills WHERE skill = ?",
-                             (skill_id,)).fetchone()
-            next_version, default, latest = row if row else (1, None, None)
+            row = db.execute("SELECT next_version, default_version, latest_version, default_held FROM skills "
+                             "WHERE skill = ?", (skill_id,)).fetchone()
+            next_version, default, latest, held = row if row else (1, None, None, 0)
+            observed = source == "folder"
             if latest is not None:
                 current = db.execute("SELECT digest FROM versions WHERE skill = ? AND version = ?",
                                      (skill_id, latest)).fetchone()
                 if current is not None and current[0] == digest:
-                    if set_default and default != latest:
-                        db.execute("UPDATE skills SET default_version = ? WHERE skill = ?", (latest, skill_id))
+                    if set_default and not observed and (default != latest or held):
+                        db.execute("UPDATE skills SET default_version = ?, default_held = 0 WHERE skill = ?",
+                                   (latest, skill_id))
                         self._audit(db, actor, "set_default", skill_id, latest, digest, "re-published")
                     db.execute("COMMIT")
                     return self.version(skill_id, latest), False
@@ -246,15 +258,17 @@ class Registry:
             manifest = json.dumps([f.to_dict() for f in files])
             db.execute(f"INSERT INTO versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                        (skill_id, number, digest, now, source, actor, dirname, manifest))
-            new_default = number if set_default or default is None else default
+            moves = default is None or (set_default and not (observed and held))
+            new_default, new_held = (number, 0) if moves else (default, held)
             db.execute(
-                "INSERT INTO skills (skill, next_version, default_version, latest_version) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(skill) DO UPDATE SET next_version = excluded.next_version, "
-                "default_version = excluded.default_version, latest_version = excluded.latest_version",
-                (skill_id, number + 1, new_default, number),
+                "INSERT INTO skills (skill, next_version, default_version, latest_version, default_held) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(skill) DO UPDATE SET next_version = excluded.next_version, "
+                "default_version = excluded.default_version, latest_version = excluded.latest_version, "
+                "default_held = excluded.default_held",
+                (skill_id, number + 1, new_default, number, new_held),
             )
             self._audit(db, actor, "publish", skill_id, number, digest,
-                        f"source={source} default={new_default}")
+                        f"source={source} default={new_default}" + (" (held)" if new_held else ""))
             os.rename(stage, final)
             try:
                 db.execute("COMMIT")
@@ -348,6 +362,11 @@ class Registry:
         row = self._pointers(skill_id)
         return (row[0], row[1]) if row else (None, None)
 
+    def default_held(self, skill_id: str) -> bool:
+        """True when the default was set explicitly (not to ``latest``): a folder change does not move it."""
+        row = self._db().execute("SELECT default_held FROM skills WHERE skill = ?", (skill_id,)).fetchone()
+        return bool(row and row[0])
+
     def versions(self, skill_id: str) -> list[Version]:
         rows = self._db().execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? ORDER BY version",
                                   (skill_id,)).fetchall()
@@ -421,14 +440,21 @@ class Registry:
 
     # -- pointers and deletes ------------------------------------------------------------
 
-    def set_default(self, skill_id: str, ref: str | int, *, actor: str) -> Version:
+    def set_default(self, skill_id: str, ref: VersionRef | str | int, *, actor: str) -> Version:
+        """Point the default at a version (a rollback, a promotion).  It then holds -- a changed
+        folder of a folder-root skill no longer moves it -- unless ``ref`` is ``latest``, which
+        makes the default follow the latest version again."""
+        wanted = parse_version(ref)
         with self.writing():
-            version = self.version(skill_id, ref)
+            version = self.version(skill_id, wanted)
+            held = wanted.kind != "latest"
             db = self._db()
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.execute("UPDATE skills SET default_version = ? WHERE skill = ?", (version.number, skill_id))
-                self._audit(db, actor, "set_default", skill_id, version.number, version.digest, None)
+                db.execute("UPDATE skills SET default_version = ?, default_held = ? WHERE skill = ?",
+                           (version.number, int(held), skill_id))
+                self._audit(db, actor, "set_default", skill_id, version.number, version.digest,
+                            "held" if held else "follows latest")
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -477,7 +503,8 @@ class Registry:
                     skill_id = versions[0].skill
                     left = db.execute("SELECT MAX(version) FROM versions WHERE skill = ?", (skill_id,)).fetchone()[0]
                     db.execute("UPDATE skills SET latest_version = ?, default_version = CASE WHEN ? IS NULL "
-                               "THEN NULL ELSE default_version END WHERE skill = ?", (left, left, skill_id))
+                               "THEN NULL ELSE default_version END, default_held = CASE WHEN ? IS NULL THEN 0 "
+                               "ELSE default_held END WHERE skill = ?", (left, left, left, skill_id))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")

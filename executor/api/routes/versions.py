@@ -192,6 +192,7 @@ def list_versions(name: str, request: Request, _: Principal = Depends(principal)
     registry = _registry(request)
     default, latest = registry.pointers(skill_id)
     return VersionList(skill=skill_id, default_version=default, latest_version=latest,
+                       default_held=registry.default_held(skill_id),
                        versions=[_info(v) for v in registry.versions(skill_id)])
 
 
