@@ -491,8 +491,8 @@ class Registry:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    raise Conflict(f"version {version.number} of skill {version.skill!r} is in use by a run; "
-                                   "try again when it has finished", code="version_in_use") from None
+                    raise Conflict(f"version {version.number} of skill {version.skill!r} is in use by a run or a "
+                                   "download; try again when it has finished", code="version_in_use") from None
             db = self._db()
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -543,13 +543,19 @@ class Registry:
         if skill.version is None:
             yield
             return
-        folder = self.versions_dir / skill.id / str(skill.version)
-        gone = NotFound(f"version {skill.version} of skill {skill.id!r} was deleted", code="version_not_found")
+        with self.hold(skill.id, skill.version):
+            yield
+
+    @contextlib.contextmanager
+    def hold(self, skill_id: str, number: int) -> Iterator[None]:
+        """:meth:`lease` by version: a run, or a download streaming the version's files."""
+        folder = self.versions_dir / skill_id / str(number)
+        gone = NotFound(f"version {number} of skill {skill_id!r} was deleted", code="version_not_found")
         try:
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
             raise gone from None
-        key = (skill.id, skill.version)
+        key = (skill_id, number)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             try:
@@ -570,7 +576,7 @@ class Registry:
             os.close(fd)
 
     def in_use(self, skill_id: str, number: int) -> int:
-        """How many runs of this process hold the version."""
+        """How many runs (and downloads) of this process hold the version."""
         return self._leases.get((skill_id, number), 0)
 
     # -- audit ---------------------------------------------------------------------------

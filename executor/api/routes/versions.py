@@ -8,19 +8,22 @@ the files' paths relative to the skill (``my-skill/SKILL.md`` or ``SKILL.md``).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import zipfile
-from pathlib import PurePosixPath
+from collections.abc import Iterator
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 from starlette.datastructures import UploadFile
 
 from ...access import Principal
 from ...errors import BadRequest, NotFound, TooLarge, Unavailable
 from ...skills import FileEntry, Skill
 from ...skills.archive import PackageLimits
+from ...skills.download import zip_chunks
 from ...skills.refs import parse_ref
 from ...skills.registry import Registry, Version
 from ...skills.repository import SkillRepository
@@ -208,18 +211,15 @@ def get_version(name: str, version: str, request: Request, _: Principal = Depend
 def version_content(name: str, version: str, request: Request, _: Principal = Depends(principal)) -> Response:
     registry = _registry(request)
     found = registry.version(_skill_id(request, name), version)
-    folder = registry.folder(found)
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for entry in found.files:
-            if entry.link is not None:  # an upload cannot hold links: the zip leaves them out
-                continue
-            info = zipfile.ZipInfo(str(PurePosixPath(found.dirname) / entry.path), date_time=(1980, 1, 1, 0, 0, 0))
-            info.external_attr = (0o100755 if entry.executable else 0o100644) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, (folder / entry.path).read_bytes())
+    held = contextlib.ExitStack()
+    held.enter_context(registry.hold(found.skill, found.number))  # not deleted while it streams
+
+    def body() -> Iterator[bytes]:
+        with held:
+            yield from zip_chunks(registry.folder(found), found.dirname, found.files)
+
     filename = f"{found.skill}-{found.number}.zip"
-    return Response(buffer.getvalue(), media_type="application/zip", headers={
+    return StreamingResponse(body(), media_type="application/zip", headers={
         "Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename)}",
         "X-Skill-Version": str(found.number), "X-Skill-Digest": found.digest,
     })
