@@ -222,6 +222,21 @@ def test_fuzz_every_route(server: Server, ref: str) -> None:
         _check(http, server.url, ref)
 
 
+def test_patch_takes_a_version_number_or_text_and_nothing_else(server: Server) -> None:
+    answers: list[tuple[object, int, str]] = [  # a list: True == 1 and False == 0 as dict keys
+        (True, 422, "invalid_request"), (False, 422, "invalid_request"), (None, 422, "invalid_request"),
+        (1.5, 422, "invalid_request"), ("[1]", 400, "invalid_version"), (0, 400, "invalid_version"),
+        (-1, 400, "invalid_version"), (10**30, 400, "invalid_version"), ("9" * 400, 400, "invalid_version"),
+        ("²", 400, "invalid_version"), (" 1", 400, "invalid_version"), ("1.0", 400, "invalid_version"),
+    ]
+    with httpx.Client(timeout=60) as http:
+        for value, status, code in answers:
+            answer = http.patch(f"{server.url}/v1/skills/math-tools", **_json({"default_version": value}))
+            assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), value
+        for sent in (1, "1", "LATEST"):
+            assert http.patch(f"{server.url}/v1/skills/math-tools", **_json({"default_version": sent})).status_code == 200
+
+
 def test_percent_encoded_surprises(server: Server) -> None:
     """Raw request targets: what the router decodes is what the parser sees, and it is strict."""
     cases = {
