@@ -50,7 +50,7 @@ VALID_NAME = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", fullmatch=True)
 VALID_VERSION = st.one_of(
     st.integers(1, 999_999_999).map(str), st.sampled_from(["latest", "default", "LATEST", "Default"]),
     st.from_regex(r"sha256:[0-9a-fA-F]{64}", fullmatch=True))
-FUZZ_SETTINGS = settings(max_examples=300, deadline=None, derandomize=True,
+FUZZ_SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                          suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -214,7 +214,7 @@ def test_hostile_references_on_every_route(server: Server, ref: str) -> None:
             assert (answer.status_code, answer.json()["error"]["code"]) == (400, code)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(FUZZ)
 def test_fuzz_every_route(server: Server, ref: str) -> None:
