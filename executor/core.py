@@ -19,6 +19,7 @@ from .runtimes.base import Runtime
 from .skills import SkillRepository
 from .skills.deps import SkillEnvs
 from .skills.registry import Registry
+from .skills.repository import check_layout
 
 
 def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtime:
@@ -68,12 +69,15 @@ class Executor:
     def from_settings(
         cls, settings: Settings, runtime: Runtime | None = None, *, wait_for_engine: bool = False
     ) -> Executor:
+        # before anything is created: nothing may be written into a read-only skills root
+        check_layout(settings.skills_dirs, settings.install_root,
+                     [settings.registry_dir, settings.data_dir, settings.workspaces])
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
         repository = SkillRepository(
             settings.skills_dirs, install_root=settings.install_root, refresh_interval=settings.skills_refresh_seconds,
             deps=SkillEnvs.from_settings(settings),
-            registry=Registry(settings.registry_dir),
+            registry=Registry(settings.registry_dir), service_dirs=[settings.data_dir, settings.workspaces],
         )
         artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)

@@ -132,8 +132,12 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
       "Set SKILL_EXECUTOR_INSTALL_DIR (or a writable data dir)."),
     E("install_failed", 503, "The install folder could not be written or cleaned.",
       "Operators: check the install folder's permissions and space."),
-    E("install_root_overlaps", 500, "The install root overlaps a read-only skills root.",
-      "Operators: move SKILL_EXECUTOR_INSTALL_DIR out of the skills dirs.", "none"),
+    E("install_root_overlaps", 500, "The install root overlaps a read-only skills root, or holds the data folder, "
+      "the registry or the workspaces.",
+      "Operators: give SKILL_EXECUTOR_INSTALL_DIR a folder of its own (default <DATA_DIR>/skills).", "none"),
+    E("skills_root_overlaps", 500, "A read-only skills root overlaps the data folder, the registry or the "
+      "workspaces: what tenants write there would be discovered as skills.",
+      "Operators: keep SKILL_EXECUTOR_SKILLS_DIRS apart from SKILL_EXECUTOR_DATA_DIR and WORKSPACE_ROOT.", "none"),
     E("atomic_replace_unsupported", 503, "The file system cannot swap an installed skill atomically.",
       "Operators: put the install root on a file system with renameat2 RENAME_EXCHANGE."),
     E("skill_dependencies_unmet", 422, "The skill's declared dependencies cannot be installed; details list them.",
@@ -157,12 +161,16 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
       "Send fewer files."),
     E("name_mismatch", 400, "A new version's SKILL.md names another skill.", "Keep the skill's name in new versions."),
     E("reserved_name", 400, "The skill name holds a word the hosted platforms reserve.", "Pick another name."),
-    E("invalid_version", 400, "The version reference is not a number, latest, default or sha256:<hex>.",
-      "Use name@<n>, name@latest or name@sha256:<hex>."),
+    E("invalid_skill_name", 400, "The skill name is not 1-128 ASCII letters, digits, '.', '_' or '-' "
+      "(starting with a letter or digit).", "Name the skill by its id (or its name, if it is written that way)."),
+    E("invalid_version", 400, "The version reference is not 1-999999999, latest, default or sha256:<64 hex "
+      "digits>, or a version was given where only a skill is meant.",
+      "Use name@<n>, name@latest or name@sha256:<hex>; name the skill alone for /versions, PATCH, DELETE, audit."),
     E("version_not_found", 404, "The skill has no such version (or it was deleted).", "List the skill's versions."),
     E("version_is_default", 409, "The version is the skill's default and cannot be deleted.",
       "Set another default first."),
-    E("version_in_use", 409, "A run uses this version.", "Retry once the run has finished."),
+    E("version_in_use", 409, "A run uses this version, or a download of it is being sent.",
+      "Retry once the run or the download has finished."),
     # -- runs: the request and its limits -------------------------------------------------
     E("invalid_command", 400, "The command is empty or contains a NUL byte.", "Send a valid command."),
     E("command_too_large", 413, "The command is longer than SKILL_EXECUTOR_MAX_COMMAND_BYTES.",

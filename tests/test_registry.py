@@ -413,3 +413,71 @@ def test_uploads_over_the_byte_cap_are_refused_before_they_are_held(tmp_path: Pa
         assert small.status_code in (200, 201), small.text
     finally:
         srv.stop()
+
+
+# -- rollbacks of folder-root skills hold --------------------------------------------------
+
+
+def test_a_rollback_of_a_folder_skill_holds_across_touches_edits_and_a_reopen(tmp_path: Path) -> None:
+    root = tmp_path / "skills"
+    folder = write_skill(root / "held", "held")
+    repository = SkillRepository([root], refresh_interval=0, registry=Registry(tmp_path / "registry"))
+    assert repository.get("held").version == 1
+    (folder / "data.txt").write_text("two")
+    assert repository.get("held").version == 2  # the default follows the folder ...
+    registry = repository.registry
+    assert registry is not None and not registry.default_held("held")
+    registry.set_default("held", 1, actor="ops")  # ... until someone rolls it back
+    assert registry.default_held("held")
+    os.utime(folder / "data.txt", ns=(time.time_ns(), time.time_ns() + 5_000_000_000))  # a touch
+    assert (repository.get("held").version, (repository.get("held").path / "data.txt").read_text()) == (1, "one")
+    reopened = SkillRepository([root], refresh_interval=0, registry=Registry(tmp_path / "registry"))
+    assert reopened.get("held").version == 1  # a restart: the folder is observed again, the default holds
+    (folder / "data.txt").write_text("three")
+    assert reopened.get("held").version == 1  # a changed folder is a new latest version, not the default
+    assert reopened.registry is not None and reopened.registry.pointers("held") == (1, 3)
+    assert reopened.get("held@latest").version == 3
+    reopened.registry.set_default("held", "latest", actor="ops")  # follow the folder again
+    assert not reopened.registry.default_held("held")
+    (folder / "data.txt").write_text("four")
+    assert reopened.get("held").version == 4
+    reopened.registry.set_default("held", 4, actor="ops")  # a pin, even to the latest, holds
+    (folder / "data.txt").write_text("five")
+    assert reopened.get("held").version == 4 and reopened.registry.pointers("held") == (4, 5)
+    details = [(e.action, e.version, e.detail) for e in reversed(reopened.registry.audit("held"))]
+    assert ("set_default", 1, "held") in details and ("set_default", 3, "follows latest") in details
+
+
+def test_a_rollback_of_a_folder_skill_holds_across_a_touch_and_a_server_restart(tmp_path: Path) -> None:
+    srv = Server(tmp_path)
+    srv.start()
+    folder = write_skill(srv.skills_dir / "rolled", "rolled", "good")
+    try:
+        with Client(srv.url) as client:
+            assert client.load_skill("rolled")["version"] == 1
+            (folder / "data.txt").write_text("bad")
+            assert client.load_skill("rolled")["version"] == 2
+            client.set_default_version("rolled", 1)  # the rollback
+            assert client.skill_versions("rolled")["default_held"] is True
+            os.utime(folder / "data.txt")  # a touch: new times, same content
+            os.utime(folder / "SKILL.md")
+            assert client.load_skill("rolled")["version"] == 1
+            ran = client.run({"skill": "rolled", "command": "cat data.txt"})
+            assert (ran["stdout"], ran["skill_version"]) == ("good", 1)
+        srv.stop()
+        os.utime(folder / "data.txt")
+        srv.start()  # a real restart: the folder is observed anew by a new process
+        with Client(srv.url) as client:
+            assert client.load_skill("rolled")["version"] == 1
+            ran = client.run({"skill": "rolled", "command": "cat data.txt"})
+            assert (ran["stdout"], ran["skill_version"]) == ("good", 1)
+            (folder / "data.txt").write_text("worse")
+            assert client.load_skill("rolled")["version"] == 1  # a new version, not the default
+            listed = client.skill_versions("rolled")
+            assert (listed["default_version"], listed["latest_version"]) == (1, 3)
+            assert [v["source"] for v in listed["versions"]] == ["folder"] * 3
+            client.set_default_version("rolled", "latest")  # explicitly: follow the folder again
+            (folder / "data.txt").write_text("fixed")
+            assert client.load_skill("rolled")["version"] == 4
+    finally:
+        srv.stop()

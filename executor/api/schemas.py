@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictInt, StrictStr
 
 from ..context.service import MAX_BUDGET_TOKENS
 from ..runs.models import RunResult
@@ -130,13 +130,18 @@ class VersionList(BaseModel):
     skill: str
     default_version: int | None
     latest_version: int | None
+    default_held: bool = Field(default=False, description="the default was set explicitly (not to `latest`): "
+                               "a changed folder of a folder-root skill does not move it")
     versions: list[VersionInfo]
 
 
 class SkillUpdate(BaseModel):
     model_config = {"extra": "forbid"}
 
-    default_version: int | str = Field(description="a version number, latest, or sha256:<hex>")
+    # strict: a JSON true is not version 1; the text goes to the one parser (executor/skills/refs.py)
+    default_version: StrictInt | StrictStr = Field(
+        description="a version number, `latest` (the default then follows the latest version), `default`, "
+                    "or sha256:<hex>")
 
 
 class AuditRecord(BaseModel):

@@ -18,7 +18,8 @@ import httpx
 
 from ..client import ApiError, Client, folder_files
 from ..skills import check
-from ..skills.registry import manifest_digest, split_ref
+from ..skills.refs import parse_ref, parse_version
+from ..skills.registry import manifest_digest
 from .output import emit_json
 
 DEFAULT_TOKEN_ENV = "SKILL_EXECUTOR_API_KEY"
@@ -107,28 +108,32 @@ def _sha256(data: bytes) -> str:
 
 
 def _versions(args: argparse.Namespace) -> int:
+    name = parse_ref(args.name, versioned=False).name  # a malformed name is a usage error (exit 2)
+
     def show(client: Client) -> int:
-        emit_json(client.skill_versions(args.name))
+        emit_json(client.skill_versions(name))
         return 0
 
     return _call(args, show)
 
 
 def _pin(args: argparse.Namespace) -> int:
-    version: int | str = int(args.version) if args.version.isdigit() else args.version
+    name = parse_ref(args.name, versioned=False).name
+    parsed = parse_version(args.version)
+    version: int | str = parsed.number if parsed.number is not None else str(parsed)
 
     def pin(client: Client) -> int:
-        emit_json(client.set_default_version(args.name, version))
+        emit_json(client.set_default_version(name, version))
         return 0
 
     return _call(args, pin)
 
 
 def _pull(args: argparse.Namespace) -> int:
-    name, ref = split_ref(args.name)
+    ref = parse_ref(args.name)
 
     def pull(client: Client) -> int:
-        emit_json(client.pull_skill(name, args.directory, ref or "default"))
+        emit_json(client.pull_skill(ref.name, args.directory, str(ref.version or "default")))
         return 0
 
     return _call(args, pull)

@@ -23,6 +23,7 @@ from ..skills import (
 )
 from ..skills.deps import SkillEnvs
 from ..skills.registry import Registry
+from ..skills.repository import check_layout
 from . import registry
 from .arguments import existing_dir
 from .output import emit_json
@@ -226,8 +227,12 @@ def _install(args: argparse.Namespace) -> int:
         return 2
     try:
         settings = Settings()
-        repository = SkillRepository(settings.skills_dirs, install_root=args.root or settings.install_root,
-                                     deps=SkillEnvs.from_settings(settings), registry=Registry(settings.registry_dir))
+        install_root = args.root or settings.install_root
+        private = [settings.registry_dir, settings.data_dir, settings.workspaces]
+        check_layout(settings.skills_dirs, install_root, private)
+        repository = SkillRepository(settings.skills_dirs, install_root=install_root,
+                                     deps=SkillEnvs.from_settings(settings), registry=Registry(settings.registry_dir),
+                                     service_dirs=private)
         result = repository.install(data, strict=args.strict)
     except ExecutorError as exc:
         print(f"skill-executor: {exc.code}: {exc.message}", file=sys.stderr)

@@ -1,6 +1,17 @@
 """The skills layer: spec rules, parsing, discovery, progressive disclosure, packages."""
 
-from .files import FileContent, FileEntry, Match, docs, find_file, inventory, match_path, read_file, suggestions
+from .files import (
+    FileContent,
+    FileEntry,
+    Match,
+    docs,
+    find_file,
+    inventory,
+    match_path,
+    open_file,
+    read_file,
+    suggestions,
+)
 from .loader import SkillLoadError, Verdict, check, load_skill
 from .model import Skill, estimate_tokens
 from .package import Installed, PackageLimits, install_package, uninstall
@@ -33,6 +44,7 @@ __all__ = [
     "inventory",
     "load_skill",
     "match_path",
+    "open_file",
     "read_file",
     "render_text",
     "render_xml",

@@ -6,7 +6,7 @@ import difflib
 import os
 import stat
 from dataclasses import dataclass
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from ..errors import NotFound, TooLarge
 from ..paths import clean_relative, resolve_within
@@ -161,25 +161,34 @@ def find_file(skill: Skill, relative: str) -> Match:
     return Match(relative, found.path, found.note)
 
 
-def read_file(skill: Skill, relative: str, *, max_bytes: int = DEFAULT_MAX_READ) -> FileContent:
-    """Read one file of a skill by relative path, safely.
+def open_file(skill: Skill, relative: str) -> tuple[str, int, BinaryIO]:
+    """Open one regular file of a skill by relative path, safely: ``(path, size, handle)``.
 
-    Refuses absolute paths, ``..`` and anything whose resolved path (symlinks
-    included) leaves the skill directory.  Reads at most ``max_bytes`` and says so.
+    Refuses absolute paths, ``..`` and anything whose resolved path (symlinks included)
+    leaves the skill directory; anything but a regular file is 404 (checked on the open
+    descriptor, which is opened non-blocking: a FIFO cannot hang the reader).
     """
     rel = clean_relative(relative, what="file path")
     target = resolve_within(skill.path, rel, what="file path")
     try:
-        st = target.stat()
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         close = suggestions(str(rel), [e.path for e in inventory(skill)])
         raise NotFound(_missing(skill, "file", str(rel), close), code="file_not_found") from None
+    st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
         raise NotFound(f"{str(rel)!r} in skill {skill.id!r} is not a regular file", code="file_not_found")
+    return str(rel), st.st_size, os.fdopen(fd, "rb")
+
+
+def read_file(skill: Skill, relative: str, *, max_bytes: int = DEFAULT_MAX_READ) -> FileContent:
+    """Read one file of a skill by relative path, safely (the rules of :func:`open_file`).
+    Reads at most ``max_bytes`` and says so."""
     if max_bytes <= 0:
         raise TooLarge("max_bytes must be positive")
-    with open(target, "rb") as handle:
+    rel, size, handle = open_file(skill, relative)
+    with handle:
         data = handle.read(max_bytes + 1)
     truncated = len(data) > max_bytes
-    return FileContent(str(rel), st.st_size, data[:max_bytes], truncated)
-
+    return FileContent(rel, size, data[:max_bytes], truncated)

@@ -39,105 +39,23 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadRequest, Conflict, NotFound
+from ..errors import Conflict, NotFound
 from ..sqlite import ThreadLocalDB
 from .loader import SkillLoadError, find_skill_file, load_skill
+from .manifest import AuditEntry, FileDigest, Version, manifest_digest
 from .model import Skill
+from .refs import VersionRef, parse_version
+
+__all__ = ["AuditEntry", "FileDigest", "Registry", "Version", "manifest_digest"]
 
 log = logging.getLogger(__name__)
 
 #: Folders never part of a version (the run's copy skips them too).
 SKIP_DIRS = frozenset({".git", "__pycache__"})
 SYSTEM_ACTOR = "system"
-
-
-@dataclass(frozen=True, slots=True)
-class FileDigest:
-    """One manifest entry: a regular file, or (``link`` set) a symbolic link, kept as a link."""
-
-    path: str
-    sha256: str
-    size: int
-    executable: bool
-    link: str | None = None
-
-    @property
-    def digest_field(self) -> str:
-        """What the canonical encoding writes after the path: the content's hex, ``link:<hex of target>``."""
-        return f"link:{self.sha256}" if self.link is not None else self.sha256
-
-    def to_dict(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"path": self.path, "sha256": self.sha256, "size": self.size,
-                                 "executable": self.executable}
-        if self.link is not None:
-            entry["link"] = self.link
-        return entry
-
-
-def manifest_digest(files: list[tuple[str, str]]) -> str:
-    """``sha256:<hex>`` over ``(relative path, sha256 hex)`` pairs in the canonical encoding
-    (a link's pair carries ``link:<sha256 hex of its target>``)."""
-    h = hashlib.sha256()
-    for path, digest in sorted(files, key=lambda f: f[0].encode("utf-8", "surrogateescape")):
-        h.update(path.encode("utf-8", "surrogateescape") + b"\x00" + digest.encode("ascii") + b"\n")
-    return "sha256:" + h.hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class Version:
-    skill: str
-    number: int
-    digest: str
-    created_at: float
-    source: str
-    actor: str
-    dirname: str
-    files: tuple[FileDigest, ...]
-    is_default: bool = False
-    is_latest: bool = False
-
-    @property
-    def size(self) -> int:
-        return sum(f.size for f in self.files)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "skill": self.skill, "version": self.number, "digest": self.digest, "created_at": self.created_at,
-            "source": self.source, "created_by": self.actor, "file_count": len(self.files), "size": self.size,
-            "is_default": self.is_default, "is_latest": self.is_latest,
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.summary(), "files": [f.to_dict() for f in self.files]}
-
-
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    id: int
-    at: float
-    actor: str
-    action: str
-    skill: str
-    version: int | None
-    digest: str | None
-    detail: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "at": self.at, "actor": self.actor, "action": self.action, "skill": self.skill,
-                "version": self.version, "digest": self.digest, "detail": self.detail}
-
-
-def split_ref(name: str) -> tuple[str, str | None]:
-    """``"pdf@3"`` -> ``("pdf", "3")``; ``"pdf"`` -> ``("pdf", None)``."""
-    base, at, ref = name.partition("@")
-    if at and not ref.strip():
-        raise BadRequest(f"empty version in {name!r}; use name@<n>, name@latest or name@sha256:<hex>",
-                         code="invalid_version")
-    return base, (ref.strip() if at else None)
 
 
 _COLUMNS = "skill, version, digest, created_at, source, actor, dirname, manifest"
@@ -159,7 +77,7 @@ class Registry:
             """
             CREATE TABLE IF NOT EXISTS skills (
                 skill TEXT PRIMARY KEY, next_version INTEGER NOT NULL,
-                default_version INTEGER, latest_version INTEGER);
+                default_version INTEGER, latest_version INTEGER, default_held INTEGER NOT NULL DEFAULT 0);
             CREATE TABLE IF NOT EXISTS versions (
                 skill TEXT NOT NULL, version INTEGER NOT NULL, digest TEXT NOT NULL, created_at REAL NOT NULL,
                 source TEXT NOT NULL, actor TEXT NOT NULL, dirname TEXT NOT NULL, manifest TEXT NOT NULL,
@@ -170,6 +88,9 @@ class Registry:
                 skill TEXT NOT NULL, version INTEGER, digest TEXT, detail TEXT);
             """
         )
+        columns = {row[1] for row in self._sqlite.db().execute("PRAGMA table_info(skills)")}
+        if "default_held" not in columns:  # an index made before held defaults
+            self._sqlite.db().execute("ALTER TABLE skills ADD COLUMN default_held INTEGER NOT NULL DEFAULT 0")
         self._thread_lock = threading.RLock()
         self._depth = 0
         self._lock_fd = -1
@@ -230,18 +151,27 @@ class Registry:
 
     def _commit(self, skill_id: str, stage: Path, dirname: str, files: list[FileDigest], digest: str,
                 actor: str, source: str, set_default: bool) -> tuple[Version, bool]:
+        """Record the staged version (or return the latest, when it has this content).
+
+        An upload moves the default when ``set_default`` (and then the default follows
+        again).  A folder observation (``source="folder"``) moves it only while it follows:
+        after an explicit :meth:`set_default` to anything but ``latest`` it is *held*, and
+        a changed folder becomes a new latest version that is not the default.
+        """
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
         try:
-            row = db.execute("SELECT next_version, default_version, latest_version FROM skills WHERE skill = ?",
-                             (skill_id,)).fetchone()
-            next_version, default, latest = row if row else (1, None, None)
+            row = db.execute("SELECT next_version, default_version, latest_version, default_held FROM skills "
+                             "WHERE skill = ?", (skill_id,)).fetchone()
+            next_version, default, latest, held = row if row else (1, None, None, 0)
+            observed = source == "folder"
             if latest is not None:
                 current = db.execute("SELECT digest FROM versions WHERE skill = ? AND version = ?",
                                      (skill_id, latest)).fetchone()
                 if current is not None and current[0] == digest:
-                    if set_default and default != latest:
-                        db.execute("UPDATE skills SET default_version = ? WHERE skill = ?", (latest, skill_id))
+                    if set_default and not observed and (default != latest or held):
+                        db.execute("UPDATE skills SET default_version = ?, default_held = 0 WHERE skill = ?",
+                                   (latest, skill_id))
                         self._audit(db, actor, "set_default", skill_id, latest, digest, "re-published")
                     db.execute("COMMIT")
                     return self.version(skill_id, latest), False
@@ -254,15 +184,17 @@ class Registry:
             manifest = json.dumps([f.to_dict() for f in files])
             db.execute(f"INSERT INTO versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                        (skill_id, number, digest, now, source, actor, dirname, manifest))
-            new_default = number if set_default or default is None else default
+            moves = default is None or (set_default and not (observed and held))
+            new_default, new_held = (number, 0) if moves else (default, held)
             db.execute(
-                "INSERT INTO skills (skill, next_version, default_version, latest_version) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(skill) DO UPDATE SET next_version = excluded.next_version, "
-                "default_version = excluded.default_version, latest_version = excluded.latest_version",
-                (skill_id, number + 1, new_default, number),
+                "INSERT INTO skills (skill, next_version, default_version, latest_version, default_held) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(skill) DO UPDATE SET next_version = excluded.next_version, "
+                "default_version = excluded.default_version, latest_version = excluded.latest_version, "
+                "default_held = excluded.default_held",
+                (skill_id, number + 1, new_default, number, new_held),
             )
             self._audit(db, actor, "publish", skill_id, number, digest,
-                        f"source={source} default={new_default}")
+                        f"source={source} default={new_default}" + (" (held)" if new_held else ""))
             os.rename(stage, final)
             try:
                 db.execute("COMMIT")
@@ -356,32 +288,35 @@ class Registry:
         row = self._pointers(skill_id)
         return (row[0], row[1]) if row else (None, None)
 
+    def default_held(self, skill_id: str) -> bool:
+        """True when the default was set explicitly (not to ``latest``): a folder change does not move it."""
+        row = self._db().execute("SELECT default_held FROM skills WHERE skill = ?", (skill_id,)).fetchone()
+        return bool(row and row[0])
+
     def versions(self, skill_id: str) -> list[Version]:
         rows = self._db().execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? ORDER BY version",
                                   (skill_id,)).fetchall()
         pointers = self._pointers(skill_id)
         return [self._row_to_version(r, pointers) for r in rows]
 
-    def version(self, skill_id: str, ref: str | int | None = None) -> Version:
-        """A version by number, ``latest``, ``default`` (None) or ``sha256:<hex>``; 404 when none."""
+    def version(self, skill_id: str, ref: VersionRef | str | int | None = None) -> Version:
+        """A version by number, ``latest``, ``default`` (None) or ``sha256:<hex>``; 404 when none.
+
+        ``ref`` goes through :func:`.refs.parse_version`: anything else is 400 ``invalid_version``.
+        """
+        wanted = parse_version("default" if ref is None else ref)
         db = self._db()
         pointers = self._pointers(skill_id)
-        text = str(ref).strip().lower() if ref is not None else "default"
-        if text in ("default", "latest"):
-            number = pointers[0 if text == "default" else 1] if pointers else None
+        if wanted.kind == "digest":
+            row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND digest = ? "
+                             "ORDER BY version DESC LIMIT 1", (skill_id, wanted.digest)).fetchone()
+        else:
+            number = wanted.number if wanted.kind == "number" else (
+                pointers[0 if wanted.kind == "default" else 1] if pointers else None)
             row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND version = ?",
                              (skill_id, number)).fetchone() if number is not None else None
-        elif text.startswith("sha256:"):
-            row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND digest = ? "
-                             "ORDER BY version DESC LIMIT 1", (skill_id, text)).fetchone()
-        elif text.isdigit():
-            row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND version = ?",
-                             (skill_id, int(text))).fetchone()
-        else:
-            raise BadRequest(f"invalid version {ref!r}: use a number, latest, default or sha256:<hex>",
-                             code="invalid_version")
         if row is None:
-            raise NotFound(f"skill {skill_id!r} has no version {text}", code="version_not_found")
+            raise NotFound(f"skill {skill_id!r} has no version {wanted}", code="version_not_found")
         return self._row_to_version(row, pointers)
 
     def folder(self, version: Version) -> Path:
@@ -431,14 +366,21 @@ class Registry:
 
     # -- pointers and deletes ------------------------------------------------------------
 
-    def set_default(self, skill_id: str, ref: str | int, *, actor: str) -> Version:
+    def set_default(self, skill_id: str, ref: VersionRef | str | int, *, actor: str) -> Version:
+        """Point the default at a version (a rollback, a promotion).  It then holds -- a changed
+        folder of a folder-root skill no longer moves it -- unless ``ref`` is ``latest``, which
+        makes the default follow the latest version again."""
+        wanted = parse_version(ref)
         with self.writing():
-            version = self.version(skill_id, ref)
+            version = self.version(skill_id, wanted)
+            held = wanted.kind != "latest"
             db = self._db()
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.execute("UPDATE skills SET default_version = ? WHERE skill = ?", (version.number, skill_id))
-                self._audit(db, actor, "set_default", skill_id, version.number, version.digest, None)
+                db.execute("UPDATE skills SET default_version = ?, default_held = ? WHERE skill = ?",
+                           (version.number, int(held), skill_id))
+                self._audit(db, actor, "set_default", skill_id, version.number, version.digest,
+                            "held" if held else "follows latest")
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -475,8 +417,8 @@ class Registry:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    raise Conflict(f"version {version.number} of skill {version.skill!r} is in use by a run; "
-                                   "try again when it has finished", code="version_in_use") from None
+                    raise Conflict(f"version {version.number} of skill {version.skill!r} is in use by a run or a "
+                                   "download; try again when it has finished", code="version_in_use") from None
             db = self._db()
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -487,7 +429,8 @@ class Registry:
                     skill_id = versions[0].skill
                     left = db.execute("SELECT MAX(version) FROM versions WHERE skill = ?", (skill_id,)).fetchone()[0]
                     db.execute("UPDATE skills SET latest_version = ?, default_version = CASE WHEN ? IS NULL "
-                               "THEN NULL ELSE default_version END WHERE skill = ?", (left, left, skill_id))
+                               "THEN NULL ELSE default_version END, default_held = CASE WHEN ? IS NULL THEN 0 "
+                               "ELSE default_held END WHERE skill = ?", (left, left, left, skill_id))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -526,13 +469,19 @@ class Registry:
         if skill.version is None:
             yield
             return
-        folder = self.versions_dir / skill.id / str(skill.version)
-        gone = NotFound(f"version {skill.version} of skill {skill.id!r} was deleted", code="version_not_found")
+        with self.hold(skill.id, skill.version):
+            yield
+
+    @contextlib.contextmanager
+    def hold(self, skill_id: str, number: int) -> Iterator[None]:
+        """:meth:`lease` by version: a run, or a download streaming the version's files."""
+        folder = self.versions_dir / skill_id / str(number)
+        gone = NotFound(f"version {number} of skill {skill_id!r} was deleted", code="version_not_found")
         try:
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
             raise gone from None
-        key = (skill.id, skill.version)
+        key = (skill_id, number)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             try:
@@ -553,7 +502,7 @@ class Registry:
             os.close(fd)
 
     def in_use(self, skill_id: str, number: int) -> int:
-        """How many runs of this process hold the version."""
+        """How many runs (and downloads) of this process hold the version."""
         return self._leases.get((skill_id, number), 0)
 
     # -- audit ---------------------------------------------------------------------------

@@ -1,10 +1,16 @@
 """Discovery of skills under configured roots, cached in memory.
 
-Any directory below a root that holds a ``SKILL.md`` (or a tolerated ``skill.md``) is a
-skill.  The walk goes at most :data:`MAX_DEPTH` levels deep, skips ``.git``,
-``node_modules`` and ``__pycache__`` but *not* other dot-directories (real collections
-keep skills under ``.curated/`` or ``.system/``), and follows a symlinked directory
-only when it resolves inside the same root.
+In a read-only root, any directory that holds a ``SKILL.md`` (or a tolerated
+``skill.md``) is a skill.  The walk goes at most :data:`MAX_DEPTH` levels deep, skips
+``.git``, ``node_modules`` and ``__pycache__`` but *not* other dot-directories (real
+collections keep skills under ``.curated/`` or ``.system/``), and follows a symlinked
+directory only when it resolves inside the same root.
+
+The install root is not walked: its skills are exactly its top folders ``<id>/`` whose
+``SKILL.md`` has that id (what :meth:`SkillRepository.install` makes).  A ``SKILL.md``
+deeper inside an installed skill is a plain file of that skill, never a skill of its
+own.  Read-only roots may not overlap the install root, the registry or the service's
+data folders (refused at start), so nothing a tenant uploads or writes is discovered.
 
 The catalog is a snapshot: parsing happens once per changed ``SKILL.md`` (mtime and
 size), and reads in between cost nothing.  A rescan runs on :meth:`SkillRepository.reload`,
@@ -39,7 +45,8 @@ from .installdir import STAGING_PREFIX, sweep
 from .loader import SkillLoadError, find_skill_file, load_skill
 from .model import Skill
 from .package import Installed, install_package, uninstall
-from .registry import Registry, Version, split_ref
+from .refs import InvalidVersion, SkillRef, VersionRef, parse_ref
+from .registry import Registry, Version
 from .search import Hit, SearchIndex
 from .spec import Diagnostic
 
@@ -89,6 +96,26 @@ def discover(roots: Sequence[Path]) -> list[Path]:
     return found
 
 
+def installed_dirs(install_root: Path) -> list[Path]:
+    """The install root's candidate skills: its top folders (real ones, not links), by name;
+    staging folders excluded.  Nothing below them is looked at."""
+    real_root = install_root.resolve()
+    try:
+        entries = sorted(os.scandir(real_root), key=lambda e: e.name)
+    except OSError:
+        return []
+    found: list[Path] = []
+    for entry in entries:
+        if entry.name.startswith(STAGING_PREFIX):
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False) and find_skill_file(Path(entry.path)) is not None:
+                found.append(Path(entry.path))
+        except OSError:
+            continue
+    return found
+
+
 def _walk(directory: Path, root: Path, depth: int, seen: set[Path]) -> Iterable[Path]:
     if find_skill_file(directory) is not None:
         yield directory
@@ -129,6 +156,7 @@ class SkillRepository:
         refresh_interval: float = 2.0,
         deps: SkillEnvs | None = None,
         registry: Registry | None = None,
+        service_dirs: Sequence[Path | str] = (),
     ) -> None:
         #: where skills are shipped: discovered, never written to
         self.read_only_roots = [Path(r) for r in roots]
@@ -145,8 +173,9 @@ class SkillRepository:
         self._catalog: Catalog | None = None
         self._scanned_at = 0.0
         self._refreshing = threading.Lock()
+        private = [*([registry.root] if registry is not None else []), *map(Path, service_dirs)]
+        check_layout(self.read_only_roots, self.install_root, private)
         if self.install_root is not None:
-            _check_apart(self.install_root, self.read_only_roots)
             try:
                 sweep(self.install_root)  # what a crashed install or removal left behind
             except OSError as exc:
@@ -174,7 +203,9 @@ class SkillRepository:
         with self._lock:
             cache: dict[Path, tuple[tuple[int, int], Skill | Rejected]] = {}
             loaded: list[Skill | Rejected] = []
-            for directory in discover(self.roots):
+            installed = installed_dirs(self.install_root) if self.install_root is not None else []
+            in_install_root = set(installed)
+            for directory in [*discover(self.read_only_roots), *installed]:
                 skill_file = find_skill_file(directory)
                 if skill_file is None:
                     continue
@@ -187,10 +218,7 @@ class SkillRepository:
                 if previous is not None and previous[0] == key:
                     item = previous[1]
                 else:
-                    try:
-                        item = load_skill(directory)
-                    except SkillLoadError as exc:
-                        item = Rejected(directory, exc.diagnostics)
+                    item = _load(directory, installed=directory in in_install_root)
                 cache[directory] = (key, item)
                 loaded.append(item)
             self._cache = cache
@@ -206,25 +234,32 @@ class SkillRepository:
 
     def get(self, name: str) -> Skill:
         """Look a skill up by id or name, case-insensitively, optionally pinned (``name@3``,
-        ``name@latest``, ``name@sha256:<hex>``); 404 when unknown.
+        ``name@latest``, ``name@sha256:<hex>``); 400 for a malformed reference (the one
+        parser, :mod:`.refs`), 404 when unknown.
 
         With a registry the skill returned is a version (``version``/``digest`` set, its
         path the immutable version folder): the default one unless pinned.
         """
-        base, ref = split_ref(name) if self.registry is not None else (name, None)
-        skill = self.found(base)
+        ref = parse_ref(name)
+        skill = self._lookup(ref)
         if self.registry is None:
+            if ref.version is not None:
+                raise InvalidVersion(f"{name!r}: this service keeps no skill versions (no registry)")
             return skill
-        return self.registry.load(self._version_of(skill, ref))
+        return self.registry.load(self._version_of(skill, ref.version))
 
     def found(self, name: str) -> Skill:
-        """The catalog's skill (its folder under a root) by id or name; 404 when unknown."""
-        skill = self.catalog.by_id.get(name.strip().lower())
+        """The catalog's skill (its folder under a root) by id or name; 400 for a malformed
+        name or one with a version, 404 when unknown."""
+        return self._lookup(parse_ref(name, versioned=False))
+
+    def _lookup(self, ref: SkillRef) -> Skill:
+        skill = self.catalog.by_id.get(ref.key)
         if skill is None:
-            raise NotFound(f"unknown skill {name!r}", code="skill_not_found")
+            raise NotFound(f"unknown skill {ref.name!r}", code="skill_not_found")
         return skill
 
-    def _version_of(self, skill: Skill, ref: str | None) -> Version:
+    def _version_of(self, skill: Skill, ref: VersionRef | None) -> Version:
         """Folder-root skills: a change on disk is a new version; installed ones: the registry's pointers."""
         registry = self.registry
         assert registry is not None
@@ -320,18 +355,58 @@ class SkillRepository:
         return self.install_root
 
 
-def _check_apart(install_root: Path, read_only: Sequence[Path]) -> None:
-    """The install root may neither be, nor lie inside, nor contain a read-only root."""
-    mine = install_root.resolve()
+def _load(directory: Path, *, installed: bool) -> Skill | Rejected:
+    try:
+        skill = load_skill(directory)
+    except SkillLoadError as exc:
+        return Rejected(directory, exc.diagnostics)
+    if installed and skill.id != directory.name:  # not what an install makes: not a skill of the registry
+        return Rejected(directory, [Diagnostic(
+            "install-dir-mismatch", f"the installed folder {directory.name!r} holds the skill {skill.id!r}; "
+            "an installed skill's folder is named by its id", "fatal")])
+    return skill
+
+
+def check_layout(read_only: Sequence[Path], install_root: Path | None, private: Sequence[Path]) -> None:
+    """Tenants' writes never reach a read-only root, and an install never replaces the service's data.
+
+    A read-only root may neither be, nor lie inside, nor contain the install root, the
+    registry or a service folder (``private``: the data folder, the workspaces); the install
+    root may neither be nor contain the registry or a service folder (an upload named like
+    one of them would replace it).
+    """
     for root in read_only:
         theirs = root.resolve()
-        if is_within(mine, theirs) or is_within(theirs, mine):
+        if install_root is not None and _overlap(install_root.resolve(), theirs):
             raise ExecutorError(
                 f"the install root {install_root} overlaps the read-only skills root {root}: installs would "
                 "write into shipped skills; set SKILL_EXECUTOR_INSTALL_DIR to a folder of its own",
                 code="install_root_overlaps",
                 status=500,
             )
+        for folder in private:
+            if _overlap(folder.resolve(), theirs):
+                raise ExecutorError(
+                    f"the read-only skills root {root} overlaps the service's folder {folder}: what tenants "
+                    "upload or write there would be discovered as skills; keep SKILL_EXECUTOR_SKILLS_DIRS apart "
+                    "from SKILL_EXECUTOR_DATA_DIR and SKILL_EXECUTOR_WORKSPACE_ROOT",
+                    code="skills_root_overlaps",
+                    status=500,
+                )
+    if install_root is not None:
+        mine = install_root.resolve()
+        for folder in private:
+            if is_within(folder.resolve(), mine):
+                raise ExecutorError(
+                    f"the install root {install_root} holds the service's folder {folder}: an upload named like "
+                    "it would replace it; set SKILL_EXECUTOR_INSTALL_DIR to a folder of its own",
+                    code="install_root_overlaps",
+                    status=500,
+                )
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    return is_within(a, b) or is_within(b, a)
 
 
 def _build_catalog(items: list[Skill | Rejected]) -> Catalog:

@@ -7,7 +7,7 @@ from typing import Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from ...access import Principal
 from ...doctor import DoctorReport, diagnose
@@ -20,17 +20,22 @@ from ...skills import (
     find_file,
     inventory,
     match_path,
+    open_file,
     read_file,
     render_text,
     render_xml,
     sandbox_dir,
 )
+from ...skills.download import file_chunks
+from ...skills.files import is_text
 from ...skills.model import estimate_tokens
 from ..auth import admin, principal
 from ..schemas import ERRORS, DocEntry, DocList, FileInfo, Finding, Installed, SkillDetail, SkillList, SkillSummary
 from . import versions
 
 router = APIRouter(prefix="/v1/skills", tags=["skills"], responses=ERRORS)
+#: What a file's type is guessed from.
+_SNIFF_BYTES = 8192
 
 
 def _visible(request: Request) -> str | None:
@@ -153,14 +158,23 @@ async def doctor(name: str, request: Request, who: Principal = Depends(principal
 def skill_file(name: str, path: str, request: Request, _: Principal = Depends(principal)) -> Response:
     skill = request.app.state.executor.repository.get(name)
     match = find_file(skill, path)
-    content = read_file(skill, match.path, max_bytes=request.app.state.settings.max_file_read_bytes)
-    mime = detect(content.path, content.data[:8192], complete=not content.truncated and content.size <= 8192)
-    if content.is_text and mime.startswith("text/"):
+    limit = request.app.state.settings.max_file_read_bytes
+    rel, size, handle = open_file(skill, match.path)
+    try:
+        head = handle.read(min(_SNIFF_BYTES, limit))
+    except BaseException:
+        handle.close()
+        raise
+    length = min(size, limit)
+    mime = detect(rel, head, complete=len(head) == size)
+    if mime.startswith("text/") and is_text(head, partial=len(head) < length):
         mime += "; charset=utf-8"
-    headers = {"X-File-Size": str(content.size), "X-Truncated": "true" if content.truncated else "false"}
+    headers = {"X-File-Size": str(size), "X-Truncated": "true" if size > limit else "false",
+               "Content-Length": str(length)}
     if match.note:
         headers["X-Resolved-Path"] = quote(match.path, safe="/")  # percent-encoded: headers are latin-1
-    return Response(content=content.data, media_type=mime, headers=headers)
+    # streamed from the open file, never held whole
+    return StreamingResponse(file_chunks(handle, length, head), media_type=mime, headers=headers)
 
 
 @router.post("", response_model=Installed, status_code=201, summary="Install a skill: a new immutable version",

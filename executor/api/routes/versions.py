@@ -8,20 +8,24 @@ the files' paths relative to the skill (``my-skill/SKILL.md`` or ``SKILL.md``).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import zipfile
-from pathlib import PurePosixPath
+from collections.abc import Iterator
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 from starlette.datastructures import UploadFile
 
 from ...access import Principal
 from ...errors import BadRequest, NotFound, TooLarge, Unavailable
 from ...skills import FileEntry, Skill
 from ...skills.archive import PackageLimits
-from ...skills.registry import Registry, Version, split_ref
+from ...skills.download import zip_chunks
+from ...skills.refs import parse_ref
+from ...skills.registry import Registry, Version
 from ...skills.repository import SkillRepository
 from ...skills.spec import split_verdict
 from ..auth import admin, principal
@@ -163,11 +167,10 @@ def _info(version: Version, *, files: bool = False) -> VersionInfo:
 
 
 def _skill_id(request: Request, name: str) -> str:
-    """The skill's id (a folder-root skill's current content is versioned on the way)."""
-    base, ref = split_ref(name)
-    if ref is not None:
-        raise BadRequest("name the skill without a version here", code="invalid_version")
-    return _repository(request).get(base).id
+    """The skill's id (a folder-root skill's current content is versioned on the way); a
+    version in ``name`` is 400 ``invalid_version``."""
+    repository = _repository(request)
+    return repository.get(repository.found(name).id).id
 
 
 @router.post("/{name}/versions", response_model=Installed, status_code=201,
@@ -192,6 +195,7 @@ def list_versions(name: str, request: Request, _: Principal = Depends(principal)
     registry = _registry(request)
     default, latest = registry.pointers(skill_id)
     return VersionList(skill=skill_id, default_version=default, latest_version=latest,
+                       default_held=registry.default_held(skill_id),
                        versions=[_info(v) for v in registry.versions(skill_id)])
 
 
@@ -207,18 +211,15 @@ def get_version(name: str, version: str, request: Request, _: Principal = Depend
 def version_content(name: str, version: str, request: Request, _: Principal = Depends(principal)) -> Response:
     registry = _registry(request)
     found = registry.version(_skill_id(request, name), version)
-    folder = registry.folder(found)
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for entry in found.files:
-            if entry.link is not None:  # an upload cannot hold links: the zip leaves them out
-                continue
-            info = zipfile.ZipInfo(str(PurePosixPath(found.dirname) / entry.path), date_time=(1980, 1, 1, 0, 0, 0))
-            info.external_attr = (0o100755 if entry.executable else 0o100644) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, (folder / entry.path).read_bytes())
+    held = contextlib.ExitStack()
+    held.enter_context(registry.hold(found.skill, found.number))  # not deleted while it streams
+
+    def body() -> Iterator[bytes]:
+        with held:
+            yield from zip_chunks(registry.folder(found), found.dirname, found.files)
+
     filename = f"{found.skill}-{found.number}.zip"
-    return Response(buffer.getvalue(), media_type="application/zip", headers={
+    return StreamingResponse(body(), media_type="application/zip", headers={
         "Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename)}",
         "X-Skill-Version": str(found.number), "X-Skill-Digest": found.digest,
     })
@@ -240,10 +241,10 @@ def delete_version(name: str, version: str, request: Request, who: Principal = D
 @router.get("/{name}/audit", response_model=AuditLog, summary="The registry's audit log for a skill, newest first")
 def audit(name: str, request: Request, limit: int = Query(default=100, ge=1, le=10000),
           _: Principal = Depends(admin)) -> AuditLog:
-    base, _ref = split_ref(name)
+    ref = parse_ref(name, versioned=False)
     registry = _registry(request)
     try:
-        skill_id = _repository(request).found(base).id
+        skill_id = _repository(request).found(ref.name).id
     except NotFound:
-        skill_id = base.strip().lower()  # a deleted skill's history stays readable
+        skill_id = ref.key  # a deleted skill's history stays readable
     return AuditLog(entries=[AuditRecord.model_validate(e.to_dict()) for e in registry.audit(skill_id, limit=limit)])
