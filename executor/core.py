@@ -14,6 +14,7 @@ from .artifacts.store import LocalArtifactStore
 from .config import Settings
 from .context import Budget, ContextService, ContextStore, counter
 from .errors import BadRequest
+from .hosttools import seal_data_dir
 from .runs.pipeline import SkillRunner
 from .runtimes.base import Runtime
 from .skills import SkillRepository
@@ -82,6 +83,8 @@ class Executor:
         artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
         contexts = make_contexts(settings, repository, runtime.visible_skills_dir)
+        # pip and npm run as HOST_TOOLS_USER: nothing stored here is theirs to read.
+        seal_data_dir(settings.data_dir, shared=[settings.envs_dir])
         return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime),
                    contexts)
 

@@ -306,3 +306,33 @@ def reclaim(folder: Path) -> None:
                 os.chmod(entry.path, 0o755 if st.st_mode & 0o111 else 0o644)
             else:
                 os.unlink(entry.path)
+
+
+def seal_data_dir(data_dir: Path, *, shared: Iterable[Path]) -> None:
+    """Keep what the service stores out of the tool user's reach.
+
+    pip and npm run as ``HOST_TOOLS_USER`` with the network: whatever that user can read on
+    the host, a hostile package index or a bug in a tool could send away.  The data dir
+    becomes traversable but not listable (0711) and everything in it private to the service
+    (folders 0700, files 0600) except the ``shared`` folders (the environments' root, which
+    the tool user builds in).  Run-writable trees are not touched (their modes are the
+    workspace's business; the folder that holds them becomes 0700).  Files created later in
+    the data dir's top level are private by how they are made (:mod:`executor.sqlite`).
+    """
+    keep = {p.resolve() for p in shared}
+    try:
+        os.chmod(data_dir, 0o711)
+        entries = list(os.scandir(data_dir))
+    except OSError:
+        return
+    for entry in entries:
+        path = Path(entry.path)
+        if path.resolve() in keep:
+            continue
+        try:
+            if entry.is_symlink():
+                continue
+            os.chmod(entry.path, 0o700 if entry.is_dir() else 0o600)
+        except OSError:
+            continue
+

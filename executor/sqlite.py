@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -15,6 +16,9 @@ class ThreadLocalDB:
         self.path = path
         self.synchronous = synchronous
         self._local = threading.local()
+        # Private to the service (SQLite makes its -wal and -shm files with the same mode).
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        os.chmod(path, 0o600)
         self.db().execute("PRAGMA journal_mode=WAL")
 
     def db(self) -> sqlite3.Connection:

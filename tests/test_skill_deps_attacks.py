@@ -27,8 +27,17 @@ import pytest
 
 from executor.config import Settings
 from executor.core import Executor
+from executor.errors import ExecutorError
 from executor.hosttools import PASSED, tool_user
-from executor.skills.deps import MANIFEST, SkillEnvs, Sources
+from executor.skills.deps import (
+    MANIFEST,
+    SkillEnvs,
+    Sources,
+    declared,
+    parse_package_json,
+    safe_npm_spec,
+    safe_python_need,
+)
 
 from . import untrusted
 from .conftest import make_settings
@@ -382,3 +391,111 @@ def test_refusals_quote_pip_and_npm_without_credentials(tmp_path: Path, caplog: 
         assert_no_secret(answer.text)  # ... without the secrets
         assert USER not in answer.text and "npmuser" not in answer.text
     assert_no_secret("\n".join(r.getMessage() for r in caplog.records))
+
+
+def _local_project(folder: Path, markers: Markers) -> Path:
+    """A folder pip would build as a local project: its in-tree backend creates a marker."""
+    project = folder / "project"
+    project.mkdir(mode=0o755)
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+        '[project]\nname = "foo"\nversion = "1.0"\n')
+    hook = markers.python("local-project-built")
+    (project / "backend.py").write_text(
+        f"{hook}\n"
+        "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
+        "def prepare_metadata_for_build_wheel(d, config_settings=None):\n    raise SystemExit(1)\n"
+        "def build_wheel(d, config_settings=None, metadata_directory=None):\n    raise SystemExit(1)\n")
+    for path in (project / "pyproject.toml", project / "backend.py"):
+        path.chmod(0o644)
+    return project
+
+
+def test_a_need_pip_could_read_as_a_path_is_refused_and_builds_nothing(open_tmp: Path, markers: Markers) -> None:
+    """``foo===/../../<dir>``: arbitrary equality takes any text, and pip read the slashes as
+    a local project and ran its build backend on the host. In every source of needs, such a
+    need is a finding; nothing is built, nothing runs."""
+    project = _local_project(open_tmp, markers)
+    traversal = "foo===" + "/.." * 20 + str(project)
+    wheels = wheelhouse_in(open_tmp)
+    envs = SkillEnvs(open_tmp / "envs", sources=Sources(wheelhouse=wheels), image=IMAGE, user=None)
+    skill = dep_skill(open_tmp / "skills", "path-needs", requirements=f"tinypkg\n{traversal}\n")
+    (skill / "pyproject.toml").write_text(f'[project]\nname = "x"\ndependencies = ["{traversal}"]\n')
+    (skill / "tool.py").write_text(f'# /// script\n# dependencies = ["{traversal}", "foo===x"]\n# ///\n')
+    needs = declared(skill)
+    assert needs.python == ("tinypkg",)
+    assert len(needs.findings) == 4 and all("===" in f.message for f in needs.findings), needs.findings
+    with pytest.raises(ExecutorError) as info:
+        envs.for_run(skill)
+    assert info.value.code == "skill_dependencies_unmet"
+    assert markers.found() == []
+    # Defence in depth: a need that reached resolution some other way is refused there too.
+    for need in (traversal, "foo==1.0/../x", "./foo", "foo.whl", "foo @ file:///tmp/x"):
+        assert not safe_python_need(need), need
+
+
+@pytest.mark.parametrize("spec", ["HTTP:127.0.0.1:{port}", "Http://127.0.0.1:{port}/x.tgz", "FILE:..",
+                                  "NPM:lodash@1", "evil.tgz", "GIT+ssh://127.0.0.1:{port}/x", "github:a/b",
+                                  "LINK:..", "~/x", "../x", "a\\b"])
+def test_npm_specs_that_are_not_registry_ranges_are_refused_in_any_case(open_tmp: Path, spec: str) -> None:
+    """npm reads schemes in any case: ``HTTP:`` made the host's npm fetch a URL of the
+    skill's choice. Only registry versions, ranges and tags pass; nothing is fetched."""
+    seen: list[str] = []
+
+    class Listener(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            seen.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Listener)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        text = spec.format(port=server.server_address[1])
+        needs, findings = parse_package_json(json.dumps({"dependencies": {"leftpad-zz": text}}), "package.json")
+        assert needs == [] and len(findings) == 1
+        envs = SkillEnvs(open_tmp / "envs", sources=Sources(), image=IMAGE, user=None)
+        skill = dep_skill(open_tmp / "skills", "npm-spec", package={"leftpad-zz": text})
+        with pytest.raises(ExecutorError) as info:
+            envs.for_run(skill)
+        assert info.value.code == "skill_dependencies_unmet"
+        assert not safe_npm_spec(text)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == []
+
+
+def test_the_tool_user_cannot_read_what_the_service_stores(open_tmp: Path) -> None:
+    """pip and npm run as the tool user with the network: the records, artifacts, registry,
+    contexts and workspaces of the data dir are not theirs to read; the environments' root
+    stays reachable for them."""
+    if not AS_ROOT:
+        pytest.skip("the tool user is the service's own user when the service is not root")
+    settings = make_settings(open_tmp, "local")
+    executor = Executor.from_settings(settings)
+    try:
+        executor.artifacts.put("secret.txt", b"tenant data")
+        from executor.runs.store import RunStore
+
+        RunStore(settings.data_dir / "runs.db")  # made after the executor, as the service does
+        stored = [p for p in settings.data_dir.rglob("*") if p.is_file() and settings.envs_dir not in p.parents]
+        assert any(p.name == "runs.db" for p in stored) and any(p.suffix == ".db" for p in stored)
+        probe = ("import os, sys\nfor p in sys.argv[1:]:\n"
+                 "    try:\n        open(p, 'rb').read(1); print('READ', p)\n"
+                 "    except OSError:\n        pass\n"
+                 "    try:\n        os.listdir(p); print('LISTED', p)\n    except OSError:\n        pass\n")
+        targets = [str(p) for p in stored] + [str(settings.data_dir), str(settings.artifacts_dir)]
+        done = subprocess.run(["/bin/sh", "-c", 'exec "$0" -I -S -c "$1" "$@"', "/usr/bin/python3", probe, *targets],
+                              user=TOOL_USER, group="nogroup", extra_groups=[], capture_output=True, text=True,
+                              timeout=60, cwd="/")
+        assert done.stdout == "", done.stdout
+        reach = subprocess.run(["/bin/sh", "-c", f"cd {settings.data_dir} && echo reachable"], user=TOOL_USER,
+                               group="nogroup", extra_groups=[], capture_output=True, text=True, timeout=60)
+        assert reach.stdout == "reachable\n", reach.stderr  # traversable: envs/ is built there
+    finally:
+        executor.close()

@@ -216,6 +216,17 @@ def test_the_pytest_plugin_uploads_nothing_unless_asked(tmp_path: Path, server: 
     assert live_state(server, "pr-plugin-skill") == ("skill_not_found", [])
 
 
+def test_a_pull_requests_ini_file_cannot_turn_on_uploads(tmp_path: Path, server: Server) -> None:
+    """The repository's own files are the pull request's: an ini file naming the server and
+    `publish = any` sends nothing (only the CI job's command line can)."""
+    probe_skill(tmp_path / "skills", "pr-ini-skill", "A pull request's skill, through pytest.ini. Use in tests.")
+    (tmp_path / "pytest.ini").write_text(
+        f"[pytest]\nskill_executor_server = {server.url}\nskill_executor_publish = any\n")
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "skills"]
+    subprocess.run(args, cwd=tmp_path, env=cli_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert live_state(server, "pr-ini-skill") == ("skill_not_found", [])
+
+
 def test_a_default_that_moves_during_the_upload_is_an_error_and_is_put_back(tmp_path: Path, server: Server) -> None:
     """A service that ignored ``no_default`` (simulated: the upload is promoted right after it
     lands, on the real service) is caught by reading the default before and after."""

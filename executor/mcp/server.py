@@ -318,7 +318,7 @@ class SkillServer:
         else:
             try:
                 skill = await self._offload(lambda: repository.get(params.name))
-            except NotFound as exc:
+            except ExecutorError as exc:  # not found, or a reference the parser refuses
                 raise _invalid(exc.message) from None
             body = expand_placeholders(skill.body, sandbox_dir(skill, where))
             text = (f"Use the skill {skill.id!r} (its files: {SCHEME}{skill.id}/...; run them with skill_run, "

@@ -95,7 +95,16 @@ STALE_TEMP_SECONDS = 3600.0
 # PEP 723's reference regular expression.
 _PEP723 = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
 _NPM_NAME = re.compile(r"^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$")
-_NPM_BAD_SPEC = re.compile(r"^(file:|link:|git|github:|gitlab:|bitbucket:|gist:|npm:|https?:|workspace:|\.|~/)|/|\\")
+#: What an npm spec may be: a registry version, range or tag -- nothing npm could read as a
+#: URL, a git or file spec, an alias or a tarball (npm matches schemes in any case).
+_NPM_SPEC = re.compile(r"^[0-9A-Za-z.+^~<>=|* -]{0,256}$")
+_ARCHIVE = (".tgz", ".tar", ".tar.gz", ".zip", ".whl")
+#: What a formatted Python need may be before its marker: a name, extras and PEP 440
+#: specifiers (no ``===``, nothing pip could read as a path or a URL).
+_PY_NEED = re.compile(
+    r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?(\[[a-z0-9._,-]+\])?"
+    r"((~=|==|!=|<=|>=|<|>)[0-9A-Za-z.*+!_-]+(,(~=|==|!=|<=|>=|<|>)[0-9A-Za-z.*+!_-]+)*)?$"
+)
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 Mode = Literal["install", "off"]
@@ -153,9 +162,26 @@ def normalise_requirement(text: str) -> Requirement:
     req = Requirement(text)
     if req.url:
         raise InvalidRequirement("a URL requirement is not allowed (needs come from the configured index)")
+    for spec in req.specifier:
+        if spec.operator == "===":
+            # Arbitrary equality takes any text, paths included, which pip reads as a local project.
+            raise InvalidRequirement("'===' (arbitrary equality) is not allowed; use '=='")
     req.name = canonicalize_name(req.name)
     req.extras = {canonicalize_name(e) for e in req.extras}
     return req
+
+
+def safe_python_need(need: str) -> bool:
+    """Whether pip can only read ``need`` as a requirement on the index (never a path or URL)."""
+    head = need.split(";", 1)[0].strip()
+    name = re.split(r"[\[<>=!~]", head, maxsplit=1)[0]
+    archive = name.endswith((*_ARCHIVE, ".tar.bz2", ".tar.xz", ".tbz", ".txz"))  # pip reads a file of that name
+    return bool(_PY_NEED.match(head)) and not archive and not _UNSAFE_TEXT.search(need)
+
+
+def safe_npm_spec(spec: str) -> bool:
+    """Whether npm can only read ``spec`` as a registry version, range or tag."""
+    return bool(_NPM_SPEC.match(spec)) and not spec.lower().endswith(_ARCHIVE)
 
 
 def format_requirement(req: Requirement) -> str:
@@ -177,7 +203,10 @@ def _python_need(text: str, source: str, needs: list[str], findings: list[Findin
                                                   "the configured index or wheelhouse has"))
         return
     try:
-        needs.append(format_requirement(normalise_requirement(stripped)))
+        need = format_requirement(normalise_requirement(stripped))
+        if not safe_python_need(need):
+            raise InvalidRequirement("only a package name, extras and PEP 440 versions are allowed")
+        needs.append(need)
     except InvalidRequirement as exc:
         findings.append(Finding(source, stripped, f"not a valid requirement: {exc}"))
 
@@ -275,7 +304,7 @@ def parse_package_json(text: str, source: str) -> tuple[list[str], list[Finding]
         spec_text = str(spec).strip() if isinstance(spec, str) else ""
         if not _NPM_NAME.match(str(name)):
             findings.append(Finding(source, f"{name}@{spec}", "not a valid npm package name"))
-        elif not isinstance(spec, str) or _NPM_BAD_SPEC.search(spec_text):
+        elif not isinstance(spec, str) or not safe_npm_spec(spec_text):
             findings.append(Finding(source, f"{name}@{spec}", "only registry versions and ranges are allowed "
                                                               "(no URLs, git, file or alias specs)"))
         else:
@@ -747,9 +776,9 @@ class SkillEnvs:
             return {}
         # The needs go as arguments, never in a requirements file (whose lines pip expands
         # and parses as options); format_requirement wrote each from a parsed requirement.
-        needs = [need for need in planned.python if not _UNSAFE_TEXT.search(need)]
+        needs = [need for need in planned.python if safe_python_need(need)]
         if len(needs) != len(planned.python):
-            raise _unmet([{"need": n, "source": "python", "error": "refused: unsafe characters"}
+            raise _unmet([{"need": n, "source": "python", "error": "refused: not a plain requirement on the index"}
                           for n in planned.python if n not in needs])
         self._usable_or_refuse("pip", [self.python, "-I", "-c", "import pip"], [self.sources.wheelhouse])
         pins = "".join(f"{name}=={version}\n" for name, (version, _) in sorted(self.image.python.items()))
@@ -821,6 +850,11 @@ class SkillEnvs:
         if self.npm is None:
             raise _unmet([{"need": n, "source": "node", "error": "npm is not installed on the service's "
                                     "host"} for n in planned.node])
+        split = [(need, *_split_npm(need)) for need in planned.node]
+        unsafe = [need for need, name, spec in split if not (_NPM_NAME.match(name) and safe_npm_spec(spec))]
+        if unsafe:
+            raise _unmet([{"need": n, "source": "node", "error": "refused: not a registry version, range or tag"}
+                          for n in unsafe])
         specs: list[str] = []
         if self.sources.npm_wheelhouse is not None:
             tarballs = self._npm_tarballs()

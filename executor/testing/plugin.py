@@ -51,13 +51,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--skill-executor-publish", choices=PUBLISH_MODES, default=None,
                     help="with a server: what may be uploaded (existing: a new version of a skill the service has, "
                          "never its default; any: new skills too, which go live). Default: nothing")
-    parser.addini("skill_executor_server", "the service URL skills run on (like --skill-executor-server)")
-    parser.addini("skill_executor_publish", "what may be uploaded to the server (like --skill-executor-publish)")
+    # No ini options for the server or publishing: a pull request controls the repository's
+    # pytest.ini/tox.ini/pyproject.toml, and must not be able to send its skill to a service.
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    server = config.getoption("--skill-executor-server") or config.getini("skill_executor_server") or None
-    publish = config.getoption("--skill-executor-publish") or config.getini("skill_executor_publish") or None
+    server = config.getoption("--skill-executor-server") or None
+    publish = config.getoption("--skill-executor-publish") or None
     if publish is not None and publish not in PUBLISH_MODES:
         raise pytest.UsageError(f"skill_executor_publish must be one of {', '.join(PUBLISH_MODES)}")
     config.stash[_STATE] = SkillExecutor(
