@@ -426,10 +426,10 @@ def test_sweep_and_reaper_remove_leftovers(make_docker) -> None:  # type: ignore
     )
     try:
         assert runtime.sweep() == 1
-        ids = {c.id for c in runtime.client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
+        ids = {c["Id"] for c in runtime.client.api.containers(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
         assert dead.id not in ids and stale.id in ids and foreign.id in ids
         assert runtime.reap() >= 1
-        ids = {c.id for c in runtime.client.containers.list(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
+        ids = {c["Id"] for c in runtime.client.api.containers(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
         assert stale.id not in ids and foreign.id in ids
     finally:
         foreign.remove(force=True)
