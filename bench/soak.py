@@ -68,7 +68,6 @@ from run import Service  # noqa: E402  (bench/run.py: the service as users run i
 
 from executor.config import Settings  # noqa: E402
 from executor.runtimes.docker import LABEL_MANAGED, LABEL_OWNER  # noqa: E402
-from executor.workspace.layout import STAGE_SUFFIX  # noqa: E402
 
 #: The issue's targets (issue 11): the backlog stays under this many items ...
 BACKLOG_TARGET = 50
@@ -149,14 +148,11 @@ class Census:
         return found
 
     def folders(self) -> int:
-        """Workspace folders.  A warm container's skill copy made ahead of its run
-        (``<root>-skill``) counts with its container's folder; one whose folder is gone
-        counts on its own (a leftover)."""
+        """Workspace folders (a warm container's skill copy made ahead of its run is in its folder)."""
         try:
-            names = set(os.listdir(self.runs_dir))
+            return len(os.listdir(self.runs_dir))
         except FileNotFoundError:
             return 0
-        return sum(1 for n in names if not (n.endswith(STAGE_SUFFIX) and n[:-len(STAGE_SUFFIX)] in names))
 
     def count(self, now: float | None = None) -> dict[str, Any]:
         """Containers by state (and how many are cleanup's), folders."""

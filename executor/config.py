@@ -101,6 +101,8 @@ class Settings(BaseSettings):
     docker_network_disabled: bool = True
     docker_tmpfs_bytes: int = 64 * MiB
     docker_disk_bytes: int = 1 * GiB
+    # hard: a file system per workspace refuses writes past the cap; soft: polled, the run stopped
+    disk_cap: Literal["hard", "soft"] = "hard"
     docker_nofile: int = 1024
     docker_oci_runtime: str | None = None
     docker_allow_vsock: bool = False  # AF_VSOCK sockets (not covered by a network namespace)

@@ -18,9 +18,9 @@ succeed.  So every run gets its own copy of the skill, owned by the run's user:
 The installed skill is never modified: nothing of it is writable by the run.
 
 A copy can also be made ahead of its run (:func:`stage`: a warm pool container's
-quiet moment), in a folder no container sees, and moved into the run's workspace
-when the run is for that skill and the skill has not changed since (:func:`place`):
-one rename instead of a copy on the run's path.
+quiet moment), in a folder of its workspace that the container's user cannot enter,
+and moved into place when the run is for that skill and the skill has not changed
+since (:func:`place`): one rename instead of a copy on the run's path.
 """
 
 from __future__ import annotations
@@ -134,8 +134,9 @@ class StagedSkill:
 
 
 def stage(folder: Path, skill_id: str, source: Path, owner: tuple[int, int] | None) -> StagedSkill:
-    """Copy ``source`` into ``folder / skill_id`` (``folder`` exists, is seen by no
-    container, and is this process's) as :func:`make_view` would into a workspace."""
+    """Copy ``source`` into ``folder / skill_id`` (``folder`` is this process's, made
+    for it, in the workspace's ``skills/``, and no run can enter it) as :func:`make_view`
+    would into a workspace."""
     signature = tree_signature(source)  # before the copy: a change while it copies shows later
     view = folder / skill_id
     view.mkdir(mode=0o755)
@@ -146,9 +147,11 @@ def stage(folder: Path, skill_id: str, source: Path, owner: tuple[int, int] | No
 
 def place(workspace: Workspace, staged: StagedSkill) -> list[str]:
     """Move a staged copy into ``workspace`` as its ``SKILL_DIR`` (one rename; the
-    staged copy must :meth:`~StagedSkill.matches` the run's skill); the warnings."""
+    staged copy must :meth:`~StagedSkill.matches` the run's skill; its folder goes);
+    the warnings."""
     view = workspace.skill_view
     os.rename(staged.folder / staged.skill_id, view)
+    os.rmdir(staged.folder)
     add_root_links(workspace.root, workspace.skill_id, os.listdir(view))
     return list(staged.warnings)
 

@@ -28,9 +28,12 @@ from ...config import Settings
 from ...errors import Unavailable
 from ...owners import Verdict
 from ...workers import Causes, Supervisor
-from ...workspace.layout import LAUNCHER_SOCKET, STAGE_SUFFIX, WorkspaceManager
+from ...workspace import volumes
+from ...workspace.fs import remove_tree
+from ...workspace.layout import LAUNCHER_SOCKET, PREPARED, SKILLS, WorkspaceManager
 from ..base import SandboxPlan
 from ..janitor import Janitor
+from ..limits import DISK_POLL_SECONDS
 from ..skillcopy import make_view, place, stage
 from .engine import (
     CONTAINER_ENVS,
@@ -48,7 +51,8 @@ from .engine import (
 from .pool import WarmContainer, WarmPool
 from .sandboxes import ColdSandbox, WarmSandbox
 
-__all__ = ["DockerRuntime", "LABEL_DEADLINE", "LABEL_MANAGED", "LABEL_OWNER", "LABEL_RUN", "connect"]
+__all__ = ["DockerRuntime", "LABEL_DEADLINE", "LABEL_MANAGED", "LABEL_OWNER", "LABEL_RUN", "connect",
+           "workspace_volume_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,16 @@ CREATED_GRACE_SECONDS = 10.0
 STRAY_GRACE_SECONDS = 60.0
 
 
+def workspace_volume_bytes(settings: Settings) -> int | None:
+    """The size of a run's volume under the hard disk cap (None: the soft cap): room for
+    the skill copy, the inputs and stdin, which the service puts in first, and for the
+    cap itself, which is set when the command starts.  Sparse: only what is written costs."""
+    if settings.disk_cap != "hard":
+        return None
+    room = settings.max_staged_bytes + settings.max_stdin_bytes + volumes.SKILL_ROOM
+    return volumes.image_size(settings.docker_disk_bytes + volumes.SLACK + room)
+
+
 class DockerRuntime:
     name = "docker"
     #: Where a run sees the skills (for the overview's ``<location>``).
@@ -88,7 +102,9 @@ class DockerRuntime:
         self.settings = settings
         self.owner: tuple[int, int] | None = parse_user(settings.docker_user)
         self.activity = Activity()
-        self.workspaces = WorkspaceManager(settings.workspaces, instance=settings.instance_id)
+        self.disk_cap: str = settings.disk_cap
+        self.workspaces = WorkspaceManager(settings.workspaces, instance=settings.instance_id,
+                                           volume_bytes=workspace_volume_bytes(settings))
         self.token = self.workspaces.token
         self.supervisor = Supervisor("docker")
         self.janitor = Janitor(self.activity, self.supervisor, workers=settings.cleanup_workers, name="janitor")
@@ -103,6 +119,15 @@ class DockerRuntime:
         self.pool: WarmPool | None = None
         self.leftovers = 0
         self._causes = Causes()
+        if settings.disk_cap == "hard":
+            try:
+                self.workspaces.probe_volumes()  # refuses to start (never degraded) without it
+            except BaseException:
+                self.close()
+                raise
+        else:
+            log.warning("the disk cap is soft (SKILL_EXECUTOR_DISK_CAP=soft): polled every %.1f s, so a fast "
+                        "writer can pass it before its run is stopped", DISK_POLL_SECONDS)
         try:
             self._start()
         except Unavailable as exc:
@@ -220,26 +245,35 @@ class DockerRuntime:
             if staged is not None and staged.matches(skill.id, skill.path):
                 sandbox.warnings += place(workspace, staged)
             else:
+                if staged is not None:
+                    remove_tree(staged.folder)  # another skill's copy (or a stale one): never the run's to see
                 sandbox.warnings += make_view(workspace, skill.path, self.owner)
         except BaseException:
             sandbox.close()
             raise
-        finally:
-            if staged is not None:
-                self._drop_stage(staged.folder)  # what is left in it: nothing, or another skill's copy
         return sandbox
 
     def health(self) -> dict[str, tuple[bool, str]]:
         engine = self._engine
         if engine is None:
             problem = self._problem.message if self._problem is not None else "not connected"
-            return {"engine": (False, f"waiting for the engine: {problem}"), "image": (False, "unknown")}
+            return {"engine": (False, f"waiting for the engine: {problem}"), "image": (False, "unknown"),
+                    "disk_cap": self._disk_cap_health()}
         checks = engine.health()
+        checks["disk_cap"] = self._disk_cap_health()
         alive = self.supervisor.alive()
         dead = sorted(name for name, ok in alive.items() if not ok)
         checks["workers"] = (not dead, f"dead: {', '.join(dead)} (restarting)" if dead
                              else f"{len(alive)} background workers running")
         return checks
+
+    def _disk_cap_health(self) -> tuple[bool, str]:
+        s = self.settings
+        if self.disk_cap == "hard":
+            return True, (f"hard: each workspace is a file system of its own that refuses writes past "
+                          f"{s.docker_disk_bytes} bytes per run (sessions' work/: {s.session_disk_bytes})")
+        return True, (f"soft (SKILL_EXECUTOR_DISK_CAP=soft): {s.docker_disk_bytes} bytes per run, measured every "
+                      f"{DISK_POLL_SECONDS} s; a fast writer can pass it before its run is stopped")
 
     def stats(self) -> dict[str, Any]:
         """Figures for the metrics: containers by state (when the engine answers), the
@@ -310,30 +344,27 @@ class DockerRuntime:
             raise
 
     def _prepare_warm(self, warm: WarmContainer) -> None:
-        """Stage a copy of the latest run's skill for a new warm container's run, in a
-        folder of its own that no container sees (the pool fillers' quiet moment)."""
+        """Stage a copy of the latest run's skill for a new warm container's run (the pool
+        fillers' quiet moment), in its workspace's ``skills/.prepared``: the service's,
+        mode 0700, which the container's user cannot enter (and on the same file system,
+        so the copy moves into place with one rename)."""
         wanted = self._wanted
         if wanted is None:
             return
         skill_id, source = wanted
-        folder = self.workspaces.create_stage(f"{warm.root.name}{STAGE_SUFFIX}")
+        folder = warm.root / SKILLS / PREPARED
+        folder.mkdir(mode=0o700)
         try:
             warm.staged = stage(folder, skill_id, source, self.owner)
         except BaseException:
-            self.workspaces.discard(folder)
+            remove_tree(folder)
             raise
-
-    def _drop_stage(self, folder: Path) -> None:
-        discard = self.workspaces.discard
-        self.janitor.submit(lambda: discard(folder))
 
     def discard(self, warm: WarmContainer) -> None:
         """Remove an unused warm container and its folder, in the background."""
         engine = self.engine
-
         discard = self.workspaces.discard
-
-        staged, warm.staged = warm.staged, None
+        warm.staged = None  # in its folder
 
         def job() -> None:
             try:
@@ -341,11 +372,7 @@ class DockerRuntime:
                     warm.init.close()
                 engine.remove(warm.id, strict=True)
             finally:
-                try:
-                    discard(warm.root)
-                finally:
-                    if staged is not None:
-                        discard(staged.folder)
+                discard(warm.root)
 
         self.janitor.submit(job)
 
