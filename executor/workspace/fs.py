@@ -218,6 +218,9 @@ class Tree:
                 if owner is not None and mode & 0o222:
                     os.fchown(fd, *owner)
                 os.fchmod(fd, mode)
+            except BaseException:
+                _unlink(parent, name)  # never half a file (a full disk cap, say): none at all
+                raise
             finally:
                 os.close(fd)
             return written

@@ -150,6 +150,8 @@ def tidy(target: Path) -> None:
 def unmount(target: Path) -> bool:
     """Detach the volume mounted on ``target``; False when nothing was.  Lazy: a container
     that still holds it keeps it until it goes (then its loop device clears itself)."""
+    if not mounted(target):
+        return False
     if _libc.umount2(os.fsencode(target), _MNT_DETACH | _UMOUNT_NOFOLLOW) == 0:
         return True
     code = ctypes.get_errno()
@@ -214,7 +216,20 @@ def _device_name(target: Path) -> str:
 
 def probe(folder: Path) -> None:
     """Make, fill and remove a small volume in ``folder`` (an empty folder of the service):
-    :class:`DiskCapUnavailable` naming what is missing when the hard cap cannot work here."""
+    :class:`DiskCapUnavailable` naming what is missing when the hard cap cannot work here,
+    and how to choose the soft cap instead."""
+    try:
+        _probe(folder)
+    except DiskCapUnavailable as exc:
+        raise DiskCapUnavailable(
+            f"the hard disk cap (a file system per workspace) cannot be set up here: {exc.message}. Run the "
+            "service as root on a Linux with loop devices, ext4 and e2fsprogs' mkfs.ext4, or set "
+            "SKILL_EXECUTOR_DISK_CAP=soft to accept the soft cap (polled: a fast writer can pass it before "
+            "its run is stopped)"
+        ) from None
+
+
+def _probe(folder: Path) -> None:
     if os.geteuid() != 0:
         raise DiskCapUnavailable("the service does not run as root (loop devices and mounts need it)")
     if not os.path.exists("/dev/loop-control"):
