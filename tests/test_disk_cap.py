@@ -34,7 +34,7 @@ from executor.runs.models import RunRequest, RunResult
 from executor.workspace import volumes
 from executor.workspace.volumes import SLACK
 
-from .conftest import HARDENING_RUNTIMES, REPO, SKILLS, make_settings, require_runtime
+from .conftest import HARDENING_RUNTIMES, REPO, SKILLS, make_settings, require_disk_cap, require_runtime
 from .helpers import eventually
 
 MiB = 1024 * 1024
@@ -46,7 +46,9 @@ METADATA = 3 * MiB
 SIX_WRITERS = ("for i in 1 2 3 4 5 6; do dd if=/dev/zero of={dir}/d$i bs=1M count=200 2>>/tmp/dd.err & done; "
                "wait; grep -c 'No space left' /tmp/dd.err; echo done")
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the hard disk cap needs root (loop devices, mounts)")
+@pytest.fixture(autouse=True)
+def _hard_cap_possible() -> None:
+    require_disk_cap("hard")
 
 
 def request(**fields: Any) -> RunRequest:

@@ -29,7 +29,7 @@ from executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER,
 from executor.runtimes.docker.engine import GVISOR_HOST_TASKS_PER_PID, check_oci_runtime
 from executor.workspace.volumes import SLACK
 
-from .conftest import HARDENING_RUNTIMES, make_settings, require_runtime
+from .conftest import HARDENING_RUNTIMES, make_settings, require_disk_cap, require_runtime
 from .helpers import eventually
 
 
@@ -373,6 +373,7 @@ def test_timeout_kills_and_removes_the_container(make_docker) -> None:  # type: 
 def test_disk_cap_single_file_and_many_files(make_docker, disk_cap: str) -> None:  # type: ignore[no-untyped-def]
     """The hard cap (a file system per workspace) refuses every write past it and lets the
     run go on; the soft one (SKILL_EXECUTOR_DISK_CAP=soft, polled) stops the run."""
+    require_disk_cap(disk_cap)
     cap = 32 * 1024**2
     executor = make_docker(docker_disk_bytes=cap, disk_cap=disk_cap)
     big = executor.runner.run(request(command="head -c 100M /dev/zero > out/big; echo $?"))

@@ -16,6 +16,7 @@ import pytest
 from executor.core import Executor
 from executor.runtimes.skillcopy import LINK_MIN_BYTES
 
+from .conftest import require_disk_cap
 from .helpers import leftover_runs, make_skill, run
 
 SKILL = "view-probe"
@@ -147,6 +148,7 @@ def test_paths_relative_to_run_folders_reach_the_skill(executor: Executor, probe
 
 @pytest.mark.parametrize("disk_cap", ["hard", "soft"])
 def test_installed_skill_cannot_be_modified_through_a_hard_link(make_executor, probe: Path, disk_cap: str) -> None:  # type: ignore[no-untyped-def]
+    require_disk_cap(disk_cap)
     executor = make_executor(disk_cap=disk_cap)
     if not docker(executor) and disk_cap == "soft":
         pytest.skip("the local runtime has no disk cap: one run is enough")

@@ -14,9 +14,13 @@ import pytest
 
 from executor.workspace import volumes
 
+from .conftest import require_disk_cap
+
 MiB = 1024 * 1024
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="volumes need root (loop devices, mounts)")
+@pytest.fixture(autouse=True)
+def _hard_cap_possible() -> None:
+    require_disk_cap("hard")
 
 
 @pytest.fixture
