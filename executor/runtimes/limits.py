@@ -23,12 +23,32 @@ import threading
 import time
 from pathlib import Path
 
+from ..config import Settings
 from ..workspace import volumes
 from ..workspace.fs import MAX_DEPTH, MAX_ENTRIES, Tree
 from ..workspace.layout import Workspace
 
 #: Least seconds between two measurements of a run's disk use.
 DISK_POLL_SECONDS = 0.2
+
+
+def workspace_volume_bytes(settings: Settings) -> int | None:
+    """The size of a run's volume under the hard disk cap (None: the soft cap): room for
+    the skill copy, the inputs and stdin, which the service puts in first, and for the
+    cap itself, which is set when the command starts.  Sparse: only what is written costs."""
+    if settings.disk_cap != "hard":
+        return None
+    room = settings.max_staged_bytes + settings.max_stdin_bytes + volumes.SKILL_ROOM
+    return volumes.image_size(settings.docker_disk_bytes + volumes.SLACK + room)
+
+
+def describe_disk_cap(settings: Settings) -> tuple[bool, str]:
+    """The disk cap in force, for ``/healthz``."""
+    if settings.disk_cap == "hard":
+        return True, (f"hard: each workspace is a file system of its own that refuses writes past "
+                      f"{settings.docker_disk_bytes} bytes per run (sessions' work/: {settings.session_disk_bytes})")
+    return True, (f"soft (SKILL_EXECUTOR_DISK_CAP=soft): {settings.docker_disk_bytes} bytes per run, measured every "
+                  f"{DISK_POLL_SECONDS} s; a fast writer can pass it before its run is stopped")
 
 
 def signal_name(code: int | None) -> str | None:

@@ -25,13 +25,16 @@ since (:func:`place`): one rename instead of a copy on the run's path.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import TooLarge
 from ..paths import is_within
+from ..workspace.fs import remove_tree
 from ..workspace.layout import RUN_LINKS, Workspace, add_root_links, add_run_links, shadowed
 
 SKIP = frozenset({".git", "__pycache__"})
@@ -154,6 +157,26 @@ def place(workspace: Workspace, staged: StagedSkill) -> list[str]:
     os.rmdir(staged.folder)
     add_root_links(workspace.root, workspace.skill_id, os.listdir(view))
     return list(staged.warnings)
+
+
+def provide(
+    workspace: Workspace, skill_id: str, source: Path, owner: tuple[int, int] | None, staged: StagedSkill | None
+) -> list[str]:
+    """The run's copy of its skill, in place: the ``staged`` one when it is a copy of
+    ``source`` as it is now (:func:`place`), else made now (:func:`make_view`; another
+    skill's staged copy, or a stale one, is removed first: never the run's to see).
+    Returns the warnings; a copy that does not fit the run's volume is ``skill_too_large``."""
+    try:
+        if staged is not None and staged.matches(skill_id, source):
+            return place(workspace, staged)
+        if staged is not None:
+            remove_tree(staged.folder)
+        return make_view(workspace, source, owner)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise TooLarge(f"skill {skill_id!r} is larger than a run's workspace holds beside its disk cap",
+                       code="skill_too_large") from None
 
 
 def copy_skill(

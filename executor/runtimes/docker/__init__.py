@@ -28,13 +28,12 @@ from ...config import Settings
 from ...errors import Unavailable
 from ...owners import Verdict
 from ...workers import Causes, Supervisor
-from ...workspace import volumes
 from ...workspace.fs import remove_tree
 from ...workspace.layout import LAUNCHER_SOCKET, PREPARED, SKILLS, WorkspaceManager
 from ..base import SandboxPlan
 from ..janitor import Janitor
-from ..limits import DISK_POLL_SECONDS
-from ..skillcopy import make_view, place, stage
+from ..limits import DISK_POLL_SECONDS, describe_disk_cap, workspace_volume_bytes
+from ..skillcopy import provide, stage
 from .engine import (
     CONTAINER_ENVS,
     CONTAINER_WORKSPACE,
@@ -51,8 +50,7 @@ from .engine import (
 from .pool import WarmContainer, WarmPool
 from .sandboxes import ColdSandbox, WarmSandbox
 
-__all__ = ["DockerRuntime", "LABEL_DEADLINE", "LABEL_MANAGED", "LABEL_OWNER", "LABEL_RUN", "connect",
-           "workspace_volume_bytes"]
+__all__ = ["DockerRuntime", "LABEL_DEADLINE", "LABEL_MANAGED", "LABEL_OWNER", "LABEL_RUN", "connect"]
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +71,6 @@ CREATED_GRACE_SECONDS = 10.0
 #: container whose removal failed) is a leftover after this long: a pool start, the only
 #: moment a container runs unknown to both, takes at most the launcher's ready timeout.
 STRAY_GRACE_SECONDS = 60.0
-
-
-def workspace_volume_bytes(settings: Settings) -> int | None:
-    """The size of a run's volume under the hard disk cap (None: the soft cap): room for
-    the skill copy, the inputs and stdin, which the service puts in first, and for the
-    cap itself, which is set when the command starts.  Sparse: only what is written costs."""
-    if settings.disk_cap != "hard":
-        return None
-    room = settings.max_staged_bytes + settings.max_stdin_bytes + volumes.SKILL_ROOM
-    return volumes.image_size(settings.docker_disk_bytes + volumes.SLACK + room)
 
 
 class DockerRuntime:
@@ -242,12 +230,7 @@ class DockerRuntime:
         if warm is not None:
             staged, warm.staged = warm.staged, None
         try:
-            if staged is not None and staged.matches(skill.id, skill.path):
-                sandbox.warnings += place(workspace, staged)
-            else:
-                if staged is not None:
-                    remove_tree(staged.folder)  # another skill's copy (or a stale one): never the run's to see
-                sandbox.warnings += make_view(workspace, skill.path, self.owner)
+            sandbox.warnings += provide(workspace, skill.id, skill.path, self.owner, staged)
         except BaseException:
             sandbox.close()
             raise
@@ -258,22 +241,14 @@ class DockerRuntime:
         if engine is None:
             problem = self._problem.message if self._problem is not None else "not connected"
             return {"engine": (False, f"waiting for the engine: {problem}"), "image": (False, "unknown"),
-                    "disk_cap": self._disk_cap_health()}
+                    "disk_cap": describe_disk_cap(self.settings)}
         checks = engine.health()
-        checks["disk_cap"] = self._disk_cap_health()
+        checks["disk_cap"] = describe_disk_cap(self.settings)
         alive = self.supervisor.alive()
         dead = sorted(name for name, ok in alive.items() if not ok)
         checks["workers"] = (not dead, f"dead: {', '.join(dead)} (restarting)" if dead
                              else f"{len(alive)} background workers running")
         return checks
-
-    def _disk_cap_health(self) -> tuple[bool, str]:
-        s = self.settings
-        if self.disk_cap == "hard":
-            return True, (f"hard: each workspace is a file system of its own that refuses writes past "
-                          f"{s.docker_disk_bytes} bytes per run (sessions' work/: {s.session_disk_bytes})")
-        return True, (f"soft (SKILL_EXECUTOR_DISK_CAP=soft): {s.docker_disk_bytes} bytes per run, measured every "
-                      f"{DISK_POLL_SECONDS} s; a fast writer can pass it before its run is stopped")
 
     def stats(self) -> dict[str, Any]:
         """Figures for the metrics: containers by state (when the engine answers), the
