@@ -270,7 +270,8 @@ def test_refusals_are_errors_not_results(client: Client) -> None:
     with expect_error(400):
         client.run({"skill": "math-tools", "command": "true", "inputs": [{"from": "skill://math-tools/SKILL.md", "to": "../../x"}]})
     failed_async = client.submit({"skill": "math-tools", "command": "true", "inputs": [{"from": "artifact://none"}]})
-    record = eventually(lambda: (r := client.get_run(failed_async["run_id"]))["status"] != "queued" and r)
+    record = eventually(lambda: (r := client.get_run(failed_async["run_id"]))["status"] not in ("queued", "running")
+                        and r)
     assert record["status"] == "failed" and record["error"]["code"] == "artifact_not_found"
 
 

@@ -297,3 +297,21 @@ def _loops_under(root: Path) -> list[str]:
         if backing.startswith(f"{root}/"):
             found.append(f"{name}: {backing}")
     return found
+
+
+@pytest.mark.parametrize("runtime", ["docker", "docker-pool"])
+def test_files_past_what_the_volume_holds_are_refused_and_reported(tmp_path: Path, runtime: str) -> None:
+    """Empty files take no blocks, but inodes: a run that makes files until none are left
+    gets ENOSPC for the next one, and its result says it reached its cap."""
+    require_runtime(runtime)
+    executor = Executor.from_settings(make_settings(tmp_path, runtime, docker_disk_bytes=16 * MiB,
+                                                    max_staged_bytes=16 * MiB))
+    try:
+        maker = ("import os\nn = 0\ntry:\n    while True:\n        os.close(os.open(f'out/f{n}', os.O_CREAT | os.O_WRONLY))"
+                 "\n        n += 1\nexcept OSError as e:\n    print(n, e.strerror)\n")
+        result = executor.runner.run(request(command=f'python3 -c "{maker}"'))
+        count, _, reason = result.stdout.strip().partition(" ")
+        assert reason == "No space left on device" and int(count) > 10_000, (result.stdout, result.stderr)
+        assert result.disk_limit_hit
+    finally:
+        executor.close()

@@ -130,7 +130,7 @@ class VolumeCap:
 
     @staticmethod
     def _full(volume: Path) -> bool:
-        return volumes.free(volume) <= volumes.SLACK
+        return volumes.full(volume, volumes.SLACK)
 
     def check(self) -> bool:
         return self._full(self.root) or (
@@ -142,8 +142,8 @@ class VolumeCap:
 
     def warning(self) -> str:
         session = f", or its session's work/ {self.session_limit}" if self.session_limit is not None else ""
-        return (f"the run reached its disk cap (what it adds to its workspace: {self.limit} bytes{session}): "
-                "writes past it failed (No space left on device)")
+        return (f"the run reached its disk cap (what it adds to its workspace: {self.limit} bytes{session}; or "
+                "as many files as its file system holds): writes past it failed (No space left on device)")
 
 
 Cap = DiskCap | VolumeCap

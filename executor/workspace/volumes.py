@@ -134,7 +134,7 @@ def _template(folder: Path, size: int) -> list[tuple[int, bytes]]:
 def _mkfs(image: Path) -> None:
     mkfs = shutil.which("mkfs.ext4", path=f"{os.environ.get('PATH', '')}:{_MKFS_SEARCH}")
     if mkfs is None:
-        raise DiskCapUnavailable("mkfs.ext4 (e2fsprogs) is not installed")
+        raise DiskCapUnavailable("mkfs.ext4 is not installed (the e2fsprogs package)")
     argv = [mkfs, "-q", "-F", "-b", str(BLOCK), "-i", str(BYTES_PER_INODE), "-I", "256", "-m", "0",
             "-O", "^has_journal", "-E", "root_owner=0:0", str(image)]
     done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
@@ -233,6 +233,12 @@ def free(target: Path) -> int:
     return st.f_bavail * st.f_frsize
 
 
+def full(target: Path, within: int) -> bool:
+    """Is the volume at ``target`` within ``within`` bytes of its limit, or out of files?"""
+    st = os.statvfs(target)
+    return st.f_bavail * st.f_frsize <= within or st.f_favail == 0
+
+
 def hold(target: Path, more: int) -> int:
     """Let the volume at ``target`` take at most ``more`` bytes beyond what it holds now
     (less when it has no more room); returns what it may take."""
@@ -269,8 +275,7 @@ def probe(folder: Path) -> None:
         _probe(folder)
     except DiskCapUnavailable as exc:
         raise DiskCapUnavailable(
-            f"the hard disk cap (a file system per workspace) cannot be set up here: {exc.message}. Run the "
-            "service as root on a Linux with loop devices, ext4 and e2fsprogs' mkfs.ext4, or set "
+            f"the hard disk cap (a file system per workspace) cannot be set up here: {exc.message}; or set "
             "SKILL_EXECUTOR_DISK_CAP=soft to accept the soft cap (polled: a fast writer can pass it before "
             "its run is stopped)"
         ) from None
@@ -278,9 +283,9 @@ def probe(folder: Path) -> None:
 
 def _probe(folder: Path) -> None:
     if os.geteuid() != 0:
-        raise DiskCapUnavailable("the service does not run as root (loop devices and mounts need it)")
+        raise DiskCapUnavailable("the service does not run as root, which loop devices and mounts need")
     if not os.path.exists("/dev/loop-control"):
-        raise DiskCapUnavailable("this system has no loop devices (/dev/loop-control is missing)")
+        raise DiskCapUnavailable("this system has no loop devices (/dev/loop-control is missing: modprobe loop)")
     problem = _hidden_from_engine(folder)
     if problem:
         raise DiskCapUnavailable(problem)
@@ -295,7 +300,8 @@ def _probe(folder: Path) -> None:
     except DiskCapUnavailable:
         raise
     except OSError as exc:
-        raise DiskCapUnavailable(f"a test volume could not be made: {exc.strerror or exc}") from None
+        raise DiskCapUnavailable(f"a test volume could not be made ({exc.strerror or exc}): the kernel needs "
+                                 "ext4 and loop devices") from None
     finally:
         try:
             os.unlink(image)
