@@ -121,7 +121,10 @@ class VolumeCap:
         self.limit = limit
         self.session_limit = session_limit
         self.root = workspace.root
-        volumes.hold(self.root, limit + volumes.SLACK)
+        try:
+            volumes.hold(self.root, limit + volumes.SLACK)
+        except OSError as exc:
+            raise volumes.unavailable(exc) from None
         self.session: Path | None = None
         self.session_was_full = False
         if session_limit is not None and workspace.work != workspace.root / "work":

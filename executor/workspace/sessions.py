@@ -147,8 +147,10 @@ class SessionStore:
         try:
             volumes.tidy(work)
             volumes.hold_total(work, self.volume_bytes + volumes.SLACK)
-        except BaseException:
+        except BaseException as exc:
             volumes.unmount(work)
+            if isinstance(exc, OSError):
+                raise volumes.unavailable(exc) from None
             raise
 
     @staticmethod

@@ -38,9 +38,10 @@ from pathlib import Path
 from ..errors import ExecutorError
 
 MiB = 1024 * 1024
-#: How far past its cap a volume takes writes: what it holds beyond the cap before a
-#: write fails (ext4 refuses a write that would leave less than a large folio, up to
-#: 2 MiB, so a single file still meets its ``fsize`` limit exactly at the cap first).
+#: How far past its cap a volume takes writes: a run's result says it reached its cap
+#: once it added the cap, and its writes fail from this far past it (so telling the two
+#: apart does not depend on how the last write was cut; a single file meets its
+#: ``fsize`` limit, the cap, first).
 SLACK = 1 * MiB
 #: The image of a run's volume, in the workspace folder under its own mount.
 IMAGE = ".volume"
