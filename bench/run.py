@@ -31,6 +31,7 @@ and MET / NOT MET against each target (JSON: every figure, and ``targets``):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -216,31 +217,44 @@ def launcher_round_trip(executor: Executor) -> float:
 
 def bench_library(base: Path, client: docker.DockerClient, image: str, n_warm: int, n_cold: int,
                   tp_runs: int) -> dict[str, Any]:
-    """The launcher's round trip, ours through the library (warm, pool 0 in turn with the
-    floor), and the library's throughput at c=4."""
+    """The launcher's round trip, ours through the library (warm -- in turn with the soft,
+    polled disk cap of before -- and pool 0 in turn with the floor), and the library's
+    throughput at c=4."""
     out: dict[str, Any] = {}
     request = RunRequest(skill="math-tools", command="true")
     for pool in (2, 0):
         executor = Executor.from_settings(Settings(skills_dirs=[REPO / "skills"], data_dir=base / f"lib{pool}",
                                                    pool_size=pool, docker_image=image))
         try:
-            def run() -> None:
-                result = executor.runner.run(request)
+            def run(on: Executor = executor) -> None:
+                result = on.runner.run(request)
                 if result.exit_code != 0:
                     raise RuntimeError(f"`true` exited with {result.exit_code}")
 
             if pool:
                 runtime: Any = executor.runtime
-                assert runtime.pool.wait_ready()
-                run()
-                launcher, library = [], []
-                for _ in range(n_warm):  # in turn, each on a full, quiet pool
-                    launcher.append(launcher_round_trip(executor))
-                    assert runtime.pool.wait_ready()
-                    time.sleep(0.1)
-                    library.append(timed(run))
+                soft = Executor.from_settings(Settings(skills_dirs=[REPO / "skills"], data_dir=base / "lib-soft",
+                                                       pool_size=pool, docker_image=image, disk_cap="soft"))
+                try:
+                    soft_runtime: Any = soft.runtime
+                    pools: list[tuple[Executor, Any, list[float]]] = [
+                        (executor, runtime.pool, []), (soft, soft_runtime.pool, [])]
+                    for on, warm, _ in pools:
+                        assert warm.wait_ready()
+                        run(on)
+                    launcher = []
+                    for _ in range(n_warm):  # in turn, each on a full, quiet pool
+                        launcher.append(launcher_round_trip(executor))
+                        for on, _, taken in pools:  # both pools full: no refill runs beside a sample
+                            assert all(warm.wait_ready() for _, warm, _ in pools)
+                            time.sleep(0.1)
+                            taken.append(timed(functools.partial(run, on)))
+                    library, library_soft = pools[0][2], pools[1][2]
+                finally:
+                    soft.close()
                 out["launcher_round_trip_ms"] = stats(launcher)
                 out["library_warm_pool_ms"] = stats(library)
+                out["library_warm_pool_soft_cap_ms"] = stats(library_soft)
                 out["throughput_library_c4"] = throughput(run, 4, tp_runs)
             else:
                 run()
@@ -568,6 +582,8 @@ def report(r: dict[str, Any]) -> None:
          ratio(p50(r, "launcher_round_trip_ms"), exec_p50), "vs exec_run"),
         ("library", "warm pool", r.get("library_warm_pool_ms"),
          ratio(p50(r, "library_warm_pool_ms"), p50(r, "launcher_round_trip_ms")), "vs launcher round trip"),
+        ("library", "warm pool, soft disk cap (polled, as before)", r.get("library_warm_pool_soft_cap_ms"),
+         ratio(p50(r, "library_warm_pool_ms"), p50(r, "library_warm_pool_soft_cap_ms")), "hard cap vs this, in turn"),
         ("library", "pool 0", r.get("library_pool0_ms"),
          ratio(p50(r, "library_pool0_ms"), p50(r, "floor_none_beside_library_ms")), "vs c+s+w+r none, in turn"),
         ("HTTP", "warm pool (2 runs/s)", r.get("http_warm_pool_ms"),

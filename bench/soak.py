@@ -68,7 +68,6 @@ from run import Service  # noqa: E402  (bench/run.py: the service as users run i
 
 from executor.config import Settings  # noqa: E402
 from executor.runtimes.docker import LABEL_MANAGED, LABEL_OWNER  # noqa: E402
-from executor.workspace.layout import STAGE_SUFFIX  # noqa: E402
 
 #: The issue's targets (issue 11): the backlog stays under this many items ...
 BACKLOG_TARGET = 50
@@ -149,14 +148,11 @@ class Census:
         return found
 
     def folders(self) -> int:
-        """Workspace folders.  A warm container's skill copy made ahead of its run
-        (``<root>-skill``) counts with its container's folder; one whose folder is gone
-        counts on its own (a leftover)."""
+        """Workspace folders (a warm container's skill copy made ahead of its run is in its folder)."""
         try:
-            names = set(os.listdir(self.runs_dir))
+            return len(os.listdir(self.runs_dir))
         except FileNotFoundError:
             return 0
-        return sum(1 for n in names if not (n.endswith(STAGE_SUFFIX) and n[:-len(STAGE_SUFFIX)] in names))
 
     def count(self, now: float | None = None) -> dict[str, Any]:
         """Containers by state (and how many are cleanup's), folders."""
@@ -384,6 +380,8 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8, help="runs at a time (default 8)")
     parser.add_argument("--pool-size", type=int, default=2, help="the service's SKILL_EXECUTOR_POOL_SIZE (default 2)")
     parser.add_argument("--oci-runtime", help="the service's SKILL_EXECUTOR_DOCKER_OCI_RUNTIME (runsc: gVisor)")
+    parser.add_argument("--disk-cap", choices=("hard", "soft"), default="hard",
+                        help="the service's SKILL_EXECUTOR_DISK_CAP (default hard)")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between backlog samples (default 0.5)")
     parser.add_argument("--drain-cap", type=float, default=60.0, help="longest wait for the backlog to drain (s)")
     parser.add_argument("--fd-margin", type=int, default=10, help="fd growth tolerated before/after (default 10)")
@@ -398,7 +396,7 @@ def main() -> int:
     client.images.get(image)
     preexisting = {c["Id"] for c in client.api.containers(all=True, filters={"label": f"{LABEL_MANAGED}=1"})}
     base = Path(tempfile.mkdtemp(prefix="se-soak-"))
-    settings: dict[str, Any] = {"docker_image": image, "pool_size": args.pool_size}
+    settings: dict[str, Any] = {"docker_image": image, "pool_size": args.pool_size, "disk_cap": args.disk_cap}
     if args.oci_runtime:
         settings["docker_oci_runtime"] = args.oci_runtime
     began = time.monotonic()

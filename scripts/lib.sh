@@ -184,6 +184,30 @@ except ExecutorError as exc:
 PYEOF
 }
 
+# What the hard disk cap (SKILL_EXECUTOR_DISK_CAP=hard, the default: a file system per
+# workspace) needs from this machine: root, loop devices, mkfs.ext4 (e2fsprogs, installed
+# when missing). The service itself checks the rest at start-up (a test volume made,
+# filled and removed) and refuses to start without it. Returns non-zero with the reason
+# in DISK_CAP_PROBLEM; nothing to do when SKILL_EXECUTOR_DISK_CAP=soft.
+DISK_CAP_PROBLEM=""
+ensure_disk_cap() {
+  DISK_CAP_PROBLEM=""
+  [[ "${SKILL_EXECUTOR_DISK_CAP:-hard}" == "soft" ]] && return 0
+  if [[ $(id -u) -ne 0 ]]; then
+    DISK_CAP_PROBLEM="the hard disk cap needs root (loop devices and mounts)"
+    return 1
+  fi
+  if ! PATH="$PATH:/usr/sbin:/sbin" command -v mkfs.ext4 >/dev/null && ! apt_install e2fsprogs; then
+    DISK_CAP_PROBLEM="the hard disk cap needs mkfs.ext4 (Debian package e2fsprogs)"
+    return 1
+  fi
+  [[ -e /dev/loop-control ]] || modprobe loop 2>/dev/null || true
+  if [[ ! -e /dev/loop-control ]]; then
+    DISK_CAP_PROBLEM="the hard disk cap needs loop devices (/dev/loop-control is missing)"
+    return 1
+  fi
+}
+
 # Make the engine's `runsc` runtime (gVisor) usable: install Debian's runsc package, and
 # register the runtime with a running engine that lacks it (root only: merge it into the
 # engine's config file, keeping a backup, and reload the engine with SIGHUP -- running

@@ -2,7 +2,8 @@
 # Set up everything on a fresh machine and start the service on its embedded defaults:
 # virtualenv + project, a Docker engine (installed and started when none answers; it
 # keeps running after the service stops), gVisor's runsc registered with it when
-# SKILL_EXECUTOR_DOCKER_OCI_RUNTIME=runsc, the runner image, then
+# SKILL_EXECUTOR_DOCKER_OCI_RUNTIME=runsc, what the hard disk cap needs (root, loop
+# devices, mkfs.ext4), the runner image, then
 # `skill-executor serve` on 127.0.0.1:8080 with skills from ./skills (read-only: never
 # written), data in ./data and uploaded skills in ./data/skills.
 # Arguments go to `skill-executor serve` (e.g. --port 9000, --runtime local).
@@ -15,6 +16,10 @@ if [[ " $* " != *" --runtime local "* && "${SKILL_EXECUTOR_RUNTIME:-docker}" != 
   if ! ensure_engine; then
     log "no Docker engine: the service cannot run skills in containers here."
     log "For development without isolation: ./scripts/serve.sh --runtime local"
+    exit 1
+  fi
+  if ! ensure_disk_cap; then
+    log "$DISK_CAP_PROBLEM; run as root, or choose the soft (polled) cap: SKILL_EXECUTOR_DISK_CAP=soft"
     exit 1
   fi
   if [[ "${SKILL_EXECUTOR_DOCKER_OCI_RUNTIME:-}" == "runsc" ]] && ! ensure_runsc; then

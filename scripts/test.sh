@@ -5,7 +5,9 @@
 # offline when no registry is available), then pytest. The container-hardening tests
 # run on runc and on runsc.
 # In CI (CI=true) a missing engine or runsc is a failure; elsewhere those tests skip
-# with the reason. Only an engine this script started is stopped at the end.
+# with the reason. The hard disk cap (a file system per workspace) needs root: without it
+# the suite runs on the soft cap and says so (CI fails). Only an engine this script
+# started is stopped at the end.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -28,6 +30,14 @@ elif [[ "${CI:-}" == "true" ]]; then
 else
   log "no Docker engine: the Docker tests will be skipped"
   export SKILL_EXECUTOR_TEST_DOCKER=0
+fi
+if ! ensure_disk_cap; then
+  if [[ "${CI:-}" == "true" ]]; then
+    log "CI runs on the hard disk cap, but: $DISK_CAP_PROBLEM; failing"
+    exit 1
+  fi
+  log "the tests run on the soft disk cap (SKILL_EXECUTOR_DISK_CAP=soft): $DISK_CAP_PROBLEM"
+  export SKILL_EXECUTOR_DISK_CAP=soft
 fi
 "$ROOT/scripts/lint.sh"
 "$PY" -m pytest "$@"

@@ -87,6 +87,16 @@ def require_runtime(runtime: str) -> None:
     pytest.skip(problem)
 
 
+def require_disk_cap(kind: str) -> None:
+    """Skip (or, in CI, fail) a test of the hard disk cap where it cannot work: not root
+    (``./scripts/test.sh`` then runs the suite on the soft cap, and says so)."""
+    if kind != "hard" or os.geteuid() == 0:
+        return
+    if in_ci():
+        pytest.fail("CI must run the hard disk cap (root)")
+    pytest.skip("the hard disk cap needs root (loop devices, mounts)")
+
+
 def make_settings(tmp_path: Path, runtime: str, **overrides: object) -> Settings:
     """Settings for a test; ``docker-pool`` is the Docker runtime with a warm pool, and a
     ``-runsc`` suffix selects gVisor as the engine's OCI runtime."""

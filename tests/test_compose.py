@@ -49,7 +49,12 @@ def test_compose_file_is_valid() -> None:
     flat = [v if isinstance(v, str) else f"{v['source']}:{v['target']}{':ro' if v.get('read_only') else ''}" for v in volumes]
     assert "/var/run/docker.sock:/var/run/docker.sock:rw" in flat
     assert f"{REPO}/skills:{REPO}/skills:ro" in flat
-    assert "/srv/se-data:/srv/se-data:rw" in flat  # identical path inside and outside
+    # Identical path inside and outside; the volumes the service mounts there reach the engine.
+    assert "/srv/se-data:/srv/se-data:rw,rshared" in flat
+    # The hard disk cap's volumes: mounts, loop devices, ext4's reserved clusters.
+    assert "/sys/fs/ext4:/sys/fs/ext4:rw" in flat
+    assert service["cap_add"] == ["SYS_ADMIN"] and service["devices"] == ["/dev/loop-control"]
+    assert service["environment"]["SKILL_EXECUTOR_DISK_CAP"] == "hard"
     assert service["environment"]["SKILL_EXECUTOR_SKILLS_DIRS"] == f"{REPO}/skills"
 
 
@@ -66,6 +71,11 @@ def test_compose_up_serves_a_run(tmp_path: Path) -> None:
     port = free_port()
     project = f"setest{uuid.uuid4().hex[:8]}"
     env = compose_env(SKILL_EXECUTOR_DATA_DIR=str(data), SKILL_EXECUTOR_PORT=str(port))
+    # The hard disk cap: the data folder on a shared mount (what a systemd host's / already is).
+    data.mkdir()
+    shared = subprocess.run(["sh", "-c", f"mount --bind {data} {data} && mount --make-shared {data}"],
+                            capture_output=True, text=True)
+    assert shared.returncode == 0, shared.stderr
     up = compose("-p", project, "up", "-d", "--no-build", env=env)
     try:
         assert up.returncode == 0, up.stderr
@@ -87,8 +97,11 @@ def test_compose_up_serves_a_run(tmp_path: Path) -> None:
             assert result["output_files"][0]["content"] == "0\n1\n1\n2\n3\n5\n8\n"
             record = client.get_run(result["run_id"])
             assert record["status"] == "completed"
+            health = client.health()["checks"]["disk_cap"]
+            assert health["ok"] and health["detail"].startswith("hard:"), health
     finally:
         down = compose("-p", project, "down", "--remove-orphans", env=env)
+        subprocess.run(["umount", "--lazy", str(data)], capture_output=True)
         shutil.rmtree(data, ignore_errors=True)
     assert down.returncode == 0, down.stderr
     left = engine.api.containers(all=True, filters={"label": f"com.docker.compose.project={project}"})

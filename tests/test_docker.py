@@ -27,8 +27,9 @@ from executor.runs.models import RunRequest, RunResult
 from executor.runs.pipeline import new_run_id
 from executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN, DockerRuntime
 from executor.runtimes.docker.engine import GVISOR_HOST_TASKS_PER_PID, check_oci_runtime
+from executor.workspace.volumes import SLACK
 
-from .conftest import HARDENING_RUNTIMES, make_settings, require_runtime
+from .conftest import HARDENING_RUNTIMES, make_settings, require_disk_cap, require_runtime
 from .helpers import eventually
 
 
@@ -368,16 +369,30 @@ def test_timeout_kills_and_removes_the_container(make_docker) -> None:  # type: 
     assert runtime.client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}) == []
 
 
-def test_disk_cap_single_file_and_many_files(make_docker) -> None:  # type: ignore[no-untyped-def]
-    executor = make_docker(docker_disk_bytes=32 * 1024**2)
+@pytest.mark.parametrize("disk_cap", ["hard", "soft"])
+def test_disk_cap_single_file_and_many_files(make_docker, disk_cap: str) -> None:  # type: ignore[no-untyped-def]
+    """The hard cap (a file system per workspace) refuses every write past it and lets the
+    run go on; the soft one (SKILL_EXECUTOR_DISK_CAP=soft, polled) stops the run."""
+    require_disk_cap(disk_cap)
+    cap = 32 * 1024**2
+    executor = make_docker(docker_disk_bytes=cap, disk_cap=disk_cap)
     big = executor.runner.run(request(command="head -c 100M /dev/zero > out/big; echo $?"))
     assert big.disk_limit_hit and "disk" in big.limits_hit
     assert big.stdout == f"{128 + 25}\n"  # the writer got SIGXFSZ: nothing past the cap was written
     many = executor.runner.run(
-        request(command="for i in $(seq 1 400); do head -c 1M /dev/zero > out/f$i; done; echo finished", timeout=60),
+        request(command="for i in $(seq 1 400); do head -c 1M /dev/zero > out/f$i; done; echo finished",
+                timeout=60, outputs={"globs": ["out/*"], "max_files": 1000, "max_total_bytes": 256 * 1024**2}),
     )
-    assert many.disk_limit_hit and "finished" not in many.stdout
+    assert many.disk_limit_hit
     assert any("disk cap" in w for w in many.warnings)
+    if disk_cap == "soft":
+        assert "finished" not in many.stdout  # stopped
+    else:
+        # Every write past the cap failed, the run went on to its end; what it wrote is kept.
+        assert "finished" in many.stdout and many.exit_code == 0
+        assert "No space left on device" in many.stderr
+        kept = sum(f.size_bytes for f in many.output_files)
+        assert cap <= kept <= cap + SLACK, kept
     small = executor.runner.run(request(command="head -c 1M /dev/zero > out/ok; echo fine"))
     assert not small.disk_limit_hit and small.stdout == "fine\n"
 
@@ -494,7 +509,7 @@ def test_warm_pool_prepares_the_latest_skill_never_stale_nor_another(tmp_path: P
             assert pool.wait_ready()
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
-                found = {p.stat().st_ino: p for p in runs.glob("*-skill/edit-me/edit-me-data/v.txt")}
+                found = {p.stat().st_ino: p for p in runs.glob("*/skills/.prepared/edit-me/edit-me-data/v.txt")}
                 if found:  # the containers started since the latest run
                     return found
                 time.sleep(0.05)
@@ -517,6 +532,7 @@ def test_warm_pool_prepares_the_latest_skill_never_stale_nor_another(tmp_path: P
         other = executor.runner.run(request(command=f'python3 -c "{listing}"'))
         assert other.exit_code == 0 and "math-tools" in other.stdout, (other.stdout, other.stderr)
         assert "edit-me" not in other.stdout, other.stdout  # neither the copy nor its root links
+        assert ".prepared" not in other.stdout, other.stdout  # nor the folder it waited in
     finally:
         executor.close()
     assert list(runs.iterdir()) == [], "workspaces or prepared copies left behind"

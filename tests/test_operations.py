@@ -184,8 +184,10 @@ NEIGHBOUR = textwrap.dedent("""
     from executor.config import Settings
     from executor.core import Executor
     from executor.runs.models import RunRequest
+    # Its mount namespace (unshare's) is private: volumes mounted there would not reach the
+    # engine, so the hard disk cap refuses to start; the soft cap needs none.
     settings = Settings(data_dir=Path(sys.argv[1]), skills_dirs=[Path(sys.argv[2])], pool_size=0,
-                        skills_refresh_seconds=0)
+                        skills_refresh_seconds=0, disk_cap="soft")
     executor = Executor.from_settings(settings)
     print(executor.runtime.token, flush=True)
     result = executor.runner.run(RunRequest(skill="math-tools", command="sleep 8; echo survived", timeout=60))

@@ -16,6 +16,7 @@ import pytest
 from executor.core import Executor
 from executor.runtimes.skillcopy import LINK_MIN_BYTES
 
+from .conftest import require_disk_cap
 from .helpers import leftover_runs, make_skill, run
 
 SKILL = "view-probe"
@@ -145,7 +146,12 @@ def test_paths_relative_to_run_folders_reach_the_skill(executor: Executor, probe
     assert os.stat(probe / "scripts/tool.py").st_mode & 0o111 == 0  # the installed file is untouched
 
 
-def test_installed_skill_cannot_be_modified_through_a_hard_link(executor: Executor, probe: Path) -> None:
+@pytest.mark.parametrize("disk_cap", ["hard", "soft"])
+def test_installed_skill_cannot_be_modified_through_a_hard_link(make_executor, probe: Path, disk_cap: str) -> None:  # type: ignore[no-untyped-def]
+    require_disk_cap(disk_cap)
+    executor = make_executor(disk_cap=disk_cap)
+    if not docker(executor) and disk_cap == "soft":
+        pytest.skip("the local runtime has no disk cap: one run is enough")
     before = digest(probe)
     big = probe / "assets/big.bin"
     result = run(
@@ -159,10 +165,14 @@ def test_installed_skill_cannot_be_modified_through_a_hard_link(executor: Execut
     )
     lines = result.stdout.splitlines()
     links, owner = lines[0].split()
-    if docker(executor):
+    if docker(executor) and disk_cap == "soft":
         # A hard link to the installed file (no data copied), owned by the installer, not the run.
         assert int(links) >= 2 and owner == str(big.stat().st_uid) and owner != "1000"
         assert lines[1:] == ["DENIED"] * 6, result.stdout
+    elif docker(executor):
+        # Under the hard cap the workspace is a file system of its own, which no link to the
+        # installed file can reach: the run gets a copy, its own to change.
+        assert links == "1" and owner == "1000"
     else:
         # The local runtime copies everything: the run's file to change.
         assert links == "1"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -42,3 +43,30 @@ def test_no_workspaces_left(tmp_path_factory: pytest.TempPathFactory) -> None:
         str(run) for runs in base.glob("*/data/workspaces/runs") for run in runs.iterdir()
     ]
     assert leftovers == []
+
+
+def test_no_volumes_left(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No volume (hard disk cap) is still mounted below this session's temp folders, and no
+    loop device still holds an image there (a device clears itself once the last container
+    holding its file system is gone)."""
+    from executor.workspace.volumes import mounts_under
+
+    base = tmp_path_factory.getbasetemp().resolve()
+    assert mounts_under(base) == []
+
+    def loops() -> list[str]:
+        found = []
+        for name in os.listdir("/sys/block"):
+            try:
+                with open(f"/sys/block/{name}/loop/backing_file") as backing:
+                    path = backing.read().strip()
+            except OSError:
+                continue
+            if path.startswith(f"{base}/"):
+                found.append(f"{name}: {path}")
+        return found
+
+    deadline = time.monotonic() + 10
+    while loops() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert loops() == []

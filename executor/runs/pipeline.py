@@ -55,7 +55,10 @@ class SkillRunner:
         self.repository = repository
         self.artifacts = artifacts
         self.runtime = runtime
-        self.sessions = SessionStore(settings.workspaces, settings.session_ttl_seconds)
+        self.sessions = SessionStore(
+            settings.workspaces, settings.session_ttl_seconds,
+            volume_bytes=settings.session_disk_bytes if runtime.disk_cap == "hard" else None,
+        )
         self.stager = Stager(
             repository,
             artifacts,

@@ -118,6 +118,9 @@ class Runtime(Protocol):
     visible_skills_dir: str | None
     #: Where runs see the skills' dependency environments; None: their host folder.
     visible_envs_dir: str | None
+    #: How the disk cap is enforced: ``hard`` (a file system per workspace and per
+    #: session's ``work/``), ``soft`` (polled), ``none`` (the local runtime).
+    disk_cap: str
 
     def open(self, plan: SandboxPlan) -> Sandbox: ...
 

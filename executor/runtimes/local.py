@@ -49,6 +49,8 @@ class LocalRuntime:
     visible_skills_dir: str | None = None
     #: Runs use the skills' dependency environments at their host paths.
     visible_envs_dir: str | None = None
+    #: No disk cap at all (development only; SKILL_EXECUTOR_DISK_CAP does not apply).
+    disk_cap = "none"
 
     def __init__(self, settings: Settings, *, path: str = "/usr/local/bin:/usr/bin:/bin") -> None:
         self.settings = settings

@@ -18,20 +18,23 @@ succeed.  So every run gets its own copy of the skill, owned by the run's user:
 The installed skill is never modified: nothing of it is writable by the run.
 
 A copy can also be made ahead of its run (:func:`stage`: a warm pool container's
-quiet moment), in a folder no container sees, and moved into the run's workspace
-when the run is for that skill and the skill has not changed since (:func:`place`):
-one rename instead of a copy on the run's path.
+quiet moment), in a folder of its workspace that the container's user cannot enter,
+and moved into place when the run is for that skill and the skill has not changed
+since (:func:`place`): one rename instead of a copy on the run's path.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import TooLarge
 from ..paths import is_within
+from ..workspace.fs import remove_tree
 from ..workspace.layout import RUN_LINKS, Workspace, add_root_links, add_run_links, shadowed
 
 SKIP = frozenset({".git", "__pycache__"})
@@ -134,8 +137,9 @@ class StagedSkill:
 
 
 def stage(folder: Path, skill_id: str, source: Path, owner: tuple[int, int] | None) -> StagedSkill:
-    """Copy ``source`` into ``folder / skill_id`` (``folder`` exists, is seen by no
-    container, and is this process's) as :func:`make_view` would into a workspace."""
+    """Copy ``source`` into ``folder / skill_id`` (``folder`` is this process's, made
+    for it, in the workspace's ``skills/``, and no run can enter it) as :func:`make_view`
+    would into a workspace."""
     signature = tree_signature(source)  # before the copy: a change while it copies shows later
     view = folder / skill_id
     view.mkdir(mode=0o755)
@@ -146,11 +150,33 @@ def stage(folder: Path, skill_id: str, source: Path, owner: tuple[int, int] | No
 
 def place(workspace: Workspace, staged: StagedSkill) -> list[str]:
     """Move a staged copy into ``workspace`` as its ``SKILL_DIR`` (one rename; the
-    staged copy must :meth:`~StagedSkill.matches` the run's skill); the warnings."""
+    staged copy must :meth:`~StagedSkill.matches` the run's skill; its folder goes);
+    the warnings."""
     view = workspace.skill_view
     os.rename(staged.folder / staged.skill_id, view)
+    os.rmdir(staged.folder)
     add_root_links(workspace.root, workspace.skill_id, os.listdir(view))
     return list(staged.warnings)
+
+
+def provide(
+    workspace: Workspace, skill_id: str, source: Path, owner: tuple[int, int] | None, staged: StagedSkill | None
+) -> list[str]:
+    """The run's copy of its skill, in place: the ``staged`` one when it is a copy of
+    ``source`` as it is now (:func:`place`), else made now (:func:`make_view`; another
+    skill's staged copy, or a stale one, is removed first: never the run's to see).
+    Returns the warnings; a copy that does not fit the run's volume is ``skill_too_large``."""
+    try:
+        if staged is not None and staged.matches(skill_id, source):
+            return place(workspace, staged)
+        if staged is not None:
+            remove_tree(staged.folder)
+        return make_view(workspace, source, owner)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise TooLarge(f"skill {skill_id!r} is larger than a run's workspace holds beside its disk cap",
+                       code="skill_too_large") from None
 
 
 def copy_skill(

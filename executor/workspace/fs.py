@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from ..errors import BadRequest, Conflict, ExecutorError, Forbidden, NotFound
+from ..errors import BadRequest, Conflict, ExecutorError, Forbidden, NotFound, TooLarge
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -81,7 +81,8 @@ def _refusal(exc: OSError, what: str) -> ExecutorError:
     if exc.errno == errno.EEXIST:
         return Conflict(f"{what} exists", code="target_conflict")
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        return ExecutorError(f"{what}: no space left", code="disk_full", status=507)
+        # The run's workspace or its session's work/ is full: what the request stages does not fit.
+        return TooLarge(f"{what}: no space left (the session's or the run's disk cap)", code="disk_full")
     return ExecutorError(f"{what}: {exc.strerror}", code="workspace_error", status=500)
 
 
@@ -217,6 +218,9 @@ class Tree:
                 if owner is not None and mode & 0o222:
                     os.fchown(fd, *owner)
                 os.fchmod(fd, mode)
+            except BaseException:
+                _unlink(parent, name)  # never half a file (a full disk cap, say): none at all
+                raise
             finally:
                 os.close(fd)
             return written

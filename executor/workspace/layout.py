@@ -34,6 +34,7 @@ from ..access import LOCAL_TENANT
 from ..errors import BadRequest, Forbidden
 from ..owners import Lease, Verdict
 from ..paths import clean_relative
+from . import volumes
 from .fs import Tree, remove_tree
 
 log = logging.getLogger(__name__)
@@ -87,8 +88,10 @@ def environment(root: str, skill_id: str, skill_env: str | None = None) -> dict[
         env["PYTHONPATH"] = f"{skill_dir}:{skill_env}/python"
         env["NODE_PATH"] = f"{skill_env}/node/node_modules:{IMAGE_NODE_PATH}"
     return env
-#: The folder of a warm container's skill copy made ahead of its run: ``<its root's name><STAGE_SUFFIX>``.
-STAGE_SUFFIX = "-skill"
+#: Where a warm container's skill copy made ahead of its run waits: a folder of the
+#: service (mode 0700: the container's user cannot enter it) in the workspace's ``skills/``,
+#: so the copy moves into place with one rename (on the same file system).
+PREPARED = ".prepared"
 OWNER_FILE = ".owner"
 #: How long a workspace without an owner file must stay unchanged to count as abandoned.
 ORPHAN_GRACE_SECONDS = 60.0
@@ -161,12 +164,17 @@ class Workspace:
 
 class WorkspaceManager:
     """Creates and removes run workspaces under ``<root>/runs``, under this process's
-    lease on the root (:class:`~executor.owners.Lease`): every workspace names its owner."""
+    lease on the root (:class:`~executor.owners.Lease`): every workspace names its owner.
 
-    def __init__(self, root: Path, *, instance: str | None = None) -> None:
+    With ``volume_bytes`` (the hard disk cap), every workspace folder is the mount point
+    of a volume of its own (:mod:`.volumes`) of that size; it is unmounted when the
+    folder is removed (also by a sweep after a crash)."""
+
+    def __init__(self, root: Path, *, instance: str | None = None, volume_bytes: int | None = None) -> None:
         self.root = root.resolve()
         self.runs = self.root / "runs"
         self.runs.mkdir(parents=True, exist_ok=True)
+        self.volume_bytes = volume_bytes
         self.lease = Lease(self.root, instance)
         self.token = self.lease.token
         #: Names of this process's workspaces that are in use (made, not yet discarded).
@@ -243,6 +251,7 @@ class WorkspaceManager:
     @staticmethod
     def _remove(entry: Path) -> bool:
         try:
+            volumes.unmount(entry)
             remove_tree(entry)
             return True
         except OSError as exc:  # one bad leftover must not stop the service starting
@@ -250,12 +259,23 @@ class WorkspaceManager:
             return False
 
     def discard(self, root: Path) -> None:
-        """Remove one of this process's workspace folders (a run's or a warm container's)."""
+        """Remove one of this process's workspace folders (a run's or a warm container's),
+        its volume first (the image goes with the folder)."""
         try:
+            volumes.unmount(root)
             remove_tree(root)
         finally:
             with self._live_lock:
                 self._live.discard(root.name)
+
+    def probe_volumes(self) -> None:
+        """Make, fill and remove a test volume (:func:`.volumes.probe`): ``DiskCapUnavailable``
+        naming what is missing when the hard disk cap cannot work here."""
+        folder = self._new_folder(f"probe-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            volumes.probe(folder)
+        finally:
+            self.discard(folder)
 
     def create(
         self,
@@ -286,9 +306,13 @@ class WorkspaceManager:
         return Workspace(run_id=run_id, root=root, work=work, session=session, skill_id=skill_id, tenant=tenant)
 
     def create_root(self, name: str, owner: tuple[int, int] | None = None) -> Path:
-        """A fresh workspace folder with the standard layout (no skill yet)."""
+        """A fresh workspace folder with the standard layout (no skill yet), on a volume
+        of its own under the hard disk cap."""
         root = self._new_folder(name)
         try:
+            if self.volume_bytes is not None:
+                volumes.create(root, self.volume_bytes)
+                self._write_owner(root)  # the volume's own (the folder's is hidden under it)
             for sub in ("work", "work/inputs", "out", "run", "run/home", "run/tmp", SKILLS):
                 (root / sub).mkdir(mode=0o755)
                 if owner is not None and sub != SKILLS:
@@ -297,11 +321,6 @@ class WorkspaceManager:
             self.discard(root)
             raise
         return root
-
-    def create_stage(self, name: str) -> Path:
-        """A fresh folder of this process for a copy made ahead of a run (no container
-        sees it; nothing but its owner file in it); removed with :meth:`discard`."""
-        return self._new_folder(name)
 
     def _new_folder(self, name: str) -> Path:
         """``runs/<name>``, made by this process (in use until discarded) with its owner file."""
@@ -317,15 +336,18 @@ class WorkspaceManager:
                 self._live.discard(name)
             raise
         try:
-            # The owner file appears whole (a sweep never reads half a token).
-            tmp = root / f"{OWNER_FILE}.tmp"
-            tmp.write_text(self.token)
-            os.chmod(tmp, 0o600)
-            os.rename(tmp, root / OWNER_FILE)
+            self._write_owner(root)
         except BaseException:
             self.discard(root)
             raise
         return root
+
+    def _write_owner(self, root: Path) -> None:
+        """The owner file appears whole (a sweep never reads half a token)."""
+        tmp = root / f"{OWNER_FILE}.tmp"
+        tmp.write_text(self.token)
+        os.chmod(tmp, 0o600)
+        os.rename(tmp, root / OWNER_FILE)
 
     def adopt(self, root: Path, run_id: str, skill_id: str, tenant: str = LOCAL_TENANT) -> Workspace:
         """Give a prepared folder (a warm container's) to a run; it keeps its name."""

@@ -13,6 +13,12 @@ host ever reads or stages into a session's ``work/`` while a run of it executes.
 
 A session expires after an idle TTL; :meth:`SessionStore.sweep` deletes expired
 sessions that no run is holding.
+
+Under the hard disk cap (``volume_bytes``) a session's ``work/`` is a volume of its own
+(:mod:`.volumes`; the image ``work.img`` beside it, in the session's folder, which no run
+reaches) that holds at most ``volume_bytes``: mounted while a run holds the session, and
+unmounted when it lets go.  A session made under one cap is refused under the other
+(``session_disk_cap_mismatch``): its files are where the other cap cannot see them.
 """
 
 from __future__ import annotations
@@ -30,11 +36,13 @@ from pathlib import Path
 
 from ..access import check_tenant
 from ..errors import BadRequest, Conflict
-from . import fs
+from . import fs, volumes
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")  # \Z: no "id\n"
 _TOUCH = ".last_used"
 _LOCK = ".lock"
+#: A session's volume under the hard disk cap, beside its ``work/``.
+VOLUME_IMAGE = "work.img"
 #: How often a waiting run retries a session held by another process.
 _POLL_SECONDS = 0.05
 
@@ -44,13 +52,15 @@ class SessionBusy(Conflict):
 
 
 class SessionStore:
-    def __init__(self, root: Path, ttl_seconds: float) -> None:
+    def __init__(self, root: Path, ttl_seconds: float, *, volume_bytes: int | None = None) -> None:
         self.root = root.resolve() / "sessions"
         self.root.mkdir(parents=True, exist_ok=True)
         self.ttl = ttl_seconds
+        self.volume_bytes = volume_bytes
         self._lock = threading.Lock()
         self._held: dict[Path, threading.Lock] = {}
         self._users: dict[Path, int] = {}
+        self.release_mounts()
 
     def path(self, session: str, tenant: str) -> Path:
         if not SESSION_ID.match(session):
@@ -75,12 +85,15 @@ class SessionStore:
             try:
                 directory.mkdir(parents=True, exist_ok=True)
                 with self._flock(directory, deadline, session, wait):
-                    (directory / "work").mkdir(exist_ok=True)
+                    work = directory / "work"
+                    work.mkdir(exist_ok=True)
+                    self._attach(directory, session)
                     self._touch(directory)
                     try:
-                        yield directory / "work"
+                        yield work
                     finally:
                         self._touch(directory)
+                        volumes.unmount(work)
             finally:
                 lock.release()
         finally:
@@ -106,6 +119,69 @@ class SessionStore:
         finally:
             os.close(fd)  # releases the flock
 
+    def _attach(self, directory: Path, session: str) -> None:
+        """Under the hard cap, mount the session's volume on its ``work/`` (made on first
+        use); refuse a session made under the other cap."""
+        work, image = directory / "work", directory / VOLUME_IMAGE
+        volumes.unmount(work)  # left by a process that died holding the session
+        if self.volume_bytes is None:
+            if image.exists():
+                raise self._mismatch(session, "the hard disk cap (SKILL_EXECUTOR_DISK_CAP=hard)")
+            return
+        fresh = not image.exists()
+        if fresh:
+            with os.scandir(work) as entries:
+                made_soft = any(entries)
+            if made_soft:
+                raise self._mismatch(session, "the soft disk cap (SKILL_EXECUTOR_DISK_CAP=soft)")
+        try:
+            if fresh:
+                try:
+                    volumes.make(image, volumes.image_size(self.volume_bytes + volumes.SLACK))
+                except BaseException:
+                    image.unlink(missing_ok=True)
+                    raise
+            volumes.mount(image, work, fresh=fresh)
+        except OSError as exc:
+            raise volumes.unavailable(exc) from None
+        try:
+            volumes.tidy(work)
+            volumes.hold_total(work, self.volume_bytes + volumes.SLACK)
+        except BaseException as exc:
+            volumes.unmount(work)
+            if isinstance(exc, OSError):
+                raise volumes.unavailable(exc) from None
+            raise
+
+    @staticmethod
+    def _mismatch(session: str, made: str) -> Conflict:
+        return Conflict(
+            f"session {session!r} was made under {made}, which is not in force now: its work/ cannot be "
+            "used; end the session (or let it expire) and start a new one",
+            code="session_disk_cap_mismatch", details={"session": session},
+        )
+
+    def release_mounts(self) -> None:
+        """Unmount session volumes left mounted by a process that died holding them (their
+        session's lock is free); those of live holders stay."""
+        for point in volumes.mounts_under(self.root):
+            directory = point.parent
+            if point.name != "work":
+                continue
+            try:
+                fd = os.open(directory / _LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                volumes.unmount(point)  # no lock file: no run can hold it
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live run holds it
+            else:
+                volumes.unmount(point)
+            finally:
+                os.close(fd)
+
     @staticmethod
     def _busy(session: str, wait: float) -> SessionBusy:
         return SessionBusy(
@@ -129,6 +205,7 @@ class SessionStore:
                 if not entry.is_dir() or entry.is_symlink():
                     continue
                 if entry.name.startswith(".expired-"):  # left by a sweep that crashed
+                    volumes.unmount(entry / "work")
                     fs.remove_tree(entry)
                     continue
                 if self._expire(entry, now):
@@ -163,6 +240,7 @@ class SessionStore:
                 except BlockingIOError:
                     return False  # another process runs it right now
                 # Out of the way under the lock; removed (however large) outside it.
+                volumes.unmount(entry / "work")  # left by a process that died holding it
                 doomed = entry.with_name(f".expired-{entry.name}-{time.monotonic_ns()}")
                 os.rename(entry, doomed)
             finally:

@@ -28,10 +28,12 @@ from ...config import Settings
 from ...errors import Unavailable
 from ...owners import Verdict
 from ...workers import Causes, Supervisor
-from ...workspace.layout import LAUNCHER_SOCKET, STAGE_SUFFIX, WorkspaceManager
+from ...workspace.fs import remove_tree
+from ...workspace.layout import LAUNCHER_SOCKET, PREPARED, SKILLS, WorkspaceManager
 from ..base import SandboxPlan
 from ..janitor import Janitor
-from ..skillcopy import make_view, place, stage
+from ..limits import DISK_POLL_SECONDS, describe_disk_cap, workspace_volume_bytes
+from ..skillcopy import provide, stage
 from .engine import (
     CONTAINER_ENVS,
     CONTAINER_WORKSPACE,
@@ -88,7 +90,9 @@ class DockerRuntime:
         self.settings = settings
         self.owner: tuple[int, int] | None = parse_user(settings.docker_user)
         self.activity = Activity()
-        self.workspaces = WorkspaceManager(settings.workspaces, instance=settings.instance_id)
+        self.disk_cap: str = settings.disk_cap
+        self.workspaces = WorkspaceManager(settings.workspaces, instance=settings.instance_id,
+                                           volume_bytes=workspace_volume_bytes(settings))
         self.token = self.workspaces.token
         self.supervisor = Supervisor("docker")
         self.janitor = Janitor(self.activity, self.supervisor, workers=settings.cleanup_workers, name="janitor")
@@ -103,6 +107,15 @@ class DockerRuntime:
         self.pool: WarmPool | None = None
         self.leftovers = 0
         self._causes = Causes()
+        if settings.disk_cap == "hard":
+            try:
+                self.workspaces.probe_volumes()  # refuses to start (never degraded) without it
+            except BaseException:
+                self.close()
+                raise
+        else:
+            log.warning("the disk cap is soft (SKILL_EXECUTOR_DISK_CAP=soft): polled every %.1f s, so a fast "
+                        "writer can pass it before its run is stopped", DISK_POLL_SECONDS)
         try:
             self._start()
         except Unavailable as exc:
@@ -217,24 +230,20 @@ class DockerRuntime:
         if warm is not None:
             staged, warm.staged = warm.staged, None
         try:
-            if staged is not None and staged.matches(skill.id, skill.path):
-                sandbox.warnings += place(workspace, staged)
-            else:
-                sandbox.warnings += make_view(workspace, skill.path, self.owner)
+            sandbox.warnings += provide(workspace, skill.id, skill.path, self.owner, staged)
         except BaseException:
             sandbox.close()
             raise
-        finally:
-            if staged is not None:
-                self._drop_stage(staged.folder)  # what is left in it: nothing, or another skill's copy
         return sandbox
 
     def health(self) -> dict[str, tuple[bool, str]]:
         engine = self._engine
         if engine is None:
             problem = self._problem.message if self._problem is not None else "not connected"
-            return {"engine": (False, f"waiting for the engine: {problem}"), "image": (False, "unknown")}
+            return {"engine": (False, f"waiting for the engine: {problem}"), "image": (False, "unknown"),
+                    "disk_cap": describe_disk_cap(self.settings)}
         checks = engine.health()
+        checks["disk_cap"] = describe_disk_cap(self.settings)
         alive = self.supervisor.alive()
         dead = sorted(name for name, ok in alive.items() if not ok)
         checks["workers"] = (not dead, f"dead: {', '.join(dead)} (restarting)" if dead
@@ -310,30 +319,27 @@ class DockerRuntime:
             raise
 
     def _prepare_warm(self, warm: WarmContainer) -> None:
-        """Stage a copy of the latest run's skill for a new warm container's run, in a
-        folder of its own that no container sees (the pool fillers' quiet moment)."""
+        """Stage a copy of the latest run's skill for a new warm container's run (the pool
+        fillers' quiet moment), in its workspace's ``skills/.prepared``: the service's,
+        mode 0700, which the container's user cannot enter (and on the same file system,
+        so the copy moves into place with one rename)."""
         wanted = self._wanted
         if wanted is None:
             return
         skill_id, source = wanted
-        folder = self.workspaces.create_stage(f"{warm.root.name}{STAGE_SUFFIX}")
+        folder = warm.root / SKILLS / PREPARED
+        folder.mkdir(mode=0o700)
         try:
             warm.staged = stage(folder, skill_id, source, self.owner)
         except BaseException:
-            self.workspaces.discard(folder)
+            remove_tree(folder)
             raise
-
-    def _drop_stage(self, folder: Path) -> None:
-        discard = self.workspaces.discard
-        self.janitor.submit(lambda: discard(folder))
 
     def discard(self, warm: WarmContainer) -> None:
         """Remove an unused warm container and its folder, in the background."""
         engine = self.engine
-
         discard = self.workspaces.discard
-
-        staged, warm.staged = warm.staged, None
+        warm.staged = None  # in its folder
 
         def job() -> None:
             try:
@@ -341,11 +347,7 @@ class DockerRuntime:
                     warm.init.close()
                 engine.remove(warm.id, strict=True)
             finally:
-                try:
-                    discard(warm.root)
-                finally:
-                    if staged is not None:
-                        discard(staged.folder)
+                discard(warm.root)
 
         self.janitor.submit(job)
 

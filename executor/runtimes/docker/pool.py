@@ -9,8 +9,8 @@ destroyed.  Background threads keep the pool filled and retire containers that h
 been idle for too long.
 
 A filler may also *prepare* a container it started (``prepare``: the runtime stages a
-copy of the skill the next run will likely want, outside the container's view); a run
-then takes a container prepared for its skill when there is one.
+copy of the skill the next run will likely want, where the container's user cannot
+reach it); a run then takes a container prepared for its skill when there is one.
 """
 
 from __future__ import annotations
@@ -129,10 +129,9 @@ class WarmPool:
             return {item.id for item in self._idle} | self._starting_ids
 
     def idle_roots(self) -> set[Path]:
-        """The folders of the idle containers: their workspaces and prepared copies."""
+        """The folders of the idle containers (their workspaces; a prepared copy is in one)."""
         with self._cond:
-            return {item.root for item in self._idle} | {
-                item.staged.folder for item in self._idle if item.staged is not None}
+            return {item.root for item in self._idle}
 
     @property
     def idle(self) -> int:

@@ -25,7 +25,7 @@ from ...workspace.layout import STDIN_FILE, Workspace
 from ..base import Command, ExecResult, SandboxPlan
 from ..host import HostSandbox
 from ..janitor import Janitor
-from ..limits import DiskCap, Guard, signal_name
+from ..limits import Cap, DiskCap, Guard, VolumeCap, signal_name
 from ..streams import BoundedBuffer, Demux, ProtocolError, recv_loop
 from .engine import CONTAINER_WORKSPACE, LABEL_DEADLINE, LABEL_RUN, Engine, launcher_argv, oom_kills
 from .launcher import LauncherFrames, connect_unix, request_bytes, unpublish
@@ -64,8 +64,10 @@ class DockerSandbox(HostSandbox):
             tree.write(PurePosixPath(name), stdin, owner=None, mode=0o444, what="the run's stdin")
         return f"{CONTAINER_WORKSPACE}/{STDIN_FILE}"
 
-    def _disk_cap(self) -> DiskCap:
-        return DiskCap(self.workspace, self.settings.docker_disk_bytes, self.plan.session_disk_max)
+    def _disk_cap(self) -> Cap:
+        """The run's disk cap, from now on (its skill copy, inputs and stdin are in)."""
+        kind = VolumeCap if self.settings.disk_cap == "hard" else DiskCap
+        return kind(self.workspace, self.settings.docker_disk_bytes, self.plan.session_disk_max)
 
     @staticmethod
     def _result(
@@ -75,7 +77,7 @@ class DockerSandbox(HostSandbox):
         err: BoundedBuffer,
         started: float,
         guard: Guard,
-        disk: DiskCap,
+        disk: Cap,
         oom: bool,
         warnings: list[str],
     ) -> ExecResult:
@@ -148,7 +150,7 @@ class ColdSandbox(DockerSandbox):
                 # it now, before anything reads the run's folders.
                 self.engine.remove(container_id)
 
-    def _supervise(self, container_id: str, command: Command, started: float, disk: DiskCap) -> ExecResult:
+    def _supervise(self, container_id: str, command: Command, started: float, disk: Cap) -> ExecResult:
         out, err = BoundedBuffer(command.stdout_max), BoundedBuffer(command.stderr_max)
         raw = self.engine.attach(container_id)
         # Docker's stream multiplexing: 8-byte headers, [stream, 0, 0, 0, size (big-endian)].
@@ -244,7 +246,7 @@ class WarmSandbox(DockerSandbox):
         finally:
             self._track(self.plan.run_id, None)
 
-    def _drive(self, command: Command, stdin_path: str, disk: DiskCap) -> ExecResult:
+    def _drive(self, command: Command, stdin_path: str, disk: Cap) -> ExecResult:
         warm = self.warm
         started = time.monotonic()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
