@@ -159,7 +159,7 @@ class Settings(BaseSettings):
     docker_disk_bytes: int = 1 * GiB
     """The most a run may write to its workspace."""
     disk_cap: Literal["hard", "soft"] = "hard"
-    """hard: a file system per workspace (and per session's work/) refuses writes past the cap; soft: polled, the run is stopped."""
+    """hard: a file system per workspace (and session's work/) refuses writes past the cap; soft: polled."""
     docker_nofile: int = 1024
     """Open-file limit inside a run."""
     docker_oci_runtime: str | None = None

@@ -100,7 +100,8 @@ def test_no_import_cycles() -> None:
 #: tools over untrusted input (pip and npm over a skill's needs), the runner image's build
 #: (the project's own files) and the local runtime (development only: runs commands as the
 #: service, by design).  Anything else that needs a tool goes through executor/hosttools.py.
-PROCESS_STARTERS = {"executor.hosttools", "executor.images", "executor.runtimes.local"}
+#: mkfs.ext4 in workspace/volumes.py formats the service's own image files (never skill content).
+PROCESS_STARTERS = {"executor.hosttools", "executor.images", "executor.runtimes.local", "executor.workspace.volumes"}
 PROCESS_MODULES = {"subprocess", "pty", "multiprocessing", "concurrent.futures.process"}
 #: ``os`` functions that start or replace processes.
 OS_PROCESS = ("system", "popen", "exec", "spawn", "posix_spawn", "fork")
