@@ -153,11 +153,19 @@ def mount(image: Path, target: Path, *, fresh: bool = False) -> None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
             raise OSError(errno.EPERM, f"{image} is not a volume image of this service")
-        for _ in range(8):
+        for attempt in range(20):
             device = None if fresh else _attached(st)
             if device is not None:
-                if _mount(device, target):
-                    return
+                try:
+                    if _mount(device, target):
+                        return
+                except OSError as exc:
+                    # The device is being cleared (the last container that held it just went):
+                    # reading its super block fails meanwhile.  Wait until it is gone, then
+                    # attach anew -- never a second device while this one lives.
+                    if exc.errno != errno.EIO:
+                        raise
+                time.sleep(min(0.5, 0.02 * (attempt + 1)))
                 continue
             device, held = _attach(fd, image)
             try:  # held open until mounted: the device clears itself on its last close
