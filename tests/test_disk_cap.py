@@ -332,3 +332,45 @@ def test_files_past_what_the_volume_holds_are_refused_and_reported(tmp_path: Pat
         assert result.disk_limit_hit
     finally:
         executor.close()
+
+
+PUNCHER = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+MiB = 1 << 20
+for r in range(12):
+    fd = os.open(f"{os.environ['OUTPUT_DIR']}/f{r}", os.O_RDWR | os.O_CREAT)
+    try:
+        for off in range(0, 48 * MiB, MiB):
+            os.pwrite(fd, b"z" * MiB, off)
+        os.fsync(fd)
+        for off in range(0, 48 * MiB, MiB):  # free all but one block of every MiB
+            libc.fallocate(fd, 3, ctypes.c_long(off + 4096), ctypes.c_long(MiB - 4096))
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+print("done")
+"""
+
+
+def test_freeing_space_in_scattered_pieces_does_not_grow_the_image(make_capped) -> None:  # type: ignore[no-untyped-def]
+    """Blocks a run frees are punched out of its image (the volume is mounted with discard):
+    keeping one block in every MiB made ext4 write to untouched parts of the image, which
+    grew on the host to ~17x the cap while the run's file system showed a few MiB used."""
+    executor, measured = make_capped()
+    result = executor.runner.run(request(command=f"python3 - <<'EOF'\n{PUNCHER}\nEOF"))
+    assert result.stdout.strip().endswith("done"), (result.stdout, result.stderr)
+    host = only_run(measured, executor)
+    assert host <= CAP + SLACK + METADATA, host / MiB
+
+
+def test_a_session_may_use_the_name_lost_and_found(make_capped) -> None:  # type: ignore[no-untyped-def]
+    """mkfs's empty lost+found is removed from a new volume only: a session that later made
+    its own (a folder with files, or a file) keeps working."""
+    executor, _ = make_capped(session_disk_bytes=CAP)
+    first = executor.runner.run(request(session="lf", command="mkdir -p $WORK_DIR/lost+found/x && echo ok"))
+    assert first.stdout == "ok\n", (first.stdout, first.stderr)
+    again = executor.runner.run(request(session="lf", command="cd $WORK_DIR/lost+found && ls && echo again"))
+    assert again.stdout == "x\nagain\n", (again.stdout, again.stderr)

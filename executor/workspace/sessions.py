@@ -145,7 +145,8 @@ class SessionStore:
         except OSError as exc:
             raise volumes.unavailable(exc) from None
         try:
-            volumes.tidy(work)
+            if fresh:  # later, lost+found is the session's own business (a run may have used the name)
+                volumes.tidy(work)
             volumes.hold_total(work, self.volume_bytes + volumes.SLACK)
         except BaseException as exc:
             volumes.unmount(work)

@@ -199,8 +199,8 @@ def tidy(target: Path) -> None:
     """Remove mkfs's empty ``lost+found`` from a fresh volume (a run's root holds only the layout)."""
     try:
         os.rmdir(target / "lost+found")
-    except FileNotFoundError:
-        pass
+    except (FileNotFoundError, NotADirectoryError, OSError):
+        pass  # absent, or not mkfs's empty folder: left alone
 
 
 def unmount(target: Path) -> bool:
@@ -451,7 +451,10 @@ def _configure(fd: int, image_fd: int, name: bytes) -> None:
 
 def _mount(device: str, target: Path) -> bool:
     """Mount ``device`` on ``target``; False when the device went away meanwhile."""
-    if _libc.mount(device.encode(), os.fsencode(target), b"ext4", _MS_NOSUID | _MS_NODEV | _MS_NOATIME, None) == 0:
+    # discard: blocks ext4 frees are punched out of the image at once, so freeing space in
+    # scattered pieces cannot grow the image on the host past what the volume holds.
+    flags = _MS_NOSUID | _MS_NODEV | _MS_NOATIME
+    if _libc.mount(device.encode(), os.fsencode(target), b"ext4", flags, b"discard") == 0:
         return True
     code = ctypes.get_errno()
     if code in (errno.ENXIO, errno.ENODEV):
