@@ -98,7 +98,8 @@ _NPM_NAME = re.compile(r"^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$")
 #: What an npm spec may be: a registry version, range or tag -- nothing npm could read as a
 #: URL, a git or file spec, an alias or a tarball (npm matches schemes in any case).
 _NPM_SPEC = re.compile(r"^[0-9A-Za-z.+^~<>=|* -]{0,256}$")
-_ARCHIVE = (".tgz", ".tar", ".tar.gz", ".zip", ".whl")
+#: File names pip or npm would read as a package file rather than a name on the index.
+_ARCHIVE = (".tgz", ".tar", ".tar.gz", ".tar.bz2", ".tar.xz", ".tbz", ".txz", ".zip", ".whl")
 #: What a formatted Python need may be before its marker: a name, extras and PEP 440
 #: specifiers (no ``===``, nothing pip could read as a path or a URL).
 _PY_NEED = re.compile(
@@ -175,8 +176,7 @@ def safe_python_need(need: str) -> bool:
     """Whether pip can only read ``need`` as a requirement on the index (never a path or URL)."""
     head = need.split(";", 1)[0].strip()
     name = re.split(r"[\[<>=!~]", head, maxsplit=1)[0]
-    archive = name.endswith((*_ARCHIVE, ".tar.bz2", ".tar.xz", ".tbz", ".txz"))  # pip reads a file of that name
-    return bool(_PY_NEED.match(head)) and not archive and not _UNSAFE_TEXT.search(need)
+    return bool(_PY_NEED.match(head)) and not name.endswith(_ARCHIVE) and not _UNSAFE_TEXT.search(need)
 
 
 def safe_npm_spec(spec: str) -> bool:
@@ -197,7 +197,7 @@ def format_requirement(req: Requirement) -> str:
 
 def _python_need(text: str, source: str, needs: list[str], findings: list[Finding]) -> None:
     stripped = text.strip()
-    looks_local = stripped.startswith((".", "/", "~")) or stripped.endswith((".whl", ".tar.gz", ".zip"))
+    looks_local = stripped.startswith((".", "/", "~")) or stripped.lower().endswith(_ARCHIVE)
     if _URL.match(stripped) or stripped.startswith("git+") or looks_local:
         findings.append(Finding(source, stripped, "URLs and local paths are not allowed; name a package "
                                                   "the configured index or wheelhouse has"))

@@ -175,6 +175,13 @@ class _LoaderMixin(SafeConstructor, Resolver):
 
     duplicate_keys: list[tuple[str, int]]
 
+    def _start(self) -> None:
+        """What every loader sets up once its parser is: constructor, resolver, the bounds."""
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+        _BoundedComposer.__init__(self)  # type: ignore[arg-type]
+        self.duplicate_keys = []
+
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[str] = set()
         for key_node, _ in node.value:
@@ -190,10 +197,7 @@ class _PythonStringLoader(_BoundedComposer, _PythonParser, _LoaderMixin):
 
     def __init__(self, stream: str) -> None:
         _PythonParser.__init__(self, stream)
-        SafeConstructor.__init__(self)
-        Resolver.__init__(self)
-        _BoundedComposer.__init__(self)
-        self.duplicate_keys = []
+        self._start()
 
 
 _LOADERS: dict[str, type[Any]] = {"python": _PythonStringLoader}
@@ -204,10 +208,7 @@ if _HAVE_LIBYAML:
 
         def __init__(self, stream: str) -> None:
             _CParser.__init__(self, stream)
-            SafeConstructor.__init__(self)
-            Resolver.__init__(self)
-            _BoundedComposer.__init__(self)
-            self.duplicate_keys = []
+            self._start()
 
     _LOADERS["libyaml"] = _CStringLoader
 

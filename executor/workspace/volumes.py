@@ -199,7 +199,7 @@ def tidy(target: Path) -> None:
     """Remove mkfs's empty ``lost+found`` from a fresh volume (a run's root holds only the layout)."""
     try:
         os.rmdir(target / "lost+found")
-    except (FileNotFoundError, NotADirectoryError, OSError):
+    except OSError:
         pass  # absent, or not mkfs's empty folder: left alone
 
 
