@@ -65,7 +65,9 @@ RUNSC_REGISTRATION = json.dumps({"runtimes": {"runsc": {"path": "/usr/bin/runsc"
 #: Host tasks per process of a run under gVisor's ptrace platform (a stub per process,
 #: tracer threads in the sandbox; ~12 measured): there the pids limit is enforced in the
 #: sandbox (``nproc``), and the host cgroup caps the sandbox as a whole at this multiple.
-GVISOR_HOST_TASKS_PER_PID = 16
+#: At 16 a fork bomb held at ``nproc`` left the sentry itself without host tasks about
+#: half the time (the sandbox ended with no exit status, or stalled the engine for a minute).
+GVISOR_HOST_TASKS_PER_PID = 32
 
 
 def connect(timeout: float = 60) -> docker.DockerClient:
