@@ -367,9 +367,15 @@ def test_restart_with_a_run_in_flight(tmp_path: Path) -> None:
                 engine = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto")
                 left = engine.api.containers(all=True, filters={"label": f"io.skill-executor.run={accepted['run_id']}"})
                 assert left == []
-            runs = [p.name for p in (srv.data_dir / "workspaces" / "runs").iterdir()]
-            assert accepted["run_id"] not in runs
-            assert [name for name in runs if not name.startswith("warm-")] == []  # warm-*: the new server's pool
+            runs = srv.data_dir / "workspaces" / "runs"
+            assert accepted["run_id"] not in [p.name for p in runs.iterdir()]  # swept at the start
+
+            def workspaces() -> list[str]:  # warm-*: the new server's pool
+                return [p.name for p in runs.iterdir() if not p.name.startswith("warm-")]
+
+            # "echo alive"'s folder is removed after its answer.
+            eventually(lambda: not workspaces(), timeout=30)
+            assert workspaces() == []
     finally:
         srv.stop()
 

@@ -24,6 +24,7 @@ from executor.workers import Supervisor
 
 from .api_server import Server
 from .conftest import REPO, docker_problem, in_ci
+from .helpers import eventually
 
 IMAGE = os.environ.get("SKILL_EXECUTOR_DOCKER_IMAGE", "skill-executor/runner:latest")
 
@@ -34,15 +35,6 @@ def needs_docker() -> None:
         if in_ci():
             pytest.fail(problem)
         pytest.skip(problem)
-
-
-def wait_for(predicate, timeout: float = 30.0, step: float = 0.1):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(step)
 
 
 # -- supervised workers ------------------------------------------------------------------
@@ -59,7 +51,7 @@ def test_a_failing_worker_is_retried_and_logs_each_cause_once(caplog: pytest.Log
 
     with caplog.at_level(logging.INFO, logger="executor.workers"):
         supervisor.every("flaky", 0.01, flaky)
-        assert wait_for(lambda: len(calls) >= 6, timeout=20)
+        assert eventually(lambda: len(calls) >= 6, timeout=20)
         supervisor.close()
     warnings = [r for r in caplog.records if "engine away" in r.getMessage()]
     assert len(warnings) == 1  # three failures, one cause: one line
@@ -80,7 +72,7 @@ def test_a_dead_worker_is_restarted_and_counted() -> None:
 
     supervisor.every("fragile", 0.01, dies_once)
     try:
-        assert wait_for(lambda: len(runs) >= 3, timeout=10)
+        assert eventually(lambda: len(runs) >= 3, timeout=10)
         assert supervisor.stats()["fragile"].restarts == 1
         assert all(supervisor.alive().values())
     finally:
@@ -147,7 +139,7 @@ def test_a_lease_is_judged_alive_across_pid_namespaces_and_dead_once_its_holder_
     finally:
         process.kill()
         process.wait()
-    assert wait_for(lambda: mine.judge(token) is Verdict.DEAD, timeout=10)
+    assert eventually(lambda: mine.judge(token) is Verdict.DEAD, timeout=10)
     assert mine.dead_leases() == [token]
     with mine.reclaim(token) as ours:
         assert ours
@@ -159,7 +151,8 @@ def test_a_zombie_holds_no_lease(tmp_path: Path) -> None:
     process, token = _hold_lease(tmp_path, new_pid_namespace=False)
     os.kill(process.pid, signal.SIGKILL)
     # Not reaped yet: the process is a zombie, its pid and start time still in /proc.
-    assert wait_for(lambda: Path(f"/proc/{process.pid}/stat").read_text().split(") ")[1].startswith("Z"))
+    assert eventually(lambda: Path(f"/proc/{process.pid}/stat").read_text().split(") ")[1].startswith("Z"),
+                      timeout=30)
     assert mine.judge(token) is Verdict.DEAD
     process.wait()
 
@@ -223,7 +216,7 @@ def test_neighbours_in_other_pid_namespaces_never_sweep_each_other(tmp_path: Pat
     assert neighbour.stdout is not None
     token = neighbour.stdout.readline().strip()
     assert token, "the neighbour did not start"
-    assert wait_for(lambda: any(c["State"] == "running" for c in _containers(token)), timeout=30)
+    assert eventually(lambda: any(c["State"] == "running" for c in _containers(token)), timeout=30)
     settings = Settings(data_dir=data, skills_dirs=[SKILLS], pool_size=0, docker_image=IMAGE)
     here = Executor.from_settings(settings)  # its start-up sweep runs now
     try:
@@ -240,10 +233,10 @@ def test_neighbours_in_other_pid_namespaces_never_sweep_each_other(tmp_path: Pat
     )
     assert neighbour.stdout is not None
     token = neighbour.stdout.readline().strip()
-    assert wait_for(lambda: any(c["State"] == "running" for c in _containers(token)), timeout=30)
+    assert eventually(lambda: any(c["State"] == "running" for c in _containers(token)), timeout=30)
     neighbour.kill()  # --kill-child: the namespace's init dies with unshare, and every process in it
     neighbour.wait()
-    assert wait_for(lambda: not (data / "workspaces" / "leases" / token.split(":")[2]).exists()
+    assert eventually(lambda: not (data / "workspaces" / "leases" / token.split(":")[2]).exists()
                     or Lease(data / "workspaces").judge(token) is Verdict.DEAD, timeout=10)
     # ... which the next start removes.
     here = Executor.from_settings(settings)
@@ -348,7 +341,7 @@ def test_the_service_survives_the_engine_going_away(tmp_path: Path) -> None:
         assert httpx.get(f"{server.url}/metrics", timeout=10).status_code == 200
 
         proxy.start()  # the engine appears: the service completes its start by itself
-        assert wait_for(lambda: httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200, timeout=30)
+        assert eventually(lambda: httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200, timeout=30)
         assert _run(server, "echo one").json()["stdout"] == "one\n"
 
         proxy.stop()  # a hiccup
@@ -366,7 +359,7 @@ def test_the_service_survives_the_engine_going_away(tmp_path: Path) -> None:
         time.sleep(3)  # the workers fail meanwhile (pool refill, cleanup): they must survive it
 
         proxy.start()
-        assert wait_for(lambda: httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200, timeout=30)
+        assert eventually(lambda: httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200, timeout=30)
         for i in range(6):
             response = _run(server, f"echo {i}", **({"session": "s1"} if i % 2 else {}))
             assert response.status_code == 200 and response.json()["stdout"] == f"{i}\n", response.text
@@ -378,7 +371,7 @@ def test_the_service_survives_the_engine_going_away(tmp_path: Path) -> None:
             others = sum(v for k, v in states.items() if "running" not in k)
             backlog = _metric(server, "skill_executor_cleanup_backlog").get("skill_executor_cleanup_backlog", 1)
             return running <= 1 and others == 0 and backlog == 0
-        assert wait_for(clean, timeout=40, step=1), httpx.get(f"{server.url}/metrics").text
+        assert eventually(clean, timeout=40, interval=1), httpx.get(f"{server.url}/metrics").text
         restarts = _metric(server, "skill_executor_worker_restarts_total")
         assert all(v == 0 for v in restarts.values()), restarts
     finally:
@@ -395,14 +388,15 @@ def test_a_second_service_on_a_busy_data_dir_refuses_before_touching_records(tmp
                               json={"skill": "math-tools", "command": "sleep 4; echo done"}, timeout=30)
         assert accepted.status_code == 202, accepted.text
         run_id = accepted.json()["run_id"]
-        assert wait_for(lambda: httpx.get(f"{first.url}/v1/runs/{run_id}").json()["status"] == "running")
+        assert eventually(lambda: httpx.get(f"{first.url}/v1/runs/{run_id}").json()["status"] == "running",
+                          timeout=30)
         second = Server(tmp_path, env=env)
         with pytest.raises(RuntimeError) as info:
             second.start(timeout=30)
         assert "exited with 1" in str(info.value) and "in use by another skill-executor service" in str(info.value)
         # The live instance's run was never touched, and finishes.
         assert httpx.get(f"{first.url}/v1/runs/{run_id}").json()["status"] == "running"
-        record = wait_for(lambda: (r := httpx.get(f"{first.url}/v1/runs/{run_id}").json())["status"] != "running"
+        record = eventually(lambda: (r := httpx.get(f"{first.url}/v1/runs/{run_id}").json())["status"] != "running"
                           and r, timeout=30)
         assert record["status"] == "completed" and record["result"]["stdout"] == "done\n", record
     finally:
