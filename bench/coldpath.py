@@ -44,8 +44,8 @@ from docker.types import LogConfig, Mount, Ulimit
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from executor.config import Settings  # noqa: E402
 from bench.run import in_turn, stats  # noqa: E402
+from executor.config import Settings  # noqa: E402
 from executor.runtimes.docker.engine import CONTAINER_WORKSPACE, Engine  # noqa: E402
 
 LABEL = "io.skill-executor.bench"

@@ -55,12 +55,13 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from executor.config import Settings  # noqa: E402
 from executor.core import Executor  # noqa: E402
-from executor.outputs.collect import CollectLimits, collect  # noqa: E402
-from executor.runs.models import RunRequest  # noqa: E402
 from executor.errors import ExecutorError  # noqa: E402
+from executor.outputs.collect import CollectLimits, collect  # noqa: E402
+from executor.registry import SkillRepository  # noqa: E402
+from executor.runs.models import RunRequest  # noqa: E402
 from executor.runtimes.docker.engine import CONTAINER_WORKSPACE, check_oci_runtime  # noqa: E402
 from executor.runtimes.docker.launcher import LauncherFrames, connect_unix, request_bytes  # noqa: E402
-from executor.skills import SkillRepository, render_text, render_xml  # noqa: E402
+from executor.skills import render_text, render_xml
 from executor.workspace.layout import Workspace, WorkspaceManager, environment  # noqa: E402
 
 MiB = 1024 * 1024

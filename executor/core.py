@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from .artifacts.store import LocalArtifactStore
 from .config import Settings
 from .context import Budget, ContextService, ContextStore, counter
+from .envs import SkillEnvs
 from .errors import BadRequest
 from .hosttools import seal_data_dir
+from .registry import SkillRepository
+from .registry.repository import check_layout
+from .registry.store import Registry
 from .runs.pipeline import SkillRunner
 from .runtimes.base import Runtime
-from .skills import SkillRepository
-from .skills.deps import SkillEnvs
-from .skills.registry import Registry
-from .skills.repository import check_layout
 
 
 def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtime:

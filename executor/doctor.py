@@ -1,6 +1,6 @@
 """Preflight: what a skill needs from its image, and whether the image has it.
 
-:func:`diagnose` scans the skill (:mod:`executor.skills.needs`, static), then runs ONE
+:func:`diagnose` scans the skill (:mod:`executor.preflight`, static), then runs ONE
 probe in the sandbox through the normal run pipeline -- so the skill's own environment
 is part of the answer -- that looks for every command (``shutil.which``, as
 ``command -v``), Python module (``importlib.util.find_spec`` over the run's import path:
@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 from .access import LOCAL_TENANT
+from .envs import DependenciesUnmet
+from .preflight import Needs, locations, python_distribution, scan
 from .runs.models import RunRequest
 from .skills import Skill
-from .skills.deps import DependenciesUnmet
-from .skills.needs import Needs, locations, python_distribution, scan
 
 if TYPE_CHECKING:
     from .core import Executor

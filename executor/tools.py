@@ -37,9 +37,10 @@ from .access import LOCAL_TENANT
 from .context import ContextService
 from .context.render import FORMATS
 from .errors import BadRequest, ExecutorError, Forbidden, NotFound
+from .registry import SkillRepository
 from .runs.manager import ShuttingDown
 from .runs.models import RunRequest, RunResult
-from .skills import SkillRepository, docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
+from .skills import docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
 from .skills.model import estimate_tokens
 
 Format = Literal["openai", "anthropic", "mcp"]

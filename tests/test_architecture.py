@@ -13,7 +13,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "executor"
 LAYERS = [
     {"executor", "executor.errors", "executor.errorcodes", "executor.config", "executor.paths", "executor.access",
      "executor.owners", "executor.activity", "executor.sqlite", "executor.workers", "executor.hosttools"},
-    {"executor.skills", "executor.images"},
+    {"executor.skills", "executor.image"},
+    {"executor.envs", "executor.preflight"},
+    {"executor.registry"},
     {"executor.artifacts"},
     {"executor.workspace"},
     {"executor.outputs"},
@@ -101,7 +103,7 @@ def test_no_import_cycles() -> None:
 #: (the project's own files) and the local runtime (development only: runs commands as the
 #: service, by design).  Anything else that needs a tool goes through executor/hosttools.py.
 #: mkfs.ext4 in workspace/volumes.py formats the service's own image files (never skill content).
-PROCESS_STARTERS = {"executor.hosttools", "executor.images", "executor.runtimes.local", "executor.workspace.volumes"}
+PROCESS_STARTERS = {"executor.hosttools", "executor.image.build", "executor.runtimes.local", "executor.workspace.volumes"}
 PROCESS_MODULES = {"subprocess", "pty", "multiprocessing", "concurrent.futures.process"}
 #: ``os`` functions that start or replace processes.
 OS_PROCESS = ("system", "popen", "exec", "spawn", "posix_spawn", "fork")
@@ -136,5 +138,5 @@ def test_only_the_allowed_modules_start_processes() -> None:
     starters = {name: how for name, path in modules().items() if (how := starts_processes(path))}
     assert set(starters) <= PROCESS_STARTERS, {k: v for k, v in starters.items() if k not in PROCESS_STARTERS}
     assert "executor.hosttools" in starters  # the check sees what it looks for
-    assert starts_processes(PACKAGE / "skills" / "deps.py") == []
+    assert [p.name for p in (PACKAGE / "envs").glob("*.py") if starts_processes(p)] == []  # pip, npm: hosttools
     assert starts_processes(PACKAGE / "doctor.py") == []  # its probe's processes start in the sandbox

@@ -250,7 +250,7 @@ def _require_current_image() -> None:
     """The recipe reuses the runner image of this tree; building it here would take long."""
     import docker
 
-    from executor.images import flavour_inputs, runner_tag, tree_hash
+    from executor.image.inputs import flavour_inputs, runner_tag, tree_hash
 
     root = REPO / "images"
     inputs = flavour_inputs(root / "runner", "full")

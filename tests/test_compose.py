@@ -63,7 +63,7 @@ def test_compose_up_serves_a_run(tmp_path: Path) -> None:
     compose_binary()
     import docker
 
-    from executor.images import build_service_image
+    from executor.image.build import build_service_image
 
     engine = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=600)
     build_service_image(engine)

@@ -14,13 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from executor import doctor
 from executor.client import Client
 from executor.core import Executor
-from executor import doctor
 from executor.doctor import PROBE_FAILED, DoctorReport, _probe, diagnose, parse_answer, render_table
 from executor.errors import NotFound
 from executor.skills import load_skill
-from executor.skills.needs import Needs, fenced_blocks, looks_like_shell, scan, scan_texts, shell_commands
+from executor.preflight import Needs, fenced_blocks, looks_like_shell, scan, scan_texts, shell_commands
 
 from .api_server import Server
 from .conftest import REPO, SKILLS, make_settings

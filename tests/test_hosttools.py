@@ -221,7 +221,7 @@ def test_the_python_that_runs_pip_is_a_setting(tmp_path: Path) -> None:
     import sys
 
     from executor.config import Settings
-    from executor.skills.deps import SkillEnvs
+    from executor.envs import SkillEnvs
 
     default = SkillEnvs.from_settings(Settings(data_dir=tmp_path / "a", skills_dirs=[]))
     chosen = SkillEnvs.from_settings(Settings(data_dir=tmp_path / "b", skills_dirs=[],

@@ -3,7 +3,7 @@
 Container tests go through the service's own Docker runtime (read-only root, caps
 dropped, no network, uid 1000, HOME and TMPDIR in the run's workspace), so every tool
 is checked under the hardening it meets in production.  The pure checks of
-``executor.images`` (pins, tag inputs, version parsing) need no engine.
+``executor.image.inputs`` (pins, tag inputs, version parsing) need no engine.
 """
 
 from __future__ import annotations
@@ -17,22 +17,8 @@ import pytest
 
 from executor.core import Executor
 from executor.errors import ExecutorError
-from executor.images import (
-    IMAGE_PYTHON,
-    REPOSITORY,
-    build_image,
-    direct_packages,
-    flavour_inputs,
-    images_dir,
-    parse_versions,
-    pin_sets,
-    pip_download_command,
-    read_pins,
-    runner_aliases,
-    runner_tag,
-    runner_versions,
-    tree_hash,
-)
+from executor.image.inputs import IMAGE_PYTHON, REPOSITORY, direct_packages, flavour_inputs, images_dir, parse_versions, pin_sets, pip_download_command, read_pins, runner_aliases, runner_tag, tree_hash
+from executor.image.build import build_image, runner_versions
 from executor.outputs.spec import OutputSpec
 from executor.runs.models import RunRequest, RunResult
 

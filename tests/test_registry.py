@@ -20,9 +20,9 @@ import pytest
 from executor.client import ApiError, AsyncClient, Client
 from executor.core import Executor
 from executor.errors import Conflict, NotFound
+from executor.registry import SkillRepository
+from executor.registry.store import Registry, manifest_digest
 from executor.runs.models import RunRequest
-from executor.skills import SkillRepository
-from executor.skills.registry import Registry, manifest_digest
 
 from .api_server import Server
 from .conftest import REPO, make_settings

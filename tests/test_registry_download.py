@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from executor.skills.registry import manifest_digest
+from executor.registry.store import manifest_digest
 
 from .api_server import Server
 from .helpers import eventually

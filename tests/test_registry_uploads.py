@@ -24,9 +24,9 @@ import httpx
 import pytest
 
 from executor.errors import ExecutorError
-from executor.skills import SkillRepository
-from executor.skills.registry import Registry
-from executor.skills.repository import check_layout
+from executor.registry import SkillRepository
+from executor.registry.repository import check_layout
+from executor.registry.store import Registry
 
 from .api_server import Server
 from .conftest import REPO

@@ -21,8 +21,9 @@ import pytest
 from executor.client import ApiError, Client
 from executor.errors import NotFound
 from executor.outputs.mime import detect
+from executor.registry import SkillRepository
 from executor.runs.models import RunRequest, RunResult
-from executor.skills import SkillRepository, expand_placeholders, find_file, load_skill, match_path, sandbox_dir
+from executor.skills import expand_placeholders, find_file, load_skill, match_path, sandbox_dir
 from executor.tools import ToolExecutor, run_result
 
 from .api_server import Server, api_runtime

@@ -28,9 +28,7 @@ from packaging.requirements import InvalidRequirement
 
 from executor.config import Settings
 from executor.core import Executor
-from executor.errors import ExecutorError
-from executor.images import images_dir
-from executor.skills.deps import (
+from executor.envs import (
     MANIFEST,
     DependenciesUnmet,
     ImagePackages,
@@ -46,6 +44,8 @@ from executor.skills.deps import (
     parse_script,
     plan,
 )
+from executor.errors import ExecutorError
+from executor.image.inputs import images_dir
 from executor.workspace.layout import environment
 
 from .helpers import make_skill, run
@@ -229,7 +229,7 @@ def test_image_provided_detection() -> None:
 
 
 def declared_from(python: tuple[str, ...] = (), node: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
-    from executor.skills.deps import Needs
+    from executor.envs import Needs
 
     return Needs(python, node)
 

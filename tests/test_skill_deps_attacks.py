@@ -27,9 +27,7 @@ import pytest
 
 from executor.config import Settings
 from executor.core import Executor
-from executor.errors import ExecutorError
-from executor.hosttools import PASSED, tool_user
-from executor.skills.deps import (
+from executor.envs import (
     MANIFEST,
     SkillEnvs,
     Sources,
@@ -38,6 +36,8 @@ from executor.skills.deps import (
     safe_npm_spec,
     safe_python_need,
 )
+from executor.errors import ExecutorError
+from executor.hosttools import PASSED, tool_user
 
 from . import untrusted
 from .conftest import make_settings

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from executor.errors import BadRequest, NotFound
-from executor.skills import SkillRepository
-from executor.skills.refs import (
+from executor.registry import SkillRepository
+from executor.registry.refs import (
     InvalidSkillName,
     InvalidVersion,
     SkillRef,
@@ -29,7 +29,7 @@ from executor.skills.refs import (
     parse_ref,
     parse_version,
 )
-from executor.skills.registry import Registry
+from executor.registry.store import Registry
 
 from .api_server import Server
 from .conftest import REPO

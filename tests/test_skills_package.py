@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from executor.errors import ExecutorError
-from executor.skills import PackageLimits, SkillRepository, discover, install_package, installdir, uninstall
-from executor.skills.installdir import leftovers, sweep
+from executor.registry import PackageLimits, SkillRepository, discover, install_package, installdir, uninstall
+from executor.registry.installdir import leftovers, sweep
 
 SKILL_MD = b"---\nname: packed\ndescription: A packaged skill.\n---\n# Packed\n"
 
@@ -346,7 +346,7 @@ V2 = zip_bytes({"SKILL.md": SKILL_MD.replace(b"A packaged skill.", b"Version two
 INSTALLER = """
 import os, signal, sys
 from pathlib import Path
-from executor.skills import package
+from executor.registry import package
 
 root, archive, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 go_live, exchange = package._go_live, package.exchange

@@ -10,16 +10,8 @@ import pytest
 import skills_ref
 
 from executor.errors import ExecutorError, NotFound
-from executor.skills import (
-    SkillRepository,
-    discover,
-    docs,
-    inventory,
-    load_skill,
-    read_file,
-    render_text,
-    render_xml,
-)
+from executor.registry import SkillRepository, discover
+from executor.skills import docs, inventory, load_skill, read_file, render_text, render_xml
 
 from .helpers import make_skill
 

@@ -115,7 +115,7 @@ def openapi(document: dict[str, Any]) -> str:
 
 def mcp_tools() -> str:
     from executor.mcp.server import Backend, SkillServer
-    from executor.skills.repository import SkillRepository
+    from executor.registry.repository import SkillRepository
 
     def unused(*_: Any) -> Any:
         raise RuntimeError("not needed to list the tools")

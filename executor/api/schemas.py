@@ -138,7 +138,7 @@ class VersionList(BaseModel):
 class SkillUpdate(BaseModel):
     model_config = {"extra": "forbid"}
 
-    # strict: a JSON true is not version 1; the text goes to the one parser (executor/skills/refs.py)
+    # strict: a JSON true is not version 1; the text goes to the one parser (executor/registry/refs.py)
     default_version: StrictInt | StrictStr = Field(
         description="a version number, `latest` (the default then follows the latest version), `default`, "
                     "or sha256:<hex>")

@@ -30,7 +30,7 @@ def register(groups: Any) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from ..images import build_image, build_service_image
+    from ..image.build import build_image, build_service_image
     from ..runtimes.docker import connect
 
     client = connect(timeout=600)
@@ -44,7 +44,7 @@ def _build(args: argparse.Namespace) -> int:
 
 def _versions(args: argparse.Namespace) -> int:
     from ..config import Settings
-    from ..images import runner_versions
+    from ..image.build import runner_versions
     from ..runtimes.docker import connect
 
     images = args.images or [Settings().docker_image]

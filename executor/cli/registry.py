@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 
 from ..client import ApiError, Client, folder_files
+from ..registry.refs import parse_ref, parse_version
+from ..registry.store import manifest_digest
 from ..skills import check
-from ..skills.refs import parse_ref, parse_version
-from ..skills.registry import manifest_digest
 from .output import emit_json
 
 DEFAULT_TOKEN_ENV = "SKILL_EXECUTOR_API_KEY"

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings
+from ..envs import SkillEnvs
 from ..errors import ExecutorError
+from ..registry import SkillRepository
+from ..registry.repository import check_layout
+from ..registry.store import Registry
 from ..skills import (
     SkillLoadError,
-    SkillRepository,
     check,
     docs,
     expand_placeholders,
@@ -21,9 +24,6 @@ from ..skills import (
     render_xml,
     sandbox_dir,
 )
-from ..skills.deps import SkillEnvs
-from ..skills.registry import Registry
-from ..skills.repository import check_layout
 from . import registry
 from .arguments import existing_dir
 from .output import emit_json

@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from ..access import check_tenant
 from ..errors import BadRequest, Conflict, NotFound
-from ..skills import Skill, SkillRepository, docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
+from ..registry import SkillRepository
+from ..skills import Skill, docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
 from ..workspace.sessions import SESSION_ID
 from . import render as rendering
 from .budget import check_item, check_policy, plan

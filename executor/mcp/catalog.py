@@ -31,7 +31,8 @@ from typing import Any
 import yaml
 
 from ..errors import NotFound
-from ..skills import Skill, SkillRepository, inventory, read_file
+from ..registry import SkillRepository
+from ..skills import Skill, inventory, read_file
 from ..skills.parser import parse_skill_file
 
 SCHEME = "skill://"

@@ -33,9 +33,10 @@ from .. import __version__
 from ..access import Principal
 from ..artifacts.store import LocalArtifactStore, parse_ref
 from ..errors import BadRequest, ExecutorError, NotFound
+from ..registry import SkillRepository
 from ..runs.manager import RunManager
 from ..runs.models import RunResult
-from ..skills import SkillRepository, expand_placeholders, render_xml, sandbox_dir
+from ..skills import expand_placeholders, render_xml, sandbox_dir
 from ..tools import CONTEXT_TOOLS, ToolExecutor, definitions, failed, render_result, run_request
 from .catalog import EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 

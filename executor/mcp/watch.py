@@ -6,7 +6,7 @@ import os
 
 import anyio
 
-from ..skills import SkillRepository
+from ..registry import SkillRepository
 from .server import SkillServer
 
 #: How often the catalog is compared with what clients last saw.

@@ -19,8 +19,8 @@ import time
 from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore
 from ..config import Settings
+from ..registry import SkillRepository
 from ..runtimes.base import Command, OutputListener, Runtime, SandboxPlan
-from ..skills import SkillRepository
 from ..workers import Supervisor
 from ..workspace.layout import WorkspaceManager, environment
 from ..workspace.sessions import SessionStore

@@ -17,7 +17,8 @@ from ..errors import BadRequest, TooLarge
 from ..outputs.collect import CollectLimits, resolve_globs
 from ..outputs.naming import DEFAULT_TEMPLATE, NameTemplate
 from ..paths import clean_relative, resolve_within
-from ..skills import Skill, SkillRepository
+from ..registry import SkillRepository
+from ..skills import Skill
 from ..workspace.layout import Workspace, expand_path_variable
 from .models import RunRequest
 

@@ -1,4 +1,5 @@
-"""The skills layer: spec rules, parsing, discovery, progressive disclosure, packages."""
+"""The SKILL.md format: spec rules, parsing, loading one skill folder, its files and
+progressive disclosure (rendering, search).  Pure: no engine, no store, no process."""
 
 from .files import (
     FileContent,
@@ -14,33 +15,25 @@ from .files import (
 )
 from .loader import SkillLoadError, Verdict, check, load_skill
 from .model import Skill, estimate_tokens
-from .package import Installed, PackageLimits, install_package, uninstall
 from .render import expand_placeholders, host_location, render_text, render_xml, sandbox_dir
-from .repository import Catalog, SkillRepository, discover
 from .search import Hit
 from .spec import Diagnostic
 
 __all__ = [
-    "Catalog",
     "Diagnostic",
     "FileContent",
     "FileEntry",
     "Hit",
-    "Installed",
     "Match",
-    "PackageLimits",
     "Skill",
     "SkillLoadError",
-    "SkillRepository",
     "Verdict",
     "check",
-    "discover",
     "docs",
     "estimate_tokens",
     "find_file",
     "expand_placeholders",
     "host_location",
-    "install_package",
     "inventory",
     "load_skill",
     "match_path",
@@ -50,5 +43,4 @@ __all__ = [
     "render_xml",
     "sandbox_dir",
     "suggestions",
-    "uninstall",
 ]

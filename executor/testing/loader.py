@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 from ..errors import ExecutorError
 from ..paths import is_within
+from ..registry.repository import discover
 from ..skills.loader import find_skill_file
-from ..skills.repository import discover
 from .spec import EVALS_FILE, TEST_FILE_NAMES, TestFile
 
 

@@ -35,7 +35,7 @@ from typing import BinaryIO
 from ..artifacts.store import ArtifactInfo, ArtifactStore, parse_ref
 from ..errors import BadRequest, ExecutorError, Forbidden, NotFound, TooLarge
 from ..paths import clean_relative, is_within, resolve_within
-from ..skills import SkillRepository
+from ..registry import SkillRepository
 from .fs import PathEscape, Tree
 from .layout import Workspace
 from .sessions import SessionStore

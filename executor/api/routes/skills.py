@@ -13,6 +13,7 @@ from ...access import Principal
 from ...doctor import DoctorReport, diagnose
 from ...errors import Unavailable
 from ...outputs.mime import detect
+from ...registry.download import file_chunks
 from ...skills import (
     Skill,
     docs,
@@ -26,7 +27,6 @@ from ...skills import (
     render_xml,
     sandbox_dir,
 )
-from ...skills.download import file_chunks
 from ...skills.files import is_text
 from ...skills.model import estimate_tokens
 from ..auth import admin, principal

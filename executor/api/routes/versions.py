@@ -21,12 +21,12 @@ from starlette.datastructures import UploadFile
 
 from ...access import Principal
 from ...errors import BadRequest, NotFound, TooLarge, Unavailable
+from ...registry.archive import PackageLimits
+from ...registry.download import zip_chunks
+from ...registry.refs import parse_ref
+from ...registry.repository import SkillRepository
+from ...registry.store import Registry, Version
 from ...skills import FileEntry, Skill
-from ...skills.archive import PackageLimits
-from ...skills.download import zip_chunks
-from ...skills.refs import parse_ref
-from ...skills.registry import Registry, Version
-from ...skills.repository import SkillRepository
 from ...skills.spec import split_verdict
 from ..auth import admin, principal
 from ..schemas import (

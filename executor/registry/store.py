@@ -43,10 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Conflict, NotFound
+from ..skills.loader import SkillLoadError, find_skill_file, load_skill
+from ..skills.model import Skill
 from ..sqlite import ThreadLocalDB
-from .loader import SkillLoadError, find_skill_file, load_skill
 from .manifest import AuditEntry, FileDigest, Version, manifest_digest
-from .model import Skill
 from .refs import VersionRef, parse_version
 
 __all__ = ["AuditEntry", "FileDigest", "Registry", "Version", "manifest_digest"]

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from .registry import FileDigest
+from .manifest import FileDigest
 
 CHUNK = 64 * 1024
 #: Every entry's time in the zip: the same bytes for the same version, whenever it is fetched.

@@ -23,13 +23,13 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import BadRequest, Conflict, NotFound
 from ..paths import clean_relative
+from ..skills.files import FileEntry, inventory
+from ..skills.loader import SkillLoadError, load_skill
+from ..skills.model import Skill
+from ..skills.spec import SKILL_FILE, split_verdict
 from .archive import PackageError, PackageLimits, unpack
-from .files import FileEntry, inventory
 from .installdir import STAGING_PREFIX, Staging, exchange
-from .loader import SkillLoadError, load_skill
-from .model import Skill
-from .registry import Version
-from .spec import SKILL_FILE, split_verdict
+from .store import Version
 
 __all__ = ["Installed", "PackageError", "PackageLimits", "install_package", "uninstall"]
 

@@ -37,18 +37,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..envs import SkillEnvs
 from ..errors import Conflict, ExecutorError, Forbidden, NotFound
 from ..paths import is_within
+from ..skills.loader import SkillLoadError, find_skill_file, load_skill
+from ..skills.model import Skill
+from ..skills.search import Hit, SearchIndex
+from ..skills.spec import Diagnostic
 from .archive import PackageLimits
-from .deps import SkillEnvs
 from .installdir import STAGING_PREFIX, sweep
-from .loader import SkillLoadError, find_skill_file, load_skill
-from .model import Skill
 from .package import Installed, install_package, uninstall
 from .refs import InvalidVersion, SkillRef, VersionRef, parse_ref
-from .registry import Registry, Version
-from .search import Hit, SearchIndex
-from .spec import Diagnostic
+from .store import Registry, Version
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,44 @@
+"""Per-skill dependency environments: what a skill declares (:mod:`.declared`), what the
+runner image already has and the key of the rest (:mod:`.plan`), and the content-addressed
+environments resolved on the host, never in a run (:mod:`.store`)."""
+
+from .declared import (
+    DependenciesUnmet,
+    Finding,
+    Needs,
+    declared,
+    normalise_requirement,
+    parse_package_json,
+    parse_pyproject,
+    parse_requirements,
+    parse_script,
+    safe_npm_spec,
+    safe_python_need,
+    signature,
+)
+from .plan import EnvPlan, ImagePackages, Sources, env_key, npm_range_accepts, plan
+from .store import MANIFEST, Mode, SkillEnvs
+
+__all__ = [
+    "MANIFEST",
+    "DependenciesUnmet",
+    "EnvPlan",
+    "Finding",
+    "ImagePackages",
+    "Mode",
+    "Needs",
+    "SkillEnvs",
+    "Sources",
+    "declared",
+    "env_key",
+    "normalise_requirement",
+    "npm_range_accepts",
+    "parse_package_json",
+    "parse_pyproject",
+    "parse_requirements",
+    "parse_script",
+    "plan",
+    "safe_npm_spec",
+    "safe_python_need",
+    "signature",
+]

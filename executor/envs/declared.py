@@ -1,0 +1,326 @@
+"""What a skill declares it needs, read and judged on the host (never run).
+
+A skill may declare needs in five places (:func:`declared`):
+
+* ``requirements.txt`` and ``scripts/requirements.txt`` (requirement lines; options such
+  as ``--hash`` or ``-i`` are ignored, ``-r``/``-c`` includes are not followed, and
+  editable installs, URLs and local paths are refused with a finding);
+* ``pyproject.toml``'s ``[project].dependencies``;
+* PEP 723 ``# /// script`` blocks in any ``*.py`` of the skill;
+* ``package.json``'s ``dependencies`` (``name@range``; URLs, git and file specs refused).
+
+Python needs are PEP 508 requirements, normalised (canonical name, sorted extras);
+:func:`safe_python_need` and :func:`safe_npm_spec` are the only gates a need passes
+before pip or npm sees it (here, and again in :mod:`.store`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from ..errors import ExecutorError
+
+REQUIREMENTS_FILES = ("requirements.txt", "scripts/requirements.txt")
+SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv", "venv"})
+#: Bounds on the scan for PEP 723 blocks (a skill is a few scripts, not a source tree).
+MAX_SCRIPTS = 1000
+MAX_SCRIPT_BYTES = 1024 * 1024
+#: How much of pip's / npm's output a refusal quotes.
+# PEP 723's reference regular expression.
+_PEP723 = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
+NPM_NAME = re.compile(r"^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$")
+#: What an npm spec may be: a registry version, range or tag -- nothing npm could read as a
+#: URL, a git or file spec, an alias or a tarball (npm matches schemes in any case).
+_NPM_SPEC = re.compile(r"^[0-9A-Za-z.+^~<>=|* -]{0,256}$")
+#: File names pip or npm would read as a package file rather than a name on the index.
+_ARCHIVE = (".tgz", ".tar", ".tar.gz", ".tar.bz2", ".tar.xz", ".tbz", ".txz", ".zip", ".whl")
+#: What a formatted Python need may be before its marker: a name, extras and PEP 440
+#: specifiers (no ``===``, nothing pip could read as a path or a URL).
+_PY_NEED = re.compile(
+    r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?(\[[a-z0-9._,-]+\])?"
+    r"((~=|==|!=|<=|>=|<|>)[0-9A-Za-z.*+!_-]+(,(~=|==|!=|<=|>=|<|>)[0-9A-Za-z.*+!_-]+)*)?$"
+)
+_URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
+
+
+
+
+class DependenciesUnmet(ExecutorError):
+    """A skill's declared needs cannot be met: it is refused, not half-installed."""
+
+    status = 422
+    code = "skill_dependencies_unmet"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A declared need that is refused or unreadable, with where it was declared."""
+
+    source: str
+    need: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"source": self.source, "need": self.need, "error": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """A skill's declared needs, normalised and sorted."""
+
+    python: tuple[str, ...] = ()
+    node: tuple[str, ...] = ()
+    #: Needs that were refused (editable installs, URLs, local paths) or unreadable.
+    findings: tuple[Finding, ...] = ()
+    #: The files that declared something (relative to the skill).
+    sources: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.python or self.node or self.findings)
+
+
+# -- reading what a skill declares ---------------------------------------------------
+
+
+#: What a need may not contain: pip expands ``${VAR}`` in requirement files (the service's
+#: environment, so a skill could read it back from pip's error), and characters that
+#: ``str.splitlines`` (pip's line splitting) treats as line breaks would smuggle options.
+UNSAFE_TEXT = re.compile(r"[$\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def normalise_requirement(text: str) -> Requirement:
+    """A PEP 508 requirement without URL, canonically named; ``InvalidRequirement`` else."""
+    if UNSAFE_TEXT.search(text):
+        raise InvalidRequirement("'$', control characters and line separators are not allowed in a need")
+    req = Requirement(text)
+    if req.url:
+        raise InvalidRequirement("a URL requirement is not allowed (needs come from the configured index)")
+    for spec in req.specifier:
+        if spec.operator == "===":
+            # Arbitrary equality takes any text, paths included, which pip reads as a local project.
+            raise InvalidRequirement("'===' (arbitrary equality) is not allowed; use '=='")
+    req.name = canonicalize_name(req.name)
+    req.extras = {canonicalize_name(e) for e in req.extras}
+    return req
+
+
+def safe_python_need(need: str) -> bool:
+    """Whether pip can only read ``need`` as a requirement on the index (never a path or URL)."""
+    head = need.split(";", 1)[0].strip()
+    name = re.split(r"[\[<>=!~]", head, maxsplit=1)[0]
+    return bool(_PY_NEED.match(head)) and not name.endswith(_ARCHIVE) and not UNSAFE_TEXT.search(need)
+
+
+def safe_npm_spec(spec: str) -> bool:
+    """Whether npm can only read ``spec`` as a registry version, range or tag."""
+    return bool(_NPM_SPEC.match(spec)) and not spec.lower().endswith(_ARCHIVE)
+
+
+def format_requirement(req: Requirement) -> str:
+    text = req.name
+    if req.extras:
+        text += "[" + ",".join(sorted(req.extras)) + "]"
+    if req.specifier:
+        text += ",".join(sorted(str(s) for s in req.specifier))
+    if req.marker is not None:
+        text += f"; {req.marker}"
+    return text
+
+
+def _python_need(text: str, source: str, needs: list[str], findings: list[Finding]) -> None:
+    stripped = text.strip()
+    looks_local = stripped.startswith((".", "/", "~")) or stripped.lower().endswith(_ARCHIVE)
+    if _URL.match(stripped) or stripped.startswith("git+") or looks_local:
+        findings.append(Finding(source, stripped, "URLs and local paths are not allowed; name a package "
+                                                  "the configured index or wheelhouse has"))
+        return
+    try:
+        need = format_requirement(normalise_requirement(stripped))
+        if not safe_python_need(need):
+            raise InvalidRequirement("only a package name, extras and PEP 440 versions are allowed")
+        needs.append(need)
+    except InvalidRequirement as exc:
+        findings.append(Finding(source, stripped, f"not a valid requirement: {exc}"))
+
+
+def _requirement_lines(text: str) -> Iterator[str]:
+    """Logical lines of a requirements file: continuations joined, comments dropped."""
+    pending = ""
+    for raw in text.splitlines():
+        line = re.sub(r"(^|\s)#.*$", "", raw).rstrip()
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = (pending + line).strip(), ""
+        if line:
+            yield line
+    if pending.strip():
+        yield pending.strip()
+
+
+def parse_requirements(text: str, source: str) -> tuple[list[str], list[Finding]]:
+    needs: list[str] = []
+    findings: list[Finding] = []
+    for line in _requirement_lines(text):
+        if line.startswith("-"):
+            option = line.split(None, 1)[0].split("=", 1)[0]
+            if option in ("-e", "--editable"):
+                findings.append(Finding(source, line, "editable installs are not allowed"))
+            # Every other option (-r, -c, -i, --hash, --find-links, ...) is ignored: the
+            # operator chooses the sources, and includes are not followed.
+            continue
+        # A requirement may carry per-requirement options (``--hash=...``): drop them.
+        requirement = re.split(r"\s+--?[a-zA-Z]", line, maxsplit=1)[0]
+        _python_need(requirement, source, needs, findings)
+    return needs, findings
+
+
+def parse_pyproject(text: str, source: str) -> tuple[list[str], list[Finding]]:
+    needs: list[str] = []
+    findings: list[Finding] = []
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return [], [Finding(source, "", f"not valid TOML: {exc}")]
+    project = data.get("project")
+    deps = project.get("dependencies", []) if isinstance(project, dict) else []
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        return [], [Finding(source, "", "[project].dependencies must be a list of strings")]
+    for dep in deps:
+        _python_need(dep, source, needs, findings)
+    return needs, findings
+
+
+def script_metadata(text: str) -> dict[str, Any] | None:
+    """The PEP 723 ``script`` block of a Python file as TOML data (None: none)."""
+    blocks = [m for m in _PEP723.finditer(text) if m.group("type") == "script"]
+    if not blocks:
+        return None
+    if len(blocks) > 1:
+        raise ValueError("more than one '# /// script' block")
+    content = "".join(
+        line[2:] if line.startswith("# ") else line[1:]
+        for line in blocks[0].group("content").splitlines(keepends=True)
+    )
+    return tomllib.loads(content)
+
+
+def parse_script(text: str, source: str) -> tuple[list[str], list[Finding]]:
+    needs: list[str] = []
+    findings: list[Finding] = []
+    try:
+        meta = script_metadata(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        return [], [Finding(source, "", f"invalid '# /// script' block: {exc}")]
+    if meta is None:
+        return [], []
+    deps = meta.get("dependencies", [])
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        return [], [Finding(source, "", "'dependencies' of the script block must be a list of strings")]
+    for dep in deps:
+        _python_need(dep, source, needs, findings)
+    return needs, findings
+
+
+def parse_package_json(text: str, source: str) -> tuple[list[str], list[Finding]]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return [], [Finding(source, "", f"not valid JSON: {exc}")]
+    deps = data.get("dependencies", {}) if isinstance(data, dict) else {}
+    if not isinstance(deps, dict):
+        return [], [Finding(source, "", "'dependencies' must be an object")]
+    needs: list[str] = []
+    findings: list[Finding] = []
+    for name, spec in deps.items():
+        spec_text = str(spec).strip() if isinstance(spec, str) else ""
+        if not NPM_NAME.match(str(name)):
+            findings.append(Finding(source, f"{name}@{spec}", "not a valid npm package name"))
+        elif not isinstance(spec, str) or not safe_npm_spec(spec_text):
+            findings.append(Finding(source, f"{name}@{spec}", "only registry versions and ranges are allowed "
+                                                              "(no URLs, git, file or alias specs)"))
+        else:
+            needs.append(f"{name}@{spec_text or '*'}")
+    return needs, findings
+
+
+def _scripts(skill: Path) -> Iterator[Path]:
+    count = 0
+    for folder, dirs, files in os.walk(skill):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for name in sorted(files):
+            if name.endswith(".py"):
+                count += 1
+                if count > MAX_SCRIPTS:
+                    return
+                yield Path(folder) / name
+
+
+def _read(path: Path) -> str | None:
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_SCRIPT_BYTES:
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _sources(skill: Path) -> Iterator[tuple[str, Path]]:
+    """(kind, file) of every place a skill may declare needs."""
+    for rel in REQUIREMENTS_FILES:
+        yield "requirements", skill / rel
+    yield "pyproject", skill / "pyproject.toml"
+    yield "package", skill / "package.json"
+    for script in _scripts(skill):
+        yield "script", script
+
+
+_PARSERS = {"requirements": parse_requirements, "pyproject": parse_pyproject, "script": parse_script,
+            "package": parse_package_json}
+
+
+def declared(skill_path: Path) -> Needs:
+    """Everything a skill declares, normalised, deduplicated and sorted."""
+    python: set[str] = set()
+    node: set[str] = set()
+    findings: list[Finding] = []
+    sources: list[str] = []
+    for kind, path in _sources(skill_path):
+        text = _read(path)
+        if text is None:
+            continue
+        rel = path.relative_to(skill_path).as_posix()
+        needs, found = _PARSERS[kind](text, rel)
+        if needs or found:
+            sources.append(rel)
+        (node if kind == "package" else python).update(needs)
+        findings += found
+    return Needs(tuple(sorted(python)), tuple(sorted(node)), tuple(findings), tuple(sorted(sources)))
+
+
+def signature(skill_path: Path) -> str:
+    """Changes when any file that may declare needs changes (size, mtime, name)."""
+    digest = hashlib.sha256()
+    for _, path in _sources(skill_path):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        digest.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return digest.hexdigest()
+
+
+# -- what the runner image provides --------------------------------------------------
+
+
