@@ -22,8 +22,10 @@ LAYERS = [
     {"executor.runtimes"},
     {"executor.runs"},
     {"executor.context"},
-    {"executor.core", "executor.tools", "executor.doctor"},
-    {"executor.api", "executor.client", "executor.mcp", "executor.testing"},
+    {"executor.core", "executor.tools", "executor.doctor", "executor.service"},
+    {"executor.web"},
+    {"executor.client", "executor.mcp", "executor.testing"},
+    {"executor.api"},
     {"executor.cli"},
 ]
 

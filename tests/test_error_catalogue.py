@@ -5,7 +5,7 @@ written at a raise site agree with it, and an error naming a code answers its st
 Codes are read from the source (not run): ``code="..."`` keywords, class-level
 ``code = "..."``, the code argument of ``error_response``/``send_error``/``single_header``/
 ``InfrastructureError``, ``{"code": "..."}`` bodies, ``(status, "code", message)``
-refusals and the HTTP status table of executor/api/errors.py."""
+refusals and the HTTP status table of executor/web/problems.py."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def scan() -> tuple[list[Site], list[str]]:
                 for key, value in zip(node.keys, node.values, strict=True):
                     if isinstance(key, ast.Constant) and key.value == "code":
                         add(value, None)
-                    elif rel == "api/errors.py" and _int(key) is not None:  # the HTTP status table
+                    elif rel == "web/problems.py" and _int(key) is not None:  # the HTTP status table
                         add(value, _int(key))
             elif isinstance(node, ast.Tuple) and len(node.elts) >= 2:  # a middleware's (status, code, message)
                 status = _int(node.elts[0])

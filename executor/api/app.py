@@ -23,16 +23,13 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from .. import __version__
 from ..config import Settings
-from ..core import Executor
 from ..errors import ExecutorError
 from ..mcp.http import McpHttp
 from ..owners import DataDirClaim
-from ..runs.manager import RunManager
-from ..runs.store import RunRecord, RunStore
 from ..runtimes.base import Runtime
-from ..tools import ToolExecutor
-from . import errors
-from .auth import KeyRing, bind_problem
+from ..service import Service
+from ..web import problems
+from ..web.auth import KeyRing, bind_problem
 from .docs import install_docs
 from .metrics import Metrics
 from .middleware import BodyLimit, BrowserGuard, RequestContext, normalize_origin
@@ -42,8 +39,6 @@ log = logging.getLogger("executor.api")
 
 #: The most closing the executor may take after the drain (the grace).
 CLOSE_SECONDS = 1.5
-#: How often expired artifact versions are removed (at most the TTL).
-ARTIFACT_EXPIRY_SECONDS = 60.0
 
 DESCRIPTION = """Run Agent Skills safely: a cheap overview of every skill (`/v1/skills`),
 instructions on demand (`/v1/skills/{name}`), and `skill_run` (`/v1/runs`), which runs a
@@ -56,7 +51,7 @@ def create_app(
 ) -> FastAPI:
     """The service; its lifespan first claims the data dir (:class:`DataDirClaim`: one
     service per data dir, refused before any record is touched) unless ``claim`` is given,
-    then starts the executor, degraded when the Docker engine is not there yet."""
+    then starts the :class:`~executor.service.Service`, degraded when the Docker engine is not there yet."""
     settings = settings or Settings()
     keyring = KeyRing.from_settings(settings)
     problem = bind_problem(settings, keyring, runtime.name if runtime is not None else None)
@@ -66,72 +61,33 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         held = claim or DataDirClaim(settings.data_dir)
+        metrics: Metrics = app.state.metrics
         try:
-            executor = Executor.from_settings(settings, runtime, wait_for_engine=True)
+            service = Service.start(settings, runtime, wait_for_engine=True, on_finish=metrics.finished)
         except BaseException:
             held.release()
             raise
-        store = RunStore(settings.data_dir / "runs.db")
-        metrics: Metrics = app.state.metrics
-
-        def finished(record: RunRecord) -> None:
-            result = record.result or {}
-            if record.status == "completed":
-                outcome = "timeout" if result.get("timed_out") else ("ok" if result.get("exit_code") == 0 else "error")
-            else:
-                outcome = record.status
-            metrics.runs.labels(outcome=outcome).inc()
-            if result:
-                metrics.duration.observe(result.get("duration_ms", 0) / 1000)
-                metrics.bytes_collected.inc(sum(f.get("size_bytes", 0) for f in result.get("output_files", [])))
-
-        manager = RunManager(executor.runner, store, on_finish=finished)
+        executor = service.executor
         metrics.watch_runtime(executor.runtime.stats)
+        app.state.service = service
         app.state.executor = executor
-        app.state.manager = manager
-        # skill_run tool calls go through the manager (routes/tools.py), never the runner directly.
-        app.state.tools = ToolExecutor(executor.repository, visible_skills_dir=executor.runtime.visible_skills_dir,
-                                       contexts=executor.contexts)
-        # Expired artifact versions and unreferenced blobs: removed now, then periodically
-        # (a supervised worker: it survives and logs any failure).
-        ttl = settings.artifact_ttl_seconds
-        executor.runner.supervisor.every(
-            "artifact-expiry", min(ARTIFACT_EXPIRY_SECONDS, ttl) if ttl else ARTIFACT_EXPIRY_SECONDS,
-            executor.artifacts.expire,
-        )
-        # Agents' contexts expire with the sessions' TTL.
-        executor.runner.supervisor.every("context-expiry", min(ARTIFACT_EXPIRY_SECONDS, settings.session_ttl_seconds),
-                                         executor.contexts.store.expire)
-        grace = settings.shutdown_grace_seconds
-
-        stopping: list[asyncio.Future[None]] = []
-
-        async def drain() -> None:
-            # No run will take a warm container any more: tear the pool down during the
-            # grace rather than after it (a container being started would otherwise hold
-            # the runtime's close for its start-up).
-            pool = getattr(executor.runtime, "pool", None)
-            if pool is not None and not stopping:
-                stopping.append(asyncio.ensure_future(asyncio.to_thread(pool.close)))
-            await manager.drain(grace)
-
-        app.state.drain = drain
+        app.state.manager = service.manager
+        app.state.tools = service.tools
+        app.state.drain = service.drain
         log.info("skill-executor ready", extra={"runtime": executor.runtime.name, "auth": keyring.enabled})
         try:
             async with mcp_http.running(app):  # the MCP SDK's session manager, at /mcp
                 yield
         finally:
-            await drain()
+            await service.drain()
             started = time.monotonic()
-            if stopping:
-                await stopping[0]
+            await service.stopped_pool()
 
             def close() -> None:
                 try:
-                    manager.shutdown()
                     # What cleanup cannot finish in this budget stays under the lease and
                     # is swept at the next start: the process must end within docker stop's 10 s.
-                    executor.close(timeout=CLOSE_SECONDS)
+                    service.close(timeout=CLOSE_SECONDS)
                 finally:
                     held.release()
 
@@ -150,7 +106,7 @@ def create_app(
     app.state.settings = settings
     app.state.keyring = keyring
     app.state.metrics = Metrics()
-    errors.install(app)
+    problems.install(app)
     for module in (versions, skills, runs, artifacts, tools, context, system):
         app.include_router(module.router)
     mcp_http = McpHttp(app)

@@ -10,6 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ..runs.store import RunRecord
+
 log = logging.getLogger(__name__)
 
 #: Container states always reported (0 when none), so dashboards see every series.
@@ -80,6 +82,18 @@ class Metrics:
         self.refusals = Counter(
             "skill_executor_refusals", "Requests refused, by reason", ["reason"], registry=self.registry
         )
+
+    def finished(self, record: RunRecord) -> None:
+        """Count a run's final record (called before any waiter gets its answer)."""
+        result = record.result or {}
+        if record.status == "completed":
+            outcome = "timeout" if result.get("timed_out") else ("ok" if result.get("exit_code") == 0 else "error")
+        else:
+            outcome = record.status
+        self.runs.labels(outcome=outcome).inc()
+        if result:
+            self.duration.observe(result.get("duration_ms", 0) / 1000)
+            self.bytes_collected.inc(sum(f.get("size_bytes", 0) for f in result.get("output_files", [])))
 
     def watch_runtime(self, stats: Callable[[], dict[str, Any]]) -> None:
         """Report the runtime's figures (once the runtime exists)."""

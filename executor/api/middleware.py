@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from .auth import is_loopback
+from ..web.auth import is_loopback
 
 log = logging.getLogger("executor.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")

@@ -62,9 +62,9 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from ..api.app import create_app
-    from ..api.auth import KeyRing, bind_problem
     from ..api.middleware import configure_logging
     from ..api.protocol import DrainingServer, JsonErrorHttpToolsProtocol
+    from ..web.auth import KeyRing, bind_problem
 
     settings = build_settings(args)
     problem = bind_problem(settings, KeyRing.from_settings(settings))

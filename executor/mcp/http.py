@@ -1,7 +1,7 @@
 """Streamable HTTP at ``/mcp`` in the service.
 
 Same rules as the REST API: the bearer token of every request says who is calling
-(:class:`~executor.api.auth.KeyRing`; 401 without a valid one when keys are configured),
+(:class:`~executor.web.auth.KeyRing`; 401 without a valid one when keys are configured),
 runs and artifacts are that key's tenant's, and the app's ``BrowserGuard`` checks
 ``Host``/``Origin`` before anything here runs.
 
@@ -28,10 +28,10 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..access import Principal
-from ..api.auth import KeyRing
-from ..api.errors import error_response
 from ..config import Settings
 from ..errors import ExecutorError
+from ..web.auth import KeyRing
+from ..web.problems import error_response
 from .server import Backend, SkillServer
 from .sessions import SessionLimit, Sessions, bind_caller, session_header, single_header
 from .watch import watch_catalog

@@ -1,4 +1,5 @@
-"""``skill-executor mcp``: the MCP server over stdio, with its own executor and run manager.
+"""``skill-executor mcp``: the MCP server over stdio, on a :class:`~executor.service.Service` of its own
+(the same one ``serve`` starts: run records, expiry of artifacts and contexts, the drain).
 
 Every request is the local tenant (:data:`executor.access.LOCAL`): whoever can start
 the process can run skills.  The catalog is watched: when skills are installed, updated
@@ -15,27 +16,25 @@ from mcp.server.stdio import stdio_server
 
 from ..access import LOCAL
 from ..config import Settings
-from ..core import Executor
 from ..errors import ExecutorError
 from ..owners import DataDirClaim
-from ..runs.manager import RunManager
-from ..runs.store import RunStore
-from ..tools import ToolExecutor
+from ..service import Service
 from .server import Backend, SkillServer
 from .watch import watch_catalog
 
 log = logging.getLogger("executor.mcp")
 
+#: The most closing the service may take after the drain.
+CLOSE_SECONDS = 5.0
+
 
 async def serve_stdio(settings: Settings) -> None:
-    executor = await anyio.to_thread.run_sync(lambda: Executor.from_settings(settings))
-    manager = RunManager(executor.runner, RunStore(settings.data_dir / "runs.db"))
-    tools = ToolExecutor(executor.repository, visible_skills_dir=executor.runtime.visible_skills_dir,
-                         contexts=executor.contexts)
+    service = await anyio.to_thread.run_sync(lambda: Service.start(settings))
+    executor = service.executor
     backend = Backend(
         repository=lambda: executor.repository,
-        manager=lambda: manager,
-        tools=lambda: tools,
+        manager=lambda: service.manager,
+        tools=lambda: service.tools,
         artifacts=lambda: executor.artifacts,
         visible_skills_dir=lambda: executor.runtime.visible_skills_dir,
         principal=lambda ctx: LOCAL,
@@ -48,13 +47,9 @@ async def serve_stdio(settings: Settings) -> None:
             group.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            await manager.drain(settings.shutdown_grace_seconds)
-
-            def close() -> None:
-                manager.shutdown()
-                executor.close(timeout=5.0)
-
-            await anyio.to_thread.run_sync(close)
+            await service.drain()
+            await service.stopped_pool()
+            await anyio.to_thread.run_sync(lambda: service.close(timeout=CLOSE_SECONDS))
 
 
 def run(settings: Settings) -> int:

@@ -32,7 +32,7 @@ from ...artifacts.blobs import TempBlob
 from ...artifacts.store import ArtifactInfo, LocalArtifactStore, validate_name
 from ...errors import BadRequest
 from ...outputs.mime import detect
-from ..auth import principal
+from ...web.auth import principal
 from ..schemas import ERRORS, ArtifactList, ArtifactModel
 
 log = logging.getLogger("executor.artifacts")

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from ...access import Principal, resolve_tenant_audited
 from ...context import ContextService
-from ..auth import principal
+from ...web.auth import principal
 from ..schemas import ERRORS, ContextBudget, ContextLoad, ContextSelectDocs, ContextSkill
 
 router = APIRouter(prefix="/v1/sessions/{session}/context", tags=["context"], responses=ERRORS)

@@ -21,8 +21,8 @@ from ...activity import Activity
 from ...runs.manager import RunHandle, RunManager, shutdown_error, terminal
 from ...runs.models import RunRequest, RunResult
 from ...runs.store import FINAL, RunRecord, Status
-from ..auth import principal
-from ..errors import error_response
+from ...web.auth import principal
+from ...web.problems import error_response
 from ..schemas import ERRORS, RunAccepted, RunRecordModel
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERRORS)

@@ -29,7 +29,7 @@ from ...skills import (
 )
 from ...skills.files import is_text
 from ...skills.model import estimate_tokens
-from ..auth import admin, principal
+from ...web.auth import admin, principal
 from ..schemas import ERRORS, DocEntry, DocList, FileInfo, Finding, Installed, SkillDetail, SkillList, SkillSummary
 from . import versions
 

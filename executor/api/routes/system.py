@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ...access import Principal
-from ..auth import principal
+from ...web.auth import principal
 from ..schemas import Check, Health
 
 router = APIRouter(tags=["system"])

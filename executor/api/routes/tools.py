@@ -20,7 +20,7 @@ from ...errors import BadRequest
 from ...runs.manager import RunManager
 from ...runs.models import RunRequest, RunResult
 from ...tools import ToolExecutor, ToolResult, definitions
-from ..auth import principal
+from ...web.auth import principal
 from ..schemas import ERRORS, ToolCall, ToolCallResult, ToolList
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=ERRORS)

@@ -28,7 +28,7 @@ from ...registry.repository import SkillRepository
 from ...registry.store import Registry, Version
 from ...skills import FileEntry, Skill
 from ...skills.spec import split_verdict
-from ..auth import admin, principal
+from ...web.auth import admin, principal
 from ..schemas import (
     ERRORS,
     AuditLog,
