@@ -1,0 +1,211 @@
+"""The asynchronous client: the same calls over an ``httpx.AsyncClient``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from typing import Any, BinaryIO
+
+import anyio.to_thread
+import httpx
+
+from .calls import JSON, Call, Calls, T, auth_headers, raise_for
+from .transfer import CHUNK, AsyncBody, Download, SSEParser, aupload_body, extract_version, folder_files
+
+
+class AsyncClient:
+    """Asynchronous client with the same methods as :class:`Client`."""
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 900.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=auth_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def send(self, call: Call[T]) -> T:
+        return call.read(await self._http.request(call.method, call.path, **call.send_kwargs()))
+
+    # skills
+    async def list_skills(self, q: str | None = None, *, limit: int | None = None) -> JSON:
+        return await self.send(Calls.list_skills(q, limit))
+
+    async def skills_prompt(self, format: str = "xml") -> str:
+        return await self.send(Calls.skills_prompt(format))
+
+    async def load_skill(self, name: str) -> JSON:
+        return await self.send(Calls.load_skill(name))
+
+    async def list_docs(self, name: str) -> JSON:
+        return await self.send(Calls.list_docs(name))
+
+    async def read_docs(self, name: str, docs: list[str]) -> JSON:
+        return await self.send(Calls.read_docs(name, docs))
+
+    async def read_file(self, name: str, path: str) -> httpx.Response:
+        return await self.send(Calls.read_file(name, path))
+
+    async def skill_doctor(self, name: str) -> JSON:
+        """Preflight: what the skill needs, what the image has, what is missing (one probe run)."""
+        return await self.send(Calls.skill_doctor(name))
+
+    async def install_skill(self, package: bytes, *, filename: str = "skill.zip", strict: bool = False,
+                            multipart: bool = True) -> JSON:
+        return await self.send(Calls.install_skill(package, filename, strict, multipart))
+
+    async def delete_skill(self, name: str) -> None:
+        await self.send(Calls.delete_skill(name))
+
+    async def push_skill(self, directory: str | os.PathLike[str], *, name: str | None = None,
+                         strict: bool | None = None, set_default: bool = True) -> JSON:
+        return await self.send(Calls.push_skill(folder_files(directory), name, strict, set_default))
+
+    async def skill_versions(self, name: str) -> JSON:
+        return await self.send(Calls.skill_versions(name))
+
+    async def skill_version(self, name: str, version: int | str) -> JSON:
+        return await self.send(Calls.skill_version(name, version))
+
+    async def set_default_version(self, name: str, version: int | str) -> JSON:
+        return await self.send(Calls.set_default_version(name, version))
+
+    async def delete_skill_version(self, name: str, version: int | str) -> JSON:
+        return await self.send(Calls.delete_skill_version(name, version))
+
+    async def skill_audit(self, name: str) -> JSON:
+        return await self.send(Calls.skill_audit(name))
+
+    async def pull_skill(self, name: str, directory: str | os.PathLike[str],
+                         version: int | str = "default") -> JSON:
+        response = await self.send(Calls.skill_version_content(name, version))
+        return extract_version(response, directory)
+
+    # runs
+    async def run(self, request: JSON, *, idempotency_key: str | None = None) -> JSON:
+        return await self.send(Calls.run(request, idempotency_key, wait=True))
+
+    async def submit(self, request: JSON, *, idempotency_key: str | None = None) -> JSON:
+        return await self.send(Calls.run(request, idempotency_key, wait=False))
+
+    async def get_run(self, run_id: str) -> JSON:
+        return await self.send(Calls.get_run(run_id))
+
+    async def cancel_run(self, run_id: str) -> JSON:
+        return await self.send(Calls.cancel_run(run_id))
+
+    async def events(self, run_id: str) -> AsyncIterator[tuple[str, Any]]:
+        """Yield (event, data) from the run's Server-Sent Events until the result."""
+        call = Calls.events(run_id)
+        async with self._http.stream(call.method, call.path) as response:
+            if not response.is_success:
+                await response.aread()
+                raise_for(response)
+            parser = SSEParser()
+            async for line in response.aiter_lines():
+                if (parsed := parser.feed(line)) is not None:
+                    yield parsed
+
+    # artifacts
+    async def put_artifact(self, name: str, data: AsyncBody, *, mime_type: str | None = None,
+                           owner: str | None = None) -> JSON:
+        """Save a new version; ``data`` is bytes, a path, a binary file (read in a
+        thread) or an async iterable of chunks -- all but bytes are streamed.  Without
+        ``mime_type`` the service types it from its content and name."""
+        content, size = await aupload_body(data)
+        return await self.send(Calls.put_artifact(name, content, mime_type, owner, size))
+
+    async def get_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> httpx.Response:
+        return await self.send(Calls.get_artifact(name, version, owner))
+
+    async def download_artifact(self, name: str, target: str | os.PathLike[str] | BinaryIO,
+                                version: int | None = None, *, owner: str | None = None) -> JSON:
+        """:meth:`Client.download_artifact`; file writes run in a thread."""
+        call = Calls.get_artifact(name, version, owner)
+        async with self._http.stream(call.method, call.path, params=call.params) as response:
+            if not response.is_success:
+                await response.aread()
+                raise_for(response)
+            download = Download(response)
+            if not isinstance(target, str | os.PathLike):
+                async for chunk in response.aiter_bytes(CHUNK):
+                    download.update(chunk)
+                    await anyio.to_thread.run_sync(target.write, chunk)
+                return download.done()
+            out = await anyio.to_thread.run_sync(open, target, "wb")
+            try:
+                try:
+                    async for chunk in response.aiter_bytes(CHUNK):
+                        download.update(chunk)
+                        await anyio.to_thread.run_sync(out.write, chunk)
+                finally:
+                    await anyio.to_thread.run_sync(out.close)
+                return download.done()
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    await anyio.to_thread.run_sync(os.unlink, target)
+                raise
+
+    async def delete_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> JSON:
+        return await self.send(Calls.delete_artifact(name, version, owner))
+
+    async def list_artifacts(self, *, owner: str | None = None) -> JSON:
+        return await self.send(Calls.list_artifacts(owner))
+
+    async def artifact_versions(self, name: str, *, owner: str | None = None) -> JSON:
+        return await self.send(Calls.artifact_versions(name, owner))
+
+    # agent context (per session, of this key)
+    async def context(self, session: str) -> JSON:
+        """The context's state: loaded skills, their docs, token counts, budget."""
+        return await self.send(Calls.context(session))
+
+    async def context_load(self, session: str, skill: str, *, evict: str | None = None,
+                           messages: list[str] | None = None, budget: JSON | None = None) -> JSON:
+        return await self.send(Calls.context_op(session, "load", {"skill": skill, "evict": evict,
+                                                                    "messages": messages, "budget": budget}))
+
+    async def context_unload(self, session: str, skill: str) -> JSON:
+        return await self.send(Calls.context_op(session, "unload", {"skill": skill}))
+
+    async def context_select_docs(self, session: str, skill: str, docs: list[str] | None = None, *,
+                                  all: bool | None = None, mode: str = "add", evict: str | None = None,
+                                  messages: list[str] | None = None, budget: JSON | None = None) -> JSON:
+        return await self.send(Calls.context_op(session, "select-docs", {
+            "skill": skill, "docs": docs, "all": all, "mode": mode, "evict": evict, "messages": messages,
+            "budget": budget}))
+
+    async def context_docs(self, session: str, skill: str) -> JSON:
+        return await self.send(Calls.context_docs(session, skill))
+
+    async def context_touch(self, session: str, skill: str) -> JSON:
+        return await self.send(Calls.context_op(session, "touch", {"skill": skill}))
+
+    async def context_render(self, session: str, format: str = "text") -> JSON:
+        """``content`` (a string; a structure for json), ``tokens`` and ``counter``."""
+        return await self.send(Calls.context_render(session, format))
+
+    async def context_clear(self, session: str) -> JSON:
+        return await self.send(Calls.context_clear(session))
+
+    # tools and system
+    async def tools(self, format: str = "openai", *, context: bool = False) -> JSON:
+        return await self.send(Calls.tools(format, context))
+
+    async def call_tool(self, name: str, arguments: JSON | str | None, *, format: str | None = None,
+                        call_id: str | None = None, session: str | None = None) -> JSON:
+        return await self.send(Calls.call_tool(name, arguments, format, call_id, session))
+
+    async def health(self) -> JSON:
+        return await self.send(Calls.health())
+
+    async def metrics(self) -> str:
+        return await self.send(Calls.metrics())
