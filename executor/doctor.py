@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, Valida
 
 from .access import LOCAL_TENANT
 from .envs import DependenciesUnmet
-from .preflight import Needs, locations, python_distribution, scan
+from .preflight import ImageNeeds, locations, python_distribution, scan
 from .runs.models import RunRequest
 from .skills import Skill
 
@@ -201,7 +201,7 @@ def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> Do
     return report(skill, _image(executor), needs, probed, findings)
 
 
-def _bounded(needs: Needs, findings: list[DoctorFinding]) -> tuple[list[str], list[str], list[str]]:
+def _bounded(needs: ImageNeeds, findings: list[DoctorFinding]) -> tuple[list[str], list[str], list[str]]:
     names = [*(("c", n) for n in sorted(needs.commands)), *(("p", n) for n in sorted(needs.python)),
              *(("n", n) for n in sorted(needs.node))]
     if len(names) > MAX_PROBE_NAMES:
@@ -283,7 +283,7 @@ def parse_answer(stdout: str, commands: list[str], python: list[str], node: list
 
 
 def report(
-    skill: Skill, image: str | None, needs: Needs, probed: dict[str, Any], findings: list[DoctorFinding]
+    skill: Skill, image: str | None, needs: ImageNeeds, probed: dict[str, Any], findings: list[DoctorFinding]
 ) -> DoctorReport:
     """The report from the scan and the probe's answer (pure); names the probe did not
     check (over the bound) are left out."""

@@ -132,7 +132,7 @@ def tool_user(setting: str) -> ToolUser | None:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolResult:
+class HostToolResult:
     argv: tuple[str, ...]
     returncode: int
     #: stdout and stderr as they came, the last :data:`OUTPUT_BYTES`, redacted.
@@ -172,7 +172,7 @@ class HostTools:
         return places
 
     def run(self, argv: Sequence[str], scratch: Scratch, *, timeout: float,
-            env: Mapping[str, str] | None = None) -> ToolResult:
+            env: Mapping[str, str] | None = None) -> HostToolResult:
         """Run ``argv`` with ``scratch.folder`` its only writable place; once this returns,
         the tool's processes are gone and what it wrote is the service's (links not followed)."""
         argv = tuple(argv)
@@ -194,7 +194,7 @@ class HostTools:
             shutil.rmtree(scratch.folder / SCRATCH, ignore_errors=True)
         if timed_out:
             text += f"\ntimed out after {timeout:.0f} s"
-        return ToolResult(argv, returncode, redact(text, self.secrets), timed_out)
+        return HostToolResult(argv, returncode, redact(text, self.secrets), timed_out)
 
     def _spawn(self, argv: tuple[str, ...], cwd: Path, env: dict[str, str], out: IO[bytes],
                timeout: float) -> tuple[int, bool]:

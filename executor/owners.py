@@ -40,7 +40,7 @@ ROOT_ID = "root-id"
 CLAIM_FILE = "instance.lock"
 
 
-class Verdict(Enum):
+class LeaseState(Enum):
     MINE = "mine"  # this lease's own
     ALIVE = "alive"  # another live holder of this root
     DEAD = "dead"  # of this root, holder gone: its leftovers may be removed
@@ -133,23 +133,23 @@ class Lease:
         raise Conflict(f"instance id {self.instance!r} is in use by a live process under {root}",
                        code="instance_in_use")
 
-    def judge(self, token: str) -> Verdict:
+    def judge(self, token: str) -> LeaseState:
         """What ``token`` (a container's or a workspace's owner) is to this lease."""
         if token == self.token and self._fd is not None:
-            return Verdict.MINE
+            return LeaseState.MINE
         root_id, instance = parse(token)
         if root_id != self.root_id or not instance:
-            return Verdict.FOREIGN
+            return LeaseState.FOREIGN
         try:
             fd = _open_lease(self.dir / instance)
         except OSError:
-            return Verdict.ALIVE  # cannot tell: the safe answer
+            return LeaseState.ALIVE  # cannot tell: the safe answer
         if fd is None:
-            return Verdict.DEAD
+            return LeaseState.DEAD
         try:
-            return Verdict.DEAD if _try_lock(fd) else Verdict.ALIVE
+            return LeaseState.DEAD if _try_lock(fd) else LeaseState.ALIVE
         except OSError:
-            return Verdict.ALIVE
+            return LeaseState.ALIVE
         finally:
             os.close(fd)  # closing drops the probe's lock at once
 
@@ -159,7 +159,7 @@ class Lease:
         caller should remove them (nobody else is, and the owner is dead).  The lease
         file goes afterwards, unless the body failed (the next sweep retries)."""
         _, instance = parse(token)
-        if self.judge(token) is not Verdict.DEAD:
+        if self.judge(token) is not LeaseState.DEAD:
             yield False
             return
         path = self.dir / instance
@@ -189,7 +189,7 @@ class Lease:
         tokens = []
         for entry in sorted(os.listdir(self.dir)):
             token = f"{PREFIX}:{self.root_id}:{entry}"
-            if parse(token)[1] and token != self.token and self.judge(token) is Verdict.DEAD:
+            if parse(token)[1] and token != self.token and self.judge(token) is LeaseState.DEAD:
                 tokens.append(token)
         return tokens
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from executor.testing.spec import TestFile
+from executor.testing.format import TestFile
 
 from .conftest import in_ci, require_runtime
 

@@ -20,14 +20,14 @@ from executor.core import Executor
 from executor.doctor import PROBE_FAILED, DoctorReport, _probe, diagnose, parse_answer, render_table
 from executor.errors import NotFound
 from executor.skills import load_skill
-from executor.preflight import Needs, fenced_blocks, looks_like_shell, scan, scan_texts, shell_commands
+from executor.preflight import ImageNeeds, fenced_blocks, looks_like_shell, scan, scan_texts, shell_commands
 
 from .api_server import Server
 from .conftest import REPO, SKILLS, make_settings
 from .helpers import make_skill
 
 
-def commands(needs: Needs) -> dict[str, list[str]]:
+def commands(needs: ImageNeeds) -> dict[str, list[str]]:
     return {name: [str(u) for u in need.uses] for name, need in needs.commands.items()}
 
 

@@ -19,7 +19,7 @@ from executor.core import Executor
 from executor.errors import ExecutorError
 from executor.image.inputs import IMAGE_PYTHON, REPOSITORY, direct_packages, flavour_inputs, images_dir, parse_versions, pin_sets, pip_download_command, read_pins, runner_aliases, runner_tag, tree_hash
 from executor.image.build import build_image, runner_versions
-from executor.outputs.spec import OutputSpec
+from executor.outputs.schema import OutputSpec
 from executor.runs.models import RunRequest, RunResult
 
 from .conftest import make_settings, require_runtime

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from executor.activity import Activity
-from executor.owners import DataDirClaim, Lease, Verdict
+from executor.owners import DataDirClaim, Lease, LeaseState
 from executor.runtimes.janitor import Janitor
 from executor.workers import Supervisor
 
@@ -132,18 +132,18 @@ def test_a_lease_is_judged_alive_across_pid_namespaces_and_dead_once_its_holder_
     try:
         assert token.startswith(f"lease:{mine.root_id}:")
         # From this PID namespace the holder's pid means nothing; its lease says it lives.
-        assert mine.judge(token) is Verdict.ALIVE
-        assert mine.judge(mine.token) is Verdict.MINE
-        assert mine.judge("lease:0123456789abcdef:other-root") is Verdict.FOREIGN
-        assert mine.judge("host:123:456") is Verdict.FOREIGN  # a legacy token: not judged here
+        assert mine.judge(token) is LeaseState.ALIVE
+        assert mine.judge(mine.token) is LeaseState.MINE
+        assert mine.judge("lease:0123456789abcdef:other-root") is LeaseState.FOREIGN
+        assert mine.judge("host:123:456") is LeaseState.FOREIGN  # a legacy token: not judged here
     finally:
         process.kill()
         process.wait()
-    assert eventually(lambda: mine.judge(token) is Verdict.DEAD, timeout=10)
+    assert eventually(lambda: mine.judge(token) is LeaseState.DEAD, timeout=10)
     assert mine.dead_leases() == [token]
     with mine.reclaim(token) as ours:
         assert ours
-    assert mine.dead_leases() == [] and mine.judge(token) is Verdict.DEAD  # the lease file is gone
+    assert mine.dead_leases() == [] and mine.judge(token) is LeaseState.DEAD  # the lease file is gone
 
 
 def test_a_zombie_holds_no_lease(tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def test_a_zombie_holds_no_lease(tmp_path: Path) -> None:
     # Not reaped yet: the process is a zombie, its pid and start time still in /proc.
     assert eventually(lambda: Path(f"/proc/{process.pid}/stat").read_text().split(") ")[1].startswith("Z"),
                       timeout=30)
-    assert mine.judge(token) is Verdict.DEAD
+    assert mine.judge(token) is LeaseState.DEAD
     process.wait()
 
 
@@ -237,7 +237,7 @@ def test_neighbours_in_other_pid_namespaces_never_sweep_each_other(tmp_path: Pat
     neighbour.kill()  # --kill-child: the namespace's init dies with unshare, and every process in it
     neighbour.wait()
     assert eventually(lambda: not (data / "workspaces" / "leases" / token.split(":")[2]).exists()
-                    or Lease(data / "workspaces").judge(token) is Verdict.DEAD, timeout=10)
+                    or Lease(data / "workspaces").judge(token) is LeaseState.DEAD, timeout=10)
     # ... which the next start removes.
     here = Executor.from_settings(settings)
     try:
@@ -425,7 +425,7 @@ def test_a_fixed_instance_id_starts_again_after_a_crash_but_never_twice(tmp_path
     lease = Lease(tmp_path, "web-1")  # the holder died (kill -9): its lease file is taken over
     try:
         other = Lease(tmp_path)
-        assert other.judge(lease.token) is Verdict.ALIVE
+        assert other.judge(lease.token) is LeaseState.ALIVE
         other.release()
     finally:
         lease.release()
@@ -438,7 +438,7 @@ def test_odd_entries_in_the_leases_folder_neither_hang_nor_break_a_sweep(tmp_pat
     (leases / "folder").mkdir()
     (leases / "link").symlink_to(lease.path)
     for name in ("fifo", "folder", "link", "root-id"):
-        assert lease.judge(f"lease:{lease.root_id}:{name}") in (Verdict.ALIVE, Verdict.FOREIGN)
+        assert lease.judge(f"lease:{lease.root_id}:{name}") in (LeaseState.ALIVE, LeaseState.FOREIGN)
     assert lease.dead_leases() == []
     assert (leases / "root-id").exists()
     lease.release()

@@ -16,7 +16,7 @@ from executor.core import Executor
 from executor.outputs.collect import CollectLimits
 from executor.runtimes.base import Command, Sandbox, SandboxPlan
 from executor.workspace.layout import environment
-from executor.workspace.spec import InputSpec
+from executor.workspace.schema import InputSpec
 
 from .helpers import leftover_runs
 

@@ -19,7 +19,7 @@ from executor.testing.loader import TestFileError, collect, read_test_file
 from executor.testing.report import junit_xml
 from executor.testing.runner import Outcome, Report, build_request
 from executor.testing.select import keyword_matcher
-from executor.testing.spec import Expect, TestFile, json_schema
+from executor.testing.format import Expect, TestFile, json_schema
 
 from .conftest import REPO
 

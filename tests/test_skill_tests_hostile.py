@@ -20,7 +20,7 @@ import xmlschema
 from executor.testing.checks import RunFile, check_files
 from executor.testing.loader import TestFileError, read_test_file
 from executor.testing.patterns import MAX_PATTERN_CHARS, PatternError, compile_pattern
-from executor.testing.spec import FileExpect
+from executor.testing.format import FileExpect
 
 from .conftest import REPO
 

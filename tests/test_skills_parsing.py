@@ -10,7 +10,7 @@ import pytest
 from executor.skills import check, load_skill, parser
 from executor.skills.loader import SkillLoadError, split_tools
 from executor.skills.parser import MAX_FRONTMATTER_BYTES, MAX_SKILL_FILE_BYTES
-from executor.skills.spec import derive_id
+from executor.skills.rules import derive_id
 
 from .helpers import make_skill
 

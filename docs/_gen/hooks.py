@@ -114,7 +114,7 @@ def openapi(document: dict[str, Any]) -> str:
 
 
 def mcp_tools() -> str:
-    from executor.mcp.server import Backend, SkillServer
+    from executor.mcp.server import McpBackend, SkillServer
     from executor.registry.repository import SkillRepository
 
     def unused(*_: Any) -> Any:
@@ -122,7 +122,7 @@ def mcp_tools() -> str:
 
     with tempfile.TemporaryDirectory() as empty:
         repository = SkillRepository([Path(empty)])
-        backend = Backend(repository=lambda: repository, manager=unused, tools=unused, artifacts=unused,
+        backend = McpBackend(repository=lambda: repository, manager=unused, tools=unused, artifacts=unused,
                           visible_skills_dir=unused, principal=unused)
         tools = SkillServer(backend)._tool_list()
     parts = [f"# MCP tools\n\n{GENERATED}The tools of `skill-executor mcp` and `/mcp`. The REST "

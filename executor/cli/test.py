@@ -90,11 +90,11 @@ def _test(args: argparse.Namespace) -> int:
     from ..testing.backends import InfrastructureError
     from ..testing.checks import write_whole
     from ..testing.console import Console
+    from ..testing.format import json_schema
     from ..testing.loader import collect
     from ..testing.report import json_report, junit_xml
     from ..testing.runner import Options, run_tests
     from ..testing.select import keyword_matcher
-    from ..testing.spec import json_schema
 
     if args.schema:
         print(json.dumps(json_schema(), indent=2))

@@ -4,8 +4,8 @@ environments resolved on the host, never in a run (:mod:`.store`)."""
 
 from .declared import (
     DependenciesUnmet,
-    Finding,
     Needs,
+    RefusedNeed,
     declared,
     normalise_requirement,
     parse_package_json,
@@ -23,7 +23,7 @@ __all__ = [
     "MANIFEST",
     "DependenciesUnmet",
     "EnvPlan",
-    "Finding",
+    "RefusedNeed",
     "ImagePackages",
     "Mode",
     "Needs",

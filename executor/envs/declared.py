@@ -64,7 +64,7 @@ class DependenciesUnmet(ExecutorError):
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
+class RefusedNeed:
     """A declared need that is refused or unreadable, with where it was declared."""
 
     source: str
@@ -82,7 +82,7 @@ class Needs:
     python: tuple[str, ...] = ()
     node: tuple[str, ...] = ()
     #: Needs that were refused (editable installs, URLs, local paths) or unreadable.
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[RefusedNeed, ...] = ()
     #: The files that declared something (relative to the skill).
     sources: tuple[str, ...] = ()
 
@@ -138,11 +138,11 @@ def format_requirement(req: Requirement) -> str:
     return text
 
 
-def _python_need(text: str, source: str, needs: list[str], findings: list[Finding]) -> None:
+def _python_need(text: str, source: str, needs: list[str], findings: list[RefusedNeed]) -> None:
     stripped = text.strip()
     looks_local = stripped.startswith((".", "/", "~")) or stripped.lower().endswith(_ARCHIVE)
     if _URL.match(stripped) or stripped.startswith("git+") or looks_local:
-        findings.append(Finding(source, stripped, "URLs and local paths are not allowed; name a package "
+        findings.append(RefusedNeed(source, stripped, "URLs and local paths are not allowed; name a package "
                                                   "the configured index or wheelhouse has"))
         return
     try:
@@ -151,7 +151,7 @@ def _python_need(text: str, source: str, needs: list[str], findings: list[Findin
             raise InvalidRequirement("only a package name, extras and PEP 440 versions are allowed")
         needs.append(need)
     except InvalidRequirement as exc:
-        findings.append(Finding(source, stripped, f"not a valid requirement: {exc}"))
+        findings.append(RefusedNeed(source, stripped, f"not a valid requirement: {exc}"))
 
 
 def _requirement_lines(text: str) -> Iterator[str]:
@@ -169,14 +169,14 @@ def _requirement_lines(text: str) -> Iterator[str]:
         yield pending.strip()
 
 
-def parse_requirements(text: str, source: str) -> tuple[list[str], list[Finding]]:
+def parse_requirements(text: str, source: str) -> tuple[list[str], list[RefusedNeed]]:
     needs: list[str] = []
-    findings: list[Finding] = []
+    findings: list[RefusedNeed] = []
     for line in _requirement_lines(text):
         if line.startswith("-"):
             option = line.split(None, 1)[0].split("=", 1)[0]
             if option in ("-e", "--editable"):
-                findings.append(Finding(source, line, "editable installs are not allowed"))
+                findings.append(RefusedNeed(source, line, "editable installs are not allowed"))
             # Every other option (-r, -c, -i, --hash, --find-links, ...) is ignored: the
             # operator chooses the sources, and includes are not followed.
             continue
@@ -186,17 +186,17 @@ def parse_requirements(text: str, source: str) -> tuple[list[str], list[Finding]
     return needs, findings
 
 
-def parse_pyproject(text: str, source: str) -> tuple[list[str], list[Finding]]:
+def parse_pyproject(text: str, source: str) -> tuple[list[str], list[RefusedNeed]]:
     needs: list[str] = []
-    findings: list[Finding] = []
+    findings: list[RefusedNeed] = []
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        return [], [Finding(source, "", f"not valid TOML: {exc}")]
+        return [], [RefusedNeed(source, "", f"not valid TOML: {exc}")]
     project = data.get("project")
     deps = project.get("dependencies", []) if isinstance(project, dict) else []
     if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
-        return [], [Finding(source, "", "[project].dependencies must be a list of strings")]
+        return [], [RefusedNeed(source, "", "[project].dependencies must be a list of strings")]
     for dep in deps:
         _python_need(dep, source, needs, findings)
     return needs, findings
@@ -216,39 +216,39 @@ def script_metadata(text: str) -> dict[str, Any] | None:
     return tomllib.loads(content)
 
 
-def parse_script(text: str, source: str) -> tuple[list[str], list[Finding]]:
+def parse_script(text: str, source: str) -> tuple[list[str], list[RefusedNeed]]:
     needs: list[str] = []
-    findings: list[Finding] = []
+    findings: list[RefusedNeed] = []
     try:
         meta = script_metadata(text)
     except (ValueError, tomllib.TOMLDecodeError) as exc:
-        return [], [Finding(source, "", f"invalid '# /// script' block: {exc}")]
+        return [], [RefusedNeed(source, "", f"invalid '# /// script' block: {exc}")]
     if meta is None:
         return [], []
     deps = meta.get("dependencies", [])
     if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
-        return [], [Finding(source, "", "'dependencies' of the script block must be a list of strings")]
+        return [], [RefusedNeed(source, "", "'dependencies' of the script block must be a list of strings")]
     for dep in deps:
         _python_need(dep, source, needs, findings)
     return needs, findings
 
 
-def parse_package_json(text: str, source: str) -> tuple[list[str], list[Finding]]:
+def parse_package_json(text: str, source: str) -> tuple[list[str], list[RefusedNeed]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        return [], [Finding(source, "", f"not valid JSON: {exc}")]
+        return [], [RefusedNeed(source, "", f"not valid JSON: {exc}")]
     deps = data.get("dependencies", {}) if isinstance(data, dict) else {}
     if not isinstance(deps, dict):
-        return [], [Finding(source, "", "'dependencies' must be an object")]
+        return [], [RefusedNeed(source, "", "'dependencies' must be an object")]
     needs: list[str] = []
-    findings: list[Finding] = []
+    findings: list[RefusedNeed] = []
     for name, spec in deps.items():
         spec_text = str(spec).strip() if isinstance(spec, str) else ""
         if not NPM_NAME.match(str(name)):
-            findings.append(Finding(source, f"{name}@{spec}", "not a valid npm package name"))
+            findings.append(RefusedNeed(source, f"{name}@{spec}", "not a valid npm package name"))
         elif not isinstance(spec, str) or not safe_npm_spec(spec_text):
-            findings.append(Finding(source, f"{name}@{spec}", "only registry versions and ranges are allowed "
+            findings.append(RefusedNeed(source, f"{name}@{spec}", "only registry versions and ranges are allowed "
                                                               "(no URLs, git, file or alias specs)"))
         else:
             needs.append(f"{name}@{spec_text or '*'}")
@@ -294,7 +294,7 @@ def declared(skill_path: Path) -> Needs:
     """Everything a skill declares, normalised, deduplicated and sorted."""
     python: set[str] = set()
     node: set[str] = set()
-    findings: list[Finding] = []
+    findings: list[RefusedNeed] = []
     sources: list[str] = []
     for kind, path in _sources(skill_path):
         text = _read(path)

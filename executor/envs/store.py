@@ -33,7 +33,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ..config import Settings
-from ..hosttools import HostTools, Scratch, ToolResult, ToolUser, reclaim, tool_user
+from ..hosttools import HostToolResult, HostTools, Scratch, ToolUser, reclaim, tool_user
 from ..image.inputs import IMAGE_ABI, IMAGE_PLATFORMS, IMAGE_PYTHON, images_dir
 from .declared import NPM_NAME, UNSAFE_TEXT, DependenciesUnmet, declared, safe_npm_spec, safe_python_need, signature
 from .plan import TARGET, EnvPlan, ImagePackages, Sources, npm_range_accepts, npm_version, plan, split_npm
@@ -243,7 +243,7 @@ class SkillEnvs:
             shutil.rmtree(where, ignore_errors=True)
         self._usable.add(tool)
 
-    def _run_pip(self, args: list[str], scratch: Scratch) -> ToolResult:
+    def _run_pip(self, args: list[str], scratch: Scratch) -> HostToolResult:
         # -I: no PYTHON* variable, no user site, no working directory on the path; --isolated
         # and PIP_CONFIG_FILE=/dev/null: no PIP_* variable and no configuration file.
         argv = [self.python, "-I", "-m", "pip", "--isolated", "install", "--no-input", "--no-cache-dir",
@@ -263,7 +263,7 @@ class SkillEnvs:
         self._usable_or_refuse("pip", [self.python, "-I", "-c", "import pip"], [self.sources.wheelhouse])
         pins = "".join(f"{name}=={version}\n" for name, (version, _) in sorted(self.image.python.items()))
 
-        def dry_run(attempt: str, constrained: bool) -> tuple[ToolResult, Path]:
+        def dry_run(attempt: str, constrained: bool) -> tuple[HostToolResult, Path]:
             scratch = self.tools.scratch(temp / f".resolve-{attempt}")
             (scratch.folder / "constraints.txt").write_text(pins)
             report = scratch.folder / "report.json"
@@ -299,7 +299,7 @@ class SkillEnvs:
         shutil.rmtree(temp / ".install", ignore_errors=True)
         return chosen
 
-    def _pip_failure(self, planned: EnvPlan, result: ToolResult) -> DependenciesUnmet:
+    def _pip_failure(self, planned: EnvPlan, result: HostToolResult) -> DependenciesUnmet:
         output = result.output
         missing = {canonicalize_name(re.split(r"[<>=!~\[;]", m, maxsplit=1)[0]) for m in _PIP_MISSING.findall(output)}
         unmet = [n for n in planned.python if canonicalize_name(Requirement(n).name) in missing] or list(planned.python)

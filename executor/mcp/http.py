@@ -32,7 +32,7 @@ from ..config import Settings
 from ..errors import ExecutorError
 from ..web.auth import KeyRing
 from ..web.problems import error_response
-from .server import Backend, SkillServer
+from .server import McpBackend, SkillServer
 from .sessions import SessionLimit, Sessions, bind_caller, session_header, single_header
 from .watch import watch_catalog
 
@@ -55,7 +55,7 @@ class McpHttp:
     def __init__(self, app: FastAPI) -> None:
         state = app.state
         settings: Settings = state.settings
-        backend = Backend(
+        backend = McpBackend(
             repository=lambda: state.executor.repository,
             manager=lambda: state.manager,
             tools=lambda: state.tools,

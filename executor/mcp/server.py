@@ -1,6 +1,6 @@
 """The MCP server: skills by the Skills extension, tools that load and run them, prompts.
 
-One :class:`Backend` (the executor, the run manager, who is calling) serves both
+One :class:`McpBackend` (the executor, the run manager, who is calling) serves both
 transports: stdio (``skill-executor mcp``, the local tenant) and streamable HTTP at
 ``/mcp`` in the service (the caller of each HTTP request, by its bearer token).
 
@@ -84,7 +84,7 @@ class DirectoryParams(UriParams):
 
 
 @dataclass
-class Backend:
+class McpBackend:
     """What the handlers need: read lazily, so the HTTP app can build it before its lifespan."""
 
     repository: Callable[[], SkillRepository]
@@ -157,7 +157,7 @@ async def declare_extension(ctx: ServerRequestContext[Any, Any], call_next: Call
 class SkillServer:
     """Builds the low-level :class:`Server` and answers its requests."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: McpBackend) -> None:
         self.backend = backend
         self._files: SkillFiles | None = None
         self.sessions: dict[str | int, Any] = {}

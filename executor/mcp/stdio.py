@@ -19,7 +19,7 @@ from ..config import Settings
 from ..errors import ExecutorError
 from ..owners import DataDirClaim
 from ..service import Service
-from .server import Backend, SkillServer
+from .server import McpBackend, SkillServer
 from .watch import watch_catalog
 
 log = logging.getLogger("executor.mcp")
@@ -31,7 +31,7 @@ CLOSE_SECONDS = 5.0
 async def serve_stdio(settings: Settings) -> None:
     service = await anyio.to_thread.run_sync(lambda: Service.start(settings))
     executor = service.executor
-    backend = Backend(
+    backend = McpBackend(
         repository=lambda: executor.repository,
         manager=lambda: service.manager,
         tools=lambda: service.tools,

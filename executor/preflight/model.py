@@ -165,7 +165,7 @@ class Need:
 
 
 @dataclass(slots=True)
-class Needs:
+class ImageNeeds:
     commands: dict[str, Need] = field(default_factory=dict)
     python: dict[str, Need] = field(default_factory=dict)
     node: dict[str, list[Use]] = field(default_factory=dict)

@@ -57,7 +57,7 @@ from .model import (
     SHELL_TAGS,
     SUBPROCESS_CALLS,
     URL,
-    Needs,
+    ImageNeeds,
     Note,
     node_package,
 )
@@ -71,10 +71,10 @@ def scan(
     max_files: int = MAX_FILES,
     max_total: int = MAX_TOTAL_BYTES,
     max_seconds: float = MAX_SECONDS,
-) -> Needs:
+) -> ImageNeeds:
     """Everything ``skill`` uses, read from its files (SKILL.md first); files past
     ``max_total`` bytes or ``max_seconds`` of reading are skipped with a note."""
-    needs = Needs()
+    needs = ImageNeeds()
     deadline = time.monotonic() + max_seconds
     total = 0
     entries = inventory(skill, limit=max_files)
@@ -106,9 +106,9 @@ def scan(
     return needs
 
 
-def scan_texts(files: dict[str, str], *, skill_file: str = "SKILL.md") -> Needs:
+def scan_texts(files: dict[str, str], *, skill_file: str = "SKILL.md") -> ImageNeeds:
     """:func:`scan` over texts in memory (path -> text): for tests and previews."""
-    needs = Needs()
+    needs = ImageNeeds()
     entries = [FileEntry(p, len(t), "other") for p, t in files.items() if p != skill_file]
     scanner = _Scanner(needs, entries, {PurePosixPath(p).name for p in files})
     for path in sorted(files, key=lambda p: (p != skill_file, p)):
@@ -141,7 +141,7 @@ BY_INTERPRETER: dict[str, Kind] = {"python": "python", "python3": "python", "nod
 
 
 class _Scanner:
-    def __init__(self, needs: Needs, entries: list[FileEntry], file_names: set[str]) -> None:
+    def __init__(self, needs: ImageNeeds, entries: list[FileEntry], file_names: set[str]) -> None:
         self.needs = needs
         self.paths = [e.path for e in entries]
         self.file_names = file_names

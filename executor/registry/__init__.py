@@ -3,7 +3,7 @@ versions of each skill and their manifests (:mod:`.store`, :mod:`.manifest`, :mo
 and the repository every entry point reads skills from (:mod:`.repository`)."""
 
 from .archive import PackageLimits
-from .package import Installed, install_package, uninstall
+from .package import InstallOutcome, install_package, uninstall
 from .repository import Catalog, SkillRepository, discover
 
-__all__ = ["Catalog", "Installed", "PackageLimits", "SkillRepository", "discover", "install_package", "uninstall"]
+__all__ = ["Catalog", "InstallOutcome", "PackageLimits", "SkillRepository", "discover", "install_package", "uninstall"]

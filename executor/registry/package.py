@@ -26,19 +26,19 @@ from ..paths import clean_relative
 from ..skills.files import FileEntry, inventory
 from ..skills.loader import SkillLoadError, load_skill
 from ..skills.model import Skill
-from ..skills.spec import SKILL_FILE, split_verdict
+from ..skills.rules import SKILL_FILE, split_verdict
 from .archive import PackageError, PackageLimits, unpack
 from .installdir import STAGING_PREFIX, Staging, exchange
 from .store import Version
 
-__all__ = ["Installed", "PackageError", "PackageLimits", "install_package", "uninstall"]
+__all__ = ["InstallOutcome", "PackageError", "PackageLimits", "install_package", "uninstall"]
 
 #: Where a package is unpacked inside the staging folder; a skill id is ``[a-z0-9-]+``, so it cannot clash.
 _UNPACKED = ".unpacked"
 
 
 @dataclass(slots=True)
-class Installed:
+class InstallOutcome:
     skill: Skill
     replaced: bool
     files: list[FileEntry]
@@ -78,7 +78,7 @@ def install_package(
     replace: bool = True,
     limits: PackageLimits = PackageLimits(),
     admit: Callable[[Skill], None] | None = None,
-) -> Installed:
+) -> InstallOutcome:
     """Install the one skill in an archive under ``root/<id>``; a replacement is atomic.
 
     ``admit`` sees the validated skill before it goes live and may refuse it by raising.
@@ -115,7 +115,7 @@ def install_package(
         target = root / skill.id
         replaced = _go_live(unpacked, target, replace=replace)
         installed = load_skill(target)
-        return Installed(installed, replaced, inventory(installed))
+        return InstallOutcome(installed, replaced, inventory(installed))
 
 
 def _go_live(staged: Path, target: Path, *, replace: bool) -> bool:

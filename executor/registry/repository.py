@@ -42,11 +42,11 @@ from ..errors import Conflict, ExecutorError, Forbidden, NotFound
 from ..paths import is_within
 from ..skills.loader import SkillLoadError, find_skill_file, load_skill
 from ..skills.model import Skill
+from ..skills.rules import Diagnostic
 from ..skills.search import Hit, SearchIndex
-from ..skills.spec import Diagnostic
 from .archive import PackageLimits
 from .installdir import STAGING_PREFIX, sweep
-from .package import Installed, install_package, uninstall
+from .package import InstallOutcome, install_package, uninstall
 from .refs import InvalidVersion, SkillRef, VersionRef, parse_ref
 from .store import Registry, Version
 
@@ -286,7 +286,7 @@ class SkillRepository:
     def install(
         self, data: bytes, *, strict: bool = False, limits: PackageLimits = PackageLimits(),
         actor: str = "local", set_default: bool = True, check: Callable[[Skill], None] | None = None,
-    ) -> Installed:
+    ) -> InstallOutcome:
         """Install a package into the install root (replacing an installed skill of that id).
 
         A skill whose id or name is taken by a skill of a read-only root is refused

@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..outputs.spec import OutputSpec
-from ..workspace.spec import InputSpec
+from ..outputs.schema import OutputSpec
+from ..workspace.schema import InputSpec
 
 __all__ = ["InputSpec", "OutputSpec", "RunRequest", "RunResult", "OutputFile", "ArtifactFile"]
 

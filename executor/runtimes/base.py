@@ -32,7 +32,7 @@ from ..activity import Activity
 from ..outputs.collect import Collection, CollectLimits
 from ..skills import Skill
 from ..workspace.layout import Workspace, WorkspaceManager
-from ..workspace.spec import InputSpec
+from ..workspace.schema import InputSpec
 from ..workspace.staging import Stager, StagingReport
 
 #: Called with ("stdout" | "stderr", chunk) as output arrives (for streaming).

@@ -14,7 +14,7 @@ from typing import Self
 
 from ..outputs.collect import Collection, CollectLimits, collect
 from ..workspace.layout import Workspace
-from ..workspace.spec import InputSpec
+from ..workspace.schema import InputSpec
 from ..workspace.staging import Stager, StagingReport
 from .janitor import Janitor
 

@@ -16,8 +16,8 @@ from .files import (
 from .loader import SkillLoadError, Verdict, check, load_skill
 from .model import Skill, estimate_tokens
 from .render import expand_placeholders, host_location, render_text, render_xml, sandbox_dir
+from .rules import Diagnostic
 from .search import Hit
-from .spec import Diagnostic
 
 __all__ = [
     "Diagnostic",

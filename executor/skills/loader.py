@@ -16,7 +16,7 @@ from typing import Any
 
 from .model import Skill
 from .parser import MAX_SKILL_FILE_BYTES, ParsedFile, SkillFileError, parse_skill_file
-from .spec import (
+from .rules import (
     ALLOWED_FIELDS,
     COMPATIBILITY_MAX,
     DESCRIPTION_MAX,

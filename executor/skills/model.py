@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .spec import HIDE_FROM_MODEL, Diagnostic
+from .rules import HIDE_FROM_MODEL, Diagnostic
 
 
 def estimate_tokens(text: str) -> int:

@@ -37,7 +37,7 @@ from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
-from .spec import Diagnostic
+from .rules import Diagnostic
 
 
 class _PythonParser(Reader, Scanner, _PyParser):

@@ -20,8 +20,8 @@ from typing import Any
 from ..errors import ExecutorError, Forbidden
 from ..outputs.collect import compile_globs, normalise_glob
 from ..paths import resolve_within
+from .format import Expect, FileExpect, StreamExpect
 from .patterns import PatternError, compile_pattern
-from .spec import Expect, FileExpect, StreamExpect
 
 #: How much of a stream or file a message quotes.
 TAIL_CHARS = 2000

@@ -23,7 +23,7 @@ from ..errors import ExecutorError
 from ..paths import is_within
 from ..registry.repository import discover
 from ..skills.loader import find_skill_file
-from .spec import EVALS_FILE, TEST_FILE_NAMES, TestFile
+from .format import EVALS_FILE, TEST_FILE_NAMES, TestFile
 
 
 class TestFileError(ExecutorError):

@@ -29,10 +29,10 @@ from typing import Any
 import pytest
 
 from ..errors import ExecutorError
+from .format import TEST_FILE_NAMES, Case
 from .loader import SkillTests, TestFileError, load_skill_tests
 from .logtext import Caps, for_log, inert
 from .publish import PUBLISH_MODES, Publish
-from .spec import TEST_FILE_NAMES, Case
 
 _STATE = pytest.StashKey["SkillExecutor"]()
 

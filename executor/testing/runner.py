@@ -24,16 +24,16 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Protocol
 
 from ..errors import ExecutorError
-from ..outputs.spec import OutputSpec
+from ..outputs.schema import OutputSpec
 from ..runs.models import RunRequest, RunResult
 from ..skills.loader import Verdict
 from ..skills.loader import check as check_skill
-from ..workspace.spec import InputSpec
+from ..workspace.schema import InputSpec
 from .backends import Backend, InfrastructureError
 from .checks import Failure, Observed, RunFile, check, golden_path, match_files, request_glob, tail, write_whole
+from .format import Case, FileExpect
 from .loader import Eval, SkillTests
 from .select import Matcher
-from .spec import Case, FileExpect
 
 MiB = 1024 * 1024
 Status = Literal["passed", "failed", "error", "skipped"]

@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 
 from ..access import LOCAL_TENANT
 from ..errors import BadRequest, Forbidden
-from ..owners import Lease, Verdict
+from ..owners import Lease, LeaseState
 from ..paths import clean_relative
 from . import volumes
 from .fs import Tree, remove_tree
@@ -194,7 +194,7 @@ class WorkspaceManager:
         """
         removed = []
         now = time.time()
-        verdicts: dict[str, Verdict] = {}
+        verdicts: dict[str, LeaseState] = {}
         for entry in sorted(self.runs.iterdir()):
             try:
                 token = (entry / OWNER_FILE).read_text()
@@ -203,9 +203,9 @@ class WorkspaceManager:
             if token not in verdicts:
                 verdicts[token] = self.lease.judge(token)
             verdict = verdicts[token]
-            if verdict in (Verdict.MINE, Verdict.ALIVE):
+            if verdict in (LeaseState.MINE, LeaseState.ALIVE):
                 continue
-            if verdict is Verdict.FOREIGN:
+            if verdict is LeaseState.FOREIGN:
                 try:
                     age = now - entry.stat().st_mtime
                 except FileNotFoundError:

@@ -38,8 +38,8 @@ from ..paths import clean_relative, is_within, resolve_within
 from ..registry import SkillRepository
 from .fs import PathEscape, Tree
 from .layout import Workspace
+from .schema import InputSpec
 from .sessions import SessionStore
-from .spec import InputSpec
 
 SCHEMES = ("artifact://", "host://", "workspace://", "skill://")
 _Opener = Callable[[], BinaryIO]

@@ -27,7 +27,7 @@ from ...registry.refs import parse_ref
 from ...registry.repository import SkillRepository
 from ...registry.store import Registry, Version
 from ...skills import FileEntry, Skill
-from ...skills.spec import split_verdict
+from ...skills.rules import split_verdict
 from ...web.auth import admin, principal
 from ..schemas import (
     ERRORS,

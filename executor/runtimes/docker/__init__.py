@@ -26,7 +26,7 @@ from docker.types import Mount
 from ...activity import Activity
 from ...config import Settings
 from ...errors import Unavailable
-from ...owners import Verdict
+from ...owners import LeaseState
 from ...workers import Causes, Supervisor
 from ...workspace.fs import remove_tree
 from ...workspace.layout import LAUNCHER_SOCKET, PREPARED, SKILLS, WorkspaceManager
@@ -368,7 +368,7 @@ class DockerRuntime:
             owners.setdefault(container["Labels"].get(LABEL_OWNER, ""), []).append(container["Id"])
         removed = 0
         for token in sorted(set(owners) | set(lease.dead_leases())):
-            if lease.judge(token) is not Verdict.DEAD:
+            if lease.judge(token) is not LeaseState.DEAD:
                 continue
             try:
                 with lease.reclaim(token) as ours:
