@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.skills import check, load_skill, parser
+from executor.skills import check, load_skill, yamlread
 from executor.skills.loader import SkillLoadError, split_tools
 from executor.skills.parser import MAX_FRONTMATTER_BYTES, MAX_SKILL_FILE_BYTES
 from executor.skills.rules import derive_id
@@ -155,9 +155,9 @@ def test_flow_and_block_lists_and_anchors_are_valid_yaml(tmp_path: Path) -> None
 @pytest.fixture(params=["libyaml", "python"])
 def yaml_parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each YAML test runs with libyaml and with PyYAML's pure-Python parser: same verdicts."""
-    if request.param not in parser._LOADERS:  # pragma: no cover - the lock file's PyYAML has libyaml
+    if request.param not in yamlread._LOADERS:  # pragma: no cover - the lock file's PyYAML has libyaml
         pytest.fail(f"PyYAML has no {request.param} parser here")
-    monkeypatch.setattr(parser, "YAML_PARSER", request.param)
+    monkeypatch.setattr(yamlread, "YAML_PARSER", request.param)
     return str(request.param)
 
 
@@ -239,7 +239,7 @@ def test_libyaml_nesting_limit_is_refused_as_the_depth_bound(tmp_path: Path, mon
 
     if getattr(_yaml, "_get_max_nest_level", lambda: -1)() < 0:
         pytest.fail("the locked PyYAML/libyaml exposes no nesting limit; update this test with the lock")
-    monkeypatch.setattr(parser, "YAML_PARSER", "libyaml")
+    monkeypatch.setattr(yamlread, "YAML_PARSER", "libyaml")
     before = _yaml._get_max_nest_level()
     _yaml._set_max_nest_level(10)
     try:
