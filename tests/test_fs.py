@@ -14,6 +14,7 @@ import pytest
 
 from executor.errors import ExecutorError
 from executor.workspace import fs
+from executor.workspace.remove import remove_tree
 
 P = PurePosixPath
 
@@ -99,7 +100,7 @@ def test_deep_trees_are_measured_and_removed_without_recursion(tmp_path: Path, o
     with fs.Tree(root) as opened:
         _, too_deep = opened.usage()
     assert too_deep
-    fs.remove_tree(root)
+    remove_tree(root)
     assert not root.exists() and (outside / "secret").read_text() == "secret"
 
 
@@ -183,5 +184,5 @@ def test_a_concurrent_swapper_never_gets_a_write_or_read_outside(tree: fs.Tree, 
 def test_remove_tree_of_a_link_removes_the_link_only(tmp_path: Path, outside: Path) -> None:
     link = tmp_path / "link"
     os.symlink(outside, link)
-    fs.remove_tree(link)
+    remove_tree(link)
     assert not os.path.lexists(link) and (outside / "secret").exists()

@@ -512,7 +512,7 @@ def test_workspaces_of_dead_processes_are_swept(tmp_path: Path) -> None:
 def test_remove_tree_tolerates_a_concurrent_remover(tmp_path: Path) -> None:
     import threading
 
-    from executor.workspace.layout import remove_tree
+    from executor.workspace.remove import remove_tree
 
     for round_ in range(15):
         tree = tmp_path / f"t{round_}"

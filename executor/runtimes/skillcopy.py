@@ -34,8 +34,8 @@ from typing import Any
 
 from ..errors import TooLarge
 from ..paths import is_within
-from ..workspace.fs import remove_tree
 from ..workspace.layout import RUN_LINKS, Workspace, add_root_links, add_run_links, shadowed
+from ..workspace.remove import remove_tree
 
 SKIP = frozenset({".git", "__pycache__"})
 #: Files at least this large are hard linked (read-only) rather than copied, when safe.

@@ -18,9 +18,8 @@ trees, and it never resolves a path by name:
 * Ownership and modes are changed with ``fchown``/``fchmod`` on descriptors the
   service opened itself, never by path.  A file is replaced by unlink + ``O_EXCL``
   create, never truncated in place (it might be a hard link to something else).
-* Walks are iterative and hold one descriptor per level; removal first hoists every
-  sub-folder to the top of the tree (``renameat``), so it needs no recursion and a
-  bounded number of descriptors however deep the tree is.
+* Walks are iterative and hold one descriptor per level; removal (:mod:`.remove`)
+  needs no recursion either.
 
 Why the host side at all, rather than letting the sandbox stage and collect (a tar
 stream through the launcher or the engine's archive API)?  Because the host must
@@ -40,7 +39,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -49,7 +47,7 @@ from typing import BinaryIO
 
 from ..errors import BadRequest, Conflict, ExecutorError, Forbidden, NotFound, TooLarge
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1024 * 1024
@@ -58,10 +56,6 @@ MAX_DEPTH = 1024
 #: Most entries a disk-use measurement visits; a run with more is over its disk cap
 #: (it bounds what one measurement costs the service).
 MAX_ENTRIES = 200_000
-#: Passes over a tree that is refilled while it is removed (concurrent removers) before giving up.
-_REMOVE_PASSES = 1000
-#: Name prefix of folders hoisted to the top of a tree while it is being removed.
-_HOIST = ".rm-"
 
 Owner = tuple[int, int] | None
 
@@ -107,7 +101,7 @@ class Tree:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.fd = os.open(path, _DIR_FLAGS)
+        self.fd = os.open(path, DIR_FLAGS)
         #: Set by a walk that could not read or enter a folder (other than one removed meanwhile).
         self.incomplete = False
 
@@ -131,7 +125,7 @@ class Tree:
         try:
             for part in _parts(rel):
                 try:
-                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                    child = os.open(part, DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
                     if not create:
                         raise
@@ -139,7 +133,7 @@ class Tree:
                         os.mkdir(part, 0o755, dir_fd=fd)
                     except FileExistsError:
                         pass  # made meanwhile: opened (and checked) below
-                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                    child = os.open(part, DIR_FLAGS, dir_fd=fd)
                     if owner is not None:
                         os.fchown(child, *owner)
                 os.close(fd)
@@ -219,7 +213,7 @@ class Tree:
                     os.fchown(fd, *owner)
                 os.fchmod(fd, mode)
             except BaseException:
-                _unlink(parent, name)  # never half a file (a full disk cap, say): none at all
+                unlink_entry(parent, name)  # never half a file (a full disk cap, say): none at all
                 raise
             finally:
                 os.close(fd)
@@ -306,7 +300,7 @@ class Tree:
                     yield item, -1
                     continue
                 try:
-                    child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                    child = os.open(entry.name, DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
                     if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
                         self.incomplete = True  # unreadable (EACCES, EMFILE): not measured
@@ -368,7 +362,7 @@ class Tree:
                 if len(stack) > MAX_DEPTH:
                     return total, True
                 try:
-                    child = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                    child = os.open(entry.name, DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
                     if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
                         self.incomplete = True  # unreadable (EACCES, EMFILE): not measured
@@ -380,139 +374,7 @@ class Tree:
         return total, self.incomplete
 
 
-def remove_tree(path: Path) -> None:
-    """Remove ``path`` and everything below it, whatever a run left there.
-
-    Links are removed, never followed; read-only folders are made writable first;
-    sub-folders are hoisted to the top of the tree before they are emptied, so the
-    removal is iterative with a bounded number of open descriptors at any depth.  Parts
-    that vanish meanwhile (another remover got there first) are fine.
-    """
-    try:
-        parent = os.open(path.parent, _DIR_FLAGS)
-    except FileNotFoundError:
-        return
-    name = path.name
-    try:
-        for _ in range(_REMOVE_PASSES):
-            try:
-                st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-            except FileNotFoundError:
-                return
-            if not stat.S_ISDIR(st.st_mode):
-                _unlink(parent, name)
-                return
-            try:
-                top = os.open(name, _DIR_FLAGS, dir_fd=parent)
-            except FileNotFoundError:
-                return
-            try:
-                _empty(top)
-            finally:
-                os.close(top)
-            try:
-                os.rmdir(name, dir_fd=parent)
-                return
-            except FileNotFoundError:
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                    raise
-                # Refilled meanwhile (a concurrent remover hoisted into it): another pass.
-        raise OSError(errno.ENOTEMPTY, f"{path} kept refilling while being removed")
-    finally:
-        os.close(parent)
-
-
-def _empty(top: int) -> None:
-    """Remove everything inside the folder ``top``; its sub-folders are first renamed
-    to the top level (``.rm-*``), then each is emptied the same way and removed."""
-    _make_writable(top)
-    pending = _clear_level(top, top)
-    while pending:
-        name = pending.pop()
-        try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=top)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                _unlink(top, name)
-                continue
-            raise
-        try:
-            _make_writable(fd)
-            pending += _clear_level(fd, top)
-        finally:
-            os.close(fd)
-        try:
-            os.rmdir(name, dir_fd=top)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
-                raise
-
-
-def _clear_level(fd: int, top: int) -> list[str]:
-    """Unlink the non-folders in ``fd``; move its folders to ``top`` and return their names."""
-    moved: list[str] = []
-    try:
-        entries = list(os.scandir(fd))
-    except FileNotFoundError:
-        return moved
-    for entry in entries:
-        try:
-            is_dir = entry.is_dir(follow_symlinks=False)
-        except OSError:
-            continue
-        if not is_dir:
-            try:
-                _unlink(fd, entry.name)
-                continue
-            except IsADirectoryError:
-                pass  # replaced by a folder since it was listed: hoist it
-        if fd == top and entry.name.startswith(_HOIST):
-            moved.append(entry.name)
-            continue
-        name = f"{_HOIST}{secrets.token_hex(8)}"
-        _writable_child(fd, entry.name)
-        try:
-            os.rename(entry.name, name, src_dir_fd=fd, dst_dir_fd=top)
-        except FileNotFoundError:
-            continue
-        except NotADirectoryError:
-            _unlink(fd, entry.name)  # replaced by a file since it was listed
-            continue
-        moved.append(name)
-    return moved
-
-
-def _writable_child(dir_fd: int, name: str) -> None:
-    """A service that is not root can only move a folder it may write: fix its mode
-    through an ``O_PATH`` descriptor (never following a link)."""
-    if os.geteuid() == 0:
-        return
-    try:
-        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return
-    try:
-        os.chmod(f"/proc/self/fd/{fd}", 0o700)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _make_writable(fd: int) -> None:
-    try:
-        st = os.fstat(fd)
-        if st.st_mode & 0o700 != 0o700:
-            os.fchmod(fd, (st.st_mode & 0o7777) | 0o700)
-    except OSError:
-        pass
-
-
-def _unlink(dir_fd: int, name: str) -> None:
+def unlink_entry(dir_fd: int, name: str) -> None:
     try:
         os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:

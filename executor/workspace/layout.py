@@ -35,7 +35,8 @@ from ..errors import BadRequest, Forbidden
 from ..owners import Lease, LeaseState
 from ..paths import clean_relative
 from . import volumes
-from .fs import Tree, remove_tree
+from .fs import Tree
+from .remove import remove_tree
 
 log = logging.getLogger(__name__)
 

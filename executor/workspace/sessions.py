@@ -36,7 +36,8 @@ from pathlib import Path
 
 from ..access import check_tenant
 from ..errors import BadRequest, Conflict
-from . import fs, volumes
+from . import volumes
+from .remove import remove_tree
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")  # \Z: no "id\n"
 _TOUCH = ".last_used"
@@ -207,7 +208,7 @@ class SessionStore:
                     continue
                 if entry.name.startswith(".expired-"):  # left by a sweep that crashed
                     volumes.unmount(entry / "work")
-                    fs.remove_tree(entry)
+                    remove_tree(entry)
                     continue
                 if self._expire(entry, now):
                     removed.append(f"{tenant_dir.name}/{entry.name}")
@@ -246,7 +247,7 @@ class SessionStore:
                 os.rename(entry, doomed)
             finally:
                 os.close(fd)
-        fs.remove_tree(doomed)
+        remove_tree(doomed)
         return True
 
     # -- artifact pins -----------------------------------------------------------------

@@ -28,8 +28,8 @@ from ...config import Settings
 from ...errors import Unavailable
 from ...owners import LeaseState
 from ...workers import Causes, Supervisor
-from ...workspace.fs import remove_tree
 from ...workspace.layout import LAUNCHER_SOCKET, PREPARED, SKILLS, WorkspaceManager
+from ...workspace.remove import remove_tree
 from ..base import SandboxPlan
 from ..janitor import Janitor
 from ..limits import DISK_POLL_SECONDS, describe_disk_cap, workspace_volume_bytes
