@@ -12,10 +12,6 @@ a ``notifications/cancelled`` for the call cancels the run, which kills its cont
 
 from __future__ import annotations
 
-import base64
-import binascii
-import copy
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,8 +22,6 @@ import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
-from mcp.shared.exceptions import MCPError
-from pydantic import ConfigDict
 
 from .. import __version__
 from ..access import Principal
@@ -37,50 +31,31 @@ from ..registry import SkillRepository
 from ..runs.manager import RunManager
 from ..runs.models import RunResult
 from ..skills import expand_placeholders, render_xml, sandbox_dir
-from ..tools import CONTEXT_TOOLS, ToolExecutor, definitions, failed, render_result, run_request
+from ..tools import CONTEXT_TOOLS, ToolExecutor, definitions, run_request
 from .catalog import EXTENSION, SCHEME, SkillFiles, UnknownResource, page
+from .protocol import (
+    ARTIFACT_MAX_BYTES,
+    INSTRUCTIONS,
+    READ_ONLY,
+    RUN,
+    SETTINGS,
+    WRITE,
+    DirectoryParams,
+    SkillsListParams,
+    UriParams,
+    embedded_resource,
+    error_result,
+    inline_schema,
+    invalid_params,
+    object_schema,
+    payload_bytes,
+    resource_contents,
+    run_result_content,
+    text_content,
+)
 
 log = logging.getLogger("executor.mcp")
 T = TypeVar("T")
-#: The Skills extension's settings: ``resources/directory/read`` is served.
-SETTINGS = {"directoryRead": True}
-
-#: Output files up to this size are embedded in a ``skill_run`` result; larger ones are links.
-EMBED_MAX_BYTES = 256 * 1024
-#: Most bytes of one ``artifact_put`` / ``artifact_get`` over MCP.
-ARTIFACT_MAX_BYTES = 16 * 1024 * 1024
-
-INSTRUCTIONS = """This server runs Agent Skills in isolated, network-less sandboxes.
-1. Overview: the skills_overview prompt (or skills/list, resources/list, skill_search) names every skill.
-2. Load: call skill_load with the skill's name to get its instructions (SKILL.md body) and file list;
-   skill_list_docs / skill_read_doc fetch extra docs on demand. Files are also resources skill://<name>/<path>.
-3. Run: call skill_run with the skill and a shell command, as the instructions say (never paste scripts).
-   The command starts in the skill's folder. Stage inputs with inputs=[{"from": "artifact://name" or
-   "skill://...", "to": "inputs/x"}] (artifact_put uploads a file first); write results to out/ and ask
-   for them with outputs={"globs": ["out/**"]}: they come back as embedded resources and artifact:// refs
-   (artifact_get reads one).
-4. Context: context_load / context_select_docs / context_unload keep, per session, what the agent has
-   loaded (within a token budget); context_render gives the block for the system message."""
-
-READ_ONLY = types.ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
-RUN = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                            open_world_hint=False)
-WRITE = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                              open_world_hint=False)
-
-
-class SkillsListParams(types.RequestParams):
-    model_config = ConfigDict(extra="allow")
-    cursor: str | None = None
-
-
-class UriParams(types.RequestParams):
-    model_config = ConfigDict(extra="allow")
-    uri: str
-
-
-class DirectoryParams(UriParams):
-    cursor: str | None = None
 
 
 @dataclass
@@ -93,30 +68,6 @@ class McpBackend:
     artifacts: Callable[[], LocalArtifactStore]
     visible_skills_dir: Callable[[], str | None]
     principal: Callable[[ServerRequestContext[Any, Any]], Principal]
-
-
-def _invalid(message: str) -> MCPError:
-    return MCPError(types.INVALID_PARAMS, message)
-
-
-def _inline(schema: dict[str, Any]) -> dict[str, Any]:
-    defs = schema.pop("$defs", {})
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, dict):
-            if "$ref" in node:
-                return walk(copy.deepcopy(defs[node["$ref"].rsplit("/", 1)[-1]]))
-            return {k: walk(v) for k, v in node.items() if k != "title"}
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        return node
-
-    inlined: dict[str, Any] = walk(schema)
-    return inlined
-
-
-def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
 class _Server(Server[Any]):
@@ -215,9 +166,9 @@ class SkillServer:
         try:
             return await self._offload(fn)
         except UnknownResource as exc:
-            raise _invalid(exc.message) from None
+            raise invalid_params(exc.message) from None
         except ExecutorError as exc:
-            raise _invalid(f"{exc.code}: {exc.message}") from None
+            raise invalid_params(f"{exc.code}: {exc.message}") from None
 
     # -- the Skills extension ---------------------------------------------------------
 
@@ -275,7 +226,7 @@ class SkillServer:
         if uri.startswith("artifact://"):
             who = self.backend.principal(ctx)
             info, data = await self._guard(lambda: self._artifact(uri, who))
-            contents = _contents(uri, info.mime_type, data)
+            contents = resource_contents(uri, info.mime_type, data)
         else:
             files = self.files
             contents = await self._guard(lambda: files.read(uri))
@@ -320,7 +271,7 @@ class SkillServer:
             try:
                 skill = await self._offload(lambda: repository.get(params.name))
             except ExecutorError as exc:  # not found, or a reference the parser refuses
-                raise _invalid(exc.message) from None
+                raise invalid_params(exc.message) from None
             body = expand_placeholders(skill.body, sandbox_dir(skill, where))
             text = (f"Use the skill {skill.id!r} (its files: {SCHEME}{skill.id}/...; run them with skill_run, "
                     f"skill={skill.id!r}, where they are at {sandbox_dir(skill, where)}).\n\n{body}")
@@ -334,27 +285,27 @@ class SkillServer:
         repository = self.backend.repository()
         by_name = {d["name"]: d for d in definitions(repository, "mcp", context=True)}
         skill = by_name["skill_list_docs"]["inputSchema"]["properties"]["skill"]
-        output = _inline(RunResult.model_json_schema())
+        output = inline_schema(RunResult.model_json_schema())
         specs: list[tuple[str, str, dict[str, Any], types.ToolAnnotations, dict[str, Any] | None]] = [
             ("skill_load", by_name["skill_load"]["description"], by_name["skill_load"]["inputSchema"],
              READ_ONLY, None),
             ("skill_list_docs", by_name["skill_list_docs"]["description"],
              by_name["skill_list_docs"]["inputSchema"], READ_ONLY, None),
             ("skill_read_doc", "Read one doc of a skill (a path from skill_list_docs).",
-             _object({"skill": skill, "path": {"type": "string", "description": "the doc's path"}},
+             object_schema({"skill": skill, "path": {"type": "string", "description": "the doc's path"}},
                      ["skill", "path"]), READ_ONLY, None),
             ("skill_search", "Search the skills by words; returns the best matching names and descriptions.",
-             _object({"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 50}},
+             object_schema({"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 50}},
                      ["query"]), READ_ONLY, None),
             ("skill_run", by_name["skill_run"]["description"], by_name["skill_run"]["inputSchema"], RUN, output),
             ("artifact_put", "Store a file as the next version of an artifact (text, or base64 for binary); "
              "returns its artifact:// ref for skill_run inputs.",
-             _object({"name": {"type": "string"}, "text": {"type": "string"},
+             object_schema({"name": {"type": "string"}, "text": {"type": "string"},
                       "base64": {"type": "string", "description": "the content, base64-encoded"},
                       "mime_type": {"type": "string"}}, ["name"]), WRITE, None),
             ("artifact_get", "Read an artifact (a name, name@version or artifact:// ref).",
-             _object({"ref": {"type": "string"}}, ["ref"]), READ_ONLY, None),
-            ("artifact_list", "List your artifacts (latest version of each).", _object({}, []), READ_ONLY, None),
+             object_schema({"ref": {"type": "string"}}, ["ref"]), READ_ONLY, None),
+            ("artifact_list", "List your artifacts (latest version of each).", object_schema({}, []), READ_ONLY, None),
         ]
         specs += [(name, by_name[name]["description"], by_name[name]["inputSchema"],
                    READ_ONLY if name in ("context_list_docs", "context_render") else WRITE, None)
@@ -384,7 +335,7 @@ class SkillServer:
                 return await self._offload(lambda: self._artifact_tool(params.name, arguments, who))
             return await self._offload(lambda: self._read_tool(params.name, arguments))
         except ExecutorError as exc:
-            return _error(f"error ({exc.code}): {exc.message}")
+            return error_result(f"error ({exc.code}): {exc.message}")
 
     def _read_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         tools = self.backend.tools()
@@ -397,20 +348,20 @@ class SkillServer:
             found = [{"skill": h.skill.id, "description": h.skill.description, "score": round(h.score, 3)}
                      for h in hits]
             text = "\n".join(f"- {h['skill']}: {h['description']}" for h in found) or "(no matching skill)"
-            return types.CallToolResult(content=[_text(text)], structured_content={"hits": found})
+            return types.CallToolResult(content=[text_content(text)], structured_content={"hits": found})
         if name == "skill_read_doc":
             arguments = {"skill": arguments.get("skill"), "docs": [arguments.get("path")]}
             name = "skill_select_docs"
         elif name not in ("skill_load", "skill_list_docs"):
             raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
         result = tools.call(name, arguments)
-        return types.CallToolResult(content=[_text(result.content)], is_error=result.is_error)
+        return types.CallToolResult(content=[text_content(result.content)], is_error=result.is_error)
 
     def _context_tool(self, name: str, arguments: dict[str, Any], who: Principal) -> types.CallToolResult:
         """The context of the caller's key (the tenant) and the session the arguments name."""
         result = self.backend.tools().call(name, arguments, tenant=who.id)
         structured = result.data if isinstance(result.data, dict) and not result.is_error else None
-        return types.CallToolResult(content=[_text(result.content)], structured_content=structured,
+        return types.CallToolResult(content=[text_content(result.content)], structured_content=structured,
                                     is_error=result.is_error)
 
     def _artifact_tool(self, name: str, arguments: dict[str, Any], who: Principal) -> types.CallToolResult:
@@ -418,26 +369,27 @@ class SkillServer:
         if name == "artifact_list":
             items = [i.to_dict() for i in store.names(tenant=who.id)]
             text = "\n".join(f"- {i['ref']} ({i['size']} bytes, {i['mime_type']})" for i in items) or "(none)"
-            return types.CallToolResult(content=[_text(text)], structured_content={"artifacts": items})
+            return types.CallToolResult(content=[text_content(text)], structured_content={"artifacts": items})
         if name == "artifact_put":
             artifact = arguments.get("name")
             if not isinstance(artifact, str):
                 raise BadRequest("the 'name' argument is required", code="invalid_arguments")
-            data = _payload(arguments)
+            data = payload_bytes(arguments)
             mime = arguments.get("mime_type")
             if not isinstance(mime, str):
                 mime = "text/plain" if "text" in arguments else "application/octet-stream"
             info = store.put(artifact, data, mime_type=mime, tenant=who.id, max_bytes=ARTIFACT_MAX_BYTES)
-            return types.CallToolResult(content=[_text(f"stored {info.ref} ({info.size} bytes)")],
+            return types.CallToolResult(content=[text_content(f"stored {info.ref} ({info.size} bytes)")],
                                         structured_content=info.to_dict())
         if name == "artifact_get":
             ref = arguments.get("ref")
             if not isinstance(ref, str):
                 raise BadRequest("the 'ref' argument is required", code="invalid_arguments")
             info, data = self._artifact(ref if ref.startswith("artifact://") else f"artifact://{ref}", who)
-            resource = _contents(info.ref, info.mime_type, data)
+            resource = resource_contents(info.ref, info.mime_type, data)
             return types.CallToolResult(
-                content=[_text(f"{info.ref} ({info.size} bytes, {info.mime_type})"), _embedded(resource)],
+                content=[text_content(f"{info.ref} ({info.size} bytes, {info.mime_type})"),
+                         embedded_resource(resource)],
                 structured_content=info.to_dict())
         raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
 
@@ -479,61 +431,4 @@ class SkillServer:
                     pass
             raise
         result = await manager.offload(manager.result, final)
-        return await self._offload(lambda: _run_content(result))
-
-
-def _text(text: str) -> types.TextContent:
-    return types.TextContent(type="text", text=text)
-
-
-def _error(text: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[_text(text)], is_error=True)
-
-
-def _payload(arguments: dict[str, Any]) -> bytes:
-    text, encoded = arguments.get("text"), arguments.get("base64")
-    if (text is None) == (encoded is None):
-        raise BadRequest("give exactly one of 'text' and 'base64'", code="invalid_arguments")
-    if isinstance(text, str):
-        return text.encode()
-    if not isinstance(encoded, str):
-        raise BadRequest("'base64' must be a string", code="invalid_arguments")
-    try:
-        return base64.b64decode(encoded, validate=True)
-    except (binascii.Error, ValueError):
-        raise BadRequest("'base64' is not valid base64", code="invalid_arguments") from None
-
-
-def _contents(uri: str, mime: str, data: bytes) -> dict[str, Any]:
-    try:
-        if b"\x00" not in data:
-            return {"uri": uri, "mimeType": mime, "text": data.decode("utf-8")}
-    except UnicodeDecodeError:
-        pass
-    return {"uri": uri, "mimeType": mime, "blob": base64.b64encode(data).decode()}
-
-
-def _embedded(contents: dict[str, Any]) -> types.EmbeddedResource:
-    model = types.TextResourceContents if "text" in contents else types.BlobResourceContents
-    return types.EmbeddedResource(type="resource", resource=model.model_validate(contents))
-
-
-def _run_content(result: RunResult) -> types.CallToolResult:
-    """A run's result as MCP content: the text summary, then each output file embedded
-    (or linked when large or cut), ``structuredContent`` = the whole result."""
-    content: list[Any] = [_text(render_result(result))]
-    for item in result.output_files:
-        if item.content is not None and not item.truncated and item.size_bytes <= EMBED_MAX_BYTES:
-            if item.encoding == "base64":
-                resource = {"uri": item.ref, "mimeType": item.mime_type, "blob": item.content}
-            else:
-                resource = {"uri": item.ref, "mimeType": item.mime_type, "text": item.content}
-            content.append(_embedded(resource))
-        elif item.ref.startswith("artifact://"):  # readable with resources/read (or artifact_get)
-            content.append(types.ResourceLink(type="resource_link", uri=item.ref, name=item.name,
-                                              mime_type=item.mime_type, size=item.size_bytes))
-        else:  # the run's workspace is gone: only a saved file can be fetched later
-            content.append(_text(f"file {item.name} ({item.size_bytes} bytes) is not embedded: too large or cut; "
-                                 "run again with outputs.save=true to get it as a readable artifact:// resource"))
-    structured = json.loads(result.model_dump_json())
-    return types.CallToolResult(content=content, structured_content=structured, is_error=failed(result))
+        return await self._offload(lambda: run_result_content(result))

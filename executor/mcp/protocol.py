@@ -1,0 +1,141 @@
+"""The MCP server's vocabulary, shared by its handlers: the Skills extension's settings,
+instructions, tool annotations, request parameter models, JSON Schema helpers, and how
+contents and results are shaped (text, errors, embedded resources, a run's result)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import json
+from typing import Any
+
+import mcp_types as types
+from mcp.shared.exceptions import MCPError
+from pydantic import ConfigDict
+
+from ..errors import BadRequest
+from ..runs.models import RunResult
+from ..tools import failed, render_result
+
+#: The Skills extension's settings: ``resources/directory/read`` is served.
+SETTINGS = {"directoryRead": True}
+
+#: Output files up to this size are embedded in a ``skill_run`` result; larger ones are links.
+EMBED_MAX_BYTES = 256 * 1024
+#: Most bytes of one ``artifact_put`` / ``artifact_get`` over MCP.
+ARTIFACT_MAX_BYTES = 16 * 1024 * 1024
+
+INSTRUCTIONS = """This server runs Agent Skills in isolated, network-less sandboxes.
+1. Overview: the skills_overview prompt (or skills/list, resources/list, skill_search) names every skill.
+2. Load: call skill_load with the skill's name to get its instructions (SKILL.md body) and file list;
+   skill_list_docs / skill_read_doc fetch extra docs on demand. Files are also resources skill://<name>/<path>.
+3. Run: call skill_run with the skill and a shell command, as the instructions say (never paste scripts).
+   The command starts in the skill's folder. Stage inputs with inputs=[{"from": "artifact://name" or
+   "skill://...", "to": "inputs/x"}] (artifact_put uploads a file first); write results to out/ and ask
+   for them with outputs={"globs": ["out/**"]}: they come back as embedded resources and artifact:// refs
+   (artifact_get reads one).
+4. Context: context_load / context_select_docs / context_unload keep, per session, what the agent has
+   loaded (within a token budget); context_render gives the block for the system message."""
+
+READ_ONLY = types.ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+RUN = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                            open_world_hint=False)
+WRITE = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                              open_world_hint=False)
+
+
+class SkillsListParams(types.RequestParams):
+    model_config = ConfigDict(extra="allow")
+    cursor: str | None = None
+
+
+class UriParams(types.RequestParams):
+    model_config = ConfigDict(extra="allow")
+    uri: str
+
+
+class DirectoryParams(UriParams):
+    cursor: str | None = None
+
+
+def invalid_params(message: str) -> MCPError:
+    return MCPError(types.INVALID_PARAMS, message)
+
+
+def inline_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return walk(copy.deepcopy(defs[node["$ref"].rsplit("/", 1)[-1]]))
+            return {k: walk(v) for k, v in node.items() if k != "title"}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    inlined: dict[str, Any] = walk(schema)
+    return inlined
+
+
+def object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def text_content(text: str) -> types.TextContent:
+    return types.TextContent(type="text", text=text)
+
+
+def error_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[text_content(text)], is_error=True)
+
+
+def payload_bytes(arguments: dict[str, Any]) -> bytes:
+    text, encoded = arguments.get("text"), arguments.get("base64")
+    if (text is None) == (encoded is None):
+        raise BadRequest("give exactly one of 'text' and 'base64'", code="invalid_arguments")
+    if isinstance(text, str):
+        return text.encode()
+    if not isinstance(encoded, str):
+        raise BadRequest("'base64' must be a string", code="invalid_arguments")
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequest("'base64' is not valid base64", code="invalid_arguments") from None
+
+
+def resource_contents(uri: str, mime: str, data: bytes) -> dict[str, Any]:
+    try:
+        if b"\x00" not in data:
+            return {"uri": uri, "mimeType": mime, "text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        pass
+    return {"uri": uri, "mimeType": mime, "blob": base64.b64encode(data).decode()}
+
+
+def embedded_resource(contents: dict[str, Any]) -> types.EmbeddedResource:
+    model = types.TextResourceContents if "text" in contents else types.BlobResourceContents
+    return types.EmbeddedResource(type="resource", resource=model.model_validate(contents))
+
+
+def run_result_content(result: RunResult) -> types.CallToolResult:
+    """A run's result as MCP content: the text summary, then each output file embedded
+    (or linked when large or cut), ``structuredContent`` = the whole result."""
+    content: list[Any] = [text_content(render_result(result))]
+    for item in result.output_files:
+        if item.content is not None and not item.truncated and item.size_bytes <= EMBED_MAX_BYTES:
+            if item.encoding == "base64":
+                resource = {"uri": item.ref, "mimeType": item.mime_type, "blob": item.content}
+            else:
+                resource = {"uri": item.ref, "mimeType": item.mime_type, "text": item.content}
+            content.append(embedded_resource(resource))
+        elif item.ref.startswith("artifact://"):  # readable with resources/read (or artifact_get)
+            content.append(types.ResourceLink(type="resource_link", uri=item.ref, name=item.name,
+                                              mime_type=item.mime_type, size=item.size_bytes))
+        else:  # the run's workspace is gone: only a saved file can be fetched later
+            content.append(text_content(
+                f"file {item.name} ({item.size_bytes} bytes) is not embedded: too large or cut; "
+                "run again with outputs.save=true to get it as a readable artifact:// resource"))
+    structured = json.loads(result.model_dump_json())
+    return types.CallToolResult(content=content, structured_content=structured, is_error=failed(result))
