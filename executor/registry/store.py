@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
 import shutil
-import stat
 import threading
 import time
 import uuid
@@ -46,6 +44,7 @@ from ..errors import Conflict, NotFound
 from ..skills.loader import SkillLoadError, find_skill_file, load_skill
 from ..skills.model import Skill
 from ..sqlite import ThreadLocalDB
+from .blobs import folder_signature, materialise
 from .manifest import AuditEntry, FileDigest, Version, manifest_digest
 from .refs import VersionRef, parse_version
 
@@ -53,8 +52,6 @@ __all__ = ["AuditEntry", "FileDigest", "Registry", "Version", "manifest_digest"]
 
 log = logging.getLogger(__name__)
 
-#: Folders never part of a version (the run's copy skips them too).
-SKIP_DIRS = frozenset({".git", "__pycache__"})
 SYSTEM_ACTOR = "system"
 
 
@@ -143,7 +140,7 @@ class Registry:
             try:
                 target = stage / folder.name
                 target.mkdir(mode=0o755)
-                files = self._materialise(folder, target)
+                files = materialise(folder, target, self.blobs)
                 digest = manifest_digest([(f.path, f.digest_field) for f in files])
                 return self._commit(skill_id, stage, folder.name, files, digest, actor, source, set_default)
             finally:
@@ -206,69 +203,6 @@ class Registry:
                 db.execute("ROLLBACK")
             raise
         return self.version(skill_id, number), True
-
-    def _materialise(self, source: Path, target: Path) -> list[FileDigest]:
-        """Copy ``source``'s regular files into blobs and hard-link them under ``target``.
-
-        Links stay links (as a run's copy keeps them): one that resolves inside the skill
-        with a relative target, any other to its resolved absolute target -- which every
-        reader refuses as leaving the skill, as before.
-        """
-        files: list[FileDigest] = []
-        real_root = source.resolve()
-        for dirpath, dirnames, filenames in os.walk(source):
-            rel_dir = os.path.relpath(dirpath, source)
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-            out_dir = target if rel_dir == "." else target / rel_dir
-            for name in list(dirnames):
-                if Path(dirpath, name).is_symlink():
-                    dirnames.remove(name)
-                    filenames.append(name)  # recorded as a link below
-                else:
-                    (out_dir / name).mkdir(mode=0o755)
-            for name in sorted(filenames):
-                src = Path(dirpath, name)
-                rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
-                st = os.lstat(src)
-                if stat.S_ISLNK(st.st_mode):
-                    resolved = Path(os.path.realpath(src))
-                    inside = resolved.is_relative_to(real_root)
-                    link = os.path.relpath(resolved, Path(dirpath).resolve()) if inside else str(resolved)
-                    os.symlink(link, out_dir / name)
-                    sha = hashlib.sha256(os.fsencode(link)).hexdigest()
-                    files.append(FileDigest(rel, sha, 0, False, link))
-                    continue
-                if not stat.S_ISREG(st.st_mode):
-                    continue
-                executable = bool(st.st_mode & 0o111)
-                sha, size = self._link_blob(src, out_dir / name, executable)
-                files.append(FileDigest(rel, sha, size, executable))
-        return files
-
-    def _link_blob(self, src: Path, dst: Path, executable: bool) -> tuple[str, int]:
-        """Store ``src`` as a blob (if new) and hard-link it at ``dst``; returns (sha256 hex, size)."""
-        tmp = self.blobs / f".tmp-{uuid.uuid4().hex}"
-        h = hashlib.sha256()
-        size = 0
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                h.update(chunk)
-                fout.write(chunk)
-                size += len(chunk)
-        sha = h.hexdigest()
-        blob = self.blobs / sha[:2] / (sha + (".x" if executable else ""))
-        try:
-            if blob.exists():
-                tmp.unlink()
-            else:
-                blob.parent.mkdir(exist_ok=True)
-                os.chmod(tmp, 0o555 if executable else 0o444)
-                os.rename(tmp, blob)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        os.link(blob, dst)
-        return sha, size
 
     # -- reading -------------------------------------------------------------------------
 
@@ -352,7 +286,7 @@ class Registry:
         seen = self._observed.get(folder)
         now = time.monotonic()
         fresh = seen is not None and max_age > 0 and now - seen[3] < max_age
-        signature = seen[0] if fresh and seen is not None else _signature(folder)
+        signature = seen[0] if fresh and seen is not None else folder_signature(folder)
         if seen is not None and seen[0] == signature:
             with contextlib.suppress(NotFound):
                 found = self.version(skill_id, seen[2])
@@ -522,18 +456,3 @@ class Registry:
             rows = db.execute(f"SELECT {cols} FROM audit WHERE skill = ? ORDER BY id DESC LIMIT ?",
                               (skill_id, limit)).fetchall()
         return [AuditEntry(*r) for r in rows]
-
-
-def _signature(folder: Path) -> tuple[Any, ...]:
-    """What changes whenever a file of ``folder`` does: (path, size, mtime, ctime, mode) per entry."""
-    entries: list[tuple[str, int, int, int, int]] = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
-        for name in sorted([*filenames, *(d for d in dirnames if os.path.islink(os.path.join(dirpath, d)))]):
-            full = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(full)  # a retargeted link is a new link: new times
-            except OSError:
-                continue
-            entries.append((full, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode))
-    return tuple(entries)
