@@ -85,17 +85,26 @@ class Bench:
     def plain(self, network_disabled: bool = False, **host: Any) -> Config:
         """``true`` with only ``host`` settings (``network_mode=none`` unless disabled)."""
         host_config = self.api.create_host_config(network_mode=None if network_disabled else "none", **host)
-        return {"image": self.image, "command": ["true"], "labels": dict(self.labels),
-                "network_disabled": network_disabled, "detach": True, "host_config": host_config}
+        return {
+            "image": self.image,
+            "command": ["true"],
+            "labels": dict(self.labels),
+            "network_disabled": network_disabled,
+            "detach": True,
+            "host_config": host_config,
+        }
 
     def binds(self, count: int) -> list[Mount]:
-        return [Mount(f"/mnt/bench{i}", str(src), type="bind", read_only=True)
-                for i, src in enumerate(self.sources[:count])]
+        return [
+            Mount(f"/mnt/bench{i}", str(src), type="bind", read_only=True) for i, src in enumerate(self.sources[:count])
+        ]
 
     def ours(self, *, network_disabled: bool = True, init: bool = True, runtime: str | None = None) -> Config:
         """:meth:`Engine.config` of a per-run container running ``true``, then edited."""
         config = self.engine.config(
-            command=["true"], cwd=CONTAINER_WORKSPACE, env={"HOME": f"{CONTAINER_WORKSPACE}/run/home"},
+            command=["true"],
+            cwd=CONTAINER_WORKSPACE,
+            env={"HOME": f"{CONTAINER_WORKSPACE}/run/home"},
             mounts=[Mount(CONTAINER_WORKSPACE, str(self.workspace), type="bind", read_only=False)],
             labels=dict(self.labels),
         )
@@ -122,11 +131,18 @@ class Bench:
             "log_none": lambda: self.plain(log_config=LogConfig(type="none", config={})),
             "read_only": lambda: self.plain(read_only=True),
             "caps_nnp": lambda: self.plain(cap_drop=["ALL"], security_opt=["no-new-privileges"]),
-            "limits": lambda: self.plain(mem_limit=s.docker_memory_bytes, memswap_limit=s.docker_memory_bytes,
-                                         nano_cpus=int(s.docker_cpus * 1e9), pids_limit=s.docker_pids_limit),
-            "ulimits": lambda: self.plain(ulimits=[Ulimit(name="nofile", soft=nofile, hard=nofile),
-                                                   Ulimit(name="fsize", soft=s.docker_disk_bytes,
-                                                          hard=s.docker_disk_bytes)]),
+            "limits": lambda: self.plain(
+                mem_limit=s.docker_memory_bytes,
+                memswap_limit=s.docker_memory_bytes,
+                nano_cpus=int(s.docker_cpus * 1e9),
+                pids_limit=s.docker_pids_limit,
+            ),
+            "ulimits": lambda: self.plain(
+                ulimits=[
+                    Ulimit(name="nofile", soft=nofile, hard=nofile),
+                    Ulimit(name="fsize", soft=s.docker_disk_bytes, hard=s.docker_disk_bytes),
+                ]
+            ),
             "runsc": lambda: self.plain(runtime="runsc"),
             "ours": lambda: self.ours(),
             "ours_netmode_none": lambda: self.ours(network_disabled=False),
@@ -170,14 +186,16 @@ class Bench:
             for name, begin, end in zip(PHASES, marks[:-1], marks[1:], strict=True):
                 phases.setdefault(name, []).append((end - begin) * 1000)
 
-    def alternate(self, baseline: Config, variant: Config, count: int, pause: float, warm_up: bool = True
-                  ) -> tuple[list[float], list[float]]:
+    def alternate(
+        self, baseline: Config, variant: Config, count: int, pause: float, warm_up: bool = True
+    ) -> tuple[list[float], list[float]]:
         """``count`` samples of each, in turn (after an unmeasured warm-up of each)."""
         if warm_up:
             self.cold(baseline)
             self.cold(variant)
-        samples = in_turn({"baseline": lambda: self.cold(baseline), "variant": lambda: self.cold(variant)},
-                          count, pause)
+        samples = in_turn(
+            {"baseline": lambda: self.cold(baseline), "variant": lambda: self.cold(variant)}, count, pause
+        )
         return samples["baseline"], samples["variant"]
 
     def churn(self, configs: dict[str, Config], concurrency: int, total: int, rounds: int) -> dict[str, Any]:
@@ -202,8 +220,9 @@ class Bench:
             for name, config in configs.items():
                 time.sleep(pause)
                 self.cold(config, samples[name])
-        return {name: {phase: stats(values) for phase, values in by_phase.items()}
-                for name, by_phase in samples.items()}
+        return {
+            name: {phase: stats(values) for phase, values in by_phase.items()} for name, by_phase in samples.items()
+        }
 
     def leftovers(self) -> list[str]:
         found = self.api.containers(all=True, filters={"label": f"{LABEL_SESSION}={self.session}"})
@@ -217,16 +236,21 @@ class Bench:
                 pass
 
 
-def bench_coldpath(client: docker.DockerClient, image: str, quick: bool,
-                   only: set[str] | None = None) -> dict[str, Any]:
+def bench_coldpath(
+    client: docker.DockerClient, image: str, quick: bool, only: set[str] | None = None
+) -> dict[str, Any]:
     """Every variant (or those in ``only``) against its baseline, churn at concurrency 4
     and the phase split."""
     count, pause = (3, 0.05) if quick else (15, 0.2)
     with tempfile.TemporaryDirectory(prefix="coldpath-") as tmp:
         bench = Bench(client, image, Path(tmp))
         try:
-            result: dict[str, Any] = {"session": bench.session, "image": image, "quick": quick,
-                                      "log_driver_default": client.info().get("LoggingDriver")}
+            result: dict[str, Any] = {
+                "session": bench.session,
+                "image": image,
+                "quick": quick,
+                "log_driver_default": client.info().get("LoggingDriver"),
+            }
             baseline = bench.baseline()
             bench.cold(baseline)  # the first container of an image may pay for more than the rest
             for name, (config, against) in bench.variants(quick).items():
@@ -235,27 +259,35 @@ def bench_coldpath(client: docker.DockerClient, image: str, quick: bool,
                 base_samples, samples = bench.alternate(against, config, count, pause, warm_up=not quick)
                 ms, base_ms = stats(samples), stats(base_samples)
                 result[name] = {"ms": ms, "baseline_ms": base_ms, "ratio": ms["p50"] / base_ms["p50"]}
-            churn_configs = {"baseline": baseline, "network_disabled": bench.plain(network_disabled=True),
-                             "ours": bench.ours()}
+            churn_configs = {
+                "baseline": baseline,
+                "network_disabled": bench.plain(network_disabled=True),
+                "ours": bench.ours(),
+            }
             total, rounds = (4, 1) if quick else (40, 4)
             result["churn_c4"] = bench.churn(churn_configs, concurrency=4, total=total, rounds=rounds)
-            result["phases"] = bench.phases({"baseline": baseline, "ours": bench.ours()},
-                                            count=2 if quick else 10, pause=pause)
+            result["phases"] = bench.phases(
+                {"baseline": baseline, "ours": bench.ours()}, count=2 if quick else 10, pause=pause
+            )
             return result
         finally:
             bench.cleanup()
 
 
 def report(result: dict[str, Any]) -> None:
-    print(f"cold path: create+start+wait+remove of `true` ({result['image']}; "
-          f"default log driver {result['log_driver_default']})")
+    print(
+        f"cold path: create+start+wait+remove of `true` ({result['image']}; "
+        f"default log driver {result['log_driver_default']})"
+    )
     print(f"{'variant':28} {'p50':>8} {'p90':>8} {'base p50':>9} {'base p90':>9} {'ratio':>6} {'delta':>7} {'n':>3}")
     for name, row in result.items():
         if not (isinstance(row, dict) and "ratio" in row):
             continue
         ms, base = row["ms"], row["baseline_ms"]
-        print(f"{name:28} {ms['p50']:8.0f} {ms['p90']:8.0f} {base['p50']:9.0f} {base['p90']:9.0f} "
-              f"{row['ratio']:6.2f} {ms['p50'] - base['p50']:+7.0f} {ms['n']:3}")
+        print(
+            f"{name:28} {ms['p50']:8.0f} {ms['p90']:8.0f} {base['p50']:9.0f} {base['p90']:9.0f} "
+            f"{row['ratio']:6.2f} {ms['p50'] - base['p50']:+7.0f} {ms['n']:3}"
+        )
     print("\nchurn at concurrency 4 (runs/s)")
     for name, row in result["churn_c4"].items():
         print(f"  {name:26} {row['runs_per_s']:6.2f}  ({row['containers']} containers)")

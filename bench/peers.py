@@ -46,16 +46,31 @@ INTERVAL = 0.25  # latency samples start at 4 runs/s, as bench/run.py's warm-poo
 
 # (row name, venv folder, driver argument, isolation model)
 PEERS = [
-    ("llm-sandbox, session per run", "llm-sandbox", "llm-sandbox:session",
-     "fresh container per run (created, started, exec'd, stopped, removed)"),
-    ("llm-sandbox, one shared session", "llm-sandbox", "llm-sandbox:shared",
-     "one shared container reused by every run (exec; runs serialized)"),
-    ("llm-sandbox, container pool", "llm-sandbox", "llm-sandbox:pool",
-     "pool of 2..4 reused containers (exec; not reset between runs)"),
-    ("AutoGen DockerCommandLineCodeExecutor", "autogen", "autogen",
-     "one shared container reused by every run (exec of a file in a bind mount)"),
-    ("epicbox", "epicbox", "epicbox",
-     "fresh container per run (create+start+wait+remove)"),
+    (
+        "llm-sandbox, session per run",
+        "llm-sandbox",
+        "llm-sandbox:session",
+        "fresh container per run (created, started, exec'd, stopped, removed)",
+    ),
+    (
+        "llm-sandbox, one shared session",
+        "llm-sandbox",
+        "llm-sandbox:shared",
+        "one shared container reused by every run (exec; runs serialized)",
+    ),
+    (
+        "llm-sandbox, container pool",
+        "llm-sandbox",
+        "llm-sandbox:pool",
+        "pool of 2..4 reused containers (exec; not reset between runs)",
+    ),
+    (
+        "AutoGen DockerCommandLineCodeExecutor",
+        "autogen",
+        "autogen",
+        "one shared container reused by every run (exec of a file in a bind mount)",
+    ),
+    ("epicbox", "epicbox", "epicbox", "fresh container per run (create+start+wait+remove)"),
 ]
 
 
@@ -64,8 +79,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=20, help="latency samples per peer (default 20)")
     parser.add_argument("--throughput-runs", type=int, default=40, help="runs at concurrency 4 (default 40)")
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=None,
-                        help="JSON file (default bench/results/peers-<date>.json)")
+    parser.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/peers-<date>.json)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     from executor.config import Settings
@@ -91,10 +105,17 @@ def main() -> int:
         if "p50_ms" in row:
             row["ours_warm_over_peer_p50"] = warm["p50_ms"] / row["p50_ms"]
             row["ours_warm_over_peer_throughput"] = warm["throughput_runs_per_s"] / row["throughput_runs_per_s"]
-    results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "engine": client.version().get("Version"), "image": image, "samples": args.samples,
-               "throughput_runs": args.throughput_runs, "concurrency": args.concurrency,
-               "latency_pacing_s": INTERVAL, "rows": rows, "leftover_containers_removed": removed}
+    results = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "engine": client.version().get("Version"),
+        "image": image,
+        "samples": args.samples,
+        "throughput_runs": args.throughput_runs,
+        "concurrency": args.concurrency,
+        "latency_pacing_s": INTERVAL,
+        "rows": rows,
+        "leftover_containers_removed": removed,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(table(rows, args.concurrency))
@@ -111,17 +132,28 @@ def ours(image: str, samples: int, tp_runs: int, concurrency: int) -> list[dict[
     base = Path(tempfile.mkdtemp(prefix="se-bench-peers-"))
     skill = base / "skills" / "bench-noop"
     skill.mkdir(parents=True)
-    (skill / "SKILL.md").write_text("---\nname: bench-noop\ndescription: Does nothing; for benchmarks.\n---\n\n"
-                                    "Run `true`.\n")
+    (skill / "SKILL.md").write_text(
+        "---\nname: bench-noop\ndescription: Does nothing; for benchmarks.\n---\n\nRun `true`.\n"
+    )
     rows = []
     try:
         for pool, name, isolation in (
-                (2, "ours, warm pool (library)",
-                 "pool of 2 pre-started single-use containers (fresh container per run, destroyed after it)"),
-                (0, "ours, per-run container (library)", "fresh container per run (create+start+wait+remove)")):
-            executor = Executor.from_settings(Settings(runtime="docker", skills_dirs=[base / "skills"],
-                                                       data_dir=base / f"data{pool}", pool_size=pool,
-                                                       docker_image=image))
+            (
+                2,
+                "ours, warm pool (library)",
+                "pool of 2 pre-started single-use containers (fresh container per run, destroyed after it)",
+            ),
+            (0, "ours, per-run container (library)", "fresh container per run (create+start+wait+remove)"),
+        ):
+            executor = Executor.from_settings(
+                Settings(
+                    runtime="docker",
+                    skills_dirs=[base / "skills"],
+                    data_dir=base / f"data{pool}",
+                    pool_size=pool,
+                    docker_image=image,
+                )
+            )
             try:
                 if pool:
                     executor.runtime.pool.wait_ready()  # type: ignore[attr-defined]
@@ -131,6 +163,7 @@ def ours(image: str, samples: int, tp_runs: int, concurrency: int) -> list[dict[
                     result = executor.runner.run(request)
                     if result.exit_code != 0:
                         raise RuntimeError(f"`true` exited with {result.exit_code}")
+
                 row = measure(run, samples, tp_runs, concurrency)
             finally:
                 executor.close()
@@ -162,8 +195,17 @@ def run_peer(name: str, venv: str, peer: str, isolation: str, image: str, args: 
     if not python.exists():
         row["error"] = f"no virtualenv at {python.parent.parent} (run scripts/bench-peers.sh)"
         return row
-    command = [str(python), str(DRIVER), peer, image, str(args.samples), str(args.throughput_runs),
-               str(args.concurrency), LABEL, str(INTERVAL)]
+    command = [
+        str(python),
+        str(DRIVER),
+        peer,
+        image,
+        str(args.samples),
+        str(args.throughput_runs),
+        str(args.concurrency),
+        LABEL,
+        str(INTERVAL),
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
@@ -174,8 +216,11 @@ def run_peer(name: str, venv: str, peer: str, isolation: str, image: str, args: 
         row["error"] = f"driver exited with {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"
         return row
     measured = json.loads(lines[-1])
-    row.update(version=measured["version"], **stats(measured["latency_ms"]),
-               throughput_runs_per_s=measured["throughput_runs_per_s"])
+    row.update(
+        version=measured["version"],
+        **stats(measured["latency_ms"]),
+        throughput_runs_per_s=measured["throughput_runs_per_s"],
+    )
     return row
 
 
@@ -192,10 +237,16 @@ def clean_up(client: Any, since: float) -> list[str]:
     for container in client.containers.list(all=True):
         attrs = container.attrs
         name = container.name
-        created = datetime.datetime.fromisoformat(attrs["Created"][:26].rstrip("Z")).replace(
-            tzinfo=datetime.timezone.utc).timestamp()
-        ours = (container.labels.get(LABEL) == "1" or name.startswith(LABEL + "-")
-                or (name.startswith("epicbox-") and created >= since - 5))
+        created = (
+            datetime.datetime.fromisoformat(attrs["Created"][:26].rstrip("Z"))
+            .replace(tzinfo=datetime.timezone.utc)
+            .timestamp()
+        )
+        ours = (
+            container.labels.get(LABEL) == "1"
+            or name.startswith(LABEL + "-")
+            or (name.startswith("epicbox-") and created >= since - 5)
+        )
         if ours:
             try:
                 container.remove(force=True)
@@ -206,16 +257,21 @@ def clean_up(client: Any, since: float) -> list[str]:
 
 
 def table(rows: list[dict[str, Any]], concurrency: int) -> str:
-    lines = [f"| peer | isolation model | p50 | p90 | c={concurrency} runs/s | ours (warm pool) / peer p50 "
-             "| ours / peer throughput |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| peer | isolation model | p50 | p90 | c={concurrency} runs/s | ours (warm pool) / peer p50 "
+        "| ours / peer throughput |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         name = row["peer"] + (f" {row['version']}" if "version" in row else "")
         if "error" in row:
             lines.append(f"| {name} | {row['isolation']} | failed: {row['error']} | | | | |")
             continue
-        lines.append(f"| {name} | {row['isolation']} | {row['p50_ms']:.1f} ms | {row['p90_ms']:.1f} ms "
-                     f"| {row['throughput_runs_per_s']:.1f} | {row['ours_warm_over_peer_p50']:.2f}x "
-                     f"| {row['ours_warm_over_peer_throughput']:.2f}x |")
+        lines.append(
+            f"| {name} | {row['isolation']} | {row['p50_ms']:.1f} ms | {row['p90_ms']:.1f} ms "
+            f"| {row['throughput_runs_per_s']:.1f} | {row['ours_warm_over_peer_p50']:.2f}x "
+            f"| {row['ours_warm_over_peer_throughput']:.2f}x |"
+        )
     return "\n".join(lines)
 
 

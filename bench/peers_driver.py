@@ -33,14 +33,20 @@ def runtime_configs(label: str) -> dict[str, Any]:
 def llm_sandbox_setup(image: str, label: str, mode: str) -> tuple[Callable[[], None], Callable[[], None], str]:
     from llm_sandbox import SandboxSession
 
-    common: dict[str, Any] = {"lang": "python", "image": image, "keep_template": True,
-                              "skip_environment_setup": True,
-                              "runtime_configs": runtime_configs(label)}
+    common: dict[str, Any] = {
+        "lang": "python",
+        "image": image,
+        "keep_template": True,
+        "skip_environment_setup": True,
+        "runtime_configs": runtime_configs(label),
+    }
     version = metadata.version("llm-sandbox")
     if mode == "session":  # a fresh container per run: open, execute, close
+
         def run() -> None:
             with SandboxSession(**common) as session:
                 check(session.execute_command("true").exit_code)
+
         return run, lambda: None, version
     if mode == "shared":  # one session (one container) reused by every run
         session = SandboxSession(**common)
@@ -50,21 +56,30 @@ def llm_sandbox_setup(image: str, label: str, mode: str) -> tuple[Callable[[], N
         def run_shared() -> None:
             with lock:
                 check(session.execute_command("true").exit_code)
+
         return run_shared, session.close, version
     from llm_sandbox.pool import PoolConfig, PooledSandboxSession, create_pool_manager
 
-    pool = create_pool_manager(backend="docker", config=PoolConfig(min_pool_size=2, max_pool_size=4),
-                               lang="python", image=image, keep_template=True, skip_environment_setup=True,
-                               runtime_configs=runtime_configs(label))
+    pool = create_pool_manager(
+        backend="docker",
+        config=PoolConfig(min_pool_size=2, max_pool_size=4),
+        lang="python",
+        image=image,
+        keep_template=True,
+        skip_environment_setup=True,
+        runtime_configs=runtime_configs(label),
+    )
 
     def run_pooled() -> None:
         with PooledSandboxSession(pool_manager=pool) as session:
             check(session.execute_command("true").exit_code)
+
     return run_pooled, pool.close, version
 
 
-def autogen_measure(image: str, label: str, samples: int, tp_runs: int, concurrency: int,
-                    interval: float) -> dict[str, Any]:
+def autogen_measure(
+    image: str, label: str, samples: int, tp_runs: int, concurrency: int, interval: float
+) -> dict[str, Any]:
     """AutoGen's executor is asynchronous: measured on its own event loop (concurrency by tasks)."""
     import os
 
@@ -75,8 +90,9 @@ def autogen_measure(image: str, label: str, samples: int, tp_runs: int, concurre
     async def measure() -> dict[str, Any]:
         work = tempfile.mkdtemp(prefix="se-bench-autogen-")
         os.chmod(work, 0o777)  # the image runs as uid 1000; the code files are written by this process
-        executor = DockerCommandLineCodeExecutor(image=image, container_name=f"{label}-autogen-{uuid.uuid4().hex[:8]}",
-                                                 work_dir=work, timeout=60)
+        executor = DockerCommandLineCodeExecutor(
+            image=image, container_name=f"{label}-autogen-{uuid.uuid4().hex[:8]}", work_dir=work, timeout=60
+        )
         await executor.start()
 
         async def run() -> None:
@@ -98,13 +114,18 @@ def autogen_measure(image: str, label: str, samples: int, tp_runs: int, concurre
             async def gated() -> None:
                 async with gate:
                     await run()
+
             began = time.perf_counter()
             await asyncio.gather(*(gated() for _ in range(tp_runs)))
             throughput = tp_runs / (time.perf_counter() - began)
         finally:
             await executor.stop()
-        return {"version": metadata.version("autogen-ext"), "latency_ms": latencies,
-                "throughput_runs_per_s": throughput}
+        return {
+            "version": metadata.version("autogen-ext"),
+            "latency_ms": latencies,
+            "throughput_runs_per_s": throughput,
+        }
+
     return asyncio.run(measure())
 
 
@@ -119,6 +140,7 @@ def epicbox_setup(image: str) -> tuple[Callable[[], None], Callable[[], None], s
 
     def run() -> None:
         check(epicbox.run("bench", "true")["exit_code"])
+
     return run, lambda: None, metadata.version("epicbox")
 
 
@@ -132,8 +154,7 @@ def main() -> int:
     if peer.startswith("llm-sandbox:"):
         run, close, version = llm_sandbox_setup(image, label, peer.split(":", 1)[1])
     elif peer == "autogen":
-        print(json.dumps(autogen_measure(image, label, int(samples), int(tp_runs), int(concurrency),
-                                         float(interval))))
+        print(json.dumps(autogen_measure(image, label, int(samples), int(tp_runs), int(concurrency), float(interval))))
         return 0
     elif peer == "epicbox":
         run, close, version = epicbox_setup(image)

@@ -117,9 +117,22 @@ class Service:
         env["SKILL_EXECUTOR_LOG_JSON"] = "1"
         self.log = open(base / f"service-{self.port}.log", "wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "executor.cli.main", "serve", "--port", str(self.port),
-             "--skills-dir", str(REPO / "skills"), "--data-dir", str(base / f"data-{self.port}")],
-            cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "executor.cli.main",
+                "serve",
+                "--port",
+                str(self.port),
+                "--skills-dir",
+                str(REPO / "skills"),
+                "--data-dir",
+                str(base / f"data-{self.port}"),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         self.url = f"http://127.0.0.1:{self.port}"
         self.http = httpx.Client(base_url=self.url, timeout=600)
@@ -166,8 +179,7 @@ def floor_exec_run(client: docker.DockerClient, image: str, count: int) -> list[
         container.remove(force=True)
 
 
-def floor_cold_once(client: docker.DockerClient, image: str, runtime: str | None = None,
-                    network: str = "none") -> None:
+def floor_cold_once(client: docker.DockerClient, image: str, runtime: str | None = None, network: str = "none") -> None:
     """SDK create+start+wait+remove of ``true``: ``network`` ``none`` (``network_mode=none``,
     the floor the targets name) or ``disabled`` (``network_disabled``, what ours uses)."""
     kwargs: dict[str, Any] = {"network_disabled": True} if network == "disabled" else {"network_mode": "none"}
@@ -216,17 +228,20 @@ def launcher_round_trip(executor: Executor) -> float:
         runtime.discard(warm)
 
 
-def bench_library(base: Path, client: docker.DockerClient, image: str, n_warm: int, n_cold: int,
-                  tp_runs: int) -> dict[str, Any]:
+def bench_library(
+    base: Path, client: docker.DockerClient, image: str, n_warm: int, n_cold: int, tp_runs: int
+) -> dict[str, Any]:
     """The launcher's round trip, ours through the library (warm -- in turn with the soft,
     polled disk cap of before -- and pool 0 in turn with the floor), and the library's
     throughput at c=4."""
     out: dict[str, Any] = {}
     request = RunRequest(skill="math-tools", command="true")
     for pool in (2, 0):
-        executor = Executor.from_settings(Settings(skills_dirs=[REPO / "skills"], data_dir=base / f"lib{pool}",
-                                                   pool_size=pool, docker_image=image))
+        executor = Executor.from_settings(
+            Settings(skills_dirs=[REPO / "skills"], data_dir=base / f"lib{pool}", pool_size=pool, docker_image=image)
+        )
         try:
+
             def run(on: Executor = executor) -> None:
                 result = on.runner.run(request)
                 if result.exit_code != 0:
@@ -234,12 +249,21 @@ def bench_library(base: Path, client: docker.DockerClient, image: str, n_warm: i
 
             if pool:
                 runtime: Any = executor.runtime
-                soft = Executor.from_settings(Settings(skills_dirs=[REPO / "skills"], data_dir=base / "lib-soft",
-                                                       pool_size=pool, docker_image=image, disk_cap="soft"))
+                soft = Executor.from_settings(
+                    Settings(
+                        skills_dirs=[REPO / "skills"],
+                        data_dir=base / "lib-soft",
+                        pool_size=pool,
+                        docker_image=image,
+                        disk_cap="soft",
+                    )
+                )
                 try:
                     soft_runtime: Any = soft.runtime
                     pools: list[tuple[Executor, Any, list[float]]] = [
-                        (executor, runtime.pool, []), (soft, soft_runtime.pool, [])]
+                        (executor, runtime.pool, []),
+                        (soft, soft_runtime.pool, []),
+                    ]
                     for on, warm, _ in pools:
                         assert warm.wait_ready()
                         run(on)
@@ -267,8 +291,9 @@ def bench_library(base: Path, client: docker.DockerClient, image: str, n_warm: i
     return out
 
 
-def bench_http(base: Path, client: docker.DockerClient, image: str, n_warm: int, n_cold: int, tp_runs: int,
-               levels: tuple[int, ...]) -> dict[str, Any]:
+def bench_http(
+    base: Path, client: docker.DockerClient, image: str, n_warm: int, n_cold: int, tp_runs: int, levels: tuple[int, ...]
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     warm = Service(base, pool_size=2, docker_image=image)
     try:
@@ -292,9 +317,14 @@ def bench_http(base: Path, client: docker.DockerClient, image: str, n_warm: int,
     cold = Service(base, pool_size=0, docker_image=image)
     try:
         cold.run()
-        samples = in_turn({"none": lambda: floor_cold_once(client, image),
-                           "disabled": lambda: floor_cold_once(client, image, network="disabled"),
-                           "ours": cold.run}, n_cold)
+        samples = in_turn(
+            {
+                "none": lambda: floor_cold_once(client, image),
+                "disabled": lambda: floor_cold_once(client, image, network="disabled"),
+                "ours": cold.run,
+            },
+            n_cold,
+        )
         out["http_pool0_ms"] = stats(samples["ours"])
         out["floor_none_beside_http_ms"] = stats(samples["none"])
         out["floor_disabled_beside_http_ms"] = stats(samples["disabled"])
@@ -338,9 +368,13 @@ def bench_collection(base: Path, quick: bool) -> dict[str, Any]:
                 path.read_bytes()
 
     out = {
-        "collect_1000_files_ms": stats([timed(lambda: collect(workspace, ["out/many/**"], limits)) for _ in range(rounds)]),
+        "collect_1000_files_ms": stats(
+            [timed(lambda: collect(workspace, ["out/many/**"], limits)) for _ in range(rounds)]
+        ),
         "plain_read_1000_files_ms": stats([timed(lambda: read_all(workspace.out / "many")) for _ in range(rounds)]),
-        "collect_64mib_file_ms": stats([timed(lambda: collect(workspace, ["out/big/*"], limits)) for _ in range(rounds)]),
+        "collect_64mib_file_ms": stats(
+            [timed(lambda: collect(workspace, ["out/big/*"], limits)) for _ in range(rounds)]
+        ),
         "plain_read_64mib_file_ms": stats([timed(lambda: big.read_bytes()) for _ in range(rounds)]),
     }
     result = collect(workspace, ["out/many/**"], limits)
@@ -351,14 +385,36 @@ def bench_collection(base: Path, quick: bool) -> dict[str, Any]:
 
 def bench_catalog(base: Path, quick: bool) -> dict[str, Any]:
     root = base / "catalog"
-    words = ["pdf", "csv", "chart", "report", "image", "resize", "audio", "git", "deploy", "lint", "docx",
-             "translate", "invoice", "summarise", "scrape", "sql", "diagram", "slides", "email", "calendar"]
+    words = [
+        "pdf",
+        "csv",
+        "chart",
+        "report",
+        "image",
+        "resize",
+        "audio",
+        "git",
+        "deploy",
+        "lint",
+        "docx",
+        "translate",
+        "invoice",
+        "summarise",
+        "scrape",
+        "sql",
+        "diagram",
+        "slides",
+        "email",
+        "calendar",
+    ]
     for i in range(1000):
         name = f"skill-{i:04}-{words[i % len(words)]}"
         folder = root / name
         folder.mkdir(parents=True)
-        description = (f"Use this skill to {words[i % 20]} and {words[(i * 7) % 20]} files; "
-                       f"handles {words[(i * 3) % 20]} workflows with scripts and references (variant {i}).")
+        description = (
+            f"Use this skill to {words[i % 20]} and {words[(i * 7) % 20]} files; "
+            f"handles {words[(i * 3) % 20]} workflows with scripts and references (variant {i})."
+        )
         (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: {description}\n---\n# {name}\n\nBody.\n")
     repository = SkillRepository([root], refresh_interval=3600)
     load_ms = timed(repository.reload)
@@ -368,9 +424,13 @@ def bench_catalog(base: Path, quick: bool) -> dict[str, Any]:
     search = stats([timed(lambda: repository.search("pdf report scripts", 10)) for _ in range(rounds)])
     rescan = stats([timed(repository.reload) for _ in range(3)])
     assert len(repository.list()) == 1000
-    return {"catalog_first_load_ms": {"p50": load_ms, "p90": load_ms, "n": 1},
-            "catalog_overview_text_ms": overview, "catalog_overview_xml_ms": xml,
-            "catalog_search_ms": search, "catalog_rescan_unchanged_ms": rescan}
+    return {
+        "catalog_first_load_ms": {"p50": load_ms, "p90": load_ms, "n": 1},
+        "catalog_overview_text_ms": overview,
+        "catalog_overview_xml_ms": xml,
+        "catalog_search_ms": search,
+        "catalog_rescan_unchanged_ms": rescan,
+    }
 
 
 def bench_rss(base: Path, quick: bool) -> dict[str, Any]:
@@ -417,14 +477,16 @@ def runsc_problem(client: docker.DockerClient) -> str | None:
     return None
 
 
-def bench_oci_runtime(base: Path, client: docker.DockerClient, image: str, runtime: str | None,
-                      counts: tuple[int, int, int, int]) -> dict[str, Any]:
+def bench_oci_runtime(
+    base: Path, client: docker.DockerClient, image: str, runtime: str | None, counts: tuple[int, int, int, int]
+) -> dict[str, Any]:
     """The rows compared between runc (``runtime`` None: the engine's default) and runsc."""
     n_warm, n_cold, per_level, n_heavy = counts
     out: dict[str, Any] = {}
     floor_cold_once(client, image, runtime, network="disabled")
     out["floor_create_start_wait_remove_ms"] = stats(
-        [timed(lambda: floor_cold_once(client, image, runtime, network="disabled")) for _ in range(n_cold)])
+        [timed(lambda: floor_cold_once(client, image, runtime, network="disabled")) for _ in range(n_cold)]
+    )
     settings: dict[str, Any] = {"docker_image": image}
     if runtime is not None:
         settings["docker_oci_runtime"] = runtime
@@ -468,8 +530,12 @@ def main() -> int:
     # set, no peers and no gVisor rows (each needs services and containers of its own).
     n_warm, n_cold, tp_runs = (10, 4, 8) if quick else (40, 15, 24)
     levels = (4,) if quick else (1, 2, 4, 8)
-    results: dict[str, Any] = {"quick": quick, "engine": client.version().get("Version"), "image": image,
-                               "skipped": sorted(set(args.skip))}
+    results: dict[str, Any] = {
+        "quick": quick,
+        "engine": client.version().get("Version"),
+        "image": image,
+        "skipped": sorted(set(args.skip)),
+    }
     skip = set(args.skip) | ({"peers", "gvisor"} if quick else set())
     results["skipped"] = sorted(skip)
     wanted = [name for name in SECTIONS if name not in skip]
@@ -481,8 +547,13 @@ def main() -> int:
                 results["floor_exec_run_ms"] = stats(floor_exec_run(client, image, max(n_warm, 12)))
                 floor_cold_once(client, image)
                 floor_cold_once(client, image, network="disabled")
-                samples = in_turn({"none": lambda: floor_cold_once(client, image),
-                                   "disabled": lambda: floor_cold_once(client, image, network="disabled")}, n_cold)
+                samples = in_turn(
+                    {
+                        "none": lambda: floor_cold_once(client, image),
+                        "disabled": lambda: floor_cold_once(client, image, network="disabled"),
+                    },
+                    n_cold,
+                )
                 results["floor_none_ms"] = stats(samples["none"])
                 results["floor_disabled_ms"] = stats(samples["disabled"])
             elif section == "library":
@@ -492,15 +563,23 @@ def main() -> int:
                 results.update(bench_http(base, client, image, n_warm, n_cold, tp_runs, levels))
             elif section == "coldpath":
                 from coldpath import bench_coldpath
+
                 # (quick: the network variants are the floor section's; init is ours with and without)
-                results["coldpath"] = bench_coldpath(client, image, quick,
-                                                     {"ours", "ours_no_init"} if quick else None)
+                results["coldpath"] = bench_coldpath(client, image, quick, {"ours", "ours_no_init"} if quick else None)
             elif section == "workloads":
                 from workloads import bench_workloads
+
                 # (quick: the two light ones, one sample each, no LibreOffice first-start split)
-                results.update(bench_workloads(base, client, image, quick,
-                                               ["pdf_form_fill", "import_pandas"] if quick else None,
-                                               first_start=not quick))
+                results.update(
+                    bench_workloads(
+                        base,
+                        client,
+                        image,
+                        quick,
+                        ["pdf_form_fill", "import_pandas"] if quick else None,
+                        first_start=not quick,
+                    )
+                )
             elif section == "peers":
                 results["peers"] = bench_peers(image, quick)
             elif section == "collection":
@@ -513,8 +592,10 @@ def main() -> int:
                 problem = runsc_problem(client)
                 if problem is None:
                     counts = (4, 3, 4, 1) if quick else (24, 12, 24, 5)
-                    results["oci_runtimes"] = {name: bench_oci_runtime(base, client, image, runtime, counts)
-                                               for name, runtime in (("runc", None), ("runsc", "runsc"))}
+                    results["oci_runtimes"] = {
+                        name: bench_oci_runtime(base, client, image, runtime, counts)
+                        for name, runtime in (("runc", None), ("runsc", "runsc"))
+                    }
                 else:
                     results["oci_runtimes"] = {"skipped": problem}
             timings[section] = round(time.monotonic() - started, 1)
@@ -547,14 +628,27 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
         met = None if value is None else (value <= limit if op == "<=" else value >= limit)
         out.append({"target": name, "value": value, "op": op, "limit": limit, "unit": unit, "met": met})
 
-    add("HTTP warm pool p50 / exec_run p50", ratio(p50(r, "http_warm_pool_ms"), p50(r, "floor_exec_run_ms")),
-        "<=", 0.08)
-    add("library warm pool p50 / launcher round trip p50",
-        ratio(p50(r, "library_warm_pool_ms"), p50(r, "launcher_round_trip_ms")), "<=", 3.0)
-    add("HTTP pool 0 p50 / c+s+w+r network_mode=none (in turn)",
-        ratio(p50(r, "http_pool0_ms"), p50(r, "floor_none_beside_http_ms")), "<=", 0.8)
-    add("library pool 0 p50 / c+s+w+r network_mode=none (in turn)",
-        ratio(p50(r, "library_pool0_ms"), p50(r, "floor_none_beside_library_ms")), "<=", 0.8)
+    add(
+        "HTTP warm pool p50 / exec_run p50", ratio(p50(r, "http_warm_pool_ms"), p50(r, "floor_exec_run_ms")), "<=", 0.08
+    )
+    add(
+        "library warm pool p50 / launcher round trip p50",
+        ratio(p50(r, "library_warm_pool_ms"), p50(r, "launcher_round_trip_ms")),
+        "<=",
+        3.0,
+    )
+    add(
+        "HTTP pool 0 p50 / c+s+w+r network_mode=none (in turn)",
+        ratio(p50(r, "http_pool0_ms"), p50(r, "floor_none_beside_http_ms")),
+        "<=",
+        0.8,
+    )
+    add(
+        "library pool 0 p50 / c+s+w+r network_mode=none (in turn)",
+        ratio(p50(r, "library_pool0_ms"), p50(r, "floor_none_beside_library_ms")),
+        "<=",
+        0.8,
+    )
     tp = r.get("throughput_ours_http", {}).get("4")
     floor_tp = r.get("throughput_floor_none", {}).get("4")
     add("HTTP throughput at c=4 / churn network_mode=none", ratio(tp, floor_tp), ">=", 1.3)
@@ -577,22 +671,62 @@ def report(r: dict[str, Any]) -> None:
     rows: list[tuple[str, str, dict[str, Any] | None, float | None, str]] = [
         ("floor", "exec_run of true in a running container", r.get("floor_exec_run_ms"), None, ""),
         ("floor", "create+start+wait+remove, network_mode=none", r.get("floor_none_ms"), None, ""),
-        ("floor", "create+start+wait+remove, network_disabled", r.get("floor_disabled_ms"),
-         ratio(p50(r, "floor_disabled_ms"), p50(r, "floor_none_ms")), "vs network_mode=none"),
-        ("floor", "warm launcher round trip (bash -c true)", r.get("launcher_round_trip_ms"),
-         ratio(p50(r, "launcher_round_trip_ms"), exec_p50), "vs exec_run"),
-        ("library", "warm pool", r.get("library_warm_pool_ms"),
-         ratio(p50(r, "library_warm_pool_ms"), p50(r, "launcher_round_trip_ms")), "vs launcher round trip"),
-        ("library", "warm pool, soft disk cap (polled, as before)", r.get("library_warm_pool_soft_cap_ms"),
-         ratio(p50(r, "library_warm_pool_ms"), p50(r, "library_warm_pool_soft_cap_ms")), "hard cap vs this, in turn"),
-        ("library", "pool 0", r.get("library_pool0_ms"),
-         ratio(p50(r, "library_pool0_ms"), p50(r, "floor_none_beside_library_ms")), "vs c+s+w+r none, in turn"),
-        ("HTTP", "warm pool (2 runs/s)", r.get("http_warm_pool_ms"),
-         ratio(p50(r, "http_warm_pool_ms"), exec_p50), "vs exec_run"),
-        ("HTTP", "pool 0", r.get("http_pool0_ms"),
-         ratio(p50(r, "http_pool0_ms"), p50(r, "floor_none_beside_http_ms")), "vs c+s+w+r none, in turn"),
-        ("HTTP", "pool 0 (vs network_disabled floor)", r.get("http_pool0_ms"),
-         ratio(p50(r, "http_pool0_ms"), p50(r, "floor_disabled_beside_http_ms")), "vs c+s+w+r disabled, in turn"),
+        (
+            "floor",
+            "create+start+wait+remove, network_disabled",
+            r.get("floor_disabled_ms"),
+            ratio(p50(r, "floor_disabled_ms"), p50(r, "floor_none_ms")),
+            "vs network_mode=none",
+        ),
+        (
+            "floor",
+            "warm launcher round trip (bash -c true)",
+            r.get("launcher_round_trip_ms"),
+            ratio(p50(r, "launcher_round_trip_ms"), exec_p50),
+            "vs exec_run",
+        ),
+        (
+            "library",
+            "warm pool",
+            r.get("library_warm_pool_ms"),
+            ratio(p50(r, "library_warm_pool_ms"), p50(r, "launcher_round_trip_ms")),
+            "vs launcher round trip",
+        ),
+        (
+            "library",
+            "warm pool, soft disk cap (polled, as before)",
+            r.get("library_warm_pool_soft_cap_ms"),
+            ratio(p50(r, "library_warm_pool_ms"), p50(r, "library_warm_pool_soft_cap_ms")),
+            "hard cap vs this, in turn",
+        ),
+        (
+            "library",
+            "pool 0",
+            r.get("library_pool0_ms"),
+            ratio(p50(r, "library_pool0_ms"), p50(r, "floor_none_beside_library_ms")),
+            "vs c+s+w+r none, in turn",
+        ),
+        (
+            "HTTP",
+            "warm pool (2 runs/s)",
+            r.get("http_warm_pool_ms"),
+            ratio(p50(r, "http_warm_pool_ms"), exec_p50),
+            "vs exec_run",
+        ),
+        (
+            "HTTP",
+            "pool 0",
+            r.get("http_pool0_ms"),
+            ratio(p50(r, "http_pool0_ms"), p50(r, "floor_none_beside_http_ms")),
+            "vs c+s+w+r none, in turn",
+        ),
+        (
+            "HTTP",
+            "pool 0 (vs network_disabled floor)",
+            r.get("http_pool0_ms"),
+            ratio(p50(r, "http_pool0_ms"), p50(r, "floor_disabled_beside_http_ms")),
+            "vs c+s+w+r disabled, in turn",
+        ),
     ]
     print(f"\n{'section':10} {'measure':52} {'p50 ms':>9} {'p90 ms':>9} {'ratio':>7}  against")
     for section, name, s, value, against in rows:
@@ -603,9 +737,11 @@ def report(r: dict[str, Any]) -> None:
     if "throughput_ours_http" in r:
         levels = list(r["throughput_ours_http"])
         print(f"\n{'throughput (runs/s)':63} " + " ".join(f"{'c=' + c:>7}" for c in levels))
-        for name, key in (("floor: c+s+w+r churn, network_mode=none", "throughput_floor_none"),
-                          ("floor: c+s+w+r churn, network_disabled", "throughput_floor_disabled"),
-                          ("ours: HTTP, warm pool", "throughput_ours_http")):
+        for name, key in (
+            ("floor: c+s+w+r churn, network_mode=none", "throughput_floor_none"),
+            ("floor: c+s+w+r churn, network_disabled", "throughput_floor_disabled"),
+            ("ours: HTTP, warm pool", "throughput_ours_http"),
+        ):
             print(f"{name:63} " + " ".join(f"{r[key][c]:7.1f}" for c in levels))
         if "throughput_library_c4" in r:
             print(f"{'ours: library, warm pool (c=4 only)':63} {r['throughput_library_c4']:7.1f}")
@@ -614,22 +750,31 @@ def report(r: dict[str, Any]) -> None:
     report_workloads(r)
     report_peers(r)
     print()
-    for key in ("collect_1000_files_ms", "plain_read_1000_files_ms", "collect_64mib_file_ms",
-                "plain_read_64mib_file_ms", "catalog_overview_text_ms", "catalog_overview_xml_ms",
-                "catalog_search_ms", "catalog_first_load_ms", "catalog_rescan_unchanged_ms"):
+    for key in (
+        "collect_1000_files_ms",
+        "plain_read_1000_files_ms",
+        "collect_64mib_file_ms",
+        "plain_read_64mib_file_ms",
+        "catalog_overview_text_ms",
+        "catalog_overview_xml_ms",
+        "catalog_search_ms",
+        "catalog_first_load_ms",
+        "catalog_rescan_unchanged_ms",
+    ):
         if key in r:
             print(f"{key:63} {r[key]['p50']:9.1f} {r[key]['p90']:9.1f}")
     if "rss_idle_mb" in r:
-        print(f"{'service RSS idle / peak under 8 x ' + r['flood_per_run'] + ' stdout (MB)':63} "
-              f"{r['rss_idle_mb']:9.1f} {r['rss_flood_peak_mb']:9.1f}")
+        print(
+            f"{'service RSS idle / peak under 8 x ' + r['flood_per_run'] + ' stdout (MB)':63} "
+            f"{r['rss_idle_mb']:9.1f} {r['rss_flood_peak_mb']:9.1f}"
+        )
     if "oci_runtimes" in r:
         report_oci_runtimes(r["oci_runtimes"])
 
     print(f"\n{'target':63} {'measured':>10} {'target':>10}  verdict")
     for t in r["targets"]:
         unit = t["unit"]
-        measured = "" if t["value"] is None else (
-            f"{t['value']:.2f}x" if unit == "x" else f"{t['value']:.1f} {unit}")
+        measured = "" if t["value"] is None else (f"{t['value']:.2f}x" if unit == "x" else f"{t['value']:.1f} {unit}")
         limit = f"{t['op']} {t['limit']:g}{'x' if unit == 'x' else ' ' + unit}"
         verdict = "not measured" if t["met"] is None else ("MET" if t["met"] else "NOT MET")
         print(f"{t['target']:63} {measured:>10} {limit:>10}  {verdict}")
@@ -672,22 +817,38 @@ def report_peers(r: dict[str, Any]) -> None:
         return
     ours_p50 = p50(r, "library_warm_pool_ms")
     ours_tp = r.get("throughput_library_c4")
-    print(f"\n{'peers (library, true; ' + str(peers['samples']) + ' samples)':44} {'p50 ms':>8} {'p90 ms':>8} "
-          f"{'c=4/s':>6} {'ours/p50':>8} {'ours/tp':>7}  isolation")
-    rows = [{"peer": "ours, warm pool (library)", "p50_ms": ours_p50,
-             "p90_ms": (r.get("library_warm_pool_ms") or {}).get("p90"), "throughput_runs_per_s": ours_tp,
-             "isolation": "fresh single-use container per run (pre-started), destroyed after it"}]
-    rows.append({"peer": "ours, pool 0 (library)", "p50_ms": p50(r, "library_pool0_ms"),
-                 "p90_ms": (r.get("library_pool0_ms") or {}).get("p90"), "throughput_runs_per_s": None,
-                 "isolation": "fresh container per run"})
+    print(
+        f"\n{'peers (library, true; ' + str(peers['samples']) + ' samples)':44} {'p50 ms':>8} {'p90 ms':>8} "
+        f"{'c=4/s':>6} {'ours/p50':>8} {'ours/tp':>7}  isolation"
+    )
+    rows = [
+        {
+            "peer": "ours, warm pool (library)",
+            "p50_ms": ours_p50,
+            "p90_ms": (r.get("library_warm_pool_ms") or {}).get("p90"),
+            "throughput_runs_per_s": ours_tp,
+            "isolation": "fresh single-use container per run (pre-started), destroyed after it",
+        }
+    ]
+    rows.append(
+        {
+            "peer": "ours, pool 0 (library)",
+            "p50_ms": p50(r, "library_pool0_ms"),
+            "p90_ms": (r.get("library_pool0_ms") or {}).get("p90"),
+            "throughput_runs_per_s": None,
+            "isolation": "fresh container per run",
+        }
+    )
     for row in [*rows, *peers["rows"]]:
         name = row["peer"] + (f" {row['version']}" if "version" in row else "")
         if "error" in row:
             print(f"{name:44} failed: {row['error']}")
             continue
         tp = row.get("throughput_runs_per_s")
-        print(f"{name:44} {fmt(row['p50_ms']):>8} {fmt(row['p90_ms']):>8} {fmt(tp):>6} "
-              f"{fmt(ratio(ours_p50, row['p50_ms']), 2):>8} {fmt(ratio(ours_tp, tp), 2):>7}  {row['isolation']}")
+        print(
+            f"{name:44} {fmt(row['p50_ms']):>8} {fmt(row['p90_ms']):>8} {fmt(tp):>6} "
+            f"{fmt(ratio(ours_p50, row['p50_ms']), 2):>8} {fmt(ratio(ours_tp, tp), 2):>7}  {row['isolation']}"
+        )
 
 
 def report_oci_runtimes(r: dict[str, Any]) -> None:
@@ -696,10 +857,12 @@ def report_oci_runtimes(r: dict[str, Any]) -> None:
         return
     runc, runsc = r["runc"], r["runsc"]
     print(f"\n{'gVisor (runsc) vs runc, p50':52} {'runc':>10} {'runsc':>10} {'ratio':>7}")
-    for name, key in (("floor: c+s+w+r, network_disabled (ms)", "floor_create_start_wait_remove_ms"),
-                      ("ours: HTTP run, warm pool (ms)", "http_warm_pool_ms"),
-                      ("ours: HTTP run, pool 0 (ms)", "http_pool0_ms"),
-                      ("ours: import pandas, warm pool (ms)", "http_warm_pool_import_pandas_ms")):
+    for name, key in (
+        ("floor: c+s+w+r, network_disabled (ms)", "floor_create_start_wait_remove_ms"),
+        ("ours: HTTP run, warm pool (ms)", "http_warm_pool_ms"),
+        ("ours: HTTP run, pool 0 (ms)", "http_pool0_ms"),
+        ("ours: import pandas, warm pool (ms)", "http_warm_pool_import_pandas_ms"),
+    ):
         a, b = runc[key]["p50"], runsc[key]["p50"]
         print(f"{name:52} {a:10.1f} {b:10.1f} {b / a:7.2f}")
     a, b = runc["throughput_http_c4"], runsc["throughput_http_c4"]

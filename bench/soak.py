@@ -160,13 +160,18 @@ class Census:
         containers = self.containers()
         states = Counter(str(c.get("State", "?")) for c in containers)
         stale = sum(
-            1 for c in containers
+            1
+            for c in containers
             if c.get("State") != "running"
             and (c.get("State") != "created" or now - c.get("Created", now) > CREATED_GRACE_S)
         )
-        return {"containers": dict(states), "containers_total": len(containers),
-                "containers_running": states.get("running", 0), "containers_backlog": stale,
-                "workspaces": self.folders()}
+        return {
+            "containers": dict(states),
+            "containers_total": len(containers),
+            "containers_running": states.get("running", 0),
+            "containers_backlog": stale,
+            "workspaces": self.folders(),
+        }
 
     def remove_all(self) -> int:
         """Force-remove whatever of this instance is left (after the service stopped)."""
@@ -211,8 +216,11 @@ class Load:
     def request(i: int) -> dict[str, Any]:
         if i % 2:
             return {"skill": "math-tools", "command": f"echo soak-{i}"}
-        return {"skill": "math-tools", "command": f"python3 scripts/fib.py {FIB_COUNT} --json out/fib.json",
-                "outputs": {"globs": ["out/*.json"]}}
+        return {
+            "skill": "math-tools",
+            "command": f"python3 scripts/fib.py {FIB_COUNT} --json out/fib.json",
+            "outputs": {"globs": ["out/*.json"]},
+        }
 
     @staticmethod
     def problem(i: int, result: dict[str, Any]) -> str | None:
@@ -380,8 +388,12 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8, help="runs at a time (default 8)")
     parser.add_argument("--pool-size", type=int, default=2, help="the service's SKILL_EXECUTOR_POOL_SIZE (default 2)")
     parser.add_argument("--oci-runtime", help="the service's SKILL_EXECUTOR_DOCKER_OCI_RUNTIME (runsc: gVisor)")
-    parser.add_argument("--disk-cap", choices=("hard", "soft"), default="hard",
-                        help="the service's SKILL_EXECUTOR_DISK_CAP (default hard)")
+    parser.add_argument(
+        "--disk-cap",
+        choices=("hard", "soft"),
+        default="hard",
+        help="the service's SKILL_EXECUTOR_DISK_CAP (default hard)",
+    )
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between backlog samples (default 0.5)")
     parser.add_argument("--drain-cap", type=float, default=60.0, help="longest wait for the backlog to drain (s)")
     parser.add_argument("--fd-margin", type=int, default=10, help="fd growth tolerated before/after (default 10)")
@@ -401,11 +413,14 @@ def main() -> int:
         settings["docker_oci_runtime"] = args.oci_runtime
     began = time.monotonic()
     result: dict[str, Any] = {
-        "runs": args.runs, "concurrency": args.concurrency, "pool_size": args.pool_size,
-        "oci_runtime": args.oci_runtime or "engine default", "image": image,
+        "runs": args.runs,
+        "concurrency": args.concurrency,
+        "pool_size": args.pool_size,
+        "oci_runtime": args.oci_runtime or "engine default",
+        "image": image,
         "engine": client.version().get("Version"),
         "workload": f"math-tools, alternating `echo soak-<i>` and "
-                    f"`python3 scripts/fib.py {FIB_COUNT} --json out/fib.json` with outputs.globs out/*.json",
+        f"`python3 scripts/fib.py {FIB_COUNT} --json out/fib.json` with outputs.globs out/*.json",
     }
     progress(f"starting the service (pool size {args.pool_size}, image {image})")
     service = SoakService(base, **settings)
@@ -431,9 +446,11 @@ def main() -> int:
         def report_progress() -> None:
             while not reporter_stop.wait(10.0):
                 last = sampler.samples[-1] if sampler.samples else {}
-                progress(f"{load.done}/{args.runs} runs, {sum(load.errors.values())} errors, "
-                         f"backlog {last.get('backlog')} (containers {last.get('containers')}, "
-                         f"folders {last.get('workspaces')}, gauge {last.get('backlog_gauge')})")
+                progress(
+                    f"{load.done}/{args.runs} runs, {sum(load.errors.values())} errors, "
+                    f"backlog {last.get('backlog')} (containers {last.get('containers')}, "
+                    f"folders {last.get('workspaces')}, gauge {last.get('backlog_gauge')})"
+                )
 
         reporter = threading.Thread(target=report_progress, daemon=True)
         reporter.start()
@@ -444,8 +461,12 @@ def main() -> int:
         drained = None
         while drained is None and time.monotonic() - sampler.load_end <= args.drain_cap:
             last = sampler.samples[-1] if sampler.samples else None
-            if last is not None and last["phase"] == "drain" and last["backlog"] == 0 \
-                    and last["backlog_gauge"] in (None, 0):
+            if (
+                last is not None
+                and last["phase"] == "drain"
+                and last["backlog"] == 0
+                and last["backlog_gauge"] in (None, 0)
+            ):
                 drained = last["t"] - (sampler.load_end - sampler.t0)
                 break
             time.sleep(args.interval / 5)
@@ -461,10 +482,15 @@ def main() -> int:
         ok = load.latencies_ms
         result["load"] = {
             "seconds": round(seconds, 2),
-            "ok": len(ok), "errors": sum(load.errors.values()),
+            "ok": len(ok),
+            "errors": sum(load.errors.values()),
             "runs_per_s": round(args.runs / seconds, 2),
-            "latency_ms": {"p50": percentile(ok, 50), "p90": percentile(ok, 90), "p99": percentile(ok, 99),
-                           "max": max(ok) if ok else float("nan")},
+            "latency_ms": {
+                "p50": percentile(ok, 50),
+                "p90": percentile(ok, 90),
+                "p99": percentile(ok, 99),
+                "max": max(ok) if ok else float("nan"),
+            },
             "errors_by_kind": dict(load.errors.most_common()),
             "error_examples": load.error_examples,
         }
@@ -475,14 +501,26 @@ def main() -> int:
         # What a graceful shutdown left: the containers at once, the folders too.
         time.sleep(1.0)
         left = census.count()
-        result["after_shutdown"] = {"containers": left["containers"], "containers_total": left["containers_total"],
-                                    "workspaces": left["workspaces"]}
+        result["after_shutdown"] = {
+            "containers": left["containers"],
+            "containers_total": left["containers_total"],
+            "workspaces": left["workspaces"],
+        }
         census.remove_all()
         shutil.rmtree(base, ignore_errors=True)
     result["seconds"] = round(time.monotonic() - began, 1)
-    result["deltas"] = {k: round(result["after"][k] - result["before"][k], 1)
-                        for k in ("containers_total", "containers_running", "containers_backlog", "workspaces",
-                                  "fds", "threads", "rss_mb")}
+    result["deltas"] = {
+        k: round(result["after"][k] - result["before"][k], 1)
+        for k in (
+            "containers_total",
+            "containers_running",
+            "containers_backlog",
+            "workspaces",
+            "fds",
+            "threads",
+            "rss_mb",
+        )
+    }
     result["verdict"] = verdict(result, args.fd_margin)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -532,8 +570,10 @@ def verdict(r: dict[str, Any], fd_margin: int) -> dict[str, Any]:
     if not backlog_met:
         failures.append(f"backlog target missed: max {backlog['max']} >= {BACKLOG_TARGET}")
     if not drain_met:
-        failures.append("drain target missed: " + (
-            "did not drain" if backlog["drain_s"] is None else f"{backlog['drain_s']} s > {DRAIN_TARGET_S:.0f} s"))
+        failures.append(
+            "drain target missed: "
+            + ("did not drain" if backlog["drain_s"] is None else f"{backlog['drain_s']} s > {DRAIN_TARGET_S:.0f} s")
+        )
     if d["containers_total"] > 0:
         failures.append(f"{d['containers_total']} container(s) left after draining")
     if d["workspaces"] > 0:
@@ -551,8 +591,10 @@ def verdict(r: dict[str, Any], fd_margin: int) -> dict[str, Any]:
 def report(r: dict[str, Any]) -> None:
     load, b, v = r["load"], r["backlog"], r["verdict"]
     lat = load["latency_ms"]
-    print(f"\nsoak: {r['runs']} runs at concurrency {r['concurrency']}, pool size {r['pool_size']}, "
-          f"OCI runtime {r['oci_runtime']}, engine {r['engine']}, image {r['image']}")
+    print(
+        f"\nsoak: {r['runs']} runs at concurrency {r['concurrency']}, pool size {r['pool_size']}, "
+        f"OCI runtime {r['oci_runtime']}, engine {r['engine']}, image {r['image']}"
+    )
     print(f"workload: {r['workload']}")
     print(f"\n{'load':38} {'value':>12}")
     print(f"{'wall time (s)':38} {load['seconds']:12.1f}")
@@ -570,15 +612,23 @@ def report(r: dict[str, Any]) -> None:
     print(f"{'max containers existing / folders':38} {b['max_containers_existing']:8} / {b['max_folders']}")
     print(f"{'at load end (items)':38} {b['at_load_end'] if b['at_load_end'] is not None else '-':>12}")
     drain = "did not drain" if b["drain_s"] is None else f"{b['drain_s']:.1f}"
-    print(f"{'drained after load end (s)':38} {drain:>12}  <= {DRAIN_TARGET_S:.0f} s: "
-          f"{'MET' if v['drain_target_met'] else 'MISSED'}")
+    print(
+        f"{'drained after load end (s)':38} {drain:>12}  <= {DRAIN_TARGET_S:.0f} s: "
+        f"{'MET' if v['drain_target_met'] else 'MISSED'}"
+    )
     for key, value in sorted(b["metrics_max"].items()):
         print(f"  /metrics max {key:60} {value:g} (last {b['metrics_last'].get(key, float('nan')):g})")
     print(f"\n{'service / engine':38} {'before':>8} {'after':>8} {'delta':>8}")
     before, after, d = r["before"], r["after"], r["deltas"]
-    for key, label in (("containers_total", "containers of this instance"), ("containers_running", "  running"),
-                       ("containers_backlog", "  not running (cleanup's)"), ("workspaces", "workspace folders"),
-                       ("fds", "open fds"), ("threads", "threads"), ("rss_mb", "RSS (MB)")):
+    for key, label in (
+        ("containers_total", "containers of this instance"),
+        ("containers_running", "  running"),
+        ("containers_backlog", "  not running (cleanup's)"),
+        ("workspaces", "workspace folders"),
+        ("fds", "open fds"),
+        ("threads", "threads"),
+        ("rss_mb", "RSS (MB)"),
+    ):
         print(f"{label:38} {before[key]:8} {after[key]:8} {d[key]:+8}")
     print(f"{'containers by state':38} {json.dumps(before['containers'])} -> {json.dumps(after['containers'])}")
     shutdown = r["after_shutdown"]

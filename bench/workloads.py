@@ -77,23 +77,29 @@ class Workload:
 WORKLOADS: dict[str, Workload] = {
     "pdf_form_fill": Workload(
         "pdf-forms",
-        "python scripts/make_form.py work/form.pdf && echo '{\"customer\": \"Ada Lovelace\"}' > work/fields.json"
+        'python scripts/make_form.py work/form.pdf && echo \'{"customer": "Ada Lovelace"}\' > work/fields.json'
         " && python scripts/fill_fields.py work/form.pdf work/fields.json out/filled.pdf",
-        ("out/filled.pdf",)),
+        ("out/filled.pdf",),
+    ),
     "xlsx_recalc": Workload(
         "sheet-recalc",
         "python scripts/make_book.py out/model.xlsx && python scripts/recalc.py out/model.xlsx 90",
-        ("out/model.xlsx",), heavy=True),
+        ("out/model.xlsx",),
+        heavy=True,
+    ),
     "docx_to_pdf": Workload(
         "docx-kit",
         "node scripts/make_doc.js out/new.docx 'Quarterly report'"
         " && soffice --headless --convert-to pdf --outdir out out/new.docx",
-        ("out/new.docx", "out/new.pdf")),
+        ("out/new.docx", "out/new.pdf"),
+    ),
     "pptx_thumbnails": Workload(
         "pptx-kit",
         "node scripts/make_deck.js out/deck.pptx 'Matrix deck'"
         " && python scripts/thumbnail.py out/deck.pptx out/thumbs --cols 2",
-        ("out/deck.pptx", "out/thumbs.png"), heavy=True),
+        ("out/deck.pptx", "out/thumbs.png"),
+        heavy=True,
+    ),
     "import_pandas": Workload("pdf-forms", "python3 -c 'import pandas'", ()),
 }
 
@@ -135,18 +141,29 @@ def _engine_time(stamp: str) -> float:
     return datetime.fromisoformat(whole).replace(tzinfo=timezone.utc).timestamp() + float(f"0.{fraction or 0}")
 
 
-def plain_run(client: docker.DockerClient, image: str, root: Path, command: str,
-              exec_ms: list[float] | None = None, limits: dict[str, int] | None = None) -> tuple[int, str]:
+def plain_run(
+    client: docker.DockerClient,
+    image: str,
+    root: Path,
+    command: str,
+    exec_ms: list[float] | None = None,
+    limits: dict[str, int] | None = None,
+) -> tuple[int, str]:
     """``docker run --rm`` of ``bash -c command`` over ``root`` (SDK low-level API); exit code and
     output.  ``exec_ms`` gets the container's own run time (StartedAt to FinishedAt); ``limits``:
     extra host-config settings (``nano_cpus``, ``mem_limit``, ...)."""
     api = client.api
     host_config = api.create_host_config(binds={str(root): {"bind": PLAIN_ROOT, "mode": "rw"}}, **(limits or {}))
     container = api.create_container(
-        image, ["bash", "-c", command], user=f"{UID}:{UID}", working_dir=f"{PLAIN_ROOT}/skill",
-        environment={"HOME": f"{PLAIN_ROOT}/home", "TMPDIR": f"{PLAIN_ROOT}/tmp",
-                     "PYTHONPATH": f"{PLAIN_ROOT}/skill"},
-        host_config=host_config, network_disabled=True, labels={"io.skill-executor.bench": "workloads-plain"})
+        image,
+        ["bash", "-c", command],
+        user=f"{UID}:{UID}",
+        working_dir=f"{PLAIN_ROOT}/skill",
+        environment={"HOME": f"{PLAIN_ROOT}/home", "TMPDIR": f"{PLAIN_ROOT}/tmp", "PYTHONPATH": f"{PLAIN_ROOT}/skill"},
+        host_config=host_config,
+        network_disabled=True,
+        labels={"io.skill-executor.bench": "workloads-plain"},
+    )
     try:
         api.start(container)
         status = api.wait(container, timeout=RUN_TIMEOUT + 30)
@@ -163,8 +180,14 @@ class PlainSide:
     """Plain samples of one workload: ``prepare`` makes the next sample's folder before the
     clock starts; calling runs it (and checks its exit code and output files)."""
 
-    def __init__(self, client: docker.DockerClient, image: str, scratch: Path, workload: Workload,
-                 limits: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        image: str,
+        scratch: Path,
+        workload: Workload,
+        limits: dict[str, int] | None = None,
+    ) -> None:
         self.client, self.image, self.scratch, self.workload = client, image, scratch, workload
         self.limits = limits
         self.folders: list[Path] = []
@@ -191,9 +214,14 @@ class PlainSide:
 def ours_workload(service: Service, workload: Workload, durations: list[float]) -> Callable[[], None]:
     """One run through ours; appends the service's own ``duration_ms`` (the command in the
     container, from start to exit) to ``durations``."""
+
     def run() -> None:
-        body = {"skill": workload.skill, "command": workload.command, "timeout": RUN_TIMEOUT,
-                "outputs": {"globs": ["out/**"]}}
+        body = {
+            "skill": workload.skill,
+            "command": workload.command,
+            "timeout": RUN_TIMEOUT,
+            "outputs": {"globs": ["out/**"]},
+        }
         response = service.http.post("/v1/runs", json=body, timeout=RUN_TIMEOUT + 60)
         if response.status_code != 200:
             raise WorkloadFailed(f"ours {workload.skill}: HTTP {response.status_code} {response.text[:2000]}")
@@ -201,9 +229,12 @@ def ours_workload(service: Service, workload: Workload, durations: list[float]) 
         names = {item["name"] for item in result["output_files"]}
         missing = [name for name in workload.outputs if name not in names]
         if result["exit_code"] != 0 or missing:
-            raise WorkloadFailed(f"ours {workload.skill}: exit {result['exit_code']}, missing {missing}\n"
-                                 f"stdout: {result['stdout'][-1500:]}\nstderr: {result['stderr'][-1500:]}")
+            raise WorkloadFailed(
+                f"ours {workload.skill}: exit {result['exit_code']}, missing {missing}\n"
+                f"stdout: {result['stdout'][-1500:]}\nstderr: {result['stderr'][-1500:]}"
+            )
         durations.append(float(result["duration_ms"]))
+
     return run
 
 
@@ -215,12 +246,14 @@ STEP = 'step() { local t0=$(date +%s%N); "${@:2}" >/dev/null 2>&1 || exit 7; ech
 DOCX_MAKE = "node scripts/make_doc.js out/new.docx 'Quarterly report'"
 CONVERT = "soffice --headless --convert-to pdf --outdir out out/new.docx"
 FIRST_SECOND_QUICK = STEP + f"step make_doc {DOCX_MAKE}; step first_convert {CONVERT}; step second_convert {CONVERT}"
-FIRST_SECOND = (FIRST_SECOND_QUICK + "; "
-                "step terminate_after_init_fresh_profile soffice -env:UserInstallation=file://$TMPDIR/p2 --headless"
-                " --terminate_after_init; "
-                "step terminate_after_init_existing_profile soffice --headless --terminate_after_init; "
-                "step third_convert_other_fresh_profile soffice -env:UserInstallation=file://$TMPDIR/p3 --headless"
-                f" {CONVERT.removeprefix('soffice --headless ')}")
+FIRST_SECOND = (
+    FIRST_SECOND_QUICK + "; "
+    "step terminate_after_init_fresh_profile soffice -env:UserInstallation=file://$TMPDIR/p2 --headless"
+    " --terminate_after_init; "
+    "step terminate_after_init_existing_profile soffice --headless --terminate_after_init; "
+    "step third_convert_other_fresh_profile soffice -env:UserInstallation=file://$TMPDIR/p3 --headless"
+    f" {CONVERT.removeprefix('soffice --headless ')}"
+)
 PREWARMED = STEP + f"step make_doc {DOCX_MAKE}; step convert {CONVERT}"
 
 
@@ -252,8 +285,9 @@ def libreoffice_profile(client: docker.DockerClient, image: str, scratch: Path, 
     return root / "home"
 
 
-def bench_libreoffice(client: docker.DockerClient, image: str, scratch: Path, rounds: int,
-                      quick: bool, pause: float) -> dict[str, Any]:
+def bench_libreoffice(
+    client: docker.DockerClient, image: str, scratch: Path, rounds: int, quick: bool, pause: float
+) -> dict[str, Any]:
     """A first soffice conversion against a second one in the same container (and, unless
     ``quick``, profile creation by ``--terminate_after_init`` and a conversion with a second
     fresh profile), then the conversion with a profile copied into ``HOME`` beforehand, for
@@ -275,6 +309,7 @@ def bench_libreoffice(client: docker.DockerClient, image: str, scratch: Path, ro
                 code, logs = plain_run(client, image, root, command)
                 if code != 0 or not (root / "skill" / "out" / "new.pdf").is_file():
                     raise WorkloadFailed(f"libreoffice sample: exit {code}\n{logs[-2000:]}")
+
             return timed(go), _steps(logs)
         finally:
             shutil.rmtree(root, ignore_errors=True)
@@ -295,9 +330,13 @@ def bench_libreoffice(client: docker.DockerClient, image: str, scratch: Path, ro
     first = out["first_convert_ms"]["p50"]
     out["first_start_cost_ms"] = first - out["second_convert_ms"]["p50"]
     out["profile_in_home"] = {
-        name: {"run_ms": stats(runs[name]), "convert_ms": stats(converts[name]),
-               "saves_ms": first - stats(converts[name])["p50"]}
-        for name in templates}
+        name: {
+            "run_ms": stats(runs[name]),
+            "convert_ms": stats(converts[name]),
+            "saves_ms": first - stats(converts[name])["p50"],
+        }
+        for name in templates
+    }
     return out
 
 
@@ -320,12 +359,21 @@ def ours_limits() -> dict[str, int]:
     """Our containers' CPU and memory limits (``SKILL_EXECUTOR_DOCKER_CPUS``/``_MEMORY_BYTES``),
     as a plain run's host-config settings."""
     settings = Settings()
-    return {"nano_cpus": int(settings.docker_cpus * 1e9), "mem_limit": settings.docker_memory_bytes,
-            "memswap_limit": settings.docker_memory_bytes}
+    return {
+        "nano_cpus": int(settings.docker_cpus * 1e9),
+        "mem_limit": settings.docker_memory_bytes,
+        "memswap_limit": settings.docker_memory_bytes,
+    }
 
 
-def bench_workloads(base: Path, client: docker.DockerClient, image: str, quick: bool,
-                    names: list[str] | None = None, first_start: bool = True) -> dict[str, Any]:
+def bench_workloads(
+    base: Path,
+    client: docker.DockerClient,
+    image: str,
+    quick: bool,
+    names: list[str] | None = None,
+    first_start: bool = True,
+) -> dict[str, Any]:
     """Each workload plain and through ours (samples in turn), and where LibreOffice's time goes.
 
     ``names``: the workloads to run (default: all; with ``quick``, all but the heavy ones).
@@ -339,13 +387,25 @@ def bench_workloads(base: Path, client: docker.DockerClient, image: str, quick: 
     shutil.copytree(WORLD, skills)
     scratch = base / "plain"
     scratch.mkdir()
-    results: dict[str, Any] = {"image": image, "quick": quick, "samples": count,
-                               "plain": "SDK create+start+wait+logs+remove", "workloads": {}}
+    results: dict[str, Any] = {
+        "image": image,
+        "quick": quick,
+        "samples": count,
+        "plain": "SDK create+start+wait+logs+remove",
+        "workloads": {},
+    }
     limits = ours_limits()
     results["plain_capped_limits"] = f"cpus {limits['nano_cpus'] / 1e9:g}, memory {limits['mem_limit'] // 2**20} MiB"
     began = time.monotonic()
-    service = Service(base, pool_size=2, docker_image=image, install_dir=skills, max_timeout=RUN_TIMEOUT,
-                      docker_cpus=limits["nano_cpus"] / 1e9, docker_memory_bytes=limits["mem_limit"])
+    service = Service(
+        base,
+        pool_size=2,
+        docker_image=image,
+        install_dir=skills,
+        max_timeout=RUN_TIMEOUT,
+        docker_cpus=limits["nano_cpus"] / 1e9,
+        docker_memory_bytes=limits["mem_limit"],
+    )
     try:
         # The pool's first containers, and both sides' first start of the image, before the clock.
         warm_up = Workload("pdf-forms", "true", ())
@@ -365,8 +425,10 @@ def bench_workloads(base: Path, client: docker.DockerClient, image: str, quick: 
             plain_samples, ours_samples, *capped_samples = alternate(sides, count, pause)
             plain_stats, ours_stats = stats(plain_samples), stats(ours_samples)
             results["workloads"][name] = {
-                "skill": workload.skill, "command": workload.command,
-                "plain_ms": plain_stats, "ours_ms": ours_stats,
+                "skill": workload.skill,
+                "command": workload.command,
+                "plain_ms": plain_stats,
+                "ours_ms": ours_stats,
                 "ratio": ours_stats["p50"] / plain_stats["p50"],
                 "overhead_ms": ours_stats["p50"] - plain_stats["p50"],
                 # Ours split: the command in the container (the service's duration_ms) and the
@@ -395,33 +457,51 @@ def bench_workloads(base: Path, client: docker.DockerClient, image: str, quick: 
 
 
 def report(r: dict[str, Any]) -> None:
-    print(f"\n{'workload (ms)':18} {'plain p50':>9} {'ours p50':>9} {'plain p90':>9} {'ours p90':>9}"
-          f" {'pl exec':>8} {'pl rest':>8} {'our exec':>8} {'our rest':>8} {'ratio':>6}  target <= {TARGET}")
+    print(
+        f"\n{'workload (ms)':18} {'plain p50':>9} {'ours p50':>9} {'plain p90':>9} {'ours p90':>9}"
+        f" {'pl exec':>8} {'pl rest':>8} {'our exec':>8} {'our rest':>8} {'ratio':>6}  target <= {TARGET}"
+    )
     for name, w in r["workloads"].items():
         verdict = "MET" if w["ratio"] <= TARGET else "MISSED"
-        print(f"{name:18} {w['plain_ms']['p50']:9.0f} {w['ours_ms']['p50']:9.0f} {w['plain_ms']['p90']:9.0f}"
-              f" {w['ours_ms']['p90']:9.0f} {w['plain_exec_ms']['p50']:8.0f} {w['plain_outside_exec_ms']['p50']:8.0f}"
-              f" {w['ours_exec_ms']['p50']:8.0f} {w['ours_outside_exec_ms']['p50']:8.0f}"
-              f" {w['ratio']:6.3f}  {verdict} (n={w['plain_ms']['n']})")
-    print("(exec: the command's time in the container -- plain: the engine's StartedAt..FinishedAt,"
-          " ours: the service's duration_ms; rest: everything else)")
+        print(
+            f"{name:18} {w['plain_ms']['p50']:9.0f} {w['ours_ms']['p50']:9.0f} {w['plain_ms']['p90']:9.0f}"
+            f" {w['ours_ms']['p90']:9.0f} {w['plain_exec_ms']['p50']:8.0f} {w['plain_outside_exec_ms']['p50']:8.0f}"
+            f" {w['ours_exec_ms']['p50']:8.0f} {w['ours_outside_exec_ms']['p50']:8.0f}"
+            f" {w['ratio']:6.3f}  {verdict} (n={w['plain_ms']['n']})"
+        )
+    print(
+        "(exec: the command's time in the container -- plain: the engine's StartedAt..FinishedAt,"
+        " ours: the service's duration_ms; rest: everything else)"
+    )
     capped = {name: w for name, w in r["workloads"].items() if "plain_capped_ms" in w}
     if capped:
-        print(f"\n{'plain with our limits (' + r['plain_capped_limits'] + ')':46} {'p50':>9} {'exec p50':>9}"
-              f" {'ours/capped':>12}")
+        print(
+            f"\n{'plain with our limits (' + r['plain_capped_limits'] + ')':46} {'p50':>9} {'exec p50':>9}"
+            f" {'ours/capped':>12}"
+        )
         for name, w in capped.items():
-            print(f"{name:46} {w['plain_capped_ms']['p50']:9.0f} {w['plain_capped_exec_ms']['p50']:9.0f}"
-                  f" {w['ratio_vs_capped']:12.3f}")
+            print(
+                f"{name:46} {w['plain_capped_ms']['p50']:9.0f} {w['plain_capped_exec_ms']['p50']:9.0f}"
+                f" {w['ratio_vs_capped']:12.3f}"
+            )
     lo = r["libreoffice_first_start"]
     print("\nLibreOffice, inside a plain container (p50 ms):")
-    for key in ("make_doc_ms", "first_convert_ms", "second_convert_ms", "terminate_after_init_fresh_profile_ms",
-                "terminate_after_init_existing_profile_ms", "third_convert_other_fresh_profile_ms"):
+    for key in (
+        "make_doc_ms",
+        "first_convert_ms",
+        "second_convert_ms",
+        "terminate_after_init_fresh_profile_ms",
+        "terminate_after_init_existing_profile_ms",
+        "third_convert_other_fresh_profile_ms",
+    ):
         if key in lo:
             print(f"  {key:42} {lo[key]['p50']:8.0f}")
     print(f"  {'first-start cost (first - second convert)':42} {lo['first_start_cost_ms']:8.0f}")
     for name, made in lo["profile_in_home"].items():
-        print(f"  {'convert, HOME profile made by ' + name:42} {made['convert_ms']['p50']:8.0f}"
-              f"   saves {made['saves_ms']:.0f} (whole run {made['run_ms']['p50']:.0f})")
+        print(
+            f"  {'convert, HOME profile made by ' + name:42} {made['convert_ms']['p50']:8.0f}"
+            f"   saves {made['saves_ms']:.0f} (whole run {made['run_ms']['p50']:.0f})"
+        )
     print(f"\nfinished in {r['seconds']} s")
 
 

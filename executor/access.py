@@ -84,8 +84,14 @@ def audit(who: Principal, owner: str, *, action: str, target: str) -> None:
     """The audit line of a cross-tenant access (an admin acting on ``owner``'s resource)."""
     audit_log.warning(
         "cross-tenant access",
-        extra={"audit": True, "cross_tenant": True, "principal": who.id, "owner": owner,
-               "action": action, "target": target[:300]},
+        extra={
+            "audit": True,
+            "cross_tenant": True,
+            "principal": who.id,
+            "owner": owner,
+            "action": action,
+            "target": target[:300],
+        },
     )
 
 

@@ -37,15 +37,21 @@ def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtim
     raise BadRequest(f"unknown runtime {settings.runtime!r}")
 
 
-def make_contexts(
-    settings: Settings, repository: SkillRepository, visible_skills_dir: str | None
-) -> ContextService:
+def make_contexts(settings: Settings, repository: SkillRepository, visible_skills_dir: str | None) -> ContextService:
     """Agents' contexts in ``<data>/context.db``, expiring with the sessions' TTL."""
-    budget = Budget(settings.context_max_tokens, settings.context_skill_tokens, settings.context_doc_tokens,
-                    settings.context_high_water)
-    return ContextService(repository, ContextStore(settings.data_dir / "context.db", settings.session_ttl_seconds),
-                          budget=budget, counter=counter(settings.context_token_counter),
-                          visible_skills_dir=visible_skills_dir)
+    budget = Budget(
+        settings.context_max_tokens,
+        settings.context_skill_tokens,
+        settings.context_doc_tokens,
+        settings.context_high_water,
+    )
+    return ContextService(
+        repository,
+        ContextStore(settings.data_dir / "context.db", settings.session_ttl_seconds),
+        budget=budget,
+        counter=counter(settings.context_token_counter),
+        visible_skills_dir=visible_skills_dir,
+    )
 
 
 def _raise_descriptor_limit(most: int = 65536) -> None:
@@ -71,22 +77,27 @@ class Executor:
         cls, settings: Settings, runtime: Runtime | None = None, *, wait_for_engine: bool = False
     ) -> Executor:
         # before anything is created: nothing may be written into a read-only skills root
-        check_layout(settings.skills_dirs, settings.install_root,
-                     [settings.registry_dir, settings.data_dir, settings.workspaces])
+        check_layout(
+            settings.skills_dirs, settings.install_root, [settings.registry_dir, settings.data_dir, settings.workspaces]
+        )
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
         repository = SkillRepository(
-            settings.skills_dirs, install_root=settings.install_root, refresh_interval=settings.skills_refresh_seconds,
+            settings.skills_dirs,
+            install_root=settings.install_root,
+            refresh_interval=settings.skills_refresh_seconds,
             deps=SkillEnvs.from_settings(settings),
-            registry=Registry(settings.registry_dir), service_dirs=[settings.data_dir, settings.workspaces],
+            registry=Registry(settings.registry_dir),
+            service_dirs=[settings.data_dir, settings.workspaces],
         )
         artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
         contexts = make_contexts(settings, repository, runtime.visible_skills_dir)
         # pip and npm run as HOST_TOOLS_USER: nothing stored here is theirs to read.
         seal_data_dir(settings.data_dir, shared=[settings.envs_dir])
-        return cls(settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime),
-                   contexts)
+        return cls(
+            settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime), contexts
+        )
 
     def close(self, timeout: float = 300.0) -> None:
         """Stop the runner's workers, then close the runtime within ``timeout`` (a bound for a

@@ -51,8 +51,7 @@ PROBE_FAILED = "doctor_probe_failed"
 TABLE_REASONS = 10
 
 NO_NETWORK = "runs have no network access: whatever needs it fails at run time unless the image provides it"
-NO_NETWORK_LOCAL = ("the local runtime (development only) has the host's network; runs of the Docker runtime "
-                    "have none")
+NO_NETWORK_LOCAL = "the local runtime (development only) has the host's network; runs of the Docker runtime have none"
 
 #: Looks for Node modules the way ``require`` would from the skill folder (NODE_PATH
 #: included); a package whose entry point is not ``require``-able (ESM only, types only)
@@ -119,8 +118,9 @@ class CommandNeed(BaseModel):
     name: str
     found: bool | None = Field(description="null: not checked (no run could start; see findings)")
     path: str | None = Field(default=None, description="where the sandbox finds it")
-    optional: bool = Field(default=False, description="only looked for (shutil.which, command -v) or run in "
-                                                      "try/except FileNotFoundError")
+    optional: bool = Field(
+        default=False, description="only looked for (shutil.which, command -v) or run in try/except FileNotFoundError"
+    )
     used_in: list[str] = Field(description="file:line of each use")
 
 
@@ -186,8 +186,11 @@ def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> Do
     commands, python, node = _bounded(needs, findings)
     probed: dict[str, Any] = {"commands": {}, "python": {}, "node": {}}
     if commands or python or node:  # nothing to look for: no run
-        unchecked = {"commands": dict.fromkeys(commands, NOT_CHECKED), "python": dict.fromkeys(python),
-                     "node": dict.fromkeys(node)}
+        unchecked = {
+            "commands": dict.fromkeys(commands, NOT_CHECKED),
+            "python": dict.fromkeys(python),
+            "node": dict.fromkeys(node),
+        }
         try:
             probed = _probe(executor, skill, commands, python, node, tenant)
         except DependenciesUnmet as exc:  # no run can start: say so, and what the scan found
@@ -202,15 +205,20 @@ def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> Do
 
 
 def _bounded(needs: ImageNeeds, findings: list[DoctorFinding]) -> tuple[list[str], list[str], list[str]]:
-    names = [*(("c", n) for n in sorted(needs.commands)), *(("p", n) for n in sorted(needs.python)),
-             *(("n", n) for n in sorted(needs.node))]
+    names = [
+        *(("c", n) for n in sorted(needs.commands)),
+        *(("p", n) for n in sorted(needs.python)),
+        *(("n", n) for n in sorted(needs.node)),
+    ]
     if len(names) > MAX_PROBE_NAMES:
         left = [n for _, n in names[MAX_PROBE_NAMES:]]
-        findings.append(DoctorFinding(
-            code="too_many_names",
-            message=f"only {MAX_PROBE_NAMES} names were checked; not checked: {', '.join(left[:20])}"
-                    + (" ..." if len(left) > 20 else ""),
-        ))
+        findings.append(
+            DoctorFinding(
+                code="too_many_names",
+                message=f"only {MAX_PROBE_NAMES} names were checked; not checked: {', '.join(left[:20])}"
+                + (" ..." if len(left) > 20 else ""),
+            )
+        )
         names = names[:MAX_PROBE_NAMES]
     return ([n for k, n in names if k == "c"], [n for k, n in names if k == "p"], [n for k, n in names if k == "n"])
 
@@ -223,10 +231,16 @@ def _probe(
     executor: Executor, skill: Skill, commands: list[str], python: list[str], node: list[str], tenant: str
 ) -> dict[str, Any]:
     timeout = min(PROBE_TIMEOUT, executor.settings.max_timeout)
-    names = {"commands": commands, "python": python, "node": node, "node_probe": NODE_PROBE,
-             "node_timeout": max(1.0, timeout * 0.8)}
-    request = RunRequest(skill=skill.id, command=f"python3 -I -S -c {shlex.quote(PROBE)}", stdin=json.dumps(names),
-                         timeout=timeout)
+    names = {
+        "commands": commands,
+        "python": python,
+        "node": node,
+        "node_probe": NODE_PROBE,
+        "node_timeout": max(1.0, timeout * 0.8),
+    }
+    request = RunRequest(
+        skill=skill.id, command=f"python3 -I -S -c {shlex.quote(PROBE)}", stdin=json.dumps(names), timeout=timeout
+    )
     result = executor.runner.run(request, tenant=tenant)
     if result.timed_out or result.exit_code != 0:
         why = "timed out" if result.timed_out else f"exit {result.exit_code}"
@@ -273,13 +287,22 @@ def parse_answer(stdout: str, commands: list[str], python: list[str], node: list
     except (ValidationError, ValueError):
         return None
     if answer is None or (set(answer.commands), set(answer.python), set(answer.node)) != (
-            set(commands), set(python), set(node)):
+        set(commands),
+        set(python),
+        set(node),
+    ):
         return None
-    if any(path is not None and (not path.startswith("/") or len(path) > 4096 or _CONTROL.search(path))
-           for path in answer.commands.values()):
+    if any(
+        path is not None and (not path.startswith("/") or len(path) > 4096 or _CONTROL.search(path))
+        for path in answer.commands.values()
+    ):
         return None
-    return {"commands": answer.commands, "python": answer.python, "node": answer.node,
-            "errors": [_printable(e[:1000]) for e in answer.errors]}
+    return {
+        "commands": answer.commands,
+        "python": answer.python,
+        "node": answer.node,
+        "errors": [_printable(e[:1000]) for e in answer.errors],
+    }
 
 
 def report(
@@ -295,18 +318,32 @@ def report(
         return None if value is None else bool(value)
 
     commands = [
-        CommandNeed(name=n, found=None if found_commands[n] == NOT_CHECKED else found_commands[n] is not None,
-                    path=found_commands[n] or None, optional=needs.commands[n].optional,
-                    used_in=locations(needs.commands[n].uses))
-        for n in sorted(needs.commands) if n in found_commands
+        CommandNeed(
+            name=n,
+            found=None if found_commands[n] == NOT_CHECKED else found_commands[n] is not None,
+            path=found_commands[n] or None,
+            optional=needs.commands[n].optional,
+            used_in=locations(needs.commands[n].uses),
+        )
+        for n in sorted(needs.commands)
+        if n in found_commands
     ]
     python = [
-        PythonNeed(module=n, distribution_hint=python_distribution(n), found=flag(found_python[n]),
-                   optional=needs.python[n].optional, used_in=locations(needs.python[n].uses))
-        for n in sorted(needs.python) if n in found_python
+        PythonNeed(
+            module=n,
+            distribution_hint=python_distribution(n),
+            found=flag(found_python[n]),
+            optional=needs.python[n].optional,
+            used_in=locations(needs.python[n].uses),
+        )
+        for n in sorted(needs.python)
+        if n in found_python
     ]
-    node = [NodeNeed(module=n, found=flag(found_node[n]), used_in=locations(needs.node[n]))
-            for n in sorted(needs.node) if n in found_node]
+    node = [
+        NodeNeed(module=n, found=flag(found_node[n]), used_in=locations(needs.node[n]))
+        for n in sorted(needs.node)
+        if n in found_node
+    ]
     missing = Missing(
         commands=[c.name for c in commands if c.found is False and not c.optional],
         python=[p.module for p in python if p.found is False and not p.optional],
@@ -319,8 +356,17 @@ def report(
     )
     unchecked = any(f.code in (DependenciesUnmet.code, PROBE_FAILED) for f in findings)
     ok = not (missing.commands or missing.python or missing.node or unchecked) and network.needed != "yes"
-    return DoctorReport(skill=skill.id, image=image, commands=commands, python=python, node=node, missing=missing,
-                        network=network, findings=findings, ok=ok)
+    return DoctorReport(
+        skill=skill.id,
+        image=image,
+        commands=commands,
+        python=python,
+        node=node,
+        missing=missing,
+        network=network,
+        findings=findings,
+        ok=ok,
+    )
 
 
 def render_table(doctor: DoctorReport) -> str:
@@ -337,8 +383,11 @@ def render_table(doctor: DoctorReport) -> str:
         detail = " ".join(x for x in (c.path or "", "optional" if c.optional else "") if x)
         lines.append(row("command", c.name, c.found, detail, c.used_in))
     for p in doctor.python:
-        detail = " ".join(x for x in (f"pip: {p.distribution_hint}" if p.distribution_hint else "",
-                                      "optional" if p.optional else "") if x)
+        detail = " ".join(
+            x
+            for x in (f"pip: {p.distribution_hint}" if p.distribution_hint else "", "optional" if p.optional else "")
+            if x
+        )
         lines.append(row("python", p.module, p.found, detail, p.used_in))
     for m in doctor.node:
         lines.append(row("node", m.module, m.found, "", m.used_in))

@@ -44,8 +44,18 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from .errors import Unavailable
 
 #: Inherited variables a tool may see: how the operator's host reaches the network.
-PASSED = ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-          "ALL_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR")
+PASSED = (
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+)
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: How much of a tool's output (stdout and stderr together) is kept: the end.
 OUTPUT_BYTES = 256 * 1024
@@ -126,8 +136,10 @@ def tool_user(setting: str) -> ToolUser | None:
             return ToolUser(uid, gid, text)
         entry = pwd.getpwnam(text)
     except KeyError:
-        raise HostToolsUnusable(f"HOST_TOOLS_USER names no user of this host: {text!r} (a name, uid or "
-                                "uid:gid; 'root' keeps the service's own user)") from None
+        raise HostToolsUnusable(
+            f"HOST_TOOLS_USER names no user of this host: {text!r} (a name, uid or "
+            "uid:gid; 'root' keeps the service's own user)"
+        ) from None
     return ToolUser(entry.pw_uid, entry.pw_gid, text)
 
 
@@ -171,15 +183,21 @@ class HostTools:
             path.mkdir(mode=0o755)
         return places
 
-    def run(self, argv: Sequence[str], scratch: Scratch, *, timeout: float,
-            env: Mapping[str, str] | None = None) -> HostToolResult:
+    def run(
+        self, argv: Sequence[str], scratch: Scratch, *, timeout: float, env: Mapping[str, str] | None = None
+    ) -> HostToolResult:
         """Run ``argv`` with ``scratch.folder`` its only writable place; once this returns,
         the tool's processes are gone and what it wrote is the service's (links not followed)."""
         argv = tuple(argv)
         tool_dir = os.path.dirname(shutil.which(argv[0]) or argv[0])
         variables = {name: os.environ[name] for name in PASSED if name in os.environ}
-        variables |= {"PATH": f"{tool_dir}:{SYSTEM_PATH}" if tool_dir else SYSTEM_PATH,
-                      "HOME": str(scratch.home), "TMPDIR": str(scratch.tmp), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+        variables |= {
+            "PATH": f"{tool_dir}:{SYSTEM_PATH}" if tool_dir else SYSTEM_PATH,
+            "HOME": str(scratch.home),
+            "TMPDIR": str(scratch.tmp),
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+        }
         variables |= dict(env or {})
         if self.user is not None:
             _give(scratch.folder, self.user, keep=scratch.cwd)
@@ -196,14 +214,23 @@ class HostTools:
             text += f"\ntimed out after {timeout:.0f} s"
         return HostToolResult(argv, returncode, redact(text, self.secrets), timed_out)
 
-    def _spawn(self, argv: tuple[str, ...], cwd: Path, env: dict[str, str], out: IO[bytes],
-               timeout: float) -> tuple[int, bool]:
+    def _spawn(
+        self, argv: tuple[str, ...], cwd: Path, env: dict[str, str], out: IO[bytes], timeout: float
+    ) -> tuple[int, bool]:
         user = self.user
         try:
             proc = subprocess.Popen(  # the one place; argv is never a shell line
-                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, umask=0o022, close_fds=True,
-                user=None if user is None else user.uid, group=None if user is None else user.gid,
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                umask=0o022,
+                close_fds=True,
+                user=None if user is None else user.uid,
+                group=None if user is None else user.gid,
                 extra_groups=None if user is None else [],
             )
         except (OSError, subprocess.SubprocessError) as exc:
@@ -229,8 +256,7 @@ class HostTools:
             returncode = proc.wait()
         return (124, True) if fired.is_set() else (returncode, False)
 
-    def check(self, argv: Sequence[str], where: Path, readable: Iterable[Path] = (), *,
-              timeout: float = 60.0) -> None:
+    def check(self, argv: Sequence[str], where: Path, readable: Iterable[Path] = (), *, timeout: float = 60.0) -> None:
         """Refuse with :class:`HostToolsUnusable` unless ``argv`` runs (exit 0) the way
         :meth:`run` runs tools, from folders made in ``where`` (an empty folder of the
         caller's, next to where the real runs' folders go), and every path of ``readable``
@@ -239,20 +265,25 @@ class HostTools:
         hint = _HINT if self.user else ""
         result = self.run(argv, self.scratch(where / "run"), timeout=timeout)
         if result.returncode != 0:
-            raise HostToolsUnusable(f"the service cannot run {argv[0]}{who}: "
-                                    f"{result.output.strip()[-500:] or 'no output'}{hint}")
+            raise HostToolsUnusable(
+                f"the service cannot run {argv[0]}{who}: {result.output.strip()[-500:] or 'no output'}{hint}"
+            )
         paths = [str(p) for p in readable]
         if paths:
-            test = ('for p do if [ -d "$p" ]; then [ -r "$p" ] && [ -x "$p" ]; else [ -r "$p" ]; fi'
-                    ' || { echo "cannot read $p"; exit 1; }; done')
+            test = (
+                'for p do if [ -d "$p" ]; then [ -r "$p" ] && [ -x "$p" ]; else [ -r "$p" ]; fi'
+                ' || { echo "cannot read $p"; exit 1; }; done'
+            )
             result = self.run(["/bin/sh", "-c", test, "sh", *paths], self.scratch(where / "read"), timeout=timeout)
             if result.returncode != 0:
                 raise HostToolsUnusable(f"pip/npm{who}: {result.output.strip()[-500:]}{hint}")
 
 
-_HINT = ("; make it readable by that user, point SKILL_EXECUTOR_HOST_TOOLS_PYTHON at a Python with pip it "
-         "can run (e.g. /usr/bin/python3), or set SKILL_EXECUTOR_HOST_TOOLS_USER to another user "
-         "('root' runs pip and npm as the service itself)")
+_HINT = (
+    "; make it readable by that user, point SKILL_EXECUTOR_HOST_TOOLS_PYTHON at a Python with pip it "
+    "can run (e.g. /usr/bin/python3), or set SKILL_EXECUTOR_HOST_TOOLS_USER to another user "
+    "('root' runs pip and npm as the service itself)"
+)
 
 
 def _kill_group(pgid: int) -> None:
@@ -335,4 +366,3 @@ def seal_data_dir(data_dir: Path, *, shared: Iterable[Path]) -> None:
             os.chmod(entry.path, 0o700 if entry.is_dir() else 0o600)
         except OSError:
             continue
-

@@ -79,8 +79,14 @@ def parse(token: str) -> tuple[str, str]:
     """(root id, instance) of a lease token; ("", "") for anything else."""
     prefix, _, rest = token.partition(":")
     root_id, _, instance = rest.partition(":")
-    if (prefix != PREFIX or not root_id or not instance or "/" in instance or instance.startswith(".")
-            or instance == ROOT_ID):
+    if (
+        prefix != PREFIX
+        or not root_id
+        or not instance
+        or "/" in instance
+        or instance.startswith(".")
+        or instance == ROOT_ID
+    ):
         return "", ""
     return root_id, instance
 
@@ -93,8 +99,12 @@ class Lease:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.root_id = _root_id(self.dir)
         self.instance = instance or uuid.uuid4().hex[:16]
-        if (not self.instance.replace("-", "").isalnum() or len(self.instance) > 64
-                or self.instance == ROOT_ID or self.instance.startswith("-")):
+        if (
+            not self.instance.replace("-", "").isalnum()
+            or len(self.instance) > 64
+            or self.instance == ROOT_ID
+            or self.instance.startswith("-")
+        ):
             raise ExecutorError(f"invalid instance id {self.instance!r} (letters, digits and '-', at most 64)")
         self.token = f"{PREFIX}:{self.root_id}:{self.instance}"
         self.path = self.dir / self.instance
@@ -130,8 +140,9 @@ class Lease:
                 os.pwrite(fd, json.dumps(_holder()).encode(), 0)
                 return fd
             os.close(fd)  # unlinked by a reclaimer meanwhile: once more
-        raise Conflict(f"instance id {self.instance!r} is in use by a live process under {root}",
-                       code="instance_in_use")
+        raise Conflict(
+            f"instance id {self.instance!r} is in use by a live process under {root}", code="instance_in_use"
+        )
 
     def judge(self, token: str) -> LeaseState:
         """What ``token`` (a container's or a workspace's owner) is to this lease."""
@@ -227,8 +238,11 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 def _holder() -> dict[str, object]:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                     time.gmtime())}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 class DataDirClaim:

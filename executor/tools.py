@@ -77,50 +77,98 @@ def _run_schema() -> dict[str, Any]:
 
 
 _SESSION = {"type": "string", "description": "the session id whose context this is (the framework's, as for runs)"}
-_EVICT = {"type": "string", "enum": ["none", "lru", "mention"],
-          "description": "when the context would overflow: none (refuse), lru (unload the least recently used "
-                         "first), mention (unload skills the recent messages do not mention first)"}
-_MESSAGES = {"type": "array", "items": {"type": "string"},
-             "description": "the text of the last few messages (for evict: mention)"}
-_BUDGET = {"type": "object", "additionalProperties": False, "description": "overrides of the context budget",
-           "properties": {"max_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
-                          "skill_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
-                          "doc_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
-                          "high_water": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}}
+_EVICT = {
+    "type": "string",
+    "enum": ["none", "lru", "mention"],
+    "description": "when the context would overflow: none (refuse), lru (unload the least recently used "
+    "first), mention (unload skills the recent messages do not mention first)",
+}
+_MESSAGES = {
+    "type": "array",
+    "items": {"type": "string"},
+    "description": "the text of the last few messages (for evict: mention)",
+}
+_BUDGET = {
+    "type": "object",
+    "additionalProperties": False,
+    "description": "overrides of the context budget",
+    "properties": {
+        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+        "skill_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+        "doc_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+        "high_water": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    },
+}
 #: The context tools: what an agent has loaded, kept by the service per session.
-CONTEXT_TOOLS = ("context_load", "context_unload", "context_select_docs", "context_list_docs", "context_touch",
-                 "context_render", "context_clear")
+CONTEXT_TOOLS = (
+    "context_load",
+    "context_unload",
+    "context_select_docs",
+    "context_list_docs",
+    "context_touch",
+    "context_render",
+    "context_clear",
+)
 
 
 def _context_tools(skill: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     def obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-        return {"type": "object", "properties": {"session": _SESSION, **properties},
-                "required": ["session", *required], "additionalProperties": False}
+        return {
+            "type": "object",
+            "properties": {"session": _SESSION, **properties},
+            "required": ["session", *required],
+            "additionalProperties": False,
+        }
 
     return [
-        ("context_load", "Load a skill into your context (its instructions and file list stay there, pinned to "
-         "this version, until unloaded or evicted). Refused with the numbers when it does not fit the budget.",
-         obj({"skill": skill, "evict": _EVICT, "messages": _MESSAGES, "budget": _BUDGET}, ["skill"])),
-        ("context_unload", "Unload a skill (and its selected docs) from your context.",
-         obj({"skill": skill}, ["skill"])),
-        ("context_select_docs", "Select docs of a loaded skill into your context: mode add (to the selection), "
-         "replace (the selection) or clear; docs lists them, all selects every doc.",
-         obj({"skill": skill, "docs": _DOCS, "all": {"type": "boolean"},
-              "mode": {"type": "string", "enum": ["add", "replace", "clear"]}, "evict": _EVICT,
-              "messages": _MESSAGES, "budget": _BUDGET}, ["skill", "mode"])),
-        ("context_list_docs", "List a skill's docs with token counts and whether they are selected.",
-         obj({"skill": skill}, ["skill"])),
-        ("context_touch", "Mark a loaded skill as used (it is then the last to be evicted).",
-         obj({"skill": skill}, ["skill"])),
-        ("context_render", "Render your context: the skills overview with loaded markers, each loaded skill "
-         "and its selected docs.", obj({"format": {"type": "string", "enum": list(FORMATS)}}, [])),
+        (
+            "context_load",
+            "Load a skill into your context (its instructions and file list stay there, pinned to "
+            "this version, until unloaded or evicted). Refused with the numbers when it does not fit the budget.",
+            obj({"skill": skill, "evict": _EVICT, "messages": _MESSAGES, "budget": _BUDGET}, ["skill"]),
+        ),
+        (
+            "context_unload",
+            "Unload a skill (and its selected docs) from your context.",
+            obj({"skill": skill}, ["skill"]),
+        ),
+        (
+            "context_select_docs",
+            "Select docs of a loaded skill into your context: mode add (to the selection), "
+            "replace (the selection) or clear; docs lists them, all selects every doc.",
+            obj(
+                {
+                    "skill": skill,
+                    "docs": _DOCS,
+                    "all": {"type": "boolean"},
+                    "mode": {"type": "string", "enum": ["add", "replace", "clear"]},
+                    "evict": _EVICT,
+                    "messages": _MESSAGES,
+                    "budget": _BUDGET,
+                },
+                ["skill", "mode"],
+            ),
+        ),
+        (
+            "context_list_docs",
+            "List a skill's docs with token counts and whether they are selected.",
+            obj({"skill": skill}, ["skill"]),
+        ),
+        (
+            "context_touch",
+            "Mark a loaded skill as used (it is then the last to be evicted).",
+            obj({"skill": skill}, ["skill"]),
+        ),
+        (
+            "context_render",
+            "Render your context: the skills overview with loaded markers, each loaded skill and its selected docs.",
+            obj({"format": {"type": "string", "enum": list(FORMATS)}}, []),
+        ),
         ("context_clear", "Empty your context.", obj({}, [])),
     ]
 
 
-def definitions(
-    repository: SkillRepository, fmt: Format = "openai", *, context: bool = False
-) -> list[dict[str, Any]]:
+def definitions(repository: SkillRepository, fmt: Format = "openai", *, context: bool = False) -> list[dict[str, Any]]:
     """The tools in ``fmt``'s shape; ``context``: the context tools too (``context_*``)."""
     names = [s.id for s in repository.list()]
     skill = _skill_param(names)
@@ -257,7 +305,11 @@ class ToolExecutor:
     """Executes tool calls against a repository and a run function."""
 
     def __init__(
-        self, repository: SkillRepository, run: RunFunction | None = None, *, visible_skills_dir: str | None = None,
+        self,
+        repository: SkillRepository,
+        run: RunFunction | None = None,
+        *,
+        visible_skills_dir: str | None = None,
         contexts: ContextService | None = None,
     ) -> None:
         """``visible_skills_dir``: where runs see the skills (the runtime's), for the
@@ -269,7 +321,11 @@ class ToolExecutor:
         self.contexts = contexts
 
     def call(
-        self, name: str, arguments: dict[str, Any] | str | None, *, tenant: str = LOCAL_TENANT,
+        self,
+        name: str,
+        arguments: dict[str, Any] | str | None,
+        *,
+        tenant: str = LOCAL_TENANT,
         session: str | None = None,
     ) -> ToolResult:
         """Execute one call (blocking); an unknown tool raises 404 ``tool_not_found``.
@@ -283,9 +339,13 @@ class ToolExecutor:
             if session is not None:  # the framework's session binds; the model cannot reach another one
                 named = parsed.get("session")
                 if named is not None and named != session:
-                    return _refusal(name, Forbidden(
-                        f"this call is bound to session {session!r}; the arguments name {str(named)[:80]!r}",
-                        code="session_mismatch"))
+                    return _refusal(
+                        name,
+                        Forbidden(
+                            f"this call is bound to session {session!r}; the arguments name {str(named)[:80]!r}",
+                            code="session_mismatch",
+                        ),
+                    )
                 parsed = {**parsed, "session": session}
             try:
                 return self._context_tool(name, parsed, tenant)
@@ -338,8 +398,7 @@ class ToolExecutor:
         allowed = {"session", "skill", "evict", "messages", "budget", "docs", "all", "mode", "format"}
         unknown = set(arguments) - allowed
         if unknown:
-            raise BadRequest(f"unknown argument(s) for {name}: {', '.join(sorted(unknown))}",
-                             code="invalid_arguments")
+            raise BadRequest(f"unknown argument(s) for {name}: {', '.join(sorted(unknown))}", code="invalid_arguments")
         session = arguments.get("session")
         if not isinstance(session, str) or not session:
             raise BadRequest("the 'session' argument is required", code="invalid_arguments")
@@ -369,15 +428,30 @@ class ToolExecutor:
             every, mode = arguments.get("all", False), arguments.get("mode", "add")
             if not isinstance(every, bool) or not isinstance(mode, str):
                 raise BadRequest("'all' must be a boolean and 'mode' a string", code="invalid_arguments")
-            data = contexts.select_docs(tenant, session, str(skill), docs=docs_, all=every, mode=mode, evict=evict,
-                                        messages=messages, budget=budget)
-            text = (f"selected docs of {data['skill']}: {', '.join(data['selected']) or '(none)'}"
-                    + (f"; added {', '.join(data['added'])}" if data["added"] else "")
-                    + (f"; removed {', '.join(data['removed'])}" if data["removed"] else ""))
+            data = contexts.select_docs(
+                tenant,
+                session,
+                str(skill),
+                docs=docs_,
+                all=every,
+                mode=mode,
+                evict=evict,
+                messages=messages,
+                budget=budget,
+            )
+            text = (
+                f"selected docs of {data['skill']}: {', '.join(data['selected']) or '(none)'}"
+                + (f"; added {', '.join(data['added'])}" if data["added"] else "")
+                + (f"; removed {', '.join(data['removed'])}" if data["removed"] else "")
+            )
         elif name == "context_list_docs":
             data = contexts.list_docs(tenant, session, str(skill))
-            text = "\n".join(f"- {d['name']} ({d['tokens']} tokens{', selected' if d['selected'] else ''})"
-                             for d in data["docs"]) or "(no docs)"
+            text = (
+                "\n".join(
+                    f"- {d['name']} ({d['tokens']} tokens{', selected' if d['selected'] else ''})" for d in data["docs"]
+                )
+                or "(no docs)"
+            )
             return ToolResult(name, text, False, data)
         elif name == "context_touch":
             data = contexts.touch(tenant, session, str(skill))
@@ -388,14 +462,15 @@ class ToolExecutor:
                 raise BadRequest("'format' must be a string", code="invalid_arguments")
             data = contexts.render(tenant, session, fmt)
             content = data["content"]
-            return ToolResult(name, content if isinstance(content, str) else json.dumps(content, indent=1),
-                              False, data)
+            return ToolResult(name, content if isinstance(content, str) else json.dumps(content, indent=1), False, data)
         else:
             data = contexts.clear(tenant, session)
             return ToolResult(name, "context cleared" if data["cleared"] else "the context was empty", False, data)
         text += f"\ncontext: {data['total_tokens']} of {data['budget']['limit']} tokens ({data['counter']})"
-        text += "".join(f"\nevicted: {e['skill']}{'/' + e['doc'] if e['doc'] else ''} ({e['reason']}, "
-                        f"{e['tokens']} tokens)" for e in data.get("evicted", []))
+        text += "".join(
+            f"\nevicted: {e['skill']}{'/' + e['doc'] if e['doc'] else ''} ({e['reason']}, {e['tokens']} tokens)"
+            for e in data.get("evicted", [])
+        )
         return ToolResult(name, text, False, data)
 
     def _skill(self, arguments: dict[str, Any]):  # type: ignore[no-untyped-def]

@@ -137,8 +137,9 @@ class Supervisor:
     # -- running ---------------------------------------------------------------------------
 
     def _start(self, worker: _Worker) -> None:
-        worker.thread = threading.Thread(target=self._run, args=(worker,), name=f"{self.name}-{worker.name}",
-                                         daemon=True)
+        worker.thread = threading.Thread(
+            target=self._run, args=(worker,), name=f"{self.name}-{worker.name}", daemon=True
+        )
         worker.thread.start()
 
     def _run(self, worker: _Worker) -> None:
@@ -175,11 +176,19 @@ class Supervisor:
             with self._lock:
                 now = time.monotonic()
                 for worker in self._workers.values():
-                    if (worker.thread is not None and not worker.thread.is_alive() and not self._closed.is_set()
-                            and now >= worker.next_restart):
+                    if (
+                        worker.thread is not None
+                        and not worker.thread.is_alive()
+                        and not self._closed.is_set()
+                        and now >= worker.next_restart
+                    ):
                         worker.stats.restarts += 1
                         # A worker that keeps dying is restarted less and less often.
-                        worker.next_restart = now + min(BACKOFF_MAX, BACKOFF_START * 2 ** worker.stats.restarts)
-                        log.error("%s: worker %s died; restarting it (restart %d)", self.name, worker.name,
-                                  worker.stats.restarts)
+                        worker.next_restart = now + min(BACKOFF_MAX, BACKOFF_START * 2**worker.stats.restarts)
+                        log.error(
+                            "%s: worker %s died; restarting it (restart %d)",
+                            self.name,
+                            worker.name,
+                            worker.stats.restarts,
+                        )
                         self._start(worker)

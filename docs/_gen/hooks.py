@@ -54,11 +54,15 @@ def settings() -> str:
         else:
             default = str(field.default)
         kind = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
-        rows.append(f"| `SKILL_EXECUTOR_{name.upper()}` | `{_cell(kind)}` | `{_cell(default)}` | "
-                    f"{_cell(field.description or '')} |")
-    return (f"# Settings\n\n{GENERATED}Every setting is an environment variable `SKILL_EXECUTOR_<NAME>`. "
-            "Lists take a comma-separated string or a JSON array.\n\n"
-            "| variable | type | default | meaning |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
+        rows.append(
+            f"| `SKILL_EXECUTOR_{name.upper()}` | `{_cell(kind)}` | `{_cell(default)}` | "
+            f"{_cell(field.description or '')} |"
+        )
+    return (
+        f"# Settings\n\n{GENERATED}Every setting is an environment variable `SKILL_EXECUTOR_<NAME>`. "
+        "Lists take a comma-separated string or a JSON array.\n\n"
+        "| variable | type | default | meaning |\n|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
 
 
 def _commands(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.ArgumentParser]]:
@@ -83,13 +87,17 @@ def errors() -> str:
     from executor.errorcodes import CATALOGUE, MCP_MAPPINGS
 
     legend = "\n".join(f"- **{key}**: {text}" for key, text in MCP_MAPPINGS.items())
-    rows = "\n".join(f"| `{e.code}` | {e.status} | {e.mcp} | {_cell(e.meaning)} | {_cell(e.action)} |"
-                     for e in sorted(CATALOGUE.values(), key=lambda e: e.code))
-    return (f"# Errors\n\n{GENERATED}Every refusal has the body "
-            '`{"error": {"code": "...", "message": "...", "details": ...}}` with the status below; '
-            "the code is stable, the message is for people. The catalogue is `executor/errorcodes.py`.\n\n"
-            f"How an error reaches an MCP client (column MCP):\n\n{legend}\n\n"
-            "| code | HTTP | MCP | meaning | what to do |\n|---|---|---|---|---|\n" + rows + "\n")
+    rows = "\n".join(
+        f"| `{e.code}` | {e.status} | {e.mcp} | {_cell(e.meaning)} | {_cell(e.action)} |"
+        for e in sorted(CATALOGUE.values(), key=lambda e: e.code)
+    )
+    return (
+        f"# Errors\n\n{GENERATED}Every refusal has the body "
+        '`{"error": {"code": "...", "message": "...", "details": ...}}` with the status below; '
+        "the code is stable, the message is for people. The catalogue is `executor/errorcodes.py`.\n\n"
+        f"How an error reaches an MCP client (column MCP):\n\n{legend}\n\n"
+        "| code | HTTP | MCP | meaning | what to do |\n|---|---|---|---|---|\n" + rows + "\n"
+    )
 
 
 def openapi_document() -> dict[str, Any]:
@@ -97,8 +105,9 @@ def openapi_document() -> dict[str, Any]:
     from executor.config import Settings
 
     with tempfile.TemporaryDirectory() as data:
-        document: dict[str, Any] = create_app(Settings(data_dir=Path(data), api_keys=[], admin_keys=[],
-                                                       host="127.0.0.1", runtime="docker")).openapi()
+        document: dict[str, Any] = create_app(
+            Settings(data_dir=Path(data), api_keys=[], admin_keys=[], host="127.0.0.1", runtime="docker")
+        ).openapi()
     return document
 
 
@@ -108,9 +117,11 @@ def openapi(document: dict[str, Any]) -> str:
         for method, operation in methods.items():
             summary = operation.get("summary") or ""
             rows.append(f"| `{method.upper()}` | `{_cell(path)}` | {_cell(summary)} |")
-    return (f"# OpenAPI\n\n{GENERATED}The service's OpenAPI document: [openapi.json](openapi.json) "
-            "(also served at `/openapi.json`, with Swagger UI at `/docs`). Its operations:\n\n"
-            "| method | path | summary |\n|---|---|---|\n" + "\n".join(rows) + "\n")
+    return (
+        f"# OpenAPI\n\n{GENERATED}The service's OpenAPI document: [openapi.json](openapi.json) "
+        "(also served at `/openapi.json`, with Swagger UI at `/docs`). Its operations:\n\n"
+        "| method | path | summary |\n|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
 
 
 def mcp_tools() -> str:
@@ -122,17 +133,27 @@ def mcp_tools() -> str:
 
     with tempfile.TemporaryDirectory() as empty:
         repository = SkillRepository([Path(empty)])
-        backend = McpBackend(repository=lambda: repository, manager=unused, tools=unused, artifacts=unused,
-                          visible_skills_dir=unused, principal=unused)
+        backend = McpBackend(
+            repository=lambda: repository,
+            manager=unused,
+            tools=unused,
+            artifacts=unused,
+            visible_skills_dir=unused,
+            principal=unused,
+        )
         tools = SkillServer(backend)._tool_list()
-    parts = [f"# MCP tools\n\n{GENERATED}The tools of `skill-executor mcp` and `/mcp`. The REST "
-             "`GET /v1/tools?format=openai|anthropic|mcp` lists `skill_load`, `skill_list_docs`, "
-             "`skill_select_docs`, `skill_run` (and the `context_*` tools with `context=true`) in the same "
-             "shapes. A tool's `skill` argument lists the installed skills' names (none here).\n"]
+    parts = [
+        f"# MCP tools\n\n{GENERATED}The tools of `skill-executor mcp` and `/mcp`. The REST "
+        "`GET /v1/tools?format=openai|anthropic|mcp` lists `skill_load`, `skill_list_docs`, "
+        "`skill_select_docs`, `skill_run` (and the `context_*` tools with `context=true`) in the same "
+        "shapes. A tool's `skill` argument lists the installed skills' names (none here).\n"
+    ]
     for tool in tools:
         hints = tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}
-        parts.append(f"## `{tool.name}`\n\n{tool.description}\n\nAnnotations: `{json.dumps(hints)}`\n\n"
-                     f"```json\n{json.dumps(tool.input_schema, indent=2)}\n```\n")
+        parts.append(
+            f"## `{tool.name}`\n\n{tool.description}\n\nAnnotations: `{json.dumps(hints)}`\n\n"
+            f"```json\n{json.dumps(tool.input_schema, indent=2)}\n```\n"
+        )
     return "\n".join(parts)
 
 
@@ -141,10 +162,14 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     os.environ["COLUMNS"] = "100"  # argparse's width: the same help on every terminal
     try:
         document = openapi_document()
-        pages = {"reference/settings.md": settings(), "reference/cli.md": cli(),
-                 "reference/errors.md": errors(), "reference/openapi.md": openapi(document),
-                 "reference/mcp-tools.md": mcp_tools(),
-                 "reference/openapi.json": json.dumps(document, indent=2)}
+        pages = {
+            "reference/settings.md": settings(),
+            "reference/cli.md": cli(),
+            "reference/errors.md": errors(),
+            "reference/openapi.md": openapi(document),
+            "reference/mcp-tools.md": mcp_tools(),
+            "reference/openapi.json": json.dumps(document, indent=2),
+        }
     finally:
         if previous is None:
             os.environ.pop("COLUMNS", None)

@@ -118,12 +118,24 @@ def create_app(
             allow_origins=[normalize_origin(o) for o in settings.allowed_origins],
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "X-Request-ID"],
-            expose_headers=["X-Request-ID", "Location", "Idempotent-Replayed", "X-Artifact-Version",
-                            "X-Artifact-SHA256", "X-File-Size", "X-Truncated"],
+            expose_headers=[
+                "X-Request-ID",
+                "Location",
+                "Idempotent-Replayed",
+                "X-Artifact-Version",
+                "X-Artifact-SHA256",
+                "X-File-Size",
+                "X-Truncated",
+            ],
         )
     local = (runtime.name if runtime is not None else settings.runtime) == "local"
-    app.add_middleware(BrowserGuard, auth_enabled=keyring.enabled, local_runtime=local,
-                       allowed_origins=settings.allowed_origins,
-                       host=settings.host, port=settings.port)
+    app.add_middleware(
+        BrowserGuard,
+        auth_enabled=keyring.enabled,
+        local_runtime=local,
+        allowed_origins=settings.allowed_origins,
+        host=settings.host,
+        port=settings.port,
+    )
     app.add_middleware(RequestContext)
     return app

@@ -32,16 +32,21 @@ class RuntimeCollector(Collector):
             stats = {}
         containers = stats.get("containers")
         if containers is not None:
-            family = GaugeMetricFamily("skill_executor_containers", "Containers of this instance by state",
-                                       labels=["state"])
+            family = GaugeMetricFamily(
+                "skill_executor_containers", "Containers of this instance by state", labels=["state"]
+            )
             for state in sorted(set(STATES) | set(containers)):
                 family.add_metric([state], containers.get(state, 0))
             yield family
-            yield GaugeMetricFamily("skill_executor_containers_alive", "Running containers of this instance",
-                                    value=containers.get("running", 0))
+            yield GaugeMetricFamily(
+                "skill_executor_containers_alive",
+                "Running containers of this instance",
+                value=containers.get("running", 0),
+            )
         if stats.get("engine_up") is not None:
-            yield GaugeMetricFamily("skill_executor_engine_up", "1 when the Docker engine answers",
-                                    value=1 if stats["engine_up"] else 0)
+            yield GaugeMetricFamily(
+                "skill_executor_engine_up", "1 when the Docker engine answers", value=1 if stats["engine_up"] else 0
+            )
         for key, text in (
             ("cleanup_backlog", "Cleanup jobs (used containers, workspaces) waiting or in progress"),
             ("cleanup_leftovers", "Leftovers found by the last reconciliation, not yet removed"),
@@ -50,10 +55,12 @@ class RuntimeCollector(Collector):
             if key in stats:
                 yield GaugeMetricFamily(f"skill_executor_{key}", text, value=stats[key])
         workers = stats.get("workers") or {}
-        failures = CounterMetricFamily("skill_executor_worker_failures", "Failed steps of background workers",
-                                       labels=["worker"])
-        restarts = CounterMetricFamily("skill_executor_worker_restarts",
-                                       "Background workers restarted after their thread died", labels=["worker"])
+        failures = CounterMetricFamily(
+            "skill_executor_worker_failures", "Failed steps of background workers", labels=["worker"]
+        )
+        restarts = CounterMetricFamily(
+            "skill_executor_worker_restarts", "Background workers restarted after their thread died", labels=["worker"]
+        )
         for name, figures in sorted(workers.items()):
             failures.add_metric([name], figures.failures)
             restarts.add_metric([name], figures.restarts)
@@ -65,9 +72,7 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._runtime: RuntimeCollector | None = None
-        self.runs = Counter(
-            "skill_executor_runs", "Finished runs by outcome", ["outcome"], registry=self.registry
-        )
+        self.runs = Counter("skill_executor_runs", "Finished runs by outcome", ["outcome"], registry=self.registry)
         self.duration = Histogram(
             "skill_executor_run_duration_seconds",
             "Wall-clock duration of finished runs",

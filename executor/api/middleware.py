@@ -57,8 +57,10 @@ class RequestContext:
                 status = message["status"]
                 started_response = True
                 message.setdefault("headers", []).append((b"x-request-id", request_id.encode()))
-                stream = any(name.lower() == b"content-type" and value.startswith(b"text/event-stream")
-                             for name, value in message.get("headers") or [])
+                stream = any(
+                    name.lower() == b"content-type" and value.startswith(b"text/event-stream")
+                    for name, value in message.get("headers") or []
+                )
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 complete = True
             await send(message)
@@ -109,8 +111,16 @@ class BrowserGuard:
       ``same-site`` without such an Origin -- is refused with 403 ``cross_origin_refused``.
     """
 
-    def __init__(self, app: Any, *, auth_enabled: bool, local_runtime: bool = False,
-                 allowed_origins: Iterable[str] = (), host: str = "127.0.0.1", port: int = 8080) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        auth_enabled: bool,
+        local_runtime: bool = False,
+        allowed_origins: Iterable[str] = (),
+        host: str = "127.0.0.1",
+        port: int = 8080,
+    ) -> None:
         self.app = app
         self.auth_enabled = auth_enabled
         self.loopback_only = local_runtime or not auth_enabled
@@ -144,18 +154,26 @@ class BrowserGuard:
             why = "authentication is off" if not self.auth_enabled else "the local runtime isolates nothing"
             return 403, "loopback_only", f"{why}: only connections to a loopback address are served"
         if not self.auth_enabled and host and not self._host_allowed(host, str(bound_host), bound_port or self.port):
-            return 421, "host_not_allowed", (
-                f"the Host header {host[:100]!r} does not name this server; without API keys only "
-                "localhost, 127.0.0.1 and [::1] (with the service's port) are served"
+            return (
+                421,
+                "host_not_allowed",
+                (
+                    f"the Host header {host[:100]!r} does not name this server; without API keys only "
+                    "localhost, 127.0.0.1 and [::1] (with the service's port) are served"
+                ),
             )
         origin = headers.get(b"origin")
         if origin is not None:
             text = normalize_origin(origin.decode("latin-1"))
             if text in self.allowed_origins or (host and text.partition("://")[2] == host and "://" in text):
                 return None
-            return 403, "cross_origin_refused", (
-                f"cross-origin request from {text[:100]!r} refused; list the origin in SKILL_EXECUTOR_ALLOWED_ORIGINS "
-                "to allow it"
+            return (
+                403,
+                "cross_origin_refused",
+                (
+                    f"cross-origin request from {text[:100]!r} refused; "
+                    "list the origin in SKILL_EXECUTOR_ALLOWED_ORIGINS to allow it"
+                ),
             )
         site = headers.get(b"sec-fetch-site", b"").decode("latin-1").strip().lower()
         if site in ("cross-site", "same-site"):
@@ -246,8 +264,13 @@ async def _too_large(send: Any, limit: int) -> None:
 async def send_error(send: Any, status: int, code: str, message: str) -> None:
     """A refusal in the API's error shape, from a middleware."""
     body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

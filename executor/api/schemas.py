@@ -130,8 +130,11 @@ class VersionList(BaseModel):
     skill: str
     default_version: int | None
     latest_version: int | None
-    default_held: bool = Field(default=False, description="the default was set explicitly (not to `latest`): "
-                               "a changed folder of a folder-root skill does not move it")
+    default_held: bool = Field(
+        default=False,
+        description="the default was set explicitly (not to `latest`): "
+        "a changed folder of a folder-root skill does not move it",
+    )
     versions: list[VersionInfo]
 
 
@@ -141,7 +144,8 @@ class SkillUpdate(BaseModel):
     # strict: a JSON true is not version 1; the text goes to the one parser (executor/registry/refs.py)
     default_version: StrictInt | StrictStr = Field(
         description="a version number, `latest` (the default then follows the latest version), `default`, "
-                    "or sha256:<hex>")
+        "or sha256:<hex>"
+    )
 
 
 class AuditRecord(BaseModel):
@@ -203,11 +207,16 @@ class ToolCall(BaseModel):
     name: str = Field(min_length=1, max_length=64)
     arguments: dict[str, Any] | str | None = None
     format: Literal["openai", "anthropic", "mcp"] | None = Field(
-        default=None, description="also answer `message`: the result as this format's tool-result message")
-    id: str | None = Field(default=None, max_length=256,
-                           description="the model's id of this call (tool_use_id, tool_call_id), put in `message`")
-    session: str | None = Field(default=None, max_length=128,
-                                description="the session of the context_* tools when their arguments name none")
+        default=None, description="also answer `message`: the result as this format's tool-result message"
+    )
+    id: str | None = Field(
+        default=None,
+        max_length=256,
+        description="the model's id of this call (tool_use_id, tool_call_id), put in `message`",
+    )
+    session: str | None = Field(
+        default=None, max_length=128, description="the session of the context_* tools when their arguments name none"
+    )
 
 
 class ToolCallResult(BaseModel):
@@ -216,9 +225,11 @@ class ToolCallResult(BaseModel):
     is_error: bool
     data: Any = None
     message: dict[str, Any] | None = Field(
-        default=None, description="with `format`: the message to append to the conversation as it is -- "
-                                  "Anthropic tool_result block (is_error), OpenAI tool message (an error's text "
-                                  "starts with 'error:'), MCP CallToolResult (isError)")
+        default=None,
+        description="with `format`: the message to append to the conversation as it is -- "
+        "Anthropic tool_result block (is_error), OpenAI tool message (an error's text "
+        "starts with 'error:'), MCP CallToolResult (isError)",
+    )
 
 
 class Check(BaseModel):
@@ -241,6 +252,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 # -- agent context (/v1/sessions/{session}/context) ---------------------------------------
 
+
 class ContextBudget(BaseModel):
     """Overrides of the context budget for one request (the settings' otherwise)."""
 
@@ -258,8 +270,9 @@ class ContextLoad(BaseModel):
     model_config = {"extra": "forbid"}
     skill: str = Field(min_length=1, max_length=300, description="name, or name@version to pin another version")
     evict: Evict = Field(default="none", description="when it does not fit: none (refuse), lru, mention")
-    messages: list[str] = Field(default_factory=list, max_length=100,
-                                description="the last messages' text, for evict=mention")
+    messages: list[str] = Field(
+        default_factory=list, max_length=100, description="the last messages' text, for evict=mention"
+    )
     budget: ContextBudget | None = None
 
 

@@ -103,7 +103,13 @@ class ArtifactStore(Protocol):
     """
 
     def put(
-        self, name: str, data: Content, *, mime_type: str = ..., run_id: str | None = ..., tenant: str = ...,
+        self,
+        name: str,
+        data: Content,
+        *,
+        mime_type: str = ...,
+        run_id: str | None = ...,
+        tenant: str = ...,
         max_bytes: int | None = ...,
     ) -> ArtifactInfo: ...
 
@@ -269,9 +275,7 @@ class LocalArtifactStore:
         if self.ttl_seconds is not None:
             with _writing(self._connect()) as db:
                 cutoff = self._cutoff(now)
-                shas = db.execute(
-                    "SELECT DISTINCT sha256 FROM artifacts WHERE created_at <= ?", (cutoff,)
-                ).fetchall()
+                shas = db.execute("SELECT DISTINCT sha256 FROM artifacts WHERE created_at <= ?", (cutoff,)).fetchall()
                 removed = db.execute("DELETE FROM artifacts WHERE created_at <= ?", (cutoff,)).rowcount
                 db.executemany("INSERT OR IGNORE INTO orphan_blobs VALUES (?)", shas)
         self.collect()
@@ -331,22 +335,30 @@ class LocalArtifactStore:
 
     def versions(self, name: str, *, tenant: str = LOCAL_TENANT) -> list[ArtifactInfo]:
         validate_name(name)
-        rows = self._connect().execute(
-            "SELECT * FROM artifacts WHERE owner = ? AND name = ? AND created_at > ? ORDER BY version",
-            (tenant, name, self._cutoff()),
-        ).fetchall()
+        rows = (
+            self._connect()
+            .execute(
+                "SELECT * FROM artifacts WHERE owner = ? AND name = ? AND created_at > ? ORDER BY version",
+                (tenant, name, self._cutoff()),
+            )
+            .fetchall()
+        )
         if not rows:
             raise _missing(name)
         return [ArtifactInfo(*row) for row in rows]
 
     def names(self, *, tenant: str = LOCAL_TENANT) -> list[ArtifactInfo]:
         """The latest version of every artifact of ``tenant``, by name."""
-        rows = self._connect().execute(
-            """SELECT a.* FROM artifacts a JOIN
+        rows = (
+            self._connect()
+            .execute(
+                """SELECT a.* FROM artifacts a JOIN
                (SELECT name, MAX(version) v FROM artifacts WHERE owner = ? AND created_at > ? GROUP BY name) m
                ON a.owner = ? AND a.name = m.name AND a.version = m.v ORDER BY a.name""",
-            (tenant, self._cutoff(), tenant),
-        ).fetchall()
+                (tenant, self._cutoff(), tenant),
+            )
+            .fetchall()
+        )
         return [ArtifactInfo(*row) for row in rows]
 
 

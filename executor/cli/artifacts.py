@@ -30,7 +30,8 @@ def register(groups: Any) -> None:
     put.add_argument("name")
     put.add_argument("file")
     put.add_argument(
-        "--mime-type", default=None,
+        "--mime-type",
+        default=None,
         help="the MIME type to keep (default: sniffed from the content and NAME, as run outputs are typed)",
     )
     get = sub.add_parser("get", help="write NAME[@VERSION] to stdout or --output")
@@ -43,7 +44,9 @@ def register(groups: Any) -> None:
     for parser in (put, get, list_, delete):
         parser.add_argument("--data-dir", type=Path)
         parser.add_argument(
-            "--owner", default=None, metavar="KEY_ID",
+            "--owner",
+            default=None,
+            metavar="KEY_ID",
             help="the tenant (API key id, as in the logs) whose artifacts to use; default: the local tenant "
             "(what the service uses when no keys are configured)",
         )
@@ -63,7 +66,9 @@ def _artifacts(args: argparse.Namespace) -> int:
         if args.command == "list" and args.name is None:
             print(json.dumps([]))
             return 0
-        name = validate_name(args.name) if args.command == "list" else parse_ref(args.ref.removeprefix("artifact://"))[0]
+        name = (
+            validate_name(args.name) if args.command == "list" else parse_ref(args.ref.removeprefix("artifact://"))[0]
+        )
         raise NotFound(f"no artifact {name!r}", code="artifact_not_found")
     store = LocalArtifactStore(root, ttl_seconds=settings.artifact_ttl_seconds)
     if args.command == "put":
@@ -109,5 +114,6 @@ def _put(store: LocalArtifactStore, name: str, source: BinaryIO, mime_type: str 
         head += chunk
     rest = source.read(1) if len(head) == _SNIFF else b""
     mime = detect(name, head, complete=not rest)
-    return store.put(name, itertools.chain((head + rest,), iter(lambda: source.read(256 * 1024), b"")),
-                     mime_type=mime, tenant=tenant)
+    return store.put(
+        name, itertools.chain((head + rest,), iter(lambda: source.read(256 * 1024), b"")), mime_type=mime, tenant=tenant
+    )

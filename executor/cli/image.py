@@ -13,18 +13,37 @@ def register(groups: Any) -> None:
     sub = image.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     build = sub.add_parser("build", help="build the runner image (reused when up to date)")
     mode = build.add_mutually_exclusive_group()
-    mode.add_argument("--offline", action="store_const", const="offline", dest="mode",
-                      help="build the base with debootstrap + docker import (no registry)")
-    mode.add_argument("--online", action="store_const", const="online", dest="mode",
-                      help="build FROM the public Debian base (needs a registry)")
-    build.add_argument("--flavour", choices=["full", "minimal"], default="full",
-                       help="full (default; tagged :latest) or minimal (tagged :minimal)")
+    mode.add_argument(
+        "--offline",
+        action="store_const",
+        const="offline",
+        dest="mode",
+        help="build the base with debootstrap + docker import (no registry)",
+    )
+    mode.add_argument(
+        "--online",
+        action="store_const",
+        const="online",
+        dest="mode",
+        help="build FROM the public Debian base (needs a registry)",
+    )
+    build.add_argument(
+        "--flavour",
+        choices=["full", "minimal"],
+        default="full",
+        help="full (default; tagged :latest) or minimal (tagged :minimal)",
+    )
     build.add_argument("--context", type=Path, help="the images/ folder (default: the source tree's)")
     build.add_argument("--service", action="store_true", help="build the service's own image (docker-compose.yml)")
     build.set_defaults(handler=_build, mode="auto")
     versions = sub.add_parser("versions", help="print a Markdown table of the tool and package versions in images")
-    versions.add_argument("--image", action="append", dest="images", metavar="REF",
-                          help="an image to list (repeatable, one column each; default: the configured runner image)")
+    versions.add_argument(
+        "--image",
+        action="append",
+        dest="images",
+        metavar="REF",
+        help="an image to list (repeatable, one column each; default: the configured runner image)",
+    )
     versions.add_argument("--context", type=Path, help="the images/ folder (default: the source tree's)")
     versions.set_defaults(handler=_versions)
 

@@ -54,8 +54,12 @@ def register(commands: Any) -> None:
 
 def _remote(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", default=os.environ.get(URL_ENV), help=f"the service's URL (default: ${URL_ENV})")
-    parser.add_argument("--token-env", default=DEFAULT_TOKEN_ENV, metavar="VAR",
-                        help=f"the environment variable holding the API key (default: {DEFAULT_TOKEN_ENV})")
+    parser.add_argument(
+        "--token-env",
+        default=DEFAULT_TOKEN_ENV,
+        metavar="VAR",
+        help=f"the environment variable holding the API key (default: {DEFAULT_TOKEN_ENV})",
+    )
 
 
 def _call(args: argparse.Namespace, action: Callable[[Client], int]) -> int:
@@ -91,12 +95,15 @@ def _push(args: argparse.Namespace) -> int:
     def push(client: Client) -> int:
         files = folder_files(args.directory)
         local = manifest_digest([(path, _sha256(content)) for path, content in files])
-        result = client.push_skill(args.directory, strict=True if args.strict else None,
-                                   set_default=not args.no_default)
+        result = client.push_skill(
+            args.directory, strict=True if args.strict else None, set_default=not args.no_default
+        )
         emit_json({k: result.get(k) for k in ("id", "version", "digest", "created", "is_default", "findings")})
         if result.get("digest") != local:
-            print(f"skill-executor: the service's digest {result.get('digest')} differs from the folder's {local}",
-                  file=sys.stderr)
+            print(
+                f"skill-executor: the service's digest {result.get('digest')} differs from the folder's {local}",
+                file=sys.stderr,
+            )
             return 1
         return 0
 

@@ -41,8 +41,13 @@ def register(groups: Any) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime", choices=("local", "docker"))
-    parser.add_argument("--skills-dir", action="append", type=existing_dir, dest="skills_dirs",
-                        help="a skill root (an existing folder); repeat for more")
+    parser.add_argument(
+        "--skills-dir",
+        action="append",
+        type=existing_dir,
+        dest="skills_dirs",
+        help="a skill root (an existing folder); repeat for more",
+    )
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--allow-host-root", action="append", type=Path, dest="allowed_host_roots")
 
@@ -87,8 +92,11 @@ def _run(args: argparse.Namespace) -> int:
         else:
             import shlex
 
-            request = RunRequest(skill=args.skill, command=shlex.join(command) if len(command) > 1 else command[0],
-                                 output_files=["out/**"])
+            request = RunRequest(
+                skill=args.skill,
+                command=shlex.join(command) if len(command) > 1 else command[0],
+                output_files=["out/**"],
+            )
     except OSError as exc:
         raise BadRequest(f"cannot read request: {exc}", code="usage") from None
     except ValidationError as exc:

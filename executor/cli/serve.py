@@ -26,8 +26,13 @@ def register(groups: Any) -> None:
 def add_service_options(parser: argparse.ArgumentParser) -> None:
     """What ``serve`` and ``mcp`` share: the runtime, the skill roots, the data folder."""
     parser.add_argument("--runtime", choices=("local", "docker"))
-    parser.add_argument("--skills-dir", action="append", type=existing_dir, dest="skills_dirs",
-                        help="a skill root (an existing folder); repeat for more")
+    parser.add_argument(
+        "--skills-dir",
+        action="append",
+        type=existing_dir,
+        dest="skills_dirs",
+        help="a skill root (an existing folder); repeat for more",
+    )
     parser.add_argument("--data-dir", type=Path)
 
 
@@ -82,8 +87,15 @@ def _serve(args: argparse.Namespace) -> int:
     limit_malloc_arenas()
     configure_logging(settings.log_json)
     app = create_app(settings, claim=claim)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_config=None, access_log=False,
-                            timeout_graceful_shutdown=REQUESTS_GRACE_SECONDS, http=JsonErrorHttpToolsProtocol)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=REQUESTS_GRACE_SECONDS,
+        http=JsonErrorHttpToolsProtocol,
+    )
     server = DrainingServer(config, app)
     try:
         server.run()

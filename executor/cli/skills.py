@@ -56,7 +56,9 @@ def register(groups: Any) -> None:
     show.add_argument("name")
     _roots(show)
     show.add_argument(
-        "--runtime", choices=("docker", "local"), default=None,
+        "--runtime",
+        choices=("docker", "local"),
+        default=None,
         help="whose view of the skill folder replaces {baseDir}, ${CLAUDE_SKILL_DIR}, <path-to-skill> "
         "(default: SKILL_EXECUTOR_RUNTIME)",
     )
@@ -70,23 +72,35 @@ def register(groups: Any) -> None:
     search.set_defaults(handler=_search)
 
     doctor = commands.add_parser(
-        "doctor", help="preflight: the commands, Python imports and Node modules a skill uses, which the image "
+        "doctor",
+        help="preflight: the commands, Python imports and Node modules a skill uses, which the image "
         "(plus the skill's environment) has, and whether it needs the network",
         description="Exit status: 0 ok, 1 something required is missing or the skill needs the network, "
         "2 refused (unknown skill, ...).",
     )
     doctor.add_argument("name")
-    doctor.add_argument("--root", dest="skills_dirs", type=existing_dir, action="append",
-                        help="a skills root (repeatable; default: SKILL_EXECUTOR_SKILLS_DIRS)")
-    doctor.add_argument("--runtime", choices=("docker", "local"), default=None,
-                        help="whose sandbox to probe (default: SKILL_EXECUTOR_RUNTIME)")
+    doctor.add_argument(
+        "--root",
+        dest="skills_dirs",
+        type=existing_dir,
+        action="append",
+        help="a skills root (repeatable; default: SKILL_EXECUTOR_SKILLS_DIRS)",
+    )
+    doctor.add_argument(
+        "--runtime",
+        choices=("docker", "local"),
+        default=None,
+        help="whose sandbox to probe (default: SKILL_EXECUTOR_RUNTIME)",
+    )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(handler=_doctor)
 
     install = commands.add_parser("install", help="install a skill from a .zip or .tar.gz")
     install.add_argument("package", type=Path)
     install.add_argument(
-        "--root", type=Path, default=None,
+        "--root",
+        type=Path,
+        default=None,
         help="the install root (default: SKILL_EXECUTOR_INSTALL_DIR, else <SKILL_EXECUTOR_DATA_DIR>/skills); "
         "never one of SKILL_EXECUTOR_SKILLS_DIRS, whose skills it may not shadow either",
     )
@@ -230,9 +244,13 @@ def _install(args: argparse.Namespace) -> int:
         install_root = args.root or settings.install_root
         private = [settings.registry_dir, settings.data_dir, settings.workspaces]
         check_layout(settings.skills_dirs, install_root, private)
-        repository = SkillRepository(settings.skills_dirs, install_root=install_root,
-                                     deps=SkillEnvs.from_settings(settings), registry=Registry(settings.registry_dir),
-                                     service_dirs=private)
+        repository = SkillRepository(
+            settings.skills_dirs,
+            install_root=install_root,
+            deps=SkillEnvs.from_settings(settings),
+            registry=Registry(settings.registry_dir),
+            service_dirs=private,
+        )
         result = repository.install(data, strict=args.strict)
     except ExecutorError as exc:
         print(f"skill-executor: {exc.code}: {exc.message}", file=sys.stderr)
@@ -242,8 +260,9 @@ def _install(args: argparse.Namespace) -> int:
             print(f"  | {line}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"skill-executor: cannot install into {exc.filename or 'the install root'}: {exc.strerror}",
-              file=sys.stderr)
+        print(
+            f"skill-executor: cannot install into {exc.filename or 'the install root'}: {exc.strerror}", file=sys.stderr
+        )
         return 1
     emit_json(
         {

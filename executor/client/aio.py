@@ -17,8 +17,14 @@ from .transfer import CHUNK, AsyncBody, Download, SSEParser, aupload_body, extra
 class AsyncClient:
     """Asynchronous client with the same methods as :class:`Client`."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 900.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 900.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=auth_headers(api_key), timeout=timeout, transport=transport
         )
@@ -58,15 +64,22 @@ class AsyncClient:
         """Preflight: what the skill needs, what the image has, what is missing (one probe run)."""
         return await self.send(Calls.skill_doctor(name))
 
-    async def install_skill(self, package: bytes, *, filename: str = "skill.zip", strict: bool = False,
-                            multipart: bool = True) -> JSON:
+    async def install_skill(
+        self, package: bytes, *, filename: str = "skill.zip", strict: bool = False, multipart: bool = True
+    ) -> JSON:
         return await self.send(Calls.install_skill(package, filename, strict, multipart))
 
     async def delete_skill(self, name: str) -> None:
         await self.send(Calls.delete_skill(name))
 
-    async def push_skill(self, directory: str | os.PathLike[str], *, name: str | None = None,
-                         strict: bool | None = None, set_default: bool = True) -> JSON:
+    async def push_skill(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        strict: bool | None = None,
+        set_default: bool = True,
+    ) -> JSON:
         return await self.send(Calls.push_skill(folder_files(directory), name, strict, set_default))
 
     async def skill_versions(self, name: str) -> JSON:
@@ -84,8 +97,7 @@ class AsyncClient:
     async def skill_audit(self, name: str) -> JSON:
         return await self.send(Calls.skill_audit(name))
 
-    async def pull_skill(self, name: str, directory: str | os.PathLike[str],
-                         version: int | str = "default") -> JSON:
+    async def pull_skill(self, name: str, directory: str | os.PathLike[str], version: int | str = "default") -> JSON:
         response = await self.send(Calls.skill_version_content(name, version))
         return extract_version(response, directory)
 
@@ -115,8 +127,9 @@ class AsyncClient:
                     yield parsed
 
     # artifacts
-    async def put_artifact(self, name: str, data: AsyncBody, *, mime_type: str | None = None,
-                           owner: str | None = None) -> JSON:
+    async def put_artifact(
+        self, name: str, data: AsyncBody, *, mime_type: str | None = None, owner: str | None = None
+    ) -> JSON:
         """Save a new version; ``data`` is bytes, a path, a binary file (read in a
         thread) or an async iterable of chunks -- all but bytes are streamed.  Without
         ``mime_type`` the service types it from its content and name."""
@@ -126,8 +139,14 @@ class AsyncClient:
     async def get_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> httpx.Response:
         return await self.send(Calls.get_artifact(name, version, owner))
 
-    async def download_artifact(self, name: str, target: str | os.PathLike[str] | BinaryIO,
-                                version: int | None = None, *, owner: str | None = None) -> JSON:
+    async def download_artifact(
+        self,
+        name: str,
+        target: str | os.PathLike[str] | BinaryIO,
+        version: int | None = None,
+        *,
+        owner: str | None = None,
+    ) -> JSON:
         """:meth:`Client.download_artifact`; file writes run in a thread."""
         call = Calls.get_artifact(name, version, owner)
         async with self._http.stream(call.method, call.path, params=call.params) as response:
@@ -168,20 +187,49 @@ class AsyncClient:
         """The context's state: loaded skills, their docs, token counts, budget."""
         return await self.send(Calls.context(session))
 
-    async def context_load(self, session: str, skill: str, *, evict: str | None = None,
-                           messages: list[str] | None = None, budget: JSON | None = None) -> JSON:
-        return await self.send(Calls.context_op(session, "load", {"skill": skill, "evict": evict,
-                                                                    "messages": messages, "budget": budget}))
+    async def context_load(
+        self,
+        session: str,
+        skill: str,
+        *,
+        evict: str | None = None,
+        messages: list[str] | None = None,
+        budget: JSON | None = None,
+    ) -> JSON:
+        return await self.send(
+            Calls.context_op(session, "load", {"skill": skill, "evict": evict, "messages": messages, "budget": budget})
+        )
 
     async def context_unload(self, session: str, skill: str) -> JSON:
         return await self.send(Calls.context_op(session, "unload", {"skill": skill}))
 
-    async def context_select_docs(self, session: str, skill: str, docs: list[str] | None = None, *,
-                                  all: bool | None = None, mode: str = "add", evict: str | None = None,
-                                  messages: list[str] | None = None, budget: JSON | None = None) -> JSON:
-        return await self.send(Calls.context_op(session, "select-docs", {
-            "skill": skill, "docs": docs, "all": all, "mode": mode, "evict": evict, "messages": messages,
-            "budget": budget}))
+    async def context_select_docs(
+        self,
+        session: str,
+        skill: str,
+        docs: list[str] | None = None,
+        *,
+        all: bool | None = None,
+        mode: str = "add",
+        evict: str | None = None,
+        messages: list[str] | None = None,
+        budget: JSON | None = None,
+    ) -> JSON:
+        return await self.send(
+            Calls.context_op(
+                session,
+                "select-docs",
+                {
+                    "skill": skill,
+                    "docs": docs,
+                    "all": all,
+                    "mode": mode,
+                    "evict": evict,
+                    "messages": messages,
+                    "budget": budget,
+                },
+            )
+        )
 
     async def context_docs(self, session: str, skill: str) -> JSON:
         return await self.send(Calls.context_docs(session, skill))
@@ -200,8 +248,15 @@ class AsyncClient:
     async def tools(self, format: str = "openai", *, context: bool = False) -> JSON:
         return await self.send(Calls.tools(format, context))
 
-    async def call_tool(self, name: str, arguments: JSON | str | None, *, format: str | None = None,
-                        call_id: str | None = None, session: str | None = None) -> JSON:
+    async def call_tool(
+        self,
+        name: str,
+        arguments: JSON | str | None,
+        *,
+        format: str | None = None,
+        call_id: str | None = None,
+        session: str | None = None,
+    ) -> JSON:
         return await self.send(Calls.call_tool(name, arguments, format, call_id, session))
 
     async def health(self) -> JSON:

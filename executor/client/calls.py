@@ -146,10 +146,17 @@ class Calls:
         return Call("DELETE", f"/v1/skills/{segment(name)}", as_nothing)
 
     @staticmethod
-    def push_skill(files: list[tuple[str, bytes]], name: str | None, strict: bool | None,
-                   set_default: bool) -> Call[JSON]:
-        params = {k: v for k, v in (("strict", None if strict is None else str(strict).lower()),
-                                    ("no_default", None if set_default else "true")) if v is not None}
+    def push_skill(
+        files: list[tuple[str, bytes]], name: str | None, strict: bool | None, set_default: bool
+    ) -> Call[JSON]:
+        params = {
+            k: v
+            for k, v in (
+                ("strict", None if strict is None else str(strict).lower()),
+                ("no_default", None if set_default else "true"),
+            )
+            if v is not None
+        }
         path = f"/v1/skills/{segment(name)}/versions" if name else "/v1/skills"
         return Call("POST", path, as_json, params=params, files=[("files[]", (p, c)) for p, c in files])
 
@@ -195,14 +202,20 @@ class Calls:
         return Call("GET", f"/v1/runs/{segment(run_id)}/events", as_nothing)
 
     @staticmethod
-    def put_artifact(name: str, content: bytes | Iterable[bytes] | AsyncIterable[bytes], mime_type: str | None,
-                     owner: str | None = None, size: int | None = None) -> Call[JSON]:
+    def put_artifact(
+        name: str,
+        content: bytes | Iterable[bytes] | AsyncIterable[bytes],
+        mime_type: str | None,
+        owner: str | None = None,
+        size: int | None = None,
+    ) -> Call[JSON]:
         # No Content-Type: the service types the artifact from its content and name.
         headers = {"Content-Type": mime_type} if mime_type else {}
         if size is not None:
             headers["Content-Length"] = str(size)  # known up front: the service refuses an oversize body at once
-        return Call("POST", f"/v1/artifacts/{subpath(name)}", as_json, content=content, headers=headers,
-                    params=_owner(owner))
+        return Call(
+            "POST", f"/v1/artifacts/{subpath(name)}", as_json, content=content, headers=headers, params=_owner(owner)
+        )
 
     @staticmethod
     def get_artifact(name: str, version: int | None, owner: str | None = None) -> Call[httpx.Response]:
@@ -227,8 +240,13 @@ class Calls:
         return Call("GET", "/v1/tools", as_json, params={"format": format, **({"context": "true"} if context else {})})
 
     @staticmethod
-    def call_tool(name: str, arguments: JSON | str | None, format: str | None = None,
-                  call_id: str | None = None, session: str | None = None) -> Call[JSON]:
+    def call_tool(
+        name: str,
+        arguments: JSON | str | None,
+        format: str | None = None,
+        call_id: str | None = None,
+        session: str | None = None,
+    ) -> Call[JSON]:
         body: dict[str, Any] = {"name": name, "arguments": arguments}
         if format is not None:
             body["format"] = format
@@ -246,8 +264,12 @@ class Calls:
     @staticmethod
     def context_op(session: str, op: str, body: JSON) -> Call[JSON]:
         """``op``: load, unload, select-docs or touch; ``None`` values are left out of the body."""
-        return Call("POST", f"/v1/sessions/{segment(session)}/context/{op}", as_json,
-                    json={k: v for k, v in body.items() if v is not None})
+        return Call(
+            "POST",
+            f"/v1/sessions/{segment(session)}/context/{op}",
+            as_json,
+            json={k: v for k, v in body.items() if v is not None},
+        )
 
     @staticmethod
     def context_docs(session: str, skill: str) -> Call[JSON]:

@@ -16,10 +16,17 @@ from .transfer import CHUNK, Body, Download, SSEParser, extract_version, folder_
 class Client:
     """Synchronous client."""
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, timeout: float = 900.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        self._http = httpx.Client(base_url=base_url, headers=auth_headers(api_key), timeout=timeout,
-                                  transport=transport)
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 900.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url, headers=auth_headers(api_key), timeout=timeout, transport=transport
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -56,15 +63,22 @@ class Client:
         """Preflight: what the skill needs, what the image has, what is missing (one probe run)."""
         return self.send(Calls.skill_doctor(name))
 
-    def install_skill(self, package: bytes, *, filename: str = "skill.zip", strict: bool = False,
-                      multipart: bool = True) -> JSON:
+    def install_skill(
+        self, package: bytes, *, filename: str = "skill.zip", strict: bool = False, multipart: bool = True
+    ) -> JSON:
         return self.send(Calls.install_skill(package, filename, strict, multipart))
 
     def delete_skill(self, name: str) -> None:
         self.send(Calls.delete_skill(name))
 
-    def push_skill(self, directory: str | os.PathLike[str], *, name: str | None = None, strict: bool | None = None,
-                   set_default: bool = True) -> JSON:
+    def push_skill(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        strict: bool | None = None,
+        set_default: bool = True,
+    ) -> JSON:
         """Upload a skill folder as a new version (``name``: of that existing skill, which it must be)."""
         return self.send(Calls.push_skill(folder_files(directory), name, strict, set_default))
 
@@ -114,8 +128,7 @@ class Client:
                     yield parsed
 
     # artifacts
-    def put_artifact(self, name: str, data: Body, *, mime_type: str | None = None,
-                     owner: str | None = None) -> JSON:
+    def put_artifact(self, name: str, data: Body, *, mime_type: str | None = None, owner: str | None = None) -> JSON:
         """Save a new version; ``data`` is bytes, a path, a binary file or an iterable of
         chunks -- all but bytes are streamed, never read into memory.  Without
         ``mime_type`` the service types it from its content and name (as run outputs)."""
@@ -126,8 +139,14 @@ class Client:
         """The whole content in memory (``.content``); big artifacts: :meth:`download_artifact`."""
         return self.send(Calls.get_artifact(name, version, owner))
 
-    def download_artifact(self, name: str, target: str | os.PathLike[str] | BinaryIO, version: int | None = None,
-                          *, owner: str | None = None) -> JSON:
+    def download_artifact(
+        self,
+        name: str,
+        target: str | os.PathLike[str] | BinaryIO,
+        version: int | None = None,
+        *,
+        owner: str | None = None,
+    ) -> JSON:
         """Stream an artifact into ``target`` (a path, written anew, or a binary file),
         checking its SHA-256; returns its version, sha256, size and mime_type.  A
         failed download to a path leaves no file."""
@@ -168,21 +187,49 @@ class Client:
         """The context's state: loaded skills, their docs, token counts, budget."""
         return self.send(Calls.context(session))
 
-    def context_load(self, session: str, skill: str, *, evict: str | None = None,
-                     messages: list[str] | None = None, budget: JSON | None = None) -> JSON:
-        return self.send(Calls.context_op(session, "load", {"skill": skill, "evict": evict, "messages": messages,
-                                                              "budget": budget}))
+    def context_load(
+        self,
+        session: str,
+        skill: str,
+        *,
+        evict: str | None = None,
+        messages: list[str] | None = None,
+        budget: JSON | None = None,
+    ) -> JSON:
+        return self.send(
+            Calls.context_op(session, "load", {"skill": skill, "evict": evict, "messages": messages, "budget": budget})
+        )
 
     def context_unload(self, session: str, skill: str) -> JSON:
         return self.send(Calls.context_op(session, "unload", {"skill": skill}))
 
-    def context_select_docs(self, session: str, skill: str, docs: list[str] | None = None, *,
-                            all: bool | None = None, mode: str = "add", evict: str | None = None,
-                            messages: list[str] | None = None,
-                            budget: JSON | None = None) -> JSON:
-        return self.send(Calls.context_op(session, "select-docs", {
-            "skill": skill, "docs": docs, "all": all, "mode": mode, "evict": evict, "messages": messages,
-            "budget": budget}))
+    def context_select_docs(
+        self,
+        session: str,
+        skill: str,
+        docs: list[str] | None = None,
+        *,
+        all: bool | None = None,
+        mode: str = "add",
+        evict: str | None = None,
+        messages: list[str] | None = None,
+        budget: JSON | None = None,
+    ) -> JSON:
+        return self.send(
+            Calls.context_op(
+                session,
+                "select-docs",
+                {
+                    "skill": skill,
+                    "docs": docs,
+                    "all": all,
+                    "mode": mode,
+                    "evict": evict,
+                    "messages": messages,
+                    "budget": budget,
+                },
+            )
+        )
 
     def context_docs(self, session: str, skill: str) -> JSON:
         return self.send(Calls.context_docs(session, skill))
@@ -201,8 +248,15 @@ class Client:
     def tools(self, format: str = "openai", *, context: bool = False) -> JSON:
         return self.send(Calls.tools(format, context))
 
-    def call_tool(self, name: str, arguments: JSON | str | None, *, format: str | None = None,
-                  call_id: str | None = None, session: str | None = None) -> JSON:
+    def call_tool(
+        self,
+        name: str,
+        arguments: JSON | str | None,
+        *,
+        format: str | None = None,
+        call_id: str | None = None,
+        session: str | None = None,
+    ) -> JSON:
         """Execute a tool call; with ``format`` (and the call's id) the answer's ``message``
         is the tool-result message to append to the conversation; ``session``: the
         ``context_*`` tools' session when the arguments name none."""

@@ -55,8 +55,11 @@ def extract_version(response: httpx.Response, directory: str | os.PathLike[str])
             with open(dest, "wb") as handle:
                 handle.write(archive.read(info))
             os.chmod(dest, 0o755 if (info.external_attr >> 16) & 0o111 else 0o644)
-    return {"version": int(response.headers.get("x-skill-version", "0")) or None,
-            "digest": response.headers.get("x-skill-digest"), "path": target}
+    return {
+        "version": int(response.headers.get("x-skill-version", "0")) or None,
+        "digest": response.headers.get("x-skill-digest"),
+        "path": target,
+    }
 
 
 class SSEParser:
@@ -159,7 +162,14 @@ class Download:
         headers = self.response.headers
         expected = headers.get("x-artifact-sha256")
         if expected is not None and expected != self.digest.hexdigest():
-            raise ApiError(self.response.status_code, "checksum_mismatch",
-                           f"the download's SHA-256 {self.digest.hexdigest()} is not the artifact's {expected}")
-        return {"version": int(headers.get("x-artifact-version", "0")), "sha256": self.digest.hexdigest(),
-                "size": self.size, "mime_type": headers.get("content-type", "").split(";")[0]}
+            raise ApiError(
+                self.response.status_code,
+                "checksum_mismatch",
+                f"the download's SHA-256 {self.digest.hexdigest()} is not the artifact's {expected}",
+            )
+        return {
+            "version": int(headers.get("x-artifact-version", "0")),
+            "sha256": self.digest.hexdigest(),
+            "size": self.size,
+            "mime_type": headers.get("content-type", "").split(";")[0],
+        }

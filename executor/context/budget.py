@@ -35,7 +35,8 @@ def check_item(what: str, tokens: int, budget: int, kind: str, counter: str) -> 
     if tokens > budget:
         raise BudgetExceeded(
             f"{what} is {tokens} tokens, over the per-{kind} budget of {budget} ({counter})",
-            details={"item": what, "tokens": tokens, "budget": budget, "kind": kind, "counter": counter})
+            details={"item": what, "tokens": tokens, "budget": budget, "kind": kind, "counter": counter},
+        )
 
 
 def mentioned(name: str, text: str) -> bool:
@@ -60,11 +61,20 @@ def plan(
     total = base + context.items_tokens
     if total + need <= budget.limit:
         return []
-    details = {"item": what, "tokens": need, "total_tokens": total, "limit": budget.limit,
-               "max_tokens": budget.max_tokens, "high_water": budget.high_water, "counter": context.counter,
-               "policy": policy}
-    after = f"{what} ({need} tokens) would bring the context to {total + need} tokens, past its limit of " \
-            f"{budget.limit} ({budget.high_water:.0%} of {budget.max_tokens}, {context.counter})"
+    details = {
+        "item": what,
+        "tokens": need,
+        "total_tokens": total,
+        "limit": budget.limit,
+        "max_tokens": budget.max_tokens,
+        "high_water": budget.high_water,
+        "counter": context.counter,
+        "policy": policy,
+    }
+    after = (
+        f"{what} ({need} tokens) would bring the context to {total + need} tokens, past its limit of "
+        f"{budget.limit} ({budget.high_water:.0%} of {budget.max_tokens}, {context.counter})"
+    )
     if policy == "none":
         raise BudgetExceeded(f"{after}; unload something, or ask for evict 'lru' or 'mention'", details=details)
     others = [s for s in context.skills if s.name.casefold() != protect.casefold()]
@@ -104,5 +114,6 @@ def plan(
         evictions.append(Eviction(name, doc, tokens, reason))
     if total + need - freed > budget.limit:
         raise BudgetExceeded(
-            f"{after}, and evicting everything else ({freed} tokens) would not make room", details=details)
+            f"{after}, and evicting everything else ({freed} tokens) would not make room", details=details
+        )
     return evictions

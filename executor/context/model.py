@@ -51,14 +51,27 @@ class SkillItem:
         return next((d for d in self.docs if d.name == name), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "digest": self.digest, "tokens": self.tokens,
-                "docs": [d.to_dict() for d in self.docs], "loaded_at": self.loaded_at, "last_used": self.last_used}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "digest": self.digest,
+            "tokens": self.tokens,
+            "docs": [d.to_dict() for d in self.docs],
+            "loaded_at": self.loaded_at,
+            "last_used": self.last_used,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SkillItem:
-        return cls(str(data["name"]), data.get("version"), data.get("digest"), int(data["tokens"]),
-                   float(data["loaded_at"]), float(data["last_used"]),
-                   [DocItem.from_dict(d) for d in data.get("docs", [])])
+        return cls(
+            str(data["name"]),
+            data.get("version"),
+            data.get("digest"),
+            int(data["tokens"]),
+            float(data["loaded_at"]),
+            float(data["last_used"]),
+            [DocItem.from_dict(d) for d in data.get("docs", [])],
+        )
 
 
 @dataclass(slots=True)
@@ -82,14 +95,23 @@ class Context:
         return sum(s.total for s in self.skills)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"counter": self.counter, "skills": [s.to_dict() for s in self.skills],
-                "created": self.created, "updated": self.updated}
+        return {
+            "counter": self.counter,
+            "skills": [s.to_dict() for s in self.skills],
+            "created": self.created,
+            "updated": self.updated,
+        }
 
     @classmethod
     def from_dict(cls, tenant: str, session: str, data: dict[str, Any]) -> Context:
-        return cls(tenant, session, str(data.get("counter", "")),
-                   [SkillItem.from_dict(s) for s in data.get("skills", [])],
-                   float(data.get("created", 0.0)), float(data.get("updated", 0.0)))
+        return cls(
+            tenant,
+            session,
+            str(data.get("counter", "")),
+            [SkillItem.from_dict(s) for s in data.get("skills", [])],
+            float(data.get("created", 0.0)),
+            float(data.get("updated", 0.0)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +128,13 @@ class Budget:
         return math.floor(self.max_tokens * self.high_water)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"max_tokens": self.max_tokens, "skill_tokens": self.skill_tokens, "doc_tokens": self.doc_tokens,
-                "high_water": self.high_water, "limit": self.limit}
+        return {
+            "max_tokens": self.max_tokens,
+            "skill_tokens": self.skill_tokens,
+            "doc_tokens": self.doc_tokens,
+            "high_water": self.high_water,
+            "limit": self.limit,
+        }
 
 
 @dataclass(frozen=True, slots=True)

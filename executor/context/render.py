@@ -93,9 +93,19 @@ def render_text(overview: list[OverviewEntry], skills: list[SkillText]) -> str:
 def render_xml(overview: list[OverviewEntry], skills: list[SkillText]) -> str:
     lines = ["<available_skills>"]
     for e in overview:
-        lines += [f'<skill loaded="{"true" if e.loaded else "false"}">', "<name>", html.escape(e.name), "</name>",
-                  "<description>", html.escape(e.description), "</description>",
-                  "<location>", e.location, "</location>", "</skill>"]
+        lines += [
+            f'<skill loaded="{"true" if e.loaded else "false"}">',
+            "<name>",
+            html.escape(e.name),
+            "</name>",
+            "<description>",
+            html.escape(e.description),
+            "</description>",
+            "<location>",
+            e.location,
+            "</location>",
+            "</skill>",
+        ]
     lines.append("</available_skills>")
     if skills:
         lines += ["", "<loaded_skills>"]
@@ -105,8 +115,7 @@ def render_xml(overview: list[OverviewEntry], skills: list[SkillText]) -> str:
             if s.missing is not None:
                 lines += ["<missing>", s.missing, "</missing>", "</skill>"]
                 continue
-            lines += ["<location>", s.location, "</location>", "<instructions>", s.body.strip("\n"),
-                      "</instructions>"]
+            lines += ["<location>", s.location, "</location>", "<instructions>", s.body.strip("\n"), "</instructions>"]
             if s.files:
                 lines.append("<files>")
                 lines += [f'<file path="{html.escape(f.path)}" size="{f.size}" kind="{f.kind}"/>' for f in s.files]
@@ -119,8 +128,10 @@ def render_xml(overview: list[OverviewEntry], skills: list[SkillText]) -> str:
 
 
 def render_markdown(overview: list[OverviewEntry], skills: list[SkillText]) -> str:
-    blocks = ["## Skills\n\n" + "\n".join(
-        f"- [{'x' if e.loaded else ' '}] **{e.name}**: {' '.join(e.description.split())}" for e in overview)]
+    blocks = [
+        "## Skills\n\n"
+        + "\n".join(f"- [{'x' if e.loaded else ' '}] **{e.name}**: {' '.join(e.description.split())}" for e in overview)
+    ]
     for s in skills:
         if s.missing is not None:
             blocks.append(f"## Skill: {_title(s)}\n\n({s.missing})")
@@ -135,13 +146,22 @@ def render_markdown(overview: list[OverviewEntry], skills: list[SkillText]) -> s
 
 def render_json(overview: list[OverviewEntry], skills: list[SkillText]) -> dict[str, Any]:
     return {
-        "overview": [{"name": e.name, "description": e.description, "location": e.location, "loaded": e.loaded}
-                     for e in overview],
-        "skills": [{"name": s.name, "version": s.version, "location": s.location, "body": s.body,
-                    "tokens": s.tokens, "missing": s.missing,
-                    "files": [{"path": f.path, "size": f.size, "kind": f.kind} for f in s.files],
-                    "docs": [{"name": d.name, "content": d.content, "tokens": d.tokens} for d in s.docs]}
-                   for s in skills],
+        "overview": [
+            {"name": e.name, "description": e.description, "location": e.location, "loaded": e.loaded} for e in overview
+        ],
+        "skills": [
+            {
+                "name": s.name,
+                "version": s.version,
+                "location": s.location,
+                "body": s.body,
+                "tokens": s.tokens,
+                "missing": s.missing,
+                "files": [{"path": f.path, "size": f.size, "kind": f.kind} for f in s.files],
+                "docs": [{"name": d.name, "content": d.content, "tokens": d.tokens} for d in s.docs],
+            }
+            for s in skills
+        ],
     }
 
 

@@ -80,8 +80,9 @@ class ContextService:
             value = overrides.get(key)
             if value is not None:
                 if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_BUDGET_TOKENS:
-                    raise BadRequest(f"budget.{key} must be an integer from 1 to {MAX_BUDGET_TOKENS}",
-                                     code="invalid_budget")
+                    raise BadRequest(
+                        f"budget.{key} must be an integer from 1 to {MAX_BUDGET_TOKENS}", code="invalid_budget"
+                    )
                 values[key] = value
         high = overrides.get("high_water")
         if high is not None:
@@ -98,8 +99,13 @@ class ContextService:
 
     def _skill_text(self, skill: Skill) -> rendering.SkillText:
         where = self._where(skill)
-        text = rendering.SkillText(skill.id, skill.version, f"{where}/{skill.skill_file.name}",
-                                   expand_placeholders(skill.body, where), inventory(skill))
+        text = rendering.SkillText(
+            skill.id,
+            skill.version,
+            f"{where}/{skill.skill_file.name}",
+            expand_placeholders(skill.body, where),
+            inventory(skill),
+        )
         text.tokens = self.counter.count(rendering.skill_section(text))
         return text
 
@@ -118,8 +124,11 @@ class ContextService:
         out = []
         for skill in self.repository.list():
             where = self._where(skill)
-            out.append(rendering.OverviewEntry(skill.id, skill.description, f"{where}/{skill.skill_file.name}",
-                                               skill.id in loaded))
+            out.append(
+                rendering.OverviewEntry(
+                    skill.id, skill.description, f"{where}/{skill.skill_file.name}", skill.id in loaded
+                )
+            )
         return out
 
     def _overview_tokens(self, context: Context | None) -> int:
@@ -140,13 +149,17 @@ class ContextService:
         item = context.skill(name.partition("@")[0])
         if item is None:
             loaded = ", ".join(s.name for s in context.skills) or "none"
-            raise NotLoaded(f"skill {name!r} is not loaded in the context of session {context.session!r} "
-                            f"(loaded: {loaded}); load it first", details={"skill": name, "loaded": loaded})
+            raise NotLoaded(
+                f"skill {name!r} is not loaded in the context of session {context.session!r} "
+                f"(loaded: {loaded}); load it first",
+                details={"skill": name, "loaded": loaded},
+            )
         return item
 
     def _context(self, tenant: str, session: str) -> Context:
         return self.store.get(check_tenant(tenant), check_session(session)) or Context(
-            tenant, session, self.counter.name)
+            tenant, session, self.counter.name
+        )
 
     def _change(self, tenant: str, session: str, fn: Callable[[Context, float], dict[str, Any]]) -> dict[str, Any]:
         check_tenant(tenant)
@@ -160,10 +173,17 @@ class ContextService:
         overview = self._overview_tokens(context)
         return {
             "session": context.session,
-            "skills": [{"name": s.name, "version": s.version, "tokens": s.tokens,
-                        "docs": [{"name": d.name, "tokens": d.tokens, "last_used": _iso(d.last_used)}
-                                 for d in s.docs],
-                        "loaded_at": _iso(s.loaded_at), "last_used": _iso(s.last_used)} for s in context.skills],
+            "skills": [
+                {
+                    "name": s.name,
+                    "version": s.version,
+                    "tokens": s.tokens,
+                    "docs": [{"name": d.name, "tokens": d.tokens, "last_used": _iso(d.last_used)} for d in s.docs],
+                    "loaded_at": _iso(s.loaded_at),
+                    "last_used": _iso(s.last_used),
+                }
+                for s in context.skills
+            ],
             "overview_tokens": overview,
             "total_tokens": overview + context.items_tokens,
             "budget": budget.to_dict(),
@@ -204,7 +224,13 @@ class ContextService:
         return self.view(self._context(tenant, session), self.budget(budget))
 
     def load(
-        self, tenant: str, session: str, skill: str, *, evict: str = "none", messages: Sequence[str] = (),
+        self,
+        tenant: str,
+        session: str,
+        skill: str,
+        *,
+        evict: str = "none",
+        messages: Sequence[str] = (),
         budget: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Load a skill's body and inventory (pinned to the version loaded).  Loading a
@@ -218,22 +244,35 @@ class ContextService:
         def change(context: Context, now: float) -> dict[str, Any]:
             self._recount(context)
             existing = context.skill(found.id)
-            if existing is not None and (existing.version == found.version or "@" not in skill) \
-                    and self._available(existing):
+            if (
+                existing is not None
+                and (existing.version == found.version or "@" not in skill)
+                and self._available(existing)
+            ):
                 existing.last_used = now
-                return {**self.view(context, limits), "loaded": existing.name, "already_loaded": True,
-                        "evicted": []}
+                return {**self.view(context, limits), "loaded": existing.name, "already_loaded": True, "evicted": []}
             replaced: list[Eviction] = []
             if existing is not None:  # another version: it leaves with its docs
                 replaced = [Eviction(existing.name, None, existing.total, "version")]
                 self._apply(context, replaced)
-            evictions = plan(context, what=f"skill {found.id!r}", need=text.tokens,
-                             base=self._overview_tokens(context), budget=limits, policy=policy,
-                             messages=messages, protect=found.id)
+            evictions = plan(
+                context,
+                what=f"skill {found.id!r}",
+                need=text.tokens,
+                base=self._overview_tokens(context),
+                budget=limits,
+                policy=policy,
+                messages=messages,
+                protect=found.id,
+            )
             self._apply(context, evictions)
             context.skills.append(SkillItem(found.id, found.version, found.digest, text.tokens, now, now))
-            return {**self.view(context, limits), "loaded": found.id, "already_loaded": False,
-                    "evicted": [e.to_dict() for e in [*replaced, *evictions]]}
+            return {
+                **self.view(context, limits),
+                "loaded": found.id,
+                "already_loaded": False,
+                "evicted": [e.to_dict() for e in [*replaced, *evictions]],
+            }
 
         return self._change(tenant, session, change)
 
@@ -241,8 +280,10 @@ class ContextService:
         def change(context: Context, now: float) -> dict[str, Any]:
             item = self._loaded(context, skill)
             context.skills = [s for s in context.skills if s is not item]
-            return {**self.view(context), "unloaded": {"skill": item.name, "tokens": item.total,
-                                                      "docs": [d.name for d in item.docs]}}
+            return {
+                **self.view(context),
+                "unloaded": {"skill": item.name, "tokens": item.total, "docs": [d.name for d in item.docs]},
+            }
 
         return self._change(tenant, session, change)
 
@@ -258,13 +299,23 @@ class ContextService:
                 names.append(match_path(skill, name, available).path)
             except NotFound as exc:
                 listing = ", ".join(available) or "none"
-                raise UnknownDoc(f"{exc.message} (available: {listing})",
-                                 details={"skill": skill.id, "doc": name, "available": available}) from None
+                raise UnknownDoc(
+                    f"{exc.message} (available: {listing})",
+                    details={"skill": skill.id, "doc": name, "available": available},
+                ) from None
         return list(dict.fromkeys(names))
 
     def select_docs(
-        self, tenant: str, session: str, skill: str, *, docs: Sequence[str] | None = None, all: bool = False,
-        mode: str = "add", evict: str = "none", messages: Sequence[str] = (),
+        self,
+        tenant: str,
+        session: str,
+        skill: str,
+        *,
+        docs: Sequence[str] | None = None,
+        all: bool = False,
+        mode: str = "add",
+        evict: str = "none",
+        messages: Sequence[str] = (),
         budget: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Select docs of a loaded skill: ``add`` to the selection, ``replace`` it, or ``clear`` it;
@@ -289,33 +340,56 @@ class ContextService:
         for name in names:
             if pinned.doc(name) is None:
                 counted[name] = self._doc_tokens(found, name)
-                check_item(f"doc {name!r} of skill {found.id!r}", counted[name], limits.doc_tokens, "doc",
-                           self.counter.name)
+                check_item(
+                    f"doc {name!r} of skill {found.id!r}", counted[name], limits.doc_tokens, "doc", self.counter.name
+                )
 
         def change(context: Context, now: float) -> dict[str, Any]:
             self._recount(context)
             item = self._loaded(context, skill)
             if (item.version, item.digest) != (pinned.version, pinned.digest):
-                raise Conflict(f"skill {item.name!r} was loaded again (version {item.version}) while its docs were "
-                               "being selected; select them again", code="context_changed")
+                raise Conflict(
+                    f"skill {item.name!r} was loaded again (version {item.version}) while its docs were "
+                    "being selected; select them again",
+                    code="context_changed",
+                )
             keep = item.docs if mode == "add" else [d for d in item.docs if d.name in names]
             removed = [d.name for d in item.docs if d not in keep]
             for d in keep:
                 if d.name in names:
                     d.last_used = now
             kept = {d.name for d in keep}
-            new = [DocItem(n, counted[n] if n in counted else self._doc_tokens(found, n), now)
-                   for n in names if n not in kept]
+            new = [
+                DocItem(n, counted[n] if n in counted else self._doc_tokens(found, n), now)
+                for n in names
+                if n not in kept
+            ]
             item.docs = keep  # what replace drops is gone before the new docs are measured
-            evictions = plan(context, what=f"docs {', '.join(d.name for d in new) or '-'} of skill {item.name!r}",
-                             need=sum(d.tokens for d in new), base=self._overview_tokens(context), budget=limits,
-                             policy=policy, messages=messages, protect=item.name) if new else []
+            evictions = (
+                plan(
+                    context,
+                    what=f"docs {', '.join(d.name for d in new) or '-'} of skill {item.name!r}",
+                    need=sum(d.tokens for d in new),
+                    base=self._overview_tokens(context),
+                    budget=limits,
+                    policy=policy,
+                    messages=messages,
+                    protect=item.name,
+                )
+                if new
+                else []
+            )
             self._apply(context, evictions)
             item.docs = [*keep, *new]
             item.last_used = now
-            return {**self.view(context, limits), "skill": item.name, "selected": [d.name for d in item.docs],
-                    "added": [d.name for d in new], "removed": removed,
-                    "evicted": [e.to_dict() for e in evictions]}
+            return {
+                **self.view(context, limits),
+                "skill": item.name,
+                "selected": [d.name for d in item.docs],
+                "added": [d.name for d in new],
+                "removed": removed,
+                "evicted": [e.to_dict() for e in evictions],
+            }
 
         return self._change(tenant, session, change)
 
@@ -326,10 +400,18 @@ class ContextService:
         item = context.skill(skill.partition("@")[0])
         found = self._pinned(item) if item is not None and "@" not in skill else self.repository.get(skill)
         selected = {d.name for d in item.docs} if item is not None else set()
-        listed = [{"name": e.path, "size": e.size, "tokens": self._doc_tokens(found, e.path),
-                   "selected": e.path in selected} for e in docs(inventory(found))]
-        return {"session": session, "skill": found.id, "version": found.version, "loaded": item is not None,
-                "docs": listed, "counter": self.counter.name}
+        listed = [
+            {"name": e.path, "size": e.size, "tokens": self._doc_tokens(found, e.path), "selected": e.path in selected}
+            for e in docs(inventory(found))
+        ]
+        return {
+            "session": session,
+            "skill": found.id,
+            "version": found.version,
+            "loaded": item is not None,
+            "docs": listed,
+            "counter": self.counter.name,
+        }
 
     def touch(self, tenant: str, session: str, skill: str) -> dict[str, Any]:
         def change(context: Context, now: float) -> dict[str, Any]:
@@ -368,8 +450,11 @@ class ContextService:
             try:
                 found = self._pinned(item)
             except NotFound as exc:
-                skills.append(rendering.SkillText(item.name, item.version, "", "", [], item.tokens,
-                                                  missing=f"no longer available: {exc.message}"))
+                skills.append(
+                    rendering.SkillText(
+                        item.name, item.version, "", "", [], item.tokens, missing=f"no longer available: {exc.message}"
+                    )
+                )
                 continue
             text = self._skill_text(found)
             text.tokens = item.tokens
@@ -382,8 +467,14 @@ class ContextService:
             skills.append(text)
         body = rendering.render(fmt, self._overview(context), skills)
         counted = body if isinstance(body, str) else _json(body)
-        return {"session": session, "format": fmt, "content": body, "tokens": self.counter.count(counted),
-                "counter": self.counter.name, "skills": [s.name for s in context.skills]}
+        return {
+            "session": session,
+            "format": fmt,
+            "content": body,
+            "tokens": self.counter.count(counted),
+            "counter": self.counter.name,
+            "skills": [s.name for s in context.skills],
+        }
 
 
 def _json(value: Any) -> str:

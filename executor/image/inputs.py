@@ -29,7 +29,9 @@ IMAGE_PYTHON = "3.11.2"
 IMAGE_ABI = "cp311"
 IMAGE_PLATFORMS: tuple[str, ...] = (
     *(f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)),
-    "manylinux2014_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
 )
 # Made on the host by prepare_*: git-ignored, not part of the tag hash.
 WHEELHOUSE = "wheelhouse"
@@ -49,7 +51,6 @@ def tree_hash(paths: list[Path], root: Path) -> str:
         digest.update(str(path.relative_to(root)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
-
 
 
 # -- the runner's inputs: pins, tag, host-side preparation ---------------------------
@@ -77,7 +78,9 @@ def pin_sets(runner: Path) -> dict[str, list[str]]:
     if missing:
         raise ExecutorError(
             f"requirements-minimal.txt pins {', '.join(missing)}, which requirements-full.txt does not pin "
-            "identically (the full flavour is built on the minimal one)", code="image_pins_invalid")
+            "identically (the full flavour is built on the minimal one)",
+            code="image_pins_invalid",
+        )
     return {"minimal": minimal, "full": [pin for pin in full if pin not in minimal]}
 
 
@@ -87,8 +90,11 @@ def flavour_inputs(runner: Path, flavour: Flavour) -> list[Path]:
     skipped = {runner / name for name in _GENERATED}
     if flavour == "minimal":
         skipped |= {runner / "requirements-full.txt", runner / "npm"}
-    return [path for path in runner.rglob("*")
-            if path.is_file() and not any(path == s or s in path.parents for s in skipped)]
+    return [
+        path
+        for path in runner.rglob("*")
+        if path.is_file() and not any(path == s or s in path.parents for s in skipped)
+    ]
 
 
 def runner_tag(flavour: Flavour, digest: str) -> str:
@@ -103,13 +109,26 @@ def runner_aliases(flavour: Flavour) -> tuple[str, ...]:
 def pip_download_command(python: str, requirements: Path, dest: Path) -> list[str]:
     """``pip download`` of exactly the pinned wheels for the image's Python, whatever
     the host's Python is."""
-    command = [python, "-m", "pip", "download", "--quiet", "--quiet", "--disable-pip-version-check", "--no-deps",
-               "--only-binary=:all:", "--python-version", IMAGE_PYTHON, "--implementation", "cp",
-               "--abi", IMAGE_ABI]
+    command = [
+        python,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        IMAGE_PYTHON,
+        "--implementation",
+        "cp",
+        "--abi",
+        IMAGE_ABI,
+    ]
     for platform in IMAGE_PLATFORMS:
         command += ["--platform", platform]
     return [*command, "--dest", str(dest), "--requirement", str(requirements)]
-
 
 
 # -- what an image holds ------------------------------------------------------------
@@ -158,10 +177,12 @@ def versions_script(python: Sequence[str], npm: Sequence[str]) -> str:
     )
     lines.append(f"python3 -c {_sh_quote(code)} {' '.join(_sh_quote(n) for n in python)}")
     # A package's package.json need not be exported: read it from the NODE_PATH folders.
-    probe = ('const fs = require("fs"), path = require("path");'
-             ' for (const dir of (process.env.NODE_PATH || "").split(":")) {'
-             ' try { console.log(JSON.parse(fs.readFileSync(path.join(dir, process.argv[1], "package.json"))).version);'
-             ' break; } catch (e) {} }')
+    probe = (
+        'const fs = require("fs"), path = require("path");'
+        ' for (const dir of (process.env.NODE_PATH || "").split(":")) {'
+        ' try { console.log(JSON.parse(fs.readFileSync(path.join(dir, process.argv[1], "package.json"))).version);'
+        " break; } catch (e) {} }"
+    )
     for name in npm:
         lines.append(f"printf '@@npm:%s\\n' {_sh_quote(name)}")
         lines.append(f"if command -v node >/dev/null; then node -e {_sh_quote(probe)} {_sh_quote(name)}; fi")
@@ -192,9 +213,10 @@ def direct_packages(runner: Path) -> tuple[list[str], list[str]]:
     requirements-full.txt) and npm packages (package.json's dependencies)."""
     text = (runner / "requirements-full.txt").read_text()
     direct = text.split("\n# direct\n", 1)[-1].split("\n# dependencies", 1)[0]
-    names = [re.split(r"[\[=]", line, maxsplit=1)[0] for line in map(str.strip, direct.splitlines())
-             if line and not line.startswith("#")]
+    names = [
+        re.split(r"[\[=]", line, maxsplit=1)[0]
+        for line in map(str.strip, direct.splitlines())
+        if line and not line.startswith("#")
+    ]
     package = json.loads((runner / "npm" / "package.json").read_text())
     return names, sorted(package.get("dependencies", {}))
-
-

@@ -42,9 +42,18 @@ DIRECTORY_MIME = "inode/directory"
 MAX_FILE_BYTES = 1024 * 1024
 #: Entries per page of ``skills/list``, ``resources/list`` and ``resources/directory/read``.
 PAGE_SIZE = 100
-_TEXT_MIME = {".md": "text/markdown", ".txt": "text/plain", ".py": "text/x-python", ".sh": "text/x-shellscript",
-              ".json": "application/json", ".yaml": "application/yaml", ".yml": "application/yaml",
-              ".js": "text/javascript", ".csv": "text/csv", ".toml": "application/toml"}
+_TEXT_MIME = {
+    ".md": "text/markdown",
+    ".txt": "text/plain",
+    ".py": "text/x-python",
+    ".sh": "text/x-shellscript",
+    ".json": "application/json",
+    ".yaml": "application/yaml",
+    ".yml": "application/yaml",
+    ".js": "text/javascript",
+    ".csv": "text/csv",
+    ".toml": "application/toml",
+}
 
 
 class UnknownResource(NotFound):
@@ -64,7 +73,7 @@ class SkillUri:
     def parse(cls, uri: str) -> SkillUri:
         if not uri.startswith(SCHEME):
             raise UnknownResource(f"not a skill:// URI: {uri[:200]!r}")
-        rest = uri[len(SCHEME):]
+        rest = uri[len(SCHEME) :]
         name, _, path = rest.partition("/")
         path = path.rstrip("/")
         if not name or any(part in ("", ".", "..") for part in path.split("/")) and path:
@@ -158,8 +167,9 @@ class SkillFiles:
         return {
             "uri": skill_uri(label, skill.skill_file.name),
             "frontmatter": frontmatter(skill),
-            "resources": [{"uri": skill_uri(label, rel), "digest": self.digest(skill, rel)}
-                          for rel in self.files(skill)],
+            "resources": [
+                {"uri": skill_uri(label, rel), "digest": self.digest(skill, rel)} for rel in self.files(skill)
+            ],
         }
 
     def entry_for_uri(self, uri: str) -> dict[str, Any]:
@@ -170,8 +180,12 @@ class SkillFiles:
         return self.entry(parsed.name)
 
     def skill_resource(self, skill: Skill) -> dict[str, Any]:
-        return {"uri": skill_uri(skill.id, skill.skill_file.name), "name": skill.name,
-                "description": skill.description, "mimeType": "text/markdown"}
+        return {
+            "uri": skill_uri(skill.id, skill.skill_file.name),
+            "name": skill.name,
+            "description": skill.description,
+            "mimeType": "text/markdown",
+        }
 
     def read(self, uri: str) -> dict[str, Any]:
         """``resources/read`` contents of one served file: text, or a base64 blob."""
@@ -202,14 +216,16 @@ class SkillFiles:
         for rel in files:
             if not rel.startswith(prefix):
                 continue
-            head, sep, _ = rel[len(prefix):].partition("/")
+            head, sep, _ = rel[len(prefix) :].partition("/")
             child = prefix + head
             if sep:
                 children.setdefault(child, {"uri": skill_uri(label, child), "name": head, "mimeType": DIRECTORY_MIME})
             else:
-                item: dict[str, Any] = {"uri": skill_uri(label, child), "name": head,
-                                        "mimeType": "text/markdown" if child == skill.skill_file.name
-                                        else mime_type(child)}
+                item: dict[str, Any] = {
+                    "uri": skill_uri(label, child),
+                    "name": head,
+                    "mimeType": "text/markdown" if child == skill.skill_file.name else mime_type(child),
+                }
                 try:
                     st = os.lstat(os.path.join(skill.path, child))
                     if stat.S_ISREG(st.st_mode):

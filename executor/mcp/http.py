@@ -65,8 +65,12 @@ class McpHttp:
         )
         self.keyring: KeyRing = state.keyring
         self.skills = SkillServer(backend)
-        self.manager = Sessions(self.skills.server, idle_seconds=settings.mcp_session_idle_seconds,
-                                per_key=settings.mcp_sessions_per_key, on_close=self.skills.forget)
+        self.manager = Sessions(
+            self.skills.server,
+            idle_seconds=settings.mcp_session_idle_seconds,
+            per_key=settings.mcp_sessions_per_key,
+            on_close=self.skills.forget,
+        )
         app.router.routes.append(Route(PATH, endpoint=self, methods=["GET", "POST", "DELETE"]))
 
     @asynccontextmanager
@@ -97,8 +101,10 @@ class McpHttp:
         # A session of another key (an admin's too) -- or one that is not open -- does not exist for this caller.
         if session is not None and (owner := self.manager.owner(session)) != who.id:
             if owner is not None:
-                log.warning("MCP session of another key refused", extra={
-                    "principal": who.id, "owner": owner, "method": scope.get("method")})
+                log.warning(
+                    "MCP session of another key refused",
+                    extra={"principal": who.id, "owner": owner, "method": scope.get("method")},
+                )
             await error_response(404, "session_not_found", "no such MCP session")(scope, receive, send)
             return
         bind_caller(scope, who)

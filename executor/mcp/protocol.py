@@ -39,10 +39,10 @@ INSTRUCTIONS = """This server runs Agent Skills in isolated, network-less sandbo
    loaded (within a token budget); context_render gives the block for the system message."""
 
 READ_ONLY = types.ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
-RUN = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                            open_world_hint=False)
-WRITE = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                              open_world_hint=False)
+RUN = types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+WRITE = types.ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
 
 
 class SkillsListParams(types.RequestParams):
@@ -131,11 +131,17 @@ def run_result_content(result: RunResult) -> types.CallToolResult:
                 resource = {"uri": item.ref, "mimeType": item.mime_type, "text": item.content}
             content.append(embedded_resource(resource))
         elif item.ref.startswith("artifact://"):  # readable with resources/read (or artifact_get)
-            content.append(types.ResourceLink(type="resource_link", uri=item.ref, name=item.name,
-                                              mime_type=item.mime_type, size=item.size_bytes))
+            content.append(
+                types.ResourceLink(
+                    type="resource_link", uri=item.ref, name=item.name, mime_type=item.mime_type, size=item.size_bytes
+                )
+            )
         else:  # the run's workspace is gone: only a saved file can be fetched later
-            content.append(text_content(
-                f"file {item.name} ({item.size_bytes} bytes) is not embedded: too large or cut; "
-                "run again with outputs.save=true to get it as a readable artifact:// resource"))
+            content.append(
+                text_content(
+                    f"file {item.name} ({item.size_bytes} bytes) is not embedded: too large or cut; "
+                    "run again with outputs.save=true to get it as a readable artifact:// resource"
+                )
+            )
     structured = json.loads(result.model_dump_json())
     return types.CallToolResult(content=content, structured_content=structured, is_error=failed(result))

@@ -113,10 +113,15 @@ class SkillServer:
         self._files: SkillFiles | None = None
         self.sessions: dict[str | int, Any] = {}
         server = _Server(
-            "skill-executor", version=__version__, instructions=INSTRUCTIONS,
-            on_list_tools=self.list_tools, on_call_tool=self.call_tool,
-            on_list_resources=self.list_resources, on_read_resource=self.read_resource,
-            on_list_prompts=self.list_prompts, on_get_prompt=self.get_prompt,
+            "skill-executor",
+            version=__version__,
+            instructions=INSTRUCTIONS,
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+            on_list_resources=self.list_resources,
+            on_read_resource=self.read_resource,
+            on_list_prompts=self.list_prompts,
+            on_get_prompt=self.get_prompt,
         )
         server.extensions[EXTENSION] = dict(SETTINGS)
         server.middleware.append(declare_extension)
@@ -215,8 +220,9 @@ class SkillServer:
         files = self.files
         items = await self._offload(lambda: [files.skill_resource(s) for s in files.repository.list()])
         chosen, after = page(items, params.cursor if params else None)
-        return types.ListResourcesResult(resources=[types.Resource.model_validate(r) for r in chosen],
-                                         next_cursor=after)
+        return types.ListResourcesResult(
+            resources=[types.Resource.model_validate(r) for r in chosen], next_cursor=after
+        )
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
@@ -239,8 +245,11 @@ class SkillServer:
         store = self.backend.artifacts()
         info = store.info(name, version, tenant=who.id)
         if info.size > ARTIFACT_MAX_BYTES:
-            raise BadRequest(f"artifact {info.ref} is {info.size} bytes; at most {ARTIFACT_MAX_BYTES} over MCP "
-                             "(download it over HTTP)", code="artifact_too_large")
+            raise BadRequest(
+                f"artifact {info.ref} is {info.size} bytes; at most {ARTIFACT_MAX_BYTES} over MCP "
+                "(download it over HTTP)",
+                code="artifact_too_large",
+            )
         return store.read(name, info.version, tenant=who.id)
 
     # -- prompts ------------------------------------------------------------------------
@@ -251,8 +260,11 @@ class SkillServer:
         self._seen(ctx)
         repository = self.backend.repository()
         skills = await self._offload(repository.list)
-        prompts = [types.Prompt(name="skills_overview",
-                                description="The <available_skills> block: every skill's name and description")]
+        prompts = [
+            types.Prompt(
+                name="skills_overview", description="The <available_skills> block: every skill's name and description"
+            )
+        ]
         prompts += [types.Prompt(name=s.id, description=s.description) for s in skills]
         return types.ListPromptsResult(prompts=prompts)
 
@@ -263,9 +275,12 @@ class SkillServer:
         where = self.backend.visible_skills_dir()
         if params.name == "skills_overview":
             text = await self._offload(
-                lambda: render_xml(repository.list(), lambda s: f"{SCHEME}{s.id}/{s.skill_file.name}"))
-            text += ("\n\nLoad a skill with skill_load (or read its skill:// SKILL.md) before using it; "
-                     "run its scripts with skill_run.")
+                lambda: render_xml(repository.list(), lambda s: f"{SCHEME}{s.id}/{s.skill_file.name}")
+            )
+            text += (
+                "\n\nLoad a skill with skill_load (or read its skill:// SKILL.md) before using it; "
+                "run its scripts with skill_run."
+            )
             description = "Every skill available here"
         else:
             try:
@@ -273,8 +288,10 @@ class SkillServer:
             except ExecutorError as exc:  # not found, or a reference the parser refuses
                 raise invalid_params(exc.message) from None
             body = expand_placeholders(skill.body, sandbox_dir(skill, where))
-            text = (f"Use the skill {skill.id!r} (its files: {SCHEME}{skill.id}/...; run them with skill_run, "
-                    f"skill={skill.id!r}, where they are at {sandbox_dir(skill, where)}).\n\n{body}")
+            text = (
+                f"Use the skill {skill.id!r} (its files: {SCHEME}{skill.id}/...; run them with skill_run, "
+                f"skill={skill.id!r}, where they are at {sandbox_dir(skill, where)}).\n\n{body}"
+            )
             description = skill.description
         message = types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
         return types.GetPromptResult(description=description, messages=[message])
@@ -287,31 +304,71 @@ class SkillServer:
         skill = by_name["skill_list_docs"]["inputSchema"]["properties"]["skill"]
         output = inline_schema(RunResult.model_json_schema())
         specs: list[tuple[str, str, dict[str, Any], types.ToolAnnotations, dict[str, Any] | None]] = [
-            ("skill_load", by_name["skill_load"]["description"], by_name["skill_load"]["inputSchema"],
-             READ_ONLY, None),
-            ("skill_list_docs", by_name["skill_list_docs"]["description"],
-             by_name["skill_list_docs"]["inputSchema"], READ_ONLY, None),
-            ("skill_read_doc", "Read one doc of a skill (a path from skill_list_docs).",
-             object_schema({"skill": skill, "path": {"type": "string", "description": "the doc's path"}},
-                     ["skill", "path"]), READ_ONLY, None),
-            ("skill_search", "Search the skills by words; returns the best matching names and descriptions.",
-             object_schema({"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 50}},
-                     ["query"]), READ_ONLY, None),
+            ("skill_load", by_name["skill_load"]["description"], by_name["skill_load"]["inputSchema"], READ_ONLY, None),
+            (
+                "skill_list_docs",
+                by_name["skill_list_docs"]["description"],
+                by_name["skill_list_docs"]["inputSchema"],
+                READ_ONLY,
+                None,
+            ),
+            (
+                "skill_read_doc",
+                "Read one doc of a skill (a path from skill_list_docs).",
+                object_schema(
+                    {"skill": skill, "path": {"type": "string", "description": "the doc's path"}}, ["skill", "path"]
+                ),
+                READ_ONLY,
+                None,
+            ),
+            (
+                "skill_search",
+                "Search the skills by words; returns the best matching names and descriptions.",
+                object_schema(
+                    {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 50}}, ["query"]
+                ),
+                READ_ONLY,
+                None,
+            ),
             ("skill_run", by_name["skill_run"]["description"], by_name["skill_run"]["inputSchema"], RUN, output),
-            ("artifact_put", "Store a file as the next version of an artifact (text, or base64 for binary); "
-             "returns its artifact:// ref for skill_run inputs.",
-             object_schema({"name": {"type": "string"}, "text": {"type": "string"},
-                      "base64": {"type": "string", "description": "the content, base64-encoded"},
-                      "mime_type": {"type": "string"}}, ["name"]), WRITE, None),
-            ("artifact_get", "Read an artifact (a name, name@version or artifact:// ref).",
-             object_schema({"ref": {"type": "string"}}, ["ref"]), READ_ONLY, None),
+            (
+                "artifact_put",
+                "Store a file as the next version of an artifact (text, or base64 for binary); "
+                "returns its artifact:// ref for skill_run inputs.",
+                object_schema(
+                    {
+                        "name": {"type": "string"},
+                        "text": {"type": "string"},
+                        "base64": {"type": "string", "description": "the content, base64-encoded"},
+                        "mime_type": {"type": "string"},
+                    },
+                    ["name"],
+                ),
+                WRITE,
+                None,
+            ),
+            (
+                "artifact_get",
+                "Read an artifact (a name, name@version or artifact:// ref).",
+                object_schema({"ref": {"type": "string"}}, ["ref"]),
+                READ_ONLY,
+                None,
+            ),
             ("artifact_list", "List your artifacts (latest version of each).", object_schema({}, []), READ_ONLY, None),
         ]
-        specs += [(name, by_name[name]["description"], by_name[name]["inputSchema"],
-                   READ_ONLY if name in ("context_list_docs", "context_render") else WRITE, None)
-                  for name in CONTEXT_TOOLS]
-        return [types.Tool(name=n, description=d, input_schema=i, annotations=a, output_schema=o)
-                for n, d, i, a, o in specs]
+        specs += [
+            (
+                name,
+                by_name[name]["description"],
+                by_name[name]["inputSchema"],
+                READ_ONLY if name in ("context_list_docs", "context_render") else WRITE,
+                None,
+            )
+            for name in CONTEXT_TOOLS
+        ]
+        return [
+            types.Tool(name=n, description=d, input_schema=i, annotations=a, output_schema=o) for n, d, i, a, o in specs
+        ]
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -345,8 +402,9 @@ class SkillServer:
                 raise BadRequest("the 'query' argument is required", code="invalid_arguments")
             limit = arguments.get("limit", 10)
             hits = tools.repository.search(query, int(limit) if isinstance(limit, int) else 10)
-            found = [{"skill": h.skill.id, "description": h.skill.description, "score": round(h.score, 3)}
-                     for h in hits]
+            found = [
+                {"skill": h.skill.id, "description": h.skill.description, "score": round(h.score, 3)} for h in hits
+            ]
             text = "\n".join(f"- {h['skill']}: {h['description']}" for h in found) or "(no matching skill)"
             return types.CallToolResult(content=[text_content(text)], structured_content={"hits": found})
         if name == "skill_read_doc":
@@ -361,8 +419,9 @@ class SkillServer:
         """The context of the caller's key (the tenant) and the session the arguments name."""
         result = self.backend.tools().call(name, arguments, tenant=who.id)
         structured = result.data if isinstance(result.data, dict) and not result.is_error else None
-        return types.CallToolResult(content=[text_content(result.content)], structured_content=structured,
-                                    is_error=result.is_error)
+        return types.CallToolResult(
+            content=[text_content(result.content)], structured_content=structured, is_error=result.is_error
+        )
 
     def _artifact_tool(self, name: str, arguments: dict[str, Any], who: Principal) -> types.CallToolResult:
         store = self.backend.artifacts()
@@ -379,8 +438,9 @@ class SkillServer:
             if not isinstance(mime, str):
                 mime = "text/plain" if "text" in arguments else "application/octet-stream"
             info = store.put(artifact, data, mime_type=mime, tenant=who.id, max_bytes=ARTIFACT_MAX_BYTES)
-            return types.CallToolResult(content=[text_content(f"stored {info.ref} ({info.size} bytes)")],
-                                        structured_content=info.to_dict())
+            return types.CallToolResult(
+                content=[text_content(f"stored {info.ref} ({info.size} bytes)")], structured_content=info.to_dict()
+            )
         if name == "artifact_get":
             ref = arguments.get("ref")
             if not isinstance(ref, str):
@@ -388,9 +448,12 @@ class SkillServer:
             info, data = self._artifact(ref if ref.startswith("artifact://") else f"artifact://{ref}", who)
             resource = resource_contents(info.ref, info.mime_type, data)
             return types.CallToolResult(
-                content=[text_content(f"{info.ref} ({info.size} bytes, {info.mime_type})"),
-                         embedded_resource(resource)],
-                structured_content=info.to_dict())
+                content=[
+                    text_content(f"{info.ref} ({info.size} bytes, {info.mime_type})"),
+                    embedded_resource(resource),
+                ],
+                structured_content=info.to_dict(),
+            )
         raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
 
     async def _skill_run(self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]) -> types.CallToolResult:

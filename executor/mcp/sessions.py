@@ -74,8 +74,9 @@ def bind_caller(scope: Scope, who: Principal) -> None:
 class Sessions(StreamableHTTPSessionManager):
     """The SDK's session manager, with an owner per session and at most ``per_key`` per key."""
 
-    def __init__(self, server: Server[Any], *, idle_seconds: float, per_key: int,
-                 on_close: Callable[[str], None]) -> None:
+    def __init__(
+        self, server: Server[Any], *, idle_seconds: float, per_key: int, on_close: Callable[[str], None]
+    ) -> None:
         super().__init__(server, session_idle_timeout=idle_seconds)
         self.per_key = per_key
         self._on_close = on_close
@@ -94,8 +95,9 @@ class Sessions(StreamableHTTPSessionManager):
             raise ExecutorError("an MCP session without a caller", code="internal", status=500)
         key = requestor["client_id"]
         if self._open[key] >= self.per_key:
-            raise SessionLimit(f"this key has {self.per_key} open MCP sessions: end one (DELETE) or wait "
-                               "for an idle one to expire")
+            raise SessionLimit(
+                f"this key has {self.per_key} open MCP sessions: end one (DELETE) or wait for an idle one to expire"
+            )
         transport = super()._admit_session(requestor)
         if transport is not None and transport.mcp_session_id is not None:
             self._owners[transport.mcp_session_id] = key

@@ -66,5 +66,3 @@ def run(settings: Settings) -> int:
     finally:
         claim.release()
     return 0
-
-

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     Globs = pathspec.PathSpec[pathspec.Pattern]
 MAX_WALK_ENTRIES = 200_000
 
+
 def normalise_glob(pattern: str) -> str:
     """Map a caller's glob to a workspace-relative one, or refuse it."""
     text = pattern.strip()

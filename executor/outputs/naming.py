@@ -24,7 +24,8 @@ MAX_TEMPLATE_CHARS = 1024
 DEFAULT_TEMPLATE = "{prefix}{path}"
 
 _HELP = (
-    "the placeholders are " + " ".join(f"{{{f}}}" for f in FIELDS)
+    "the placeholders are "
+    + " ".join(f"{{{f}}}" for f in FIELDS)
     + " (no format specs, conversions or attribute access); write {{ and }} for literal braces"
 )
 
@@ -83,12 +84,17 @@ class NameTemplate:
             raise _refuse(f"its text alone is {fixed} characters; an artifact name is at most {NAME_MAX}")
         return cls(text, tuple(parts))
 
-    def render(
-        self, *, path: str, name: str, stem: str, ext: str, run_id: str, session: str, prefix: str
-    ) -> str:
+    def render(self, *, path: str, name: str, stem: str, ext: str, run_id: str, session: str, prefix: str) -> str:
         """The name for one file; ``BadRequest(code="invalid_artifact_name")`` past NAME_MAX characters."""
-        values = {"path": path, "name": name, "stem": stem, "ext": ext, "run_id": run_id,
-                  "session": session, "prefix": prefix}
+        values = {
+            "path": path,
+            "name": name,
+            "stem": stem,
+            "ext": ext,
+            "run_id": run_id,
+            "session": session,
+            "prefix": prefix,
+        }
         out: list[str] = []
         length = 0
         for is_field, value in self.parts:

@@ -46,24 +46,143 @@ DISTRIBUTIONS = {
 }
 
 #: Node's builtin modules (``require('module').builtinModules`` of Node 22, top names).
-NODE_BUILTINS = frozenset({
-    "assert", "async_hooks", "buffer", "child_process", "cluster", "console", "constants", "crypto", "dgram",
-    "diagnostics_channel", "dns", "domain", "events", "fs", "http", "http2", "https", "inspector", "module", "net",
-    "os", "path", "perf_hooks", "process", "punycode", "querystring", "readline", "repl", "stream",
-    "string_decoder", "sys", "timers", "tls", "trace_events", "tty", "url", "util", "v8", "vm", "wasi",
-    "worker_threads", "zlib", "test", "sqlite", "sea",
-})
+NODE_BUILTINS = frozenset(
+    {
+        "assert",
+        "async_hooks",
+        "buffer",
+        "child_process",
+        "cluster",
+        "console",
+        "constants",
+        "crypto",
+        "dgram",
+        "diagnostics_channel",
+        "dns",
+        "domain",
+        "events",
+        "fs",
+        "http",
+        "http2",
+        "https",
+        "inspector",
+        "module",
+        "net",
+        "os",
+        "path",
+        "perf_hooks",
+        "process",
+        "punycode",
+        "querystring",
+        "readline",
+        "repl",
+        "stream",
+        "string_decoder",
+        "sys",
+        "timers",
+        "tls",
+        "trace_events",
+        "tty",
+        "url",
+        "util",
+        "v8",
+        "vm",
+        "wasi",
+        "worker_threads",
+        "zlib",
+        "test",
+        "sqlite",
+        "sea",
+    }
+)
 
 #: Shell words that are no command of their own: builtins and keywords.
-SHELL_BUILTINS = frozenset({
-    ".", ":", "[", "[[", "]]", "{", "}", "!", "alias", "bg", "bind", "break", "builtin", "caller", "case", "cd",
-    "command", "compgen", "complete", "continue", "declare", "dirs", "disown", "do", "done", "echo", "elif", "else",
-    "enable", "esac", "eval", "exec", "exit", "export", "false", "fc", "fg", "fi", "for", "function", "getopts",
-    "hash", "help", "history", "if", "in", "jobs", "kill", "let", "local", "logout", "mapfile", "popd", "printf",
-    "pushd", "pwd", "read", "readarray", "readonly", "return", "select", "set", "shift", "shopt", "source",
-    "suspend", "test", "then", "time", "times", "trap", "true", "type", "typeset", "ulimit", "umask", "unalias",
-    "unset", "until", "wait", "while", "coproc",
-})
+SHELL_BUILTINS = frozenset(
+    {
+        ".",
+        ":",
+        "[",
+        "[[",
+        "]]",
+        "{",
+        "}",
+        "!",
+        "alias",
+        "bg",
+        "bind",
+        "break",
+        "builtin",
+        "caller",
+        "case",
+        "cd",
+        "command",
+        "compgen",
+        "complete",
+        "continue",
+        "declare",
+        "dirs",
+        "disown",
+        "do",
+        "done",
+        "echo",
+        "elif",
+        "else",
+        "enable",
+        "esac",
+        "eval",
+        "exec",
+        "exit",
+        "export",
+        "false",
+        "fc",
+        "fg",
+        "fi",
+        "for",
+        "function",
+        "getopts",
+        "hash",
+        "help",
+        "history",
+        "if",
+        "in",
+        "jobs",
+        "kill",
+        "let",
+        "local",
+        "logout",
+        "mapfile",
+        "popd",
+        "printf",
+        "pushd",
+        "pwd",
+        "read",
+        "readarray",
+        "readonly",
+        "return",
+        "select",
+        "set",
+        "shift",
+        "shopt",
+        "source",
+        "suspend",
+        "test",
+        "then",
+        "time",
+        "times",
+        "trap",
+        "true",
+        "type",
+        "typeset",
+        "ulimit",
+        "umask",
+        "unalias",
+        "unset",
+        "until",
+        "wait",
+        "while",
+        "coproc",
+    }
+)
 
 #: Commands that look for others (``command -v X``): X is optional there.
 CHECKS = frozenset({"command", "which", "type", "hash"})
@@ -97,9 +216,13 @@ NETWORK_SUBCOMMANDS: dict[str, dict[str, tuple[Sure, str]]] = {
     "npm": {k: ("yes", f"npm {k} downloads packages") for k in ("install", "i", "ci", "add", "update", "exec")},
     "pnpm": {k: ("yes", f"pnpm {k} downloads packages") for k in ("install", "i", "add", "dlx")},
     "yarn": {k: ("yes", f"yarn {k} downloads packages") for k in ("install", "add", "dlx")},
-    "uv": {"run": ("maybe", "uv run may download the script's dependencies"),
-           "pip": ("yes", "uv pip installs packages"), "add": ("yes", "uv add downloads packages"),
-           "sync": ("yes", "uv sync downloads packages"), "tool": ("yes", "uv tool downloads tools")},
+    "uv": {
+        "run": ("maybe", "uv run may download the script's dependencies"),
+        "pip": ("yes", "uv pip installs packages"),
+        "add": ("yes", "uv add downloads packages"),
+        "sync": ("yes", "uv sync downloads packages"),
+        "tool": ("yes", "uv tool downloads tools"),
+    },
     "git": {k: ("yes", f"git {k} needs a remote") for k in ("clone", "fetch", "pull", "push")},
     "apt": {"install": ("yes", "apt install downloads packages")},
     "apt-get": {"install": ("yes", "apt-get install downloads packages")},
@@ -107,14 +230,43 @@ NETWORK_SUBCOMMANDS: dict[str, dict[str, tuple[Sure, str]]] = {
     "playwright": {"install": ("yes", "playwright install downloads browsers")},
 }
 #: Python modules whose import suggests HTTP traffic.
-NETWORK_MODULES = frozenset({"requests", "httpx", "aiohttp", "urllib3", "urllib.request", "http.client",
-                             "websockets", "websocket", "ftplib", "smtplib"})
+NETWORK_MODULES = frozenset(
+    {
+        "requests",
+        "httpx",
+        "aiohttp",
+        "urllib3",
+        "urllib.request",
+        "http.client",
+        "websockets",
+        "websocket",
+        "ftplib",
+        "smtplib",
+    }
+)
 #: Call names (the last attribute) that send a request to their first argument.
-REQUEST_CALLS = frozenset({"get", "post", "put", "patch", "delete", "head", "options", "request", "urlopen",
-                           "Request", "urlretrieve", "fetch", "stream", "Client", "AsyncClient", "ws_connect",
-                           "connect"})
-SUBPROCESS_CALLS = frozenset({"run", "call", "check_call", "check_output", "Popen", "getoutput",
-                              "getstatusoutput"})
+REQUEST_CALLS = frozenset(
+    {
+        "get",
+        "post",
+        "put",
+        "patch",
+        "delete",
+        "head",
+        "options",
+        "request",
+        "urlopen",
+        "Request",
+        "urlretrieve",
+        "fetch",
+        "stream",
+        "Client",
+        "AsyncClient",
+        "ws_connect",
+        "connect",
+    }
+)
+SUBPROCESS_CALLS = frozenset({"run", "call", "check_call", "check_output", "Popen", "getoutput", "getstatusoutput"})
 OS_SHELL_CALLS = frozenset({"system", "popen"})
 OS_EXEC_CALLS = frozenset({"execvp", "execlp", "execv", "execl", "spawnlp", "spawnvp", "execvpe", "execlpe"})
 IMPORT_EXCEPTIONS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
@@ -227,7 +379,6 @@ def node_package(spec: str) -> str | None:
     if not NODE_NAME.match(name) or name in NODE_BUILTINS:
         return None
     return name
-
 
 
 def locations(uses: Iterable[Use]) -> list[str]:

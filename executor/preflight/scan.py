@@ -87,8 +87,13 @@ def scan(
         if kind is None:
             continue
         if total >= max_total or time.monotonic() > deadline:
-            needs.notes.append(Note("scan_budget", f"the scan stopped after {total} bytes: {path} and the files "
-                                                   "after it were not read", path))
+            needs.notes.append(
+                Note(
+                    "scan_budget",
+                    f"the scan stopped after {total} bytes: {path} and the files after it were not read",
+                    path,
+                )
+            )
             break
         try:
             content = read_file(skill, path, max_bytes=max_bytes)
@@ -136,8 +141,13 @@ def _kind(path: str) -> Kind | None:
     return None
 
 
-BY_INTERPRETER: dict[str, Kind] = {"python": "python", "python3": "python", "node": "node", "bash": "shell",
-                                   "sh": "shell"}
+BY_INTERPRETER: dict[str, Kind] = {
+    "python": "python",
+    "python3": "python",
+    "node": "node",
+    "bash": "shell",
+    "sh": "shell",
+}
 
 
 class _Scanner:
@@ -179,8 +189,11 @@ class _Scanner:
     def doc(self, path: str, text: str) -> None:
         for tag, start, block in fenced_blocks(text):
             if tag in SHELL_TAGS:
-                self.shell(path, prompt_lines(block, console=tag in {"console", "shell-session", "shellsession",
-                                                                     "terminal"}), start)
+                self.shell(
+                    path,
+                    prompt_lines(block, console=tag in {"console", "shell-session", "shellsession", "terminal"}),
+                    start,
+                )
             elif tag in PYTHON_TAGS:
                 self.python(path, block, start, from_doc=True)
             elif tag in NODE_TAGS:
@@ -220,11 +233,14 @@ class _Scanner:
         if re.match(r"^python(3(\.\d+)?)?$", name) and "-m" in words:
             index = words.index("-m")
             module = words[index + 1].split(".")[0] if index + 1 < len(words) else ""
-            rest = [w for w in words[index + 2:] if not w.startswith("-")]
+            rest = [w for w in words[index + 2 :] if not w.startswith("-")]
             if module in ("pip", "pip3") and rest[:1] == ["install"]:
                 self.needs.reason(path, line, "pip install downloads packages", "yes")
-            if MODULE_NAME.match(module) and module not in sys.stdlib_module_names and \
-                    module not in self.local_modules(path):
+            if (
+                MODULE_NAME.match(module)
+                and module not in sys.stdlib_module_names
+                and module not in self.local_modules(path)
+            ):
                 self.needs.module(module, path, line, optional=False)
 
     # -- Python ---------------------------------------------------------------------------------
@@ -240,8 +256,9 @@ class _Scanner:
                 self.python_import_lines(path, text, offset)
                 return
             line = getattr(exc, "lineno", None)
-            self.needs.notes.append(Note("syntax_error", f"{path}: not valid Python: {getattr(exc, 'msg', exc)}",
-                                         path, line))
+            self.needs.notes.append(
+                Note("syntax_error", f"{path}: not valid Python: {getattr(exc, 'msg', exc)}", path, line)
+            )
             return
         local = self.local_modules(path) if not from_doc else self.local_modules("SKILL.md")
         try:
@@ -282,7 +299,7 @@ class _Scanner:
                 prefix = f"{folder}/" if folder else ""
                 if not candidate.startswith(prefix):
                     continue
-                rest = candidate[len(prefix):].split("/")
+                rest = candidate[len(prefix) :].split("/")
                 if len(rest) > 1:
                     names.add(rest[0])
                 elif rest[0].endswith((".py", ".so", ".pyd")):
@@ -297,6 +314,7 @@ class _Scanner:
 
         def line_of(index: int) -> int:
             return bisect.bisect_right(starts, index)
+
         patterns = (  # linear: no nested repetition (files come from untrusted skills)
             r"\brequire\s*\(\s*(['\"`])([^'\"`\n]+)\1\s*\)",
             r"\bimport\s*\(\s*(['\"`])([^'\"`\n]+)\1\s*\)",
@@ -364,7 +382,8 @@ class _PythonVisitor(ast.NodeVisitor):
     def visit_If(self, node: ast.If) -> None:
         test = node.test
         checking = (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+        )
         self.guarded += checking
         for statement in node.body:
             self.visit(statement)
@@ -420,11 +439,17 @@ class _PythonVisitor(ast.NodeVisitor):
             self.needs.command(PurePosixPath(literal).name, self.path, line, optional=self.exec_guarded > 0)
         elif name in ("importlib.import_module", "__import__") and literal and not literal.startswith("."):
             self.imported(literal, node)
-        attr = node.func.attr if isinstance(node.func, ast.Attribute) else (
-            node.func.id if isinstance(node.func, ast.Name) else "")
+        attr = (
+            node.func.attr
+            if isinstance(node.func, ast.Attribute)
+            else (node.func.id if isinstance(node.func, ast.Name) else "")
+        )
         if attr in REQUEST_CALLS:
-            target = first if first is not None else next(
-                (k.value for k in node.keywords if k.arg in ("url", "base_url")), None)
+            target = (
+                first
+                if first is not None
+                else next((k.value for k in node.keywords if k.arg in ("url", "base_url")), None)
+            )
             if isinstance(target, ast.Constant) and isinstance(target.value, str):
                 self.scanner.url(self.path, line, target.value)
             elif isinstance(target, ast.JoinedStr) and target.values:

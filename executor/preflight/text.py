@@ -8,8 +8,26 @@ import shlex
 from collections.abc import Iterator
 
 #: Words that run the command after them (their options skipped).
-WRAPPERS = frozenset({"sudo", "env", "exec", "time", "nohup", "nice", "stdbuf", "then", "do", "else", "if",
-                      "while", "until", "!", "{", "elif"})
+WRAPPERS = frozenset(
+    {
+        "sudo",
+        "env",
+        "exec",
+        "time",
+        "nohup",
+        "nice",
+        "stdbuf",
+        "then",
+        "do",
+        "else",
+        "if",
+        "while",
+        "until",
+        "!",
+        "{",
+        "elif",
+    }
+)
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 SEPARATORS = frozenset({";", "&&", "||", "|", "&", "|&", ";;", "(", ")", "((", "))", ";&", ";;&", "\n"})
 REDIRECT = re.compile(r"^[<>&|]*[<>][<>&|]*$")
@@ -56,9 +74,37 @@ def prompt_lines(block: str, *, console: bool) -> str:
     return "\n".join(out)
 
 
-NOT_SHELL_WORDS = frozenset({"import", "from", "def", "class", "const", "let", "var", "function", "return",
-                             "async", "await", "try", "except", "with", "package", "public", "private", "print",
-                             "elif", "else", "case", "switch", "module", "use", "fn", "int", "void"})
+NOT_SHELL_WORDS = frozenset(
+    {
+        "import",
+        "from",
+        "def",
+        "class",
+        "const",
+        "let",
+        "var",
+        "function",
+        "return",
+        "async",
+        "await",
+        "try",
+        "except",
+        "with",
+        "package",
+        "public",
+        "private",
+        "print",
+        "elif",
+        "else",
+        "case",
+        "switch",
+        "module",
+        "use",
+        "fn",
+        "int",
+        "void",
+    }
+)
 
 
 def looks_like_shell(block: str) -> bool:
@@ -98,7 +144,7 @@ def shell_commands(text: str, functions: set[str] | None = None) -> Iterator[tup
                 segment.append(token)
                 continue
             words, in_case_after = _command_words(segment, in_case, token)
-            if token == "(" and len(segment) == 1 and tokens[index + 1: index + 2] == [")"]:
+            if token == "(" and len(segment) == 1 and tokens[index + 1 : index + 2] == [")"]:
                 functions.add(segment[0])
                 words = []
             if segment[:1] == ["function"] and len(segment) > 1:
@@ -137,15 +183,27 @@ def _command_words(segment: list[str], in_case: bool, separator: str) -> tuple[l
             words = words[1:]
             while words and words[0].startswith("-"):
                 words = words[1:]
-        elif head in ("for", "select", "case", "function", "[[", "[", "((", "let", "local", "export",
-                      "declare", "readonly"):
+        elif head in (
+            "for",
+            "select",
+            "case",
+            "function",
+            "[[",
+            "[",
+            "((",
+            "let",
+            "local",
+            "export",
+            "declare",
+            "readonly",
+        ):
             return [], in_case
         else:
             break
     if not words:
         return [], in_case
     head = words[0]
-    if head.startswith(("$", "`", "~", "-", "\"", "'")) or "$" in head or "=" in head:
+    if head.startswith(("$", "`", "~", "-", '"', "'")) or "$" in head or "=" in head:
         return [], in_case
     return words, in_case
 

@@ -140,8 +140,16 @@ def _reading(what: str) -> Iterator[None]:
         yield
     except ExecutorError:
         raise
-    except (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, OSError, ValueError,
-            NotImplementedError, RuntimeError) as exc:
+    except (
+        zipfile.BadZipFile,
+        zlib.error,
+        lzma.LZMAError,
+        EOFError,
+        OSError,
+        ValueError,
+        NotImplementedError,
+        RuntimeError,
+    ) as exc:
         raise PackageError(f"{what}: {exc}") from None
 
 
@@ -472,9 +480,7 @@ def _untar(data: bytes, out: _Writer, tally: _Tally) -> None:
             raise PackageError(f"archive entry {_show(text)} is a special file; only files and folders are allowed")
         is_dir = kind == b"5" or (kind == b"\0" and text.endswith("/"))
         if not is_dir and kind not in _FILE_TYPES:
-            raise PackageError(
-                f"archive entry {_show(text)} has tar type {kind!r}; only files and folders are allowed"
-            )
+            raise PackageError(f"archive entry {_show(text)} has tar type {kind!r}; only files and folders are allowed")
         tally.entry()
         tally.declare(text, size)
         path = entry_path(text)

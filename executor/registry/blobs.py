@@ -55,6 +55,7 @@ def materialise(source: Path, target: Path, blobs: Path) -> list[FileDigest]:
             files.append(FileDigest(rel, sha, size, executable))
     return files
 
+
 def link_blob(blobs: Path, src: Path, dst: Path, executable: bool) -> tuple[str, int]:
     """Store ``src`` as a blob (if new) and hard-link it at ``dst``; returns (sha256 hex, size)."""
     tmp = blobs / f".tmp-{uuid.uuid4().hex}"

@@ -78,8 +78,12 @@ def _renameat2(src: Path, dst: Path, flags: int) -> None:
             raise OSError(errno.ENOSYS, "renameat2 is not available here", str(src), None, str(dst))
         _libc.syscall.restype = ctypes.c_long
         result = _libc.syscall(
-            ctypes.c_long(number), ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(source),
-            ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(target), ctypes.c_uint(flags),
+            ctypes.c_long(number),
+            ctypes.c_int(_AT_FDCWD),
+            ctypes.c_char_p(source),
+            ctypes.c_int(_AT_FDCWD),
+            ctypes.c_char_p(target),
+            ctypes.c_uint(flags),
         )
     if result != 0:
         code = ctypes.get_errno()

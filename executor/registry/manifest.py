@@ -29,8 +29,12 @@ class FileDigest:
         return f"link:{self.sha256}" if self.link is not None else self.sha256
 
     def to_dict(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"path": self.path, "sha256": self.sha256, "size": self.size,
-                                 "executable": self.executable}
+        entry: dict[str, Any] = {
+            "path": self.path,
+            "sha256": self.sha256,
+            "size": self.size,
+            "executable": self.executable,
+        }
         if self.link is not None:
             entry["link"] = self.link
         return entry
@@ -64,9 +68,16 @@ class Version:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "skill": self.skill, "version": self.number, "digest": self.digest, "created_at": self.created_at,
-            "source": self.source, "created_by": self.actor, "file_count": len(self.files), "size": self.size,
-            "is_default": self.is_default, "is_latest": self.is_latest,
+            "skill": self.skill,
+            "version": self.number,
+            "digest": self.digest,
+            "created_at": self.created_at,
+            "source": self.source,
+            "created_by": self.actor,
+            "file_count": len(self.files),
+            "size": self.size,
+            "is_default": self.is_default,
+            "is_latest": self.is_latest,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,5 +96,13 @@ class AuditEntry:
     detail: str | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "at": self.at, "actor": self.actor, "action": self.action, "skill": self.skill,
-                "version": self.version, "digest": self.digest, "detail": self.detail}
+        return {
+            "id": self.id,
+            "at": self.at,
+            "actor": self.actor,
+            "action": self.action,
+            "skill": self.skill,
+            "version": self.version,
+            "digest": self.digest,
+            "detail": self.detail,
+        }

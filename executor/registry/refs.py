@@ -96,7 +96,8 @@ def parse_ref(text: object, *, versioned: bool = True) -> SkillRef:
     if _NAME.fullmatch(name) is None:
         raise InvalidSkillName(
             f"invalid skill name {shown(name)}: 1-{NAME_MAX_CHARS} ASCII letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit")
+            "starting with a letter or digit"
+        )
     if not at:
         return SkillRef(name)
     if not versioned:
@@ -125,4 +126,5 @@ def parse_version(value: object) -> VersionRef:
         return VersionRef("digest", digest=value.lower())
     raise InvalidVersion(
         f"invalid version {shown(value)}: use 1-{VERSION_MAX} (no leading zero), latest, default or "
-        "sha256:<64 hex digits>")
+        "sha256:<64 hex digits>"
+    )

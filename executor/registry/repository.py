@@ -284,8 +284,14 @@ class SkillRepository:
         return None
 
     def install(
-        self, data: bytes, *, strict: bool = False, limits: PackageLimits = PackageLimits(),
-        actor: str = "local", set_default: bool = True, check: Callable[[Skill], None] | None = None,
+        self,
+        data: bytes,
+        *,
+        strict: bool = False,
+        limits: PackageLimits = PackageLimits(),
+        actor: str = "local",
+        set_default: bool = True,
+        check: Callable[[Skill], None] | None = None,
     ) -> InstallOutcome:
         """Install a package into the install root (replacing an installed skill of that id).
 
@@ -350,8 +356,9 @@ class SkillRepository:
 
     def _require_install_root(self) -> Path:
         if self.install_root is None:
-            raise Forbidden("no install root is configured: skills cannot be installed or deleted here",
-                            code="install_disabled")
+            raise Forbidden(
+                "no install root is configured: skills cannot be installed or deleted here", code="install_disabled"
+            )
         return self.install_root
 
 
@@ -361,9 +368,17 @@ def _load(directory: Path, *, installed: bool) -> Skill | Rejected:
     except SkillLoadError as exc:
         return Rejected(directory, exc.diagnostics)
     if installed and skill.id != directory.name:  # not what an install makes: not a skill of the registry
-        return Rejected(directory, [Diagnostic(
-            "install-dir-mismatch", f"the installed folder {directory.name!r} holds the skill {skill.id!r}; "
-            "an installed skill's folder is named by its id", "fatal")])
+        return Rejected(
+            directory,
+            [
+                Diagnostic(
+                    "install-dir-mismatch",
+                    f"the installed folder {directory.name!r} holds the skill {skill.id!r}; "
+                    "an installed skill's folder is named by its id",
+                    "fatal",
+                )
+            ],
+        )
     return skill
 
 

@@ -146,8 +146,17 @@ class Registry:
             finally:
                 shutil.rmtree(stage, ignore_errors=True)
 
-    def _commit(self, skill_id: str, stage: Path, dirname: str, files: list[FileDigest], digest: str,
-                actor: str, source: str, set_default: bool) -> tuple[Version, bool]:
+    def _commit(
+        self,
+        skill_id: str,
+        stage: Path,
+        dirname: str,
+        files: list[FileDigest],
+        digest: str,
+        actor: str,
+        source: str,
+        set_default: bool,
+    ) -> tuple[Version, bool]:
         """Record the staged version (or return the latest, when it has this content).
 
         An upload moves the default when ``set_default`` (and then the default follows
@@ -158,17 +167,22 @@ class Registry:
         db = self._db()
         db.execute("BEGIN IMMEDIATE")
         try:
-            row = db.execute("SELECT next_version, default_version, latest_version, default_held FROM skills "
-                             "WHERE skill = ?", (skill_id,)).fetchone()
+            row = db.execute(
+                "SELECT next_version, default_version, latest_version, default_held FROM skills WHERE skill = ?",
+                (skill_id,),
+            ).fetchone()
             next_version, default, latest, held = row if row else (1, None, None, 0)
             observed = source == "folder"
             if latest is not None:
-                current = db.execute("SELECT digest FROM versions WHERE skill = ? AND version = ?",
-                                     (skill_id, latest)).fetchone()
+                current = db.execute(
+                    "SELECT digest FROM versions WHERE skill = ? AND version = ?", (skill_id, latest)
+                ).fetchone()
                 if current is not None and current[0] == digest:
                     if set_default and not observed and (default != latest or held):
-                        db.execute("UPDATE skills SET default_version = ?, default_held = 0 WHERE skill = ?",
-                                   (latest, skill_id))
+                        db.execute(
+                            "UPDATE skills SET default_version = ?, default_held = 0 WHERE skill = ?",
+                            (latest, skill_id),
+                        )
                         self._audit(db, actor, "set_default", skill_id, latest, digest, "re-published")
                     db.execute("COMMIT")
                     return self.version(skill_id, latest), False
@@ -179,8 +193,10 @@ class Registry:
                 shutil.rmtree(final)
             final.parent.mkdir(parents=True, exist_ok=True)
             manifest = json.dumps([f.to_dict() for f in files])
-            db.execute(f"INSERT INTO versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (skill_id, number, digest, now, source, actor, dirname, manifest))
+            db.execute(
+                f"INSERT INTO versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (skill_id, number, digest, now, source, actor, dirname, manifest),
+            )
             moves = default is None or (set_default and not (observed and held))
             new_default, new_held = (number, 0) if moves else (default, held)
             db.execute(
@@ -190,8 +206,15 @@ class Registry:
                 "default_held = excluded.default_held",
                 (skill_id, number + 1, new_default, number, new_held),
             )
-            self._audit(db, actor, "publish", skill_id, number, digest,
-                        f"source={source} default={new_default}" + (" (held)" if new_held else ""))
+            self._audit(
+                db,
+                actor,
+                "publish",
+                skill_id,
+                number,
+                digest,
+                f"source={source} default={new_default}" + (" (held)" if new_held else ""),
+            )
             os.rename(stage, final)
             try:
                 db.execute("COMMIT")
@@ -210,12 +233,25 @@ class Registry:
         skill, number, digest, created_at, source, actor, dirname, manifest = row
         files = tuple(FileDigest(**f) for f in json.loads(manifest))
         default, latest = pointers if pointers else (None, None)
-        return Version(skill, number, digest, created_at, source, actor, dirname, files,
-                       is_default=number == default, is_latest=number == latest)
+        return Version(
+            skill,
+            number,
+            digest,
+            created_at,
+            source,
+            actor,
+            dirname,
+            files,
+            is_default=number == default,
+            is_latest=number == latest,
+        )
 
     def _pointers(self, skill_id: str) -> tuple[Any, ...] | None:
-        row: tuple[Any, ...] | None = self._db().execute(
-            "SELECT default_version, latest_version FROM skills WHERE skill = ?", (skill_id,)).fetchone()
+        row: tuple[Any, ...] | None = (
+            self._db()
+            .execute("SELECT default_version, latest_version FROM skills WHERE skill = ?", (skill_id,))
+            .fetchone()
+        )
         return row
 
     def pointers(self, skill_id: str) -> tuple[int | None, int | None]:
@@ -228,8 +264,11 @@ class Registry:
         return bool(row and row[0])
 
     def versions(self, skill_id: str) -> list[Version]:
-        rows = self._db().execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? ORDER BY version",
-                                  (skill_id,)).fetchall()
+        rows = (
+            self._db()
+            .execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? ORDER BY version", (skill_id,))
+            .fetchall()
+        )
         pointers = self._pointers(skill_id)
         return [self._row_to_version(r, pointers) for r in rows]
 
@@ -242,13 +281,23 @@ class Registry:
         db = self._db()
         pointers = self._pointers(skill_id)
         if wanted.kind == "digest":
-            row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND digest = ? "
-                             "ORDER BY version DESC LIMIT 1", (skill_id, wanted.digest)).fetchone()
+            row = db.execute(
+                f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND digest = ? ORDER BY version DESC LIMIT 1",
+                (skill_id, wanted.digest),
+            ).fetchone()
         else:
-            number = wanted.number if wanted.kind == "number" else (
-                pointers[0 if wanted.kind == "default" else 1] if pointers else None)
-            row = db.execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND version = ?",
-                             (skill_id, number)).fetchone() if number is not None else None
+            number = (
+                wanted.number
+                if wanted.kind == "number"
+                else (pointers[0 if wanted.kind == "default" else 1] if pointers else None)
+            )
+            row = (
+                db.execute(
+                    f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND version = ?", (skill_id, number)
+                ).fetchone()
+                if number is not None
+                else None
+            )
         if row is None:
             raise NotFound(f"skill {skill_id!r} has no version {wanted}", code="version_not_found")
         return self._row_to_version(row, pointers)
@@ -265,8 +314,10 @@ class Registry:
             try:
                 skill = load_skill(self.folder(version))
             except SkillLoadError as exc:
-                raise NotFound(f"version {version.number} of skill {version.skill!r} cannot be loaded: {exc}",
-                               code="version_not_found") from None
+                raise NotFound(
+                    f"version {version.number} of skill {version.skill!r} cannot be loaded: {exc}",
+                    code="version_not_found",
+                ) from None
             skill.version, skill.digest = version.number, version.digest
             self._loaded[key] = skill
         return skill
@@ -311,10 +362,19 @@ class Registry:
             db = self._db()
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.execute("UPDATE skills SET default_version = ?, default_held = ? WHERE skill = ?",
-                           (version.number, int(held), skill_id))
-                self._audit(db, actor, "set_default", skill_id, version.number, version.digest,
-                            "held" if held else "follows latest")
+                db.execute(
+                    "UPDATE skills SET default_version = ?, default_held = ? WHERE skill = ?",
+                    (version.number, int(held), skill_id),
+                )
+                self._audit(
+                    db,
+                    actor,
+                    "set_default",
+                    skill_id,
+                    version.number,
+                    version.digest,
+                    "held" if held else "follows latest",
+                )
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -326,8 +386,10 @@ class Registry:
         with self.writing():
             version = self.version(skill_id, ref)
             if version.is_default:
-                raise Conflict(f"version {version.number} is the default of skill {skill_id!r}; set another "
-                               "default first", code="version_is_default")
+                raise Conflict(
+                    f"version {version.number} is the default of skill {skill_id!r}; set another default first",
+                    code="version_is_default",
+                )
             self._remove([version], actor, "delete_version")
             return version
 
@@ -351,8 +413,11 @@ class Registry:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    raise Conflict(f"version {version.number} of skill {version.skill!r} is in use by a run or a "
-                                   "download; try again when it has finished", code="version_in_use") from None
+                    raise Conflict(
+                        f"version {version.number} of skill {version.skill!r} is in use by a run or a "
+                        "download; try again when it has finished",
+                        code="version_in_use",
+                    ) from None
             db = self._db()
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -362,9 +427,12 @@ class Registry:
                 if versions:
                     skill_id = versions[0].skill
                     left = db.execute("SELECT MAX(version) FROM versions WHERE skill = ?", (skill_id,)).fetchone()[0]
-                    db.execute("UPDATE skills SET latest_version = ?, default_version = CASE WHEN ? IS NULL "
-                               "THEN NULL ELSE default_version END, default_held = CASE WHEN ? IS NULL THEN 0 "
-                               "ELSE default_held END WHERE skill = ?", (left, left, left, skill_id))
+                    db.execute(
+                        "UPDATE skills SET latest_version = ?, default_version = CASE WHEN ? IS NULL "
+                        "THEN NULL ELSE default_version END, default_held = CASE WHEN ? IS NULL THEN 0 "
+                        "ELSE default_held END WHERE skill = ?",
+                        (left, left, left, skill_id),
+                    )
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -442,10 +510,13 @@ class Registry:
     # -- audit ---------------------------------------------------------------------------
 
     @staticmethod
-    def _audit(db: Any, actor: str, action: str, skill: str, version: int | None, digest: str | None,
-               detail: str | None) -> None:
-        db.execute("INSERT INTO audit (at, actor, action, skill, version, digest, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                   (time.time(), actor, action, skill, version, digest, detail))
+    def _audit(
+        db: Any, actor: str, action: str, skill: str, version: int | None, digest: str | None, detail: str | None
+    ) -> None:
+        db.execute(
+            "INSERT INTO audit (at, actor, action, skill, version, digest, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (time.time(), actor, action, skill, version, digest, detail),
+        )
 
     def audit(self, skill_id: str | None = None, *, limit: int = 100) -> list[AuditEntry]:
         db = self._db()
@@ -453,6 +524,7 @@ class Registry:
         if skill_id is None:
             rows = db.execute(f"SELECT {cols} FROM audit ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         else:
-            rows = db.execute(f"SELECT {cols} FROM audit WHERE skill = ? ORDER BY id DESC LIMIT ?",
-                              (skill_id, limit)).fetchall()
+            rows = db.execute(
+                f"SELECT {cols} FROM audit WHERE skill = ? ORDER BY id DESC LIMIT ?", (skill_id, limit)
+            ).fetchall()
         return [AuditEntry(*r) for r in rows]

@@ -4,5 +4,12 @@ from .models import ArtifactFile, InputSpec, OutputFile, OutputSpec, RunRequest,
 from .pipeline import SkillRunner, new_run_id
 
 __all__ = [
-    "ArtifactFile", "InputSpec", "OutputFile", "OutputSpec", "RunRequest", "RunResult", "SkillRunner", "new_run_id"
+    "ArtifactFile",
+    "InputSpec",
+    "OutputFile",
+    "OutputSpec",
+    "RunRequest",
+    "RunResult",
+    "SkillRunner",
+    "new_run_id",
 ]

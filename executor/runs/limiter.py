@@ -84,5 +84,3 @@ class RunLimiter:
         """Wake every reservation waiting for a slot, so a cancelled one stops waiting."""
         with self._cond:
             self._cond.notify_all()
-
-

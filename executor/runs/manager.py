@@ -299,8 +299,13 @@ class RunManager:
             handle.started = True
             handle.publish("status", "running")
             result: RunResult = self.runner.run(
-                request, run_id=run_id, listener=listener, cancel=handle.cancel, reservation=reservation,
-                checked=checked, tenant=tenant,
+                request,
+                run_id=run_id,
+                listener=listener,
+                cancel=handle.cancel,
+                reservation=reservation,
+                checked=checked,
+                tenant=tenant,
             )
             body = result.model_dump(mode="json")
             if handle.cancel.is_set():
@@ -326,8 +331,12 @@ class RunManager:
     ) -> tuple[Status, dict[str, Any] | None, dict[str, Any] | None]:
         if handle.reason == "shutdown":
             return "cancelled", None, self._error(shutdown_error(handle.run_id))
-        result = RunResult(run_id=handle.run_id, skill=checked.skill.id, session=request.session,
-                           warnings=["the run was cancelled before it started"])
+        result = RunResult(
+            run_id=handle.run_id,
+            skill=checked.skill.id,
+            session=request.session,
+            warnings=["the run was cancelled before it started"],
+        )
         return "cancelled", result.model_dump(mode="json"), None
 
     def _finish(

@@ -17,15 +17,16 @@ from ..workspace.schema import InputSpec
 __all__ = ["InputSpec", "OutputSpec", "RunRequest", "RunResult", "OutputFile", "ArtifactFile"]
 
 
-
 class RunRequest(BaseModel):
     """A ``skill_run`` call."""
 
     model_config = ConfigDict(extra="forbid")
 
-    skill: str = Field(min_length=1, max_length=256,
-                       description="skill name (case-insensitive), optionally pinned: name@3, name@latest, "
-                                   "name@sha256:<hex>")
+    skill: str = Field(
+        min_length=1,
+        max_length=256,
+        description="skill name (case-insensitive), optionally pinned: name@3, name@latest, name@sha256:<hex>",
+    )
     command: str = Field(min_length=1, description="shell command, run with bash -c")
     cwd: str | None = Field(default=None, description="relative to the skill root; $WORK_DIR etc. understood")
     env: dict[str, str] = Field(default_factory=dict)

@@ -56,7 +56,8 @@ class SkillRunner:
         self.artifacts = artifacts
         self.runtime = runtime
         self.sessions = SessionStore(
-            settings.workspaces, settings.session_ttl_seconds,
+            settings.workspaces,
+            settings.session_ttl_seconds,
             volume_bytes=settings.session_disk_bytes if runtime.disk_cap == "hard" else None,
         )
         self.stager = Stager(
@@ -69,8 +70,9 @@ class SkillRunner:
         )
         self.limiter = RunLimiter(settings.max_concurrent_runs, settings.max_queued_runs)
         self.supervisor = Supervisor("runner")
-        self.supervisor.every("session-expiry", SESSION_SWEEP_SECONDS, self.sessions.sweep,
-                              initial_delay=SESSION_SWEEP_SECONDS)
+        self.supervisor.every(
+            "session-expiry", SESSION_SWEEP_SECONDS, self.sessions.sweep, initial_delay=SESSION_SWEEP_SECONDS
+        )
 
     @property
     def workspaces(self) -> WorkspaceManager:
@@ -146,7 +148,14 @@ class SkillRunner:
             failed = executed.timed_out or executed.cancelled or executed.exit_code != 0
             collection = sandbox.collect(plan.outputs.globs, plan.outputs.limits, failed=failed)
             return build_result(
-                self.artifacts, request, skill, sandbox_plan.run_id, executed, collection, plan.outputs, warnings,
+                self.artifacts,
+                request,
+                skill,
+                sandbox_plan.run_id,
+                executed,
+                collection,
+                plan.outputs,
+                warnings,
                 sandbox_plan.tenant,
             )
 

@@ -73,6 +73,7 @@ def check_request(request: RunRequest, settings: Settings, repository: SkillRepo
         cwd_logical(request.cwd)
     return RunPlan(skill, timeout, _output_plan(request, s))
 
+
 def _check_env(env: dict[str, str], settings: Settings) -> None:
     if len(env) > settings.max_env_vars:
         raise BadRequest(f"at most {settings.max_env_vars} environment variables", code="invalid_env")
@@ -100,6 +101,7 @@ def _check_env(env: dict[str, str], settings: Settings) -> None:
             code="env_too_large",
         )
 
+
 def _output_plan(request: RunRequest, s: Settings) -> OutputPlan:
     spec = request.outputs
     raw_globs = [*(spec.globs if spec else []), *request.output_files]
@@ -124,6 +126,7 @@ def _output_plan(request: RunRequest, s: Settings) -> OutputPlan:
         name_template=template,
         limits=limits,
     )
+
 
 def cwd_logical(cwd: str) -> tuple[str, PurePosixPath]:
     """("skill" | "workspace", relative path) for a request's cwd."""

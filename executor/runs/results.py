@@ -80,9 +80,15 @@ def build_result(
         result.output_files.append(entry)
     return result
 
+
 def _save(
     artifacts: ArtifactStore,
-    item: CollectedFile, plan: OutputPlan, request: RunRequest, run_id: str, result: RunResult, tenant: str
+    item: CollectedFile,
+    plan: OutputPlan,
+    request: RunRequest,
+    run_id: str,
+    result: RunResult,
+    tenant: str,
 ) -> ArtifactFile | None:
     if item.truncated:
         result.warnings.append(f"output {item.name!r} was truncated by a cap and is not saved as an artifact")

@@ -96,9 +96,11 @@ class RunStore:
 
     def idempotent(self, owner: str, key: str) -> tuple[str, str] | None:
         """(run_id, fingerprint) of the run ``owner`` made with Idempotency-Key ``key``."""
-        row = self._db().execute(
-            "SELECT run_id, fingerprint FROM idempotency WHERE principal = ? AND key = ?", (owner, key)
-        ).fetchone()
+        row = (
+            self._db()
+            .execute("SELECT run_id, fingerprint FROM idempotency WHERE principal = ? AND key = ?", (owner, key))
+            .fetchone()
+        )
         return (row[0], row[1]) if row is not None else None
 
     def create(
@@ -123,10 +125,12 @@ class RunStore:
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) and "busy" not in str(exc):
                 raise
-            raise Unavailable(f"the run store {self.path} stayed locked by another process; retry later",
-                              code="store_busy") from None
-        return RunRecord(run_id, "queued", request.get("skill", ""), request.get("session"), now, now, request,
-                         owner=owner)
+            raise Unavailable(
+                f"the run store {self.path} stayed locked by another process; retry later", code="store_busy"
+            ) from None
+        return RunRecord(
+            run_id, "queued", request.get("skill", ""), request.get("session"), now, now, request, owner=owner
+        )
 
     @staticmethod
     def _create(
@@ -152,9 +156,7 @@ class RunStore:
                         code="idempotency_key_reused" if row[1] != fingerprint else "idempotent_replay",
                         details={"run_id": row[0]},
                     )
-                db.execute(
-                    "INSERT INTO idempotency VALUES (?, ?, ?, ?, ?)", (owner, key, fingerprint, run_id, now)
-                )
+                db.execute("INSERT INTO idempotency VALUES (?, ?, ?, ?, ?)", (owner, key, fingerprint, run_id, now))
             db.execute(
                 "INSERT INTO runs VALUES (?, 'queued', ?, ?, ?, ?, ?, NULL, NULL, ?, NULL)",
                 (run_id, request.get("skill", ""), request.get("session"), now, now, json.dumps(request), owner),
@@ -175,8 +177,14 @@ class RunStore:
         error: dict[str, Any] | None = None,
         events: int | None = None,
     ) -> None:
-        values = (status, time.time(), json.dumps(result) if result is not None else None,
-                  json.dumps(error) if error is not None else None, events, run_id)
+        values = (
+            status,
+            time.time(),
+            json.dumps(result) if result is not None else None,
+            json.dumps(error) if error is not None else None,
+            events,
+            run_id,
+        )
         db = self._db()
         with self._write:
             db.execute(
@@ -190,9 +198,17 @@ class RunStore:
         if row is None:
             raise NotFound(f"no run {run_id!r}", code="run_not_found")
         return RunRecord(
-            run_id=row[0], status=row[1], skill=row[2], session=row[3], created_at=row[4], updated_at=row[5],
-            request=json.loads(row[6]), result=json.loads(row[7]) if row[7] else None,
-            error=json.loads(row[8]) if row[8] else None, owner=row[9] or LOCAL_TENANT, events=row[10],
+            run_id=row[0],
+            status=row[1],
+            skill=row[2],
+            session=row[3],
+            created_at=row[4],
+            updated_at=row[5],
+            request=json.loads(row[6]),
+            result=json.loads(row[7]) if row[7] else None,
+            error=json.loads(row[8]) if row[8] else None,
+            owner=row[9] or LOCAL_TENANT,
+            events=row[10],
         )
 
     def fail_interrupted(self) -> int:

@@ -23,7 +23,12 @@ class HostSandbox:
     """A sandbox over a host folder; subclasses implement ``execute`` (and ``release``)."""
 
     def __init__(
-        self, workspace: Workspace, root: str, janitor: Janitor, *, discard: Callable[[Path], None],
+        self,
+        workspace: Workspace,
+        root: str,
+        janitor: Janitor,
+        *,
+        discard: Callable[[Path], None],
         keep: bool = False,
     ) -> None:
         self.workspace = workspace

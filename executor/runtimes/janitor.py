@@ -29,7 +29,12 @@ POLL_SECONDS = 0.5
 
 class Janitor:
     def __init__(
-        self, activity: Activity, supervisor: Supervisor, *, workers: int = 4, max_wait: float = 2.0,
+        self,
+        activity: Activity,
+        supervisor: Supervisor,
+        *,
+        workers: int = 4,
+        max_wait: float = 2.0,
         name: str = "janitor",
     ) -> None:
         self.activity = activity

@@ -45,10 +45,14 @@ def workspace_volume_bytes(settings: Settings) -> int | None:
 def describe_disk_cap(settings: Settings) -> tuple[bool, str]:
     """The disk cap in force, for ``/healthz``."""
     if settings.disk_cap == "hard":
-        return True, (f"hard: each workspace is a file system of its own that refuses writes past "
-                      f"{settings.docker_disk_bytes} bytes per run (sessions' work/: {settings.session_disk_bytes})")
-    return True, (f"soft (SKILL_EXECUTOR_DISK_CAP=soft): {settings.docker_disk_bytes} bytes per run, measured every "
-                  f"{DISK_POLL_SECONDS} s; a fast writer can pass it before its run is stopped")
+        return True, (
+            f"hard: each workspace is a file system of its own that refuses writes past "
+            f"{settings.docker_disk_bytes} bytes per run (sessions' work/: {settings.session_disk_bytes})"
+        )
+    return True, (
+        f"soft (SKILL_EXECUTOR_DISK_CAP=soft): {settings.docker_disk_bytes} bytes per run, measured every "
+        f"{DISK_POLL_SECONDS} s; a fast writer can pass it before its run is stopped"
+    )
 
 
 def signal_name(code: int | None) -> str | None:
@@ -137,16 +141,22 @@ class VolumeCap:
 
     def check(self) -> bool:
         return self._full(self.root) or (
-            self.session is not None and not self.session_was_full and self._full(self.session))
+            self.session is not None and not self.session_was_full and self._full(self.session)
+        )
 
     def reached(self, exit_code: int | None = None) -> bool:
-        return (exit_code == 128 + signals.SIGXFSZ or self._full(self.root)
-                or (self.session is not None and self._full(self.session)))
+        return (
+            exit_code == 128 + signals.SIGXFSZ
+            or self._full(self.root)
+            or (self.session is not None and self._full(self.session))
+        )
 
     def warning(self) -> str:
         session = f", or its session's work/ {self.session_limit}" if self.session_limit is not None else ""
-        return (f"the run reached its disk cap (what it adds to its workspace: {self.limit} bytes{session}; or "
-                "as many files as its file system holds): writes past it failed (No space left on device)")
+        return (
+            f"the run reached its disk cap (what it adds to its workspace: {self.limit} bytes{session}; or "
+            "as many files as its file system holds): writes past it failed (No space left on device)"
+        )
 
 
 Cap = DiskCap | VolumeCap
@@ -155,9 +165,7 @@ Cap = DiskCap | VolumeCap
 class Guard:
     """Deadline, cancellation and (optionally) the disk cap of one executing run."""
 
-    def __init__(
-        self, *, started: float, timeout: float, cancel: threading.Event | None, disk: Cap | None
-    ) -> None:
+    def __init__(self, *, started: float, timeout: float, cancel: threading.Event | None, disk: Cap | None) -> None:
         self.deadline = started + timeout
         self.cancel = cancel
         self.disk = disk
@@ -182,4 +190,3 @@ class Guard:
             done = time.monotonic()
             self.next_disk = done + max(DISK_POLL_SECONDS, 4 * (done - now))
         return self.timed_out or self.cancelled or (self.disk_hit and self.disk is not None and self.disk.stops_run)
-

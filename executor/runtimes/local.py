@@ -87,8 +87,14 @@ class LocalRuntime:
         return {"runtime": (True, "local subprocesses (no isolation)")}
 
     def stats(self) -> dict[str, Any]:
-        return {"containers": None, "cleanup_backlog": self.janitor.backlog, "cleanup_leftovers": 0,
-                "workspaces": self.workspaces.count(), "workers": self.supervisor.stats(), "engine_up": None}
+        return {
+            "containers": None,
+            "cleanup_backlog": self.janitor.backlog,
+            "cleanup_leftovers": 0,
+            "workspaces": self.workspaces.count(),
+            "workers": self.supervisor.stats(),
+            "engine_up": None,
+        }
 
     def settle(self) -> None:
         self.janitor.settle()
@@ -104,8 +110,7 @@ class LocalRuntime:
 
 class LocalSandbox(HostSandbox):
     def __init__(self, runtime: LocalRuntime, workspace: Workspace, *, keep: bool) -> None:
-        super().__init__(workspace, str(workspace.root), runtime.janitor, discard=runtime.workspaces.discard,
-                         keep=keep)
+        super().__init__(workspace, str(workspace.root), runtime.janitor, discard=runtime.workspaces.discard, keep=keep)
         self.path = runtime.path
 
     def execute(self, command: Command) -> ExecResult:

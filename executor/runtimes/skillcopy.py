@@ -74,7 +74,7 @@ def _copy_file(src: Path, dst: Path, mode: int, owner: tuple[int, int] | None) -
                 while chunk := os.read(fd_in, 1 << 20):
                     view = memoryview(chunk)
                     while view:
-                        view = view[os.write(fd_out, view):]
+                        view = view[os.write(fd_out, view) :]
             if owner is not None:
                 os.fchown(fd_out, *owner)
             os.fchmod(fd_out, mode)  # the umask may have taken bits off
@@ -132,8 +132,7 @@ class StagedSkill:
 
     def matches(self, skill_id: str, source: Path) -> bool:
         """Is this a copy of ``source`` as it is now (for the run of ``skill_id``)?"""
-        return (skill_id == self.skill_id and source == self.source
-                and tree_signature(source) == self.signature)
+        return skill_id == self.skill_id and source == self.source and tree_signature(source) == self.signature
 
 
 def stage(folder: Path, skill_id: str, source: Path, owner: tuple[int, int] | None) -> StagedSkill:
@@ -175,8 +174,9 @@ def provide(
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        raise TooLarge(f"skill {skill_id!r} is larger than a run's workspace holds beside its disk cap",
-                       code="skill_too_large") from None
+        raise TooLarge(
+            f"skill {skill_id!r} is larger than a run's workspace holds beside its disk cap", code="skill_too_large"
+        ) from None
 
 
 def copy_skill(

@@ -95,9 +95,7 @@ def build_skill(parsed: ParsedFile, directory: Path, skill_file: Path) -> Skill:
     fm = _normalise_keys(parsed.frontmatter, diags)
 
     if skill_file.name != SKILL_FILE:
-        diags.append(
-            Diagnostic("file-name", f"the file must be named exactly {SKILL_FILE}, not {skill_file.name}")
-        )
+        diags.append(Diagnostic("file-name", f"the file must be named exactly {SKILL_FILE}, not {skill_file.name}"))
     for key in sorted(k for k in fm if k not in ALLOWED_FIELDS):
         diags.append(
             Diagnostic(
@@ -187,9 +185,7 @@ def _check_description(fm: dict[str, Any], diags: list[Diagnostic]) -> str | Non
         return None
     value = fm["description"]
     if not isinstance(value, str):
-        diags.append(
-            Diagnostic("description-type", "'description' must be a string, not a list or mapping", "fatal")
-        )
+        diags.append(Diagnostic("description-type", "'description' must be a string, not a list or mapping", "fatal"))
         return None
     text = value.strip()
     if not text:
@@ -235,9 +231,7 @@ def _check_name(fm: dict[str, Any], directory: Path, diags: list[Diagnostic]) ->
     elif len(name) > NAME_MAX:
         skill_id = derive_id(name)
     if unicodedata.normalize("NFKC", name) != unicodedata.normalize("NFKC", dir_name):
-        diags.append(
-            Diagnostic("name-dir-mismatch", f"'name' {name!r} differs from the directory name {dir_name!r}")
-        )
+        diags.append(Diagnostic("name-dir-mismatch", f"'name' {name!r} differs from the directory name {dir_name!r}"))
     return name, skill_id
 
 
@@ -272,9 +266,7 @@ def _check_allowed_tools(fm: dict[str, Any], diags: list[Diagnostic]) -> list[st
         return []
     value = fm["allowed-tools"]
     if isinstance(value, list):
-        diags.append(
-            Diagnostic("allowed-tools-list", "'allowed-tools' must be a space-separated string, not a list")
-        )
+        diags.append(Diagnostic("allowed-tools-list", "'allowed-tools' must be a space-separated string, not a list"))
         tools: list[str] = []
         for item in value:
             if isinstance(item, str):

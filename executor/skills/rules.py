@@ -45,9 +45,7 @@ class Diagnostic:
         return {"code": self.code, "message": self.message}
 
 
-def split_verdict(
-    diagnostics: list[Diagnostic], *, strict: bool
-) -> tuple[list[Diagnostic], list[Diagnostic]]:
+def split_verdict(diagnostics: list[Diagnostic], *, strict: bool) -> tuple[list[Diagnostic], list[Diagnostic]]:
     """Split findings into (errors, warnings) for the given mode."""
     errors: list[Diagnostic] = []
     warnings: list[Diagnostic] = []

@@ -225,9 +225,7 @@ def _stringify(value: Any, memo: dict[int, Any]) -> Any:
             out_dict: dict[str, Any] = {}
             memo[key] = out_dict
             for k, v in value.items():
-                out_dict[_stringify(k, memo) if isinstance(k, str) else _scalar_text(k)] = (
-                    _stringify(v, memo)
-                )
+                out_dict[_stringify(k, memo) if isinstance(k, str) else _scalar_text(k)] = _stringify(v, memo)
             return out_dict
         out_list: list[Any] = []
         memo[key] = out_list

@@ -79,9 +79,12 @@ class LocalBackend:
         self._lock = threading.Lock()
         settings = settings.model_copy(update={"skills_dirs": [self._tmp], "skills_refresh_seconds": 0.0})
         self.sandboxed = settings.runtime == "docker"
-        self.description = (f"docker ({settings.docker_image}"
-                            f"{', ' + settings.docker_oci_runtime if settings.docker_oci_runtime else ''})"
-                            if self.sandboxed else "local (NOT sandboxed)")
+        self.description = (
+            f"docker ({settings.docker_image}"
+            f"{', ' + settings.docker_oci_runtime if settings.docker_oci_runtime else ''})"
+            if self.sandboxed
+            else "local (NOT sandboxed)"
+        )
         try:
             if self.sandboxed:
                 _check_engine(settings.docker_image)
@@ -106,8 +109,9 @@ class LocalBackend:
             if Path(rejected.path).resolve() == target.resolve():
                 problems = "; ".join(f"{d.code}: {d.message}" for d in rejected.diagnostics)
                 raise ExecutorError(f"the skill does not load: {problems}", code="skill_invalid")
-        raise ExecutorError("the skill does not load (its name collides with another skill under test?)",
-                            code="skill_invalid")
+        raise ExecutorError(
+            "the skill does not load (its name collides with another skill under test?)", code="skill_invalid"
+        )
 
     def run(self, request: RunRequest) -> RunResult:
         try:
@@ -138,9 +142,11 @@ def _check_engine(image: str) -> None:
     try:
         client.images.get(image)
     except docker.errors.ImageNotFound:
-        raise InfrastructureError(f"the runner image {image} is not on this engine: build it with "
-                                  "`skill-executor image build` (or set SKILL_EXECUTOR_DOCKER_IMAGE)",
-                                  "image_missing") from None
+        raise InfrastructureError(
+            f"the runner image {image} is not on this engine: build it with "
+            "`skill-executor image build` (or set SKILL_EXECUTOR_DOCKER_IMAGE)",
+            "image_missing",
+        ) from None
     except docker.errors.DockerException as exc:
         raise InfrastructureError(f"the Docker engine failed: {exc}", "engine_error") from None
     finally:
@@ -164,8 +170,9 @@ class ServerBackend:
 
     sandboxed = True
 
-    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 900.0,
-                 publish: Publish | None = None) -> None:
+    def __init__(
+        self, url: str, *, api_key: str | None = None, timeout: float = 900.0, publish: Publish | None = None
+    ) -> None:
         self.description = f"server {url}"
         self.publish = publish
         self._client = Client(url, api_key=api_key, timeout=timeout)
@@ -175,18 +182,24 @@ class ServerBackend:
         if find_skill_file(skill_dir) is None:
             raise ExecutorError(f"{skill_dir} has no SKILL.md", code="skill_invalid")
         if self.publish is None:
-            raise PublishRefused("testing a skill folder on a service uploads it there, and this run may not "
-                                 "upload: pass --publish existing (a new version of a skill the service has, never "
-                                 "its default)", code="publish_not_allowed")
+            raise PublishRefused(
+                "testing a skill folder on a service uploads it there, and this run may not "
+                "upload: pass --publish existing (a new version of a skill the service has, never "
+                "its default)",
+                code="publish_not_allowed",
+            )
         try:
             skill = load_skill(skill_dir)
         except SkillLoadError as exc:
             raise ExecutorError(f"the skill does not load: {exc}", code="skill_invalid") from None
         before = self._default_of(skill.id)
         if before is None and self.publish != "any":
-            raise PublishRefused(f"the service has no skill {skill.id!r} with a default version: uploading it would "
-                                 "make this folder the live default; test it locally, or pass --publish any (a "
-                                 "staging service only)", code="skill_not_on_server")
+            raise PublishRefused(
+                f"the service has no skill {skill.id!r} with a default version: uploading it would "
+                "make this folder the live default; test it locally, or pass --publish any (a "
+                "staging service only)",
+                code="skill_not_on_server",
+            )
         if before is None:
             pushed = self._call(lambda: self._client.push_skill(skill_dir, set_default=False))
             return f"{pushed['id']}@{pushed['version']}"
@@ -197,9 +210,12 @@ class ServerBackend:
             if after == pushed["version"]:
                 self._call(lambda: self._client.set_default_version(skill.id, before))
                 restored = f"; it was set back to {before}"
-            raise PublishRefused(f"the default version of {skill.id!r} moved from {before} to {after} while this "
-                                 f"run uploaded version {pushed['version']} as not-default{restored}; check the "
-                                 "service's audit log", code="default_moved")
+            raise PublishRefused(
+                f"the default version of {skill.id!r} moved from {before} to {after} while this "
+                f"run uploaded version {pushed['version']} as not-default{restored}; check the "
+                "service's audit log",
+                code="default_moved",
+            )
         return f"{pushed['id']}@{pushed['version']}"
 
     def _default_of(self, skill_id: str) -> int | None:
@@ -214,8 +230,7 @@ class ServerBackend:
         return default if isinstance(default, int) else None
 
     def run(self, request: RunRequest) -> RunResult:
-        answer = self._call(lambda: self._client.run(request.model_dump(mode="json", by_alias=True,
-                                                                        exclude_none=True)))
+        answer = self._call(lambda: self._client.run(request.model_dump(mode="json", by_alias=True, exclude_none=True)))
         return RunResult.model_validate(answer)
 
     def _call(self, action: Callable[[], T]) -> T:

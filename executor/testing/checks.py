@@ -50,8 +50,17 @@ class Failure:
     diff: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in (("check", self.check), ("message", self.message), ("expected", self.expected),
-                                  ("got", self.got), ("diff", self.diff)) if v is not None}
+        return {
+            k: v
+            for k, v in (
+                ("check", self.check),
+                ("message", self.message),
+                ("expected", self.expected),
+                ("got", self.got),
+                ("diff", self.diff),
+            )
+            if v is not None
+        }
 
 
 @dataclass(slots=True)
@@ -84,12 +93,24 @@ def check(expect: Expect, seen: Observed, *, tests_dir: Path, skip_golden: bool 
     """Every way ``seen`` differs from ``expect`` (empty: the case passed)."""
     failures: list[Failure] = []
     if expect.timed_out != seen.timed_out:
-        failures.append(Failure("timed_out", "the run timed out" if seen.timed_out else "the run did not time out",
-                                expected=str(expect.timed_out).lower(), got=str(seen.timed_out).lower()))
+        failures.append(
+            Failure(
+                "timed_out",
+                "the run timed out" if seen.timed_out else "the run did not time out",
+                expected=str(expect.timed_out).lower(),
+                got=str(seen.timed_out).lower(),
+            )
+        )
     wanted = expect.wanted_exit_code
     if wanted is not None and seen.exit_code != wanted:
-        failures.append(Failure("exit_code", f"exit code {seen.exit_code}, expected {wanted}",
-                                expected=str(wanted), got=str(seen.exit_code)))
+        failures.append(
+            Failure(
+                "exit_code",
+                f"exit code {seen.exit_code}, expected {wanted}",
+                expected=str(wanted),
+                got=str(seen.exit_code),
+            )
+        )
     for stream in ("stdout", "stderr"):
         spec: StreamExpect | None = getattr(expect, stream)
         if spec is not None:
@@ -105,39 +126,70 @@ def check_stream(label: str, spec: StreamExpect, text: str, *, truncated: bool =
     note = " (the stream was truncated)" if truncated else ""
     for needle in spec.contains:
         if needle not in text:
-            failures.append(Failure(f"{label}.contains", f"{label} does not contain {needle!r}{note}",
-                                    expected=needle, got=tail(text)))
+            failures.append(
+                Failure(
+                    f"{label}.contains", f"{label} does not contain {needle!r}{note}", expected=needle, got=tail(text)
+                )
+            )
     for needle in spec.not_contains:
         if needle in text:
-            failures.append(Failure(f"{label}.not_contains", f"{label} contains {needle!r}",
-                                    expected=f"not {needle!r}", got=around(text, text.index(needle))))
+            failures.append(
+                Failure(
+                    f"{label}.not_contains",
+                    f"{label} contains {needle!r}",
+                    expected=f"not {needle!r}",
+                    got=around(text, text.index(needle)),
+                )
+            )
     for pattern in spec.matches:
         if (failure := _regex_failure(f"{label}.matches", label, pattern, text, note)) is not None:
             failures.append(failure)
     if spec.equals is not None and text != spec.equals:
-        failures.append(Failure(f"{label}.equals", f"{label} differs from the expected text{note}",
-                                expected=tail(spec.equals), got=tail(text), diff=text_diff(spec.equals, text, label)))
+        failures.append(
+            Failure(
+                f"{label}.equals",
+                f"{label} differs from the expected text{note}",
+                expected=tail(spec.equals),
+                got=tail(text),
+                diff=text_diff(spec.equals, text, label),
+            )
+        )
     if spec.has_json:
         failures += _check_json(f"{label}.json", label, text, spec.json_)
     return failures
 
 
-def check_files(label: str, spec: FileExpect, files: list[RunFile], *, tests_dir: Path,
-                skip_golden: bool = False) -> list[Failure]:
+def check_files(
+    label: str, spec: FileExpect, files: list[RunFile], *, tests_dir: Path, skip_golden: bool = False
+) -> list[Failure]:
     matched = match_files(spec, files)
     listing = ", ".join(f.name for f in files) or "(none)"
     if not spec.exists:
         if matched:
-            return [Failure(f"{label}.exists", f"{spec.pattern} should not exist, but {_names(matched)} did",
-                            expected="no file", got=_names(matched))]
+            return [
+                Failure(
+                    f"{label}.exists",
+                    f"{spec.pattern} should not exist, but {_names(matched)} did",
+                    expected="no file",
+                    got=_names(matched),
+                )
+            ]
         return []
     if not matched:
         hint = ""
         if normalise_glob(spec.pattern).split("/", 1)[0] not in ("out", "work", "run"):
-            hint = (" (paths are workspace-relative: out/..., work/...; the command runs in the skill's folder, "
-                    "where out/ and work/ lead there)")
-        return [Failure(f"{label}.exists", f"no output file matches {spec.pattern}{hint}", expected=spec.pattern,
-                        got=f"files: {listing}")]
+            hint = (
+                " (paths are workspace-relative: out/..., work/...; the command runs in the skill's folder, "
+                "where out/ and work/ lead there)"
+            )
+        return [
+            Failure(
+                f"{label}.exists",
+                f"no output file matches {spec.pattern}{hint}",
+                expected=spec.pattern,
+                got=f"files: {listing}",
+            )
+        ]
     failures: list[Failure] = []
     for item in matched:
         failures += _check_file(f"{label}[{item.name}]" if spec.glob else label, spec, item, tests_dir, skip_golden)
@@ -163,34 +215,64 @@ def _check_file(label: str, spec: FileExpect, item: RunFile, tests_dir: Path, sk
     failures: list[Failure] = []
     name = item.name
     if spec.mime_type is not None and not _mime_matches(spec.mime_type, item.mime_type):
-        failures.append(Failure(f"{label}.mime_type", f"{name} is {item.mime_type}, expected {spec.mime_type}",
-                                expected=spec.mime_type, got=item.mime_type))
+        failures.append(
+            Failure(
+                f"{label}.mime_type",
+                f"{name} is {item.mime_type}, expected {spec.mime_type}",
+                expected=spec.mime_type,
+                got=item.mime_type,
+            )
+        )
     if spec.min_size is not None and item.size < spec.min_size:
-        failures.append(Failure(f"{label}.min_size", f"{name} has {item.size} bytes, fewer than {spec.min_size}",
-                                expected=f">= {spec.min_size}", got=str(item.size)))
+        failures.append(
+            Failure(
+                f"{label}.min_size",
+                f"{name} has {item.size} bytes, fewer than {spec.min_size}",
+                expected=f">= {spec.min_size}",
+                got=str(item.size),
+            )
+        )
     if spec.max_size is not None and item.size > spec.max_size:
-        failures.append(Failure(f"{label}.max_size", f"{name} has {item.size} bytes, more than {spec.max_size}",
-                                expected=f"<= {spec.max_size}", got=str(item.size)))
+        failures.append(
+            Failure(
+                f"{label}.max_size",
+                f"{name} has {item.size} bytes, more than {spec.max_size}",
+                expected=f"<= {spec.max_size}",
+                got=str(item.size),
+            )
+        )
     if spec.sha256 is not None:
         if item.sha256 is None:
-            failures.append(Failure(f"{label}.sha256", f"{name} ({item.size} bytes) was too large to bring back and "
-                                    "hash: raise --max-file-bytes (the service's maximum applies)"))
+            failures.append(
+                Failure(
+                    f"{label}.sha256",
+                    f"{name} ({item.size} bytes) was too large to bring back and "
+                    "hash: raise --max-file-bytes (the service's maximum applies)",
+                )
+            )
         elif item.sha256 != spec.sha256.lower():
-            failures.append(Failure(f"{label}.sha256", f"{name} has another SHA-256",
-                                    expected=spec.sha256.lower(), got=item.sha256))
+            failures.append(
+                Failure(f"{label}.sha256", f"{name} has another SHA-256", expected=spec.sha256.lower(), got=item.sha256)
+            )
     content_checks = bool(spec.contains or spec.matches or spec.has_json or (spec.equals_file and not skip_golden))
     if not content_checks:
         return failures
     if item.data is None or item.truncated:
-        failures.append(Failure(f"{label}.content", f"{name} ({item.size} bytes) was too large to bring back and "
-                                "compare: raise --max-file-bytes (the service's maximum applies) or check only "
-                                "min_size/max_size"))
+        failures.append(
+            Failure(
+                f"{label}.content",
+                f"{name} ({item.size} bytes) was too large to bring back and "
+                "compare: raise --max-file-bytes (the service's maximum applies) or check only "
+                "min_size/max_size",
+            )
+        )
         return failures
     text = item.data.decode("utf-8", errors="replace")
     for needle in spec.contains:
         if needle not in text:
-            failures.append(Failure(f"{label}.contains", f"{name} does not contain {needle!r}",
-                                    expected=needle, got=tail(text)))
+            failures.append(
+                Failure(f"{label}.contains", f"{name} does not contain {needle!r}", expected=needle, got=tail(text))
+            )
     for pattern in spec.matches:
         if (failure := _regex_failure(f"{label}.matches", name, pattern, text)) is not None:
             failures.append(failure)
@@ -219,19 +301,30 @@ def _check_golden(label: str, golden: str, item: RunFile, tests_dir: Path) -> li
     try:
         want_text, got_text = want.decode("utf-8"), got.decode("utf-8")
     except UnicodeDecodeError:
-        return [Failure(label, message + f" (binary: {len(want)} bytes expected, {len(got)} bytes got)",
-                        expected=hashlib.sha256(want).hexdigest(), got=hashlib.sha256(got).hexdigest())]
-    return [Failure(label, message + " (--update-golden accepts the new output)",
-                    diff=text_diff(want_text, got_text, f"tests/{golden}", item.name))]
+        return [
+            Failure(
+                label,
+                message + f" (binary: {len(want)} bytes expected, {len(got)} bytes got)",
+                expected=hashlib.sha256(want).hexdigest(),
+                got=hashlib.sha256(got).hexdigest(),
+            )
+        ]
+    return [
+        Failure(
+            label,
+            message + " (--update-golden accepts the new output)",
+            diff=text_diff(want_text, got_text, f"tests/{golden}", item.name),
+        )
+    ]
 
 
 def golden_path(tests_dir: Path, golden: str) -> Path:
     """The golden file, refused when it (or a folder on the way) is a link out of ``tests/``:
     its content would be printed in diffs, and ``--update-golden`` would write through it."""
     if tests_dir.is_symlink() or Path(os.path.abspath(tests_dir)).resolve() != (
-            Path(os.path.abspath(tests_dir)).parent.resolve() / tests_dir.name):
-        raise Forbidden("the skill's tests/ folder is a symbolic link; golden files are refused",
-                        code="path_escape")
+        Path(os.path.abspath(tests_dir)).parent.resolve() / tests_dir.name
+    ):
+        raise Forbidden("the skill's tests/ folder is a symbolic link; golden files are refused", code="path_escape")
     return resolve_within(tests_dir, golden, what="golden file")
 
 
@@ -248,18 +341,28 @@ def _check_json(label: str, what: str, text: str, expected: Any) -> list[Failure
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        return [Failure(label, f"{what} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-                        got=tail(text))]
+        return [
+            Failure(label, f"{what} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", got=tail(text))
+        ]
     problems = subset_problems(expected, data)
     if not problems:
         return []
-    return [Failure(label, f"{what} does not contain the expected JSON: " + "; ".join(problems[:5])
-                    + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""),
-                    expected=json.dumps(expected, indent=2, ensure_ascii=False),
-                    got=tail(json.dumps(data, indent=2, ensure_ascii=False)),
-                    diff=text_diff(json.dumps(expected, indent=2, sort_keys=True, ensure_ascii=False),
-                                   json.dumps(_projected(expected, data), indent=2, sort_keys=True,
-                                              ensure_ascii=False), "expected", "got"))]
+    return [
+        Failure(
+            label,
+            f"{what} does not contain the expected JSON: "
+            + "; ".join(problems[:5])
+            + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""),
+            expected=json.dumps(expected, indent=2, ensure_ascii=False),
+            got=tail(json.dumps(data, indent=2, ensure_ascii=False)),
+            diff=text_diff(
+                json.dumps(expected, indent=2, sort_keys=True, ensure_ascii=False),
+                json.dumps(_projected(expected, data), indent=2, sort_keys=True, ensure_ascii=False),
+                "expected",
+                "got",
+            ),
+        )
+    ]
 
 
 def subset_problems(expected: Any, got: Any, where: str = "$") -> list[str]:
@@ -286,8 +389,14 @@ def subset_problems(expected: Any, got: Any, where: str = "$") -> list[str]:
         same = isinstance(expected, bool) and isinstance(got, bool) and expected == got
     else:
         same = expected == got
-    return [] if same else [f"{where} is {json.dumps(got, ensure_ascii=False)[:200]}, expected "
-                            f"{json.dumps(expected, ensure_ascii=False)[:200]}"]
+    return (
+        []
+        if same
+        else [
+            f"{where} is {json.dumps(got, ensure_ascii=False)[:200]}, expected "
+            f"{json.dumps(expected, ensure_ascii=False)[:200]}"
+        ]
+    )
 
 
 def _projected(expected: Any, got: Any) -> Any:
@@ -301,7 +410,8 @@ def _projected(expected: Any, got: Any) -> Any:
 
 def _kind(value: Any) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number")
+        type(value), "a number"
+    )
 
 
 def _mime_matches(pattern: str, actual: str) -> bool:
@@ -318,8 +428,15 @@ def text_diff(expected: str, got: str, expected_name: str = "expected", got_name
         expected, got = expected + "\n", got + "\n"  # no "No newline" noise when neither has one
     if max(len(expected), len(got)) > DIFF_MAX_CHARS or max(expected.count("\n"), got.count("\n")) > DIFF_MAX_LINES:
         return _first_difference(expected, got, expected_name, got_name)
-    lines = list(difflib.unified_diff(expected.splitlines(keepends=True), got.splitlines(keepends=True),
-                                      fromfile=expected_name, tofile=got_name, n=2))
+    lines = list(
+        difflib.unified_diff(
+            expected.splitlines(keepends=True),
+            got.splitlines(keepends=True),
+            fromfile=expected_name,
+            tofile=got_name,
+            n=2,
+        )
+    )
     if not lines and expected != got:
         return "(the texts differ only in line endings or a final newline)"
     shown = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines[:200])
@@ -331,11 +448,14 @@ def _first_difference(expected: str, got: str, expected_name: str, got_name: str
     want, have = expected.splitlines(keepends=True), got.splitlines(keepends=True)
     at = next((i for i, (a, b) in enumerate(zip(want, have, strict=False)) if a != b), min(len(want), len(have)))
     start = max(0, at - 2)
-    lines = [f"--- {expected_name}\n", f"+++ {got_name}\n",
-             f"@@ first difference at line {at + 1} ({len(want)} lines expected, {len(have)} got; too large to "
-             "diff whole) @@\n"]
+    lines = [
+        f"--- {expected_name}\n",
+        f"+++ {got_name}\n",
+        f"@@ first difference at line {at + 1} ({len(want)} lines expected, {len(have)} got; too large to "
+        "diff whole) @@\n",
+    ]
     lines += [" " + line for line in want[start:at]]
-    lines += ["-" + line for line in want[at:at + 5]] + ["+" + line for line in have[at:at + 5]]
+    lines += ["-" + line for line in want[at : at + 5]] + ["+" + line for line in have[at : at + 5]]
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
@@ -345,4 +465,4 @@ def tail(text: str, limit: int = TAIL_CHARS) -> str:
 
 def around(text: str, at: int, width: int = 200) -> str:
     start = max(0, at - width)
-    return ("..." if start else "") + text[start:at + width] + ("..." if at + width < len(text) else "")
+    return ("..." if start else "") + text[start : at + width] + ("..." if at + width < len(text) else "")

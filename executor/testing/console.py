@@ -19,8 +19,9 @@ _MARK = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "skipped": "SKIP"
 class Console:
     """Progress while cases run; failures in full at the end."""
 
-    def __init__(self, stream: TextIO | None = None, *, live: bool | None = None, total: int = 0,
-                 caps: Caps | None = None) -> None:
+    def __init__(
+        self, stream: TextIO | None = None, *, live: bool | None = None, total: int = 0, caps: Caps | None = None
+    ) -> None:
         self.stream = stream or sys.stdout
         self.live = self.stream.isatty() and os.environ.get("TERM") != "dumb" if live is None else live
         self.total = total

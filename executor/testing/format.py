@@ -72,14 +72,19 @@ class StreamExpect(_Strict):
 
     contains: list[str] = Field(default_factory=list, description="substrings that must all appear (one or a list)")
     not_contains: list[str] = Field(default_factory=list, description="substrings that must not appear")
-    matches: list[str] = Field(default_factory=list,
-                               description="regular expressions (RE2 syntax: Python's without lookarounds or "
-                                           "backreferences; ^ and $ match at line ends) that must all match "
-                                           "somewhere")
+    matches: list[str] = Field(
+        default_factory=list,
+        description="regular expressions (RE2 syntax: Python's without lookarounds or "
+        "backreferences; ^ and $ match at line ends) that must all match "
+        "somewhere",
+    )
     equals: str | None = Field(default=None, description="the whole stream, exactly")
-    json_: Any = Field(default=None, alias="json",
-                       description="the stream parsed as JSON must contain this (subset match: objects may have more "
-                                   "keys, arrays match element by element)")
+    json_: Any = Field(
+        default=None,
+        alias="json",
+        description="the stream parsed as JSON must contain this (subset match: objects may have more "
+        "keys, arrays match element by element)",
+    )
 
     _lists = field_validator("contains", "not_contains", "matches", mode="before")(_strings)
     _json = field_validator("json_")(_json_only)
@@ -98,8 +103,9 @@ class FileExpect(_Strict):
     """Checks on an output file (``path``) or on every file a ``glob`` matches."""
 
     path: str | None = Field(default=None, max_length=1024, description="a workspace-relative file, e.g. out/report.md")
-    glob: str | None = Field(default=None, max_length=1024,
-                             description="a workspace-relative glob (**); every match is checked")
+    glob: str | None = Field(
+        default=None, max_length=1024, description="a workspace-relative glob (**); every match is checked"
+    )
     exists: bool = Field(default=True, description="false: no file may match")
     mime_type: str | None = Field(default=None, max_length=255, description="exact (text/csv) or a family (image/*)")
     min_size: int | None = Field(default=None, ge=0, description="bytes")
@@ -107,9 +113,10 @@ class FileExpect(_Strict):
     contains: list[str] = Field(default_factory=list, description="substrings of the UTF-8 text")
     matches: list[str] = Field(default_factory=list, description="regular expressions (RE2) the text must match")
     json_: Any = Field(default=None, alias="json", description="subset match against the file parsed as JSON")
-    equals_file: str | None = Field(default=None,
-                                    description="a golden file under tests/ the output must equal byte for byte "
-                                                "(--update-golden rewrites it)")
+    equals_file: str | None = Field(
+        default=None,
+        description="a golden file under tests/ the output must equal byte for byte (--update-golden rewrites it)",
+    )
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$", description="hex digest of the content")
 
     _lists = field_validator("contains", "matches", mode="before")(_strings)
@@ -148,16 +155,16 @@ class FileExpect(_Strict):
 class Expect(_Strict):
     """What a case's run must show."""
 
-    exit_code: int | None = Field(default=None,
-                                  description="the command's exit status (default 0, or unchecked when timed_out: "
-                                              "true is expected)")
+    exit_code: int | None = Field(
+        default=None, description="the command's exit status (default 0, or unchecked when timed_out: true is expected)"
+    )
     timed_out: bool = Field(default=False, description="whether the run must time out")
     stdout: StreamExpect | None = None
     stderr: StreamExpect | None = None
     files: list[FileExpect] = Field(default_factory=list)
-    duration_ms_max: int | None = Field(default=None, gt=0,
-                                        description="a soft budget, reported apart; it fails the case only with "
-                                                    "--strict-timing")
+    duration_ms_max: int | None = Field(
+        default=None, gt=0, description="a soft budget, reported apart; it fails the case only with --strict-timing"
+    )
 
     @property
     def wanted_exit_code(self) -> int | None:
@@ -200,13 +207,15 @@ class Case(_Strict):
 
     name: str = Field(min_length=1, max_length=200, description="unique; no control characters")
     command: str = Field(min_length=1, description="shell command, run with bash -c from the skill's root")
-    inputs: list[Input] = Field(default_factory=list,
-                                description="a string is a path under tests/ (or an artifact:// reference)")
+    inputs: list[Input] = Field(
+        default_factory=list, description="a string is a path under tests/ (or an artifact:// reference)"
+    )
     env: dict[str, str] = Field(default_factory=dict)
     stdin: str | None = None
     timeout: float | None = Field(default=None, gt=0, description="seconds")
-    session: str | None = Field(default=None, pattern=_SESSION,
-                                description="cases naming the same session run in file order, sharing work/")
+    session: str | None = Field(
+        default=None, pattern=_SESSION, description="cases naming the same session run in file order, sharing work/"
+    )
     expect: Expect = Field(default_factory=Expect)
 
     @field_validator("name")
@@ -255,8 +264,12 @@ def json_schema() -> dict[str, Any]:
     """The JSON Schema of a test file (draft 2020-12), as ``--schema`` prints it."""
     schema = TestFile.model_json_schema(by_alias=True)
     _allow_single_strings(schema)
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
-            **schema, "title": "skill-executor skill tests"}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        **schema,
+        "title": "skill-executor skill tests",
+    }
 
 
 def _allow_single_strings(schema: dict[str, Any]) -> None:

@@ -92,8 +92,11 @@ def collect(paths: Sequence[Path], *, exclude: Sequence[Path] = ()) -> list[Skil
             if files is not None:
                 files.append(path)
             continue
-        skill_dirs = [path] if find_skill_file(path) is not None else [
-            Path(d) for d in discover([path]) if not any(is_within(Path(d).resolve(), e) for e in skipped)]
+        skill_dirs = (
+            [path]
+            if find_skill_file(path) is not None
+            else [Path(d) for d in discover([path]) if not any(is_within(Path(d).resolve(), e) for e in skipped)]
+        )
         if not skill_dirs:
             raise TestFileError(f"{raw} holds no skill (no SKILL.md in it or below it)")
         for skill_dir in skill_dirs:
@@ -107,13 +110,15 @@ def _skill_of_test_file(path: Path) -> Path:
     skill_dir = Path(os.path.abspath(path)).parent.parent
     if find_skill_file(skill_dir) is None:
         folder = "evals/" if path.name.endswith(".json") and path.parent.name == "evals" else "tests/"
-        raise TestFileError(f"a test file must be in the {folder} folder of a skill (no SKILL.md in {skill_dir})",
-                            path=path)
+        raise TestFileError(
+            f"a test file must be in the {folder} folder of a skill (no SKILL.md in {skill_dir})", path=path
+        )
     return skill_dir
 
 
-def load_skill_tests(skill_dir: Path, *, files: Sequence[Path] | None = None,
-                     test_file: Path | None = None) -> SkillTests:
+def load_skill_tests(
+    skill_dir: Path, *, files: Sequence[Path] | None = None, test_file: Path | None = None
+) -> SkillTests:
     """Read a skill's test file and ``evals/evals.json``; ``files`` (or ``test_file``):
     only those. Nothing on the way is a symbolic link: the host reads these files, and a
     link would make it read (and ``--update-golden`` write) outside the skill."""
@@ -126,16 +131,21 @@ def load_skill_tests(skill_dir: Path, *, files: Sequence[Path] | None = None,
             if path.parent.name == "evals":
                 item.evals_file = path
             elif item.test_file is not None and item.test_file.resolve() != path.resolve():
-                raise TestFileError(f"more than one test file: {item.test_file.name}, {path.name}; keep one",
-                                    path=item.tests_dir)
+                raise TestFileError(
+                    f"more than one test file: {item.test_file.name}, {path.name}; keep one", path=item.tests_dir
+                )
             else:
                 item.test_file = path
     else:
-        present = [item.tests_dir / name for name in TEST_FILE_NAMES
-                   if (item.tests_dir / name).is_file() or (item.tests_dir / name).is_symlink()]
+        present = [
+            item.tests_dir / name
+            for name in TEST_FILE_NAMES
+            if (item.tests_dir / name).is_file() or (item.tests_dir / name).is_symlink()
+        ]
         if len(present) > 1:
-            raise TestFileError(f"more than one test file: {', '.join(p.name for p in present)}; keep one",
-                                path=item.tests_dir)
+            raise TestFileError(
+                f"more than one test file: {', '.join(p.name for p in present)}; keep one", path=item.tests_dir
+            )
         item.test_file = present[0] if present else None
         evals = skill_dir / EVALS_FILE
         if evals.is_file() or evals.is_symlink():
@@ -161,12 +171,14 @@ def _no_links(skill_dir: Path, path: Path) -> None:
     for part in relative.parts:
         current = current / part
         if current.is_symlink():
-            raise TestFileError(f"{current.relative_to(base)} is a symbolic link: test files and the tests/ and "
-                                "evals/ folders must be real files and folders of the skill", path=path)
+            raise TestFileError(
+                f"{current.relative_to(base)} is a symbolic link: test files and the tests/ and "
+                "evals/ folders must be real files and folders of the skill",
+                path=path,
+            )
     skill_md = find_skill_file(skill_dir)
     if skill_md is not None and skill_md.is_symlink():
-        raise TestFileError(f"{skill_md.name} is a symbolic link; the skill's own files must be real files",
-                            path=path)
+        raise TestFileError(f"{skill_md.name} is a symbolic link; the skill's own files must be real files", path=path)
 
 
 def read_test_file(path: Path) -> TestFile:
@@ -231,8 +243,11 @@ def _eval(index: int, raw: Any) -> Eval:
         entry.files = files
     for key in ("expectations", "assertions"):
         for statement in raw.get(key) or []:
-            text = statement.get("text") or statement.get("assertion") or statement.get("description") \
-                if isinstance(statement, dict) else statement
+            text = (
+                statement.get("text") or statement.get("assertion") or statement.get("description")
+                if isinstance(statement, dict)
+                else statement
+            )
             entry.statements.append(text if isinstance(text, str) else json.dumps(statement))
     return entry
 
@@ -243,12 +258,16 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers
-            if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp")]
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp")
+    ]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                              list("tTfF"))
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 #: Nodes a test file may have (a bigger one is a mistake or an attack on the host).
 MAX_NODES = 100_000
 
@@ -285,8 +304,11 @@ def _no_aliases(text: str, path: Path) -> None:
     file of more than :data:`MAX_NODES` nodes."""
     for count, event in enumerate(yaml.parse(text, Loader=_Loader), start=1):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            raise TestFileError("anchors and aliases (&x, *x) are not supported in test files; write the values "
-                                "out", path=path, line=event.start_mark.line + 1 if event.start_mark else None)
+            raise TestFileError(
+                "anchors and aliases (&x, *x) are not supported in test files; write the values out",
+                path=path,
+                line=event.start_mark.line + 1 if event.start_mark else None,
+            )
         if count > MAX_NODES:
             raise TestFileError(f"the file has more than {MAX_NODES} YAML nodes", path=path)
 
@@ -336,7 +358,7 @@ def _loc(loc: Iterable[int | str]) -> str:
 def _message(error: Any) -> str:
     message = str(error["msg"])
     if message.startswith("Value error, "):
-        message = message[len("Value error, "):]
+        message = message[len("Value error, ") :]
     if error["type"] == "extra_forbidden":
         return "unknown key (see skill-executor test --schema)"
     return message

@@ -22,8 +22,10 @@ KiB, MiB = 1024, 1024 * 1024
 #: the CSI byte --, line and paragraph separators, the invisible formatting characters that
 #: reorder or hide text (bidirectional overrides and isolates, zero-width characters, BOM) and
 #: lone surrogates (which no UTF-8 stream can write).
-_ESCAPED = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
-                      "\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb]")
+_ESCAPED = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+    "\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb]"
+)
 #: ``##[...]`` (GitHub's older form), ``##vso[`` (Azure), ``##teamcity[``: read anywhere in a line.
 _HASH_COMMAND = re.compile(r"##([A-Za-z]*)\[")
 
@@ -47,7 +49,7 @@ def inert(text: str) -> str:
         body = line.lstrip()
         if body.startswith("::"):
             at = len(line) - len(body)
-            lines[index] = line[:at] + "\\x3a" + line[at + 1:]
+            lines[index] = line[:at] + "\\x3a" + line[at + 1 :]
     return "\n".join(lines)
 
 
@@ -88,8 +90,11 @@ def for_log(text: str, caps: Caps, *, keep: str = "head", omitted: int = 0) -> s
         left_out += len(shown) - limit
         shown = shown[:limit] if keep == "head" else shown[-limit:]
     if left_out:
-        shown = (shown + f"\n[truncated: {left_out} more characters left out]" if keep == "head"
-                 else f"[truncated: {left_out} characters before this left out]\n" + shown)
+        shown = (
+            shown + f"\n[truncated: {left_out} more characters left out]"
+            if keep == "head"
+            else f"[truncated: {left_out} characters before this left out]\n" + shown
+        )
     return inert(shown)
 
 
@@ -107,8 +112,10 @@ class BoundedLog:
         size = len(text.encode("utf-8", "replace"))
         if self.left_out or self.written + size > self.limit:
             if not self.left_out:
-                self.stream.write(f"\n[truncated: the log reached its limit of {self.limit} bytes "
-                                  "(--max-log-bytes); the rest is left out here, the reports have it]\n")
+                self.stream.write(
+                    f"\n[truncated: the log reached its limit of {self.limit} bytes "
+                    "(--max-log-bytes); the rest is left out here, the reports have it]\n"
+                )
             self.left_out += size
             return
         self.stream.write(text)

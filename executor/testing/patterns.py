@@ -28,9 +28,17 @@ MAX_PATTERN_CHARS = 2_000
 MAX_MEMORY = 4 * 1024 * 1024
 
 #: RE2's parse errors that mean "a feature RE2 does not have" rather than "a mistake".
-_UNSUPPORTED = ("invalid perl operator: (?=", "invalid perl operator: (?!", "invalid perl operator: (?<=",
-                "invalid perl operator: (?<!", "invalid perl operator: (?P", "invalid perl operator: (?>",
-                "bad repetition operator: *+", "bad repetition operator: ++", "bad repetition operator: ?+")
+_UNSUPPORTED = (
+    "invalid perl operator: (?=",
+    "invalid perl operator: (?!",
+    "invalid perl operator: (?<=",
+    "invalid perl operator: (?<!",
+    "invalid perl operator: (?P",
+    "invalid perl operator: (?>",
+    "bad repetition operator: *+",
+    "bad repetition operator: ++",
+    "bad repetition operator: ?+",
+)
 
 
 class PatternError(BadRequest):
@@ -47,8 +55,9 @@ def compile_pattern(pattern: str) -> Regex:
     """``pattern`` compiled with ``^``/``$`` matching at line ends (Python's ``re.MULTILINE``);
     raises :class:`PatternError`."""
     if len(pattern) > MAX_PATTERN_CHARS:
-        raise PatternError(f"the pattern has {len(pattern)} characters, more than {MAX_PATTERN_CHARS}",
-                           code="pattern_too_long")
+        raise PatternError(
+            f"the pattern has {len(pattern)} characters, more than {MAX_PATTERN_CHARS}", code="pattern_too_long"
+        )
     options = re2.Options()
     options.max_mem = MAX_MEMORY
     options.log_errors = False  # RE2 would print the pattern on stderr: the CI log
@@ -61,23 +70,28 @@ def compile_pattern(pattern: str) -> Regex:
         re2.compile(translated, options)
         reason = "pattern too large - compile failed"
     except re2.error as exc:
-        reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) \
-            else str(exc)
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
     raise _refusal(reason)
 
 
 def _refusal(reason: str) -> PatternError:
-    if any(reason.startswith(prefix) for prefix in _UNSUPPORTED) or reason.startswith("invalid escape sequence: \\") \
-            and reason[len("invalid escape sequence: \\"):][:1].isdigit():
-        return PatternError(f"RE2 cannot take it ({reason}): lookarounds, backreferences and possessive or atomic "
-                            "repetition are not supported; split it into several patterns or use contains / "
-                            "not_contains", code="pattern_unsupported")
+    if (
+        any(reason.startswith(prefix) for prefix in _UNSUPPORTED)
+        or reason.startswith("invalid escape sequence: \\")
+        and reason[len("invalid escape sequence: \\") :][:1].isdigit()
+    ):
+        return PatternError(
+            f"RE2 cannot take it ({reason}): lookarounds, backreferences and possessive or atomic "
+            "repetition are not supported; split it into several patterns or use contains / "
+            "not_contains",
+            code="pattern_unsupported",
+        )
     if reason.startswith("invalid repetition size"):
-        return PatternError(f"its counted repetitions total more than RE2's 1000 ({reason})",
-                            code="pattern_too_large")
+        return PatternError(f"its counted repetitions total more than RE2's 1000 ({reason})", code="pattern_too_large")
     if reason.startswith("pattern too large"):
-        return PatternError(f"it is too large to compile within {MAX_MEMORY // (1024 * 1024)} MiB ({reason})",
-                            code="pattern_too_large")
+        return PatternError(
+            f"it is too large to compile within {MAX_MEMORY // (1024 * 1024)} MiB ({reason})", code="pattern_too_large"
+        )
     return PatternError(f"RE2 syntax error: {reason}", code="invalid_pattern")
 
 

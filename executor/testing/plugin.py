@@ -39,18 +39,38 @@ _STATE = pytest.StashKey["SkillExecutor"]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("skill_executor", "skill-executor: skill tests in the sandbox")
-    group.addoption("--skill-executor-server", metavar="URL", default=None,
-                    help="run skills on this service instead of the local Docker engine")
-    group.addoption("--skill-executor-runtime", choices=("docker", "local"), default=None,
-                    help="docker (default) or local (NOT sandboxed)")
+    group.addoption(
+        "--skill-executor-server",
+        metavar="URL",
+        default=None,
+        help="run skills on this service instead of the local Docker engine",
+    )
+    group.addoption(
+        "--skill-executor-runtime",
+        choices=("docker", "local"),
+        default=None,
+        help="docker (default) or local (NOT sandboxed)",
+    )
     group.addoption("--skill-executor-image", default=None, help="the runner image to use locally")
-    group.addoption("--skill-executor-strict", action="store_true", default=False,
-                    help="spec violations in SKILL.md fail the skill's validate item")
-    group.addoption("--skill-executor-update-golden", action="store_true", default=False,
-                    help="rewrite equals_file golden files from the current outputs")
-    group.addoption("--skill-executor-publish", choices=PUBLISH_MODES, default=None,
-                    help="with a server: what may be uploaded (existing: a new version of a skill the service has, "
-                         "never its default; any: new skills too, which go live). Default: nothing")
+    group.addoption(
+        "--skill-executor-strict",
+        action="store_true",
+        default=False,
+        help="spec violations in SKILL.md fail the skill's validate item",
+    )
+    group.addoption(
+        "--skill-executor-update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite equals_file golden files from the current outputs",
+    )
+    group.addoption(
+        "--skill-executor-publish",
+        choices=PUBLISH_MODES,
+        default=None,
+        help="with a server: what may be uploaded (existing: a new version of a skill the service has, "
+        "never its default; any: new skills too, which go live). Default: nothing",
+    )
     # No ini options for the server or publishing: a pull request controls the repository's
     # pytest.ini/tox.ini/pyproject.toml, and must not be able to send its skill to a service.
 
@@ -87,8 +107,16 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 class SkillExecutor:
     """The session's sandbox: created at first use, closed when pytest ends."""
 
-    def __init__(self, *, server: str | None = None, runtime: str = "docker", image: str | None = None,
-                 strict: bool = False, update_golden: bool = False, publish: Publish | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        server: str | None = None,
+        runtime: str = "docker",
+        image: str | None = None,
+        strict: bool = False,
+        update_golden: bool = False,
+        publish: Publish | None = None,
+    ) -> None:
         self.server, self.runtime, self.image, self.publish = server, runtime, image, publish
         self.strict, self.update_golden = strict, update_golden
         self.token = secrets.token_hex(4)
@@ -103,14 +131,18 @@ class SkillExecutor:
                 from .backends import LocalBackend, ServerBackend
 
                 if self.server:
-                    self._backend = ServerBackend(self.server, publish=self.publish,
-                                                  api_key=os.environ.get("SKILL_EXECUTOR_API_KEY") or None)
+                    self._backend = ServerBackend(
+                        self.server, publish=self.publish, api_key=os.environ.get("SKILL_EXECUTOR_API_KEY") or None
+                    )
                 else:
                     from ..config import Settings
                     from .backends import default_data_dir
 
-                    overrides: dict[str, Any] = {"runtime": self.runtime, "pool_size": 0,
-                                                 "data_dir": default_data_dir()}
+                    overrides: dict[str, Any] = {
+                        "runtime": self.runtime,
+                        "pool_size": 0,
+                        "data_dir": default_data_dir(),
+                    }
                     if self.image:
                         overrides["docker_image"] = self.image
                     self._backend = LocalBackend(Settings(**overrides))
@@ -132,8 +164,9 @@ class SkillExecutor:
             return known
         if self.server:
             return str(skill)
-        raise ExecutorError(f"{skill!r} is not a skill folder (locally, give the folder that holds SKILL.md)",
-                            code="skill_not_found")
+        raise ExecutorError(
+            f"{skill!r} is not a skill folder (locally, give the folder that holds SKILL.md)", code="skill_not_found"
+        )
 
     def run(self, skill: str | os.PathLike[str], command: str | None = None, **request: Any) -> SkillRunResult:
         """Run ``command`` (or a whole ``skill_run`` request's fields) in the skill; returns

@@ -68,8 +68,11 @@ def _block(label: str, text: str, caps: Caps) -> list[str]:
     parts = _recent(text[-1000:] if len(text) > 1000 else text, caps)
     cut = "..." if len(text) > 1000 else ""
     if len(parts) == 1:
-        return [f"      {label}: {cut}{parts[0]!r}" if parts[0] != parts[0].strip() or not parts[0] else
-                f"      {label}: {cut}{parts[0]}"]
+        return [
+            f"      {label}: {cut}{parts[0]!r}"
+            if parts[0] != parts[0].strip() or not parts[0]
+            else f"      {label}: {cut}{parts[0]}"
+        ]
     return [f"      {label}:"] + ["        | " + line for line in parts]
 
 
@@ -90,8 +93,10 @@ class _Budget:
         size = len(bounded.encode("utf-8", "replace"))
         if size > self.left and size > _SMALL:  # a check's name or an exit code is always kept
             self.left = 0
-            return (f"[truncated: the report reached its limit of {self.caps.report_bytes} bytes "
-                    f"(--max-report-bytes); {len(text)} characters of this case left out]")
+            return (
+                f"[truncated: the report reached its limit of {self.caps.report_bytes} bytes "
+                f"(--max-report-bytes); {len(text)} characters of this case left out]"
+            )
         self.left = max(0, self.left - size)
         return bounded
 
@@ -100,54 +105,76 @@ def junit_xml(report: Report, caps: Caps | None = None) -> bytes:
     """JUnit XML: one ``testsuite`` per test file, one ``testcase`` per case."""
     caps = caps or Caps()
     budget = _Budget(caps)
-    suites = ET.Element("testsuites", name="skill-executor test", tests=str(len(report.outcomes)),
-                        failures=str(report.count("failed")), errors=str(report.count("error")),
-                        time=_seconds(report.duration_ms))
+    suites = ET.Element(
+        "testsuites",
+        name="skill-executor test",
+        tests=str(len(report.outcomes)),
+        failures=str(report.count("failed")),
+        errors=str(report.count("error")),
+        time=_seconds(report.duration_ms),
+    )
     groups: dict[tuple[str, str], list[Outcome]] = {}
     for outcome in report.outcomes:
         groups.setdefault((outcome.skill, outcome.source), []).append(outcome)
     host = socket.gethostname()
     for index, ((skill, source), outcomes) in enumerate(groups.items()):
-        suite = ET.SubElement(suites, "testsuite", name=f"{skill} ({source})" if source else skill,
-                              tests=str(len(outcomes)),
-                              failures=str(sum(o.status == "failed" for o in outcomes)),
-                              errors=str(sum(o.status == "error" for o in outcomes)),
-                              skipped=str(sum(o.status == "skipped" for o in outcomes)),
-                              time=_seconds(sum(o.duration_ms for o in outcomes)),
-                              timestamp=report.started_at.strftime("%Y-%m-%dT%H:%M:%S"),
-                              hostname=host, id=str(index), package=skill)
+        suite = ET.SubElement(
+            suites,
+            "testsuite",
+            name=f"{skill} ({source})" if source else skill,
+            tests=str(len(outcomes)),
+            failures=str(sum(o.status == "failed" for o in outcomes)),
+            errors=str(sum(o.status == "error" for o in outcomes)),
+            skipped=str(sum(o.status == "skipped" for o in outcomes)),
+            time=_seconds(sum(o.duration_ms for o in outcomes)),
+            timestamp=report.started_at.strftime("%Y-%m-%dT%H:%M:%S"),
+            hostname=host,
+            id=str(index),
+            package=skill,
+        )
         properties = ET.SubElement(suite, "properties")
         ET.SubElement(properties, "property", name="backend", value=report.backend)
         ET.SubElement(properties, "property", name="source", value=source)
         for outcome in outcomes:
-            case = ET.SubElement(suite, "testcase", name=outcome.name, classname=f"skills.{skill}",
-                                 time=_seconds(outcome.duration_ms))
+            case = ET.SubElement(
+                suite, "testcase", name=outcome.name, classname=f"skills.{skill}", time=_seconds(outcome.duration_ms)
+            )
             if outcome.status == "skipped":
                 skipped = ET.SubElement(case, "skipped", message=one_line(outcome.message or "skipped", 500))
                 if outcome.needs_grader:
                     skipped.text = budget.take("\n".join(f"- {s}" for s in outcome.needs_grader))
             elif outcome.status == "error":
-                error = ET.SubElement(case, "error", message=one_line(outcome.message or "error", 500),
-                                      type="infrastructure" if outcome.infrastructure else "error")
+                error = ET.SubElement(
+                    case,
+                    "error",
+                    message=one_line(outcome.message or "error", 500),
+                    type="infrastructure" if outcome.infrastructure else "error",
+                )
                 error.text = budget.take(describe(outcome, caps))
             elif outcome.status == "failed":
                 first = outcome.failures[0] if outcome.failures else None
-                failure = ET.SubElement(case, "failure", message=one_line(first.message if first else "failed", 500),
-                                        type=first.check if first else "failure")
+                failure = ET.SubElement(
+                    case,
+                    "failure",
+                    message=one_line(first.message if first else "failed", 500),
+                    type=first.check if first else "failure",
+                )
                 failure.text = budget.take(describe(outcome, caps))
             if outcome.stdout:
-                ET.SubElement(case, "system-out").text = budget.take(outcome.stdout, keep="tail",
-                                                                     omitted=outcome.stdout_omitted)
+                ET.SubElement(case, "system-out").text = budget.take(
+                    outcome.stdout, keep="tail", omitted=outcome.stdout_omitted
+                )
             if outcome.stderr:
-                ET.SubElement(case, "system-err").text = budget.take(outcome.stderr, keep="tail",
-                                                                     omitted=outcome.stderr_omitted)
+                ET.SubElement(case, "system-err").text = budget.take(
+                    outcome.stderr, keep="tail", omitted=outcome.stderr_omitted
+                )
     for element in suites.iter():  # every attribute too: names, messages, types come from the test file
         element.attrib = {key: _xml(for_log(value, caps)) for key, value in element.attrib.items()}
         if element.text:
             element.text = _xml(element.text)
     ET.indent(suites)
     body: bytes = ET.tostring(suites, encoding="utf-8")
-    return b"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + body + b"\n"
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + body + b"\n"
 
 
 def _seconds(ms: int) -> str:

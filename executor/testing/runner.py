@@ -70,11 +70,22 @@ class Outcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "skill": self.skill, "name": self.name, "source": self.source, "status": self.status,
-            "duration_ms": self.duration_ms, "failures": [f.to_dict() for f in self.failures],
-            "message": self.message, "command": self.command, "exit_code": self.exit_code, "run_id": self.run_id,
-            "stdout_tail": tail(self.stdout), "stderr_tail": tail(self.stderr), "files": self.files,
-            "over_budget": self.over_budget, "golden_updated": self.golden_updated,
+            "id": self.id,
+            "skill": self.skill,
+            "name": self.name,
+            "source": self.source,
+            "status": self.status,
+            "duration_ms": self.duration_ms,
+            "failures": [f.to_dict() for f in self.failures],
+            "message": self.message,
+            "command": self.command,
+            "exit_code": self.exit_code,
+            "run_id": self.run_id,
+            "stdout_tail": tail(self.stdout),
+            "stderr_tail": tail(self.stderr),
+            "files": self.files,
+            "over_budget": self.over_budget,
+            "golden_updated": self.golden_updated,
             "needs_grader": self.needs_grader,
         }
 
@@ -108,7 +119,9 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "backend": self.backend, "started_at": self.started_at.isoformat(), "duration_ms": self.duration_ms,
+            "backend": self.backend,
+            "started_at": self.started_at.isoformat(),
+            "duration_ms": self.duration_ms,
             "summary": {s: self.count(s) for s in ("passed", "failed", "error", "skipped")}
             | {"total": len(self.outcomes), "deselected": self.deselected},
             "exit_code": self.exit_code,
@@ -153,8 +166,9 @@ class Job:
     source: str
 
 
-def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
-              listener: Listener | None = None) -> Report:
+def run_tests(
+    items: Sequence[SkillTests], backend: Backend, options: Options, listener: Listener | None = None
+) -> Report:
     """Run everything ``items`` hold; never raises for a failing case."""
     listener = listener or _Silent()
     started_at, clock = datetime.now(UTC), time.monotonic()
@@ -185,8 +199,17 @@ def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
         deselected += len(cases) - len(chosen)
         if problem is not None:
             for case in chosen:
-                record(Outcome(skill, case.name, source, "error", message=problem.message, command=case.command,
-                               infrastructure=isinstance(problem, InfrastructureError)))
+                record(
+                    Outcome(
+                        skill,
+                        case.name,
+                        source,
+                        "error",
+                        message=problem.message,
+                        command=case.command,
+                        infrastructure=isinstance(problem, InfrastructureError),
+                    )
+                )
             continue
         sessions: dict[str, Job] = {}
         for case in chosen:
@@ -212,8 +235,14 @@ def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
                 try:
                     outcome = run_case(job, case, backend, options)
                 except Exception as exc:  # a bug must not lose the reports: the case errors
-                    outcome = Outcome(job.skill, case.name, job.source, "error", command=case.command,
-                                      message=f"internal error: {type(exc).__name__}: {exc}")
+                    outcome = Outcome(
+                        job.skill,
+                        case.name,
+                        job.source,
+                        "error",
+                        command=case.command,
+                        message=f"internal error: {type(exc).__name__}: {exc}",
+                    )
                 record(outcome)
         finally:
             if job.session is not None:
@@ -225,8 +254,13 @@ def run_tests(items: Sequence[SkillTests], backend: Backend, options: Options,
         try:
             outcome = _run_eval(item, skill, ref, evaluation, backend)
         except Exception as exc:
-            outcome = Outcome(skill, f"eval {evaluation.id}", _display(item.evals_file), "error",
-                              message=f"internal error: {type(exc).__name__}: {exc}")
+            outcome = Outcome(
+                skill,
+                f"eval {evaluation.id}",
+                _display(item.evals_file),
+                "error",
+                message=f"internal error: {type(exc).__name__}: {exc}",
+            )
         record(outcome)
 
     with ThreadPoolExecutor(max_workers=max(1, options.jobs), thread_name_prefix="skill-test") as pool:
@@ -243,12 +277,18 @@ def validate(item: SkillTests, *, strict: bool) -> tuple[Verdict, Outcome]:
     failures = [Failure(f"{VALIDATE}.{d.code}", d.message) for d in verdict.errors]
     message = "; ".join(f"warning {d.code}: {d.message}" for d in verdict.warnings) or None
     source = _display(item.test_file or item.skill_dir / "SKILL.md")
-    return verdict, Outcome(skill, VALIDATE, source, "passed" if verdict.valid else "failed", failures=failures,
-                            message=message)
+    return verdict, Outcome(
+        skill, VALIDATE, source, "passed" if verdict.valid else "failed", failures=failures, message=message
+    )
 
 
-def prepare(item: SkillTests, backend: Backend, options: Options, record: Callable[[Outcome], None],
-            taken: dict[str, Path] | None = None) -> tuple[str, str | None, ExecutorError | None]:
+def prepare(
+    item: SkillTests,
+    backend: Backend,
+    options: Options,
+    record: Callable[[Outcome], None],
+    taken: dict[str, Path] | None = None,
+) -> tuple[str, str | None, ExecutorError | None]:
     """Validate the skill (its ``validate`` case) and snapshot it into the backend;
     ``taken``: the names already under test (two folders with one name cannot both run)."""
     verdict, validated = validate(item, strict=options.strict)
@@ -260,28 +300,48 @@ def prepare(item: SkillTests, backend: Backend, options: Options, record: Callab
     if taken is not None:
         other = taken.setdefault(verdict.skill.id, item.skill_dir)
         if other != item.skill_dir:
-            return skill, None, ExecutorError(f"{item.skill_dir} has the same name as {other} ({verdict.skill.id!r}); "
-                                              "test them in separate runs", code="skill_name_taken")
+            return (
+                skill,
+                None,
+                ExecutorError(
+                    f"{item.skill_dir} has the same name as {other} ({verdict.skill.id!r}); test them in separate runs",
+                    code="skill_name_taken",
+                ),
+            )
     try:
         return skill, backend.prepare(item.skill_dir), None
     except ExecutorError as exc:
         return skill, None, exc
 
 
-def build_request(ref: str, case: Case, session: str | None, *,
-                  max_file_bytes: int = 16 * MiB) -> RunRequest:
+def build_request(ref: str, case: Case, session: str | None, *, max_file_bytes: int = 16 * MiB) -> RunRequest:
     inputs = [
-        InputSpec.model_validate({
-            "from": item.from_ if item.from_ is not None else f"skill://{ref}/tests/{item.path}",
-            "to": item.to, "mode": item.mode,
-        })
+        InputSpec.model_validate(
+            {
+                "from": item.from_ if item.from_ is not None else f"skill://{ref}/tests/{item.path}",
+                "to": item.to,
+                "mode": item.mode,
+            }
+        )
         for item in case.inputs
     ]
     globs = list(dict.fromkeys(request_glob(spec) for spec in case.expect.files))
-    return RunRequest(skill=ref, command=case.command, env=case.env, stdin=case.stdin, timeout=case.timeout,
-                      session=session, inputs=inputs,
-                      outputs=OutputSpec(globs=globs, inline=True, inline_binary=True, max_file_bytes=max_file_bytes,
-                                         max_total_bytes=max(64 * MiB, max_file_bytes)))
+    return RunRequest(
+        skill=ref,
+        command=case.command,
+        env=case.env,
+        stdin=case.stdin,
+        timeout=case.timeout,
+        session=session,
+        inputs=inputs,
+        outputs=OutputSpec(
+            globs=globs,
+            inline=True,
+            inline_binary=True,
+            max_file_bytes=max_file_bytes,
+            max_total_bytes=max(64 * MiB, max_file_bytes),
+        ),
+    )
 
 
 def observed(result: RunResult) -> Observed:
@@ -291,8 +351,16 @@ def observed(result: RunResult) -> Observed:
         if item.content is not None and not item.truncated:
             data = item.content.encode() if item.encoding == "utf-8" else base64.b64decode(item.content)
         files.append(RunFile(item.name, item.mime_type, item.size_bytes, item.sha256, data, item.truncated))
-    return Observed(result.exit_code, result.timed_out, result.stdout, result.stderr, result.duration_ms, files,
-                    result.stdout_truncated, result.stderr_truncated)
+    return Observed(
+        result.exit_code,
+        result.timed_out,
+        result.stdout,
+        result.stderr,
+        result.duration_ms,
+        files,
+        result.stdout_truncated,
+        result.stderr_truncated,
+    )
 
 
 def run_case(job: Job, case: Case, backend: Backend, options: Options) -> Outcome:
@@ -319,8 +387,10 @@ def run_case(job: Job, case: Case, backend: Backend, options: Options) -> Outcom
     # only that is kept (a thousand cases of 1 MiB of output each must not pile up here).
     outcome.stdout, outcome.stdout_omitted = _last(result.stdout, options.keep_chars)
     outcome.stderr, outcome.stderr_omitted = _last(result.stderr, options.keep_chars)
-    outcome.files = [f"{f.name} ({f.mime_type}, {f.size_bytes} bytes{', truncated' if f.truncated else ''})"
-                     for f in result.output_files]
+    outcome.files = [
+        f"{f.name} ({f.mime_type}, {f.size_bytes} bytes{', truncated' if f.truncated else ''})"
+        for f in result.output_files
+    ]
     outcome.failures = check(case.expect, seen, tests_dir=job.item.tests_dir, skip_golden=options.update_golden)
     if result.limits_hit:
         outcome.message = f"output limits hit: {', '.join(result.limits_hit)}"
@@ -332,8 +402,11 @@ def run_case(job: Job, case: Case, backend: Backend, options: Options) -> Outcom
     if budget is not None and result.duration_ms > budget:
         outcome.over_budget = f"took {result.duration_ms} ms, over its budget of {budget} ms"
         if options.strict_timing:
-            outcome.failures.append(Failure("duration_ms_max", outcome.over_budget, expected=f"<= {budget} ms",
-                                            got=f"{result.duration_ms} ms"))
+            outcome.failures.append(
+                Failure(
+                    "duration_ms_max", outcome.over_budget, expected=f"<= {budget} ms", got=f"{result.duration_ms} ms"
+                )
+            )
     if outcome.failures:
         outcome.status = "failed"
     return outcome
@@ -347,12 +420,18 @@ def _update_golden(spec: FileExpect, seen: Observed, tests_dir: Path, outcome: O
     label = f"{spec.pattern}.equals_file"
     matched = match_files(spec, seen.files) if spec.exists else []
     if len(matched) != 1:
-        return [Failure(label, f"cannot update tests/{spec.equals_file}: {len(matched)} files match {spec.pattern} "
-                               "(a golden file needs exactly one)")]
+        return [
+            Failure(
+                label,
+                f"cannot update tests/{spec.equals_file}: {len(matched)} files match {spec.pattern} "
+                "(a golden file needs exactly one)",
+            )
+        ]
     data = matched[0].data
     if data is None:
-        return [Failure(label, f"cannot update tests/{spec.equals_file}: {matched[0].name} was too large to bring "
-                               "back")]
+        return [
+            Failure(label, f"cannot update tests/{spec.equals_file}: {matched[0].name} was too large to bring back")
+        ]
     try:
         target = golden_path(tests_dir, str(spec.equals_file))
     except ExecutorError as exc:
@@ -369,8 +448,9 @@ def _update_golden(spec: FileExpect, seen: Observed, tests_dir: Path, outcome: O
 
 def _run_eval(item: SkillTests, skill: str, ref: str | None, evaluation: Eval, backend: Backend) -> Outcome:
     source = _display(item.evals_file) if item.evals_file else "evals/evals.json"
-    outcome = Outcome(skill, f"eval {evaluation.id}", source, "skipped", command=None,
-                      needs_grader=evaluation.statements)
+    outcome = Outcome(
+        skill, f"eval {evaluation.id}", source, "skipped", command=None, needs_grader=evaluation.statements
+    )
     what = f"{len(evaluation.statements)} natural-language expectation(s)" if evaluation.statements else "its prompt"
     outcome.message = f"needs a grader: {what} cannot be checked by a machine yet"
     if evaluation.problem is not None:
@@ -378,8 +458,9 @@ def _run_eval(item: SkillTests, skill: str, ref: str | None, evaluation: Eval, b
         return outcome
     if not evaluation.files or ref is None:
         return outcome
-    outcome.command = "test -e " + " ".join(shlex.quote(f"work/inputs/{PurePosixPath(f).name}")
-                                            for f in evaluation.files)
+    outcome.command = "test -e " + " ".join(
+        shlex.quote(f"work/inputs/{PurePosixPath(f).name}") for f in evaluation.files
+    )
     try:
         inputs = [InputSpec.model_validate({"from": f"skill://{ref}/{f}"}) for f in evaluation.files]
         request = RunRequest(skill=ref, command=outcome.command, inputs=inputs)

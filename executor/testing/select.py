@@ -86,7 +86,7 @@ def _tokens(expression: str) -> list[str]:
         if found is None:
             raise _bad(expression, "an unclosed quote")
         tokens.append(found.group(1))
-        rest = rest[found.end():].lstrip()
+        rest = rest[found.end() :].lstrip()
     return tokens
 
 

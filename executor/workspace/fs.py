@@ -251,18 +251,14 @@ class Tree:
         os.set_blocking(fd, True)
         return fd, st
 
-    def walk(
-        self, rel: PurePosixPath = PurePosixPath("."), *, what: str = "folder"
-    ) -> Generator[Entry, None, None]:
+    def walk(self, rel: PurePosixPath = PurePosixPath("."), *, what: str = "folder") -> Generator[Entry, None, None]:
         """Every entry below ``rel`` (not ``rel`` itself), depth first, in name order;
         links and special files are yielded, never followed.  Folders deeper than
         :data:`MAX_DEPTH` are yielded but not entered."""
         for entry, _ in self._walk_fds(rel, what=what, include_root=False):
             yield entry
 
-    def _walk_fds(
-        self, rel: PurePosixPath, *, what: str, include_root: bool = True
-    ) -> Iterator[tuple[Entry, int]]:
+    def _walk_fds(self, rel: PurePosixPath, *, what: str, include_root: bool = True) -> Iterator[tuple[Entry, int]]:
         """Like :meth:`walk`, with a descriptor of each folder (valid during the yield)."""
         start = self._open_dir(rel, create=False, owner=None, what=what)
         base = PurePosixPath(*_parts(rel)) if _parts(rel) else PurePosixPath(".")

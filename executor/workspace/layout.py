@@ -89,6 +89,8 @@ def environment(root: str, skill_id: str, skill_env: str | None = None) -> dict[
         env["PYTHONPATH"] = f"{skill_dir}:{skill_env}/python"
         env["NODE_PATH"] = f"{skill_env}/node/node_modules:{IMAGE_NODE_PATH}"
     return env
+
+
 #: Where a warm container's skill copy made ahead of its run waits: a folder of the
 #: service (mode 0700: the container's user cannot enter it) in the workspace's ``skills/``,
 #: so the copy moves into place with one rename (on the same file system).

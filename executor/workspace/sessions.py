@@ -160,7 +160,8 @@ class SessionStore:
         return Conflict(
             f"session {session!r} was made under {made}, which is not in force now: its work/ cannot be "
             "used; end the session (or let it expire) and start a new one",
-            code="session_disk_cap_mismatch", details={"session": session},
+            code="session_disk_cap_mismatch",
+            details={"session": session},
         )
 
     def release_mounts(self) -> None:

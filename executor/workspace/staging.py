@@ -199,8 +199,7 @@ class Stager:
     def _host_source(self, raw: str, label: str) -> _PathSource:
         if not self.allowed_host_roots:
             raise Forbidden(
-                "host inputs are disabled: no allowed host roots are configured "
-                "(SKILL_EXECUTOR_ALLOWED_HOST_ROOTS)",
+                "host inputs are disabled: no allowed host roots are configured (SKILL_EXECUTOR_ALLOWED_HOST_ROOTS)",
                 code="host_input_refused",
             )
         relative = clean_relative(raw.lstrip("/"), what="host path")

@@ -95,7 +95,7 @@ def make(image: Path, size: int) -> None:
         for offset, data in blocks:
             view = memoryview(data)
             while view:
-                view = view[os.pwrite(fd, view, offset + len(data) - len(view)):]
+                view = view[os.pwrite(fd, view, offset + len(data) - len(view)) :]
     finally:
         os.close(fd)
 
@@ -136,8 +136,24 @@ def _mkfs(image: Path) -> None:
     mkfs = shutil.which("mkfs.ext4", path=f"{os.environ.get('PATH', '')}:{_MKFS_SEARCH}")
     if mkfs is None:
         raise DiskCapUnavailable("mkfs.ext4 is not installed (the e2fsprogs package)")
-    argv = [mkfs, "-q", "-F", "-b", str(BLOCK), "-i", str(BYTES_PER_INODE), "-I", "256", "-m", "0",
-            "-O", "^has_journal", "-E", "root_owner=0:0", str(image)]
+    argv = [
+        mkfs,
+        "-q",
+        "-F",
+        "-b",
+        str(BLOCK),
+        "-i",
+        str(BYTES_PER_INODE),
+        "-I",
+        "256",
+        "-m",
+        "0",
+        "-O",
+        "^has_journal",
+        "-E",
+        "root_owner=0:0",
+        str(image),
+    ]
     done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
     if done.returncode:
         raise OSError(errno.EIO, f"mkfs.ext4 failed: {(done.stderr or done.stdout).strip()[:300]}")
@@ -309,8 +325,9 @@ def _probe(folder: Path) -> None:
     except DiskCapUnavailable:
         raise
     except OSError as exc:
-        raise DiskCapUnavailable(f"a test volume could not be made ({exc.strerror or exc}): the kernel needs "
-                                 "ext4 and loop devices") from None
+        raise DiskCapUnavailable(
+            f"a test volume could not be made ({exc.strerror or exc}): the kernel needs ext4 and loop devices"
+        ) from None
     finally:
         try:
             os.unlink(image)
@@ -359,12 +376,14 @@ def _hidden_from_engine(folder: Path) -> str | None:
             fields = line.split(" ")
             point = _unescape(fields[4])
             if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) > best[0]:
-                best = (len(point), " ".join(fields[6:fields.index("-")]))
+                best = (len(point), " ".join(fields[6 : fields.index("-")]))
     if "shared:" in best[1]:
         return None
-    return (f"the Docker engine does not share this process's mount namespace and {folder} is not on a "
-            "shared mount, so volumes mounted there would not reach it; mount the data folder with "
-            "propagation rshared (see docker-compose.yml)")
+    return (
+        f"the Docker engine does not share this process's mount namespace and {folder} is not on a "
+        "shared mount, so volumes mounted there would not reach it; mount the data folder with "
+        "propagation rshared (see docker-compose.yml)"
+    )
 
 
 def _unescape(text: str) -> str:
@@ -373,8 +392,8 @@ def _unescape(text: str) -> str:
         return text
     out, i = [], 0
     while i < len(text):
-        if text[i] == "\\" and text[i + 1:i + 4].isdigit():
-            out.append(chr(int(text[i + 1:i + 4], 8)))
+        if text[i] == "\\" and text[i + 1 : i + 4].isdigit():
+            out.append(chr(int(text[i + 1 : i + 4], 8)))
             i += 4
         else:
             out.append(text[i])

@@ -45,6 +45,8 @@ _SNIFF = 8192
 _MAX_VERSION = 2**63 - 1
 #: ``type/subtype`` (RFC 6838 names), as kept with an artifact and sent back as its Content-Type.
 _MIME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$")
+
+
 #: The longest pause between two expiry passes (a shorter TTL runs them as often as it is long).
 def _owner_param() -> Any:
     return Query(default=None, max_length=64, description="admins: act on this key id's artifacts (audited)")
@@ -67,8 +69,11 @@ def _store(request: Request) -> LocalArtifactStore:
     return store
 
 
-@router.get("", response_model=ArtifactList,
-            summary="The caller's (or ?owner='s) artifacts, latest version each; or every version of ?name=")
+@router.get(
+    "",
+    response_model=ArtifactList,
+    summary="The caller's (or ?owner='s) artifacts, latest version each; or every version of ?name=",
+)
 def list_artifacts(
     request: Request,
     name: str | None = Query(default=None, description="list every version of this artifact (404 when it has none)"),
@@ -83,11 +88,20 @@ def list_artifacts(
     return ArtifactList(artifacts=[_model(i) for i in store.names(tenant=tenant)])
 
 
-@router.post("/{name:path}", response_model=ArtifactModel, status_code=201, summary="Save a new version (streamed)",
-             description="The `Content-Type` (a `type/subtype`) is kept as the artifact's MIME type; without "
-                         "one, the type is sniffed from the content and the name, as run outputs are typed.",
-             openapi_extra={"requestBody": {"content": {"application/octet-stream": {
-                 "schema": {"type": "string", "format": "binary"}}}, "required": True}})
+@router.post(
+    "/{name:path}",
+    response_model=ArtifactModel,
+    status_code=201,
+    summary="Save a new version (streamed)",
+    description="The `Content-Type` (a `type/subtype`) is kept as the artifact's MIME type; without "
+    "one, the type is sniffed from the content and the name, as run outputs are typed.",
+    openapi_extra={
+        "requestBody": {
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            "required": True,
+        }
+    },
+)
 async def put_artifact(
     name: str, request: Request, owner: str | None = _owner_param(), who: Principal = Depends(principal)
 ) -> ArtifactModel:
@@ -140,9 +154,16 @@ async def _blob_chunks(handle: BinaryIO) -> AsyncIterator[bytes]:
         handle.close()
 
 
-@router.get("/{name:path}", summary="An artifact's content (latest, or ?version=N), streamed",
-            responses={200: {"content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
-                             "description": "the content, with the MIME type it was saved with"}})
+@router.get(
+    "/{name:path}",
+    summary="An artifact's content (latest, or ?version=N), streamed",
+    responses={
+        200: {
+            "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+            "description": "the content, with the MIME type it was saved with",
+        }
+    },
+)
 def get_artifact(
     name: str,
     request: Request,
@@ -156,13 +177,20 @@ def get_artifact(
     # Opened here, in the thread pool: the open blob stays readable even if the version
     # is deleted while it streams (blobs are content-addressed and never change).
     handle = store.open(info)
-    headers = {"X-Artifact-Version": str(info.version), "X-Artifact-SHA256": info.sha256, "ETag": f'"{info.sha256}"',
-               "Content-Length": str(info.size)}
+    headers = {
+        "X-Artifact-Version": str(info.version),
+        "X-Artifact-SHA256": info.sha256,
+        "ETag": f'"{info.sha256}"',
+        "Content-Length": str(info.size),
+    }
     return StreamingResponse(_blob_chunks(handle), media_type=info.mime_type, headers=headers)
 
 
-@router.delete("/{name:path}", response_model=ArtifactList,
-               summary="Delete an artifact: every version, or ?version=N; answers what was deleted")
+@router.delete(
+    "/{name:path}",
+    response_model=ArtifactList,
+    summary="Delete an artifact: every version, or ?version=N; answers what was deleted",
+)
 def delete_artifact(
     name: str,
     request: Request,

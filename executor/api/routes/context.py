@@ -47,17 +47,24 @@ def get_context(
 
 @router.post("/load", summary="Load a skill's body and inventory into the context (refused or evicting when over)")
 def load(
-    session: str, body: ContextLoad, request: Request, owner: str | None = _owner(),
+    session: str,
+    body: ContextLoad,
+    request: Request,
+    owner: str | None = _owner(),
     who: Principal = Depends(principal),
 ) -> dict[str, Any]:
     tenant = _tenant(who, owner, "load", session)
-    return _contexts(request).load(tenant, session, body.skill, evict=body.evict, messages=body.messages,
-                                   budget=_budget(body.budget))
+    return _contexts(request).load(
+        tenant, session, body.skill, evict=body.evict, messages=body.messages, budget=_budget(body.budget)
+    )
 
 
 @router.post("/unload", summary="Unload a skill and its docs")
 def unload(
-    session: str, body: ContextSkill, request: Request, owner: str | None = _owner(),
+    session: str,
+    body: ContextSkill,
+    request: Request,
+    owner: str | None = _owner(),
     who: Principal = Depends(principal),
 ) -> dict[str, Any]:
     return _contexts(request).unload(_tenant(who, owner, "unload", session), session, body.skill)
@@ -65,18 +72,32 @@ def unload(
 
 @router.post("/select-docs", summary="Select docs of a loaded skill: add, replace or clear")
 def select_docs(
-    session: str, body: ContextSelectDocs, request: Request, owner: str | None = _owner(),
+    session: str,
+    body: ContextSelectDocs,
+    request: Request,
+    owner: str | None = _owner(),
     who: Principal = Depends(principal),
 ) -> dict[str, Any]:
     tenant = _tenant(who, owner, "select_docs", session)
-    return _contexts(request).select_docs(tenant, session, body.skill, docs=body.docs, all=body.all,
-                                          mode=body.mode, evict=body.evict, messages=body.messages,
-                                          budget=_budget(body.budget))
+    return _contexts(request).select_docs(
+        tenant,
+        session,
+        body.skill,
+        docs=body.docs,
+        all=body.all,
+        mode=body.mode,
+        evict=body.evict,
+        messages=body.messages,
+        budget=_budget(body.budget),
+    )
 
 
 @router.get("/docs", summary="A skill's docs with token counts and whether they are selected")
 def list_docs(
-    session: str, request: Request, skill: str = Query(min_length=1, max_length=300), owner: str | None = _owner(),
+    session: str,
+    request: Request,
+    skill: str = Query(min_length=1, max_length=300),
+    owner: str | None = _owner(),
     who: Principal = Depends(principal),
 ) -> dict[str, Any]:
     return _contexts(request).list_docs(_tenant(who, owner, "read", session), session, skill)
@@ -84,24 +105,34 @@ def list_docs(
 
 @router.post("/touch", summary="Mark a loaded skill as used (LRU eviction takes it last)")
 def touch(
-    session: str, body: ContextSkill, request: Request, owner: str | None = _owner(),
+    session: str,
+    body: ContextSkill,
+    request: Request,
+    owner: str | None = _owner(),
     who: Principal = Depends(principal),
 ) -> dict[str, Any]:
     return _contexts(request).touch(_tenant(who, owner, "touch", session), session, body.skill)
 
 
 _RENDERINGS: dict[str, Any] = {
-    "content": {"application/json": {}, "text/plain": {}, "application/xml": {}, "text/markdown": {}}}
+    "content": {"application/json": {}, "text/plain": {}, "application/xml": {}, "text/markdown": {}}
+}
 
 
-@router.get("/render", summary="The context block for the system message (text, xml, markdown or json)",
-            response_model=None, responses={200: {"description": "the rendering (raw) or its envelope",
-                                                  **_RENDERINGS}})
+@router.get(
+    "/render",
+    summary="The context block for the system message (text, xml, markdown or json)",
+    response_model=None,
+    responses={200: {"description": "the rendering (raw) or its envelope", **_RENDERINGS}},
+)
 def render(
-    session: str, request: Request,
+    session: str,
+    request: Request,
     format: Literal["text", "xml", "markdown", "json"] = Query(default="text"),
-    raw: bool = Query(default=False, description="answer the rendering itself (text/plain, application/xml, "
-                                                 "text/markdown), not the JSON envelope"),
+    raw: bool = Query(
+        default=False,
+        description="answer the rendering itself (text/plain, application/xml, text/markdown), not the JSON envelope",
+    ),
     owner: str | None = _owner(),
     who: Principal = Depends(principal),
 ) -> Response:

@@ -64,8 +64,10 @@ def _answer(record: RunRecord, activity: Activity) -> JSONResponse:
 @router.post(
     "",
     summary="skill_run: run a command of a skill",
-    responses={200: {"model": RunResult, "description": "the finished run (wait=true)"},
-               202: {"model": RunAccepted, "description": "accepted (wait=false)"}},
+    responses={
+        200: {"model": RunResult, "description": "the finished run (wait=true)"},
+        202: {"model": RunAccepted, "description": "accepted (wait=false)"},
+    },
     response_model=None,
 )
 async def create_run(
@@ -141,8 +143,10 @@ async def _recorded(manager: RunManager, record: RunRecord, after: int) -> Async
     kind, body = terminal(record)
     count = record.events
     # The last two events carry the ids the live stream gave them, when it was recorded.
-    for event_id, event, data in ((count - 1 if count else None, "status", {"status": record.status}),
-                                  (count, kind, body)):
+    for event_id, event, data in (
+        (count - 1 if count else None, "status", {"status": record.status}),
+        (count, kind, body),
+    ):
         if event_id is None or event_id > after:
             yield _sse(event, data, event_id)
 
@@ -150,11 +154,15 @@ async def _recorded(manager: RunManager, record: RunRecord, after: int) -> Async
 @router.get(
     "/{run_id}/events",
     summary="Stream a run's output and result as Server-Sent Events",
-    responses={200: {"content": {"text/event-stream": {}},
-                     "description": "events, each with an id: status (queued, running, then the final one, each "
-                                    "once), stdout, stderr ({\"data\": text}), then result or error. With "
-                                    "Last-Event-ID, only the events after that id"},
-               204: {"description": "Last-Event-ID names the run's last event: nothing more will come"}},
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "events, each with an id: status (queued, running, then the final one, each "
+            'once), stdout, stderr ({"data": text}), then result or error. With '
+            "Last-Event-ID, only the events after that id",
+        },
+        204: {"description": "Last-Event-ID names the run's last event: nothing more will come"},
+    },
 )
 async def run_events(
     run_id: str,
@@ -171,18 +179,26 @@ async def run_events(
     if handle is None and record.status in FINAL and record.events is not None and after >= record.events:
         return Response(status_code=204)
     stream = _live(handle, after) if handle is not None else _recorded(manager, record, after)
-    return StreamingResponse(stream, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
 
 
 @router.delete(
     "/{run_id}",
     response_model=RunAccepted,
     summary="Cancel a run (kills its container) and answer the state it ended in",
-    responses={200: {"model": RunAccepted, "description": "the run has stopped: its final status (cancelled, or "
-                                                         "completed/failed when it ended before the cancellation)"},
-               202: {"model": RunAccepted, "description": f"still stopping after {CANCEL_SETTLE_SECONDS:g} s: its "
-                                                         "current status (queued or running)"}},
+    responses={
+        200: {
+            "model": RunAccepted,
+            "description": "the run has stopped: its final status (cancelled, or "
+            "completed/failed when it ended before the cancellation)",
+        },
+        202: {
+            "model": RunAccepted,
+            "description": f"still stopping after {CANCEL_SETTLE_SECONDS:g} s: its current status (queued or running)",
+        },
+    },
 )
 async def cancel_run(run_id: str, request: Request, who: Principal = Depends(principal)) -> JSONResponse:
     manager: RunManager = request.app.state.manager

@@ -15,9 +15,12 @@ from ..schemas import Check, Health
 router = APIRouter(tags=["system"])
 
 
-@router.get("/healthz", response_model=Health,
-            summary="Each dependency: engine, image, OCI runtime, workers, data dir, database; 503 names what fails",
-            responses={503: {"model": Health}})
+@router.get(
+    "/healthz",
+    response_model=Health,
+    summary="Each dependency: engine, image, OCI runtime, workers, data dir, database; 503 names what fails",
+    responses={503: {"model": Health}},
+)
 def healthz(request: Request) -> JSONResponse:
     executor = request.app.state.executor
     runtime = executor.runtime

@@ -26,8 +26,9 @@ from ..schemas import ERRORS, ToolCall, ToolCallResult, ToolList
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=ERRORS)
 
 
-@router.get("", response_model=ToolList,
-            summary="Tool definitions (JSON Schema) for skill_load/list_docs/select_docs/run")
+@router.get(
+    "", response_model=ToolList, summary="Tool definitions (JSON Schema) for skill_load/list_docs/select_docs/run"
+)
 def list_tools(
     request: Request,
     format: Literal["openai", "anthropic", "mcp"] = Query(default="openai"),
@@ -50,17 +51,21 @@ async def call_tool(body: ToolCall, request: Request, who: Principal = Depends(p
     manager: RunManager = request.app.state.manager
     tools: ToolExecutor = request.app.state.tools
     if body.format in ("anthropic", "openai") and not body.id:
-        raise BadRequest(f"a {body.format} tool-result message answers a call by its id: give the call's id",
-                         code="tool_call_id_missing")
+        raise BadRequest(
+            f"a {body.format} tool-result message answers a call by its id: give the call's id",
+            code="tool_call_id_missing",
+        )
 
     async def run(run_request: RunRequest) -> RunResult:
         record, handle, _ = await manager.submit_async(run_request, principal=who)
         if run_request.session is not None:  # the agent uses this skill: its context says so
-            await manager.offload(request.app.state.executor.contexts.used, who.id, run_request.session,
-                                  run_request.skill)
+            await manager.offload(
+                request.app.state.executor.contexts.used, who.id, run_request.session, run_request.skill
+            )
         final = await manager.wait(record, handle)
         return await manager.offload(manager.result, final)
 
-    result = await tools.call_async(body.name, body.arguments, run=run, offload=run_in_threadpool,
-                                    tenant=who.id, session=body.session)
+    result = await tools.call_async(
+        body.name, body.arguments, run=run, offload=run_in_threadpool, tenant=who.id, session=body.session
+    )
     return await manager.offload(_answer, result, body, request.app.state.executor.runtime.activity)

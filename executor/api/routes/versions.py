@@ -95,8 +95,7 @@ async def read_upload(request: Request) -> bytes:
         single = len(contents) == 1 and _is_archive(*contents[0])
         data = contents[0][1] if single else _zip_parts(contents)
     if not data:
-        raise BadRequest("the request body is empty; send a .zip or .tar.gz, or files[] parts",
-                         code="invalid_package")
+        raise BadRequest("the request body is empty; send a .zip or .tar.gz, or files[] parts", code="invalid_package")
     if len(data) > most_bytes:
         raise too_large
     return data
@@ -110,8 +109,9 @@ def _zip_parts(parts: list[tuple[str, bytes]]) -> bytes:
         for name, content in parts:
             path = name.replace("\\", "/")
             if not path or path.endswith("/"):
-                raise BadRequest("every files[] part needs a file name: its path relative to the skill",
-                                 code="invalid_package")
+                raise BadRequest(
+                    "every files[] part needs a file name: its path relative to the skill", code="invalid_package"
+                )
             if path in seen:
                 raise BadRequest(f"the path {path!r} is uploaded twice", code="invalid_package")
             seen.add(path)
@@ -123,8 +123,9 @@ def _files(items: list[FileEntry]) -> list[FileInfo]:
     return [FileInfo(path=f.path, size=f.size, kind=f.kind) for f in items]
 
 
-async def publish(request: Request, who: Principal, *, strict: bool | None, set_default: bool,
-                  expect: str | None = None) -> Installed:
+async def publish(
+    request: Request, who: Principal, *, strict: bool | None, set_default: bool, expect: str | None = None
+) -> Installed:
     """Install an upload as a new version; ``expect``: the skill id the upload must have."""
     settings = request.app.state.settings
     repository = _repository(request)
@@ -133,19 +134,23 @@ async def publish(request: Request, who: Principal, *, strict: bool | None, set_
 
     def check(skill: Skill) -> None:
         if expect is not None and skill.id != expect:
-            raise BadRequest(f"the upload is the skill {skill.id!r}, not {expect!r}; a new version must keep "
-                             "the skill's name", code="name_mismatch")
+            raise BadRequest(
+                f"the upload is the skill {skill.id!r}, not {expect!r}; a new version must keep the skill's name",
+                code="name_mismatch",
+            )
         if settings.skill_refuse_reserved_names:
             lowered = skill.name.lower()
             for word in RESERVED_WORDS:
                 if word in lowered:
-                    raise BadRequest(f"the skill name {skill.name!r} holds the reserved word {word!r}",
-                                     code="reserved_name")
+                    raise BadRequest(
+                        f"the skill name {skill.name!r} holds the reserved word {word!r}", code="reserved_name"
+                    )
 
     limits = PackageLimits(max_entries=settings.skill_upload_max_files)
     try:
-        result = await run_in_threadpool(repository.install, data, strict=strict, limits=limits, actor=who.id,
-                                         set_default=set_default, check=check)
+        result = await run_in_threadpool(
+            repository.install, data, strict=strict, limits=limits, actor=who.id, set_default=set_default, check=check
+        )
     except OSError as exc:
         raise Unavailable(
             f"cannot write to the install folder {settings.install_root}: {exc.strerror}", code="install_failed"
@@ -153,10 +158,16 @@ async def publish(request: Request, who: Principal, *, strict: bool | None, set_
     skill, version = result.skill, result.version
     errors, warnings = split_verdict(skill.diagnostics, strict=strict)
     return Installed(
-        id=skill.id, name=skill.name, path=str(skill.path), replaced=result.replaced, files=_files(result.files),
+        id=skill.id,
+        name=skill.name,
+        path=str(skill.path),
+        replaced=result.replaced,
+        files=_files(result.files),
         warnings=[Finding(code=d.code, message=d.message) for d in skill.warnings],
-        version=version.number if version else None, digest=version.digest if version else None,
-        created=result.created, is_default=bool(version and _registry(request).pointers(skill.id)[0] == version.number),
+        version=version.number if version else None,
+        digest=version.digest if version else None,
+        created=result.created,
+        is_default=bool(version and _registry(request).pointers(skill.id)[0] == version.number),
         strict=strict,
         findings=[ValidationFinding(code=d.code, message=d.message, severity=d.severity) for d in skill.diagnostics],
     )
@@ -173,11 +184,15 @@ def _skill_id(request: Request, name: str) -> str:
     return repository.get(repository.found(name).id).id
 
 
-@router.post("/{name}/versions", response_model=Installed, status_code=201,
-             summary="Publish a new version of an existing skill",
-             description="The upload (as for `POST /v1/skills`) must be the skill `name`: another name is 400 "
-                         "`name_mismatch`. Content equal to the latest version's returns that version "
-                         "(`created: false`).")
+@router.post(
+    "/{name}/versions",
+    response_model=Installed,
+    status_code=201,
+    summary="Publish a new version of an existing skill",
+    description="The upload (as for `POST /v1/skills`) must be the skill `name`: another name is 400 "
+    "`name_mismatch`. Content equal to the latest version's returns that version "
+    "(`created: false`).",
+)
 async def create_version(
     name: str,
     request: Request,
@@ -194,20 +209,30 @@ def list_versions(name: str, request: Request, _: Principal = Depends(principal)
     skill_id = _skill_id(request, name)
     registry = _registry(request)
     default, latest = registry.pointers(skill_id)
-    return VersionList(skill=skill_id, default_version=default, latest_version=latest,
-                       default_held=registry.default_held(skill_id),
-                       versions=[_info(v) for v in registry.versions(skill_id)])
+    return VersionList(
+        skill=skill_id,
+        default_version=default,
+        latest_version=latest,
+        default_held=registry.default_held(skill_id),
+        versions=[_info(v) for v in registry.versions(skill_id)],
+    )
 
 
-@router.get("/{name}/versions/{version}", response_model=VersionInfo,
-            summary="One version: its manifest (path, sha256, size per file) and digest",
-            description="`version`: a number, `latest`, `default` or `sha256:<hex>`.")
+@router.get(
+    "/{name}/versions/{version}",
+    response_model=VersionInfo,
+    summary="One version: its manifest (path, sha256, size per file) and digest",
+    description="`version`: a number, `latest`, `default` or `sha256:<hex>`.",
+)
 def get_version(name: str, version: str, request: Request, _: Principal = Depends(principal)) -> VersionInfo:
     return _info(_registry(request).version(_skill_id(request, name), version), files=True)
 
 
-@router.get("/{name}/versions/{version}/content", summary="One version as a zip",
-            responses={200: {"content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}}}})
+@router.get(
+    "/{name}/versions/{version}/content",
+    summary="One version as a zip",
+    responses={200: {"content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}}}},
+)
 def version_content(name: str, version: str, request: Request, _: Principal = Depends(principal)) -> Response:
     registry = _registry(request)
     found = registry.version(_skill_id(request, name), version)
@@ -219,10 +244,15 @@ def version_content(name: str, version: str, request: Request, _: Principal = De
             yield from zip_chunks(registry.folder(found), found.dirname, found.files)
 
     filename = f"{found.skill}-{found.number}.zip"
-    return StreamingResponse(body(), media_type="application/zip", headers={
-        "Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename)}",
-        "X-Skill-Version": str(found.number), "X-Skill-Digest": found.digest,
-    })
+    return StreamingResponse(
+        body(),
+        media_type="application/zip",
+        headers={
+            "Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename)}",
+            "X-Skill-Version": str(found.number),
+            "X-Skill-Digest": found.digest,
+        },
+    )
 
 
 @router.patch("/{name}", response_model=VersionInfo, summary="Set the default version (rollback, promotion)")
@@ -231,16 +261,21 @@ def update_skill(name: str, body: SkillUpdate, request: Request, who: Principal 
     return _info(registry.set_default(_skill_id(request, name), body.default_version, actor=who.id))
 
 
-@router.delete("/{name}/versions/{version}", response_model=VersionInfo, summary="Delete one version",
-               description="The default version is refused (409 `version_is_default`); a version a run is using "
-                           "is refused (409 `version_in_use`). Version numbers are never reused.")
+@router.delete(
+    "/{name}/versions/{version}",
+    response_model=VersionInfo,
+    summary="Delete one version",
+    description="The default version is refused (409 `version_is_default`); a version a run is using "
+    "is refused (409 `version_in_use`). Version numbers are never reused.",
+)
 def delete_version(name: str, version: str, request: Request, who: Principal = Depends(admin)) -> VersionInfo:
     return _info(_registry(request).delete_version(_skill_id(request, name), version, actor=who.id))
 
 
 @router.get("/{name}/audit", response_model=AuditLog, summary="The registry's audit log for a skill, newest first")
-def audit(name: str, request: Request, limit: int = Query(default=100, ge=1, le=10000),
-          _: Principal = Depends(admin)) -> AuditLog:
+def audit(
+    name: str, request: Request, limit: int = Query(default=100, ge=1, le=10000), _: Principal = Depends(admin)
+) -> AuditLog:
     ref = parse_ref(name, versioned=False)
     registry = _registry(request)
     try:

@@ -91,8 +91,9 @@ class DockerRuntime:
         self.owner: tuple[int, int] | None = parse_user(settings.docker_user)
         self.activity = Activity()
         self.disk_cap: str = settings.disk_cap
-        self.workspaces = WorkspaceManager(settings.workspaces, instance=settings.instance_id,
-                                           volume_bytes=workspace_volume_bytes(settings))
+        self.workspaces = WorkspaceManager(
+            settings.workspaces, instance=settings.instance_id, volume_bytes=workspace_volume_bytes(settings)
+        )
         self.token = self.workspaces.token
         self.supervisor = Supervisor("docker")
         self.janitor = Janitor(self.activity, self.supervisor, workers=settings.cleanup_workers, name="janitor")
@@ -114,8 +115,11 @@ class DockerRuntime:
                 self.close()
                 raise
         else:
-            log.warning("the disk cap is soft (SKILL_EXECUTOR_DISK_CAP=soft): polled every %.1f s, so a fast "
-                        "writer can pass it before its run is stopped", DISK_POLL_SECONDS)
+            log.warning(
+                "the disk cap is soft (SKILL_EXECUTOR_DISK_CAP=soft): polled every %.1f s, so a fast "
+                "writer can pass it before its run is stopped",
+                DISK_POLL_SECONDS,
+            )
         try:
             self._start()
         except Unavailable as exc:
@@ -124,10 +128,12 @@ class DockerRuntime:
                 raise
             self._problem = exc
             self._causes.first(exc.message)
-            log.warning("starting without the Docker engine (%s); retrying every %.0f s", exc.message,
-                        ENGINE_RETRY_SECONDS)
-            self.supervisor.every("engine-watch", ENGINE_RETRY_SECONDS, self._retry_start,
-                                  initial_delay=ENGINE_RETRY_SECONDS)
+            log.warning(
+                "starting without the Docker engine (%s); retrying every %.0f s", exc.message, ENGINE_RETRY_SECONDS
+            )
+            self.supervisor.every(
+                "engine-watch", ENGINE_RETRY_SECONDS, self._retry_start, initial_delay=ENGINE_RETRY_SECONDS
+            )
         except BaseException:
             self.close()
             raise
@@ -212,19 +218,34 @@ class DockerRuntime:
         sandbox: ColdSandbox | WarmSandbox
         if warm is None:
             workspace = self.workspaces.create(
-                plan.run_id, skill.id, session_work=plan.session_work, session=plan.session, owner=self.owner,
+                plan.run_id,
+                skill.id,
+                session_work=plan.session_work,
+                session=plan.session,
+                owner=self.owner,
                 tenant=plan.tenant,
             )
             sandbox = ColdSandbox(
-                workspace, plan=plan, engine=engine, janitor=self.janitor, settings=self.settings,
-                track=self._track, discard=self.workspaces.discard,
+                workspace,
+                plan=plan,
+                engine=engine,
+                janitor=self.janitor,
+                settings=self.settings,
+                track=self._track,
+                discard=self.workspaces.discard,
             )
         else:
             self._track(plan.run_id, warm.id)  # the run's from now on (untracked at its release)
             workspace = self.workspaces.adopt(warm.root, plan.run_id, skill.id, plan.tenant)
             sandbox = WarmSandbox(
-                workspace, warm, plan=plan, engine=engine, janitor=self.janitor, settings=self.settings,
-                track=self._track, discard=self.workspaces.discard,
+                workspace,
+                warm,
+                plan=plan,
+                engine=engine,
+                janitor=self.janitor,
+                settings=self.settings,
+                track=self._track,
+                discard=self.workspaces.discard,
             )
         staged = None
         if warm is not None:
@@ -240,14 +261,19 @@ class DockerRuntime:
         engine = self._engine
         if engine is None:
             problem = self._problem.message if self._problem is not None else "not connected"
-            return {"engine": (False, f"waiting for the engine: {problem}"), "image": (False, "unknown"),
-                    "disk_cap": describe_disk_cap(self.settings)}
+            return {
+                "engine": (False, f"waiting for the engine: {problem}"),
+                "image": (False, "unknown"),
+                "disk_cap": describe_disk_cap(self.settings),
+            }
         checks = engine.health()
         checks["disk_cap"] = describe_disk_cap(self.settings)
         alive = self.supervisor.alive()
         dead = sorted(name for name, ok in alive.items() if not ok)
-        checks["workers"] = (not dead, f"dead: {', '.join(dead)} (restarting)" if dead
-                             else f"{len(alive)} background workers running")
+        checks["workers"] = (
+            not dead,
+            f"dead: {', '.join(dead)} (restarting)" if dead else f"{len(alive)} background workers running",
+        )
         return checks
 
     def stats(self) -> dict[str, Any]:
@@ -416,8 +442,11 @@ class DockerRuntime:
             age = now - float(container.get("Created") or now)
             if container["Id"] in busy or container["Id"] in pooled:
                 continue
-            if (state in ("exited", "dead") or (state == "created" and age > CREATED_GRACE_SECONDS)
-                    or (state == "running" and age > STRAY_GRACE_SECONDS)):
+            if (
+                state in ("exited", "dead")
+                or (state == "created" and age > CREATED_GRACE_SECONDS)
+                or (state == "running" and age > STRAY_GRACE_SECONDS)
+            ):
                 leftovers.append(container["Id"])
         folders = self.workspaces.stale()
         self.leftovers = len(leftovers) + len(folders)

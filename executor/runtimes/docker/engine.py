@@ -131,8 +131,11 @@ class Engine:
         """Low-level create-container parameters with every isolation setting."""
         s = self.settings
         host_config = self.api.create_host_config(
-            mounts=[*mounts, Mount("/etc/hosts", str(self.hosts_file), type="bind", read_only=True),
-                    Mount(CONTAINER_ENVS, str(self.envs_dir), type="bind", read_only=True)],
+            mounts=[
+                *mounts,
+                Mount("/etc/hosts", str(self.hosts_file), type="bind", read_only=True),
+                Mount(CONTAINER_ENVS, str(self.envs_dir), type="bind", read_only=True),
+            ],
             read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={s.docker_tmpfs_bytes},mode=1777"},
             cap_drop=["ALL"],
@@ -294,8 +297,9 @@ class Engine:
         except ENGINE_ERRORS as exc:
             checks["image"] = (False, str(exc))
         try:
-            runtime = check_oci_runtime(self.settings.docker_oci_runtime, self.client.info(),
-                                        pool=self.settings.pool_size > 0)
+            runtime = check_oci_runtime(
+                self.settings.docker_oci_runtime, self.client.info(), pool=self.settings.pool_size > 0
+            )
             checks["oci_runtime"] = (True, runtime.describe())
         except Unavailable as exc:
             checks["oci_runtime"] = (False, exc.message)
@@ -326,9 +330,11 @@ def check_oci_runtime(name: str | None, info: dict[str, Any], *, pool: bool) -> 
     or a clear ``Unavailable`` naming what is missing and how to register it."""
     runtimes: dict[str, Any] = info.get("Runtimes") or {}
     chosen = name or info.get("DefaultRuntime") or "runc"
-    how = (f"register it in the engine's config file (/etc/docker/daemon.json), e.g. {RUNSC_REGISTRATION}, "
-           "then reload the engine (kill -HUP the dockerd process) or start it with --config-file; "
-           "./scripts/test.sh and ./scripts/serve.sh do this for runsc")
+    how = (
+        f"register it in the engine's config file (/etc/docker/daemon.json), e.g. {RUNSC_REGISTRATION}, "
+        "then reload the engine (kill -HUP the dockerd process) or start it with --config-file; "
+        "./scripts/test.sh and ./scripts/serve.sh do this for runsc"
+    )
     if chosen not in runtimes:
         known = ", ".join(sorted(runtimes)) or "none"
         raise Unavailable(

@@ -227,4 +227,3 @@ class WarmPool:
             except Exception as exc:  # the container is still good: a run copies its skill itself
                 log.warning("preparing a warm container failed: %s", exc)
         return item
-

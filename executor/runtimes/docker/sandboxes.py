@@ -189,8 +189,7 @@ class ColdSandbox(DockerSandbox):
             state = self.engine.state(container_id)
             oom = bool(state.get("OOMKilled"))
             code = code if code is not None else state.get("ExitCode")
-        return self._result(code=code, out=out, err=err, started=started, guard=guard, disk=disk, oom=oom,
-                            warnings=[])
+        return self._result(code=code, out=out, err=err, started=started, guard=guard, disk=disk, oom=oom, warnings=[])
 
 
 class WarmSandbox(DockerSandbox):
@@ -208,8 +207,9 @@ class WarmSandbox(DockerSandbox):
         track: Track,
         discard: Callable[[Path], None],
     ) -> None:
-        super().__init__(workspace, plan=plan, engine=engine, janitor=janitor, settings=settings, track=track,
-                         discard=discard)
+        super().__init__(
+            workspace, plan=plan, engine=engine, janitor=janitor, settings=settings, track=track, discard=discard
+        )
         self.warm = warm
 
     def release(self) -> Callable[[], None] | None:
@@ -306,8 +306,16 @@ class WarmSandbox(DockerSandbox):
         else:
             code = None
             warnings.append("the run's launcher ended without reporting an exit status")
-        return self._result(code=code, out=frames.out, err=frames.err, started=started, guard=guard, disk=disk,
-                            oom=oom, warnings=warnings)
+        return self._result(
+            code=code,
+            out=frames.out,
+            err=frames.err,
+            started=started,
+            guard=guard,
+            disk=disk,
+            oom=oom,
+            warnings=warnings,
+        )
 
 
 def _attach_header(header: bytes) -> tuple[int, int]:
