@@ -25,233 +25,28 @@ sees; doc names match ignoring case when that is unambiguous.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from pydantic import ValidationError
 
-from .access import LOCAL_TENANT
-from .context import ContextService
-from .context.render import FORMATS
-from .errors import BadRequest, ExecutorError, Forbidden, NotFound
-from .registry import SkillRepository
-from .runs.manager import ShuttingDown
-from .runs.models import RunRequest, RunResult
-from .skills import docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
-from .skills.model import estimate_tokens
+from ..access import LOCAL_TENANT
+from ..context import ContextService
+from ..errors import BadRequest, ExecutorError, Forbidden, NotFound
+from ..registry import SkillRepository
+from ..runs.manager import ShuttingDown
+from ..runs.models import RunRequest, RunResult
+from ..skills import docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
+from ..skills.model import estimate_tokens
+from .catalogue import CONTEXT_TOOLS
+from .results import ToolResult, run_result
 
-Format = Literal["openai", "anthropic", "mcp"]
-#: Up to this many skills, ``skill`` parameters carry an ``enum`` of their names.
-ENUM_LIMIT = 64
+T = TypeVar("T")
+#: The most of one doc a tool call returns.
 DOC_MAX_BYTES = 256 * 1024
-
-_DOCS = {"type": "array", "items": {"type": "string"}, "description": "doc paths as listed by skill_list_docs"}
-
-
-def _skill_param(names: list[str]) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "string", "description": "the skill's name"}
-    if 0 < len(names) <= ENUM_LIMIT:
-        schema["enum"] = names
-    return schema
-
-
-def _run_schema() -> dict[str, Any]:
-    """skill_run's parameters: the RunRequest JSON Schema, inlined for tool use."""
-    schema = RunRequest.model_json_schema()
-    defs = schema.pop("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            if "$ref" in node:
-                return inline(copy.deepcopy(defs[node["$ref"].rsplit("/", 1)[-1]]))
-            return {k: inline(v) for k, v in node.items() if k != "title"}
-        if isinstance(node, list):
-            return [inline(v) for v in node]
-        return node
-
-    inlined: dict[str, Any] = inline(schema)
-    return inlined
-
-
-_SESSION = {"type": "string", "description": "the session id whose context this is (the framework's, as for runs)"}
-_EVICT = {
-    "type": "string",
-    "enum": ["none", "lru", "mention"],
-    "description": "when the context would overflow: none (refuse), lru (unload the least recently used "
-    "first), mention (unload skills the recent messages do not mention first)",
-}
-_MESSAGES = {
-    "type": "array",
-    "items": {"type": "string"},
-    "description": "the text of the last few messages (for evict: mention)",
-}
-_BUDGET = {
-    "type": "object",
-    "additionalProperties": False,
-    "description": "overrides of the context budget",
-    "properties": {
-        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
-        "skill_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
-        "doc_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
-        "high_water": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-    },
-}
-#: The context tools: what an agent has loaded, kept by the service per session.
-CONTEXT_TOOLS = (
-    "context_load",
-    "context_unload",
-    "context_select_docs",
-    "context_list_docs",
-    "context_touch",
-    "context_render",
-    "context_clear",
-)
-
-
-def _context_tools(skill: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    def obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {"session": _SESSION, **properties},
-            "required": ["session", *required],
-            "additionalProperties": False,
-        }
-
-    return [
-        (
-            "context_load",
-            "Load a skill into your context (its instructions and file list stay there, pinned to "
-            "this version, until unloaded or evicted). Refused with the numbers when it does not fit the budget.",
-            obj({"skill": skill, "evict": _EVICT, "messages": _MESSAGES, "budget": _BUDGET}, ["skill"]),
-        ),
-        (
-            "context_unload",
-            "Unload a skill (and its selected docs) from your context.",
-            obj({"skill": skill}, ["skill"]),
-        ),
-        (
-            "context_select_docs",
-            "Select docs of a loaded skill into your context: mode add (to the selection), "
-            "replace (the selection) or clear; docs lists them, all selects every doc.",
-            obj(
-                {
-                    "skill": skill,
-                    "docs": _DOCS,
-                    "all": {"type": "boolean"},
-                    "mode": {"type": "string", "enum": ["add", "replace", "clear"]},
-                    "evict": _EVICT,
-                    "messages": _MESSAGES,
-                    "budget": _BUDGET,
-                },
-                ["skill", "mode"],
-            ),
-        ),
-        (
-            "context_list_docs",
-            "List a skill's docs with token counts and whether they are selected.",
-            obj({"skill": skill}, ["skill"]),
-        ),
-        (
-            "context_touch",
-            "Mark a loaded skill as used (it is then the last to be evicted).",
-            obj({"skill": skill}, ["skill"]),
-        ),
-        (
-            "context_render",
-            "Render your context: the skills overview with loaded markers, each loaded skill and its selected docs.",
-            obj({"format": {"type": "string", "enum": list(FORMATS)}}, []),
-        ),
-        ("context_clear", "Empty your context.", obj({}, [])),
-    ]
-
-
-def definitions(repository: SkillRepository, fmt: Format = "openai", *, context: bool = False) -> list[dict[str, Any]]:
-    """The tools in ``fmt``'s shape; ``context``: the context tools too (``context_*``)."""
-    names = [s.id for s in repository.list()]
-    skill = _skill_param(names)
-    run = _run_schema()
-    run["properties"]["skill"] = {**run["properties"]["skill"], **skill}
-    tools = [
-        (
-            "skill_load",
-            "Load a skill's full instructions (its SKILL.md body) before using it. Call this when a task "
-            "matches a skill from the overview; read the instructions, then follow them. Optionally include docs.",
-            {
-                "type": "object",
-                "properties": {"skill": skill, "docs": _DOCS, "include_all_docs": {"type": "boolean"}},
-                "required": ["skill"],
-                "additionalProperties": False,
-            },
-        ),
-        (
-            "skill_list_docs",
-            "List the extra docs (references, guides) a skill ships, with sizes and token estimates, so you can "
-            "select only the ones the task needs.",
-            {"type": "object", "properties": {"skill": skill}, "required": ["skill"], "additionalProperties": False},
-        ),
-        (
-            "skill_select_docs",
-            "Read selected docs of a skill (after skill_list_docs). Prefer a few relevant docs over all of them.",
-            {
-                "type": "object",
-                "properties": {"skill": skill, "docs": _DOCS, "include_all_docs": {"type": "boolean"}},
-                "required": ["skill"],
-                "additionalProperties": False,
-            },
-        ),
-        (
-            "skill_run",
-            "Run a shell command of a skill in a fresh, isolated, network-less workspace, as the skill's "
-            "instructions say (e.g. 'python3 scripts/x.py > out/result.txt'). Scripts run here; never paste them. "
-            "The command starts in the skill's folder; write results to out/ and list them in outputs.globs "
-            "(e.g. ['out/**']) to get them back. Stage files with inputs (artifact://, skill://, workspace://).",
-            run,
-        ),
-    ]
-    if context:
-        tools += _context_tools(skill)
-    if fmt == "openai":
-        return [{"type": "function", "function": {"name": n, "description": d, "parameters": p}} for n, d, p in tools]
-    if fmt == "anthropic":
-        return [{"name": n, "description": d, "input_schema": p} for n, d, p in tools]
-    if fmt == "mcp":
-        return [{"name": n, "description": d, "inputSchema": p} for n, d, p in tools]
-    raise BadRequest(f"unknown tool format {fmt!r}; use openai, anthropic or mcp", code="invalid_format")
-
-
-@dataclass(slots=True)
-class ToolResult:
-    name: str
-    content: str
-    is_error: bool
-    data: Any
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "content": self.content, "is_error": self.is_error, "data": self.data}
-
-    def message(self, fmt: Format, call_id: str) -> dict[str, Any]:
-        """This result as the tool-result message of ``fmt``, answering the call ``call_id``.
-
-        Anthropic: a ``tool_result`` block with ``is_error``; MCP: a ``CallToolResult``
-        with ``isError`` (``call_id`` is the JSON-RPC id's business, not the result's);
-        OpenAI: a ``tool`` message -- it has no error flag, so an error is told in the
-        text, which then starts with ``error:`` (every error result's does).
-        """
-        if fmt == "anthropic":
-            return {"type": "tool_result", "tool_use_id": call_id, "content": self.content, "is_error": self.is_error}
-        if fmt == "mcp":
-            return {"content": [{"type": "text", "text": self.content}], "isError": self.is_error}
-        if fmt == "openai":
-            return {"role": "tool", "tool_call_id": call_id, "content": self.content}
-        raise BadRequest(f"unknown tool format {fmt!r}; use openai, anthropic or mcp", code="invalid_format")
-
-
 RunFunction = Callable[[RunRequest], RunResult]
 AsyncRunFunction = Callable[[RunRequest], Awaitable[RunResult]]
-T = TypeVar("T")
 
 
 class Offload(Protocol):
@@ -289,16 +84,6 @@ def run_request(arguments: dict[str, Any]) -> RunRequest:
 def _run_arguments(arguments: dict[str, Any] | str | None) -> RunRequest | ToolResult:
     parsed = _arguments("skill_run", arguments)
     return parsed if isinstance(parsed, ToolResult) else run_request(parsed)
-
-
-def failed(result: RunResult) -> bool:
-    """The command did not succeed: a non-zero (or no) exit code, a timeout, out of
-    memory, or killed by a signal."""
-    return result.exit_code != 0 or result.timed_out or result.oom_killed or result.signal is not None
-
-
-def run_result(result: RunResult) -> ToolResult:
-    return ToolResult("skill_run", render_result(result), failed(result), result.model_dump(mode="json"))
 
 
 class ToolExecutor:
@@ -553,29 +338,3 @@ def _item(state: dict[str, Any], name: str) -> str:
     item = next(s for s in state["skills"] if s["name"] == name)
     version = f"version {item['version']}, " if item["version"] is not None else ""
     return f"{name} ({version}{item['tokens']} tokens)"
-
-
-def render_result(result: RunResult) -> str:
-    """The run result as compact text for a model; a failed command's starts with
-    ``error:`` and says how it failed (an OpenAI tool message has no error flag)."""
-    if result.timed_out:
-        status = f"timed out (exit code {result.exit_code})"
-    elif result.oom_killed:
-        status = f"out of memory (exit code {result.exit_code})"
-    elif result.signal is not None:
-        status = f"killed by {result.signal} (exit code {result.exit_code})"
-    elif result.exit_code is None:
-        status = "no exit code"
-    else:
-        status = f"exit code {result.exit_code}"
-    lines = [f"{'error: the command failed: ' if failed(result) else ''}{status} in {result.duration_ms} ms"]
-    if result.stdout:
-        lines += ["stdout:", result.stdout.rstrip("\n") + (" [truncated]" if result.stdout_truncated else "")]
-    if result.stderr:
-        lines += ["stderr:", result.stderr.rstrip("\n") + (" [truncated]" if result.stderr_truncated else "")]
-    for item in result.output_files:
-        lines.append(f"file {item.name} ({item.mime_type}, {item.size_bytes} bytes, {item.ref})")
-        if item.encoding == "utf-8" and item.content is not None:
-            lines.append(item.content.rstrip("\n") + (" [truncated]" if item.truncated else ""))
-    lines += [f"warning: {w}" for w in result.warnings]
-    return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""The tool catalogue: the four progressive-disclosure tools and the context tools, as
+OpenAI, Anthropic or MCP definitions (one catalogue for ``/v1/tools`` and MCP)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+from ..context.render import FORMATS
+from ..errors import BadRequest
+from ..registry import SkillRepository
+from ..runs.models import RunRequest
+
+Format = Literal["openai", "anthropic", "mcp"]
+#: Up to this many skills, ``skill`` parameters carry an ``enum`` of their names.
+ENUM_LIMIT = 64
+
+_DOCS = {"type": "array", "items": {"type": "string"}, "description": "doc paths as listed by skill_list_docs"}
+
+
+def _skill_param(names: list[str]) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string", "description": "the skill's name"}
+    if 0 < len(names) <= ENUM_LIMIT:
+        schema["enum"] = names
+    return schema
+
+
+def _run_schema() -> dict[str, Any]:
+    """skill_run's parameters: the RunRequest JSON Schema, inlined for tool use."""
+    schema = RunRequest.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(copy.deepcopy(defs[node["$ref"].rsplit("/", 1)[-1]]))
+            return {k: inline(v) for k, v in node.items() if k != "title"}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    inlined: dict[str, Any] = inline(schema)
+    return inlined
+
+
+_SESSION = {"type": "string", "description": "the session id whose context this is (the framework's, as for runs)"}
+_EVICT = {
+    "type": "string",
+    "enum": ["none", "lru", "mention"],
+    "description": "when the context would overflow: none (refuse), lru (unload the least recently used "
+    "first), mention (unload skills the recent messages do not mention first)",
+}
+_MESSAGES = {
+    "type": "array",
+    "items": {"type": "string"},
+    "description": "the text of the last few messages (for evict: mention)",
+}
+_BUDGET = {
+    "type": "object",
+    "additionalProperties": False,
+    "description": "overrides of the context budget",
+    "properties": {
+        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+        "skill_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+        "doc_tokens": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
+        "high_water": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+    },
+}
+#: The context tools: what an agent has loaded, kept by the service per session.
+CONTEXT_TOOLS = (
+    "context_load",
+    "context_unload",
+    "context_select_docs",
+    "context_list_docs",
+    "context_touch",
+    "context_render",
+    "context_clear",
+)
+
+
+def _context_tools(skill: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    def obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {"session": _SESSION, **properties},
+            "required": ["session", *required],
+            "additionalProperties": False,
+        }
+
+    return [
+        (
+            "context_load",
+            "Load a skill into your context (its instructions and file list stay there, pinned to "
+            "this version, until unloaded or evicted). Refused with the numbers when it does not fit the budget.",
+            obj({"skill": skill, "evict": _EVICT, "messages": _MESSAGES, "budget": _BUDGET}, ["skill"]),
+        ),
+        (
+            "context_unload",
+            "Unload a skill (and its selected docs) from your context.",
+            obj({"skill": skill}, ["skill"]),
+        ),
+        (
+            "context_select_docs",
+            "Select docs of a loaded skill into your context: mode add (to the selection), "
+            "replace (the selection) or clear; docs lists them, all selects every doc.",
+            obj(
+                {
+                    "skill": skill,
+                    "docs": _DOCS,
+                    "all": {"type": "boolean"},
+                    "mode": {"type": "string", "enum": ["add", "replace", "clear"]},
+                    "evict": _EVICT,
+                    "messages": _MESSAGES,
+                    "budget": _BUDGET,
+                },
+                ["skill", "mode"],
+            ),
+        ),
+        (
+            "context_list_docs",
+            "List a skill's docs with token counts and whether they are selected.",
+            obj({"skill": skill}, ["skill"]),
+        ),
+        (
+            "context_touch",
+            "Mark a loaded skill as used (it is then the last to be evicted).",
+            obj({"skill": skill}, ["skill"]),
+        ),
+        (
+            "context_render",
+            "Render your context: the skills overview with loaded markers, each loaded skill and its selected docs.",
+            obj({"format": {"type": "string", "enum": list(FORMATS)}}, []),
+        ),
+        ("context_clear", "Empty your context.", obj({}, [])),
+    ]
+
+
+def definitions(repository: SkillRepository, fmt: Format = "openai", *, context: bool = False) -> list[dict[str, Any]]:
+    """The tools in ``fmt``'s shape; ``context``: the context tools too (``context_*``)."""
+    names = [s.id for s in repository.list()]
+    skill = _skill_param(names)
+    run = _run_schema()
+    run["properties"]["skill"] = {**run["properties"]["skill"], **skill}
+    tools = [
+        (
+            "skill_load",
+            "Load a skill's full instructions (its SKILL.md body) before using it. Call this when a task "
+            "matches a skill from the overview; read the instructions, then follow them. Optionally include docs.",
+            {
+                "type": "object",
+                "properties": {"skill": skill, "docs": _DOCS, "include_all_docs": {"type": "boolean"}},
+                "required": ["skill"],
+                "additionalProperties": False,
+            },
+        ),
+        (
+            "skill_list_docs",
+            "List the extra docs (references, guides) a skill ships, with sizes and token estimates, so you can "
+            "select only the ones the task needs.",
+            {"type": "object", "properties": {"skill": skill}, "required": ["skill"], "additionalProperties": False},
+        ),
+        (
+            "skill_select_docs",
+            "Read selected docs of a skill (after skill_list_docs). Prefer a few relevant docs over all of them.",
+            {
+                "type": "object",
+                "properties": {"skill": skill, "docs": _DOCS, "include_all_docs": {"type": "boolean"}},
+                "required": ["skill"],
+                "additionalProperties": False,
+            },
+        ),
+        (
+            "skill_run",
+            "Run a shell command of a skill in a fresh, isolated, network-less workspace, as the skill's "
+            "instructions say (e.g. 'python3 scripts/x.py > out/result.txt'). Scripts run here; never paste them. "
+            "The command starts in the skill's folder; write results to out/ and list them in outputs.globs "
+            "(e.g. ['out/**']) to get them back. Stage files with inputs (artifact://, skill://, workspace://).",
+            run,
+        ),
+    ]
+    if context:
+        tools += _context_tools(skill)
+    if fmt == "openai":
+        return [{"type": "function", "function": {"name": n, "description": d, "parameters": p}} for n, d, p in tools]
+    if fmt == "anthropic":
+        return [{"name": n, "description": d, "input_schema": p} for n, d, p in tools]
+    if fmt == "mcp":
+        return [{"name": n, "description": d, "inputSchema": p} for n, d, p in tools]
+    raise BadRequest(f"unknown tool format {fmt!r}; use openai, anthropic or mcp", code="invalid_format")
