@@ -142,3 +142,14 @@ def test_only_the_allowed_modules_start_processes() -> None:
     assert "executor.hosttools" in starters  # the check sees what it looks for
     assert [p.name for p in (PACKAGE / "envs").glob("*.py") if starts_processes(p)] == []  # pip, npm: hosttools
     assert starts_processes(PACKAGE / "doctor.py") == []  # its probe's processes start in the sandbox
+
+
+def test_no_class_name_is_used_twice() -> None:
+    """A newcomer reading ``Needs`` or ``Verdict`` knows which one it is: a class name names
+    one thing in the package (wire schemas in api/schemas.py included)."""
+    defined: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(name)
+    assert {k: v for k, v in defined.items() if len(v) > 1} == {}
