@@ -76,6 +76,8 @@ class Settings(BaseSettings):
     """Idle time before a session's work (and its agent context) is deleted."""
     session_disk_bytes: int = 1 * GiB  # a session's work/ across its runs
     """The most a session's work/ may hold across its runs."""
+    sessions_per_tenant: int = Field(default=64, gt=0)  # then a new session is refused (429 session_limit)
+    """Sessions one tenant (API key) may keep at once; a run that would start another is refused."""
     keep_workspaces: bool = False
     """Keep run workspaces after the run, for debugging."""
     artifact_ttl_seconds: float | None = Field(default=None, gt=0)  # None: artifact versions never expire

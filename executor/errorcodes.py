@@ -485,6 +485,12 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     E("invalid_session", 400, "The session id is not a valid id.", "Use letters, digits, '.', '_' and '-'."),
     E("session_busy", 409, "A run in this session is already in progress.", "Wait for it, or use another session."),
     E(
+        "session_limit",
+        429,
+        "This tenant keeps as many sessions as allowed (SKILL_EXECUTOR_SESSIONS_PER_TENANT).",
+        "Reuse a session, or wait for idle sessions to expire (SKILL_EXECUTOR_SESSION_TTL_SECONDS).",
+    ),
+    E(
         "disk_full",
         413,
         "Staged inputs do not fit the session's disk cap (or the run's).",

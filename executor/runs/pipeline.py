@@ -59,6 +59,7 @@ class SkillRunner:
             settings.workspaces,
             settings.session_ttl_seconds,
             volume_bytes=settings.session_disk_bytes if runtime.disk_cap == "hard" else None,
+            per_tenant=settings.sessions_per_tenant,
         )
         self.stager = Stager(
             repository,

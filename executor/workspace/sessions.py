@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..access import check_tenant
-from ..errors import BadRequest, Conflict
+from ..errors import BadRequest, Busy, Conflict
 from . import volumes
 from .remove import remove_tree
 
@@ -52,12 +52,20 @@ class SessionBusy(Conflict):
     code = "session_busy"
 
 
+class SessionLimit(Busy):
+    code = "session_limit"
+
+
 class SessionStore:
-    def __init__(self, root: Path, ttl_seconds: float, *, volume_bytes: int | None = None) -> None:
+    def __init__(
+        self, root: Path, ttl_seconds: float, *, volume_bytes: int | None = None, per_tenant: int | None = None
+    ) -> None:
         self.root = root.resolve() / "sessions"
         self.root.mkdir(parents=True, exist_ok=True)
         self.ttl = ttl_seconds
         self.volume_bytes = volume_bytes
+        #: The most sessions one tenant may keep at once (None: no bound).
+        self.per_tenant = per_tenant
         self._lock = threading.Lock()
         self._held: dict[Path, threading.Lock] = {}
         self._users: dict[Path, int] = {}
@@ -78,6 +86,7 @@ class SessionStore:
         directory = self.path(session, tenant)
         deadline = time.monotonic() + max(0.0, wait)
         with self._lock:
+            self._admit(directory, session)
             lock = self._held.setdefault(directory, threading.Lock())
             self._users[directory] = self._users.get(directory, 0) + 1
         try:
@@ -103,6 +112,25 @@ class SessionStore:
                 if not self._users[directory]:
                     del self._users[directory]
                     del self._held[directory]
+
+    def _admit(self, directory: Path, session: str) -> None:
+        """A new session of a tenant that keeps ``per_tenant`` already is refused (429
+        ``session_limit``): each keeps up to ``session_disk_bytes`` for the TTL.  Called
+        under the store's lock, and the new session's folder is made here, so two new
+        sessions at once cannot both take the last place."""
+        if self.per_tenant is None or directory.is_dir():
+            return
+        try:
+            kept = sum(1 for entry in os.scandir(directory.parent) if entry.is_dir() and SESSION_ID.match(entry.name))
+        except FileNotFoundError:
+            kept = 0
+        if kept >= self.per_tenant:
+            raise SessionLimit(
+                f"cannot start session {session!r}: this tenant keeps {kept} sessions, the most allowed "
+                f"(SKILL_EXECUTOR_SESSIONS_PER_TENANT); reuse one, or wait for idle ones to expire",
+                details={"sessions": kept, "limit": self.per_tenant},
+            )
+        directory.mkdir(parents=True, exist_ok=True)
 
     @contextmanager
     def _flock(self, directory: Path, deadline: float, session: str, wait: float) -> Iterator[None]:

@@ -1,0 +1,56 @@
+"""A tenant keeps at most SESSIONS_PER_TENANT sessions: each may hold a session's disk
+for the TTL, so without a bound one key could claim the host's disk by naming sessions."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from executor.errors import ExecutorError
+from executor.workspace.sessions import SessionLimit, SessionStore
+
+
+def test_a_new_session_past_the_limit_is_refused_an_old_one_is_not(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, 3600, per_tenant=2)
+    for name in ("a", "b"):
+        with store.use(name, "t1", wait=1):
+            pass
+    with pytest.raises(SessionLimit) as refused, store.use("c", "t1", wait=1):
+        pass
+    assert refused.value.status == 429 and refused.value.code == "session_limit"
+    assert refused.value.details == {"sessions": 2, "limit": 2}
+    assert not (store.root / "t1" / "c").exists()  # nothing made for the refused one
+    with store.use("a", "t1", wait=1):  # a kept session goes on
+        pass
+    with store.use("c", "t2", wait=1):  # another tenant has its own count
+        pass
+    assert store.end("a", "t1")
+    with store.use("c", "t1", wait=1):  # a place freed by an end (or the TTL's sweep)
+        pass
+
+
+def test_two_new_sessions_at_once_cannot_both_take_the_last_place(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, 3600, per_tenant=3)
+    for name in ("a", "b"):
+        with store.use(name, "t", wait=1):
+            pass
+    start = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def new(name: str) -> None:
+        start.wait()
+        try:
+            with store.use(name, "t", wait=5):
+                outcomes.append("ran")
+        except ExecutorError as exc:
+            outcomes.append(exc.code)
+
+    threads = [threading.Thread(target=new, args=(f"n{i}",)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["ran"] + ["session_limit"] * 7
+    assert len([p for p in (store.root / "t").iterdir() if p.is_dir()]) == 3
