@@ -1,5 +1,5 @@
-"""The package's shape: imports only go downwards through the layers the README's
-Architecture section lists, there are no import cycles, and only the modules allowed to
+"""The package's shape: imports only go downwards through the layers the layer map of
+docs/concepts/architecture.md lists, there are no import cycles, and only the modules allowed to
 start processes do (read from the source, not run)."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def layer(name: str) -> int:
     for index, members in enumerate(LAYERS):
         if any(name == m or name.startswith(m + ".") for m in members if m != "executor") or name == "executor":
             return index
-    raise AssertionError(f"{name} is in no layer: add it to LAYERS and to the README's map")
+    raise AssertionError(f"{name} is in no layer: add it to LAYERS and to the layer map in docs/concepts/architecture.md")
 
 
 def test_imports_only_go_downwards() -> None:

@@ -422,11 +422,13 @@ def test_a_missing_tokenizer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -
     assert "pip install 'skill-executor[tokens]'" in missing.value.message
 
 
-def test_the_readme_conversation_shows_the_golden_renderings() -> None:
+def test_the_docs_conversation_shows_the_golden_renderings() -> None:
+    """The "Agent context" section of docs/concepts/contexts.md (moved there from the README)
+    shows exactly what the renderer produces."""
     import re
 
-    readme = (FIXTURES.parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Agent context"):readme.index("## HTTP API")]
+    page = (FIXTURES.parents[2] / "docs" / "concepts" / "contexts.md").read_text()
+    section = page[page.index("## Agent context"):]
     shown = [b for b in re.findall(r"```[a-z]*\n(.*?)```", section, re.S) if b.startswith(("Skills", "..."))]
     goldens = [(GOLDEN / name).read_text() for name in ("0-empty.txt", "1-loaded.txt", "2-docs.txt")]
     assert shown[0] == goldens[0] and shown[1] == goldens[1]

@@ -553,7 +553,7 @@ def test_drained_pool_falls_back_to_cold_containers(tmp_path: Path, docker_runti
 
 
 def test_runner_image_libraries_and_binary_outputs(tmp_path: Path, docker_runtime_name: str) -> None:
-    """The libraries the README lists import, and real binary outputs are typed by content."""
+    """The libraries docs/guides/images.md lists import, and real binary outputs are typed by content."""
     executor = Executor.from_settings(make_settings(tmp_path, "docker"))
     try:
         script = (

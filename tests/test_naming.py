@@ -26,7 +26,7 @@ def render(template: str, **overrides: str) -> str:
     "template, name",
     [
         ("{prefix}{path}", "p/out/report.csv"),  # the default
-        ("out-{run_id}/{name}", "out-0190-abc/report.csv"),  # the README's example
+        ("out-{run_id}/{name}", "out-0190-abc/report.csv"),  # the example in docs/concepts/runs.md
         ("{session}/{stem}-v{ext}", "s1/report-v.csv"),
         ("fixed.txt", "fixed.txt"),
         ("{{literal}}-{stem}}}", "{literal}-report}"),

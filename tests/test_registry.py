@@ -54,7 +54,7 @@ def blob_count(registry: Registry) -> int:
 
 
 def test_a_fixed_tree_has_a_known_digest(tmp_path: Path) -> None:
-    """The canonical encoding (README): ``path NUL sha256-hex LF`` per file, by path bytes."""
+    """The canonical encoding (docs/concepts/versions.md): ``path NUL sha256-hex LF`` per file, by path bytes."""
     tree = tmp_path / "fixed"
     (tree / "scripts").mkdir(parents=True)
     (tree / "SKILL.md").write_bytes(b"---\nname: fixed\ndescription: Fixed.\n---\nbody\n")

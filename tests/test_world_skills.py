@@ -8,7 +8,7 @@ with ``require('docx')``/``require('pptxgenjs')``, ``soffice --headless``, ``pdf
 markitdown, tesseract, a local web server, relative writes (``unpacked/``), ``{baseDir}`` and the
 hosted paths ``/mnt/skills/public/<name>``, ``/mnt/user-data/outputs`` -- with only file
 locations chosen here. Every test runs on a service with a warm pool and on one without (pool 0).
-The by-hand pass table over the published skills themselves is in README.md.
+The by-hand pass table over the published skills themselves is in docs/reference/examples.md.
 """
 
 from __future__ import annotations
