@@ -383,7 +383,7 @@ def test_owner_map_is_the_sdks() -> None:
     from mcp.server.lowlevel.server import Server as Lowlevel
 
     from executor.access import Principal
-    from executor.mcp.sessions import SessionLimit, Sessions, bind_caller
+    from executor.mcp.sessions import McpSessionLimit, Sessions, bind_caller
 
     alice, bob = Principal("alice", False), Principal("bob", True)
     closed: list[str] = []
@@ -427,7 +427,7 @@ def test_owner_map_is_the_sdks() -> None:
                 assert status == 200
                 opened.append(headers[b"mcp-session-id"].decode())
                 assert same()
-            with pytest.raises(SessionLimit):
+            with pytest.raises(McpSessionLimit):
                 await call(alice, "POST", INITIALIZE)
             assert same() and sessions.open_count("alice") == 2
             for body in (LIST, {"jsonrpc": "2.0"}):  # opens nothing

@@ -33,7 +33,7 @@ from ..errors import ExecutorError
 from ..web.auth import KeyRing
 from ..web.problems import error_response
 from .server import McpBackend, SkillServer
-from .sessions import SessionLimit, Sessions, bind_caller, session_header, single_header
+from .sessions import McpSessionLimit, Sessions, bind_caller, session_header, single_header
 from .watch import watch_catalog
 
 PATH = "/mcp"
@@ -110,5 +110,5 @@ class McpHttp:
         bind_caller(scope, who)
         try:
             await self.manager.handle_request(scope, receive, send)
-        except SessionLimit as exc:  # raised before the SDK admitted a session or answered anything
+        except McpSessionLimit as exc:  # raised before the SDK admitted a session or answered anything
             await error_response(exc.status, exc.code, exc.message)(scope, receive, send)

@@ -34,7 +34,7 @@ SESSION_HEADER = b"mcp-session-id"
 MAX_SESSION_ID = 128
 
 
-class SessionLimit(Busy):
+class McpSessionLimit(Busy):
     code = "mcp_session_limit"
 
 
@@ -95,7 +95,7 @@ class Sessions(StreamableHTTPSessionManager):
             raise ExecutorError("an MCP session without a caller", code="internal", status=500)
         key = requestor["client_id"]
         if self._open[key] >= self.per_key:
-            raise SessionLimit(
+            raise McpSessionLimit(
                 f"this key has {self.per_key} open MCP sessions: end one (DELETE) or wait for an idle one to expire"
             )
         transport = super()._admit_session(requestor)
