@@ -377,4 +377,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         reporter.write_sep("=", "LEFTOVERS: the session left these behind", red=True, bold=True)
         for line in left:
             reporter.write_line(line)
-    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if session.exitstatus == pytest.ExitCode.OK:  # a run already failing (or interrupted) keeps its status
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
