@@ -9,8 +9,9 @@
 # the suite runs on the soft cap and says so (CI fails). Only an engine this script
 # started is stopped at the end.
 # Arguments go to pytest: `./scripts/test.sh -m unit` runs one tier (unit, engine,
-# service, world; docs/guides/development.md). SKILL_EXECUTOR_TEST_WORKERS=N runs on N
-# pytest-xdist workers (a test file per worker at a time); an explicit -n wins.
+# service, world; docs/guides/development.md). The tests run on 2 pytest-xdist workers
+# (a test file per worker at a time): SKILL_EXECUTOR_TEST_WORKERS=N for N (1: one
+# process); an explicit -n wins.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
