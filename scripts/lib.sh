@@ -286,3 +286,17 @@ ensure_image() {
     export SKILL_EXECUTOR_DOCKER_IMAGE
   fi
 }
+
+# The pytest-xdist arguments for SKILL_EXECUTOR_TEST_WORKERS (N workers, "auto" for one per
+# core; 1: one process), default 2 (the whole suite in about half the time on 2 cores,
+# docs/guides/development.md), unless the arguments given already choose (-n,
+# --numprocesses, -p no:xdist). --dist loadfile: a test file stays on one worker, so its
+# module fixtures (a server, a built site) are made once.
+xdist_args() {
+  local workers="${SKILL_EXECUTOR_TEST_WORKERS:-2}" arg
+  [[ "$workers" == "1" || "$workers" == "0" ]] && return 0
+  for arg in "$@"; do
+    case "$arg" in -n|-n[0-9]*|-nauto|--numprocesses|--numprocesses=*|no:xdist) return 0 ;; esac
+  done
+  echo "-n $workers --dist loadfile"
+}

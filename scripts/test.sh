@@ -8,6 +8,10 @@
 # with the reason. The hard disk cap (a file system per workspace) needs root: without it
 # the suite runs on the soft cap and says so (CI fails). Only an engine this script
 # started is stopped at the end.
+# Arguments go to pytest: `./scripts/test.sh -m unit` runs one tier (unit, engine,
+# service, world; docs/guides/development.md). The tests run on 2 pytest-xdist workers
+# (a test file per worker at a time): SKILL_EXECUTOR_TEST_WORKERS=N for N (1: one
+# process); an explicit -n wins.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -40,4 +44,4 @@ if ! ensure_disk_cap; then
   export SKILL_EXECUTOR_DISK_CAP=soft
 fi
 "$ROOT/scripts/lint.sh"
-"$PY" -m pytest "$@"
+"$PY" -m pytest $(xdist_args "$@") "$@"

@@ -1,21 +1,30 @@
-"""Shared fixtures: an Executor per test on each runtime under test.
+"""Shared fixtures: an Executor per test on each runtime under test; the tiers; the
+session-end leftover check.
 
 Pipeline tests take the ``executor`` fixture and run unchanged on every runtime in
 ``RUNTIMES``.  Docker runs need a real engine: in CI (``CI=true``) a missing engine
 is a failure, elsewhere those tests skip with the reason.
+
+Every test is in exactly one tier (a marker, ``./scripts/test.sh -m unit``), assigned
+here (``MODULE_TIERS``, ``TEST_TIERS``), never in the test files; see
+docs/guides/development.md.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from executor.config import Settings
 from executor.core import Executor
+
+from . import leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 SKILLS = REPO / "skills"
@@ -156,7 +165,9 @@ def make_executor(tmp_path: Path, runtime_name: str) -> Iterator:
         assert os.listdir(executor.runner.workspaces.runs) == [], "workspaces left behind"
         token = getattr(executor.runtime, "token", None)
         if token is not None:
-            left = executor.runtime.client.api.containers(all=True, filters={"label": f"io.skill-executor.owner={token}"})
+            left = executor.runtime.client.api.containers(
+                all=True, filters={"label": f"io.skill-executor.owner={token}"}
+            )
             assert left == [], "containers left behind"
 
 
@@ -178,3 +189,194 @@ def has_command(name: str) -> bool:
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+# --- Tiers -------------------------------------------------------------------------------
+
+#: The tiers, lightest first (markers registered in pyproject.toml).
+#: unit: no engine, no server process, no CLI subprocess (the whole tier in well under a minute);
+#: engine: a real Docker engine (the executor in this process); service: real server
+#: processes (tests/api_server.py's Server) and CLI subprocesses, on the engine when there is
+#: one; world: published-skill patterns and the attack/boundary suites.
+TIERS = ("unit", "engine", "service", "world")
+#: Each test module's tier. A test in a module missing here is a collection error.
+MODULE_TIERS: dict[str, str] = {
+    # unit (the Docker-parametrized tests of these modules are engine, see tier_of)
+    "test_appear": "unit",
+    "test_architecture": "unit",
+    "test_artifacts": "unit",
+    "test_bench_report": "unit",
+    "test_client": "unit",
+    "test_context": "unit",
+    "test_docs": "unit",
+    "test_doctor": "unit",
+    "test_error_catalogue": "unit",
+    "test_fs": "unit",
+    "test_hosttools": "unit",
+    "test_naming": "unit",
+    "test_pipeline": "unit",
+    "test_registry": "unit",
+    "test_results_paths": "unit",
+    "test_sandbox_contract": "unit",
+    "test_skill_deps": "unit",
+    "test_skill_prepare": "unit",
+    "test_skill_refs": "unit",
+    "test_session_limit": "unit",  # on main (e270976 and before), not yet on this branch
+    "test_skill_tests": "unit",
+    "test_skill_view": "unit",
+    "test_skills_package": "unit",
+    "test_skills_parsing": "unit",
+    "test_skills_repository": "unit",
+    "test_sqlite": "unit",
+    "test_streams": "unit",
+    # engine
+    "test_bench_coldpath": "engine",
+    "test_bench_workloads": "engine",
+    "test_disk_cap": "engine",
+    "test_docker": "engine",
+    "test_image": "engine",
+    "test_operations": "engine",
+    "test_volumes": "engine",
+    # service
+    "test_api": "service",
+    "test_api_tenancy": "service",
+    "test_bench": "service",
+    "test_ci_recipe": "service",
+    "test_cli_runs": "service",
+    "test_cli_skills": "service",
+    "test_compose": "service",
+    "test_context_api": "service",
+    "test_mcp": "service",
+    "test_mcp_sessions": "service",
+    "test_registry_download": "service",
+    "test_registry_uploads": "service",
+    "test_service": "service",
+    "test_skill_tests_ci": "service",
+    "test_skill_tests_engine": "service",
+    # world
+    "test_boundary": "world",
+    "test_launcher_boundary": "world",
+    "test_skill_deps_attacks": "world",
+    "test_skill_tests_hostile": "world",
+    "test_world_skills": "world",
+}
+#: Tests whose tier is not their module's (modules that mix tiers): module -> {test function: tier}.
+TEST_TIERS: dict[str, dict[str, str]] = {
+    "test_artifacts": {
+        "test_cli_reading_an_absent_store_creates_nothing": "service",
+        "test_cli_delete": "service",
+        "test_service_start_sweeps_temps_and_expires_versions": "service",
+    },
+    "test_docker": {"test_gvisor_registration_needs_its_arguments": "unit"},
+    "test_doctor": {"test_cli": "service", "test_http": "service"},
+    "test_image": {
+        "test_every_promised_python_package_is_pinned_directly": "unit",
+        "test_minimal_pins_are_full_pins_and_the_rest_is_the_full_part": "unit",
+        "test_pins_that_disagree_are_refused": "unit",
+        "test_the_tag_covers_pins_not_downloads": "unit",
+        "test_wheels_are_fetched_for_the_image_python_not_the_host": "unit",
+        "test_version_output_is_parsed": "unit",
+    },
+    "test_registry": {
+        "test_uploads_over_the_byte_cap_are_refused_before_they_are_held": "service",
+        "test_a_rollback_of_a_folder_skill_holds_across_a_touch_and_a_server_restart": "service",
+    },
+    "test_results_paths": {
+        "test_cli_artifacts_put_sniffs_the_mime_type": "service",
+        "test_cli_skills_show_expands_placeholders": "service",
+    },
+    "test_skill_deps": {"test_cli_install_refuses_unmet_needs": "service"},
+    "test_skill_tests": {"test_the_schema_validates_what_the_models_accept": "service"},
+}
+#: Fixtures that start a real server process: a test using one is (at least) service.
+SERVER_FIXTURES = {"server", "secured", "service", "tenants", "open_local"}
+
+
+def tier_of(item: pytest.Item) -> str | None:
+    """The item's tier: its own entry in ``TEST_TIERS``, else its module's; raised to
+    engine when it runs on Docker (a Docker ``runtime_name``, ``docker_runtime_name``, the
+    ``docker`` marker) and to service when it uses a server fixture."""
+    module = item.module.__name__.rsplit(".", 1)[-1] if isinstance(item, pytest.Function) else ""
+    function = item.originalname if isinstance(item, pytest.Function) else item.name
+    tier = TEST_TIERS.get(module, {}).get(function) or MODULE_TIERS.get(module)
+    if tier is None:
+        return None
+    names = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    runtime = str(callspec.params.get("runtime_name", "")) if callspec is not None else ""
+    if TIERS.index(tier) < TIERS.index("engine") and (
+        runtime.startswith("docker") or "docker_runtime_name" in names or item.get_closest_marker("docker")
+    ):
+        tier = "engine"
+    if TIERS.index(tier) < TIERS.index("service") and names & SERVER_FIXTURES:
+        tier = "service"
+    return tier
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every item with its tier before ``-m`` selects; an item in no tier is an error."""
+    lost = []
+    for item in items:
+        tier = tier_of(item)
+        if tier is None:
+            lost.append(item.nodeid)
+            continue
+        item.add_marker(getattr(pytest.mark, tier))
+    if lost:
+        raise pytest.UsageError(
+            f"{len(lost)} test(s) in no tier (add the module to MODULE_TIERS in tests/conftest.py): "
+            + ", ".join(lost[:10])
+        )
+
+
+@pytest.fixture(autouse=True)
+def _unit_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit test that reaches the Docker engine or starts the service's CLI (a server
+    included) fails, naming its real tier: the tier table cannot drift silently."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+    import docker.api.client
+
+    def no_engine(*args: Any, **kwargs: Any) -> None:
+        pytest.fail(
+            f"{request.node.nodeid} is in the unit tier but uses the Docker engine: tests/conftest.py TEST_TIERS"
+        )
+
+    real_popen = subprocess.Popen.__init__
+
+    def no_cli(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+        if any("executor.cli.main" in str(arg) or str(arg).endswith("skill-executor") for arg in argv):
+            pytest.fail(
+                f"{request.node.nodeid} is in the unit tier but runs the CLI or a server: tests/conftest.py TEST_TIERS"
+            )
+        real_popen(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(docker.api.client.APIClient, "__init__", no_engine)
+    monkeypatch.setattr(subprocess.Popen, "__init__", no_cli)
+
+
+# --- The session-end leftover check -----------------------------------------------------
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Once every test ran (with xdist: in the controller, after every worker finished),
+    nothing the session made may be left: a leftover fails the run."""
+    config = session.config
+    if hasattr(config, "workerinput") or config.option.collectonly or not session.testscollected:
+        return
+    factory: Any = getattr(config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    left = leftovers.find(factory.getbasetemp(), engine=docker_problem() is None)
+    if not left:
+        return
+    reporter: Any = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", "LEFTOVERS: the session left these behind", red=True, bold=True)
+        for line in left:
+            reporter.write_line(line)
+    if session.exitstatus == pytest.ExitCode.OK:  # a run already failing (or interrupted) keeps its status
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
