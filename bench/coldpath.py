@@ -3,7 +3,7 @@
     python bench/coldpath.py [--quick] [--json FILE]
 
 Measured with docker-py's low-level API (``create_container``/``start``/``wait``/
-``remove_container``), as ``executor/runtimes/docker/engine.py`` drives the engine:
+``remove_container``), as ``skill_executor/runtimes/docker/engine.py`` drives the engine:
 
 * variants, each one setting added to a plain baseline (``network_mode=none``, nothing
   else): ``network_disabled`` (``NetworkDisabled``, no network mode), ``init``, a tmpfs
@@ -45,8 +45,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.run import in_turn, stats  # noqa: E402
-from executor.config import Settings  # noqa: E402
-from executor.runtimes.docker.engine import CONTAINER_WORKSPACE, Engine  # noqa: E402
+from skill_executor.config import Settings  # noqa: E402
+from skill_executor.runtimes.docker.engine import CONTAINER_WORKSPACE, Engine  # noqa: E402
 
 LABEL = "io.skill-executor.bench"
 LABEL_SESSION = f"{LABEL}.session"

@@ -82,7 +82,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="JSON file (default bench/results/peers-<date>.json)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from executor.config import Settings
+    from skill_executor.config import Settings
 
     image = Settings().docker_image  # SKILL_EXECUTOR_DOCKER_IMAGE, as bench/run.py reads it
     os.environ["SKILL_EXECUTOR_DOCKER_IMAGE"] = image
@@ -125,9 +125,9 @@ def main() -> int:
 
 def ours(image: str, samples: int, tp_runs: int, concurrency: int) -> list[dict[str, Any]]:
     sys.path.insert(0, str(REPO))
-    from executor.config import Settings
-    from executor.core import Executor
-    from executor.runs.models import RunRequest
+    from skill_executor.config import Settings
+    from skill_executor.core import Executor
+    from skill_executor.runs.models import RunRequest
 
     base = Path(tempfile.mkdtemp(prefix="se-bench-peers-"))
     skill = base / "skills" / "bench-noop"

@@ -53,16 +53,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from executor.config import Settings  # noqa: E402
-from executor.core import Executor  # noqa: E402
-from executor.errors import ExecutorError  # noqa: E402
-from executor.outputs.collect import CollectLimits, collect  # noqa: E402
-from executor.registry import SkillRepository  # noqa: E402
-from executor.runs.models import RunRequest  # noqa: E402
-from executor.runtimes.docker.engine import CONTAINER_WORKSPACE, check_oci_runtime  # noqa: E402
-from executor.runtimes.docker.launcher import LauncherFrames, connect_unix, request_bytes  # noqa: E402
-from executor.skills import render_text, render_xml
-from executor.workspace.layout import Workspace, WorkspaceManager, environment  # noqa: E402
+from skill_executor.config import Settings  # noqa: E402
+from skill_executor.core import Executor  # noqa: E402
+from skill_executor.errors import ExecutorError  # noqa: E402
+from skill_executor.outputs.collect import CollectLimits, collect  # noqa: E402
+from skill_executor.registry import SkillRepository  # noqa: E402
+from skill_executor.runs.models import RunRequest  # noqa: E402
+from skill_executor.runtimes.docker.engine import CONTAINER_WORKSPACE, check_oci_runtime  # noqa: E402
+from skill_executor.runtimes.docker.launcher import LauncherFrames, connect_unix, request_bytes  # noqa: E402
+from skill_executor.skills import render_text, render_xml
+from skill_executor.workspace.layout import Workspace, WorkspaceManager, environment  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -120,7 +120,7 @@ class Service:
             [
                 sys.executable,
                 "-m",
-                "executor.cli.main",
+                "skill_executor.cli.main",
                 "serve",
                 "--port",
                 str(self.port),

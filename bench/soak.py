@@ -66,8 +66,8 @@ sys.path.insert(0, str(BENCH))
 
 from run import Service  # noqa: E402  (bench/run.py: the service as users run it)
 
-from executor.config import Settings  # noqa: E402
-from executor.runtimes.docker import LABEL_MANAGED, LABEL_OWNER  # noqa: E402
+from skill_executor.config import Settings  # noqa: E402
+from skill_executor.runtimes.docker import LABEL_MANAGED, LABEL_OWNER  # noqa: E402
 
 #: The issue's targets (issue 11): the backlog stays under this many items ...
 BACKLOG_TARGET = 50

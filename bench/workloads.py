@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.run import Service, stats, timed  # noqa: E402
-from executor.config import Settings  # noqa: E402
+from skill_executor.config import Settings  # noqa: E402
 
 WORLD = REPO / "tests" / "fixtures" / "world"
 TARGET = 1.05

@@ -57,9 +57,22 @@ class Server:
         env.update(self.env)
         log = open(self.base / f"server-{self.port}.log", "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "executor.cli.main", "serve", "--port", str(self.port),
-             "--skills-dir", str(self.skills_dir), "--data-dir", str(self.data_dir)],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "skill_executor.cli.main",
+                "serve",
+                "--port",
+                str(self.port),
+                "--skills-dir",
+                str(self.skills_dir),
+                "--data-dir",
+                str(self.data_dir),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

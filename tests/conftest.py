@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from executor.config import Settings
-from executor.core import Executor
+from skill_executor.config import Settings
+from skill_executor.core import Executor
 
 from . import leftovers
 
@@ -47,7 +47,7 @@ def docker_problem() -> str | None:
         try:
             import docker
 
-            from executor.config import Settings
+            from skill_executor.config import Settings
 
             client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=10)
             client.ping()
@@ -68,8 +68,8 @@ def runsc_problem() -> str | None:
         if reason is None:
             import docker
 
-            from executor.errors import ExecutorError
-            from executor.runtimes.docker.engine import check_oci_runtime
+            from skill_executor.errors import ExecutorError
+            from skill_executor.runtimes.docker.engine import check_oci_runtime
 
             client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=10)
             try:
@@ -347,7 +347,7 @@ def _unit_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
 
     def no_cli(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
         argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
-        if any("executor.cli.main" in str(arg) or str(arg).endswith("skill-executor") for arg in argv):
+        if any("skill_executor.cli.main" in str(arg) or str(arg).endswith("skill-executor") for arg in argv):
             pytest.fail(
                 f"{request.node.nodeid} is in the unit tier but runs the CLI or a server: tests/conftest.py TEST_TIERS"
             )

@@ -10,15 +10,22 @@ from typing import TypeVar
 
 import pytest
 
-from executor.core import Executor
-from executor.errors import ExecutorError
-from executor.runs.models import RunRequest, RunResult
+from skill_executor.core import Executor
+from skill_executor.errors import ExecutorError
+from skill_executor.runs.models import RunRequest, RunResult
 
 T = TypeVar("T")
 
 
-def make_skill(root: Path, dirname: str, frontmatter: str, body: str = "# Body\n", *, filename: str = "SKILL.md",
-               raw: bytes | None = None) -> Path:
+def make_skill(
+    root: Path,
+    dirname: str,
+    frontmatter: str,
+    body: str = "# Body\n",
+    *,
+    filename: str = "SKILL.md",
+    raw: bytes | None = None,
+) -> Path:
     """Write a skill directory; ``frontmatter`` is the YAML between the ``---`` lines."""
     directory = root / dirname
     directory.mkdir(parents=True, exist_ok=True)

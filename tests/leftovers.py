@@ -26,8 +26,8 @@ def containers(base: Path) -> list[str]:
     """Managed containers whose owner lease is rooted in this session's temp folders."""
     import docker
 
-    from executor.owners import LEASES, ROOT_ID, parse
-    from executor.runtimes.docker import LABEL_MANAGED, LABEL_OWNER
+    from skill_executor.owners import LEASES, ROOT_ID, parse
+    from skill_executor.runtimes.docker import LABEL_MANAGED, LABEL_OWNER
 
     roots = {path.read_text().strip() for path in base.glob(f"**/{LEASES}/{ROOT_ID}")}
     if not roots:
@@ -58,7 +58,7 @@ def workspaces(base: Path) -> list[str]:
 
 def volumes(base: Path) -> list[str]:
     """Mounts (hard disk cap volumes) below the base, and loop devices backed by a file there."""
-    from executor.workspace.volumes import mounts_under
+    from skill_executor.workspace.volumes import mounts_under
 
     found = [f"mount {path}" for path in mounts_under(base)]
     for name in os.listdir("/sys/block"):

@@ -1,4 +1,4 @@
-"""The HTTP API, driven through ``executor.client`` against a real server process."""
+"""The HTTP API, driven through ``skill_executor.client`` against a real server process."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from executor.client import ApiError, AsyncClient, Client
+from skill_executor.client import ApiError, AsyncClient, Client
 
 from .api_server import Server, api_runtime, free_port
 from .conftest import REPO
@@ -40,8 +40,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("api-auth"),
-                 env={"SKILL_EXECUTOR_API_KEYS": USER, "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN})
+    srv = Server(
+        tmp_path_factory.mktemp("api-auth"), env={"SKILL_EXECUTOR_API_KEYS": USER, "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN}
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -56,7 +57,9 @@ def client(server: Server) -> Iterator[Client]:
 def skill_zip(name: str, description: str = "An uploaded skill.") -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
-        zf.writestr(f"{name}/SKILL.md", f"---\nname: {name}\ndescription: {description}\n---\n# {name}\nRun scripts/hi.sh\n")
+        zf.writestr(
+            f"{name}/SKILL.md", f"---\nname: {name}\ndescription: {description}\n---\n# {name}\nRun scripts/hi.sh\n"
+        )
         zf.writestr(f"{name}/scripts/hi.sh", "echo hello from upload\n")
     return buf.getvalue()
 
@@ -117,9 +120,17 @@ def test_docs_work_offline(server: Server) -> None:
 def test_error_shapes(server: Server) -> None:
     url = server.url
     cases = [
-        (httpx.post(f"{url}/v1/runs", content=b"{bad", headers={"content-type": "application/json"}), 400, "malformed_json"),
+        (
+            httpx.post(f"{url}/v1/runs", content=b"{bad", headers={"content-type": "application/json"}),
+            400,
+            "malformed_json",
+        ),
         (httpx.post(f"{url}/v1/runs", json={"skill": "math-tools"}), 422, "invalid_request"),
-        (httpx.post(f"{url}/v1/runs", json={"skill": "math-tools", "command": "x", "bogus": 1}), 422, "invalid_request"),
+        (
+            httpx.post(f"{url}/v1/runs", json={"skill": "math-tools", "command": "x", "bogus": 1}),
+            422,
+            "invalid_request",
+        ),
         (httpx.get(f"{url}/v1/nope"), 404, "not_found"),
         (httpx.put(f"{url}/v1/skills"), 405, "method_not_allowed"),
         (httpx.get(f"{url}/v1/skills/nope"), 404, "skill_not_found"),
@@ -144,8 +155,11 @@ def test_overview_search_and_formats(client: Client, server: Server) -> None:
     hits = client.list_skills("csv chart")["skills"]
     assert hits[0]["id"] == "csv-report" and hits[0]["score"] > 0
     xml = client.skills_prompt("xml")
-    location = ("/workspace/skills/math-tools/SKILL.md" if api_runtime() == "docker"
-                else str((server.skills_dir / "math-tools" / "SKILL.md").resolve()))
+    location = (
+        "/workspace/skills/math-tools/SKILL.md"
+        if api_runtime() == "docker"
+        else str((server.skills_dir / "math-tools" / "SKILL.md").resolve())
+    )
     assert xml.startswith("<available_skills>\n<skill>\n<name>\ncsv-report\n</name>")
     assert f"<location>\n{location}\n</location>" in xml
     assert client.skills_prompt("text").startswith("- csv-report: Turn a CSV")
@@ -163,7 +177,9 @@ def test_load_docs_and_files(client: Client) -> None:
     with expect_error(404, "doc_not_found"):
         client.read_docs("math-tools", ["nope.md"])
     script = client.read_file("math-tools", "scripts/fib.py")
-    assert script.text.startswith("#!/usr/bin/env python3") and script.headers["content-type"].startswith("text/x-python")
+    assert script.text.startswith("#!/usr/bin/env python3") and script.headers["content-type"].startswith(
+        "text/x-python"
+    )
     csv = client.read_file("csv-report", "assets/sample.csv")
     assert csv.headers["content-type"].startswith("text/csv") and csv.headers["x-truncated"] == "false"
     for bad in ["../csv-report/SKILL.md", "%2e%2e/%2e%2e/etc/passwd", "scripts/../../../etc/passwd"]:
@@ -195,8 +211,10 @@ def test_install_and_delete(client: Client, server: Server) -> None:
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
-    return {str(p.relative_to(root)): (p.stat().st_mode, p.read_bytes() if p.is_file() else b"")
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (p.stat().st_mode, p.read_bytes() if p.is_file() else b"")
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def test_shipped_skills_are_read_only(client: Client, server: Server) -> None:
@@ -228,8 +246,10 @@ def test_start_up_sweeps_what_crashed_installs_left(tmp_path: Path) -> None:
 
 
 def test_an_install_root_inside_the_skills_dir_is_refused_at_start_up(tmp_path: Path) -> None:
-    srv = Server(tmp_path, env={"SKILL_EXECUTOR_INSTALL_DIR": str(tmp_path / "skills" / "uploads"),
-                                "SKILL_EXECUTOR_RUNTIME": "local"})
+    srv = Server(
+        tmp_path,
+        env={"SKILL_EXECUTOR_INSTALL_DIR": str(tmp_path / "skills" / "uploads"), "SKILL_EXECUTOR_RUNTIME": "local"},
+    )
     with pytest.raises(RuntimeError) as info:
         srv.start()
     assert "overlaps the read-only skills root" in str(info.value)
@@ -248,11 +268,19 @@ def _zip(files: dict[str, str]) -> bytes:
 
 
 def test_sync_run_and_record(client: Client) -> None:
-    result = client.run({"skill": "csv-report", "command": "python3 scripts/report.py assets/sample.csv out/",
-                         "outputs": {"globs": ["out/*"]}})
+    result = client.run(
+        {
+            "skill": "csv-report",
+            "command": "python3 scripts/report.py assets/sample.csv out/",
+            "outputs": {"globs": ["out/*"]},
+        }
+    )
     assert result["exit_code"] == 0
     assert {f["name"]: f["mime_type"] for f in result["output_files"]} == {
-        "out/chart.svg": "image/svg+xml", "out/report.md": "text/markdown", "out/summary.json": "application/json"}
+        "out/chart.svg": "image/svg+xml",
+        "out/report.md": "text/markdown",
+        "out/summary.json": "application/json",
+    }
     record = client.get_run(result["run_id"])
     assert record["status"] == "completed" and record["result"]["stdout"] == result["stdout"]
     assert record["request"]["skill"] == "csv-report"
@@ -268,7 +296,13 @@ def test_refusals_are_errors_not_results(client: Client) -> None:
     with expect_error(403, "host_input_refused"):
         client.run({"skill": "math-tools", "command": "true", "inputs": [{"from": "host:///etc/passwd"}]})
     with expect_error(400):
-        client.run({"skill": "math-tools", "command": "true", "inputs": [{"from": "skill://math-tools/SKILL.md", "to": "../../x"}]})
+        client.run(
+            {
+                "skill": "math-tools",
+                "command": "true",
+                "inputs": [{"from": "skill://math-tools/SKILL.md", "to": "../../x"}],
+            }
+        )
     failed_async = client.submit({"skill": "math-tools", "command": "true", "inputs": [{"from": "artifact://none"}]})
     record = eventually(
         lambda: (r := client.get_run(failed_async["run_id"]))["status"] not in ("queued", "running") and r
@@ -320,8 +354,11 @@ def test_cancel(client: Client) -> None:
 
 
 def test_idempotent_retry(client: Client) -> None:
-    request = {"skill": "math-tools", "command": "date +%s%N > out/t.txt; cat out/t.txt",
-               "outputs": {"globs": ["out/t.txt"], "save": True, "name_template": "idem/{name}"}}
+    request = {
+        "skill": "math-tools",
+        "command": "date +%s%N > out/t.txt; cat out/t.txt",
+        "outputs": {"globs": ["out/t.txt"], "save": True, "name_template": "idem/{name}"},
+    }
     first = client.run(request, idempotency_key="key-1")
     second = client.run(request, idempotency_key="key-1")
     assert first == second
@@ -333,7 +370,9 @@ def test_idempotent_retry(client: Client) -> None:
 
 
 def test_busy_is_429(tmp_path: Path) -> None:
-    srv = Server(tmp_path, env={"SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "1", "SKILL_EXECUTOR_MAX_QUEUED_RUNS": "0"}).start()
+    srv = Server(
+        tmp_path, env={"SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "1", "SKILL_EXECUTOR_MAX_QUEUED_RUNS": "0"}
+    ).start()
     try:
         with Client(srv.url) as c:
             c.submit({"skill": "math-tools", "command": "sleep 2"})
@@ -481,15 +520,18 @@ def test_sse_ids_each_state_once_cancelled_and_resume(client: Client, server: Se
 
     # The run has ended: its last two events keep their ids; after the last one, 204 (EventSource stops).
     last = whole[-1].id
-    assert [(e.id, e.event) for e in stream_events(url, last_event_id=last - 2)] == [(last - 1, "status"),
-                                                                                      (last, "result")]
+    assert [(e.id, e.event) for e in stream_events(url, last_event_id=last - 2)] == [
+        (last - 1, "status"),
+        (last, "result"),
+    ]
     assert [(e.id, e.event) for e in stream_events(url)] == [(last - 1, "status"), (last, "result")]
     assert httpx.get(url, headers={"Last-Event-ID": str(last)}).status_code == 204
 
 
 def test_delete_answers_the_state_the_run_ended_in(tmp_path: Path) -> None:
-    srv = Server(tmp_path, env={"SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "1",
-                                "SKILL_EXECUTOR_MAX_QUEUED_RUNS": "4"}).start()
+    srv = Server(
+        tmp_path, env={"SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "1", "SKILL_EXECUTOR_MAX_QUEUED_RUNS": "4"}
+    ).start()
     try:
         with Client(srv.url) as c:
             blocker = c.submit({"skill": "math-tools", "command": "echo up; sleep 60"})["run_id"]
@@ -501,13 +543,19 @@ def test_delete_answers_the_state_the_run_ended_in(tmp_path: Path) -> None:
             queued = c.submit(request, idempotency_key="queued-1")
             assert queued["status"] == "queued"
             waiting: list[httpx.Response] = []
-            waiter = threading.Thread(target=lambda: waiting.append(httpx.post(
-                f"{srv.url}/v1/runs", json=request, headers={"Idempotency-Key": "queued-1"}, timeout=60)))
+            waiter = threading.Thread(
+                target=lambda: waiting.append(
+                    httpx.post(f"{srv.url}/v1/runs", json=request, headers={"Idempotency-Key": "queued-1"}, timeout=60)
+                )
+            )
             waiter.start()
             time.sleep(0.3)
             started = time.monotonic()
-            assert c.cancel_run(queued["run_id"]) == {"run_id": queued["run_id"], "status": "cancelled",
-                                                      "replayed": False}
+            assert c.cancel_run(queued["run_id"]) == {
+                "run_id": queued["run_id"],
+                "status": "cancelled",
+                "replayed": False,
+            }
             assert time.monotonic() - started < 2
             waiter.join(timeout=10)
             assert waiting[0].status_code == 200  # the waiting client gets the run's honest result
@@ -538,8 +586,9 @@ async def _timed_get(http: httpx.AsyncClient, path: str) -> float:
 
 
 def test_fifty_waiting_tool_calls_leave_the_service_responsive(tmp_path: Path) -> None:
-    srv = Server(tmp_path, env={"SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "4",
-                                "SKILL_EXECUTOR_SHUTDOWN_GRACE_SECONDS": "0"}).start()
+    srv = Server(
+        tmp_path, env={"SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "4", "SKILL_EXECUTOR_SHUTDOWN_GRACE_SECONDS": "0"}
+    ).start()
 
     async def scenario() -> tuple[list[float], list[httpx.Response | BaseException], float]:
         limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
@@ -579,8 +628,7 @@ def test_runs_waiting_for_the_store_hold_no_server_thread(tmp_path: Path) -> Non
         async with httpx.AsyncClient(base_url=srv.url, timeout=60, limits=limits) as http:
             lock.execute("BEGIN IMMEDIATE")
             try:
-                calls = [asyncio.ensure_future(http.post("/v1/tools/call", json=_tool_run("true")))
-                         for _ in range(50)]
+                calls = [asyncio.ensure_future(http.post("/v1/tools/call", json=_tool_run("true"))) for _ in range(50)]
                 await asyncio.sleep(0.5)
                 latencies = [await _timed_get(http, path) for path in ("/v1/skills", "/v1/tools", "/v1/skills")]
                 assert not any(call.done() for call in calls)
@@ -602,8 +650,9 @@ def test_runs_waiting_for_the_store_hold_no_server_thread(tmp_path: Path) -> Non
 
 def test_sigterm_drains_within_the_grace_and_answers_every_waiting_client(tmp_path: Path) -> None:
     grace = 4.0
-    srv = Server(tmp_path, env={"SKILL_EXECUTOR_SHUTDOWN_GRACE_SECONDS": str(grace),
-                                "SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "4"}).start()
+    srv = Server(
+        tmp_path, env={"SKILL_EXECUTOR_SHUTDOWN_GRACE_SECONDS": str(grace), "SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "4"}
+    ).start()
     answers: dict[str, httpx.Response] = {}
     streamed: list[Event] = []
 
@@ -615,12 +664,17 @@ def test_sigterm_drains_within_the_grace_and_answers_every_waiting_client(tmp_pa
         waiters = [
             threading.Thread(target=post, args=("long", "/v1/runs", {"skill": "math-tools", "command": "sleep 60"})),
             threading.Thread(target=post, args=("tool", "/v1/tools/call", _tool_run("sleep 60"))),
-            threading.Thread(target=post, args=("short", "/v1/runs",
-                                                {"skill": "math-tools", "command": "sleep 2; echo finished"})),
+            threading.Thread(
+                target=post, args=("short", "/v1/runs", {"skill": "math-tools", "command": "sleep 2; echo finished"})
+            ),
             # Queued behind the four: the first to get the slot "short" frees runs until cancelled,
             # the other never starts.
-            threading.Thread(target=post, args=("queued-a", "/v1/runs", {"skill": "math-tools", "command": "sleep 60"})),
-            threading.Thread(target=post, args=("queued-b", "/v1/runs", {"skill": "math-tools", "command": "sleep 60"})),
+            threading.Thread(
+                target=post, args=("queued-a", "/v1/runs", {"skill": "math-tools", "command": "sleep 60"})
+            ),
+            threading.Thread(
+                target=post, args=("queued-b", "/v1/runs", {"skill": "math-tools", "command": "sleep 60"})
+            ),
             threading.Thread(target=lambda: streamed.extend(stream_events(f"{srv.url}/v1/runs/{streamed_id}/events"))),
         ]
         for waiter in waiters:
@@ -667,8 +721,11 @@ def test_a_request_still_open_after_the_drain_gets_json(tmp_path: Path) -> None:
     import socket
 
     with socket.create_connection(("127.0.0.1", srv.port)) as sock:
-        sock.sendall(f"POST /v1/artifacts/slow.txt HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n"
-                     "Content-Type: text/plain\r\nContent-Length: 100000\r\n\r\n".encode() + b"x" * 1000)
+        sock.sendall(
+            f"POST /v1/artifacts/slow.txt HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\n"
+            "Content-Type: text/plain\r\nContent-Length: 100000\r\n\r\n".encode()
+            + b"x" * 1000
+        )
         time.sleep(0.3)
         exited = srv.terminate()
         sock.settimeout(5)
@@ -698,7 +755,9 @@ def test_artifacts(client: Client) -> None:
         client.get_artifact("reports/none.txt")
     with expect_error(400, "invalid_artifact_name"):
         client.put_artifact("bad name", b"x")
-    used = client.run({"skill": "math-tools", "command": "cat inputs/q1.txt", "inputs": [{"from": "artifact://reports/q1.txt@1"}]})
+    used = client.run(
+        {"skill": "math-tools", "command": "cat inputs/q1.txt", "inputs": [{"from": "artifact://reports/q1.txt@1"}]}
+    )
     assert used["stdout"] == "first"
 
 
@@ -707,7 +766,12 @@ def test_artifacts(client: Client) -> None:
 
 def test_tool_definitions(client: Client) -> None:
     openai = client.tools("openai")["tools"]
-    assert [t["function"]["name"] for t in openai] == ["skill_load", "skill_list_docs", "skill_select_docs", "skill_run"]
+    assert [t["function"]["name"] for t in openai] == [
+        "skill_load",
+        "skill_list_docs",
+        "skill_select_docs",
+        "skill_run",
+    ]
     run_params = openai[3]["function"]["parameters"]
     assert run_params["properties"]["skill"]["enum"] == ["csv-report", "file-bundle", "math-tools"]
     assert set(run_params["required"]) == {"skill", "command"} and "$defs" not in json.dumps(run_params)
@@ -729,16 +793,23 @@ def test_agent_loop_through_tool_calls(client: Client) -> None:
     assert "references/FORMAT.md" in listed["content"]
     selected = client.call_tool("skill_select_docs", {"skill": "csv-report", "docs": ["references/FORMAT.md"]})
     assert "summary.json format" in selected["content"]
-    ran = client.call_tool("skill_run", {
-        "skill": "csv-report",
-        "command": "python3 scripts/report.py inputs/sample.csv out/ --title Agent",
-        "inputs": [{"from": "skill://csv-report/assets/sample.csv"}],
-        "outputs": {"globs": ["out/report.md"]},
-    })
+    ran = client.call_tool(
+        "skill_run",
+        {
+            "skill": "csv-report",
+            "command": "python3 scripts/report.py inputs/sample.csv out/ --title Agent",
+            "inputs": [{"from": "skill://csv-report/assets/sample.csv"}],
+            "outputs": {"globs": ["out/report.md"]},
+        },
+    )
     assert not ran["is_error"], ran["content"]
     assert "exit code 0" in ran["content"] and "# Agent" in ran["content"]
     report = ran["data"]["output_files"][0]
-    assert report["name"] == "out/report.md" and report["mime_type"] == "text/markdown" and "| region | text |" in report["content"]
+    assert (
+        report["name"] == "out/report.md"
+        and report["mime_type"] == "text/markdown"
+        and "| region | text |" in report["content"]
+    )
     bad = client.call_tool("skill_run", {"skill": "nope", "command": "true"})
     assert bad["is_error"] and "skill_not_found" in bad["content"]
     assert client.call_tool("skill_load", "{not json")["is_error"]
@@ -766,13 +837,18 @@ def test_metrics(client: Client) -> None:
     text = client.metrics()
     assert 'skill_executor_runs_total{outcome="error"}' in text
     assert "skill_executor_run_duration_seconds_bucket" in text
-    for name in ("skill_executor_queue_depth", "skill_executor_containers_alive",
-                 "skill_executor_output_bytes_collected_total", "skill_executor_refusals_total"):
+    for name in (
+        "skill_executor_queue_depth",
+        "skill_executor_containers_alive",
+        "skill_executor_output_bytes_collected_total",
+        "skill_executor_refusals_total",
+    ):
         assert name in text
 
 
 def test_json_logs_with_request_id_and_no_secrets(secured: Server) -> None:
     httpx.get(f"{secured.url}/v1/skills", headers={"Authorization": f"Bearer {USER}", "X-Request-ID": "trace-abc"})
+
     def access_lines() -> list[dict[str, Any]]:  # written once the answer is sent: wait for it
         lines = [json.loads(line) for line in secured.log().splitlines() if line.startswith("{")]
         return [line for line in lines if line.get("request_id") == "trace-abc"]
@@ -789,7 +865,10 @@ def test_json_logs_with_request_id_and_no_secrets(secured: Server) -> None:
 def test_auth(secured: Server) -> None:
     url = secured.url
     assert httpx.get(f"{url}/v1/skills").status_code == 401
-    assert httpx.get(f"{url}/v1/skills", headers={"Authorization": "Bearer wrong"}).json()["error"]["code"] == "unauthorized"
+    assert (
+        httpx.get(f"{url}/v1/skills", headers={"Authorization": "Bearer wrong"}).json()["error"]["code"]
+        == "unauthorized"
+    )
     assert httpx.get(f"{url}/metrics").status_code == 401
     assert httpx.get(f"{url}/healthz").status_code == 200
     with Client(url, api_key=USER) as user, Client(url, api_key=ADMIN) as admin:
@@ -810,9 +889,22 @@ def test_auth(secured: Server) -> None:
 
 def test_refuses_public_bind_without_keys(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "executor.cli.main", "serve", "--host", "0.0.0.0", "--port", str(free_port()),
-         "--data-dir", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "skill_executor.cli.main",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(free_port()),
+            "--data-dir",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
     assert result.returncode == 2 and "without API keys" in result.stderr
@@ -825,14 +917,26 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(tmp_path: Path) -> No
     srv = Server(tmp_path, env={"SKILL_EXECUTOR_MAX_TIMEOUT": "5", "SKILL_EXECUTOR_DEFAULT_TIMEOUT": "5"}).start()
     try:
         result = subprocess.run(
-            [str(Path(sys.executable).parent / "schemathesis"), "run", f"{srv.url}/openapi.json",
-             "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
-             "--max-examples", "25", "--request-timeout", "30", "--generation-deterministic",
-             "--exclude-path-regex", "/events$"],
-            capture_output=True, text=True, timeout=900, cwd=tmp_path,
+            [
+                str(Path(sys.executable).parent / "schemathesis"),
+                "run",
+                f"{srv.url}/openapi.json",
+                "--checks",
+                "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+                "--max-examples",
+                "25",
+                "--request-timeout",
+                "30",
+                "--generation-deterministic",
+                "--exclude-path-regex",
+                "/events$",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=tmp_path,
         )
         assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     finally:
         srv.stop()
     assert "Traceback" not in srv.log()
-

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from executor.client import ApiError, Client
+from skill_executor.client import ApiError, Client
 
 from .api_server import Server, free_port
 from .conftest import REPO
@@ -41,12 +41,15 @@ A, B, ADMIN_ID = key_id(KEY_A), key_id(KEY_B), key_id(ADMIN)
 
 @pytest.fixture(scope="module")
 def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("tenants"), env={
-        "SKILL_EXECUTOR_API_KEYS": f"{KEY_A},{KEY_B}",
-        "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
-        "SKILL_EXECUTOR_ALLOWED_ORIGINS": APP_ORIGIN,
-        "SKILL_EXECUTOR_POOL_SIZE": "0",
-    })
+    srv = Server(
+        tmp_path_factory.mktemp("tenants"),
+        env={
+            "SKILL_EXECUTOR_API_KEYS": f"{KEY_A},{KEY_B}",
+            "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
+            "SKILL_EXECUTOR_ALLOWED_ORIGINS": APP_ORIGIN,
+            "SKILL_EXECUTOR_POOL_SIZE": "0",
+        },
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -63,15 +66,18 @@ def open_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture
 def clients(tenants: Server) -> Iterator[tuple[Client, Client, Client]]:
-    with Client(tenants.url, api_key=KEY_A) as a, Client(tenants.url, api_key=KEY_B) as b, \
-            Client(tenants.url, api_key=ADMIN) as admin:
+    with (
+        Client(tenants.url, api_key=KEY_A) as a,
+        Client(tenants.url, api_key=KEY_B) as b,
+        Client(tenants.url, api_key=ADMIN) as admin,
+    ):
         yield a, b, admin
 
 
 def audit_lines(server: Server) -> list[dict[str, Any]]:
     time.sleep(0.2)
     lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
-    return [line for line in lines if line.get("logger") == "executor.audit"]
+    return [line for line in lines if line.get("logger") == "skill_executor.audit"]
 
 
 def error_of(call: Any) -> ApiError:
@@ -85,8 +91,9 @@ def error_of(call: Any) -> ApiError:
 # -- runs ---------------------------------------------------------------------------------------
 
 
-def test_another_keys_run_is_not_found_and_the_admin_is_audited(clients: tuple[Client, Client, Client],
-                                                                tenants: Server) -> None:
+def test_another_keys_run_is_not_found_and_the_admin_is_audited(
+    clients: tuple[Client, Client, Client], tenants: Server
+) -> None:
     a, b, admin = clients
     accepted = a.submit({"skill": "math-tools", "command": "echo started; sleep 30"})
     run_id = accepted["run_id"]
@@ -102,8 +109,9 @@ def test_another_keys_run_is_not_found_and_the_admin_is_audited(clients: tuple[C
         assert refused.message == f"no run {run_id!r}"
     assert a.get_run(run_id)["status"] == "running"  # B's cancel did nothing
 
-    response = httpx.get(f"{tenants.url}/v1/runs/{run_id}",
-                         headers={"Authorization": f"Bearer {ADMIN}", "X-Request-ID": "audit-read-1"})
+    response = httpx.get(
+        f"{tenants.url}/v1/runs/{run_id}", headers={"Authorization": f"Bearer {ADMIN}", "X-Request-ID": "audit-read-1"}
+    )
     assert response.status_code == 200 and response.json()["owner"] == A
     admin.cancel_run(run_id)
     while a.get_run(run_id)["status"] not in ("cancelled", "completed", "failed"):
@@ -136,10 +144,12 @@ def test_artifacts_are_per_key(clients: tuple[Client, Client, Client], tenants: 
     first = a.put_artifact("private/plan.txt", b"a's plan", mime_type="text/plain")
     assert first["owner"] == A and first["version"] == 1
     a.put_artifact("only-a.txt", b"a only")
-    for call, code in ((lambda: b.get_artifact("private/plan.txt"), "artifact_not_found"),
-                       (lambda: b.artifact_versions("private/plan.txt"), "artifact_not_found"),
-                       (lambda: b.get_artifact("private/plan.txt", owner=A), "owner_not_found"),
-                       (lambda: b.list_artifacts(owner=A), "owner_not_found")):
+    for call, code in (
+        (lambda: b.get_artifact("private/plan.txt"), "artifact_not_found"),
+        (lambda: b.artifact_versions("private/plan.txt"), "artifact_not_found"),
+        (lambda: b.get_artifact("private/plan.txt", owner=A), "owner_not_found"),
+        (lambda: b.list_artifacts(owner=A), "owner_not_found"),
+    ):
         refused = error_of(call)
         assert (refused.status, refused.code) == (404, code)
     assert "private/plan.txt" not in {x["name"] for x in b.list_artifacts()["artifacts"]}
@@ -152,15 +162,21 @@ def test_artifacts_are_per_key(clients: tuple[Client, Client, Client], tenants: 
         admin.list_artifacts(owner="../etc")
 
     # Staging artifact:// takes the caller's own artifact, never another key's.
-    staged = b.run({"skill": "math-tools", "command": "cat inputs/plan.txt",
-                    "inputs": [{"from": "artifact://private/plan.txt"}]})
+    staged = b.run(
+        {"skill": "math-tools", "command": "cat inputs/plan.txt", "inputs": [{"from": "artifact://private/plan.txt"}]}
+    )
     assert staged["stdout"] == "b's plan"
     with expect_error(404, "artifact_not_found"):
         b.run({"skill": "math-tools", "command": "true", "inputs": [{"from": "artifact://only-a.txt"}]})
 
     # Outputs saved by a run are the runner's.
-    saved = b.run({"skill": "math-tools", "command": "echo out > out/r.txt",
-                   "outputs": {"globs": ["out/r.txt"], "save": True, "name_template": "saved/{name}"}})
+    saved = b.run(
+        {
+            "skill": "math-tools",
+            "command": "echo out > out/r.txt",
+            "outputs": {"globs": ["out/r.txt"], "save": True, "name_template": "saved/{name}"},
+        }
+    )
     assert saved["artifact_files"][0]["ref"] == "artifact://saved/r.txt@1"
     with expect_error(404, "artifact_not_found"):
         a.get_artifact("saved/r.txt")
@@ -171,13 +187,26 @@ def test_artifacts_are_per_key(clients: tuple[Client, Client, Client], tenants: 
     with expect_error(404, "artifact_not_found"):
         admin.get_artifact("private/plan.txt")  # the admin's own namespace is empty
     lines = audit_lines(tenants)
-    assert any(x["action"] == "artifact.read" and x["owner"] == A and x["target"] == "private/plan.txt"
-               and x["principal"] == ADMIN_ID for x in lines)
+    assert any(
+        x["action"] == "artifact.read"
+        and x["owner"] == A
+        and x["target"] == "private/plan.txt"
+        and x["principal"] == ADMIN_ID
+        for x in lines
+    )
     assert any(x["action"] == "artifact.list" and x["owner"] == A for x in lines)
 
     # The CLI works on the store directly: the local tenant, or --owner KEY_ID.
-    cli = [sys.executable, "-m", "executor.cli.main", "artifacts", "get", "private/plan.txt",
-           "--data-dir", str(tenants.data_dir)]
+    cli = [
+        sys.executable,
+        "-m",
+        "skill_executor.cli.main",
+        "artifacts",
+        "get",
+        "private/plan.txt",
+        "--data-dir",
+        str(tenants.data_dir),
+    ]
     assert subprocess.run([*cli, "--owner", A], cwd=REPO, capture_output=True, timeout=60).stdout == b"a's plan"
     local = subprocess.run(cli, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert local.returncode == 2 and "artifact_not_found" in local.stdout + local.stderr
@@ -185,18 +214,36 @@ def test_artifacts_are_per_key(clients: tuple[Client, Client, Client], tenants: 
 
 def test_sessions_are_per_key(clients: tuple[Client, Client, Client], tenants: Server) -> None:
     a, b, _ = clients
-    wrote = a.run({"skill": "math-tools", "session": "shared-name",
-                   "command": "echo a-secret > $WORK_DIR/note.txt && ls $WORK_DIR"})
+    wrote = a.run(
+        {
+            "skill": "math-tools",
+            "session": "shared-name",
+            "command": "echo a-secret > $WORK_DIR/note.txt && ls $WORK_DIR",
+        }
+    )
     assert wrote["exit_code"] == 0 and "note.txt" in wrote["stdout"]
-    looked = b.run({"skill": "math-tools", "session": "shared-name",
-                    "command": "ls -A $WORK_DIR; cat $WORK_DIR/note.txt; echo b-own > $WORK_DIR/mine.txt"})
+    looked = b.run(
+        {
+            "skill": "math-tools",
+            "session": "shared-name",
+            "command": "ls -A $WORK_DIR; cat $WORK_DIR/note.txt; echo b-own > $WORK_DIR/mine.txt",
+        }
+    )
     assert "a-secret" not in looked["stdout"] and "note.txt" not in looked["stdout"]
     assert "No such file" in looked["stderr"]  # cat found nothing
-    again = a.run({"skill": "math-tools", "session": "shared-name", "command": "ls -A $WORK_DIR; cat $WORK_DIR/note.txt"})
+    again = a.run(
+        {"skill": "math-tools", "session": "shared-name", "command": "ls -A $WORK_DIR; cat $WORK_DIR/note.txt"}
+    )
     assert again["stdout"].split() == ["inputs", "note.txt", "a-secret"]  # no mine.txt from B
     with expect_error(404, "input_not_found"):  # nor can B stage A's session work by name
-        b.run({"skill": "math-tools", "session": "shared-name", "command": "true",
-               "inputs": [{"from": "workspace://work/note.txt"}]})
+        b.run(
+            {
+                "skill": "math-tools",
+                "session": "shared-name",
+                "command": "true",
+                "inputs": [{"from": "workspace://work/note.txt"}],
+            }
+        )
     sessions = tenants.data_dir / "workspaces" / "sessions"
     assert (sessions / A / "shared-name").is_dir() and (sessions / B / "shared-name").is_dir()
 
@@ -205,14 +252,22 @@ def test_sessions_are_per_key(clients: tuple[Client, Client, Client], tenants: S
 
 
 def test_idempotent_replay_comes_before_validation_and_admission(tmp_path: Path) -> None:
-    srv = Server(tmp_path, env={
-        "SKILL_EXECUTOR_API_KEYS": f"{KEY_A},{KEY_B}", "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
-        "SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "1", "SKILL_EXECUTOR_MAX_QUEUED_RUNS": "0",
-        "SKILL_EXECUTOR_POOL_SIZE": "0",
-    }).start()
+    srv = Server(
+        tmp_path,
+        env={
+            "SKILL_EXECUTOR_API_KEYS": f"{KEY_A},{KEY_B}",
+            "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
+            "SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "1",
+            "SKILL_EXECUTOR_MAX_QUEUED_RUNS": "0",
+            "SKILL_EXECUTOR_POOL_SIZE": "0",
+        },
+    ).start()
     try:
-        with Client(srv.url, api_key=KEY_A) as a, Client(srv.url, api_key=KEY_B) as b, \
-                Client(srv.url, api_key=ADMIN) as admin:
+        with (
+            Client(srv.url, api_key=KEY_A) as a,
+            Client(srv.url, api_key=KEY_B) as b,
+            Client(srv.url, api_key=ADMIN) as admin,
+        ):
             admin.install_skill(skill_zip("short-lived"))
             request = {"skill": "short-lived", "command": "bash scripts/hi.sh"}
             first = a.run(request, idempotency_key="retry-1")
@@ -257,7 +312,11 @@ def test_tool_calls_are_authorized_and_owned_like_runs(clients: tuple[Client, Cl
         refused = error_of(lambda: who.run(host))
         assert (refused.status, refused.code) == (status, code)
         tool = who.call_tool("skill_run", host)
-        same = {"code": refused.code, "message": refused.message, **({"details": refused.details} if refused.details else {})}
+        same = {
+            "code": refused.code,
+            "message": refused.message,
+            **({"details": refused.details} if refused.details else {}),
+        }
         assert tool["is_error"] and tool["data"] == {"error": same}
         assert tool["content"] == f"error ({refused.code}): {refused.message}"
     ran = a.call_tool("skill_run", {"skill": "math-tools", "command": "echo via tool"})
@@ -268,11 +327,18 @@ def test_tool_calls_are_authorized_and_owned_like_runs(clients: tuple[Client, Cl
         b.get_run(run_id)
     # A tool run stages the caller's artifacts, like POST /v1/runs.
     a.put_artifact("tool-input.txt", b"a's input")
-    staged = a.call_tool("skill_run", {"skill": "math-tools", "command": "cat inputs/tool-input.txt",
-                                       "inputs": [{"from": "artifact://tool-input.txt"}]})
+    staged = a.call_tool(
+        "skill_run",
+        {
+            "skill": "math-tools",
+            "command": "cat inputs/tool-input.txt",
+            "inputs": [{"from": "artifact://tool-input.txt"}],
+        },
+    )
     assert staged["data"]["stdout"] == "a's input"
-    refused = b.call_tool("skill_run", {"skill": "math-tools", "command": "true",
-                                        "inputs": [{"from": "artifact://tool-input.txt"}]})
+    refused = b.call_tool(
+        "skill_run", {"skill": "math-tools", "command": "true", "inputs": [{"from": "artifact://tool-input.txt"}]}
+    )
     assert refused["is_error"] and refused["data"]["error"]["code"] == "artifact_not_found"
 
 
@@ -282,12 +348,19 @@ def test_waiting_tool_calls_hold_no_request_threads(tmp_path: Path) -> None:
     import asyncio
 
     calls = 44
-    srv = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": str(calls),
-                                "SKILL_EXECUTOR_MAX_QUEUED_RUNS": "0"}).start()
+    srv = Server(
+        tmp_path,
+        env={
+            "SKILL_EXECUTOR_RUNTIME": "local",
+            "SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": str(calls),
+            "SKILL_EXECUTOR_MAX_QUEUED_RUNS": "0",
+        },
+    ).start()
 
     async def scenario() -> tuple[float, list[dict[str, Any]]]:
-        async with httpx.AsyncClient(base_url=srv.url, timeout=60,
-                                     limits=httpx.Limits(max_connections=calls + 5)) as http:
+        async with httpx.AsyncClient(
+            base_url=srv.url, timeout=60, limits=httpx.Limits(max_connections=calls + 5)
+        ) as http:
             call = {"name": "skill_run", "arguments": {"skill": "math-tools", "command": "sleep 4; echo done"}}
             pending = [asyncio.create_task(http.post("/v1/tools/call", json=call)) for _ in range(calls)]
             await asyncio.sleep(1.5)
@@ -321,13 +394,23 @@ def assert_refused(response: httpx.Response, status: int, code: str) -> None:
 
 def test_no_key_mode_refuses_foreign_host_headers(open_local: Server) -> None:
     port = open_local.port
-    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", f"localhost:{port + 1}",
-                 f"127.0.0.1:{port}.evil.example", "[::1]:1", f"10.0.0.1:{port}"):
+    for host in (
+        "evil.example",
+        f"evil.example:{port}",
+        "127.0.0.1.evil.example",
+        f"localhost:{port + 1}",
+        f"127.0.0.1:{port}.evil.example",
+        "[::1]:1",
+        f"10.0.0.1:{port}",
+    ):
         assert_refused(_get(open_local, Host=host), 421, "host_not_allowed")
     for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", f"LOCALHOST:{port}"):
         assert _get(open_local, Host=host).status_code == 200, host
-    refused = httpx.post(f"{open_local.url}/v1/runs", json={"skill": "math-tools", "command": "touch /tmp/x"},
-                         headers={"Host": "attacker.example"})
+    refused = httpx.post(
+        f"{open_local.url}/v1/runs",
+        json={"skill": "math-tools", "command": "touch /tmp/x"},
+        headers={"Host": "attacker.example"},
+    )
     assert_refused(refused, 421, "host_not_allowed")
 
 
@@ -336,14 +419,23 @@ def test_cross_origin_browser_requests_are_refused(open_local: Server, tenants: 
     assert _get(open_local, Origin=same).status_code == 200
     assert _get(open_local, **{"Sec-Fetch-Site": "same-origin"}).status_code == 200
     assert _get(open_local, **{"Sec-Fetch-Site": "none"}).status_code == 200  # typed into the address bar
-    for headers in ({"Origin": "http://evil.example"}, {"Origin": "null"}, {"Origin": f"http://localhost:{open_local.port + 1}"},
-                    {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"}):
+    for headers in (
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Origin": f"http://localhost:{open_local.port + 1}"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+    ):
         assert_refused(_get(open_local, **headers), 403, "cross_origin_refused")
-    created = httpx.post(f"{open_local.url}/v1/runs", json={"skill": "math-tools", "command": "echo pwned"},
-                         headers={"Origin": "http://evil.example", "Content-Type": "text/plain"})
+    created = httpx.post(
+        f"{open_local.url}/v1/runs",
+        json={"skill": "math-tools", "command": "echo pwned"},
+        headers={"Origin": "http://evil.example", "Content-Type": "text/plain"},
+    )
     assert_refused(created, 403, "cross_origin_refused")
-    preflight = httpx.options(f"{open_local.url}/v1/runs", headers={
-        "Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
+    preflight = httpx.options(
+        f"{open_local.url}/v1/runs", headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
+    )
     assert_refused(preflight, 403, "cross_origin_refused")
 
     # With keys: any Host (a deployment behind a proxy), still no foreign origins...
@@ -353,14 +445,19 @@ def test_cross_origin_browser_requests_are_refused(open_local: Server, tenants: 
     # ...but the listed ones, with CORS headers.
     allowed = _get(tenants, Origin=APP_ORIGIN, **auth)
     assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == APP_ORIGIN
-    preflight = httpx.options(f"{tenants.url}/v1/runs", headers={
-        "Origin": APP_ORIGIN, "Access-Control-Request-Method": "POST",
-        "Access-Control-Request-Headers": "authorization,content-type,idempotency-key"})
+    preflight = httpx.options(
+        f"{tenants.url}/v1/runs",
+        headers={
+            "Origin": APP_ORIGIN,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type,idempotency-key",
+        },
+    )
     assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == APP_ORIGIN
 
 
 def test_guard_serves_only_loopback_connections_without_keys_or_isolation() -> None:
-    from executor.api.middleware import BrowserGuard
+    from skill_executor.api.middleware import BrowserGuard
 
     def scope(server: tuple[str, int], host: str) -> dict[str, Any]:
         return {"type": "http", "server": server, "headers": [(b"host", host.encode())]}
@@ -379,9 +476,24 @@ def test_guard_serves_only_loopback_connections_without_keys_or_isolation() -> N
 
 def test_local_runtime_refuses_a_public_bind(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "executor.cli.main", "serve", "--host", "0.0.0.0", "--port", str(free_port()),
-         "--runtime", "local", "--data-dir", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "skill_executor.cli.main",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(free_port()),
+            "--runtime",
+            "local",
+            "--data-dir",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SKILL_EXECUTOR_API_KEYS": "some-key"},
     )
     assert result.returncode == 2 and "local runtime" in result.stderr and "0.0.0.0" in result.stderr
@@ -404,42 +516,69 @@ def test_hostile_input_is_a_clean_4xx(open_local: Server) -> None:
     url, long = open_local.url, "a" * 10_000
     cases: list[httpx.Response] = []
     with httpx.Client(base_url=url, timeout=30) as http:
-        for path in (f"/v1/artifacts/{long}", f"/v1/artifacts/{long}/versions", f"/v1/artifacts/{'a/' * 5000}x",
-                     "/v1/artifacts/%FF%FE", "/v1/artifacts/%00", f"/v1/skills/{long}", f"/v1/skills/{long}/docs",
-                     f"/v1/skills/math-tools/files/{long}", "/v1/skills/math-tools/files/%FF", f"/v1/runs/{long}",
-                     f"/v1/runs/{long}/events", "/v1/runs/%FF%00", f"/v1/artifacts?owner={long}",
-                     "/v1/artifacts?owner=%FF", "/v1/artifacts/x?version=99999999999999999999999",
-                     "/v1/artifacts/x?version=-1", f"/v1/skills?q={long}", "/v1/skills?limit=99999999999999999999",
-                     f"/v1/skills/math-tools/docs?names={long}"):
+        for path in (
+            f"/v1/artifacts/{long}",
+            f"/v1/artifacts/{long}/versions",
+            f"/v1/artifacts/{'a/' * 5000}x",
+            "/v1/artifacts/%FF%FE",
+            "/v1/artifacts/%00",
+            f"/v1/skills/{long}",
+            f"/v1/skills/{long}/docs",
+            f"/v1/skills/math-tools/files/{long}",
+            "/v1/skills/math-tools/files/%FF",
+            f"/v1/runs/{long}",
+            f"/v1/runs/{long}/events",
+            "/v1/runs/%FF%00",
+            f"/v1/artifacts?owner={long}",
+            "/v1/artifacts?owner=%FF",
+            "/v1/artifacts/x?version=99999999999999999999999",
+            "/v1/artifacts/x?version=-1",
+            f"/v1/skills?q={long}",
+            "/v1/skills?limit=99999999999999999999",
+            f"/v1/skills/math-tools/docs?names={long}",
+        ):
             cases.append(http.get(path))
         cases.append(http.delete(f"/v1/runs/{long}"))
         cases.append(http.post(f"/v1/artifacts/{long}", content=b"x"))
         cases.append(http.post("/v1/runs", json={"skill": "math-tools", "command": "true", "session": long}))
         cases.append(http.post("/v1/runs", json={"skill": long, "command": "true"}))
-        cases.append(http.post("/v1/runs", json={"skill": "math-tools", "command": "true"},
-                               headers={"Idempotency-Key": long}))
+        cases.append(
+            http.post("/v1/runs", json={"skill": "math-tools", "command": "true"}, headers={"Idempotency-Key": long})
+        )
         cases.append(http.post("/v1/tools/call", json={"name": long, "arguments": {}}))
         cases.append(http.post("/v1/artifacts/typed", content=b"x", headers={"Content-Type": long}))
         cases.append(http.post("/v1/artifacts/typed", content=b"x", headers={"Content-Type": "text/plain\x7f"}))
         cases.append(http.get("/v1/skills/nope", headers={"X-Request-ID": long, "Authorization": "Bearer " + long}))
     for response in cases:
-        assert 400 <= response.status_code < 500, (response.request.url.path[:80], response.status_code, response.text[:300])
+        assert 400 <= response.status_code < 500, (
+            response.request.url.path[:80],
+            response.status_code,
+            response.text[:300],
+        )
         body = response.json()
         assert set(body) == {"error"} and body["error"]["code"] and body["error"]["message"], response.text[:300]
     # What an HTTP parser refuses (raw bytes in the target, a 200 kB URL) is JSON too.
-    for data in (b"GET /v1/artifacts/\xff\xfe HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
-                 b"GET /v1/skills/" + b"a" * 200_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
-                 b"GET /v1/artifacts?owner=\xff HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"):
+    for data in (
+        b"GET /v1/artifacts/\xff\xfe HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"GET /v1/skills/" + b"a" * 200_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"GET /v1/artifacts?owner=\xff HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    ):
         status, head, body = raw_request(open_local, data)
         assert status == 400 and b"content-type: application/json" in head.lower(), head
         assert json.loads(body)["error"]["code"] == "invalid_http"
     # Raw bytes in header values and a big header block are served (or refused) cleanly.
     port = open_local.port
-    status, _, body = raw_request(open_local, b"GET /v1/skills HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-Odd: \xff\xfe\r\n"
-                                  b"Idempotency-Key: \xff\r\nConnection: close\r\n\r\n" % port)
+    status, _, body = raw_request(
+        open_local,
+        b"GET /v1/skills HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-Odd: \xff\xfe\r\n"
+        b"Idempotency-Key: \xff\r\nConnection: close\r\n\r\n" % port,
+    )
     assert status == 200
-    status, _, _ = raw_request(open_local, b"GET /v1/skills HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-Big: %s\r\n"
-                               b"Connection: close\r\n\r\n" % (port, b"b" * 60_000))
+    status, _, _ = raw_request(
+        open_local,
+        b"GET /v1/skills HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-Big: %s\r\n"
+        b"Connection: close\r\n\r\n" % (port, b"b" * 60_000),
+    )
     assert status in (200, 400, 431)
     time.sleep(0.2)
     assert "Traceback" not in open_local.log() and '"status": 500' not in open_local.log()

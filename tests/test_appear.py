@@ -1,4 +1,4 @@
-"""Waiting for the warm launcher's socket by inotify (executor/runtimes/docker/appear.py)."""
+"""Waiting for the warm launcher's socket by inotify (skill_executor/runtimes/docker/appear.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from executor.runtimes.docker import appear
-from executor.runtimes.docker.appear import wait_for
+from skill_executor.runtimes.docker import appear
+from skill_executor.runtimes.docker.appear import wait_for
 
 
 def later(seconds: float, action: object) -> threading.Timer:

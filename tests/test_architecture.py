@@ -7,26 +7,37 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "executor"
+PACKAGE = Path(__file__).resolve().parent.parent / "skill_executor"
 
 #: Lowest layer first; a module may import from its own layer and the ones before it.
 LAYERS = [
-    {"executor", "executor.errors", "executor.errorcodes", "executor.config", "executor.paths", "executor.access",
-     "executor.owners", "executor.activity", "executor.sqlite", "executor.workers", "executor.hosttools"},
-    {"executor.skills", "executor.image"},
-    {"executor.envs", "executor.preflight"},
-    {"executor.registry"},
-    {"executor.artifacts"},
-    {"executor.workspace"},
-    {"executor.outputs"},
-    {"executor.runtimes"},
-    {"executor.runs"},
-    {"executor.context"},
-    {"executor.core", "executor.tools", "executor.doctor", "executor.service"},
-    {"executor.web"},
-    {"executor.client", "executor.mcp", "executor.testing"},
-    {"executor.api"},
-    {"executor.cli"},
+    {
+        "skill_executor",
+        "skill_executor.errors",
+        "skill_executor.errorcodes",
+        "skill_executor.config",
+        "skill_executor.paths",
+        "skill_executor.access",
+        "skill_executor.owners",
+        "skill_executor.activity",
+        "skill_executor.sqlite",
+        "skill_executor.workers",
+        "skill_executor.hosttools",
+    },
+    {"skill_executor.skills", "skill_executor.image"},
+    {"skill_executor.envs", "skill_executor.preflight"},
+    {"skill_executor.registry"},
+    {"skill_executor.artifacts"},
+    {"skill_executor.workspace"},
+    {"skill_executor.outputs"},
+    {"skill_executor.runtimes"},
+    {"skill_executor.runs"},
+    {"skill_executor.context"},
+    {"skill_executor.core", "skill_executor.tools", "skill_executor.doctor", "skill_executor.service"},
+    {"skill_executor.web"},
+    {"skill_executor.client", "skill_executor.mcp", "skill_executor.testing"},
+    {"skill_executor.api"},
+    {"skill_executor.cli"},
 ]
 
 
@@ -60,9 +71,14 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
 
 def layer(name: str) -> int:
     for index, members in enumerate(LAYERS):
-        if any(name == m or name.startswith(m + ".") for m in members if m != "executor") or name == "executor":
+        if (
+            any(name == m or name.startswith(m + ".") for m in members if m != "skill_executor")
+            or name == "skill_executor"
+        ):
             return index
-    raise AssertionError(f"{name} is in no layer: add it to LAYERS and to the layer map in docs/concepts/architecture.md")
+    raise AssertionError(
+        f"{name} is in no layer: add it to LAYERS and to the layer map in docs/concepts/architecture.md"
+    )
 
 
 def test_imports_only_go_downwards() -> None:
@@ -89,7 +105,7 @@ def test_no_import_cycles() -> None:
         state[node] = 1
         for target in sorted(graph[node]):
             if state.get(target) == 1:
-                cycles.append(trail[trail.index(target):] + [target])
+                cycles.append(trail[trail.index(target) :] + [target])
             elif target not in state:
                 visit(target, [*trail, target])
         state[node] = 2
@@ -103,9 +119,14 @@ def test_no_import_cycles() -> None:
 #: The only modules that may start a process on the service's host: the one runner of host
 #: tools over untrusted input (pip and npm over a skill's needs), the runner image's build
 #: (the project's own files) and the local runtime (development only: runs commands as the
-#: service, by design).  Anything else that needs a tool goes through executor/hosttools.py.
+#: service, by design).  Anything else that needs a tool goes through skill_executor/hosttools.py.
 #: mkfs.ext4 in workspace/volumes.py formats the service's own image files (never skill content).
-PROCESS_STARTERS = {"executor.hosttools", "executor.image.build", "executor.runtimes.local", "executor.workspace.volumes"}
+PROCESS_STARTERS = {
+    "skill_executor.hosttools",
+    "skill_executor.image.build",
+    "skill_executor.runtimes.local",
+    "skill_executor.workspace.volumes",
+}
 PROCESS_MODULES = {"subprocess", "pty", "multiprocessing", "concurrent.futures.process"}
 #: ``os`` functions that start or replace processes.
 OS_PROCESS = ("system", "popen", "exec", "spawn", "posix_spawn", "fork")
@@ -116,14 +137,18 @@ def starts_processes(path: Path) -> list[str]:
     found: list[str] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found += [f"import {a.name}" for a in node.names if a.name.split(".")[0] in PROCESS_MODULES
-                      or a.name in PROCESS_MODULES]
+            found += [
+                f"import {a.name}"
+                for a in node.names
+                if a.name.split(".")[0] in PROCESS_MODULES or a.name in PROCESS_MODULES
+            ]
         elif isinstance(node, ast.ImportFrom) and not node.level:
             module = node.module or ""
             if module in PROCESS_MODULES or module.split(".")[0] in {"subprocess", "pty", "multiprocessing"}:
                 found.append(f"from {module} import ...")
-            elif module in ("os", "asyncio") and any(a.name.startswith(OS_PROCESS) or "subprocess" in a.name
-                                                     for a in node.names):
+            elif module in ("os", "asyncio") and any(
+                a.name.startswith(OS_PROCESS) or "subprocess" in a.name for a in node.names
+            ):
                 found.append(f"from {module} import {', '.join(a.name for a in node.names)}")
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             if node.value.id == "os" and node.attr.startswith(OS_PROCESS):
@@ -135,11 +160,11 @@ def starts_processes(path: Path) -> list[str]:
 
 def test_only_the_allowed_modules_start_processes() -> None:
     """A process started anywhere else could run a tool over a skill's files without the
-    isolation executor/hosttools.py gives it (a fresh folder, a scrubbed environment,
+    isolation skill_executor/hosttools.py gives it (a fresh folder, a scrubbed environment,
     another user)."""
     starters = {name: how for name, path in modules().items() if (how := starts_processes(path))}
     assert set(starters) <= PROCESS_STARTERS, {k: v for k, v in starters.items() if k not in PROCESS_STARTERS}
-    assert "executor.hosttools" in starters  # the check sees what it looks for
+    assert "skill_executor.hosttools" in starters  # the check sees what it looks for
     assert [p.name for p in (PACKAGE / "envs").glob("*.py") if starts_processes(p)] == []  # pip, npm: hosttools
     assert starts_processes(PACKAGE / "doctor.py") == []  # its probe's processes start in the sandbox
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from executor.artifacts.blobs import TempBlob
-from executor.artifacts.store import LocalArtifactStore, parse_ref, validate_name
-from executor.client import ApiError, Client
-from executor.errors import ExecutorError
+from skill_executor.artifacts.blobs import TempBlob
+from skill_executor.artifacts.store import LocalArtifactStore, parse_ref, validate_name
+from skill_executor.client import ApiError, Client
+from skill_executor.errors import ExecutorError
 
 from .api_server import Server
 from .conftest import REPO
@@ -213,7 +213,7 @@ def test_expired_versions_are_invisible_at_once_and_removed_by_expire(tmp_path: 
 WRITER = """
 import sys
 from pathlib import Path
-from executor.artifacts.store import LocalArtifactStore
+from skill_executor.artifacts.store import LocalArtifactStore
 info = LocalArtifactStore(Path(sys.argv[1])).put("live", sys.stdin.buffer)
 print(info.version, flush=True)
 """
@@ -221,8 +221,9 @@ print(info.version, flush=True)
 
 def start_writer(root: Path) -> subprocess.Popen[bytes]:
     """Another process saving from its stdin; returns once its temp blob has data."""
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], cwd=REPO,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(root)], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     assert proc.stdin is not None
     proc.stdin.write(b"z" * (2 * 1024 * 1024))
     proc.stdin.flush()
@@ -263,8 +264,14 @@ def test_sweep_removes_dead_writers_temps_never_a_live_ones(tmp_path: Path) -> N
 def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
     env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "executor.cli.main", "artifacts", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "skill_executor.cli.main", "artifacts", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_cli_reading_an_absent_store_creates_nothing(tmp_path: Path) -> None:
@@ -304,11 +311,15 @@ def key_id(key: str) -> str:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("artifacts"), env={
-        "SKILL_EXECUTOR_RUNTIME": "local",  # no runs here: only the artifact routes
-        "SKILL_EXECUTOR_API_KEYS": f"{KEY_A},{KEY_B}", "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
-        "SKILL_EXECUTOR_MAX_REQUEST_BYTES": str(64 * MiB),
-    })
+    srv = Server(
+        tmp_path_factory.mktemp("artifacts"),
+        env={
+            "SKILL_EXECUTOR_RUNTIME": "local",  # no runs here: only the artifact routes
+            "SKILL_EXECUTOR_API_KEYS": f"{KEY_A},{KEY_B}",
+            "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
+            "SKILL_EXECUTOR_MAX_REQUEST_BYTES": str(64 * MiB),
+        },
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -440,8 +451,10 @@ def test_the_size_cap_refuses_mid_stream_and_leaves_nothing(service: Server) -> 
 def test_slow_uploads_hold_no_thread_and_a_vanished_client_leaves_no_temp(service: Server) -> None:
     """More stalled uploads than the service has worker threads (40): every other
     route still answers, and when those clients go away their temp blobs go too."""
-    head = (f"POST /v1/artifacts/slow HTTP/1.1\r\nHost: 127.0.0.1:{service.port}\r\n"
-            f"Authorization: Bearer {KEY_A}\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
+    head = (
+        f"POST /v1/artifacts/slow HTTP/1.1\r\nHost: 127.0.0.1:{service.port}\r\n"
+        f"Authorization: Bearer {KEY_A}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ).encode()
     stalled = []
     try:
         for _ in range(48):
@@ -474,7 +487,7 @@ def audit_lines(server: Server) -> list[dict[str, object]]:
     time.sleep(0.2)
     path = server.base / f"server-{server.port}.log"
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
-    return [line for line in lines if line.get("logger") == "executor.audit"]
+    return [line for line in lines if line.get("logger") == "skill_executor.audit"]
 
 
 def test_delete_by_owner_or_admin_only(service: Server) -> None:
@@ -484,9 +497,11 @@ def test_delete_by_owner_or_admin_only(service: Server) -> None:
         a.put_artifact("plans/q3.txt", b"final", mime_type="text/plain")
         a.put_artifact("plans/q4.txt", b"later")
         # Another key: the same 404 as for a name that does not exist.
-        for call, code in ((lambda: b.delete_artifact("plans/q3.txt"), "artifact_not_found"),
-                           (lambda: b.delete_artifact("plans/q3.txt", 1), "artifact_not_found"),
-                           (lambda: b.delete_artifact("plans/q3.txt", owner=key_id(KEY_A)), "owner_not_found")):
+        for call, code in (
+            (lambda: b.delete_artifact("plans/q3.txt"), "artifact_not_found"),
+            (lambda: b.delete_artifact("plans/q3.txt", 1), "artifact_not_found"),
+            (lambda: b.delete_artifact("plans/q3.txt", owner=key_id(KEY_A)), "owner_not_found"),
+        ):
             with pytest.raises(ApiError) as info:
                 call()
             assert (info.value.status, info.value.code) == (404, code)
@@ -508,8 +523,13 @@ def test_delete_by_owner_or_admin_only(service: Server) -> None:
         assert info.value.code == "artifact_not_found"
         names = {x["name"] for x in a.list_artifacts()["artifacts"]}
         assert "plans/q4.txt" in names and "plans/q3.txt" not in names
-        assert any(x["action"] == "artifact.delete" and x["owner"] == key_id(KEY_A)
-                   and x["principal"] == key_id(ADMIN) and x["target"] == "plans/q3.txt" for x in audit_lines(service))
+        assert any(
+            x["action"] == "artifact.delete"
+            and x["owner"] == key_id(KEY_A)
+            and x["principal"] == key_id(ADMIN)
+            and x["target"] == "plans/q3.txt"
+            for x in audit_lines(service)
+        )
         # A new save continues the numbering: a ref like plans/q3.txt@1 never means other content.
         assert a.put_artifact("plans/q3.txt", b"again")["version"] == 3
 
@@ -521,7 +541,9 @@ def test_any_name_is_addressable_even_one_ending_in_versions(service: Server) ->
         c.put_artifact("versions", b"top-level")
         assert c.get_artifact("x/versions").content == b"a file called versions"
         assert c.get_artifact("versions").content == b"top-level"
-        assert [(v["name"], v["version"]) for v in c.artifact_versions("x/versions")["artifacts"]] == [("x/versions", 1)]
+        assert [(v["name"], v["version"]) for v in c.artifact_versions("x/versions")["artifacts"]] == [
+            ("x/versions", 1)
+        ]
         assert [(v["name"], v["version"]) for v in c.artifact_versions("x")["artifacts"]] == [("x", 1)]
         # The raw URLs: /v1/artifacts/x/versions is that artifact, never a listing of x.
         raw = httpx.get(f"{service.url}/v1/artifacts/x/versions", headers={"Authorization": f"Bearer {KEY_A}"})

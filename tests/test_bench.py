@@ -18,7 +18,10 @@ def test_soak_smoke() -> None:
     require_runtime("docker")
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / "soak.py"), "--runs", "20", "--concurrency", "2", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode in (0, 1), done.stderr[-3000:]
     result = json.loads(done.stdout)

@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from executor.config import Settings
+from skill_executor.config import Settings
 
 from .conftest import REPO, require_runtime
 

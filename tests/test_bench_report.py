@@ -26,13 +26,22 @@ def figure(p50: float) -> dict[str, float]:
 
 def results(**extra: Any) -> dict[str, Any]:
     r: dict[str, Any] = {
-        "quick": True, "seconds": 70.0, "section_seconds": {"floor": 5.0},
-        "floor_exec_run_ms": figure(60.0), "floor_none_ms": figure(300.0), "floor_disabled_ms": figure(200.0),
-        "launcher_round_trip_ms": figure(6.0), "library_warm_pool_ms": figure(12.0),
-        "library_pool0_ms": figure(190.0), "floor_none_beside_library_ms": figure(300.0),
-        "http_warm_pool_ms": figure(20.0), "http_pool0_ms": figure(250.0),
-        "floor_none_beside_http_ms": figure(300.0), "floor_disabled_beside_http_ms": figure(200.0),
-        "throughput_floor_none": {"4": 5.0}, "throughput_floor_disabled": {"4": 8.0},
+        "quick": True,
+        "seconds": 70.0,
+        "section_seconds": {"floor": 5.0},
+        "floor_exec_run_ms": figure(60.0),
+        "floor_none_ms": figure(300.0),
+        "floor_disabled_ms": figure(200.0),
+        "launcher_round_trip_ms": figure(6.0),
+        "library_warm_pool_ms": figure(12.0),
+        "library_pool0_ms": figure(190.0),
+        "floor_none_beside_library_ms": figure(300.0),
+        "http_warm_pool_ms": figure(20.0),
+        "http_pool0_ms": figure(250.0),
+        "floor_none_beside_http_ms": figure(300.0),
+        "floor_disabled_beside_http_ms": figure(200.0),
+        "throughput_floor_none": {"4": 5.0},
+        "throughput_floor_disabled": {"4": 8.0},
         "throughput_ours_http": {"4": 9.0},
         "workloads": {"pdf_form_fill": {"plain_ms": figure(700.0), "ours_ms": figure(800.0), "ratio": 800 / 700}},
     }
@@ -74,15 +83,40 @@ def test_a_section_left_out_is_not_measured_never_met() -> None:
 
 
 def test_the_report_prints_every_row_and_every_verdict(capsys: pytest.CaptureFixture[str]) -> None:
-    r = results(peers={"samples": 6, "throughput_runs": 12, "rows": [
-        {"peer": "epicbox", "isolation": "fresh container per run", "version": "1.1.0",
-         "p50_ms": 200.0, "p90_ms": 220.0, "n": 6, "throughput_runs_per_s": 7.0},
-        {"peer": "AutoGen", "isolation": "one shared container", "error": "driver exited with 1"}]},
-        throughput_library_c4=8.0)
+    r = results(
+        peers={
+            "samples": 6,
+            "throughput_runs": 12,
+            "rows": [
+                {
+                    "peer": "epicbox",
+                    "isolation": "fresh container per run",
+                    "version": "1.1.0",
+                    "p50_ms": 200.0,
+                    "p90_ms": 220.0,
+                    "n": 6,
+                    "throughput_runs_per_s": 7.0,
+                },
+                {"peer": "AutoGen", "isolation": "one shared container", "error": "driver exited with 1"},
+            ],
+        },
+        throughput_library_c4=8.0,
+    )
     r["targets"] = bench.targets(r)
     bench.report(r)
     out = capsys.readouterr().out
-    for text in ("warm launcher round trip", "network_disabled", "pool 0", "c=4", "pdf_form_fill",
-                 "epicbox 1.1.0", "AutoGen", "failed: driver exited with 1", "NOT MET", "MET", "finished in 70.0 s"):
+    for text in (
+        "warm launcher round trip",
+        "network_disabled",
+        "pool 0",
+        "c=4",
+        "pdf_form_fill",
+        "epicbox 1.1.0",
+        "AutoGen",
+        "failed: driver exited with 1",
+        "NOT MET",
+        "MET",
+        "finished in 70.0 s",
+    ):
         assert text in out, text
     assert out.count("NOT MET") == sum(1 for t in r["targets"] if t["met"] is False)

@@ -15,7 +15,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from executor.config import Settings
+from skill_executor.config import Settings
 
 from .conftest import REPO, require_runtime
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from executor.core import Executor
-from executor.errors import ExecutorError
-from executor.runs.models import RunRequest, RunResult
+from skill_executor.core import Executor
+from skill_executor.errors import ExecutorError
+from skill_executor.runs.models import RunRequest, RunResult
 
 from .helpers import eventually, refused, run
 
@@ -67,18 +67,29 @@ def test_planted_inputs_link_is_never_chowned_or_followed(executor: Executor, vi
 )
 def test_staging_never_writes_through_links(executor: Executor, victim: Path, plant: str, target: str) -> None:
     assert run(executor, session="s", command=plant.format(victim=victim)).exit_code == 0
-    error = refused(executor, session="s", command="true", inputs=[{"from": "skill://math-tools/SKILL.md", "to": target}])
+    error = refused(
+        executor, session="s", command="true", inputs=[{"from": "skill://math-tools/SKILL.md", "to": target}]
+    )
     assert error.status in (403, 409) and error.code in ("path_escape", "target_conflict"), error.to_dict()
     assert untouched(victim)
 
 
 def test_workspace_source_and_cwd_never_follow_links(executor: Executor, victim: Path) -> None:
-    assert run(executor, session="s", command=f"ln -s {victim} $WORK_DIR/v && ln -s {victim}/secret.txt $WORK_DIR/s").exit_code == 0
+    assert (
+        run(
+            executor, session="s", command=f"ln -s {victim} $WORK_DIR/v && ln -s {victim}/secret.txt $WORK_DIR/s"
+        ).exit_code
+        == 0
+    )
     for source in ("workspace://work/v", "workspace://work/v/secret.txt", "workspace://work/s"):
         result_or_error: object
         try:
-            result_or_error = run(executor, session="s", command="cat inputs/* 2>/dev/null; true",
-                                  inputs=[{"from": source, "to": "inputs/copy"}])
+            result_or_error = run(
+                executor,
+                session="s",
+                command="cat inputs/* 2>/dev/null; true",
+                inputs=[{"from": source, "to": "inputs/copy"}],
+            )
         except ExecutorError as exc:
             result_or_error = exc
         if isinstance(result_or_error, RunResult):
@@ -88,8 +99,11 @@ def test_workspace_source_and_cwd_never_follow_links(executor: Executor, victim:
 
 
 def test_collection_never_follows_links(executor: Executor, victim: Path) -> None:
-    result = run(executor, command=f"ln -s {victim} out/v; ln -s {victim}/secret.txt out/s; mkdir out/d; "
-                                   f"ln -s {victim} out/d/deeper", outputs={"globs": ["out/**"]})
+    result = run(
+        executor,
+        command=f"ln -s {victim} out/v; ln -s {victim}/secret.txt out/s; mkdir out/d; ln -s {victim} out/d/deeper",
+        outputs={"globs": ["out/**"]},
+    )
     assert all("host secret" not in (f.content or "") for f in result.output_files)
     assert [f.name for f in result.output_files] == []
     assert untouched(victim)
@@ -117,8 +131,12 @@ def test_sessions_are_serialised_so_a_swap_race_cannot_run_against_staging(execu
     results: dict[str, RunResult] = {}
 
     def swapper() -> None:
-        results["a"] = run(executor, session="race", timeout=20,
-                           command=f"python3 $WORK_DIR/swap.py $WORK_DIR {victim} 2.5; echo A-done $(date +%s.%N)")
+        results["a"] = run(
+            executor,
+            session="race",
+            timeout=20,
+            command=f"python3 $WORK_DIR/swap.py $WORK_DIR {victim} 2.5; echo A-done $(date +%s.%N)",
+        )
 
     thread = threading.Thread(target=swapper)
     thread.start()
@@ -126,9 +144,14 @@ def test_sessions_are_serialised_so_a_swap_race_cannot_run_against_staging(execu
     outcomes = []
     for _ in range(3):
         try:
-            b = run(executor, session="race", timeout=20, command="echo B-start $(date +%s.%N)",
-                    inputs=[{"from": "skill://math-tools/SKILL.md", "to": "work/d/staged.md"}],
-                    outputs={"globs": ["work/d/**", "work/link/**"]})
+            b = run(
+                executor,
+                session="race",
+                timeout=20,
+                command="echo B-start $(date +%s.%N)",
+                inputs=[{"from": "skill://math-tools/SKILL.md", "to": "work/d/staged.md"}],
+                outputs={"globs": ["work/d/**", "work/link/**"]},
+            )
             outcomes.append(b)
         except ExecutorError as exc:
             outcomes.append(exc)
@@ -146,8 +169,9 @@ def test_sessions_are_serialised_so_a_swap_race_cannot_run_against_staging(execu
 
 
 def test_a_second_run_of_a_busy_session_is_refused_after_its_timeout(executor: Executor) -> None:
-    first = threading.Thread(target=run, args=(executor,),
-                             kwargs={"session": "busy", "command": "touch $WORK_DIR/started; sleep 3"})
+    first = threading.Thread(
+        target=run, args=(executor,), kwargs={"session": "busy", "command": "touch $WORK_DIR/started; sleep 3"}
+    )
     first.start()
     assert eventually(lambda: (executor.runner.sessions.path("busy", "local") / "work" / "started").exists())
     started = time.monotonic()
@@ -161,8 +185,10 @@ def test_a_second_run_of_a_busy_session_is_refused_after_its_timeout(executor: E
 def test_leftover_processes_cannot_race_collection(executor: Executor, victim: Path) -> None:
     """A command that leaves a swapping process behind and exits at once: its outputs are
     collected only once nothing of the run is alive."""
-    command = (f"cat > $RUN_DIR/swap.py <<'EOF'\n{SWAPPER}\nEOF\n"
-               f"setsid python3 $RUN_DIR/swap.py $OUTPUT_DIR {victim} 30 >/dev/null 2>&1 < /dev/null & sleep 0.5; exit 0")
+    command = (
+        f"cat > $RUN_DIR/swap.py <<'EOF'\n{SWAPPER}\nEOF\n"
+        f"setsid python3 $RUN_DIR/swap.py $OUTPUT_DIR {victim} 30 >/dev/null 2>&1 < /dev/null & sleep 0.5; exit 0"
+    )
     if executor.runtime.name == "local":
         pytest.skip("the local runtime isolates nothing: a process may outlive its run there (documented)")
     for _ in range(3):
@@ -173,8 +199,11 @@ def test_leftover_processes_cannot_race_collection(executor: Executor, victim: P
 
 def test_special_and_sparse_outputs_cost_nothing(executor: Executor) -> None:
     started = time.monotonic()
-    result = run(executor, command="mkfifo out/fifo && test -p out/fifo && echo fifo; for i in $(seq 10); do truncate -s 1G out/sparse$i; done",
-                 outputs={"globs": ["out/*"], "max_total_bytes": 16})
+    result = run(
+        executor,
+        command="mkfifo out/fifo && test -p out/fifo && echo fifo; for i in $(seq 10); do truncate -s 1G out/sparse$i; done",
+        outputs={"globs": ["out/*"], "max_total_bytes": 16},
+    )
     assert time.monotonic() - started < 20
     names = [f.name for f in result.output_files]
     assert result.stdout == "fifo\n" and "out/fifo" not in names
@@ -235,11 +264,14 @@ def test_tenants_do_not_share_sessions_or_artifacts(executor: Executor) -> None:
     executor.artifacts.put("mine.txt", b"tenant a's data", tenant="aaaa")
     request = RunRequest.model_validate({"skill": "math-tools", "session": "same", "command": "echo a > $WORK_DIR/who"})
     runner.run(request, tenant="aaaa")
-    peek = RunRequest.model_validate({"skill": "math-tools", "session": "same", "command": "cat $WORK_DIR/who 2>&1 || true"})
+    peek = RunRequest.model_validate(
+        {"skill": "math-tools", "session": "same", "command": "cat $WORK_DIR/who 2>&1 || true"}
+    )
     assert "a" != runner.run(peek, tenant="bbbb").stdout.strip()
     assert runner.run(peek, tenant="aaaa").stdout.strip() == "a"
-    steal = RunRequest.model_validate({"skill": "math-tools", "command": "cat inputs/mine.txt",
-                                       "inputs": [{"from": "artifact://mine.txt"}]})
+    steal = RunRequest.model_validate(
+        {"skill": "math-tools", "command": "cat inputs/mine.txt", "inputs": [{"from": "artifact://mine.txt"}]}
+    )
     with pytest.raises(ExecutorError) as info:
         runner.run(steal, tenant="bbbb")
     assert info.value.status == 404
@@ -249,8 +281,11 @@ def test_tenants_do_not_share_sessions_or_artifacts(executor: Executor) -> None:
 def test_staging_cannot_multiply_entries(executor: Executor) -> None:
     """Copies between the writable roots grow a tree fast: the whole request has one
     entry budget, so a handful of inputs cannot make the service create millions."""
-    made = run(executor, session="grow", command="mkdir -p $WORK_DIR/seed && cd $WORK_DIR/seed && "
-               "mkdir -p d{1..100}/e{1..130} && echo made")
+    made = run(
+        executor,
+        session="grow",
+        command="mkdir -p $WORK_DIR/seed && cd $WORK_DIR/seed && mkdir -p d{1..100}/e{1..130} && echo made",
+    )
     assert made.stdout == "made\n"
     inputs = [{"from": "workspace://work/seed", "to": f"out/copy{i}"} for i in range(6)]
     error = refused(executor, session="grow", command="true", inputs=inputs)
@@ -258,8 +293,10 @@ def test_staging_cannot_multiply_entries(executor: Executor) -> None:
 
 
 def test_collection_holds_only_what_it_returns(executor: Executor) -> None:
-    command = ("python3 -c \"import os\nos.chdir('out')\nfor i in range(40):\n os.mkdir('d'*200); os.chdir('d'*200)\n"
-               "for i in range(50): open(f'f{i}', 'w').write('x')\"; touch out/a.txt")
+    command = (
+        "python3 -c \"import os\nos.chdir('out')\nfor i in range(40):\n os.mkdir('d'*200); os.chdir('d'*200)\n"
+        "for i in range(50): open(f'f{i}', 'w').write('x')\"; touch out/a.txt"
+    )
     result = run(executor, command=command, outputs={"globs": ["out/**"], "max_files": 5})
     names = [f.name for f in result.output_files]
     assert names == ["out/a.txt"], names  # the deep ones are longer than a path may be
@@ -267,7 +304,11 @@ def test_collection_holds_only_what_it_returns(executor: Executor) -> None:
 
 
 def test_lone_surrogates_are_a_clean_refusal(executor: Executor) -> None:
-    for fields in ({"cwd": "out/\ud800"}, {"stdin": "\udcff"}, {"env": {"A": "\ud800"}},
-                   {"inputs": [{"from": "workspace://work/\ud800"}]}):
+    for fields in (
+        {"cwd": "out/\ud800"},
+        {"stdin": "\udcff"},
+        {"env": {"A": "\ud800"}},
+        {"inputs": [{"from": "workspace://work/\ud800"}]},
+    ):
         error = refused(executor, command="true", **fields)
         assert error.status == 400 and error.code == "invalid_text", error.to_dict()

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from executor.testing.format import TestFile
+from skill_executor.testing.format import TestFile
 
 from .conftest import in_ci, require_runtime
 
@@ -34,13 +34,20 @@ GITLAB = REPO / "examples" / "ci" / "gitlab-ci.yml"
 SKILLS = REPO / "skills"
 
 
-def run_recipe(recipe: Path, workdir: Path, env: dict[str, str] | None = None,
-               timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_recipe(
+    recipe: Path, workdir: Path, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     # `python` is this interpreter unless the caller's PATH says otherwise.
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     full = {**os.environ, "PATH": path, "PYTHON": sys.executable, **(env or {})}
-    return subprocess.run(["bash", str(RUNNER), str(recipe), str(workdir)], env=full, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        ["bash", str(RUNNER), str(recipe), str(workdir)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def cases_of(skill: Path) -> list[str]:
@@ -53,8 +60,8 @@ def junit_cases(report: Path) -> dict[str, bool]:
     root = ET.parse(report).getroot()
     assert root.tag in ("testsuites", "testsuite"), root.tag
     return {
-        f"{case.get('classname', '')} {case.get('name', '')}":
-            case.find("failure") is None and case.find("error") is None
+        f"{case.get('classname', '')} {case.get('name', '')}": case.find("failure") is None
+        and case.find("error") is None
         for case in root.iter("testcase")
     }
 
@@ -71,7 +78,8 @@ def named(results: dict[str, bool], case: str) -> bool:
 
 def test_runner_emulates_steps_env_files_and_always(tmp_path: Path) -> None:
     recipe = tmp_path / "wf.yml"
-    recipe.write_text(textwrap.dedent("""\
+    recipe.write_text(
+        textwrap.dedent("""\
         on: push
         env: {A: workflow, B: workflow}
         jobs:
@@ -108,7 +116,8 @@ def test_runner_emulates_steps_env_files_and_always(tmp_path: Path) -> None:
                 run: exit 7
           second:
             steps: [{run: touch second-job.txt}]
-        """))
+        """)
+    )
     proc = run_recipe(recipe, tmp_path)
     assert proc.returncode == 1, proc.stderr  # the first failing step's status
     seen = (tmp_path / "seen.txt").read_text().splitlines()
@@ -122,7 +131,9 @@ def test_runner_emulates_steps_env_files_and_always(tmp_path: Path) -> None:
 
 def test_runner_passes_and_refuses_what_it_cannot_run(tmp_path: Path) -> None:
     good = tmp_path / "good.yml"
-    good.write_text("jobs:\n  j:\n    steps:\n      - run: echo hi\n      - run: exit 3\n        continue-on-error: true\n")
+    good.write_text(
+        "jobs:\n  j:\n    steps:\n      - run: echo hi\n      - run: exit 3\n        continue-on-error: true\n"
+    )
     proc = run_recipe(good, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "hi\n"
@@ -153,7 +164,7 @@ def test_github_recipe_shape() -> None:
     test_step = next(i for i, step in enumerate(steps) if "skill-executor test" in step.get("run", ""))
     assert "--junit report.xml" in steps[test_step]["run"]
     assert "--json report.json" in steps[test_step]["run"]
-    after = steps[test_step + 1:]
+    after = steps[test_step + 1 :]
     assert after and all(step.get("if") == "always()" for step in after)
     publish = {step["uses"].split("@")[0]: step for step in after if "uses" in step}
     assert publish["mikepenz/action-junit-report"]["with"]["report_paths"] == "report.xml"
@@ -175,12 +186,14 @@ def test_github_summary_step_lists_the_failed_cases(tmp_path: Path) -> None:
         '<testcase classname="math-tools" name="fib ok"/>'
         '<testcase classname="math-tools" name="fib bad"><failure message="exit 1"/></testcase>'
         '<testcase classname="csv-report" name="crashed"><error message="boom"/></testcase>'
-        '</testsuite></testsuites>')
+        "</testsuite></testsuites>"
+    )
     summary.unlink()
     proc = run_recipe(recipe, tmp_path, {"GITHUB_STEP_SUMMARY": str(summary)})
     assert proc.returncode == 0, proc.stderr
-    assert summary.read_text() == ("### Skill tests: 1 of 3 passed\n"
-                                   "- :x: math-tools: fib bad\n- :x: csv-report: crashed\n")
+    assert summary.read_text() == (
+        "### Skill tests: 1 of 3 passed\n- :x: math-tools: fib bad\n- :x: csv-report: crashed\n"
+    )
 
 
 def test_github_summary_shows_a_hostile_case_name_as_text(tmp_path: Path) -> None:
@@ -202,8 +215,10 @@ def test_github_summary_shows_a_hostile_case_name_as_text(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     lines = summary.read_text().splitlines()
     assert lines[0] == "### Skill tests: 0 of 1 passed" and len(lines) == 2
-    assert lines[1] == ("- :x: skills.demo: \\!\\[x\\]\\(https://evil.example/p.png\\) \\<img src=x\\> "
-                        "\\[all passed\\]\\(https://x\\) \\`code\\` \\#\\#\\# 9 of 9 passed")
+    assert lines[1] == (
+        "- :x: skills.demo: \\!\\[x\\]\\(https://evil.example/p.png\\) \\<img src=x\\> "
+        "\\[all passed\\]\\(https://x\\) \\`code\\` \\#\\#\\# 9 of 9 passed"
+    )
 
 
 def test_gitlab_recipe_shape() -> None:
@@ -231,18 +246,33 @@ def recipe_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     _require_current_image()
     base = tmp_path_factory.mktemp("ci-recipe")
     source = base / "skill-executor"
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         if (REPO / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, source / name)
     env_dir = base / "venv"
     venv.create(env_dir, with_pip=True)
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("SKILL_EXECUTOR_DOCKER_IMAGE", "VIRTUAL_ENV", "PYTHONPATH", "GITHUB_ENV")}
-    env.update(PATH=f"{env_dir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", VIRTUAL_ENV=str(env_dir),
-               SKILL_EXECUTOR_SOURCE=str(source), PYTHON=sys.executable)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("SKILL_EXECUTOR_DOCKER_IMAGE", "VIRTUAL_ENV", "PYTHONPATH", "GITHUB_ENV")
+    }
+    env.update(
+        PATH=f"{env_dir / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        VIRTUAL_ENV=str(env_dir),
+        SKILL_EXECUTOR_SOURCE=str(source),
+        PYTHON=sys.executable,
+    )
     return env
 
 
@@ -250,15 +280,18 @@ def _require_current_image() -> None:
     """The recipe reuses the runner image of this tree; building it here would take long."""
     import docker
 
-    from executor.image.inputs import flavour_inputs, runner_tag, tree_hash
+    from skill_executor.image.inputs import flavour_inputs, runner_tag, tree_hash
 
     root = REPO / "images"
     inputs = flavour_inputs(root / "runner", "full")
     tags = {runner_tag("full", tree_hash(paths, root)) for paths in (inputs, [*inputs, root / "build-base.sh"])}
-    client = docker.DockerClient(base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
-                                 version="auto", timeout=30)
+    client = docker.DockerClient(
+        base_url=os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"), version="auto", timeout=30
+    )
     if not any(client.images.list(name=tag) for tag in tags):
-        problem = f"the runner image of this tree ({' or '.join(sorted(tags))}) is not built; ./scripts/test.sh builds it"
+        problem = (
+            f"the runner image of this tree ({' or '.join(sorted(tags))}) is not built; ./scripts/test.sh builds it"
+        )
         if in_ci():
             pytest.fail(problem)
         pytest.skip(problem)
@@ -293,8 +326,7 @@ def test_github_recipe_passes_on_the_bundled_skills(tmp_path: Path, recipe_env: 
 
 
 @pytest.mark.docker
-def test_github_recipe_fails_on_a_broken_skill_and_still_reports(tmp_path: Path,
-                                                                 recipe_env: dict[str, str]) -> None:
+def test_github_recipe_fails_on_a_broken_skill_and_still_reports(tmp_path: Path, recipe_env: dict[str, str]) -> None:
     repo = make_repo(tmp_path, ["math-tools"])
     (repo / "skills" / "math-tools" / "scripts" / "fib.py").write_text("import sys\nsys.exit(1)\n")
     summary = tmp_path / "summary.md"

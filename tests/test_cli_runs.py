@@ -16,7 +16,7 @@ RUNTIMES = ["local", "docker"]  # the CLI's --runtime values
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "executor.cli.main", *args], capture_output=True, text=True, cwd=REPO, input=stdin
+        [sys.executable, "-m", "skill_executor.cli.main", *args], capture_output=True, text=True, cwd=REPO, input=stdin
     )
 
 
@@ -37,7 +37,11 @@ def test_run_request_file_and_stdin(tmp_path: Path, runtime: str) -> None:
         assert result.returncode == 0, result.stderr
         body = json.loads(result.stdout)
         types = {f["name"]: f["mime_type"] for f in body["output_files"]}
-        assert types == {"out/chart.svg": "image/svg+xml", "out/report.md": "text/markdown", "out/summary.json": "application/json"}
+        assert types == {
+            "out/chart.svg": "image/svg+xml",
+            "out/report.md": "text/markdown",
+            "out/summary.json": "application/json",
+        }
         assert body["exit_code"] == 0 and "4 rows" in body["stdout"] + json.dumps(body["output_files"])
 
 
@@ -50,48 +54,71 @@ def test_run_refused_and_failed(tmp_path: Path, runtime: str) -> None:
     assert json.loads(refused.stdout)["error"]["code"] == "skill_not_found"
     invalid = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools"}))
     assert invalid.returncode == 2 and json.loads(invalid.stdout)["error"]["code"] == "invalid_request"
-    host = cli("run", "--request", "-", *common, stdin=json.dumps(
-        {"skill": "math-tools", "command": "true", "inputs": [{"from": "host:///etc/passwd"}]}))
+    host = cli(
+        "run",
+        "--request",
+        "-",
+        *common,
+        stdin=json.dumps({"skill": "math-tools", "command": "true", "inputs": [{"from": "host:///etc/passwd"}]}),
+    )
     assert host.returncode == 2 and json.loads(host.stdout)["error"]["code"] == "host_input_refused"
     # A command that ran: the CLI exits with its status (the result JSON is printed all the same).
     failed = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools", "command": "exit 7"}))
     assert failed.returncode == 7 and json.loads(failed.stdout)["exit_code"] == 7
-    killed = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools", "command": "kill -TERM $$"}))
+    killed = cli(
+        "run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools", "command": "kill -TERM $$"})
+    )
     assert killed.returncode == 143 and json.loads(killed.stdout)["signal"] == "SIGTERM"
-    slow = cli("run", "--request", "-", *common,
-               stdin=json.dumps({"skill": "math-tools", "command": "sleep 30", "timeout": 1}))
+    slow = cli(
+        "run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools", "command": "sleep 30", "timeout": 1})
+    )
     assert slow.returncode == 124 and json.loads(slow.stdout)["timed_out"] is True
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_run_shorthand(tmp_path: Path, runtime: str) -> None:
     require_runtime(runtime)
-    result = cli("run", "math-tools", "--runtime", runtime, "--data-dir", str(tmp_path / "d"), "--",
-                 "python3 scripts/primes.py 20 out/p.txt")
+    result = cli(
+        "run",
+        "math-tools",
+        "--runtime",
+        runtime,
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--",
+        "python3 scripts/primes.py 20 out/p.txt",
+    )
     assert result.returncode == 0, result.stderr
     assert "8 primes below 20" in result.stdout and "--- out/p.txt (text/plain" in result.stdout
     assert "2\n3\n5\n7\n11\n13\n17\n19\n" in result.stdout
-    failed = cli("run", "math-tools", "--runtime", runtime, "--data-dir", str(tmp_path / "d"), "--",
-                 "echo partial; exit 3")
+    failed = cli(
+        "run", "math-tools", "--runtime", runtime, "--data-dir", str(tmp_path / "d"), "--", "echo partial; exit 3"
+    )
     assert failed.returncode == 3 and "partial" in failed.stdout and "--- exit 3 in" in failed.stderr
 
 
 def test_version() -> None:
-    from executor import __version__
+    from skill_executor import __version__
 
     result = cli("--version")
     assert result.returncode == 0 and result.stdout == f"skill-executor {__version__}\n"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["serve", "--port", "70000"], "invalid port 70000: must be 1-65535"),
-    (["serve", "--port", "0"], "invalid port 0: must be 1-65535"),
-    (["serve", "--port", "-1"], "invalid port -1: must be 1-65535"),
-    (["serve", "--port", "http"], "invalid port 'http': not a number"),
-    (["serve", "--skills-dir", "/nonexistent/skills"], "'/nonexistent/skills' does not exist"),
-    (["serve", "--skills-dir", "/etc/hostname"], "'/etc/hostname' is not a folder"),
-    (["run", "math-tools", "--skills-dir", "/nonexistent/skills", "--", "true"], "'/nonexistent/skills' does not exist"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["serve", "--port", "70000"], "invalid port 70000: must be 1-65535"),
+        (["serve", "--port", "0"], "invalid port 0: must be 1-65535"),
+        (["serve", "--port", "-1"], "invalid port -1: must be 1-65535"),
+        (["serve", "--port", "http"], "invalid port 'http': not a number"),
+        (["serve", "--skills-dir", "/nonexistent/skills"], "'/nonexistent/skills' does not exist"),
+        (["serve", "--skills-dir", "/etc/hostname"], "'/etc/hostname' is not a folder"),
+        (
+            ["run", "math-tools", "--skills-dir", "/nonexistent/skills", "--", "true"],
+            "'/nonexistent/skills' does not exist",
+        ),
+    ],
+)
 def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
     """Refused before anything starts: exit 2 with the reason (serve never binds)."""
     result = cli(*args, "--data-dir", str(tmp_path / "d"))
@@ -103,8 +130,18 @@ def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
 def test_allow_host_root_flag(tmp_path: Path) -> None:
     (tmp_path / "in.txt").write_text("from host")
     request = {"skill": "math-tools", "command": "cat inputs/in.txt", "inputs": [{"from": f"host://{tmp_path}/in.txt"}]}
-    result = cli("run", "--request", "-", "--runtime", "local", "--data-dir", str(tmp_path / "d"),
-                 "--allow-host-root", str(tmp_path), stdin=json.dumps(request))
+    result = cli(
+        "run",
+        "--request",
+        "-",
+        "--runtime",
+        "local",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--allow-host-root",
+        str(tmp_path),
+        stdin=json.dumps(request),
+    )
     assert json.loads(result.stdout)["stdout"] == "from host"
 
 
@@ -132,15 +169,24 @@ def test_example_skills_and_mime_types(tmp_path: Path, runtime: str) -> None:
     require_runtime(runtime)
     common = ["--runtime", runtime, "--data-dir", str(tmp_path / "data")]
     cases = [
-        ({"skill": "math-tools",
-          "command": "python3 scripts/fib.py 12 --json out/fib.json && python3 scripts/primes.py 50 out/primes.txt "
-                     "&& python3 scripts/stats.py inputs/n.txt out/stats.json",
-          "inputs": [{"from": "skill://math-tools/references/REFERENCE.md", "to": "inputs/ref.md"}],
-          "stdin": None},
-         None),
-        ({"skill": "file-bundle", "command": "bash scripts/bundle.sh inputs out",
-          "inputs": [{"from": "skill://csv-report/assets"}, {"from": "skill://math-tools/scripts"}]},
-         {"out/bundle.tar.gz": "application/gzip", "out/manifest.tsv": "text/tab-separated-values"}),
+        (
+            {
+                "skill": "math-tools",
+                "command": "python3 scripts/fib.py 12 --json out/fib.json && python3 scripts/primes.py 50 out/primes.txt "
+                "&& python3 scripts/stats.py inputs/n.txt out/stats.json",
+                "inputs": [{"from": "skill://math-tools/references/REFERENCE.md", "to": "inputs/ref.md"}],
+                "stdin": None,
+            },
+            None,
+        ),
+        (
+            {
+                "skill": "file-bundle",
+                "command": "bash scripts/bundle.sh inputs out",
+                "inputs": [{"from": "skill://csv-report/assets"}, {"from": "skill://math-tools/scripts"}],
+            },
+            {"out/bundle.tar.gz": "application/gzip", "out/manifest.tsv": "text/tab-separated-values"},
+        ),
     ]
     # math-tools: numbers staged from an artifact made through the CLI
     numbers = tmp_path / "n.txt"
@@ -148,7 +194,11 @@ def test_example_skills_and_mime_types(tmp_path: Path, runtime: str) -> None:
     assert cli("artifacts", "put", "n.txt", str(numbers), "--data-dir", str(tmp_path / "data")).returncode == 0
     cases[0][0]["inputs"].append({"from": "artifact://n.txt"})
     del cases[0][0]["stdin"]
-    expected_math = {"out/fib.json": "application/json", "out/primes.txt": "text/plain", "out/stats.json": "application/json"}
+    expected_math = {
+        "out/fib.json": "application/json",
+        "out/primes.txt": "text/plain",
+        "out/stats.json": "application/json",
+    }
     for request, expected in cases:
         request["outputs"] = {"globs": ["out/*"]}
         result = cli("run", "--request", "-", *common, stdin=json.dumps(request))
@@ -163,4 +213,8 @@ def test_example_skills_and_mime_types(tmp_path: Path, runtime: str) -> None:
             assert json.loads(outputs["out/stats.json"]["content"])["mean"] == 18.0
         else:
             manifest = next(f for f in body["output_files"] if f["name"] == "out/manifest.tsv")["content"]
-            assert "assets/sample.csv\t87\t" in manifest and "scripts/fib.py\t" in manifest and "bundled 4 files" in body["stdout"]
+            assert (
+                "assets/sample.csv\t87\t" in manifest
+                and "scripts/fib.py\t" in manifest
+                and "bundled 4 files" in body["stdout"]
+            )

@@ -20,7 +20,10 @@ def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) 
     if env is not None:
         environment = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")} | env
     return subprocess.run(
-        [sys.executable, "-m", "executor.cli.main", *args], capture_output=True, text=True, cwd=cwd or REPO,
+        [sys.executable, "-m", "skill_executor.cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
         env=environment,
     )
 
@@ -60,7 +63,10 @@ def test_list_json(tmp_path: Path) -> None:
     assert out["skills"][0]["path"] == str(tmp_path / "one") and out["skills"][0]["warnings"] == []
     assert out["skills"][1]["warnings"][0]["code"] == "name-format"
     assert out["rejected"] == [
-        {"path": str(tmp_path / "bad"), "errors": [{"code": "description-missing", "message": "the required key 'description' is missing"}]}
+        {
+            "path": str(tmp_path / "bad"),
+            "errors": [{"code": "description-missing", "message": "the required key 'description' is missing"}],
+        }
     ]
 
 
@@ -78,7 +84,11 @@ def test_show_search_install(tmp_path: Path) -> None:
     shown = json.loads(cli("skills", "show", "MATH-TOOLS", "--root", "skills").stdout)
     assert shown["id"] == "math-tools" and "Fibonacci" in shown["body"]
     assert "references/REFERENCE.md" in shown["docs"]
-    assert {"path": "scripts/fib.py", "size": (REPO / "skills/math-tools/scripts/fib.py").stat().st_size, "kind": "script"} in shown["files"]
+    assert {
+        "path": "scripts/fib.py",
+        "size": (REPO / "skills/math-tools/scripts/fib.py").stat().st_size,
+        "kind": "script",
+    } in shown["files"]
     hits = json.loads(cli("skills", "search", "csv chart", "--root", "skills").stdout)
     assert hits[0]["id"] == "csv-report"
     missing = cli("skills", "show", "nope", "--root", "skills")

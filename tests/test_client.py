@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from executor.client import ApiError, AsyncClient, Client
+from skill_executor.client import ApiError, AsyncClient, Client
 
 Seen = list[httpx.Request]
 
@@ -27,8 +27,11 @@ def handler(seen: Seen):  # type: ignore[no-untyped-def]
             return httpx.Response(503, json={"status": "degraded"})
         if request.url.path.startswith("/v1/artifacts/dl/"):
             sha = hashlib.sha256(CONTENT).hexdigest() if request.url.path.endswith("/good") else "0" * 64
-            return httpx.Response(200, content=CONTENT, headers={
-                "X-Artifact-SHA256": sha, "X-Artifact-Version": "7", "Content-Type": "text/plain"})
+            return httpx.Response(
+                200,
+                content=CONTENT,
+                headers={"X-Artifact-SHA256": sha, "X-Artifact-Version": "7", "Content-Type": "text/plain"},
+            )
         return httpx.Response(200, json={"ok": True})
 
     return answer
@@ -69,8 +72,10 @@ async def acalls(client: AsyncClient) -> None:
 
 
 def shape(seen: Seen) -> list[tuple[str, str, str | None, str | None, bytes]]:
-    return [(r.method, r.url.raw_path.decode(), r.headers.get("content-type"), r.headers.get("idempotency-key"),
-             r.content) for r in seen]
+    return [
+        (r.method, r.url.raw_path.decode(), r.headers.get("content-type"), r.headers.get("idempotency-key"), r.content)
+        for r in seen
+    ]
 
 
 def test_both_clients_send_the_same_quoted_requests() -> None:
@@ -99,8 +104,10 @@ def test_both_clients_send_the_same_quoted_requests() -> None:
     # Artifacts: an iterator streams (chunked); delete by version; versions is a listing filter, never a
     # path under the name (which would shadow an artifact named .../versions).
     assert [(r.method, r.url.raw_path.decode()) for r in sync_seen[7:]] == [
-        ("POST", "/v1/artifacts/chunks"), ("DELETE", "/v1/artifacts/d/x?version=2&owner=k"),
-        ("GET", "/v1/artifacts?name=x%2Fversions")]
+        ("POST", "/v1/artifacts/chunks"),
+        ("DELETE", "/v1/artifacts/d/x?version=2&owner=k"),
+        ("GET", "/v1/artifacts?name=x%2Fversions"),
+    ]
     assert sync_seen[7].content == b"ab" and sync_seen[7].headers["transfer-encoding"] == "chunked"
 
 
@@ -122,8 +129,12 @@ def test_uploads_stream_from_files_and_downloads_stream_to_files(tmp_path: Path)
             client.put_artifact("from/file", handle)  # what is left of it
         target = tmp_path / "out.bin"
         info = client.download_artifact("dl/good", target)
-        assert info == {"version": 7, "sha256": hashlib.sha256(CONTENT).hexdigest(), "size": len(CONTENT),
-                        "mime_type": "text/plain"}
+        assert info == {
+            "version": 7,
+            "sha256": hashlib.sha256(CONTENT).hexdigest(),
+            "size": len(CONTENT),
+            "mime_type": "text/plain",
+        }
         assert target.read_bytes() == CONTENT
         sink = io.BytesIO()
         client.download_artifact("dl/good", sink)
@@ -135,7 +146,9 @@ def test_uploads_stream_from_files_and_downloads_stream_to_files(tmp_path: Path)
             client.download_artifact("missing", tmp_path / "missing.bin")
         assert not (tmp_path / "missing.bin").exists()
     assert [(r.content, r.headers.get("content-length")) for r in seen[:2]] == [
-        (CONTENT, str(len(CONTENT))), (CONTENT[7:], str(len(CONTENT) - 7))]
+        (CONTENT, str(len(CONTENT))),
+        (CONTENT[7:], str(len(CONTENT) - 7)),
+    ]
 
     async def main() -> None:
         aseen: Seen = []

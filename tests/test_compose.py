@@ -13,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from executor.client import Client
+from skill_executor.client import Client
 
 from .api_server import free_port
 from .conftest import REPO, in_ci, require_runtime
@@ -46,7 +46,10 @@ def test_compose_file_is_valid() -> None:
     service = config["services"]["skill-executor"]
     assert service["network_mode"] == "host"
     volumes = service["volumes"]
-    flat = [v if isinstance(v, str) else f"{v['source']}:{v['target']}{':ro' if v.get('read_only') else ''}" for v in volumes]
+    flat = [
+        v if isinstance(v, str) else f"{v['source']}:{v['target']}{':ro' if v.get('read_only') else ''}"
+        for v in volumes
+    ]
     assert "/var/run/docker.sock:/var/run/docker.sock:rw" in flat
     assert f"{REPO}/skills:{REPO}/skills:ro" in flat
     # Identical path inside and outside; the volumes the service mounts there reach the engine.
@@ -63,7 +66,7 @@ def test_compose_up_serves_a_run(tmp_path: Path) -> None:
     compose_binary()
     import docker
 
-    from executor.image.build import build_service_image
+    from skill_executor.image.build import build_service_image
 
     engine = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=600)
     build_service_image(engine)
@@ -73,8 +76,9 @@ def test_compose_up_serves_a_run(tmp_path: Path) -> None:
     env = compose_env(SKILL_EXECUTOR_DATA_DIR=str(data), SKILL_EXECUTOR_PORT=str(port))
     # The hard disk cap: the data folder on a shared mount (what a systemd host's / already is).
     data.mkdir()
-    shared = subprocess.run(["sh", "-c", f"mount --bind {data} {data} && mount --make-shared {data}"],
-                            capture_output=True, text=True)
+    shared = subprocess.run(
+        ["sh", "-c", f"mount --bind {data} {data} && mount --make-shared {data}"], capture_output=True, text=True
+    )
     assert shared.returncode == 0, shared.stderr
     up = compose("-p", project, "up", "-d", "--no-build", env=env)
     try:
@@ -91,8 +95,13 @@ def test_compose_up_serves_a_run(tmp_path: Path) -> None:
             time.sleep(0.5)
         with Client(url) as client:
             assert client.health()["checks"]["engine"]["ok"]
-            result = client.run({"skill": "math-tools", "command": "python3 scripts/fib.py 7 > out/fib.txt",
-                                 "output_files": ["out/fib.txt"]})
+            result = client.run(
+                {
+                    "skill": "math-tools",
+                    "command": "python3 scripts/fib.py 7 > out/fib.txt",
+                    "output_files": ["out/fib.txt"],
+                }
+            )
             assert result["exit_code"] == 0, result
             assert result["output_files"][0]["content"] == "0\n1\n1\n2\n3\n5\n8\n"
             record = client.get_run(result["run_id"])

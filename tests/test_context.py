@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from executor.config import Settings
-from executor.context import BudgetExceeded, ContextService, NotLoaded, UnknownDoc
-from executor.context.tokens import CL100K, ESTIMATE, counter
-from executor.core import Executor, make_contexts
-from executor.errors import BadRequest
-from executor.tools import CONTEXT_TOOLS, ToolExecutor, definitions
+from skill_executor.config import Settings
+from skill_executor.context import BudgetExceeded, ContextService, NotLoaded, UnknownDoc
+from skill_executor.context.tokens import CL100K, ESTIMATE, counter
+from skill_executor.core import Executor, make_contexts
+from skill_executor.errors import BadRequest
+from skill_executor.tools import CONTEXT_TOOLS, ToolExecutor, definitions
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "context"
 GOLDEN = FIXTURES / "golden"
@@ -46,8 +46,13 @@ def settings_for(base: Path, **overrides: Any) -> Settings:
     skills = base / "skills"
     if not skills.exists():
         shutil.copytree(FIXTURES / "skills", skills)
-    values: dict[str, Any] = {"runtime": "local", "skills_dirs": [skills], "data_dir": base / "data",
-                              "skills_refresh_seconds": 0.0, **overrides}
+    values: dict[str, Any] = {
+        "runtime": "local",
+        "skills_dirs": [skills],
+        "data_dir": base / "data",
+        "skills_refresh_seconds": 0.0,
+        **overrides,
+    }
     return Settings(**values)
 
 
@@ -129,8 +134,13 @@ def test_state_reports_items_tokens_budget_and_counter(h: Harness) -> None:
     assert (skill["name"], skill["version"]) == ("report-writer", 1)
     assert skill["tokens"] > 0 and skill["docs"][0]["name"] == "references/style.md"
     assert state["total_tokens"] == state["overview_tokens"] + skill["tokens"] + skill["docs"][0]["tokens"]
-    assert state["budget"] == {"max_tokens": 200_000, "skill_tokens": 8_000, "doc_tokens": 8_000,
-                               "high_water": 0.9, "limit": 180_000}
+    assert state["budget"] == {
+        "max_tokens": 200_000,
+        "skill_tokens": 8_000,
+        "doc_tokens": 8_000,
+        "high_water": 0.9,
+        "limit": 180_000,
+    }
     assert state["counter"] == ESTIMATE
     # the text rendering's size is what the items add up to (the estimate is per section)
     assert abs(svc.render("local", "chat-1", "text")["tokens"] - state["total_tokens"]) <= 4
@@ -144,8 +154,10 @@ def test_select_docs_modes_and_errors(h: Harness) -> None:
         svc.select_docs(t, s, "report-writer", docs=["references/style.md"])
     assert not_loaded.value.code == "not_loaded" and "load it first" in not_loaded.value.message
     svc.load(t, s, "report-writer")
-    assert svc.select_docs(t, s, "report-writer", all=True)["selected"] == ["references/style.md",
-                                                                           "references/tables.md"]
+    assert svc.select_docs(t, s, "report-writer", all=True)["selected"] == [
+        "references/style.md",
+        "references/tables.md",
+    ]
     replaced = svc.select_docs(t, s, "report-writer", docs=["references/tables.md"], mode="replace")
     assert replaced["selected"] == ["references/tables.md"] and replaced["removed"] == ["references/style.md"]
     cleared = svc.select_docs(t, s, "report-writer", mode="clear")
@@ -153,17 +165,21 @@ def test_select_docs_modes_and_errors(h: Harness) -> None:
     with pytest.raises(UnknownDoc) as unknown:
         svc.select_docs(t, s, "report-writer", docs=["references/styles.md"])
     assert unknown.value.code == "unknown_doc"
-    assert unknown.value.message == ("skill 'report-writer' has no doc 'references/styles.md'; did you mean "
-                                     "'references/style.md' or 'references/tables.md'? (available: "
-                                     "references/style.md, references/tables.md)")
+    assert unknown.value.message == (
+        "skill 'report-writer' has no doc 'references/styles.md'; did you mean "
+        "'references/style.md' or 'references/tables.md'? (available: "
+        "references/style.md, references/tables.md)"
+    )
     assert unknown.value.details["available"] == ["references/style.md", "references/tables.md"]
     with pytest.raises(BadRequest):
         svc.select_docs(t, s, "report-writer", docs=["references/style.md"], mode="clear")
     with pytest.raises(BadRequest):
         svc.select_docs(t, s, "report-writer", mode="add")
     listed = svc.list_docs(t, s, "report-writer")
-    assert [(d["name"], d["selected"]) for d in listed["docs"]] == [("references/style.md", False),
-                                                                   ("references/tables.md", False)]
+    assert [(d["name"], d["selected"]) for d in listed["docs"]] == [
+        ("references/style.md", False),
+        ("references/tables.md", False),
+    ]
     with pytest.raises(NotLoaded):
         svc.unload(t, s, "note-taker")
     with pytest.raises(NotLoaded):
@@ -183,10 +199,16 @@ def test_per_skill_and_per_doc_budgets_refuse_with_the_numbers(h: Harness) -> No
     with pytest.raises(BudgetExceeded) as refused:
         svc.load("local", "chat-1", "report-writer", evict="lru", budget={"skill_tokens": size - 1})
     assert refused.value.code == "budget_exceeded" and refused.value.status == 409
-    assert refused.value.message == (f"skill 'report-writer' is {size} tokens, over the per-skill budget of "
-                                     f"{size - 1} (estimate-chars/4)")
-    assert refused.value.details == {"item": "skill 'report-writer'", "tokens": size, "budget": size - 1,
-                                     "kind": "skill", "counter": ESTIMATE}
+    assert refused.value.message == (
+        f"skill 'report-writer' is {size} tokens, over the per-skill budget of {size - 1} (estimate-chars/4)"
+    )
+    assert refused.value.details == {
+        "item": "skill 'report-writer'",
+        "tokens": size,
+        "budget": size - 1,
+        "kind": "skill",
+        "counter": ESTIMATE,
+    }
     svc.load("local", "chat-1", "report-writer")
     with pytest.raises(BudgetExceeded) as doc:
         svc.select_docs("local", "chat-1", "report-writer", docs=["references/style.md"], budget={"doc_tokens": 5})
@@ -207,12 +229,20 @@ def test_context_budget_refuses_under_none_and_evicts_lru(h: Harness) -> None:
     with pytest.raises(BudgetExceeded) as refused:
         svc.load("local", "chat-1", "note-taker", budget=budget)
     total = state["total_tokens"]
-    assert refused.value.details == {"item": "skill 'note-taker'", "tokens": note, "total_tokens": total,
-                                     "limit": total + note - 1, "max_tokens": total + note - 1, "high_water": 1.0,
-                                     "counter": ESTIMATE, "policy": "none"}
+    assert refused.value.details == {
+        "item": "skill 'note-taker'",
+        "tokens": note,
+        "total_tokens": total,
+        "limit": total + note - 1,
+        "max_tokens": total + note - 1,
+        "high_water": 1.0,
+        "counter": ESTIMATE,
+        "policy": "none",
+    }
     assert refused.value.message.startswith(
         f"skill 'note-taker' ({note} tokens) would bring the context to {total + note} tokens, past its limit "
-        f"of {total + note - 1} (100% of {total + note - 1}, estimate-chars/4)")
+        f"of {total + note - 1} (100% of {total + note - 1}, estimate-chars/4)"
+    )
     assert [s["name"] for s in svc.state("local", "chat-1")["skills"]] == ["report-writer", "data-cleaner"]
     svc.touch("local", "chat-1", "report-writer")  # data-cleaner is now the least recently used
     clock.tick()
@@ -237,8 +267,9 @@ def test_lru_evicts_a_stale_doc_before_a_fresher_skill(h: Harness) -> None:
     note = _tokens(h, "note-taker")
     budget = {"max_tokens": state["total_tokens"] + note - doc_tokens, "high_water": 1.0}
     loaded = svc.load("local", "chat-1", "note-taker", evict="lru", budget=budget)
-    assert loaded["evicted"] == [{"skill": "report-writer", "doc": "references/tables.md", "tokens": doc_tokens,
-                                  "reason": "lru"}]
+    assert loaded["evicted"] == [
+        {"skill": "report-writer", "doc": "references/tables.md", "tokens": doc_tokens, "reason": "lru"}
+    ]
     assert [s["name"] for s in loaded["skills"]] == ["report-writer", "data-cleaner", "note-taker"]
 
 
@@ -253,8 +284,9 @@ def test_mention_evicts_skills_the_messages_do_not_mention_first(h: Harness) -> 
     budget = {"max_tokens": state["total_tokens"] + note - 1, "high_water": 1.0}
     messages = ["Can you turn this CSV into a report?", "Use the Report Writer, please."]
     loaded = svc.load("local", "chat-1", "note-taker", evict="mention", messages=messages, budget=budget)
-    assert loaded["evicted"] == [{"skill": "data-cleaner", "doc": None, "tokens": state["skills"][1]["tokens"],
-                                  "reason": "mention"}]
+    assert loaded["evicted"] == [
+        {"skill": "data-cleaner", "doc": None, "tokens": state["skills"][1]["tokens"], "reason": "mention"}
+    ]
     # with no mention at all it falls back to LRU order: report-writer goes first
     svc.clear("local", "chat-1")
     svc.load("local", "chat-1", "report-writer")
@@ -274,12 +306,24 @@ def test_replace_measures_the_new_docs_against_what_stays(h: Harness) -> None:
     without = state["total_tokens"] - style
     # tables does not fit even once style is gone: refused, and style stays selected
     with pytest.raises(BudgetExceeded) as refused:
-        svc.select_docs("local", "chat-1", "report-writer", docs=["references/tables.md"], mode="replace",
-                        budget={"max_tokens": without + tables - 1, "high_water": 1.0})
+        svc.select_docs(
+            "local",
+            "chat-1",
+            "report-writer",
+            docs=["references/tables.md"],
+            mode="replace",
+            budget={"max_tokens": without + tables - 1, "high_water": 1.0},
+        )
     assert refused.value.details["total_tokens"] == without and refused.value.details["tokens"] == tables
     assert svc.state("local", "chat-1")["skills"][0]["docs"][0]["name"] == "references/style.md"
-    replaced = svc.select_docs("local", "chat-1", "report-writer", docs=["references/tables.md"], mode="replace",
-                               budget={"max_tokens": without + tables, "high_water": 1.0})
+    replaced = svc.select_docs(
+        "local",
+        "chat-1",
+        "report-writer",
+        docs=["references/tables.md"],
+        mode="replace",
+        budget={"max_tokens": without + tables, "high_water": 1.0},
+    )
     assert replaced["selected"] == ["references/tables.md"] and replaced["total_tokens"] == without + tables
 
 
@@ -288,8 +332,13 @@ def test_nothing_is_evicted_when_even_everything_would_not_make_room(h: Harness)
     svc.load("local", "chat-1", "report-writer")
     state = svc.state("local", "chat-1")
     with pytest.raises(BudgetExceeded) as refused:
-        svc.load("local", "chat-1", "note-taker", evict="lru",
-                 budget={"max_tokens": state["overview_tokens"] + 5, "high_water": 1.0})
+        svc.load(
+            "local",
+            "chat-1",
+            "note-taker",
+            evict="lru",
+            budget={"max_tokens": state["overview_tokens"] + 5, "high_water": 1.0},
+        )
     assert "evicting everything else" in refused.value.message
     assert [s["name"] for s in svc.state("local", "chat-1")["skills"]] == ["report-writer"]
 
@@ -370,14 +419,20 @@ def test_tool_definitions_and_calls(h: Harness) -> None:
     loaded = tools.call("context_load", {"skill": "report-writer"}, tenant="tenant-a", session="chat-1")
     assert not loaded.is_error and loaded.content.startswith("loaded report-writer (version 1, ")
     assert "tokens (estimate-chars/4)" in loaded.content
-    selected = tools.call("context_select_docs", json.dumps({"session": "chat-1", "skill": "report-writer",
-                                                             "docs": ["references/style.md"], "mode": "add"}),
-                          tenant="tenant-a")
+    selected = tools.call(
+        "context_select_docs",
+        json.dumps({"session": "chat-1", "skill": "report-writer", "docs": ["references/style.md"], "mode": "add"}),
+        tenant="tenant-a",
+    )
     assert "added references/style.md" in selected.content
     render = tools.call("context_render", {"format": "text"}, tenant="tenant-a", session="chat-1")
     assert render.content == h.svc.render("tenant-a", "chat-1", "text")["content"]
-    unknown = tools.call("context_select_docs", {"skill": "report-writer", "docs": ["nope.md"], "mode": "add"},
-                         tenant="tenant-a", session="chat-1")
+    unknown = tools.call(
+        "context_select_docs",
+        {"skill": "report-writer", "docs": ["nope.md"], "mode": "add"},
+        tenant="tenant-a",
+        session="chat-1",
+    )
     assert unknown.is_error and unknown.content.startswith("error (unknown_doc): ")
     other = tools.call("context_touch", {"skill": "report-writer"}, tenant="tenant-b", session="chat-1")
     assert other.is_error and other.content.startswith("error (not_loaded): ")
@@ -412,7 +467,7 @@ def test_exact_counter_is_offline_and_named(tmp_path: Path) -> None:
 def test_a_missing_tokenizer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from executor.context import tokens
+    from skill_executor.context import tokens
 
     monkeypatch.setitem(sys.modules, "tiktoken", None)  # as if not installed
     monkeypatch.setattr(tokens, "_cache", {})
@@ -428,7 +483,7 @@ def test_the_docs_conversation_shows_the_golden_renderings() -> None:
     import re
 
     page = (FIXTURES.parents[2] / "docs" / "concepts" / "contexts.md").read_text()
-    section = page[page.index("## Agent context"):]
+    section = page[page.index("## Agent context") :]
     shown = [b for b in re.findall(r"```[a-z]*\n(.*?)```", section, re.S) if b.startswith(("Skills", "..."))]
     goldens = [(GOLDEN / name).read_text() for name in ("0-empty.txt", "1-loaded.txt", "2-docs.txt")]
     assert shown[0] == goldens[0] and shown[1] == goldens[1]
@@ -451,8 +506,9 @@ def test_the_frameworks_session_binds_a_tool_call(h: Harness) -> None:
 def test_tool_arguments_are_typed_strictly(h: Harness) -> None:
     tools = ToolExecutor(h.executor.repository, contexts=h.svc)
     tools.call("context_load", {"skill": "report-writer"}, tenant="t", session="chat-1")
-    loose = tools.call("context_select_docs", {"skill": "report-writer", "mode": "add", "all": "false"},
-                       tenant="t", session="chat-1")
+    loose = tools.call(
+        "context_select_docs", {"skill": "report-writer", "mode": "add", "all": "false"}, tenant="t", session="chat-1"
+    )
     assert loose.is_error and loose.content.startswith("error (invalid_arguments): ")
     assert h.svc.state("t", "chat-1")["skills"][0]["docs"] == []
 
@@ -474,8 +530,9 @@ def test_lru_takes_a_doc_before_the_skill_selected_with_it(h: Harness) -> None:
     doc_tokens = state["skills"][0]["docs"][0]["tokens"]
     budget = {"max_tokens": state["total_tokens"] + _tokens(h, "note-taker") - doc_tokens, "high_water": 1.0}
     loaded = svc.load("local", "chat-1", "note-taker", evict="lru", budget=budget)
-    assert loaded["evicted"] == [{"skill": "report-writer", "doc": "references/tables.md", "tokens": doc_tokens,
-                                  "reason": "lru"}]
+    assert loaded["evicted"] == [
+        {"skill": "report-writer", "doc": "references/tables.md", "tokens": doc_tokens, "reason": "lru"}
+    ]
 
 
 def test_a_loaded_version_that_was_deleted_is_replaced_and_its_docs_can_be_cleared(h: Harness) -> None:
@@ -496,9 +553,10 @@ def test_a_loaded_version_that_was_deleted_is_replaced_and_its_docs_can_be_clear
     assert again["evicted"][0]["reason"] == "version" and again["skills"][0]["version"] == 2
 
 
-def test_docs_selected_against_a_version_reloaded_meanwhile_are_refused(h: Harness,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from executor.errors import Conflict
+def test_docs_selected_against_a_version_reloaded_meanwhile_are_refused(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skill_executor.errors import Conflict
 
     svc = h.svc
     svc.load("local", "chat-1", "report-writer")

@@ -15,7 +15,7 @@ import anyio
 import httpx
 import pytest
 
-from executor.client import AsyncClient, Client
+from skill_executor.client import AsyncClient, Client
 
 from .api_server import Server
 from .test_api import expect_error
@@ -30,9 +30,15 @@ def _server(base: Path) -> Server:
     skills = base / "skills"
     if not skills.exists():
         shutil.copytree(FIXTURES / "skills", skills)
-    return Server(base, env={"SKILL_EXECUTOR_API_KEYS": f"{KEY_A},{KEY_B}", "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
-                             "SKILL_EXECUTOR_RUNTIME": "local",
-                             "SKILL_EXECUTOR_POOL_SIZE": "0"})
+    return Server(
+        base,
+        env={
+            "SKILL_EXECUTOR_API_KEYS": f"{KEY_A},{KEY_B}",
+            "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
+            "SKILL_EXECUTOR_RUNTIME": "local",
+            "SKILL_EXECUTOR_POOL_SIZE": "0",
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,18 +74,23 @@ def test_rest_round_trip_matches_the_library_goldens(server: Server, clients: tu
     assert xml["counter"] == "estimate-chars/4" and xml["tokens"] > 0
     selected = a.context_select_docs(session, "report-writer", ["references/style.md"])
     assert selected["added"] == ["references/style.md"]
-    assert as_docker(server, a.context_render(session, "markdown")["content"]) == \
-        (GOLDEN / "2-docs.md").read_text()
+    assert as_docker(server, a.context_render(session, "markdown")["content"]) == (GOLDEN / "2-docs.md").read_text()
     state = a.context(session)
-    assert [(s["name"], s["version"], [d["name"] for d in s["docs"]]) for s in state["skills"]] == \
-        [("report-writer", 1, ["references/style.md"])]
+    assert [(s["name"], s["version"], [d["name"] for d in s["docs"]]) for s in state["skills"]] == [
+        ("report-writer", 1, ["references/style.md"])
+    ]
     assert set(state) >= {"skills", "total_tokens", "budget", "counter"}
     docs = a.context_docs(session, "report-writer")
-    assert [(d["name"], d["selected"]) for d in docs["docs"]] == [("references/style.md", True),
-                                                                 ("references/tables.md", False)]
+    assert [(d["name"], d["selected"]) for d in docs["docs"]] == [
+        ("references/style.md", True),
+        ("references/tables.md", False),
+    ]
     assert a.context_touch(session, "report-writer")["skills"][0]["name"] == "report-writer"
-    raw = httpx.get(f"{server.url}/v1/sessions/{session}/context/render", params={"format": "text", "raw": "true"},
-                    headers={"Authorization": f"Bearer {KEY_A}"})
+    raw = httpx.get(
+        f"{server.url}/v1/sessions/{session}/context/render",
+        params={"format": "text", "raw": "true"},
+        headers={"Authorization": f"Bearer {KEY_A}"},
+    )
     assert raw.headers["content-type"].startswith("text/plain") and raw.headers["x-token-counter"]
     assert as_docker(server, raw.text) == (GOLDEN / "2-docs.txt").read_text()
     assert a.context_unload(session, "report-writer")["unloaded"]["docs"] == ["references/style.md"]
@@ -102,8 +113,13 @@ def test_rest_errors_have_stable_codes(clients: tuple[Client, Client]) -> None:
     with expect_error(409, "budget_exceeded") as full:
         a.context_load(session, "note-taker", budget={"max_tokens": 10})
     assert full.error.details["limit"] == 9 and full.error.details["policy"] == "none"
-    evicted = a.context_load(session, "note-taker", evict="mention", messages=["notes please"],
-                             budget={"max_tokens": a.context(session)["total_tokens"] + 10, "high_water": 1})
+    evicted = a.context_load(
+        session,
+        "note-taker",
+        evict="mention",
+        messages=["notes please"],
+        budget={"max_tokens": a.context(session)["total_tokens"] + 10, "high_water": 1},
+    )
     assert evicted["evicted"][0]["skill"] == "report-writer" and evicted["evicted"][0]["reason"] == "mention"
     with expect_error(404, "skill_not_found"):
         a.context_load(session, "no-such-skill")
@@ -130,18 +146,22 @@ def test_a_key_cannot_see_or_change_another_keys_context(clients: tuple[Client, 
     assert [s["name"] for s in a.context(session)["skills"]] == ["data-cleaner"]
 
 
-def test_only_an_admin_reaches_another_keys_context_and_is_audited(server: Server,
-                                                                  clients: tuple[Client, Client]) -> None:
+def test_only_an_admin_reaches_another_keys_context_and_is_audited(
+    server: Server, clients: tuple[Client, Client]
+) -> None:
     a, _ = clients
     a.context_load("audited", "note-taker")
     url = f"{server.url}/v1/sessions/audited/context"
     refused = httpx.get(url, params={"owner": A}, headers={"Authorization": f"Bearer {KEY_B}"})
     assert refused.status_code == 404 and refused.json()["error"]["code"] == "owner_not_found"
-    seen = httpx.get(f"{url}/render", params={"owner": A, "format": "text"},
-                     headers={"Authorization": f"Bearer {ADMIN}"})
+    seen = httpx.get(
+        f"{url}/render", params={"owner": A, "format": "text"}, headers={"Authorization": f"Bearer {ADMIN}"}
+    )
     assert seen.status_code == 200 and "[✓] note-taker" in seen.json()["content"]
-    assert any(line.get("action") == "context.read" and line.get("owner") == A and line.get("target") == "audited"
-               for line in audit_lines(server))
+    assert any(
+        line.get("action") == "context.read" and line.get("owner") == A and line.get("target") == "audited"
+        for line in audit_lines(server)
+    )
     own = httpx.get(url, headers={"Authorization": f"Bearer {ADMIN}"})
     assert own.json()["skills"] == []  # without ?owner= an admin's own context
 
@@ -150,16 +170,25 @@ def test_tools_call_and_definitions(server: Server, clients: tuple[Client, Clien
     a, _ = clients
     names = [t["function"]["name"] for t in a.tools("openai", context=True)["tools"]]
     assert names[:4] == ["skill_load", "skill_list_docs", "skill_select_docs", "skill_run"]
-    assert names[4:] == ["context_load", "context_unload", "context_select_docs", "context_list_docs",
-                         "context_touch", "context_render", "context_clear"]
+    assert names[4:] == [
+        "context_load",
+        "context_unload",
+        "context_select_docs",
+        "context_list_docs",
+        "context_touch",
+        "context_render",
+        "context_clear",
+    ]
     assert len(a.tools("openai")["tools"]) == 4
     session = "tools-1"
-    loaded = a.call_tool("context_load", {"skill": "report-writer"}, session=session, format="anthropic",
-                         call_id="toolu_1")
+    loaded = a.call_tool(
+        "context_load", {"skill": "report-writer"}, session=session, format="anthropic", call_id="toolu_1"
+    )
     assert not loaded["is_error"] and loaded["message"]["tool_use_id"] == "toolu_1"
     assert loaded["data"]["loaded"] == "report-writer"
-    docs = a.call_tool("context_select_docs", {"session": session, "skill": "report-writer", "all": True,
-                                               "mode": "add"})
+    docs = a.call_tool(
+        "context_select_docs", {"session": session, "skill": "report-writer", "all": True, "mode": "add"}
+    )
     assert docs["data"]["selected"] == ["references/style.md", "references/tables.md"]
     refused = a.call_tool("context_load", {"skill": "note-taker", "budget": {"max_tokens": 5}}, session=session)
     assert refused["is_error"] and refused["content"].startswith("error (budget_exceeded): ")
@@ -178,8 +207,9 @@ def test_mcp_tools_share_the_context_per_key(server: Server) -> None:
             assert {"context_load", "context_render", "context_select_docs"} <= names
             loaded = await client.call_tool("context_load", {"session": session, "skill": "note-taker"})
             assert not loaded.is_error and loaded.structured_content["loaded"] == "note-taker"
-            unknown = await client.call_tool("context_select_docs", {"session": session, "skill": "note-taker",
-                                                                     "docs": ["x.md"], "mode": "add"})
+            unknown = await client.call_tool(
+                "context_select_docs", {"session": session, "skill": "note-taker", "docs": ["x.md"], "mode": "add"}
+            )
             assert unknown.is_error and "unknown_doc" in unknown.content[0].text
             render = await client.call_tool("context_render", {"session": session, "format": "xml"})
             assert '<skill loaded="true">\n<name>\nnote-taker' in render.content[0].text
@@ -233,6 +263,7 @@ def test_both_clients_send_the_same_context_requests() -> None:
         def handle(request: httpx.Request) -> httpx.Response:
             seen[kind].append((request.method, request.url.raw_path.decode(), request.content))
             return httpx.Response(200, json={})
+
         return handle
 
     def sync_calls(c: Client) -> None:
@@ -267,13 +298,22 @@ def test_both_clients_send_the_same_context_requests() -> None:
     anyio.run(main)
     assert seen["sync"] == seen["async"]
     assert [(m, p) for m, p, _ in seen["sync"]] == [
-        ("GET", "/v1/sessions/s%2F1/context"), ("POST", "/v1/sessions/s%2F1/context/load"),
-        ("POST", "/v1/sessions/s%2F1/context/unload"), ("POST", "/v1/sessions/s%2F1/context/select-docs"),
-        ("GET", "/v1/sessions/s%2F1/context/docs?skill=x"), ("POST", "/v1/sessions/s%2F1/context/touch"),
-        ("GET", "/v1/sessions/s%2F1/context/render?format=xml"), ("DELETE", "/v1/sessions/s%2F1/context"),
-        ("POST", "/v1/tools/call")]
-    assert json.loads(seen["sync"][1][2]) == {"skill": "x", "evict": "lru", "messages": ["m"],
-                                              "budget": {"max_tokens": 5}}
+        ("GET", "/v1/sessions/s%2F1/context"),
+        ("POST", "/v1/sessions/s%2F1/context/load"),
+        ("POST", "/v1/sessions/s%2F1/context/unload"),
+        ("POST", "/v1/sessions/s%2F1/context/select-docs"),
+        ("GET", "/v1/sessions/s%2F1/context/docs?skill=x"),
+        ("POST", "/v1/sessions/s%2F1/context/touch"),
+        ("GET", "/v1/sessions/s%2F1/context/render?format=xml"),
+        ("DELETE", "/v1/sessions/s%2F1/context"),
+        ("POST", "/v1/tools/call"),
+    ]
+    assert json.loads(seen["sync"][1][2]) == {
+        "skill": "x",
+        "evict": "lru",
+        "messages": ["m"],
+        "budget": {"max_tokens": 5},
+    }
     assert json.loads(seen["sync"][3][2]) == {"skill": "x", "docs": ["a.md"], "mode": "replace"}
     assert json.loads(seen["sync"][8][2])["session"] == "s/1"
 
@@ -285,8 +325,9 @@ def test_mcp_over_stdio_is_the_local_tenant(tmp_path: Path) -> None:
         async with stdio_client(tmp_path, "local") as client:
             loaded = await client.call_tool("context_load", {"session": "cli", "skill": "data-cleaner"})
             assert not loaded.is_error, loaded.content
-            docs = await client.call_tool("context_select_docs", {"session": "cli", "skill": "data-cleaner",
-                                                                  "all": True, "mode": "add"})
+            docs = await client.call_tool(
+                "context_select_docs", {"session": "cli", "skill": "data-cleaner", "all": True, "mode": "add"}
+            )
             assert docs.structured_content["selected"] == ["docs/rules.md"]
             listed = await client.call_tool("context_list_docs", {"session": "cli", "skill": "data-cleaner"})
             assert "docs/rules.md" in listed.content[0].text and "selected" in listed.content[0].text

@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 
-from executor.access import LOCAL_TENANT
-from executor.core import Executor
-from executor.errors import ExecutorError
-from executor.runs.models import RunRequest, RunResult
-from executor.workspace import volumes
-from executor.workspace.volumes import SLACK
+from skill_executor.access import LOCAL_TENANT
+from skill_executor.core import Executor
+from skill_executor.errors import ExecutorError
+from skill_executor.runs.models import RunRequest, RunResult
+from skill_executor.workspace import volumes
+from skill_executor.workspace.volumes import SLACK
 
 from .conftest import HARDENING_RUNTIMES, REPO, SKILLS, make_settings, require_disk_cap, require_runtime
 from .helpers import eventually
@@ -43,8 +43,11 @@ CAP = 64 * MiB
 #: superblock, group descriptors, bitmaps and inode-table blocks it touched) and the
 #: skill copy of the test skill; measured ~1 MiB.
 METADATA = 3 * MiB
-SIX_WRITERS = ("for i in 1 2 3 4 5 6; do dd if=/dev/zero of={dir}/d$i bs=1M count=200 2>>/tmp/dd.err & done; "
-               "wait; grep -c 'No space left' /tmp/dd.err; echo done")
+SIX_WRITERS = (
+    "for i in 1 2 3 4 5 6; do dd if=/dev/zero of={dir}/d$i bs=1M count=200 2>>/tmp/dd.err & done; "
+    "wait; grep -c 'No space left' /tmp/dd.err; echo done"
+)
+
 
 @pytest.fixture(autouse=True)
 def _hard_cap_possible() -> None:
@@ -142,14 +145,16 @@ def test_session_work_holds_its_cap_across_runs_and_stays_usable(make_capped) ->
     os.sync()
     assert image.stat().st_blocks * 512 <= CAP + SLACK + METADATA
     # The session is not broken: the next run finds its files, makes room and writes again.
-    third = session_run("test -f $WORK_DIR/first && rm $WORK_DIR/d* && head -c 10M /dev/zero > $WORK_DIR/again "
-                        "&& echo usable")
+    third = session_run(
+        "test -f $WORK_DIR/first && rm $WORK_DIR/d* && head -c 10M /dev/zero > $WORK_DIR/again && echo usable"
+    )
     assert third.stdout == "usable\n" and not third.disk_limit_hit, (third.stdout, third.stderr)
     # Inputs count against the session's cap: more than it has room for is a clean refusal.
     executor.artifacts.put("big.bin", b"\0" * (CAP // 2))
     with pytest.raises(ExecutorError) as refused:
-        executor.runner.run(request(session="capped", command="true",
-                                    inputs=[{"from": "artifact://big.bin", "to": "work/big.bin"}]))
+        executor.runner.run(
+            request(session="capped", command="true", inputs=[{"from": "artifact://big.bin", "to": "work/big.bin"}])
+        )
     assert refused.value.code == "disk_full" and refused.value.status == 413, refused.value.to_dict()
     # (cd DIR && ls): gVisor 20221219's ls cannot stat a named path (see test_docker).
     assert session_run("cd $WORK_DIR && ls | sort | tr '\\n' ' '").stdout == "again first inputs "
@@ -158,9 +163,14 @@ def test_session_work_holds_its_cap_across_runs_and_stays_usable(make_capped) ->
 def test_concurrent_runs_each_stop_at_their_own_cap(make_capped) -> None:  # type: ignore[no-untyped-def]
     executor, measured = make_capped(max_concurrent_runs=3, pool_size=3)
     with ThreadPoolExecutor(max_workers=3) as workers:
-        results = list(workers.map(
-            lambda _: executor.runner.run(request(command=SIX_WRITERS.format(dir="$OUTPUT_DIR"),
-                                                  outputs={"globs": ["out/*"]})), range(3)))
+        results = list(
+            workers.map(
+                lambda _: executor.runner.run(
+                    request(command=SIX_WRITERS.format(dir="$OUTPUT_DIR"), outputs={"globs": ["out/*"]})
+                ),
+                range(3),
+            )
+        )
     for result in results:
         assert result.disk_limit_hit and result.stdout.endswith("done\n"), (result.stdout, result.stderr)
         assert CAP <= sum(f.size_bytes for f in result.output_files) <= CAP + SLACK
@@ -171,9 +181,13 @@ def test_concurrent_runs_each_stop_at_their_own_cap(make_capped) -> None:  # typ
 def test_inputs_and_the_skill_copy_do_not_count_against_the_cap(make_capped) -> None:  # type: ignore[no-untyped-def]
     executor, _ = make_capped()
     executor.artifacts.put("input.bin", b"\1" * (CAP // 2))
-    result = executor.runner.run(request(
-        command="dd if=/dev/zero of=out/x bs=1M count=200 2>/dev/null; test -s work/inputs/input.bin && echo staged",
-        inputs=[{"from": "artifact://input.bin"}], outputs={"globs": ["out/x"]}))
+    result = executor.runner.run(
+        request(
+            command="dd if=/dev/zero of=out/x bs=1M count=200 2>/dev/null; test -s work/inputs/input.bin && echo staged",
+            inputs=[{"from": "artifact://input.bin"}],
+            outputs={"globs": ["out/x"]},
+        )
+    )
     assert result.stdout == "staged\n" and result.disk_limit_hit
     written = result.output_files[0].size_bytes
     assert CAP <= written <= CAP + SLACK, written / MiB  # the whole cap, whatever was staged before
@@ -185,9 +199,11 @@ def test_files_unlinked_while_open_still_count(make_capped) -> None:  # type: ig
     run holds them a moment: one that frees its space before the next check, every 0.2 s,
     is held to the cap all the same, but its result may not say so.)"""
     executor, measured = make_capped()
-    writer = ("import os, time\nn = 0\nfor i in range(4):\n    fd = os.open(f'out/hidden{i}', os.O_CREAT | os.O_WRONLY)\n"
-              "    os.unlink(f'out/hidden{i}')\n    try:\n        while True:\n            n += os.write(fd, bytes(1 << 20))\n"
-              "    except OSError as e:\n        print(e.strerror)\nprint(n >> 20)\ntime.sleep(0.6)\n")
+    writer = (
+        "import os, time\nn = 0\nfor i in range(4):\n    fd = os.open(f'out/hidden{i}', os.O_CREAT | os.O_WRONLY)\n"
+        "    os.unlink(f'out/hidden{i}')\n    try:\n        while True:\n            n += os.write(fd, bytes(1 << 20))\n"
+        "    except OSError as e:\n        print(e.strerror)\nprint(n >> 20)\ntime.sleep(0.6)\n"
+    )
     result = executor.runner.run(request(command=f'python3 -c "{writer}"'))
     *reasons, written = result.stdout.splitlines()
     assert reasons[-1] == "No space left on device", (result.stdout, result.stderr)
@@ -214,9 +230,9 @@ def test_health_names_the_disk_cap_in_force(tmp_path: Path) -> None:
 REFUSED = textwrap.dedent("""
     import json, sys
     from pathlib import Path
-    from executor.config import Settings
-    from executor.errors import ExecutorError
-    from executor.runtimes.docker import DockerRuntime
+    from skill_executor.config import Settings
+    from skill_executor.errors import ExecutorError
+    from skill_executor.runtimes.docker import DockerRuntime
     try:
         runtime = DockerRuntime(Settings(data_dir=Path(sys.argv[1]), pool_size=0), wait_for_engine=True)
     except ExecutorError as exc:
@@ -237,16 +253,27 @@ def test_without_root_the_service_refuses_to_start_unless_soft_is_chosen() -> No
         data = home / "data"
         data.mkdir()
         os.chown(data, 1000, 1000)
-        as_user = ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", sys.executable, "-c",
-                   REFUSED, str(data)]
+        as_user = [
+            "setpriv",
+            "--reuid",
+            "1000",
+            "--regid",
+            "1000",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            REFUSED,
+            str(data),
+        ]
         env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO), "HOME": str(home)}
         refused = subprocess.run(as_user, env=env, capture_output=True, text=True, timeout=60)
         assert refused.stdout.startswith("{"), refused.stdout + refused.stderr
         error = json.loads(refused.stdout)["error"]
         assert error["code"] == "disk_cap_unavailable"
         assert "not run as root" in error["message"] and "SKILL_EXECUTOR_DISK_CAP=soft" in error["message"]
-        soft = subprocess.run(as_user, env={**env, "SKILL_EXECUTOR_DISK_CAP": "soft"}, capture_output=True,
-                              text=True, timeout=60)
+        soft = subprocess.run(
+            as_user, env={**env, "SKILL_EXECUTOR_DISK_CAP": "soft"}, capture_output=True, text=True, timeout=60
+        )
         assert soft.stdout.strip() == "started", soft.stdout + soft.stderr
     finally:
         shutil.rmtree(home)
@@ -255,9 +282,9 @@ def test_without_root_the_service_refuses_to_start_unless_soft_is_chosen() -> No
 CRASHER = textwrap.dedent("""
     import sys, threading
     from pathlib import Path
-    from executor.config import Settings
-    from executor.core import Executor
-    from executor.runs.models import RunRequest
+    from skill_executor.config import Settings
+    from skill_executor.core import Executor
+    from skill_executor.runs.models import RunRequest
     settings = Settings(data_dir=Path(sys.argv[1]), skills_dirs=[Path(sys.argv[2])], pool_size=2,
                         skills_refresh_seconds=0, docker_disk_bytes=64 << 20, session_disk_bytes=64 << 20)
     executor = Executor.from_settings(settings)
@@ -277,8 +304,9 @@ def test_volumes_left_by_a_killed_service_are_swept_at_the_next_start(tmp_path: 
     require_runtime("docker")
     data = tmp_path / "data"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-c", CRASHER, str(data), str(SKILLS)], env=env,
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CRASHER, str(data), str(SKILLS)], env=env, stdout=subprocess.PIPE, text=True
+    )
     root = data.resolve()
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "running"
@@ -321,11 +349,14 @@ def test_files_past_what_the_volume_holds_are_refused_and_reported(tmp_path: Pat
     """Empty files take no blocks, but inodes: a run that makes files until none are left
     gets ENOSPC for the next one, and its result says it reached its cap."""
     require_runtime(runtime)
-    executor = Executor.from_settings(make_settings(tmp_path, runtime, docker_disk_bytes=16 * MiB,
-                                                    max_staged_bytes=16 * MiB))
+    executor = Executor.from_settings(
+        make_settings(tmp_path, runtime, docker_disk_bytes=16 * MiB, max_staged_bytes=16 * MiB)
+    )
     try:
-        maker = ("import os\nn = 0\ntry:\n    while True:\n        os.close(os.open(f'out/f{n}', os.O_CREAT | os.O_WRONLY))"
-                 "\n        n += 1\nexcept OSError as e:\n    print(n, e.strerror)\n")
+        maker = (
+            "import os\nn = 0\ntry:\n    while True:\n        os.close(os.open(f'out/f{n}', os.O_CREAT | os.O_WRONLY))"
+            "\n        n += 1\nexcept OSError as e:\n    print(n, e.strerror)\n"
+        )
         result = executor.runner.run(request(command=f'python3 -c "{maker}"'))
         count, _, reason = result.stdout.strip().partition(" ")
         assert reason == "No space left on device" and int(count) > 10_000, (result.stdout, result.stderr)

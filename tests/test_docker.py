@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from executor.core import Executor
-from executor.errors import ExecutorError
-from executor.runs.models import RunRequest, RunResult
-from executor.runs.pipeline import new_run_id
-from executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN, DockerRuntime
-from executor.runtimes.docker.engine import GVISOR_HOST_TASKS_PER_PID, check_oci_runtime
-from executor.workspace.volumes import SLACK
+from skill_executor.core import Executor
+from skill_executor.errors import ExecutorError
+from skill_executor.runs.models import RunRequest, RunResult
+from skill_executor.runs.pipeline import new_run_id
+from skill_executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN, DockerRuntime
+from skill_executor.runtimes.docker.engine import GVISOR_HOST_TASKS_PER_PID, check_oci_runtime
+from skill_executor.workspace.volumes import SLACK
 
 from .conftest import HARDENING_RUNTIMES, make_settings, require_disk_cap, require_runtime
 from .helpers import eventually
@@ -77,7 +77,9 @@ def run_observed(executor: Executor, command: str, **fields: Any) -> tuple[RunRe
     run_id = new_run_id()
     holder: dict[str, Any] = {}
     thread = threading.Thread(
-        target=lambda: holder.setdefault("result", executor.runner.run(request(command=f"{command}; sleep 3", **fields), run_id=run_id))
+        target=lambda: holder.setdefault(
+            "result", executor.runner.run(request(command=f"{command}; sleep 3", **fields), run_id=run_id)
+        )
     )
     thread.start()
     info: dict[str, Any] = {}
@@ -121,8 +123,10 @@ def gvisor(executor: Executor) -> bool:
 
 def cgroup_procs(container_id: str) -> list[int]:
     """The host processes in the container's cgroup (v1 pids controller, or v2)."""
-    for path in (f"/sys/fs/cgroup/pids/docker/{container_id}/cgroup.procs",
-                 f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cgroup.procs"):
+    for path in (
+        f"/sys/fs/cgroup/pids/docker/{container_id}/cgroup.procs",
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cgroup.procs",
+    ):
         try:
             return [int(pid) for pid in Path(path).read_text().split()]
         except OSError:
@@ -149,8 +153,11 @@ def host_statuses(container_id: str, sandbox_pid: int) -> dict[str, dict[str, st
         except OSError:
             continue
         statuses[str(pid)] = {
-            "Uid": status_field(text, "Uid").split()[0], "NoNewPrivs": status_field(text, "NoNewPrivs"),
-            "Seccomp": status_field(text, "Seccomp"), "userns": userns, "sandbox": str(pid in sandbox),
+            "Uid": status_field(text, "Uid").split()[0],
+            "NoNewPrivs": status_field(text, "NoNewPrivs"),
+            "Seccomp": status_field(text, "Seccomp"),
+            "userns": userns,
+            "sandbox": str(pid in sandbox),
         }
     return statuses
 
@@ -158,8 +165,10 @@ def host_statuses(container_id: str, sandbox_pid: int) -> dict[str, dict[str, st
 def guest_statuses(runtime: DockerRuntime, container_id: str) -> dict[str, str]:
     """``/proc/1/status`` (init) and the status of init's first child, read by the sandbox's
     kernel through the engine (``docker exec``), not by the run."""
-    script = ('cat /proc/1/status; for p in /proc/[0-9]*; do '
-              'if grep -qx "PPid:.1" $p/status; then echo ===; cat $p/status; break; fi; done')
+    script = (
+        "cat /proc/1/status; for p in /proc/[0-9]*; do "
+        'if grep -qx "PPid:.1" $p/status; then echo ===; cat $p/status; break; fi; done'
+    )
     output = runtime.client.containers.get(container_id).exec_run(["bash", "-c", script]).output.decode()
     init, _, child = output.partition("===\n")
     return {"status": init, "child_status": child}
@@ -169,8 +178,9 @@ def guest_processes(container_id: str, sandbox_pid: int) -> list[dict[str, str]]
     """The run's processes as gVisor's kernel lists them (``runsc ps``: UID, PID, PPID, ...)."""
     args = Path(f"/proc/{sandbox_pid}/cmdline").read_bytes().split(b"\0")
     root = next(a.decode().split("=", 1)[1] for a in args if a.startswith(b"--root="))
-    table = subprocess.run(["runsc", "--root", root, "ps", container_id], capture_output=True, text=True,
-                           check=True, timeout=10).stdout.splitlines()
+    table = subprocess.run(
+        ["runsc", "--root", root, "ps", container_id], capture_output=True, text=True, check=True, timeout=10
+    ).stdout.splitlines()
     header = table[0].split()
     return [dict(zip(header, line.split())) for line in table[1:]]
 
@@ -187,7 +197,7 @@ def interfaces(net_dev: str) -> list[str]:
 def test_no_network(make_docker, setting: dict[str, bool]) -> None:  # type: ignore[no-untyped-def]
     executor = make_docker(**setting)
     probe = (
-        "cat /proc/net/dev; python3 -c \"import socket,errno\n"
+        'cat /proc/net/dev; python3 -c "import socket,errno\n'
         "s=socket.socket(); s.settimeout(3)\n"
         "try:\n    s.connect(('10.20.30.40', 80)); print('CONNECTED')\n"
         "except OSError as e:\n    print('ERRNO', errno.errorcode.get(e.errno, e.errno))\""
@@ -213,7 +223,7 @@ def test_read_only_root_and_skill(make_docker) -> None:  # type: ignore[no-untyp
     probe = (
         "for t in /x /usr/x /workspace/x /workspace/skills/x /etc/hosts /opt/skill-envs/x $SKILL_DIR/scripts/x "
         "$SKILL_DIR/SKILL.md; do "
-        "(echo hi >> $t) 2>/dev/null && echo \"WROTE $t\" || echo \"DENIED $t\"; done; "
+        '(echo hi >> $t) 2>/dev/null && echo "WROTE $t" || echo "DENIED $t"; done; '
         "echo ok > /tmp/t && echo TMP-OK; head -c 100M /dev/zero > /tmp/big 2>/dev/null || echo TMP-FULL; "
         "echo ok > $OUTPUT_DIR/o && echo OUT-OK"
     )
@@ -289,7 +299,10 @@ def test_identity_capabilities_and_limits(make_docker) -> None:  # type: ignore[
         assert host["PidsLimit"] == 256
         assert ulimits.keys() == {"nofile", "fsize"}
     labels = info["Config"]["Labels"]
-    assert labels[LABEL_MANAGED] == "1" and labels[LABEL_RUN] in (result.run_id, "warm")  # warm: labelled before the run
+    assert labels[LABEL_MANAGED] == "1" and labels[LABEL_RUN] in (
+        result.run_id,
+        "warm",
+    )  # warm: labelled before the run
 
 
 def test_fork_bomb_is_contained(make_docker) -> None:  # type: ignore[no-untyped-def]
@@ -320,7 +333,8 @@ def test_fork_bomb_is_contained(make_docker) -> None:  # type: ignore[no-untyped
     started = time.monotonic()
     try:
         seen["result"] = result = executor.runner.run(
-            request(command="bomb() { bomb | bomb & }; bomb; sleep 30", timeout=4), run_id=run_id)
+            request(command="bomb() { bomb | bomb & }; bomb; sleep 30", timeout=4), run_id=run_id
+        )
     finally:
         seen.setdefault("result", None)
         watcher.join()
@@ -349,7 +363,9 @@ def test_fork_bomb_is_contained(make_docker) -> None:  # type: ignore[no-untyped
 def test_oom_is_reported(make_docker) -> None:  # type: ignore[no-untyped-def]
     executor = make_docker(docker_memory_bytes=128 * 1024**2)
     result = executor.runner.run(
-        request(command="python3 -c \"x = bytearray(256 * 1024 * 1024); x[::4096] = b'1' * len(x[::4096]); print('survived')\"")
+        request(
+            command="python3 -c \"x = bytearray(256 * 1024 * 1024); x[::4096] = b'1' * len(x[::4096]); print('survived')\""
+        )
     )
     assert result.oom_killed and "survived" not in result.stdout
     assert result.exit_code == 137 and result.signal == "SIGKILL" and "memory" in result.limits_hit
@@ -380,8 +396,11 @@ def test_disk_cap_single_file_and_many_files(make_docker, disk_cap: str) -> None
     assert big.disk_limit_hit and "disk" in big.limits_hit
     assert big.stdout == f"{128 + 25}\n"  # the writer got SIGXFSZ: nothing past the cap was written
     many = executor.runner.run(
-        request(command="for i in $(seq 1 400); do head -c 1M /dev/zero > out/f$i; done; echo finished",
-                timeout=60, outputs={"globs": ["out/*"], "max_files": 1000, "max_total_bytes": 256 * 1024**2}),
+        request(
+            command="for i in $(seq 1 400); do head -c 1M /dev/zero > out/f$i; done; echo finished",
+            timeout=60,
+            outputs={"globs": ["out/*"], "max_files": 1000, "max_total_bytes": 256 * 1024**2},
+        ),
     )
     assert many.disk_limit_hit
     assert any("disk cap" in w for w in many.warnings)
@@ -403,8 +422,10 @@ def test_concurrent_runs_have_no_cross_talk(make_docker) -> None:  # type: ignor
     def one(i: int) -> tuple[int, RunResult]:
         token = f"run-{i}-{new_run_id()}"
         return i, executor.runner.run(
-            request(command=f"echo {token} > out/id.txt; sleep 0.5; (cd $OUTPUT_DIR && ls -A); cat out/id.txt",
-                    output_files=["out/*"])
+            request(
+                command=f"echo {token} > out/id.txt; sleep 0.5; (cd $OUTPUT_DIR && ls -A); cat out/id.txt",
+                output_files=["out/*"],
+            )
         )
 
     # (cd DIR && ls): the ls of Debian 12 cannot stat a named path under gVisor 20221219 (EINVAL:
@@ -428,15 +449,18 @@ def test_sweep_and_reaper_remove_leftovers(make_docker) -> None:  # type: ignore
     # An owner of this root whose lease is gone (crashed), one of another root (a
     # neighbour with another data dir: not ours to judge), and one of ours past its deadline.
     dead = runtime.client.containers.create(
-        executor.settings.docker_image, ["sleep", "100"],
+        executor.settings.docker_image,
+        ["sleep", "100"],
         labels={LABEL_MANAGED: "1", LABEL_OWNER: f"lease:{root_id}:crashed0", LABEL_DEADLINE: "9999999999"},
     )
     foreign = runtime.client.containers.create(
-        executor.settings.docker_image, ["sleep", "100"],
+        executor.settings.docker_image,
+        ["sleep", "100"],
         labels={LABEL_MANAGED: "1", LABEL_OWNER: "lease:0123456789abcdef:neighbour", LABEL_DEADLINE: "9999999999"},
     )
     stale = runtime.client.containers.create(
-        executor.settings.docker_image, ["sleep", "100"],
+        executor.settings.docker_image,
+        ["sleep", "100"],
         labels={LABEL_MANAGED: "1", LABEL_OWNER: runtime.token, LABEL_DEADLINE: str(int(time.time()) - 3600)},
     )
     try:
@@ -463,13 +487,18 @@ def test_warm_pool_runs_are_single_use_and_isolated(tmp_path: Path, runtime: str
     try:
         pool = executor.runtime.pool  # type: ignore[attr-defined]
         assert pool.wait_ready()
-        first = executor.runner.run(request(command="echo secret-1 > out/s.txt; touch /workspace/run/mark; cd /workspace && ls",
-                                            output_files=["out/*"]))
+        first = executor.runner.run(
+            request(
+                command="echo secret-1 > out/s.txt; touch /workspace/run/mark; cd /workspace && ls",
+                output_files=["out/*"],
+            )
+        )
         assert pool.hits == 1 and first.exit_code == 0
         assert first.output_files[0].content == "secret-1\n"
         assert pool.wait_ready()
-        second = executor.runner.run(request(
-            command="(cd /workspace/run && ls -A); cat out/s.txt 2>&1; (cd /workspace/out && ls -A) | wc -l"))
+        second = executor.runner.run(
+            request(command="(cd /workspace/run && ls -A); cat out/s.txt 2>&1; (cd /workspace/out && ls -A) | wc -l")
+        )
         assert pool.hits == 2
         assert "mark" not in second.stdout and "secret-1" not in second.stdout and second.stdout.endswith("0\n")
         # The warm workspace never holds the launcher socket once a run has it.
@@ -565,10 +594,12 @@ def test_runner_image_libraries_and_binary_outputs(tmp_path: Path, docker_runtim
             "wb = openpyxl.Workbook(); wb.active['A1'] = 42; wb.save('out/book.xlsx')\n"
             "print(pandas.DataFrame({'a': [1, 2]})['a'].sum())\n"
         )
-        result = executor.runner.run(request(
-            command=f"python3 - <<'PY'\n{script}PY\nfile --version | head -1; pdftotext out/doc.pdf - | head -1",
-            outputs={"globs": ["out/*"], "inline_binary": True},
-        ))
+        result = executor.runner.run(
+            request(
+                command=f"python3 - <<'PY'\n{script}PY\nfile --version | head -1; pdftotext out/doc.pdf - | head -1",
+                outputs={"globs": ["out/*"], "inline_binary": True},
+            )
+        )
         assert result.exit_code == 0, result.stderr
         lines = result.stdout.splitlines()
         assert lines[0] == "3" and lines[1].startswith("file-") and lines[2] == "hello"
@@ -606,8 +637,10 @@ def test_unregistered_oci_runtime_is_a_clear_error_at_start(tmp_path: Path, dock
 def test_gvisor_registration_needs_its_arguments(args: list[str], pool: bool, missing: list[str]) -> None:
     """Pure logic on the engine's ``Runtimes`` answer: gVisor without ``--network=none`` cannot
     start a network-less container, and the warm pool needs ``--host-uds=create``."""
-    info = {"Runtimes": {"runc": {"path": "runc"}, "gv": {"path": "/usr/bin/runsc", "runtimeArgs": args}},
-            "DefaultRuntime": "runc"}
+    info = {
+        "Runtimes": {"runc": {"path": "runc"}, "gv": {"path": "/usr/bin/runsc", "runtimeArgs": args}},
+        "DefaultRuntime": "runc",
+    }
     if missing:
         with pytest.raises(ExecutorError) as error:
             check_oci_runtime("gv", info, pool=pool)
@@ -630,7 +663,11 @@ def test_health_reports_the_oci_runtime(tmp_path: Path, runtime: str) -> None:
         ok, detail = docker_runtime.health()["oci_runtime"]
         assert ok
         if runtime == "docker-runsc":
-            assert detail.startswith("runsc (/usr/bin/runsc ") and "--network=none" in detail and detail.endswith("; gVisor)")
+            assert (
+                detail.startswith("runsc (/usr/bin/runsc ")
+                and "--network=none" in detail
+                and detail.endswith("; gVisor)")
+            )
         else:
             assert detail.startswith("runc (runc")
         # Gone from the engine later: /healthz says so.

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from executor.config import Settings
-from executor.errorcodes import CATALOGUE
+from skill_executor.config import Settings
+from skill_executor.errorcodes import CATALOGUE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,13 +37,32 @@ sys.exit(cli())
 
 
 def build(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "http_proxy": "http://127.0.0.1:9", "https_proxy":
-           "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
+    env = {
+        **os.environ,
+        "NO_MKDOCS_2_WARNING": "1",
+        "http_proxy": "http://127.0.0.1:9",
+        "https_proxy": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+    }
     env = {k: v for k, v in env.items() if not k.startswith("SKILL_EXECUTOR_")}  # the defaults, not this shell's
     return subprocess.run(
-        [sys.executable, "-c", OFFLINE, "build", "--strict", "--config-file", str(root / "mkdocs.yml"),
-         "--site-dir", str(site)],
-        cwd=root, env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            OFFLINE,
+            "build",
+            "--strict",
+            "--config-file",
+            str(root / "mkdocs.yml"),
+            "--site-dir",
+            str(site),
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -57,8 +76,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_site_builds_strictly_offline(site: Path) -> None:
-    for page in ("index.html", "quickstart/index.html", "concepts/skills/index.html",
-                 "security/threat-model/index.html", "reference/errors/index.html"):
+    for page in (
+        "index.html",
+        "quickstart/index.html",
+        "concepts/skills/index.html",
+        "security/threat-model/index.html",
+        "reference/errors/index.html",
+    ):
         assert (site / page).is_file(), page
     html = "".join(p.read_text(errors="replace") for p in site.rglob("*.html"))
     assert "fonts.googleapis.com" not in html and "fonts.gstatic.com" not in html

@@ -1,11 +1,11 @@
-"""The error catalogue (executor/errorcodes.py) is complete and exact: every code raised or
-answered anywhere in ``executor/`` is in it, every entry is raised somewhere, statuses
+"""The error catalogue (skill_executor/errorcodes.py) is complete and exact: every code raised or
+answered anywhere in ``skill_executor/`` is in it, every entry is raised somewhere, statuses
 written at a raise site agree with it, and an error naming a code answers its status.
 
 Codes are read from the source (not run): ``code="..."`` keywords, class-level
 ``code = "..."``, the code argument of ``error_response``/``send_error``/``single_header``/
 ``InfrastructureError``, ``{"code": "..."}`` bodies, ``(status, "code", message)``
-refusals and the HTTP status table of executor/web/problems.py."""
+refusals and the HTTP status table of skill_executor/web/problems.py."""
 
 from __future__ import annotations
 
@@ -18,15 +18,19 @@ from pathlib import Path
 
 import pytest
 
-import executor
-from executor.errorcodes import CATALOGUE, MCP_MAPPINGS
-from executor.errors import ExecutorError
+import skill_executor
+from skill_executor.errorcodes import CATALOGUE, MCP_MAPPINGS
+from skill_executor.errors import ExecutorError
 
-PACKAGE = Path(executor.__file__).resolve().parent
+PACKAGE = Path(skill_executor.__file__).resolve().parent
 
 #: Calls whose positional argument at this index is an error code (and status, if any).
-POSITIONAL = {"error_response": (1, 0), "send_error": (2, 1), "single_header": (2, None),
-              "InfrastructureError": (1, None)}
+POSITIONAL = {
+    "error_response": (1, 0),
+    "send_error": (2, 1),
+    "single_header": (2, None),
+    "InfrastructureError": (1, None),
+}
 #: Calls whose ``code=`` is not an error code (the doctor's findings are a report, not refusals).
 NOT_ERRORS = {"DoctorFinding"}
 #: Codes built at run time, by file: ``match_path``'s ``f"{what}_not_found"``.
@@ -65,7 +69,7 @@ def _int(node: ast.expr | None) -> int | None:
 
 
 def scan() -> tuple[list[Site], list[str]]:
-    """Every code site in executor/, and the sites whose code is an f-string (built at run time)."""
+    """Every code site in skill_executor/, and the sites whose code is an f-string (built at run time)."""
     sites: list[Site] = []
     built: list[str] = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -116,14 +120,22 @@ def raised() -> set[str]:
 def test_the_scan_finds_codes_the_way_they_are_raised() -> None:
     codes = {s.code for s in SITES}
     # one of each kind: keyword, class attribute, error_response, middleware tuple, HTTP table, conditional
-    assert {"invalid_arguments", "path_escape", "malformed_json", "host_not_allowed", "method_not_allowed",
-            "idempotent_replay", "ambiguous_session_id", "engine_unavailable"} <= codes
+    assert {
+        "invalid_arguments",
+        "path_escape",
+        "malformed_json",
+        "host_not_allowed",
+        "method_not_allowed",
+        "idempotent_replay",
+        "ambiguous_session_id",
+        "engine_unavailable",
+    } <= codes
     assert "probe" not in codes  # a doctor finding
 
 
 def test_every_raised_code_is_catalogued() -> None:
     missing = sorted({f"{s.code} ({s.where})" for s in SITES if s.code not in CATALOGUE})
-    assert missing == [], "add these codes to executor/errorcodes.py"
+    assert missing == [], "add these codes to skill_executor/errorcodes.py"
 
 
 def test_codes_built_at_run_time_are_known() -> None:
@@ -141,9 +153,11 @@ def test_pending_codes_are_catalogued() -> None:
 
 
 def test_statuses_written_at_raise_sites_agree_with_the_catalogue() -> None:
-    wrong = sorted(f"{s.where}: {s.code} {s.status}, catalogue {CATALOGUE[s.code].status}"
-                   for s in SITES if s.status is not None and s.code in CATALOGUE
-                   and s.status != CATALOGUE[s.code].status)
+    wrong = sorted(
+        f"{s.where}: {s.code} {s.status}, catalogue {CATALOGUE[s.code].status}"
+        for s in SITES
+        if s.status is not None and s.code in CATALOGUE and s.status != CATALOGUE[s.code].status
+    )
     assert wrong == []
 
 
@@ -155,12 +169,15 @@ def _subclasses(cls: type[ExecutorError]) -> Iterator[type[ExecutorError]]:
 
 def test_error_classes_declare_the_catalogue_status_of_their_code() -> None:
     """A class that declares a code (its raises may name others: those take the catalogue's status)."""
-    for info in pkgutil.walk_packages([str(PACKAGE)], "executor."):
+    for info in pkgutil.walk_packages([str(PACKAGE)], "skill_executor."):
         importlib.import_module(info.name)
     classes = [c for c in [ExecutorError, *_subclasses(ExecutorError)] if c is ExecutorError or c.code != "error"]
     assert len(classes) > 15
-    wrong = [f"{c.__module__}.{c.__qualname__}: {c.code} {c.status}" for c in classes
-             if c.code not in CATALOGUE or CATALOGUE[c.code].status != c.status]
+    wrong = [
+        f"{c.__module__}.{c.__qualname__}: {c.code} {c.status}"
+        for c in classes
+        if c.code not in CATALOGUE or CATALOGUE[c.code].status != c.status
+    ]
     assert wrong == []
 
 

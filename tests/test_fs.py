@@ -1,4 +1,4 @@
-"""executor.workspace.fs on a real file system: no operation follows a link, blocks on a
+"""skill_executor.workspace.fs on a real file system: no operation follows a link, blocks on a
 FIFO, truncates a shared inode, or recurses; a concurrent swapper never wins."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from executor.errors import ExecutorError
-from executor.workspace import fs
-from executor.workspace.remove import remove_tree
+from skill_executor.errors import ExecutorError
+from skill_executor.workspace import fs
+from skill_executor.workspace.remove import remove_tree
 
 P = PurePosixPath
 

@@ -1,4 +1,4 @@
-"""Running host tools over untrusted input (executor/hosttools.py), with real processes:
+"""Running host tools over untrusted input (skill_executor/hosttools.py), with real processes:
 what a tool sees (environment, working directory, user), what is left of it afterwards
 (processes, files, output), and what of a secret leaves the host process (nothing)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.hosttools import (
+from skill_executor.hosttools import (
     OUTPUT_BYTES,
     PASSED,
     HostTools,
@@ -53,7 +53,8 @@ def record(tools: HostTools, folder: Path) -> dict[str, list[str]]:
 
 
 def test_a_tool_sees_an_allow_listed_environment_and_a_fresh_empty_folder(
-        open_tmp: Path, markers: Markers, monkeypatch: pytest.MonkeyPatch) -> None:
+    open_tmp: Path, markers: Markers, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The service's working directory (a skill checkout) and environment (credentials,
     PIP_*, npm_config_*, PYTHON*, NODE_*) never reach the tool."""
     checkout = open_tmp / "checkout"
@@ -62,11 +63,19 @@ def test_a_tool_sees_an_allow_listed_environment_and_a_fresh_empty_folder(
     (checkout / "sitecustomize.py").write_text(markers.python("sitecustomize"))
     (checkout / ".npmrc").write_text("registry=http://127.0.0.1:9/\n")
     monkeypatch.chdir(checkout)
-    hostile = {"AWS_SECRET_ACCESS_KEY": "aws-secret", "SKILL_EXECUTOR_API_KEYS": "k1", "PIP_INDEX_URL": "http://x/",
-               "PIP_CONFIG_FILE": str(checkout / "pip.conf"), "npm_config_registry": "http://x/",
-               "PYTHONPATH": str(checkout), "PYTHONSTARTUP": str(checkout / "sitecustomize.py"),
-               "NODE_OPTIONS": f"--require {checkout}/evil.js", "LD_PRELOAD": str(checkout / "evil.so"),
-               "https_proxy": "http://proxyuser:proxy-pass@proxy.example:3128", "SSL_CERT_FILE": "/etc/ssl/x.pem"}
+    hostile = {
+        "AWS_SECRET_ACCESS_KEY": "aws-secret",
+        "SKILL_EXECUTOR_API_KEYS": "k1",
+        "PIP_INDEX_URL": "http://x/",
+        "PIP_CONFIG_FILE": str(checkout / "pip.conf"),
+        "npm_config_registry": "http://x/",
+        "PYTHONPATH": str(checkout),
+        "PYTHONSTARTUP": str(checkout / "sitecustomize.py"),
+        "NODE_OPTIONS": f"--require {checkout}/evil.js",
+        "LD_PRELOAD": str(checkout / "evil.so"),
+        "https_proxy": "http://proxyuser:proxy-pass@proxy.example:3128",
+        "SSL_CERT_FILE": "/etc/ssl/x.pem",
+    }
     for name, value in hostile.items():
         monkeypatch.setenv(name, value)
     tools = HostTools(tool_user(TOOL_USER), {"s3cret-pw"})
@@ -98,9 +107,11 @@ def test_what_a_tool_wrote_becomes_the_services_without_following_links(open_tmp
     victim.chmod(0o600)
     tools = HostTools(tool_user(TOOL_USER))
     scratch = tools.scratch(open_tmp / "build")
-    script = (f"cd {scratch.folder} && mkdir -p out/sub && echo x > out/sub/f && chmod 777 out/sub/f"
-              f" && echo y > out/plain && chmod 600 out/plain && ln -s {victim} out/link && ln -s / out/rootlink"
-              f" && mkfifo out/fifo && chmod 777 out/sub")
+    script = (
+        f"cd {scratch.folder} && mkdir -p out/sub && echo x > out/sub/f && chmod 777 out/sub/f"
+        f" && echo y > out/plain && chmod 600 out/plain && ln -s {victim} out/link && ln -s / out/rootlink"
+        f" && mkfifo out/fifo && chmod 777 out/sub"
+    )
     result = tools.run(["/bin/sh", "-c", script], scratch, timeout=60)
     assert result.returncode == 0, result.output
     out = scratch.folder / "out"
@@ -159,8 +170,9 @@ def test_the_tools_processes_are_gone_after_it_exits_or_times_out(open_tmp: Path
 def test_output_is_bounded_and_a_missing_tool_is_a_result(open_tmp: Path) -> None:
     tools = HostTools(tool_user(TOOL_USER))
     scratch = tools.scratch(open_tmp / "loud")
-    result = tools.run(["/bin/sh", "-c",
-                        "head -c 20000000 /dev/zero | tr '\\0' x; echo; echo last line"], scratch, timeout=120)
+    result = tools.run(
+        ["/bin/sh", "-c", "head -c 20000000 /dev/zero | tr '\\0' x; echo; echo last line"], scratch, timeout=120
+    )
     assert result.returncode == 0
     assert len(result.output) <= OUTPUT_BYTES and result.output.endswith("last line\n")
     scratch = tools.scratch(open_tmp / "missing")
@@ -199,13 +211,16 @@ def test_tool_users() -> None:
         assert tool_user("nobody") is None  # not root: tools run as the service (it cannot switch)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("https://user:pass@pypi.example/simple/", "https://pypi.example/simple/"),
-    ("see http://tok@h.example/a?token=abc&x=1#sha256=00 now", "see http://h.example/a?***#*** now"),
-    ("git+https://u:p@git.example/r.git@v1", "git+https://git.example/r.git@v1"),
-    ("https://registry.example/@scope/pkg", "https://registry.example/@scope/pkg"),
-    ("no url here: user@host", "no url here: user@host"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("https://user:pass@pypi.example/simple/", "https://pypi.example/simple/"),
+        ("see http://tok@h.example/a?token=abc&x=1#sha256=00 now", "see http://h.example/a?***#*** now"),
+        ("git+https://u:p@git.example/r.git@v1", "git+https://git.example/r.git@v1"),
+        ("https://registry.example/@scope/pkg", "https://registry.example/@scope/pkg"),
+        ("no url here: user@host", "no url here: user@host"),
+    ],
+)
 def test_redact(text: str, expected: str) -> None:
     assert redact(text) == expected
 
@@ -224,10 +239,11 @@ def test_the_python_that_runs_pip_is_a_setting(tmp_path: Path) -> None:
     """HOST_TOOLS_PYTHON picks the interpreter pip runs with (the service's own by default)."""
     import sys
 
-    from executor.config import Settings
-    from executor.envs import SkillEnvs
+    from skill_executor.config import Settings
+    from skill_executor.envs import SkillEnvs
 
     default = SkillEnvs.from_settings(Settings(data_dir=tmp_path / "a", skills_dirs=[]))
-    chosen = SkillEnvs.from_settings(Settings(data_dir=tmp_path / "b", skills_dirs=[],
-                                              host_tools_python="/usr/bin/python3"))
+    chosen = SkillEnvs.from_settings(
+        Settings(data_dir=tmp_path / "b", skills_dirs=[], host_tools_python="/usr/bin/python3")
+    )
     assert (default.python, chosen.python) == (sys.executable, "/usr/bin/python3")

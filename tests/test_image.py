@@ -3,7 +3,7 @@
 Container tests go through the service's own Docker runtime (read-only root, caps
 dropped, no network, uid 1000, HOME and TMPDIR in the run's workspace), so every tool
 is checked under the hardening it meets in production.  The pure checks of
-``executor.image.inputs`` (pins, tag inputs, version parsing) need no engine.
+``skill_executor.image.inputs`` (pins, tag inputs, version parsing) need no engine.
 """
 
 from __future__ import annotations
@@ -15,12 +15,25 @@ from pathlib import Path
 
 import pytest
 
-from executor.core import Executor
-from executor.errors import ExecutorError
-from executor.image.inputs import IMAGE_PYTHON, REPOSITORY, direct_packages, flavour_inputs, images_dir, parse_versions, pin_sets, pip_download_command, read_pins, runner_aliases, runner_tag, tree_hash
-from executor.image.build import build_image, runner_versions
-from executor.outputs.schema import OutputSpec
-from executor.runs.models import RunRequest, RunResult
+from skill_executor.core import Executor
+from skill_executor.errors import ExecutorError
+from skill_executor.image.inputs import (
+    IMAGE_PYTHON,
+    REPOSITORY,
+    direct_packages,
+    flavour_inputs,
+    images_dir,
+    parse_versions,
+    pin_sets,
+    pip_download_command,
+    read_pins,
+    runner_aliases,
+    runner_tag,
+    tree_hash,
+)
+from skill_executor.image.build import build_image, runner_versions
+from skill_executor.outputs.schema import OutputSpec
+from skill_executor.runs.models import RunRequest, RunResult
 
 from .conftest import make_settings, require_runtime
 
@@ -28,18 +41,53 @@ RUNNER = images_dir() / "runner"
 
 # Import name of each Python package the full flavour promises.
 PYTHON_MODULES = {
-    "numpy": "numpy", "pandas": "pandas", "scipy": "scipy", "scikit-learn": "sklearn",
-    "statsmodels": "statsmodels.api", "matplotlib": "matplotlib.pyplot", "seaborn": "seaborn",
-    "pyarrow": "pyarrow", "openpyxl": "openpyxl", "xlsxwriter": "xlsxwriter", "xlrd": "xlrd",
-    "pillow": "PIL.Image", "python-pptx": "pptx", "python-docx": "docx", "pypdf": "pypdf",
-    "pdfplumber": "pdfplumber", "pypdfium2": "pypdfium2", "pdf2image": "pdf2image", "reportlab": "reportlab",
-    "img2pdf": "img2pdf", "sympy": "sympy", "tqdm": "tqdm", "defusedxml": "defusedxml", "lxml": "lxml.etree",
-    "pytesseract": "pytesseract", "markitdown": "markitdown", "imageio": "imageio.v3", "pyyaml": "yaml",
-    "beautifulsoup4": "bs4", "tabulate": "tabulate", "playwright": "playwright.sync_api", "anthropic": "anthropic",
+    "numpy": "numpy",
+    "pandas": "pandas",
+    "scipy": "scipy",
+    "scikit-learn": "sklearn",
+    "statsmodels": "statsmodels.api",
+    "matplotlib": "matplotlib.pyplot",
+    "seaborn": "seaborn",
+    "pyarrow": "pyarrow",
+    "openpyxl": "openpyxl",
+    "xlsxwriter": "xlsxwriter",
+    "xlrd": "xlrd",
+    "pillow": "PIL.Image",
+    "python-pptx": "pptx",
+    "python-docx": "docx",
+    "pypdf": "pypdf",
+    "pdfplumber": "pdfplumber",
+    "pypdfium2": "pypdfium2",
+    "pdf2image": "pdf2image",
+    "reportlab": "reportlab",
+    "img2pdf": "img2pdf",
+    "sympy": "sympy",
+    "tqdm": "tqdm",
+    "defusedxml": "defusedxml",
+    "lxml": "lxml.etree",
+    "pytesseract": "pytesseract",
+    "markitdown": "markitdown",
+    "imageio": "imageio.v3",
+    "pyyaml": "yaml",
+    "beautifulsoup4": "bs4",
+    "tabulate": "tabulate",
+    "playwright": "playwright.sync_api",
+    "anthropic": "anthropic",
     "mcp": "mcp",
 }
-MINIMAL_MODULES = ["numpy", "pandas", "matplotlib.pyplot", "PIL.Image", "openpyxl", "pypdf", "reportlab",
-                   "docx", "yaml", "lxml.etree", "defusedxml"]
+MINIMAL_MODULES = [
+    "numpy",
+    "pandas",
+    "matplotlib.pyplot",
+    "PIL.Image",
+    "openpyxl",
+    "pypdf",
+    "reportlab",
+    "docx",
+    "yaml",
+    "lxml.etree",
+    "defusedxml",
+]
 
 
 # -- pure checks ----------------------------------------------------------------------
@@ -109,14 +157,31 @@ def test_wheels_are_fetched_for_the_image_python_not_the_host() -> None:
 
 
 def test_version_output_is_parsed() -> None:
-    output = "\n".join([
-        "@@LibreOffice", "LibreOffice 25.2.3.2 520(Build:2)", "@@Node.js", "v18.20.4", "@@jq", "jq-1.6",
-        "@@ImageMagick", "Version: ImageMagick 6.9.11-60 Q16 x86_64 2021-01-25", "@@soffice-less",
-        "@@python:numpy", "2.4.6", "@@7-Zip (p7zip)", "7-Zip [64] 16.02 : Copyright (c) 1999-2016 Igor Pavlov",
-    ])
+    output = "\n".join(
+        [
+            "@@LibreOffice",
+            "LibreOffice 25.2.3.2 520(Build:2)",
+            "@@Node.js",
+            "v18.20.4",
+            "@@jq",
+            "jq-1.6",
+            "@@ImageMagick",
+            "Version: ImageMagick 6.9.11-60 Q16 x86_64 2021-01-25",
+            "@@soffice-less",
+            "@@python:numpy",
+            "2.4.6",
+            "@@7-Zip (p7zip)",
+            "7-Zip [64] 16.02 : Copyright (c) 1999-2016 Igor Pavlov",
+        ]
+    )
     assert parse_versions(output) == {
-        "LibreOffice": "25.2.3.2", "Node.js": "18.20.4", "jq": "1.6", "ImageMagick": "6.9.11-60",
-        "soffice-less": "—", "python:numpy": "2.4.6", "7-Zip (p7zip)": "16.02",
+        "LibreOffice": "25.2.3.2",
+        "Node.js": "18.20.4",
+        "jq": "1.6",
+        "ImageMagick": "6.9.11-60",
+        "soffice-less": "—",
+        "python:numpy": "2.4.6",
+        "7-Zip (p7zip)": "16.02",
     }
 
 
@@ -139,7 +204,9 @@ def run(executor: Executor, command: str, timeout: float = 120) -> RunResult:
 
 def test_python_is_python3_and_every_package_imports(executor: Executor) -> None:
     modules = json.dumps(sorted(PYTHON_MODULES.values()))
-    result = run(executor, f"""
+    result = run(
+        executor,
+        f"""
 python --version
 readlink -f "$(command -v python)"
 python - <<'EOF'
@@ -149,7 +216,8 @@ for name in {modules}:
 print("imported", len({modules}))
 print("pypdf", m.version("pypdf"))
 EOF
-""")
+""",
+    )
     lines = result.stdout.splitlines()
     assert lines[0].startswith("Python 3.11.")
     assert lines[1] == "/usr/bin/python3.11"
@@ -159,7 +227,9 @@ EOF
 
 
 def test_system_tools_are_there(executor: Executor) -> None:
-    result = run(executor, """
+    result = run(
+        executor,
+        """
 set -e
 cd "$WORK_DIR"
 ffmpeg -hide_banner -version | head -n1
@@ -171,7 +241,8 @@ printf 'needle\\n' > hay.txt && rg -c needle hay.txt
 zip -q packed.zip hay.txt && unzip -p packed.zip hay.txt
 qpdf --version | head -n1
 pdftoppm -v 2>&1 | head -n1
-""")
+""",
+    )
     out = result.stdout
     assert out.startswith("ffmpeg version ")
     assert "git version " in out
@@ -180,7 +251,9 @@ pdftoppm -v 2>&1 | head -n1
 
 
 def test_graphviz_curl_and_pip_as_skills_call_them(executor: Executor) -> None:
-    result = run(executor, """
+    result = run(
+        executor,
+        """
 set -e
 cd "$WORK_DIR"
 echo 'digraph { a -> b }' | dot -Tsvg > g.svg && grep -c '<svg' g.svg
@@ -191,14 +264,17 @@ kill $server
 printf 'pypdf\\nopenpyxl>=3\\n' > req.txt
 pip install -q -r req.txt && echo pip-satisfied
 pip install -q no-such-package-xyz >/dev/null 2>&1 || echo pip-refused
-""")
+""",
+    )
     assert result.stdout.splitlines() == ["1", "1", "pip-satisfied", "pip-refused"], result.stderr
 
 
 def test_node_renders_icons_and_edits_pdfs(executor: Executor) -> None:
     """What pptxgenjs.md's icon recipe (react-icons -> SVG -> sharp -> PNG) and the pdf
     skill's JavaScript (pdf-lib) need."""
-    result = run(executor, """
+    result = run(
+        executor,
+        """
 cd "$WORK_DIR"
 node - <<'EOF'
 const fs = require("fs");
@@ -218,12 +294,15 @@ const { PDFDocument } = require("pdf-lib");
 })();
 EOF
 python3 -c 'from pypdf import PdfReader; print(len(PdfReader("made.pdf").pages))'
-""")
+""",
+    )
     assert result.stdout.splitlines() == ["true 256", "1"], result.stderr
 
 
 def test_node_requires_docx_and_pptxgenjs_from_anywhere(executor: Executor) -> None:
-    result = run(executor, """
+    result = run(
+        executor,
+        """
 cd "$WORK_DIR"
 node - <<'EOF'
 const fs = require("fs");
@@ -243,7 +322,8 @@ from pptx import Presentation
 print(Document("made.docx").paragraphs[0].text)
 print(Presentation("made.pptx").slides[0].shapes[0].text_frame.text)
 EOF
-""")
+""",
+    )
     assert "Made by docx\nSlide from pptxgenjs\n" in result.stdout
     assert "node v" in result.stdout
 
@@ -285,7 +365,9 @@ def test_libreoffice_converts_in_a_warm_pool_container(tmp_path: Path) -> None:
 
 def test_libreoffice_recalculates_xlsx_formulas_with_and_without_a_macro(executor: Executor) -> None:
     # The xlsx skill's recalc.py: a Basic macro in the user profile, run headless.
-    result = run(executor, r"""
+    result = run(
+        executor,
+        r"""
 set -e
 cd "$WORK_DIR"
 python - <<'EOF'
@@ -319,13 +401,17 @@ from openpyxl import load_workbook
 for path in ("converted/plain.xlsx", "macro.xlsx"):
     print(path, load_workbook(path, data_only=True).active["A3"].value)
 EOF
-""", timeout=240)
+""",
+        timeout=240,
+    )
     assert "converted/plain.xlsx 42\n" in result.stdout
     assert "macro.xlsx 42\n" in result.stdout
 
 
 def test_pandoc_tesseract_and_imagemagick(executor: Executor) -> None:
-    result = run(executor, """
+    result = run(
+        executor,
+        """
 set -e
 cd "$WORK_DIR"
 printf '# Title\\n\\nSome *emphasis*.\\n' > note.md
@@ -342,7 +428,8 @@ tesseract text.png - 2>/dev/null
 convert text.png -resize 50% small.jpg
 identify -format '%m %wx%h\\n' small.jpg
 python -c 'import pytesseract; from PIL import Image; print("pytesseract:", pytesseract.image_to_string(Image.open("text.png")).strip())'
-""")
+""",
+    )
     out = result.stdout
     assert "['Title', 'Some emphasis.']" in out
     assert "HELLO OCR 42" in out
@@ -351,7 +438,9 @@ python -c 'import pytesseract; from PIL import Image; print("pytesseract:", pyte
 
 
 def test_pdf_libraries_on_a_reportlab_pdf(executor: Executor) -> None:
-    result = run(executor, """
+    result = run(
+        executor,
+        """
 set -e
 cd "$WORK_DIR"
 python - <<'EOF'
@@ -378,7 +467,8 @@ open("again.pdf", "wb").write(img2pdf.convert("page.png"))
 print("img2pdf pages:", len(PdfReader("again.pdf").pages))
 EOF
 qpdf --check made.pdf
-""")
+""",
+    )
     out = result.stdout
     assert "pdfplumber: Invoice number 12345" in out
     assert "pypdf pages: 2" in out
@@ -425,16 +515,18 @@ kill $server
 """
 
 
-@pytest.mark.parametrize(("runtime", "pool_size"), [("docker", 0), ("docker", 1), ("docker-runsc", 0)],
-                         ids=["pool0", "warm-pool", "gvisor"])
+@pytest.mark.parametrize(
+    ("runtime", "pool_size"), [("docker", 0), ("docker", 1), ("docker-runsc", 0)], ids=["pool0", "warm-pool", "gvisor"]
+)
 def test_playwright_screenshots_a_page_served_on_localhost(tmp_path: Path, runtime: str, pool_size: int) -> None:
     require_runtime(runtime)
     made = Executor.from_settings(make_settings(tmp_path, runtime, pool_size=pool_size, default_timeout=120.0))
     try:
         if pool_size:
             assert made.runtime.pool is not None and made.runtime.pool.wait_ready()  # type: ignore[attr-defined]
-        result = made.runner.run(RunRequest(skill="math-tools", command=WEBAPP_TEST, timeout=120,
-                                            outputs=OutputSpec(globs=["out/*"])))
+        result = made.runner.run(
+            RunRequest(skill="math-tools", command=WEBAPP_TEST, timeout=120, outputs=OutputSpec(globs=["out/*"]))
+        )
     finally:
         made.close()
     assert result.exit_code == 0, f"exit {result.exit_code}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
@@ -474,7 +566,9 @@ def test_playwright_default_launch_finds_the_image_chromium_without_a_download(e
 def test_mcp_builder_imports_anthropic_and_the_mcp_clients(executor: Executor) -> None:
     """What the published mcp-builder skill's scripts/evaluation.py and connections.py
     import (mcp 1's ``streamablehttp_client``, which mcp 2 renamed)."""
-    result = run(executor, """
+    result = run(
+        executor,
+        """
 python3 - <<'EOF'
 import anthropic, mcp
 print("imported")
@@ -486,7 +580,8 @@ from mcp.client.streamable_http import streamablehttp_client
 print("clients", Anthropic.__name__, ClientSession.__name__, StdioServerParameters.__name__,
       sse_client.__name__, stdio_client.__name__, streamablehttp_client.__name__)
 EOF
-""")
+""",
+    )
     assert result.stdout.startswith("imported\nclients Anthropic ClientSession StdioServerParameters sse_client ")
 
 
@@ -495,8 +590,9 @@ def test_versions_table_names_each_tool(executor: Executor) -> None:
     rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1].rstrip(" |") for line in table.splitlines()[2:]}
     assert rows["`python`"].startswith("3.11.")
     assert rows["LibreOffice"].split(".")[0].isdigit() and int(rows["LibreOffice"].split(".")[0]) >= 24
-    assert rows["Python `pypdf`"] == next(p.split("==")[1] for p in read_pins(RUNNER / "requirements-full.txt")
-                                          if p.startswith("pypdf=="))
+    assert rows["Python `pypdf`"] == next(
+        p.split("==")[1] for p in read_pins(RUNNER / "requirements-full.txt") if p.startswith("pypdf==")
+    )
     assert rows["npm `docx`"] == json.loads((RUNNER / "npm" / "package.json").read_text())["dependencies"]["docx"]
     assert "—" not in table, table
 
@@ -504,7 +600,7 @@ def test_versions_table_names_each_tool(executor: Executor) -> None:
 def test_minimal_flavour_builds_on_its_own_tag(tmp_path: Path) -> None:
     """The minimal flavour is the full one's prefix, so after the full build it is cached."""
     require_runtime("docker")
-    from executor.runtimes.docker import connect
+    from skill_executor.runtimes.docker import connect
 
     client = connect(timeout=600)
     latest = client.images.get(f"{REPOSITORY}:latest").id
@@ -515,10 +611,13 @@ def test_minimal_flavour_builds_on_its_own_tag(tmp_path: Path) -> None:
     executor = Executor.from_settings(make_settings(tmp_path, "docker", docker_image=result.tag))
     try:
         modules = json.dumps(MINIMAL_MODULES)
-        result_run = run(executor, f"""
+        result_run = run(
+            executor,
+            f"""
 python -c 'import importlib; [importlib.import_module(m) for m in {modules}]; print("imported")'
 command -v soffice node pandoc || echo "no office tools"
-""")
+""",
+        )
     finally:
         executor.close()
     assert result_run.stdout == "imported\nno office tools\n"

@@ -21,15 +21,15 @@ from pathlib import Path
 
 import pytest
 
-import executor.runtimes.docker as docker_runtime
-from executor.config import Settings
-from executor.core import Executor
-from executor.runtimes.base import Command, ExecResult, SandboxPlan
-from executor.runtimes.docker import DockerRuntime
-from executor.runtimes.docker.launcher import EXIT_FRAME_MAX, LauncherFrames
-from executor.runtimes.docker.sandboxes import WarmSandbox
-from executor.runtimes.streams import ProtocolError
-from executor.workspace.layout import environment
+import skill_executor.runtimes.docker as docker_runtime
+from skill_executor.config import Settings
+from skill_executor.core import Executor
+from skill_executor.runtimes.base import Command, ExecResult, SandboxPlan
+from skill_executor.runtimes.docker import DockerRuntime
+from skill_executor.runtimes.docker.launcher import EXIT_FRAME_MAX, LauncherFrames
+from skill_executor.runtimes.docker.sandboxes import WarmSandbox
+from skill_executor.runtimes.streams import ProtocolError
+from skill_executor.workspace.layout import environment
 
 from . import test_docker
 from .conftest import HARDENING_RUNTIMES, make_settings, require_runtime
@@ -242,7 +242,7 @@ def test_the_largest_environment_the_service_accepts_runs_the_same_on_both_paths
     executor = make_docker()
     entry = 128 * 1024 - 1  # the most one NAME=value may take
     env = {f"BIG{i}": str(i) * (entry - len(f"BIG{i}=")) for i in range(7)}  # 7 such: just under 1 MiB in all
-    result = run(executor, command='echo ${#BIG0} ${#BIG6}; cat', env=env, stdin="fed")
+    result = run(executor, command="echo ${#BIG0} ${#BIG6}; cat", env=env, stdin="fed")
     width = entry - len("BIG0=")
     assert result.exit_code == 0 and result.stdout == f"{width} {width}\nfed", (result.stdout, result.stderr[-300:])
 
@@ -331,8 +331,15 @@ def rogue(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
 
 def rogue_command(sandbox: WarmSandbox, mode: str, timeout: float = 20.0) -> Command:
     cwd = f"{sandbox.root.rstrip('/')}/skills/math-tools"
-    return Command(command=mode, cwd=cwd, env={**environment(sandbox.root, "math-tools"), "PWD": cwd}, stdin=None,
-                   timeout=timeout, stdout_max=1024, stderr_max=1024)
+    return Command(
+        command=mode,
+        cwd=cwd,
+        env={**environment(sandbox.root, "math-tools"), "PWD": cwd},
+        stdin=None,
+        timeout=timeout,
+        stdout_max=1024,
+        stderr_max=1024,
+    )
 
 
 def processes_of(container_id: str) -> list[int]:

@@ -35,8 +35,9 @@ class Raw(types.Request[dict[str, Any] | None, str]):
 
 
 async def raw(client: Client, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    result: dict[str, Any] = await client.session.send_request(Raw(method=method, params=params or {}),
-                                                               TypeAdapter(dict))
+    result: dict[str, Any] = await client.session.send_request(
+        Raw(method=method, params=params or {}), TypeAdapter(dict)
+    )
     return result
 
 
@@ -60,9 +61,19 @@ def _env(**extra: str) -> dict[str, str]:
 async def stdio_client(base: Path, runtime: str | None = None, **options: Any) -> AsyncIterator[Client]:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "executor.cli.main", "mcp", "--runtime", runtime or api_runtime(),
-              "--skills-dir", str(_skills(base)), "--data-dir", str(base / "data")],
-        env=_env(), cwd=REPO,
+        args=[
+            "-m",
+            "skill_executor.cli.main",
+            "mcp",
+            "--runtime",
+            runtime or api_runtime(),
+            "--skills-dir",
+            str(_skills(base)),
+            "--data-dir",
+            str(base / "data"),
+        ],
+        env=_env(),
+        cwd=REPO,
     )
     options.setdefault("mode", "legacy")
     async with Client(params, read_timeout_seconds=120, **options) as client:
@@ -110,8 +121,11 @@ def test_skills_extension(connect: Connect, tmp_path: Path) -> None:
             entry = entries["skill://csv-report/SKILL.md"]
             assert entry["frontmatter"]["name"] == "csv-report"
             assert entry["frontmatter"]["metadata"] == {"author": "skill-executor", "version": "1.0"}
-            files = sorted(p.relative_to(skills / "csv-report").as_posix()
-                           for p in (skills / "csv-report").rglob("*") if p.is_file())
+            files = sorted(
+                p.relative_to(skills / "csv-report").as_posix()
+                for p in (skills / "csv-report").rglob("*")
+                if p.is_file()
+            )
             assert sorted(r["uri"] for r in entry["resources"]) == [f"skill://csv-report/{f}" for f in files]
             for item in entry["resources"]:
                 path = skills / "csv-report" / item["uri"].removeprefix("skill://csv-report/")
@@ -140,9 +154,13 @@ def test_skills_extension(connect: Connect, tmp_path: Path) -> None:
 
             root = await raw(client, "resources/directory/read", {"uri": "skill://csv-report"})
             kinds = {r["name"]: r["mimeType"] for r in root["resources"]}
-            assert kinds == {"SKILL.md": "text/markdown", "assets": "inode/directory",
-                             "references": "inode/directory", "scripts": "inode/directory",
-                             "tests": "inode/directory"}  # the skill's own tests (skill-executor test)
+            assert kinds == {
+                "SKILL.md": "text/markdown",
+                "assets": "inode/directory",
+                "references": "inode/directory",
+                "scripts": "inode/directory",
+                "tests": "inode/directory",
+            }  # the skill's own tests (skill-executor test)
             scripts = await raw(client, "resources/directory/read", {"uri": "skill://csv-report/scripts"})
             assert [r["uri"] for r in scripts["resources"]] == ["skill://csv-report/scripts/report.py"]
             with pytest.raises(MCPError):
@@ -171,12 +189,16 @@ def test_skill_run_end_to_end(connect: Connect) -> None:
             put = await client.call_tool("artifact_put", {"name": "data.csv", "text": "a,b\n1,2\n3,4\n"})
             assert not put.is_error
             ref = put.structured_content["ref"]
-            result = await client.call_tool("skill_run", {
-                "skill": "csv-report",
-                "command": "echo started; wc -l < inputs/data.csv > out/lines.txt; printf '\\x00\\x01' > out/b.bin",
-                "inputs": [{"from": ref, "to": "inputs/data.csv"}],
-                "outputs": {"globs": ["out/**"]},
-            }, progress_callback=on_progress)
+            result = await client.call_tool(
+                "skill_run",
+                {
+                    "skill": "csv-report",
+                    "command": "echo started; wc -l < inputs/data.csv > out/lines.txt; printf '\\x00\\x01' > out/b.bin",
+                    "inputs": [{"from": ref, "to": "inputs/data.csv"}],
+                    "outputs": {"globs": ["out/**"]},
+                },
+                progress_callback=on_progress,
+            )
             assert not result.is_error, result.content
             assert result.structured_content["exit_code"] == 0
             assert "started" in result.structured_content["stdout"]
@@ -215,9 +237,11 @@ def test_cancel_kills_the_container(tmp_path: Path) -> None:
 
         async with stdio_client(tmp_path) as client:
             async with anyio.create_task_group() as group:
+
                 async def call() -> None:
-                    await client.call_tool("skill_run", {"skill": "csv-report", "command": "sleep 120"},
-                                           progress_callback=on_progress)
+                    await client.call_tool(
+                        "skill_run", {"skill": "csv-report", "command": "sleep 120"}, progress_callback=on_progress
+                    )
 
                 group.start_soon(call)
                 with anyio.fail_after(60):
@@ -229,7 +253,8 @@ def test_cancel_kills_the_container(tmp_path: Path) -> None:
                 group.cancel_scope.cancel()
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and engine.api.containers(
-                    all=True, filters={"label": f"io.skill-executor.run={run_ids[0]}"}):
+                all=True, filters={"label": f"io.skill-executor.run={run_ids[0]}"}
+            ):
                 await anyio.sleep(0.2)
             assert engine.api.containers(all=True, filters={"label": f"io.skill-executor.run={run_ids[0]}"}) == []
 
@@ -240,9 +265,16 @@ def test_http_needs_a_key(tmp_path: Path) -> None:
     _skills(tmp_path)
     server = Server(tmp_path, env={"SKILL_EXECUTOR_API_KEYS": "k-one,k-two"}).start()
     try:
-        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                           "clientInfo": {"name": "t", "version": "0"}}}
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        }
         headers = {"Accept": "application/json, text/event-stream"}
         refused = httpx.post(f"{server.url}/mcp", json=body, headers=headers)
         assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
@@ -253,14 +285,28 @@ def test_http_needs_a_key(tmp_path: Path) -> None:
         assert opened.status_code == 200
         session = opened.headers["mcp-session-id"]
         listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-        hijack = httpx.post(f"{server.url}/mcp", json=listing, headers={
-            **headers, "Authorization": "Bearer k-two", "Mcp-Session-Id": session,
-            "MCP-Protocol-Version": "2025-11-25"})
+        hijack = httpx.post(
+            f"{server.url}/mcp",
+            json=listing,
+            headers={
+                **headers,
+                "Authorization": "Bearer k-two",
+                "Mcp-Session-Id": session,
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+        )
         assert hijack.status_code == 404 and hijack.json()["error"]["code"] == "session_not_found"
         # An id this endpoint never handed out is not passed on either.
-        unknown = httpx.post(f"{server.url}/mcp", json=listing, headers={
-            **headers, "Authorization": "Bearer k-one", "Mcp-Session-Id": "0" * 32,
-            "MCP-Protocol-Version": "2025-11-25"})
+        unknown = httpx.post(
+            f"{server.url}/mcp",
+            json=listing,
+            headers={
+                **headers,
+                "Authorization": "Bearer k-one",
+                "Mcp-Session-Id": "0" * 32,
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+        )
         assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "session_not_found"
 
         async def main() -> None:
@@ -328,13 +374,28 @@ def test_mcp_inspector_cli(tmp_path: Path) -> None:
     if npx is None:
         pytest.skip("no npx here: the MCP Inspector cannot be run")
     skills = _skills(tmp_path)
-    server = [sys.executable, "-m", "executor.cli.main", "mcp", "--runtime", "local", "--skills-dir", str(skills),
-              "--data-dir", str(tmp_path / "data")]
+    server = [
+        sys.executable,
+        "-m",
+        "skill_executor.cli.main",
+        "mcp",
+        "--runtime",
+        "local",
+        "--skills-dir",
+        str(skills),
+        "--data-dir",
+        str(tmp_path / "data"),
+    ]
 
     def inspect(*args: str) -> dict[str, Any]:
         done = subprocess.run(
-            [npx, "--yes", "--prefer-offline", INSPECTOR, "--cli", *args, *server], cwd=REPO, env=_env(
-                MCP_CATALOG_PATH=str(tmp_path / "catalog.json")), capture_output=True, text=True, timeout=120)
+            [npx, "--yes", "--prefer-offline", INSPECTOR, "--cli", *args, *server],
+            cwd=REPO,
+            env=_env(MCP_CATALOG_PATH=str(tmp_path / "catalog.json")),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if done.returncode != 0 and "npm error" in done.stderr:
             pytest.skip(f"the MCP Inspector did not install from npm: {done.stderr.strip()[-300:]}")
         assert done.returncode == 0, done.stdout + done.stderr
@@ -350,16 +411,21 @@ def test_mcp_inspector_cli(tmp_path: Path) -> None:
 
 def test_frontmatter_as_json(tmp_path: Path) -> None:
     """Plain YAML keeps its types; a frontmatter only the tolerant loader reads is served repaired."""
-    from executor.mcp.catalog import frontmatter
-    from executor.skills import load_skill
+    from skill_executor.mcp.catalog import frontmatter
+    from skill_executor.skills import load_skill
 
     from .helpers import make_skill
 
-    typed = make_skill(tmp_path, "typed", "name: typed\ndescription: Typed values.\nmetadata:\n  version: 2\n"
-                       "  beta: true\n  released: 2026-01-02\n")
+    typed = make_skill(
+        tmp_path,
+        "typed",
+        "name: typed\ndescription: Typed values.\nmetadata:\n  version: 2\n  beta: true\n  released: 2026-01-02\n",
+    )
     assert frontmatter(load_skill(typed)) == {
-        "name": "typed", "description": "Typed values.",
-        "metadata": {"version": 2, "beta": True, "released": "2026-01-02"}}
+        "name": "typed",
+        "description": "Typed values.",
+        "metadata": {"version": 2, "beta": True, "released": "2026-01-02"},
+    }
     repaired = make_skill(tmp_path, "repaired", "name: repaired\ndescription: Use when: the user asks\n")
     assert frontmatter(load_skill(repaired)) == {"name": "repaired", "description": "Use when: the user asks"}
 
@@ -381,7 +447,7 @@ def test_modern_protocol(tmp_path: Path) -> None:
 
 
 def test_pages() -> None:
-    from executor.mcp.catalog import PAGE_SIZE, page
+    from skill_executor.mcp.catalog import PAGE_SIZE, page
 
     items = list(range(PAGE_SIZE * 2 + 3))
     first, cursor = page(items, None)

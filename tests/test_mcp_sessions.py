@@ -29,8 +29,12 @@ KEY_A, KEY_B, ADMIN = "k-alice", "k-bob", "k-root"
 KEYS = {"SKILL_EXECUTOR_API_KEYS": f"{KEY_A},{KEY_B}", "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN}
 VERSION = "2025-11-25"
 ACCEPT = "application/json, text/event-stream"
-INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-              "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 Headers = list[tuple[str, str]]
@@ -49,12 +53,22 @@ def server(tmp_path: Path) -> Iterator[Server]:
     yield from _server(tmp_path)
 
 
-def request(server: Server, method: str, key: str, body: dict[str, Any] | None = None,
-            session: Headers | None = None, timeout: float = 30) -> httpx.Response:
+def request(
+    server: Server,
+    method: str,
+    key: str,
+    body: dict[str, Any] | None = None,
+    session: Headers | None = None,
+    timeout: float = 30,
+) -> httpx.Response:
     """``method`` on /mcp with ``key``; ``session``: the session header lines, exactly as sent."""
     accept = ACCEPT if method != "GET" else "text/event-stream"
-    headers: Headers = [("Authorization", f"Bearer {key}"), ("Accept", accept), ("MCP-Protocol-Version", VERSION),
-                        *(session or [])]
+    headers: Headers = [
+        ("Authorization", f"Bearer {key}"),
+        ("Accept", accept),
+        ("MCP-Protocol-Version", VERSION),
+        *(session or []),
+    ]
     content = json.dumps(body).encode() if body is not None else None
     if content is not None:
         headers.append(("Content-Type", "application/json"))
@@ -117,8 +131,9 @@ async def honest(server: Server, key: str, seen: list[str]) -> AsyncIterator[Cli
         if "mcp-session-id" in response.headers and response.headers["mcp-session-id"] not in seen:
             seen.append(response.headers["mcp-session-id"])
 
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=120,
-                                  event_hooks={"response": [remember]}) as http:
+    async with httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {key}"}, timeout=120, event_hooks={"response": [remember]}
+    ) as http:
         transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
         async with Client(transport, mode="legacy", read_timeout_seconds=120) as client:
             yield client
@@ -142,14 +157,29 @@ def hostile_headers(victim: str, own: str) -> list[tuple[Headers, int, str]]:
 
 def hostile_requests(in_flight: list[int]) -> list[tuple[str, dict[str, Any] | None]]:
     run = {"skill": "csv-report", "command": "echo hijacked > out/x.txt"}
-    cancels = [("POST", {"jsonrpc": "2.0", "method": "notifications/cancelled",
-                         "params": {"requestId": i, "reason": "hijack"}}) for i in in_flight]
+    cancels = [
+        (
+            "POST",
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": i, "reason": "hijack"}},
+        )
+        for i in in_flight
+    ]
     return [
         ("POST", INITIALIZE),
         ("POST", LIST),
-        ("POST", {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "skill_run", "arguments": run}}),
-        ("POST", {"jsonrpc": "2.0", "id": 10, "method": "tools/call",
-                  "params": {"name": "artifact_get", "arguments": {"ref": "secret.txt"}}}),
+        (
+            "POST",
+            {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "skill_run", "arguments": run}},
+        ),
+        (
+            "POST",
+            {
+                "jsonrpc": "2.0",
+                "id": 10,
+                "method": "tools/call",
+                "params": {"name": "artifact_get", "arguments": {"ref": "secret.txt"}},
+            },
+        ),
         *cancels,
         ("GET", None),
         ("DELETE", None),
@@ -170,21 +200,38 @@ def test_another_key_cannot_use_a_session(server: Server) -> None:
             for headers, status, code in hostile_headers(victim, own[key]):
                 for method, body in hostile_requests(list(range(0, 8))):
                     got = request(server, method, key, body, headers)
-                    answers.append((key, f"{method} {body and body.get('method')} {headers}", got.status_code,
-                                    text(got)))
+                    answers.append(
+                        (key, f"{method} {body and body.get('method')} {headers}", got.status_code, text(got))
+                    )
                     if got.status_code != status or error_code(got) != code:
-                        leaked.append(f"{key} {method} {body and body.get('method')} {headers}: "
-                                      f"{got.status_code} {text(got)[:300]}")
+                        leaked.append(
+                            f"{key} {method} {body and body.get('method')} {headers}: "
+                            f"{got.status_code} {text(got)[:300]}"
+                        )
             # In its own session, the attacker's cancellations of A's request ids reach only its own requests.
             for i in range(0, 8):
-                cancelled = request(server, "POST", key, {"jsonrpc": "2.0", "method": "notifications/cancelled",
-                                                          "params": {"requestId": i}},
-                                    [("mcp-session-id", own[key])])
+                cancelled = request(
+                    server,
+                    "POST",
+                    key,
+                    {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": i}},
+                    [("mcp-session-id", own[key])],
+                )
                 assert cancelled.status_code == 202, cancelled.text
             assert works(server, key, own[key])
             # In its own session, A's artifact is not there for B; the admin reaches it only over REST.
-            got = request(server, "POST", key, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-                "name": "artifact_get", "arguments": {"ref": "secret.txt"}}}, [("mcp-session-id", own[key])])
+            got = request(
+                server,
+                "POST",
+                key,
+                {
+                    "jsonrpc": "2.0",
+                    "id": 3,
+                    "method": "tools/call",
+                    "params": {"name": "artifact_get", "arguments": {"ref": "secret.txt"}},
+                },
+                [("mcp-session-id", own[key])],
+            )
             assert "artifact_not_found" in messages(got)[0]["result"]["content"][0]["text"]
 
     async def main() -> None:
@@ -202,9 +249,16 @@ def test_another_key_cannot_use_a_session(server: Server) -> None:
             result: list[Any] = []
 
             async def call() -> None:
-                result.append(await client.call_tool("skill_run", {
-                    "skill": "csv-report", "command": "sleep 6; echo A-result",
-                }, progress_callback=on_progress))
+                result.append(
+                    await client.call_tool(
+                        "skill_run",
+                        {
+                            "skill": "csv-report",
+                            "command": "sleep 6; echo A-result",
+                        },
+                        progress_callback=on_progress,
+                    )
+                )
 
             async with anyio.create_task_group() as group:
                 group.start_soon(call)
@@ -264,8 +318,11 @@ def test_sessions_per_key(tmp_path: Path) -> None:
                 statuses: list[int] = []
 
                 async def one() -> None:
-                    got = await http.post(f"{server.url}/mcp", json=INITIALIZE, headers={
-                        "Authorization": f"Bearer {ADMIN}", "Accept": ACCEPT})
+                    got = await http.post(
+                        f"{server.url}/mcp",
+                        json=INITIALIZE,
+                        headers={"Authorization": f"Bearer {ADMIN}", "Accept": ACCEPT},
+                    )
                     statuses.append(got.status_code)
 
                 async with anyio.create_task_group() as group:
@@ -293,8 +350,12 @@ def test_sessions_per_key(tmp_path: Path) -> None:
 def test_idle_sessions_expire(tmp_path: Path) -> None:
     """With MCP_SESSION_IDLE_SECONDS=2, an idle session is closed: 404, and its slot is free;
     a session in use is never closed (nor handed to anyone else)."""
-    for server in _server(tmp_path, SKILL_EXECUTOR_MCP_SESSIONS_PER_KEY="2",
-                          SKILL_EXECUTOR_MCP_SESSION_IDLE_SECONDS="2", SKILL_EXECUTOR_RUNTIME="local"):
+    for server in _server(
+        tmp_path,
+        SKILL_EXECUTOR_MCP_SESSIONS_PER_KEY="2",
+        SKILL_EXECUTOR_MCP_SESSION_IDLE_SECONDS="2",
+        SKILL_EXECUTOR_RUNTIME="local",
+    ):
         idle, busy = session_of(server, KEY_A), session_of(server, KEY_A)
         assert open_session(server, KEY_A).status_code == 429
         started = time.monotonic()
@@ -339,9 +400,19 @@ def raw_status(server: Server, head: bytes) -> tuple[int, bytes]:
 def raw_mcp(server: Server, method: bytes, extra: bytes) -> tuple[int, str]:
     """A request to /mcp with the header lines ``extra``, as bytes; its status and error code."""
     body = json.dumps(LIST).encode() if method == b"POST" else b""
-    head = (method + b" /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAccept: " + ACCEPT.encode() +
-            b"\r\nContent-Type: application/json\r\nMCP-Protocol-Version: " + VERSION.encode() + b"\r\n" + extra +
-            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    head = (
+        method
+        + b" /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAccept: "
+        + ACCEPT.encode()
+        + b"\r\nContent-Type: application/json\r\nMCP-Protocol-Version: "
+        + VERSION.encode()
+        + b"\r\n"
+        + extra
+        + b"Content-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
     status, response = raw_status(server, head)
     try:
         code = json.loads(response.split(b"\r\n\r\n", 1)[1])["error"]["code"]
@@ -350,17 +421,36 @@ def raw_mcp(server: Server, method: bytes, extra: bytes) -> tuple[int, str]:
     return status, code
 
 
-@pytest.mark.parametrize("value", [
-    b"", b" ", b"a" * 129, b"a" * 6000, b"a" * 70000, "s\u00e9ssion".encode(), "s\u00e9ssion".encode("latin-1"),
-    b"\xff\xfe\xfd", b"\x00ab", b"ab\x01cd", b"ab\x7fcd", b"ab\tcd", b"ab cd", b"ab,", b",",
-], ids=lambda v: repr(v[:12]) + f"*{len(v)}")
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"",
+        b" ",
+        b"a" * 129,
+        b"a" * 6000,
+        b"a" * 70000,
+        "s\u00e9ssion".encode(),
+        "s\u00e9ssion".encode("latin-1"),
+        b"\xff\xfe\xfd",
+        b"\x00ab",
+        b"ab\x01cd",
+        b"ab\x7fcd",
+        b"ab\tcd",
+        b"ab cd",
+        b"ab,",
+        b",",
+    ],
+    ids=lambda v: repr(v[:12]) + f"*{len(v)}",
+)
 def test_malformed_session_ids(value: bytes, request_server: Server) -> None:
     """A session id that is no id is a 400 with a stable code for every method: never a 5xx, never a hang."""
     auth = b"Authorization: Bearer " + KEY_A.encode() + b"\r\n"
     for method in (b"POST", b"GET", b"DELETE"):
         status, code = raw_mcp(request_server, method, auth + b"mcp-session-id: " + value + b"\r\n")
-        assert (status, code) in {(400, "invalid_session_id"), (400, "ambiguous_session_id"),
-                                  (400, "invalid_http")}, (status, code)
+        assert (status, code) in {(400, "invalid_session_id"), (400, "ambiguous_session_id"), (400, "invalid_http")}, (
+            status,
+            code,
+        )
 
 
 def test_one_authorization_header(request_server: Server) -> None:
@@ -382,8 +472,8 @@ def test_owner_map_is_the_sdks() -> None:
     session is reported once, and no slot is left taken."""
     from mcp.server.lowlevel.server import Server as Lowlevel
 
-    from executor.access import Principal
-    from executor.mcp.sessions import McpSessionLimit, Sessions, bind_caller
+    from skill_executor.access import Principal
+    from skill_executor.mcp.sessions import McpSessionLimit, Sessions, bind_caller
 
     alice, bob = Principal("alice", False), Principal("bob", True)
     closed: list[str] = []
@@ -392,16 +482,30 @@ def test_owner_map_is_the_sdks() -> None:
     def same() -> bool:
         return set(sessions._owners) == set(sessions._server_instances)
 
-    async def call(who: Principal, method: str, body: dict[str, Any] | None = None,
-                   session: str | None = None) -> tuple[int, dict[bytes, bytes]]:
-        headers = [(b"accept", ACCEPT.encode()), (b"content-type", b"application/json"),
-                   (b"mcp-protocol-version", VERSION.encode())]
+    async def call(
+        who: Principal, method: str, body: dict[str, Any] | None = None, session: str | None = None
+    ) -> tuple[int, dict[bytes, bytes]]:
+        headers = [
+            (b"accept", ACCEPT.encode()),
+            (b"content-type", b"application/json"),
+            (b"mcp-protocol-version", VERSION.encode()),
+        ]
         if session is not None:
             headers.append((b"mcp-session-id", session.encode()))
-        scope: dict[str, Any] = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"},
-                                 "http_version": "1.1", "method": method, "scheme": "http", "path": "/mcp",
-                                 "raw_path": b"/mcp", "query_string": b"", "root_path": "", "headers": headers,
-                                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.4"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": "/mcp",
+            "raw_path": b"/mcp",
+            "query_string": b"",
+            "root_path": "",
+            "headers": headers,
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+        }
         bind_caller(scope, who)
         pending = [{"type": "http.request", "body": json.dumps(body).encode() if body else b"", "more_body": False}]
         start: dict[str, Any] = {}
@@ -468,8 +572,9 @@ def test_list_changed_reaches_open_http_sessions(tmp_path: Path) -> None:
                 await ended.list_resources()
             async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY_A}"}, timeout=120) as http:
                 transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
-                async with Client(transport, mode="legacy", read_timeout_seconds=120,
-                                  message_handler=on_message) as client:
+                async with Client(
+                    transport, mode="legacy", read_timeout_seconds=120, message_handler=on_message
+                ) as client:
                     await client.list_resources()
                     skills = server.skills_dir
                     shutil.copytree(skills / "math-tools", skills / "more-math")
@@ -486,7 +591,7 @@ def test_list_changed_reaches_open_http_sessions(tmp_path: Path) -> None:
 def test_session_settings() -> None:
     from pydantic import ValidationError
 
-    from executor.config import Settings
+    from skill_executor.config import Settings
 
     assert (Settings().mcp_sessions_per_key, Settings().mcp_session_idle_seconds) == (32, 1800.0)
     for bad in ({"mcp_sessions_per_key": 0}, {"mcp_session_idle_seconds": 0}, {"mcp_session_idle_seconds": "inf"}):

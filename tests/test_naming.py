@@ -7,15 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from executor.core import Executor
-from executor.errors import ExecutorError
-from executor.outputs.naming import FIELDS, MAX_TEMPLATE_CHARS, NameTemplate
+from skill_executor.core import Executor
+from skill_executor.errors import ExecutorError
+from skill_executor.outputs.naming import FIELDS, MAX_TEMPLATE_CHARS, NameTemplate
 
 from .conftest import make_settings
 from .helpers import refused, run
 
-VALUES = {"path": "out/report.csv", "name": "report.csv", "stem": "report", "ext": ".csv",
-          "run_id": "0190-abc", "session": "s1", "prefix": "p/"}
+VALUES = {
+    "path": "out/report.csv",
+    "name": "report.csv",
+    "stem": "report",
+    "ext": ".csv",
+    "run_id": "0190-abc",
+    "session": "s1",
+    "prefix": "p/",
+}
 
 
 def render(template: str, **overrides: str) -> str:
@@ -92,21 +99,29 @@ def local(tmp_path: Path) -> Iterator[Executor]:
 
 @pytest.mark.parametrize("template", ["{path:>20000000}", "{path.nonexistent}", "{name.__class__.__mro__}"])
 def test_injections_are_refused_before_the_run(local: Executor, template: str) -> None:
-    error = refused(local, command="echo x > out/a.txt", outputs={"globs": ["out/*"], "save": True,
-                                                                  "name_template": template})
+    error = refused(
+        local, command="echo x > out/a.txt", outputs={"globs": ["out/*"], "save": True, "name_template": template}
+    )
     assert error.status == 400 and error.code == "invalid_name_template" and len(error.message) < 400
 
 
 def test_templates_save_and_overlong_names_are_warnings(local: Executor) -> None:
-    legacy = run(local, command="echo 1 > out/a.txt", output_files=["out/a.txt"], save_as_artifacts=True,
-                 artifact_prefix="runs/")
+    legacy = run(
+        local, command="echo 1 > out/a.txt", output_files=["out/a.txt"], save_as_artifacts=True, artifact_prefix="runs/"
+    )
     assert [a.name for a in legacy.artifact_files] == ["runs/out/a.txt"]
-    readme = run(local, command="echo 1 > out/a.txt",
-                 outputs={"globs": ["out/*"], "save": True, "name_template": "out-{run_id}/{name}"})
+    readme = run(
+        local,
+        command="echo 1 > out/a.txt",
+        outputs={"globs": ["out/*"], "save": True, "name_template": "out-{run_id}/{name}"},
+    )
     assert [a.name for a in readme.artifact_files] == [f"out-{readme.run_id}/a.txt"]
     long = "d" * 200
-    overlong = run(local, command=f"mkdir -p out/{long} && echo 1 > out/{long}/b.txt && echo 2 > out/c.txt",
-                   outputs={"globs": ["out/**"], "save": True, "name_template": "{path}-{path}"})
+    overlong = run(
+        local,
+        command=f"mkdir -p out/{long} && echo 1 > out/{long}/b.txt && echo 2 > out/c.txt",
+        outputs={"globs": ["out/**"], "save": True, "name_template": "{path}-{path}"},
+    )
     assert overlong.exit_code == 0 and [a.name for a in overlong.artifact_files] == ["out/c.txt-out/c.txt"]
     warning = next(w for w in overlong.warnings if "b.txt" in w)
     assert "not saved" in warning and "longer than 255 characters" in warning and len(warning) < 600

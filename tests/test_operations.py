@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from executor.activity import Activity
-from executor.owners import DataDirClaim, Lease, LeaseState
-from executor.runtimes.janitor import Janitor
-from executor.workers import Supervisor
+from skill_executor.activity import Activity
+from skill_executor.owners import DataDirClaim, Lease, LeaseState
+from skill_executor.runtimes.janitor import Janitor
+from skill_executor.workers import Supervisor
 
 from .api_server import Server
 from .conftest import REPO, docker_problem, in_ci
@@ -49,7 +49,7 @@ def test_a_failing_worker_is_retried_and_logs_each_cause_once(caplog: pytest.Log
         if len(calls) < 4:
             raise ConnectionError("engine away")
 
-    with caplog.at_level(logging.INFO, logger="executor.workers"):
+    with caplog.at_level(logging.INFO, logger="skill_executor.workers"):
         supervisor.every("flaky", 0.01, flaky)
         assert eventually(lambda: len(calls) >= 6, timeout=20)
         supervisor.close()
@@ -109,7 +109,7 @@ def test_cleanup_keeps_up_while_runs_never_stop() -> None:
 HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from executor.owners import Lease
+    from skill_executor.owners import Lease
     lease = Lease(Path(sys.argv[1]))
     print(lease.token, flush=True)
     time.sleep(600)
@@ -151,8 +151,7 @@ def test_a_zombie_holds_no_lease(tmp_path: Path) -> None:
     process, token = _hold_lease(tmp_path, new_pid_namespace=False)
     os.kill(process.pid, signal.SIGKILL)
     # Not reaped yet: the process is a zombie, its pid and start time still in /proc.
-    assert eventually(lambda: Path(f"/proc/{process.pid}/stat").read_text().split(") ")[1].startswith("Z"),
-                      timeout=30)
+    assert eventually(lambda: Path(f"/proc/{process.pid}/stat").read_text().split(") ")[1].startswith("Z"), timeout=30)
     assert mine.judge(token) is LeaseState.DEAD
     process.wait()
 
@@ -174,9 +173,9 @@ def test_one_service_per_data_dir(tmp_path: Path) -> None:
 NEIGHBOUR = textwrap.dedent("""
     import sys, threading
     from pathlib import Path
-    from executor.config import Settings
-    from executor.core import Executor
-    from executor.runs.models import RunRequest
+    from skill_executor.config import Settings
+    from skill_executor.core import Executor
+    from skill_executor.runs.models import RunRequest
     # Its mount namespace (unshare's) is private: volumes mounted there would not reach the
     # engine, so the hard disk cap refuses to start; the soft cap needs none.
     settings = Settings(data_dir=Path(sys.argv[1]), skills_dirs=[Path(sys.argv[2])], pool_size=0,
@@ -202,16 +201,30 @@ def test_neighbours_in_other_pid_namespaces_never_sweep_each_other(tmp_path: Pat
     runs a command; a runtime starting here on the same data dir sweeps at start-up and
     leaves it alone; once the neighbour is killed, the next start removes its leftovers."""
     needs_docker()
-    from executor.config import Settings
-    from executor.core import Executor
+    from skill_executor.config import Settings
+    from skill_executor.core import Executor
 
     from .conftest import SKILLS
 
     data = tmp_path / "data"
     env = {**os.environ, "SKILL_EXECUTOR_DOCKER_IMAGE": IMAGE}
     neighbour = subprocess.Popen(
-        ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, "-c", NEIGHBOUR, str(data), str(SKILLS)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            sys.executable,
+            "-c",
+            NEIGHBOUR,
+            str(data),
+            str(SKILLS),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert neighbour.stdout is not None
     token = neighbour.stdout.readline().strip()
@@ -228,16 +241,35 @@ def test_neighbours_in_other_pid_namespaces_never_sweep_each_other(tmp_path: Pat
         here.close()
     # A neighbour killed in the middle of a run leaves a container and a folder ...
     neighbour = subprocess.Popen(
-        ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, "-c", NEIGHBOUR, str(data), str(SKILLS)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, text=True,
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            sys.executable,
+            "-c",
+            NEIGHBOUR,
+            str(data),
+            str(SKILLS),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert neighbour.stdout is not None
     token = neighbour.stdout.readline().strip()
     assert eventually(lambda: any(c["State"] == "running" for c in _containers(token)), timeout=30)
     neighbour.kill()  # --kill-child: the namespace's init dies with unshare, and every process in it
     neighbour.wait()
-    assert eventually(lambda: not (data / "workspaces" / "leases" / token.split(":")[2]).exists()
-                    or Lease(data / "workspaces").judge(token) is LeaseState.DEAD, timeout=10)
+    assert eventually(
+        lambda: (
+            not (data / "workspaces" / "leases" / token.split(":")[2]).exists()
+            or Lease(data / "workspaces").judge(token) is LeaseState.DEAD
+        ),
+        timeout=10,
+    )
     # ... which the next start removes.
     here = Executor.from_settings(settings)
     try:
@@ -309,8 +341,7 @@ class SocketProxy:
 
 
 def _run(server: Server, command: str, **fields: object) -> httpx.Response:
-    return httpx.post(f"{server.url}/v1/runs", json={"skill": "math-tools", "command": command, **fields},
-                      timeout=60)
+    return httpx.post(f"{server.url}/v1/runs", json={"skill": "math-tools", "command": command, **fields}, timeout=60)
 
 
 def _metric(server: Server, name: str) -> dict[str, float]:
@@ -329,9 +360,14 @@ def test_the_service_survives_the_engine_going_away(tmp_path: Path) -> None:
     fails, and nothing is left behind once it is back."""
     needs_docker()
     proxy = SocketProxy(tmp_path / "engine.sock")
-    server = Server(tmp_path, env={
-        "DOCKER_HOST": f"unix://{proxy.path}", "SKILL_EXECUTOR_DOCKER_IMAGE": IMAGE, "SKILL_EXECUTOR_POOL_SIZE": "1",
-    })
+    server = Server(
+        tmp_path,
+        env={
+            "DOCKER_HOST": f"unix://{proxy.path}",
+            "SKILL_EXECUTOR_DOCKER_IMAGE": IMAGE,
+            "SKILL_EXECUTOR_POOL_SIZE": "1",
+        },
+    )
     server.start()  # no engine yet: it starts all the same
     try:
         health = httpx.get(f"{server.url}/healthz", timeout=10)
@@ -364,6 +400,7 @@ def test_the_service_survives_the_engine_going_away(tmp_path: Path) -> None:
             response = _run(server, f"echo {i}", **({"session": "s1"} if i % 2 else {}))
             assert response.status_code == 200 and response.json()["stdout"] == f"{i}\n", response.text
         assert httpx.get(f"{server.url}/healthz", timeout=10).json()["checks"]["workers"]["ok"]
+
         # Cleanup caught up (the reconciliation removes what failed while the engine was away).
         def clean() -> bool:
             states = _metric(server, "skill_executor_containers{")
@@ -371,6 +408,7 @@ def test_the_service_survives_the_engine_going_away(tmp_path: Path) -> None:
             others = sum(v for k, v in states.items() if "running" not in k)
             backlog = _metric(server, "skill_executor_cleanup_backlog").get("skill_executor_cleanup_backlog", 1)
             return running <= 1 and others == 0 and backlog == 0
+
         assert eventually(clean, timeout=40, interval=1), httpx.get(f"{server.url}/metrics").text
         restarts = _metric(server, "skill_executor_worker_restarts_total")
         assert all(v == 0 for v in restarts.values()), restarts
@@ -384,20 +422,21 @@ def test_a_second_service_on_a_busy_data_dir_refuses_before_touching_records(tmp
     env = {"SKILL_EXECUTOR_DOCKER_IMAGE": IMAGE, "SKILL_EXECUTOR_POOL_SIZE": "0"}
     first = Server(tmp_path, env=env).start()
     try:
-        accepted = httpx.post(f"{first.url}/v1/runs?wait=false",
-                              json={"skill": "math-tools", "command": "sleep 4; echo done"}, timeout=30)
+        accepted = httpx.post(
+            f"{first.url}/v1/runs?wait=false", json={"skill": "math-tools", "command": "sleep 4; echo done"}, timeout=30
+        )
         assert accepted.status_code == 202, accepted.text
         run_id = accepted.json()["run_id"]
-        assert eventually(lambda: httpx.get(f"{first.url}/v1/runs/{run_id}").json()["status"] == "running",
-                          timeout=30)
+        assert eventually(lambda: httpx.get(f"{first.url}/v1/runs/{run_id}").json()["status"] == "running", timeout=30)
         second = Server(tmp_path, env=env)
         with pytest.raises(RuntimeError) as info:
             second.start(timeout=30)
         assert "exited with 1" in str(info.value) and "in use by another skill-executor service" in str(info.value)
         # The live instance's run was never touched, and finishes.
         assert httpx.get(f"{first.url}/v1/runs/{run_id}").json()["status"] == "running"
-        record = eventually(lambda: (r := httpx.get(f"{first.url}/v1/runs/{run_id}").json())["status"] != "running"
-                          and r, timeout=30)
+        record = eventually(
+            lambda: (r := httpx.get(f"{first.url}/v1/runs/{run_id}").json())["status"] != "running" and r, timeout=30
+        )
         assert record["status"] == "completed" and record["result"]["stdout"] == "done\n", record
     finally:
         first.stop()
@@ -406,7 +445,7 @@ def test_a_second_service_on_a_busy_data_dir_refuses_before_touching_records(tmp
 HOLD_ID = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from executor.owners import Lease
+    from skill_executor.owners import Lease
     lease = Lease(Path(sys.argv[1]), sys.argv[2])
     print(lease.token, flush=True)
     time.sleep(600)
@@ -414,8 +453,9 @@ HOLD_ID = textwrap.dedent("""
 
 
 def test_a_fixed_instance_id_starts_again_after_a_crash_but_never_twice(tmp_path: Path) -> None:
-    process = subprocess.Popen([sys.executable, "-c", HOLD_ID, str(tmp_path), "web-1"], cwd=REPO,
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLD_ID, str(tmp_path), "web-1"], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
     assert process.stdout is not None and process.stdout.readline().startswith("lease:")
     with pytest.raises(Exception) as info:
         Lease(tmp_path, "web-1")  # its holder lives
@@ -445,7 +485,7 @@ def test_odd_entries_in_the_leases_folder_neither_hang_nor_break_a_sweep(tmp_pat
 
 
 def test_the_workspace_sweep_spares_half_written_and_unjudgeable_owners(tmp_path: Path) -> None:
-    from executor.workspace.layout import OWNER_FILE, WorkspaceManager
+    from skill_executor.workspace.layout import OWNER_FILE, WorkspaceManager
 
     manager = WorkspaceManager(tmp_path)
     empty = manager.runs / "owner-file-being-written"
@@ -468,9 +508,9 @@ def test_reconciliation_spares_runs_in_flight_and_removes_what_cleanup_missed(tm
     needs_docker()
     from concurrent.futures import ThreadPoolExecutor
 
-    from executor.core import Executor
-    from executor.runs.models import RunRequest
-    from executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, DockerRuntime
+    from skill_executor.core import Executor
+    from skill_executor.runs.models import RunRequest
+    from skill_executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, DockerRuntime
 
     from .conftest import make_settings
 
@@ -479,8 +519,10 @@ def test_reconciliation_spares_runs_in_flight_and_removes_what_cleanup_missed(tm
     assert isinstance(runtime, DockerRuntime) and runtime.pool is not None
     try:
         assert runtime.pool.wait_ready()
-        requests = [RunRequest(skill="math-tools", command="sleep 2; echo ok", **extra)  # type: ignore[arg-type]
-                    for extra in ({}, {}, {"session": "s"})]  # warm, cold, session
+        requests = [
+            RunRequest(skill="math-tools", command="sleep 2; echo ok", **extra)  # type: ignore[arg-type]
+            for extra in ({}, {}, {"session": "s"})
+        ]  # warm, cold, session
         with ThreadPoolExecutor(3) as pool:
             futures = [pool.submit(executor.runner.run, request) for request in requests]
             while not all(f.done() for f in futures):
@@ -491,7 +533,8 @@ def test_reconciliation_spares_runs_in_flight_and_removes_what_cleanup_missed(tm
         runtime.settle()
         # What a failed cleanup would leave: an ended container of ours, a folder in no use.
         leaked = runtime.client.containers.create(
-            IMAGE, ["true"], labels={LABEL_MANAGED: "1", LABEL_OWNER: runtime.token, LABEL_DEADLINE: "9999999999"})
+            IMAGE, ["true"], labels={LABEL_MANAGED: "1", LABEL_OWNER: runtime.token, LABEL_DEADLINE: "9999999999"}
+        )
         leaked.start()
         leaked.wait()
         folder = runtime.workspaces.create_root("leaked")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from executor.core import Executor
-from executor.errors import ExecutorError
-from executor.runs.models import RunResult
+from skill_executor.core import Executor
+from skill_executor.errors import ExecutorError
+from skill_executor.runs.models import RunResult
 
 from .helpers import eventually, leftover_runs, make_skill, refused, run
 
@@ -56,8 +56,18 @@ def test_environment_is_clean_and_complete(executor: Executor, monkeypatch: pyte
         fresh.runner.close()  # the runtime is shared and closed by the fixture
     env = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
     assert "s3cr3t" not in result.stdout and "leak-me" not in result.stdout
-    for name in ("WORKSPACE_DIR", "SKILLS_DIR", "SKILL_DIR", "SKILL_NAME", "WORK_DIR", "OUTPUT_DIR", "RUN_DIR",
-                 "HOME", "TMPDIR", "PATH"):
+    for name in (
+        "WORKSPACE_DIR",
+        "SKILLS_DIR",
+        "SKILL_DIR",
+        "SKILL_NAME",
+        "WORK_DIR",
+        "OUTPUT_DIR",
+        "RUN_DIR",
+        "HOME",
+        "TMPDIR",
+        "PATH",
+    ):
         assert name in env, name
     assert env["GREETING"] == "hi there" and env["SKILL_NAME"] == "math-tools"
     assert env["SKILL_DIR"] == env["SKILLS_DIR"] + "/math-tools"
@@ -65,7 +75,9 @@ def test_environment_is_clean_and_complete(executor: Executor, monkeypatch: pyte
     assert env["PWD"] == env["SKILL_DIR"]
 
 
-@pytest.mark.parametrize("name", ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "OUTPUT_DIR", "1BAD", "A-B"])
+@pytest.mark.parametrize(
+    "name", ["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "BASH_ENV", "ENV", "OUTPUT_DIR", "1BAD", "A-B"]
+)
 def test_env_names_refused(executor: Executor, name: str) -> None:
     error = refused(executor, command="true", env={name: "x"})
     assert error.status in (400, 403) and name in error.message
@@ -233,7 +245,9 @@ def test_input_refusals(executor: Executor, spec: dict[str, str], status: int) -
     assert leftover_runs(executor) == []
 
 
-def test_symlinked_skill_source_leaving_its_root_refused(executor: Executor, extra_skills: Path, tmp_path: Path) -> None:
+def test_symlinked_skill_source_leaving_its_root_refused(
+    executor: Executor, extra_skills: Path, tmp_path: Path
+) -> None:
     (tmp_path / "outside.txt").write_text("outside")
     skill = make_skill(extra_skills, "links", "name: links\ndescription: d")
     (skill / "out-link").symlink_to(tmp_path / "outside.txt")
@@ -246,7 +260,9 @@ def test_session_symlink_in_work_cannot_redirect_staging(executor: Executor, tmp
     victim.mkdir()
     run(executor, session="evil", command=f"ln -s {victim} work/trap; ln -s {victim}/f work/file-trap")
     for to in ["work/trap/f", "work/file-trap"]:
-        error = refused(executor, session="evil", command="true", inputs=[{"from": "skill://math-tools/SKILL.md", "to": to}])
+        error = refused(
+            executor, session="evil", command="true", inputs=[{"from": "skill://math-tools/SKILL.md", "to": to}]
+        )
         assert error.status == 403
     assert list(victim.iterdir()) == []
     error = refused(executor, session="evil", command="true", inputs=[{"from": "workspace://work/trap"}])
@@ -259,7 +275,10 @@ def test_link_mode_is_read_only_copy(executor: Executor) -> None:
         executor,
         session="ro",
         command="cat inputs/ro.txt; echo changed > inputs/ro.txt 2>/dev/null; cat work/inputs/d/fib.py | head -c 2",
-        inputs=[{"from": "artifact://ro.txt", "mode": "link"}, {"from": "skill://math-tools/scripts", "to": "inputs/d", "mode": "link"}],
+        inputs=[
+            {"from": "artifact://ro.txt", "mode": "link"},
+            {"from": "skill://math-tools/scripts", "to": "inputs/d", "mode": "link"},
+        ],
     )
     assert result.stdout.startswith("original")
     assert executor.artifacts.read("ro.txt")[1] == b"original"
@@ -269,7 +288,9 @@ def test_link_mode_is_read_only_copy(executor: Executor) -> None:
 def test_staged_size_cap(make_executor) -> None:  # type: ignore[no-untyped-def]
     executor = make_executor(max_staged_bytes=1000)
     executor.artifacts.put("big", b"x" * 600)
-    error = refused(executor, command="true", inputs=[{"from": "artifact://big"}, {"from": "artifact://big", "to": "inputs/b2"}])
+    error = refused(
+        executor, command="true", inputs=[{"from": "artifact://big"}, {"from": "artifact://big", "to": "inputs/b2"}]
+    )
     assert error.status == 413 and "inputs[1]" in error.message
 
 
@@ -486,7 +507,7 @@ def test_busy_when_slots_and_queue_are_full(make_executor) -> None:  # type: ign
 
 
 def test_workspaces_of_dead_processes_are_swept(tmp_path: Path) -> None:
-    from executor.workspace.layout import OWNER_FILE, WorkspaceManager
+    from skill_executor.workspace.layout import OWNER_FILE, WorkspaceManager
 
     manager = WorkspaceManager(tmp_path)
     neighbour = WorkspaceManager(tmp_path)  # another live process sharing the root
@@ -512,7 +533,7 @@ def test_workspaces_of_dead_processes_are_swept(tmp_path: Path) -> None:
 def test_remove_tree_tolerates_a_concurrent_remover(tmp_path: Path) -> None:
     import threading
 
-    from executor.workspace.remove import remove_tree
+    from skill_executor.workspace.remove import remove_tree
 
     for round_ in range(15):
         tree = tmp_path / f"t{round_}"

@@ -17,12 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from executor.client import ApiError, AsyncClient, Client
-from executor.core import Executor
-from executor.errors import Conflict, NotFound
-from executor.registry import SkillRepository
-from executor.registry.store import Registry, manifest_digest
-from executor.runs.models import RunRequest
+from skill_executor.client import ApiError, AsyncClient, Client
+from skill_executor.core import Executor
+from skill_executor.errors import Conflict, NotFound
+from skill_executor.registry import SkillRepository
+from skill_executor.registry.store import Registry, manifest_digest
+from skill_executor.runs.models import RunRequest
 
 from .api_server import Server
 from .conftest import REPO, make_settings
@@ -171,8 +171,13 @@ def test_deletes_pointers_leases_and_the_audit_log(tmp_path: Path) -> None:
     (skill / "data.txt").write_text("three")
     assert registry.publish("gone", skill, actor="alice")[0].number == 3  # numbers are never reused
     actions = [(e.action, e.actor, e.version) for e in reversed(registry.audit("gone"))]
-    assert actions == [("publish", "alice", 1), ("publish", "alice", 2), ("set_default", "bob", 1),
-                       ("delete_version", "bob", 2), ("publish", "alice", 3)]
+    assert actions == [
+        ("publish", "alice", 1),
+        ("publish", "alice", 2),
+        ("set_default", "bob", 1),
+        ("delete_version", "bob", 2),
+        ("publish", "alice", 3),
+    ]
     assert registry.audit("gone")[1].digest == deleted.digest
 
 
@@ -202,8 +207,9 @@ def test_a_folder_skill_edited_on_disk_is_a_new_version_on_next_load(tmp_path: P
 
 
 def test_an_install_is_a_version_and_the_name_check_runs_before_it_goes_live(tmp_path: Path) -> None:
-    repository = SkillRepository([], install_root=tmp_path / "installed", refresh_interval=0,
-                                 registry=Registry(tmp_path / "registry"))
+    repository = SkillRepository(
+        [], install_root=tmp_path / "installed", refresh_interval=0, registry=Registry(tmp_path / "registry")
+    )
     one = repository.install(skill_zip("pkg", "one"))
     assert one.version is not None and (one.version.number, one.created) == (1, True)
     again = repository.install(skill_zip("pkg", "one"))
@@ -260,9 +266,15 @@ def test_a_pinned_run_sees_its_version_while_a_newer_one_is_published(docker_exe
     unpinned = docker_executor.runner.run(RunRequest(skill="pinned", command="cat data.txt"))
     assert (unpinned.stdout, unpinned.skill_version) == ("version two", 2)
     registry.set_default("pinned", 1, actor="test")  # rollback
-    rolled = docker_executor.runner.run(RunRequest.model_validate({
-        "skill": "pinned", "command": "cat data.txt; echo; cat $WORK_DIR/inputs/v2.txt",
-        "inputs": [{"from": "skill://pinned@2/data.txt", "to": "inputs/v2.txt"}]}))
+    rolled = docker_executor.runner.run(
+        RunRequest.model_validate(
+            {
+                "skill": "pinned",
+                "command": "cat data.txt; echo; cat $WORK_DIR/inputs/v2.txt",
+                "inputs": [{"from": "skill://pinned@2/data.txt", "to": "inputs/v2.txt"}],
+            }
+        )
+    )
     assert (rolled.stdout, rolled.skill_version) == ("version one\nversion two", 1)
 
 
@@ -280,8 +292,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
     full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "executor.cli.main", "skills", *args], cwd=REPO, env=full,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "skill_executor.cli.main", "skills", *args],
+        cwd=REPO,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_push_versions_pin_and_pull_through_the_cli(server: Server, tmp_path: Path) -> None:
@@ -321,8 +339,10 @@ def test_the_rest_api(server: Server, tmp_path: Path) -> None:
         made = client.install_skill(skill_zip("rest", "one"))
         assert (made["version"], made["created"]) == (1, True)
         assert made["findings"] == [] and made["strict"] is False
-        files = [("rest/SKILL.md", b"---\nname: rest\ndescription: A versioned skill.\n---\n# rest\n"),
-                 ("rest/data.txt", b"two")]
+        files = [
+            ("rest/SKILL.md", b"---\nname: rest\ndescription: A versioned skill.\n---\n# rest\n"),
+            ("rest/data.txt", b"two"),
+        ]
         two = client.send(Client_push(files, "rest"))
         assert (two["version"], two["digest"] != made["digest"]) == (2, True)
         with pytest.raises(ApiError) as wrong:
@@ -382,15 +402,20 @@ def test_the_rest_api(server: Server, tmp_path: Path) -> None:
     assert httpx.get(f"{server.url}/v1/skills/rest/versions").status_code == 404
 
 
-def Client_push(files: list[tuple[str, bytes]], name: str, *, strict: bool | None = None,  # type: ignore[no-untyped-def]
-                set_default: bool = True):
-    from executor.client import Calls
+def Client_push(
+    files: list[tuple[str, bytes]],
+    name: str,
+    *,
+    strict: bool | None = None,  # type: ignore[no-untyped-def]
+    set_default: bool = True,
+):
+    from skill_executor.client import Calls
 
     return Calls.push_skill(files, name, strict, set_default)
 
 
 def Client_content(name: str, version: int):  # type: ignore[no-untyped-def]
-    from executor.client import Calls
+    from skill_executor.client import Calls
 
     return Calls.skill_version_content(name, version)
 
@@ -403,8 +428,7 @@ def test_uploads_over_the_byte_cap_are_refused_before_they_are_held(tmp_path: Pa
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
             archive.writestr("capped/SKILL.md", skill_md)
             archive.writestr("capped/blob.bin", os.urandom(5000))
-        raw = httpx.post(f"{srv.url}/v1/skills", content=buffer.getvalue(),
-                         headers={"Content-Type": "application/zip"})
+        raw = httpx.post(f"{srv.url}/v1/skills", content=buffer.getvalue(), headers={"Content-Type": "application/zip"})
         assert raw.status_code == 413 and raw.json()["error"]["code"] == "upload_too_large"
         parts = [("files[]", ("SKILL.md", skill_md)), ("files[]", ("blob.bin", os.urandom(3000)))]
         form = httpx.post(f"{srv.url}/v1/skills", files=parts)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from executor.registry.store import manifest_digest
+from skill_executor.registry.store import manifest_digest
 
 from .api_server import Server
 from .helpers import eventually
@@ -40,8 +40,10 @@ def _zip(files: dict[str, bytes]) -> bytes:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("download"), env={
-        "SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_MAX_FILE_READ_BYTES": str(4 * MiB)})
+    srv = Server(
+        tmp_path_factory.mktemp("download"),
+        env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_MAX_FILE_READ_BYTES": str(4 * MiB)},
+    )
     srv.start()
     files = {"SKILL.md": SKILL_MD, "scripts/run.sh": b"echo hi\n", "notes.md": TEXT.encode(), **BIG}
     made = httpx.post(f"{srv.url}/v1/skills", content=_zip(files), timeout=300)
@@ -85,8 +87,10 @@ def test_the_streamed_zip_is_the_version_byte_for_byte(server: Server) -> None:
         assert answer.headers["x-skill-digest"] == version["digest"]
         with zipfile.ZipFile(io.BytesIO(answer.content)) as archive:
             assert archive.testzip() is None
-            pairs = [(name.removeprefix("big/"), hashlib.sha256(archive.read(name)).hexdigest())
-                     for name in archive.namelist()]
+            pairs = [
+                (name.removeprefix("big/"), hashlib.sha256(archive.read(name)).hexdigest())
+                for name in archive.namelist()
+            ]
             modes = {i.filename: i.external_attr >> 16 for i in archive.infolist()}
         assert manifest_digest(pairs) == version["digest"]
         assert dict(pairs)["assets/one.bin"] == hashlib.sha256(BIG["assets/one.bin"]).hexdigest()
@@ -151,8 +155,9 @@ def test_a_version_being_downloaded_cannot_be_deleted_and_a_gone_client_releases
             busy = http.delete(f"{server.url}/v1/skills/big/versions/1")
             assert (busy.status_code, busy.json()["error"]["code"]) == (409, "version_in_use")
         # the client went away after one chunk: the hold is released once the server notices
-        deleted = eventually(lambda: http.delete(f"{server.url}/v1/skills/big/versions/1").status_code == 200,
-                             timeout=30)
+        deleted = eventually(
+            lambda: http.delete(f"{server.url}/v1/skills/big/versions/1").status_code == 200, timeout=30
+        )
         assert deleted
         gone = http.get(f"{server.url}/v1/skills/big/versions/1/content")
         assert (gone.status_code, gone.json()["error"]["code"]) == (404, "version_not_found")

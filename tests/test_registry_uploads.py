@@ -23,10 +23,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from executor.errors import ExecutorError
-from executor.registry import SkillRepository
-from executor.registry.repository import check_layout
-from executor.registry.store import Registry
+from skill_executor.errors import ExecutorError
+from skill_executor.registry import SkillRepository
+from skill_executor.registry.repository import check_layout
+from skill_executor.registry.store import Registry
 
 from .api_server import Server
 from .conftest import REPO
@@ -45,7 +45,8 @@ def nested(top: str) -> dict[str, bytes]:
     for depth in range(1, 7):
         folder = "/".join(f"d{i}" for i in range(1, depth + 1))
         files[f"{top}/{folder}/SKILL.md"] = skill_md(
-            ("target", "math-tools", f"ghost-{depth}")[(depth - 1) % 3], f"SMUGGLED at depth {depth}")
+            ("target", "math-tools", f"ghost-{depth}")[(depth - 1) % 3], f"SMUGGLED at depth {depth}"
+        )
         files[f"{top}/{folder}/data.txt"] = f"smuggled {depth}".encode()
     files[f"{top}/tools/target/SKILL.md"] = skill_md("target", "SMUGGLED target")
     files[f"{top}/tools/target/data.txt"] = b"evil"
@@ -53,8 +54,7 @@ def nested(top: str) -> dict[str, bytes]:
 
 
 def package(name: str, data: str = "carrier") -> dict[str, bytes]:
-    return {f"{name}/SKILL.md": skill_md(name, f"The {name} skill."), f"{name}/data.txt": data.encode(),
-            **nested(name)}
+    return {f"{name}/SKILL.md": skill_md(name, f"The {name} skill."), f"{name}/data.txt": data.encode(), **nested(name)}
 
 
 def as_zip(files: dict[str, bytes]) -> bytes:
@@ -91,8 +91,13 @@ def multipart_files(_name: str, files: dict[str, bytes]) -> dict[str, object]:
 
 
 CARRIERS: dict[str, Callable[[str, dict[str, bytes]], dict[str, object]]] = {
-    "zip": raw(as_zip), "tar": raw(as_tar("w")), "tar-gz": raw(as_tar("w:gz")), "tar-bz2": raw(as_tar("w:bz2")),
-    "tar-xz": raw(as_tar("w:xz")), "multipart-archive": multipart_archive, "multipart-files": multipart_files,
+    "zip": raw(as_zip),
+    "tar": raw(as_tar("w")),
+    "tar-gz": raw(as_tar("w:gz")),
+    "tar-bz2": raw(as_tar("w:bz2")),
+    "tar-xz": raw(as_tar("w:xz")),
+    "multipart-archive": multipart_archive,
+    "multipart-files": multipart_files,
 }
 
 
@@ -101,8 +106,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = Server(tmp_path_factory.mktemp("uploads"))
     srv.start()
     with httpx.Client(timeout=60) as http:
-        made = http.post(f"{srv.url}/v1/skills", content=as_zip(
-            {"target/SKILL.md": skill_md("target", "The real target."), "target/data.txt": b"real"}))
+        made = http.post(
+            f"{srv.url}/v1/skills",
+            content=as_zip({"target/SKILL.md": skill_md("target", "The real target."), "target/data.txt": b"real"}),
+        )
         assert made.status_code == 201, made.text
     yield srv
     srv.stop()
@@ -152,10 +159,14 @@ def test_a_replacement_and_a_new_version_cannot_smuggle_either(server: Server) -
         assert first.status_code == 201 and first.json()["version"] == 1
         again = http.post(f"{server.url}/v1/skills", content=as_zip(package("a-replaced", "replaced")))
         assert again.status_code == 201 and again.json()["replaced"] and again.json()["version"] == 2
-        files = {"target/SKILL.md": skill_md("target", "The real target."), "target/data.txt": b"real",
-                 **nested("target")}
-        version = http.post(f"{server.url}/v1/skills/target/versions", content=as_tar("w:xz")(files),
-                            params={"no_default": "true"})
+        files = {
+            "target/SKILL.md": skill_md("target", "The real target."),
+            "target/data.txt": b"real",
+            **nested("target"),
+        }
+        version = http.post(
+            f"{server.url}/v1/skills/target/versions", content=as_tar("w:xz")(files), params={"no_default": "true"}
+        )
         assert version.status_code == 201, version.text
         assert (version.json()["version"], version.json()["is_default"]) == (2, False)
         listed = {s["id"] for s in http.get(f"{server.url}/v1/skills").json()["skills"]}
@@ -172,8 +183,14 @@ def test_the_cli_install_cannot_smuggle_a_skill_into_the_servers_catalog(server:
     archive.write_bytes(as_zip(package("a-cli")))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
     env |= {"SKILL_EXECUTOR_DATA_DIR": str(server.data_dir), "SKILL_EXECUTOR_SKILLS_DIRS": str(server.skills_dir)}
-    out = subprocess.run([sys.executable, "-m", "executor.cli.main", "skills", "install", str(archive)], cwd=REPO,
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "skill_executor.cli.main", "skills", "install", str(archive)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["id"] == "a-cli"
     with httpx.Client(timeout=60) as http:
@@ -191,8 +208,10 @@ def test_runs_of_the_shadowed_names_run_the_registrys_skills(server: Server) -> 
         assert "SMUGGLED" not in shipped["stdout"] and shipped["exit_code"] == 0
         ghost = http.post(f"{server.url}/v1/runs", json={"skill": "ghost-1", "command": "true"})
         assert (ghost.status_code, ghost.json()["error"]["code"]) == (404, "skill_not_found")
-        carrier = http.post(f"{server.url}/v1/runs", json={
-            "skill": "a-run", "command": "cat tools/target/data.txt d1/d2/d3/d4/d5/d6/data.txt"}).json()
+        carrier = http.post(
+            f"{server.url}/v1/runs",
+            json={"skill": "a-run", "command": "cat tools/target/data.txt d1/d2/d3/d4/d5/d6/data.txt"},
+        ).json()
         assert carrier["stdout"] == "evilsmuggled 6", carrier  # plain files of the carrier, where it put them
 
 
@@ -206,9 +225,13 @@ def test_the_install_root_is_not_walked_and_a_misnamed_folder_is_no_skill(tmp_pa
     make_skill(installed, "mine/sub/inner", "name: inner\ndescription: SMUGGLED.")
     make_skill(installed, "placed", "name: other-name\ndescription: SMUGGLED placed by hand.")
     (installed / "alias").symlink_to(installed / "mine", target_is_directory=True)
-    repository = SkillRepository([shipped], install_root=installed, refresh_interval=0,
-                                 registry=Registry(tmp_path / "data" / "registry"),
-                                 service_dirs=[tmp_path / "data"])
+    repository = SkillRepository(
+        [shipped],
+        install_root=installed,
+        refresh_interval=0,
+        registry=Registry(tmp_path / "data" / "registry"),
+        service_dirs=[tmp_path / "data"],
+    )
     catalog = repository.reload()
     assert sorted(s.id for s in catalog.skills) == ["mine", "shipped-one"]  # read-only roots stay recursive
     assert [(r.path.name, r.diagnostics[0].code) for r in catalog.rejected] == [("placed", "install-dir-mismatch")]
@@ -218,16 +241,20 @@ def test_the_install_root_is_not_walked_and_a_misnamed_folder_is_no_skill(tmp_pa
         assert missing.value.code == "skill_not_found"
 
 
-@pytest.mark.parametrize("layout, code", [
-    ({"skills": "data/shipped"}, "skills_root_overlaps"),  # a read-only root inside the data folder
-    ({"data": "shipped/data", "install": "up"}, "skills_root_overlaps"),  # ... or holding it
-    ({"workspaces": "shipped/ws"}, "skills_root_overlaps"),  # runs' workspaces inside a read-only root
-    ({"install": "data"}, "install_root_overlaps"),  # an upload named "registry" would replace the registry
-    ({"install": "."}, "install_root_overlaps"),
-    ({"install": "shipped/up"}, "install_root_overlaps"),
-])
-def test_layouts_that_let_tenants_reach_a_read_only_root_are_refused(tmp_path: Path, layout: dict[str, str],
-                                                                       code: str) -> None:
+@pytest.mark.parametrize(
+    "layout, code",
+    [
+        ({"skills": "data/shipped"}, "skills_root_overlaps"),  # a read-only root inside the data folder
+        ({"data": "shipped/data", "install": "up"}, "skills_root_overlaps"),  # ... or holding it
+        ({"workspaces": "shipped/ws"}, "skills_root_overlaps"),  # runs' workspaces inside a read-only root
+        ({"install": "data"}, "install_root_overlaps"),  # an upload named "registry" would replace the registry
+        ({"install": "."}, "install_root_overlaps"),
+        ({"install": "shipped/up"}, "install_root_overlaps"),
+    ],
+)
+def test_layouts_that_let_tenants_reach_a_read_only_root_are_refused(
+    tmp_path: Path, layout: dict[str, str], code: str
+) -> None:
     skills = tmp_path / layout.get("skills", "shipped")
     data = tmp_path / layout.get("data", "data")
     install = tmp_path / layout.get("install", "data/skills")
@@ -238,14 +265,18 @@ def test_layouts_that_let_tenants_reach_a_read_only_root_are_refused(tmp_path: P
 
 
 def test_the_service_refuses_a_data_folder_inside_a_skills_root_before_writing_anything(tmp_path: Path) -> None:
-    srv = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local",
-                                "SKILL_EXECUTOR_WORKSPACE_ROOT": str(tmp_path / "skills" / "ws")})
+    srv = Server(
+        tmp_path,
+        env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_WORKSPACE_ROOT": str(tmp_path / "skills" / "ws")},
+    )
     with pytest.raises(RuntimeError) as info:
         srv.start()
     assert "skills_root_overlaps" in str(info.value) or "overlaps the service's folder" in str(info.value)
     assert not (tmp_path / "skills" / "ws").exists()
-    inside = Server(tmp_path / "two", env={"SKILL_EXECUTOR_RUNTIME": "local",
-                                           "SKILL_EXECUTOR_INSTALL_DIR": str(tmp_path / "two" / "data")})
+    inside = Server(
+        tmp_path / "two",
+        env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_INSTALL_DIR": str(tmp_path / "two" / "data")},
+    )
     with pytest.raises(RuntimeError) as info:
         inside.start()
     assert "holds the service's folder" in str(info.value)

@@ -18,13 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from executor.client import ApiError, Client
-from executor.errors import NotFound
-from executor.outputs.mime import detect
-from executor.registry import SkillRepository
-from executor.runs.models import RunRequest, RunResult
-from executor.skills import expand_placeholders, find_file, load_skill, match_path, sandbox_dir
-from executor.tools import ToolExecutor, run_result
+from skill_executor.client import ApiError, Client
+from skill_executor.errors import NotFound
+from skill_executor.outputs.mime import detect
+from skill_executor.registry import SkillRepository
+from skill_executor.runs.models import RunRequest, RunResult
+from skill_executor.skills import expand_placeholders, find_file, load_skill, match_path, sandbox_dir
+from skill_executor.tools import ToolExecutor, run_result
 
 from .api_server import Server, api_runtime
 from .conftest import REPO
@@ -48,8 +48,10 @@ def _zip(*members: tuple[str, bytes]) -> bytes:
 
 
 DOCX = _zip(
-    ("[Content_Types].xml", b'<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
-                            b'content-types"/>'),
+    (
+        "[Content_Types].xml",
+        b'<?xml version="1.0"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types"/>',
+    ),
     ("word/document.xml", b"<w:document/>"),
 )
 
@@ -69,19 +71,22 @@ def write_skill(root: Path, name: str = "forms-skill") -> Path:
 # -- MIME -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("out/report.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
-    ("Book.XLSX", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
-    ("deck.pptx", "application/vnd.openxmlformats-officedocument.presentationml.presentation"),
-    ("a.odt", "application/vnd.oasis.opendocument.text"),
-    ("a.ods", "application/vnd.oasis.opendocument.spreadsheet"),
-    ("a.odp", "application/vnd.oasis.opendocument.presentation"),
-    ("book.epub", "application/epub+zip"),
-    ("lib.jar", "application/java-archive"),
-    ("pkg-1.0-py3-none-any.whl", "application/x-wheel+zip"),
-    ("app.apk", "application/vnd.android.package-archive"),
-    ("plain.zip", "application/zip"),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("out/report.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
+        ("Book.XLSX", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+        ("deck.pptx", "application/vnd.openxmlformats-officedocument.presentationml.presentation"),
+        ("a.odt", "application/vnd.oasis.opendocument.text"),
+        ("a.ods", "application/vnd.oasis.opendocument.spreadsheet"),
+        ("a.odp", "application/vnd.oasis.opendocument.presentation"),
+        ("book.epub", "application/epub+zip"),
+        ("lib.jar", "application/java-archive"),
+        ("pkg-1.0-py3-none-any.whl", "application/x-wheel+zip"),
+        ("app.apk", "application/vnd.android.package-archive"),
+        ("plain.zip", "application/zip"),
+    ],
+)
 def test_zip_based_formats_are_typed_by_extension(name: str, expected: str) -> None:
     assert detect(name, DOCX[:8192], complete=len(DOCX) <= 8192) == expected
     assert detect(name, DOCX[:64], complete=False) == expected  # the head of a big archive
@@ -90,8 +95,10 @@ def test_zip_based_formats_are_typed_by_extension(name: str, expected: str) -> N
 def test_zip_extension_without_zip_content_is_not_trusted() -> None:
     assert detect("fake.docx", b"just text\n", complete=True) == "text/plain"
     assert detect("fake.xlsx", b"%PDF-1.4\n" + b"\x00" * 100, complete=True) == "application/pdf"
-    assert detect("archive.bin", DOCX, complete=True) != "application/vnd.openxmlformats-officedocument." \
-                                                         "wordprocessingml.document"
+    assert (
+        detect("archive.bin", DOCX, complete=True) != "application/vnd.openxmlformats-officedocument."
+        "wordprocessingml.document"
+    )
 
 
 # -- placeholders -----------------------------------------------------------------------
@@ -100,11 +107,16 @@ def test_zip_extension_without_zip_content_is_not_trusted() -> None:
 def test_placeholders_are_replaced_whole_tokens_only() -> None:
     out = expand_placeholders(BODY, "/workspace/skills/forms-skill")
     assert "python /workspace/skills/forms-skill/scripts/fill.py in.pdf" in out
-    assert "python /workspace/skills/forms-skill/scripts/check.py /workspace/skills/forms-skill/x $CLAUDE_SKILL_DIRS" in out
+    assert (
+        "python /workspace/skills/forms-skill/scripts/check.py /workspace/skills/forms-skill/x $CLAUDE_SKILL_DIRS"
+        in out
+    )
     assert "cd /workspace/skills/forms-skill && ls" in out
     assert "{baseDir}" not in out and "<path-to-skill>" not in out
-    assert expand_placeholders("{basedir} ${CLAUDE_SKILL_DIR_X} $CLAUDE_SKILL_DIR_2", "/s") == \
-        "{basedir} ${CLAUDE_SKILL_DIR_X} $CLAUDE_SKILL_DIR_2"
+    assert (
+        expand_placeholders("{basedir} ${CLAUDE_SKILL_DIR_X} $CLAUDE_SKILL_DIR_2", "/s")
+        == "{basedir} ${CLAUDE_SKILL_DIR_X} $CLAUDE_SKILL_DIR_2"
+    )
 
 
 def test_sandbox_dir_follows_the_runtime(tmp_path: Path) -> None:
@@ -160,21 +172,28 @@ def _result(**fields: object) -> RunResult:
     return RunResult.model_validate(values)
 
 
-@pytest.mark.parametrize(("fields", "status"), [
-    ({"exit_code": 127, "stderr": "bash: python: command not found\n"}, "exit code 127"),
-    ({"exit_code": 1}, "exit code 1"),
-    ({"exit_code": 137, "signal": "SIGKILL", "timed_out": True}, "timed out (exit code 137)"),
-    ({"exit_code": 137, "signal": "SIGKILL", "oom_killed": True}, "out of memory (exit code 137)"),
-    ({"exit_code": 143, "signal": "SIGTERM"}, "killed by SIGTERM (exit code 143)"),
-    ({"exit_code": None}, "no exit code"),
-])
+@pytest.mark.parametrize(
+    ("fields", "status"),
+    [
+        ({"exit_code": 127, "stderr": "bash: python: command not found\n"}, "exit code 127"),
+        ({"exit_code": 1}, "exit code 1"),
+        ({"exit_code": 137, "signal": "SIGKILL", "timed_out": True}, "timed out (exit code 137)"),
+        ({"exit_code": 137, "signal": "SIGKILL", "oom_killed": True}, "out of memory (exit code 137)"),
+        ({"exit_code": 143, "signal": "SIGTERM"}, "killed by SIGTERM (exit code 143)"),
+        ({"exit_code": None}, "no exit code"),
+    ],
+)
 def test_failed_runs_are_tool_errors_with_the_whole_result(fields: dict[str, object], status: str) -> None:
     result = run_result(_result(stdout="partial\n", **fields))
     assert result.is_error
     assert result.content.startswith(f"error: the command failed: {status} in 5 ms"), result.content
     assert "stdout:\npartial" in result.content and result.data["stdout"] == "partial\n"
     assert result.message("anthropic", "tu_1") == {
-        "type": "tool_result", "tool_use_id": "tu_1", "content": result.content, "is_error": True}
+        "type": "tool_result",
+        "tool_use_id": "tu_1",
+        "content": result.content,
+        "is_error": True,
+    }
     assert result.message("mcp", "1") == {"content": [{"type": "text", "text": result.content}], "isError": True}
     assert result.message("openai", "call_1") == {"role": "tool", "tool_call_id": "call_1", "content": result.content}
 
@@ -217,11 +236,20 @@ def test_tools_expand_placeholders_and_match_docs(tmp_path: Path) -> None:
 # -- CLI --------------------------------------------------------------------------------
 
 
-def _cli(*args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+def _cli(
+    *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
     clean.update(env or {})
-    return subprocess.run([sys.executable, "-m", "executor.cli.main", *args], cwd=REPO, input=stdin,
-                          capture_output=True, env=clean, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "skill_executor.cli.main", *args],
+        cwd=REPO,
+        input=stdin,
+        capture_output=True,
+        env=clean,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_cli_artifacts_put_sniffs_the_mime_type(tmp_path: Path) -> None:
@@ -230,8 +258,9 @@ def test_cli_artifacts_put_sniffs_the_mime_type(tmp_path: Path) -> None:
     source.write_bytes(DOCX)
     put = _cli("artifacts", "put", "reports/q3.docx", str(source), "--data-dir", str(data))
     assert put.returncode == 0, put.stderr
-    assert json.loads(put.stdout)["mime_type"] == \
-        "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    assert (
+        json.loads(put.stdout)["mime_type"] == "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    )
     big = b"name,value\n" + b"a,1\n" * 5000  # beyond the sniffed head: still saved whole
     piped = _cli("artifacts", "put", "table.csv", "-", "--data-dir", str(data), stdin=big)
     info = json.loads(piped.stdout)
@@ -297,16 +326,23 @@ def test_api_artifact_without_content_type_is_sniffed(server: Server) -> None:
     url = f"{server.url}/v1/artifacts"
     sniffed = httpx.post(f"{url}/deck.pptx", content=DOCX)
     assert "content-type" not in sniffed.request.headers
-    assert sniffed.status_code == 201 and sniffed.json()["mime_type"] == \
-        "application/vnd.openxmlformats-officedocument.presentationml.presentation"
-    assert httpx.get(f"{url}/deck.pptx").headers["content-type"].startswith(
-        "application/vnd.openxmlformats-officedocument.presentationml.presentation")
+    assert (
+        sniffed.status_code == 201
+        and sniffed.json()["mime_type"] == "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+    )
+    assert (
+        httpx.get(f"{url}/deck.pptx")
+        .headers["content-type"]
+        .startswith("application/vnd.openxmlformats-officedocument.presentationml.presentation")
+    )
     assert httpx.post(f"{url}/data.json", content=b'{"a": 1}').json()["mime_type"] == "application/json"
     kept = httpx.post(f"{url}/blob.docx", content=DOCX, headers={"Content-Type": "application/octet-stream"})
     assert kept.json()["mime_type"] == "application/octet-stream"  # an explicit type is kept
     with Client(server.url) as client:  # the client sends no type unless given one
-        assert client.put_artifact("client/deck.pptx", DOCX)["mime_type"] == \
-            "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+        assert (
+            client.put_artifact("client/deck.pptx", DOCX)["mime_type"]
+            == "application/vnd.openxmlformats-officedocument.presentationml.presentation"
+        )
         assert client.put_artifact("client/notes.txt", b"x", mime_type="text/markdown")["mime_type"] == "text/markdown"
 
 
@@ -328,10 +364,13 @@ def test_tool_call_with_failing_command_is_an_error_and_outputs_are_typed(server
         with pytest.raises(ApiError) as no_id:
             client.call_tool("skill_run", arguments, format="anthropic")
         assert no_id.value.status == 400 and no_id.value.code == "tool_call_id_missing"
-        script = ("import zipfile; z = zipfile.ZipFile('out/r.docx', 'w'); "
-                  "z.writestr('[Content_Types].xml', '<Types/>'); z.writestr('word/document.xml', '<d/>'); z.close()")
-        ok = client.call_tool("skill_run", {"skill": "forms-skill", "command": f'python3 -c "{script}"',
-                                            "outputs": {"globs": ["out/**"]}})
+        script = (
+            "import zipfile; z = zipfile.ZipFile('out/r.docx', 'w'); "
+            "z.writestr('[Content_Types].xml', '<Types/>'); z.writestr('word/document.xml', '<d/>'); z.close()"
+        )
+        ok = client.call_tool(
+            "skill_run", {"skill": "forms-skill", "command": f'python3 -c "{script}"', "outputs": {"globs": ["out/**"]}}
+        )
         assert not ok["is_error"], ok["content"]
         typed = {f["name"]: f["mime_type"] for f in ok["data"]["output_files"]}
         assert typed == {"out/r.docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document"}

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from executor.core import Executor
-from executor.outputs.collect import CollectLimits
-from executor.runtimes.base import Command, Sandbox, SandboxPlan
-from executor.workspace.layout import environment
-from executor.workspace.schema import InputSpec
+from skill_executor.core import Executor
+from skill_executor.outputs.collect import CollectLimits
+from skill_executor.runtimes.base import Command, Sandbox, SandboxPlan
+from skill_executor.workspace.layout import environment
+from skill_executor.workspace.schema import InputSpec
 
 from .helpers import leftover_runs
 
@@ -30,8 +30,13 @@ def plan(executor: Executor, run_id: str) -> SandboxPlan:
 def command(sandbox: Sandbox, text: str, **fields: object) -> Command:
     cwd = f"{sandbox.root.rstrip('/')}/skills/math-tools"
     values: dict[str, object] = {
-        "command": text, "cwd": cwd, "env": {**environment(sandbox.root, "math-tools"), "PWD": cwd},
-        "stdin": None, "timeout": 20.0, "stdout_max": 1024, "stderr_max": 1024,
+        "command": text,
+        "cwd": cwd,
+        "env": {**environment(sandbox.root, "math-tools"), "PWD": cwd},
+        "stdin": None,
+        "timeout": 20.0,
+        "stdout_max": 1024,
+        "stderr_max": 1024,
     }
     values.update(fields)
     return Command(**values)  # type: ignore[arg-type]
@@ -40,10 +45,13 @@ def command(sandbox: Sandbox, text: str, **fields: object) -> Command:
 def test_a_sandbox_stages_executes_collects_and_leaves_nothing(executor: Executor) -> None:
     with executor.runtime.open(plan(executor, "contract-1")) as sandbox:
         assert sandbox.workspace.root.is_dir() and sandbox.root
-        report = sandbox.stage(executor.runner.stager, [InputSpec.model_validate({"from": "skill://math-tools/SKILL.md"})])
+        report = sandbox.stage(
+            executor.runner.stager, [InputSpec.model_validate({"from": "skill://math-tools/SKILL.md"})]
+        )
         assert [s.target for s in report.staged] == ["work/inputs/SKILL.md"]
-        result = sandbox.execute(command(sandbox, "head -1 inputs/SKILL.md > out/first.txt; cat; echo $SKILL_NAME",
-                                         stdin=b"fed\n"))
+        result = sandbox.execute(
+            command(sandbox, "head -1 inputs/SKILL.md > out/first.txt; cat; echo $SKILL_NAME", stdin=b"fed\n")
+        )
         assert result.exit_code == 0 and result.stdout == b"fed\nmath-tools\n" and result.duration_ms >= 0
         collection = sandbox.collect(["out/*"], LIMITS, failed=False)
         assert [(f.name, f.data) for f in collection.files] == [("out/first.txt", b"---\n")]

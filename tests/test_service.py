@@ -8,8 +8,8 @@ from pathlib import Path
 import anyio
 from mcp import Client, StdioServerParameters
 
-from executor.artifacts.store import LocalArtifactStore
-from executor.service import Service
+from skill_executor.artifacts.store import LocalArtifactStore
+from skill_executor.service import Service
 
 from .conftest import REPO, make_settings
 from .helpers import eventually
@@ -37,16 +37,27 @@ def test_the_stdio_mcp_server_expires_artifacts_as_serve_does(tmp_path: Path) ->
     assert saved.sha256 in blob_files(data / "artifacts")
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "executor.cli.main", "mcp", "--runtime", "local", "--skills-dir", str(_skills(tmp_path)),
-              "--data-dir", str(data)],
-        env=_env(SKILL_EXECUTOR_ARTIFACT_TTL_SECONDS="1"), cwd=REPO,
+        args=[
+            "-m",
+            "skill_executor.cli.main",
+            "mcp",
+            "--runtime",
+            "local",
+            "--skills-dir",
+            str(_skills(tmp_path)),
+            "--data-dir",
+            str(data),
+        ],
+        env=_env(SKILL_EXECUTOR_ARTIFACT_TTL_SECONDS="1"),
+        cwd=REPO,
     )
 
     async def main() -> None:
         async with Client(params, mode="legacy", read_timeout_seconds=60) as client:
             await client.list_tools()
             gone = await anyio.to_thread.run_sync(
-                lambda: eventually(lambda: saved.sha256 not in blob_files(data / "artifacts"), timeout=30))
+                lambda: eventually(lambda: saved.sha256 not in blob_files(data / "artifacts"), timeout=30)
+            )
             assert gone
 
     anyio.run(main)

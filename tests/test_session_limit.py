@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from executor.errors import ExecutorError
-from executor.workspace.sessions import SessionLimit, SessionStore
+from skill_executor.errors import ExecutorError
+from skill_executor.workspace.sessions import SessionLimit, SessionStore
 
 
 def test_a_new_session_past_the_limit_is_refused_an_old_one_is_not(tmp_path: Path) -> None:

@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 from packaging.requirements import InvalidRequirement
 
-from executor.config import Settings
-from executor.core import Executor
-from executor.envs import (
+from skill_executor.config import Settings
+from skill_executor.core import Executor
+from skill_executor.envs import (
     MANIFEST,
     DependenciesUnmet,
     ImagePackages,
@@ -44,9 +44,9 @@ from executor.envs import (
     parse_script,
     plan,
 )
-from executor.errors import ExecutorError
-from executor.image.inputs import images_dir
-from executor.workspace.layout import environment
+from skill_executor.errors import ExecutorError
+from skill_executor.image.inputs import images_dir
+from skill_executor.workspace.layout import environment
 
 from .helpers import make_skill, run
 
@@ -85,9 +85,10 @@ def make_tarball(folder: Path, name: str, version: str, index: str) -> Path:
     """An npm package tarball as ``npm pack`` makes it (``package/`` prefix)."""
     tgz = folder / f"{name}-{version}.tgz"
     with tarfile.open(tgz, "w:gz") as archive:
-        for path, content in {"package/package.json": json.dumps({"name": name, "version": version,
-                                                                  "main": "index.js"}),
-                              "package/index.js": index}.items():
+        for path, content in {
+            "package/package.json": json.dumps({"name": name, "version": version, "main": "index.js"}),
+            "package/index.js": index,
+        }.items():
             data = content.encode()
             info = tarfile.TarInfo(path)
             info.size, info.mode = len(data), 0o644
@@ -142,14 +143,21 @@ def test_requirements_lines_options_and_refusals() -> None:
     needs, findings = parse_requirements(text, "requirements.txt")
     assert needs == ["tiny-pkg[a,b]>=1.0", "hashed==2.0", 'marked; python_version < "3"']
     refused = {f.need: f.message for f in findings}
-    assert set(refused) == {"-e ./local", "https://example.invalid/x.whl", "named @ https://example.invalid/y.tar.gz",
-                            "./vendored", "not a requirement!"}
+    assert set(refused) == {
+        "-e ./local",
+        "https://example.invalid/x.whl",
+        "named @ https://example.invalid/y.tar.gz",
+        "./vendored",
+        "not a requirement!",
+    }
     assert refused["-e ./local"] == "editable installs are not allowed"
     assert all(f.source == "requirements.txt" for f in findings)
 
 
 def test_pyproject_dependencies() -> None:
-    needs, findings = parse_pyproject('[project]\nname = "x"\ndependencies = ["Requests>=2", "attrs"]\n', "pyproject.toml")
+    needs, findings = parse_pyproject(
+        '[project]\nname = "x"\ndependencies = ["Requests>=2", "attrs"]\n', "pyproject.toml"
+    )
     assert (needs, findings) == (["requests>=2", "attrs"], [])
     assert parse_pyproject("[tool.x]\n", "pyproject.toml") == ([], [])
     _, bad = parse_pyproject("[project\n", "pyproject.toml")
@@ -160,10 +168,10 @@ def test_pep723_script_block() -> None:
     script = (
         "#!/usr/bin/env python3\n"
         "# /// script\n"
-        "# requires-python = \">=3.11\"\n"
+        '# requires-python = ">=3.11"\n'
         "# dependencies = [\n"
-        "#   \"rich>=13\",\n"
-        "#   \"tinypkg\",\n"
+        '#   "rich>=13",\n'
+        '#   "tinypkg",\n'
         "# ]\n"
         "# ///\n"
         "import rich\n"
@@ -176,13 +184,25 @@ def test_pep723_script_block() -> None:
 
 
 def test_package_json_dependencies() -> None:
-    text = json.dumps({"dependencies": {"left-pad": "^1.3.0", "@scope/pkg": "~2.1", "any": "",
-                                        "gitdep": "git+https://example.invalid/x.git", "local": "file:../x",
-                                        "alias": "npm:other@1"}})
+    text = json.dumps(
+        {
+            "dependencies": {
+                "left-pad": "^1.3.0",
+                "@scope/pkg": "~2.1",
+                "any": "",
+                "gitdep": "git+https://example.invalid/x.git",
+                "local": "file:../x",
+                "alias": "npm:other@1",
+            }
+        }
+    )
     needs, findings = parse_package_json(text, "package.json")
     assert needs == ["left-pad@^1.3.0", "@scope/pkg@~2.1", "any@*"]
-    assert sorted(f.need for f in findings) == ["alias@npm:other@1", "gitdep@git+https://example.invalid/x.git",
-                                                "local@file:../x"]
+    assert sorted(f.need for f in findings) == [
+        "alias@npm:other@1",
+        "gitdep@git+https://example.invalid/x.git",
+        "local@file:../x",
+    ]
 
 
 def test_declared_reads_every_source_sorted(tmp_path: Path) -> None:
@@ -199,8 +219,13 @@ def test_declared_reads_every_source_sorted(tmp_path: Path) -> None:
     assert needs.python == ("alpha>=1", "beta", "mid-pkg", "zeta")
     assert needs.node == ("tinynode@1.0.0",)
     assert needs.findings == ()
-    assert needs.sources == ("package.json", "pyproject.toml", "requirements.txt", "scripts/deep/tool.py",
-                             "scripts/requirements.txt")
+    assert needs.sources == (
+        "package.json",
+        "pyproject.toml",
+        "requirements.txt",
+        "scripts/deep/tool.py",
+        "scripts/requirements.txt",
+    )
     assert not declared(make_skill(tmp_path, "none", "name: none\ndescription: d"))
 
 
@@ -220,8 +245,9 @@ def test_image_provided_detection() -> None:
     docx = IMAGE.node["docx"]
     assert IMAGE.provides_node(f"docx@^{docx.split('.')[0]}.0.0") and IMAGE.provides_node("docx@*")
     assert not IMAGE.provides_node("docx@^1.0.0") and not IMAGE.provides_node("tinynode@*")
-    needs = declared_from(python=("numpy", "tinypkg>=1", 'winonly; sys_platform == "win32"'),
-                          node=("docx@*", "tinynode@^1.0.0"))
+    needs = declared_from(
+        python=("numpy", "tinypkg>=1", 'winonly; sys_platform == "win32"'), node=("docx@*", "tinynode@^1.0.0")
+    )
     planned = plan(needs, IMAGE, Sources())
     assert planned.provided == ("numpy", "docx@*")
     assert planned.python == ("tinypkg>=1",) and planned.node == ("tinynode@^1.0.0",)  # the win32 need does not apply
@@ -229,17 +255,32 @@ def test_image_provided_detection() -> None:
 
 
 def declared_from(python: tuple[str, ...] = (), node: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
-    from executor.envs import Needs
+    from skill_executor.envs import Needs
 
     return Needs(python, node)
 
 
-@pytest.mark.parametrize(("spec", "version", "ok"), [
-    ("^1.2.3", "1.9.0", True), ("^1.2.3", "2.0.0", False), ("^0.2.3", "0.2.9", True), ("^0.2.3", "0.3.0", False),
-    ("~1.2.3", "1.2.9", True), ("~1.2.3", "1.3.0", False), (">=1 <2", "1.5.0", True), (">=1 <2", "2.0.0", False),
-    ("1.x", "1.4.0", True), ("1.2.3", "1.2.3", True), ("1.2.3", "1.2.4", False), ("1 - 2", "2.1.0", True),
-    ("<1 || >=3", "3.0.0", True), ("<1 || >=3", "2.0.0", False), ("*", "9.9.9", True), ("weird-range", "1.0.0", False),
-])
+@pytest.mark.parametrize(
+    ("spec", "version", "ok"),
+    [
+        ("^1.2.3", "1.9.0", True),
+        ("^1.2.3", "2.0.0", False),
+        ("^0.2.3", "0.2.9", True),
+        ("^0.2.3", "0.3.0", False),
+        ("~1.2.3", "1.2.9", True),
+        ("~1.2.3", "1.3.0", False),
+        (">=1 <2", "1.5.0", True),
+        (">=1 <2", "2.0.0", False),
+        ("1.x", "1.4.0", True),
+        ("1.2.3", "1.2.3", True),
+        ("1.2.3", "1.2.4", False),
+        ("1 - 2", "2.1.0", True),
+        ("<1 || >=3", "3.0.0", True),
+        ("<1 || >=3", "2.0.0", False),
+        ("*", "9.9.9", True),
+        ("weird-range", "1.0.0", False),
+    ],
+)
 def test_npm_ranges(spec: str, version: str, ok: bool) -> None:
     assert npm_range_accepts(spec, version) is ok
 
@@ -282,8 +323,12 @@ def test_resolution_is_atomic_immutable_and_refuses_unmet_needs(tmp_path: Path, 
     twin = dep_skill(tmp_path / "skills", "twin", requirements="numpy\ntinypkg>=1\n", package={"tinynode": "^1.0.0"})
     assert envs.for_run(twin) == key and (env / MANIFEST).stat().st_mtime_ns == stamp
 
-    bad = dep_skill(tmp_path / "skills", "bad", requirements="tinypkg>=1\nno-such-package==9\n",
-                    package={"tinynode": "^1.0.0", "no-such-node": "^1.0.0"})
+    bad = dep_skill(
+        tmp_path / "skills",
+        "bad",
+        requirements="tinypkg>=1\nno-such-package==9\n",
+        package={"tinynode": "^1.0.0", "no-such-node": "^1.0.0"},
+    )
     with pytest.raises(DependenciesUnmet) as info:
         envs.for_run(bad)
     error = info.value
@@ -307,26 +352,37 @@ def test_refused_declarations_fail_without_resolving(tmp_path: Path) -> None:
     skill = dep_skill(tmp_path / "skills", "editable", requirements="-e .\n")
     with pytest.raises(DependenciesUnmet) as info:
         envs.for_run(skill)
-    assert info.value.details["unmet"] == [{"source": "requirements.txt", "need": "-e .",
-                                            "error": "editable installs are not allowed"}]
+    assert info.value.details["unmet"] == [
+        {"source": "requirements.txt", "need": "-e .", "error": "editable installs are not allowed"}
+    ]
     off = SkillEnvs(tmp_path / "envs-off", mode="off", image=IMAGE)
     assert off.for_run(skill) is None  # off: never resolved, runs get no environment
 
 
 def test_install_refuses_unmet_needs_with_422(tmp_path: Path, wheelhouse: Path) -> None:
-    from executor.api.app import create_app
+    from skill_executor.api.app import create_app
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # starlette's TestClient warns about its httpx use
         from starlette.testclient import TestClient
-    settings = Settings(runtime="local", skills_dirs=[tmp_path / "skills"], data_dir=tmp_path / "data",
-                        skills_refresh_seconds=0.0, wheelhouse=wheelhouse, npm_wheelhouse=wheelhouse, **AS_SERVICE)
+    settings = Settings(
+        runtime="local",
+        skills_dirs=[tmp_path / "skills"],
+        data_dir=tmp_path / "data",
+        skills_refresh_seconds=0.0,
+        wheelhouse=wheelhouse,
+        npm_wheelhouse=wheelhouse,
+        **AS_SERVICE,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         client = TestClient(create_app(settings), base_url="http://127.0.0.1", client=("127.0.0.1", 50000))
     with client:
-        response = client.post("/v1/skills", content=skill_zip("unmet", "tinypkg\nno-such-package>=1\n"),
-                               headers={"content-type": "application/zip"})
+        response = client.post(
+            "/v1/skills",
+            content=skill_zip("unmet", "tinypkg\nno-such-package>=1\n"),
+            headers={"content-type": "application/zip"},
+        )
         assert response.status_code == 422, response.text
         error = response.json()["error"]
         assert error["code"] == "skill_dependencies_unmet"
@@ -334,8 +390,9 @@ def test_install_refuses_unmet_needs_with_422(tmp_path: Path, wheelhouse: Path) 
         assert client.get("/v1/skills/unmet").status_code == 404
         assert [p for p in (tmp_path / "data/skills").iterdir()] == []  # nothing installed, no staging left
         assert [p.name for p in (tmp_path / "data/envs").iterdir()] == []
-        response = client.post("/v1/skills", content=skill_zip("met", "tinypkg\n"),
-                               headers={"content-type": "application/zip"})
+        response = client.post(
+            "/v1/skills", content=skill_zip("met", "tinypkg\n"), headers={"content-type": "application/zip"}
+        )
         assert response.status_code == 201, response.text
         assert [p.name for p in (tmp_path / "data/skills").iterdir()] == ["met"]
         assert len(list((tmp_path / "data/envs").iterdir())) == 1
@@ -345,8 +402,8 @@ def test_install_refuses_unmet_needs_with_422(tmp_path: Path, wheelhouse: Path) 
 
 PROBE = (
     "python3 -c 'import tinypkg; print(\"py\", tinypkg.VALUE)'"
-    " && node -e 'console.log(\"node\", require(\"tinynode\"))'"
-    " && echo \"$PYTHONPATH\" && echo \"$NODE_PATH\""
+    ' && node -e \'console.log("node", require("tinynode"))\''
+    ' && echo "$PYTHONPATH" && echo "$NODE_PATH"'
 )
 #: On Docker the env sits beside the image's own packages (numpy, docx).
 IMAGE_PROBE = "python3 -c 'import tinypkg, numpy' && node -e 'require(\"tinynode\"); require(\"docx\")' && echo both"
@@ -375,8 +432,13 @@ def index_server(wheelhouse: Path) -> Iterator[str]:
     server.server_close()
 
 
-def test_runs_import_the_skill_env(make_executor, runtime_name: str, wheelhouse: Path,  # type: ignore[no-untyped-def]
-                                   extra_skills: Path, index_server: str) -> None:
+def test_runs_import_the_skill_env(
+    make_executor,
+    runtime_name: str,
+    wheelhouse: Path,  # type: ignore[no-untyped-def]
+    extra_skills: Path,
+    index_server: str,
+) -> None:
     dep_skill(extra_skills, "dep-probe", requirements="tinypkg>=1\n", package={"tinynode": "^1.0.0"})
     plain = make_skill(extra_skills, "no-deps", "name: no-deps\ndescription: declares nothing")
     (plain / "scripts").mkdir()
@@ -392,7 +454,7 @@ def test_runs_import_the_skill_env(make_executor, runtime_name: str, wheelhouse:
     assert lines[2].endswith(f"/skills/dep-probe:{base}/{key}/python")
     assert lines[3].startswith(f"{base}/{key}/node/node_modules:")
     # A skill without needs: its root is importable (a script run by path), no env.
-    result = run(executor, skill="no-deps", command="python3 scripts/main.py && echo \"${NODE_PATH:-unset}\"")
+    result = run(executor, skill="no-deps", command='python3 scripts/main.py && echo "${NODE_PATH:-unset}"')
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines()[0] == "x 7"
     # A request's own env wins.
@@ -413,8 +475,12 @@ def test_runs_import_the_skill_env(make_executor, runtime_name: str, wheelhouse:
     assert lines[-1] == "envs read-only"
 
 
-def test_a_run_of_a_skill_with_unmet_needs_fails_with_the_error(make_executor, runtime_name: str,  # type: ignore[no-untyped-def]
-                                                                 wheelhouse: Path, extra_skills: Path) -> None:
+def test_a_run_of_a_skill_with_unmet_needs_fails_with_the_error(
+    make_executor,
+    runtime_name: str,  # type: ignore[no-untyped-def]
+    wheelhouse: Path,
+    extra_skills: Path,
+) -> None:
     if runtime_name != "docker":
         pytest.skip("one runtime is enough: the refusal comes before any sandbox")
     dep_skill(extra_skills, "dep-broken", requirements="no-such-package\n")
@@ -448,22 +514,34 @@ def test_cli_install_refuses_unmet_needs(tmp_path: Path, wheelhouse: Path) -> No
     package = tmp_path / "unmet.zip"
     package.write_bytes(skill_zip("cli-unmet", "tinypkg\nno-such-package\n"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
-    env |= {"SKILL_EXECUTOR_DATA_DIR": str(tmp_path / "data"), "SKILL_EXECUTOR_SKILLS_DIRS": str(tmp_path / "none"),
-            "SKILL_EXECUTOR_WHEELHOUSE": str(wheelhouse), "SKILL_EXECUTOR_HOST_TOOLS_USER": "root"}
-    proc = subprocess.run([sys.executable, "-m", "executor.cli.main", "skills", "install", str(package)],
-                          capture_output=True, text=True, env=env, check=False)
+    env |= {
+        "SKILL_EXECUTOR_DATA_DIR": str(tmp_path / "data"),
+        "SKILL_EXECUTOR_SKILLS_DIRS": str(tmp_path / "none"),
+        "SKILL_EXECUTOR_WHEELHOUSE": str(wheelhouse),
+        "SKILL_EXECUTOR_HOST_TOOLS_USER": "root",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "skill_executor.cli.main", "skills", "install", str(package)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert proc.returncode == 1
     assert proc.stderr.startswith("skill-executor: skill_dependencies_unmet: ")
     assert "  unmet: no-such-package (python): pip could not resolve it" in proc.stderr
     assert not (tmp_path / "data/skills/cli-unmet").exists()
 
 
-@pytest.mark.parametrize("text", [
-    "foo===${HOME}",
-    'bar; os_name != "${PATH}"',
-    "baz; platform_release != 'x\u000c--index-url http://evil/'",
-    "qux\u2028-r /etc/hostname",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "foo===${HOME}",
+        'bar; os_name != "${PATH}"',
+        "baz; platform_release != 'x\u000c--index-url http://evil/'",
+        "qux\u2028-r /etc/hostname",
+    ],
+)
 def test_needs_that_pip_would_expand_or_split_are_refused(text: str) -> None:
     """pip expands ${VAR} in requirement files and splits lines on every Unicode break:
     such a need could read the service's environment back or smuggle an option."""
@@ -472,8 +550,7 @@ def test_needs_that_pip_would_expand_or_split_are_refused(text: str) -> None:
 
 
 def test_sources_in_manifests_carry_no_credentials() -> None:
-    sources = Sources(index_url="https://user:s3cret@pypi.example/simple",
-                             npm_registry="https://token@npm.example/")
+    sources = Sources(index_url="https://user:s3cret@pypi.example/simple", npm_registry="https://token@npm.example/")
     described = sources.describe()
     assert described["index_url"] == "https://pypi.example/simple"
     assert described["npm_registry"] == "https://npm.example/"

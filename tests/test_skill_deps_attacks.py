@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from executor.config import Settings
-from executor.core import Executor
-from executor.envs import (
+from skill_executor.config import Settings
+from skill_executor.core import Executor
+from skill_executor.envs import (
     MANIFEST,
     SkillEnvs,
     Sources,
@@ -36,8 +36,8 @@ from executor.envs import (
     safe_npm_spec,
     safe_python_need,
 )
-from executor.errors import ExecutorError
-from executor.hosttools import PASSED, tool_user
+from skill_executor.errors import ExecutorError
+from skill_executor.hosttools import PASSED, tool_user
 
 from . import untrusted
 from .conftest import make_settings
@@ -73,9 +73,11 @@ def hostile_checkout(root: Path, markers: Markers) -> Path:
         "pip.conf": "[global]\nindex-url = http://127.0.0.1:9/simple\nfind-links = http://127.0.0.1:9/\n",
         ".config/pip/pip.conf": "[global]\nindex-url = http://127.0.0.1:9/simple\n",
         ".pip/pip.conf": "[global]\nindex-url = http://127.0.0.1:9/simple\n",
-        "uv.toml": "index-url = \"http://127.0.0.1:9/simple\"\n",
-        ".npmrc": (f"registry=http://127.0.0.1:9/\noffline=false\nignore-scripts=false\n"
-                   f"script-shell={root}/checkout/evil.sh\nnode-options=--require {root}/checkout/evil.js\n"),
+        "uv.toml": 'index-url = "http://127.0.0.1:9/simple"\n',
+        ".npmrc": (
+            f"registry=http://127.0.0.1:9/\noffline=false\nignore-scripts=false\n"
+            f"script-shell={root}/checkout/evil.sh\nnode-options=--require {root}/checkout/evil.js\n"
+        ),
         "evil.js": markers.js("node-options"),
         "evil.sh": markers.shell("script-shell"),
         "node_modules/.bin/node": markers.shell("node-shadow"),
@@ -98,10 +100,13 @@ def hostile_environment(checkout: Path) -> dict[str, str]:
         "PATH": f"{checkout}/node_modules/.bin:{os.environ['PATH']}",  # as `npm run` makes it
         "HOME": str(checkout),
         "NODE_OPTIONS": f"--require {checkout}/evil.js",
-        "npm_config_ignore_scripts": "false", "npm_config_userconfig": str(checkout / ".npmrc"),
+        "npm_config_ignore_scripts": "false",
+        "npm_config_userconfig": str(checkout / ".npmrc"),
         "npm_config_registry": "http://127.0.0.1:9/",
-        "PIP_CONFIG_FILE": str(checkout / "pip.conf"), "PIP_FIND_LINKS": "http://127.0.0.1:9/",
-        "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_NO_INDEX": "0",
+        "PIP_CONFIG_FILE": str(checkout / "pip.conf"),
+        "PIP_FIND_LINKS": "http://127.0.0.1:9/",
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_NO_INDEX": "0",
         "UV_CONFIG_FILE": str(checkout / "uv.toml"),
         "AWS_SECRET_ACCESS_KEY": "aws-secret-value",
     }
@@ -109,13 +114,16 @@ def hostile_environment(checkout: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("user", ["root", TOOL_USER])
 def test_a_hostile_checkout_and_environment_run_nothing_on_the_host(
-        open_tmp: Path, markers: Markers, user: str) -> None:
+    open_tmp: Path, markers: Markers, user: str
+) -> None:
     """``skill-executor skills install`` run from the skill's own checkout (as CI does) in
     an environment the checkout poisoned: pip and npm still resolve from the configured
     folders, and nothing of the checkout runs -- as the service's user too."""
     if user != "root" and AS_ROOT and not usable_by(user, [sys.executable, "-I", "-c", "import pip"]):
-        pytest.skip(f"{user} cannot run this interpreter ({sys.executable}); "
-                    "test_hostile_packages_run_nothing_on_the_host runs pip as that user")
+        pytest.skip(
+            f"{user} cannot run this interpreter ({sys.executable}); "
+            "test_hostile_packages_run_nothing_on_the_host runs pip as that user"
+        )
     checkout = hostile_checkout(open_tmp, markers)
     wheels = wheelhouse_in(open_tmp)
     package = open_tmp / "hostile-deps.zip"
@@ -125,12 +133,24 @@ def test_a_hostile_checkout_and_environment_run_nothing_on_the_host(
                 archive.write(path, f"hostile-deps/{path.relative_to(checkout)}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
     env |= hostile_environment(checkout)
-    env |= {"SKILL_EXECUTOR_DATA_DIR": str(open_tmp / "data"), "SKILL_EXECUTOR_SKILLS_DIRS": str(open_tmp / "none"),
-            "SKILL_EXECUTOR_WHEELHOUSE": str(wheels), "SKILL_EXECUTOR_NPM_WHEELHOUSE": str(wheels),
-            "SKILL_EXECUTOR_HOST_TOOLS_USER": user, "SKILL_EXECUTOR_LOG_JSON": "false"}
+    env |= {
+        "SKILL_EXECUTOR_DATA_DIR": str(open_tmp / "data"),
+        "SKILL_EXECUTOR_SKILLS_DIRS": str(open_tmp / "none"),
+        "SKILL_EXECUTOR_WHEELHOUSE": str(wheels),
+        "SKILL_EXECUTOR_NPM_WHEELHOUSE": str(wheels),
+        "SKILL_EXECUTOR_HOST_TOOLS_USER": user,
+        "SKILL_EXECUTOR_LOG_JSON": "false",
+    }
     (open_tmp / "data").mkdir(mode=0o755)
-    proc = subprocess.run([sys.executable, "-m", "executor.cli.main", "skills", "install", str(package)],
-                          cwd=checkout, capture_output=True, text=True, env=env, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "skill_executor.cli.main", "skills", "install", str(package)],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert markers.found() == []
     [key] = [p.name for p in (open_tmp / "data" / "envs").iterdir()]
@@ -140,8 +160,9 @@ def test_a_hostile_checkout_and_environment_run_nothing_on_the_host(
     assert "aws-secret-value" not in proc.stdout + proc.stderr
 
 
-def test_npm_is_never_found_through_a_relative_path_entry(open_tmp: Path, markers: Markers,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_npm_is_never_found_through_a_relative_path_entry(
+    open_tmp: Path, markers: Markers, monkeypatch: pytest.MonkeyPatch
+) -> None:
     checkout = hostile_checkout(open_tmp, markers)
     (checkout / "node_modules/.bin/npm").write_text(markers.shell("npm-shadow"))
     (checkout / "node_modules/.bin/npm").chmod(0o755)
@@ -155,27 +176,43 @@ def evil_wheel(folder: Path, markers: Markers) -> Path:
     """A wheel whose installation drops import hooks into the target: a ``.pth``, a
     ``sitecustomize``/``usercustomize``, a console script and a data script."""
     dist = "evilpkg-1.0.0.dist-info"
-    return make_wheel(folder, "evilpkg", "1.0.0", {
-        "evilpkg/__init__.py": markers.python("evilpkg-import"),
-        "evilpkg.pth": f"import os; {markers.python('wheel-pth')}\n",
-        "sitecustomize.py": markers.python("wheel-sitecustomize"),
-        "usercustomize.py": markers.python("wheel-usercustomize"),
-        "evilpkg-1.0.0.data/scripts/evil": markers.shell("wheel-data-script"),
-        f"{dist}/entry_points.txt": "[console_scripts]\nevil = evilpkg:main\n",
-    })
+    return make_wheel(
+        folder,
+        "evilpkg",
+        "1.0.0",
+        {
+            "evilpkg/__init__.py": markers.python("evilpkg-import"),
+            "evilpkg.pth": f"import os; {markers.python('wheel-pth')}\n",
+            "sitecustomize.py": markers.python("wheel-sitecustomize"),
+            "usercustomize.py": markers.python("wheel-usercustomize"),
+            "evilpkg-1.0.0.data/scripts/evil": markers.shell("wheel-data-script"),
+            f"{dist}/entry_points.txt": "[console_scripts]\nevil = evilpkg:main\n",
+        },
+    )
 
 
 def evil_tarball(folder: Path, markers: Markers) -> Path:
     """An npm package with every lifecycle script and a bin."""
-    scripts = {hook: f"touch {markers.path('npm-' + hook)}" for hook in
-               ("preinstall", "install", "postinstall", "prepare", "preprepare", "postprepare")}
-    meta = {"name": "evilnode", "version": "1.0.0", "main": "index.js", "scripts": scripts,
-            "bin": {"evil": "bin/evil.js"}, "gypfile": True}
+    scripts = {
+        hook: f"touch {markers.path('npm-' + hook)}"
+        for hook in ("preinstall", "install", "postinstall", "prepare", "preprepare", "postprepare")
+    }
+    meta = {
+        "name": "evilnode",
+        "version": "1.0.0",
+        "main": "index.js",
+        "scripts": scripts,
+        "bin": {"evil": "bin/evil.js"},
+        "gypfile": True,
+    }
     tgz = folder / "evilnode-1.0.0.tgz"
     with tarfile.open(tgz, "w:gz") as archive:
-        for path, content in {"package/package.json": json.dumps(meta), "package/index.js": markers.js("npm-require"),
-                              "package/bin/evil.js": "#!/usr/bin/env node\n" + markers.js("npm-bin"),
-                              "package/binding.gyp": "{}"}.items():
+        for path, content in {
+            "package/package.json": json.dumps(meta),
+            "package/index.js": markers.js("npm-require"),
+            "package/bin/evil.js": "#!/usr/bin/env node\n" + markers.js("npm-bin"),
+            "package/binding.gyp": "{}",
+        }.items():
             data = content.encode()
             info = tarfile.TarInfo(path)
             info.size, info.mode = len(data), 0o755
@@ -190,8 +227,9 @@ exec {python} "$@"
 """
 
 
-def test_hostile_packages_run_nothing_on_the_host(open_tmp: Path, markers: Markers,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hostile_packages_run_nothing_on_the_host(
+    open_tmp: Path, markers: Markers, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A wheel that drops a .pth and sitecustomize into its target, an npm package with
     every lifecycle script: installed as data, never run; pip runs isolated (as the
     unprivileged user when the tests run as root) from a fresh folder, never the
@@ -214,17 +252,28 @@ def test_hostile_packages_run_nothing_on_the_host(open_tmp: Path, markers: Marke
     for name, value in hostile_environment(checkout).items():
         if name != "PATH":
             monkeypatch.setenv(name, value)
-    envs = SkillEnvs(open_tmp / "envs", sources=Sources(wheelhouse=wheels, npm_wheelhouse=wheels), image=IMAGE,
-                     python=str(recorder), user=user)
-    skill = dep_skill(open_tmp / "skills", "evil-needs", requirements="evilpkg\ntinypkg\n",
-                      package={"evilnode": "^1.0.0", "tinynode": "^1.0.0"})
+    envs = SkillEnvs(
+        open_tmp / "envs",
+        sources=Sources(wheelhouse=wheels, npm_wheelhouse=wheels),
+        image=IMAGE,
+        python=str(recorder),
+        user=user,
+    )
+    skill = dep_skill(
+        open_tmp / "skills",
+        "evil-needs",
+        requirements="evilpkg\ntinypkg\n",
+        package={"evilnode": "^1.0.0", "tinynode": "^1.0.0"},
+    )
     key = envs.for_run(skill)
     assert key is not None
     assert markers.found() == []
     env = envs.path(key)
     manifest = json.loads((env / MANIFEST).read_text())
-    assert manifest["resolved"] == {"python": {"evilpkg": "1.0.0", "tinypkg": "1.0.0"},
-                                    "node": {"evilnode": "1.0.0", "tinynode": "1.0.0"}}
+    assert manifest["resolved"] == {
+        "python": {"evilpkg": "1.0.0", "tinypkg": "1.0.0"},
+        "node": {"evilnode": "1.0.0", "tinynode": "1.0.0"},
+    }
     assert (env / "python" / "evilpkg.pth").is_file()  # data: a run's PYTHONPATH entry is no site dir
     assert not (env / "python" / "bin").exists()
     assert not (env / "node" / "node_modules" / "evilnode" / "build").exists()  # no gyp build either
@@ -277,7 +326,9 @@ class Index(http.server.BaseHTTPRequestHandler):
         if parts[0] == "simple" and len(parts) == 2:
             links = "".join(
                 f'<a href="/files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">{w.name}</a>'
-                for w in self.wheels.glob("*.whl") if w.name.split("-")[0].replace("_", "-") == parts[1])
+                for w in self.wheels.glob("*.whl")
+                if w.name.split("-")[0].replace("_", "-") == parts[1]
+            )
             body, kind = f"<html><body>{links}</body></html>".encode(), "text/html"
         elif parts[0] == "files" and len(parts) == 2 and (self.wheels / parts[1]).is_file():
             body, kind = (self.wheels / parts[1]).read_bytes(), "application/octet-stream"
@@ -314,18 +365,28 @@ def assert_no_secret(text: str) -> None:
 
 
 def test_a_private_index_resolves_and_the_manifest_names_it_without_credentials(
-        tmp_path: Path, docker_runtime_name: str, private_index: tuple[str, list[tuple[str, str | None]]],
-        caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path,
+    docker_runtime_name: str,
+    private_index: tuple[str, list[tuple[str, str | None]]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     address, seen = private_index
     caplog.set_level(logging.DEBUG)
     dep_skill(tmp_path / "extra-skills", "private-deps", requirements="tinypkg\n")
-    settings = make_settings(tmp_path, docker_runtime_name, **AS_SERVICE,
-                             package_index_url=f"http://{USER}:{PASSWORD}@{address}/simple/",
-                             npm_registry="https://npmuser:npm-pass@npm.example/?token=t0ken-npm")
+    settings = make_settings(
+        tmp_path,
+        docker_runtime_name,
+        **AS_SERVICE,
+        package_index_url=f"http://{USER}:{PASSWORD}@{address}/simple/",
+        npm_registry="https://npmuser:npm-pass@npm.example/?token=t0ken-npm",
+    )
     executor = Executor.from_settings(settings)
     try:
-        result = run(executor, skill="private-deps",
-                     command="python3 -c 'import tinypkg; print(tinypkg.VALUE)'; cat /opt/skill-envs/*/manifest.json")
+        result = run(
+            executor,
+            skill="private-deps",
+            command="python3 -c 'import tinypkg; print(tinypkg.VALUE)'; cat /opt/skill-envs/*/manifest.json",
+        )
     finally:
         executor.close()
     assert result.exit_code == 0, result.stderr
@@ -354,7 +415,7 @@ class NpmNotFound(http.server.BaseHTTPRequestHandler):
 def test_refusals_quote_pip_and_npm_without_credentials(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """pip's and npm's own lines in a 422's ``details.log`` (and the log) name the index
     and the registry, without their credentials and tokens."""
-    from executor.api.app import create_app
+    from skill_executor.api.app import create_app
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -363,23 +424,34 @@ def test_refusals_quote_pip_and_npm_without_credentials(tmp_path: Path, caplog: 
     threading.Thread(target=npm.serve_forever, daemon=True).start()
     caplog.set_level(logging.DEBUG)
     # Nothing listens on port 9 (discard): pip retries, quoting the index's path and query.
-    settings = Settings(runtime="local", skills_dirs=[tmp_path / "skills"], data_dir=tmp_path / "data",
-                        skills_refresh_seconds=0.0, **AS_SERVICE,  # type: ignore[arg-type]
-                        package_index_url=f"http://{USER}:{PASSWORD}@127.0.0.1:9/simple/?token={TOKEN}",
-                        npm_registry=f"http://npmuser:npm-pass@127.0.0.1:{npm.server_address[1]}/?token=t0ken-npm")
+    settings = Settings(
+        runtime="local",
+        skills_dirs=[tmp_path / "skills"],
+        data_dir=tmp_path / "data",
+        skills_refresh_seconds=0.0,
+        **AS_SERVICE,  # type: ignore[arg-type]
+        package_index_url=f"http://{USER}:{PASSWORD}@127.0.0.1:9/simple/?token={TOKEN}",
+        npm_registry=f"http://npmuser:npm-pass@127.0.0.1:{npm.server_address[1]}/?token=t0ken-npm",
+    )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             client = TestClient(create_app(settings), base_url="http://127.0.0.1", client=("127.0.0.1", 50000))
         with client:
-            answers = [client.post("/v1/skills", content=skill_zip("py-unmet", "nosuchpkg\n"),
-                                   headers={"content-type": "application/zip"})]
+            answers = [
+                client.post(
+                    "/v1/skills",
+                    content=skill_zip("py-unmet", "nosuchpkg\n"),
+                    headers={"content-type": "application/zip"},
+                )
+            ]
             buf = io.BytesIO()
             with zipfile.ZipFile(buf, "w") as archive:
                 archive.writestr("node-unmet/SKILL.md", "---\nname: node-unmet\ndescription: d\n---\n# x\n")
                 archive.writestr("node-unmet/package.json", json.dumps({"dependencies": {"nosuchnode": "^1.0.0"}}))
-            answers.append(client.post("/v1/skills", content=buf.getvalue(),
-                                       headers={"content-type": "application/zip"}))
+            answers.append(
+                client.post("/v1/skills", content=buf.getvalue(), headers={"content-type": "application/zip"})
+            )
     finally:
         npm.shutdown()
         npm.server_close()
@@ -399,13 +471,15 @@ def _local_project(folder: Path, markers: Markers) -> Path:
     project.mkdir(mode=0o755)
     (project / "pyproject.toml").write_text(
         '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-        '[project]\nname = "foo"\nversion = "1.0"\n')
+        '[project]\nname = "foo"\nversion = "1.0"\n'
+    )
     hook = markers.python("local-project-built")
     (project / "backend.py").write_text(
         f"{hook}\n"
         "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
         "def prepare_metadata_for_build_wheel(d, config_settings=None):\n    raise SystemExit(1)\n"
-        "def build_wheel(d, config_settings=None, metadata_directory=None):\n    raise SystemExit(1)\n")
+        "def build_wheel(d, config_settings=None, metadata_directory=None):\n    raise SystemExit(1)\n"
+    )
     for path in (project / "pyproject.toml", project / "backend.py"):
         path.chmod(0o644)
     return project
@@ -434,9 +508,22 @@ def test_a_need_pip_could_read_as_a_path_is_refused_and_builds_nothing(open_tmp:
         assert not safe_python_need(need), need
 
 
-@pytest.mark.parametrize("spec", ["HTTP:127.0.0.1:{port}", "Http://127.0.0.1:{port}/x.tgz", "FILE:..",
-                                  "NPM:lodash@1", "evil.tgz", "GIT+ssh://127.0.0.1:{port}/x", "github:a/b",
-                                  "LINK:..", "~/x", "../x", "a\\b"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "HTTP:127.0.0.1:{port}",
+        "Http://127.0.0.1:{port}/x.tgz",
+        "FILE:..",
+        "NPM:lodash@1",
+        "evil.tgz",
+        "GIT+ssh://127.0.0.1:{port}/x",
+        "github:a/b",
+        "LINK:..",
+        "~/x",
+        "../x",
+        "a\\b",
+    ],
+)
 def test_npm_specs_that_are_not_registry_ranges_are_refused_in_any_case(open_tmp: Path, spec: str) -> None:
     """npm reads schemes in any case: ``HTTP:`` made the host's npm fetch a URL of the
     skill's choice. Only registry versions, ranges and tags pass; nothing is fetched."""
@@ -480,22 +567,38 @@ def test_the_tool_user_cannot_read_what_the_service_stores(open_tmp: Path) -> No
     executor = Executor.from_settings(settings)
     try:
         executor.artifacts.put("secret.txt", b"tenant data")
-        from executor.runs.store import RunStore
+        from skill_executor.runs.store import RunStore
 
         RunStore(settings.data_dir / "runs.db")  # made after the executor, as the service does
         stored = [p for p in settings.data_dir.rglob("*") if p.is_file() and settings.envs_dir not in p.parents]
         assert any(p.name == "runs.db" for p in stored) and any(p.suffix == ".db" for p in stored)
-        probe = ("import os, sys\nfor p in sys.argv[1:]:\n"
-                 "    try:\n        open(p, 'rb').read(1); print('READ', p)\n"
-                 "    except OSError:\n        pass\n"
-                 "    try:\n        os.listdir(p); print('LISTED', p)\n    except OSError:\n        pass\n")
+        probe = (
+            "import os, sys\nfor p in sys.argv[1:]:\n"
+            "    try:\n        open(p, 'rb').read(1); print('READ', p)\n"
+            "    except OSError:\n        pass\n"
+            "    try:\n        os.listdir(p); print('LISTED', p)\n    except OSError:\n        pass\n"
+        )
         targets = [str(p) for p in stored] + [str(settings.data_dir), str(settings.artifacts_dir)]
-        done = subprocess.run(["/bin/sh", "-c", 'exec "$0" -I -S -c "$1" "$@"', "/usr/bin/python3", probe, *targets],
-                              user=TOOL_USER, group="nogroup", extra_groups=[], capture_output=True, text=True,
-                              timeout=60, cwd="/")
+        done = subprocess.run(
+            ["/bin/sh", "-c", 'exec "$0" -I -S -c "$1" "$@"', "/usr/bin/python3", probe, *targets],
+            user=TOOL_USER,
+            group="nogroup",
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+        )
         assert done.stdout == "", done.stdout
-        reach = subprocess.run(["/bin/sh", "-c", f"cd {settings.data_dir} && echo reachable"], user=TOOL_USER,
-                               group="nogroup", extra_groups=[], capture_output=True, text=True, timeout=60)
+        reach = subprocess.run(
+            ["/bin/sh", "-c", f"cd {settings.data_dir} && echo reachable"],
+            user=TOOL_USER,
+            group="nogroup",
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert reach.stdout == "reachable\n", reach.stderr  # traversable: envs/ is built there
     finally:
         executor.close()

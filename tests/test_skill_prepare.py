@@ -1,4 +1,4 @@
-"""A skill's copy made ahead of its run (executor/runtimes/skillcopy.py ``stage``/``matches``):
+"""A skill's copy made ahead of its run (skill_executor/runtimes/skillcopy.py ``stage``/``matches``):
 used only while the installed skill is exactly as it was when copied."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.runtimes.skillcopy import LINK_MIN_BYTES, stage
+from skill_executor.runtimes.skillcopy import LINK_MIN_BYTES, stage
 
 RUN_USER = (1000, 1000)
 

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from executor.errors import BadRequest, NotFound
-from executor.registry import SkillRepository
-from executor.registry.refs import (
+from skill_executor.errors import BadRequest, NotFound
+from skill_executor.registry import SkillRepository
+from skill_executor.registry.refs import (
     InvalidSkillName,
     InvalidVersion,
     SkillRef,
@@ -29,7 +29,7 @@ from executor.registry.refs import (
     parse_ref,
     parse_version,
 )
-from executor.registry.store import Registry
+from skill_executor.registry.store import Registry
 
 from .api_server import Server
 from .conftest import REPO
@@ -37,36 +37,80 @@ from .helpers import make_skill
 
 #: What the brief's attacker sent, and what such an attacker tries next.
 HOSTILE = [
-    "pdf@²", "pdf@" + "9" * 400, "pdf@1.2.3.4.5", "pdf@", "@latest", "@", "x" * 10_000, "pdf@latest@1",
-    "pdf@-1", "pdf@+1", "pdf@0", "pdf@007", "pdf@ 1", " pdf", "pdf ", "pdf\n", "pdf@1\n", "pdf@١", "pdf@𝟙",
-    "pdf@sha256:", "pdf@sha256:" + "g" * 64, "pdf@sha256:" + "a" * 63, "pdf@sha256:" + "a" * 65,
-    "pdf@SHA256:" + "a" * 64 + "\x00", "pdf@lat\u0435st", "pdf@\u212alatest", "ｐｄｆ", "pdf\x00", "..", ".",
-    "-pdf", "p/df", "p%2Fdf", "pdf@%31", "%70df", "pdf@1e3", "pdf@0x1", "pdf@1_000", "pdf@" + "1" * 10,
-    "a" * 129, "pdf@latest" + "\u200b", "\ud800", "pdf@\ud800", "",
+    "pdf@²",
+    "pdf@" + "9" * 400,
+    "pdf@1.2.3.4.5",
+    "pdf@",
+    "@latest",
+    "@",
+    "x" * 10_000,
+    "pdf@latest@1",
+    "pdf@-1",
+    "pdf@+1",
+    "pdf@0",
+    "pdf@007",
+    "pdf@ 1",
+    " pdf",
+    "pdf ",
+    "pdf\n",
+    "pdf@1\n",
+    "pdf@١",
+    "pdf@𝟙",
+    "pdf@sha256:",
+    "pdf@sha256:" + "g" * 64,
+    "pdf@sha256:" + "a" * 63,
+    "pdf@sha256:" + "a" * 65,
+    "pdf@SHA256:" + "a" * 64 + "\x00",
+    "pdf@lat\u0435st",
+    "pdf@\u212alatest",
+    "ｐｄｆ",
+    "pdf\x00",
+    "..",
+    ".",
+    "-pdf",
+    "p/df",
+    "p%2Fdf",
+    "pdf@%31",
+    "%70df",
+    "pdf@1e3",
+    "pdf@0x1",
+    "pdf@1_000",
+    "pdf@" + "1" * 10,
+    "a" * 129,
+    "pdf@latest" + "\u200b",
+    "\ud800",
+    "pdf@\ud800",
+    "",
 ]
 ALPHABET = st.sampled_from(list("abcAZ09-_.@%/: \t\n\x00²١𝟙ｐ\u0435\u212a\u200b") + ["sha256:", "latest", "default"])
 FUZZ = st.one_of(st.text(max_size=300), st.lists(ALPHABET, max_size=40).map("".join))
 VALID_NAME = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", fullmatch=True)
 VALID_VERSION = st.one_of(
-    st.integers(1, 999_999_999).map(str), st.sampled_from(["latest", "default", "LATEST", "Default"]),
-    st.from_regex(r"sha256:[0-9a-fA-F]{64}", fullmatch=True))
-FUZZ_SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None,
-                         suppress_health_check=[HealthCheck.too_slow])
+    st.integers(1, 999_999_999).map(str),
+    st.sampled_from(["latest", "default", "LATEST", "Default"]),
+    st.from_regex(r"sha256:[0-9a-fA-F]{64}", fullmatch=True),
+)
+FUZZ_SETTINGS = settings(
+    max_examples=300, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 # -- the parser on its own ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("pdf", SkillRef("pdf")),
-    ("PDF-Tools", SkillRef("PDF-Tools")),
-    ("my_tool.v2", SkillRef("my_tool.v2")),
-    ("pdf@3", SkillRef("pdf", VersionRef("number", number=3))),
-    ("pdf@999999999", SkillRef("pdf", VersionRef("number", number=999_999_999))),
-    ("pdf@LATEST", SkillRef("pdf", VersionRef("latest"))),
-    ("pdf@default", SkillRef("pdf", VersionRef("default"))),
-    ("pdf@sha256:" + "AB" * 32, SkillRef("pdf", VersionRef("digest", digest="sha256:" + "ab" * 32))),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("pdf", SkillRef("pdf")),
+        ("PDF-Tools", SkillRef("PDF-Tools")),
+        ("my_tool.v2", SkillRef("my_tool.v2")),
+        ("pdf@3", SkillRef("pdf", VersionRef("number", number=3))),
+        ("pdf@999999999", SkillRef("pdf", VersionRef("number", number=999_999_999))),
+        ("pdf@LATEST", SkillRef("pdf", VersionRef("latest"))),
+        ("pdf@default", SkillRef("pdf", VersionRef("default"))),
+        ("pdf@sha256:" + "AB" * 32, SkillRef("pdf", VersionRef("digest", digest="sha256:" + "ab" * 32))),
+    ],
+)
 def test_the_grammar(text: str, expected: SkillRef) -> None:
     parsed = parse_ref(text)
     assert parsed == expected
@@ -129,13 +173,21 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> SkillRepository:
 @FUZZ_SETTINGS
 @given(FUZZ)
 def test_fuzz_lookups_answer_a_skill_400_or_404(repository: SkillRepository, text: str) -> None:
-    for lookup in (lambda: repository.get(text), lambda: repository.get("pdf@" + text), lambda: repository.found(text),
-                   lambda: repository.registry.version("pdf", text)):  # type: ignore[union-attr]
+    for lookup in (
+        lambda: repository.get(text),
+        lambda: repository.get("pdf@" + text),
+        lambda: repository.found(text),
+        lambda: repository.registry.version("pdf", text),
+    ):  # type: ignore[union-attr]
         try:
             lookup()
         except (BadRequest, NotFound) as exc:
             assert exc.status in (400, 404) and exc.code in (
-                "invalid_skill_name", "invalid_version", "skill_not_found", "version_not_found")
+                "invalid_skill_name",
+                "invalid_version",
+                "skill_not_found",
+                "version_not_found",
+            )
 
 
 # -- every way in, on a real server ----------------------------------------------------------
@@ -180,11 +232,17 @@ def _routes(url: str, ref: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("POST", f"{url}/v1/skills/{name}/versions", {"content": b"PK\x05\x06" + bytes(18)}),
         ("POST", f"{url}/v1/runs", _json({"skill": ref[:256], "command": "true"})),
         ("POST", f"{url}/v1/runs", _json({"skill": f"nope@{ref}"[:256], "command": "true"})),
-        ("POST", f"{url}/v1/runs", _json({"skill": "math-tools", "command": "true",
-                                            "inputs": [{"from": f"skill://{ref}/SKILL.md"}]})),
+        (
+            "POST",
+            f"{url}/v1/runs",
+            _json({"skill": "math-tools", "command": "true", "inputs": [{"from": f"skill://{ref}/SKILL.md"}]}),
+        ),
         ("POST", f"{url}/v1/tools/call", _json(tool)),
-        ("POST", f"{url}/v1/tools/call", _json({"name": "skill_run",
-                                                  "arguments": {"skill": f"nope@{ref}", "command": "true"}})),
+        (
+            "POST",
+            f"{url}/v1/tools/call",
+            _json({"name": "skill_run", "arguments": {"skill": f"nope@{ref}", "command": "true"}}),
+        ),
         ("POST", f"{url}/v1/sessions/fuzz/context/load", _json({"skill": ref})),
         ("POST", f"{url}/v1/sessions/fuzz/context/load", _json({"skill": f"math-tools@{ref}"})),
     ]
@@ -200,8 +258,12 @@ def _check(http: httpx.Client, url: str, ref: str) -> None:
         elif target.endswith("/v1/tools/call"):  # a refused tool call is a tool error the model reads
             body = answer.json()
             assert body["is_error"] and body["data"]["error"]["code"] in (
-                "invalid_skill_name", "invalid_version", "skill_not_found", "version_not_found",
-                "invalid_arguments"), where
+                "invalid_skill_name",
+                "invalid_version",
+                "skill_not_found",
+                "version_not_found",
+                "invalid_arguments",
+            ), where
 
 
 @pytest.mark.parametrize("ref", HOSTILE)
@@ -214,8 +276,13 @@ def test_hostile_references_on_every_route(server: Server, ref: str) -> None:
             assert (answer.status_code, answer.json()["error"]["code"]) == (400, code)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(FUZZ)
 def test_fuzz_every_route(server: Server, ref: str) -> None:
     with httpx.Client(timeout=60) as http:
@@ -224,17 +291,27 @@ def test_fuzz_every_route(server: Server, ref: str) -> None:
 
 def test_patch_takes_a_version_number_or_text_and_nothing_else(server: Server) -> None:
     answers: list[tuple[object, int, str]] = [  # a list: True == 1 and False == 0 as dict keys
-        (True, 422, "invalid_request"), (False, 422, "invalid_request"), (None, 422, "invalid_request"),
-        (1.5, 422, "invalid_request"), ("[1]", 400, "invalid_version"), (0, 400, "invalid_version"),
-        (-1, 400, "invalid_version"), (10**30, 400, "invalid_version"), ("9" * 400, 400, "invalid_version"),
-        ("²", 400, "invalid_version"), (" 1", 400, "invalid_version"), ("1.0", 400, "invalid_version"),
+        (True, 422, "invalid_request"),
+        (False, 422, "invalid_request"),
+        (None, 422, "invalid_request"),
+        (1.5, 422, "invalid_request"),
+        ("[1]", 400, "invalid_version"),
+        (0, 400, "invalid_version"),
+        (-1, 400, "invalid_version"),
+        (10**30, 400, "invalid_version"),
+        ("9" * 400, 400, "invalid_version"),
+        ("²", 400, "invalid_version"),
+        (" 1", 400, "invalid_version"),
+        ("1.0", 400, "invalid_version"),
     ]
     with httpx.Client(timeout=60) as http:
         for value, status, code in answers:
             answer = http.patch(f"{server.url}/v1/skills/math-tools", **_json({"default_version": value}))
             assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), value
         for sent in (1, "1", "LATEST"):
-            assert http.patch(f"{server.url}/v1/skills/math-tools", **_json({"default_version": sent})).status_code == 200
+            assert (
+                http.patch(f"{server.url}/v1/skills/math-tools", **_json({"default_version": sent})).status_code == 200
+            )
 
 
 def test_percent_encoded_surprises(server: Server) -> None:
@@ -264,12 +341,24 @@ def test_the_cli_refuses_a_malformed_reference_as_a_usage_error(server: Server, 
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "executor.cli.main", "skills", *args], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "skill_executor.cli.main", "skills", *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
-    for args in (("pull", "math-tools@²", str(tmp_path / "a")), ("pull", "x" * 10_000, str(tmp_path / "b")),
-                 ("pin", "math-tools", "²"), ("pin", "math-tools", "9" * 400), ("pin", "math-tools@1", "1"),
-                 ("versions", "math-tools@1"), ("versions", " math-tools")):
+    for args in (
+        ("pull", "math-tools@²", str(tmp_path / "a")),
+        ("pull", "x" * 10_000, str(tmp_path / "b")),
+        ("pin", "math-tools", "²"),
+        ("pin", "math-tools", "9" * 400),
+        ("pin", "math-tools@1", "1"),
+        ("versions", "math-tools@1"),
+        ("versions", " math-tools"),
+    ):
         answer = cli(*args, "--server", server.url)
         assert answer.returncode == 2, (args[:2], answer.stderr)
         assert "invalid_version" in answer.stderr or "invalid_skill_name" in answer.stderr

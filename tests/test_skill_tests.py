@@ -13,13 +13,13 @@ import jsonschema
 import pytest
 import xmlschema
 
-from executor.errors import BadRequest
-from executor.testing.checks import Failure, Observed, RunFile, check, subset_problems, text_diff
-from executor.testing.loader import TestFileError, collect, read_test_file
-from executor.testing.report import junit_xml
-from executor.testing.runner import Outcome, Report, build_request
-from executor.testing.select import keyword_matcher
-from executor.testing.format import Expect, TestFile, json_schema
+from skill_executor.errors import BadRequest
+from skill_executor.testing.checks import Failure, Observed, RunFile, check, subset_problems, text_diff
+from skill_executor.testing.loader import TestFileError, collect, read_test_file
+from skill_executor.testing.report import junit_xml
+from skill_executor.testing.runner import Outcome, Report, build_request
+from skill_executor.testing.select import keyword_matcher
+from skill_executor.testing.format import Expect, TestFile, json_schema
 
 from .conftest import REPO
 
@@ -46,13 +46,27 @@ def error_of(path: Path) -> TestFileError:
 
 
 def test_short_forms_expand() -> None:
-    parsed = TestFile.model_validate({"cases": [{
-        "name": "a", "command": "true", "inputs": ["data/x.csv", "artifact://report@2", {"path": "y", "to": "work/y"}],
-        "expect": {"stdout": {"contains": "one", "matches": "^t"}, "files": [{"glob": "out/*.md", "contains": "#"}]},
-    }]})
+    parsed = TestFile.model_validate(
+        {
+            "cases": [
+                {
+                    "name": "a",
+                    "command": "true",
+                    "inputs": ["data/x.csv", "artifact://report@2", {"path": "y", "to": "work/y"}],
+                    "expect": {
+                        "stdout": {"contains": "one", "matches": "^t"},
+                        "files": [{"glob": "out/*.md", "contains": "#"}],
+                    },
+                }
+            ]
+        }
+    )
     case = parsed.cases[0]
     assert [(i.path, i.from_, i.to) for i in case.inputs] == [
-        ("data/x.csv", None, None), (None, "artifact://report@2", None), ("y", None, "work/y")]
+        ("data/x.csv", None, None),
+        (None, "artifact://report@2", None),
+        ("y", None, "work/y"),
+    ]
     assert case.expect.stdout is not None and case.expect.stdout.contains == ["one"]
     assert case.expect.stdout.matches == ["^t"]
     assert case.expect.files[0].contains == ["#"]
@@ -65,10 +79,21 @@ def test_exit_code_defaults_to_zero_unless_a_timeout_is_expected() -> None:
 
 
 def test_request_stages_inputs_from_the_skills_tests_folder() -> None:
-    case = TestFile.model_validate({"cases": [{
-        "name": "a", "command": "cat inputs/x.csv", "inputs": ["fixtures/x.csv", "artifact://r"], "env": {"A": "1"},
-        "stdin": "s", "timeout": 5, "expect": {"files": [{"path": "out/a[1].txt"}, {"glob": "out/**/*.json"}]},
-    }]}).cases[0]
+    case = TestFile.model_validate(
+        {
+            "cases": [
+                {
+                    "name": "a",
+                    "command": "cat inputs/x.csv",
+                    "inputs": ["fixtures/x.csv", "artifact://r"],
+                    "env": {"A": "1"},
+                    "stdin": "s",
+                    "timeout": 5,
+                    "expect": {"files": [{"path": "out/a[1].txt"}, {"glob": "out/**/*.json"}]},
+                }
+            ]
+        }
+    ).cases[0]
     request = build_request("demo@3", case, "skill-tests-x-s")
     assert [i.from_ for i in request.inputs] == ["skill://demo@3/tests/fixtures/x.csv", "artifact://r"]
     assert request.skill == "demo@3" and request.session == "skill-tests-x-s"
@@ -77,24 +102,39 @@ def test_request_stages_inputs_from_the_skills_tests_folder() -> None:
     assert request.outputs.inline_binary
 
 
-@pytest.mark.parametrize(("text", "line", "message"), [
-    ("cases:\n  - name: a\n    command: x\n   bad: [\n", 4, "invalid YAML"),
-    ("cases:\n  - name: a\n    command: x\n    expect:\n      files:\n        - {path: out/a, glob: '*'}\n", 6,
-     "cases[0].expect.files[0]: give exactly one of path or glob"),
-    ("cases:\n  - name: a\n    command: x\n    expext: {}\n", 4, "cases[0].expext: unknown key"),
-    ("cases:\n  - name: a\n    command: x\n    command: y\n", 4, "duplicate key 'command'"),
-    ("cases:\n  - name: a\n    command: x\n  - name: a\n    command: y\n", 1, "two cases are named 'a'"),
-    ("cases:\n  - name: a\n    command: x\n    expect: {stdout: {matches: '(unclosed'}}\n", 4,
-     "invalid regular expression '(unclosed'"),
-    ("cases:\n  - name: a\n    command: x\n    inputs: [../secret]\n", 4, "must not contain '..'"),
-    ("cases:\n  - name: a\n    command: x\n    expect:\n      files: [{path: /etc/passwd}]\n", 5,
-     "must be a relative path"),
-    ("cases:\n  - name: a\n    command: x\n    inputs: ['host:///etc/passwd']\n", 4, "from must be an artifact://"),
-    ("cases:\n  - name: a\n    command: x\n    expect: {files: [{path: out/a, exists: false, min_size: 1}]}\n", 4,
-     "exists: false cannot be combined with min_size"),
-    ("cases: []\n", 1, "cases: List should have at least 1 item"),
-    ("", None, "the file is empty"),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        ("cases:\n  - name: a\n    command: x\n   bad: [\n", 4, "invalid YAML"),
+        (
+            "cases:\n  - name: a\n    command: x\n    expect:\n      files:\n        - {path: out/a, glob: '*'}\n",
+            6,
+            "cases[0].expect.files[0]: give exactly one of path or glob",
+        ),
+        ("cases:\n  - name: a\n    command: x\n    expext: {}\n", 4, "cases[0].expext: unknown key"),
+        ("cases:\n  - name: a\n    command: x\n    command: y\n", 4, "duplicate key 'command'"),
+        ("cases:\n  - name: a\n    command: x\n  - name: a\n    command: y\n", 1, "two cases are named 'a'"),
+        (
+            "cases:\n  - name: a\n    command: x\n    expect: {stdout: {matches: '(unclosed'}}\n",
+            4,
+            "invalid regular expression '(unclosed'",
+        ),
+        ("cases:\n  - name: a\n    command: x\n    inputs: [../secret]\n", 4, "must not contain '..'"),
+        (
+            "cases:\n  - name: a\n    command: x\n    expect:\n      files: [{path: /etc/passwd}]\n",
+            5,
+            "must be a relative path",
+        ),
+        ("cases:\n  - name: a\n    command: x\n    inputs: ['host:///etc/passwd']\n", 4, "from must be an artifact://"),
+        (
+            "cases:\n  - name: a\n    command: x\n    expect: {files: [{path: out/a, exists: false, min_size: 1}]}\n",
+            4,
+            "exists: false cannot be combined with min_size",
+        ),
+        ("cases: []\n", 1, "cases: List should have at least 1 item"),
+        ("", None, "the file is empty"),
+    ],
+)
 def test_a_broken_test_file_names_the_line(tmp_path: Path, text: str, line: int | None, message: str) -> None:
     folder = skill(tmp_path, tests=text)
     error = error_of(folder / "tests" / "skill-tests.yaml")
@@ -109,8 +149,9 @@ def test_a_json_test_file_is_read_and_its_errors_name_the_line(tmp_path: Path) -
     bad = skill(tmp_path, "bad", '{\n  "cases": [\n    {"name": "a",}\n  ]\n}\n', "skill-tests.json")
     error = error_of(bad / "tests" / "skill-tests.json")
     assert error.line == 3 and "invalid JSON" in error.message
-    wrong = skill(tmp_path, "wrong", '{\n  "cases": [\n    {"name": "a",\n     "command": 5}\n  ]\n}\n',
-                  "skill-tests.json")
+    wrong = skill(
+        tmp_path, "wrong", '{\n  "cases": [\n    {"name": "a",\n     "command": 5}\n  ]\n}\n', "skill-tests.json"
+    )
     error = error_of(wrong / "tests" / "skill-tests.json")
     assert error.line == 4 and "cases[0].command" in error.message
 
@@ -141,16 +182,35 @@ def test_the_schema_validates_what_the_models_accept(tmp_path: Path) -> None:
     schema = json_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     validator = jsonschema.Draft202012Validator(schema)
-    good = {"cases": [{"name": "a", "command": "x", "inputs": ["f.csv", {"from": "artifact://a"}],
-                       "expect": {"exit_code": 1, "stdout": {"contains": "x", "json": {"a": [1]}},
-                                  "files": [{"path": "out/a", "equals_file": "golden/a", "sha256": "a" * 64}]}}]}
+    good = {
+        "cases": [
+            {
+                "name": "a",
+                "command": "x",
+                "inputs": ["f.csv", {"from": "artifact://a"}],
+                "expect": {
+                    "exit_code": 1,
+                    "stdout": {"contains": "x", "json": {"a": [1]}},
+                    "files": [{"path": "out/a", "equals_file": "golden/a", "sha256": "a" * 64}],
+                },
+            }
+        ]
+    }
     assert list(validator.iter_errors(good)) == []
     TestFile.model_validate(good)
-    for bad in ({"cases": [{"name": "a"}]}, {"cases": [{"name": "a", "command": "x", "expext": {}}]},
-                {"cases": [{"name": "a", "command": "x", "expect": {"files": [{"path": "a", "sha256": "zz"}]}}]}):
+    for bad in (
+        {"cases": [{"name": "a"}]},
+        {"cases": [{"name": "a", "command": "x", "expext": {}}]},
+        {"cases": [{"name": "a", "command": "x", "expect": {"files": [{"path": "a", "sha256": "zz"}]}}]},
+    ):
         assert list(validator.iter_errors(bad)), bad
-    printed = subprocess.run([sys.executable, "-m", "executor.cli.main", "test", "--schema"], cwd=REPO,
-                             capture_output=True, text=True, check=True)
+    printed = subprocess.run(
+        [sys.executable, "-m", "skill_executor.cli.main", "test", "--schema"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(printed.stdout) == schema
 
 
@@ -191,13 +251,18 @@ def test_exit_code_and_timeout_checks() -> None:
 
 
 def test_stream_checks_pass_and_fail() -> None:
-    out = "total: 3 rows\n{\"ok\": true}\n"
-    passing = expect(stdout={"contains": ["total", "rows"], "not_contains": "error", "matches": r"^total: \d+",
-                             "equals": out})
+    out = 'total: 3 rows\n{"ok": true}\n'
+    passing = expect(
+        stdout={"contains": ["total", "rows"], "not_contains": "error", "matches": r"^total: \d+", "equals": out}
+    )
     assert checks_of(passing, seen(stdout=out)) == []
     failing = expect(stdout={"contains": "missing", "not_contains": "rows", "matches": r"^\d+$", "equals": "x\n"})
     assert checks_of(failing, seen(stdout=out)) == [
-        "stdout.contains", "stdout.not_contains", "stdout.matches", "stdout.equals"]
+        "stdout.contains",
+        "stdout.not_contains",
+        "stdout.matches",
+        "stdout.equals",
+    ]
     assert checks_of(expect(stderr={"json": {"ok": True}}), seen(stderr='{"ok": true, "n": 1}')) == []
     failures = check(expect(stderr={"json": {"ok": False}}), seen(stderr='{"ok": true}'), tests_dir=Path("/"))
     assert failures[0].check == "stderr.json" and "$.ok is true, expected false" in failures[0].message
@@ -206,8 +271,9 @@ def test_stream_checks_pass_and_fail() -> None:
 
 
 def test_equals_shows_a_unified_diff() -> None:
-    failures = check(expect(stdout={"equals": "one\ntwo\nthree\n"}), seen(stdout="one\n2\nthree\n"),
-                     tests_dir=Path("/"))
+    failures = check(
+        expect(stdout={"equals": "one\ntwo\nthree\n"}), seen(stdout="one\n2\nthree\n"), tests_dir=Path("/")
+    )
     assert failures[0].diff is not None
     assert "-two\n+2\n" in failures[0].diff
     assert "-a\n\\ No newline at end of file\n+a\n" in text_diff("a", "a\n")
@@ -218,41 +284,70 @@ def file(name: str, data: bytes | None, mime: str = "text/plain", truncated: boo
     import hashlib
 
     size = len(data) if data is not None else 10
-    return RunFile(name, mime, size, hashlib.sha256(data).hexdigest() if data is not None else None, data,
-                   truncated)
+    return RunFile(name, mime, size, hashlib.sha256(data).hexdigest() if data is not None else None, data, truncated)
 
 
 def test_file_checks_pass_and_fail(tmp_path: Path) -> None:
     (tmp_path / "golden").mkdir()
     (tmp_path / "golden" / "r.md").write_bytes(b"# Report\nrows: 3\n")
-    files = [file("out/r.md", b"# Report\nrows: 3\n", "text/markdown"),
-             file("out/d.json", b'{"rows": 3, "cols": ["a"]}', "application/json"),
-             file("out/img.png", b"\x89PNG\r\n", "image/png")]
+    files = [
+        file("out/r.md", b"# Report\nrows: 3\n", "text/markdown"),
+        file("out/d.json", b'{"rows": 3, "cols": ["a"]}', "application/json"),
+        file("out/img.png", b"\x89PNG\r\n", "image/png"),
+    ]
     import hashlib
 
-    passing = expect(files=[
-        {"path": "out/r.md", "mime_type": "text/markdown", "min_size": 5, "max_size": 100, "contains": "rows",
-         "matches": r"^# Report$", "equals_file": "golden/r.md", "sha256": hashlib.sha256(b"# Report\nrows: 3\n")
-         .hexdigest()},
-        {"path": "out/d.json", "json": {"rows": 3}},
-        {"glob": "out/*.png", "mime_type": "image/*"},
-        {"path": "out/absent.txt", "exists": False},
-    ])
+    passing = expect(
+        files=[
+            {
+                "path": "out/r.md",
+                "mime_type": "text/markdown",
+                "min_size": 5,
+                "max_size": 100,
+                "contains": "rows",
+                "matches": r"^# Report$",
+                "equals_file": "golden/r.md",
+                "sha256": hashlib.sha256(b"# Report\nrows: 3\n").hexdigest(),
+            },
+            {"path": "out/d.json", "json": {"rows": 3}},
+            {"glob": "out/*.png", "mime_type": "image/*"},
+            {"path": "out/absent.txt", "exists": False},
+        ]
+    )
     assert checks_of(passing, seen(files=files), tmp_path) == []
-    failing = expect(files=[
-        {"path": "out/r.md", "mime_type": "text/csv", "min_size": 100, "max_size": 2, "contains": "cols",
-         "matches": "^zzz", "equals_file": "golden/r.md", "sha256": "0" * 64},
-        {"path": "out/d.json", "json": {"rows": 4}},
-        {"glob": "out/*", "max_size": 20},
-        {"path": "out/r.md", "exists": False},
-        {"path": "out/missing.txt"},
-    ])
+    failing = expect(
+        files=[
+            {
+                "path": "out/r.md",
+                "mime_type": "text/csv",
+                "min_size": 100,
+                "max_size": 2,
+                "contains": "cols",
+                "matches": "^zzz",
+                "equals_file": "golden/r.md",
+                "sha256": "0" * 64,
+            },
+            {"path": "out/d.json", "json": {"rows": 4}},
+            {"glob": "out/*", "max_size": 20},
+            {"path": "out/r.md", "exists": False},
+            {"path": "out/missing.txt"},
+        ]
+    )
     (tmp_path / "golden" / "r.md").write_bytes(b"# Report\nrows: 2\n")
     found = checks_of(failing, seen(files=files), tmp_path)
     assert found == [
-        "files[0].mime_type", "files[0].min_size", "files[0].max_size", "files[0].sha256", "files[0].contains",
-        "files[0].matches", "files[0].equals_file", "files[1].json", "files[2][out/d.json].max_size",
-        "files[3].exists", "files[4].exists"]
+        "files[0].mime_type",
+        "files[0].min_size",
+        "files[0].max_size",
+        "files[0].sha256",
+        "files[0].contains",
+        "files[0].matches",
+        "files[0].equals_file",
+        "files[1].json",
+        "files[2][out/d.json].max_size",
+        "files[3].exists",
+        "files[4].exists",
+    ]
     golden = check(failing, seen(files=files), tests_dir=tmp_path)[6]
     assert golden.diff is not None and "-rows: 2\n+rows: 3\n" in golden.diff
     missing = check(failing, seen(files=files), tests_dir=tmp_path)[-1]
@@ -260,35 +355,47 @@ def test_file_checks_pass_and_fail(tmp_path: Path) -> None:
 
 
 def test_content_checks_on_a_file_too_large_to_bring_back_fail_clearly() -> None:
-    failures = check(expect(files=[{"path": "out/big", "contains": "x"}]),
-                     seen(files=[file("out/big", None, truncated=True)]), tests_dir=Path("/"))
+    failures = check(
+        expect(files=[{"path": "out/big", "contains": "x"}]),
+        seen(files=[file("out/big", None, truncated=True)]),
+        tests_dir=Path("/"),
+    )
     assert [f.check for f in failures] == ["files[0].content"]
     assert "too large to bring back" in failures[0].message
 
 
 def test_a_missing_golden_file_says_how_to_create_it(tmp_path: Path) -> None:
-    failures = check(expect(files=[{"path": "out/a", "equals_file": "golden/a"}]),
-                     seen(files=[file("out/a", b"x")]), tests_dir=tmp_path)
+    failures = check(
+        expect(files=[{"path": "out/a", "equals_file": "golden/a"}]),
+        seen(files=[file("out/a", b"x")]),
+        tests_dir=tmp_path,
+    )
     assert "--update-golden" in failures[0].message
     binary = tmp_path / "golden" / "b"
     binary.parent.mkdir()
     binary.write_bytes(b"\xff\x00")
-    failures = check(expect(files=[{"path": "out/b", "equals_file": "golden/b"}]),
-                     seen(files=[file("out/b", b"\xff\x01")]), tests_dir=tmp_path)
+    failures = check(
+        expect(files=[{"path": "out/b", "equals_file": "golden/b"}]),
+        seen(files=[file("out/b", b"\xff\x01")]),
+        tests_dir=tmp_path,
+    )
     assert "binary: 2 bytes expected, 2 bytes got" in failures[0].message
 
 
 # -- -k --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("expression", "matches"), [
-    ("csv", ["csv-report::basic", "csv-report::broken input"]),
-    ("csv and not broken", ["csv-report::basic"]),
-    ("basic or fib", ["csv-report::basic", "math-tools::fib"]),
-    ("not (csv or math)", ["file-bundle::zip"]),
-    ("'broken input'", ["csv-report::broken input"]),
-    ("FIB", ["math-tools::fib"]),
-])
+@pytest.mark.parametrize(
+    ("expression", "matches"),
+    [
+        ("csv", ["csv-report::basic", "csv-report::broken input"]),
+        ("csv and not broken", ["csv-report::basic"]),
+        ("basic or fib", ["csv-report::basic", "math-tools::fib"]),
+        ("not (csv or math)", ["file-bundle::zip"]),
+        ("'broken input'", ["csv-report::broken input"]),
+        ("FIB", ["math-tools::fib"]),
+    ],
+)
 def test_keyword_expressions(expression: str, matches: list[str]) -> None:
     ids = ["csv-report::basic", "csv-report::broken input", "math-tools::fib", "file-bundle::zip"]
     chosen = keyword_matcher(expression)
@@ -308,14 +415,33 @@ def sample_report() -> Report:
     outcomes = [
         Outcome("demo", "validate", "demo/tests/skill-tests.yaml", "passed"),
         Outcome("demo", "ok", "demo/tests/skill-tests.yaml", "passed", 120, stdout="hi\x00\x1b[31m\n"),
-        Outcome("demo", "bad <one> & \"two\"", "demo/tests/skill-tests.yaml", "failed", 80,
-                failures=[Failure("exit_code", "exit code 1, expected 0", "0", "1")], stderr="boom\x07\n",
-                command="false"),
+        Outcome(
+            "demo",
+            'bad <one> & "two"',
+            "demo/tests/skill-tests.yaml",
+            "failed",
+            80,
+            failures=[Failure("exit_code", "exit code 1, expected 0", "0", "1")],
+            stderr="boom\x07\n",
+            command="false",
+        ),
         Outcome("demo", "broken", "demo/tests/skill-tests.yaml", "error", message="the run was refused: x"),
-        Outcome("demo", "no engine", "demo/tests/skill-tests.yaml", "error", message="engine_unavailable: gone",
-                infrastructure=True),
-        Outcome("demo", "eval 1", "demo/evals/evals.json", "skipped", message="needs a grader",
-                needs_grader=["The output is polite"]),
+        Outcome(
+            "demo",
+            "no engine",
+            "demo/tests/skill-tests.yaml",
+            "error",
+            message="engine_unavailable: gone",
+            infrastructure=True,
+        ),
+        Outcome(
+            "demo",
+            "eval 1",
+            "demo/evals/evals.json",
+            "skipped",
+            message="needs a grader",
+            needs_grader=["The output is polite"],
+        ),
     ]
     return Report(outcomes, "docker (test)", datetime(2026, 11, 23, 12, 0, tzinfo=UTC), 1234)
 
@@ -353,8 +479,11 @@ def test_a_golden_file_linked_out_of_tests_is_never_read(tmp_path: Path) -> None
     (tests_dir / "golden" / "out.txt").symlink_to(secret)
     (tests_dir / "linked").symlink_to(tmp_path)
     for golden in ("golden/out.txt", "linked/secret.txt"):
-        failures = check(expect(files=[{"path": "out/a", "equals_file": golden}]),
-                         seen(files=[file("out/a", b"x\n")]), tests_dir=tests_dir)
+        failures = check(
+            expect(files=[{"path": "out/a", "equals_file": golden}]),
+            seen(files=[file("out/a", b"x\n")]),
+            tests_dir=tests_dir,
+        )
         assert [f.check for f in failures] == ["files[0].equals_file"]
         assert "resolves outside its root" in failures[0].message
         assert "hunter2" not in repr(failures)
@@ -376,7 +505,7 @@ def test_a_tests_folder_linked_out_of_the_skill_is_refused(tmp_path: Path) -> No
     for path in (repo / "skills", folder, folder / "tests" / "skill-tests.yaml"):
         with pytest.raises(TestFileError, match="tests is a symbolic link"):
             collect([path])
-    from executor.testing.checks import golden_path
+    from skill_executor.testing.checks import golden_path
 
     with pytest.raises(Exception, match="symbolic link"):
         golden_path(folder / "tests", ".git/config")
@@ -400,7 +529,8 @@ def test_a_linked_test_file_or_skill_md_is_refused(tmp_path: Path) -> None:
 
 def test_aliases_are_refused_so_an_alias_bomb_costs_nothing(tmp_path: Path) -> None:
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefghij", "bcdefghijk", strict=False))
+        f"{n}: &{n} [{', '.join(['*' + p] * 9)}]\n" for p, n in zip("abcdefghij", "bcdefghijk", strict=False)
+    )
     folder = skill(tmp_path, tests=bomb + "cases:\n  - {name: a, command: 'true'}\n")
     import time
 
@@ -411,14 +541,18 @@ def test_aliases_are_refused_so_an_alias_bomb_costs_nothing(tmp_path: Path) -> N
 
 
 def test_yaml_scalars_mean_what_json_means(tmp_path: Path) -> None:
-    folder = skill(tmp_path, tests="cases:\n  - name: a\n    command: x\n    env: {FLAG: yes}\n"
-                                   "    expect: {stdout: {json: {country: NO, day: 2024-01-01, ok: true}}}\n")
+    folder = skill(
+        tmp_path,
+        tests="cases:\n  - name: a\n    command: x\n    env: {FLAG: yes}\n"
+        "    expect: {stdout: {json: {country: NO, day: 2024-01-01, ok: true}}}\n",
+    )
     case = read_test_file(folder / "tests" / "skill-tests.yaml").cases[0]
     assert case.env == {"FLAG": "yes"}
     assert case.expect.stdout is not None
     assert case.expect.stdout.json_ == {"country": "NO", "day": "2024-01-01", "ok": True}
     (folder / "tests" / "skill-tests.yaml").write_text(
-        "cases:\n  - name: a\n    command: x\n    expect:\n      stdout: {json: !!set {a, b}}\n")
+        "cases:\n  - name: a\n    command: x\n    expect:\n      stdout: {json: !!set {a, b}}\n"
+    )
     error = error_of(folder / "tests" / "skill-tests.yaml")
     assert error.line == 5 and "set is not a JSON value" in error.message
 
@@ -427,8 +561,9 @@ def test_a_catastrophic_pattern_is_stopped_not_hung() -> None:
     import time
 
     started = time.monotonic()
-    failures = check(expect(stdout={"matches": ["^(a+)+$", "^(a|a)*$"]}), seen(stdout="a" * 40 + "b"),
-                     tests_dir=Path("/"))
+    failures = check(
+        expect(stdout={"matches": ["^(a+)+$", "^(a|a)*$"]}), seen(stdout="a" * 40 + "b"), tests_dir=Path("/")
+    )
     assert time.monotonic() - started < 10
     assert [f.check for f in failures] == ["stdout.matches", "stdout.matches"]
     assert failures[0].message == "stdout does not match /^(a+)+$/"
@@ -449,12 +584,22 @@ def test_a_huge_diff_shows_the_first_difference_quickly() -> None:
 
 
 def test_output_from_a_run_cannot_drive_a_terminal_or_a_ci_log() -> None:
-    from executor.testing.report import describe, safe
+    from skill_executor.testing.report import describe, safe
 
     assert safe("ok\x1b]52;c;aGk=\x07\x1b[2J\x9b") == "ok\\x1b]52;c;aGk=\\x07\\x1b[2J\\x9b"
-    outcome = Outcome("demo", "x", "demo/tests/skill-tests.yaml", "failed", run_id="r", exit_code=0,
-                      failures=check(expect(stdout={"equals": "a\n::error file=x::injected\nb\n"}),
-                                     seen(stdout="a\n::error file=x::injected\nc\n"), tests_dir=Path("/")))
+    outcome = Outcome(
+        "demo",
+        "x",
+        "demo/tests/skill-tests.yaml",
+        "failed",
+        run_id="r",
+        exit_code=0,
+        failures=check(
+            expect(stdout={"equals": "a\n::error file=x::injected\nb\n"}),
+            seen(stdout="a\n::error file=x::injected\nc\n"),
+            tests_dir=Path("/"),
+        ),
+    )
     for line in describe(outcome).splitlines():
         assert not line.lstrip().startswith("::"), line
 
@@ -479,14 +624,18 @@ def test_a_test_file_and_an_evals_file_named_together_both_run(tmp_path: Path) -
 
 
 def test_evals_of_odd_shapes_are_read_entry_by_entry(tmp_path: Path) -> None:
-    from executor.testing.loader import read_evals
+    from skill_executor.testing.loader import read_evals
 
     path = tmp_path / "evals.json"
-    path.write_text(json.dumps([
-        {"prompt": "no id", "files": "evals/files/a.txt", "assertions": [{"text": "is polite"}, "is short"]},
-        {"id": 7, "files": {"not": "a list"}},
-        "not an object",
-    ]))
+    path.write_text(
+        json.dumps(
+            [
+                {"prompt": "no id", "files": "evals/files/a.txt", "assertions": [{"text": "is polite"}, "is short"]},
+                {"id": 7, "files": {"not": "a list"}},
+                "not an object",
+            ]
+        )
+    )
     evals = read_evals(path).evals
     assert [(e.id, e.files, e.statements, e.problem is None) for e in evals] == [
         ("1", ["evals/files/a.txt"], ["is polite", "is short"], True),

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import xmlschema
 
-from executor.client import Client
+from skill_executor.client import Client
 
 from .api_server import Server
 from .conftest import REPO, require_runtime
@@ -24,7 +24,7 @@ from .test_skill_tests_hostile import HOSTILE, JUNIT_XSD, runner_commands
 
 pytestmark = pytest.mark.docker
 
-HOSTILE_PY = f'''\
+HOSTILE_PY = f"""\
 import sys
 lines = {HOSTILE!r}
 for stream in (sys.stdout, sys.stderr):
@@ -38,9 +38,9 @@ if sys.argv[1:] == ["line"]:  # one 50 MB line, no newline, with a command at it
         sys.stdout.write(chunk)
     sys.stdout.write("::add-mask::end-of-the-long-line")
 sys.exit(1)
-'''
+"""
 
-TESTS = textwrap.dedent('''\
+TESTS = textwrap.dedent("""\
     cases:
       - name: inject
         command: python3 scripts/hostile.py
@@ -52,15 +52,16 @@ TESTS = textwrap.dedent('''\
       - name: one line
         command: python3 scripts/hostile.py line
         expect: {stderr: {contains: "::stop-commands::never"}}
-    ''')
+    """)
 
 
 def hostile_skill(root: Path) -> Path:
     folder = root / "hostile"
     (folder / "scripts").mkdir(parents=True)
     (folder / "tests").mkdir()
-    (folder / "SKILL.md").write_text("---\nname: hostile\ndescription: Prints what a CI runner would obey. "
-                                     "Use in tests.\n---\n# Hostile\n")
+    (folder / "SKILL.md").write_text(
+        "---\nname: hostile\ndescription: Prints what a CI runner would obey. Use in tests.\n---\n# Hostile\n"
+    )
     (folder / "scripts" / "hostile.py").write_text(HOSTILE_PY)
     (folder / "tests" / "skill-tests.yaml").write_text(TESTS)
     return folder
@@ -78,20 +79,25 @@ def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def run_measured(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[int, int, str, str]:
     """The CLI in a child process: its exit status, its peak RSS (MiB), stdout, stderr (as
     UTF-8: a lone surrogate could not have been written to the log)."""
-    probe = textwrap.dedent(f'''\
+    probe = textwrap.dedent(f"""\
         import json, resource, subprocess, sys
-        done = subprocess.run([sys.executable, "-m", "executor.cli.main", "test", *{list(args)!r}],
+        done = subprocess.run([sys.executable, "-m", "skill_executor.cli.main", "test", *{list(args)!r}],
                               capture_output=True)
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
         json.dump({{"rc": done.returncode, "peak_mib": peak}}, open("probe.json", "w"))
         open("out.bin", "wb").write(done.stdout)
         open("err.bin", "wb").write(done.stderr)
-        ''')
-    subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)},
-                   check=True, timeout=900)
+        """)
+    subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)}, check=True, timeout=900
+    )
     measured = json.loads((tmp_path / "probe.json").read_text())
-    return (measured["rc"], measured["peak_mib"], (tmp_path / "out.bin").read_bytes().decode("utf-8"),
-            (tmp_path / "err.bin").read_bytes().decode("utf-8"))
+    return (
+        measured["rc"],
+        measured["peak_mib"],
+        (tmp_path / "out.bin").read_bytes().decode("utf-8"),
+        (tmp_path / "err.bin").read_bytes().decode("utf-8"),
+    )
 
 
 def test_a_hostile_skills_output_commands_nothing_and_is_bounded(tmp_path: Path) -> None:
@@ -102,13 +108,19 @@ def test_a_hostile_skills_output_commands_nothing_and_is_bounded(tmp_path: Path)
     schema-valid either way. The CLI's peak RSS is measured."""
     require_runtime("docker")
     hostile_skill(tmp_path / "skills")
-    env = cli_env(tmp_path, GITHUB_ACTIONS="true", CI="true", SKILL_EXECUTOR_STDOUT_MAX_BYTES=str(64 << 20),
-                  SKILL_EXECUTOR_STDERR_MAX_BYTES=str(64 << 20))
+    env = cli_env(
+        tmp_path,
+        GITHUB_ACTIONS="true",
+        CI="true",
+        SKILL_EXECUTOR_STDOUT_MAX_BYTES=str(64 << 20),
+        SKILL_EXECUTOR_STDERR_MAX_BYTES=str(64 << 20),
+    )
     schema = xmlschema.XMLSchema(str(JUNIT_XSD))
     sizes = []
     for caps in ([], ["--max-log-bytes", "6000", "--max-report-bytes", "8000"]):
-        status, peak, out, err = run_measured(tmp_path, env, "skills", "-j", "2", "--junit", "r.xml",
-                                              "--json", "r.json", *caps)
+        status, peak, out, err = run_measured(
+            tmp_path, env, "skills", "-j", "2", "--junit", "r.xml", "--json", "r.json", *caps
+        )
         assert status == 1, out[-3000:] + err[-3000:]
         assert runner_commands(out) == [] and runner_commands(err) == []
         last = out.rstrip("\n").split("\n")[-1]
@@ -156,8 +168,14 @@ def probe_skill(root: Path, name: str, description: str) -> Path:
 
 
 def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "executor.cli.main", "test", *args], cwd=tmp_path,
-                          env=cli_env(tmp_path), capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "skill_executor.cli.main", "test", *args],
+        cwd=tmp_path,
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def live_state(server: Server, name: str) -> tuple[object, object]:
@@ -205,13 +223,28 @@ def test_a_server_run_of_an_existing_skill_keeps_its_default(tmp_path: Path, ser
 
 def test_the_pytest_plugin_uploads_nothing_unless_asked(tmp_path: Path, server: Server) -> None:
     probe_skill(tmp_path / "skills", "pr-plugin-skill", "A pull request's skill, through pytest. Use in tests.")
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "skills",
-            "--skill-executor-server", server.url]
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "skills",
+        "--skill-executor-server",
+        server.url,
+    ]
     result = subprocess.run(args, cwd=tmp_path, env=cli_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "publish_not_allowed" in result.stdout
-    existing = subprocess.run([*args, "--skill-executor-publish", "existing"], cwd=tmp_path, env=cli_env(tmp_path),
-                              capture_output=True, text=True, timeout=300)
+    existing = subprocess.run(
+        [*args, "--skill-executor-publish", "existing"],
+        cwd=tmp_path,
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert existing.returncode == 1 and "skill_not_on_server" in existing.stdout, existing.stdout
     assert live_state(server, "pr-plugin-skill") == ("skill_not_found", [])
 
@@ -221,7 +254,8 @@ def test_a_pull_requests_ini_file_cannot_turn_on_uploads(tmp_path: Path, server:
     `publish = any` sends nothing (only the CI job's command line can)."""
     probe_skill(tmp_path / "skills", "pr-ini-skill", "A pull request's skill, through pytest.ini. Use in tests.")
     (tmp_path / "pytest.ini").write_text(
-        f"[pytest]\nskill_executor_server = {server.url}\nskill_executor_publish = any\n")
+        f"[pytest]\nskill_executor_server = {server.url}\nskill_executor_publish = any\n"
+    )
     args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "skills"]
     subprocess.run(args, cwd=tmp_path, env=cli_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert live_state(server, "pr-ini-skill") == ("skill_not_found", [])
@@ -230,8 +264,8 @@ def test_a_pull_requests_ini_file_cannot_turn_on_uploads(tmp_path: Path, server:
 def test_a_default_that_moves_during_the_upload_is_an_error_and_is_put_back(tmp_path: Path, server: Server) -> None:
     """A service that ignored ``no_default`` (simulated: the upload is promoted right after it
     lands, on the real service) is caught by reading the default before and after."""
-    from executor.testing.backends import ServerBackend
-    from executor.testing.publish import PublishRefused
+    from skill_executor.testing.backends import ServerBackend
+    from skill_executor.testing.publish import PublishRefused
 
     with Client(server.url) as client:
         client.push_skill(probe_skill(tmp_path / "live", "pr-moved-skill", "Live. Use in tests."))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-from executor.client import Client
+from skill_executor.client import Client
 
 from .api_server import Server, free_port
 from .conftest import REPO, require_runtime
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.docker
 JUNIT_XSD = Path(__file__).parent / "fixtures" / "junit-jenkins.xsd"
 BYTES_SHA = hashlib.sha256(bytes(range(256))).hexdigest()
 
-MAKE_PY = '''\
+MAKE_PY = """\
 import csv, json, pathlib, sys
 rows = list(csv.reader(open(sys.argv[1])))
 out = pathlib.Path("out")
@@ -35,9 +35,9 @@ for i in (1, 2):
     (out / "parts" / f"{i}.txt").write_text(f"part {i}\\n")
 (out / "bytes.bin").write_bytes(bytes(range(256)))
 print(f"wrote report for {len(rows) - 1} rows")
-'''
+"""
 
-PASSING = textwrap.dedent(f'''\
+PASSING = textwrap.dedent(f"""\
     cases:
       - name: streams
         command: 'echo "total: 3 rows"; echo "{{\\"ok\\": true, \\"n\\": [1, 2]}}" >&2'
@@ -76,9 +76,9 @@ PASSING = textwrap.dedent(f'''\
         session: shared
         command: cat work/state
         expect: {{stdout: {{equals: "42\\n"}}}}
-    ''')
+    """)
 
-FAILING = textwrap.dedent('''\
+FAILING = textwrap.dedent("""\
     cases:
       - name: streams
         command: 'echo "total: 3 rows"; echo "{\\"ok\\": true}" >&2'
@@ -108,16 +108,27 @@ FAILING = textwrap.dedent('''\
       - name: missing input
         command: "true"
         inputs: [fixtures/absent.csv]
-    ''')
+    """)
 
 EXPECTED_FAILURES = {
     "streams": ["stdout.contains", "stdout.not_contains", "stdout.matches", "stdout.equals", "stderr.json"],
     "exit code": ["exit_code"],
     "timeout": ["timed_out", "exit_code"],
     "not timed out": ["timed_out"],
-    "files": ["files[0].mime_type", "files[0].min_size", "files[0].max_size", "files[0].contains",
-              "files[0].matches", "files[0].equals_file", "files[1].json", "files[2][out/parts/1.txt].max_size",
-              "files[2][out/parts/2.txt].max_size", "files[3].sha256", "files[4].exists", "files[5].exists"],
+    "files": [
+        "files[0].mime_type",
+        "files[0].min_size",
+        "files[0].max_size",
+        "files[0].contains",
+        "files[0].matches",
+        "files[0].equals_file",
+        "files[1].json",
+        "files[2][out/parts/1.txt].max_size",
+        "files[2][out/parts/2.txt].max_size",
+        "files[3].sha256",
+        "files[4].exists",
+        "files[5].exists",
+    ],
 }
 
 
@@ -130,8 +141,9 @@ def make_skill(root: Path, name: str, tests: str, golden: str | None = "# Report
     folder = root / name
     (folder / "scripts").mkdir(parents=True)
     (folder / "tests" / "fixtures").mkdir(parents=True)
-    (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: Probe skill for the test command. "
-                                     "Use in tests.\n---\n# Probe\n")
+    (folder / "SKILL.md").write_text(
+        f"---\nname: {name}\ndescription: Probe skill for the test command. Use in tests.\n---\n# Probe\n"
+    )
     (folder / "scripts" / "make.py").write_text(MAKE_PY)
     (folder / "tests" / "fixtures" / "data.csv").write_text("a,b\n1,2\n3,4\n")
     if golden is not None:
@@ -149,10 +161,17 @@ def env_for(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def run_test(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
-             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "executor.cli.main", "test", *args], cwd=cwd or tmp_path,
-                          env=env or env_for(tmp_path), capture_output=True, text=True, timeout=600)
+def run_test(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "skill_executor.cli.main", "test", *args],
+        cwd=cwd or tmp_path,
+        env=env or env_for(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def report_of(path: Path) -> dict[str, dict]:
@@ -168,7 +187,8 @@ def test_every_expectation_kind_passes_and_fails(tmp_path: Path) -> None:
     cases = report_of(tmp_path / "good.json")
     assert {n: c["status"] for n, c in cases.items()} == dict.fromkeys(
         ["validate", "streams", "exit code and env", "stdin", "timeout", "files", "session writes", "session reads"],
-        "passed")
+        "passed",
+    )
     assert "8 cases: 8 passed" in good.stdout
     xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(tmp_path / "good.xml"))
 
@@ -197,7 +217,7 @@ def test_every_expectation_kind_passes_and_fails(tmp_path: Path) -> None:
 
 
 def test_golden_files_are_created_updated_and_compared(tmp_path: Path) -> None:
-    tests = textwrap.dedent('''\
+    tests = textwrap.dedent("""\
         cases:
           - name: report
             command: python3 scripts/make.py inputs/data.csv
@@ -206,7 +226,7 @@ def test_golden_files_are_created_updated_and_compared(tmp_path: Path) -> None:
               files:
                 - {path: out/report.md, equals_file: golden/report.md}
                 - {path: out/bytes.bin, equals_file: golden/bytes.bin}
-        ''')
+        """)
     folder = make_skill(tmp_path, "golden-probe", tests, golden=None)
     first = run_test(tmp_path, "golden-probe")
     assert first.returncode == 1
@@ -222,31 +242,49 @@ def test_golden_files_are_created_updated_and_compared(tmp_path: Path) -> None:
     broken = run_test(tmp_path, "golden-probe")
     assert broken.returncode == 1
     assert "-# Report" in broken.stdout and "+# Summary" in broken.stdout
-    assert "out/bytes.bin differs from tests/golden/bytes.bin (binary: 256 bytes expected, 255 bytes got)" \
-        in broken.stdout
+    assert (
+        "out/bytes.bin differs from tests/golden/bytes.bin (binary: 256 bytes expected, 255 bytes got)" in broken.stdout
+    )
 
 
 def test_parallel_runs_are_isolated(tmp_path: Path) -> None:
     """Cases of one run in parallel, and two test commands at once on the same data folder
     with the same session names, never see each other's files."""
-    cases = [f"""  - name: case {i}
+    cases = [
+        f"""  - name: case {i}
     command: 'mkdir -p out && echo {i} > out/id.txt && echo {i} >> work/log && sleep 0.3 && cat work/log'
     session: s{i % 2}
     expect:
       files: [{{path: out/id.txt, equals_file: golden/{i}.txt}}]
-""" for i in range(8)]
+"""
+        for i in range(8)
+    ]
     folder = make_skill(tmp_path, "parallel-probe", "cases:\n" + "".join(cases), golden=None)
     for i in range(8):
         (folder / "tests" / "golden" / f"{i}.txt").parent.mkdir(exist_ok=True)
         (folder / "tests" / "golden" / f"{i}.txt").write_text(f"{i}\n")
-    last = "cases:\n" + "".join(cases) + (
-        '  - {name: log of s0, session: s0, command: cat work/log, expect: {stdout: {equals: "0\\n2\\n4\\n6\\n"}}}\n'
-        '  - {name: log of s1, session: s1, command: cat work/log, expect: {stdout: {equals: "1\\n3\\n5\\n7\\n"}}}\n')
+    last = (
+        "cases:\n"
+        + "".join(cases)
+        + (
+            '  - {name: log of s0, session: s0, command: cat work/log, expect: {stdout: {equals: "0\\n2\\n4\\n6\\n"}}}\n'
+            '  - {name: log of s1, session: s1, command: cat work/log, expect: {stdout: {equals: "1\\n3\\n5\\n7\\n"}}}\n'
+        )
+    )
     (folder / "tests" / "skill-tests.yaml").write_text(last)
     env = env_for(tmp_path)
-    command = [sys.executable, "-m", "executor.cli.main", "test", "parallel-probe", "-j", "4", "--plain"]
-    both = [subprocess.Popen(command + ["--json", f"r{n}.json"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True) for n in range(2)]
+    command = [sys.executable, "-m", "skill_executor.cli.main", "test", "parallel-probe", "-j", "4", "--plain"]
+    both = [
+        subprocess.Popen(
+            command + ["--json", f"r{n}.json"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for n in range(2)
+    ]
     outputs = [p.communicate(timeout=600)[0] for p in both]
     for process, output in zip(both, outputs, strict=True):
         assert process.returncode == 0, output
@@ -265,8 +303,7 @@ def test_exit_codes_for_usage_and_infrastructure(tmp_path: Path) -> None:
     missing = run_test(tmp_path, "probe", "--image", "skill-executor/runner:no-such-tag")
     assert missing.returncode == 3, missing.stderr
     assert "image_missing" in missing.stderr and "skill-executor image build" in missing.stderr
-    unreachable = run_test(tmp_path, "probe", "--server", f"http://127.0.0.1:{free_port()}",
-                           "--publish", "existing")
+    unreachable = run_test(tmp_path, "probe", "--server", f"http://127.0.0.1:{free_port()}", "--publish", "existing")
     assert unreachable.returncode == 3, unreachable.stderr
     assert "server_unreachable" in unreachable.stderr or "cannot reach" in unreachable.stderr
     env = env_for(tmp_path)
@@ -288,10 +325,17 @@ def test_evals_are_staged_and_listed_as_needing_a_grader(tmp_path: Path) -> None
     folder = make_skill(tmp_path, "probe", "cases:\n  - {name: a, command: 'true'}\n")
     (folder / "evals" / "files").mkdir(parents=True)
     (folder / "evals" / "files" / "in.txt").write_text("x")
-    (folder / "evals" / "evals.json").write_text(json.dumps({"skill_name": "probe", "evals": [
-        {"id": 1, "prompt": "p", "files": ["evals/files/in.txt"], "expectations": ["The reply is polite"]},
-        {"id": 2, "prompt": "q", "files": ["evals/files/gone.txt"], "expectations": ["x"]},
-    ]}))
+    (folder / "evals" / "evals.json").write_text(
+        json.dumps(
+            {
+                "skill_name": "probe",
+                "evals": [
+                    {"id": 1, "prompt": "p", "files": ["evals/files/in.txt"], "expectations": ["The reply is polite"]},
+                    {"id": 2, "prompt": "q", "files": ["evals/files/gone.txt"], "expectations": ["x"]},
+                ],
+            }
+        )
+    )
     result = run_test(tmp_path, "probe", "--json", "r.json", "--junit", "r.xml")
     assert result.returncode == 1  # eval 2's file is missing: an error, not a skip
     cases = report_of(tmp_path / "r.json")
@@ -311,7 +355,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def test_against_a_running_service_without_changing_its_default(tmp_path: Path, server: Server) -> None:
-    tests = textwrap.dedent('''\
+    tests = textwrap.dedent("""\
         cases:
           - name: made
             command: python3 scripts/make.py inputs/data.csv
@@ -319,7 +363,7 @@ def test_against_a_running_service_without_changing_its_default(tmp_path: Path, 
             expect:
               stdout: {contains: wrote report for 2 rows}
               files: [{path: out/report.md, equals_file: golden/report.md}]
-        ''')
+        """)
     folder = make_skill(tmp_path, "probe-remote", tests)
     with Client(server.url) as client:
         first = client.push_skill(folder)  # what agents run: version 1, the default
@@ -337,14 +381,14 @@ def test_against_a_running_service_without_changing_its_default(tmp_path: Path, 
     assert len(after["versions"]) == 3  # each test run pushed its snapshot; none became the default
 
 
-PLUGIN_TEST = '''
+PLUGIN_TEST = """
 def test_fixture_runs_a_skill(skill_run, skill_executor):
     result = skill_run("skills/probe", "python3 scripts/make.py tests/fixtures/data.csv")
     assert result.exit_code == 0
     assert result.file("out/summary.json").json()["rows"] == 2
     assert result.file("out/bytes.bin").bytes() == bytes(range(256))
     assert "wrote report" in result.stdout
-'''
+"""
 
 
 @pytest.mark.parametrize("loading", ["auto", "-p"])
@@ -353,8 +397,18 @@ def test_pytest_plugin_collects_skill_tests_and_offers_fixtures(tmp_path: Path, 
     make_skill(tmp_path / "skills", "probe-bad", "cases:\n  - {name: fails, command: 'exit 4'}\n")
     (tmp_path / "test_fixture.py").write_text(PLUGIN_TEST)
     env = env_for(tmp_path)
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "skills", "test_fixture.py",
-            "--junitxml", "pytest.xml"]
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "skills",
+        "test_fixture.py",
+        "--junitxml",
+        "pytest.xml",
+    ]
     if loading == "-p":
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         args[3:3] = ["-p", "skill_executor"]
@@ -367,15 +421,28 @@ def test_pytest_plugin_collects_skill_tests_and_offers_fixtures(tmp_path: Path, 
 
 def test_pytest_plugin_reports_a_broken_test_file_with_its_line(tmp_path: Path) -> None:
     make_skill(tmp_path / "skills", "probe", "cases:\n  - name: a\n    command: x\n    expext: {}\n")
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "skills"],
-                            cwd=tmp_path, env=env_for(tmp_path), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "skills"],
+        cwd=tmp_path,
+        env=env_for(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stdout
     assert "skills/probe/tests/skill-tests.yaml:4: cases[0].expext: unknown key" in result.stdout
 
 
 def test_the_example_skills_pass_their_own_tests(tmp_path: Path) -> None:
-    result = run_test(tmp_path, "skills", "--junit", str(tmp_path / "examples.xml"), "--json",
-                      str(tmp_path / "examples.json"), cwd=REPO)
+    result = run_test(
+        tmp_path,
+        "skills",
+        "--junit",
+        str(tmp_path / "examples.xml"),
+        "--json",
+        str(tmp_path / "examples.json"),
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     cases = json.loads((tmp_path / "examples.json").read_text())["cases"]
     assert {c["skill"] for c in cases} == {"csv-report", "file-bundle", "math-tools"}
@@ -384,12 +451,15 @@ def test_the_example_skills_pass_their_own_tests(tmp_path: Path) -> None:
 
 
 def test_sessions_are_private_to_a_skill_and_removed_after_the_run(tmp_path: Path) -> None:
-    writer = "cases:\n  - {name: write, session: shared, command: 'echo {n} > work/state'}\n" \
-             "  - {name: read, session: shared, command: 'cat work/state', expect: {stdout: {equals: \"{n}\\n\"}}}\n"
+    writer = (
+        "cases:\n  - {name: write, session: shared, command: 'echo {n} > work/state'}\n"
+        "  - {name: read, session: shared, command: 'cat work/state', expect: {stdout: {equals: \"{n}\\n\"}}}\n"
+    )
     make_skill(tmp_path / "skills", "one", writer.replace("{n}", "1"))
     make_skill(tmp_path / "skills", "two", writer.replace("{n}", "2"))
-    make_skill(tmp_path / "skills", "three", "cases:\n  - {name: fresh, session: shared, "
-                                             "command: 'test ! -e work/state'}\n")
+    make_skill(
+        tmp_path / "skills", "three", "cases:\n  - {name: fresh, session: shared, command: 'test ! -e work/state'}\n"
+    )
     result = run_test(tmp_path, "skills", "-j", "3", "--json", "r.json")
     assert result.returncode == 0, result.stdout + result.stderr
     sessions = tmp_path / "data" / "workspaces" / "sessions"
@@ -403,5 +473,4 @@ def test_two_folders_with_one_skill_name_are_refused_by_name(tmp_path: Path) -> 
     result = run_test(tmp_path, "a", "b")
     assert result.returncode == 1
     real = tmp_path.resolve()
-    assert f"error: {real}/b/dup has the same name as {real}/a/dup ('dup'); test them in separate runs" \
-        in result.stdout
+    assert f"error: {real}/b/dup has the same name as {real}/a/dup ('dup'); test them in separate runs" in result.stdout

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import xmlschema
 
-from executor.testing.checks import RunFile, check_files
-from executor.testing.loader import TestFileError, read_test_file
-from executor.testing.patterns import MAX_PATTERN_CHARS, PatternError, compile_pattern
-from executor.testing.format import FileExpect
+from skill_executor.testing.checks import RunFile, check_files
+from skill_executor.testing.loader import TestFileError, read_test_file
+from skill_executor.testing.patterns import MAX_PATTERN_CHARS, PatternError, compile_pattern
+from skill_executor.testing.format import FileExpect
 
 from .conftest import REPO
 
@@ -40,17 +40,17 @@ def skill(tmp_path: Path, tests: str, name: str = "demo") -> Path:
 
 #: pattern -> the stable code it is refused with
 BOMBS = {
-    "(?:a{1000}){1000}": "pattern_too_large",         # `regex` built this in ~270 MiB
-    "(?:a{10000}){10000}": "pattern_too_large",       # and this in > 3 GiB (MemoryError under a 3 GiB rlimit)
+    "(?:a{1000}){1000}": "pattern_too_large",  # `regex` built this in ~270 MiB
+    "(?:a{10000}){10000}": "pattern_too_large",  # and this in > 3 GiB (MemoryError under a 3 GiB rlimit)
     "((((a{10}){10}){10}){10})": "pattern_too_large",
-    "\\pL{1000}": "pattern_too_large",                 # a huge class, repeated: over RE2's memory budget
+    "\\pL{1000}": "pattern_too_large",  # a huge class, repeated: over RE2's memory budget
     "(?i)[\\pL\\pN\\pP]{1000}": "pattern_too_large",
     "x" * (MAX_PATTERN_CHARS + 1): "pattern_too_long",
-    "(?=secret)": "pattern_unsupported",               # lookarounds
+    "(?=secret)": "pattern_unsupported",  # lookarounds
     "(?<!a)b": "pattern_unsupported",
-    "(a)\\1": "pattern_unsupported",                   # backreferences
+    "(a)\\1": "pattern_unsupported",  # backreferences
     "(?P<x>a)(?P=x)": "pattern_unsupported",
-    "a++": "pattern_unsupported",                      # possessive / atomic
+    "a++": "pattern_unsupported",  # possessive / atomic
     "(?>a)": "pattern_unsupported",
     "(unclosed": "invalid_pattern",
 }
@@ -68,18 +68,21 @@ def test_pattern_bombs_in_a_test_file_are_refused_with_the_line_and_bounded_memo
     bomb is refused at load (exit 2), quickly, and memory stays far below what `regex` took."""
     for index, (pattern, code) in enumerate(BOMBS.items()):
         where = "stdout" if index % 2 else "files"
-        body = (f"        stdout: {{matches: {json.dumps(pattern)}}}\n" if where == "stdout" else
-                f"        files: [{{path: out/a, matches: {json.dumps(pattern)}}}]\n")
+        body = (
+            f"        stdout: {{matches: {json.dumps(pattern)}}}\n"
+            if where == "stdout"
+            else f"        files: [{{path: out/a, matches: {json.dumps(pattern)}}}]\n"
+        )
         folder = skill(tmp_path / str(index), "cases:\n  - name: bomb\n    command: 'true'\n    expect:\n" + body)
-        probe = textwrap.dedent(f'''\
+        probe = textwrap.dedent(f"""\
             import resource, subprocess, sys, time
             started = time.monotonic()
-            done = subprocess.run([sys.executable, "-m", "executor.cli.main", "test", {str(folder)!r}],
+            done = subprocess.run([sys.executable, "-m", "skill_executor.cli.main", "test", {str(folder)!r}],
                                   capture_output=True, text=True)
             peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
             print(done.returncode, peak, round(time.monotonic() - started, 1))
             print(done.stderr)
-            ''')
+            """)
         result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
         first, _, stderr = result.stdout.partition("\n")
         status, peak_mib, seconds = first.split()
@@ -127,7 +130,7 @@ def test_a_test_file_cannot_carry_control_characters_in_a_case_name(tmp_path: Pa
 #: What a line may not look like once printed: a runner would act on it.
 #: GitHub (actions/runner ActionCommand): "::cmd::" after TrimStart (V2), "##[cmd]" anywhere (V1);
 #: Azure: "##vso[" anywhere (any case); TeamCity "##teamcity["; GitLab: "\r" and ANSI (section markers).
-_NET_WHITESPACE = "".join(chr(c) for c in range(0x110000) if chr(c).isspace() and c not in range(0x1c, 0x20))
+_NET_WHITESPACE = "".join(chr(c) for c in range(0x110000) if chr(c).isspace() and c not in range(0x1C, 0x20))
 
 
 def runner_commands(text: str) -> list[str]:
@@ -141,20 +144,30 @@ def runner_commands(text: str) -> list[str]:
 
 
 HOSTILE = [
-    "::add-mask::hunter2", "  \t::set-env name=NODE_OPTIONS::--require /tmp/x.js",
+    "::add-mask::hunter2",
+    "  \t::set-env name=NODE_OPTIONS::--require /tmp/x.js",
     "::error file=SKILL.md,line=1::pwned",
-    "\u00a0\u2003::warning::nbsp-indented", "::stop-commands::tok3n", "##vso[task.setvariable variable=x]y",
-    "text then ##VSO[task.complete result=Succeeded]done", "##[error]legacy", "## [not a command]",
-    "##teamcity[buildStatus text='ok']", "ok\r::add-mask::after-cr", "\x1b[2J\x1b]0;title\x07colour",
-    "\x1b[0Ksection_start:1:hidden\r\x1b[0Kheader", "a\u2028::set-output name=x::y", "\u202eevil\u202c",
-    "\x85::notice::nel", "\ufeff::debug::bom",
+    "\u00a0\u2003::warning::nbsp-indented",
+    "::stop-commands::tok3n",
+    "##vso[task.setvariable variable=x]y",
+    "text then ##VSO[task.complete result=Succeeded]done",
+    "##[error]legacy",
+    "## [not a command]",
+    "##teamcity[buildStatus text='ok']",
+    "ok\r::add-mask::after-cr",
+    "\x1b[2J\x1b]0;title\x07colour",
+    "\x1b[0Ksection_start:1:hidden\r\x1b[0Kheader",
+    "a\u2028::set-output name=x::y",
+    "\u202eevil\u202c",
+    "\x85::notice::nel",
+    "\ufeff::debug::bom",
 ]
 #: Also tried in text: a lone surrogate (no UTF-8 log could take it).
 SURROGATE = "\ud800lone surrogate"
 
 
 def test_inert_leaves_nothing_a_runner_acts_on() -> None:
-    from executor.testing.logtext import inert
+    from skill_executor.testing.logtext import inert
 
     text = "\n".join([*HOSTILE, SURROGATE])
     assert runner_commands(text)  # the checker sees them
@@ -167,7 +180,7 @@ def test_inert_leaves_nothing_a_runner_acts_on() -> None:
 
 
 def test_cuts_never_make_a_new_command_line() -> None:
-    from executor.testing.logtext import Caps, for_log
+    from skill_executor.testing.logtext import Caps, for_log
 
     caps = Caps(line_chars=10, case_chars=30)
     for shift in range(12):
@@ -179,20 +192,37 @@ def test_cuts_never_make_a_new_command_line() -> None:
 
 
 def failing_outcome(stdout: str, name: str = "hostile") -> Any:
-    from executor.testing.checks import Failure
-    from executor.testing.runner import Outcome
+    from skill_executor.testing.checks import Failure
+    from skill_executor.testing.runner import Outcome
 
-    return Outcome("demo", name, "demo/tests/skill-tests.yaml", "failed", 5, run_id="r", exit_code=1,
-                   command="echo '::add-mask::x'\n::set-output name=a::b", stdout=stdout, stderr=stdout,
-                   message="note ##vso[task.complete]", failures=[
-                       Failure("stdout.equals", "stdout differs\n::error::x", expected="::warning::e\n##[error]",
-                               got=stdout, diff="--- a\n+++ b\n-::add-mask::x\n+" + stdout[:5000]),
-                       Failure("stdout.contains", "::debug::y", expected=stdout, got=stdout)])
+    return Outcome(
+        "demo",
+        name,
+        "demo/tests/skill-tests.yaml",
+        "failed",
+        5,
+        run_id="r",
+        exit_code=1,
+        command="echo '::add-mask::x'\n::set-output name=a::b",
+        stdout=stdout,
+        stderr=stdout,
+        message="note ##vso[task.complete]",
+        failures=[
+            Failure(
+                "stdout.equals",
+                "stdout differs\n::error::x",
+                expected="::warning::e\n##[error]",
+                got=stdout,
+                diff="--- a\n+++ b\n-::add-mask::x\n+" + stdout[:5000],
+            ),
+            Failure("stdout.contains", "::debug::y", expected=stdout, got=stdout),
+        ],
+    )
 
 
 def test_a_failure_text_is_inert_and_bounded() -> None:
-    from executor.testing.logtext import Caps
-    from executor.testing.report import describe
+    from skill_executor.testing.logtext import Caps
+    from skill_executor.testing.report import describe
 
     hostile = "\n".join([*HOSTILE, SURROGATE])
     huge = hostile + "\n" + "y" * 5_000_000 + "\n" + "\n".join(f"::add-mask::{i}" for i in range(10_000))
@@ -207,9 +237,9 @@ def test_a_failure_text_is_inert_and_bounded() -> None:
 def test_the_console_is_bounded_and_always_ends_with_the_summary() -> None:
     import io
 
-    from executor.testing.console import Console
-    from executor.testing.logtext import Caps
-    from executor.testing.runner import Report
+    from skill_executor.testing.console import Console
+    from skill_executor.testing.logtext import Caps
+    from skill_executor.testing.runner import Report
 
     outcomes = [failing_outcome("\n".join(HOSTILE) + "z" * 100_000, name=f"case {i} ##[error]x") for i in range(300)]
     stream = io.StringIO()
@@ -226,9 +256,9 @@ def test_the_console_is_bounded_and_always_ends_with_the_summary() -> None:
 
 
 def test_reports_are_bounded_schema_valid_and_inert() -> None:
-    from executor.testing.logtext import Caps
-    from executor.testing.report import json_report, junit_xml
-    from executor.testing.runner import Report
+    from skill_executor.testing.logtext import Caps
+    from skill_executor.testing.report import json_report, junit_xml
+    from skill_executor.testing.runner import Report
 
     big = "\n".join(HOSTILE) + "\n" + ("w" * 50_000 + "\n") * 20
     outcomes = [failing_outcome(big, name=f"case {i}") for i in range(200)]
@@ -250,7 +280,7 @@ def test_reports_are_bounded_schema_valid_and_inert() -> None:
 
 
 def test_a_huge_test_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
-    from executor.testing.loader import MAX_FILE_BYTES, read_evals
+    from skill_executor.testing.loader import MAX_FILE_BYTES, read_evals
 
     folder = skill(tmp_path, "cases:\n  - {name: a, command: 'true', stdin: '" + "x" * MAX_FILE_BYTES + "'}\n")
     with pytest.raises(TestFileError, match="larger than 8 MiB"):

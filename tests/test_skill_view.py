@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from executor.core import Executor
-from executor.runtimes.skillcopy import LINK_MIN_BYTES
+from skill_executor.core import Executor
+from skill_executor.runtimes.skillcopy import LINK_MIN_BYTES
 
 from .conftest import require_disk_cap
 from .helpers import leftover_runs, make_skill, run
@@ -82,10 +82,12 @@ def docker(executor: Executor) -> bool:
 @pytest.mark.parametrize("path", PATHS)
 def test_view_has_real_files_on_every_path(executor: Executor, probe: Path, path: str) -> None:
     result = run(
-        executor, skill=SKILL, session=session_of(path),
+        executor,
+        skill=SKILL,
+        session=session_of(path),
         command="find scripts -name '*.py' | wc -l; find . -type l | sort; cd templates && python3 ../templates/x.py "
-                "&& cd .. && cat ../$SKILL_NAME/scripts/helper.py | wc -l && du -sbL . --exclude=out --exclude=work "
-                "--exclude=inputs | cut -f1",
+        "&& cd .. && cat ../$SKILL_NAME/scripts/helper.py | wc -l && du -sbL . --exclude=out --exclude=work "
+        "--exclude=inputs | cut -f1",
     )
     lines = result.stdout.splitlines()
     assert result.exit_code == 0, result.stderr
@@ -103,19 +105,25 @@ def test_relative_writes_from_skill_root_leave_installed_skill_unchanged(
 ) -> None:
     before = digest(probe)
     result = run(
-        executor, skill=SKILL, session=session_of(path),
+        executor,
+        skill=SKILL,
+        session=session_of(path),
         command="set -e; python3 scripts/office/unpack.py doc.docx unpacked/; "
-                "echo edited >> unpacked/word/document.xml; echo changed >> SKILL.md; echo new > scripts/new.py; "
-                "rm scripts/helper.py; mkdir -p build/x && echo y > build/x/y; chmod +x scripts/main.py; "
-                "rm -f assets/big.bin; echo replaced > assets/big.bin; cat assets/big.bin; "
-                "tail -1 SKILL.md",
+        "echo edited >> unpacked/word/document.xml; echo changed >> SKILL.md; echo new > scripts/new.py; "
+        "rm scripts/helper.py; mkdir -p build/x && echo y > build/x/y; chmod +x scripts/main.py; "
+        "rm -f assets/big.bin; echo replaced > assets/big.bin; cat assets/big.bin; "
+        "tail -1 SKILL.md",
     )
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == ["unpacked ['[Content_Types].xml', 'word']", "replaced", "changed"]
     assert digest(probe) == before
     # The next run sees the installed skill again, not what the last one did to its copy.
-    again = run(executor, skill=SKILL, session=session_of(path),
-                command="ls; test -f scripts/helper.py && wc -c < assets/big.bin")
+    again = run(
+        executor,
+        skill=SKILL,
+        session=session_of(path),
+        command="ls; test -f scripts/helper.py && wc -c < assets/big.bin",
+    )
     assert again.exit_code == 0 and "unpacked" not in again.stdout and "build" not in again.stdout
     assert again.stdout.splitlines()[-1] == str(LINK_MIN_BYTES)
     assert leftover_runs(executor) == []
@@ -131,12 +139,14 @@ def test_paths_relative_to_run_folders_reach_the_skill(executor: Executor, probe
     # its ``..`` is that folder (documented); everywhere else it is the workspace root.
     from_work = docker(executor) or path != "session"
     result = run(
-        executor, skill=SKILL, session=session_of(path),
+        executor,
+        skill=SKILL,
+        session=session_of(path),
         command="set -e; (cd out && python3 ../templates/x.py); "
-                + ("(cd work && python3 ../scripts/main.py); " if from_work else "echo 'main 42'; ")
-                + "./scripts/tool.py; cd $WORKSPACE_DIR && test -d work && test -d out && ls -d scripts templates; "
-                "touch $WORKSPACE_DIR/scripts/new.txt && test -f $SKILL_DIR/scripts/new.txt; "
-                "(rm $WORKSPACE_DIR/templates 2>/dev/null && echo REMOVED) || echo kept",
+        + ("(cd work && python3 ../scripts/main.py); " if from_work else "echo 'main 42'; ")
+        + "./scripts/tool.py; cd $WORKSPACE_DIR && test -d work && test -d out && ls -d scripts templates; "
+        "touch $WORKSPACE_DIR/scripts/new.txt && test -f $SKILL_DIR/scripts/new.txt; "
+        "(rm $WORKSPACE_DIR/templates 2>/dev/null && echo REMOVED) || echo kept",
     )
     assert result.exit_code == 0, result.stderr
     # In a container the root and its links are the service's: the run cannot change them.
@@ -155,13 +165,14 @@ def test_installed_skill_cannot_be_modified_through_a_hard_link(make_executor, p
     before = digest(probe)
     big = probe / "assets/big.bin"
     result = run(
-        executor, skill=SKILL,
+        executor,
+        skill=SKILL,
         command="stat -c '%h %u' assets/big.bin; "
-                "for attempt in 'echo x >> assets/big.bin' 'truncate -s 0 assets/big.bin' 'chmod 666 assets/big.bin' "
-                "'touch -d 2001-01-01 assets/big.bin' "
-                "\"python3 -c \\\"open('assets/big.bin', 'r+b').write(b'x')\\\"\" "
-                "'ln assets/big.bin run-link && echo y >> run-link'; do "
-                "(eval \"$attempt\") 2>/dev/null && echo \"WROTE $attempt\" || echo DENIED; done; true",
+        "for attempt in 'echo x >> assets/big.bin' 'truncate -s 0 assets/big.bin' 'chmod 666 assets/big.bin' "
+        "'touch -d 2001-01-01 assets/big.bin' "
+        "\"python3 -c \\\"open('assets/big.bin', 'r+b').write(b'x')\\\"\" "
+        "'ln assets/big.bin run-link && echo y >> run-link'; do "
+        '(eval "$attempt") 2>/dev/null && echo "WROTE $attempt" || echo DENIED; done; true',
     )
     lines = result.stdout.splitlines()
     links, owner = lines[0].split()
@@ -183,9 +194,11 @@ def test_installed_skill_cannot_be_modified_through_a_hard_link(make_executor, p
 @pytest.mark.parametrize("path", PATHS)
 def test_scripts_importable_from_skill_root(executor: Executor, probe: Path, path: str) -> None:
     result = run(
-        executor, skill=SKILL, session=session_of(path),
+        executor,
+        skill=SKILL,
+        session=session_of(path),
         command="python3 -m scripts.main && python3 -c 'from scripts.helper import z; print(z())' "
-                "&& python3 -c 'import scripts.office.mod7 as m; print(m.X)'",
+        "&& python3 -c 'import scripts.office.mod7 as m; print(m.X)'",
     )
     assert result.stdout == "main 42\n42\n7\n", result.stderr
 
@@ -206,8 +219,8 @@ def test_localhost_unix_sockets_home_and_tmp(executor: Executor) -> None:
     )
     result = run(
         executor,
-        command="python3 -c \"$PROBE\" && echo h > ~/.probe && cat ~/.probe && echo t > /tmp/probe-$$ "
-                "&& cat /tmp/probe-$$ && rm /tmp/probe-$$ && getent hosts localhost | head -1 | wc -l",
+        command='python3 -c "$PROBE" && echo h > ~/.probe && cat ~/.probe && echo t > /tmp/probe-$$ '
+        "&& cat /tmp/probe-$$ && rm /tmp/probe-$$ && getent hosts localhost | head -1 | wc -l",
         env={"PROBE": script},
     )
     assert result.exit_code == 0, result.stderr
@@ -221,12 +234,14 @@ def test_hosted_paths_on_docker(executor: Executor, probe: Path, path: str) -> N
     if not docker(executor):
         pytest.skip("the local runtime shares the host's file system: it provides no /mnt/... paths")
     result = run(
-        executor, skill=SKILL, session=session_of(path),
+        executor,
+        skill=SKILL,
+        session=session_of(path),
         inputs=[{"from": f"skill://{SKILL}/templates/x.py", "to": "inputs/up.py"}],
         command="set -e; head -2 /mnt/skills/public/view-probe/SKILL.md | tail -1; "
-                "cd /mnt/skills/user/view-probe && python3 -m scripts.main; "
-                "echo report > /mnt/user-data/outputs/report.txt; echo data > /mnt/data/d.txt; "
-                "python3 /mnt/user-data/uploads/up.py; cat $WORK_DIR/d.txt; echo made > unpacked.txt",
+        "cd /mnt/skills/user/view-probe && python3 -m scripts.main; "
+        "echo report > /mnt/user-data/outputs/report.txt; echo data > /mnt/data/d.txt; "
+        "python3 /mnt/user-data/uploads/up.py; cat $WORK_DIR/d.txt; echo made > unpacked.txt",
         output_files=["out/*.txt"],
     )
     assert result.exit_code == 0, result.stderr

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from executor.errors import ExecutorError
-from executor.registry import PackageLimits, SkillRepository, discover, install_package, installdir, uninstall
-from executor.registry.installdir import leftovers, sweep
+from skill_executor.errors import ExecutorError
+from skill_executor.registry import PackageLimits, SkillRepository, discover, install_package, installdir, uninstall
+from skill_executor.registry.installdir import leftovers, sweep
 
 SKILL_MD = b"---\nname: packed\ndescription: A packaged skill.\n---\n# Packed\n"
 
@@ -189,7 +189,9 @@ def bz2_of_zeros(head: bytes, zero_mib: int) -> bytes:
     return (bz2.compress(head) if head else b"") + bz2_eight_mib_of_zeros() * (zero_mib // 8)
 
 
-def refused_fast(data: bytes, root: Path, *, status: int = 413, limits: PackageLimits = PackageLimits()) -> ExecutorError:
+def refused_fast(
+    data: bytes, root: Path, *, status: int = 413, limits: PackageLimits = PackageLimits()
+) -> ExecutorError:
     tracemalloc.start()
     started = time.perf_counter()
     try:
@@ -346,7 +348,7 @@ V2 = zip_bytes({"SKILL.md": SKILL_MD.replace(b"A packaged skill.", b"Version two
 INSTALLER = """
 import os, signal, sys
 from pathlib import Path
-from executor.registry import package
+from skill_executor.registry import package
 
 root, archive, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 go_live, exchange = package._go_live, package.exchange
@@ -372,8 +374,14 @@ package.install_package(archive.read_bytes(), root)
 def installer(root: Path, archive: bytes, mode: str, tmp_path: Path) -> subprocess.Popen[str]:
     path = tmp_path / f"package-{mode}.zip"
     path.write_bytes(archive)
-    return subprocess.Popen([sys.executable, "-c", INSTALLER, str(root), str(path), mode], cwd=REPO, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-c", INSTALLER, str(root), str(path), mode],
+        cwd=REPO,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -484,7 +492,7 @@ def test_removal_leaves_no_staging_folder_and_refuses_what_is_not_installed(tmp_
 
 
 def test_the_install_root_defaults_to_the_data_dir(tmp_path: Path) -> None:
-    from executor.config import Settings
+    from skill_executor.config import Settings
 
     settings = Settings(skills_dirs=[tmp_path / "shipped"], data_dir=tmp_path / "data")
     assert settings.install_root == tmp_path / "data" / "skills"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from executor.skills import check, load_skill, yamlread
-from executor.skills.loader import SkillLoadError, split_tools
-from executor.skills.parser import MAX_FRONTMATTER_BYTES, MAX_SKILL_FILE_BYTES
-from executor.skills.rules import derive_id
+from skill_executor.skills import check, load_skill, yamlread
+from skill_executor.skills.loader import SkillLoadError, split_tools
+from skill_executor.skills.parser import MAX_FRONTMATTER_BYTES, MAX_SKILL_FILE_BYTES
+from skill_executor.skills.rules import derive_id
 
 from .helpers import make_skill
 
@@ -193,12 +193,21 @@ def _laughs() -> list[str]:
         (["a: &a [*a]"], "the alias *a refers to a node that contains it"),
         (["a: &a {<<: *a}"], "the alias *a refers to a node that contains it"),
     ],
-    ids=["laughs", "merge-keys", "deep-flow", "deep-flow-map", "deep-block", "deep-keys", "dense", "aliases",
-         "text", "cycle", "merge-cycle"],
+    ids=[
+        "laughs",
+        "merge-keys",
+        "deep-flow",
+        "deep-flow-map",
+        "deep-block",
+        "deep-keys",
+        "dense",
+        "aliases",
+        "text",
+        "cycle",
+        "merge-cycle",
+    ],
 )
-def test_yaml_bombs_are_refused_fast(
-    tmp_path: Path, yaml_parser: str, yaml_lines: list[str], bound: str
-) -> None:
+def test_yaml_bombs_are_refused_fast(tmp_path: Path, yaml_parser: str, yaml_lines: list[str], bound: str) -> None:
     d = make_skill(tmp_path, "demo", "\n".join(["name: demo", "description: d", *yaml_lines]))
     started = time.perf_counter()
     with pytest.raises(SkillLoadError) as info:
@@ -223,8 +232,11 @@ def test_deep_nesting_is_one_verdict_whichever_stops_it(
     never a candidate for repair (a repair once read a 20 000-deep bomb as text)."""
     closer = "]" if opener == "[" else "}"
     for description in ("d", "Use when: x"):  # the second needs a repair: the bomb must not get one
-        d = make_skill(tmp_path / f"{len(description)}", "demo",
-                       f"name: demo\ndescription: {description}\nk: " + opener * depth + closer * depth)
+        d = make_skill(
+            tmp_path / f"{len(description)}",
+            "demo",
+            f"name: demo\ndescription: {description}\nk: " + opener * depth + closer * depth,
+        )
         with pytest.raises(SkillLoadError) as info:
             load_skill(d)
         fatal = info.value.diagnostics[0]
@@ -305,12 +317,24 @@ def test_unreadable_tagged_values_are_yaml_invalid(tmp_path: Path, value: str) -
 
 
 def test_ordinary_anchors_and_merge_keys_still_work(tmp_path: Path) -> None:
-    fm = "\n".join([
-        "name: demo", "description: &d Shared", "x-defaults: &base {timeout: 30, retries: 2}",
-        "x-extra: &extra {verbose: true}", "x-job:", "  <<: [*base, *extra]", "  retries: 5",
-        "x-again: *d", "x-merge-of-merge:", "  <<: *base", "x-list: &l [a, b]", "x-lists: [*l, *l, *l]",
-        "x-deep: " + "[" * 60 + "]" * 60, *_merge_bomb(3, 8),
-    ])
+    fm = "\n".join(
+        [
+            "name: demo",
+            "description: &d Shared",
+            "x-defaults: &base {timeout: 30, retries: 2}",
+            "x-extra: &extra {verbose: true}",
+            "x-job:",
+            "  <<: [*base, *extra]",
+            "  retries: 5",
+            "x-again: *d",
+            "x-merge-of-merge:",
+            "  <<: *base",
+            "x-list: &l [a, b]",
+            "x-lists: [*l, *l, *l]",
+            "x-deep: " + "[" * 60 + "]" * 60,
+            *_merge_bomb(3, 8),
+        ]
+    )
     skill = load_skill(make_skill(tmp_path, "demo", fm))
     assert skill.extras["x-job"] == {"timeout": "30", "retries": "5", "verbose": "true"}
     assert skill.extras["x-again"] == "Shared" and skill.extras["x-merge-of-merge"] == {"timeout": "30", "retries": "2"}
@@ -329,7 +353,9 @@ def test_duplicate_keys(tmp_path: Path) -> None:
 
 
 def test_unquoted_colon_is_repaired_once_with_a_warning(tmp_path: Path) -> None:
-    d = make_skill(tmp_path, "demo", "name: demo\ndescription: Use when: the user asks  # trailing comment\nlicense: MIT")
+    d = make_skill(
+        tmp_path, "demo", "name: demo\ndescription: Use when: the user asks  # trailing comment\nlicense: MIT"
+    )
     tolerant = check(d)
     assert tolerant.valid and "yaml-repaired" in codes(tolerant.warnings)
     assert tolerant.skill and tolerant.skill.description == "Use when: the user asks"
@@ -337,15 +363,25 @@ def test_unquoted_colon_is_repaired_once_with_a_warning(tmp_path: Path) -> None:
     assert "yaml-repaired" in codes(check(d, strict=True).errors)
     quotes = load_skill(make_skill(tmp_path / "q", "demo", 'name: demo\ndescription: Say "hi": then \\ go'))
     assert quotes.description == 'Say "hi": then \\ go'
-    for value in ["@mention the bot", "`code` helper", "%complete tasks", "[Beta] Does X", "{{name}} helper",
-                  '"Fast" helper for Y', "'Fast' helper: for Y", "[unclosed"]:
+    for value in [
+        "@mention the bot",
+        "`code` helper",
+        "%complete tasks",
+        "[Beta] Does X",
+        "{{name}} helper",
+        '"Fast" helper for Y',
+        "'Fast' helper: for Y",
+        "[unclosed",
+    ]:
         odd = check(make_skill(tmp_path / "r" / str(abs(hash(value))), "demo", f"name: demo\ndescription: {value}"))
         assert odd.valid and odd.skill and odd.skill.description == value
         assert "yaml-repaired" in codes(odd.warnings)
 
 
 def test_unindented_continuation_lines_are_folded(tmp_path: Path) -> None:
-    d = make_skill(tmp_path, "demo", "name: demo\ndescription: This skill does X.\nUse it when Y happens.\nlicense: MIT")
+    d = make_skill(
+        tmp_path, "demo", "name: demo\ndescription: This skill does X.\nUse it when Y happens.\nlicense: MIT"
+    )
     tolerant = check(d)
     assert tolerant.valid and tolerant.skill is not None
     assert tolerant.skill.description == "This skill does X. Use it when Y happens." and tolerant.skill.license == "MIT"
@@ -420,7 +456,11 @@ def test_missing_name_falls_back_to_directory(tmp_path: Path) -> None:
     strict = check(d, strict=True)
     assert "name-missing" in codes(strict.errors)
     tolerant = check(d)
-    assert tolerant.valid and tolerant.skill and (tolerant.skill.name, tolerant.skill.id) == ("fallback-dir", "fallback-dir")
+    assert (
+        tolerant.valid
+        and tolerant.skill
+        and (tolerant.skill.name, tolerant.skill.id) == ("fallback-dir", "fallback-dir")
+    )
 
 
 def test_lowercase_skill_md(tmp_path: Path) -> None:
@@ -459,8 +499,15 @@ def test_every_violation_is_reported(tmp_path: Path) -> None:
         filename="skill.md",
     )
     found = set(codes(check(d, strict=True).errors))
-    assert {"file-name", "unknown-field", "name-format", "name-dir-mismatch", "description-too-long",
-            "license-type", "compatibility-length"} <= found
+    assert {
+        "file-name",
+        "unknown-field",
+        "name-format",
+        "name-dir-mismatch",
+        "description-too-long",
+        "license-type",
+        "compatibility-length",
+    } <= found
 
 
 def test_allowed_tools_normalisation(tmp_path: Path) -> None:
@@ -498,7 +545,12 @@ def test_key_spelling_variants_are_read_as_spec_keys(tmp_path: Path) -> None:
     tolerant = check(d)
     assert tolerant.valid and tolerant.skill is not None
     skill = tolerant.skill
-    assert (skill.name, skill.description, skill.allowed_tools, skill.license) == ("demo", "Works.", ["Read", "Write"], "MIT")
+    assert (skill.name, skill.description, skill.allowed_tools, skill.license) == (
+        "demo",
+        "Works.",
+        ["Read", "Write"],
+        "MIT",
+    )
     assert skill.extras == {}
     both = load_skill(make_skill(tmp_path / "b", "demo", "name: demo\ndescription: exact\nDescription: variant"))
     assert both.description == "exact" and both.extras == {"Description": "variant"}

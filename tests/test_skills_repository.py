@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import skills_ref
 
-from executor.errors import ExecutorError, NotFound
-from executor.registry import SkillRepository, discover
-from executor.skills import docs, inventory, load_skill, read_file, render_text, render_xml
+from skill_executor.errors import ExecutorError, NotFound
+from skill_executor.registry import SkillRepository, discover
+from skill_executor.skills import docs, inventory, load_skill, read_file, render_text, render_xml
 
 from .helpers import make_skill
 
@@ -115,7 +115,7 @@ def test_rejected_and_hidden(tmp_path: Path) -> None:
     "frontmatter",
     [
         "name: plain\ndescription: Simple text.",
-        "name: esc\ndescription: \"Uses <tags> & 'quotes' \\\"double\\\"\"",
+        'name: esc\ndescription: "Uses <tags> & \'quotes\' \\"double\\""',
         "name: block\ndescription: |\n  Line one\n  Line two\n",
         "name: fold\ndescription: >\n  Folded\n  text\n",
         "name: uni\ndescription: Ünïcödé — ok ✓",

@@ -6,7 +6,7 @@ import multiprocessing
 import stat
 from pathlib import Path
 
-from executor.sqlite import ThreadLocalDB
+from skill_executor.sqlite import ThreadLocalDB
 
 
 def _open(path: str, barrier: multiprocessing.synchronize.Barrier) -> None:

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from executor.runtimes.streams import BoundedBuffer, Demux, ProtocolError, recv_loop
+from skill_executor.runtimes.streams import BoundedBuffer, Demux, ProtocolError, recv_loop
 
 
 def frame(kind: int, payload: bytes) -> bytes:
@@ -18,9 +18,15 @@ def make(limit: int = 10, control_max: int = 4096):  # type: ignore[no-untyped-d
     out, err = BoundedBuffer(limit), BoundedBuffer(limit)
     seen: list[tuple[str, bytes]] = []
     control: list[tuple[int, bytes]] = []
-    demux = Demux(5, lambda h: (h[0], int.from_bytes(h[1:5], "big")), {1: ("stdout", out), 2: ("stderr", err)},
-                  lambda name, data: seen.append((name, data)), lambda s, p: control.append((s, p)),
-                  controls=frozenset({7, 9}), control_max=control_max)
+    demux = Demux(
+        5,
+        lambda h: (h[0], int.from_bytes(h[1:5], "big")),
+        {1: ("stdout", out), 2: ("stderr", err)},
+        lambda name, data: seen.append((name, data)),
+        lambda s, p: control.append((s, p)),
+        controls=frozenset({7, 9}),
+        control_max=control_max,
+    )
     return demux, out, err, seen, control
 
 

@@ -1,4 +1,4 @@
-"""executor/workspace/volumes.py on its own (root, no engine): a volume refuses writes
+"""skill_executor/workspace/volumes.py on its own (root, no engine): a volume refuses writes
 past what it was set to take, root's included; one image is never two file systems;
 what it mounts must be the service's own image."""
 
@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from executor.workspace import volumes
+from skill_executor.workspace import volumes
 
 from .conftest import require_disk_cap
 
 MiB = 1024 * 1024
+
 
 @pytest.fixture(autouse=True)
 def _hard_cap_possible() -> None:

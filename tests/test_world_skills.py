@@ -43,8 +43,10 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     base = tmp_path_factory.mktemp(f"world-{request.param}")
     shutil.copytree(WORLD, base / "skills")
     pool = "2" if request.param == "warm-pool" else "0"
-    srv = Server(base, env={"SKILL_EXECUTOR_RUNTIME": "docker", "SKILL_EXECUTOR_POOL_SIZE": pool,
-                            "SKILL_EXECUTOR_MAX_TIMEOUT": "300"})
+    srv = Server(
+        base,
+        env={"SKILL_EXECUTOR_RUNTIME": "docker", "SKILL_EXECUTOR_POOL_SIZE": pool, "SKILL_EXECUTOR_MAX_TIMEOUT": "300"},
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -67,10 +69,22 @@ class Ran:
         return str(self.files[name]["mime_type"])
 
 
-def run(srv: Server, skill: str, command: str, *, globs: tuple[str, ...] = ("out/**",), cwd: str | None = None,
-        expect: int = 0, timeout: float = 180) -> Ran:
-    body: dict[str, Any] = {"skill": skill, "command": command, "timeout": timeout,
-                            "outputs": {"globs": list(globs), "inline_binary": True}}
+def run(
+    srv: Server,
+    skill: str,
+    command: str,
+    *,
+    globs: tuple[str, ...] = ("out/**",),
+    cwd: str | None = None,
+    expect: int = 0,
+    timeout: float = 180,
+) -> Ran:
+    body: dict[str, Any] = {
+        "skill": skill,
+        "command": command,
+        "timeout": timeout,
+        "outputs": {"globs": list(globs), "inline_binary": True},
+    }
     if cwd is not None:
         body["cwd"] = cwd
     response = httpx.post(f"{srv.url}/v1/runs", json=body, timeout=timeout + 60)
@@ -78,7 +92,8 @@ def run(srv: Server, skill: str, command: str, *, globs: tuple[str, ...] = ("out
     result = response.json()
     assert result["exit_code"] == expect, (
         f"exit {result['exit_code']} (expected {expect})\nstdout: {result['stdout'][-3000:]}\n"
-        f"stderr: {result['stderr'][-3000:]}")
+        f"stderr: {result['stderr'][-3000:]}"
+    )
     return Ran(result)
 
 
@@ -99,15 +114,17 @@ def test_pdf_fill_fields_images_text_and_ocr(server: Server) -> None:
     body = body_of(server, "pdf-forms")
     make = backticked(body, "python /workspace/skills/pdf-forms/scripts/make_form.py")  # {baseDir} replaced
     assert make.endswith(" form.pdf") and "{baseDir}" not in body
-    commands = " && ".join([
-        make.replace(" form.pdf", " work/form.pdf"),
-        "echo '{\"customer\": \"Ada Lovelace\"}' > work/fields.json",
-        "python scripts/fill_fields.py work/form.pdf work/fields.json out/filled.pdf",
-        "python scripts/extract_text.py work/form.pdf",
-        "python scripts/to_images.py out/filled.pdf out/pages/",
-        "python scripts/render_text.py MATRIX out/word.png",
-        "python scripts/ocr.py out/word.png",
-    ])
+    commands = " && ".join(
+        [
+            make.replace(" form.pdf", " work/form.pdf"),
+            'echo \'{"customer": "Ada Lovelace"}\' > work/fields.json',
+            "python scripts/fill_fields.py work/form.pdf work/fields.json out/filled.pdf",
+            "python scripts/extract_text.py work/form.pdf",
+            "python scripts/to_images.py out/filled.pdf out/pages/",
+            "python scripts/render_text.py MATRIX out/word.png",
+            "python scripts/ocr.py out/word.png",
+        ]
+    )
     ran = run(server, "pdf-forms", commands)
     assert ran.mime("out/filled.pdf") == "application/pdf"
     assert b"Ada Lovelace" in ran.data("out/filled.pdf")  # the field's /V
@@ -116,8 +133,13 @@ def test_pdf_fill_fields_images_text_and_ocr(server: Server) -> None:
     assert "Invoice 4711" in ran.stdout  # pdfplumber
     assert "MATRIX" in ran.stdout.splitlines()[-1]  # tesseract read the rendered word
     # A field the form does not have: a non-zero exit with the reason, no output.
-    bad = run(server, "pdf-forms", "python scripts/make_form.py work/form.pdf && echo '{\"nope\": 1}' > work/f.json"
-              " && python scripts/fill_fields.py work/form.pdf work/f.json out/bad.pdf", expect=1)
+    bad = run(
+        server,
+        "pdf-forms",
+        "python scripts/make_form.py work/form.pdf && echo '{\"nope\": 1}' > work/f.json"
+        " && python scripts/fill_fields.py work/form.pdf work/f.json out/bad.pdf",
+        expect=1,
+    )
     assert "no such field(s): nope" in bad.result["stderr"] and "out/bad.pdf" not in bad.files
 
 
@@ -135,8 +157,12 @@ def _sheet_values(xlsx: bytes) -> dict[str, str]:
 
 
 def test_xlsx_recalc_through_libreoffice(server: Server) -> None:
-    ran = run(server, "sheet-recalc", "python scripts/make_book.py out/model.xlsx && python scripts/recalc.py out/model.xlsx 90"
-              " && { python scripts/recalc.py work/none.xlsx; echo \"missing=$?\"; }")
+    ran = run(
+        server,
+        "sheet-recalc",
+        "python scripts/make_book.py out/model.xlsx && python scripts/recalc.py out/model.xlsx 90"
+        ' && { python scripts/recalc.py work/none.xlsx; echo "missing=$?"; }',
+    )
     report, end = json.JSONDecoder().raw_decode(ran.stdout, ran.stdout.index("{"))
     assert '{"error": "file not found: work/none.xlsx"}' in ran.stdout[end:]
     assert report["status"] == "errors_found" and report["total_formulas"] == 4
@@ -148,14 +174,16 @@ def test_xlsx_recalc_through_libreoffice(server: Server) -> None:
 
 
 def test_docx_js_unpack_edit_pack_pandoc_and_pdf(server: Server) -> None:
-    commands = " && ".join([
-        'node scripts/make_doc.js out/new.docx "Quarterly report"',
-        "python scripts/office/unpack.py out/new.docx unpacked/",  # relative to the skill root
-        'python scripts/append_paragraph.py unpacked/ "Added by the matrix"',
-        "python scripts/office/pack.py unpacked/ out/edited.docx",
-        "pandoc --track-changes=all out/edited.docx -o out/edited.md",
-        "soffice --headless --convert-to pdf --outdir out out/edited.docx",
-    ])
+    commands = " && ".join(
+        [
+            'node scripts/make_doc.js out/new.docx "Quarterly report"',
+            "python scripts/office/unpack.py out/new.docx unpacked/",  # relative to the skill root
+            'python scripts/append_paragraph.py unpacked/ "Added by the matrix"',
+            "python scripts/office/pack.py unpacked/ out/edited.docx",
+            "pandoc --track-changes=all out/edited.docx -o out/edited.md",
+            "soffice --headless --convert-to pdf --outdir out out/edited.docx",
+        ]
+    )
     ran = run(server, "docx-kit", commands)
     assert ran.mime("out/new.docx") == DOCX and ran.mime("out/edited.docx") == DOCX
     markdown = ran.data("out/edited.md").decode()
@@ -165,12 +193,14 @@ def test_docx_js_unpack_edit_pack_pandoc_and_pdf(server: Server) -> None:
 
 
 def test_pptx_pptxgenjs_python_pptx_markitdown_thumbnails(server: Server) -> None:
-    commands = " && ".join([
-        'node scripts/make_deck.js out/deck.pptx "Matrix deck"',
-        'python scripts/add_slide.py out/deck.pptx "Second slide" out/deck2.pptx',
-        "python -m markitdown out/deck2.pptx",
-        "python scripts/thumbnail.py out/deck2.pptx /mnt/user-data/outputs/thumbs --cols 2",
-    ])
+    commands = " && ".join(
+        [
+            'node scripts/make_deck.js out/deck.pptx "Matrix deck"',
+            'python scripts/add_slide.py out/deck.pptx "Second slide" out/deck2.pptx',
+            "python -m markitdown out/deck2.pptx",
+            "python scripts/thumbnail.py out/deck2.pptx /mnt/user-data/outputs/thumbs --cols 2",
+        ]
+    )
     ran = run(server, "pptx-kit", "cd /mnt/skills/public/pptx-kit && " + commands)
     assert ran.mime("out/deck.pptx") == PPTX and ran.mime("out/deck2.pptx") == PPTX
     assert "Matrix deck" in ran.stdout and "Second slide" in ran.stdout  # markitdown
@@ -184,30 +214,48 @@ def test_skill_validate_and_package(server: Server) -> None:
     assert ran.mime("out/skill-pack.skill") == "application/zip"
     with zipfile.ZipFile(io.BytesIO(ran.data("out/skill-pack.skill"))) as archive:
         # The skill as installed: the run's out/work/inputs links are not part of it.
-        assert sorted(archive.namelist()) == ["skill-pack/SKILL.md", "skill-pack/scripts/__init__.py",
-                                              "skill-pack/scripts/package_skill.py", "skill-pack/scripts/quick_validate.py"]
-    bad = run(server, "skill-pack", "mkdir -p work/bad && printf -- '---\\nname: Bad_Name\\ndescription: x\\n---\\n' > work/bad/SKILL.md"
-              " && python scripts/quick_validate.py work/bad", expect=1)
+        assert sorted(archive.namelist()) == [
+            "skill-pack/SKILL.md",
+            "skill-pack/scripts/__init__.py",
+            "skill-pack/scripts/package_skill.py",
+            "skill-pack/scripts/quick_validate.py",
+        ]
+    bad = run(
+        server,
+        "skill-pack",
+        "mkdir -p work/bad && printf -- '---\\nname: Bad_Name\\ndescription: x\\n---\\n' > work/bad/SKILL.md"
+        " && python scripts/quick_validate.py work/bad",
+        expect=1,
+    )
     assert "bad name: 'Bad_Name'" in bad.stdout
 
 
 def test_gif_builder_snippet_from_the_body(server: Server) -> None:
     body = body_of(server, "gif-maker")
     snippet = body.split("```python\n", 1)[1].split("```", 1)[0]
-    ran = run(server, "gif-maker", f"python - <<'EOF'\n{snippet}EOF\n"
-              "python -c 'from PIL import Image; print(Image.open(\"out/ball.gif\").n_frames)'")
+    ran = run(
+        server,
+        "gif-maker",
+        f"python - <<'EOF'\n{snippet}EOF\n"
+        "python -c 'from PIL import Image; print(Image.open(\"out/ball.gif\").n_frames)'",
+    )
     assert ran.mime("out/ball.gif") == "image/gif"
     assert ran.data("out/ball.gif").startswith(b"GIF89a")
     assert ran.stdout.split()[-1] == "12"
 
 
 def test_local_web_server_for_a_check(server: Server) -> None:
-    line = next(line.strip() for line in body_of(server, "web-check").splitlines()
-                if line.strip().startswith("python /workspace/skills/web-check/scripts/with_server.py"))
+    line = next(
+        line.strip()
+        for line in body_of(server, "web-check").splitlines()
+        if line.strip().startswith("python /workspace/skills/web-check/scripts/with_server.py")
+    )
     line = line.replace("--directory site", "--directory work/site").replace("python check.py", "python work/check.py")
-    setup = ("mkdir -p work/site && echo '<h1>Hello matrix</h1>' > work/site/index.html && printf '%s\\n' "
-             "'import urllib.request' 'print(urllib.request.urlopen(\"http://localhost:5173/\").read().decode())'"
-             " > work/check.py && python scripts/with_server.py --help >/dev/null && ")
+    setup = (
+        "mkdir -p work/site && echo '<h1>Hello matrix</h1>' > work/site/index.html && printf '%s\\n' "
+        "'import urllib.request' 'print(urllib.request.urlopen(\"http://localhost:5173/\").read().decode())'"
+        " > work/check.py && python scripts/with_server.py --help >/dev/null && "
+    )
     ran = run(server, "web-check", setup + line, timeout=60)
     assert "<h1>Hello matrix</h1>" in ran.stdout
     assert "server ready on port 5173" in ran.result["stderr"]

@@ -67,11 +67,20 @@ def markers() -> Iterator[Markers]:
 
 def usable_by(user: str, argv: list[str]) -> bool:
     """Whether ``argv`` exits 0 when run as ``user`` (from /, no supplementary groups: as
-    executor/hosttools.py runs tools)."""
+    skill_executor/hosttools.py runs tools)."""
     try:
         entry = pwd.getpwnam(user)
-        done = subprocess.run(argv, cwd="/", capture_output=True, timeout=60, check=False, user=entry.pw_uid,
-                              group=entry.pw_gid, extra_groups=[], env={"PATH": "/usr/local/bin:/usr/bin:/bin"})
+        done = subprocess.run(
+            argv,
+            cwd="/",
+            capture_output=True,
+            timeout=60,
+            check=False,
+            user=entry.pw_uid,
+            group=entry.pw_gid,
+            extra_groups=[],
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+        )
     except (KeyError, OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0

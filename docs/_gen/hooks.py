@@ -1,7 +1,7 @@
 """MkDocs hook: the reference pages, generated from the code at every build.
 
 Nothing is written into docs/: the pages are added to the build as generated files
-(settings from ``executor.config.Settings``, the CLI's argparse help, the error catalogue,
+(settings from ``skill_executor.config.Settings``, the CLI's argparse help, the error catalogue,
 the OpenAPI document of ``create_app()``, the MCP tool definitions).  Offline: it only
 imports the package.
 """
@@ -36,7 +36,7 @@ def _size(value: int) -> str:
 def settings() -> str:
     from pydantic_core import PydanticUndefined
 
-    from executor.config import Settings
+    from skill_executor.config import Settings
 
     rows = []
     for name, field in Settings.model_fields.items():
@@ -74,7 +74,7 @@ def _commands(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str,
 
 
 def cli() -> str:
-    from executor.cli import main
+    from skill_executor.cli import main
 
     parser = main._parser()
     parts = [f"# CLI\n\n{GENERATED}The `skill-executor` command's help, command by command.\n"]
@@ -84,7 +84,7 @@ def cli() -> str:
 
 
 def errors() -> str:
-    from executor.errorcodes import CATALOGUE, MCP_MAPPINGS
+    from skill_executor.errorcodes import CATALOGUE, MCP_MAPPINGS
 
     legend = "\n".join(f"- **{key}**: {text}" for key, text in MCP_MAPPINGS.items())
     rows = "\n".join(
@@ -94,15 +94,15 @@ def errors() -> str:
     return (
         f"# Errors\n\n{GENERATED}Every refusal has the body "
         '`{"error": {"code": "...", "message": "...", "details": ...}}` with the status below; '
-        "the code is stable, the message is for people. The catalogue is `executor/errorcodes.py`.\n\n"
+        "the code is stable, the message is for people. The catalogue is `skill_executor/errorcodes.py`.\n\n"
         f"How an error reaches an MCP client (column MCP):\n\n{legend}\n\n"
         "| code | HTTP | MCP | meaning | what to do |\n|---|---|---|---|---|\n" + rows + "\n"
     )
 
 
 def openapi_document() -> dict[str, Any]:
-    from executor.api.app import create_app
-    from executor.config import Settings
+    from skill_executor.api.app import create_app
+    from skill_executor.config import Settings
 
     with tempfile.TemporaryDirectory() as data:
         document: dict[str, Any] = create_app(
@@ -125,8 +125,8 @@ def openapi(document: dict[str, Any]) -> str:
 
 
 def mcp_tools() -> str:
-    from executor.mcp.server import McpBackend, SkillServer
-    from executor.registry.repository import SkillRepository
+    from skill_executor.mcp.server import McpBackend, SkillServer
+    from skill_executor.registry.repository import SkillRepository
 
     def unused(*_: Any) -> Any:
         raise RuntimeError("not needed to list the tools")

@@ -1,0 +1,210 @@
+"""Runs: skill_run (sync or async), status, live events (SSE), cancel.
+
+Who may do what is the run manager's (and :mod:`skill_executor.access`'s) business; these
+routes only translate.  Nothing here blocks the event loop or holds a thread of the web
+server's pool while a run waits: admission (SQLite, the skill catalog) and building a
+large answer run on the manager's own threads (:meth:`RunManager.offload`), waiting for
+a run is awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ...access import Principal
+from ...activity import Activity
+from ...runs.manager import RunHandle, RunManager, shutdown_error, terminal
+from ...runs.models import RunRequest, RunResult
+from ...runs.store import FINAL, RunRecord, Status
+from ...web.auth import principal
+from ...web.problems import error_response
+from ..schemas import ERRORS, RunAccepted, RunRecordModel
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERRORS)
+
+#: How long ``DELETE /v1/runs/{id}`` waits for the run to stop before answering 202.
+CANCEL_SETTLE_SECONDS = 5.0
+#: How often a stream of a run of another process looks at its record.
+POLL_SECONDS = 0.2
+#: An answer with at most this much text (output, error, file contents) is built on the
+#: event loop (microseconds); a larger one on the run manager's threads.
+INLINE_ANSWER_CHARS = 64 * 1024
+
+
+def final_response(record: RunRecord) -> JSONResponse:
+    """A finished run's answer: its result, or the error it ended with (blocking for a
+    large result: build it through :meth:`RunManager.offload`)."""
+    kind, body = terminal(record)
+    if kind == "error":
+        status = int((record.error or {}).get("status", 500))
+        return error_response(status, body.get("code", "error"), body.get("message", ""), body.get("details"))
+    return JSONResponse(body, status_code=200)
+
+
+def _small(record: RunRecord) -> bool:
+    """Whether the answer for ``record`` is cheap enough to build on the event loop."""
+    body = record.result or {}
+    size = len(body.get("stdout") or "") + len(body.get("stderr") or "") + len(body.get("warnings") or ())
+    for item in body.get("output_files") or ():
+        size += len(item.get("content") or "")
+    return size + len(body.get("output_files") or ()) * 512 <= INLINE_ANSWER_CHARS
+
+
+def _answer(record: RunRecord, activity: Activity) -> JSONResponse:
+    # Building a large answer costs CPU: housekeeping steps aside meanwhile.
+    with activity.running():
+        return final_response(record)
+
+
+@router.post(
+    "",
+    summary="skill_run: run a command of a skill",
+    responses={
+        200: {"model": RunResult, "description": "the finished run (wait=true)"},
+        202: {"model": RunAccepted, "description": "accepted (wait=false)"},
+    },
+    response_model=None,
+)
+async def create_run(
+    body: RunRequest,
+    request: Request,
+    wait: bool = Query(default=True, description="false: return 202 with the run id at once"),
+    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key", max_length=255),
+    who: Principal = Depends(principal),
+) -> JSONResponse:
+    manager: RunManager = request.app.state.manager
+    record, handle, replayed = await manager.submit_async(body, principal=who, idempotency_key=idempotency_key)
+    if body.session is not None and not replayed:  # the agent uses this skill: its context says so
+        await manager.offload(request.app.state.executor.contexts.used, who.id, body.session, body.skill)
+    if not wait:
+        accepted = RunAccepted(run_id=record.run_id, status=record.status, replayed=replayed)
+        return JSONResponse(accepted.model_dump(), status_code=202, headers={"Location": f"/v1/runs/{record.run_id}"})
+    final = await manager.wait(record, handle)
+    if _small(final):
+        response = final_response(final)
+    else:
+        response = await manager.offload(_answer, final, request.app.state.executor.runtime.activity)
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return response
+
+
+@router.get("/{run_id}", response_model=RunRecordModel, summary="A run's status and, once finished, its result")
+def get_run(run_id: str, request: Request, who: Principal = Depends(principal)) -> RunRecordModel:
+    record = request.app.state.manager.get(run_id, who)
+    data = record.to_dict()
+    if data["error"]:
+        data["error"] = {k: v for k, v in data["error"].items() if k != "status"}
+    return RunRecordModel.model_validate(data)
+
+
+def _sse(event: str, data: object, event_id: int | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _payload(kind: str, data: object) -> object:
+    if kind in ("stdout", "stderr"):
+        return {"data": data}
+    if kind == "status":
+        return {"status": data}
+    return data
+
+
+def _last_event_id(value: str | None) -> int:
+    """The id a reconnecting client saw last (ids are 1, 2, ...); anything else is 0."""
+    text = (value or "").strip()
+    return int(text) if text.isdigit() and len(text) <= 18 else 0
+
+
+async def _live(handle: RunHandle, after: int) -> AsyncIterator[bytes]:
+    async for event_id, kind, data in handle.stream(after):
+        yield _sse(kind, _payload(kind, data), event_id)
+
+
+async def _recorded(manager: RunManager, record: RunRecord, after: int) -> AsyncIterator[bytes]:
+    """A run with no live view here: one that has ended, or one of another process
+    (polled until it ends, or until this process shuts down)."""
+    status = None
+    while record.status not in FINAL:
+        if record.status != status:
+            status = record.status
+            yield _sse("status", {"status": status})
+        if manager.closing:
+            yield _sse("error", shutdown_error().to_dict()["error"])
+            return
+        await asyncio.sleep(POLL_SECONDS)
+        record = await manager.offload(manager.reload, record)
+    kind, body = terminal(record)
+    count = record.events
+    # The last two events carry the ids the live stream gave them, when it was recorded.
+    for event_id, event, data in (
+        (count - 1 if count else None, "status", {"status": record.status}),
+        (count, kind, body),
+    ):
+        if event_id is None or event_id > after:
+            yield _sse(event, data, event_id)
+
+
+@router.get(
+    "/{run_id}/events",
+    summary="Stream a run's output and result as Server-Sent Events",
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "events, each with an id: status (queued, running, then the final one, each "
+            'once), stdout, stderr ({"data": text}), then result or error. With '
+            "Last-Event-ID, only the events after that id",
+        },
+        204: {"description": "Last-Event-ID names the run's last event: nothing more will come"},
+    },
+)
+async def run_events(
+    run_id: str,
+    request: Request,
+    who: Principal = Depends(principal),
+    last_event_id: str | None = Header(default=None, alias="Last-Event-ID", max_length=64),
+) -> Response:
+    manager: RunManager = request.app.state.manager
+    after = _last_event_id(last_event_id)
+    record = await manager.offload(lambda: manager.get(run_id, who, action="run.events"))
+    handle = manager.handle(run_id)
+    if handle is None and record.status not in FINAL:
+        record = await manager.offload(manager.reload, record)  # it may have ended a moment ago
+    if handle is None and record.status in FINAL and record.events is not None and after >= record.events:
+        return Response(status_code=204)
+    stream = _live(handle, after) if handle is not None else _recorded(manager, record, after)
+    return StreamingResponse(
+        stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+
+
+@router.delete(
+    "/{run_id}",
+    response_model=RunAccepted,
+    summary="Cancel a run (kills its container) and answer the state it ended in",
+    responses={
+        200: {
+            "model": RunAccepted,
+            "description": "the run has stopped: its final status (cancelled, or "
+            "completed/failed when it ended before the cancellation)",
+        },
+        202: {
+            "model": RunAccepted,
+            "description": f"still stopping after {CANCEL_SETTLE_SECONDS:g} s: its current status (queued or running)",
+        },
+    },
+)
+async def cancel_run(run_id: str, request: Request, who: Principal = Depends(principal)) -> JSONResponse:
+    manager: RunManager = request.app.state.manager
+    handle = await manager.offload(manager.cancel, run_id, who)
+    final = await manager.settle(handle, CANCEL_SETTLE_SECONDS)
+    if final is not None:
+        return JSONResponse(RunAccepted(run_id=run_id, status=final.status).model_dump(), status_code=200)
+    current: Status = "running" if handle.started else "queued"
+    return JSONResponse(RunAccepted(run_id=run_id, status=current).model_dump(), status_code=202)

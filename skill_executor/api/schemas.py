@@ -1,0 +1,292 @@
+"""Response models of the HTTP API (they make /openapi.json precise)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, StrictInt, StrictStr
+
+from ..context.service import MAX_BUDGET_TOKENS
+from ..runs.models import RunResult
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: Any = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class Finding(BaseModel):
+    code: str
+    message: str
+
+
+class SkillSummary(BaseModel):
+    name: str
+    id: str
+    description: str
+    tokens: int = Field(description="estimated tokens of this overview entry (4 characters per token)")
+    location: str = Field(description="path of SKILL.md as a run sees it")
+    score: float | None = None
+
+
+class SkillList(BaseModel):
+    skills: list[SkillSummary]
+    count: int
+    total_tokens: int
+    token_estimate: str = "ceil(characters / 4)"
+
+
+class FileInfo(BaseModel):
+    path: str
+    size: int
+    kind: str
+
+
+class SkillDetail(BaseModel):
+    name: str
+    id: str
+    description: str
+    license: str | None = None
+    compatibility: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    allowed_tools: list[str] = Field(default_factory=list)
+    extras: dict[str, Any] = Field(default_factory=dict)
+    body: str
+    body_tokens: int
+    version: int | None = Field(default=None, description="the registry version loaded")
+    digest: str | None = Field(default=None, description="its digest, sha256:<hex>")
+    docs: list[FileInfo]
+    scripts: list[FileInfo]
+    references: list[FileInfo]
+    assets: list[FileInfo]
+    files: list[FileInfo]
+    warnings: list[Finding]
+
+
+class DocEntry(BaseModel):
+    path: str
+    size: int
+    tokens: int
+    content: str | None = None
+    truncated: bool = False
+    binary: bool = False
+    note: str | None = Field(default=None, description="how the requested name matched this doc, when not exactly")
+
+
+class DocList(BaseModel):
+    skill: str
+    docs: list[DocEntry]
+
+
+class ValidationFinding(BaseModel):
+    code: str
+    message: str
+    severity: str
+
+
+class Installed(BaseModel):
+    id: str
+    name: str
+    path: str
+    replaced: bool
+    files: list[FileInfo]
+    warnings: list[Finding]
+    version: int | None = Field(default=None, description="the registry version published (or returned)")
+    digest: str | None = Field(default=None, description="its digest, sha256:<hex>")
+    created: bool = Field(default=True, description="false: identical to the latest version, which is returned")
+    is_default: bool = False
+    strict: bool = False
+    findings: list[ValidationFinding] = Field(default_factory=list, description="every validation finding")
+
+
+class VersionFile(BaseModel):
+    path: str
+    sha256: str = Field(description="of the content; of the target for a link")
+    size: int
+    executable: bool
+    link: str | None = Field(default=None, description="a symbolic link's target (kept as a link)")
+
+
+class VersionInfo(BaseModel):
+    skill: str
+    version: int
+    digest: str
+    created_at: float
+    source: Literal["upload", "folder"] | str
+    created_by: str
+    file_count: int
+    size: int
+    is_default: bool
+    is_latest: bool
+    files: list[VersionFile] | None = None
+
+
+class VersionList(BaseModel):
+    skill: str
+    default_version: int | None
+    latest_version: int | None
+    default_held: bool = Field(
+        default=False,
+        description="the default was set explicitly (not to `latest`): "
+        "a changed folder of a folder-root skill does not move it",
+    )
+    versions: list[VersionInfo]
+
+
+class SkillUpdate(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    # strict: a JSON true is not version 1; the text goes to the one parser (skill_executor/registry/refs.py)
+    default_version: StrictInt | StrictStr = Field(
+        description="a version number, `latest` (the default then follows the latest version), `default`, "
+        "or sha256:<hex>"
+    )
+
+
+class AuditRecord(BaseModel):
+    id: int
+    at: float
+    actor: str
+    action: str
+    skill: str
+    version: int | None
+    digest: str | None
+    detail: str | None
+
+
+class AuditLog(BaseModel):
+    entries: list[AuditRecord]
+
+
+class RunAccepted(BaseModel):
+    run_id: str
+    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    replayed: bool = False
+
+
+class RunRecordModel(BaseModel):
+    run_id: str
+    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    skill: str
+    session: str | None = None
+    created_at: float
+    updated_at: float
+    request: dict[str, Any]
+    result: RunResult | None = None
+    error: ErrorBody | None = None
+    owner: str = Field(description="the key id (tenant) the run belongs to")
+
+
+class ArtifactModel(BaseModel):
+    name: str
+    version: int
+    size: int
+    sha256: str
+    mime_type: str
+    created_at: float
+    run_id: str | None = None
+    owner: str = Field(description="the key id (tenant) the artifact belongs to")
+    ref: str
+
+
+class ArtifactList(BaseModel):
+    artifacts: list[ArtifactModel]
+
+
+class ToolList(BaseModel):
+    format: Literal["openai", "anthropic", "mcp"]
+    tools: list[dict[str, Any]]
+
+
+class ToolCall(BaseModel):
+    name: str = Field(min_length=1, max_length=64)
+    arguments: dict[str, Any] | str | None = None
+    format: Literal["openai", "anthropic", "mcp"] | None = Field(
+        default=None, description="also answer `message`: the result as this format's tool-result message"
+    )
+    id: str | None = Field(
+        default=None,
+        max_length=256,
+        description="the model's id of this call (tool_use_id, tool_call_id), put in `message`",
+    )
+    session: str | None = Field(
+        default=None, max_length=128, description="the session of the context_* tools when their arguments name none"
+    )
+
+
+class ToolCallResult(BaseModel):
+    name: str
+    content: str
+    is_error: bool
+    data: Any = None
+    message: dict[str, Any] | None = Field(
+        default=None,
+        description="with `format`: the message to append to the conversation as it is -- "
+        "Anthropic tool_result block (is_error), OpenAI tool message (an error's text "
+        "starts with 'error:'), MCP CallToolResult (isError)",
+    )
+
+
+class Check(BaseModel):
+    ok: bool
+    detail: str
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unhealthy"]
+    runtime: str
+    checks: dict[str, Check]
+    #: The checks that fail (empty when healthy).
+    failing: list[str] = []
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 421, 422, 429, 503)
+}
+
+
+# -- agent context (/v1/sessions/{session}/context) ---------------------------------------
+
+
+class ContextBudget(BaseModel):
+    """Overrides of the context budget for one request (the settings' otherwise)."""
+
+    model_config = {"extra": "forbid"}
+    max_tokens: int | None = Field(default=None, gt=0, le=MAX_BUDGET_TOKENS)
+    skill_tokens: int | None = Field(default=None, gt=0, le=MAX_BUDGET_TOKENS)
+    doc_tokens: int | None = Field(default=None, gt=0, le=MAX_BUDGET_TOKENS)
+    high_water: float | None = Field(default=None, gt=0, le=1)
+
+
+Evict = Literal["none", "lru", "mention"]
+
+
+class ContextLoad(BaseModel):
+    model_config = {"extra": "forbid"}
+    skill: str = Field(min_length=1, max_length=300, description="name, or name@version to pin another version")
+    evict: Evict = Field(default="none", description="when it does not fit: none (refuse), lru, mention")
+    messages: list[str] = Field(
+        default_factory=list, max_length=100, description="the last messages' text, for evict=mention"
+    )
+    budget: ContextBudget | None = None
+
+
+class ContextSkill(BaseModel):
+    model_config = {"extra": "forbid"}
+    skill: str = Field(min_length=1, max_length=300)
+
+
+class ContextSelectDocs(BaseModel):
+    model_config = {"extra": "forbid"}
+    skill: str = Field(min_length=1, max_length=300)
+    docs: list[str] | None = Field(default=None, max_length=1000, description="doc paths (skill_list_docs)")
+    all: bool = Field(default=False, description="every doc the skill ships")
+    mode: Literal["add", "replace", "clear"] = "add"
+    evict: Evict = "none"
+    messages: list[str] = Field(default_factory=list, max_length=100)
+    budget: ContextBudget | None = None

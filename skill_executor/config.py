@@ -1,0 +1,236 @@
+"""Service settings: every knob is a ``SKILL_EXECUTOR_*`` environment variable.
+
+List settings accept a comma-separated string (``SKILL_EXECUTOR_SKILLS_DIRS=a,b``) or a
+JSON array.  Settings are the only process-wide state; everything else is built from
+them and passed explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+PathList = Annotated[list[Path], NoDecode]
+StrList = Annotated[list[str], NoDecode]
+
+
+def _split_list(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Defaults are the embedded configuration: local disk, SQLite, ``./skills``."""
+
+    # Each field's docstring is its description (the docs' settings reference is generated from them).
+    model_config = SettingsConfigDict(env_prefix="SKILL_EXECUTOR_", extra="ignore", use_attribute_docstrings=True)
+
+    # -- where things live ---------------------------------------------------------
+    skills_dirs: PathList = Field(default_factory=lambda: [Path("skills")])
+    """Read-only skill roots, in precedence order (never written to)."""
+    data_dir: Path = Path("data")
+    """Artifacts (SQLite and blobs), run records, workspaces, installed skills, the registry."""
+    workspace_root: Path | None = None  # default: <data_dir>/workspaces
+    """Run and session workspaces (default: <data_dir>/workspaces)."""
+    skills_refresh_seconds: float = 2.0
+    """How stale the skill catalog may get before a background rescan (0: rescan on every read)."""
+
+    # -- runs ----------------------------------------------------------------------
+    runtime: Literal["docker", "local"] = "docker"
+    """Where runs execute: docker (sandboxed) or local (no sandbox; loopback only)."""
+    default_timeout: float = 60.0
+    """A run's timeout in seconds when the request gives none."""
+    max_timeout: float = 900.0
+    """The longest timeout a request may ask for, in seconds."""
+    stdout_max_bytes: int = 1 * MiB
+    """Bytes of stdout kept per run (the rest is cut, and the result says so)."""
+    stderr_max_bytes: int = 1 * MiB
+    """Bytes of stderr kept per run (the rest is cut, and the result says so)."""
+    max_stdin_bytes: int = 4 * MiB
+    """The largest stdin a run request may carry."""
+    max_command_bytes: int = 128 * 1024 - 1  # the kernel's limit for one argument
+    """The longest command (the kernel's limit for one argument)."""
+    max_env_vars: int = 256
+    """The most environment variables one run request may set."""
+    max_env_bytes: int = 1 * MiB
+    """The most bytes all of a run's environment variables may take."""
+    max_inputs: int = 64
+    """The most inputs one run may stage."""
+    max_staged_bytes: int = 512 * MiB
+    """The most bytes all inputs of one run may stage (a folder counts 4 KiB)."""
+    allowed_host_roots: PathList = Field(default_factory=list)
+    """Host folders host:// inputs may come from (none: host inputs are refused)."""
+    session_ttl_seconds: float = 3600.0
+    """Idle time before a session's work (and its agent context) is deleted."""
+    session_disk_bytes: int = 1 * GiB  # a session's work/ across its runs
+    """The most a session's work/ may hold across its runs."""
+    sessions_per_tenant: int = Field(default=64, gt=0)  # then a new session is refused (429 session_limit)
+    """Sessions one tenant (API key) may keep at once; a run that would start another is refused."""
+    keep_workspaces: bool = False
+    """Keep run workspaces after the run, for debugging."""
+    artifact_ttl_seconds: float | None = Field(default=None, gt=0)  # None: artifact versions never expire
+    """Artifact versions expire this long after they were saved (none: never)."""
+
+    # -- agent context (GET/POST /v1/sessions/{session}/context; expires with session_ttl_seconds) --
+    context_max_tokens: int = Field(default=200_000, gt=0)  # the agent's context window
+    """An agent context's window, in tokens."""
+    context_skill_tokens: int = Field(default=8_000, gt=0)  # the most one loaded skill may take
+    """The most tokens one loaded skill may take."""
+    context_doc_tokens: int = Field(default=8_000, gt=0)  # the most one selected doc may take
+    """The most tokens one selected doc may take."""
+    context_high_water: float = Field(default=0.9, gt=0, le=1)  # loads stop at this share of the maximum
+    """The share of the window loads may fill before they stop."""
+    context_token_counter: Literal["estimate", "tiktoken-cl100k"] = "estimate"
+    """estimate (characters / 4) or tiktoken-cl100k (exact, offline; the tokens extra)."""
+
+    # -- output caps: the most a request may ask for --------------------------------
+    max_output_files: int = 1000
+    """The most output files a request may ask for."""
+    max_output_file_bytes: int = 64 * MiB
+    """The largest single output file a request may ask for."""
+    max_output_total_bytes: int = 256 * MiB
+    """The most bytes of output files a request may ask for."""
+
+    # -- HTTP service ---------------------------------------------------------------
+    host: str = "127.0.0.1"
+    """The address serve listens on."""
+    port: int = 8080
+    """The port serve listens on."""
+    api_keys: StrList = Field(default_factory=list)
+    """Bearer tokens of tenants (required off loopback)."""
+    admin_keys: StrList = Field(default_factory=list)
+    """Bearer tokens of admins (act for any tenant, audited; install and publish skills)."""
+    api_keys_file: Path | None = None
+    """A file of API keys, re-read when it changes."""
+    allowed_origins: StrList = Field(default_factory=list)  # browser origins allowed cross-origin (CORS)
+    """Browser origins allowed to call the API cross-origin, with CORS; all others are refused."""
+    max_request_bytes: int = 64 * MiB
+    """The largest request body."""
+    max_file_read_bytes: int = 4 * MiB
+    """The most bytes of one skill file or doc returned."""
+    install_dir: Path | None = None  # default: <data_dir>/skills
+    """The install root: where uploaded skills are installed (default: <data_dir>/skills)."""
+    # -- skill registry (uploads: POST /v1/skills, POST /v1/skills/{name}/versions) --
+    skill_upload_max_bytes: int = 64 * MiB  # one upload (an archive, or all files[] parts together)
+    """The most bytes one skill upload may hold (also capped by max_request_bytes)."""
+    skill_upload_max_files: int = 2000  # files in one upload
+    """The most files one skill upload may hold."""
+    skill_upload_strict: bool = False  # spec violations refuse an upload (a request's ?strict= overrides)
+    """Spec violations refuse an upload (a request's ?strict= overrides)."""
+    skill_refuse_reserved_names: bool = False  # refuse names the hosted platforms reserve ("anthropic", "claude")
+    """Refuse skill names holding a word the hosted platforms reserve (anthropic, claude)."""
+    log_json: bool = True
+    """Log JSON lines (else plain text)."""
+    # How long a shutdown (SIGTERM) lets runs in flight finish before cancelling them;
+    # under `docker stop`'s 10 s with room for the cancellation and the clean-up.
+    shutdown_grace_seconds: float = Field(default=8.0, ge=0)
+    """On SIGTERM, how long runs in flight may finish before they are cancelled."""
+    # -- MCP over HTTP (/mcp): sessions (skill_executor/mcp/sessions.py) --
+    mcp_sessions_per_key: int = Field(default=32, gt=0)  # open MCP sessions one key may hold (429 past it)
+    """Open MCP sessions (/mcp) one key may hold (429 mcp_session_limit past it)."""
+    mcp_session_idle_seconds: float = Field(default=1800.0, gt=0, allow_inf_nan=False)  # then the session is closed
+    """Idle time after which an MCP session is closed."""
+
+    # -- Docker runtime --------------------------------------------------------------
+    docker_image: str = "skill-executor/runner:latest"
+    """The runner image every run's container starts from."""
+    docker_memory_bytes: int = 1 * GiB
+    """Memory limit of one run's container."""
+    docker_cpus: float = 1.0
+    """CPUs of one run's container."""
+    docker_pids_limit: int = 256
+    """The most processes and threads in one run's container."""
+    docker_user: str = "1000:1000"
+    """The uid:gid a run executes as."""
+    docker_network_disabled: bool = True
+    """Runs get no network (only loopback)."""
+    docker_tmpfs_bytes: int = 64 * MiB
+    """Size of a container's /tmp (tmpfs)."""
+    docker_disk_bytes: int = 1 * GiB
+    """The most a run may write to its workspace."""
+    disk_cap: Literal["hard", "soft"] = "hard"
+    """hard: a file system per workspace (and session's work/) refuses writes past the cap; soft: polled."""
+    docker_nofile: int = 1024
+    """Open-file limit inside a run."""
+    docker_oci_runtime: str | None = None
+    """The engine's OCI runtime for every container (runsc: gVisor; default: the engine's)."""
+    docker_allow_vsock: bool = False  # AF_VSOCK sockets (not covered by a network namespace)
+    """Let runs open AF_VSOCK sockets (a network namespace does not cover vsock)."""
+    pool_size: int = 2
+    """Warm containers kept started."""
+    pool_max_idle_seconds: float = 600.0
+    """The longest a warm container stays idle."""
+    max_concurrent_runs: int = Field(default_factory=lambda: 2 * max(1, os.cpu_count() or 1))
+    """Runs executing at once (default: 2 x the CPU count)."""
+    max_queued_runs: int = 64
+    """Runs waiting for a slot before new ones are refused (429 busy)."""
+    instance_id: str | None = None  # this process's lease name under the workspace root (default: random)
+    """This process's lease name under the workspace root (default: random)."""
+    cleanup_workers: int = 4  # parallel removals of used containers and workspaces
+    """Parallel removals of used containers and workspaces."""
+
+    # -- skill dependencies (resolved on the host into <data_dir>/envs, never in a run) ----
+    skill_deps: Literal["install", "off"] = "install"
+    """install: resolve skills' declared dependencies into <data_dir>/envs; off: never."""
+    package_index_url: str | None = None  # default: PyPI (pip's configuration files and PIP_* are ignored)
+    """The Python package index skills' needs are resolved from (default: PyPI; pip's own configuration is ignored)."""
+    wheelhouse: Path | None = None  # a folder of wheels: resolve from it alone (pip --no-index --find-links)
+    """A folder of wheels: resolve Python needs from it alone (offline)."""
+    npm_registry: str | None = None  # default: registry.npmjs.org (the user's and global npmrc are ignored)
+    """The npm registry skills' needs are resolved from (default: registry.npmjs.org; npmrc files are ignored)."""
+    npm_wheelhouse: Path | None = None  # a folder of npm tarballs (*.tgz): resolve from it alone (npm --offline)
+    """A folder of npm tarballs (*.tgz): resolve npm needs from it alone (offline)."""
+    host_tools_user: str = "nobody"
+    """When the service runs as root, pip and npm run as this user ('root': as the service itself)."""
+    host_tools_python: str | None = None
+    """The Python (CPython 3.8+ with pip) that runs pip for dependency resolution (default: the service's own)."""
+
+    @field_validator("api_keys", "admin_keys", "allowed_origins", mode="before")
+    @classmethod
+    def _strs(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("skills_dirs", "allowed_host_roots", mode="before")
+    @classmethod
+    def _paths(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @property
+    def workspaces(self) -> Path:
+        return self.workspace_root or self.data_dir / "workspaces"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.data_dir / "artifacts"
+
+    @property
+    def envs_dir(self) -> Path:
+        """Where skills' dependency environments live (mounted read-only into every container)."""
+        return (self.data_dir / "envs").resolve()
+
+    @property
+    def install_root(self) -> Path:
+        """Where installs go, and the only skills folder the service writes to."""
+        return self.install_dir or self.data_dir / "skills"
+
+    @property
+    def registry_dir(self) -> Path:
+        """The skill registry: immutable versions, their blobs, pointers and the audit log."""
+        return self.data_dir / "registry"
+
+    @property
+    def skill_roots(self) -> list[Path]:
+        """Where skills are discovered: the read-only skills dirs, then the install root."""
+        return [*self.skills_dirs, self.install_root]

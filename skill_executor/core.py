@@ -1,0 +1,108 @@
+"""Assemble the library's parts from :class:`~skill_executor.config.Settings`.
+
+The CLI and the HTTP service both build an :class:`Executor`; tests and embedders can
+too.  Nothing here is global: two executors with different settings coexist.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from dataclasses import dataclass
+
+from .artifacts.store import LocalArtifactStore
+from .config import Settings
+from .context import Budget, ContextService, ContextStore, counter
+from .envs import SkillEnvs
+from .errors import BadRequest
+from .hosttools import seal_data_dir
+from .registry import SkillRepository
+from .registry.repository import check_layout
+from .registry.store import Registry
+from .runs.pipeline import SkillRunner
+from .runtimes.base import Runtime
+
+
+def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtime:
+    """The configured runtime; ``wait_for_engine``: start degraded without the Docker
+    engine (the service) rather than fail (the CLI)."""
+    if settings.runtime == "local":
+        from .runtimes.local import LocalRuntime
+
+        return LocalRuntime(settings)
+    if settings.runtime == "docker":
+        from .runtimes.docker import DockerRuntime
+
+        return DockerRuntime(settings, wait_for_engine=wait_for_engine)
+    raise BadRequest(f"unknown runtime {settings.runtime!r}")
+
+
+def make_contexts(settings: Settings, repository: SkillRepository, visible_skills_dir: str | None) -> ContextService:
+    """Agents' contexts in ``<data>/context.db``, expiring with the sessions' TTL."""
+    budget = Budget(
+        settings.context_max_tokens,
+        settings.context_skill_tokens,
+        settings.context_doc_tokens,
+        settings.context_high_water,
+    )
+    return ContextService(
+        repository,
+        ContextStore(settings.data_dir / "context.db", settings.session_ttl_seconds),
+        budget=budget,
+        counter=counter(settings.context_token_counter),
+        visible_skills_dir=visible_skills_dir,
+    )
+
+
+def _raise_descriptor_limit(most: int = 65536) -> None:
+    """Walks of run trees hold a descriptor per folder level: allow what the hard limit does."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = most if hard == resource.RLIM_INFINITY else min(hard, most)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+@dataclass(slots=True)
+class Executor:
+    settings: Settings
+    repository: SkillRepository
+    artifacts: LocalArtifactStore
+    runtime: Runtime
+    runner: SkillRunner
+    #: agents' contexts per session (what they loaded), shared by the library, REST, MCP and tools
+    contexts: ContextService
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, runtime: Runtime | None = None, *, wait_for_engine: bool = False
+    ) -> Executor:
+        # before anything is created: nothing may be written into a read-only skills root
+        check_layout(
+            settings.skills_dirs, settings.install_root, [settings.registry_dir, settings.data_dir, settings.workspaces]
+        )
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        _raise_descriptor_limit()
+        repository = SkillRepository(
+            settings.skills_dirs,
+            install_root=settings.install_root,
+            refresh_interval=settings.skills_refresh_seconds,
+            deps=SkillEnvs.from_settings(settings),
+            registry=Registry(settings.registry_dir),
+            service_dirs=[settings.data_dir, settings.workspaces],
+        )
+        artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
+        runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
+        contexts = make_contexts(settings, repository, runtime.visible_skills_dir)
+        # pip and npm run as HOST_TOOLS_USER: nothing stored here is theirs to read.
+        seal_data_dir(settings.data_dir, shared=[settings.envs_dir])
+        return cls(
+            settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime), contexts
+        )
+
+    def close(self, timeout: float = 300.0) -> None:
+        """Stop the runner's workers, then close the runtime within ``timeout`` (a bound for a
+        pathological cleanup, e.g. a run that left 50,000 folders): what its
+        cleanup cannot finish by then is swept by the next start."""
+        deadline = time.monotonic() + timeout
+        self.runner.close()
+        self.runtime.close(timeout=max(0.5, deadline - time.monotonic()))

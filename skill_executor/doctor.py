@@ -1,0 +1,420 @@
+"""Preflight: what a skill needs from its image, and whether the image has it.
+
+:func:`diagnose` scans the skill (:mod:`skill_executor.preflight`, static), then runs ONE
+probe in the sandbox through the normal run pipeline -- so the skill's own environment
+is part of the answer -- that looks for every command (``shutil.which``, as
+``command -v``), Python module (``importlib.util.find_spec`` over the run's import path:
+the skill folder, the run's ``PYTHONPATH``, the image's site-packages) and Node module
+(``require.resolve`` from the skill folder with the run's ``NODE_PATH``), and prints JSON.
+
+Nothing of the skill runs in the probe: Python starts isolated (``python3 -I -S``: no
+``PYTHONPATH``, working directory or user site on its own path, so no ``sitecustomize.py``,
+``json.py`` or ``.pth`` of the skill is imported), adds the image's site-packages itself
+and looks the skill's paths up as data; Node starts from ``/`` with only ``PATH`` and
+``NODE_PATH``.  The names come from untrusted skills: they travel as JSON on the probe's
+stdin, never through a shell.  The answer is untrusted data too (:func:`parse_answer`:
+bounded, strictly typed, exactly the names asked); anything else is a failed probe -- a
+``doctor_probe_failed`` finding and ``ok: false``, never trusted and never a 5xx.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
+
+from .access import LOCAL_TENANT
+from .envs import DependenciesUnmet
+from .preflight import ImageNeeds, locations, python_distribution, scan
+from .runs.models import RunRequest
+from .skills import Skill
+
+if TYPE_CHECKING:
+    from .core import Executor
+
+#: At most this many names (commands, modules) are probed; the rest is reported as not checked.
+MAX_PROBE_NAMES = 500
+#: Seconds the probe may take (capped by the server's maximum run timeout).
+PROBE_TIMEOUT = 60.0
+
+#: A command the probe did not check (no run could start).
+NOT_CHECKED = ""
+#: The most of the probe's output that is parsed (an answer is a few KiB per 100 names).
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+#: The finding of a probe that failed or answered something that is not an answer.
+PROBE_FAILED = "doctor_probe_failed"
+
+#: Network reasons the table shows (the JSON has them all).
+TABLE_REASONS = 10
+
+NO_NETWORK = "runs have no network access: whatever needs it fails at run time unless the image provides it"
+NO_NETWORK_LOCAL = "the local runtime (development only) has the host's network; runs of the Docker runtime have none"
+
+#: Looks for Node modules the way ``require`` would from the skill folder (NODE_PATH
+#: included); a package whose entry point is not ``require``-able (ESM only, types only)
+#: counts when its folder is on a lookup path.  Started from ``/``: the skill folder is
+#: data (``dir`` on stdin), resolution only reads its ``package.json`` files.
+NODE_PROBE = r"""
+const fs = require('fs'), path = require('path'), Module = require('module');
+let input = '';
+process.stdin.on('data', d => input += d).on('end', () => {
+  const {dir, names} = JSON.parse(input), found = {};
+  const dirs = [...Module._nodeModulePaths(dir),
+                ...(process.env.NODE_PATH || '').split(path.delimiter).filter(Boolean),
+                ...(Module.globalPaths || [])];
+  for (const name of names) {
+    let ok = false;
+    try { require.resolve(name, {paths: [dir]}); ok = true; } catch (e) {
+      ok = dirs.some(d => fs.existsSync(path.join(d, name, 'package.json')));
+    }
+    found[name] = ok;
+  }
+  process.stdout.write(JSON.stringify(found));
+});
+"""
+
+#: Runs in the sandbox as ``python3 -I -S`` with the names as JSON on stdin; prints one
+#: JSON object.  Only the standard library and the image's site set-up run in it.
+PROBE = r"""
+import sys
+sys.dont_write_bytecode = True
+import importlib.util, json, os, shutil, site, subprocess
+names = json.loads(sys.stdin.read(MAX_INPUT))
+skill = os.getcwd()
+out = {"commands": {}, "python": {}, "node": {}, "errors": []}
+for name in names["commands"]:
+    out["commands"][name] = shutil.which(name)
+site.main()  # the image's site-packages (-I: none of the user's, nothing of the skill)
+sys.path[:0] = [skill, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+for name in names["python"]:
+    try:  # a top-level name only: find_spec imports the parents of a dotted one
+        out["python"][name] = name.isidentifier() and importlib.util.find_spec(name) is not None
+    except Exception:
+        out["python"][name] = False
+if names["node"]:
+    node = shutil.which("node")
+    if node is None:
+        out["errors"].append("node is not on PATH: no Node module can be loaded")
+        out["node"] = {name: False for name in names["node"]}
+    else:
+        try:
+            env = {k: os.environ[k] for k in ("PATH", "NODE_PATH") if k in os.environ}
+            done = subprocess.run([node, "-e", names["node_probe"]], cwd="/", env=env,
+                                  input=json.dumps({"dir": skill, "names": names["node"]}),
+                                  capture_output=True, text=True, timeout=names["node_timeout"])
+            found = json.loads(done.stdout[:MAX_INPUT])
+            out["node"] = {name: found.get(name) is True for name in names["node"]}
+        except Exception as exc:
+            out["errors"].append(f"the Node probe failed: {type(exc).__name__}")
+            out["node"] = {name: False for name in names["node"]}
+print("\n" + json.dumps(out))
+""".replace("MAX_INPUT", str(MAX_ANSWER_BYTES))
+
+
+class CommandNeed(BaseModel):
+    name: str
+    found: bool | None = Field(description="null: not checked (no run could start; see findings)")
+    path: str | None = Field(default=None, description="where the sandbox finds it")
+    optional: bool = Field(
+        default=False, description="only looked for (shutil.which, command -v) or run in try/except FileNotFoundError"
+    )
+    used_in: list[str] = Field(description="file:line of each use")
+
+
+class PythonNeed(BaseModel):
+    module: str = Field(description="the top-level import name")
+    distribution_hint: str | None = Field(default=None, description="the usual distribution, when named otherwise")
+    found: bool | None = Field(description="null: not checked (no run could start; see findings)")
+    optional: bool = Field(description="every import of it is guarded (try/except ImportError, TYPE_CHECKING)")
+    used_in: list[str]
+
+
+class NodeNeed(BaseModel):
+    module: str
+    found: bool | None = Field(description="null: not checked (no run could start; see findings)")
+    used_in: list[str]
+
+
+class Missing(BaseModel):
+    commands: list[str] = Field(default_factory=list, description="required commands only (optional ones are not)")
+    python: list[str] = Field(default_factory=list, description="required modules only (optional ones are not)")
+    node: list[str] = Field(default_factory=list)
+
+
+class NetworkReason(BaseModel):
+    file: str
+    line: int
+    why: str
+    level: Literal["yes", "maybe"]
+
+
+class Network(BaseModel):
+    needed: Literal["yes", "maybe", "no"]
+    reasons: list[NetworkReason] = Field(default_factory=list)
+    note: str = NO_NETWORK
+
+
+class DoctorFinding(BaseModel):
+    code: str
+    message: str
+    file: str | None = None
+    line: int | None = None
+
+
+class DoctorReport(BaseModel):
+    """What a skill needs, what the image (plus the skill's environment) has, what is missing."""
+
+    skill: str
+    image: str | None = Field(description="the runner image probed (None: the local runtime, the host)")
+    commands: list[CommandNeed]
+    python: list[PythonNeed]
+    node: list[NodeNeed]
+    missing: Missing
+    network: Network
+    findings: list[DoctorFinding]
+    ok: bool = Field(description="nothing required is missing and the skill does not need the network")
+
+
+def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> DoctorReport:
+    """Scan skill ``name`` and probe its sandbox (one run). Blocking: call it off an event loop."""
+    skill = executor.repository.get(name)
+    needs = scan(skill, max_bytes=executor.settings.max_file_read_bytes)
+    findings = [DoctorFinding(code=n.code, message=n.message, file=n.file, line=n.line) for n in needs.notes]
+    commands, python, node = _bounded(needs, findings)
+    probed: dict[str, Any] = {"commands": {}, "python": {}, "node": {}}
+    if commands or python or node:  # nothing to look for: no run
+        unchecked = {
+            "commands": dict.fromkeys(commands, NOT_CHECKED),
+            "python": dict.fromkeys(python),
+            "node": dict.fromkeys(node),
+        }
+        try:
+            probed = _probe(executor, skill, commands, python, node, tenant)
+        except DependenciesUnmet as exc:  # no run can start: say so, and what the scan found
+            unmet = exc.details.get("unmet") if isinstance(exc.details, dict) else None
+            findings.append(DoctorFinding(code=exc.code, message=exc.message + (f": {unmet}" if unmet else "")))
+            probed = unchecked
+        except ProbeFailed as exc:  # no answer to trust: nothing was checked
+            findings.append(DoctorFinding(code=PROBE_FAILED, message=str(exc)))
+            probed = unchecked
+    findings += [DoctorFinding(code="probe", message=m) for m in probed.get("errors", [])]
+    return report(skill, _image(executor), needs, probed, findings)
+
+
+def _bounded(needs: ImageNeeds, findings: list[DoctorFinding]) -> tuple[list[str], list[str], list[str]]:
+    names = [
+        *(("c", n) for n in sorted(needs.commands)),
+        *(("p", n) for n in sorted(needs.python)),
+        *(("n", n) for n in sorted(needs.node)),
+    ]
+    if len(names) > MAX_PROBE_NAMES:
+        left = [n for _, n in names[MAX_PROBE_NAMES:]]
+        findings.append(
+            DoctorFinding(
+                code="too_many_names",
+                message=f"only {MAX_PROBE_NAMES} names were checked; not checked: {', '.join(left[:20])}"
+                + (" ..." if len(left) > 20 else ""),
+            )
+        )
+        names = names[:MAX_PROBE_NAMES]
+    return ([n for k, n in names if k == "c"], [n for k, n in names if k == "p"], [n for k, n in names if k == "n"])
+
+
+def _image(executor: Executor) -> str | None:
+    return executor.settings.docker_image if executor.settings.runtime == "docker" else None
+
+
+def _probe(
+    executor: Executor, skill: Skill, commands: list[str], python: list[str], node: list[str], tenant: str
+) -> dict[str, Any]:
+    timeout = min(PROBE_TIMEOUT, executor.settings.max_timeout)
+    names = {
+        "commands": commands,
+        "python": python,
+        "node": node,
+        "node_probe": NODE_PROBE,
+        "node_timeout": max(1.0, timeout * 0.8),
+    }
+    request = RunRequest(
+        skill=skill.id, command=f"python3 -I -S -c {shlex.quote(PROBE)}", stdin=json.dumps(names), timeout=timeout
+    )
+    result = executor.runner.run(request, tenant=tenant)
+    if result.timed_out or result.exit_code != 0:
+        why = "timed out" if result.timed_out else f"exit {result.exit_code}"
+        stderr = _printable(result.stderr.strip()[-500:])
+        raise ProbeFailed(f"the probe of skill {skill.id!r} failed ({why}): {stderr or 'no output'}")
+    answer = parse_answer(result.stdout, commands, python, node)
+    if answer is None:
+        raise ProbeFailed(f"the probe of skill {skill.id!r} gave no valid answer: nothing was checked")
+    return answer
+
+
+class ProbeFailed(Exception):
+    """The probe gave no answer to trust (internal: :func:`diagnose` makes it a finding)."""
+
+
+class _Answer(BaseModel):
+    """What the probe prints, strictly: unknown fields, wrong types and over-long lists refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    commands: dict[StrictStr, StrictStr | None]
+    python: dict[StrictStr, StrictBool]
+    node: dict[StrictStr, StrictBool]
+    errors: list[StrictStr] = Field(default_factory=list, max_length=10)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    """One line without control characters (for a finding's message)."""
+    return _CONTROL.sub("?", " ".join(text.split()))
+
+
+def parse_answer(stdout: str, commands: list[str], python: list[str], node: list[str]) -> dict[str, Any] | None:
+    """The probe's answer from its output, or None: the output is over
+    :data:`MAX_ANSWER_BYTES`, its last line is not the JSON object the probe prints, a value
+    has the wrong type, a path is not a plain absolute path, or the names are not exactly
+    the ones asked."""
+    if len(stdout) > MAX_ANSWER_BYTES:
+        return None
+    lines = stdout.strip().splitlines()
+    try:
+        answer = _Answer.model_validate_json(lines[-1]) if lines else None
+    except (ValidationError, ValueError):
+        return None
+    if answer is None or (set(answer.commands), set(answer.python), set(answer.node)) != (
+        set(commands),
+        set(python),
+        set(node),
+    ):
+        return None
+    if any(
+        path is not None and (not path.startswith("/") or len(path) > 4096 or _CONTROL.search(path))
+        for path in answer.commands.values()
+    ):
+        return None
+    return {
+        "commands": answer.commands,
+        "python": answer.python,
+        "node": answer.node,
+        "errors": [_printable(e[:1000]) for e in answer.errors],
+    }
+
+
+def report(
+    skill: Skill, image: str | None, needs: ImageNeeds, probed: dict[str, Any], findings: list[DoctorFinding]
+) -> DoctorReport:
+    """The report from the scan and the probe's answer (pure); names the probe did not
+    check (over the bound) are left out."""
+    found_commands: dict[str, str | None] = probed.get("commands", {})
+    found_python: dict[str, bool | None] = probed.get("python", {})
+    found_node: dict[str, bool | None] = probed.get("node", {})
+
+    def flag(value: bool | None) -> bool | None:
+        return None if value is None else bool(value)
+
+    commands = [
+        CommandNeed(
+            name=n,
+            found=None if found_commands[n] == NOT_CHECKED else found_commands[n] is not None,
+            path=found_commands[n] or None,
+            optional=needs.commands[n].optional,
+            used_in=locations(needs.commands[n].uses),
+        )
+        for n in sorted(needs.commands)
+        if n in found_commands
+    ]
+    python = [
+        PythonNeed(
+            module=n,
+            distribution_hint=python_distribution(n),
+            found=flag(found_python[n]),
+            optional=needs.python[n].optional,
+            used_in=locations(needs.python[n].uses),
+        )
+        for n in sorted(needs.python)
+        if n in found_python
+    ]
+    node = [
+        NodeNeed(module=n, found=flag(found_node[n]), used_in=locations(needs.node[n]))
+        for n in sorted(needs.node)
+        if n in found_node
+    ]
+    missing = Missing(
+        commands=[c.name for c in commands if c.found is False and not c.optional],
+        python=[p.module for p in python if p.found is False and not p.optional],
+        node=[m.module for m in node if m.found is False],
+    )
+    network = Network(
+        needed=needs.network_needed,
+        reasons=[NetworkReason(file=r.file, line=r.line, why=r.why, level=r.level) for r in needs.network],
+        note=NO_NETWORK if image is not None else NO_NETWORK_LOCAL,
+    )
+    unchecked = any(f.code in (DependenciesUnmet.code, PROBE_FAILED) for f in findings)
+    ok = not (missing.commands or missing.python or missing.node or unchecked) and network.needed != "yes"
+    return DoctorReport(
+        skill=skill.id,
+        image=image,
+        commands=commands,
+        python=python,
+        node=node,
+        missing=missing,
+        network=network,
+        findings=findings,
+        ok=ok,
+    )
+
+
+def render_table(doctor: DoctorReport) -> str:
+    """The report for people: one line per need, then what is missing and the verdict."""
+    lines = [f"skill {doctor.skill}  image {doctor.image or '(local runtime: the host)'}", ""]
+
+    def row(kind: str, name: str, found: bool | None, extra: str, used: list[str]) -> str:
+        where = ", ".join(used[:3]) + (f" (+{len(used) - 3})" if len(used) > 3 else "")
+        status = "?" if found is None else "ok" if found else "MISSING"
+        return f"  {kind:<8} {name:<28} {status:<8} {extra:<34} {where}".rstrip()
+
+    lines.append(f"  {'KIND':<8} {'NAME':<28} {'STATUS':<8} {'DETAIL':<34} USED IN")
+    for c in doctor.commands:
+        detail = " ".join(x for x in (c.path or "", "optional" if c.optional else "") if x)
+        lines.append(row("command", c.name, c.found, detail, c.used_in))
+    for p in doctor.python:
+        detail = " ".join(
+            x
+            for x in (f"pip: {p.distribution_hint}" if p.distribution_hint else "", "optional" if p.optional else "")
+            if x
+        )
+        lines.append(row("python", p.module, p.found, detail, p.used_in))
+    for m in doctor.node:
+        lines.append(row("node", m.module, m.found, "", m.used_in))
+    if not (doctor.commands or doctor.python or doctor.node):
+        lines.append("  (the skill uses no command or module the scan could see)")
+    lines.append("")
+    lines.append(f"network: {doctor.network.needed}" + (f" -- {doctor.network.note}" if doctor.network.reasons else ""))
+    for r in doctor.network.reasons[:TABLE_REASONS]:
+        lines.append(f"  {r.level:<5} {r.file}:{r.line}  {r.why}")
+    if len(doctor.network.reasons) > TABLE_REASONS:
+        lines.append(f"  ... and {len(doctor.network.reasons) - TABLE_REASONS} more (--json lists them all)")
+    for f in doctor.findings:
+        where = f" {f.file}:{f.line}" if f.file and f.line else f" {f.file}" if f.file else ""
+        lines.append(f"finding {f.code}:{where} {f.message}")
+    missing = [*doctor.missing.commands, *doctor.missing.python, *doctor.missing.node]
+    lines.append("")
+    if doctor.ok:
+        lines.append("ok: everything the skill needs is there")
+    else:
+        parts = []
+        if any(f.code == DependenciesUnmet.code for f in doctor.findings):
+            parts.append("its declared dependencies cannot be met (nothing was checked)")
+        if any(f.code == PROBE_FAILED for f in doctor.findings):
+            parts.append("the probe failed (nothing was checked)")
+        if missing:
+            parts.append("missing " + ", ".join(missing))
+        if doctor.network.needed == "yes":
+            parts.append("needs the network")
+        lines.append("NOT OK: " + "; ".join(parts))
+    return "\n".join(lines)

@@ -1,0 +1,668 @@
+"""The error catalogue: every code the service can answer with, in one place.
+
+Each entry gives the HTTP status, how the error reaches an MCP client, what it means and
+what the caller should do.  :class:`skill_executor.errors.ExecutorError` takes its status from
+here when a raise names a catalogued code, the docs' error reference is generated from
+this table, and ``tests/test_error_catalogue.py`` checks that every code raised in
+``executor/`` is listed and every listed code is raised somewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+#: How an error reaches an MCP client (see :data:`MCP_MAPPINGS`).
+McpMapping = Literal["tool", "http", "none"]
+
+MCP_MAPPINGS: dict[str, str] = {
+    "tool": 'tools/call: a result with isError true and the text "error (<code>): <message>"; '
+    "other requests (resources/read, skills/*): JSON-RPC error -32602 (Invalid params), "
+    'message "<code>: <message>"',
+    "http": "on /mcp: the same HTTP status and JSON error body, before any JSON-RPC message",
+    "none": "not reachable over MCP (CLI, library, pytest plugin, image build or start-up)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorCode:
+    code: str
+    status: int
+    meaning: str
+    action: str
+    mcp: McpMapping = "tool"
+
+
+def _catalogue(*entries: ErrorCode) -> dict[str, ErrorCode]:
+    table: dict[str, ErrorCode] = {}
+    for entry in entries:
+        if entry.code in table:
+            raise ValueError(f"error code {entry.code!r} is catalogued twice")
+        table[entry.code] = entry
+    return table
+
+
+E = ErrorCode
+
+CATALOGUE: dict[str, ErrorCode] = _catalogue(
+    # -- generic: a class's default code, and HTTP statuses the framework answers ------------
+    E(
+        "error",
+        400,
+        "A refusal without a more specific code (a stored run error without one).",
+        "Read the message; report it if it names no cause.",
+    ),
+    E("bad_request", 400, "The request is refused as malformed.", "Fix the request as the message says."),
+    E("not_found", 404, "The resource does not exist (or is not yours).", "Check the name or id."),
+    E("forbidden", 403, "The request is not allowed.", "Do not retry; use a permitted request."),
+    E("conflict", 409, "The request conflicts with the resource's current state.", "Re-read the state, then retry."),
+    E(
+        "too_large",
+        413,
+        "A request body or stored object is larger than the configured limit.",
+        "Send less, or raise the limit (SKILL_EXECUTOR_MAX_REQUEST_BYTES).",
+        "http",
+    ),
+    E(
+        "busy",
+        429,
+        "Every run slot and queue place is taken (a Retry-After header is sent).",
+        "Retry after the Retry-After delay, with backoff.",
+    ),
+    E("unavailable", 503, "A dependency of the service is not available.", "Retry later; operators: check the logs."),
+    E(
+        "unauthorized",
+        401,
+        "No API key, or an unknown one (a WWW-Authenticate: Bearer header is sent).",
+        "Send Authorization: Bearer <key> with a configured key.",
+        "http",
+    ),
+    E(
+        "method_not_allowed",
+        405,
+        "The path does not take this HTTP method.",
+        "Use the method the API reference lists.",
+        "http",
+    ),
+    E("not_acceptable", 406, "No representation matches the Accept header.", "Accept application/json.", "http"),
+    E(
+        "unsupported_media_type",
+        415,
+        "The request body's Content-Type is not taken here.",
+        "Send the Content-Type the API reference lists.",
+        "http",
+    ),
+    E(
+        "misdirected_request",
+        421,
+        "The request was sent to a server that will not answer it.",
+        "Send it to the service's own host and port.",
+        "http",
+    ),
+    E(
+        "invalid_request",
+        422,
+        "The request body or parameters fail validation; details list each field.",
+        "Fix the fields named in details.",
+        "http",
+    ),
+    E("malformed_json", 400, "The request body is not valid JSON.", "Send a valid JSON body.", "http"),
+    E(
+        "invalid_http",
+        400,
+        "The request is not valid HTTP/1.1 or exceeds the parser's limits.",
+        "Send a well-formed request with shorter headers and target.",
+        "http",
+    ),
+    E(
+        "internal",
+        500,
+        "An unexpected failure inside the service; the message names the request id.",
+        "Report it with the request id; operators: the log has the trace.",
+    ),
+    # -- the HTTP boundary: hosts, origins, keys -------------------------------------------
+    E(
+        "loopback_only",
+        403,
+        "Without API keys only connections to a loopback address are served.",
+        "Connect over loopback, or configure API keys.",
+        "http",
+    ),
+    E(
+        "host_not_allowed",
+        421,
+        "The Host header names neither a loopback name nor the bound address.",
+        "Address the service by the host it is bound to.",
+        "http",
+    ),
+    E(
+        "cross_origin_refused",
+        403,
+        "A browser request from an origin that is not allowed.",
+        "List the origin in SKILL_EXECUTOR_ALLOWED_ORIGINS.",
+        "http",
+    ),
+    E(
+        "unsafe_bind",
+        400,
+        "serve refuses to bind a non-loopback address without API keys.",
+        "Configure API keys, or bind 127.0.0.1.",
+        "none",
+    ),
+    E(
+        "ambiguous_authorization",
+        400,
+        "The request has more than one Authorization header.",
+        "Send exactly one Authorization header.",
+        "http",
+    ),
+    E("admin_required", 403, "The action needs an admin key.", "Use an admin key (SKILL_EXECUTOR_ADMIN_KEYS)."),
+    E("invalid_owner", 400, "The owner (tenant) id in the request is not a valid id.", "Send a valid owner id."),
+    E("owner_not_found", 404, "No such owner (tenant).", "Check the owner id."),
+    E(
+        "client_disconnected",
+        400,
+        "The client went away before the whole request body arrived.",
+        "Retry the upload.",
+        "http",
+    ),
+    E(
+        "shutting_down",
+        503,
+        "The service is shutting down; the request or the run was not completed.",
+        "Retry against a running instance.",
+    ),
+    # -- MCP over HTTP ------------------------------------------------------------------------
+    E(
+        "session_not_found",
+        404,
+        "No open MCP session with this id for this key.",
+        "Start a new session (initialize) without the Mcp-Session-Id header.",
+        "http",
+    ),
+    E(
+        "ambiguous_session_id",
+        400,
+        "The request has more than one Mcp-Session-Id header.",
+        "Send exactly one Mcp-Session-Id header.",
+        "http",
+    ),
+    E(
+        "invalid_session_id",
+        400,
+        "The Mcp-Session-Id header is not a well-formed session id.",
+        "Send the id the server returned at initialize.",
+        "http",
+    ),
+    E(
+        "mcp_session_limit",
+        429,
+        "This key holds as many open MCP sessions as allowed.",
+        "Close idle sessions (DELETE /mcp) or wait for them to expire.",
+        "http",
+    ),
+    # -- tools (REST /v1/tools and MCP tools/call) ------------------------------------------
+    E(
+        "invalid_arguments",
+        400,
+        "A tool's arguments are missing, mistyped or contradictory.",
+        "Fix the arguments as the message says.",
+    ),
+    E("invalid_format", 400, "Unknown tool or context format.", "Use one of the formats the message lists."),
+    E("tool_not_found", 404, "No tool of that name.", "List the tools and use one of them."),
+    E(
+        "tool_unavailable",
+        400,
+        "The tool exists but is not offered by this entry point.",
+        "Call it where it is offered (for example skill_run through the service).",
+    ),
+    E(
+        "tool_call_id_missing",
+        400,
+        "A tool-result message in this format must answer a call id.",
+        "Give the id of the call being answered.",
+    ),
+    E(
+        "session_mismatch",
+        403,
+        "The call is bound to one session and its arguments name another.",
+        "Omit the session argument, or name the bound session.",
+    ),
+    E(
+        "artifact_too_large",
+        400,
+        "The artifact is larger than an MCP message may carry.",
+        "Download it over HTTP (GET /v1/artifacts/...).",
+    ),
+    E("resource_not_found", 404, "An unknown skill:// resource URI.", "List the resources and read one of them."),
+    # -- skills -------------------------------------------------------------------------------
+    E(
+        "skill_not_found",
+        404,
+        "No skill of that name (or not visible to this key).",
+        "List the skills; check the name.",
+    ),
+    E(
+        "file_not_found",
+        404,
+        'The skill has no such file (a "did you mean" is suggested).',
+        "Use a path from the skill's file listing.",
+    ),
+    E(
+        "doc_not_found",
+        404,
+        'The skill has no such doc (a "did you mean" is suggested).',
+        "Use a path from the skill's doc listing.",
+    ),
+    E(
+        "invalid_skill",
+        400,
+        "The skill breaks the Agent Skills spec; details list the problems.",
+        "Fix SKILL.md as the problems say.",
+    ),
+    E("skill_exists", 409, "A skill of that name is already installed.", "Upload a new version, or delete it first."),
+    E(
+        "read_only_skill",
+        403,
+        "The skill is shipped in a read-only skills root; only installed skills change.",
+        "Change it where it is shipped, or install a copy under another name.",
+    ),
+    E(
+        "shadows_read_only_skill",
+        409,
+        "An install would shadow a skill shipped in a read-only root.",
+        "Pick another name.",
+    ),
+    E(
+        "install_disabled",
+        403,
+        "No install root is configured: skills cannot be installed or deleted.",
+        "Set SKILL_EXECUTOR_INSTALL_DIR (or a writable data dir).",
+    ),
+    E(
+        "install_failed",
+        503,
+        "The install folder could not be written or cleaned.",
+        "Operators: check the install folder's permissions and space.",
+    ),
+    E(
+        "install_root_overlaps",
+        500,
+        "The install root overlaps a read-only skills root, or holds the data folder, the registry or the workspaces.",
+        "Operators: give SKILL_EXECUTOR_INSTALL_DIR a folder of its own (default <DATA_DIR>/skills).",
+        "none",
+    ),
+    E(
+        "skills_root_overlaps",
+        500,
+        "A read-only skills root overlaps the data folder, the registry or the "
+        "workspaces: what tenants write there would be discovered as skills.",
+        "Operators: keep SKILL_EXECUTOR_SKILLS_DIRS apart from SKILL_EXECUTOR_DATA_DIR and WORKSPACE_ROOT.",
+        "none",
+    ),
+    E(
+        "atomic_replace_unsupported",
+        503,
+        "The file system cannot swap an installed skill atomically.",
+        "Operators: put the install root on a file system with renameat2 RENAME_EXCHANGE.",
+    ),
+    E(
+        "skill_dependencies_unmet",
+        422,
+        "The skill's declared dependencies cannot be installed; details list them.",
+        "Fix the skill's requirements, or provide a wheelhouse or package index.",
+    ),
+    E(
+        "host_tools_unusable",
+        503,
+        "The service cannot run pip or npm the isolated way (as HOST_TOOLS_USER, with its interpreter).",
+        "Operators: follow the message (HOST_TOOLS_PYTHON, HOST_TOOLS_USER, readable folders), "
+        "or set SKILL_EXECUTOR_SKILL_DEPS=off.",
+    ),
+    E(
+        "host_tool_output_refused",
+        503,
+        "What pip or npm wrote cannot be taken over safely (e.g. a file with several hard links).",
+        "Operators: check the package sources; the skill's resolution is not installed.",
+    ),
+    # -- the registry: uploads and versions ------------------------------------------------
+    E(
+        "registry_disabled",
+        503,
+        "This service keeps no skill versions (no registry).",
+        "Use a service with a data dir (the registry).",
+    ),
+    E(
+        "invalid_package",
+        400,
+        "The upload is not a usable skill package (empty, no file part, a bad entry).",
+        "Send a .zip or .tar.gz, or files[] parts with relative paths.",
+    ),
+    E("package_too_large", 413, "The package unpacks to more bytes or files than allowed.", "Send a smaller skill."),
+    E(
+        "upload_too_large",
+        413,
+        "The upload is larger than SKILL_EXECUTOR_SKILL_UPLOAD_MAX_BYTES.",
+        "Send a smaller upload.",
+    ),
+    E(
+        "upload_too_many_files",
+        413,
+        "The upload holds more files than SKILL_EXECUTOR_SKILL_UPLOAD_MAX_FILES.",
+        "Send fewer files.",
+    ),
+    E("name_mismatch", 400, "A new version's SKILL.md names another skill.", "Keep the skill's name in new versions."),
+    E("reserved_name", 400, "The skill name holds a word the hosted platforms reserve.", "Pick another name."),
+    E(
+        "invalid_skill_name",
+        400,
+        "The skill name is not 1-128 ASCII letters, digits, '.', '_' or '-' (starting with a letter or digit).",
+        "Name the skill by its id (or its name, if it is written that way).",
+    ),
+    E(
+        "invalid_version",
+        400,
+        "The version reference is not 1-999999999, latest, default or sha256:<64 hex "
+        "digits>, or a version was given where only a skill is meant.",
+        "Use name@<n>, name@latest or name@sha256:<hex>; name the skill alone for /versions, PATCH, DELETE, audit.",
+    ),
+    E("version_not_found", 404, "The skill has no such version (or it was deleted).", "List the skill's versions."),
+    E(
+        "version_is_default",
+        409,
+        "The version is the skill's default and cannot be deleted.",
+        "Set another default first.",
+    ),
+    E(
+        "version_in_use",
+        409,
+        "A run uses this version, or a download of it is being sent.",
+        "Retry once the run or the download has finished.",
+    ),
+    # -- runs: the request and its limits -------------------------------------------------
+    E("invalid_command", 400, "The command is empty or contains a NUL byte.", "Send a valid command."),
+    E(
+        "command_too_large",
+        413,
+        "The command is longer than SKILL_EXECUTOR_MAX_COMMAND_BYTES.",
+        "Pass large data through stdin or inputs.",
+    ),
+    E("stdin_too_large", 413, "stdin is larger than SKILL_EXECUTOR_MAX_STDIN_BYTES.", "Pass large data as an input."),
+    E(
+        "timeout_too_large",
+        400,
+        "The requested timeout exceeds SKILL_EXECUTOR_MAX_TIMEOUT.",
+        "Ask for at most the server maximum.",
+    ),
+    E(
+        "invalid_env",
+        400,
+        "An environment variable name or value is invalid, or there are too many.",
+        "Send valid names and at most SKILL_EXECUTOR_MAX_ENV_VARS variables.",
+    ),
+    E("env_refused", 400, "The environment variable is reserved by the sandbox.", "Do not set it."),
+    E(
+        "env_too_large",
+        413,
+        "The environment is larger than SKILL_EXECUTOR_MAX_ENV_BYTES.",
+        "Send a smaller environment.",
+    ),
+    E(
+        "invalid_cwd",
+        400,
+        "The working folder is not a folder of the skill or workspace.",
+        "Use an existing relative folder.",
+    ),
+    E("invalid_text", 400, "A text field contains a NUL byte or is not valid UTF-8.", "Send clean text."),
+    E("output_caps", 400, "The requested output caps exceed the server maximum.", "Ask for at most the maximum."),
+    E("invalid_glob", 400, "An output glob is not a workspace-relative pattern.", "Use a relative glob without '..'."),
+    E(
+        "invalid_name_template",
+        400,
+        "The outputs' name_template is invalid.",
+        "Use the placeholders the message lists.",
+    ),
+    E(
+        "idempotency_key_reused",
+        409,
+        "The Idempotency-Key was used for a different request; details give the run id.",
+        "Use a fresh key for a different request.",
+    ),
+    E(
+        "idempotent_replay",
+        409,
+        "A concurrent retry with the same Idempotency-Key (internal: answered with the original run).",
+        "Nothing: the original run is returned.",
+        "none",
+    ),
+    E("store_busy", 503, "The run store stayed locked by another process.", "Retry later."),
+    E("run_not_found", 404, "No run with this id (or not yours).", "Check the run id."),
+    E("run_finished", 409, "The run has already ended.", "Read its result instead."),
+    E(
+        "run_not_active",
+        409,
+        "The run is not running in this process (another instance has it).",
+        "Ask the instance that runs it, or wait for its result.",
+    ),
+    E(
+        "interrupted",
+        500,
+        "The service restarted while the run was in progress (a run's stored error).",
+        "Submit the run again.",
+    ),
+    # -- inputs, workspaces, sessions ---------------------------------------------------------
+    E("too_many_inputs", 400, "More inputs than SKILL_EXECUTOR_MAX_INPUTS.", "Send fewer inputs (archive them)."),
+    E("inputs_too_large", 413, "Staging the inputs would exceed SKILL_EXECUTOR_MAX_STAGED_BYTES.", "Send less."),
+    E("inputs_too_deep", 400, "Staging would nest folders deeper than allowed.", "Flatten the input."),
+    E("invalid_input", 400, "An input source is neither a regular file nor a folder.", "Use a file or a folder."),
+    E("invalid_input_scheme", 400, "An input reference uses an unknown scheme.", "Use one of the schemes listed."),
+    E("input_not_found", 404, "An input source does not exist.", "Check the reference."),
+    E(
+        "host_input_refused",
+        403,
+        "Host-path inputs are disabled or outside SKILL_EXECUTOR_ALLOWED_HOST_ROOTS.",
+        "Upload the data, or have an operator allow the root.",
+    ),
+    E(
+        "target_conflict",
+        409,
+        "The target already exists, or lies inside the folder being copied.",
+        "Pick another target.",
+    ),
+    E(
+        "invalid_path",
+        400,
+        "A path is empty, absolute, too long, or contains '..' or a NUL byte.",
+        "Send a clean relative path.",
+    ),
+    E(
+        "path_escape",
+        403,
+        "A path resolves outside its root (through a link, for example).",
+        "Use a path inside the root.",
+    ),
+    E("reserved_path", 400, "The path is reserved by the service in the workspace.", "Use another path."),
+    E("invalid_session", 400, "The session id is not a valid id.", "Use letters, digits, '.', '_' and '-'."),
+    E("session_busy", 409, "A run in this session is already in progress.", "Wait for it, or use another session."),
+    E(
+        "session_limit",
+        429,
+        "This tenant keeps as many sessions as allowed (SKILL_EXECUTOR_SESSIONS_PER_TENANT).",
+        "Reuse a session, or wait for idle sessions to expire (SKILL_EXECUTOR_SESSION_TTL_SECONDS).",
+    ),
+    E(
+        "disk_full",
+        413,
+        "Staged inputs do not fit the session's disk cap (or the run's).",
+        "Stage less, or clear the session's work/.",
+    ),
+    E(
+        "skill_too_large",
+        413,
+        "The skill's files do not fit the run's volume (the disk cap).",
+        "Operators: raise SKILL_EXECUTOR_DOCKER_DISK_BYTES; authors: make the skill smaller.",
+    ),
+    E(
+        "session_disk_cap_mismatch",
+        409,
+        "The session was made under the other disk cap (hard or soft).",
+        "Use a new session id, or the DISK_CAP the session was made with.",
+    ),
+    E(
+        "disk_cap_unavailable",
+        503,
+        "The hard disk cap cannot be set up (root, loop devices, ext4, mkfs).",
+        "Operators: run as root with loop devices and e2fsprogs, or choose SKILL_EXECUTOR_DISK_CAP=soft.",
+    ),
+    E("workspace_error", 500, "An unexpected file-system error in the workspace.", "Retry; operators: check the disk."),
+    # -- artifacts ----------------------------------------------------------------------------
+    E(
+        "invalid_artifact_name",
+        400,
+        "The artifact name has characters or parts that are not allowed.",
+        "Use letters, digits, '.', '_', '+', '-' in '/'-separated parts.",
+    ),
+    E("invalid_artifact_ref", 400, "The artifact reference or its version is invalid.", "Use artifact://name[@n]."),
+    E("artifact_not_found", 404, "No such artifact or version (or not yours).", "List the artifacts."),
+    E("invalid_mime_type", 400, "The Content-Type is not type/subtype.", "Send a valid media type."),
+    # -- agent context --------------------------------------------------------------------------
+    E("invalid_budget", 400, "The budget has unknown fields or values out of range.", "Send valid budget fields."),
+    E("invalid_policy", 400, "Unknown eviction policy.", "Use none, lru or mention."),
+    E("invalid_mode", 400, "Unknown doc selection mode.", "Use add, replace or clear."),
+    E("invalid_counter", 400, "Unknown token counter.", "Use estimate or tiktoken-cl100k."),
+    E(
+        "counter_unavailable",
+        400,
+        "The exact token counter needs packages that are not installed.",
+        "Install skill-executor[tokens], or use the estimate counter.",
+    ),
+    E(
+        "budget_exceeded",
+        409,
+        "Loading this would exceed the context budget; details say what to evict.",
+        "Evict something, or raise the budget.",
+    ),
+    E("not_loaded", 404, "The skill is not loaded in this session's context.", "Load the skill first."),
+    E("unknown_doc", 404, "The skill has no such doc.", "Use a doc path the skill lists."),
+    E("context_changed", 409, "The skill was loaded again while its docs were being selected.", "Select again."),
+    # -- the Docker runtime and the runner image ------------------------------------------------
+    E("engine_unavailable", 503, "The Docker engine is not reachable.", "Operators: start dockerd or set DOCKER_HOST."),
+    E(
+        "engine_error",
+        503,
+        "The Docker engine failed to create, start, attach to or remove a container.",
+        "Retry; operators: check the engine's logs.",
+    ),
+    E("image_missing", 503, "The runner image is not on the engine.", "Operators: run 'skill-executor image build'."),
+    E(
+        "oci_runtime_missing",
+        503,
+        "The configured OCI runtime is not registered with the engine.",
+        "Operators: register it, or unset SKILL_EXECUTOR_DOCKER_OCI_RUNTIME.",
+    ),
+    E(
+        "oci_runtime_misconfigured",
+        503,
+        "gVisor is registered without the runtime arguments the sandbox needs.",
+        "Operators: add the arguments the message lists to the runtime's runtimeArgs.",
+    ),
+    E(
+        "image_build_failed",
+        400,
+        "Building the runner image failed.",
+        "Read the message; fix the host tool it names.",
+        "none",
+    ),
+    E(
+        "image_context_missing",
+        400,
+        "The runner image's build context is missing.",
+        "Build from a source checkout.",
+        "none",
+    ),
+    E(
+        "image_pins_invalid",
+        400,
+        "The runner image's requirement files disagree.",
+        "Pin the packages identically.",
+        "none",
+    ),
+    E(
+        "image_versions_failed",
+        400,
+        "The versions installed in the runner image could not be listed.",
+        "Check the image exists and runs.",
+        "none",
+    ),
+    # -- service processes ------------------------------------------------------------------------
+    E("data_dir_in_use", 409, "Another service uses this data dir.", "Stop it, or use another data dir.", "none"),
+    E(
+        "instance_in_use",
+        409,
+        "The instance id is held by a live process.",
+        "Use another SKILL_EXECUTOR_INSTANCE_ID.",
+        "none",
+    ),
+    # -- untrusted patterns (skill tests' matches, output globs) ----------------------------------
+    E("invalid_pattern", 400, "The regular expression does not parse (RE2 syntax).", "Fix the pattern."),
+    E(
+        "pattern_unsupported",
+        400,
+        "The pattern uses what RE2 cannot run (lookarounds, backreferences).",
+        "Rewrite it without them.",
+    ),
+    E("pattern_too_large", 400, "The pattern's repetitions or compiled size exceed RE2's limits.", "Simplify it."),
+    E("pattern_too_long", 400, "The pattern is longer than allowed.", "Shorten it."),
+    # -- skill tests and the CLI ---------------------------------------------------------------------
+    E("usage", 400, "The command line is invalid.", "See --help.", "none"),
+    E(
+        "invalid_test_file",
+        400,
+        "A skill test file cannot be used; the message names the line.",
+        "Fix the test file.",
+        "none",
+    ),
+    E("skill_invalid", 400, "The skill under test does not load.", "Fix the skill (see its validate case).", "none"),
+    E(
+        "skill_name_taken",
+        400,
+        "Two skill folders under test have the same name.",
+        "Test them in separate runs.",
+        "none",
+    ),
+    E(
+        "infrastructure_unavailable",
+        503,
+        "Tests could not run: the engine, image or service is not there.",
+        "Start the engine or the service; nothing about the skill is known.",
+        "none",
+    ),
+    E(
+        "server_unreachable",
+        503,
+        "The service the tests run against cannot be reached.",
+        "Check --server and the key.",
+        "none",
+    ),
+    E(
+        "publish_not_allowed",
+        409,
+        "Testing a skill folder on a service would upload it, and this run may not.",
+        "Pass --publish existing (or new), or test locally.",
+        "none",
+    ),
+    E(
+        "skill_not_on_server",
+        409,
+        "--publish existing, and the service has no such skill with a default.",
+        "Upload the skill first, or pass --publish new.",
+        "none",
+    ),
+    E(
+        "default_moved",
+        409,
+        "The skill's default version moved while this run uploaded a version.",
+        "Re-run the tests.",
+        "none",
+    ),
+)

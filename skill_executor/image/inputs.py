@@ -1,0 +1,222 @@
+"""The runner image's inputs (pure: no engine, no process): where they are, the pins, the
+tag a flavour's inputs hash to, and how to read what an image holds.  The image's Python
+(:data:`IMAGE_PYTHON`, :data:`IMAGE_ABI`, :data:`IMAGE_PLATFORMS`) is what skill
+environments are resolved for (:mod:`skill_executor.envs`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from ..errors import ExecutorError
+
+REPOSITORY = "skill-executor/runner"
+SERVICE_REPOSITORY = "skill-executor/service"
+BASE_REPOSITORY = "skill-executor/base"
+PUBLIC_BASE = "debian:bookworm-slim"
+SERVICE_PUBLIC_BASE = "python:3.11-slim"
+
+Mode = Literal["auto", "online", "offline"]
+Flavour = Literal["full", "minimal"]
+FLAVOURS: tuple[Flavour, ...] = ("full", "minimal")
+
+# The image's Python (Debian bookworm's python3) and the wheels that fit it.
+IMAGE_PYTHON = "3.11.2"
+IMAGE_ABI = "cp311"
+IMAGE_PLATFORMS: tuple[str, ...] = (
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)),
+    "manylinux2014_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
+)
+# Made on the host by prepare_*: git-ignored, not part of the tag hash.
+WHEELHOUSE = "wheelhouse"
+NPM_CACHE = "npm/cache"
+_GENERATED = (WHEELHOUSE, NPM_CACHE, "npm/cache.partial", "npm/cache.sha256")
+
+
+def images_dir() -> Path:
+    """``images/`` of the source tree (next to the package), else ``./images``."""
+    candidate = Path(__file__).resolve().parent.parent / "images"
+    return candidate if candidate.is_dir() else Path.cwd() / "images"
+
+
+def tree_hash(paths: list[Path], root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+# -- the runner's inputs: pins, tag, host-side preparation ---------------------------
+
+
+def read_pins(path: Path) -> list[str]:
+    """The requirement lines of a pins file (``name==version``), comments dropped."""
+    pins: list[str] = []
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?==[A-Za-z0-9.+!_-]+", line):
+            raise ExecutorError(f"{path.name}: {line!r} is not an exact pin (name==version)", code="image_pins_invalid")
+        pins.append(line)
+    return pins
+
+
+def pin_sets(runner: Path) -> dict[str, list[str]]:
+    """Wheelhouse part -> pins: ``minimal`` (the minimal flavour's) and ``full`` (what
+    the full flavour adds).  Every minimal pin must be a pin of the full set as is."""
+    minimal = read_pins(runner / "requirements-minimal.txt")
+    full = read_pins(runner / "requirements-full.txt")
+    missing = [pin for pin in minimal if pin not in full]
+    if missing:
+        raise ExecutorError(
+            f"requirements-minimal.txt pins {', '.join(missing)}, which requirements-full.txt does not pin "
+            "identically (the full flavour is built on the minimal one)",
+            code="image_pins_invalid",
+        )
+    return {"minimal": minimal, "full": [pin for pin in full if pin not in minimal]}
+
+
+def flavour_inputs(runner: Path, flavour: Flavour) -> list[Path]:
+    """The files a flavour's tag hash covers: the build context without what the host
+    downloads (and, for ``minimal``, without what only ``full`` uses)."""
+    skipped = {runner / name for name in _GENERATED}
+    if flavour == "minimal":
+        skipped |= {runner / "requirements-full.txt", runner / "npm"}
+    return [
+        path
+        for path in runner.rglob("*")
+        if path.is_file() and not any(path == s or s in path.parents for s in skipped)
+    ]
+
+
+def runner_tag(flavour: Flavour, digest: str) -> str:
+    return f"{REPOSITORY}:{digest[:16]}" if flavour == "full" else f"{REPOSITORY}:{flavour}-{digest[:16]}"
+
+
+def runner_aliases(flavour: Flavour) -> tuple[str, ...]:
+    """``latest`` is the full flavour (the service's default image)."""
+    return ("full", "latest") if flavour == "full" else (flavour,)
+
+
+def pip_download_command(python: str, requirements: Path, dest: Path) -> list[str]:
+    """``pip download`` of exactly the pinned wheels for the image's Python, whatever
+    the host's Python is."""
+    command = [
+        python,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        IMAGE_PYTHON,
+        "--implementation",
+        "cp",
+        "--abi",
+        IMAGE_ABI,
+    ]
+    for platform in IMAGE_PLATFORMS:
+        command += ["--platform", platform]
+    return [*command, "--dest", str(dest), "--requirement", str(requirements)]
+
+
+# -- what an image holds ------------------------------------------------------------
+
+# (name, program, command): the version is the first dotted number in the output's
+# first line; a program the image lacks is reported as absent.
+SYSTEM_TOOLS: tuple[tuple[str, str, str], ...] = (
+    ("Debian", "cat", "cat /etc/debian_version"),
+    ("Python", "python3", "python3 --version"),
+    ("`python`", "python", "python --version"),
+    ("pip", "pip", "python3 -m pip --version"),
+    ("LibreOffice", "soffice", "soffice --version"),
+    ("pandoc", "pandoc", "pandoc --version"),
+    ("poppler-utils", "pdftoppm", "pdftoppm -v"),
+    ("qpdf", "qpdf", "qpdf --version"),
+    ("tesseract", "tesseract", "tesseract --version"),
+    ("ImageMagick", "convert", "convert -version"),
+    ("ffmpeg", "ffmpeg", "ffmpeg -version"),
+    ("Chromium (headless shell)", "chromium-headless-shell", "chromium-headless-shell --version"),
+    ("Node.js", "node", "node --version"),
+    ("npm", "npm", "npm --version"),
+    ("git", "git", "git --version"),
+    ("jq", "jq", "jq --version"),
+    ("sqlite3", "sqlite3", "sqlite3 --version"),
+    ("ripgrep", "rg", "rg --version"),
+    ("graphviz", "dot", "dot -V 2>&1"),
+    ("curl", "curl", "curl --version"),
+    ("7-Zip (p7zip)", "7z", "7z i | grep -m1 7-Zip"),
+    ("unzip", "unzip", "unzip -v"),
+    ("zip", "zip", "zip -v | sed -n 2p"),
+)
+_VERSION = re.compile(r"\d+\.\d+[\w.+~:-]*")
+ABSENT = "—"
+
+
+def versions_script(python: Sequence[str], npm: Sequence[str]) -> str:
+    lines = ["export HOME=/tmp TMPDIR=/tmp"]
+    for name, program, command in SYSTEM_TOOLS:
+        lines.append(f"printf '@@%s\\n' '{name}'")
+        lines.append(f"if command -v {program} >/dev/null; then {{ {command} ; }} 2>&1 | head -n 1; fi")
+    code = (
+        "import importlib.metadata as m, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    try: print('@@python:' + name + '\\n' + m.version(name))\n"
+        "    except m.PackageNotFoundError: print('@@python:' + name)\n"
+    )
+    lines.append(f"python3 -c {_sh_quote(code)} {' '.join(_sh_quote(n) for n in python)}")
+    # A package's package.json need not be exported: read it from the NODE_PATH folders.
+    probe = (
+        'const fs = require("fs"), path = require("path");'
+        ' for (const dir of (process.env.NODE_PATH || "").split(":")) {'
+        ' try { console.log(JSON.parse(fs.readFileSync(path.join(dir, process.argv[1], "package.json"))).version);'
+        " break; } catch (e) {} }"
+    )
+    for name in npm:
+        lines.append(f"printf '@@npm:%s\\n' {_sh_quote(name)}")
+        lines.append(f"if command -v node >/dev/null; then node -e {_sh_quote(probe)} {_sh_quote(name)}; fi")
+    return "\n".join(lines) + "\n"
+
+
+def _sh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def parse_versions(output: str) -> dict[str, str]:
+    """``@@name`` marker lines followed by a command's output -> name: version."""
+    found: dict[str, str] = {}
+    name: str | None = None
+    for line in output.splitlines():
+        if line.startswith("@@"):
+            name = line[2:]
+            found[name] = ABSENT
+        elif name is not None and found[name] == ABSENT:
+            match = _VERSION.search(line.removeprefix("v"))
+            if match:
+                found[name] = match.group(0).rstrip(".:-")
+    return found
+
+
+def direct_packages(runner: Path) -> tuple[list[str], list[str]]:
+    """The directly wanted Python packages (the ``# direct`` block of
+    requirements-full.txt) and npm packages (package.json's dependencies)."""
+    text = (runner / "requirements-full.txt").read_text()
+    direct = text.split("\n# direct\n", 1)[-1].split("\n# dependencies", 1)[0]
+    names = [
+        re.split(r"[\[=]", line, maxsplit=1)[0]
+        for line in map(str.strip, direct.splitlines())
+        if line and not line.startswith("#")
+    ]
+    package = json.loads((runner / "npm" / "package.json").read_text())
+    return names, sorted(package.get("dependencies", {}))

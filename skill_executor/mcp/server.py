@@ -1,0 +1,497 @@
+"""The MCP server: skills by the Skills extension, tools that load and run them, prompts.
+
+One :class:`McpBackend` (the executor, the run manager, who is calling) serves both
+transports: stdio (``skill-executor mcp``, the local tenant) and streamable HTTP at
+``/mcp`` in the service (the caller of each HTTP request, by its bearer token).
+
+``skill_run`` goes through the :class:`~skill_executor.runs.manager.RunManager` like
+``POST /v1/runs`` (same authorization, validation, admission); while it runs, stdout and
+stderr chunks are sent as progress notifications (when the client asked for progress);
+a ``notifications/cancelled`` for the call cancels the run, which kills its container.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import mcp_types as types
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+
+from .. import __version__
+from ..access import Principal
+from ..artifacts.store import LocalArtifactStore, parse_ref
+from ..errors import BadRequest, ExecutorError, NotFound
+from ..registry import SkillRepository
+from ..runs.manager import RunManager
+from ..runs.models import RunResult
+from ..skills import expand_placeholders, render_xml, sandbox_dir
+from ..tools import CONTEXT_TOOLS, ToolExecutor, definitions, run_request
+from .catalog import EXTENSION, SCHEME, SkillFiles, UnknownResource, page
+from .protocol import (
+    ARTIFACT_MAX_BYTES,
+    INSTRUCTIONS,
+    READ_ONLY,
+    RUN,
+    SETTINGS,
+    WRITE,
+    DirectoryParams,
+    SkillsListParams,
+    UriParams,
+    embedded_resource,
+    error_result,
+    inline_schema,
+    invalid_params,
+    object_schema,
+    payload_bytes,
+    resource_contents,
+    run_result_content,
+    text_content,
+)
+
+log = logging.getLogger("skill_executor.mcp")
+T = TypeVar("T")
+
+
+@dataclass
+class McpBackend:
+    """What the handlers need: read lazily, so the HTTP app can build it before its lifespan."""
+
+    repository: Callable[[], SkillRepository]
+    manager: Callable[[], RunManager]
+    tools: Callable[[], ToolExecutor]
+    artifacts: Callable[[], LocalArtifactStore]
+    visible_skills_dir: Callable[[], str | None]
+    principal: Callable[[ServerRequestContext[Any, Any]], Principal]
+
+
+class _Server(Server[Any]):
+    """The SDK's server whose default initialization options (what the HTTP session
+    manager uses) are ours: resources ``listChanged``, and the Skills extension declared
+    under ``experimental`` too, for 2025-11-25 clients that only read that map (see
+    :func:`declare_extension` for ``capabilities.extensions``)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(resources_changed=True),
+            experimental_capabilities or {EXTENSION: dict(SETTINGS)},
+            extensions,
+        )
+
+
+async def declare_extension(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """Middleware: put the Skills extension in ``initialize``'s ``capabilities.extensions``.
+
+    The SDK sieves a 2025-11-25 ``initialize`` result down to that revision's schema,
+    which has no ``extensions`` (SEP-2133 came later), yet stock clients (the MCP
+    Inspector, SEP-2640 hosts) look for the extension exactly there.  The middleware's
+    own return value is not sieved again, so this is the SDK's extension point for it.
+    """
+    result = await call_next(ctx)
+    if ctx.method == "initialize" and isinstance(result, dict):
+        capabilities = result.setdefault("capabilities", {})
+        if isinstance(capabilities, dict):
+            capabilities.setdefault("extensions", {})[EXTENSION] = dict(SETTINGS)
+    return result
+
+
+class SkillServer:
+    """Builds the low-level :class:`Server` and answers its requests."""
+
+    def __init__(self, backend: McpBackend) -> None:
+        self.backend = backend
+        self._files: SkillFiles | None = None
+        self.sessions: dict[str | int, Any] = {}
+        server = _Server(
+            "skill-executor",
+            version=__version__,
+            instructions=INSTRUCTIONS,
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+            on_list_resources=self.list_resources,
+            on_read_resource=self.read_resource,
+            on_list_prompts=self.list_prompts,
+            on_get_prompt=self.get_prompt,
+        )
+        server.extensions[EXTENSION] = dict(SETTINGS)
+        server.middleware.append(declare_extension)
+        server.add_request_handler("skills/list", SkillsListParams, self.skills_list)
+        server.add_request_handler("skills/get", UriParams, self.skills_get)
+        server.add_request_handler("resources/directory/read", DirectoryParams, self.directory_read)
+        self.server = server
+
+    def options(self) -> InitializationOptions:
+        return self.server.create_initialization_options()
+
+    @property
+    def files(self) -> SkillFiles:
+        repository = self.backend.repository()
+        if self._files is None or self._files.repository is not repository:
+            self._files = SkillFiles(repository)
+        return self._files
+
+    def _seen(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """Remember the connection, for ``notifications/resources/list_changed``: an HTTP
+        session by its id (until it closes: :meth:`forget`), stdio's one connection; a
+        stateless HTTP request (2026-07-28) has no stream to hear it on."""
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is None:
+            return
+        session_id = getattr(connection, "session_id", None)
+        if isinstance(session_id, str):
+            self.sessions.setdefault(session_id, ctx.session)
+        elif ctx.request is None:
+            self.sessions.setdefault(id(connection), ctx.session)
+
+    def forget(self, session_id: str) -> None:
+        """The HTTP session ``session_id`` has closed."""
+        self.sessions.pop(session_id, None)
+
+    async def notify_list_changed(self) -> None:
+        for key, session in list(self.sessions.items()):
+            try:
+                await session.send_resource_list_changed()
+            except Exception:  # a closed connection: forget it
+                self.sessions.pop(key, None)
+
+    async def _offload(self, fn: Callable[[], T]) -> T:
+        return await anyio.to_thread.run_sync(fn)
+
+    async def _guard(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return await self._offload(fn)
+        except UnknownResource as exc:
+            raise invalid_params(exc.message) from None
+        except ExecutorError as exc:
+            raise invalid_params(f"{exc.code}: {exc.message}") from None
+
+    # -- the Skills extension ---------------------------------------------------------
+
+    async def skills_list(self, ctx: ServerRequestContext[Any, Any], params: SkillsListParams) -> dict[str, Any]:
+        self._seen(ctx)
+        files = self.files
+
+        def build() -> tuple[list[Any], str | None]:
+            skills = [s.id for s in files.repository.list()]
+            chosen, after = page(skills, params.cursor)
+            entries = []
+            for name in chosen:
+                try:
+                    entries.append(files.entry(name))
+                except (NotFound, OSError):
+                    continue  # removed meanwhile
+            return entries, after
+
+        entries, after = await self._guard(build)
+        result: dict[str, Any] = {"skills": entries}
+        if after is not None:
+            result["nextCursor"] = after
+        return result
+
+    async def skills_get(self, ctx: ServerRequestContext[Any, Any], params: UriParams) -> dict[str, Any]:
+        self._seen(ctx)
+        files = self.files
+        return {"skill": await self._guard(lambda: files.entry_for_uri(params.uri))}
+
+    async def directory_read(self, ctx: ServerRequestContext[Any, Any], params: DirectoryParams) -> dict[str, Any]:
+        self._seen(ctx)
+        files = self.files
+        children = await self._guard(lambda: files.directory(params.uri))
+        chosen, after = page(children, params.cursor)
+        result: dict[str, Any] = {"resources": chosen}
+        if after is not None:
+            result["nextCursor"] = after
+        return result
+
+    async def list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        self._seen(ctx)
+        files = self.files
+        items = await self._offload(lambda: [files.skill_resource(s) for s in files.repository.list()])
+        chosen, after = page(items, params.cursor if params else None)
+        return types.ListResourcesResult(
+            resources=[types.Resource.model_validate(r) for r in chosen], next_cursor=after
+        )
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        self._seen(ctx)
+        uri = str(params.uri)
+        if uri.startswith("artifact://"):
+            who = self.backend.principal(ctx)
+            info, data = await self._guard(lambda: self._artifact(uri, who))
+            contents = resource_contents(uri, info.mime_type, data)
+        else:
+            files = self.files
+            contents = await self._guard(lambda: files.read(uri))
+        model = types.TextResourceContents if "text" in contents else types.BlobResourceContents
+        return types.ReadResourceResult(contents=[model.model_validate(contents)])
+
+    def _artifact(self, ref: str, who: Principal) -> tuple[Any, bytes]:
+        """``artifact://name[@version]``: the caller's artifact and its bytes."""
+        name, version = parse_ref(ref.removeprefix("artifact://"))
+        store = self.backend.artifacts()
+        info = store.info(name, version, tenant=who.id)
+        if info.size > ARTIFACT_MAX_BYTES:
+            raise BadRequest(
+                f"artifact {info.ref} is {info.size} bytes; at most {ARTIFACT_MAX_BYTES} over MCP "
+                "(download it over HTTP)",
+                code="artifact_too_large",
+            )
+        return store.read(name, info.version, tenant=who.id)
+
+    # -- prompts ------------------------------------------------------------------------
+
+    async def list_prompts(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
+        self._seen(ctx)
+        repository = self.backend.repository()
+        skills = await self._offload(repository.list)
+        prompts = [
+            types.Prompt(
+                name="skills_overview", description="The <available_skills> block: every skill's name and description"
+            )
+        ]
+        prompts += [types.Prompt(name=s.id, description=s.description) for s in skills]
+        return types.ListPromptsResult(prompts=prompts)
+
+    async def get_prompt(
+        self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
+        repository = self.backend.repository()
+        where = self.backend.visible_skills_dir()
+        if params.name == "skills_overview":
+            text = await self._offload(
+                lambda: render_xml(repository.list(), lambda s: f"{SCHEME}{s.id}/{s.skill_file.name}")
+            )
+            text += (
+                "\n\nLoad a skill with skill_load (or read its skill:// SKILL.md) before using it; "
+                "run its scripts with skill_run."
+            )
+            description = "Every skill available here"
+        else:
+            try:
+                skill = await self._offload(lambda: repository.get(params.name))
+            except ExecutorError as exc:  # not found, or a reference the parser refuses
+                raise invalid_params(exc.message) from None
+            body = expand_placeholders(skill.body, sandbox_dir(skill, where))
+            text = (
+                f"Use the skill {skill.id!r} (its files: {SCHEME}{skill.id}/...; run them with skill_run, "
+                f"skill={skill.id!r}, where they are at {sandbox_dir(skill, where)}).\n\n{body}"
+            )
+            description = skill.description
+        message = types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
+        return types.GetPromptResult(description=description, messages=[message])
+
+    # -- tools --------------------------------------------------------------------------
+
+    def _tool_list(self) -> list[types.Tool]:
+        repository = self.backend.repository()
+        by_name = {d["name"]: d for d in definitions(repository, "mcp", context=True)}
+        skill = by_name["skill_list_docs"]["inputSchema"]["properties"]["skill"]
+        output = inline_schema(RunResult.model_json_schema())
+        specs: list[tuple[str, str, dict[str, Any], types.ToolAnnotations, dict[str, Any] | None]] = [
+            ("skill_load", by_name["skill_load"]["description"], by_name["skill_load"]["inputSchema"], READ_ONLY, None),
+            (
+                "skill_list_docs",
+                by_name["skill_list_docs"]["description"],
+                by_name["skill_list_docs"]["inputSchema"],
+                READ_ONLY,
+                None,
+            ),
+            (
+                "skill_read_doc",
+                "Read one doc of a skill (a path from skill_list_docs).",
+                object_schema(
+                    {"skill": skill, "path": {"type": "string", "description": "the doc's path"}}, ["skill", "path"]
+                ),
+                READ_ONLY,
+                None,
+            ),
+            (
+                "skill_search",
+                "Search the skills by words; returns the best matching names and descriptions.",
+                object_schema(
+                    {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 50}}, ["query"]
+                ),
+                READ_ONLY,
+                None,
+            ),
+            ("skill_run", by_name["skill_run"]["description"], by_name["skill_run"]["inputSchema"], RUN, output),
+            (
+                "artifact_put",
+                "Store a file as the next version of an artifact (text, or base64 for binary); "
+                "returns its artifact:// ref for skill_run inputs.",
+                object_schema(
+                    {
+                        "name": {"type": "string"},
+                        "text": {"type": "string"},
+                        "base64": {"type": "string", "description": "the content, base64-encoded"},
+                        "mime_type": {"type": "string"},
+                    },
+                    ["name"],
+                ),
+                WRITE,
+                None,
+            ),
+            (
+                "artifact_get",
+                "Read an artifact (a name, name@version or artifact:// ref).",
+                object_schema({"ref": {"type": "string"}}, ["ref"]),
+                READ_ONLY,
+                None,
+            ),
+            ("artifact_list", "List your artifacts (latest version of each).", object_schema({}, []), READ_ONLY, None),
+        ]
+        specs += [
+            (
+                name,
+                by_name[name]["description"],
+                by_name[name]["inputSchema"],
+                READ_ONLY if name in ("context_list_docs", "context_render") else WRITE,
+                None,
+            )
+            for name in CONTEXT_TOOLS
+        ]
+        return [
+            types.Tool(name=n, description=d, input_schema=i, annotations=a, output_schema=o) for n, d, i, a, o in specs
+        ]
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        self._seen(ctx)
+        return types.ListToolsResult(tools=await self._offload(self._tool_list))
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        self._seen(ctx)
+        arguments = dict(params.arguments or {})
+        try:
+            if params.name == "skill_run":
+                return await self._skill_run(ctx, arguments)
+            if params.name in CONTEXT_TOOLS:
+                who = self.backend.principal(ctx)
+                return await self._offload(lambda: self._context_tool(params.name, arguments, who))
+            if params.name.startswith("artifact_"):
+                who = self.backend.principal(ctx)
+                return await self._offload(lambda: self._artifact_tool(params.name, arguments, who))
+            return await self._offload(lambda: self._read_tool(params.name, arguments))
+        except ExecutorError as exc:
+            return error_result(f"error ({exc.code}): {exc.message}")
+
+    def _read_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        tools = self.backend.tools()
+        if name == "skill_search":
+            query = arguments.get("query")
+            if not isinstance(query, str):
+                raise BadRequest("the 'query' argument is required", code="invalid_arguments")
+            limit = arguments.get("limit", 10)
+            hits = tools.repository.search(query, int(limit) if isinstance(limit, int) else 10)
+            found = [
+                {"skill": h.skill.id, "description": h.skill.description, "score": round(h.score, 3)} for h in hits
+            ]
+            text = "\n".join(f"- {h['skill']}: {h['description']}" for h in found) or "(no matching skill)"
+            return types.CallToolResult(content=[text_content(text)], structured_content={"hits": found})
+        if name == "skill_read_doc":
+            arguments = {"skill": arguments.get("skill"), "docs": [arguments.get("path")]}
+            name = "skill_select_docs"
+        elif name not in ("skill_load", "skill_list_docs"):
+            raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
+        result = tools.call(name, arguments)
+        return types.CallToolResult(content=[text_content(result.content)], is_error=result.is_error)
+
+    def _context_tool(self, name: str, arguments: dict[str, Any], who: Principal) -> types.CallToolResult:
+        """The context of the caller's key (the tenant) and the session the arguments name."""
+        result = self.backend.tools().call(name, arguments, tenant=who.id)
+        structured = result.data if isinstance(result.data, dict) and not result.is_error else None
+        return types.CallToolResult(
+            content=[text_content(result.content)], structured_content=structured, is_error=result.is_error
+        )
+
+    def _artifact_tool(self, name: str, arguments: dict[str, Any], who: Principal) -> types.CallToolResult:
+        store = self.backend.artifacts()
+        if name == "artifact_list":
+            items = [i.to_dict() for i in store.names(tenant=who.id)]
+            text = "\n".join(f"- {i['ref']} ({i['size']} bytes, {i['mime_type']})" for i in items) or "(none)"
+            return types.CallToolResult(content=[text_content(text)], structured_content={"artifacts": items})
+        if name == "artifact_put":
+            artifact = arguments.get("name")
+            if not isinstance(artifact, str):
+                raise BadRequest("the 'name' argument is required", code="invalid_arguments")
+            data = payload_bytes(arguments)
+            mime = arguments.get("mime_type")
+            if not isinstance(mime, str):
+                mime = "text/plain" if "text" in arguments else "application/octet-stream"
+            info = store.put(artifact, data, mime_type=mime, tenant=who.id, max_bytes=ARTIFACT_MAX_BYTES)
+            return types.CallToolResult(
+                content=[text_content(f"stored {info.ref} ({info.size} bytes)")], structured_content=info.to_dict()
+            )
+        if name == "artifact_get":
+            ref = arguments.get("ref")
+            if not isinstance(ref, str):
+                raise BadRequest("the 'ref' argument is required", code="invalid_arguments")
+            info, data = self._artifact(ref if ref.startswith("artifact://") else f"artifact://{ref}", who)
+            resource = resource_contents(info.ref, info.mime_type, data)
+            return types.CallToolResult(
+                content=[
+                    text_content(f"{info.ref} ({info.size} bytes, {info.mime_type})"),
+                    embedded_resource(resource),
+                ],
+                structured_content=info.to_dict(),
+            )
+        raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
+
+    async def _skill_run(self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]) -> types.CallToolResult:
+        manager = self.backend.manager()
+        who = self.backend.principal(ctx)
+        outputs = arguments.get("outputs")
+        if isinstance(outputs, dict) and "inline_binary" not in outputs:
+            # MCP content carries binary files as blobs: embed them unless the caller said otherwise.
+            arguments = {**arguments, "outputs": {**outputs, "inline_binary": True}}
+        request = await self._offload(lambda: run_request(arguments))
+        # Shielded: a cancellation during admission would leave the accepted run unowned;
+        # it is delivered at the next await below, which cancels the run.
+        with anyio.CancelScope(shield=True):
+            record, handle, _ = await manager.submit_async(request, principal=who)
+        contexts = self.backend.tools().contexts
+        session = request.session
+        if contexts is not None and session is not None:  # the agent uses this skill: its context says so
+            await self._offload(lambda: contexts.used(who.id, session, request.skill))
+        try:
+            await anyio.lowlevel.checkpoint()
+            if handle is not None:
+                sent = 0
+                async for _, kind, data in handle.stream():
+                    if kind in ("stdout", "stderr"):
+                        sent += 1
+                        await ctx.session.report_progress(sent, message=f"{kind}: {data}")
+                    elif kind == "status":
+                        sent += 1
+                        await ctx.session.report_progress(sent, message=f"run {record.run_id}: {data}")
+            final = await manager.wait(record, handle)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                try:
+                    await manager.offload(manager.cancel, record.run_id, who)
+                    if handle is not None:
+                        await manager.settle(handle, 10.0)
+                except ExecutorError:
+                    pass
+            raise
+        result = await manager.offload(manager.result, final)
+        return await self._offload(lambda: run_result_content(result))

@@ -1,0 +1,495 @@
+"""Runs as tracked jobs: submit (sync or async), observe live output, cancel.
+
+The manager sits between a front end (the HTTP API) and :class:`SkillRunner`:
+
+* everything that can be refused is refused in :meth:`RunManager.submit`, before the
+  run is accepted, in one order for every front end (``POST /v1/runs``, tool calls):
+  authorization (:mod:`skill_executor.access`), validation, admission (``busy``);
+* each accepted run gets a record in the :class:`RunStore` and a thread;
+* a :class:`RunHandle` carries the run's live events (stdout/stderr chunks, status,
+  the final result) to any number of subscribers, thread-safely and asyncio-friendly;
+* ``Idempotency-Key``: a retried submission with the same key (of the same API key)
+  gets the first run -- looked up before anything else, so a replay is never refused
+  for being busy or because the skill has gone since;
+* every run belongs to the tenant of the principal that submitted it: reading,
+  streaming and cancelling go through :func:`skill_executor.access.permit` (another key's
+  run is "not found"; an admin's access is audited).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from ..access import Principal, authorize_inputs, permit
+from ..errors import Conflict, ExecutorError, NotFound, Unavailable
+from .limiter import Reservation
+from .models import RunRequest, RunResult
+from .pipeline import SkillRunner, new_run_id
+from .plan import RunPlan
+from .store import FINAL, RunRecord, RunStore, Status
+
+log = logging.getLogger(__name__)
+
+Event = tuple[str, Any]
+T = TypeVar("T")
+INTERNAL = {"code": "internal", "message": "the run failed inside the service", "status": 500}
+#: Threads for the blocking steps the event loop hands over -- admission (SQLite writes,
+#: which may wait for another process's lock), and reads and building large answers --
+#: the service's own, so runs never hold the web server's pool, and a locked store delays
+#: only admissions.
+ADMISSION_THREADS = 4
+IO_THREADS = 4
+#: Run ids are ``new_run_id()``s; anything else (a 10k-character id) is simply unknown.
+RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+class ShuttingDown(Unavailable):
+    """The service is shutting down: no new runs, and a run it had to cancel."""
+
+    code = "shutting_down"
+
+
+def shutdown_error(run_id: str | None = None) -> ShuttingDown:
+    if run_id is None:
+        return ShuttingDown("the service is shutting down; retry the request elsewhere or after it restarts")
+    return ShuttingDown(
+        "the service shut down before this run finished; the run was cancelled",
+        details={"run_id": run_id, "status": "cancelled"},
+    )
+
+
+@dataclass(eq=False)
+class RunHandle:
+    """Live view of one run in this process.
+
+    Its events are numbered from 1 in the order they happened (the ids of the run's
+    Server-Sent Events): ``status`` ``queued``, ``status`` ``running``, ``stdout`` /
+    ``stderr`` chunks, the final ``status``, then ``result`` or ``error``.  Each status
+    appears once.
+    """
+
+    run_id: str
+    record: RunRecord
+    started: bool = False
+    cancel: threading.Event = field(default_factory=threading.Event)
+    #: Why ``cancel`` was set: "request" (DELETE) or "shutdown".
+    reason: str | None = None
+    future: concurrent.futures.Future[RunRecord] = field(default_factory=concurrent.futures.Future)
+    #: Set once the outcome is in the store (just after ``future``: waiters are answered first).
+    recorded: threading.Event = field(default_factory=threading.Event)
+    events: list[Event] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
+
+    def publish(self, kind: str, data: Any) -> None:
+        with self._lock:
+            self.events.append((kind, data))
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the subscriber's loop is gone
+                pass
+
+    async def stream(self, after: int = 0) -> AsyncIterator[tuple[int, str, Any]]:
+        """``(id, kind, data)`` of every event after id ``after``, then new ones as they
+        come, until the run's ``result`` or ``error``."""
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        entry = (loop, wake)
+        with self._lock:
+            self._waiters.append(entry)
+        try:
+            offset = max(0, after)
+            while True:
+                wake.clear()
+                with self._lock:
+                    batch = self.events[offset:]
+                for kind, data in batch:
+                    offset += 1
+                    yield offset, kind, data
+                    if kind in TERMINAL:
+                        return
+                with self._lock:
+                    if offset >= len(self.events) and self.events and self.events[-1][0] in TERMINAL:
+                        return  # resumed after the last event: nothing more will come
+                await wake.wait()
+        finally:
+            with self._lock:
+                self._waiters.remove(entry)
+
+    async def wait(self) -> RunRecord:
+        """The final record.  A waiter that is cancelled leaves the run alone (unlike
+        ``asyncio.wrap_future``, which would cancel the run's future with it)."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[RunRecord] = loop.create_future()
+
+        def resolve(done: concurrent.futures.Future[RunRecord]) -> None:
+            if not waiter.done():
+                waiter.set_result(done.result())
+
+        def finished(done: concurrent.futures.Future[RunRecord]) -> None:
+            try:
+                loop.call_soon_threadsafe(resolve, done)
+            except RuntimeError:  # the waiter's loop is gone
+                pass
+
+        self.future.add_done_callback(finished)
+        return await waiter
+
+
+#: The event that ends a run's stream.
+TERMINAL = ("result", "error")
+
+
+def terminal(record: RunRecord) -> tuple[str, dict[str, Any]]:
+    """A finished run's last event: ``("error", body)`` when it ended with an error
+    (failed, or cancelled by a shutdown), else ``("result", result)``."""
+    if record.error is not None and record.status != "completed":
+        return "error", {k: v for k, v in record.error.items() if k != "status"}
+    return "result", record.result or {}
+
+
+def fingerprint(request: RunRequest) -> str:
+    canonical = json.dumps(request.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class RunManager:
+    def __init__(
+        self,
+        runner: SkillRunner,
+        store: RunStore,
+        *,
+        on_finish: Callable[[RunRecord], None] | None = None,
+    ) -> None:
+        self.runner = runner
+        self.store = store
+        self.on_finish = on_finish
+        self._handles: dict[str, RunHandle] = {}
+        self._lock = threading.Lock()
+        self._closing = False
+        # One worker per admissible run (executing or queued): threads are reused.
+        limiter = runner.limiter
+        self._workers = concurrent.futures.ThreadPoolExecutor(
+            max_workers=limiter.slots + limiter.queue, thread_name_prefix="run"
+        )
+        self._admission = concurrent.futures.ThreadPoolExecutor(
+            max_workers=ADMISSION_THREADS, thread_name_prefix="run-admit"
+        )
+        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="run-io")
+        interrupted = store.fail_interrupted()
+        if interrupted:
+            log.warning("marked %d run(s) interrupted by a restart as failed", interrupted)
+
+    @property
+    def closing(self) -> bool:
+        """True once a shutdown began: no new runs are accepted."""
+        return self._closing
+
+    async def offload(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run blocking ``fn(*args)`` on the manager's own threads, off the event loop
+        (never on the web server's thread pool, which its synchronous routes need)."""
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def submit_async(
+        self,
+        request: RunRequest,
+        *,
+        principal: Principal,
+        idempotency_key: str | None = None,
+    ) -> tuple[RunRecord, RunHandle | None, bool]:
+        """:meth:`submit` for an event loop: on the manager's admission threads."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._admission, lambda: self.submit(request, principal=principal, idempotency_key=idempotency_key)
+        )
+
+    def submit(
+        self,
+        request: RunRequest,
+        *,
+        principal: Principal,
+        idempotency_key: str | None = None,
+    ) -> tuple[RunRecord, RunHandle | None, bool]:
+        """Accept a run of ``principal``; returns (record, live handle or None, whether
+        this is a replay).  Blocking (SQLite, the skill catalog): call it off the event
+        loop (:meth:`submit_async`).
+
+        Order: an Idempotency-Key already used by this principal answers with its run
+        (same request) or 409 (another request) before anything else; then shutdown
+        (503 ``shutting_down``), authorization, validation and admission.
+        """
+        fingerprinted = (idempotency_key, fingerprint(request)) if idempotency_key else None
+        if fingerprinted is not None:
+            replay = self._replay(principal.id, *fingerprinted)
+            if replay is not None:
+                return replay
+        if self._closing:
+            raise shutdown_error()
+        authorize_inputs(principal, (i.from_ for i in request.inputs))
+        checked = self.runner.validate(request)
+        reservation = self.runner.limiter.reserve()
+        run_id = new_run_id()
+        payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        try:
+            record = self.store.create(run_id, payload, owner=principal.id, idempotency=fingerprinted)
+        except Conflict:
+            # Another request with this key claimed it between the lookup and now.
+            reservation.release()
+            assert fingerprinted is not None
+            replay = self._replay(principal.id, *fingerprinted)
+            if replay is None:  # pragma: no cover - a claimed key is never released
+                raise
+            return replay
+        except BaseException:
+            reservation.release()
+            raise
+        handle = RunHandle(run_id, record)
+        handle.publish("status", "queued")
+        with self._lock:
+            closing = self._closing
+            if not closing:
+                self._handles[run_id] = handle
+        if closing:  # the shutdown began while this run was being admitted
+            reservation.release()
+            error = shutdown_error(run_id)
+            self.store.update(run_id, "cancelled", error={**error.to_dict()["error"], "status": error.status})
+            raise error
+        self._workers.submit(self._execute, request, handle, reservation, checked, principal.id)
+        return record, handle, False
+
+    def _replay(self, owner: str, key: str, fingerprint: str) -> tuple[RunRecord, RunHandle | None, bool] | None:
+        found = self.store.idempotent(owner, key)
+        if found is None:
+            return None
+        run_id, first = found
+        if first != fingerprint:
+            raise Conflict(
+                "this Idempotency-Key was used for a different request",
+                code="idempotency_key_reused",
+                details={"run_id": run_id},
+            )
+        return self._current(run_id), self.handle(run_id), True
+
+    def _execute(
+        self, request: RunRequest, handle: RunHandle, reservation: Reservation, checked: RunPlan, tenant: str
+    ) -> None:
+        # "running" lives in memory (get() reports it); only the outcome is written.
+        # A record left "queued" by a crash is marked failed at the next start.
+        run_id = handle.run_id
+        final: tuple[Status, dict[str, Any] | None, dict[str, Any] | None] = ("failed", None, INTERNAL)
+
+        def listener(stream: str, chunk: bytes) -> None:
+            handle.publish(stream, chunk.decode("utf-8", "replace"))
+
+        try:
+            if not reservation.acquire(handle.cancel):  # cancelled while queued: nothing ran
+                final = self._cancelled_before_start(handle, request, checked)
+                return
+            handle.started = True
+            handle.publish("status", "running")
+            result: RunResult = self.runner.run(
+                request,
+                run_id=run_id,
+                listener=listener,
+                cancel=handle.cancel,
+                reservation=reservation,
+                checked=checked,
+                tenant=tenant,
+            )
+            body = result.model_dump(mode="json")
+            if handle.cancel.is_set():
+                by_shutdown = handle.reason == "shutdown"
+                final = ("cancelled", body, self._error(shutdown_error(run_id)) if by_shutdown else None)
+            else:
+                final = ("completed", body, None)
+        except ExecutorError as exc:
+            final = ("failed", None, self._error(exc))
+        except Exception:  # never leave a record unfinished
+            log.exception("run %s failed unexpectedly", run_id)
+        finally:
+            reservation.release()
+            self._finish(handle, *final)
+
+    @staticmethod
+    def _error(exc: ExecutorError) -> dict[str, Any]:
+        """An error as recorded: its body plus the HTTP status a waiting client gets."""
+        return {**exc.to_dict()["error"], "status": exc.status}
+
+    def _cancelled_before_start(
+        self, handle: RunHandle, request: RunRequest, checked: RunPlan
+    ) -> tuple[Status, dict[str, Any] | None, dict[str, Any] | None]:
+        if handle.reason == "shutdown":
+            return "cancelled", None, self._error(shutdown_error(handle.run_id))
+        result = RunResult(
+            run_id=handle.run_id,
+            skill=checked.skill.id,
+            session=request.session,
+            warnings=["the run was cancelled before it started"],
+        )
+        return "cancelled", result.model_dump(mode="json"), None
+
+    def _finish(
+        self, handle: RunHandle, status: Status, body: dict[str, Any] | None, error: dict[str, Any] | None
+    ) -> None:
+        """Publish the final status and the last event, wake waiters, then record the outcome.
+
+        ``on_finish`` (the metrics) runs first, so what it records is visible to a client
+        as soon as it has its answer.  Waiters are answered before the store write (off
+        the answer's path); until the write is done the handle stays registered and
+        :meth:`_current` answers from it, so a client that reads the run right after its
+        answer sees the outcome.
+        """
+        run_id = handle.run_id
+        record = replace(handle.record, status=status, result=body, error=error, updated_at=time.time())
+        with handle._lock:
+            record.events = len(handle.events) + 2  # + the final status and the last event
+        if self.on_finish is not None:
+            try:
+                self.on_finish(record)
+            except Exception:
+                log.exception("on_finish hook failed")
+        handle.publish("status", status)
+        handle.publish(*terminal(record))
+        handle.future.set_result(record)
+        try:
+            self.store.update(run_id, status, result=body, error=error, events=record.events)
+        except Exception:  # the record stays "queued" and is marked interrupted at the next start
+            log.exception("recording the outcome of run %s failed", run_id)
+        finally:
+            with self._lock:
+                self._handles.pop(run_id, None)
+            handle.recorded.set()
+
+    def handle(self, run_id: str) -> RunHandle | None:
+        """The live view of a run of this process (no authorization: use after :meth:`get`)."""
+        with self._lock:
+            return self._handles.get(run_id)
+
+    def _current(self, run_id: str) -> RunRecord:
+        if not RUN_ID.match(run_id):
+            raise NotFound(f"no run {run_id[:128]!r}", code="run_not_found")
+        handle = self.handle(run_id)
+        if handle is not None and handle.future.done():  # finished; its record is being written
+            return replace(handle.future.result())
+        record = self.store.get(run_id)
+        if handle is not None and handle.started and record.status == "queued":
+            record.status = "running"
+        return record
+
+    def get(self, run_id: str, who: Principal, *, action: str = "run.read") -> RunRecord:
+        """A run's record, if ``who`` may see it (another key's run is "not found")."""
+        record = self._current(run_id)
+        permit(who, record.owner, action=action, target=run_id, what=f"run {run_id!r}", code="run_not_found")
+        return record
+
+    def reload(self, record: RunRecord) -> RunRecord:
+        """The current state of a record the caller already got through :meth:`get`."""
+        return self._current(record.run_id)
+
+    def cancel(self, run_id: str, who: Principal) -> RunHandle:
+        """Ask a run of this process to stop; its live handle (await :meth:`settle`)."""
+        record = self.get(run_id, who, action="run.cancel")
+        if record.status in FINAL:
+            raise Conflict(f"run {run_id!r} has already ended ({record.status})", code="run_finished")
+        handle = self.handle(run_id)
+        if handle is None:
+            if self.store.get(run_id).status in FINAL:  # it ended a moment ago
+                raise Conflict(f"run {run_id!r} has already ended", code="run_finished")
+            raise Conflict(f"run {run_id!r} is not running in this process", code="run_not_active")
+        self._cancel(handle, "request")
+        return handle
+
+    def _cancel(self, handle: RunHandle, reason: str) -> None:
+        if not handle.cancel.is_set():
+            handle.reason = reason
+            handle.cancel.set()
+        self.runner.limiter.wake()  # a queued run stops waiting for a slot
+
+    @staticmethod
+    async def settle(handle: RunHandle, timeout: float) -> RunRecord | None:
+        """The final record of ``handle``'s run, or None if it has not ended within ``timeout``."""
+        try:
+            return await asyncio.wait_for(handle.wait(), timeout)
+        except TimeoutError:
+            return None
+
+    async def wait(self, record: RunRecord, handle: RunHandle | None) -> RunRecord:
+        """The final record of a run (polls the store, off the event loop, for runs of
+        another process; refused with ``shutting_down`` once this one shuts down)."""
+        if handle is not None:
+            return await handle.wait()
+        while record.status not in FINAL:
+            if self._closing:
+                raise shutdown_error()
+            await asyncio.sleep(0.2)
+            record = await self.offload(self.reload, record)
+        return record
+
+    @staticmethod
+    def result(record: RunRecord) -> RunResult:
+        """A finished run's result, or the error it ended with raised as the
+        :class:`ExecutorError` it was (``shutting_down`` as :class:`ShuttingDown`)."""
+        kind, body = terminal(record)
+        if kind == "error" or record.result is None:
+            error = dict(record.error or {"code": "error", "message": "the run failed"})
+            cls = ShuttingDown if error.get("code") == ShuttingDown.code else ExecutorError
+            raise cls(
+                error.get("message", "the run failed"),
+                code=error.get("code", "error"),
+                status=int(error.get("status", 500)),
+                details=error.get("details"),
+            )
+        return RunResult.model_validate(body)
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def _begin_shutdown(self) -> list[RunHandle]:
+        with self._lock:
+            self._closing = True
+            return list(self._handles.values())
+
+    async def drain(self, grace: float, *, settle: float = 5.0) -> None:
+        """Shut down gracefully: accept no new run, give the runs in flight up to
+        ``grace`` seconds to finish, then cancel the rest (their records end
+        ``cancelled`` with the ``shutting_down`` error, which their waiting clients get)
+        and wait up to ``settle`` seconds for them to wind up.  Idempotent."""
+        handles = self._begin_shutdown()
+        if not handles:
+            return
+        waits = [asyncio.ensure_future(h.wait()) for h in handles]
+        log.info("shutdown: waiting up to %.1f s for %d run(s) in flight", grace, len(handles))
+        _, pending = await asyncio.wait(waits, timeout=max(0.0, grace))
+        if pending:
+            log.warning("shutdown: cancelling %d run(s) still in flight after %.1f s", len(pending), grace)
+            for handle in self._begin_shutdown():
+                self._cancel(handle, "shutdown")
+            _, pending = await asyncio.wait(pending, timeout=settle)
+            for wait in pending:
+                wait.cancel()
+            if pending:
+                log.error("shutdown: %d cancelled run(s) did not wind up within %.1f s", len(pending), settle)
+
+    def shutdown(self, timeout: float = 15.0) -> None:
+        """Cancel every run of this process and wait for them to clean up (blocking; after
+        :meth:`drain` there is nothing left to wait for)."""
+        handles = self._begin_shutdown()
+        for handle in handles:
+            self._cancel(handle, "shutdown")
+        deadline = time.monotonic() + timeout
+        concurrent.futures.wait([h.future for h in handles], timeout=timeout)
+        for handle in handles:  # and their outcomes are in the store
+            handle.recorded.wait(max(0.0, deadline - time.monotonic()))
+        self._workers.shutdown(wait=False, cancel_futures=True)
+        self._admission.shutdown(wait=False, cancel_futures=True)
+        self._io.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,182 @@
+"""The ``skill_run`` pipeline, runtime-agnostic.
+
+check -> open a sandbox -> stage inputs -> execute -> collect outputs -> save
+artifacts -> result -> close the sandbox.  Refusals (bad request, unknown skill,
+refused input) raise :class:`~skill_executor.errors.ExecutorError` before anything runs and
+leave nothing behind; a command that fails or times out is a normal
+:class:`RunResult`.  The pipeline talks to runtimes only through the Sandbox seam
+(:mod:`skill_executor.runtimes.base`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+import time
+
+from ..access import LOCAL_TENANT
+from ..artifacts.store import ArtifactStore
+from ..config import Settings
+from ..registry import SkillRepository
+from ..runtimes.base import Command, OutputListener, Runtime, SandboxPlan
+from ..workers import Supervisor
+from ..workspace.layout import WorkspaceManager, environment
+from ..workspace.sessions import SessionStore
+from ..workspace.staging import Stager
+from .limiter import Reservation, RunLimiter
+from .models import RunRequest, RunResult
+from .plan import RunPlan, check_request, resolve_cwd
+from .results import build_result
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two sweeps of expired sessions (a supervised background worker).
+SESSION_SWEEP_SECONDS = 60.0
+
+
+def new_run_id() -> str:
+    """Time-ordered, unguessable: ``<ms since epoch, hex>-<96 random bits>``."""
+    return f"{int(time.time() * 1000):011x}-{secrets.token_hex(12)}"
+
+
+class SkillRunner:
+    """Runs ``skill_run`` requests on one runtime. Thread-safe."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        repository: SkillRepository,
+        artifacts: ArtifactStore,
+        runtime: Runtime,
+    ) -> None:
+        self.settings = settings
+        self.repository = repository
+        self.artifacts = artifacts
+        self.runtime = runtime
+        self.sessions = SessionStore(
+            settings.workspaces,
+            settings.session_ttl_seconds,
+            volume_bytes=settings.session_disk_bytes if runtime.disk_cap == "hard" else None,
+            per_tenant=settings.sessions_per_tenant,
+        )
+        self.stager = Stager(
+            repository,
+            artifacts,
+            self.sessions,
+            allowed_host_roots=settings.allowed_host_roots,
+            max_bytes=settings.max_staged_bytes,
+            owner=runtime.owner,
+        )
+        self.limiter = RunLimiter(settings.max_concurrent_runs, settings.max_queued_runs)
+        self.supervisor = Supervisor("runner")
+        self.supervisor.every(
+            "session-expiry", SESSION_SWEEP_SECONDS, self.sessions.sweep, initial_delay=SESSION_SWEEP_SECONDS
+        )
+
+    @property
+    def workspaces(self) -> WorkspaceManager:
+        return self.runtime.workspaces
+
+    def validate(self, request: RunRequest) -> RunPlan:
+        """Everything that can be refused before a workspace exists."""
+        return check_request(request, self.settings, self.repository)
+
+    def run(
+        self,
+        request: RunRequest,
+        *,
+        run_id: str | None = None,
+        listener: OutputListener | None = None,
+        cancel: threading.Event | None = None,
+        reservation: Reservation | None = None,
+        checked: RunPlan | None = None,
+        tenant: str = LOCAL_TENANT,
+    ) -> RunResult:
+        """Run a request for ``tenant`` (the API key it belongs to: its session and
+        artifacts are that key's); ``reservation`` is a place already taken with the
+        limiter, ``checked`` what :meth:`validate` already settled about this request.
+
+        Runs of one session never overlap: a second one waits for the session at most
+        its own timeout, then is refused with ``session_busy``.
+        """
+        try:
+            plan = checked or self.validate(request)
+        except BaseException:
+            if reservation is not None:
+                reservation.release()
+            raise
+        run_id = run_id or new_run_id()
+        registry = self.repository.registry
+        # the run's version cannot be deleted while the run holds it (409 version_in_use)
+        lease = registry.lease(plan.skill) if registry is not None else contextlib.nullcontext()
+        with reservation or self.limiter.reserve(), self.runtime.activity.running(), lease:
+            if request.session:
+                with self.sessions.use(request.session, tenant, wait=plan.timeout) as work:
+                    sandbox_plan = SandboxPlan(
+                        run_id, plan.skill, request.session, work, tenant, self.settings.session_disk_bytes
+                    )
+                    return self._run(request, plan, sandbox_plan, listener, cancel)
+            return self._run(request, plan, SandboxPlan(run_id, plan.skill, tenant=tenant), listener, cancel)
+
+    def _run(
+        self,
+        request: RunRequest,
+        plan: RunPlan,
+        sandbox_plan: SandboxPlan,
+        listener: OutputListener | None,
+        cancel: threading.Event | None,
+    ) -> RunResult:
+        skill = plan.skill
+        skill_env = self._skill_env(plan)
+        with self.runtime.open(sandbox_plan) as sandbox:
+            warnings = list(sandbox.warnings)
+            warnings += sandbox.stage(self.stager, request.inputs).warnings
+            cwd = resolve_cwd(request.cwd, sandbox.workspace, skill, sandbox.root)
+            command = Command(
+                command=request.command,
+                cwd=cwd,
+                env={**environment(sandbox.root, skill.id, skill_env), **request.env, "PWD": cwd},
+                stdin=request.stdin.encode() if request.stdin is not None else None,
+                timeout=plan.timeout,
+                stdout_max=self.settings.stdout_max_bytes,
+                stderr_max=self.settings.stderr_max_bytes,
+                listener=listener,
+                cancel=cancel,
+            )
+            executed = sandbox.execute(command)
+            failed = executed.timed_out or executed.cancelled or executed.exit_code != 0
+            collection = sandbox.collect(plan.outputs.globs, plan.outputs.limits, failed=failed)
+            return build_result(
+                self.artifacts,
+                request,
+                skill,
+                sandbox_plan.run_id,
+                executed,
+                collection,
+                plan.outputs,
+                warnings,
+                sandbox_plan.tenant,
+            )
+
+    def _skill_env(self, plan: RunPlan) -> str | None:
+        """Where the run sees its skill's dependency environment (resolved on first use),
+        or None; ``skill_dependencies_unmet`` when its needs cannot be met."""
+        envs = self.repository.deps
+        if envs is None:
+            return None
+        key = envs.for_run(plan.skill.path, plan.skill.digest)
+        if key is None:
+            return None
+        return f"{self.runtime.visible_envs_dir or envs.root}/{key}"
+
+    # -- housekeeping --------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Wait until every finished run's workspace is removed."""
+        self.runtime.settle()
+
+    def close(self) -> None:
+        """Stop its own workers; the runtime (closed by its owner) holds the rest."""
+        self.supervisor.close(timeout=1.0)

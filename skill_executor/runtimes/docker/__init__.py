@@ -1,0 +1,478 @@
+"""The Docker runtime: every run in its own fresh, hardened, network-less container.
+
+A run gets a started container of the warm pool when one is ready (not for sessions,
+whose ``work/`` must be mounted when the container starts), else a container of its
+own (:mod:`.sandboxes`).  Every container is removed: after a normal exit, a timeout,
+an error, and (through the start-up sweep and the deadline reaper) after a crash of
+the service.  Containers carry their owner's token and a deadline as labels.
+
+Modules: :mod:`.engine` (configuration and every engine call, errors mapped in one
+place), :mod:`.launcher` (the warm launcher's protocol), :mod:`.sandboxes` (the two
+ways to run), :mod:`.pool` (warm containers, private to this runtime), :mod:`.appear`
+(waiting for a launcher's socket without polling).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.types import Mount
+
+from ...activity import Activity
+from ...config import Settings
+from ...errors import Unavailable
+from ...owners import LeaseState
+from ...workers import Causes, Supervisor
+from ...workspace.layout import LAUNCHER_SOCKET, PREPARED, SKILLS, WorkspaceManager
+from ...workspace.remove import remove_tree
+from ..base import SandboxPlan
+from ..janitor import Janitor
+from ..limits import DISK_POLL_SECONDS, describe_disk_cap, workspace_volume_bytes
+from ..skillcopy import provide, stage
+from .engine import (
+    CONTAINER_ENVS,
+    CONTAINER_WORKSPACE,
+    LABEL_DEADLINE,
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    LABEL_RUN,
+    Engine,
+    InitProcess,
+    connect,
+    launcher_argv,
+    parse_user,
+)
+from .pool import WarmContainer, WarmPool
+from .sandboxes import ColdSandbox, WarmSandbox
+
+__all__ = ["DockerRuntime", "LABEL_DEADLINE", "LABEL_MANAGED", "LABEL_OWNER", "LABEL_RUN", "connect"]
+
+log = logging.getLogger(__name__)
+
+#: Extra seconds past a container's deadline before the reaper removes it.
+REAPER_GRACE_SECONDS = 30.0
+#: How often the reaper runs, and how often this instance reconciles what it should
+#: have removed with what is there (a cleanup that failed while the engine was away).
+REAP_SECONDS = 30.0
+RECONCILE_SECONDS = 10.0
+#: The containers' /etc/hosts, in the workspaces root (next to ``runs/``).
+HOSTS_FILE = "hosts"
+#: How often a runtime that started without its engine tries again.
+ENGINE_RETRY_SECONDS = 2.0
+#: A container that was created but never started (its start failed, and so did its
+#: removal) is a leftover after this long; a start in progress takes milliseconds.
+CREATED_GRACE_SECONDS = 10.0
+#: A running container of this instance that is neither a run's nor in the pool (a warm
+#: container whose removal failed) is a leftover after this long: a pool start, the only
+#: moment a container runs unknown to both, takes at most the launcher's ready timeout.
+STRAY_GRACE_SECONDS = 60.0
+
+
+class DockerRuntime:
+    name = "docker"
+    #: Where a run sees the skills (for the overview's ``<location>``).
+    visible_skills_dir: str | None = f"{CONTAINER_WORKSPACE}/skills"
+    #: Where every container sees the skills' dependency environments (read-only).
+    visible_envs_dir: str | None = CONTAINER_ENVS
+
+    def __init__(
+        self, settings: Settings, client: docker.DockerClient | None = None, *, wait_for_engine: bool = False
+    ) -> None:
+        """Connect, check the image and the OCI runtime, sweep what dead owners left, and
+        start the workers.  Without an engine (or image) this raises ``Unavailable``,
+        unless ``wait_for_engine``: then the runtime starts degraded (runs are refused
+        with 503, health says why) and completes its start once the engine answers."""
+        self.settings = settings
+        self.owner: tuple[int, int] | None = parse_user(settings.docker_user)
+        self.activity = Activity()
+        self.disk_cap: str = settings.disk_cap
+        self.workspaces = WorkspaceManager(
+            settings.workspaces, instance=settings.instance_id, volume_bytes=workspace_volume_bytes(settings)
+        )
+        self.token = self.workspaces.token
+        self.supervisor = Supervisor("docker")
+        self.janitor = Janitor(self.activity, self.supervisor, workers=settings.cleanup_workers, name="janitor")
+        self._running: dict[str, str] = {}  # run id -> container id, while a run executes
+        self._running_lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        #: The skill of the latest run (id, folder): what a warm container is prepared for.
+        self._wanted: tuple[str, Path] | None = None
+        self._client = client
+        self._engine: Engine | None = None
+        self._problem: Unavailable | None = None
+        self.pool: WarmPool | None = None
+        self.leftovers = 0
+        self._causes = Causes()
+        if settings.disk_cap == "hard":
+            try:
+                self.workspaces.probe_volumes()  # refuses to start (never degraded) without it
+            except BaseException:
+                self.close()
+                raise
+        else:
+            log.warning(
+                "the disk cap is soft (SKILL_EXECUTOR_DISK_CAP=soft): polled every %.1f s, so a fast "
+                "writer can pass it before its run is stopped",
+                DISK_POLL_SECONDS,
+            )
+        try:
+            self._start()
+        except Unavailable as exc:
+            if not wait_for_engine:
+                self.close()
+                raise
+            self._problem = exc
+            self._causes.first(exc.message)
+            log.warning(
+                "starting without the Docker engine (%s); retrying every %.0f s", exc.message, ENGINE_RETRY_SECONDS
+            )
+            self.supervisor.every(
+                "engine-watch", ENGINE_RETRY_SECONDS, self._retry_start, initial_delay=ENGINE_RETRY_SECONDS
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        """Everything that needs the engine, once (idempotent)."""
+        with self._start_lock:
+            if self._engine is not None:
+                return
+            client = self._client or connect()
+            engine = Engine(self.settings, client, self.token, self.workspaces.root / HOSTS_FILE)
+            engine.check_image()
+            engine.check_oci_runtime()
+            # First the containers of dead owners, then (nothing runs in them any more) their folders.
+            self._sweep(engine)
+            swept = self.workspaces.sweep()
+            if swept:
+                log.warning("removed %d workspace(s) left by a crashed process", len(swept))
+            if self.supervisor.closed:
+                return  # closed while it connected: start nothing
+            self._engine = engine
+            self._problem = None
+            self.supervisor.every("reaper", REAP_SECONDS, self.reap, initial_delay=REAP_SECONDS)
+            self.supervisor.every("reconcile", RECONCILE_SECONDS, self.reconcile, initial_delay=RECONCILE_SECONDS)
+            if self.settings.pool_size > 0:
+                self.pool = WarmPool(
+                    start=self._start_warm,
+                    discard=self.discard,
+                    workspaces=self.workspaces,
+                    owner=self.owner,
+                    activity=self.activity,
+                    supervisor=self.supervisor,
+                    size=self.settings.pool_size,
+                    max_idle=self.settings.pool_max_idle_seconds,
+                    prepare=self._prepare_warm,
+                )
+
+    def _retry_start(self) -> None:
+        """Every ``ENGINE_RETRY_SECONDS`` until the engine answers (no backoff: the engine's
+        return is noticed at once); each distinct problem is logged once."""
+        if self._engine is not None or self.supervisor.closed:
+            return
+        try:
+            self._start()
+        except Unavailable as exc:
+            self._problem = exc
+            if self._causes.first(exc.message):
+                log.warning("still waiting for the Docker engine: %s", exc.message)
+            return
+        if self._engine is not None:
+            log.info("the Docker engine answers: the runtime is ready")
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, or ``Unavailable`` (503) while the runtime waits for it."""
+        engine = self._engine
+        if engine is None:
+            raise self._problem or Unavailable("the Docker engine is not reachable", code="engine_unavailable")
+        return engine
+
+    @property
+    def client(self) -> docker.DockerClient:
+        return self.engine.client
+
+    @property
+    def ready(self) -> bool:
+        return self._engine is not None
+
+    # -- the seam ------------------------------------------------------------------------
+
+    def open(self, plan: SandboxPlan) -> ColdSandbox | WarmSandbox:
+        """A warm container's sandbox when one is ready (not for sessions), else a new one;
+        either way the skill is the run's private copy (:func:`~..skillcopy.make_view`),
+        on a warm container made ahead of the run when it was prepared for this skill
+        and the skill has not changed since (:func:`~..skillcopy.place`)."""
+        engine = self.engine
+        skill = plan.skill
+        self._wanted = (skill.id, skill.path)
+        warm = None
+        if self.pool is not None and plan.session_work is None:
+            warm = self.pool.acquire(prefer=lambda w: w.staged is not None and w.staged.skill_id == skill.id)
+        sandbox: ColdSandbox | WarmSandbox
+        if warm is None:
+            workspace = self.workspaces.create(
+                plan.run_id,
+                skill.id,
+                session_work=plan.session_work,
+                session=plan.session,
+                owner=self.owner,
+                tenant=plan.tenant,
+            )
+            sandbox = ColdSandbox(
+                workspace,
+                plan=plan,
+                engine=engine,
+                janitor=self.janitor,
+                settings=self.settings,
+                track=self._track,
+                discard=self.workspaces.discard,
+            )
+        else:
+            self._track(plan.run_id, warm.id)  # the run's from now on (untracked at its release)
+            workspace = self.workspaces.adopt(warm.root, plan.run_id, skill.id, plan.tenant)
+            sandbox = WarmSandbox(
+                workspace,
+                warm,
+                plan=plan,
+                engine=engine,
+                janitor=self.janitor,
+                settings=self.settings,
+                track=self._track,
+                discard=self.workspaces.discard,
+            )
+        staged = None
+        if warm is not None:
+            staged, warm.staged = warm.staged, None
+        try:
+            sandbox.warnings += provide(workspace, skill.id, skill.path, self.owner, staged)
+        except BaseException:
+            sandbox.close()
+            raise
+        return sandbox
+
+    def health(self) -> dict[str, tuple[bool, str]]:
+        engine = self._engine
+        if engine is None:
+            problem = self._problem.message if self._problem is not None else "not connected"
+            return {
+                "engine": (False, f"waiting for the engine: {problem}"),
+                "image": (False, "unknown"),
+                "disk_cap": describe_disk_cap(self.settings),
+            }
+        checks = engine.health()
+        checks["disk_cap"] = describe_disk_cap(self.settings)
+        alive = self.supervisor.alive()
+        dead = sorted(name for name, ok in alive.items() if not ok)
+        checks["workers"] = (
+            not dead,
+            f"dead: {', '.join(dead)} (restarting)" if dead else f"{len(alive)} background workers running",
+        )
+        return checks
+
+    def stats(self) -> dict[str, Any]:
+        """Figures for the metrics: containers by state (when the engine answers), the
+        cleanup backlog, the workers' failures and restarts."""
+        engine = self._engine
+        by_state: dict[str, int] | None = None
+        if engine is not None:
+            try:
+                by_state = engine.by_state()
+            except Unavailable:
+                by_state = None
+        return {
+            "containers": by_state,
+            "cleanup_backlog": self.janitor.backlog,
+            "cleanup_leftovers": self.leftovers,
+            "workspaces": self.workspaces.count(),
+            "workers": self.supervisor.stats(),
+            "engine_up": by_state is not None,
+        }
+
+    def settle(self) -> None:
+        self.janitor.settle()
+
+    def close(self, timeout: float = 300.0) -> None:
+        """Discard the pool, finish the cleanup within ``timeout`` (what is left then is
+        swept at the next start), stop the workers, give up the lease."""
+        deadline = time.monotonic() + timeout
+        if self.pool is not None:
+            self.pool.close()
+        self.janitor.close(timeout=max(0.5, deadline - time.monotonic()))
+        left = self.janitor.backlog
+        self.supervisor.close(timeout=max(0.5, deadline - time.monotonic()))
+        with self._running_lock:
+            running = bool(self._running)
+        if not left and not running and (self.settings.keep_workspaces or not self.workspaces.in_use()):
+            self.workspaces.close()  # else the lease stays until the process ends; the next start sweeps
+
+    # -- containers ------------------------------------------------------------------------
+
+    def container_of(self, run_id: str) -> str | None:
+        """The container executing ``run_id`` right now (warm containers carry no run label)."""
+        with self._running_lock:
+            return self._running.get(run_id)
+
+    def _track(self, run_id: str, container_id: str | None) -> None:
+        with self._running_lock:
+            if container_id is None:
+                self._running.pop(run_id, None)
+            else:
+                self._running[run_id] = container_id
+
+    def _start_warm(self, root: Path) -> tuple[str, InitProcess | None]:
+        """Create and start a pool container on an empty workspace; its id and init."""
+        deadline = time.time() + self.settings.pool_max_idle_seconds + self.settings.max_timeout
+        config = self.engine.config(
+            command=[*launcher_argv(self.settings, "--container"), f"{CONTAINER_WORKSPACE}/{LAUNCHER_SOCKET}"],
+            cwd=CONTAINER_WORKSPACE,
+            env={},
+            mounts=[Mount(CONTAINER_WORKSPACE, str(root), type="bind", read_only=False)],
+            labels={LABEL_RUN: "warm", LABEL_DEADLINE: f"{deadline:.0f}"},
+        )
+        container_id = self.engine.create(config)
+        try:
+            self.engine.start(container_id)
+            return container_id, InitProcess.of(self.engine, container_id)
+        except BaseException:
+            self.engine.remove(container_id)  # or, the engine being away, by the reconciliation
+            raise
+
+    def _prepare_warm(self, warm: WarmContainer) -> None:
+        """Stage a copy of the latest run's skill for a new warm container's run (the pool
+        fillers' quiet moment), in its workspace's ``skills/.prepared``: the service's,
+        mode 0700, which the container's user cannot enter (and on the same file system,
+        so the copy moves into place with one rename)."""
+        wanted = self._wanted
+        if wanted is None:
+            return
+        skill_id, source = wanted
+        folder = warm.root / SKILLS / PREPARED
+        folder.mkdir(mode=0o700)
+        try:
+            warm.staged = stage(folder, skill_id, source, self.owner)
+        except BaseException:
+            remove_tree(folder)
+            raise
+
+    def discard(self, warm: WarmContainer) -> None:
+        """Remove an unused warm container and its folder, in the background."""
+        engine = self.engine
+        discard = self.workspaces.discard
+        warm.staged = None  # in its folder
+
+        def job() -> None:
+            try:
+                if warm.init is not None:
+                    warm.init.close()
+                engine.remove(warm.id, strict=True)
+            finally:
+                discard(warm.root)
+
+        self.janitor.submit(job)
+
+    def sweep(self) -> int:
+        """Remove what dead owners of this workspace root left: containers, then folders."""
+        removed = self._sweep(self.engine)
+        self.workspaces.sweep()
+        return removed
+
+    def _sweep(self, engine: Engine) -> int:
+        """Remove the containers of dead owners of this root (judged by their leases,
+        :mod:`skill_executor.owners`); a container of another root is left to its deadline.
+        A container that cannot be removed is logged and skipped (its owner's lease stays,
+        so the next start tries again): it never stops this start."""
+        lease = self.workspaces.lease
+        owners: dict[str, list[str]] = {}
+        for container in engine.managed():
+            owners.setdefault(container["Labels"].get(LABEL_OWNER, ""), []).append(container["Id"])
+        removed = 0
+        for token in sorted(set(owners) | set(lease.dead_leases())):
+            if lease.judge(token) is not LeaseState.DEAD:
+                continue
+            try:
+                with lease.reclaim(token) as ours:
+                    if ours:
+                        count, failed = _remove_all(engine, owners.get(token, []))
+                        removed += count
+                        if failed:
+                            raise failed[0]
+            except Unavailable as exc:
+                log.warning("could not remove what %s left (retried at the next start): %s", token, exc.message)
+        if removed:
+            log.warning("removed %d container(s) left by a crashed process", removed)
+        return removed
+
+    def reap(self, now: float | None = None) -> int:
+        """Remove containers of any owner that are past their deadline."""
+        now = time.time() if now is None else now
+        doomed = []
+        for container in self.engine.managed():
+            try:
+                deadline = float(container["Labels"].get(LABEL_DEADLINE, "inf"))
+            except ValueError:
+                deadline = 0.0
+            if now > deadline + REAPER_GRACE_SECONDS:
+                doomed.append(container["Id"])
+        removed, failed = _remove_all(self.engine, doomed)
+        if failed:
+            raise failed[0]  # counted by the supervisor; the others went all the same
+        return removed
+
+    def reconcile(self) -> int:
+        """Remove what this instance itself should have removed and did not (a cleanup
+        that failed, e.g. while the engine was away): its containers that belong to no
+        run -- ended, never started, or (a warm container whose removal failed) running
+        but neither in the pool nor a run's -- and its folders in no use.  Returns how
+        many it removed."""
+        engine = self.engine
+        with self._running_lock:
+            busy = set(self._running.values())
+        pooled = self.pool.known() if self.pool is not None else set()
+        now = time.time()
+        leftovers = []
+        for container in engine.own():
+            state = container.get("State")
+            age = now - float(container.get("Created") or now)
+            if container["Id"] in busy or container["Id"] in pooled:
+                continue
+            if (
+                state in ("exited", "dead")
+                or (state == "created" and age > CREATED_GRACE_SECONDS)
+                or (state == "running" and age > STRAY_GRACE_SECONDS)
+            ):
+                leftovers.append(container["Id"])
+        folders = self.workspaces.stale()
+        self.leftovers = len(leftovers) + len(folders)
+        with self._running_lock:
+            leftovers = [c for c in leftovers if c not in self._running.values()]
+        removed, failed = _remove_all(engine, leftovers)
+        for folder in folders:
+            try:
+                self.workspaces.discard(folder)
+                removed += 1
+            except OSError as exc:
+                failed.append(Unavailable(f"removing {folder} failed: {exc}"))
+        self.leftovers = len(failed)
+        if failed:
+            raise failed[0]
+        return removed
+
+
+def _remove_all(engine: Engine, container_ids: list[str]) -> tuple[int, list[Unavailable]]:
+    """Remove each container; (how many this removed, the failures): one failure
+    never stops the others."""
+    removed = 0
+    failed: list[Unavailable] = []
+    for container_id in container_ids:
+        try:
+            removed += engine.remove(container_id, strict=True)
+        except Unavailable as exc:
+            failed.append(exc)
+    return removed, failed

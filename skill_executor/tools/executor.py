@@ -1,0 +1,340 @@
+"""Function-tool definitions for agents, and an executor for their calls.
+
+Four tools teach the progressive-disclosure protocol: ``skill_load`` (instructions),
+``skill_list_docs`` / ``skill_select_docs`` (extra docs on demand) and ``skill_run``
+(execute, never paste scripts).  Definitions come in OpenAI, Anthropic and MCP shapes;
+:class:`ToolExecutor` runs a call and returns the text an agent loop feeds back.
+
+``skill_run`` is not executed here: the executor is given a ``run`` function (the
+library's runner, or the service's run manager, so a tool call is authorized,
+validated and admitted exactly like ``POST /v1/runs``).  :meth:`ToolExecutor.call_async`
+awaits an async ``run`` and hands everything else that costs time -- the other tools,
+which read skill files, and turning arguments and results into models and text -- to an
+``offload`` function (a thread pool) so an event loop never blocks.
+
+A ``skill_run`` whose command failed -- a non-zero exit, a timeout, out of memory,
+killed by a signal -- is an error for the model (``is_error``; the text starts with
+``error:``), with the whole result still in it: stdout, stderr and files are what the
+model needs to fix the call.  :meth:`ToolResult.message` shapes a result as each
+format's tool-result message.
+
+Bodies and docs are served with the skill-folder placeholders of published skills
+(``{baseDir}``, ``${CLAUDE_SKILL_DIR}``, ``<path-to-skill>``) replaced by the folder a run
+sees; doc names match ignoring case when that is unambiguous.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar, cast
+
+from pydantic import ValidationError
+
+from ..access import LOCAL_TENANT
+from ..context import ContextService
+from ..errors import BadRequest, ExecutorError, Forbidden, NotFound
+from ..registry import SkillRepository
+from ..runs.manager import ShuttingDown
+from ..runs.models import RunRequest, RunResult
+from ..skills import docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
+from ..skills.model import estimate_tokens
+from .catalogue import CONTEXT_TOOLS
+from .results import ToolResult, run_result
+
+T = TypeVar("T")
+#: The most of one doc a tool call returns.
+DOC_MAX_BYTES = 256 * 1024
+RunFunction = Callable[[RunRequest], RunResult]
+AsyncRunFunction = Callable[[RunRequest], Awaitable[RunResult]]
+
+
+class Offload(Protocol):
+    """Runs a blocking function off the event loop (``run_in_threadpool``)."""
+
+    def __call__(self, fn: Callable[[], T], /) -> Awaitable[T]: ...
+
+
+def _arguments(name: str, arguments: dict[str, Any] | str | None) -> dict[str, Any] | ToolResult:
+    """A call's arguments as a dict, or the error result to feed back."""
+    if isinstance(arguments, str):
+        try:
+            arguments = cast(Any, json.loads(arguments) if arguments.strip() else {})
+        except ValueError:
+            return ToolResult(name, "error: arguments are not valid JSON", True, None)
+    arguments = arguments or {}
+    if not isinstance(arguments, dict):
+        return ToolResult(name, "error: arguments must be a JSON object", True, None)
+    return arguments
+
+
+def _refusal(name: str, exc: ExecutorError) -> ToolResult:
+    return ToolResult(name, f"error ({exc.code}): {exc.message}", True, exc.to_dict())
+
+
+def run_request(arguments: dict[str, Any]) -> RunRequest:
+    """skill_run's arguments as a :class:`RunRequest` (400 ``invalid_arguments`` if not one)."""
+    try:
+        return RunRequest.model_validate(arguments)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise BadRequest(f"invalid skill_run arguments: {problems}", code="invalid_arguments") from None
+
+
+def _run_arguments(arguments: dict[str, Any] | str | None) -> RunRequest | ToolResult:
+    parsed = _arguments("skill_run", arguments)
+    return parsed if isinstance(parsed, ToolResult) else run_request(parsed)
+
+
+class ToolExecutor:
+    """Executes tool calls against a repository and a run function."""
+
+    def __init__(
+        self,
+        repository: SkillRepository,
+        run: RunFunction | None = None,
+        *,
+        visible_skills_dir: str | None = None,
+        contexts: ContextService | None = None,
+    ) -> None:
+        """``visible_skills_dir``: where runs see the skills (the runtime's), for the
+        placeholders in bodies and docs; None: host paths.  ``contexts``: serves the
+        ``context_*`` tools (None: they are unavailable)."""
+        self.repository = repository
+        self._run = run
+        self.visible_skills_dir = visible_skills_dir
+        self.contexts = contexts
+
+    def call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | str | None,
+        *,
+        tenant: str = LOCAL_TENANT,
+        session: str | None = None,
+    ) -> ToolResult:
+        """Execute one call (blocking); an unknown tool raises 404 ``tool_not_found``.
+
+        ``tenant``: whose contexts the ``context_*`` tools reach (the caller's key);
+        ``session``: their session when the arguments name none (the framework's)."""
+        parsed = _arguments(name, arguments)
+        if isinstance(parsed, ToolResult):
+            return parsed
+        if name in CONTEXT_TOOLS:
+            if session is not None:  # the framework's session binds; the model cannot reach another one
+                named = parsed.get("session")
+                if named is not None and named != session:
+                    return _refusal(
+                        name,
+                        Forbidden(
+                            f"this call is bound to session {session!r}; the arguments name {str(named)[:80]!r}",
+                            code="session_mismatch",
+                        ),
+                    )
+                parsed = {**parsed, "session": session}
+            try:
+                return self._context_tool(name, parsed, tenant)
+            except ExecutorError as exc:
+                return _refusal(name, exc)
+        handler = {
+            "skill_load": self._load,
+            "skill_list_docs": self._list_docs,
+            "skill_select_docs": self._select_docs,
+            "skill_run": self._skill_run,
+        }.get(name)
+        if handler is None:
+            raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
+        try:
+            return handler(parsed)
+        except ExecutorError as exc:
+            return _refusal(name, exc)
+
+    async def call_async(
+        self,
+        name: str,
+        arguments: dict[str, Any] | str | None,
+        *,
+        run: AsyncRunFunction,
+        offload: Offload,
+        tenant: str = LOCAL_TENANT,
+        session: str | None = None,
+    ) -> ToolResult:
+        """:meth:`call` for an event loop: ``skill_run`` awaits ``run``; the other tools
+        (file reads) and the parsing and rendering around a run go through ``offload``.
+        A :class:`~skill_executor.runs.manager.ShuttingDown` from ``run`` is raised, not fed
+        back to the model: the call failed, the tool did not."""
+        if name != "skill_run":
+            return await offload(lambda: self.call(name, arguments, tenant=tenant, session=session))
+        try:
+            request = await offload(lambda: _run_arguments(arguments))
+            if isinstance(request, ToolResult):
+                return request
+            result = await run(request)
+        except ShuttingDown:
+            raise
+        except ExecutorError as exc:
+            return _refusal(name, exc)
+        return await offload(lambda: run_result(result))
+
+    def _context_tool(self, name: str, arguments: dict[str, Any], tenant: str) -> ToolResult:
+        contexts = self.contexts
+        if contexts is None:
+            raise BadRequest(f"{name} is not available here", code="tool_unavailable")
+        allowed = {"session", "skill", "evict", "messages", "budget", "docs", "all", "mode", "format"}
+        unknown = set(arguments) - allowed
+        if unknown:
+            raise BadRequest(f"unknown argument(s) for {name}: {', '.join(sorted(unknown))}", code="invalid_arguments")
+        session = arguments.get("session")
+        if not isinstance(session, str) or not session:
+            raise BadRequest("the 'session' argument is required", code="invalid_arguments")
+        skill = arguments.get("skill")
+        if name not in ("context_render", "context_clear") and (not isinstance(skill, str) or not skill):
+            raise BadRequest("the 'skill' argument is required", code="invalid_arguments")
+        messages = arguments.get("messages") or []
+        if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
+            raise BadRequest("'messages' must be a list of strings", code="invalid_arguments")
+        budget = arguments.get("budget")
+        if budget is not None and not isinstance(budget, dict):
+            raise BadRequest("'budget' must be an object", code="invalid_arguments")
+        evict = arguments.get("evict") or "none"
+        if not isinstance(evict, str):
+            raise BadRequest("'evict' must be a string", code="invalid_arguments")
+        data: dict[str, Any]
+        if name == "context_load":
+            data = contexts.load(tenant, session, str(skill), evict=evict, messages=messages, budget=budget)
+            text = ("already loaded: " if data["already_loaded"] else "loaded ") + _item(data, data["loaded"])
+        elif name == "context_unload":
+            data = contexts.unload(tenant, session, str(skill))
+            text = f"unloaded {data['unloaded']['skill']} ({data['unloaded']['tokens']} tokens)"
+        elif name == "context_select_docs":
+            docs_ = arguments.get("docs")
+            if docs_ is not None and not isinstance(docs_, list):
+                raise BadRequest("'docs' must be a list of doc paths", code="invalid_arguments")
+            every, mode = arguments.get("all", False), arguments.get("mode", "add")
+            if not isinstance(every, bool) or not isinstance(mode, str):
+                raise BadRequest("'all' must be a boolean and 'mode' a string", code="invalid_arguments")
+            data = contexts.select_docs(
+                tenant,
+                session,
+                str(skill),
+                docs=docs_,
+                all=every,
+                mode=mode,
+                evict=evict,
+                messages=messages,
+                budget=budget,
+            )
+            text = (
+                f"selected docs of {data['skill']}: {', '.join(data['selected']) or '(none)'}"
+                + (f"; added {', '.join(data['added'])}" if data["added"] else "")
+                + (f"; removed {', '.join(data['removed'])}" if data["removed"] else "")
+            )
+        elif name == "context_list_docs":
+            data = contexts.list_docs(tenant, session, str(skill))
+            text = (
+                "\n".join(
+                    f"- {d['name']} ({d['tokens']} tokens{', selected' if d['selected'] else ''})" for d in data["docs"]
+                )
+                or "(no docs)"
+            )
+            return ToolResult(name, text, False, data)
+        elif name == "context_touch":
+            data = contexts.touch(tenant, session, str(skill))
+            text = f"marked {skill} as used"
+        elif name == "context_render":
+            fmt = arguments.get("format", "text")
+            if not isinstance(fmt, str):
+                raise BadRequest("'format' must be a string", code="invalid_arguments")
+            data = contexts.render(tenant, session, fmt)
+            content = data["content"]
+            return ToolResult(name, content if isinstance(content, str) else json.dumps(content, indent=1), False, data)
+        else:
+            data = contexts.clear(tenant, session)
+            return ToolResult(name, "context cleared" if data["cleared"] else "the context was empty", False, data)
+        text += f"\ncontext: {data['total_tokens']} of {data['budget']['limit']} tokens ({data['counter']})"
+        text += "".join(
+            f"\nevicted: {e['skill']}{'/' + e['doc'] if e['doc'] else ''} ({e['reason']}, {e['tokens']} tokens)"
+            for e in data.get("evicted", [])
+        )
+        return ToolResult(name, text, False, data)
+
+    def _skill(self, arguments: dict[str, Any]):  # type: ignore[no-untyped-def]
+        skill = arguments.get("skill")
+        if not isinstance(skill, str) or not skill:
+            raise BadRequest("the 'skill' argument is required", code="invalid_arguments")
+        return self.repository.get(skill)
+
+    def _doc_texts(self, skill, arguments: dict[str, Any]) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+        available = [e.path for e in docs(inventory(skill))]
+        if arguments.get("include_all_docs"):
+            matches: list[tuple[str, str | None]] = [(path, None) for path in available]
+        else:
+            wanted = arguments.get("docs") or []
+            if not isinstance(wanted, list) or not all(isinstance(d, str) for d in wanted):
+                raise BadRequest("'docs' must be a list of doc paths", code="invalid_arguments")
+            matches = []
+            for name in wanted:
+                try:
+                    found = match_path(skill, name, available)
+                except NotFound as exc:
+                    listing = ", ".join(available) or "none"
+                    raise NotFound(f"{exc.message} (available: {listing})", code=exc.code) from None
+                matches.append((found.path, found.note))
+        out = []
+        where = sandbox_dir(skill, self.visible_skills_dir)
+        for path, note in matches:
+            content = read_file(skill, path, max_bytes=DOC_MAX_BYTES)
+            text = expand_placeholders(content.text, where) if content.text is not None else "(binary file)"
+            doc = {"path": path, "content": text, "truncated": content.truncated, "tokens": estimate_tokens(text)}
+            if note:
+                doc["note"] = note
+            out.append(doc)
+        return out
+
+    @staticmethod
+    def _doc_heading(doc: dict[str, Any]) -> str:
+        return f"## Doc: {doc['path']}" + (f" ({doc['note']})" if doc.get("note") else "")
+
+    def _load(self, arguments: dict[str, Any]) -> ToolResult:
+        skill = self._skill(arguments)
+        selected = self._doc_texts(skill, arguments)
+        files = inventory(skill)
+        body = expand_placeholders(skill.body, sandbox_dir(skill, self.visible_skills_dir))
+        parts = [f"# Skill: {skill.id}", "", body]
+        if files:
+            parts += ["", "Files (run scripts with skill_run; read docs with skill_select_docs):"]
+            parts += [f"- {f.path} ({f.size} bytes)" for f in files]
+        for doc in selected:
+            parts += ["", self._doc_heading(doc), "", doc["content"]]
+        data = {
+            "skill": skill.id,
+            "version": skill.version,
+            "digest": skill.digest,
+            "body": body,
+            "docs": selected,
+            "files": [{"path": f.path, "size": f.size, "kind": f.kind} for f in files],
+        }
+        return ToolResult("skill_load", "\n".join(parts), False, data)
+
+    def _list_docs(self, arguments: dict[str, Any]) -> ToolResult:
+        skill = self._skill(arguments)
+        listed = [{"path": e.path, "size": e.size, "tokens": -(-e.size // 4)} for e in docs(inventory(skill))]
+        text = "\n".join(f"- {d['path']} (~{d['tokens']} tokens)" for d in listed) or "(no docs)"
+        return ToolResult("skill_list_docs", text, False, {"skill": skill.id, "docs": listed})
+
+    def _select_docs(self, arguments: dict[str, Any]) -> ToolResult:
+        skill = self._skill(arguments)
+        selected = self._doc_texts(skill, arguments)
+        text = "\n\n".join(f"{self._doc_heading(d)}\n\n{d['content']}" for d in selected) or "(no docs selected)"
+        return ToolResult("skill_select_docs", text, False, {"skill": skill.id, "docs": selected})
+
+    def _skill_run(self, arguments: dict[str, Any]) -> ToolResult:
+        if self._run is None:
+            raise BadRequest("skill_run is not available here", code="tool_unavailable")
+        return run_result(self._run(run_request(arguments)))
+
+
+def _item(state: dict[str, Any], name: str) -> str:
+    item = next(s for s in state["skills"] if s["name"] == name)
+    version = f"version {item['version']}, " if item["version"] is not None else ""
+    return f"{name} ({version}{item['tokens']} tokens)"
