@@ -31,6 +31,19 @@ class Activity:
                 if not self._active:
                     self._cond.notify_all()
 
+    def hold(self) -> Hold:
+        """Count as a run in progress until :meth:`Hold.release` (idempotent): for an
+        answer that outlives its run, e.g. an HTTP response still being sent."""
+        with self._cond:
+            self._active += 1
+        return Hold(self)
+
+    def _release(self) -> None:
+        with self._cond:
+            self._active -= 1
+            if not self._active:
+                self._cond.notify_all()
+
     def wait_quiet(self, max_wait: float) -> None:
         """Return when no run is in progress, or after ``max_wait`` seconds."""
         deadline = time.monotonic() + max_wait
@@ -40,3 +53,17 @@ class Activity:
                 if left <= 0:
                     return
                 self._cond.wait(left)
+
+
+class Hold:
+    """One :meth:`Activity.hold`; released once, however often :meth:`release` is called."""
+
+    def __init__(self, activity: Activity) -> None:
+        self._activity: Activity | None = activity
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            activity, self._activity = self._activity, None
+        if activity is not None:
+            activity._release()

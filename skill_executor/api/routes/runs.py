@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.background import BackgroundTask
 
 from ...access import Principal
 from ...activity import Activity
@@ -34,6 +35,8 @@ POLL_SECONDS = 0.2
 #: An answer with at most this much text (output, error, file contents) is built on the
 #: event loop (microseconds); a larger one on the run manager's threads.
 INLINE_ANSWER_CHARS = 64 * 1024
+#: The longest an answer holds housekeeping back (a client that went away never takes it).
+HOLD_SECONDS = 5.0
 
 
 def final_response(record: RunRecord) -> JSONResponse:
@@ -78,19 +81,34 @@ async def create_run(
     who: Principal = Depends(principal),
 ) -> JSONResponse:
     manager: RunManager = request.app.state.manager
-    record, handle, replayed = await manager.submit_async(body, principal=who, idempotency_key=idempotency_key)
-    if body.session is not None and not replayed:  # the agent uses this skill: its context says so
-        await manager.offload(request.app.state.executor.contexts.used, who.id, body.session, body.skill)
-    if not wait:
-        accepted = RunAccepted(run_id=record.run_id, status=record.status, replayed=replayed)
-        return JSONResponse(accepted.model_dump(), status_code=202, headers={"Location": f"/v1/runs/{record.run_id}"})
-    final = await manager.wait(record, handle)
-    if _small(final):
-        response = final_response(final)
-    else:
-        response = await manager.offload(_answer, final, request.app.state.executor.runtime.activity)
+    activity: Activity = request.app.state.executor.runtime.activity
+    # Until the answer is sent, housekeeping (refilling the pool, removing the container)
+    # steps aside: on a small machine it would otherwise compete with the answer.
+    hold = activity.hold() if wait else None
+    try:
+        record, handle, replayed = await manager.submit_async(body, principal=who, idempotency_key=idempotency_key)
+        if body.session is not None and not replayed:  # the agent uses this skill: its context says so
+            await manager.offload(request.app.state.executor.contexts.used, who.id, body.session, body.skill)
+        if not wait:
+            accepted = RunAccepted(run_id=record.run_id, status=record.status, replayed=replayed)
+            return JSONResponse(
+                accepted.model_dump(), status_code=202, headers={"Location": f"/v1/runs/{record.run_id}"}
+            )
+        final = await manager.wait(record, handle)
+        if _small(final):
+            response = final_response(final)
+        else:
+            response = await manager.offload(_answer, final, activity)
+    except BaseException:
+        if hold is not None:
+            hold.release()
+        raise
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
+    if hold is not None:
+        response.background = BackgroundTask(hold.release)  # once the body is sent
+        # A client gone before that skips background tasks: never hold housekeeping longer.
+        asyncio.get_running_loop().call_later(HOLD_SECONDS, hold.release)
     return response
 
 
