@@ -21,15 +21,11 @@ class Activity:
 
     @contextmanager
     def running(self) -> Iterator[None]:
-        with self._cond:
-            self._active += 1
+        hold = self.hold()
         try:
             yield
         finally:
-            with self._cond:
-                self._active -= 1
-                if not self._active:
-                    self._cond.notify_all()
+            hold.release()
 
     def hold(self) -> Hold:
         """Count as a run in progress until :meth:`Hold.release` (idempotent): for an
