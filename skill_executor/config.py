@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     """Read-only skill roots, in precedence order (never written to)."""
     data_dir: Path = Path("data")
     """Artifacts (SQLite and blobs), run records, workspaces, installed skills, the registry."""
+    database_url: str | None = None  # default: sqlite:///<data_dir>/skill-executor.db
+    """Where records live: sqlite:///<path> (default: <data_dir>/skill-executor.db) or postgresql://user:pass@host:port/db."""
     workspace_root: Path | None = None  # default: <data_dir>/workspaces
     """Run and session workspaces (default: <data_dir>/workspaces)."""
     skills_refresh_seconds: float = 2.0
@@ -210,6 +212,15 @@ class Settings(BaseSettings):
     @property
     def workspaces(self) -> Path:
         return self.workspace_root or self.data_dir / "workspaces"
+
+    @property
+    def database(self) -> str:
+        """The database URL in effect (the embedded SQLite file unless ``database_url`` is set)."""
+        if self.database_url:
+            return self.database_url
+        from .db.url import embedded_url
+
+        return embedded_url(self.data_dir)
 
     @property
     def artifacts_dir(self) -> Path:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .artifacts.store import LocalArtifactStore
 from .config import Settings
 from .context import Budget, ContextService, ContextStore, counter
+from .db import Database, upgrade
 from .envs import SkillEnvs
 from .errors import BadRequest
 from .hosttools import seal_data_dir
@@ -37,8 +38,10 @@ def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtim
     raise BadRequest(f"unknown runtime {settings.runtime!r}")
 
 
-def make_contexts(settings: Settings, repository: SkillRepository, visible_skills_dir: str | None) -> ContextService:
-    """Agents' contexts in ``<data>/context.db``, expiring with the sessions' TTL."""
+def make_contexts(
+    settings: Settings, database: Database, repository: SkillRepository, visible_skills_dir: str | None
+) -> ContextService:
+    """Agents' contexts in the database, expiring with the sessions' TTL."""
     budget = Budget(
         settings.context_max_tokens,
         settings.context_skill_tokens,
@@ -47,11 +50,23 @@ def make_contexts(settings: Settings, repository: SkillRepository, visible_skill
     )
     return ContextService(
         repository,
-        ContextStore(settings.data_dir / "context.db", settings.session_ttl_seconds),
+        ContextStore(database, settings.session_ttl_seconds),
         budget=budget,
         counter=counter(settings.context_token_counter),
         visible_skills_dir=visible_skills_dir,
     )
+
+
+def open_database(settings: Settings) -> Database:
+    """The configured database, its schema brought to this code's (under a lock: several
+    processes may start at once)."""
+    database = Database(settings.database)
+    try:
+        upgrade(database)
+    except BaseException:
+        database.close()
+        raise
+    return database
 
 
 def _raise_descriptor_limit(most: int = 65536) -> None:
@@ -65,6 +80,8 @@ def _raise_descriptor_limit(most: int = 65536) -> None:
 @dataclass(slots=True)
 class Executor:
     settings: Settings
+    #: every store's records (SKILL_EXECUTOR_DATABASE_URL)
+    database: Database
     repository: SkillRepository
     artifacts: LocalArtifactStore
     runtime: Runtime
@@ -82,6 +99,7 @@ class Executor:
         )
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
+        database = open_database(settings)
         repository = SkillRepository(
             settings.skills_dirs,
             install_root=settings.install_root,
@@ -92,12 +110,11 @@ class Executor:
         )
         artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
-        contexts = make_contexts(settings, repository, runtime.visible_skills_dir)
+        contexts = make_contexts(settings, database, repository, runtime.visible_skills_dir)
         # pip and npm run as HOST_TOOLS_USER: nothing stored here is theirs to read.
         seal_data_dir(settings.data_dir, shared=[settings.envs_dir])
-        return cls(
-            settings, repository, artifacts, runtime, SkillRunner(settings, repository, artifacts, runtime), contexts
-        )
+        runner = SkillRunner(settings, repository, artifacts, runtime)
+        return cls(settings, database, repository, artifacts, runtime, runner, contexts)
 
     def close(self, timeout: float = 300.0) -> None:
         """Stop the runner's workers, then close the runtime within ``timeout`` (a bound for a
@@ -105,4 +122,7 @@ class Executor:
         cleanup cannot finish by then is swept by the next start."""
         deadline = time.monotonic() + timeout
         self.runner.close()
-        self.runtime.close(timeout=max(0.5, deadline - time.monotonic()))
+        try:
+            self.runtime.close(timeout=max(0.5, deadline - time.monotonic()))
+        finally:
+            self.database.close()

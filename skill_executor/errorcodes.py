@@ -4,7 +4,7 @@ Each entry gives the HTTP status, how the error reaches an MCP client, what it m
 what the caller should do.  :class:`skill_executor.errors.ExecutorError` takes its status from
 here when a raise names a catalogued code, the docs' error reference is generated from
 this table, and ``tests/test_error_catalogue.py`` checks that every code raised in
-``executor/`` is listed and every listed code is raised somewhere.
+``skill_executor/`` is listed and every listed code is raised somewhere.
 """
 
 from __future__ import annotations
@@ -435,7 +435,27 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Nothing: the original run is returned.",
         "none",
     ),
-    E("store_busy", 503, "The run store stayed locked by another process.", "Retry later."),
+    E("store_busy", 503, "The embedded database stayed locked by another process.", "Retry after Retry-After seconds."),
+    E(
+        "database_unavailable",
+        503,
+        "The database (SKILL_EXECUTOR_DATABASE_URL) cannot be reached.",
+        "Retry after Retry-After seconds; operators: check the database (the service reconnects by itself).",
+    ),
+    E(
+        "invalid_database_url",
+        400,
+        "SKILL_EXECUTOR_DATABASE_URL is not a sqlite:/// or postgresql:// URL.",
+        "Operators: fix the setting.",
+        mcp="none",
+    ),
+    E(
+        "database_schema",
+        503,
+        "The database's schema is not the one this version of the service uses.",
+        "Operators: run `skill-executor db upgrade` (or upgrade the service that is newer).",
+        mcp="none",
+    ),
     E("run_not_found", 404, "No run with this id (or not yours).", "Check the run id."),
     E("run_finished", 409, "The run has already ended.", "Read its result instead."),
     E(

@@ -20,6 +20,8 @@ class ExecutorError(Exception):
 
     code: str = "error"
     status: int = 400
+    #: Seconds a client should wait before it retries (the HTTP ``Retry-After``), if it should.
+    retry_after: int | None = None
 
     def __init__(
         self,
@@ -28,8 +30,11 @@ class ExecutorError(Exception):
         code: str | None = None,
         status: int | None = None,
         details: dict[str, Any] | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
+        if retry_after is not None:
+            self.retry_after = retry_after
         self.message = message
         if code is not None:
             self.code = code

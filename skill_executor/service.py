@@ -53,7 +53,7 @@ class Service:
         ``on_finish`` sees every run's final record before any waiter gets its answer."""
         executor = Executor.from_settings(settings, runtime, wait_for_engine=wait_for_engine)
         try:
-            manager = RunManager(executor.runner, RunStore(settings.data_dir / "runs.db"), on_finish=on_finish)
+            manager = RunManager(executor.runner, RunStore(executor.database), on_finish=on_finish)
         except BaseException:
             executor.close(timeout=5.0)
             raise

@@ -66,7 +66,7 @@ def skill_zip(name: str, description: str = "An uploaded skill.") -> bytes:
 
 def expect_error(status: int, code: str | None = None):  # type: ignore[no-untyped-def]
     class _Ctx:
-        def __enter__(self) -> "_Ctx":
+        def __enter__(self) -> _Ctx:
             return self
 
         error: ApiError
@@ -617,11 +617,11 @@ def test_fifty_waiting_tool_calls_leave_the_service_responsive(tmp_path: Path) -
 
 
 def test_runs_waiting_for_the_store_hold_no_server_thread(tmp_path: Path) -> None:
-    """Another process holds runs.db's write lock: admissions wait for it (SQLite's busy
+    """Another process holds the embedded database's write lock: admissions wait for it (SQLite's busy
     timeout), but on the run manager's threads, so the web server's 40 threads stay free
     for everything else."""
     srv = Server(tmp_path, env={"SKILL_EXECUTOR_SHUTDOWN_GRACE_SECONDS": "0"}).start()
-    lock = sqlite3.connect(srv.data_dir / "runs.db", isolation_level=None)
+    lock = sqlite3.connect(srv.data_dir / "skill-executor.db", isolation_level=None)
 
     async def scenario() -> tuple[list[float], list[httpx.Response | BaseException]]:
         limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)

@@ -63,7 +63,7 @@ class Harness:
         self.settings = settings_for(base, **overrides)
         self.executor = Executor.from_settings(self.settings)
         self.clock = Clock()
-        self.svc = make_contexts(self.settings, self.executor.repository, VISIBLE)
+        self.svc = make_contexts(self.settings, self.executor.database, self.executor.repository, VISIBLE)
         self.svc.store.clock = self.clock
 
     def close(self) -> None:
@@ -370,7 +370,7 @@ def test_context_survives_a_new_executor_on_the_same_data_dir(tmp_path: Path) ->
         second.clock.now = first.clock.now
         assert second.svc.render("local", "chat-1", "xml") == before
         assert second.svc.state("local", "chat-1") == state
-        assert (tmp_path / "data" / "context.db").exists()
+        assert (tmp_path / "data" / "skill-executor.db").exists()
         assert second.executor.contexts.state("local", "chat-1")["skills"][0]["name"] == "report-writer"
     finally:
         second.close()

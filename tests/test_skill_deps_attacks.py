@@ -567,11 +567,8 @@ def test_the_tool_user_cannot_read_what_the_service_stores(open_tmp: Path) -> No
     executor = Executor.from_settings(settings)
     try:
         executor.artifacts.put("secret.txt", b"tenant data")
-        from skill_executor.runs.store import RunStore
-
-        RunStore(settings.data_dir / "runs.db")  # made after the executor, as the service does
         stored = [p for p in settings.data_dir.rglob("*") if p.is_file() and settings.envs_dir not in p.parents]
-        assert any(p.name == "runs.db" for p in stored) and any(p.suffix == ".db" for p in stored)
+        assert any(p.name == "skill-executor.db" for p in stored) and any(p.suffix == ".db" for p in stored)
         probe = (
             "import os, sys\nfor p in sys.argv[1:]:\n"
             "    try:\n        open(p, 'rb').read(1); print('READ', p)\n"

@@ -55,7 +55,8 @@ def install(app: FastAPI) -> None:
         metrics = getattr(request.app.state, "metrics", None)
         if metrics is not None:
             metrics.refusals.labels(reason=exc.code).inc()
-        headers = {"Retry-After": "1"} if exc.status == 429 else None
+        retry = exc.retry_after if exc.retry_after is not None else 1 if exc.status == 429 else None
+        headers = {"Retry-After": str(retry)} if retry is not None else None
         return error_response(exc.status, exc.code, exc.message, exc.details or None, headers)
 
     @app.exception_handler(RequestValidationError)

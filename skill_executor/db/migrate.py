@@ -1,0 +1,103 @@
+"""The schema's version: Alembic migrations, applied by ``skill-executor db upgrade`` and at
+every start of the service.
+
+Two processes may start at once on one database: on Postgres the upgrade holds an advisory
+lock (the second waits, then finds nothing to do); on SQLite an ``flock`` on a file beside
+the database does the same.  A database whose schema is newer than this code (a newer
+service upgraded it) is refused, not written to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, text
+
+from ..errors import Unavailable
+from .engine import Database, mapped
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+#: pg_advisory_lock's key for schema changes (any constant shared by every process).
+ADVISORY_KEY = 0x5E5E_0001
+
+
+class SchemaMismatch(Unavailable):
+    code = "database_schema"
+
+
+def _config(connection: Connection | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head() -> str:
+    """The newest revision this code knows."""
+    revision = ScriptDirectory.from_config(_config()).get_current_head()
+    assert revision is not None
+    return revision
+
+
+def current(database: Database) -> str | None:
+    """The database's revision (None: no schema yet)."""
+    with mapped(database), database.engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+@contextlib.contextmanager
+def _exclusive(database: Database, conn: Connection) -> Iterator[None]:
+    if database.is_sqlite:
+        assert database.path is not None
+        lock = database.path.with_name(database.path.name + ".migrate-lock")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+        return
+    conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": ADVISORY_KEY})
+    conn.commit()
+    try:
+        yield
+    finally:
+        conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": ADVISORY_KEY})
+        conn.commit()
+
+
+def upgrade(database: Database) -> str:
+    """Bring the schema to this code's head (nothing to do: nothing happens); returns it."""
+    target = head()
+    known = {s.revision for s in ScriptDirectory.from_config(_config()).walk_revisions()}
+    with mapped(database), database.engine.connect() as conn, _exclusive(database, conn):
+        found = MigrationContext.configure(conn).get_current_revision()
+        if found is not None and found not in known:
+            raise SchemaMismatch(
+                f"the database {database.shown} has schema revision {found!r}, newer than this "
+                f"service knows (its newest is {target!r}): run the newer service, or restore a backup"
+            )
+        if found != target:
+            command.upgrade(_config(conn), "head")
+            conn.commit()
+    return target
+
+
+def require_current(database: Database) -> None:
+    """Refuse to work on a database whose schema is not this code's (``serve --role api`` and
+    workers on a shared database: an operator upgrades it with ``skill-executor db upgrade``)."""
+    found = current(database)
+    if found != head():
+        raise SchemaMismatch(
+            f"the database {database.shown} is at schema revision {found!r}, this service needs "
+            f"{head()!r}: run `skill-executor db upgrade`"
+        )

@@ -1,0 +1,145 @@
+"""Every table of the service, in one SQLAlchemy ``MetaData``: the same schema on SQLite
+(the embedded default) and Postgres.  The migrations (``migrations/versions``) create and
+change it; this module is what the code reads and writes through.
+
+Times are seconds since the epoch (floats), JSON is text, and a tenant is an API key id
+(:mod:`skill_executor.access`).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+)
+
+#: Constraint names the same on every database (migrations refer to them).
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+# -- runs -------------------------------------------------------------------------------
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("status", Text, nullable=False),
+    Column("skill", Text, nullable=False),
+    Column("session", Text),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("request", Text, nullable=False),
+    Column("result", Text),
+    Column("error", Text),
+    Column("owner", Text, nullable=False),
+    #: How many events the run's live stream had (None: not recorded).
+    Column("events", Integer),
+)
+Index("ix_runs_status", runs.c.status)
+
+idempotency = Table(
+    "idempotency",
+    metadata,
+    Column("owner", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("fingerprint", Text, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    PrimaryKeyConstraint("owner", "key"),
+)
+
+# -- artifacts --------------------------------------------------------------------------
+
+artifacts = Table(
+    "artifacts",
+    metadata,
+    Column("owner", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("mime_type", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("run_id", Text),
+    PrimaryKeyConstraint("owner", "name", "version"),
+)
+Index("ix_artifacts_sha256", artifacts.c.sha256)
+Index("ix_artifacts_created_at", artifacts.c.created_at)
+
+#: The last version ever given to a name (rows may be deleted; numbers are not reused).
+artifact_counters = Table(
+    "artifact_counters",
+    metadata,
+    Column("owner", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("last_version", Integer, nullable=False),
+    PrimaryKeyConstraint("owner", "name"),
+)
+
+#: Blobs whose rows were deleted: removed by the collector unless referenced again.
+orphan_blobs = Table("orphan_blobs", metadata, Column("sha256", Text, primary_key=True))
+
+# -- the skill registry -----------------------------------------------------------------
+
+skills = Table(
+    "skills",
+    metadata,
+    Column("skill", Text, primary_key=True),
+    Column("next_version", Integer, nullable=False),
+    Column("default_version", Integer),
+    Column("latest_version", Integer),
+    Column("default_held", Integer, nullable=False, server_default="0"),
+)
+
+skill_versions = Table(
+    "skill_versions",
+    metadata,
+    Column("skill", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("digest", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("dirname", Text, nullable=False),
+    Column("manifest", Text, nullable=False),
+    PrimaryKeyConstraint("skill", "version"),
+)
+Index("ix_skill_versions_skill_digest", skill_versions.c.skill, skill_versions.c.digest)
+
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("skill", Text, nullable=False),
+    Column("version", Integer),
+    Column("digest", Text),
+    Column("detail", Text),
+)
+
+# -- agents' contexts -------------------------------------------------------------------
+
+contexts = Table(
+    "contexts",
+    metadata,
+    Column("tenant", Text, nullable=False),
+    Column("session", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("updated", Float, nullable=False),
+    PrimaryKeyConstraint("tenant", "session"),
+)
+Index("ix_contexts_updated", contexts.c.updated)

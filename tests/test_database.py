@@ -1,0 +1,198 @@
+"""The database layer: URLs, migrations, transactions and the errors they map to."""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.synchronize
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, text
+
+from skill_executor.context.model import Context
+from skill_executor.context.store import ContextStore
+from skill_executor.db import Database, SchemaMismatch, StoreBusy, migrate, upgrade
+from skill_executor.db.schema import runs
+from skill_executor.db.url import BadDatabaseUrl, parse, shown
+from skill_executor.errors import Conflict, NotFound
+from skill_executor.runs.store import RunStore
+
+from .databases import KINDS, open_database
+
+
+@pytest.fixture(params=KINDS)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    db = open_database(request.param, tmp_path)
+    yield db
+    db.close()
+
+
+# -- URLs -------------------------------------------------------------------------------
+
+
+def test_urls_name_sqlite_files_or_postgres() -> None:
+    assert parse("postgresql://u:p@127.0.0.1:5432/db").drivername == "postgresql+psycopg"
+    assert parse("sqlite:////tmp/x.db").database == "/tmp/x.db"
+    for bad in ("mysql://u@h/db", "sqlite://", "sqlite:///:memory:", "not a url", "redis://h"):
+        with pytest.raises(BadDatabaseUrl):
+            parse(bad)
+
+
+def test_a_url_is_never_shown_with_its_password() -> None:
+    assert "hunter2" not in shown(parse("postgresql://u:hunter2@h/db"))
+    with pytest.raises(BadDatabaseUrl) as caught:
+        parse("mysql://u:hunter2@h/db")
+    assert "hunter2" not in caught.value.message
+
+
+# -- migrations ---------------------------------------------------------------------------
+
+
+def test_upgrade_is_idempotent_and_records_the_head(database: Database) -> None:
+    assert migrate.current(database) == migrate.head()
+    assert upgrade(database) == migrate.head()
+    migrate.require_current(database)
+
+
+def test_a_schema_newer_than_the_code_is_refused_not_written(database: Database) -> None:
+    with database.write() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'from-the-future'"))
+    with pytest.raises(SchemaMismatch) as caught:
+        upgrade(database)
+    assert caught.value.status == 503 and "newer" in caught.value.message
+    with pytest.raises(SchemaMismatch):
+        migrate.require_current(database)
+
+
+def _open(path: str, barrier: multiprocessing.synchronize.Barrier) -> None:
+    barrier.wait()
+    database = Database(f"sqlite:///{path}")
+    upgrade(database)
+    RunStore(database).create(f"r-{multiprocessing.current_process().pid}", {"skill": "s"}, owner="o")
+
+
+def test_processes_opening_one_new_sqlite_file_at_once_all_get_it(tmp_path: Path) -> None:
+    """Switching a new file to WAL fails at once while another process opens it (SQLite
+    skips its busy handler there), and the schema must be made once: six processes open
+    and migrate one new file at once, each writes a record."""
+    context = multiprocessing.get_context("fork")
+    for attempt in range(8):
+        path = tmp_path / f"store-{attempt}.db"
+        barrier = context.Barrier(6)
+        processes = [context.Process(target=_open, args=(str(path), barrier)) for _ in range(6)]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(60)
+        assert [p.exitcode for p in processes] == [0] * 6
+        raw = sqlite3.connect(path)
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert raw.execute("SELECT count(*) FROM runs").fetchone()[0] == 6
+        raw.close()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+# -- transactions -------------------------------------------------------------------------
+
+
+def test_a_failed_write_changes_nothing(database: Database) -> None:
+    with pytest.raises(RuntimeError), database.write() as conn:
+        conn.execute(
+            runs.insert().values(
+                run_id="x", status="queued", skill="s", created_at=1, updated_at=1, request="{}", owner="o"
+            )
+        )
+        raise RuntimeError("boom")
+    with database.read() as conn:
+        assert conn.execute(select(runs)).first() is None
+
+
+def test_a_sqlite_file_locked_past_the_timeout_is_a_503_with_retry_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skill_executor.db import engine
+
+    monkeypatch.setattr(engine, "LOCK_TIMEOUT_SECONDS", 1)
+    database = open_database("sqlite", tmp_path)
+    other = sqlite3.connect(tmp_path / "skill-executor.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreBusy) as caught:
+            RunStore(database).create("r1", {"skill": "s"}, owner="o")
+        assert caught.value.status == 503 and caught.value.retry_after
+        assert not database.writable(timeout=0.2)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert database.writable()
+    RunStore(database).create("r1", {"skill": "s"}, owner="o")
+
+
+# -- the run store ----------------------------------------------------------------------
+
+
+def test_idempotency_keys_are_claimed_once_per_owner(database: Database) -> None:
+    store = RunStore(database)
+    store.create("a", {"skill": "s"}, owner="k1", idempotency=("key", "f1"))
+    with pytest.raises(Conflict) as caught:
+        store.create("b", {"skill": "s"}, owner="k1", idempotency=("key", "f1"))
+    assert caught.value.code == "idempotent_replay" and caught.value.details == {"run_id": "a"}
+    with pytest.raises(Conflict) as caught:
+        store.create("c", {"skill": "s"}, owner="k1", idempotency=("key", "f2"))
+    assert caught.value.code == "idempotency_key_reused"
+    store.create("d", {"skill": "s"}, owner="k2", idempotency=("key", "f1"))  # another key's own
+    assert store.idempotent("k1", "key") == ("a", "f1") and store.idempotent("k2", "key") == ("d", "f1")
+    with pytest.raises(NotFound):
+        store.get("b")
+
+
+def test_concurrent_claims_of_one_key_make_one_run(database: Database) -> None:
+    store = RunStore(database)
+    outcomes: list[str] = []
+
+    def claim(i: int) -> None:
+        try:
+            store.create(f"r{i}", {"skill": "s"}, owner="k", idempotency=("same", "f"))
+            outcomes.append("created")
+        except Conflict as exc:
+            outcomes.append(exc.code)
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes.count("created") == 1 and outcomes.count("idempotent_replay") == 11
+
+
+def test_records_round_trip_and_interrupted_runs_are_marked(database: Database) -> None:
+    store = RunStore(database)
+    store.create("a", {"skill": "s", "session": "chat"}, owner="k")
+    store.create("b", {"skill": "s"}, owner="k")
+    store.update("b", "completed", result={"exit_code": 0}, events=5)
+    assert store.fail_interrupted() == 1
+    a, b = store.get("a"), store.get("b")
+    assert (a.status, a.session, a.error and a.error["code"]) == ("failed", "chat", "interrupted")
+    assert (b.status, b.result, b.events, b.owner) == ("completed", {"exit_code": 0}, 5, "k")
+
+
+# -- contexts ---------------------------------------------------------------------------
+
+
+def test_concurrent_first_changes_of_one_context_lose_nothing(database: Database) -> None:
+    store = ContextStore(database, ttl_seconds=3600)
+
+    def bump(context: Context, now: float) -> None:
+        context.counter = str(int(context.counter) + 1)
+
+    threads = [threading.Thread(target=store.change, args=("t", "s", "0", bump)) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    found = store.get("t", "s")
+    assert found is not None and found.counter == "10"
