@@ -31,6 +31,10 @@ def _split_list(value: Any) -> Any:
     return value
 
 
+#: The embedded database's file under the data dir (when no database URL is set).
+EMBEDDED_DATABASE = "skill-executor.db"
+
+
 class Settings(BaseSettings):
     """Defaults are the embedded configuration: local disk, SQLite, ``./skills``."""
 
@@ -218,9 +222,7 @@ class Settings(BaseSettings):
         """The database URL in effect (the embedded SQLite file unless ``database_url`` is set)."""
         if self.database_url:
             return self.database_url
-        from .db.url import embedded_url
-
-        return embedded_url(self.data_dir)
+        return f"sqlite:///{(self.data_dir / EMBEDDED_DATABASE).resolve()}"
 
     @property
     def artifacts_dir(self) -> Path:

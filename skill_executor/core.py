@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .artifacts.store import LocalArtifactStore
 from .config import Settings
 from .context import Budget, ContextService, ContextStore, counter
-from .db import Database, upgrade
+from .db import Database, legacy, migrate, upgrade
 from .envs import SkillEnvs
 from .errors import BadRequest
 from .hosttools import seal_data_dir
@@ -63,6 +63,9 @@ def open_database(settings: Settings) -> Database:
     database = Database(settings.database)
     try:
         upgrade(database)
+        if legacy.pending(settings.data_dir):  # records from before the shared database
+            with migrate.exclusive(database):
+                legacy.import_files(database, legacy.pending(settings.data_dir))
     except BaseException:
         database.close()
         raise

@@ -57,14 +57,14 @@ def _try_lock(fd: int) -> bool:
         raise
 
 
-def _root_id(leases: Path) -> str:
+def _root_id(leases: Path, name: str = ROOT_ID) -> str:
     """The root's id, created once (first writer wins, atomically)."""
-    path = leases / ROOT_ID
+    path = leases / name
     try:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
-    tmp = leases / f".{ROOT_ID}.{uuid.uuid4().hex}"
+    tmp = leases / f".{name}.{uuid.uuid4().hex}"
     tmp.write_text(uuid.uuid4().hex[:16])
     try:
         os.link(tmp, path)  # fails when another process was first
@@ -243,6 +243,14 @@ def _holder() -> dict[str, object]:
         "host": socket.gethostname(),
         "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def data_dir_id(data_dir: Path) -> str:
+    """The data dir's stable id (made once, first writer wins): which service instance a
+    run record belongs to, so a start marks only its own predecessor's runs interrupted,
+    never those of another instance sharing the database."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return _root_id(data_dir, "instance-id")
 
 
 class DataDirClaim:

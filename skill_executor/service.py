@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from .config import Settings
 from .core import Executor
+from .owners import data_dir_id
 from .runs.manager import RunManager
 from .runs.store import RunRecord, RunStore
 from .runtimes.base import Runtime
@@ -53,7 +54,11 @@ class Service:
         ``on_finish`` sees every run's final record before any waiter gets its answer."""
         executor = Executor.from_settings(settings, runtime, wait_for_engine=wait_for_engine)
         try:
-            manager = RunManager(executor.runner, RunStore(executor.database), on_finish=on_finish)
+            manager = RunManager(
+                executor.runner,
+                RunStore(executor.database, instance=data_dir_id(settings.data_dir)),
+                on_finish=on_finish,
+            )
         except BaseException:
             executor.close(timeout=5.0)
             raise

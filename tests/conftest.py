@@ -229,6 +229,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_skills_repository": "unit",
     "test_sqlite": "unit",
     "test_database": "unit",
+    "test_database_legacy": "unit",
     "test_activity": "unit",
     "test_streams": "unit",
     # engine

@@ -52,6 +52,10 @@ def test_a_url_is_never_shown_with_its_password() -> None:
 # -- migrations ---------------------------------------------------------------------------
 
 
+def test_the_head_constant_is_alembics_head() -> None:
+    assert migrate.HEAD == migrate.head()
+
+
 def test_upgrade_is_idempotent_and_records_the_head(database: Database) -> None:
     assert migrate.current(database) == migrate.head()
     assert upgrade(database) == migrate.head()
@@ -72,7 +76,7 @@ def _open(path: str, barrier: multiprocessing.synchronize.Barrier) -> None:
     barrier.wait()
     database = Database(f"sqlite:///{path}")
     upgrade(database)
-    RunStore(database).create(f"r-{multiprocessing.current_process().pid}", {"skill": "s"}, owner="o")
+    RunStore(database, instance="i1").create(f"r-{multiprocessing.current_process().pid}", {"skill": "s"}, owner="o")
 
 
 def test_processes_opening_one_new_sqlite_file_at_once_all_get_it(tmp_path: Path) -> None:
@@ -122,21 +126,21 @@ def test_a_sqlite_file_locked_past_the_timeout_is_a_503_with_retry_after(
     other.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(StoreBusy) as caught:
-            RunStore(database).create("r1", {"skill": "s"}, owner="o")
+            RunStore(database, instance="i1").create("r1", {"skill": "s"}, owner="o")
         assert caught.value.status == 503 and caught.value.retry_after
         assert not database.writable(timeout=0.2)
     finally:
         other.execute("ROLLBACK")
         other.close()
     assert database.writable()
-    RunStore(database).create("r1", {"skill": "s"}, owner="o")
+    RunStore(database, instance="i1").create("r1", {"skill": "s"}, owner="o")
 
 
 # -- the run store ----------------------------------------------------------------------
 
 
 def test_idempotency_keys_are_claimed_once_per_owner(database: Database) -> None:
-    store = RunStore(database)
+    store = RunStore(database, instance="i1")
     store.create("a", {"skill": "s"}, owner="k1", idempotency=("key", "f1"))
     with pytest.raises(Conflict) as caught:
         store.create("b", {"skill": "s"}, owner="k1", idempotency=("key", "f1"))
@@ -151,7 +155,7 @@ def test_idempotency_keys_are_claimed_once_per_owner(database: Database) -> None
 
 
 def test_concurrent_claims_of_one_key_make_one_run(database: Database) -> None:
-    store = RunStore(database)
+    store = RunStore(database, instance="i1")
     outcomes: list[str] = []
 
     def claim(i: int) -> None:
@@ -170,11 +174,13 @@ def test_concurrent_claims_of_one_key_make_one_run(database: Database) -> None:
 
 
 def test_records_round_trip_and_interrupted_runs_are_marked(database: Database) -> None:
-    store = RunStore(database)
+    store = RunStore(database, instance="i1")
     store.create("a", {"skill": "s", "session": "chat"}, owner="k")
     store.create("b", {"skill": "s"}, owner="k")
     store.update("b", "completed", result={"exit_code": 0}, events=5)
-    assert store.fail_interrupted() == 1
+    RunStore(database, instance="i2").create("elsewhere", {"skill": "s"}, owner="k")
+    assert store.fail_interrupted() == 1  # never another instance's run (it shares the database)
+    assert RunStore(database, instance="i2").get("elsewhere").status == "queued"
     a, b = store.get("a"), store.get("b")
     assert (a.status, a.session, a.error and a.error["code"]) == ("failed", "chat", "interrupted")
     assert (b.status, b.result, b.events, b.owner) == ("completed", {"exit_code": 0}, 5, "k")

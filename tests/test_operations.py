@@ -423,7 +423,9 @@ def test_a_second_service_on_a_busy_data_dir_refuses_before_touching_records(tmp
     first = Server(tmp_path, env=env).start()
     try:
         accepted = httpx.post(
-            f"{first.url}/v1/runs?wait=false", json={"skill": "math-tools", "command": "sleep 4; echo done"}, timeout=30
+            f"{first.url}/v1/runs?wait=false",
+            json={"skill": "math-tools", "command": "sleep 10; echo done"},
+            timeout=30,
         )
         assert accepted.status_code == 202, accepted.text
         run_id = accepted.json()["run_id"]

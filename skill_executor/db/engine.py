@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -34,6 +35,8 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from ..errors import Unavailable
 from . import url as urls
+
+log = logging.getLogger(__name__)
 
 #: How long a statement waits for another connection's lock (SQLite) or to connect (Postgres).
 LOCK_TIMEOUT_SECONDS = 30
@@ -260,12 +263,14 @@ def mapped(database: Database) -> Iterator[None]:
                     retry_after=RETRY_AFTER_SECONDS,
                 ) from None
             raise
+        log.warning("the database %s cannot be reached: %s", database.shown, str(exc.orig).strip())
         raise DatabaseUnavailable(
             "the database cannot be reached; retry later",
             retry_after=RETRY_AFTER_SECONDS,
         ) from exc
     except DBAPIError as exc:
         if not database.is_sqlite and exc.connection_invalidated:
+            log.warning("the connection to the database %s was lost: %s", database.shown, str(exc.orig).strip())
             raise DatabaseUnavailable(
                 "the connection to the database was lost; retry later",
                 retry_after=RETRY_AFTER_SECONDS,

@@ -46,6 +46,8 @@ runs = Table(
     Column("owner", Text, nullable=False),
     #: How many events the run's live stream had (None: not recorded).
     Column("events", Integer),
+    #: The service instance (its data dir's id) that took the run.
+    Column("instance", Text),
 )
 Index("ix_runs_status", runs.c.status)
 

@@ -7,23 +7,14 @@ with the accepted forms, and a URL is never printed with its password.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from ..errors import BadRequest
 
-#: The embedded database's file name under the data dir.
-EMBEDDED_NAME = "skill-executor.db"
-
 
 class BadDatabaseUrl(BadRequest):
     code = "invalid_database_url"
-
-
-def embedded_url(data_dir: Path) -> str:
-    return f"sqlite:///{(data_dir / EMBEDDED_NAME).resolve()}"
 
 
 def parse(url: str) -> URL:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..access import LOCAL_TENANT
@@ -62,8 +62,13 @@ class RunRecord:
 
 
 class RunStore:
-    def __init__(self, database: Database) -> None:
+    """``instance``: the id of the service instance whose runs these are (its data dir's,
+    :func:`skill_executor.owners.data_dir_id`): records name it, and a start marks only
+    its own interrupted."""
+
+    def __init__(self, database: Database, *, instance: str) -> None:
         self.database = database
+        self.instance = instance
 
     def idempotent(self, owner: str, key: str) -> tuple[str, str] | None:
         """(run_id, fingerprint) of the run ``owner`` made with Idempotency-Key ``key``."""
@@ -110,6 +115,7 @@ class RunStore:
                         updated_at=now,
                         request=json.dumps(request),
                         owner=owner,
+                        instance=self.instance,
                     )
                 )
         except IntegrityError:
@@ -164,12 +170,16 @@ class RunStore:
         )
 
     def fail_interrupted(self) -> int:
-        """Mark runs left queued/running by a previous process as failed."""
+        """Mark this instance's runs left queued/running by its previous process as failed
+        (records from before instances were recorded count as this one's)."""
         error = json.dumps({"code": "interrupted", "message": "the service restarted while this run was in progress"})
         with self.database.write() as conn:
             cursor = conn.execute(
                 update(runs)
-                .where(runs.c.status.in_(("queued", "running")))
+                .where(
+                    runs.c.status.in_(("queued", "running")),
+                    or_(runs.c.instance == self.instance, runs.c.instance.is_(None)),
+                )
                 .values(status="failed", error=error, updated_at=time.time())
             )
         return int(cursor.rowcount)

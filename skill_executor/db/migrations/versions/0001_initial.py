@@ -30,6 +30,7 @@ def upgrade() -> None:
         sa.Column("error", sa.Text),
         sa.Column("owner", sa.Text, nullable=False),
         sa.Column("events", sa.Integer),
+        sa.Column("instance", sa.Text),
         sa.PrimaryKeyConstraint("run_id", name="pk_runs"),
     )
     op.create_index("ix_runs_status", "runs", ["status"])
