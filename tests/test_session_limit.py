@@ -54,3 +54,31 @@ def test_two_new_sessions_at_once_cannot_both_take_the_last_place(tmp_path: Path
         thread.join()
     assert sorted(outcomes) == ["ran"] + ["session_limit"] * 7
     assert len([p for p in (store.root / "t").iterdir() if p.is_dir()]) == 3
+
+
+def test_a_session_whose_start_failed_takes_no_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new session that fails to start (its volume cannot be made, say) is not kept:
+    failing starts cannot use up the tenant's places until the TTL's sweep."""
+    store = SessionStore(tmp_path, 3600, per_tenant=2)
+    with store.use("kept", "t", wait=1):
+        pass
+    real_attach = store._attach
+    failures = []
+
+    def failing_attach(directory: Path, session: str) -> None:
+        failures.append(session)
+        raise OSError("no space left for the session's volume")
+
+    monkeypatch.setattr(store, "_attach", failing_attach)
+    for name in ("f1", "f2", "kept"):
+        with pytest.raises(OSError), store.use(name, "t", wait=1):
+            pass
+    assert failures == ["f1", "f2", "kept"]
+    # What the failed starts made is gone; a session that was there before stays.
+    assert sorted(p.name for p in (store.root / "t").iterdir()) == ["kept"]
+    monkeypatch.setattr(store, "_attach", real_attach)
+    with store.use("new", "t", wait=1) as work:
+        (work / "f").write_text("x")
+    with pytest.raises(SessionLimit):
+        with store.use("another", "t", wait=1):
+            pass

@@ -86,7 +86,7 @@ class SessionStore:
         directory = self.path(session, tenant)
         deadline = time.monotonic() + max(0.0, wait)
         with self._lock:
-            self._admit(directory, session)
+            made = self._admit(directory, session)
             lock = self._held.setdefault(directory, threading.Lock())
             self._users[directory] = self._users.get(directory, 0) + 1
         try:
@@ -96,9 +96,14 @@ class SessionStore:
                 directory.mkdir(parents=True, exist_ok=True)
                 with self._flock(directory, deadline, session, wait):
                     work = directory / "work"
-                    work.mkdir(exist_ok=True)
-                    self._attach(directory, session)
-                    self._touch(directory)
+                    try:
+                        work.mkdir(exist_ok=True)
+                        self._attach(directory, session)
+                        self._touch(directory)
+                    except BaseException:
+                        if made:  # a session that never started keeps no place
+                            self._discard(directory)
+                        raise
                     try:
                         yield work
                     finally:
@@ -113,13 +118,17 @@ class SessionStore:
                     del self._users[directory]
                     del self._held[directory]
 
-    def _admit(self, directory: Path, session: str) -> None:
+    def _admit(self, directory: Path, session: str) -> bool:
         """A new session of a tenant that keeps ``per_tenant`` already is refused (429
         ``session_limit``): each keeps up to ``session_disk_bytes`` for the TTL.  Called
         under the store's lock, and the new session's folder is made here, so two new
-        sessions at once cannot both take the last place."""
-        if self.per_tenant is None or directory.is_dir():
-            return
+        sessions at once cannot both take the last place.  True when the folder is new
+        (made here): :meth:`use` removes it again if the session does not start."""
+        if directory.is_dir():
+            return False
+        if self.per_tenant is None:
+            directory.mkdir(parents=True, exist_ok=True)
+            return True
         try:
             kept = sum(1 for entry in os.scandir(directory.parent) if entry.is_dir() and SESSION_ID.match(entry.name))
         except FileNotFoundError:
@@ -131,6 +140,18 @@ class SessionStore:
                 details={"sessions": kept, "limit": self.per_tenant},
             )
         directory.mkdir(parents=True, exist_ok=True)
+        return True
+
+    def _discard(self, directory: Path) -> None:
+        """Remove a session folder :meth:`_admit` made for a start that failed (called
+        holding its flock), unless another run in this process is waiting for it."""
+        with self._lock:
+            if self._users.get(directory) != 1:
+                return
+            volumes.unmount(directory / "work")
+            doomed = directory.with_name(f".expired-{directory.name}-{time.monotonic_ns()}")
+            os.rename(directory, doomed)
+        remove_tree(doomed)
 
     @contextmanager
     def _flock(self, directory: Path, deadline: float, session: str, wait: float) -> Iterator[None]:
