@@ -3,7 +3,9 @@ for the TTL, so without a bound one key could claim the host's disk by naming se
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,23 @@ def test_a_session_whose_start_failed_takes_no_place(tmp_path: Path, monkeypatch
     with pytest.raises(SessionLimit):
         with store.use("another", "t", wait=1):
             pass
+
+
+def test_expired_sessions_take_no_place_before_the_sweep(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, 60, per_tenant=2)
+    for name in ("old", "recent"):
+        with store.use(name, "t", wait=1) as work:
+            (work / "data").write_text(name)
+    long_ago = time.time() - 3600
+    os.utime(store.root / "t" / "old" / ".last_used", (long_ago, long_ago))
+    with store.use("new", "t", wait=1):  # the expired one made room
+        pass
+    assert sorted(p.name for p in (store.root / "t").iterdir()) == ["new", "recent"]
+    with pytest.raises(SessionLimit), store.use("more", "t", wait=1):  # an idle but live one still counts
+        pass
+    with store.use("old", "u", wait=1):  # another tenant's expired sessions are not this one's business
+        pass
+    os.utime(store.root / "u" / "old" / ".last_used", (long_ago, long_ago))
+    with pytest.raises(SessionLimit), store.use("more", "t", wait=1):
+        pass
+    assert (store.root / "u" / "old").is_dir()
