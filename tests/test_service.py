@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import anyio
+import pytest
 from mcp import Client, StdioServerParameters
 
+from skill_executor import service as service_module
 from skill_executor.artifacts.store import LocalArtifactStore
 from skill_executor.service import Service
+from skill_executor.workers import Supervisor
 
 from .conftest import REPO, make_settings
 from .helpers import eventually
@@ -26,6 +30,34 @@ def test_a_service_starts_the_expiry_and_stops_in_two_steps(tmp_path: Path) -> N
         assert service.manager.closing
     finally:
         service.close(timeout=5.0)
+
+
+@pytest.mark.parametrize("failing", ["tools", "expiry"])
+def test_a_service_that_fails_to_start_stops_what_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """A start that fails after the executor and the manager exist (the tool executor, or
+    the second periodic worker) closes them: no worker thread of it runs on."""
+    before = set(threading.enumerate())
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("refused by the test")
+
+    if failing == "tools":
+        monkeypatch.setattr(service_module, "ToolExecutor", refuse)
+    else:
+        real_every = Supervisor.every
+
+        def every(self: Supervisor, name: str, *args: object, **kwargs: object) -> None:
+            if name == "context-expiry":
+                refuse()
+            real_every(self, name, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Supervisor, "every", every)
+    with pytest.raises(RuntimeError, match="refused by the test"):
+        Service.start(make_settings(tmp_path, "local"))
+    left = eventually(lambda: [t.name for t in threading.enumerate() if t not in before] == [], timeout=10)
+    assert left, [t.name for t in threading.enumerate() if t not in before]
 
 
 def test_the_stdio_mcp_server_expires_artifacts_as_serve_does(tmp_path: Path) -> None:
