@@ -8,10 +8,13 @@ from pathlib import Path
 
 import anyio
 import pytest
+from fastapi.testclient import TestClient
 from mcp import Client, StdioServerParameters
 
 from skill_executor import service as service_module
+from skill_executor.api.app import create_app
 from skill_executor.artifacts.store import LocalArtifactStore
+from skill_executor.owners import DataDirClaim
 from skill_executor.service import Service
 from skill_executor.workers import Supervisor
 
@@ -56,6 +59,26 @@ def test_a_service_that_fails_to_start_stops_what_it_started(
         monkeypatch.setattr(Supervisor, "every", every)
     with pytest.raises(RuntimeError, match="refused by the test"):
         Service.start(make_settings(tmp_path, "local"))
+    left = eventually(lambda: [t.name for t in threading.enumerate() if t not in before] == [], timeout=10)
+    assert left, [t.name for t in threading.enumerate() if t not in before]
+
+
+class FailingPool:
+    def close(self) -> None:
+        raise RuntimeError("the pool's teardown failed")
+
+
+def test_a_failing_pool_teardown_still_closes_the_service_and_frees_the_data_dir(tmp_path: Path) -> None:
+    """The HTTP app's shutdown: a warm pool whose close raises does not skip closing the
+    executor and releasing the data dir (another service may take it); the failure is
+    still raised."""
+    settings = make_settings(tmp_path, "local")
+    before = set(threading.enumerate())
+    client = TestClient(create_app(settings), base_url="http://127.0.0.1", client=("127.0.0.1", 50000))
+    with pytest.raises(RuntimeError, match="the pool's teardown failed"), client:
+        assert client.get("/v1/skills").status_code == 200
+        client.app.state.executor.runtime.pool = FailingPool()  # type: ignore[attr-defined]
+    DataDirClaim(settings.data_dir).release()  # free: no data_dir_in_use
     left = eventually(lambda: [t.name for t in threading.enumerate() if t not in before] == [], timeout=10)
     assert left, [t.name for t in threading.enumerate() if t not in before]
 
