@@ -4,7 +4,7 @@ Each entry gives the HTTP status, how the error reaches an MCP client, what it m
 what the caller should do.  :class:`skill_executor.errors.ExecutorError` takes its status from
 here when a raise names a catalogued code, the docs' error reference is generated from
 this table, and ``tests/test_error_catalogue.py`` checks that every code raised in
-``executor/`` is listed and every listed code is raised somewhere.
+``skill_executor/`` is listed and every listed code is raised somewhere.
 """
 
 from __future__ import annotations
