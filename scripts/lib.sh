@@ -211,6 +211,47 @@ ensure_disk_cap() {
   fi
 }
 
+# The Postgres server binaries the Postgres tests start (tests/pgserver.py: initdb into a
+# temporary folder, a server on a free 127.0.0.1 port): Debian's postgresql, installed
+# when no /usr/lib/postgresql/*/bin/initdb exists. A fresh install creates no cluster and
+# starts no server (a drop-in in /etc/postgresql-common/createcluster.d says so). Exports
+# SKILL_EXECUTOR_PG_BIN (the newest bin folder, unless already set), or returns non-zero with the reason in
+# POSTGRES_PROBLEM.
+POSTGRES_PROBLEM=""
+pg_bin_dir() {
+  local found
+  found=$(ls -d /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -1)
+  [[ -n "$found" ]] && dirname "$found"
+}
+ensure_postgres() {
+  POSTGRES_PROBLEM=""
+  local bin
+  if [[ -n "${SKILL_EXECUTOR_PG_BIN:-}" ]]; then  # chosen by the caller: used as it is
+    [[ -x "$SKILL_EXECUTOR_PG_BIN/initdb" ]] && return 0
+    POSTGRES_PROBLEM="SKILL_EXECUTOR_PG_BIN=$SKILL_EXECUTOR_PG_BIN has no initdb"
+    return 1
+  fi
+  bin=$(pg_bin_dir || true)
+  if [[ -z "$bin" ]]; then
+    if [[ $(id -u) -eq 0 && ! -e /etc/postgresql-common/createcluster.conf ]]; then
+      mkdir -p /etc/postgresql-common/createcluster.d
+      printf '# skill-executor (scripts/lib.sh): the tests start their own servers\ncreate_main_cluster = false\n' \
+        > /etc/postgresql-common/createcluster.d/skill-executor.conf
+    fi
+    apt_install postgresql || true
+    bin=$(pg_bin_dir || true)
+  fi
+  if [[ -z "$bin" ]]; then
+    POSTGRES_PROBLEM="the Postgres server binaries are not installed and could not be installed (Debian package postgresql)"
+    return 1
+  fi
+  if [[ $(id -u) -eq 0 ]] && ! id -u postgres >/dev/null 2>&1; then
+    POSTGRES_PROBLEM="running as root, the Postgres tests run the server as the 'postgres' system user, which does not exist"
+    return 1
+  fi
+  export SKILL_EXECUTOR_PG_BIN="$bin"
+}
+
 # Make the engine's `runsc` runtime (gVisor) usable: install Debian's runsc package, and
 # register the runtime with a running engine that lacks it (root only: merge it into the
 # engine's config file, keeping a backup, and reload the engine with SIGHUP -- running

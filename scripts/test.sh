@@ -2,10 +2,10 @@
 # Set up everything on a fresh machine and run the whole test suite:
 # virtualenv + project, a Docker engine (installed and started when none answers),
 # gVisor's runsc registered with it as the runtime `runsc`, the runner image (built
-# offline when no registry is available), then pytest. The container-hardening tests
-# run on runc and on runsc.
-# In CI (CI=true) a missing engine or runsc is a failure; elsewhere those tests skip
-# with the reason. The hard disk cap (a file system per workspace) needs root: without it
+# offline when no registry is available), the Postgres server binaries (the tests start
+# their own servers), then pytest. The container-hardening tests run on runc and on runsc.
+# In CI (CI=true) a missing engine, runsc or Postgres is a failure; elsewhere those tests
+# skip with the reason. The hard disk cap (a file system per workspace) needs root: without it
 # the suite runs on the soft cap and says so (CI fails). Only an engine this script
 # started is stopped at the end.
 # Arguments go to pytest: `./scripts/test.sh -m unit` runs one tier (unit, engine,
@@ -42,6 +42,15 @@ if ! ensure_disk_cap; then
   fi
   log "the tests run on the soft disk cap (SKILL_EXECUTOR_DISK_CAP=soft): $DISK_CAP_PROBLEM"
   export SKILL_EXECUTOR_DISK_CAP=soft
+fi
+if ensure_postgres; then
+  log "Postgres for the tests: $SKILL_EXECUTOR_PG_BIN"
+elif [[ "${CI:-}" == "true" ]]; then
+  log "CI runs the Postgres tests, but: $POSTGRES_PROBLEM; failing"
+  exit 1
+else
+  log "the Postgres tests will be skipped: $POSTGRES_PROBLEM"
+  export SKILL_EXECUTOR_TEST_POSTGRES_SKIP="$POSTGRES_PROBLEM"
 fi
 "$ROOT/scripts/lint.sh"
 "$PY" -m pytest $(xdist_args "$@") "$@"

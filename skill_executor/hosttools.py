@@ -1,4 +1,4 @@
-"""Running a host tool (pip, npm) over untrusted input: the only way ``executor/`` does it.
+"""Running a host tool (pip, npm) over untrusted input: the only way ``skill_executor/`` does it.
 
 Resolving a skill's dependencies runs pip and npm on the service's host over names a
 skill chose (and packages an index serves).  Nothing of the skill and nothing of the

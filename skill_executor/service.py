@@ -62,18 +62,25 @@ class Service:
         except BaseException:
             executor.close(timeout=5.0)
             raise
-        # skill_run tool calls go through the manager, never the runner directly.
-        tools = ToolExecutor(
-            executor.repository, visible_skills_dir=executor.runtime.visible_skills_dir, contexts=executor.contexts
-        )
-        supervisor = executor.runner.supervisor
-        ttl = settings.artifact_ttl_seconds
-        supervisor.every(
-            "artifact-expiry", min(EXPIRY_SECONDS, ttl) if ttl else EXPIRY_SECONDS, executor.artifacts.expire
-        )
-        supervisor.every(
-            "context-expiry", min(EXPIRY_SECONDS, settings.session_ttl_seconds), executor.contexts.store.expire
-        )
+        try:
+            # skill_run tool calls go through the manager, never the runner directly.
+            tools = ToolExecutor(
+                executor.repository, visible_skills_dir=executor.runtime.visible_skills_dir, contexts=executor.contexts
+            )
+            supervisor = executor.runner.supervisor
+            ttl = settings.artifact_ttl_seconds
+            supervisor.every(
+                "artifact-expiry", min(EXPIRY_SECONDS, ttl) if ttl else EXPIRY_SECONDS, executor.artifacts.expire
+            )
+            supervisor.every(
+                "context-expiry", min(EXPIRY_SECONDS, settings.session_ttl_seconds), executor.contexts.store.expire
+            )
+        except BaseException:
+            try:
+                manager.shutdown()
+            finally:
+                executor.close(timeout=5.0)
+            raise
         return cls(settings, executor, manager, tools)
 
     async def drain(self, grace: float | None = None) -> None:

@@ -25,6 +25,7 @@ from skill_executor.config import Settings
 from skill_executor.core import Executor
 
 from . import leftovers
+from .pgserver import postgres_server, postgres_url  # noqa: F401 (fixtures for every test module)
 
 REPO = Path(__file__).resolve().parent.parent
 SKILLS = REPO / "skills"
@@ -251,6 +252,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_context_api": "service",
     "test_mcp": "service",
     "test_mcp_sessions": "service",
+    "test_pgserver": "service",
     "test_registry_download": "service",
     "test_registry_uploads": "service",
     "test_service": "service",

@@ -1,5 +1,5 @@
-"""The session-end check: the run left no container, workspace, volume, loop device or
-process behind (``tests/conftest.py`` calls :func:`find` from ``pytest_sessionfinish``).
+"""The session-end check: the run left no container, workspace, volume, loop device,
+process or Postgres server behind (``tests/conftest.py`` calls :func:`find` from ``pytest_sessionfinish``).
 
 Everything the tests make lives below the session's base temp folder (with xdist, each
 worker's ``popen-gw<N>/`` folder is inside the controller's), so only this session's own
@@ -14,12 +14,15 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from . import pgserver
 from .helpers import eventually
 
 #: How long effects that follow the last test may take to settle.
 SETTLE_SECONDS = 15.0
 #: Where the tests' data dirs are: ``<base>/<test>/data`` alone, ``<base>/popen-gw<N>/<test>/data`` under xdist.
 DATA_DIRS = ("*/data", "popen-gw*/*/data")
+#: Where ``tests/pgserver.py`` records the servers it starts (one file each: the server's folder).
+RECORDS = (f"{pgserver.RECORDS}/*", f"popen-gw*/{pgserver.RECORDS}/*")
 
 
 def containers(base: Path) -> list[str]:
@@ -75,6 +78,26 @@ def volumes(base: Path) -> list[str]:
 def processes(base: Path) -> list[str]:
     """Processes (a server, a CLI, a skill run on the local runtime) whose command line
     names a path below the base; this process and its ancestors excluded."""
+    return naming(f"{base}/")
+
+
+def postgres(base: Path) -> list[str]:
+    """The Postgres servers the session's fixtures started (``tests/pgserver.py`` records
+    each one's folder, which is outside the base: the server runs as another user):
+    a process still running on that folder, or the folder still there."""
+    found = []
+    for pattern in RECORDS:
+        for record in base.glob(pattern):
+            folder = record.read_text().strip()
+            found += naming(f"{folder}/")
+            if os.path.lexists(folder):
+                found.append(f"Postgres folder {folder}")
+    return found
+
+
+def naming(path: str) -> list[str]:
+    """Processes whose command line names something below ``path`` (ending in ``/``);
+    this process and its ancestors excluded."""
     mine = {os.getpid()}
     pid = os.getpid()
     while pid > 1:
@@ -84,7 +107,7 @@ def processes(base: Path) -> list[str]:
         except (OSError, ValueError, IndexError):
             break
         mine.add(pid)
-    needle = f"{base}/".encode()
+    needle = path.encode()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in mine:
@@ -104,7 +127,7 @@ def find(base: Path, *, engine: bool) -> list[str]:
     """Everything the session left below ``base`` once effects had time to settle
     (containers only when an engine is usable: without one none could be made)."""
     base = base.resolve()
-    checks: list[Callable[[Path], list[str]]] = [workspaces, volumes, processes]
+    checks: list[Callable[[Path], list[str]]] = [workspaces, volumes, processes, postgres]
     if engine:
         checks.insert(0, containers)
     left: list[str] = []

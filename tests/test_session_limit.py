@@ -3,7 +3,9 @@ for the TTL, so without a bound one key could claim the host's disk by naming se
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,51 @@ def test_two_new_sessions_at_once_cannot_both_take_the_last_place(tmp_path: Path
         thread.join()
     assert sorted(outcomes) == ["ran"] + ["session_limit"] * 7
     assert len([p for p in (store.root / "t").iterdir() if p.is_dir()]) == 3
+
+
+def test_a_session_whose_start_failed_takes_no_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new session that fails to start (its volume cannot be made, say) is not kept:
+    failing starts cannot use up the tenant's places until the TTL's sweep."""
+    store = SessionStore(tmp_path, 3600, per_tenant=2)
+    with store.use("kept", "t", wait=1):
+        pass
+    real_attach = store._attach
+    failures = []
+
+    def failing_attach(directory: Path, session: str) -> None:
+        failures.append(session)
+        raise OSError("no space left for the session's volume")
+
+    monkeypatch.setattr(store, "_attach", failing_attach)
+    for name in ("f1", "f2", "kept"):
+        with pytest.raises(OSError), store.use(name, "t", wait=1):
+            pass
+    assert failures == ["f1", "f2", "kept"]
+    # What the failed starts made is gone; a session that was there before stays.
+    assert sorted(p.name for p in (store.root / "t").iterdir()) == ["kept"]
+    monkeypatch.setattr(store, "_attach", real_attach)
+    with store.use("new", "t", wait=1) as work:
+        (work / "f").write_text("x")
+    with pytest.raises(SessionLimit):
+        with store.use("another", "t", wait=1):
+            pass
+
+
+def test_expired_sessions_take_no_place_before_the_sweep(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path, 60, per_tenant=2)
+    for name in ("old", "recent"):
+        with store.use(name, "t", wait=1) as work:
+            (work / "data").write_text(name)
+    long_ago = time.time() - 3600
+    os.utime(store.root / "t" / "old" / ".last_used", (long_ago, long_ago))
+    with store.use("new", "t", wait=1):  # the expired one made room
+        pass
+    assert sorted(p.name for p in (store.root / "t").iterdir()) == ["new", "recent"]
+    with pytest.raises(SessionLimit), store.use("more", "t", wait=1):  # an idle but live one still counts
+        pass
+    with store.use("old", "u", wait=1):  # another tenant's expired sessions are not this one's business
+        pass
+    os.utime(store.root / "u" / "old" / ".last_used", (long_ago, long_ago))
+    with pytest.raises(SessionLimit), store.use("more", "t", wait=1):
+        pass
+    assert (store.root / "u" / "old").is_dir()

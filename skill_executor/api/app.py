@@ -79,9 +79,7 @@ def create_app(
             async with mcp_http.running(app):  # the MCP SDK's session manager, at /mcp
                 yield
         finally:
-            await service.drain()
             started = time.monotonic()
-            await service.stopped_pool()
 
             def close() -> None:
                 try:
@@ -91,7 +89,12 @@ def create_app(
                 finally:
                     held.release()
 
-            await asyncio.to_thread(close)
+            try:
+                await service.drain()
+                started = time.monotonic()
+                await service.stopped_pool()
+            finally:  # a drain or a pool teardown that failed is raised once all is closed
+                await asyncio.to_thread(close)
             log.info("shut down", extra={"close_seconds": round(time.monotonic() - started, 3)})
 
     app = FastAPI(

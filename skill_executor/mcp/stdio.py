@@ -47,9 +47,11 @@ async def serve_stdio(settings: Settings) -> None:
             group.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            await service.drain()
-            await service.stopped_pool()
-            await anyio.to_thread.run_sync(lambda: service.close(timeout=CLOSE_SECONDS))
+            try:
+                await service.drain()
+                await service.stopped_pool()
+            finally:  # a drain or a pool teardown that failed is raised once all is closed
+                await anyio.to_thread.run_sync(lambda: service.close(timeout=CLOSE_SECONDS))
 
 
 def run(settings: Settings) -> int:

@@ -85,20 +85,28 @@ class SessionStore:
         """
         directory = self.path(session, tenant)
         deadline = time.monotonic() + max(0.0, wait)
+        expired: list[Path] = []
         with self._lock:
-            self._admit(directory, session)
+            made = self._admit(directory, session, expired)
             lock = self._held.setdefault(directory, threading.Lock())
             self._users[directory] = self._users.get(directory, 0) + 1
         try:
+            for doomed in expired:  # outside the store's lock (a sweep removes any left)
+                remove_tree(doomed)
             if not lock.acquire(timeout=max(0.0, wait)):
                 raise self._busy(session, wait)
             try:
                 directory.mkdir(parents=True, exist_ok=True)
                 with self._flock(directory, deadline, session, wait):
                     work = directory / "work"
-                    work.mkdir(exist_ok=True)
-                    self._attach(directory, session)
-                    self._touch(directory)
+                    try:
+                        work.mkdir(exist_ok=True)
+                        self._attach(directory, session)
+                        self._touch(directory)
+                    except BaseException:
+                        if made:  # a session that never started keeps no place
+                            self._discard(directory)
+                        raise
                     try:
                         yield work
                     finally:
@@ -113,24 +121,60 @@ class SessionStore:
                     del self._users[directory]
                     del self._held[directory]
 
-    def _admit(self, directory: Path, session: str) -> None:
+    def _admit(self, directory: Path, session: str, expired: list[Path]) -> bool:
         """A new session of a tenant that keeps ``per_tenant`` already is refused (429
-        ``session_limit``): each keeps up to ``session_disk_bytes`` for the TTL.  Called
-        under the store's lock, and the new session's folder is made here, so two new
-        sessions at once cannot both take the last place."""
-        if self.per_tenant is None or directory.is_dir():
-            return
-        try:
-            kept = sum(1 for entry in os.scandir(directory.parent) if entry.is_dir() and SESSION_ID.match(entry.name))
-        except FileNotFoundError:
-            kept = 0
-        if kept >= self.per_tenant:
+        ``session_limit``): each keeps up to ``session_disk_bytes`` for the TTL.  The
+        tenant's sessions idle past the TTL do not count: at the limit they are set aside
+        first (appended to ``expired``, for the caller to remove outside the lock), not left
+        for the next sweep.  Called under the store's lock, and the new session's folder
+        is made here, so two new sessions at once cannot both take the last place.  True
+        when the folder is new (made here): :meth:`use` removes it again if the session
+        does not start."""
+        if directory.is_dir():
+            return False
+        if self.per_tenant is None:
+            directory.mkdir(parents=True, exist_ok=True)
+            return True
+        kept = self._sessions(directory.parent)
+        if len(kept) >= self.per_tenant:
+            now = time.time()
+            for entry in kept:
+                doomed = self._set_aside(entry, now)
+                if doomed is not None:
+                    expired.append(doomed)
+            kept = self._sessions(directory.parent)
+        if len(kept) >= self.per_tenant:
             raise SessionLimit(
-                f"cannot start session {session!r}: this tenant keeps {kept} sessions, the most allowed "
+                f"cannot start session {session!r}: this tenant keeps {len(kept)} sessions, the most allowed "
                 f"(SKILL_EXECUTOR_SESSIONS_PER_TENANT); reuse one, or wait for idle ones to expire",
-                details={"sessions": kept, "limit": self.per_tenant},
+                details={"sessions": len(kept), "limit": self.per_tenant},
             )
         directory.mkdir(parents=True, exist_ok=True)
+        return True
+
+    @staticmethod
+    def _sessions(tenant_dir: Path) -> list[Path]:
+        """The tenant's session folders (not those set aside to be removed)."""
+        try:
+            with os.scandir(tenant_dir) as entries:
+                return [
+                    Path(entry.path)
+                    for entry in entries
+                    if entry.is_dir(follow_symlinks=False) and SESSION_ID.match(entry.name)
+                ]
+        except FileNotFoundError:
+            return []
+
+    def _discard(self, directory: Path) -> None:
+        """Remove a session folder :meth:`_admit` made for a start that failed (called
+        holding its flock), unless another run in this process is waiting for it."""
+        with self._lock:
+            if self._users.get(directory) != 1:
+                return
+            volumes.unmount(directory / "work")
+            doomed = directory.with_name(f".expired-{directory.name}-{time.monotonic_ns()}")
+            os.rename(directory, doomed)
+        remove_tree(doomed)
 
     @contextmanager
     def _flock(self, directory: Path, deadline: float, session: str, wait: float) -> Iterator[None]:
@@ -253,31 +297,44 @@ class SessionStore:
 
     def _expire(self, entry: Path, now: float) -> bool:
         with self._lock:
-            if entry in self._users:
-                return False
+            doomed = self._set_aside(entry, now)
+        if doomed is None:
+            return False
+        remove_tree(doomed)
+        return True
+
+    def _set_aside(self, entry: Path, now: float) -> Path | None:
+        """Under the store's lock: move ``entry`` out of the way (to be removed, however
+        large, outside the lock) if it is idle past the TTL and no run holds it; where to."""
+        if entry in self._users:
+            return None
+        try:
             try:
                 last = (entry / _TOUCH).stat().st_mtime
             except FileNotFoundError:
                 last = entry.stat().st_mtime
-            if now - last <= self.ttl:
-                return False
+        except FileNotFoundError:
+            return None  # set aside by another process sharing the folder
+        if now - last <= self.ttl:
+            return None
+        try:
+            fd = os.open(entry / _LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return None
+        try:
             try:
-                fd = os.open(entry / _LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            except OSError:
-                return False
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None  # another process runs it right now
+            volumes.unmount(entry / "work")  # left by a process that died holding it
+            doomed = entry.with_name(f".expired-{entry.name}-{time.monotonic_ns()}")
             try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    return False  # another process runs it right now
-                # Out of the way under the lock; removed (however large) outside it.
-                volumes.unmount(entry / "work")  # left by a process that died holding it
-                doomed = entry.with_name(f".expired-{entry.name}-{time.monotonic_ns()}")
                 os.rename(entry, doomed)
-            finally:
-                os.close(fd)
-        remove_tree(doomed)
-        return True
+            except FileNotFoundError:
+                return None  # set aside by another process between the open and the flock
+            return doomed
+        finally:
+            os.close(fd)
 
     # -- artifact pins -----------------------------------------------------------------
 
