@@ -14,7 +14,6 @@ import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, inspect, text
