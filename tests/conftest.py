@@ -25,6 +25,7 @@ from skill_executor.config import Settings
 from skill_executor.core import Executor
 
 from . import leftovers
+from .databases import database  # noqa: F401 (a fixture for every test module)
 from .pgserver import postgres_server, postgres_url  # noqa: F401 (fixtures for every test module)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -229,7 +230,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_skills_parsing": "unit",
     "test_skills_repository": "unit",
     "test_sqlite": "unit",
-    "test_database": "unit",
+    "test_database": "service",  # a Postgres server
     "test_database_legacy": "unit",
     "test_activity": "unit",
     "test_streams": "unit",

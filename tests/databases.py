@@ -1,37 +1,41 @@
-"""Databases for store tests: the embedded SQLite file, and (where the tests start one) a
-real Postgres.  ``open_database(kind, tmp_path)`` gives a migrated, empty database."""
+"""Databases for store tests: the embedded SQLite file and a real Postgres (the session's
+server, tests/pgserver.py; a fresh database per test).
+
+``database`` is a fixture over both kinds; ``open_database(kind, tmp_path, url)`` gives a
+migrated database of one kind (``url``: the Postgres one, from ``postgres_url``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from skill_executor.db import Database, upgrade
 
-import os
-import uuid
-
-from sqlalchemy import create_engine, text
-
-KINDS = ["sqlite", "postgresql"] if os.environ.get("SKILL_EXECUTOR_TEST_POSTGRES_URL") else ["sqlite"]
-
-
-def fresh_postgres() -> str:
-    """A new empty database on the test server (SKILL_EXECUTOR_TEST_POSTGRES_URL)."""
-    base = os.environ["SKILL_EXECUTOR_TEST_POSTGRES_URL"]
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    admin = create_engine(base.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    return base.rsplit("/", 1)[0] + "/" + name
+KINDS = ["sqlite", "postgresql"]
 
 
 def open_database(kind: str, tmp_path: Path, url: str | None = None) -> Database:
     if kind == "sqlite":
         url = f"sqlite:///{tmp_path / 'skill-executor.db'}"
-    elif kind == "postgresql" and url is None:
-        url = fresh_postgres()
-    assert url is not None, f"no URL for a {kind} database"
+    assert url is not None, f"no URL for a {kind} database: take it from the postgres_url fixture"
     database = Database(url)
     upgrade(database)
     return database
+
+
+def database_url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of a fresh database of ``kind`` for the requesting test."""
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'skill-executor.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture(params=KINDS)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A migrated, empty database: SQLite, then Postgres."""
+    db = open_database(request.param, tmp_path, database_url(request.param, request, tmp_path))
+    yield db
+    db.close()

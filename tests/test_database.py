@@ -7,29 +7,21 @@ import multiprocessing.synchronize
 import sqlite3
 import stat
 import threading
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import select, text
 
 from skill_executor.context.model import Context
 from skill_executor.context.store import ContextStore
-from skill_executor.db import Database, SchemaMismatch, StoreBusy, migrate, upgrade
+from skill_executor.db import Database, DatabaseUnavailable, SchemaMismatch, StoreBusy, migrate, upgrade
 from skill_executor.db.schema import runs
 from skill_executor.db.url import BadDatabaseUrl, parse, shown
 from skill_executor.errors import Conflict, NotFound
 from skill_executor.runs.store import RunStore
 
-from .databases import KINDS, open_database
-
-
-@pytest.fixture(params=KINDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    db = open_database(request.param, tmp_path)
-    yield db
-    db.close()
-
+from .databases import open_database
 
 # -- URLs -------------------------------------------------------------------------------
 
@@ -53,7 +45,7 @@ def test_a_url_is_never_shown_with_its_password() -> None:
 
 
 def test_the_head_constant_is_alembics_head() -> None:
-    assert migrate.HEAD == migrate.head()
+    assert migrate.head() == migrate.HEAD
 
 
 def test_upgrade_is_idempotent_and_records_the_head(database: Database) -> None:
@@ -202,3 +194,24 @@ def test_concurrent_first_changes_of_one_context_lose_nothing(database: Database
         thread.join()
     found = store.get("t", "s")
     assert found is not None and found.counter == "10"
+
+
+def test_postgres_down_is_a_503_and_the_store_recovers_by_itself(postgres_server: Any, postgres_url: str) -> None:
+    """A Postgres restart or outage: clean 503s with Retry-After while it is away, and the
+    same store objects work again once it is back (no restart of the service)."""
+    database = open_database("postgresql", Path("/nonexistent"), postgres_url)
+    store = RunStore(database, instance="i1")
+    store.create("before", {"skill": "s"}, owner="k")
+    postgres_server.stop()
+    try:
+        for attempt in range(2):  # the pooled connection is found dead, then no new one can be made
+            with pytest.raises(DatabaseUnavailable) as caught:
+                store.create(f"during-{attempt}", {"skill": "s"}, owner="k")
+            assert caught.value.status == 503 and caught.value.retry_after
+        assert not database.writable(timeout=1)
+    finally:
+        postgres_server.start()
+    store.create("after", {"skill": "s"}, owner="k")
+    assert store.get("before").status == "queued" and store.get("after").status == "queued"
+    assert database.writable()
+    database.close()
