@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,6 +22,21 @@ GiB = 1024 * MiB
 
 PathList = Annotated[list[Path], NoDecode]
 StrList = Annotated[list[str], NoDecode]
+
+
+#: ``s3://bucket[/prefix]``: the bucket's syntax here; the prefix is checked like any object key
+#: where the store is opened (skill_executor/objects).
+_S3_URL = re.compile(r"s3://(?P<bucket>[^/]*)(?:/(?P<prefix>.*))?")
+_S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectStoreLocation:
+    """Where objects live: ``bucket`` (and ``prefix``) on S3, else the folder ``path``."""
+
+    path: Path
+    bucket: str | None = None
+    prefix: str = ""
 
 
 def _split_list(value: Any) -> Any:
@@ -52,6 +69,12 @@ class Settings(BaseSettings):
     """Run and session workspaces (default: <data_dir>/workspaces)."""
     skills_refresh_seconds: float = 2.0
     """How stale the skill catalog may get before a background rescan (0: rescan on every read)."""
+
+    object_store: str | None = None  # default: <data_dir>/objects
+    """Where artifact versions, skill bundles, environments and session snapshots are stored by
+    their SHA-256: a folder, or s3://bucket[/prefix] (default: <data_dir>/objects)."""
+    s3_endpoint_url: str | None = None  # default: AWS; credentials from the standard AWS_* variables
+    """The S3 API endpoint for an s3:// object store (default: AWS; credentials: the standard AWS variables)."""
 
     # -- runs ----------------------------------------------------------------------
     runtime: Literal["docker", "local"] = "docker"
@@ -212,6 +235,43 @@ class Settings(BaseSettings):
     @classmethod
     def _paths(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @field_validator("object_store")
+    @classmethod
+    def _object_store(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        if not value.strip():
+            raise ValueError("SKILL_EXECUTOR_OBJECT_STORE is empty: unset it, or give a folder or s3://bucket[/prefix]")
+        if "://" not in value:
+            return value
+        match = _S3_URL.fullmatch(value)
+        if match is None:
+            raise ValueError(
+                f"SKILL_EXECUTOR_OBJECT_STORE: {value[:100]!r} is neither a folder nor s3://bucket[/prefix]"
+            )
+        bucket = match["bucket"]
+        if not _S3_BUCKET.fullmatch(bucket) or ".." in bucket:
+            raise ValueError(
+                f"SKILL_EXECUTOR_OBJECT_STORE: invalid S3 bucket name {bucket[:80]!r} (3 to 63 of a-z 0-9 . -)"
+            )
+        return value
+
+    @field_validator("s3_endpoint_url")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^/?#@\s]+/?", value):
+            raise ValueError("SKILL_EXECUTOR_S3_ENDPOINT_URL must be http(s)://host[:port]")
+        return value
+
+    @property
+    def object_store_location(self) -> ObjectStoreLocation:
+        """The parsed ``object_store``: an S3 bucket and prefix, or a folder."""
+        value = self.object_store
+        match = _S3_URL.fullmatch(value) if value is not None else None
+        if match is not None:
+            return ObjectStoreLocation(self.data_dir / "objects", match["bucket"], (match["prefix"] or "").strip("/"))
+        return ObjectStoreLocation(Path(value) if value is not None else self.data_dir / "objects")
 
     @property
     def workspaces(self) -> Path:

@@ -614,6 +614,26 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Check the image exists and runs.",
         "none",
     ),
+    # -- the object store (SKILL_EXECUTOR_OBJECT_STORE) --------------------------------------------
+    E(
+        "object_store_unavailable",
+        503,
+        "The object store cannot be reached or answered with a server error (a Retry-After header is sent).",
+        "Retry after the Retry-After delay; operators: check the store (S3 endpoint or folder).",
+    ),
+    E(
+        "object_store_misconfigured",
+        503,
+        "The object store refused access or its bucket does not exist (the message names bucket and endpoint).",
+        "Operators: check SKILL_EXECUTOR_OBJECT_STORE, the endpoint and the AWS credentials.",
+    ),
+    E("object_not_found", 404, "No object with this key in the object store.", "Check the key; do not retry."),
+    E(
+        "object_corrupt",
+        500,
+        "The object store returned bytes whose SHA-256 is not the one asked for.",
+        "Operators: check the store; the object was altered or damaged.",
+    ),
     # -- service processes ------------------------------------------------------------------------
     E("data_dir_in_use", 409, "Another service uses this data dir.", "Stop it, or use another data dir.", "none"),
     E(

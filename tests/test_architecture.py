@@ -24,7 +24,7 @@ LAYERS = [
         "skill_executor.workers",
         "skill_executor.hosttools",
     },
-    {"skill_executor.db"},
+    {"skill_executor.db", "skill_executor.objects"},
     {"skill_executor.skills", "skill_executor.image"},
     {"skill_executor.envs", "skill_executor.preflight"},
     {"skill_executor.registry"},
