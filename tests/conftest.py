@@ -216,6 +216,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_fs": "unit",
     "test_hosttools": "unit",
     "test_naming": "unit",
+    "test_object_keys": "unit",
     "test_pipeline": "unit",
     "test_registry": "unit",
     "test_results_paths": "unit",
@@ -253,6 +254,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_context_api": "service",
     "test_mcp": "service",
     "test_mcp_sessions": "service",
+    "test_objects": "service",
     "test_pgserver": "service",
     "test_registry_download": "service",
     "test_registry_uploads": "service",
@@ -295,7 +297,7 @@ TEST_TIERS: dict[str, dict[str, str]] = {
     "test_skill_tests": {"test_the_schema_validates_what_the_models_accept": "service"},
 }
 #: Fixtures that start a real server process: a test using one is (at least) service.
-SERVER_FIXTURES = {"server", "secured", "service", "tenants", "open_local"}
+SERVER_FIXTURES = {"server", "secured", "service", "tenants", "open_local", "s3_server"}
 
 
 def tier_of(item: pytest.Item) -> str | None:

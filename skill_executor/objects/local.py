@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -74,7 +75,10 @@ class LocalObjectStore(ObjectStore):
 
     def _size(self, key: str) -> int:
         with self._errors(key):
-            return os.stat(self._path(key), follow_symlinks=False).st_size
+            info = os.stat(self._path(key), follow_symlinks=False)
+        if not stat.S_ISREG(info.st_mode):
+            raise ObjectNotFound(f"no object {key} in the object store")
+        return info.st_size
 
     def _delete(self, key: str) -> None:
         with self._errors(key):
@@ -86,11 +90,13 @@ class LocalObjectStore(ObjectStore):
     def _list(self, prefix: str) -> Iterator[str]:
         start = self.root / prefix if prefix else self.root
         with self._errors(prefix or "the listing"):
+            if not start.is_dir():
+                return  # nothing stored there (yet)
             for folder, dirs, files in os.walk(start, onerror=_raise):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 relative = Path(folder).relative_to(self.root).as_posix()
                 for name in sorted(files):
-                    if not name.startswith("."):
+                    if not name.startswith(".") and not os.path.islink(os.path.join(folder, name)):
                         yield name if relative == "." else f"{relative}/{name}"
 
     # -- helpers ----------------------------------------------------------------------------
@@ -108,11 +114,13 @@ class LocalObjectStore(ObjectStore):
             yield
         except ExecutorError:
             raise
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, NotADirectoryError) as exc:
             if what in ("a write", "the health probe"):
                 raise ObjectStoreUnavailable(f"the object store {self.describe()} is gone: {exc.strerror}") from None
             raise ObjectNotFound(f"no object {what} in the object store") from None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a link where an object should be (O_NOFOLLOW): not ours
+                raise ObjectNotFound(f"no object {what} in the object store") from None
             if exc.errno in _DENIED:
                 raise ObjectStoreMisconfigured(
                     f"the object store {self.describe()} refused {what}: {exc.strerror}"
