@@ -17,11 +17,13 @@ from .db import Database, legacy, migrate, upgrade
 from .envs import SkillEnvs
 from .errors import BadRequest
 from .hosttools import seal_data_dir
+from .objects import ObjectStore, open_object_store
 from .registry import SkillRepository
 from .registry.repository import check_layout
 from .registry.store import Registry
 from .runs.pipeline import SkillRunner
 from .runtimes.base import Runtime
+from .workspace.snapshots import SessionSnapshots
 
 
 def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtime:
@@ -85,6 +87,8 @@ class Executor:
     settings: Settings
     #: every store's records (SKILL_EXECUTOR_DATABASE_URL)
     database: Database
+    #: contents shared by every process of a cluster (SKILL_EXECUTOR_OBJECT_STORE)
+    objects: ObjectStore
     repository: SkillRepository
     artifacts: LocalArtifactStore
     runtime: Runtime
@@ -116,8 +120,10 @@ class Executor:
         contexts = make_contexts(settings, database, repository, runtime.visible_skills_dir)
         # pip and npm run as HOST_TOOLS_USER: nothing stored here is theirs to read.
         seal_data_dir(settings.data_dir, shared=[settings.envs_dir])
-        runner = SkillRunner(settings, repository, artifacts, runtime)
-        return cls(settings, database, repository, artifacts, runtime, runner, contexts)
+        objects = open_object_store(settings)
+        snapshots = SessionSnapshots(objects, settings.session_ttl_seconds) if settings.session_snapshots else None
+        runner = SkillRunner(settings, repository, artifacts, runtime, snapshots)
+        return cls(settings, database, objects, repository, artifacts, runtime, runner, contexts)
 
     def close(self, timeout: float = 300.0) -> None:
         """Stop the runner's workers, then close the runtime within ``timeout`` (a bound for a

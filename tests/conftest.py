@@ -233,6 +233,8 @@ MODULE_TIERS: dict[str, str] = {
     "test_sqlite": "unit",
     "test_database": "service",  # a Postgres server
     "test_database_legacy": "unit",
+    "test_snapshots": "service",  # a SeaweedFS server
+    "test_session_snapshots": "engine",
     "test_activity": "unit",
     "test_streams": "unit",
     # engine

@@ -24,6 +24,7 @@ from ..runtimes.base import Command, OutputListener, Runtime, SandboxPlan
 from ..workers import Supervisor
 from ..workspace.layout import WorkspaceManager, environment
 from ..workspace.sessions import SessionStore
+from ..workspace.snapshots import SessionSnapshots
 from ..workspace.staging import Stager
 from .limiter import Reservation, RunLimiter
 from .models import RunRequest, RunResult
@@ -50,6 +51,7 @@ class SkillRunner:
         repository: SkillRepository,
         artifacts: ArtifactStore,
         runtime: Runtime,
+        snapshots: SessionSnapshots | None = None,
     ) -> None:
         self.settings = settings
         self.repository = repository
@@ -60,6 +62,8 @@ class SkillRunner:
             settings.session_ttl_seconds,
             volume_bytes=settings.session_disk_bytes if runtime.disk_cap == "hard" else None,
             per_tenant=settings.sessions_per_tenant,
+            snapshots=snapshots,
+            owner=runtime.owner,
         )
         self.stager = Stager(
             repository,
@@ -117,7 +121,13 @@ class SkillRunner:
                     sandbox_plan = SandboxPlan(
                         run_id, plan.skill, request.session, work, tenant, self.settings.session_disk_bytes
                     )
-                    return self._run(request, plan, sandbox_plan, listener, cancel)
+                    try:
+                        result = self._run(request, plan, sandbox_plan, listener, cancel)
+                    finally:  # whatever the run changed in work/ is kept (also when it was refused half way)
+                        kept = self.sessions.keep(request.session, tenant, work)
+                    if kept is not None:
+                        result.warnings.append(kept)
+                    return result
             return self._run(request, plan, SandboxPlan(run_id, plan.skill, tenant=tenant), listener, cancel)
 
     def _run(

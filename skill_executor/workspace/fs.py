@@ -223,6 +223,41 @@ class Tree:
         finally:
             os.close(parent)
 
+    def make_link(self, rel: PurePosixPath, target: str, *, owner: Owner, what: str = "link") -> None:
+        """Create the symbolic link ``rel`` -> ``target`` (the target is text: never
+        resolved here); missing parents are made, an existing entry is a conflict."""
+        if not _parts(rel):
+            raise BadRequest(f"{what} names the folder itself", code="invalid_path")
+        parent = self._open_dir(rel.parent, create=True, owner=owner, what=what)
+        try:
+            os.symlink(target, rel.name, dir_fd=parent)
+            if owner is not None:
+                os.chown(rel.name, *owner, dir_fd=parent, follow_symlinks=False)
+        except FileExistsError:
+            raise Conflict(f"{what} exists", code="target_conflict") from None
+        except OSError as exc:
+            raise _refusal(exc, what) from None
+        finally:
+            os.close(parent)
+
+    def set_mode(self, rel: PurePosixPath, mode: int, *, what: str = "folder") -> None:
+        """``chmod`` folder ``rel`` (through its descriptor; a link on the way is refused)."""
+        fd = self._open_dir(rel, create=False, owner=None, what=what)
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+
+    def read_link(self, rel: PurePosixPath, *, what: str = "link") -> str:
+        """The target text of the symbolic link ``rel`` (not followed)."""
+        parent = self._open_dir(rel.parent, create=False, owner=None, what=what)
+        try:
+            return os.readlink(rel.name, dir_fd=parent)
+        except OSError as exc:
+            raise _refusal(exc, what) from None
+        finally:
+            os.close(parent)
+
     def make_read_only(self, rel: PurePosixPath, *, what: str = "folder") -> None:
         """Folders at and below ``rel``: mode 0555, owned by the service (not the run)."""
         for entry, fd in self._walk_fds(rel, what=what):

@@ -63,6 +63,15 @@ def remove_tree(path: Path) -> None:
         os.close(parent)
 
 
+def empty_tree(path: Path) -> None:
+    """Remove everything inside the folder ``path`` (which stays), as :func:`remove_tree` does."""
+    top = os.open(path, DIR_FLAGS)
+    try:
+        _empty(top)
+    finally:
+        os.close(top)
+
+
 def _empty(top: int) -> None:
     """Remove everything inside the folder ``top``; its sub-folders are first renamed
     to the top level (``.rm-*``), then each is emptied the same way and removed."""

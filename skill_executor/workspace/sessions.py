@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import math
 import os
 import re
@@ -35,9 +36,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..access import check_tenant
-from ..errors import BadRequest, Busy, Conflict
+from ..errors import BadRequest, Busy, Conflict, ExecutorError
 from . import volumes
-from .remove import remove_tree
+from .fs import Owner
+from .remove import empty_tree, remove_tree
+from .snapshots import SessionSnapshots
+
+log = logging.getLogger(__name__)
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")  # \Z: no "id\n"
 _TOUCH = ".last_used"
@@ -58,7 +63,14 @@ class SessionLimit(Busy):
 
 class SessionStore:
     def __init__(
-        self, root: Path, ttl_seconds: float, *, volume_bytes: int | None = None, per_tenant: int | None = None
+        self,
+        root: Path,
+        ttl_seconds: float,
+        *,
+        volume_bytes: int | None = None,
+        per_tenant: int | None = None,
+        snapshots: SessionSnapshots | None = None,
+        owner: Owner = None,
     ) -> None:
         self.root = root.resolve() / "sessions"
         self.root.mkdir(parents=True, exist_ok=True)
@@ -66,6 +78,10 @@ class SessionStore:
         self.volume_bytes = volume_bytes
         #: The most sessions one tenant may keep at once (None: no bound).
         self.per_tenant = per_tenant
+        #: Where sessions' work/ is kept between workers (None: only on this machine's disk).
+        self.snapshots = snapshots
+        #: Who owns what a restore writes into work/ (the runs' user).
+        self.owner = owner
         self._lock = threading.Lock()
         self._held: dict[Path, threading.Lock] = {}
         self._users: dict[Path, int] = {}
@@ -102,6 +118,8 @@ class SessionStore:
                     try:
                         work.mkdir(exist_ok=True)
                         self._attach(directory, session)
+                        if self.snapshots is not None:
+                            self._catch_up(directory, work, session, tenant, made)
                         self._touch(directory)
                     except BaseException:
                         if made:  # a session that never started keeps no place
@@ -287,10 +305,35 @@ class SessionStore:
                     removed.append(f"{tenant_dir.name}/{entry.name}")
         return removed
 
+    def _catch_up(self, directory: Path, work: Path, session: str, tenant: str, made: bool) -> None:
+        """Make ``work/`` the session's newest snapshot when this machine's copy is not it
+        (new here, or left behind while another worker ran the session)."""
+        assert self.snapshots is not None
+        latest = self.snapshots.latest(check_tenant(tenant), session)
+        if latest is None or (not made and self.snapshots.held(directory) == latest):
+            return
+        if not made:
+            empty_tree(work)
+        self.snapshots.restore(check_tenant(tenant), session, work, self.owner, sha=latest)
+
+    def keep(self, session: str, tenant: str, work: Path) -> str | None:
+        """Snapshot the session's ``work/`` (held by the caller's :meth:`use`) when sessions
+        are kept in the object store; a warning for the run's result when that failed."""
+        if self.snapshots is None:
+            return None
+        try:
+            self.snapshots.take(check_tenant(tenant), session, work, work.parent)
+        except ExecutorError as exc:
+            log.error("session %s: snapshot failed: %s", session, exc.message)
+            return f"the session's work/ could not be kept for other workers ({exc.code}): {exc.message}"
+        return None
+
     def end(self, session: str, tenant: str) -> bool:
         """Delete a session now, whatever its age (not while a run holds it); False when it
         was not there or is in use."""
         entry = self.path(session, tenant)
+        if self.snapshots is not None:
+            self.snapshots.forget(check_tenant(tenant), session)
         if not entry.is_dir() or entry.is_symlink():
             return False
         return self._expire(entry, math.inf)
