@@ -21,6 +21,7 @@ LAYERS = [
         "skill_executor.owners",
         "skill_executor.activity",
         "skill_executor.sqlite",
+        "skill_executor.db",
         "skill_executor.workers",
         "skill_executor.hosttools",
     },
