@@ -10,7 +10,7 @@ Layout under ``<data_dir>/registry/``::
 
 The index -- skills (pointers, next number), their versions (manifests), the audit log --
 is in the service's database (:mod:`.index`); ``index.db`` here is an older service's,
-imported by :mod:`skill_executor.db.legacy` and otherwise left alone.
+imported by the database layer and otherwise left alone.
 
 A version's digest is ``sha256`` over its manifest in a canonical byte encoding
 (:func:`manifest_digest`): for every file, in ascending byte order of its UTF-8 path
