@@ -112,7 +112,7 @@ class Executor:
             install_root=settings.install_root,
             refresh_interval=settings.skills_refresh_seconds,
             deps=SkillEnvs.from_settings(settings),
-            registry=Registry(settings.registry_dir),
+            registry=Registry(settings.registry_dir, database=database),
             service_dirs=[settings.data_dir, settings.workspaces],
         )
         artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)

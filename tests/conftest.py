@@ -219,6 +219,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_object_keys": "unit",
     "test_pipeline": "unit",
     "test_registry": "unit",
+    "test_registry_shared": "unit",
     "test_results_paths": "unit",
     "test_sandbox_contract": "unit",
     "test_skill_deps": "unit",

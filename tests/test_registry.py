@@ -19,6 +19,7 @@ import pytest
 
 from skill_executor.client import ApiError, AsyncClient, Client
 from skill_executor.core import Executor
+from skill_executor.db import Database
 from skill_executor.errors import Conflict, NotFound
 from skill_executor.registry import SkillRepository
 from skill_executor.registry.store import Registry, manifest_digest
@@ -26,6 +27,7 @@ from skill_executor.runs.models import RunRequest
 
 from .api_server import Server
 from .conftest import REPO, make_settings
+from .databases import KINDS, open_database
 
 
 def write_skill(folder: Path, name: str, data: str = "one", *, description: str = "A versioned skill.") -> Path:
@@ -46,6 +48,18 @@ def skill_zip(name: str, data: str, *, top: str | None = None) -> bytes:
     return buffer.getvalue()
 
 
+@pytest.fixture(params=KINDS)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    db = open_database(request.param, tmp_path)
+    yield db
+    db.close()
+
+
+def another_process(database: Database) -> Database:
+    """A second engine on ``database``: what another process (or machine) would have."""
+    return Database(database.url.render_as_string(hide_password=False))
+
+
 def blob_count(registry: Registry) -> int:
     return sum(1 for sub in registry.blobs.iterdir() if sub.is_dir() for _ in sub.iterdir())
 
@@ -53,14 +67,14 @@ def blob_count(registry: Registry) -> int:
 # -- the digest --------------------------------------------------------------------------
 
 
-def test_a_fixed_tree_has_a_known_digest(tmp_path: Path) -> None:
+def test_a_fixed_tree_has_a_known_digest(tmp_path: Path, database: Database) -> None:
     """The canonical encoding (docs/concepts/versions.md): ``path NUL sha256-hex LF`` per file, by path bytes."""
     tree = tmp_path / "fixed"
     (tree / "scripts").mkdir(parents=True)
     (tree / "SKILL.md").write_bytes(b"---\nname: fixed\ndescription: Fixed.\n---\nbody\n")
     (tree / "scripts" / "run.py").write_bytes(b"print('hi')\n")
     (tree / "a b.txt").write_bytes(b"")
-    registry = Registry(tmp_path / "registry")
+    registry = Registry(tmp_path / "registry", database=database)
     version, created = registry.publish("fixed", tree, actor="test")
     assert created and version.number == 1
     encoded = b"".join(
@@ -77,13 +91,13 @@ def test_a_fixed_tree_has_a_known_digest(tmp_path: Path) -> None:
 KNOWN_DIGEST = "sha256:731010a10202709eed65b406df69768cae944bd9954b4bd4abe25e27d39fdee7"
 
 
-def test_links_stay_links_and_count_in_the_digest(tmp_path: Path) -> None:
+def test_links_stay_links_and_count_in_the_digest(tmp_path: Path, database: Database) -> None:
     (tmp_path / "outside.txt").write_text("outside")
     skill = write_skill(tmp_path / "src" / "linked", "linked")
     (skill / "alias.txt").symlink_to("data.txt")
     (skill / "tools").symlink_to("scripts")
     (skill / "escape").symlink_to(tmp_path / "outside.txt")
-    registry = Registry(tmp_path / "registry")
+    registry = Registry(tmp_path / "registry", database=database)
     version, _ = registry.publish("linked", skill, actor="test")
     folder = registry.folder(version)
     assert os.readlink(folder / "alias.txt") == "data.txt" and (folder / "alias.txt").read_text() == "one"
@@ -102,9 +116,9 @@ def test_links_stay_links_and_count_in_the_digest(tmp_path: Path) -> None:
 # -- the registry on its own -------------------------------------------------------------
 
 
-def test_versions_survive_a_restart_and_identical_content_is_stored_once(tmp_path: Path) -> None:
+def test_versions_survive_a_restart_and_identical_content_is_stored_once(tmp_path: Path, database: Database) -> None:
     skill = write_skill(tmp_path / "src" / "keep", "keep")
-    registry = Registry(tmp_path / "registry")
+    registry = Registry(tmp_path / "registry", database=database)
     first, _ = registry.publish("keep", skill, actor="alice")
     blobs = blob_count(registry)
     again, created = registry.publish("keep", skill, actor="alice")
@@ -117,7 +131,7 @@ def test_versions_survive_a_restart_and_identical_content_is_stored_once(tmp_pat
     # SKILL.md of both versions is one inode (hard links to one blob)
     assert (registry.folder(first) / "SKILL.md").stat().st_ino == (registry.folder(second) / "SKILL.md").stat().st_ino
 
-    reopened = Registry(tmp_path / "registry")
+    reopened = Registry(tmp_path / "registry", database=database)
     assert [(v.number, v.digest) for v in reopened.versions("keep")] == [(1, first.digest), (2, second.digest)]
     assert reopened.pointers("keep") == (2, 2)
     assert (reopened.folder(reopened.version("keep", 1)) / "data.txt").read_text() == "one"
@@ -125,10 +139,11 @@ def test_versions_survive_a_restart_and_identical_content_is_stored_once(tmp_pat
     assert reopened.version("keep", "latest").number == 2
 
 
-def test_concurrent_publishes_get_consecutive_versions(tmp_path: Path) -> None:
-    registry = Registry(tmp_path / "registry")
+def test_concurrent_publishes_get_consecutive_versions(tmp_path: Path, database: Database) -> None:
+    registry = Registry(tmp_path / "registry", database=database)
     sources = [write_skill(tmp_path / f"src{i}" / "busy", "busy", f"content {i}") for i in range(8)]
-    other = Registry(tmp_path / "registry")  # a second handle: the flock, not only the thread lock
+    # a second handle, as another process has: the flock and the database, not only the thread lock
+    other = Registry(tmp_path / "registry", database=another_process(database))
     results: list[int] = []
     errors: list[BaseException] = []
 
@@ -146,11 +161,12 @@ def test_concurrent_publishes_get_consecutive_versions(tmp_path: Path) -> None:
     assert not errors
     assert sorted(results) == list(range(1, 9))
     assert len({v.digest for v in registry.versions("busy")}) == 8
+    other.index.database.close()
 
 
-def test_deletes_pointers_leases_and_the_audit_log(tmp_path: Path) -> None:
+def test_deletes_pointers_leases_and_the_audit_log(tmp_path: Path, database: Database) -> None:
     skill = write_skill(tmp_path / "src" / "gone", "gone")
-    registry = Registry(tmp_path / "registry")
+    registry = Registry(tmp_path / "registry", database=database)
     registry.publish("gone", skill, actor="alice")
     (skill / "data.txt").write_text("two")
     registry.publish("gone", skill, actor="alice")
@@ -181,10 +197,12 @@ def test_deletes_pointers_leases_and_the_audit_log(tmp_path: Path) -> None:
     assert registry.audit("gone")[1].digest == deleted.digest
 
 
-def test_a_folder_skill_edited_on_disk_is_a_new_version_on_next_load(tmp_path: Path) -> None:
+def test_a_folder_skill_edited_on_disk_is_a_new_version_on_next_load(tmp_path: Path, database: Database) -> None:
     root = tmp_path / "skills"
     folder = write_skill(root / "live", "live")
-    repository = SkillRepository([root], refresh_interval=0, registry=Registry(tmp_path / "registry"))
+    repository = SkillRepository(
+        [root], refresh_interval=0, registry=Registry(tmp_path / "registry", database=database)
+    )
     first = repository.get("live")
     assert (first.version, (first.path / "data.txt").read_text()) == (1, "one")
     assert repository.get("live").version == 1  # unchanged: no new version
@@ -206,9 +224,14 @@ def test_a_folder_skill_edited_on_disk_is_a_new_version_on_next_load(tmp_path: P
     assert repository.registry is not None and len(repository.registry.versions("live")) == 2
 
 
-def test_an_install_is_a_version_and_the_name_check_runs_before_it_goes_live(tmp_path: Path) -> None:
+def test_an_install_is_a_version_and_the_name_check_runs_before_it_goes_live(
+    tmp_path: Path, database: Database
+) -> None:
     repository = SkillRepository(
-        [], install_root=tmp_path / "installed", refresh_interval=0, registry=Registry(tmp_path / "registry")
+        [],
+        install_root=tmp_path / "installed",
+        refresh_interval=0,
+        registry=Registry(tmp_path / "registry", database=database),
     )
     one = repository.install(skill_zip("pkg", "one"))
     assert one.version is not None and (one.version.number, one.created) == (1, True)
@@ -442,10 +465,14 @@ def test_uploads_over_the_byte_cap_are_refused_before_they_are_held(tmp_path: Pa
 # -- rollbacks of folder-root skills hold --------------------------------------------------
 
 
-def test_a_rollback_of_a_folder_skill_holds_across_touches_edits_and_a_reopen(tmp_path: Path) -> None:
+def test_a_rollback_of_a_folder_skill_holds_across_touches_edits_and_a_reopen(
+    tmp_path: Path, database: Database
+) -> None:
     root = tmp_path / "skills"
     folder = write_skill(root / "held", "held")
-    repository = SkillRepository([root], refresh_interval=0, registry=Registry(tmp_path / "registry"))
+    repository = SkillRepository(
+        [root], refresh_interval=0, registry=Registry(tmp_path / "registry", database=database)
+    )
     assert repository.get("held").version == 1
     (folder / "data.txt").write_text("two")
     assert repository.get("held").version == 2  # the default follows the folder ...
@@ -455,7 +482,7 @@ def test_a_rollback_of_a_folder_skill_holds_across_touches_edits_and_a_reopen(tm
     assert registry.default_held("held")
     os.utime(folder / "data.txt", ns=(time.time_ns(), time.time_ns() + 5_000_000_000))  # a touch
     assert (repository.get("held").version, (repository.get("held").path / "data.txt").read_text()) == (1, "one")
-    reopened = SkillRepository([root], refresh_interval=0, registry=Registry(tmp_path / "registry"))
+    reopened = SkillRepository([root], refresh_interval=0, registry=Registry(tmp_path / "registry", database=database))
     assert reopened.get("held").version == 1  # a restart: the folder is observed again, the default holds
     (folder / "data.txt").write_text("three")
     assert reopened.get("held").version == 1  # a changed folder is a new latest version, not the default

@@ -30,6 +30,7 @@ from skill_executor.registry.store import Registry
 
 from .api_server import Server
 from .conftest import REPO
+from .databases import open_database
 from .helpers import make_skill
 
 SHIPPED = ("csv-report", "file-bundle", "math-tools")  # the read-only root of the Server (a copy of skills/)
@@ -225,11 +226,12 @@ def test_the_install_root_is_not_walked_and_a_misnamed_folder_is_no_skill(tmp_pa
     make_skill(installed, "mine/sub/inner", "name: inner\ndescription: SMUGGLED.")
     make_skill(installed, "placed", "name: other-name\ndescription: SMUGGLED placed by hand.")
     (installed / "alias").symlink_to(installed / "mine", target_is_directory=True)
+    database = open_database("sqlite", tmp_path)
     repository = SkillRepository(
         [shipped],
         install_root=installed,
         refresh_interval=0,
-        registry=Registry(tmp_path / "data" / "registry"),
+        registry=Registry(tmp_path / "data" / "registry", database=database),
         service_dirs=[tmp_path / "data"],
     )
     catalog = repository.reload()

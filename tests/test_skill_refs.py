@@ -33,6 +33,7 @@ from skill_executor.registry.store import Registry
 
 from .api_server import Server
 from .conftest import REPO
+from .databases import open_database
 from .helpers import make_skill
 
 #: What the brief's attacker sent, and what such an attacker tries next.
@@ -167,7 +168,10 @@ def test_fuzz_every_reference_of_the_grammar_is_accepted(name: str, version: str
 def repository(tmp_path_factory: pytest.TempPathFactory) -> SkillRepository:
     base = tmp_path_factory.mktemp("refs")
     make_skill(base / "skills", "pdf", "name: pdf\ndescription: A skill to look up.")
-    return SkillRepository([base / "skills"], refresh_interval=0, registry=Registry(base / "registry"))
+    database = open_database("sqlite", base)
+    return SkillRepository(
+        [base / "skills"], refresh_interval=0, registry=Registry(base / "registry", database=database)
+    )
 
 
 @FUZZ_SETTINGS

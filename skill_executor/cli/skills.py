@@ -233,6 +233,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _install(args: argparse.Namespace) -> int:
+    from ..core import open_database
 
     try:
         data = args.package.read_bytes()
@@ -244,14 +245,18 @@ def _install(args: argparse.Namespace) -> int:
         install_root = args.root or settings.install_root
         private = [settings.registry_dir, settings.data_dir, settings.workspaces]
         check_layout(settings.skills_dirs, install_root, private)
-        repository = SkillRepository(
-            settings.skills_dirs,
-            install_root=install_root,
-            deps=SkillEnvs.from_settings(settings),
-            registry=Registry(settings.registry_dir),
-            service_dirs=private,
-        )
-        result = repository.install(data, strict=args.strict)
+        database = open_database(settings)
+        try:
+            repository = SkillRepository(
+                settings.skills_dirs,
+                install_root=install_root,
+                deps=SkillEnvs.from_settings(settings),
+                registry=Registry(settings.registry_dir, database=database),
+                service_dirs=private,
+            )
+            result = repository.install(data, strict=args.strict)
+        finally:
+            database.close()
     except ExecutorError as exc:
         print(f"skill-executor: {exc.code}: {exc.message}", file=sys.stderr)
         for item in exc.details.get("unmet", []) if exc.code == "skill_dependencies_unmet" else []:

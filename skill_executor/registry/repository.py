@@ -263,8 +263,19 @@ class SkillRepository:
         """Folder-root skills: a change on disk is a new version; installed ones: the registry's pointers."""
         registry = self.registry
         assert registry is not None
-        if not self.installed_here(skill) or registry.pointers(skill.id) == (None, None):
+        if self.installed_here(skill):
+            try:
+                return registry.version(skill.id, ref)  # one lookup on the warm path
+            except NotFound:
+                if registry.pointers(skill.id) != (None, None):
+                    raise
+            # installed before the registry kept versions (or its versions deleted): observe it
             registry.observe(skill.id, skill.path, max_age=self.refresh_interval)
+            return registry.version(skill.id, ref)
+        observed = registry.observe(skill.id, skill.path, max_age=self.refresh_interval)
+        kind = "default" if ref is None else ref.kind
+        if kind == "default" and observed.is_default or kind == "latest" and observed.is_latest:
+            return observed  # the observation's own lookup answers it: no second one
         return registry.version(skill.id, ref)
 
     def search(self, query: str, limit: int = 10) -> builtins.list[Hit]:

@@ -2,12 +2,15 @@
 
 Layout under ``<data_dir>/registry/``::
 
-    index.db                 SQLite: skills (pointers, next number), versions (manifest), audit
-    .lock                    flock: one writer at a time (publish, pointer changes, deletes, GC)
+    .lock                    flock: one writer of this folder at a time (publish, deletes, GC)
     blobs/<aa>/<sha256>      file contents, read-only (0444); ``<sha256>.x`` the executable variant (0555)
     versions/<id>/<n>/<dir>/ version ``n`` of skill ``id``: folders (0755) of hard links to the blobs
     staging/<uuid>/          a version being built (renamed into place in one step); swept at start
     trash/<uuid>/            a deleted version on its way out
+
+The index -- skills (pointers, next number), their versions (manifests), the audit log --
+is in the service's database (:mod:`.index`); ``index.db`` here is an older service's,
+imported by the database layer and otherwise left alone.
 
 A version's digest is ``sha256`` over its manifest in a canonical byte encoding
 (:func:`manifest_digest`): for every file, in ascending byte order of its UTF-8 path
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -40,11 +42,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..db import Database
 from ..errors import Conflict, NotFound
 from ..skills.loader import SkillLoadError, find_skill_file, load_skill
 from ..skills.model import Skill
-from ..sqlite import ThreadLocalDB
 from .blobs import folder_signature, materialise
+from .index import RegistryIndex
 from .manifest import AuditEntry, FileDigest, Version, manifest_digest
 from .refs import VersionRef, parse_version
 
@@ -55,13 +58,11 @@ log = logging.getLogger(__name__)
 SYSTEM_ACTOR = "system"
 
 
-_COLUMNS = "skill, version, digest, created_at, source, actor, dirname, manifest"
-
-
 class Registry:
-    """Versions of skills under ``root``. Thread-safe; several processes may share ``root``."""
+    """Versions of skills under ``root``, indexed in ``database``. Thread-safe; several
+    processes may share ``root`` and the database (or only the database, each with its root)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, database: Database) -> None:
         self.root = root
         self.blobs = root / "blobs"
         self.versions_dir = root / "versions"
@@ -69,25 +70,7 @@ class Registry:
         self.trash = root / "trash"
         for folder in (self.blobs, self.versions_dir, self.staging, self.trash):
             folder.mkdir(parents=True, exist_ok=True)
-        self._sqlite = ThreadLocalDB(root / "index.db")
-        self._sqlite.db().executescript(
-            """
-            CREATE TABLE IF NOT EXISTS skills (
-                skill TEXT PRIMARY KEY, next_version INTEGER NOT NULL,
-                default_version INTEGER, latest_version INTEGER, default_held INTEGER NOT NULL DEFAULT 0);
-            CREATE TABLE IF NOT EXISTS versions (
-                skill TEXT NOT NULL, version INTEGER NOT NULL, digest TEXT NOT NULL, created_at REAL NOT NULL,
-                source TEXT NOT NULL, actor TEXT NOT NULL, dirname TEXT NOT NULL, manifest TEXT NOT NULL,
-                PRIMARY KEY (skill, version));
-            CREATE INDEX IF NOT EXISTS versions_digest ON versions (skill, digest);
-            CREATE TABLE IF NOT EXISTS audit (
-                id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL,
-                skill TEXT NOT NULL, version INTEGER, digest TEXT, detail TEXT);
-            """
-        )
-        columns = {row[1] for row in self._sqlite.db().execute("PRAGMA table_info(skills)")}
-        if "default_held" not in columns:  # an index made before held defaults
-            self._sqlite.db().execute("ALTER TABLE skills ADD COLUMN default_held INTEGER NOT NULL DEFAULT 0")
+        self.index = RegistryIndex(database)
         self._thread_lock = threading.RLock()
         self._depth = 0
         self._lock_fd = -1
@@ -106,7 +89,8 @@ class Registry:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
-        """The writer lock (re-entrant in a thread; an flock across processes)."""
+        """The writer lock of ``root`` (re-entrant in a thread; an flock across processes).  It
+        guards the folders; the index's consistency is its own (:mod:`.index`)."""
         with self._thread_lock:
             if self._depth == 0:
                 fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -124,9 +108,6 @@ class Registry:
                 if self._depth == 0:
                     os.close(self._lock_fd)
                     self._lock_fd = -1
-
-    def _db(self) -> Any:
-        return self._sqlite.db()
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -164,113 +145,44 @@ class Registry:
         after an explicit :meth:`set_default` to anything but ``latest`` it is *held*, and
         a changed folder becomes a new latest version that is not the default.
         """
-        db = self._db()
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            row = db.execute(
-                "SELECT next_version, default_version, latest_version, default_held FROM skills WHERE skill = ?",
-                (skill_id,),
-            ).fetchone()
-            next_version, default, latest, held = row if row else (1, None, None, 0)
-            observed = source == "folder"
-            if latest is not None:
-                current = db.execute(
-                    "SELECT digest FROM versions WHERE skill = ? AND version = ?", (skill_id, latest)
-                ).fetchone()
-                if current is not None and current[0] == digest:
-                    if set_default and not observed and (default != latest or held):
-                        db.execute(
-                            "UPDATE skills SET default_version = ?, default_held = 0 WHERE skill = ?",
-                            (latest, skill_id),
-                        )
-                        self._audit(db, actor, "set_default", skill_id, latest, digest, "re-published")
-                    db.execute("COMMIT")
-                    return self.version(skill_id, latest), False
-            number = next_version
-            now = time.time()
+        placed: list[Path] = []
+
+        def place(number: int) -> None:
             final = self.versions_dir / skill_id / str(number)
             if final.exists():  # left by a crash between the rename and the commit: no row refers to it
                 shutil.rmtree(final)
             final.parent.mkdir(parents=True, exist_ok=True)
-            manifest = json.dumps([f.to_dict() for f in files])
-            db.execute(
-                f"INSERT INTO versions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (skill_id, number, digest, now, source, actor, dirname, manifest),
-            )
-            moves = default is None or (set_default and not (observed and held))
-            new_default, new_held = (number, 0) if moves else (default, held)
-            db.execute(
-                "INSERT INTO skills (skill, next_version, default_version, latest_version, default_held) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(skill) DO UPDATE SET next_version = excluded.next_version, "
-                "default_version = excluded.default_version, latest_version = excluded.latest_version, "
-                "default_held = excluded.default_held",
-                (skill_id, number + 1, new_default, number, new_held),
-            )
-            self._audit(
-                db,
-                actor,
-                "publish",
-                skill_id,
-                number,
-                digest,
-                f"source={source} default={new_default}" + (" (held)" if new_held else ""),
-            )
             os.rename(stage, final)
-            try:
-                db.execute("COMMIT")
-            except BaseException:
-                shutil.rmtree(final, ignore_errors=True)
-                raise
+            placed.append(final)
+
+        try:
+            return self.index.record(
+                skill_id,
+                digest,
+                files,
+                dirname=dirname,
+                actor=actor,
+                source=source,
+                set_default=set_default,
+                place=place,
+            )
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            for final in placed:  # the transaction did not commit: no row refers to it
+                shutil.rmtree(final, ignore_errors=True)
             raise
-        return self.version(skill_id, number), True
 
     # -- reading -------------------------------------------------------------------------
 
-    def _row_to_version(self, row: tuple[Any, ...], pointers: tuple[Any, ...] | None) -> Version:
-        skill, number, digest, created_at, source, actor, dirname, manifest = row
-        files = tuple(FileDigest(**f) for f in json.loads(manifest))
-        default, latest = pointers if pointers else (None, None)
-        return Version(
-            skill,
-            number,
-            digest,
-            created_at,
-            source,
-            actor,
-            dirname,
-            files,
-            is_default=number == default,
-            is_latest=number == latest,
-        )
-
-    def _pointers(self, skill_id: str) -> tuple[Any, ...] | None:
-        row: tuple[Any, ...] | None = (
-            self._db()
-            .execute("SELECT default_version, latest_version FROM skills WHERE skill = ?", (skill_id,))
-            .fetchone()
-        )
-        return row
-
     def pointers(self, skill_id: str) -> tuple[int | None, int | None]:
-        row = self._pointers(skill_id)
-        return (row[0], row[1]) if row else (None, None)
+        default, latest, _ = self.index.pointers(skill_id)
+        return default, latest
 
     def default_held(self, skill_id: str) -> bool:
         """True when the default was set explicitly (not to ``latest``): a folder change does not move it."""
-        row = self._db().execute("SELECT default_held FROM skills WHERE skill = ?", (skill_id,)).fetchone()
-        return bool(row and row[0])
+        return self.index.pointers(skill_id)[2]
 
     def versions(self, skill_id: str) -> list[Version]:
-        rows = (
-            self._db()
-            .execute(f"SELECT {_COLUMNS} FROM versions WHERE skill = ? ORDER BY version", (skill_id,))
-            .fetchall()
-        )
-        pointers = self._pointers(skill_id)
-        return [self._row_to_version(r, pointers) for r in rows]
+        return self.index.versions(skill_id)
 
     def version(self, skill_id: str, ref: VersionRef | str | int | None = None) -> Version:
         """A version by number, ``latest``, ``default`` (None) or ``sha256:<hex>``; 404 when none.
@@ -278,29 +190,10 @@ class Registry:
         ``ref`` goes through :func:`.refs.parse_version`: anything else is 400 ``invalid_version``.
         """
         wanted = parse_version("default" if ref is None else ref)
-        db = self._db()
-        pointers = self._pointers(skill_id)
-        if wanted.kind == "digest":
-            row = db.execute(
-                f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND digest = ? ORDER BY version DESC LIMIT 1",
-                (skill_id, wanted.digest),
-            ).fetchone()
-        else:
-            number = (
-                wanted.number
-                if wanted.kind == "number"
-                else (pointers[0 if wanted.kind == "default" else 1] if pointers else None)
-            )
-            row = (
-                db.execute(
-                    f"SELECT {_COLUMNS} FROM versions WHERE skill = ? AND version = ?", (skill_id, number)
-                ).fetchone()
-                if number is not None
-                else None
-            )
-        if row is None:
+        found = self.index.find(skill_id, wanted)
+        if found is None:
             raise NotFound(f"skill {skill_id!r} has no version {wanted}", code="version_not_found")
-        return self._row_to_version(row, pointers)
+        return found
 
     def folder(self, version: Version) -> Path:
         """The version's read-only skill folder."""
@@ -357,29 +250,7 @@ class Registry:
         makes the default follow the latest version again."""
         wanted = parse_version(ref)
         with self.writing():
-            version = self.version(skill_id, wanted)
-            held = wanted.kind != "latest"
-            db = self._db()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.execute(
-                    "UPDATE skills SET default_version = ?, default_held = ? WHERE skill = ?",
-                    (version.number, int(held), skill_id),
-                )
-                self._audit(
-                    db,
-                    actor,
-                    "set_default",
-                    skill_id,
-                    version.number,
-                    version.digest,
-                    "held" if held else "follows latest",
-                )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            return self.version(skill_id, version.number)
+            return self.index.set_default(skill_id, wanted, actor=actor)
 
     def delete_version(self, skill_id: str, ref: str | int, *, actor: str) -> Version:
         """Delete one version: not the default (409 ``version_is_default``), not one in use (409)."""
@@ -390,17 +261,17 @@ class Registry:
                     f"version {version.number} is the default of skill {skill_id!r}; set another default first",
                     code="version_is_default",
                 )
-            self._remove([version], actor, "delete_version")
+            self._remove([version], actor, "delete_version", keep_default=True)
             return version
 
     def delete_skill(self, skill_id: str, *, actor: str) -> list[Version]:
         """Delete every version of a skill (refused when any is in use); numbers are never reused."""
         with self.writing():
             versions = self.versions(skill_id)
-            self._remove(versions, actor, "delete_skill")
+            self._remove(versions, actor, "delete_skill", keep_default=False)
             return versions
 
-    def _remove(self, versions: list[Version], actor: str, action: str) -> None:
+    def _remove(self, versions: list[Version], actor: str, action: str, *, keep_default: bool) -> None:
         locks: list[int] = []
         try:
             for version in versions:
@@ -418,25 +289,12 @@ class Registry:
                         "download; try again when it has finished",
                         code="version_in_use",
                     ) from None
-            db = self._db()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                for version in versions:
-                    db.execute("DELETE FROM versions WHERE skill = ? AND version = ?", (version.skill, version.number))
-                    self._audit(db, actor, action, version.skill, version.number, version.digest, None)
-                if versions:
-                    skill_id = versions[0].skill
-                    left = db.execute("SELECT MAX(version) FROM versions WHERE skill = ?", (skill_id,)).fetchone()[0]
-                    db.execute(
-                        "UPDATE skills SET latest_version = ?, default_version = CASE WHEN ? IS NULL "
-                        "THEN NULL ELSE default_version END, default_held = CASE WHEN ? IS NULL THEN 0 "
-                        "ELSE default_held END WHERE skill = ?",
-                        (left, left, left, skill_id),
-                    )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+            deleted = (
+                self.index.remove(versions[0].skill, versions, actor=actor, action=action, keep_default=keep_default)
+                if versions
+                else set()
+            )
+            # no row refers to any of these folders now (whichever process deleted the rows)
             for version in versions:
                 folder = self.versions_dir / version.skill / str(version.number)
                 gone = self.trash / uuid.uuid4().hex
@@ -448,6 +306,8 @@ class Registry:
             for fd in locks:
                 os.close(fd)
         self.collect_garbage()
+        if keep_default and not deleted:  # another process deleted it meanwhile
+            raise NotFound(f"skill {versions[0].skill!r} has no version {versions[0].number}", code="version_not_found")
 
     def collect_garbage(self) -> int:
         """Remove blobs no version links to any more; returns how many."""
@@ -509,22 +369,6 @@ class Registry:
 
     # -- audit ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _audit(
-        db: Any, actor: str, action: str, skill: str, version: int | None, digest: str | None, detail: str | None
-    ) -> None:
-        db.execute(
-            "INSERT INTO audit (at, actor, action, skill, version, digest, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (time.time(), actor, action, skill, version, digest, detail),
-        )
-
     def audit(self, skill_id: str | None = None, *, limit: int = 100) -> list[AuditEntry]:
-        db = self._db()
-        cols = "id, at, actor, action, skill, version, digest, detail"
-        if skill_id is None:
-            rows = db.execute(f"SELECT {cols} FROM audit ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        else:
-            rows = db.execute(
-                f"SELECT {cols} FROM audit WHERE skill = ? ORDER BY id DESC LIMIT ?", (skill_id, limit)
-            ).fetchall()
-        return [AuditEntry(*r) for r in rows]
+        """The newest entries first (by ``id``: the order they were written)."""
+        return self.index.audit(skill_id, limit)
