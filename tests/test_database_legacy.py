@@ -7,6 +7,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+from sqlalchemy import text
+
 from skill_executor.core import Executor
 from skill_executor.runs.store import RunStore
 
@@ -55,7 +57,7 @@ def test_old_records_are_imported_once_and_the_files_kept(tmp_path: Path) -> Non
     settings.data_dir.mkdir(parents=True)
     _old_runs(settings.data_dir)
     _old_contexts(settings.data_dir)
-    for attempt in range(2):  # a second start finds nothing to import and changes nothing
+    for _ in range(2):  # a second start finds nothing to import and changes nothing
         executor = Executor.from_settings(settings)
         try:
             store = RunStore(executor.database, instance="i1")
@@ -70,3 +72,41 @@ def test_old_records_are_imported_once_and_the_files_kept(tmp_path: Path) -> Non
         assert not (settings.data_dir / "runs.db").exists() and not (settings.data_dir / "context.db").exists()
         assert (settings.data_dir / "runs.db.imported").is_file()
         assert (settings.data_dir / "context.db.imported").is_file()
+
+
+def test_an_old_registry_index_is_imported_with_its_audit_order(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, "local")
+    registry_dir = settings.data_dir / "registry"
+    registry_dir.mkdir(parents=True)
+    conn = sqlite3.connect(registry_dir / "index.db")
+    conn.executescript(
+        """
+        CREATE TABLE skills (skill TEXT PRIMARY KEY, next_version INTEGER NOT NULL,
+            default_version INTEGER, latest_version INTEGER);
+        CREATE TABLE versions (skill TEXT NOT NULL, version INTEGER NOT NULL, digest TEXT NOT NULL,
+            created_at REAL NOT NULL, source TEXT NOT NULL, actor TEXT NOT NULL, dirname TEXT NOT NULL,
+            manifest TEXT NOT NULL, PRIMARY KEY (skill, version));
+        CREATE TABLE audit (id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, actor TEXT NOT NULL,
+            action TEXT NOT NULL, skill TEXT NOT NULL, version INTEGER, digest TEXT, detail TEXT);
+        INSERT INTO skills VALUES ('old-skill', 3, 1, 2);
+        INSERT INTO versions VALUES ('old-skill', 1, 'sha256:a', 1.0, 'upload', 'ci', 'old-skill-1', '{}');
+        INSERT INTO versions VALUES ('old-skill', 2, 'sha256:b', 2.0, 'upload', 'ci', 'old-skill-2', '{}');
+        INSERT INTO audit (at, actor, action, skill, version) VALUES (1.0, 'ci', 'publish', 'old-skill', 1);
+        INSERT INTO audit (at, actor, action, skill, version) VALUES (2.0, 'ci', 'publish', 'old-skill', 2);
+        INSERT INTO audit (at, actor, action, skill, version) VALUES (3.0, 'ops', 'set-default', 'old-skill', 1);
+        """
+    )
+    conn.commit()
+    conn.close()
+    for _ in range(2):  # imported once: a second start adds no audit entry
+        executor = Executor.from_settings(settings)
+        try:
+            registry = executor.repository.registry
+            assert registry is not None
+            assert registry.pointers("old-skill") == (1, 2)
+            with executor.database.read() as db:
+                actions = [row[0] for row in db.execute(text("SELECT action FROM audit ORDER BY id"))]
+            assert actions == ["publish", "publish", "set-default"]
+        finally:
+            executor.close(timeout=5)
+    assert (registry_dir / "index.db.imported").is_file() and not (registry_dir / "index.db").exists()
