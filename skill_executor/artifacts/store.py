@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from sqlalchemy import Connection, and_, delete, func, insert, select
+from sqlalchemy import Connection, and_, bindparam, delete, func, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..access import LOCAL_TENANT
@@ -64,6 +64,16 @@ _COLUMNS = (
     artifacts.c.run_id,
     artifacts.c.owner,
 )
+# The statements of the run path (a save, a staged input's lookup), built once.
+_INSERT = insert(artifacts)
+_UNLOCK_CONTENT = delete(orphan_blobs).where(orphan_blobs.c.sha256 == bindparam("sha"))
+_VISIBLE = select(*_COLUMNS).where(
+    artifacts.c.owner == bindparam("owner"),
+    artifacts.c.name == bindparam("name"),
+    artifacts.c.created_at > bindparam("cutoff"),
+)
+_LATEST = _VISIBLE.order_by(artifacts.c.version.desc()).limit(1)
+_VERSION = _VISIBLE.where(artifacts.c.version == bindparam("version"))
 
 
 class Readable(Protocol):
@@ -164,6 +174,23 @@ class LocalArtifactStore:
         self.database = database
         self.ttl_seconds = ttl_seconds
         self.blobs = BlobDir(root / "blobs")
+        # A save's upserts, built once (a save is on the run path): the content's lock, and the
+        # name's counter plus one -- a first save starts after any version already stored
+        # (e.g. imported without a counter); either row stays locked until the commit.
+        self._lock_content = database.upsert(
+            orphan_blobs, ["sha256"], {"sha256": bindparam("sha")}, {"sha256": orphan_blobs.c.sha256}
+        )
+        latest = (
+            select(func.coalesce(func.max(artifacts.c.version), 0) + 1)
+            .where(artifacts.c.owner == bindparam("owner"), artifacts.c.name == bindparam("name"))
+            .scalar_subquery()
+        )
+        self._count = database.upsert(
+            artifact_counters,
+            ["owner", "name"],
+            {"owner": bindparam("owner"), "name": bindparam("name"), "last_version": latest},
+            {"last_version": artifact_counters.c.last_version + 1},
+        ).returning(artifact_counters.c.last_version)
         self.blobs.sweep()
 
     @staticmethod
@@ -219,23 +246,24 @@ class LocalArtifactStore:
         try:
             with self.database.write(durable=True) as conn:
                 # The content's lock (module docstring): held from before the blob is looked at.
-                conn.execute(self.database.upsert(orphan_blobs, ["sha256"], {"sha256": sha}, {"sha256": sha}))
+                conn.execute(self._lock_content, {"sha": sha})
                 blob.place(self.blobs.path(sha))
                 created = time.time()
                 version = self._next_version(conn, tenant, name)
                 conn.execute(
-                    insert(artifacts).values(
-                        owner=tenant,
-                        name=name,
-                        version=version,
-                        size=blob.size,
-                        sha256=sha,
-                        mime_type=mime_type,
-                        created_at=created,
-                        run_id=run_id,
-                    )
+                    _INSERT,
+                    {
+                        "owner": tenant,
+                        "name": name,
+                        "version": version,
+                        "size": blob.size,
+                        "sha256": sha,
+                        "mime_type": mime_type,
+                        "created_at": created,
+                        "run_id": run_id,
+                    },
                 )
-                conn.execute(delete(orphan_blobs).where(orphan_blobs.c.sha256 == sha))
+                conn.execute(_UNLOCK_CONTENT, {"sha": sha})
         except BaseException:
             if blob.placed:
                 self._note_orphans([sha])  # placed but never referenced: let collect() judge it
@@ -243,20 +271,7 @@ class LocalArtifactStore:
         return ArtifactInfo(name, version, blob.size, sha, mime_type, created, run_id, tenant)
 
     def _next_version(self, conn: Connection, tenant: str, name: str) -> int:
-        """One upsert: the name's counter plus one (a first save starts after any version
-        already stored, e.g. imported without a counter); its row stays locked until commit."""
-        latest = (
-            select(func.coalesce(func.max(artifacts.c.version), 0) + 1)
-            .where(artifacts.c.owner == tenant, artifacts.c.name == name)
-            .scalar_subquery()
-        )
-        counter = self.database.upsert(
-            artifact_counters,
-            ["owner", "name"],
-            {"owner": tenant, "name": name, "last_version": latest},
-            {"last_version": artifact_counters.c.last_version + 1},
-        )
-        return int(conn.execute(counter.returning(artifact_counters.c.last_version)).scalar_one())
+        return int(conn.execute(self._count, {"owner": tenant, "name": name}).scalar_one())
 
     def delete(self, name: str, version: int | None = None, *, tenant: str = LOCAL_TENANT) -> list[ArtifactInfo]:
         """Delete every version of ``name`` (or just ``version``); returns what was
@@ -334,15 +349,11 @@ class LocalArtifactStore:
 
     def info(self, name: str, version: int | None = None, *, tenant: str = LOCAL_TENANT) -> ArtifactInfo:
         validate_name(name)
-        query = select(*_COLUMNS).where(
-            artifacts.c.owner == tenant, artifacts.c.name == name, artifacts.c.created_at > self._cutoff()
-        )
-        if version is None:
-            query = query.order_by(artifacts.c.version.desc()).limit(1)
-        else:
-            query = query.where(artifacts.c.version == version)
+        query, params = _LATEST, {"owner": tenant, "name": name, "cutoff": self._cutoff()}
+        if version is not None:
+            query, params = _VERSION, {**params, "version": version}
         with self.database.read() as conn:
-            row = conn.execute(query).first()
+            row = conn.execute(query, params).first()
         if row is None:
             raise _missing(name, version)
         return _info(row)
