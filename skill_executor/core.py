@@ -115,7 +115,9 @@ class Executor:
             registry=Registry(settings.registry_dir, database=database),
             service_dirs=[settings.data_dir, settings.workspaces],
         )
-        artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
+        artifacts = LocalArtifactStore(
+            settings.artifacts_dir, database=database, ttl_seconds=settings.artifact_ttl_seconds
+        )
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
         contexts = make_contexts(settings, database, repository, runtime.visible_skills_dir)
         # pip and npm run as HOST_TOOLS_USER: nothing stored here is theirs to read.

@@ -207,6 +207,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_appear": "unit",
     "test_architecture": "unit",
     "test_artifacts": "unit",
+    "test_artifact_races": "unit",
     "test_bench_report": "unit",
     "test_client": "unit",
     "test_context": "unit",
@@ -273,6 +274,7 @@ MODULE_TIERS: dict[str, str] = {
 }
 #: Tests whose tier is not their module's (modules that mix tiers): module -> {test function: tier}.
 TEST_TIERS: dict[str, dict[str, str]] = {
+    "test_artifact_races": {"test_the_cli_uses_the_configured_database": "service"},
     "test_artifacts": {
         "test_cli_reading_an_absent_store_creates_nothing": "service",
         "test_cli_delete": "service",

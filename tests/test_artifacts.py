@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -20,14 +21,39 @@ import pytest
 from skill_executor.artifacts.blobs import TempBlob
 from skill_executor.artifacts.store import LocalArtifactStore, parse_ref, validate_name
 from skill_executor.client import ApiError, Client
+from skill_executor.db import Database, upgrade
+from skill_executor.db.url import embedded_url
 from skill_executor.errors import ExecutorError
 
 from .api_server import Server
 from .conftest import REPO
+from .databases import KINDS, open_database
 
 
-def test_versions_metadata_and_listing(tmp_path: Path) -> None:
-    store = LocalArtifactStore(tmp_path)
+@pytest.fixture(params=KINDS)
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    db = open_database(request.param, tmp_path)
+    yield db
+    db.close()
+
+
+def url_of(database: Database) -> str:
+    """The URL another process would open ``database`` with."""
+    return database.url.render_as_string(hide_password=False)
+
+
+@contextlib.contextmanager
+def another(database: Database) -> Iterator[Database]:
+    """The same database opened again, as another process would (its own connections)."""
+    other = Database(url_of(database))
+    try:
+        yield other
+    finally:
+        other.close()
+
+
+def test_versions_metadata_and_listing(tmp_path: Path, database: Database) -> None:
+    store = LocalArtifactStore(tmp_path, database=database)
     a1 = store.put("a.txt", b"one", mime_type="text/plain", run_id="r1")
     a2 = store.put("a.txt", io.BytesIO(b"two"))
     store.put("b/c.bin", b"\0")
@@ -44,9 +70,11 @@ def test_versions_metadata_and_listing(tmp_path: Path) -> None:
     assert info.value.status == 404
 
 
-def test_reopen_keeps_everything(tmp_path: Path) -> None:
-    LocalArtifactStore(tmp_path).put("x", b"persisted")
-    assert LocalArtifactStore(tmp_path).read("x")[1] == b"persisted"
+def test_reopen_keeps_everything(tmp_path: Path, database: Database) -> None:
+    LocalArtifactStore(tmp_path, database=database).put("x", b"persisted")
+    database.close()
+    with another(database) as reopened:
+        assert LocalArtifactStore(tmp_path, database=reopened).read("x")[1] == b"persisted"
 
 
 class _Exploding(io.RawIOBase):
@@ -60,8 +88,8 @@ class _Exploding(io.RawIOBase):
         return b"x" * 1024
 
 
-def test_crash_mid_save_leaves_nothing(tmp_path: Path) -> None:
-    store = LocalArtifactStore(tmp_path)
+def test_crash_mid_save_leaves_nothing(tmp_path: Path, database: Database) -> None:
+    store = LocalArtifactStore(tmp_path, database=database)
     store.put("keep", b"v1")
     with pytest.raises(OSError):
         store.put("keep", _Exploding())  # type: ignore[arg-type]
@@ -92,8 +120,8 @@ def temps(root: Path) -> list[str]:
     return sorted(p.name for p in (root / "blobs").iterdir() if p.name.startswith(".tmp-"))
 
 
-def test_save_streams_chunks_and_the_cap_is_found_while_reading(tmp_path: Path) -> None:
-    store = LocalArtifactStore(tmp_path)
+def test_save_streams_chunks_and_the_cap_is_found_while_reading(tmp_path: Path, database: Database) -> None:
+    store = LocalArtifactStore(tmp_path, database=database)
     chunk = b"y" * 65536
     info = store.put("streamed.bin", (chunk for _ in range(40)), max_bytes=40 * 65536)
     assert info.size == 40 * 65536 and info.sha256 == hashlib.sha256(chunk * 40).hexdigest()
@@ -121,8 +149,8 @@ def blob_files(root: Path) -> set[str]:
     return {p.name for p in (root / "blobs").rglob("*") if p.is_file() and not p.name.startswith(".tmp-")}
 
 
-def test_delete_versions_and_unreferenced_blobs(tmp_path: Path) -> None:
-    store = LocalArtifactStore(tmp_path)
+def test_delete_versions_and_unreferenced_blobs(tmp_path: Path, database: Database) -> None:
+    store = LocalArtifactStore(tmp_path, database=database)
     one = store.put("a.txt", b"one")
     two = store.put("a.txt", b"two")
     store.put("copy.txt", b"one")  # the same blob as a.txt@1
@@ -145,10 +173,12 @@ def test_delete_versions_and_unreferenced_blobs(tmp_path: Path) -> None:
     assert store.read("a.txt")[1] == b"again"
 
 
-def test_a_blob_being_saved_is_never_collected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_blob_being_saved_is_never_collected(
+    tmp_path: Path, database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Deleting the only version that uses some content while a save of that same
     content is under way: the save's version must end up with its blob."""
-    store = LocalArtifactStore(tmp_path)
+    store = LocalArtifactStore(tmp_path, database=database)
     store.put("old", b"shared content")
 
     # 1. The delete (and its collection) happens while the save is still reading.
@@ -189,8 +219,8 @@ def test_a_blob_being_saved_is_never_collected(tmp_path: Path, monkeypatch: pyte
 # -- TTL -------------------------------------------------------------------------------------
 
 
-def test_expired_versions_are_invisible_at_once_and_removed_by_expire(tmp_path: Path) -> None:
-    store = LocalArtifactStore(tmp_path, ttl_seconds=0.5)
+def test_expired_versions_are_invisible_at_once_and_removed_by_expire(tmp_path: Path, database: Database) -> None:
+    store = LocalArtifactStore(tmp_path, database=database, ttl_seconds=0.5)
     old = store.put("t.txt", b"old")
     time.sleep(0.6)
     new = store.put("t.txt", b"new")
@@ -200,12 +230,14 @@ def test_expired_versions_are_invisible_at_once_and_removed_by_expire(tmp_path: 
     with pytest.raises(ExecutorError):
         store.delete("t.txt", 1)  # invisible is missing
     assert old.sha256 in blob_files(tmp_path)  # not removed yet: only hidden
-    assert LocalArtifactStore(tmp_path).info("t.txt", 1).version == 1  # a store without a TTL still has it
+    assert (
+        LocalArtifactStore(tmp_path, database=database).info("t.txt", 1).version == 1
+    )  # a store without a TTL still has it
     assert store.expire() == 1
     assert old.sha256 not in blob_files(tmp_path) and new.sha256 in blob_files(tmp_path)
     assert store.expire(now=time.time() + 3600) == 1 and store.names() == [] and blob_files(tmp_path) == set()
     assert store.put("t.txt", b"newest").version == 3
-    assert LocalArtifactStore(tmp_path).expire() == 0  # no TTL: nothing expires
+    assert LocalArtifactStore(tmp_path, database=database).expire() == 0  # no TTL: nothing expires
 
 
 # -- temp blobs of crashed writers --------------------------------------------------------------
@@ -214,15 +246,16 @@ WRITER = """
 import sys
 from pathlib import Path
 from skill_executor.artifacts.store import LocalArtifactStore
-info = LocalArtifactStore(Path(sys.argv[1])).put("live", sys.stdin.buffer)
+from skill_executor.db import Database
+info = LocalArtifactStore(Path(sys.argv[1]), database=Database(sys.argv[2])).put("live", sys.stdin.buffer)
 print(info.version, flush=True)
 """
 
 
-def start_writer(root: Path) -> subprocess.Popen[bytes]:
+def start_writer(root: Path, url: str) -> subprocess.Popen[bytes]:
     """Another process saving from its stdin; returns once its temp blob has data."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(root)], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        [sys.executable, "-c", WRITER, str(root), url], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     assert proc.stdin is not None
     proc.stdin.write(b"z" * (2 * 1024 * 1024))
@@ -237,12 +270,12 @@ def start_writer(root: Path) -> subprocess.Popen[bytes]:
     raise AssertionError("the writer made no temp blob")
 
 
-def test_sweep_removes_dead_writers_temps_never_a_live_ones(tmp_path: Path) -> None:
-    LocalArtifactStore(tmp_path)
+def test_sweep_removes_dead_writers_temps_never_a_live_ones(tmp_path: Path, database: Database) -> None:
+    LocalArtifactStore(tmp_path, database=database)
     (tmp_path / "blobs" / ".tmp-leftover").write_bytes(b"")
-    live = start_writer(tmp_path)
+    live = start_writer(tmp_path, url_of(database))
     live_temp = next(name for name in temps(tmp_path) if name != ".tmp-leftover")
-    store = LocalArtifactStore(tmp_path)  # start-up: sweeps
+    store = LocalArtifactStore(tmp_path, database=database)  # start-up: sweeps
     assert temps(tmp_path) == [live_temp]
     assert store.blobs.sweep() == 0
     assert live.stdin is not None
@@ -250,11 +283,11 @@ def test_sweep_removes_dead_writers_temps_never_a_live_ones(tmp_path: Path) -> N
     assert live.wait(20) == 0 and temps(tmp_path) == []
     assert store.read("live")[1] == b"z" * (2 * 1024 * 1024)
 
-    dead = start_writer(tmp_path)
+    dead = start_writer(tmp_path, url_of(database))
     dead.kill()  # SIGKILL: its lock goes with it, its temp stays
     dead.wait(20)
     assert len(temps(tmp_path)) == 1
-    store = LocalArtifactStore(tmp_path)
+    store = LocalArtifactStore(tmp_path, database=database)
     assert temps(tmp_path) == [] and [v.version for v in store.versions("live")] == [1]
 
 
@@ -558,9 +591,13 @@ def expiring(tmp_path: Path) -> Iterator[tuple[Server, subprocess.Popen[bytes]]]
     writer's (a CLI process saving into the same data dir)."""
     srv = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_ARTIFACT_TTL_SECONDS": "1"})
     root = srv.data_dir / "artifacts"
-    LocalArtifactStore(root)
+    url = embedded_url(srv.data_dir)  # the service's database
+    database = Database(url)
+    upgrade(database)
+    LocalArtifactStore(root, database=database)
+    database.close()
     (root / "blobs" / ".tmp-crashed").write_bytes(b"")
-    writer = start_writer(root)
+    writer = start_writer(root, url)
     srv.start()
     yield srv, writer
     srv.stop()
@@ -591,4 +628,8 @@ def test_service_start_sweeps_temps_and_expires_versions(expiring: tuple[Server,
         while blob.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not blob.exists()
-    assert LocalArtifactStore(root).names() == []  # no TTL here: what is left is really gone
+    database = Database(embedded_url(srv.data_dir))
+    try:  # no TTL here: what is left is really gone
+        assert LocalArtifactStore(root, database=database).names() == []
+    finally:
+        database.close()

@@ -19,6 +19,7 @@ from skill_executor.service import Service
 from skill_executor.workers import Supervisor
 
 from .conftest import REPO, make_settings
+from .databases import open_database
 from .helpers import eventually
 from .test_artifacts import blob_files
 from .test_mcp import _env, _skills
@@ -87,8 +88,13 @@ def test_the_stdio_mcp_server_expires_artifacts_as_serve_does(tmp_path: Path) ->
     """``skill-executor mcp`` once built its own executor and manager and never expired
     artifact versions or contexts; it now starts the same service as ``serve``."""
     data = tmp_path / "data"
-    store = LocalArtifactStore(data / "artifacts")
-    saved = store.put("old.txt", b"saved before the server started")
+    database = open_database("sqlite", data)  # the embedded database of that data dir
+    try:
+        saved = LocalArtifactStore(data / "artifacts", database=database).put(
+            "old.txt", b"saved before the server started"
+        )
+    finally:
+        database.close()
     assert saved.sha256 in blob_files(data / "artifacts")
     params = StdioServerParameters(
         command=sys.executable,

@@ -1,44 +1,79 @@
 """Versioned artifact store: the interface, and the embedded local backend.
 
-The local backend keeps metadata in SQLite and content in content-addressed blobs
-(``blobs/ab/abcdef...``, :mod:`skill_executor.artifacts.blobs`).
+The local backend keeps metadata in the service's database (:mod:`skill_executor.db`: tables
+``artifacts``, ``artifact_counters``, ``orphan_blobs``; SQLite or Postgres, shared by every
+process) and content in content-addressed blobs (``blobs/ab/abcdef...``,
+:mod:`skill_executor.artifacts.blobs`).
 
 * **Saving streams.**  The content is read in chunks into a locked temp blob, hashed
   as it goes and capped (``max_bytes``) while reading; it is never held in memory.
-* **Crash safety.**  The temp blob is fsynced, then -- inside the immediate
-  transaction that inserts the version -- renamed into place (or dropped when that
-  content is stored already), so a crash leaves no half artifact and no row naming a
-  missing blob; at worst a temp file, which the next start-up sweeps.
-* **Versions** are assigned in that transaction too: concurrent saves of one name get
-  distinct consecutive versions, and a number is never reused, even after a delete.
-* **Deletes and expiry** remove rows and note their blobs as orphans in one
-  transaction; :meth:`LocalArtifactStore.collect` then unlinks each orphan no row
-  references any more, holding the same write lock as the placing of a blob -- so a
-  blob is never removed while a save that references it is being committed.
+* **Crash safety.**  The temp blob is fsynced, then -- inside the durable transaction that
+  inserts the version -- renamed into place (or dropped when that content is stored
+  already), so a crash leaves no half artifact and no row naming a missing blob; at worst a
+  temp file, which the next start-up sweeps.
+* **Versions** are assigned in that transaction too, by one upsert of the name's counter
+  that returns the number (the counter row stays locked until the commit): concurrent saves
+  of one name, in any process, get distinct consecutive versions, and a number is never
+  reused, even after a delete.
+* **Deletes and expiry** remove rows and note their blobs as orphans in one transaction;
+  :meth:`LocalArtifactStore.collect` then unlinks each orphan no row references any more.
+* **A blob is never removed while a save that references it commits**, without any lock
+  outside the database: a content's ``orphan_blobs`` row is its lock.  A save first upserts
+  that row (taking its lock, or queuing behind whoever holds it), only then places or reuses
+  the blob, and deletes the row before it commits.  The collector locks the orphan rows
+  nobody holds (``FOR UPDATE SKIP LOCKED``), checks in that transaction that no version
+  references them, unlinks those blobs and deletes the rows before it commits.  So either
+  the save commits first (the check sees its version, or its row is gone) or the collector
+  does (the save, having waited, finds no blob and places its own).
 * **TTL.**  With ``ttl_seconds`` every version expires that long after it was saved:
   it is invisible to reads at once and removed by :meth:`LocalArtifactStore.expire`.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
+
+from sqlalchemy import Connection, and_, bindparam, delete, func, insert, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from ..access import LOCAL_TENANT
-from ..errors import BadRequest, NotFound
-from ..sqlite import ThreadLocalDB
+from ..db import Database
+from ..db.schema import artifact_counters, artifacts, orphan_blobs
+from ..errors import BadRequest, ExecutorError, NotFound
 from .blobs import BlobDir, TempBlob
+
+log = logging.getLogger(__name__)
 
 NAME_MAX = 255
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]*(/[A-Za-z0-9_][A-Za-z0-9._+-]*)*$")
 _CHUNK = 1024 * 1024
-_DB = "artifacts.db"
+#: An artifact row as :class:`ArtifactInfo` takes it.
+_COLUMNS = (
+    artifacts.c.name,
+    artifacts.c.version,
+    artifacts.c.size,
+    artifacts.c.sha256,
+    artifacts.c.mime_type,
+    artifacts.c.created_at,
+    artifacts.c.run_id,
+    artifacts.c.owner,
+)
+# The statements of the run path (a save, a staged input's lookup), built once.
+_INSERT = insert(artifacts)
+_UNLOCK_CONTENT = delete(orphan_blobs).where(orphan_blobs.c.sha256 == bindparam("sha"))
+_VISIBLE = select(*_COLUMNS).where(
+    artifacts.c.owner == bindparam("owner"),
+    artifacts.c.name == bindparam("name"),
+    artifacts.c.created_at > bindparam("cutoff"),
+)
+_LATEST = _VISIBLE.order_by(artifacts.c.version.desc()).limit(1)
+_VERSION = _VISIBLE.where(artifacts.c.version == bindparam("version"))
 
 
 class Readable(Protocol):
@@ -127,51 +162,43 @@ class ArtifactStore(Protocol):
 
 
 class LocalArtifactStore:
-    """SQLite metadata + content-addressed blobs on local disk.
+    """Metadata in the service's database, content-addressed blobs on local disk.
 
     Opening it creates ``root`` and sweeps the temp blobs of dead writers.
     """
 
-    def __init__(self, root: Path, *, ttl_seconds: float | None = None) -> None:
+    def __init__(self, root: Path, *, database: Database, ttl_seconds: float | None = None) -> None:
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise ValueError("ttl_seconds must be positive")
         self.root = root
+        self.database = database
         self.ttl_seconds = ttl_seconds
         self.blobs = BlobDir(root / "blobs")
-        # Artifact metadata is synced on every commit: a save is final once it returns.
-        self._sqlite = ThreadLocalDB(root / _DB, synchronous="FULL")
-        db = self._connect()
-        columns = [row[1] for row in db.execute("PRAGMA table_info(artifacts)")]
-        if columns and "owner" not in columns:
-            # A store from before tenancy: everything in it belongs to the local tenant.
-            db.execute("ALTER TABLE artifacts RENAME TO artifacts_v1")
-        db.execute(
-            """CREATE TABLE IF NOT EXISTS artifacts (
-                name TEXT NOT NULL, version INTEGER NOT NULL, size INTEGER NOT NULL,
-                sha256 TEXT NOT NULL, mime_type TEXT NOT NULL, created_at REAL NOT NULL,
-                run_id TEXT, owner TEXT NOT NULL, PRIMARY KEY (owner, name, version))"""
+        # A save's upserts, built once (a save is on the run path): the content's lock, and the
+        # name's counter plus one -- a first save starts after any version already stored
+        # (e.g. imported without a counter); either row stays locked until the commit.
+        self._lock_content = database.upsert(
+            orphan_blobs, ["sha256"], {"sha256": bindparam("sha")}, {"sha256": orphan_blobs.c.sha256}
         )
-        if columns and "owner" not in columns:
-            db.execute("INSERT INTO artifacts SELECT *, ? FROM artifacts_v1", (LOCAL_TENANT,))
-            db.execute("DROP TABLE artifacts_v1")
-        db.execute("CREATE INDEX IF NOT EXISTS artifacts_sha256 ON artifacts (sha256)")
-        db.execute("CREATE INDEX IF NOT EXISTS artifacts_created ON artifacts (created_at)")
-        # The last version ever given to a name (rows may be deleted; numbers are not reused).
-        db.execute(
-            """CREATE TABLE IF NOT EXISTS artifact_counters (
-                owner TEXT NOT NULL, name TEXT NOT NULL, last_version INTEGER NOT NULL, PRIMARY KEY (owner, name))"""
+        latest = (
+            select(func.coalesce(func.max(artifacts.c.version), 0) + 1)
+            .where(artifacts.c.owner == bindparam("owner"), artifacts.c.name == bindparam("name"))
+            .scalar_subquery()
         )
-        # Blobs whose rows were deleted: unlinked by collect() unless referenced again.
-        db.execute("CREATE TABLE IF NOT EXISTS orphan_blobs (sha256 TEXT PRIMARY KEY)")
+        self._count = database.upsert(
+            artifact_counters,
+            ["owner", "name"],
+            {"owner": bindparam("owner"), "name": bindparam("name"), "last_version": latest},
+            {"last_version": artifact_counters.c.last_version + 1},
+        ).returning(artifact_counters.c.last_version)
         self.blobs.sweep()
 
     @staticmethod
-    def exists(root: Path) -> bool:
-        """Whether a store was ever opened at ``root`` (reading an absent one is empty)."""
-        return (root / _DB).is_file()
-
-    def _connect(self) -> sqlite3.Connection:
-        return self._sqlite.db()
+    def exists(database: Database) -> bool:
+        """Whether a version was ever saved in ``database`` (a store that never saved one reads
+        as empty, and reading it need create nothing).  Counters outlive deletes."""
+        with database.read() as conn:
+            return conn.execute(select(artifact_counters.c.owner).limit(1)).first() is not None
 
     def _cutoff(self, now: float | None = None) -> float:
         """Versions saved at or before this time are expired (-1: none)."""
@@ -217,109 +244,119 @@ class LocalArtifactStore:
         validate_name(name)
         sha = blob.finish()
         try:
-            with _writing(self._connect()) as db:
+            with self.database.write(durable=True) as conn:
+                # The content's lock (module docstring): held from before the blob is looked at.
+                conn.execute(self._lock_content, {"sha": sha})
                 blob.place(self.blobs.path(sha))
                 created = time.time()
-                version = self._next_version(db, tenant, name)
-                db.execute(
-                    "INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (name, version, blob.size, sha, mime_type, created, run_id, tenant),
+                version = self._next_version(conn, tenant, name)
+                conn.execute(
+                    _INSERT,
+                    {
+                        "owner": tenant,
+                        "name": name,
+                        "version": version,
+                        "size": blob.size,
+                        "sha256": sha,
+                        "mime_type": mime_type,
+                        "created_at": created,
+                        "run_id": run_id,
+                    },
                 )
+                conn.execute(_UNLOCK_CONTENT, {"sha": sha})
         except BaseException:
             if blob.placed:
                 self._note_orphans([sha])  # placed but never referenced: let collect() judge it
             raise
         return ArtifactInfo(name, version, blob.size, sha, mime_type, created, run_id, tenant)
 
-    @staticmethod
-    def _next_version(db: sqlite3.Connection, tenant: str, name: str) -> int:
-        (latest,) = db.execute(
-            "SELECT COALESCE(MAX(version), 0) FROM artifacts WHERE owner = ? AND name = ?", (tenant, name)
-        ).fetchone()
-        row = db.execute(
-            "SELECT last_version FROM artifact_counters WHERE owner = ? AND name = ?", (tenant, name)
-        ).fetchone()
-        version = max(latest, row[0] if row else 0) + 1
-        db.execute(
-            """INSERT INTO artifact_counters VALUES (?, ?, ?)
-               ON CONFLICT (owner, name) DO UPDATE SET last_version = excluded.last_version""",
-            (tenant, name, version),
-        )
-        return int(version)
+    def _next_version(self, conn: Connection, tenant: str, name: str) -> int:
+        return int(conn.execute(self._count, {"owner": tenant, "name": name}).scalar_one())
 
     def delete(self, name: str, version: int | None = None, *, tenant: str = LOCAL_TENANT) -> list[ArtifactInfo]:
         """Delete every version of ``name`` (or just ``version``); returns what was
         deleted.  Blobs no other version references are removed."""
         validate_name(name)
-        with _writing(self._connect()) as db:
-            where, params = "owner = ? AND name = ?", list[object]([tenant, name])
-            if version is not None:
-                where += " AND version = ?"
-                params.append(version)
-            rows = db.execute(
-                f"SELECT * FROM artifacts WHERE {where} AND created_at > ? ORDER BY version",
-                (*params, self._cutoff()),
-            ).fetchall()
-            if not rows:
-                raise _missing(name, version)
-            shas = db.execute(f"SELECT DISTINCT sha256 FROM artifacts WHERE {where}", params).fetchall()
-            db.execute(f"DELETE FROM artifacts WHERE {where}", params)
-            db.executemany("INSERT OR IGNORE INTO orphan_blobs VALUES (?)", shas)
+        where = [artifacts.c.owner == tenant, artifacts.c.name == name]
+        if version is not None:
+            where.append(artifacts.c.version == version)
+        cutoff = self._cutoff()
+        with self.database.write(durable=True) as conn:
+            rows = [_info(row) for row in conn.execute(delete(artifacts).where(*where).returning(*_COLUMNS))]
+            shown = sorted((info for info in rows if info.created_at > cutoff), key=lambda info: info.version)
+            if not shown:
+                raise _missing(name, version)  # rolls the delete back: expired versions are expire()'s
+            self._orphan(conn, {info.sha256 for info in rows})
         self.collect()
-        return [ArtifactInfo(*row) for row in rows]
+        return shown
 
     def expire(self, now: float | None = None) -> int:
         """Remove the versions past the TTL (none without one) and every blob no
         version references any more; returns how many versions were removed."""
         removed = 0
         if self.ttl_seconds is not None:
-            with _writing(self._connect()) as db:
-                cutoff = self._cutoff(now)
-                shas = db.execute("SELECT DISTINCT sha256 FROM artifacts WHERE created_at <= ?", (cutoff,)).fetchall()
-                removed = db.execute("DELETE FROM artifacts WHERE created_at <= ?", (cutoff,)).rowcount
-                db.executemany("INSERT OR IGNORE INTO orphan_blobs VALUES (?)", shas)
+            cutoff = self._cutoff(now)
+            with self.database.write(durable=True) as conn:
+                shas = conn.execute(
+                    delete(artifacts).where(artifacts.c.created_at <= cutoff).returning(artifacts.c.sha256)
+                ).scalars()
+                gone = list(shas)
+                removed = len(gone)
+                self._orphan(conn, set(gone))
         self.collect()
         return removed
 
-    def collect(self) -> int:
+    def _orphan(self, conn: Connection, shas: set[str]) -> None:
+        if shas:  # in one order, so two deletes never wait on each other's rows in a cycle
+            conn.execute(self.database.insert_ignore(orphan_blobs), [{"sha256": sha} for sha in sorted(shas)])
+
+    def collect(self, batch: int = 500) -> int:
         """Unlink the orphaned blobs that no version references; returns how many.
 
-        Runs under the write lock that :meth:`put` holds while placing a blob and
-        committing its row, so a blob a save is about to reference is never removed."""
+        An orphan row a save holds is skipped (the save deletes it); the rest are locked, checked
+        and their blobs unlinked before the transaction that deletes them commits."""
         removed = 0
-        with _writing(self._connect()) as db:
-            orphans = [sha for (sha,) in db.execute("SELECT sha256 FROM orphan_blobs").fetchall()]
-            for sha in orphans:
-                if db.execute("SELECT 1 FROM artifacts WHERE sha256 = ? LIMIT 1", (sha,)).fetchone() is None:
-                    removed += self.blobs.remove(sha)
-            db.execute("DELETE FROM orphan_blobs")
-        return removed
+        while True:
+            with self.database.write(durable=True) as conn:
+                locked = list(
+                    conn.execute(
+                        select(orphan_blobs.c.sha256)
+                        .order_by(orphan_blobs.c.sha256)
+                        .limit(batch)
+                        .with_for_update(skip_locked=True)
+                    ).scalars()
+                )
+                if not locked:
+                    return removed
+                used = set(
+                    conn.execute(select(artifacts.c.sha256).where(artifacts.c.sha256.in_(locked)).distinct()).scalars()
+                )
+                for sha in locked:
+                    if sha not in used:
+                        removed += self.blobs.remove(sha)
+                conn.execute(delete(orphan_blobs).where(orphan_blobs.c.sha256.in_(locked)))
 
     def _note_orphans(self, shas: list[str]) -> None:
         try:
-            self._connect().executemany("INSERT OR IGNORE INTO orphan_blobs VALUES (?)", [(s,) for s in shas])
-        except sqlite3.Error:
-            pass  # best effort: the blob stays (unreferenced) if even this fails
+            with self.database.write(durable=True) as conn:
+                self._orphan(conn, set(shas))
+        except (SQLAlchemyError, ExecutorError) as exc:
+            # The save's own error is what propagates; the blob stays, unreferenced, until a
+            # later save or delete of that content notes it again.
+            log.warning("could not note unreferenced blobs %s as orphans: %s", shas, exc)
 
     # -- reading ------------------------------------------------------------------------
 
     def info(self, name: str, version: int | None = None, *, tenant: str = LOCAL_TENANT) -> ArtifactInfo:
         validate_name(name)
-        db = self._connect()
-        if version is None:
-            row = db.execute(
-                """SELECT * FROM artifacts WHERE owner = ? AND name = ? AND created_at > ?
-                   ORDER BY version DESC LIMIT 1""",
-                (tenant, name, self._cutoff()),
-            ).fetchone()
-        else:
-            row = db.execute(
-                "SELECT * FROM artifacts WHERE owner = ? AND name = ? AND version = ? AND created_at > ?",
-                (tenant, name, version, self._cutoff()),
-            ).fetchone()
+        query, params = _LATEST, {"owner": tenant, "name": name, "cutoff": self._cutoff()}
+        if version is not None:
+            query, params = _VERSION, {**params, "version": version}
+        with self.database.read() as conn:
+            row = conn.execute(query, params).first()
         if row is None:
             raise _missing(name, version)
-        return ArtifactInfo(*row)
+        return _info(row)
 
     def open(self, info: ArtifactInfo) -> BinaryIO:
         """The content of ``info`` (an open file: it stays readable if deleted meanwhile)."""
@@ -335,44 +372,41 @@ class LocalArtifactStore:
 
     def versions(self, name: str, *, tenant: str = LOCAL_TENANT) -> list[ArtifactInfo]:
         validate_name(name)
-        rows = (
-            self._connect()
-            .execute(
-                "SELECT * FROM artifacts WHERE owner = ? AND name = ? AND created_at > ? ORDER BY version",
-                (tenant, name, self._cutoff()),
-            )
-            .fetchall()
+        query = (
+            select(*_COLUMNS)
+            .where(artifacts.c.owner == tenant, artifacts.c.name == name, artifacts.c.created_at > self._cutoff())
+            .order_by(artifacts.c.version)
         )
+        with self.database.read() as conn:
+            rows = [_info(row) for row in conn.execute(query)]
         if not rows:
             raise _missing(name)
-        return [ArtifactInfo(*row) for row in rows]
+        return rows
 
     def names(self, *, tenant: str = LOCAL_TENANT) -> list[ArtifactInfo]:
-        """The latest version of every artifact of ``tenant``, by name."""
-        rows = (
-            self._connect()
-            .execute(
-                """SELECT a.* FROM artifacts a JOIN
-               (SELECT name, MAX(version) v FROM artifacts WHERE owner = ? AND created_at > ? GROUP BY name) m
-               ON a.owner = ? AND a.name = m.name AND a.version = m.v ORDER BY a.name""",
-                (tenant, self._cutoff(), tenant),
-            )
-            .fetchall()
+        """The latest version of every artifact of ``tenant``, by name (in code point order,
+        the same on every database)."""
+        latest = (
+            select(artifacts.c.name, func.max(artifacts.c.version).label("version"))
+            .where(artifacts.c.owner == tenant, artifacts.c.created_at > self._cutoff())
+            .group_by(artifacts.c.name)
+            .subquery()
         )
-        return [ArtifactInfo(*row) for row in rows]
+        query = select(*_COLUMNS).join(
+            latest,
+            and_(
+                artifacts.c.owner == tenant,
+                artifacts.c.name == latest.c.name,
+                artifacts.c.version == latest.c.version,
+            ),
+        )
+        with self.database.read() as conn:
+            rows = [_info(row) for row in conn.execute(query)]
+        return sorted(rows, key=lambda info: info.name)
 
 
-@contextmanager
-def _writing(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """An immediate transaction: the store's write lock, across threads and processes."""
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield db
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
+def _info(row: Iterable[Any]) -> ArtifactInfo:
+    return ArtifactInfo(*row)  # _COLUMNS' order
 
 
 def _chunks(data: Content) -> Iterator[bytes | bytearray | memoryview]:

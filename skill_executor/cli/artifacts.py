@@ -1,6 +1,6 @@
-"""``skill-executor artifacts``: the artifact store, on its files directly.
+"""``skill-executor artifacts``: the artifact store, on its database and files directly.
 
-Whoever can read the store's files is an admin: the commands act on the local
+Whoever can read the store's database and files is an admin: the commands act on the local
 tenant's artifacts (what the service uses with no keys), or ``--owner``'s.  Reading a
 store that was never written (``list``, ``get``, ``delete``) finds nothing and creates
 nothing; only ``put`` creates the data dir.
@@ -55,22 +55,52 @@ def register(groups: Any) -> None:
 
 def _artifacts(args: argparse.Namespace) -> int:
     from ..access import LOCAL_TENANT, check_tenant
-    from ..artifacts.store import LocalArtifactStore, parse_ref, validate_name
-    from ..errors import NotFound
+    from ..artifacts.store import LocalArtifactStore
 
     settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
     tenant = check_tenant(args.owner) if args.owner else LOCAL_TENANT
-    root = settings.artifacts_dir
-    if args.command != "put" and not LocalArtifactStore.exists(root):
-        # Nothing was ever saved here: empty, and left uncreated.
-        if args.command == "list" and args.name is None:
-            print(json.dumps([]))
-            return 0
-        name = (
-            validate_name(args.name) if args.command == "list" else parse_ref(args.ref.removeprefix("artifact://"))[0]
-        )
-        raise NotFound(f"no artifact {name!r}", code="artifact_not_found")
-    store = LocalArtifactStore(root, ttl_seconds=settings.artifact_ttl_seconds)
+    reading = args.command != "put"
+    if reading and not _database_exists(settings):
+        return _nothing_saved(args)  # and nothing created: no database file, no data dir
+    from ..core import open_database
+
+    database = open_database(settings)
+    try:
+        if reading and not LocalArtifactStore.exists(database):
+            return _nothing_saved(args)
+        store = LocalArtifactStore(settings.artifacts_dir, database=database, ttl_seconds=settings.artifact_ttl_seconds)
+        return _run(args, store, tenant)
+    finally:
+        database.close()
+
+
+def _database_exists(settings: Settings) -> bool:
+    """Whether the configured database may hold artifacts: a server database always; the
+    embedded SQLite file once it exists (or the artifact store's file from before the shared
+    database, which opening the database imports)."""
+    from ..db.url import parse
+
+    url = parse(settings.database)
+    if url.get_backend_name() != "sqlite":
+        return True
+    return Path(url.database or "").is_file() or (settings.artifacts_dir / "artifacts.db").is_file()
+
+
+def _nothing_saved(args: argparse.Namespace) -> int:
+    """What reading a store that never saved anything answers: an empty list, or not found."""
+    from ..artifacts.store import parse_ref, validate_name
+    from ..errors import NotFound
+
+    if args.command == "list" and args.name is None:
+        print(json.dumps([]))
+        return 0
+    name = validate_name(args.name) if args.command == "list" else parse_ref(args.ref.removeprefix("artifact://"))[0]
+    raise NotFound(f"no artifact {name!r}", code="artifact_not_found")
+
+
+def _run(args: argparse.Namespace, store: LocalArtifactStore, tenant: str) -> int:
+    from ..artifacts.store import parse_ref
+
     if args.command == "put":
         if args.file == "-":
             info = _put(store, args.name, sys.stdin.buffer, args.mime_type, tenant)

@@ -26,7 +26,7 @@ from .engine import Database
 log = logging.getLogger(__name__)
 
 #: Where each old file lived, relative to the data dir.
-FILES = ("runs.db", "context.db", "registry/index.db")
+FILES = ("runs.db", "context.db", "artifacts/artifacts.db", "registry/index.db")
 #: old table -> (new table, old column -> new column; None: keep the name)
 _RENAMED: dict[str, tuple[Table, dict[str, str]]] = {
     "runs": (schema.runs, {"principal": "owner"}),
