@@ -348,7 +348,7 @@ def seal_data_dir(data_dir: Path, *, shared: Iterable[Path]) -> None:
     (folders 0700, files 0600) except the ``shared`` folders (the environments' root, which
     the tool user builds in).  Run-writable trees are not touched (their modes are the
     workspace's business; the folder that holds them becomes 0700).  Files created later in
-    the data dir's top level are private by how they are made (:mod:`skill_executor.sqlite`).
+    the data dir's top level are private by how they are made (:mod:`skill_executor.db.engine`).
     """
     keep = {p.resolve() for p in shared}
     try:

@@ -232,7 +232,6 @@ MODULE_TIERS: dict[str, str] = {
     "test_skills_package": "unit",
     "test_skills_parsing": "unit",
     "test_skills_repository": "unit",
-    "test_sqlite": "unit",
     "test_database": "service",  # a Postgres server
     "test_database_legacy": "unit",
     "test_snapshots": "service",  # a SeaweedFS server

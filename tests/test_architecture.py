@@ -20,7 +20,6 @@ LAYERS = [
         "skill_executor.access",
         "skill_executor.owners",
         "skill_executor.activity",
-        "skill_executor.sqlite",
         "skill_executor.workers",
         "skill_executor.hosttools",
     },
