@@ -276,9 +276,12 @@ class Engine:
         """The engine's word on an OOM kill of the whole (ended) container: under gVisor
         the OOM killer takes the sandbox, whose memory is the run's, and its cgroup with it."""
         try:
-            self.api.wait(container_id, timeout=5)
+            # A loaded engine can take a while to reap a killed sandbox: wait generously
+            # (this path is taken only when the run ended without its launcher's exit frame).
+            self.api.wait(container_id, timeout=30)
             return bool(self.api.inspect_container(container_id)["State"].get("OOMKilled"))
-        except Exception:
+        except Exception as exc:
+            log.warning("could not tell whether container %s was killed for memory: %s", container_id[:12], exc)
             return False
 
     def health(self) -> dict[str, tuple[bool, str]]:
