@@ -21,6 +21,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from . import tracing
 from .config import Settings
 from .core import Executor
 from .owners import data_dir_id
@@ -52,6 +53,7 @@ class Service:
     ) -> Service:
         """Build everything once from ``settings`` and start the periodic expiry;
         ``on_finish`` sees every run's final record before any waiter gets its answer."""
+        tracing.configure("all")  # on when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set
         executor = Executor.from_settings(settings, runtime, wait_for_engine=wait_for_engine)
         try:
             manager = RunManager(
@@ -104,4 +106,7 @@ class Service:
         try:
             self.manager.shutdown()
         finally:
-            self.executor.close(timeout=timeout)
+            try:
+                self.executor.close(timeout=timeout)
+            finally:
+                tracing.shutdown()  # what is buffered is sent

@@ -236,6 +236,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_database_legacy": "unit",
     "test_snapshots": "service",  # a SeaweedFS server
     "test_session_snapshots": "engine",
+    "test_tracing": "service",
     "test_activity": "unit",
     "test_streams": "unit",
     # engine

@@ -21,6 +21,7 @@ LAYERS = [
         "skill_executor.owners",
         "skill_executor.activity",
         "skill_executor.workers",
+        "skill_executor.tracing",
         "skill_executor.hosttools",
     },
     {"skill_executor.db", "skill_executor.objects"},

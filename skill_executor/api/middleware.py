@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from .. import tracing
 from ..web.auth import is_loopback
 
 log = logging.getLogger("skill_executor.access")
@@ -291,6 +292,8 @@ class JsonFormatter(logging.Formatter):
                 data[key] = value
         if "request_id" not in data and (request_id := REQUEST_ID.get()) is not None:
             data["request_id"] = request_id
+        for key, value in tracing.log_fields().items():
+            data.setdefault(key, value)
         if record.exc_info:
             data["exception"] = self.formatException(record.exc_info)
         return json.dumps(data, default=str)

@@ -16,6 +16,7 @@ import secrets
 import threading
 import time
 
+from .. import tracing
 from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore
 from ..config import Settings
@@ -112,6 +113,20 @@ class SkillRunner:
                 reservation.release()
             raise
         run_id = run_id or new_run_id()
+        with tracing.span("skill_run", run_id=run_id, skill=plan.skill.id, session=request.session, tenant=tenant):
+            return self._held(request, plan, run_id, listener, cancel, reservation, tenant)
+
+    def _held(
+        self,
+        request: RunRequest,
+        plan: RunPlan,
+        run_id: str,
+        listener: OutputListener | None,
+        cancel: threading.Event | None,
+        reservation: Reservation | None,
+        tenant: str,
+    ) -> RunResult:
+        """The run holding its place, its skill version and (if any) its session."""
         registry = self.repository.registry
         # the run's version cannot be deleted while the run holds it (409 version_in_use)
         lease = registry.lease(plan.skill) if registry is not None else contextlib.nullcontext()
@@ -140,9 +155,11 @@ class SkillRunner:
     ) -> RunResult:
         skill = plan.skill
         skill_env = self._skill_env(plan)
-        with self.runtime.open(sandbox_plan) as sandbox:
+        opened = self.runtime.open(sandbox_plan)
+        with tracing.entered(opened, "sandbox", "cleanup", runtime=self.settings.runtime) as sandbox:
             warnings = list(sandbox.warnings)
-            warnings += sandbox.stage(self.stager, request.inputs).warnings
+            with tracing.span("stage", inputs=len(request.inputs)):
+                warnings += sandbox.stage(self.stager, request.inputs).warnings
             cwd = resolve_cwd(request.cwd, sandbox.workspace, skill, sandbox.root)
             command = Command(
                 command=request.command,
@@ -155,20 +172,23 @@ class SkillRunner:
                 listener=listener,
                 cancel=cancel,
             )
-            executed = sandbox.execute(command)
+            with tracing.span("execute") as step:
+                executed = sandbox.execute(command)
+                tracing.end_attributes(step, exit_code=executed.exit_code, timed_out=executed.timed_out)
             failed = executed.timed_out or executed.cancelled or executed.exit_code != 0
-            collection = sandbox.collect(plan.outputs.globs, plan.outputs.limits, failed=failed)
-            return build_result(
-                self.artifacts,
-                request,
-                skill,
-                sandbox_plan.run_id,
-                executed,
-                collection,
-                plan.outputs,
-                warnings,
-                sandbox_plan.tenant,
-            )
+            with tracing.span("collect"):
+                collection = sandbox.collect(plan.outputs.globs, plan.outputs.limits, failed=failed)
+                return build_result(
+                    self.artifacts,
+                    request,
+                    skill,
+                    sandbox_plan.run_id,
+                    executed,
+                    collection,
+                    plan.outputs,
+                    warnings,
+                    sandbox_plan.tenant,
+                )
 
     def _skill_env(self, plan: RunPlan) -> str | None:
         """Where the run sees its skill's dependency environment (resolved on first use),
