@@ -437,6 +437,12 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     ),
     E("store_busy", 503, "The embedded database stayed locked by another process.", "Retry after Retry-After seconds."),
     E(
+        "session_snapshot_failed",
+        503,
+        "A session's work/ could not be restored from, or kept in, the object store.",
+        "Retry later; operators: check the object store (a failed keep is a warning in the run's result).",
+    ),
+    E(
         "database_unavailable",
         503,
         "The database (SKILL_EXECUTOR_DATABASE_URL) cannot be reached.",
