@@ -21,17 +21,9 @@ from skill_executor.db.schema import orphan_blobs
 from skill_executor.errors import ExecutorError
 
 from .conftest import REPO
-from .databases import KINDS, open_database
 from .test_artifacts import another, blob_files, url_of
 
 CONTENT = b"the same content, saved and deleted under many names"
-
-
-@pytest.fixture(params=KINDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    db = open_database(request.param, tmp_path)
-    yield db
-    db.close()
 
 
 @pytest.fixture

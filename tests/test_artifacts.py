@@ -21,20 +21,12 @@ import pytest
 from skill_executor.artifacts.blobs import TempBlob
 from skill_executor.artifacts.store import LocalArtifactStore, parse_ref, validate_name
 from skill_executor.client import ApiError, Client
+from skill_executor.config import Settings
 from skill_executor.db import Database, upgrade
-from skill_executor.db.url import embedded_url
 from skill_executor.errors import ExecutorError
 
 from .api_server import Server
 from .conftest import REPO
-from .databases import KINDS, open_database
-
-
-@pytest.fixture(params=KINDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    db = open_database(request.param, tmp_path)
-    yield db
-    db.close()
 
 
 def url_of(database: Database) -> str:
@@ -591,7 +583,7 @@ def expiring(tmp_path: Path) -> Iterator[tuple[Server, subprocess.Popen[bytes]]]
     writer's (a CLI process saving into the same data dir)."""
     srv = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_ARTIFACT_TTL_SECONDS": "1"})
     root = srv.data_dir / "artifacts"
-    url = embedded_url(srv.data_dir)  # the service's database
+    url = Settings(data_dir=srv.data_dir).database  # the service's database
     database = Database(url)
     upgrade(database)
     LocalArtifactStore(root, database=database)
@@ -628,7 +620,7 @@ def test_service_start_sweeps_temps_and_expires_versions(expiring: tuple[Server,
         while blob.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not blob.exists()
-    database = Database(embedded_url(srv.data_dir))
+    database = Database(Settings(data_dir=srv.data_dir).database)
     try:  # no TTL here: what is left is really gone
         assert LocalArtifactStore(root, database=database).names() == []
     finally:
