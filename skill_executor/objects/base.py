@@ -69,7 +69,7 @@ class ObjectStore(ABC):
         with _atomic_target(Path(path)) as (file, _):
             self._download_into(key, file)
             _finish(file)
-            return file.tell()
+            return os.fstat(file.fileno()).st_size  # parts may land out of order: not tell()
 
     def exists(self, key: str) -> bool:
         return self._exists(validate_key(key))
