@@ -115,14 +115,12 @@ class Executor:
             registry=Registry(settings.registry_dir, database=database),
             service_dirs=[settings.data_dir, settings.workspaces],
         )
-        artifacts = LocalArtifactStore(
-            settings.artifacts_dir, database=database, ttl_seconds=settings.artifact_ttl_seconds
-        )
+        objects = open_object_store(settings)
+        artifacts = LocalArtifactStore.from_settings(settings, database=database, objects=objects)
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
         contexts = make_contexts(settings, database, repository, runtime.visible_skills_dir)
         # pip and npm run as HOST_TOOLS_USER: nothing stored here is theirs to read.
         seal_data_dir(settings.data_dir, shared=[settings.envs_dir])
-        objects = open_object_store(settings)
         snapshots = SessionSnapshots(objects, settings.session_ttl_seconds) if settings.session_snapshots else None
         runner = SkillRunner(settings, repository, artifacts, runtime, snapshots)
         return cls(settings, database, objects, repository, artifacts, runtime, runner, contexts)

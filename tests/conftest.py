@@ -250,6 +250,7 @@ MODULE_TIERS: dict[str, str] = {
     # service
     "test_api": "service",
     "test_api_tenancy": "service",
+    "test_artifact_objects": "service",  # a SeaweedFS server, a Postgres
     "test_bench": "service",
     "test_ci_recipe": "service",
     "test_cli_runs": "service",

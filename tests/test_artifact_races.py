@@ -1,5 +1,7 @@
-"""The artifact store on the shared database: two store objects on one database (as two
-processes have, each with its own connections), saving, deleting and collecting at once."""
+"""The artifact store on the shared database and object store: two store objects on one
+database and one object store (as two processes have, each with its own connections), saving,
+deleting and collecting at once -- on a local object store (and, in
+tests/test_artifact_objects.py, on real S3)."""
 
 from __future__ import annotations
 
@@ -14,24 +16,31 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from skill_executor.artifacts.blobs import BlobDir, TempBlob
+from skill_executor.artifacts.blobs import TempBlob
 from skill_executor.artifacts.store import LocalArtifactStore
 from skill_executor.db import Database
 from skill_executor.db.schema import orphan_blobs
 from skill_executor.errors import ExecutorError
+from skill_executor.objects import LocalObjectStore, ObjectStore
 
 from .conftest import REPO
-from .databases import KINDS, open_database
-from .test_artifacts import another, blob_files, url_of
+from .test_artifacts import another, blob_shas, open_store, url_of
 
 CONTENT = b"the same content, saved and deleted under many names"
 
 
-@pytest.fixture(params=KINDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    db = open_database(request.param, tmp_path)
-    yield db
-    db.close()
+Objects = Callable[[], ObjectStore]
+
+
+@pytest.fixture
+def objects(tmp_path: Path) -> Objects:
+    """Object store objects on one location, each as another process opens it: here a local
+    folder; tests/test_artifact_objects.py runs these tests again on S3."""
+    return lambda: LocalObjectStore(tmp_path / "objects")
+
+
+def stores(objects: Objects, *databases: Database) -> list[LocalArtifactStore]:
+    return [LocalArtifactStore(objects(), database=db) for db in databases]
 
 
 @pytest.fixture
@@ -73,10 +82,10 @@ def run_threads(*targets: Callable[[], None], timeout: float = 60) -> None:
 
 
 def test_concurrent_saves_from_two_stores_get_distinct_consecutive_versions(
-    tmp_path: Path, database: Database, second: Database
+    objects: Objects, database: Database, second: Database
 ) -> None:
-    stores = [LocalArtifactStore(tmp_path, database=db) for db in (database, second, database, second)]
-    start = threading.Barrier(len(stores))
+    savers = stores(objects, database, second, database, second)
+    start = threading.Barrier(len(savers))
     saved: list[int] = []
     lock = threading.Lock()
 
@@ -90,14 +99,14 @@ def test_concurrent_saves_from_two_stores_get_distinct_consecutive_versions(
 
         return run
 
-    run_threads(*(saver(store, n) for n, store in enumerate(stores)))
+    run_threads(*(saver(store, n) for n, store in enumerate(savers)))
     assert sorted(saved) == list(range(1, 41))
-    listed = stores[1].versions("racy.txt")
+    listed = savers[1].versions("racy.txt")
     assert [v.version for v in listed] == list(range(1, 41))
     # Every version names its own content (no two saves shared a number and overwrote a row).
-    assert len({stores[0].read("racy.txt", v.version)[1] for v in listed}) == 40
-    stores[0].delete("racy.txt")
-    assert stores[1].put("racy.txt", b"after the delete").version == 41  # never reused
+    assert len({savers[0].read("racy.txt", v.version)[1] for v in listed}) == 40
+    savers[0].delete("racy.txt")
+    assert savers[1].put("racy.txt", b"after the delete").version == 41  # never reused
 
 
 # -- a blob and the collector -----------------------------------------------------------------
@@ -110,27 +119,35 @@ def orphan_without_collecting(store: LocalArtifactStore, name: str, monkeypatch:
         store.delete(name)
 
 
+def in_transaction(store: LocalArtifactStore, calls: list[int]) -> bool:
+    """Whether this call of ``TempBlob.publish`` is the one under the content's lock (on S3 the
+    first is the upload before the transaction)."""
+    calls.append(1)
+    return len(calls) == (1 if store.objects.local else 2)
+
+
 def test_a_collector_in_another_process_skips_content_a_save_is_committing(
-    tmp_path: Path, database: Database, second: Database, monkeypatch: pytest.MonkeyPatch
+    objects: Objects, database: Database, second: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The orphan row exists before the save starts; the save has reused the blob and
     not committed yet when the other store collects: the blob must stay."""
-    saving = LocalArtifactStore(tmp_path, database=database)
-    collecting = LocalArtifactStore(tmp_path, database=second)
+    saving, collecting = stores(objects, database, second)
     old = saving.put("old", CONTENT)
     orphan_without_collecting(collecting, "old", monkeypatch)
-    assert old.sha256 in blob_files(tmp_path) and orphan_rows(database) == 1
+    assert old.sha256 in blob_shas(saving.objects) and orphan_rows(database) == 1
 
     placed, release = threading.Event(), threading.Event()
-    original = TempBlob.place
+    original = TempBlob.publish
+    calls: list[int] = []
 
-    def slow_place(self: TempBlob, target: Path) -> bool:
-        renamed = original(self, target)
-        placed.set()
-        assert release.wait(10)
+    def slow_place(self: TempBlob) -> bool:
+        renamed = original(self)
+        if in_transaction(saving, calls):
+            placed.set()
+            assert release.wait(10)
         return renamed
 
-    monkeypatch.setattr(TempBlob, "place", slow_place)
+    monkeypatch.setattr(TempBlob, "publish", slow_place)
     collected: list[int] = []
 
     def save() -> None:
@@ -148,26 +165,25 @@ def test_a_collector_in_another_process_skips_content_a_save_is_committing(
 
 
 def test_a_save_waits_for_a_collector_that_holds_the_content(
-    tmp_path: Path, database: Database, second: Database, monkeypatch: pytest.MonkeyPatch
+    objects: Objects, database: Database, second: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The other store's collector has checked that nothing references the content and is
     about to unlink its blob, which is still there: a save of that content must not take
     the blob as stored (it would be gone once the collector goes on), but wait and place
     its own."""
-    saving = LocalArtifactStore(tmp_path, database=database)
-    collecting = LocalArtifactStore(tmp_path, database=second)
+    saving, collecting = stores(objects, database, second)
     old = saving.put("old", CONTENT)
     orphan_without_collecting(collecting, "old", monkeypatch)
 
     unlinking, release = threading.Event(), threading.Event()
-    original = BlobDir.remove
+    original = ObjectStore.delete_blob
 
-    def slow_remove(self: BlobDir, sha: str) -> bool:
+    def slow_remove(self: ObjectStore, sha: str, namespace: str = "") -> None:
         unlinking.set()
         assert release.wait(10)
-        return original(self, sha)
+        original(self, sha, namespace)
 
-    monkeypatch.setattr(BlobDir, "remove", slow_remove)
+    monkeypatch.setattr(ObjectStore, "delete_blob", slow_remove)
     collected: list[int] = []
 
     def collect() -> None:
@@ -175,7 +191,7 @@ def test_a_save_waits_for_a_collector_that_holds_the_content(
 
     def save() -> None:
         assert unlinking.wait(10)
-        assert old.sha256 in blob_files(tmp_path)  # the blob is there, about to go
+        assert old.sha256 in blob_shas(saving.objects)  # the blob is there, about to go
         threading.Timer(0.3, release.set).start()  # time for a wrong save to commit first
         saving.put("new", CONTENT)
 
@@ -186,10 +202,9 @@ def test_a_save_waits_for_a_collector_that_holds_the_content(
 
 
 def test_saves_deletes_and_collections_from_two_stores_never_lose_a_saved_blob(
-    tmp_path: Path, database: Database, second: Database
+    objects: Objects, database: Database, second: Database
 ) -> None:
-    keeping = LocalArtifactStore(tmp_path, database=database)
-    churning = LocalArtifactStore(tmp_path, database=second)
+    keeping, churning = stores(objects, database, second)
     kept: list[str] = []
     stop = threading.Event()
 
@@ -218,13 +233,13 @@ def test_saves_deletes_and_collections_from_two_stores_never_lose_a_saved_blob(
         assert churning.read(name)[1] == CONTENT
     for name in kept:
         churning.delete(name)
-    assert blob_files(tmp_path) == set() and orphan_rows(database) == 0  # nothing leaked either
+    assert blob_shas(keeping.objects) == set() and orphan_rows(database) == 0  # nothing leaked either
 
 
 def test_a_blob_placed_by_a_save_that_failed_is_collected(
-    tmp_path: Path, database: Database, monkeypatch: pytest.MonkeyPatch
+    objects: Objects, database: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = LocalArtifactStore(tmp_path, database=database)
+    (store,) = stores(objects, database)
 
     def fail(*args: object) -> int:
         raise RuntimeError("the database went away mid-save")
@@ -233,8 +248,8 @@ def test_a_blob_placed_by_a_save_that_failed_is_collected(
     with pytest.raises(RuntimeError):
         store.put("lost", b"placed, never referenced")
     monkeypatch.undo()
-    assert len(blob_files(tmp_path)) == 1 and orphan_rows(database) == 1  # noted for the collector
-    assert store.expire() == 0 and blob_files(tmp_path) == set() and orphan_rows(database) == 0
+    assert len(blob_shas(store.objects)) == 1 and orphan_rows(database) == 1  # noted for the collector
+    assert store.expire() == 0 and blob_shas(store.objects) == set() and orphan_rows(database) == 0
     with pytest.raises(ExecutorError) as missing:
         store.info("lost")
     assert missing.value.code == "artifact_not_found"
@@ -248,9 +263,9 @@ def test_exists_means_a_version_was_ever_saved_in_the_database(
     tmp_path: Path, database: Database, second: Database
 ) -> None:
     assert not LocalArtifactStore.exists(database)
-    LocalArtifactStore(tmp_path / "elsewhere", database=second)  # opening one saves nothing
+    open_store(tmp_path / "elsewhere", second)  # opening one saves nothing
     assert not LocalArtifactStore.exists(database)
-    store = LocalArtifactStore(tmp_path, database=second)
+    store = open_store(tmp_path, second)
     store.put("x", b"1")
     assert LocalArtifactStore.exists(database)
     store.delete("x")
@@ -258,7 +273,7 @@ def test_exists_means_a_version_was_ever_saved_in_the_database(
 
 
 def test_names_are_listed_in_code_point_order_on_every_database(tmp_path: Path, database: Database) -> None:
-    store = LocalArtifactStore(tmp_path, database=database)
+    store = open_store(tmp_path, database)
     for name in ("b", "a.b", "B", "a/b", "a", "a-b", "_x"):
         store.put(name, name.encode())
     assert [i.name for i in store.names()] == sorted(["b", "a.b", "B", "a/b", "a", "a-b", "_x"])
@@ -290,13 +305,13 @@ def test_the_cli_uses_the_configured_database(tmp_path: Path, database: Database
     assert missing.returncode == 2 and "artifact_not_found" in missing.stderr
     assert not data.exists()
     # What a service saved into that database, the CLI reads (and the reverse).
-    LocalArtifactStore(data / "artifacts", database=database).put("shared.txt", b"from the service")
+    open_store(data, database).put("shared.txt", b"from the service")
     got = cli("get", "shared.txt", "--data-dir", str(data), env=env)
     assert got.returncode == 0 and got.stdout == "from the service", got.stderr
     src = tmp_path / "src.txt"
     src.write_text("from the cli")
     assert cli("put", "shared.txt", str(src), "--data-dir", str(data), env=env).returncode == 0
-    assert LocalArtifactStore(data / "artifacts", database=database).read("shared.txt")[1] == b"from the cli"
+    assert open_store(data, database).read("shared.txt")[1] == b"from the cli"
     # Without the setting it is the data dir's own embedded database: a different store.
     assert json.loads(cli("list", "--data-dir", str(data)).stdout) == []
     assert not (data / "skill-executor.db").exists()

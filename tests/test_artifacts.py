@@ -21,20 +21,23 @@ import pytest
 from skill_executor.artifacts.blobs import TempBlob
 from skill_executor.artifacts.store import LocalArtifactStore, parse_ref, validate_name
 from skill_executor.client import ApiError, Client
+from skill_executor.config import Settings
 from skill_executor.db import Database, upgrade
-from skill_executor.db.url import embedded_url
 from skill_executor.errors import ExecutorError
+from skill_executor.objects import LocalObjectStore, ObjectStore
 
 from .api_server import Server
 from .conftest import REPO
-from .databases import KINDS, open_database
 
 
-@pytest.fixture(params=KINDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    db = open_database(request.param, tmp_path)
-    yield db
-    db.close()
+def open_store(data: Path, database: Database, ttl_seconds: float | None = None) -> LocalArtifactStore:
+    """The artifact store of data dir ``data`` on ``database``: its blobs in ``<data>/objects``."""
+    return LocalArtifactStore(LocalObjectStore(data / "objects"), database=database, ttl_seconds=ttl_seconds)
+
+
+def blob_shas(objects: ObjectStore) -> set[str]:
+    """The artifact blobs in ``objects`` (on any store)."""
+    return {key.rsplit("/", 1)[1] for key in objects.list("artifacts/")}
 
 
 def url_of(database: Database) -> str:
@@ -53,7 +56,7 @@ def another(database: Database) -> Iterator[Database]:
 
 
 def test_versions_metadata_and_listing(tmp_path: Path, database: Database) -> None:
-    store = LocalArtifactStore(tmp_path, database=database)
+    store = open_store(tmp_path, database)
     a1 = store.put("a.txt", b"one", mime_type="text/plain", run_id="r1")
     a2 = store.put("a.txt", io.BytesIO(b"two"))
     store.put("b/c.bin", b"\0")
@@ -64,17 +67,17 @@ def test_versions_metadata_and_listing(tmp_path: Path, database: Database) -> No
     assert store.read("a.txt", 1)[1] == b"one" and a2.ref == "artifact://a.txt@2"
     same = store.put("copy.txt", b"one")
     assert same.sha256 == a1.sha256  # content-addressed: one blob
-    assert len([p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]) == 3
+    assert len(blob_files(tmp_path)) == 3
     with pytest.raises(ExecutorError) as info:
         store.info("a.txt", 9)
     assert info.value.status == 404
 
 
 def test_reopen_keeps_everything(tmp_path: Path, database: Database) -> None:
-    LocalArtifactStore(tmp_path, database=database).put("x", b"persisted")
+    open_store(tmp_path, database).put("x", b"persisted")
     database.close()
     with another(database) as reopened:
-        assert LocalArtifactStore(tmp_path, database=reopened).read("x")[1] == b"persisted"
+        assert open_store(tmp_path, reopened).read("x")[1] == b"persisted"
 
 
 class _Exploding(io.RawIOBase):
@@ -89,13 +92,12 @@ class _Exploding(io.RawIOBase):
 
 
 def test_crash_mid_save_leaves_nothing(tmp_path: Path, database: Database) -> None:
-    store = LocalArtifactStore(tmp_path, database=database)
+    store = open_store(tmp_path, database)
     store.put("keep", b"v1")
     with pytest.raises(OSError):
         store.put("keep", _Exploding())  # type: ignore[arg-type]
     assert [v.version for v in store.versions("keep")] == [1]
-    leftovers = [p.name for p in (tmp_path / "blobs").iterdir() if p.name.startswith(".tmp")]
-    assert leftovers == []
+    assert temps(tmp_path) == []
     assert store.put("keep", b"v2").version == 2
 
 
@@ -116,12 +118,14 @@ def test_refs() -> None:
 # -- streaming saves, the size cap ------------------------------------------------------------
 
 
-def temps(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / "blobs").iterdir() if p.name.startswith(".tmp-"))
+def temps(data: Path) -> list[str]:
+    """The temp blobs (spools) in data dir ``data``'s local object store."""
+    folder = data / "objects"
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".tmp-")) if folder.is_dir() else []
 
 
 def test_save_streams_chunks_and_the_cap_is_found_while_reading(tmp_path: Path, database: Database) -> None:
-    store = LocalArtifactStore(tmp_path, database=database)
+    store = open_store(tmp_path, database)
     chunk = b"y" * 65536
     info = store.put("streamed.bin", (chunk for _ in range(40)), max_bytes=40 * 65536)
     assert info.size == 40 * 65536 and info.sha256 == hashlib.sha256(chunk * 40).hexdigest()
@@ -145,12 +149,13 @@ def test_save_streams_chunks_and_the_cap_is_found_while_reading(tmp_path: Path, 
 # -- delete, and blobs nothing references --------------------------------------------------------
 
 
-def blob_files(root: Path) -> set[str]:
-    return {p.name for p in (root / "blobs").rglob("*") if p.is_file() and not p.name.startswith(".tmp-")}
+def blob_files(data: Path) -> set[str]:
+    """The artifact blobs in data dir ``data``'s local object store."""
+    return blob_shas(LocalObjectStore(data / "objects"))
 
 
 def test_delete_versions_and_unreferenced_blobs(tmp_path: Path, database: Database) -> None:
-    store = LocalArtifactStore(tmp_path, database=database)
+    store = open_store(tmp_path, database)
     one = store.put("a.txt", b"one")
     two = store.put("a.txt", b"two")
     store.put("copy.txt", b"one")  # the same blob as a.txt@1
@@ -178,7 +183,7 @@ def test_a_blob_being_saved_is_never_collected(
 ) -> None:
     """Deleting the only version that uses some content while a save of that same
     content is under way: the save's version must end up with its blob."""
-    store = LocalArtifactStore(tmp_path, database=database)
+    store = open_store(tmp_path, database)
     store.put("old", b"shared content")
 
     # 1. The delete (and its collection) happens while the save is still reading.
@@ -193,15 +198,15 @@ def test_a_blob_being_saved_is_never_collected(
 
     # 2. The delete comes while the save is committing (its blob placed, its row not yet in).
     placed, release = threading.Event(), threading.Event()
-    original = TempBlob.place
+    original = TempBlob.publish
 
-    def slow_place(self: TempBlob, target: Path) -> bool:
-        renamed = original(self, target)
+    def slow_place(self: TempBlob) -> bool:
+        renamed = original(self)
         placed.set()
         release.wait(5)
         return renamed
 
-    monkeypatch.setattr(TempBlob, "place", slow_place)
+    monkeypatch.setattr(TempBlob, "publish", slow_place)
     saver = threading.Thread(target=lambda: store.put("newer", b"shared content"))
     saver.start()
     assert placed.wait(5)
@@ -220,7 +225,7 @@ def test_a_blob_being_saved_is_never_collected(
 
 
 def test_expired_versions_are_invisible_at_once_and_removed_by_expire(tmp_path: Path, database: Database) -> None:
-    store = LocalArtifactStore(tmp_path, database=database, ttl_seconds=0.5)
+    store = open_store(tmp_path, database, ttl_seconds=0.5)
     old = store.put("t.txt", b"old")
     time.sleep(0.6)
     new = store.put("t.txt", b"new")
@@ -230,14 +235,12 @@ def test_expired_versions_are_invisible_at_once_and_removed_by_expire(tmp_path: 
     with pytest.raises(ExecutorError):
         store.delete("t.txt", 1)  # invisible is missing
     assert old.sha256 in blob_files(tmp_path)  # not removed yet: only hidden
-    assert (
-        LocalArtifactStore(tmp_path, database=database).info("t.txt", 1).version == 1
-    )  # a store without a TTL still has it
+    assert open_store(tmp_path, database).info("t.txt", 1).version == 1  # a store without a TTL still has it
     assert store.expire() == 1
     assert old.sha256 not in blob_files(tmp_path) and new.sha256 in blob_files(tmp_path)
     assert store.expire(now=time.time() + 3600) == 1 and store.names() == [] and blob_files(tmp_path) == set()
     assert store.put("t.txt", b"newest").version == 3
-    assert LocalArtifactStore(tmp_path, database=database).expire() == 0  # no TTL: nothing expires
+    assert open_store(tmp_path, database).expire() == 0  # no TTL: nothing expires
 
 
 # -- temp blobs of crashed writers --------------------------------------------------------------
@@ -247,7 +250,9 @@ import sys
 from pathlib import Path
 from skill_executor.artifacts.store import LocalArtifactStore
 from skill_executor.db import Database
-info = LocalArtifactStore(Path(sys.argv[1]), database=Database(sys.argv[2])).put("live", sys.stdin.buffer)
+from skill_executor.objects import LocalObjectStore
+objects = LocalObjectStore(Path(sys.argv[1]) / "objects")
+info = LocalArtifactStore(objects, database=Database(sys.argv[2])).put("live", sys.stdin.buffer)
 print(info.version, flush=True)
 """
 
@@ -262,8 +267,8 @@ def start_writer(root: Path, url: str) -> subprocess.Popen[bytes]:
     proc.stdin.flush()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        blobs = root / "blobs"
-        if blobs.is_dir() and any(p.stat().st_size > 0 for p in blobs.iterdir() if p.name.startswith(".tmp-")):
+        spools = root / "objects"
+        if spools.is_dir() and any(p.stat().st_size > 0 for p in spools.iterdir() if p.name.startswith(".tmp-")):
             return proc
         time.sleep(0.02)
     proc.kill()
@@ -271,13 +276,14 @@ def start_writer(root: Path, url: str) -> subprocess.Popen[bytes]:
 
 
 def test_sweep_removes_dead_writers_temps_never_a_live_ones(tmp_path: Path, database: Database) -> None:
-    LocalArtifactStore(tmp_path, database=database)
-    (tmp_path / "blobs" / ".tmp-leftover").write_bytes(b"")
+    open_store(tmp_path, database)
+    (tmp_path / "objects").mkdir()
+    (tmp_path / "objects" / ".tmp-leftover").write_bytes(b"")
     live = start_writer(tmp_path, url_of(database))
     live_temp = next(name for name in temps(tmp_path) if name != ".tmp-leftover")
-    store = LocalArtifactStore(tmp_path, database=database)  # start-up: sweeps
+    store = open_store(tmp_path, database)  # start-up: sweeps
     assert temps(tmp_path) == [live_temp]
-    assert store.blobs.sweep() == 0
+    assert store.objects.sweep() == 0
     assert live.stdin is not None
     live.stdin.close()
     assert live.wait(20) == 0 and temps(tmp_path) == []
@@ -287,7 +293,7 @@ def test_sweep_removes_dead_writers_temps_never_a_live_ones(tmp_path: Path, data
     dead.kill()  # SIGKILL: its lock goes with it, its temp stays
     dead.wait(20)
     assert len(temps(tmp_path)) == 1
-    store = LocalArtifactStore(tmp_path, database=database)
+    store = open_store(tmp_path, database)
     assert temps(tmp_path) == [] and [v.version for v in store.versions("live")] == [1]
 
 
@@ -463,7 +469,7 @@ def test_large_bodies_stream_with_bounded_server_memory(service: Server, tmp_pat
         assert c.download_artifact("big.bin", target, version=2)["version"] == 2
         assert target.stat().st_size == BIG
         c.delete_artifact("big.bin")
-    assert temps(service.data_dir / "artifacts") == []
+    assert temps(service.data_dir) == []
 
 
 def test_the_size_cap_refuses_mid_stream_and_leaves_nothing(service: Server) -> None:
@@ -478,7 +484,7 @@ def test_the_size_cap_refuses_mid_stream_and_leaves_nothing(service: Server) -> 
         with pytest.raises(ApiError) as missing:
             c.artifact_versions("capped.bin")
         assert missing.value.code == "artifact_not_found"
-    assert temps(service.data_dir / "artifacts") == []
+    assert temps(service.data_dir) == []
 
 
 def test_slow_uploads_hold_no_thread_and_a_vanished_client_leaves_no_temp(service: Server) -> None:
@@ -495,9 +501,9 @@ def test_slow_uploads_hold_no_thread_and_a_vanished_client_leaves_no_temp(servic
             sock.sendall(head + b"10000\r\n" + b"s" * 0x10000 + b"\r\n")  # 64 KiB, then nothing
             stalled.append(sock)
         deadline = time.monotonic() + 20
-        while len(temps(service.data_dir / "artifacts")) < 48 and time.monotonic() < deadline:
+        while len(temps(service.data_dir)) < 48 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(temps(service.data_dir / "artifacts")) == 48
+        assert len(temps(service.data_dir)) == 48
         with client(service) as c:
             started = time.monotonic()
             c.put_artifact("quick.txt", b"not stuck behind the slow ones")
@@ -509,9 +515,9 @@ def test_slow_uploads_hold_no_thread_and_a_vanished_client_leaves_no_temp(servic
         for sock in stalled:
             sock.close()
     deadline = time.monotonic() + 20
-    while temps(service.data_dir / "artifacts") and time.monotonic() < deadline:
+    while temps(service.data_dir) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert temps(service.data_dir / "artifacts") == []
+    assert temps(service.data_dir) == []
     with client(service) as c, pytest.raises(ApiError):
         c.artifact_versions("slow")
 
@@ -543,7 +549,7 @@ def test_delete_by_owner_or_admin_only(service: Server) -> None:
         # The owner: one version, then the rest.
         deleted = a.delete_artifact("plans/q3.txt", 1)["artifacts"]
         assert [(d["name"], d["version"], d["sha256"]) for d in deleted] == [("plans/q3.txt", 1, first["sha256"])]
-        assert not (service.data_dir / "artifacts" / "blobs" / first["sha256"][:2] / first["sha256"]).exists()
+        assert first["sha256"] not in blob_files(service.data_dir)
         assert a.get_artifact("plans/q3.txt").content == b"final"
         with pytest.raises(ApiError) as gone:
             a.get_artifact("plans/q3.txt", version=1)
@@ -590,13 +596,14 @@ def expiring(tmp_path: Path) -> Iterator[tuple[Server, subprocess.Popen[bytes]]]
     """A service with a 1 s TTL, started over a crash's leftover temp blob and a live
     writer's (a CLI process saving into the same data dir)."""
     srv = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_ARTIFACT_TTL_SECONDS": "1"})
-    root = srv.data_dir / "artifacts"
-    url = embedded_url(srv.data_dir)  # the service's database
+    root = srv.data_dir
+    url = Settings(data_dir=srv.data_dir).database  # the service's database
     database = Database(url)
     upgrade(database)
-    LocalArtifactStore(root, database=database)
+    open_store(root, database)
     database.close()
-    (root / "blobs" / ".tmp-crashed").write_bytes(b"")
+    (root / "objects").mkdir(parents=True)
+    (root / "objects" / ".tmp-crashed").write_bytes(b"")
     writer = start_writer(root, url)
     srv.start()
     yield srv, writer
@@ -607,7 +614,7 @@ def expiring(tmp_path: Path) -> Iterator[tuple[Server, subprocess.Popen[bytes]]]
 
 def test_service_start_sweeps_temps_and_expires_versions(expiring: tuple[Server, subprocess.Popen[bytes]]) -> None:
     srv, writer = expiring
-    root = srv.data_dir / "artifacts"
+    root = srv.data_dir
     assert len(temps(root)) == 1 and ".tmp-crashed" not in temps(root)  # the live writer's stays
     assert writer.stdin is not None
     writer.stdin.close()
@@ -623,13 +630,13 @@ def test_service_start_sweeps_temps_and_expires_versions(expiring: tuple[Server,
         assert info.value.code == "artifact_not_found"
         assert c.list_artifacts()["artifacts"] == []
         # ... and removed (rows and blobs) by the service's periodic expiry.
-        blob = root / "blobs" / saved["sha256"][:2] / saved["sha256"]
+        blob = root / "objects" / "artifacts" / "sha256" / saved["sha256"][:2] / saved["sha256"]
         deadline = time.monotonic() + 10
         while blob.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not blob.exists()
-    database = Database(embedded_url(srv.data_dir))
+    database = Database(Settings(data_dir=srv.data_dir).database)
     try:  # no TTL here: what is left is really gone
-        assert LocalArtifactStore(root, database=database).names() == []
+        assert open_store(root, database).names() == []
     finally:
         database.close()

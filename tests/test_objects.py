@@ -436,7 +436,7 @@ def test_open_object_store_takes_the_standard_aws_variables(
     store.check()
     sha, _ = store.put_blob(Pattern(9 * MiB))  # spooled under <data_dir>/spool, then gone
     assert store.has_blob(sha)
-    assert list((tmp_path / "data" / "spool").iterdir()) == []
+    assert list((tmp_path / "data" / "spool").glob(".tmp-*")) == []
     local = open_object_store(Settings(data_dir=tmp_path / "data"))
     assert isinstance(local, LocalObjectStore) and local.root == (tmp_path / "data" / "objects").absolute()
 

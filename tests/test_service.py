@@ -13,7 +13,6 @@ from mcp import Client, StdioServerParameters
 
 from skill_executor import service as service_module
 from skill_executor.api.app import create_app
-from skill_executor.artifacts.store import LocalArtifactStore
 from skill_executor.owners import DataDirClaim
 from skill_executor.service import Service
 from skill_executor.workers import Supervisor
@@ -21,7 +20,7 @@ from skill_executor.workers import Supervisor
 from .conftest import REPO, make_settings
 from .databases import open_database
 from .helpers import eventually
-from .test_artifacts import blob_files
+from .test_artifacts import blob_files, open_store
 from .test_mcp import _env, _skills
 
 
@@ -90,12 +89,10 @@ def test_the_stdio_mcp_server_expires_artifacts_as_serve_does(tmp_path: Path) ->
     data = tmp_path / "data"
     database = open_database("sqlite", data)  # the embedded database of that data dir
     try:
-        saved = LocalArtifactStore(data / "artifacts", database=database).put(
-            "old.txt", b"saved before the server started"
-        )
+        saved = open_store(data, database).put("old.txt", b"saved before the server started")
     finally:
         database.close()
-    assert saved.sha256 in blob_files(data / "artifacts")
+    assert saved.sha256 in blob_files(data)
     params = StdioServerParameters(
         command=sys.executable,
         args=[
@@ -117,7 +114,7 @@ def test_the_stdio_mcp_server_expires_artifacts_as_serve_does(tmp_path: Path) ->
         async with Client(params, mode="legacy", read_timeout_seconds=60) as client:
             await client.list_tools()
             gone = await anyio.to_thread.run_sync(
-                lambda: eventually(lambda: saved.sha256 not in blob_files(data / "artifacts"), timeout=30)
+                lambda: eventually(lambda: saved.sha256 not in blob_files(data), timeout=30)
             )
             assert gone
 

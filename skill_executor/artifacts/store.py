@@ -1,16 +1,22 @@
-"""Versioned artifact store: the interface, and the embedded local backend.
+"""Versioned artifact store: the interface, and its backend.
 
-The local backend keeps metadata in the service's database (:mod:`skill_executor.db`: tables
+The backend keeps metadata in the service's database (:mod:`skill_executor.db`: tables
 ``artifacts``, ``artifact_counters``, ``orphan_blobs``; SQLite or Postgres, shared by every
-process) and content in content-addressed blobs (``blobs/ab/abcdef...``,
+process) and content in content-addressed blobs in the object store (a local folder or S3,
+shared by every process of a cluster; ``artifacts/sha256/ab/abcdef...``,
 :mod:`skill_executor.artifacts.blobs`).
 
-* **Saving streams.**  The content is read in chunks into a locked temp blob, hashed
-  as it goes and capped (``max_bytes``) while reading; it is never held in memory.
+* **Saving streams.**  The content is read in chunks into a locked temp blob (the store's
+  spool), hashed as it goes and capped (``max_bytes``) while reading; it is never held in
+  memory.  Reads stream from the store too (verified against the SHA-256 when it is remote).
 * **Crash safety.**  The temp blob is fsynced, then -- inside the durable transaction that
-  inserts the version -- renamed into place (or dropped when that content is stored
-  already), so a crash leaves no half artifact and no row naming a missing blob; at worst a
-  temp file, which the next start-up sweeps.
+  inserts the version -- published (or dropped when that content is stored already), so a
+  crash leaves no half artifact and no row naming a missing blob; at worst a temp file,
+  which the next start-up sweeps.  On a local store publishing is a rename.  On S3 the
+  upload is made before that transaction, after the content is noted as an orphan (so a
+  crash after the upload leaves a blob the collector removes); the transaction then checks,
+  under the lock below, that the blob is still there and uploads it again if a collector
+  removed it meanwhile.
 * **Versions** are assigned in that transaction too, by one upsert of the name's counter
   that returns the number (the counter row stays locked until the commit): concurrent saves
   of one name, in any process, get distinct consecutive versions, and a number is never
@@ -24,7 +30,8 @@ process) and content in content-addressed blobs (``blobs/ab/abcdef...``,
   nobody holds (``FOR UPDATE SKIP LOCKED``), checks in that transaction that no version
   references them, unlinks those blobs and deletes the rows before it commits.  So either
   the save commits first (the check sees its version, or its row is gone) or the collector
-  does (the save, having waited, finds no blob and places its own).
+  does (the save, having waited, finds no blob and places its own).  The blob is removed from
+  the object store inside the collector's transaction, as a local file was.
 * **TTL.**  With ``ttl_seconds`` every version expires that long after it was saved:
   it is invisible to reads at once and removed by :meth:`LocalArtifactStore.expire`.
 """
@@ -36,17 +43,19 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from sqlalchemy import Connection, and_, bindparam, delete, func, insert, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..access import LOCAL_TENANT
+from ..config import Settings
 from ..db import Database
 from ..db.schema import artifact_counters, artifacts, orphan_blobs
 from ..errors import BadRequest, ExecutorError, NotFound
-from .blobs import BlobDir, TempBlob
+from ..objects import ObjectNotFound, ObjectStore, ObjectStoreMisconfigured, ObjectStoreUnavailable
+from .blobs import NAMESPACE, TempBlob
+from .legacy import import_blobs
 
 log = logging.getLogger(__name__)
 
@@ -162,18 +171,18 @@ class ArtifactStore(Protocol):
 
 
 class LocalArtifactStore:
-    """Metadata in the service's database, content-addressed blobs on local disk.
+    """Metadata in the service's database, content-addressed blobs in the object store.
 
-    Opening it creates ``root`` and sweeps the temp blobs of dead writers.
+    Opening it sweeps the temp blobs of dead writers (:meth:`from_settings` also moves the blobs
+    of a data dir from before the object store into it).
     """
 
-    def __init__(self, root: Path, *, database: Database, ttl_seconds: float | None = None) -> None:
+    def __init__(self, objects: ObjectStore, *, database: Database, ttl_seconds: float | None = None) -> None:
         if ttl_seconds is not None and ttl_seconds <= 0:
             raise ValueError("ttl_seconds must be positive")
-        self.root = root
+        self.objects = objects
         self.database = database
         self.ttl_seconds = ttl_seconds
-        self.blobs = BlobDir(root / "blobs")
         # A save's upserts, built once (a save is on the run path): the content's lock, and the
         # name's counter plus one -- a first save starts after any version already stored
         # (e.g. imported without a counter); either row stays locked until the commit.
@@ -191,7 +200,13 @@ class LocalArtifactStore:
             {"owner": bindparam("owner"), "name": bindparam("name"), "last_version": latest},
             {"last_version": artifact_counters.c.last_version + 1},
         ).returning(artifact_counters.c.last_version)
-        self.blobs.sweep()
+        objects.sweep()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, database: Database, objects: ObjectStore) -> LocalArtifactStore:
+        """The configured store, the blobs of ``<data>/artifacts/blobs`` moved into ``objects`` first."""
+        import_blobs(settings.artifacts_dir / "blobs", objects)
+        return cls(objects, database=database, ttl_seconds=settings.artifact_ttl_seconds)
 
     @staticmethod
     def exists(database: Database) -> bool:
@@ -229,7 +244,7 @@ class LocalArtifactStore:
     def new_blob(self, max_bytes: int | None = None) -> TempBlob:
         """A temp blob to write a save into, chunk by chunk (``write``), then
         :meth:`commit` it; ``close`` it in any case (that removes it unless committed)."""
-        return self.blobs.writer(max_bytes)
+        return TempBlob(self.objects.new_blob(NAMESPACE), max_bytes)
 
     def commit(
         self,
@@ -244,10 +259,16 @@ class LocalArtifactStore:
         validate_name(name)
         sha = blob.finish()
         try:
+            if not self.objects.local:
+                # An upload takes a while: made before the transaction, noted for the collector
+                # first (a crash after it leaves a blob the collector removes).
+                with self.database.write(durable=True) as conn:
+                    self._orphan(conn, {sha})
+                blob.publish()
             with self.database.write(durable=True) as conn:
                 # The content's lock (module docstring): held from before the blob is looked at.
                 conn.execute(self._lock_content, {"sha": sha})
-                blob.place(self.blobs.path(sha))
+                blob.publish()  # there (uploaded above, or the same content saved before), or placed now
                 created = time.time()
                 version = self._next_version(conn, tenant, name)
                 conn.execute(
@@ -287,7 +308,11 @@ class LocalArtifactStore:
             if not shown:
                 raise _missing(name, version)  # rolls the delete back: expired versions are expire()'s
             self._orphan(conn, {info.sha256 for info in rows})
-        self.collect()
+        try:
+            self.collect()
+        except (ObjectStoreUnavailable, ObjectStoreMisconfigured) as exc:
+            # The versions are deleted (committed); their blobs stay orphans for the next collection.
+            log.warning("deleted %s; its unreferenced blobs stay until the object store answers: %s", name, exc)
         return shown
 
     def expire(self, now: float | None = None) -> int:
@@ -333,7 +358,8 @@ class LocalArtifactStore:
                 )
                 for sha in locked:
                     if sha not in used:
-                        removed += self.blobs.remove(sha)
+                        self.objects.delete_blob(sha, NAMESPACE)
+                        removed += 1
                 conn.execute(delete(orphan_blobs).where(orphan_blobs.c.sha256.in_(locked)))
 
     def _note_orphans(self, shas: list[str]) -> None:
@@ -359,10 +385,12 @@ class LocalArtifactStore:
         return _info(row)
 
     def open(self, info: ArtifactInfo) -> BinaryIO:
-        """The content of ``info`` (an open file: it stays readable if deleted meanwhile)."""
+        """The content of ``info``, streamed from the object store (on a local store an open
+        file, readable to its end if deleted meanwhile; from S3, verified against its SHA-256:
+        :class:`~skill_executor.objects.ObjectCorrupt` at the end if it differs)."""
         try:
-            return self.blobs.open(info.sha256)
-        except FileNotFoundError:
+            return self.objects.open_blob(info.sha256, NAMESPACE, verify=not self.objects.local)
+        except ObjectNotFound:
             raise _missing(info.name, info.version) from None  # deleted since ``info`` was read
 
     def read(self, name: str, version: int | None = None, *, tenant: str = LOCAL_TENANT) -> tuple[ArtifactInfo, bytes]:

@@ -1,4 +1,4 @@
-"""``skill-executor artifacts``: the artifact store, on its database and files directly.
+"""``skill-executor artifacts``: the artifact store, on its database and object store directly.
 
 Whoever can read the store's database and files is an admin: the commands act on the local
 tenant's artifacts (what the service uses with no keys), or ``--owner``'s.  Reading a
@@ -68,7 +68,9 @@ def _artifacts(args: argparse.Namespace) -> int:
     try:
         if reading and not LocalArtifactStore.exists(database):
             return _nothing_saved(args)
-        store = LocalArtifactStore(settings.artifacts_dir, database=database, ttl_seconds=settings.artifact_ttl_seconds)
+        from ..objects import open_object_store
+
+        store = LocalArtifactStore.from_settings(settings, database=database, objects=open_object_store(settings))
         return _run(args, store, tenant)
     finally:
         database.close()

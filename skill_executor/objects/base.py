@@ -21,13 +21,14 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from .errors import ObjectCorrupt, ObjectStoreUnavailable
+from .errors import ObjectCorrupt
 from .keys import blob_key, validate_key, validate_prefix, validate_sha256
+from .spool import TEMP_PREFIX, disk_error, spool_file, sweep_spool
+
+__all__ = ["CHUNK_BYTES", "TEMP_PREFIX", "BlobWriter", "ByteReader", "ObjectStore", "spool_file"]
 
 #: The piece size bodies are copied and hashed in.
 CHUNK_BYTES = 1024 * 1024
-#: Temp files (spools, downloads in progress) start with this; no key can (see :mod:`.keys`).
-TEMP_PREFIX = ".tmp-"
 
 
 class ByteReader(Protocol):
@@ -39,6 +40,9 @@ class ByteReader(Protocol):
 class ObjectStore(ABC):
     """A store of immutable objects by key.  Keys are checked here; subclasses implement the
     ``_``-prefixed hooks and :meth:`check`, and may assume valid keys."""
+
+    #: Objects are files on this machine's disk: publishing a spool is a rename, not an upload.
+    local: bool = False
 
     # -- keys -------------------------------------------------------------------------------
 
@@ -65,7 +69,7 @@ class ObjectStore(ABC):
         with _atomic_target(Path(path)) as (file, _):
             self._download_into(key, file)
             _finish(file)
-            return file.tell()
+            return os.fstat(file.fileno()).st_size  # parts may land out of order: not tell()
 
     def exists(self, key: str) -> bool:
         return self._exists(validate_key(key))
@@ -89,7 +93,17 @@ class ObjectStore(ABC):
     def describe(self) -> str:
         """Where the store is, for messages and logs (never a credential)."""
 
-    # -- content-addressed blobs: sha256/<ab>/<sha256> -----------------------------------------
+    def sweep(self) -> int:
+        """Remove the spools crashed writers left (never a live writer's); how many."""
+        folder = self._spool_folder()
+        return sweep_spool(folder) if folder is not None else 0
+
+    # -- content-addressed blobs: [<namespace>/]sha256/<ab>/<sha256> ---------------------------
+    # ``namespace`` keeps the blobs of a user that deletes them (artifacts) apart from others'.
+
+    def new_blob(self, namespace: str = "") -> BlobWriter:
+        """A blob to write piece by piece (see :class:`BlobWriter`); close it in any case."""
+        return BlobWriter(self, namespace)
 
     def put_blob(self, source: Path | ByteReader) -> tuple[str, int]:
         """Store a file's or a reader's bytes by their SHA-256; returns ``(sha256, size)``.
@@ -108,14 +122,35 @@ class ObjectStore(ABC):
                 self._publish(key, path)
         return sha256, size
 
-    def has_blob(self, sha256: str) -> bool:
-        return self._exists(blob_key(sha256))
+    def has_blob(self, sha256: str, namespace: str = "") -> bool:
+        return self._exists(blob_key(sha256, namespace))
 
-    def open_blob(self, sha256: str) -> BinaryIO:
+    def open_blob(self, sha256: str, namespace: str = "", *, verify: bool = True) -> BinaryIO:
         """A streaming reader of the blob that raises :class:`ObjectCorrupt` at its end if what
-        was read does not hash to ``sha256``."""
-        key = blob_key(sha256)
+        was read does not hash to ``sha256`` (unless ``verify`` is off)."""
+        key = blob_key(sha256, namespace)
+        if not verify:
+            return self._open(key)
         return io.BufferedReader(_Verifying(self._open(key), sha256, key), CHUNK_BYTES)
+
+    def delete_blob(self, sha256: str, namespace: str = "") -> None:
+        self._delete(blob_key(sha256, namespace))
+
+    def import_blob(self, path: Path, sha256: str, namespace: str = "") -> bool:
+        """Store the file at ``path`` as the blob ``sha256`` unless the store has it; returns
+        whether it was stored now.  Copied and verified: a file that does not hash to ``sha256``
+        raises :class:`ObjectCorrupt` and stores nothing.  (A local store links it instead.)"""
+        if self.has_blob(sha256, namespace):
+            return False
+        with self.new_blob(namespace) as writer:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with open(fd, "rb") as reader:
+                while chunk := reader.read(CHUNK_BYTES):
+                    writer.write(chunk)
+            got = writer.finish()
+            if got != sha256:
+                raise ObjectCorrupt(f"{path} does not hash to its name (sha256 {got}): not imported")
+            return writer.publish()
 
     def fetch_blob(self, sha256: str, path: Path) -> int:
         """Download the blob to ``path``, verified: a download whose SHA-256 differs raises
@@ -131,6 +166,10 @@ class ObjectStore(ABC):
             return size
 
     # -- implementation hooks (keys already valid) ---------------------------------------------
+
+    @abstractmethod
+    def _spool_folder(self) -> Path | None:
+        """Where this store's spools are made (None: a shared temp folder, never swept)."""
 
     @abstractmethod
     def _spool(self) -> AbstractContextManager[tuple[BinaryIO, Path]]:
@@ -187,23 +226,64 @@ def _finish(file: BinaryIO) -> None:
         raise _disk_error(exc) from None
 
 
-def _disk_error(exc: OSError) -> ObjectStoreUnavailable:
-    return ObjectStoreUnavailable(f"the object store's temp file could not be written: {exc.strerror}")
+_disk_error = disk_error
 
 
-@contextmanager
-def spool_file(directory: Path) -> Iterator[tuple[BinaryIO, Path]]:
-    """A new temp file (0600) in ``directory``, removed on exit unless renamed away."""
-    try:
-        fd, name = tempfile.mkstemp(dir=directory, prefix=TEMP_PREFIX)
-    except OSError as exc:
-        raise _disk_error(exc) from None
-    path = Path(name)
-    try:
-        with os.fdopen(fd, "w+b") as file:
-            yield file, path
-    finally:
-        path.unlink(missing_ok=True)
+class BlobWriter:
+    """A blob being written: spooled piece by piece into a private temp file (never whole in
+    memory) and hashed as it goes; :meth:`finish` it, then :meth:`publish` it (stored under its
+    SHA-256 unless the store has it).  A context manager: the spool is removed on exit."""
+
+    def __init__(self, store: ObjectStore, namespace: str = "") -> None:
+        if namespace:
+            validate_key(namespace)
+        self.store = store
+        self.namespace = namespace
+        self.size = 0
+        self.sha256 = ""
+        self.published = False
+        self._digest = hashlib.sha256()
+        self._spool = store._spool()
+        self._file, self.path = self._spool.__enter__()
+
+    def write(self, chunk: bytes | bytearray | memoryview) -> None:
+        self._digest.update(chunk)
+        try:
+            self._file.write(chunk)
+        except OSError as exc:
+            raise _disk_error(exc) from None
+        self.size += len(chunk)
+
+    def finish(self) -> str:
+        """Flush and fsync the spool; returns the blob's SHA-256 (hex)."""
+        _finish(self._file)
+        self.sha256 = self._digest.hexdigest()
+        return self.sha256
+
+    @property
+    def key(self) -> str:
+        return blob_key(self.sha256, self.namespace)
+
+    def publish(self) -> bool:
+        """Store the finished blob unless the store has it; returns whether it was stored now.
+        On a :attr:`~ObjectStore.local` store the spool itself becomes the object (once)."""
+        key = self.key
+        if self.store._exists(key):
+            return False
+        if self.published and self.store.local:
+            raise RuntimeError("a local blob's spool was moved into the store already")
+        self.store._publish(key, self.path)
+        self.published = True
+        return True
+
+    def close(self) -> None:
+        self._spool.__exit__(None, None, None)
+
+    def __enter__(self) -> BlobWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @contextmanager

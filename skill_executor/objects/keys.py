@@ -48,7 +48,10 @@ def validate_sha256(sha256: str) -> str:
     return sha256
 
 
-def blob_key(sha256: str) -> str:
-    """The key of the blob with this SHA-256: ``sha256/ab/abcdef...``."""
+def blob_key(sha256: str, namespace: str = "") -> str:
+    """The key of the blob with this SHA-256: ``sha256/ab/abcdef...``, or below ``namespace``
+    (``<namespace>/sha256/ab/abcdef...``: a user that deletes its blobs keeps them apart from the
+    blobs others reference)."""
     validate_sha256(sha256)
-    return f"{BLOB_PREFIX}{sha256[:2]}/{sha256}"
+    key = f"{BLOB_PREFIX}{sha256[:2]}/{sha256}"
+    return f"{validate_key(namespace)}/{key}" if namespace else key

@@ -20,13 +20,39 @@ from typing import BinaryIO
 from ..errors import ExecutorError
 from .base import CHUNK_BYTES, ObjectStore, spool_file
 from .errors import ObjectNotFound, ObjectStoreMisconfigured, ObjectStoreUnavailable
+from .keys import blob_key
 
 _DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
+#: A hard link cannot be made (another file system, links refused, too many): copy instead.
+_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
 
 
 class LocalObjectStore(ObjectStore):
+    local = True
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root).absolute()
+
+    def import_blob(self, path: Path, sha256: str, namespace: str = "") -> bool:
+        """A hard link to ``path`` when it is on this store's file system (not verified: the
+        file is this machine's own); else a verified copy (:meth:`ObjectStore.import_blob`)."""
+        key = blob_key(sha256, namespace)
+        target = self._path(key)
+        with self._errors("a write"):
+            self._ensure_root()
+            _makedirs(self.root, target.parent)
+        try:
+            os.link(path, target, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in _NO_LINK:
+                with self._errors(key):
+                    raise
+            return super().import_blob(path, sha256, namespace)
+        with self._errors(key):
+            _fsync_dir(target.parent)
+        return True
 
     def describe(self) -> str:
         return f"folder {self.root}"
@@ -39,6 +65,9 @@ class LocalObjectStore(ObjectStore):
                 os.fsync(file.fileno())
 
     # -- hooks ------------------------------------------------------------------------------
+
+    def _spool_folder(self) -> Path | None:
+        return self.root
 
     def _spool(self) -> AbstractContextManager[tuple[BinaryIO, Path]]:
         with self._errors("a write"):

@@ -135,6 +135,9 @@ class S3ObjectStore(ObjectStore):
 
     # -- hooks ------------------------------------------------------------------------------
 
+    def _spool_folder(self) -> Path | None:
+        return self.spool_dir
+
     def _spool(self) -> AbstractContextManager[tuple[BinaryIO, Path]]:
         folder = self.spool_dir or Path(tempfile.gettempdir())
         try:
