@@ -107,12 +107,13 @@ class Executor:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
         database = open_database(settings)
+        objects = open_object_store(settings)  # no request yet: an unreachable store shows at its first use
         repository = SkillRepository(
             settings.skills_dirs,
             install_root=settings.install_root,
             refresh_interval=settings.skills_refresh_seconds,
-            deps=SkillEnvs.from_settings(settings),
-            registry=Registry(settings.registry_dir, database=database),
+            deps=SkillEnvs.from_settings(settings, objects),
+            registry=Registry(settings.registry_dir, database=database, objects=objects),
             service_dirs=[settings.data_dir, settings.workspaces],
         )
         artifacts = LocalArtifactStore(settings.artifacts_dir, ttl_seconds=settings.artifact_ttl_seconds)
@@ -120,7 +121,6 @@ class Executor:
         contexts = make_contexts(settings, database, repository, runtime.visible_skills_dir)
         # pip and npm run as HOST_TOOLS_USER: nothing stored here is theirs to read.
         seal_data_dir(settings.data_dir, shared=[settings.envs_dir])
-        objects = open_object_store(settings)
         snapshots = SessionSnapshots(objects, settings.session_ttl_seconds) if settings.session_snapshots else None
         runner = SkillRunner(settings, repository, artifacts, runtime, snapshots)
         return cls(settings, database, objects, repository, artifacts, runtime, runner, contexts)
