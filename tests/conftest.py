@@ -251,6 +251,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_api_tenancy": "service",
     "test_bench": "service",
     "test_ci_recipe": "service",
+    "test_cluster_versions": "service",  # SeaweedFS and Postgres
     "test_cli_runs": "service",
     "test_cli_skills": "service",
     "test_compose": "service",

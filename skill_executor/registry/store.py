@@ -254,6 +254,7 @@ class Registry:
                 final.parent.mkdir(parents=True, exist_ok=True)
                 os.rename(stage, final)
             except BaseException:
+                shutil.rmtree(stage, ignore_errors=True)
                 for blob in fetched:  # linked nowhere now
                     with contextlib.suppress(FileNotFoundError):
                         if blob.stat().st_nlink == 1:
