@@ -217,6 +217,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_hosttools": "unit",
     "test_naming": "unit",
     "test_object_keys": "unit",
+    "test_object_trees": "unit",
     "test_pipeline": "unit",
     "test_registry": "unit",
     "test_registry_shared": "unit",

@@ -292,3 +292,64 @@ def test_a_tampered_environment_blob_is_refused_and_nothing_is_left(
 
 def _never(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("a worker resolved an environment another machine stored")
+
+
+def test_the_store_down_during_the_first_load_is_a_503_then_it_works(
+    machines: Callable[..., Executor], shared: Shared
+) -> None:
+    if shared.server is None:
+        pytest.skip("a real store outage: the S3 server stopped")
+    a, b = machines("a"), machines("b")
+    a.repository.install(skill_zip("later"), actor="ci")
+    registry = b.repository.registry
+    assert registry is not None
+    shared.server.stop()
+    try:
+        with pytest.raises(ExecutorError) as down:
+            run(b, skill="later", command="sh scripts/hello.sh")
+        assert (down.value.code, down.value.status) == ("object_store_unavailable", 503)
+        assert leftovers(registry) == []
+    finally:
+        shared.server.start()
+    assert run(b, skill="later", command="sh scripts/hello.sh").stdout == "hello from later\n"
+
+
+def test_a_container_on_another_machine_imports_the_environment_resolved_at_install(
+    tmp_path: Path, shared: Shared, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A installs (pip runs there, once); B runs the skill in a container on the Docker engine
+    with the environment fetched from the store: B never runs pip or npm, the wheelhouse is
+    gone by then, and the fetched environment is read-only in the run like a resolved one."""
+    from .conftest import require_runtime
+    from .test_skill_deps import AS_SERVICE, make_wheel
+
+    require_runtime("docker")
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    make_wheel(wheelhouse, "tinypkg", "1.0.0", {"tinypkg/__init__.py": "VALUE = 42\n", "tinypkg/data/x.txt": "x"})
+    options: dict[str, object] = {"wheelhouse": wheelhouse, "npm_wheelhouse": wheelhouse, **AS_SERVICE}
+    a = Executor.from_settings(shared.settings(tmp_path / "a", "local", **options))
+    b = Executor.from_settings(shared.settings(tmp_path / "b", "docker", **options))
+    try:
+        a.repository.install(skill_zip("deps", requirements="tinypkg>=1\n"), actor="ci")
+        (key,) = os.listdir(a.settings.envs_dir)
+        for wheel in wheelhouse.iterdir():
+            wheel.unlink()  # nothing left to resolve from
+        monkeypatch.setattr(b.repository.deps, "_pip", _never)  # type: ignore[union-attr]
+        monkeypatch.setattr(b.repository.deps, "_npm", _never)  # type: ignore[union-attr]
+        result = run(
+            b,
+            skill="deps",
+            command="python3 -c 'import tinypkg; print(tinypkg.VALUE)' && sh scripts/hello.sh"
+            " && (touch /opt/skill-envs/x 2>/dev/null && echo 'envs writable' || echo 'envs read-only')",
+        )
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout == "42\nhello from deps\nenvs read-only\n"
+        env = b.settings.envs_dir / key
+        assert sorted(os.listdir(b.settings.envs_dir)) == [key]  # no temporary folder left
+        modes = {p.relative_to(env).as_posix(): stat.S_IMODE(p.lstat().st_mode) for p in [env, *env.rglob("*")]}
+        assert set(modes.values()) <= {0o755, 0o644}, modes
+        assert (env / "manifest.json").read_bytes() == (a.settings.envs_dir / key / "manifest.json").read_bytes()
+    finally:
+        b.close(timeout=30)
+        a.close(timeout=30)
