@@ -107,12 +107,13 @@ class Executor:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
         database = open_database(settings)
+        objects = open_object_store(settings)  # no request yet: an unreachable store shows at its first use
         repository = SkillRepository(
             settings.skills_dirs,
             install_root=settings.install_root,
             refresh_interval=settings.skills_refresh_seconds,
-            deps=SkillEnvs.from_settings(settings),
-            registry=Registry(settings.registry_dir, database=database),
+            deps=SkillEnvs.from_settings(settings, objects),
+            registry=Registry(settings.registry_dir, database=database, objects=objects),
             service_dirs=[settings.data_dir, settings.workspaces],
         )
         objects = open_object_store(settings)

@@ -640,6 +640,26 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "The object store returned bytes whose SHA-256 is not the one asked for.",
         "Operators: check the store; the object was altered or damaged.",
     ),
+    E(
+        "tree_manifest_invalid",
+        500,
+        "A stored tree (a dependency environment) in the object store is not one the service wrote "
+        "(a path or link leaving it, an entry below a link, another key's): nothing of it was restored.",
+        "Operators: check the store; the environment's pointer or manifest was altered.",
+    ),
+    E(
+        "tree_unstorable",
+        500,
+        "A dependency environment holds what the object store cannot keep (a FIFO, a socket, a device).",
+        "Report it: a resolved environment holds only folders, files and links.",
+    ),
+    E(
+        "version_manifest_invalid",
+        500,
+        "A skill version's row names files that cannot be a version (a path leaving its folder, a digest "
+        "that is not its manifest's): nothing of it was built.",
+        "Operators: check the database's skill_versions rows.",
+    ),
     # -- service processes ------------------------------------------------------------------------
     E("data_dir_in_use", 409, "Another service uses this data dir.", "Stop it, or use another data dir.", "none"),
     E(

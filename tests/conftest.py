@@ -218,6 +218,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_hosttools": "unit",
     "test_naming": "unit",
     "test_object_keys": "unit",
+    "test_object_trees": "unit",
     "test_pipeline": "unit",
     "test_registry": "unit",
     "test_registry_shared": "unit",
@@ -253,6 +254,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_artifact_objects": "service",  # a SeaweedFS server, a Postgres
     "test_bench": "service",
     "test_ci_recipe": "service",
+    "test_cluster_versions": "service",  # SeaweedFS and Postgres
     "test_cli_runs": "service",
     "test_cli_skills": "service",
     "test_compose": "service",

@@ -17,7 +17,8 @@ from .declared import (
     signature,
 )
 from .plan import EnvPlan, ImagePackages, Sources, env_key, npm_range_accepts, plan
-from .store import MANIFEST, Mode, SkillEnvs
+from .shared import MANIFEST
+from .store import Mode, SkillEnvs
 
 __all__ = [
     "MANIFEST",

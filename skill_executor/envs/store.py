@@ -35,15 +35,16 @@ from packaging.utils import canonicalize_name
 from ..config import Settings
 from ..hosttools import HostToolResult, HostTools, Scratch, ToolUser, reclaim, tool_user
 from ..image.inputs import IMAGE_ABI, IMAGE_PLATFORMS, IMAGE_PYTHON, images_dir
+from ..objects import ObjectStore
 from .declared import NPM_NAME, UNSAFE_TEXT, DependenciesUnmet, declared, safe_npm_spec, safe_python_need, signature
 from .plan import TARGET, EnvPlan, ImagePackages, Sources, npm_range_accepts, npm_version, plan, split_npm
+from .shared import MANIFEST, fetch_env, store_env, stored
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["install", "off"]
 #: A resolved pin as pip's report gives it (canonical name, a version).
 _PIN = re.compile(r"^[a-z0-9][a-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
-MANIFEST = "manifest.json"
 TEMP_PREFIX = ".tmp-"
 #: How much of pip's / npm's output a refusal quotes.
 ERROR_LINES = 15
@@ -107,8 +108,12 @@ class SkillEnvs:
         python: str = sys.executable,
         npm: str | None = None,
         user: ToolUser | None = None,
+        objects: ObjectStore | None = None,
     ) -> None:
         self.root = root
+        #: where a resolved environment is stored before it is put in place, and fetched from
+        #: by a process that lacks it (None: environments live on this machine only)
+        self.objects = objects
         self.mode = mode
         self.sources = sources
         self.image = image if image is not None else ImagePackages()
@@ -137,7 +142,7 @@ class SkillEnvs:
         self._sweep()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> SkillEnvs:
+    def from_settings(cls, settings: Settings, objects: ObjectStore | None = None) -> SkillEnvs:
         minimal = ":minimal" in settings.docker_image
         return cls(
             settings.envs_dir,
@@ -148,6 +153,7 @@ class SkillEnvs:
             image=ImagePackages.load(images_dir() / "runner", minimal=minimal),
             user=tool_user(settings.host_tools_user),
             python=settings.host_tools_python or sys.executable,
+            objects=objects,
         )
 
     def _sweep(self) -> None:
@@ -170,13 +176,18 @@ class SkillEnvs:
     def plan(self, skill_path: Path) -> EnvPlan:
         return plan(declared(skill_path), self.image, self.sources)
 
-    def ensure(self, skill_path: Path) -> EnvPlan:
-        """Plan a skill's environment and resolve it when absent; ``DependenciesUnmet`` when it cannot be."""
+    def ensure(self, skill_path: Path, *, install: bool = False) -> EnvPlan:
+        """Plan a skill's environment and resolve it when absent; ``DependenciesUnmet`` when it cannot be.
+
+        ``install``: an install -- the environment must be in the object store when this
+        returns (one resolved here before environments were stored is stored now)."""
         planned = self.plan(skill_path)
         if planned.needs.findings:
             raise _unmet([f.to_dict() for f in planned.needs.findings])
         if planned.key is not None and self.mode == "install":
-            self._resolve(planned)
+            final = self._resolve(planned)
+            if install and self.objects is not None and not stored(self.objects, planned.key):
+                store_env(self.objects, planned.key, final)
         return planned
 
     def for_run(self, skill_path: Path, digest: str | None = None) -> str | None:
@@ -214,6 +225,8 @@ class SkillEnvs:
         with key_lock:
             if (final / MANIFEST).is_file():
                 return final
+            if self.objects is not None and fetch_env(self.objects, planned.key, self.root, final):
+                return final  # resolved by another process sharing the store: never resolved twice
             temp = self.root / f"{TEMP_PREFIX}{planned.key}-{secrets.token_hex(4)}"
             temp.mkdir(mode=0o755)
             try:
@@ -231,6 +244,8 @@ class SkillEnvs:
                 }
                 (temp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
                 reclaim(temp)  # the service's, folders 0755 and files 0644/0755: runs (another uid) read it
+                if self.objects is not None:  # stored before it is in place: other processes fetch it
+                    store_env(self.objects, planned.key, temp)
                 try:
                     os.rename(temp, final)
                 except OSError as exc:

@@ -241,12 +241,33 @@ class SkillRepository:
         path the immutable version folder): the default one unless pinned.
         """
         ref = parse_ref(name)
-        skill = self._lookup(ref)
+        try:
+            skill = self._lookup(ref)
+        except NotFound:
+            if self.registry is None:
+                raise
+            return self._installed_elsewhere(ref)
         if self.registry is None:
             if ref.version is not None:
                 raise InvalidVersion(f"{name!r}: this service keeps no skill versions (no registry)")
             return skill
         return self.registry.load(self._version_of(skill, ref.version))
+
+    def _installed_elsewhere(self, ref: SkillRef) -> Skill:
+        """A skill this machine's install root lacks, installed through another process that
+        shares the database: its version from the registry (the folder fetched from the object
+        store).  A read-only root's skill of another machine is not (its versions' source is
+        ``folder``): those are each machine's own."""
+        registry = self.registry
+        assert registry is not None
+        for skill_id in dict.fromkeys((ref.name, ref.key)):
+            try:
+                version = registry.version(skill_id, ref.version)
+            except NotFound:
+                continue
+            if version.source != "folder":
+                return registry.load(version)
+        raise NotFound(f"unknown skill {ref.name!r}", code="skill_not_found")
 
     def found(self, name: str) -> Skill:
         """The catalog's skill (its folder under a root) by id or name; 400 for a malformed
@@ -327,7 +348,7 @@ class SkillRepository:
             if check is not None:
                 check(skill)
             if self.deps is not None and self.deps.mode == "install":
-                self.deps.ensure(skill.path)
+                self.deps.ensure(skill.path, install=True)
 
         registry = self.registry
         if registry is None:

@@ -44,12 +44,14 @@ from typing import Any
 
 from ..db import Database
 from ..errors import Conflict, NotFound
+from ..objects import ObjectStore
 from ..skills.loader import SkillLoadError, find_skill_file, load_skill
 from ..skills.model import Skill
 from .blobs import folder_signature, materialise
 from .index import RegistryIndex
 from .manifest import AuditEntry, FileDigest, Version, manifest_digest
 from .refs import VersionRef, parse_version
+from .remote import build, upload
 
 __all__ = ["AuditEntry", "FileDigest", "Registry", "Version", "manifest_digest"]
 
@@ -62,8 +64,11 @@ class Registry:
     """Versions of skills under ``root``, indexed in ``database``. Thread-safe; several
     processes may share ``root`` and the database (or only the database, each with its root)."""
 
-    def __init__(self, root: Path, *, database: Database) -> None:
+    def __init__(self, root: Path, *, database: Database, objects: ObjectStore | None = None) -> None:
         self.root = root
+        #: where every version's blobs are put before its row commits, and fetched from by a
+        #: process that lacks its folder (None: versions live on this machine only)
+        self.objects = objects
         self.blobs = root / "blobs"
         self.versions_dir = root / "versions"
         self.staging = root / "staging"
@@ -123,6 +128,8 @@ class Registry:
                 target.mkdir(mode=0o755)
                 files = materialise(folder, target, self.blobs)
                 digest = manifest_digest([(f.path, f.digest_field) for f in files])
+                if self.objects is not None:  # before the row: a row never names content the store lacks
+                    upload(self.objects, self.blobs, files)
                 return self._commit(skill_id, stage, folder.name, files, digest, actor, source, set_default)
             finally:
                 shutil.rmtree(stage, ignore_errors=True)
@@ -156,7 +163,7 @@ class Registry:
             placed.append(final)
 
         try:
-            return self.index.record(
+            version, created = self.index.record(
                 skill_id,
                 digest,
                 files,
@@ -170,6 +177,12 @@ class Registry:
             for final in placed:  # the transaction did not commit: no row refers to it
                 shutil.rmtree(final, ignore_errors=True)
             raise
+        final = self.versions_dir / skill_id / str(version.number)
+        if not created and version.dirname == dirname and not final.exists():
+            # published by another machine with this content: the staged copy is its folder here
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(stage, final)
+        return version, created
 
     # -- reading -------------------------------------------------------------------------
 
@@ -204,6 +217,7 @@ class Registry:
         key = (version.skill, version.number)
         skill = self._loaded.get(key)
         if skill is None or skill.digest != version.digest:
+            self.fetch(version)
             try:
                 skill = load_skill(self.folder(version))
             except SkillLoadError as exc:
@@ -214,6 +228,42 @@ class Registry:
             skill.version, skill.digest = version.number, version.digest
             self._loaded[key] = skill
         return skill
+
+    def fetch(self, version: Version) -> Path:
+        """The version's folder on this machine, built from its manifest and the object store
+        when absent (published elsewhere): atomically (staged, then renamed), once however many
+        threads and processes ask at a time (under the writer lock).  A failure leaves nothing:
+        no folder, no staging, no blob it fetched."""
+        final = self.versions_dir / version.skill / str(version.number)
+        if final.is_dir():
+            return final
+        if self.objects is None:
+            raise NotFound(
+                f"version {version.number} of skill {version.skill!r} is not on this machine and no object "
+                "store is configured to fetch it from",
+                code="version_not_found",
+            )
+        with self.writing():
+            if final.is_dir():  # another thread or process built it meanwhile
+                return final
+            stage = self.staging / uuid.uuid4().hex
+            stage.mkdir()
+            fetched: list[Path] = []
+            try:
+                build(self.objects, version, self.blobs, stage, fetched)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(stage, final)
+            except BaseException:
+                shutil.rmtree(stage, ignore_errors=True)
+                for blob in fetched:  # linked nowhere now
+                    with contextlib.suppress(FileNotFoundError):
+                        if blob.stat().st_nlink == 1:
+                            blob.unlink()
+                raise
+            finally:
+                shutil.rmtree(stage, ignore_errors=True)
+            log.info("fetched version %d of skill %s (%d blobs)", version.number, version.skill, len(fetched))
+        return final
 
     # -- folder skills: a change on disk is a new version --------------------------------
 
@@ -342,7 +392,14 @@ class Registry:
         try:
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise gone from None
+            found = self.index.find(skill_id, parse_version(number)) if self.objects is not None else None
+            if found is None:
+                raise gone from None
+            self.fetch(found)  # published on another machine: built here first
+            try:
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise gone from None
         key = (skill_id, number)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
