@@ -233,7 +233,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_skills_package": "unit",
     "test_skills_parsing": "unit",
     "test_skills_repository": "unit",
-    "test_database": "service",  # a Postgres server
+    "test_database": "unit",  # its Postgres cases are service (tier_of)
     "test_database_legacy": "unit",
     "test_snapshots": "service",  # a SeaweedFS server
     "test_session_snapshots": "engine",
@@ -305,7 +305,16 @@ TEST_TIERS: dict[str, dict[str, str]] = {
     "test_skill_tests": {"test_the_schema_validates_what_the_models_accept": "service"},
 }
 #: Fixtures that start a real server process: a test using one is (at least) service.
-SERVER_FIXTURES = {"server", "secured", "service", "tenants", "open_local", "s3_server"}
+SERVER_FIXTURES = {
+    "server",
+    "secured",
+    "service",
+    "tenants",
+    "open_local",
+    "s3_server",
+    "postgres_server",
+    "postgres_url",
+}
 
 
 def tier_of(item: pytest.Item) -> str | None:
@@ -320,6 +329,8 @@ def tier_of(item: pytest.Item) -> str | None:
     names = set(getattr(item, "fixturenames", ()))
     callspec = getattr(item, "callspec", None)
     runtime = str(callspec.params.get("runtime_name", "")) if callspec is not None else ""
+    if callspec is not None and callspec.params.get("database") == "postgresql":
+        names.add("postgres_server")  # the database fixture's Postgres case
     if TIERS.index(tier) < TIERS.index("engine") and (
         runtime.startswith("docker") or "docker_runtime_name" in names or item.get_closest_marker("docker")
     ):

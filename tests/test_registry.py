@@ -27,7 +27,6 @@ from skill_executor.runs.models import RunRequest
 
 from .api_server import Server
 from .conftest import REPO, make_settings
-from .databases import KINDS, open_database
 
 
 def write_skill(folder: Path, name: str, data: str = "one", *, description: str = "A versioned skill.") -> Path:
@@ -46,13 +45,6 @@ def skill_zip(name: str, data: str, *, top: str | None = None) -> bytes:
         archive.writestr(f"{top}/SKILL.md", f"---\nname: {name}\ndescription: A versioned skill.\n---\n# {name}\n")
         archive.writestr(f"{top}/data.txt", data)
     return buffer.getvalue()
-
-
-@pytest.fixture(params=KINDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    db = open_database(request.param, tmp_path)
-    yield db
-    db.close()
 
 
 def another_process(database: Database) -> Database:

@@ -17,21 +17,12 @@ from skill_executor.errors import Conflict, NotFound
 from skill_executor.registry import store as store_module
 from skill_executor.registry.store import Registry, Version
 
-from .databases import KINDS, open_database
-
 
 def write_skill(folder: Path, name: str, data: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: Shared.\n---\n# {name}\n")
     (folder / "data.txt").write_text(data)
     return folder
-
-
-@pytest.fixture(params=KINDS)
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    db = open_database(request.param, tmp_path)
-    yield db
-    db.close()
 
 
 @pytest.fixture
