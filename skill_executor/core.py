@@ -116,7 +116,6 @@ class Executor:
             registry=Registry(settings.registry_dir, database=database, objects=objects),
             service_dirs=[settings.data_dir, settings.workspaces],
         )
-        objects = open_object_store(settings)
         artifacts = LocalArtifactStore.from_settings(settings, database=database, objects=objects)
         runtime = runtime or make_runtime(settings, wait_for_engine=wait_for_engine)
         contexts = make_contexts(settings, database, repository, runtime.visible_skills_dir)
