@@ -36,6 +36,7 @@ from .limiter import Reservation
 from .models import RunRequest, RunResult
 from .pipeline import SkillRunner, new_run_id
 from .plan import RunPlan
+from .seam import Dispatcher
 from .store import FINAL, RunRecord, RunStore, Status
 
 log = logging.getLogger(__name__)
@@ -90,11 +91,17 @@ class RunHandle:
     events: list[Event] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
+    #: A worker's: gets every event ``(id, kind, data)`` in order, as published (must not block).
+    sink: Callable[[int, str, Any], None] | None = None
+    #: A worker's: records the outcome instead of the store (``record``, guarded by its claim).
+    outcome: Callable[[RunRecord], None] | None = None
 
     def publish(self, kind: str, data: Any) -> None:
         with self._lock:
             self.events.append((kind, data))
             waiters = list(self._waiters)
+            if self.sink is not None:
+                self.sink(len(self.events), kind, data)
         for loop, event in waiters:
             try:
                 loop.call_soon_threadsafe(event.set)
@@ -171,26 +178,32 @@ class RunManager:
         runner: SkillRunner,
         store: RunStore,
         *,
+        dispatcher: Dispatcher,
         on_finish: Callable[[RunRecord], None] | None = None,
+        recover: bool = True,
     ) -> None:
+        """``dispatcher``: where accepted runs go (:mod:`skill_executor.dispatch`);
+        ``recover``: mark this instance's runs left unfinished by its previous process
+        failed (the embedded service; in a cluster, lost workers are swept instead)."""
         self.runner = runner
         self.store = store
+        self.dispatcher = dispatcher
         self.on_finish = on_finish
         self._handles: dict[str, RunHandle] = {}
         self._lock = threading.Lock()
         self._closing = False
-        # One worker per admissible run (executing or queued): threads are reused.
-        limiter = runner.limiter
-        self._workers = concurrent.futures.ThreadPoolExecutor(
-            max_workers=limiter.slots + limiter.queue, thread_name_prefix="run"
-        )
         self._admission = concurrent.futures.ThreadPoolExecutor(
             max_workers=ADMISSION_THREADS, thread_name_prefix="run-admit"
         )
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="run-io")
-        interrupted = store.fail_interrupted()
+        interrupted = store.fail_interrupted() if recover else 0
         if interrupted:
             log.warning("marked %d run(s) interrupted by a restart as failed", interrupted)
+
+    @property
+    def remote(self) -> bool:
+        """Whether runs execute in other processes (an API replica of a cluster)."""
+        return self.dispatcher.remote
 
     @property
     def closing(self) -> bool:
@@ -238,6 +251,8 @@ class RunManager:
             raise shutdown_error()
         authorize_inputs(principal, (i.from_ for i in request.inputs))
         checked = self.runner.validate(request)
+        if self.dispatcher.remote:
+            return self._enqueue(request, principal.id, fingerprinted)
         reservation = self.runner.limiter.reserve()
         run_id = new_run_id()
         payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
@@ -265,8 +280,61 @@ class RunManager:
             error = shutdown_error(run_id)
             self.store.update(run_id, "cancelled", error={**error.to_dict()["error"], "status": error.status})
             raise error
-        self._workers.submit(self._execute, request, handle, reservation, checked, principal.id)
+        self.dispatcher.start(lambda: self._execute(request, handle, reservation, checked, principal.id))
         return record, handle, False
+
+    def _enqueue(
+        self, request: RunRequest, owner: str, fingerprinted: tuple[str, str] | None
+    ) -> tuple[RunRecord, RunHandle | None, bool]:
+        """Record and queue a run for the workers in one transaction (remote dispatch)."""
+        run_id = new_run_id()
+        payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+        def queue(conn: Any) -> None:
+            self.dispatcher.admit(conn)
+            self.dispatcher.enqueue(conn, run_id, request, owner)
+
+        try:
+            record = self.store.create(run_id, payload, owner=owner, idempotency=fingerprinted, also=queue)
+        except Conflict:
+            assert fingerprinted is not None
+            replay = self._replay(owner, *fingerprinted)
+            if replay is None:  # pragma: no cover - a claimed key is never released
+                raise
+            return replay
+        return record, None, False
+
+    def run_claimed(
+        self,
+        record: RunRecord,
+        *,
+        sink: Callable[[int, str, Any], None],
+        outcome: Callable[[RunRecord], None],
+    ) -> RunHandle:
+        """A worker's: execute a run another process accepted and this one claimed. Its
+        first event (``status queued``) is recorded already; every later one goes to
+        ``sink``, its outcome to ``outcome`` (never to the store directly)."""
+        run_id = record.run_id
+        handle = RunHandle(run_id, record)
+        handle.events.append(("status", "queued"))
+        handle.sink, handle.outcome = sink, outcome
+        with self._lock:
+            self._handles[run_id] = handle
+        try:
+            request = RunRequest.model_validate(record.request)
+            if self._closing:
+                raise shutdown_error()
+            checked = self.runner.validate(request)
+            reservation = self.runner.limiter.reserve()
+        except ExecutorError as exc:
+            self._finish(handle, "failed", None, self._error(exc))
+            return handle
+        except Exception:
+            log.exception("run %s could not start", run_id)
+            self._finish(handle, "failed", None, INTERNAL)
+            return handle
+        self.dispatcher.start(lambda: self._execute(request, handle, reservation, checked, record.owner))
+        return handle
 
     def _replay(self, owner: str, key: str, fingerprint: str) -> tuple[RunRecord, RunHandle | None, bool] | None:
         found = self.store.idempotent(owner, key)
@@ -363,7 +431,10 @@ class RunManager:
         handle.publish(*terminal(record))
         handle.future.set_result(record)
         try:
-            self.store.update(run_id, status, result=body, error=error, events=record.events)
+            if handle.outcome is not None:
+                handle.outcome(record)
+            else:
+                self.store.update(run_id, status, result=body, error=error, events=record.events)
         except Exception:  # the record stays "queued" and is marked interrupted at the next start
             log.exception("recording the outcome of run %s failed", run_id)
         finally:
@@ -397,11 +468,16 @@ class RunManager:
         """The current state of a record the caller already got through :meth:`get`."""
         return self._current(record.run_id)
 
-    def cancel(self, run_id: str, who: Principal) -> RunHandle:
-        """Ask a run of this process to stop; its live handle (await :meth:`settle`)."""
+    def cancel(self, run_id: str, who: Principal) -> RunHandle | None:
+        """Ask a run to stop; its live handle when it runs in this process (await
+        :meth:`settle`), None when it runs elsewhere (:meth:`cancel_and_settle`)."""
         record = self.get(run_id, who, action="run.cancel")
         if record.status in FINAL:
             raise Conflict(f"run {run_id!r} has already ended ({record.status})", code="run_finished")
+        if self.dispatcher.remote:
+            if self.dispatcher.cancel(run_id) is None and self.store.get(run_id).status in FINAL:
+                raise Conflict(f"run {run_id!r} has already ended", code="run_finished")
+            return None
         handle = self.handle(run_id)
         if handle is None:
             if self.store.get(run_id).status in FINAL:  # it ended a moment ago
@@ -409,6 +485,37 @@ class RunManager:
             raise Conflict(f"run {run_id!r} is not running in this process", code="run_not_active")
         self._cancel(handle, "request")
         return handle
+
+    async def cancel_and_settle(self, run_id: str, who: Principal, timeout: float) -> tuple[Status, bool]:
+        """Cancel a run wherever it runs and wait up to ``timeout`` for it to stop: its
+        status and whether that is final."""
+        handle = await self.offload(self.cancel, run_id, who)
+        if handle is not None:
+            final = await self.settle(handle, timeout)
+            if final is not None:
+                return final.status, True
+            return ("running" if handle.started else "queued"), False
+        deadline = time.monotonic() + timeout
+        while True:
+            record = await self.offload(self.store.get, run_id)
+            left = deadline - time.monotonic()
+            if record.status in FINAL or left <= 0:
+                return record.status, record.status in FINAL
+            await self.dispatcher.changed(run_id, min(left, 1.0))
+
+    def cancel_local(self, run_id: str, reason: str) -> bool:
+        """A worker's: stop a run of this process that was cancelled elsewhere (or whose
+        lease went); whether it runs here."""
+        handle = self.handle(run_id)
+        if handle is None:
+            return False
+        self._cancel(handle, reason)
+        return True
+
+    def running(self) -> list[str]:
+        """The ids of the runs this process executes now."""
+        with self._lock:
+            return list(self._handles)
 
     def _cancel(self, handle: RunHandle, reason: str) -> None:
         if not handle.cancel.is_set():
@@ -432,7 +539,10 @@ class RunManager:
         while record.status not in FINAL:
             if self._closing:
                 raise shutdown_error()
-            await asyncio.sleep(0.2)
+            if self.dispatcher.remote:  # woken by the run's outcome, wherever it ran
+                await self.dispatcher.changed(record.run_id, 1.0)
+            else:
+                await asyncio.sleep(0.2)
             record = await self.offload(self.reload, record)
         return record
 
@@ -490,6 +600,6 @@ class RunManager:
         concurrent.futures.wait([h.future for h in handles], timeout=timeout)
         for handle in handles:  # and their outcomes are in the store
             handle.recorded.wait(max(0.0, deadline - time.monotonic()))
-        self._workers.shutdown(wait=False, cancel_futures=True)
+        self.dispatcher.shutdown()
         self._admission.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)
