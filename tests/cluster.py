@@ -189,3 +189,9 @@ class Cluster:
 
 def run_body(command: str, **more: Any) -> dict[str, Any]:
     return {"skill": "math-tools", "command": command, **more}
+
+
+def worker_id(proc: Proc) -> str:
+    """The id a worker process registered under (its /healthz says)."""
+    detail = httpx.get(f"{proc.url}/healthz", timeout=10).json()["checks"]["worker"]["detail"]
+    return str(detail.split(":", 1)[0].removeprefix("worker "))

@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from skill_executor.db import Database
 
-from .cluster import Cluster, run_body
+from .cluster import Cluster, run_body, worker_id
 from .conftest import require_runtime
 from .pgserver import PostgresServer
 
@@ -174,3 +174,105 @@ def test_roles_of_a_cluster_refuse_the_embedded_sqlite(tmp_path: Path) -> None:
         )
         assert done.returncode == 2, done.stderr
         assert "needs a shared Postgres database" in done.stderr
+
+
+# -- faults (each on a cluster of its own) ----------------------------------------------------
+
+
+@pytest.fixture
+def own_cluster(postgres_server: PostgresServer, tmp_path: Path) -> Iterator[Any]:
+    """A factory: ``own_cluster(apis=, workers=, env=)`` starts a cluster on a fresh database."""
+    require_runtime("docker")
+    made: list[tuple[Cluster, str]] = []
+
+    def make(**kwargs: Any) -> Cluster:
+        name = postgres_server.create_database()
+        started = Cluster(tmp_path / f"cluster-{len(made)}", postgres_server.url(name), **kwargs)
+        made.append((started, name))
+        return started.start()
+
+    try:
+        yield make
+    except BaseException:
+        for started, _ in made:
+            print(started.logs())
+        raise
+    finally:
+        for started, name in made:
+            try:
+                started.close()
+            finally:
+                postgres_server.drop_database(name)
+
+
+def status_of(base: str, run_id: str) -> dict[str, Any]:
+    return dict(httpx.get(f"{base}/v1/runs/{run_id}", timeout=TIMEOUT).json())
+
+
+def wait_status(base: str, run_id: str, wanted: set[str], timeout: float = TIMEOUT) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        record = status_of(base, run_id)
+        if record["status"] in wanted:
+            return record
+        assert time.monotonic() < deadline, record
+        time.sleep(0.1)
+
+
+def test_a_worker_killed_mid_run_loses_its_lease_in_bound_and_its_runs_end_cleanly(own_cluster: Any) -> None:
+    """kill -9 with the default heartbeat 5 s, lease 20 s, sweep 5 s: its running run ends
+    failed ``interrupted`` (attempt 1, never re-executed) within lease + sweep; its
+    session's queued run ends ``session_lost``, as does the session's next submission;
+    runs queued for the tier are done by the other worker."""
+    cluster = own_cluster(apis=1, workers=2, env={"SKILL_EXECUTOR_WORKER_CAPACITY": "1"})
+    api = cluster.api(0)
+    long = submit(api, run_body("echo in; sleep 120", session="doomed"), params={"wait": "false"}).json()["run_id"]
+    wait_status(api, long, {"running"})
+    holder = rows(cluster.database_url, "SELECT worker_id FROM runs WHERE run_id = :r", r=long)[0][0]
+    victim = next(i for i, w in enumerate(cluster.workers) if worker_id(w) == holder)
+    behind = submit(api, run_body("echo never", session="doomed"), params={"wait": "false"}).json()["run_id"]
+    queued = [submit(api, run_body(f"echo q{i}"), params={"wait": "false"}).json()["run_id"] for i in range(3)]
+    killed = time.monotonic()
+    cluster.kill_worker(victim)
+    record = wait_status(api, long, {"failed", "completed", "cancelled"}, timeout=45)
+    detected = time.monotonic() - killed
+    print(f"kill -9 -> interrupted: {detected:.1f} s")
+    assert detected <= 30.0
+    assert record["status"] == "failed" and record["error"]["code"] == "interrupted"
+    assert record["error"]["details"] == {"reason": "worker_lost"}
+    lost = wait_status(api, behind, {"failed", "completed", "cancelled"})
+    assert lost["status"] == "failed" and lost["error"]["code"] == "session_lost"
+    for run_id in queued:
+        done = wait_status(api, run_id, {"completed", "failed", "cancelled"})
+        assert done["status"] == "completed", done
+    survivors = rows(cluster.database_url, "SELECT DISTINCT worker_id FROM runs WHERE run_id = ANY(:ids)", ids=queued)
+    assert [r[0] for r in survivors] == [worker_id(cluster.workers[1 - victim])]
+    assert rows(cluster.database_url, "SELECT attempt FROM runs WHERE run_id = :r", r=long)[0][0] == 1
+    refused = submit(api, run_body("echo again", session="doomed"))
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "session_lost"
+    # the stream of the interrupted run ends with the error
+    events = sse(api, long)
+    assert events[-1][1] == "error" and events[-1][2]["code"] == "interrupted"
+    assert rows(cluster.database_url, "SELECT count(*) FROM workers WHERE worker_id = :w", w=holder)[0][0] == 0
+
+
+def test_a_replica_killed_mid_request_loses_nothing_acknowledged(own_cluster: Any) -> None:
+    """The replica dies while the client waits: the run it recorded finishes on a worker,
+    and the client's retry with the same Idempotency-Key on the other replica gets it."""
+    cluster = own_cluster(apis=2, workers=1)
+    key = {"Idempotency-Key": "killed-replica-1"}
+    body = run_body("sleep 2; echo survived")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(submit, cluster.api(0), body, headers=key)
+        deadline = time.monotonic() + TIMEOUT
+        while not rows(cluster.database_url, "SELECT run_id FROM idempotency WHERE key = :k", k=key["Idempotency-Key"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        cluster.apis[0].kill()
+        with pytest.raises(httpx.HTTPError):
+            waiting.result()
+    retried = submit(cluster.api(1), body, headers=key)
+    assert retried.status_code == 200, retried.text
+    assert retried.json()["stdout"] == "survived\n"
+    assert retried.headers.get("Idempotent-Replayed") == "true"
+    assert rows(cluster.database_url, "SELECT count(*) FROM runs")[0][0] == 1

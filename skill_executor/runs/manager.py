@@ -296,8 +296,9 @@ class RunManager:
 
         try:
             record = self.store.create(run_id, payload, owner=owner, idempotency=fingerprinted, also=queue)
-        except Conflict:
-            assert fingerprinted is not None
+        except Conflict as exc:
+            if fingerprinted is None or exc.code not in ("idempotent_replay", "idempotency_key_reused"):
+                raise  # a refusal of the dispatcher's (session_lost)
             replay = self._replay(owner, *fingerprinted)
             if replay is None:  # pragma: no cover - a claimed key is never released
                 raise

@@ -41,6 +41,11 @@ def healthz(request: Request) -> JSONResponse:
         checks["database"] = Check(ok=ok, detail="run store writable" if ok else "run store not writable")
     except Exception as exc:
         checks["database"] = Check(ok=False, detail=f"run store: {exc}")
+    worker = getattr(getattr(request.app.state, "service", None), "worker", None)
+    if worker is not None:  # a cluster's worker: its lease
+        lost = worker.membership.lost.is_set()
+        detail = f"worker {worker.worker_id}: " + (f"lease lost ({worker.lost_reason})" if lost else "lease held")
+        checks["worker"] = Check(ok=not lost, detail=detail)
     try:
         count = len(executor.repository.list(include_hidden=True))
         checks["skills"] = Check(ok=True, detail=f"{count} skills loaded")
