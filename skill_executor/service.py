@@ -23,6 +23,7 @@ stays under the data dir's lease and is swept at the next start).
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -111,6 +112,7 @@ class Service:
                     capacity=settings.worker_capacity or limiter.slots,
                     lease=settings.worker_lease_seconds,
                     heartbeat=settings.worker_heartbeat_seconds,
+                    worker_id=f"{socket.gethostname()[:40]}-{data_dir_id(settings.data_dir)[:12]}",
                 )
         except BaseException:
             executor.close(timeout=5.0)

@@ -160,6 +160,51 @@ def test_idempotency_keys_hold_across_replicas(cluster: Cluster) -> None:
     assert count[0][0] == 1
 
 
+def test_a_postgres_restart_mid_traffic_gives_clean_503s_and_the_cluster_recovers(
+    cluster: Cluster, postgres_server: PostgresServer
+) -> None:
+    kept = submit(cluster.api(0), run_body("sleep 3; echo kept"), params={"wait": "false"}).json()["run_id"]
+    wait_status(cluster.api(1), kept, {"running"})
+    answers: list[tuple[int, dict[str, Any], str | None]] = []
+    stop = time.monotonic() + 8
+
+    def traffic(i: int) -> None:
+        while time.monotonic() < stop:
+            try:
+                answer = submit(cluster.api(i), run_body("echo through"))
+            except httpx.HTTPError as exc:  # never a hang: the timeout is the test's
+                answers.append((0, {"transport": str(exc)}, None))
+                continue
+            answers.append((answer.status_code, answer.json(), answer.headers.get("Retry-After")))
+            if answer.status_code != 200:
+                time.sleep(0.2)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        flows = [pool.submit(traffic, i) for i in range(2)]
+        time.sleep(1.0)
+        postgres_server.stop("fast")
+        time.sleep(1.0)
+        postgres_server.start()
+        for flow in flows:
+            flow.result()
+    codes = sorted({status for status, _, _ in answers})
+    print("answers during the restart:", {c: sum(1 for s, _, _ in answers if s == c) for c in codes})
+    assert set(codes) <= {200, 503}, answers
+    for status, body, retry_after in answers:
+        if status == 503:
+            assert body["error"]["code"] == "database_unavailable" and retry_after is not None, body
+        else:
+            assert body["stdout"] == "through\n"
+    assert 200 in codes
+    # the run acknowledged before the restart finished on its worker
+    assert wait_status(cluster.api(0), kept, {"completed", "failed", "cancelled"})["result"]["stdout"] == "kept\n"
+    # and both replicas run new runs again (the workers kept their leases)
+    for i in range(2):
+        again = submit(cluster.api(i), run_body("echo after"))
+        assert again.status_code == 200 and again.json()["stdout"] == "after\n", again.text
+    assert all(w.alive for w in cluster.workers)
+
+
 def test_roles_of_a_cluster_refuse_the_embedded_sqlite(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -276,3 +321,49 @@ def test_a_replica_killed_mid_request_loses_nothing_acknowledged(own_cluster: An
     assert retried.json()["stdout"] == "survived\n"
     assert retried.headers.get("Idempotent-Replayed") == "true"
     assert rows(cluster.database_url, "SELECT count(*) FROM runs")[0][0] == 1
+
+
+def test_the_whole_cluster_stopped_and_started_again_keeps_every_record(own_cluster: Any) -> None:
+    cluster = own_cluster(apis=2, workers=2)
+    ids = [submit(cluster.api(i), run_body(f"echo before-{i}")).json()["run_id"] for i in range(4)]
+    first = submit(cluster.api(0), run_body("echo kept > $WORK_DIR/k.txt", session="lasting"))
+    assert first.status_code == 200
+    before = {run_id: status_of(cluster.api(0), run_id) for run_id in ids}
+    streams = {run_id: sse(cluster.api(1), run_id) for run_id in ids}
+    codes = cluster.stop()
+    # a clean stop (uvicorn re-raises the SIGTERM it handled once it has shut down)
+    assert set(codes.values()) <= {0, -15}, (codes, cluster.logs())
+    assert "Finished server process" in cluster.workers[0].log()
+    for proc in cluster.workers + cluster.apis:
+        proc.start()
+    for i, run_id in enumerate(ids):
+        assert status_of(cluster.api(i + 1), run_id) == before[run_id]
+        assert sse(cluster.api(i), run_id) == streams[run_id]
+    # a worker restarted on its data dir is the same worker: the session's files are there
+    again = submit(cluster.api(1), run_body("cat $WORK_DIR/k.txt", session="lasting"))
+    assert again.status_code == 200 and again.json()["stdout"] == "kept\n", again.text
+
+
+def test_a_worker_paused_past_its_lease_writes_nothing_and_exits_non_zero(own_cluster: Any) -> None:
+    """Split brain: SIGSTOP longer than the lease; the run is declared interrupted; once
+    resumed, the worker finds its lease gone, stops its sandbox, records nothing and exits 4."""
+    import signal
+
+    cluster = own_cluster(apis=1, workers=1)
+    api = cluster.api(0)
+    run_id = submit(api, run_body("sleep 15; echo late"), params={"wait": "false"}).json()["run_id"]
+    wait_status(api, run_id, {"running"})
+    proc = cluster.workers[0]
+    assert proc.process is not None
+    proc.process.send_signal(signal.SIGSTOP)
+    try:
+        record = wait_status(api, run_id, {"failed", "completed", "cancelled"}, timeout=30)
+    finally:
+        proc.process.send_signal(signal.SIGCONT)
+    assert record["error"]["code"] == "interrupted"
+    events = sse(api, run_id)
+    assert proc.process.wait(timeout=60) == 4, proc.log()
+    assert status_of(api, run_id) == record
+    assert sse(api, run_id) == events
+    cluster.restart_worker(0)
+    assert submit(api, run_body("echo back")).json()["stdout"] == "back\n"

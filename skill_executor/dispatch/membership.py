@@ -1,4 +1,5 @@
-"""A worker's row in ``workers`` and its lease (database clock only).
+"""A worker's row in ``workers`` and its lease (database clock only). A worker's id is its
+data dir's (:func:`skill_executor.owners.data_dir_id`): restarted there, it is the same worker.
 
 The heartbeat renews the lease every ``heartbeat`` seconds only while it is still valid
 (``UPDATE ... WHERE lease_until > now``): no row means another process declared this worker
@@ -15,11 +16,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from sqlalchemy import delete, insert, text, update
+from sqlalchemy import delete, insert, select, text, update
 
 from ..db import Database
-from ..db.schema import workers
-from .sweep import now_sql
+from ..db.schema import runs, workers
+from . import events as ev
+from . import queue
+from .sweep import INTERRUPTED, now_sql
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +42,24 @@ class Membership:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def register(self) -> None:
+    def register(self) -> list[str]:
+        """Take (or take back) this worker's row and lease. A worker's id is its data dir's,
+        so a worker restarted on its data dir is the same worker: the runs its predecessor
+        was running died with it and end ``interrupted`` here (only its own: nobody else's);
+        its sessions' leases, and their files on its disk, are its again. The ids of the
+        runs it interrupted."""
         with self.database.write() as conn:
+            interrupted = []
+            for run_id, job_id in conn.execute(
+                select(runs.c.run_id, runs.c.job_id)
+                .where(runs.c.status == "running", runs.c.worker_id == self.worker_id)
+                .with_for_update()
+            ).all():
+                if ev.end(conn, run_id, "failed", result=None, error=INTERRUPTED):
+                    interrupted.append(run_id)
+                if job_id is not None:
+                    queue.fail_doing(conn, int(job_id))
+            conn.execute(delete(workers).where(workers.c.worker_id == self.worker_id))
             conn.execute(
                 insert(workers).values(
                     worker_id=self.worker_id,
@@ -51,6 +70,11 @@ class Membership:
                     lease_until=text(f"{now_sql()} + {float(self.lease)}"),
                 )
             )
+        if interrupted:
+            log.warning(
+                "worker %s: %d run(s) of its previous process marked interrupted", self.worker_id, len(interrupted)
+            )
+        return interrupted
 
     def renew(self) -> bool:
         """Extend the lease if it is still ours; False: it is lost."""

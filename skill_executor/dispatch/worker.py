@@ -24,8 +24,6 @@ import concurrent.futures
 import json
 import logging
 import queue as queues
-import secrets
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -55,10 +53,6 @@ BATCH_SECONDS = 0.005
 RETRY_SECONDS = 0.5
 #: How often a worker also looks for its runs asked to stop (notifications can be lost).
 CANCEL_CATCH_UP_SECONDS = 2.0
-
-
-def new_worker_id() -> str:
-    return f"{socket.gethostname()[:40]}-{secrets.token_hex(6)}"
 
 
 @dataclass(slots=True)
@@ -173,11 +167,11 @@ class Worker:
         capacity: int,
         lease: float,
         heartbeat: float,
-        worker_id: str | None = None,
+        worker_id: str,
     ) -> None:
         self.manager = manager
         self.database = database
-        self.worker_id = worker_id or new_worker_id()
+        self.worker_id = worker_id
         self.capacity = capacity
         self.tiers = [queue.DEFAULT_TIER]
         self.membership = Membership(
