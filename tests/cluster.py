@@ -9,6 +9,7 @@ containers its predecessor left: nothing outlives the test, ``tests/leftovers.py
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import shutil
 import signal
@@ -137,14 +138,17 @@ class Cluster:
             }
         )
         self.env = common
-        self.apis = [Proc("api", base / f"api-{i}", dict(common), self.skills) for i in range(apis)]
+        # API replicas execute nothing: they get no Docker engine at all
+        no_engine = {**common, "DOCKER_HOST": f"unix://{base}/no-engine.sock"}
+        self.apis = [Proc("api", base / f"api-{i}", no_engine, self.skills) for i in range(apis)]
         self.workers = [Proc("worker", base / f"worker-{i}", dict(common), self.skills) for i in range(workers)]
         self._killed: set[int] = set()
 
     def start(self) -> Cluster:
         # workers first: each registers before it answers /healthz, so the cluster has capacity
-        for proc in self.workers + self.apis:
-            proc.start()
+        for group in (self.workers, self.apis):
+            with concurrent.futures.ThreadPoolExecutor(len(group) or 1) as pool:
+                list(pool.map(lambda proc: proc.start(), group))
         return self
 
     def kill_worker(self, index: int) -> None:
@@ -164,10 +168,10 @@ class Cluster:
     def stop(self) -> dict[str, int | None]:
         """SIGTERM everything (API replicas first); exit codes by process."""
         codes = {}
-        for i, proc in enumerate(self.apis):
-            codes[f"api-{i}"] = proc.stop()
-        for i, proc in enumerate(self.workers):
-            codes[f"worker-{i}"] = proc.stop()
+        for kind, group in (("api", self.apis), ("worker", self.workers)):
+            with concurrent.futures.ThreadPoolExecutor(len(group) or 1) as pool:
+                for i, code in enumerate(pool.map(lambda proc: proc.stop(), group)):
+                    codes[f"{kind}-{i}"] = code
         return codes
 
     def close(self) -> None:

@@ -90,6 +90,38 @@ def test_runs_submitted_round_robin_to_both_replicas_all_finish_exactly_once(clu
     for i, run_id in enumerate(ids):
         record = httpx.get(f"{cluster.api(i + 1)}/v1/runs/{run_id}", timeout=TIMEOUT).json()
         assert record["status"] == "completed" and record["result"]["stdout"] == f"run-{i}\n"
+    metrics = httpx.get(f"{cluster.api(1)}/metrics", timeout=TIMEOUT).text
+    assert "skill_executor_queue_depth 0.0" in metrics and "skill_executor_runs_in_progress 0.0" in metrics
+
+
+def test_a_job_delivered_again_never_runs_a_run_twice(cluster: Cluster) -> None:
+    """A second job for a finished run (a re-delivery, a crafted row): the claim guard
+    starts nothing; the run, its attempt and its events stay as they were."""
+    from skill_executor.dispatch import queue
+
+    answer = submit(cluster.api(0), run_body("echo only-once"))
+    run_id = answer.json()["run_id"]
+    before = status_of(cluster.api(1), run_id)
+    events = sse(cluster.api(1), run_id)
+    database = Database(cluster.database_url)
+    try:
+        with database.write() as conn:
+            job = queue.defer(conn, run_id, queue=queue.tier_queue(queue.DEFAULT_TIER), lock=None)
+        deadline = time.monotonic() + TIMEOUT
+        while True:  # taken and finished by a worker (successful jobs are deleted)
+            with database.read() as conn:
+                left = conn.execute(
+                    text("SELECT status FROM procrastinate_jobs WHERE id = :j"), {"j": job}
+                ).scalar_one_or_none()
+            if left in (None, "succeeded"):
+                break
+            assert time.monotonic() < deadline, left
+            time.sleep(0.05)
+    finally:
+        database.close()
+    assert status_of(cluster.api(0), run_id) == before
+    assert sse(cluster.api(0), run_id) == events
+    assert rows(cluster.database_url, "SELECT attempt FROM runs WHERE run_id = :r", r=run_id)[0][0] == 1
 
 
 def test_a_sessions_runs_through_both_replicas_see_each_others_files(cluster: Cluster) -> None:
@@ -334,8 +366,7 @@ def test_the_whole_cluster_stopped_and_started_again_keeps_every_record(own_clus
     # a clean stop (uvicorn re-raises the SIGTERM it handled once it has shut down)
     assert set(codes.values()) <= {0, -15}, (codes, cluster.logs())
     assert "Finished server process" in cluster.workers[0].log()
-    for proc in cluster.workers + cluster.apis:
-        proc.start()
+    cluster.start()
     for i, run_id in enumerate(ids):
         assert status_of(cluster.api(i + 1), run_id) == before[run_id]
         assert sse(cluster.api(i), run_id) == streams[run_id]

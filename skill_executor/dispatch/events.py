@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, insert, select, text, update
 
 from ..db.schema import run_events, runs
+from ..runs.models import RunResult
 
 #: Channels: new events of a run; a run ended; a run is asked to stop.
 EVENTS_CHANNEL = "run_events"
@@ -85,3 +86,11 @@ def end(
     append(conn, run_id, [(seq + 1, "status", status), (seq + 2, *last)])
     notify(conn, DONE_CHANNEL, run_id)
     return True
+
+
+def not_started(run_id: str, skill: str, session: str | None) -> dict[str, Any]:
+    """The result of a run cancelled before it started (as the embedded service gives it)."""
+    result = RunResult(
+        run_id=run_id, skill=skill, session=session, warnings=["the run was cancelled before it started"]
+    )
+    return result.model_dump(mode="json")

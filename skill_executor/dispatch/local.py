@@ -3,8 +3,10 @@ and a worker executing the runs it claimed). Exactly today's path: no database i
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from sqlalchemy import Connection
@@ -37,7 +39,7 @@ class LocalDispatcher:
     def cancel(self, run_id: str) -> Status | None:
         raise NotImplementedError
 
-    async def changed(self, run_id: str, timeout: float) -> None:
+    def watch(self, run_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
         raise NotImplementedError
 
     def events_after(self, run_id: str, after: int) -> list[tuple[int, str, Any]]:

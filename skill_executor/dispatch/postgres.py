@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from sqlalchemy import Connection, func, select, update
@@ -25,7 +26,7 @@ from sqlalchemy import Connection, func, select, update
 from ..db import Database
 from ..db.schema import runs, session_leases, workers
 from ..errors import Busy, Conflict
-from ..runs.models import RunRequest, RunResult
+from ..runs.models import RunRequest
 from ..runs.store import Status
 from . import events as ev
 from . import queue
@@ -107,22 +108,15 @@ class PostgresDispatcher:
                 return None
             status, job_id, skill, session = row
             if status == "queued" and job_id is not None and queue.cancel_todo(conn, int(job_id)):
-                result = RunResult(
-                    run_id=run_id, skill=skill, session=session, warnings=["the run was cancelled before it started"]
-                )
-                ev.end(conn, run_id, "cancelled", result=result.model_dump(mode="json"), error=None)
+                ev.end(conn, run_id, "cancelled", result=ev.not_started(run_id, skill, session), error=None)
                 return "cancelled"
             ev.notify(conn, ev.CANCEL_CHANNEL, run_id)  # its worker stops it (or its claim finds it)
         return None
 
     # -- reading --------------------------------------------------------------------------
 
-    async def changed(self, run_id: str, timeout: float) -> None:
-        async with self.hub.watching(run_id) as wake:
-            try:
-                await asyncio.wait_for(wake.wait(), timeout)
-            except TimeoutError:
-                pass
+    def watch(self, run_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
+        return self.hub.watching(run_id)
 
     def events_after(self, run_id: str, after: int) -> list[tuple[int, str, Any]]:
         with self.database.read() as conn:
@@ -151,6 +145,8 @@ class PostgresDispatcher:
     def shutdown(self) -> None:
         pass
 
-    def depth(self) -> int:
+    def figures(self) -> tuple[int, int]:
+        """The cluster's (runs waiting for a worker, runs executing), for the metrics."""
         with self.database.read() as conn:
-            return queue.depth(conn)
+            running = conn.execute(select(func.count()).where(runs.c.status == "running")).scalar_one()
+            return queue.depth(conn), int(running)

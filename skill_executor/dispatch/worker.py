@@ -200,14 +200,14 @@ class Worker:
         worker's to run (see the module's docstring)."""
         with self.database.write() as conn:
             row = conn.execute(
-                select(runs.c.status, runs.c.cancel_requested, runs.c.owner, runs.c.session).where(
+                select(runs.c.status, runs.c.cancel_requested, runs.c.owner, runs.c.session, runs.c.skill).where(
                     runs.c.run_id == run_id
                 )
             ).first()
             if row is None or row.status != "queued":
                 return None
-            if row.cancel_requested:
-                ev.end(conn, run_id, "cancelled", result=None, error=None)
+            if row.cancel_requested:  # asked to stop after its job was fetched: it never starts
+                ev.end(conn, run_id, "cancelled", result=ev.not_started(run_id, row.skill, row.session), error=None)
                 return None
             if row.session and not self._session_here(conn, run_id, row.owner, row.session):
                 return None

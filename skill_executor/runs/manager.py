@@ -50,6 +50,8 @@ INTERNAL = {"code": "internal", "message": "the run failed inside the service", 
 #: only admissions.
 ADMISSION_THREADS = 4
 IO_THREADS = 4
+#: How long a wait for a run of a worker trusts the notifications before it looks itself.
+REMOTE_POLL_SECONDS = 1.0
 #: Run ids are ``new_run_id()``s; anything else (a 10k-character id) is simply unknown.
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -497,12 +499,14 @@ class RunManager:
                 return final.status, True
             return ("running" if handle.started else "queued"), False
         deadline = time.monotonic() + timeout
-        while True:
-            record = await self.offload(self.store.get, run_id)
-            left = deadline - time.monotonic()
-            if record.status in FINAL or left <= 0:
-                return record.status, record.status in FINAL
-            await self.dispatcher.changed(run_id, min(left, 1.0))
+        async with self.dispatcher.watch(run_id) as wake:
+            while True:
+                wake.clear()
+                record = await self.offload(self.store.get, run_id)
+                left = deadline - time.monotonic()
+                if record.status in FINAL or left <= 0:
+                    return record.status, record.status in FINAL
+                await _woken(wake, min(left, REMOTE_POLL_SECONDS))
 
     def cancel_local(self, run_id: str, reason: str) -> bool:
         """A worker's: stop a run of this process that was cancelled elsewhere (or whose
@@ -537,13 +541,20 @@ class RunManager:
         another process; refused with ``shutting_down`` once this one shuts down)."""
         if handle is not None:
             return await handle.wait()
+        if self.dispatcher.remote:  # woken by the run's outcome, wherever it runs
+            async with self.dispatcher.watch(record.run_id) as wake:
+                while True:
+                    wake.clear()  # then look: an outcome recorded from now on wakes us
+                    record = await self.offload(self.reload, record)
+                    if record.status in FINAL:
+                        return record
+                    if self._closing:
+                        raise shutdown_error()
+                    await _woken(wake, REMOTE_POLL_SECONDS)
         while record.status not in FINAL:
             if self._closing:
                 raise shutdown_error()
-            if self.dispatcher.remote:  # woken by the run's outcome, wherever it ran
-                await self.dispatcher.changed(record.run_id, 1.0)
-            else:
-                await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)
             record = await self.offload(self.reload, record)
         return record
 
@@ -604,3 +615,11 @@ class RunManager:
         self.dispatcher.shutdown()
         self._admission.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)
+
+
+async def _woken(wake: asyncio.Event, timeout: float) -> None:
+    """Until ``wake`` is set, or ``timeout`` seconds."""
+    try:
+        await asyncio.wait_for(wake.wait(), timeout)
+    except TimeoutError:
+        pass

@@ -9,7 +9,9 @@ goes from the database (its events, its outcome), for runs of any replica.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
@@ -40,8 +42,9 @@ class Dispatcher(Protocol):
         cancelled at once), else None (a running one is told through the database)."""
         ...
 
-    async def changed(self, run_id: str, timeout: float) -> None:
-        """Remote: return when the run may have new events or an outcome (or after ``timeout``)."""
+    def watch(self, run_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
+        """Remote: an event set whenever the run may have new events or an outcome (watch
+        first, then clear it and look: nothing is missed in between)."""
         ...
 
     def events_after(self, run_id: str, after: int) -> list[tuple[int, str, Any]]:

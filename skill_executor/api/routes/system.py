@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ...access import Principal
+from ...dispatch import PostgresDispatcher
 from ...web.auth import principal
 from ..schemas import Check, Health
 
@@ -61,7 +62,16 @@ def metrics(request: Request, _: Principal = Depends(principal)) -> Response:
     """Never fails: a figure that cannot be had (the engine is away) is left out, and
     ``skill_executor_engine_up`` says so."""
     state = request.app.state
-    limiter = state.executor.runner.limiter
-    state.metrics.queue_depth.set(max(0, limiter.waiting - max(0, limiter.slots - limiter.running)))
-    state.metrics.running.set(limiter.running)
+    dispatcher = state.manager.dispatcher
+    if isinstance(dispatcher, PostgresDispatcher):  # an API replica: the cluster's figures
+        try:
+            waiting, running = dispatcher.figures()
+            state.metrics.queue_depth.set(waiting)
+            state.metrics.running.set(running)
+        except Exception:  # the database is away: the figures are left as they were
+            pass
+    else:
+        limiter = state.executor.runner.limiter
+        state.metrics.queue_depth.set(max(0, limiter.waiting - max(0, limiter.slots - limiter.running)))
+        state.metrics.running.set(limiter.running)
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
