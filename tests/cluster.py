@@ -54,11 +54,21 @@ class Proc:
         return self.base / f"{self.kind}.log"
 
     def start(self, timeout: float = START_SECONDS) -> Proc:
+        self.launch()
+        return self.ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process (SIGTERM when the thread that started it ends: call this from
+        the test's own thread, so nothing outlives a test process that is killed)."""
         command = ["serve", "--role", "api"] if self.kind == "api" else ["worker"]
         self.base.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [
+                "setpriv",
+                "--pdeathsig",
+                "TERM",
+                "--",
                 sys.executable,
                 "-m",
                 "skill_executor.cli.main",
@@ -76,6 +86,10 @@ class Proc:
             stderr=subprocess.STDOUT,
         )
         log.close()
+
+    def ready(self, timeout: float = START_SECONDS) -> Proc:
+        """Wait until it answers /healthz with 200 (a worker: registered, lease held)."""
+        assert self.process is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -147,8 +161,10 @@ class Cluster:
     def start(self) -> Cluster:
         # workers first: each registers before it answers /healthz, so the cluster has capacity
         for group in (self.workers, self.apis):
+            for proc in group:
+                proc.launch()
             with concurrent.futures.ThreadPoolExecutor(len(group) or 1) as pool:
-                list(pool.map(lambda proc: proc.start(), group))
+                list(pool.map(lambda proc: proc.ready(), group))
         return self
 
     def kill_worker(self, index: int) -> None:

@@ -48,8 +48,6 @@ log = logging.getLogger(__name__)
 #: Exit codes of a worker that had to stop: its lease is gone; its job loop ended by itself.
 EXIT_LEASE_LOST = 4
 EXIT_QUEUE_STOPPED = 5
-#: How long the writer waits for more events before it writes a batch.
-BATCH_SECONDS = 0.005
 RETRY_SECONDS = 0.5
 #: How often a worker also looks for its runs asked to stop (notifications can be lost).
 CANCEL_CATCH_UP_SECONDS = 2.0
@@ -89,24 +87,21 @@ class EventWriter:
         self._thread.join(timeout=5.0)
 
     def _loop(self) -> None:
+        # Group commit: what arrived while the last batch was being written is the next
+        # batch (no waiting for more: a lone event is written at once).
         while True:
             item = self._queue.get()
-            if item is None:
-                return
-            batch = [item]
-            deadline = time.monotonic() + BATCH_SECONDS
-            while (left := deadline - time.monotonic()) > 0:
+            batch = []
+            while item is not None:
+                batch.append(item)
                 try:
-                    more = self._queue.get(timeout=left)
+                    item = self._queue.get_nowait()
                 except queues.Empty:
                     break
-                if more is None:
-                    self._write(batch)
-                    return
-                batch.append(more)
-                if isinstance(more, _Outcome):
-                    break  # an outcome is answered without waiting for more
-            self._write(batch)
+            if batch:
+                self._write(batch)
+            if item is None:
+                return
 
     def _write(self, batch: list[tuple[str, int, str, Any] | _Outcome]) -> None:
         while not self.lost.is_set():
