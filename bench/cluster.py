@@ -66,7 +66,10 @@ def main() -> None:
         url = server.url(server.create_database())
     (base / "embedded").mkdir()
     embedded = Service(base / "embedded")
-    cluster = Cluster(base / "cluster", url, apis=1, workers=1, env={}).start()
+    # the service's defaults (as the embedded one has them): the tests' rescan on every read is off
+    cluster = Cluster(
+        base / "cluster", url, apis=1, workers=1, env={"SKILL_EXECUTOR_SKILLS_REFRESH_SECONDS": "2"}
+    ).start()
     out: dict[str, Any] = {}
     try:
         with (

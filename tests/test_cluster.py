@@ -398,3 +398,28 @@ def test_a_worker_paused_past_its_lease_writes_nothing_and_exits_non_zero(own_cl
     assert sse(api, run_id) == events
     cluster.restart_worker(0)
     assert submit(api, run_body("echo back")).json()["stdout"] == "back\n"
+
+
+def test_stopping_a_worker_or_a_replica_lets_acknowledged_runs_finish(own_cluster: Any) -> None:
+    """SIGTERM of a worker: it takes no new run and its run in flight finishes within the
+    grace, recorded; SIGTERM of a replica: its waiting client gets 503 ``shutting_down``,
+    the run goes on, and the other replica serves it."""
+    cluster = own_cluster(apis=2, workers=1)
+    key = {"Idempotency-Key": "stopped-replica-1"}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(submit, cluster.api(0), run_body("sleep 1.5; echo drained"), headers=key)
+        deadline = time.monotonic() + TIMEOUT
+        while not rows(cluster.database_url, "SELECT run_id FROM runs WHERE status = 'running'"):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        run_id = rows(cluster.database_url, "SELECT run_id FROM runs")[0][0]
+        with concurrent.futures.ThreadPoolExecutor(2) as stoppers:
+            replica = stoppers.submit(cluster.apis[0].stop)
+            worker = stoppers.submit(cluster.workers[0].stop)
+            assert replica.result() in (0, -15) and worker.result() in (0, -15)
+        answer = waiting.result()
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "shutting_down"
+    record = status_of(cluster.api(1), run_id)
+    assert record["status"] == "completed" and record["result"]["stdout"] == "drained\n"
+    replay = submit(cluster.api(1), run_body("sleep 1.5; echo drained"), headers=key)
+    assert replay.status_code == 200 and replay.json()["run_id"] == run_id
