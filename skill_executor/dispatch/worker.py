@@ -34,8 +34,8 @@ from sqlalchemy import Connection, insert, select, text, update
 
 from ..db import Database
 from ..db.schema import run_events, runs, session_leases, workers
-from ..runs.manager import RunManager
-from ..runs.store import RunRecord
+from ..runs.manager import TERMINAL, RunManager
+from ..runs.store import FINAL, RunRecord
 from . import events as ev
 from . import queue
 from .hub import Hub
@@ -56,6 +56,8 @@ CANCEL_CATCH_UP_SECONDS = 2.0
 @dataclass(slots=True)
 class _Outcome:
     record: RunRecord
+    #: The run's last events (its final status, then result or error): written with it.
+    last: list[tuple[int, str, Any]]
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -68,17 +70,25 @@ class EventWriter:
         self.worker_id = worker_id
         self.lost = lost
         self._queue: queues.SimpleQueue[tuple[str, int, str, Any] | _Outcome | None] = queues.SimpleQueue()
+        self._lock = threading.Lock()
+        self._last: dict[str, list[tuple[int, str, Any]]] = {}
         self._thread = threading.Thread(target=self._loop, name="run-events", daemon=True)
         self._thread.start()
 
     def sink(self, run_id: str) -> Any:
         def put(seq: int, kind: str, data: Any) -> None:
-            self._queue.put((run_id, seq, kind, data))
+            if kind in TERMINAL or (kind == "status" and data in FINAL):
+                with self._lock:  # held for the outcome's transaction
+                    self._last.setdefault(run_id, []).append((seq, kind, data))
+            else:
+                self._queue.put((run_id, seq, kind, data))
 
         return put
 
     def outcome(self, record: RunRecord) -> None:
-        item = _Outcome(record)
+        with self._lock:
+            last = self._last.pop(record.run_id, [])
+        item = _Outcome(record, last)
         self._queue.put(item)
         item.done.wait()
 
@@ -130,11 +140,11 @@ class EventWriter:
         rows: list[dict[str, Any]] = []
         touched: set[str] = set()
         for item in batch:
-            if not isinstance(item, _Outcome) and item[0] in held:
-                rows.append(
-                    {"run_id": item[0], "seq": item[1], "kind": item[2], "data": json.dumps(item[3]), "at": now}
-                )
-                touched.add(item[0])
+            events = [(item.record.run_id, *e) for e in item.last] if isinstance(item, _Outcome) else [item]
+            for run_id, seq, kind, data in events:
+                if run_id in held:
+                    rows.append({"run_id": run_id, "seq": seq, "kind": kind, "data": json.dumps(data), "at": now})
+                    touched.add(run_id)
         if rows:
             conn.execute(self.database.insert_ignore(run_events), rows)
         for run_id in sorted(touched):
@@ -227,6 +237,8 @@ class Worker:
             ).first()
             if claimed is None:
                 return None
+            ev.append(conn, run_id, [(2, "status", "running")])  # its second event, with its claim
+            ev.notify(conn, ev.EVENTS_CHANNEL, run_id)
         record = RunRecord(
             run_id=claimed.run_id,
             status="running",

@@ -316,10 +316,11 @@ class RunManager:
     ) -> RunHandle:
         """A worker's: execute a run another process accepted and this one claimed. Its
         first event (``status queued``) is recorded already; every later one goes to
-        ``sink``, its outcome to ``outcome`` (never to the store directly)."""
+        ``sink``, its outcome to ``outcome`` (never to the store directly). Its first two
+        events (``status`` queued, running) are recorded already (the claim wrote the second)."""
         run_id = record.run_id
         handle = RunHandle(run_id, record)
-        handle.events.append(("status", "queued"))
+        handle.events += [("status", "queued"), ("status", "running")]
         handle.sink, handle.outcome = sink, outcome
         with self._lock:
             self._handles[run_id] = handle
@@ -368,7 +369,8 @@ class RunManager:
                 final = self._cancelled_before_start(handle, request, checked)
                 return
             handle.started = True
-            handle.publish("status", "running")
+            if handle.events[-1] != ("status", "running"):  # a worker's claim announced it already
+                handle.publish("status", "running")
             result: RunResult = self.runner.run(
                 request,
                 run_id=run_id,
