@@ -16,8 +16,10 @@ from sqlalchemy import text
 
 from skill_executor.db import Database
 
+from . import leftovers
 from .cluster import Cluster, run_body, worker_id
 from .conftest import require_runtime
+from .helpers import eventually
 from .pgserver import PostgresServer
 
 TIMEOUT = 60.0
@@ -282,6 +284,11 @@ def own_cluster(postgres_server: PostgresServer, tmp_path: Path) -> Iterator[Any
                 postgres_server.drop_database(name)
 
 
+def containers_of(data_root: Path) -> set[str]:
+    """Ids of the managed containers owned by the data dir(s) below ``data_root``."""
+    return {line.split()[1] for line in leftovers.containers(data_root)}
+
+
 def status_of(base: str, run_id: str) -> dict[str, Any]:
     return dict(httpx.get(f"{base}/v1/runs/{run_id}", timeout=TIMEOUT).json())
 
@@ -331,6 +338,14 @@ def test_a_worker_killed_mid_run_loses_its_lease_in_bound_and_its_runs_end_clean
     events = sse(api, long)
     assert events[-1][1] == "error" and events[-1][2]["code"] == "interrupted"
     assert rows(cluster.database_url, "SELECT count(*) FROM workers WHERE worker_id = :w", w=holder)[0][0] == 0
+    # restarted on its data dir, the worker removes the containers its predecessor left
+    # (the killed run's among them), and only those: the other worker's stay
+    left = containers_of(cluster.workers[victim].base)
+    others = containers_of(cluster.workers[1 - victim].base)
+    assert left and others
+    cluster.restart_worker(victim)
+    eventually(lambda: not (left & containers_of(cluster.workers[victim].base)), timeout=60)
+    assert others <= containers_of(cluster.workers[1 - victim].base)  # idle: its warm pool untouched
 
 
 def test_a_replica_killed_mid_request_loses_nothing_acknowledged(own_cluster: Any) -> None:
