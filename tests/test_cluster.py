@@ -239,6 +239,28 @@ def test_a_postgres_restart_mid_traffic_gives_clean_503s_and_the_cluster_recover
     assert all(w.alive for w in cluster.workers)
 
 
+def test_mcp_and_tool_calls_on_a_replica_run_on_the_workers(cluster: Cluster) -> None:
+    """Every front end goes through the same manager: MCP's skill_run and /v1/tools/call."""
+    import anyio
+
+    from .test_mcp import http_client
+
+    async def main() -> None:
+        async with http_client(cluster.apis[1]) as client:  # type: ignore[arg-type]
+            done = await client.call_tool("skill_run", {"skill": "math-tools", "command": "echo via-mcp"})
+            assert not done.is_error and done.structured_content["stdout"] == "via-mcp\n"
+
+    anyio.run(main)
+    called = httpx.post(
+        f"{cluster.api(0)}/v1/tools/call",
+        json={"name": "skill_run", "arguments": {"skill": "math-tools", "command": "echo via-tools"}},
+        timeout=TIMEOUT,
+    )
+    assert called.status_code == 200 and "via-tools" in called.text, called.text
+    ran = rows(cluster.database_url, "SELECT status, worker_id FROM runs WHERE request LIKE '%via-%'")
+    assert len(ran) == 2 and all(status == "completed" and worker for status, worker in ran)
+
+
 def test_roles_of_a_cluster_refuse_the_embedded_sqlite(tmp_path: Path) -> None:
     import subprocess
     import sys
