@@ -207,6 +207,16 @@ class Settings(BaseSettings):
     """Runs executing at once (default: 2 x the CPU count)."""
     max_queued_runs: int = 64
     """Runs waiting for a slot before new ones are refused (429 busy)."""
+
+    # -- a cluster (serve --role api, skill-executor worker; Postgres only) -----------------
+    worker_capacity: int | None = Field(default=None, ge=1)
+    """Runs a worker executes at once (default: SKILL_EXECUTOR_MAX_CONCURRENT_RUNS)."""
+    worker_heartbeat_seconds: float = Field(default=5.0, gt=0)
+    """How often a worker renews its lease."""
+    worker_lease_seconds: float = Field(default=20.0, gt=0)
+    """A worker's lease: not renewed for this long, it is lost (its running runs end interrupted)."""
+    worker_sweep_seconds: float = Field(default=5.0, gt=0)
+    """How often API replicas look for lost workers (a loss shows within lease + sweep)."""
     instance_id: str | None = None  # this process's lease name under the workspace root (default: random)
     """This process's lease name under the workspace root (default: random)."""
     cleanup_workers: int = 4  # parallel removals of used containers and workspaces

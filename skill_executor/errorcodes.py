@@ -143,6 +143,13 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "http",
     ),
     E(
+        "role_needs_postgres",
+        400,
+        "serve --role api and worker need a shared Postgres database, not the embedded SQLite.",
+        "Set SKILL_EXECUTOR_DATABASE_URL=postgresql://..., or run `skill-executor serve` (role all).",
+        "none",
+    ),
+    E(
         "unsafe_bind",
         400,
         "serve refuses to bind a non-loopback address without API keys.",
@@ -473,8 +480,9 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     E(
         "interrupted",
         500,
-        "The service restarted while the run was in progress (a run's stored error).",
-        "Submit the run again.",
+        "The service restarted, or (in a cluster) the worker running it was lost, while the run was in progress "
+        "(a run's stored error; it was not re-executed).",
+        "Submit the run again if it is safe to repeat.",
     ),
     # -- inputs, workspaces, sessions ---------------------------------------------------------
     E("too_many_inputs", 400, "More inputs than SKILL_EXECUTOR_MAX_INPUTS.", "Send fewer inputs (archive them)."),
@@ -509,6 +517,12 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     ),
     E("reserved_path", 400, "The path is reserved by the service in the workspace.", "Use another path."),
     E("invalid_session", 400, "The session id is not a valid id.", "Use letters, digits, '.', '_' and '-'."),
+    E(
+        "session_lost",
+        409,
+        "In a cluster: the worker holding this session's workspace was lost, with the session's files.",
+        "Start a new session (and stage its inputs again).",
+    ),
     E("session_busy", 409, "A run in this session is already in progress.", "Wait for it, or use another session."),
     E(
         "session_limit",

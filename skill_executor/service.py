@@ -1,6 +1,11 @@
 """The service, assembled in one place: every long-running entry point (the HTTP app, the
-MCP server over stdio, and next a worker) starts a :class:`Service` and stops it the same
-way.
+MCP server over stdio, an API replica, a run worker) starts a :class:`Service` and stops it
+the same way.
+
+Roles (:data:`Role`): ``all`` (the embedded service: runs execute in this process),
+``api`` (a cluster's API replica on Postgres: runs are queued for workers, nothing executes
+here, no Docker engine; lost workers are swept here) and ``worker`` (executes the runs it
+claims from the queue: :class:`~skill_executor.dispatch.worker.Worker`).
 
 A service is the library's :class:`~skill_executor.core.Executor` plus what a process that
 takes runs from others needs on top: the run records and the :class:`RunManager` (runs
@@ -18,20 +23,41 @@ stays under the data dir's lease and is swept at the next start).
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from . import tracing
 from .config import Settings
 from .core import Executor
+from .dispatch import LocalDispatcher, PostgresDispatcher, Worker, sweep
+from .errors import ExecutorError
 from .owners import data_dir_id
 from .runs.manager import RunManager
+from .runs.seam import Dispatcher
 from .runs.store import RunRecord, RunStore
 from .runtimes.base import Runtime
 from .tools import ToolExecutor
 
 #: How often expired artifact versions and contexts are looked for (at most their TTL).
 EXPIRY_SECONDS = 60.0
+
+Role = Literal["all", "api", "worker"]
+
+
+class RoleNeedsPostgres(ExecutorError):
+    code = "role_needs_postgres"
+    status = 400
+
+
+def check_role(settings: Settings, role: Role) -> None:
+    """``api`` and ``worker`` share a Postgres database with their cluster; refused on SQLite."""
+    if role != "all" and not settings.database.startswith("postgresql"):
+        raise RoleNeedsPostgres(
+            f"role {role!r} needs a shared Postgres database (SKILL_EXECUTOR_DATABASE_URL=postgresql://...); "
+            f"{settings.database.split(':', 1)[0]} is this machine's own: use `skill-executor serve` (role all)"
+        )
 
 
 @dataclass(slots=True)
@@ -40,6 +66,9 @@ class Service:
     executor: Executor
     manager: RunManager
     tools: ToolExecutor
+    role: Role = "all"
+    #: A worker's dispatch side (role worker).
+    worker: Worker | None = None
     _stopping: list[asyncio.Future[None]] = field(default_factory=list)
 
     @classmethod
@@ -50,17 +79,43 @@ class Service:
         *,
         wait_for_engine: bool = False,
         on_finish: Callable[[RunRecord], None] | None = None,
+        role: Role = "all",
     ) -> Service:
         """Build everything once from ``settings`` and start the periodic expiry;
         ``on_finish`` sees every run's final record before any waiter gets its answer."""
-        tracing.configure("all")  # on when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set
+        check_role(settings, role)
+        tracing.configure(role)  # on when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set
+        if role == "api" and runtime is None:
+            from .runtimes.remote import RemoteRuntime
+
+            runtime = RemoteRuntime(settings)
         executor = Executor.from_settings(settings, runtime, wait_for_engine=wait_for_engine)
+        worker: Worker | None = None
         try:
+            limiter = executor.runner.limiter
+            dispatcher: Dispatcher
+            if role == "api":
+                dispatcher = PostgresDispatcher(
+                    executor.database, queued_allowance=settings.max_queued_runs, validate=executor.runner.validate
+                )
+            else:
+                dispatcher = LocalDispatcher(limiter.slots + limiter.queue)
             manager = RunManager(
                 executor.runner,
                 RunStore(executor.database, instance=data_dir_id(settings.data_dir)),
+                dispatcher=dispatcher,
                 on_finish=on_finish,
+                recover=role == "all",
             )
+            if role == "worker":
+                worker = Worker(
+                    manager,
+                    executor.database,
+                    capacity=settings.worker_capacity or limiter.slots,
+                    lease=settings.worker_lease_seconds,
+                    heartbeat=settings.worker_heartbeat_seconds,
+                    worker_id=f"{socket.gethostname()[:40]}-{data_dir_id(settings.data_dir)[:12]}",
+                )
         except BaseException:
             executor.close(timeout=5.0)
             raise
@@ -77,13 +132,16 @@ class Service:
             supervisor.every(
                 "context-expiry", min(EXPIRY_SECONDS, settings.session_ttl_seconds), executor.contexts.store.expire
             )
+            if role == "api":
+                database = executor.database
+                supervisor.every("worker-sweep", settings.worker_sweep_seconds, lambda: sweep(database))
         except BaseException:
             try:
                 manager.shutdown()
             finally:
                 executor.close(timeout=5.0)
             raise
-        return cls(settings, executor, manager, tools)
+        return cls(settings, executor, manager, tools, role, worker)
 
     async def drain(self, grace: float | None = None) -> None:
         """Take no more runs; let those in flight finish for ``grace`` seconds (the
@@ -101,10 +159,24 @@ class Service:
         if self._stopping:
             await self._stopping[0]
 
+    async def work(self, stop: asyncio.Event) -> int:
+        """Role worker: take runs from the queue until ``stop`` is set (0), or until the
+        lease is lost or the job loop fails (non-zero: the process must exit)."""
+        assert self.worker is not None, "only a worker takes runs from the queue"
+        settings = self.settings
+        return await self.worker.run(
+            stop,
+            lease=settings.worker_lease_seconds,
+            heartbeat=settings.worker_heartbeat_seconds,
+            grace=settings.shutdown_grace_seconds,
+        )
+
     def close(self, timeout: float) -> None:
         """End the manager's workers, then the executor within ``timeout`` seconds."""
         try:
             self.manager.shutdown()
+            if self.worker is not None:
+                self.worker.close()
         finally:
             try:
                 self.executor.close(timeout=timeout)

@@ -258,6 +258,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_cli_runs": "service",
     "test_cli_skills": "service",
     "test_compose": "service",
+    "test_cluster": "service",
     "test_context_api": "service",
     "test_mcp": "service",
     "test_mcp_sessions": "service",

@@ -54,6 +54,61 @@ def test_upgrade_is_idempotent_and_records_the_head(database: Database) -> None:
     migrate.require_current(database)
 
 
+def _procrastinate_objects(conn: Any) -> set[tuple[str, str]]:
+    """procrastinate's tables, types and functions (with their arguments) in ``conn``'s database."""
+    rows = conn.execute(
+        text(
+            "SELECT 'table', c.relname || ':' || string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod),"
+            " ',' ORDER BY a.attnum) FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid"
+            " WHERE c.relname LIKE 'procrastinate%' AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped"
+            " GROUP BY c.relname"
+            " UNION ALL SELECT 'type', typname FROM pg_type WHERE typname LIKE 'procrastinate%'"
+            " UNION ALL SELECT 'function', p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')'"
+            " FROM pg_proc p WHERE p.proname LIKE 'procrastinate%'"
+            " UNION ALL SELECT 'trigger', tgname FROM pg_trigger WHERE tgname LIKE 'procrastinate%'"
+        )
+    ).all()
+    return {(kind, name) for kind, name in rows}
+
+
+def test_postgres_schema_has_the_pinned_procrastinates_objects(postgres_server: Any, postgres_url: str) -> None:
+    """Migration 0002 applies procrastinate's schema (frozen in the revision) on Postgres:
+    what it makes is exactly what the installed library's own schema makes, so a bump of
+    the library without a revision fails here."""
+    from procrastinate.schema import SchemaManager
+
+    database = Database(postgres_url)
+    try:
+        upgrade(database)
+        with database.read() as conn:
+            ours = _procrastinate_objects(conn)
+    finally:
+        database.close()
+    name = postgres_server.create_database()
+    reference = Database(postgres_server.url(name))
+    try:
+        with reference.engine.begin() as conn:
+            conn.connection.driver_connection.execute(SchemaManager.get_schema())  # type: ignore[union-attr]
+        with reference.read() as conn:
+            library = _procrastinate_objects(conn)
+    finally:
+        reference.close()
+        postgres_server.drop_database(name)
+    assert ("function", "procrastinate_defer_jobs_v1(jobs procrastinate_job_to_defer_v1[])") in library
+    assert ours == library
+
+
+def test_sqlite_gets_the_dispatch_tables_not_procrastinates(tmp_path: Path) -> None:
+    database = open_database("sqlite", tmp_path)
+    try:
+        with database.read() as conn:
+            names = {row[0] for row in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))}
+    finally:
+        database.close()
+    assert {"workers", "run_events", "session_leases"} <= names
+    assert not any(name.startswith("procrastinate") for name in names)
+
+
 def test_a_schema_newer_than_the_code_is_refused_not_written(database: Database) -> None:
     with database.write() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = 'from-the-future'"))

@@ -27,7 +27,7 @@ from ..errors import ExecutorError
 from ..mcp.http import McpHttp
 from ..owners import DataDirClaim
 from ..runtimes.base import Runtime
-from ..service import Service
+from ..service import Role, Service
 from ..web import problems
 from ..web.auth import KeyRing, bind_problem
 from .docs import install_docs
@@ -47,14 +47,20 @@ and files. Errors always have the shape `{"error": {"code", "message", "details"
 
 
 def create_app(
-    settings: Settings | None = None, *, runtime: Runtime | None = None, claim: DataDirClaim | None = None
+    settings: Settings | None = None,
+    *,
+    runtime: Runtime | None = None,
+    claim: DataDirClaim | None = None,
+    role: Role = "all",
 ) -> FastAPI:
     """The service; its lifespan first claims the data dir (:class:`DataDirClaim`: one
     service per data dir, refused before any record is touched) unless ``claim`` is given,
     then starts the :class:`~skill_executor.service.Service`, degraded when the Docker engine is not there yet."""
     settings = settings or Settings()
     keyring = KeyRing.from_settings(settings)
-    problem = bind_problem(settings, keyring, runtime.name if runtime is not None else None)
+    problem = bind_problem(
+        settings, keyring, runtime.name if runtime is not None else ("remote" if role == "api" else None)
+    )
     if problem is not None:
         raise ExecutorError(problem, code="unsafe_bind")
 
@@ -63,7 +69,7 @@ def create_app(
         held = claim or DataDirClaim(settings.data_dir)
         metrics: Metrics = app.state.metrics
         try:
-            service = Service.start(settings, runtime, wait_for_engine=True, on_finish=metrics.finished)
+            service = Service.start(settings, runtime, wait_for_engine=True, on_finish=metrics.finished, role=role)
         except BaseException:
             held.release()
             raise
@@ -131,7 +137,7 @@ def create_app(
                 "X-Truncated",
             ],
         )
-    local = (runtime.name if runtime is not None else settings.runtime) == "local"
+    local = role == "all" and (runtime.name if runtime is not None else settings.runtime) == "local"
     app.add_middleware(
         BrowserGuard,
         auth_enabled=keyring.enabled,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Float,
     Index,
@@ -48,8 +49,21 @@ runs = Table(
     Column("events", Integer),
     #: The service instance (its data dir's id) that took the run.
     Column("instance", Text),
+    # -- dispatch over Postgres (skill_executor.dispatch); unused by the embedded service --
+    #: The image tier whose workers may run it.
+    Column("tier", Text),
+    #: Its procrastinate job.
+    Column("job_id", BigInteger),
+    #: The worker that claimed it (None while queued).
+    Column("worker_id", Text),
+    #: How many times a worker claimed it (1 once started; never re-executed unless retried).
+    Column("attempt", Integer, nullable=False, server_default="0"),
+    Column("deadline", Float),
+    Column("cancel_requested", Boolean, nullable=False, server_default="false"),
+    Column("started_at", Float),
 )
 Index("ix_runs_status", runs.c.status)
+Index("ix_runs_worker_id", runs.c.worker_id)
 
 idempotency = Table(
     "idempotency",
@@ -145,3 +159,44 @@ contexts = Table(
     PrimaryKeyConstraint("tenant", "session"),
 )
 Index("ix_contexts_updated", contexts.c.updated)
+
+# -- dispatch over Postgres: workers, their runs' events, sessions' homes ------------------
+
+#: Run workers (``skill-executor worker``) and their leases (database clock, seconds).
+workers = Table(
+    "workers",
+    metadata,
+    Column("worker_id", Text, primary_key=True),
+    Column("host", Text, nullable=False),
+    #: JSON list of the image tiers it runs.
+    Column("tiers", Text, nullable=False),
+    Column("capacity", Integer, nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("lease_until", Float, nullable=False),
+    Column("stopping", Boolean, nullable=False, server_default="false"),
+)
+
+#: A run's live events, numbered from 1 (the ids of its Server-Sent Events).
+run_events = Table(
+    "run_events",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("kind", Text, nullable=False),
+    #: JSON.
+    Column("data", Text, nullable=False),
+    Column("at", Float, nullable=False),
+    PrimaryKeyConstraint("run_id", "seq"),
+)
+
+#: The worker holding a session's workspace: the session's runs go to it.
+session_leases = Table(
+    "session_leases",
+    metadata,
+    Column("tenant", Text, nullable=False),
+    Column("session", Text, nullable=False),
+    Column("worker_id", Text, nullable=False),
+    Column("taken_at", Float, nullable=False),
+    PrimaryKeyConstraint("tenant", "session"),
+)
+Index("ix_session_leases_worker_id", session_leases.c.worker_id)

@@ -26,21 +26,25 @@ import logging
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..access import Principal, authorize_inputs, permit
 from ..errors import Conflict, ExecutorError, NotFound, Unavailable
+from .handle import TERMINAL as TERMINAL
+from .handle import Event as Event
+from .handle import RunHandle as RunHandle
+from .handle import terminal as terminal
 from .limiter import Reservation
 from .models import RunRequest, RunResult
 from .pipeline import SkillRunner, new_run_id
 from .plan import RunPlan
+from .seam import Dispatcher
 from .store import FINAL, RunRecord, RunStore, Status
 
 log = logging.getLogger(__name__)
 
-Event = tuple[str, Any]
 T = TypeVar("T")
 INTERNAL = {"code": "internal", "message": "the run failed inside the service", "status": 500}
 #: Threads for the blocking steps the event loop hands over -- admission (SQLite writes,
@@ -49,6 +53,8 @@ INTERNAL = {"code": "internal", "message": "the run failed inside the service", 
 #: only admissions.
 ADMISSION_THREADS = 4
 IO_THREADS = 4
+#: How long a wait for a run of a worker trusts the notifications before it looks itself.
+REMOTE_POLL_SECONDS = 1.0
 #: Run ids are ``new_run_id()``s; anything else (a 10k-character id) is simply unknown.
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -68,98 +74,6 @@ def shutdown_error(run_id: str | None = None) -> ShuttingDown:
     )
 
 
-@dataclass(eq=False)
-class RunHandle:
-    """Live view of one run in this process.
-
-    Its events are numbered from 1 in the order they happened (the ids of the run's
-    Server-Sent Events): ``status`` ``queued``, ``status`` ``running``, ``stdout`` /
-    ``stderr`` chunks, the final ``status``, then ``result`` or ``error``.  Each status
-    appears once.
-    """
-
-    run_id: str
-    record: RunRecord
-    started: bool = False
-    cancel: threading.Event = field(default_factory=threading.Event)
-    #: Why ``cancel`` was set: "request" (DELETE) or "shutdown".
-    reason: str | None = None
-    future: concurrent.futures.Future[RunRecord] = field(default_factory=concurrent.futures.Future)
-    #: Set once the outcome is in the store (just after ``future``: waiters are answered first).
-    recorded: threading.Event = field(default_factory=threading.Event)
-    events: list[Event] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = field(default_factory=list)
-
-    def publish(self, kind: str, data: Any) -> None:
-        with self._lock:
-            self.events.append((kind, data))
-            waiters = list(self._waiters)
-        for loop, event in waiters:
-            try:
-                loop.call_soon_threadsafe(event.set)
-            except RuntimeError:  # the subscriber's loop is gone
-                pass
-
-    async def stream(self, after: int = 0) -> AsyncIterator[tuple[int, str, Any]]:
-        """``(id, kind, data)`` of every event after id ``after``, then new ones as they
-        come, until the run's ``result`` or ``error``."""
-        loop = asyncio.get_running_loop()
-        wake = asyncio.Event()
-        entry = (loop, wake)
-        with self._lock:
-            self._waiters.append(entry)
-        try:
-            offset = max(0, after)
-            while True:
-                wake.clear()
-                with self._lock:
-                    batch = self.events[offset:]
-                for kind, data in batch:
-                    offset += 1
-                    yield offset, kind, data
-                    if kind in TERMINAL:
-                        return
-                with self._lock:
-                    if offset >= len(self.events) and self.events and self.events[-1][0] in TERMINAL:
-                        return  # resumed after the last event: nothing more will come
-                await wake.wait()
-        finally:
-            with self._lock:
-                self._waiters.remove(entry)
-
-    async def wait(self) -> RunRecord:
-        """The final record.  A waiter that is cancelled leaves the run alone (unlike
-        ``asyncio.wrap_future``, which would cancel the run's future with it)."""
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[RunRecord] = loop.create_future()
-
-        def resolve(done: concurrent.futures.Future[RunRecord]) -> None:
-            if not waiter.done():
-                waiter.set_result(done.result())
-
-        def finished(done: concurrent.futures.Future[RunRecord]) -> None:
-            try:
-                loop.call_soon_threadsafe(resolve, done)
-            except RuntimeError:  # the waiter's loop is gone
-                pass
-
-        self.future.add_done_callback(finished)
-        return await waiter
-
-
-#: The event that ends a run's stream.
-TERMINAL = ("result", "error")
-
-
-def terminal(record: RunRecord) -> tuple[str, dict[str, Any]]:
-    """A finished run's last event: ``("error", body)`` when it ended with an error
-    (failed, or cancelled by a shutdown), else ``("result", result)``."""
-    if record.error is not None and record.status != "completed":
-        return "error", {k: v for k, v in record.error.items() if k != "status"}
-    return "result", record.result or {}
-
-
 def fingerprint(request: RunRequest) -> str:
     canonical = json.dumps(request.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -171,26 +85,32 @@ class RunManager:
         runner: SkillRunner,
         store: RunStore,
         *,
+        dispatcher: Dispatcher,
         on_finish: Callable[[RunRecord], None] | None = None,
+        recover: bool = True,
     ) -> None:
+        """``dispatcher``: where accepted runs go (:mod:`skill_executor.dispatch`);
+        ``recover``: mark this instance's runs left unfinished by its previous process
+        failed (the embedded service; in a cluster, lost workers are swept instead)."""
         self.runner = runner
         self.store = store
+        self.dispatcher = dispatcher
         self.on_finish = on_finish
         self._handles: dict[str, RunHandle] = {}
         self._lock = threading.Lock()
         self._closing = False
-        # One worker per admissible run (executing or queued): threads are reused.
-        limiter = runner.limiter
-        self._workers = concurrent.futures.ThreadPoolExecutor(
-            max_workers=limiter.slots + limiter.queue, thread_name_prefix="run"
-        )
         self._admission = concurrent.futures.ThreadPoolExecutor(
             max_workers=ADMISSION_THREADS, thread_name_prefix="run-admit"
         )
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="run-io")
-        interrupted = store.fail_interrupted()
+        interrupted = store.fail_interrupted() if recover else 0
         if interrupted:
             log.warning("marked %d run(s) interrupted by a restart as failed", interrupted)
+
+    @property
+    def remote(self) -> bool:
+        """Whether runs execute in other processes (an API replica of a cluster)."""
+        return self.dispatcher.remote
 
     @property
     def closing(self) -> bool:
@@ -238,6 +158,8 @@ class RunManager:
             raise shutdown_error()
         authorize_inputs(principal, (i.from_ for i in request.inputs))
         checked = self.runner.validate(request)
+        if self.dispatcher.remote:
+            return self._enqueue(request, principal.id, fingerprinted)
         reservation = self.runner.limiter.reserve()
         run_id = new_run_id()
         payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
@@ -265,8 +187,63 @@ class RunManager:
             error = shutdown_error(run_id)
             self.store.update(run_id, "cancelled", error={**error.to_dict()["error"], "status": error.status})
             raise error
-        self._workers.submit(self._execute, request, handle, reservation, checked, principal.id)
+        self.dispatcher.start(lambda: self._execute(request, handle, reservation, checked, principal.id))
         return record, handle, False
+
+    def _enqueue(
+        self, request: RunRequest, owner: str, fingerprinted: tuple[str, str] | None
+    ) -> tuple[RunRecord, RunHandle | None, bool]:
+        """Record and queue a run for the workers in one transaction (remote dispatch)."""
+        run_id = new_run_id()
+        payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+        def queue(conn: Any) -> None:
+            self.dispatcher.admit(conn)
+            self.dispatcher.enqueue(conn, run_id, request, owner)
+
+        try:
+            record = self.store.create(run_id, payload, owner=owner, idempotency=fingerprinted, also=queue)
+        except Conflict as exc:
+            if fingerprinted is None or exc.code not in ("idempotent_replay", "idempotency_key_reused"):
+                raise  # a refusal of the dispatcher's (session_lost)
+            replay = self._replay(owner, *fingerprinted)
+            if replay is None:  # pragma: no cover - a claimed key is never released
+                raise
+            return replay
+        return record, None, False
+
+    def run_claimed(
+        self,
+        record: RunRecord,
+        *,
+        sink: Callable[[int, str, Any], None],
+        outcome: Callable[[RunRecord], None],
+    ) -> RunHandle:
+        """A worker's: execute a run another process accepted and this one claimed. Its
+        first event (``status queued``) is recorded already; every later one goes to
+        ``sink``, its outcome to ``outcome`` (never to the store directly). Its first two
+        events (``status`` queued, running) are recorded already (the claim wrote the second)."""
+        run_id = record.run_id
+        handle = RunHandle(run_id, record)
+        handle.events += [("status", "queued"), ("status", "running")]
+        handle.sink, handle.outcome = sink, outcome
+        with self._lock:
+            self._handles[run_id] = handle
+        try:
+            request = RunRequest.model_validate(record.request)
+            if self._closing:
+                raise shutdown_error()
+            checked = self.runner.validate(request)
+            reservation = self.runner.limiter.reserve()
+        except ExecutorError as exc:
+            self._finish(handle, "failed", None, self._error(exc))
+            return handle
+        except Exception:
+            log.exception("run %s could not start", run_id)
+            self._finish(handle, "failed", None, INTERNAL)
+            return handle
+        self.dispatcher.start(lambda: self._execute(request, handle, reservation, checked, record.owner))
+        return handle
 
     def _replay(self, owner: str, key: str, fingerprint: str) -> tuple[RunRecord, RunHandle | None, bool] | None:
         found = self.store.idempotent(owner, key)
@@ -297,7 +274,8 @@ class RunManager:
                 final = self._cancelled_before_start(handle, request, checked)
                 return
             handle.started = True
-            handle.publish("status", "running")
+            if handle.events[-1] != ("status", "running"):  # a worker's claim announced it already
+                handle.publish("status", "running")
             result: RunResult = self.runner.run(
                 request,
                 run_id=run_id,
@@ -363,7 +341,10 @@ class RunManager:
         handle.publish(*terminal(record))
         handle.future.set_result(record)
         try:
-            self.store.update(run_id, status, result=body, error=error, events=record.events)
+            if handle.outcome is not None:
+                handle.outcome(record)
+            else:
+                self.store.update(run_id, status, result=body, error=error, events=record.events)
         except Exception:  # the record stays "queued" and is marked interrupted at the next start
             log.exception("recording the outcome of run %s failed", run_id)
         finally:
@@ -397,11 +378,16 @@ class RunManager:
         """The current state of a record the caller already got through :meth:`get`."""
         return self._current(record.run_id)
 
-    def cancel(self, run_id: str, who: Principal) -> RunHandle:
-        """Ask a run of this process to stop; its live handle (await :meth:`settle`)."""
+    def cancel(self, run_id: str, who: Principal) -> RunHandle | None:
+        """Ask a run to stop; its live handle when it runs in this process (await
+        :meth:`settle`), None when it runs elsewhere (:meth:`cancel_and_settle`)."""
         record = self.get(run_id, who, action="run.cancel")
         if record.status in FINAL:
             raise Conflict(f"run {run_id!r} has already ended ({record.status})", code="run_finished")
+        if self.dispatcher.remote:
+            if self.dispatcher.cancel(run_id) is None and self.store.get(run_id).status in FINAL:
+                raise Conflict(f"run {run_id!r} has already ended", code="run_finished")
+            return None
         handle = self.handle(run_id)
         if handle is None:
             if self.store.get(run_id).status in FINAL:  # it ended a moment ago
@@ -409,6 +395,39 @@ class RunManager:
             raise Conflict(f"run {run_id!r} is not running in this process", code="run_not_active")
         self._cancel(handle, "request")
         return handle
+
+    async def cancel_and_settle(self, run_id: str, who: Principal, timeout: float) -> tuple[Status, bool]:
+        """Cancel a run wherever it runs and wait up to ``timeout`` for it to stop: its
+        status and whether that is final."""
+        handle = await self.offload(self.cancel, run_id, who)
+        if handle is not None:
+            final = await self.settle(handle, timeout)
+            if final is not None:
+                return final.status, True
+            return ("running" if handle.started else "queued"), False
+        deadline = time.monotonic() + timeout
+        async with self.dispatcher.watch(run_id) as wake:
+            while True:
+                wake.clear()
+                record = await self.offload(self.store.get, run_id)
+                left = deadline - time.monotonic()
+                if record.status in FINAL or left <= 0:
+                    return record.status, record.status in FINAL
+                await _woken(wake, min(left, REMOTE_POLL_SECONDS))
+
+    def cancel_local(self, run_id: str, reason: str) -> bool:
+        """A worker's: stop a run of this process that was cancelled elsewhere (or whose
+        lease went); whether it runs here."""
+        handle = self.handle(run_id)
+        if handle is None:
+            return False
+        self._cancel(handle, reason)
+        return True
+
+    def running(self) -> list[str]:
+        """The ids of the runs this process executes now."""
+        with self._lock:
+            return list(self._handles)
 
     def _cancel(self, handle: RunHandle, reason: str) -> None:
         if not handle.cancel.is_set():
@@ -429,6 +448,16 @@ class RunManager:
         another process; refused with ``shutting_down`` once this one shuts down)."""
         if handle is not None:
             return await handle.wait()
+        if self.dispatcher.remote:  # woken by the run's outcome, wherever it runs
+            async with self.dispatcher.watch(record.run_id) as wake:
+                while True:
+                    wake.clear()  # then look: an outcome recorded from now on wakes us
+                    record = await self.offload(self.reload, record)
+                    if record.status in FINAL:
+                        return record
+                    if self._closing:
+                        raise shutdown_error()
+                    await _woken(wake, REMOTE_POLL_SECONDS)
         while record.status not in FINAL:
             if self._closing:
                 raise shutdown_error()
@@ -490,6 +519,14 @@ class RunManager:
         concurrent.futures.wait([h.future for h in handles], timeout=timeout)
         for handle in handles:  # and their outcomes are in the store
             handle.recorded.wait(max(0.0, deadline - time.monotonic()))
-        self._workers.shutdown(wait=False, cancel_futures=True)
+        self.dispatcher.shutdown()
         self._admission.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)
+
+
+async def _woken(wake: asyncio.Event, timeout: float) -> None:
+    """Until ``wake`` is set, or ``timeout`` seconds."""
+    try:
+        await asyncio.wait_for(wake.wait(), timeout)
+    except TimeoutError:
+        pass

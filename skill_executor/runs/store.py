@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import insert, or_, select, update
+from sqlalchemy import Connection, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..access import LOCAL_TENANT
@@ -87,9 +88,11 @@ class RunStore:
         *,
         owner: str,
         idempotency: tuple[str, str] | None = None,
+        also: Callable[[Connection], None] | None = None,
     ) -> RunRecord:
         """Insert a queued run of ``owner``; with ``idempotency=(key, fingerprint)``
-        claim the key (per owner) too, in the same transaction.
+        claim the key (per owner) too, in the same transaction, and run ``also`` in it
+        after the insert (a dispatcher queues the run there).
 
         Raises :class:`~skill_executor.errors.Conflict` with ``details.run_id`` when the key
         is already taken (the caller then serves that run instead).
@@ -118,6 +121,8 @@ class RunStore:
                         instance=self.instance,
                     )
                 )
+                if also is not None:
+                    also(conn)
         except IntegrityError:
             if idempotency is None:
                 raise

@@ -21,7 +21,7 @@ from ...access import Principal
 from ...activity import Activity
 from ...runs.manager import RunHandle, RunManager, shutdown_error, terminal
 from ...runs.models import RunRequest, RunResult
-from ...runs.store import FINAL, RunRecord, Status
+from ...runs.store import FINAL, RunRecord
 from ...web.auth import principal
 from ...web.problems import error_response
 from ..schemas import ERRORS, RunAccepted, RunRecordModel
@@ -145,6 +145,11 @@ async def _live(handle: RunHandle, after: int) -> AsyncIterator[bytes]:
         yield _sse(kind, _payload(kind, data), event_id)
 
 
+async def _remote(manager: RunManager, run_id: str, after: int) -> AsyncIterator[bytes]:
+    async for event_id, kind, data in manager.dispatcher.events(run_id, after):
+        yield _sse(kind, _payload(kind, data), event_id)
+
+
 async def _recorded(manager: RunManager, record: RunRecord, after: int) -> AsyncIterator[bytes]:
     """A run with no live view here: one that has ended, or one of another process
     (polled until it ends, or until this process shuts down)."""
@@ -191,6 +196,14 @@ async def run_events(
     manager: RunManager = request.app.state.manager
     after = _last_event_id(last_event_id)
     record = await manager.offload(lambda: manager.get(run_id, who, action="run.events"))
+    if manager.remote:  # a cluster's run: its events are in the database, wherever it runs
+        if record.status in FINAL and record.events is not None and after >= record.events:
+            return Response(status_code=204)
+        return StreamingResponse(
+            _remote(manager, run_id, after),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
     handle = manager.handle(run_id)
     if handle is None and record.status not in FINAL:
         record = await manager.offload(manager.reload, record)  # it may have ended a moment ago
@@ -220,9 +233,5 @@ async def run_events(
 )
 async def cancel_run(run_id: str, request: Request, who: Principal = Depends(principal)) -> JSONResponse:
     manager: RunManager = request.app.state.manager
-    handle = await manager.offload(manager.cancel, run_id, who)
-    final = await manager.settle(handle, CANCEL_SETTLE_SECONDS)
-    if final is not None:
-        return JSONResponse(RunAccepted(run_id=run_id, status=final.status).model_dump(), status_code=200)
-    current: Status = "running" if handle.started else "queued"
-    return JSONResponse(RunAccepted(run_id=run_id, status=current).model_dump(), status_code=202)
+    status, final = await manager.cancel_and_settle(run_id, who, CANCEL_SETTLE_SECONDS)
+    return JSONResponse(RunAccepted(run_id=run_id, status=status).model_dump(), status_code=200 if final else 202)

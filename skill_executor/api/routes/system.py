@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ...access import Principal
+from ...dispatch import PostgresDispatcher
 from ...web.auth import principal
 from ..schemas import Check, Health
 
@@ -41,6 +42,11 @@ def healthz(request: Request) -> JSONResponse:
         checks["database"] = Check(ok=ok, detail="run store writable" if ok else "run store not writable")
     except Exception as exc:
         checks["database"] = Check(ok=False, detail=f"run store: {exc}")
+    worker = getattr(getattr(request.app.state, "service", None), "worker", None)
+    if worker is not None:  # a cluster's worker: its lease
+        lost = worker.membership.lost.is_set()
+        detail = f"worker {worker.worker_id}: " + (f"lease lost ({worker.lost_reason})" if lost else "lease held")
+        checks["worker"] = Check(ok=not lost, detail=detail)
     try:
         count = len(executor.repository.list(include_hidden=True))
         checks["skills"] = Check(ok=True, detail=f"{count} skills loaded")
@@ -56,7 +62,16 @@ def metrics(request: Request, _: Principal = Depends(principal)) -> Response:
     """Never fails: a figure that cannot be had (the engine is away) is left out, and
     ``skill_executor_engine_up`` says so."""
     state = request.app.state
-    limiter = state.executor.runner.limiter
-    state.metrics.queue_depth.set(max(0, limiter.waiting - max(0, limiter.slots - limiter.running)))
-    state.metrics.running.set(limiter.running)
+    dispatcher = state.manager.dispatcher
+    if isinstance(dispatcher, PostgresDispatcher):  # an API replica: the cluster's figures
+        try:
+            waiting, running = dispatcher.figures()
+            state.metrics.queue_depth.set(waiting)
+            state.metrics.running.set(running)
+        except Exception:  # the database is away: the figures are left as they were
+            pass
+    else:
+        limiter = state.executor.runner.limiter
+        state.metrics.queue_depth.set(max(0, limiter.waiting - max(0, limiter.slots - limiter.running)))
+        state.metrics.running.set(limiter.running)
     return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

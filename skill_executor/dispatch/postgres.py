@@ -1,0 +1,152 @@
+"""Remote dispatch (an API replica, ``serve --role api``): runs are recorded and queued in
+one transaction, and everything about them comes back through the database.
+
+* Submit: admission against the cluster's capacity (``busy``), the run's first event
+  (``status queued``), its job -- on the tier queue, or for a session with a home on the
+  queue of the worker holding it -- all in the transaction that records the run: a commit
+  is an acknowledgement, a replica killed before it acknowledged nothing.
+* A session whose worker is gone is refused (409 ``session_lost``): its files were on that
+  worker. (:func:`session_home` is where a restore from a snapshot will take over.)
+* Cancel: a queued run is cancelled at once (its job and its record); a running one is
+  told through ``NOTIFY run_cancel`` (its worker listens).
+* Waiting, events: the :class:`~skill_executor.dispatch.hub.Hub` wakes readers, who read
+  ``runs`` / ``run_events``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from sqlalchemy import Connection, func, select, update
+
+from ..db import Database
+from ..db.schema import runs, session_leases, workers
+from ..errors import Busy, Conflict
+from ..runs.models import RunRequest
+from ..runs.store import Status
+from . import events as ev
+from . import queue
+from .hub import Hub
+
+#: Final event kinds: a stream ends after one.
+TERMINAL = ("result", "error")
+
+
+class SessionLost(Conflict):
+    code = "session_lost"
+
+
+def conninfo(database: Database) -> str:
+    """libpq's connection string for ``database`` (for psycopg's own connections)."""
+    return database.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def session_home(conn: Connection, tenant: str, session: str) -> str | None:
+    """The worker holding ``session``'s workspace (None: nobody yet). Raises ``session_lost``
+    when that worker is gone (the hook for a restore from a snapshot: take the lease over
+    there instead)."""
+    row = conn.execute(
+        select(session_leases.c.worker_id, workers.c.worker_id)
+        .select_from(session_leases.outerjoin(workers, workers.c.worker_id == session_leases.c.worker_id))
+        .where(session_leases.c.tenant == tenant, session_leases.c.session == session)
+    ).first()
+    if row is None:
+        return None
+    if row[1] is None:
+        raise SessionLost(
+            f"session {session!r} lived on a worker that is gone; its files are lost: start a new session",
+            details={"session": session},
+        )
+    return str(row[0])
+
+
+class PostgresDispatcher:
+    remote = True
+
+    def __init__(self, database: Database, *, queued_allowance: int, validate: Callable[[RunRequest], Any]) -> None:
+        """``queued_allowance``: runs the cluster queues beyond its workers' capacity."""
+        self.database = database
+        self.queued_allowance = queued_allowance
+        self.hub = Hub(conninfo(database))
+        self._validate = validate
+
+    # -- submit (in the transaction that records the run) ---------------------------------
+
+    def admit(self, conn: Connection) -> None:
+        capacity = conn.execute(select(func.coalesce(func.sum(workers.c.capacity), 0))).scalar_one()
+        active = conn.execute(select(func.count()).where(runs.c.status.in_(("queued", "running")))).scalar_one()
+        # the run being admitted is already inserted (and counted) in this transaction
+        if int(active) > int(capacity) + self.queued_allowance:
+            raise Busy(
+                "the cluster is busy: every worker's slots and the queue are taken; retry shortly",
+                retry_after=1,
+                details={"capacity": int(capacity), "queue": self.queued_allowance},
+            )
+
+    def enqueue(self, conn: Connection, run_id: str, request: RunRequest, tenant: str) -> None:
+        home = session_home(conn, tenant, request.session) if request.session else None
+        target = queue.worker_queue(home) if home else queue.tier_queue(queue.DEFAULT_TIER)
+        job_id = queue.defer(conn, run_id, queue=target, lock=queue.session_lock(tenant, request.session))
+        conn.execute(update(runs).where(runs.c.run_id == run_id).values(job_id=job_id, tier=queue.DEFAULT_TIER))
+        ev.append(conn, run_id, [(1, "status", "queued")])
+
+    # -- cancel ---------------------------------------------------------------------------
+
+    def cancel(self, run_id: str) -> Status | None:
+        with self.database.write() as conn:
+            row = conn.execute(
+                update(runs)
+                .where(runs.c.run_id == run_id, runs.c.status.in_(("queued", "running")))
+                .values(cancel_requested=True, updated_at=time.time())
+                .returning(runs.c.status, runs.c.job_id, runs.c.skill, runs.c.session)
+            ).first()
+            if row is None:
+                return None
+            status, job_id, skill, session = row
+            if status == "queued" and job_id is not None and queue.cancel_todo(conn, int(job_id)):
+                ev.end(conn, run_id, "cancelled", result=ev.not_started(run_id, skill, session), error=None)
+                return "cancelled"
+            ev.notify(conn, ev.CANCEL_CHANNEL, run_id)  # its worker stops it (or its claim finds it)
+        return None
+
+    # -- reading --------------------------------------------------------------------------
+
+    def watch(self, run_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
+        return self.hub.watching(run_id)
+
+    def events_after(self, run_id: str, after: int) -> list[tuple[int, str, Any]]:
+        with self.database.read() as conn:
+            return ev.after(conn, run_id, after)
+
+    async def events(self, run_id: str, after: int) -> AsyncIterator[tuple[int, str, Any]]:
+        async with self.hub.watching(run_id) as wake:
+            while True:
+                wake.clear()
+                batch = await asyncio.to_thread(self.events_after, run_id, after)
+                for seq, kind, data in batch:
+                    after = seq
+                    yield seq, kind, data
+                    if kind in TERMINAL:
+                        return
+                try:
+                    await asyncio.wait_for(wake.wait(), 1.0)  # a safety net under the notifications
+                except TimeoutError:
+                    pass
+
+    # -- local only ------------------------------------------------------------------------
+
+    def start(self, body: Callable[[], None]) -> None:
+        raise NotImplementedError("an API replica executes no run")
+
+    def shutdown(self) -> None:
+        pass
+
+    def figures(self) -> tuple[int, int]:
+        """The cluster's (runs waiting for a worker, runs executing), for the metrics."""
+        with self.database.read() as conn:
+            running = conn.execute(select(func.count()).where(runs.c.status == "running")).scalar_one()
+            return queue.depth(conn), int(running)

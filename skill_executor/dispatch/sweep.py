@@ -1,0 +1,104 @@
+"""Lost workers: what happens to their runs (any API replica, every few seconds, one at a
+time under a transaction-level advisory lock).
+
+A worker whose lease ran out (``workers.lease_until`` past, database clock) is gone. In
+one transaction: its running runs end ``failed`` with ``interrupted`` (never re-executed:
+runs may have had side effects), their jobs end failed (their session locks free), the
+runs queued on its own queue (a session's next runs) end ``failed`` with ``session_lost``,
+its row goes; its session leases stay, marking the sessions lost (the next run is refused
+``session_lost``). Then queued runs whose job ended without starting them (a claim that
+failed on a broken connection) are queued again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy import delete, select, text, update
+
+from ..db import Database
+from ..db.schema import runs, workers
+from . import events as ev
+from . import queue
+
+log = logging.getLogger(__name__)
+
+#: pg_try_advisory_xact_lock's key for the sweep (one replica sweeps at a time).
+SWEEP_KEY = 0x5E5E_0002
+
+INTERRUPTED = {
+    "code": "interrupted",
+    "message": "the worker running this run was lost (its lease expired); the run was not re-executed",
+    "details": {"reason": "worker_lost"},
+    "status": 500,
+}
+SESSION_LOST = {
+    "code": "session_lost",
+    "message": "the worker holding this run's session was lost before the run started; the session's files are lost",
+    "status": 409,
+}
+
+
+def now_sql() -> str:
+    return "extract(epoch from clock_timestamp())"
+
+
+@dataclass(slots=True)
+class Swept:
+    workers: list[str] = field(default_factory=list)
+    interrupted: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)
+
+
+def sweep(database: Database) -> Swept:
+    swept = Swept()
+    with database.write() as conn:
+        if not conn.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": SWEEP_KEY}).scalar_one():
+            return swept
+        dead = [
+            row[0]
+            for row in conn.execute(
+                select(workers.c.worker_id)
+                .where(workers.c.lease_until < text(now_sql()))
+                .with_for_update(skip_locked=True)
+            )
+        ]
+        for worker_id in dead:
+            for run_id, job_id in conn.execute(
+                select(runs.c.run_id, runs.c.job_id).where(runs.c.status == "running", runs.c.worker_id == worker_id)
+            ).all():
+                if ev.end(
+                    conn, run_id, "failed", result=None, error=INTERRUPTED, only_if=runs.c.worker_id == worker_id
+                ):
+                    swept.interrupted.append(run_id)
+                if job_id is not None:
+                    queue.fail_doing(conn, int(job_id))
+            for run_id, job_id in queue.waiting_on(conn, [queue.worker_queue(worker_id)]):
+                queue.cancel_todo(conn, job_id)
+                if ev.end(conn, run_id, "failed", result=None, error=SESSION_LOST):
+                    swept.lost.append(run_id)
+            conn.execute(delete(workers).where(workers.c.worker_id == worker_id))
+            swept.workers.append(worker_id)
+        for run_id in queue.orphaned(conn):
+            row = conn.execute(select(runs.c.owner, runs.c.session).where(runs.c.run_id == run_id)).one()
+            job_id = queue.defer(
+                conn,
+                run_id,
+                queue=queue.tier_queue(queue.DEFAULT_TIER),
+                lock=queue.session_lock(row[0], row[1]),
+            )
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(job_id=job_id, updated_at=time.time()))
+            swept.requeued.append(run_id)
+    if swept.workers or swept.requeued:
+        log.warning(
+            "swept %d lost worker(s) %s: %d run(s) interrupted, %d session run(s) lost, %d run(s) queued again",
+            len(swept.workers),
+            swept.workers,
+            len(swept.interrupted),
+            len(swept.lost),
+            len(swept.requeued),
+        )
+    return swept

@@ -1,0 +1,365 @@
+"""A run worker (``skill-executor worker``): claims queued runs through procrastinate,
+executes them with this process's :class:`~skill_executor.runs.manager.RunManager` (its
+Docker engine, warm pool and workspaces), and records their events and outcomes.
+
+* **Claim** (the only way a run starts): ``UPDATE runs SET status='running' ... WHERE
+  status='queued' AND NOT cancel_requested AND <this worker's lease is valid>``. No row:
+  nothing runs (a late or re-delivered job never re-executes a run). A session's run
+  first finds the session's home: another live worker's -> its job goes to that worker's
+  queue; a lost one -> ``session_lost``; none -> this worker takes the session's lease
+  (:meth:`Worker.take_session`: the hook for a restore from a snapshot).
+* **Events** go through one writer thread: what arrived meanwhile is written in one
+  transaction with one ``NOTIFY`` per run; the outcome is written with the run's last
+  events, only while this worker still holds the run (``status='running' AND
+  worker_id=me``): a worker declared lost writes nothing.
+* **Cancel**: ``LISTEN run_cancel`` (and, after every reconnect, the runs asked to stop).
+* **Lease lost** (:mod:`.membership`): every local run is cancelled and the process exits
+  non-zero; so does a procrastinate worker that stopped by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import queue as queues
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from procrastinate import App, PsycopgConnector
+from sqlalchemy import Connection, insert, select, text, update
+
+from ..db import Database
+from ..db.schema import run_events, runs, session_leases, workers
+from ..runs.manager import TERMINAL, RunManager
+from ..runs.store import FINAL, RunRecord
+from . import events as ev
+from . import queue
+from .hub import Hub
+from .membership import Membership
+from .postgres import conninfo
+from .sweep import SESSION_LOST, now_sql
+
+log = logging.getLogger(__name__)
+
+#: Exit codes of a worker that had to stop: its lease is gone; its job loop ended by itself.
+EXIT_LEASE_LOST = 4
+EXIT_QUEUE_STOPPED = 5
+RETRY_SECONDS = 0.5
+#: How often a worker also looks for its runs asked to stop (notifications can be lost).
+CANCEL_CATCH_UP_SECONDS = 2.0
+
+
+@dataclass(slots=True)
+class _Outcome:
+    record: RunRecord
+    #: The run's last events (its final status, then result or error): written with it.
+    last: list[tuple[int, str, Any]]
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class EventWriter:
+    """The worker's one writer of events and outcomes (ordered: a run's outcome is written
+    after, or with, all its events)."""
+
+    def __init__(self, database: Database, worker_id: str, lost: threading.Event) -> None:
+        self.database = database
+        self.worker_id = worker_id
+        self.lost = lost
+        self._queue: queues.SimpleQueue[tuple[str, int, str, Any] | _Outcome | None] = queues.SimpleQueue()
+        self._lock = threading.Lock()
+        self._last: dict[str, list[tuple[int, str, Any]]] = {}
+        self._thread = threading.Thread(target=self._loop, name="run-events", daemon=True)
+        self._thread.start()
+
+    def sink(self, run_id: str) -> Any:
+        def put(seq: int, kind: str, data: Any) -> None:
+            if kind in TERMINAL or (kind == "status" and data in FINAL):
+                with self._lock:  # held for the outcome's transaction
+                    self._last.setdefault(run_id, []).append((seq, kind, data))
+            else:
+                self._queue.put((run_id, seq, kind, data))
+
+        return put
+
+    def outcome(self, record: RunRecord) -> None:
+        with self._lock:
+            last = self._last.pop(record.run_id, [])
+        item = _Outcome(record, last)
+        self._queue.put(item)
+        item.done.wait()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5.0)
+
+    def _loop(self) -> None:
+        # Group commit: what arrived while the last batch was being written is the next
+        # batch (no waiting for more: a lone event is written at once).
+        while True:
+            item = self._queue.get()
+            batch = []
+            while item is not None:
+                batch.append(item)
+                try:
+                    item = self._queue.get_nowait()
+                except queues.Empty:
+                    break
+            if batch:
+                self._write(batch)
+            if item is None:
+                return
+
+    def _write(self, batch: list[tuple[str, int, str, Any] | _Outcome]) -> None:
+        while not self.lost.is_set():
+            try:
+                with self.database.write() as conn:
+                    self._apply(conn, batch)
+                break
+            except Exception as exc:  # Postgres away: keep trying while the lease may hold
+                log.warning("worker %s: writing %d event(s) failed (%s); retrying", self.worker_id, len(batch), exc)
+                time.sleep(RETRY_SECONDS)
+        for item in batch:
+            if isinstance(item, _Outcome):
+                item.done.set()
+
+    def _apply(self, conn: Connection, batch: list[tuple[str, int, str, Any] | _Outcome]) -> None:
+        ids = sorted({item.record.run_id if isinstance(item, _Outcome) else item[0] for item in batch})
+        # Only runs this worker still holds (locked against a sweep meanwhile).
+        held = set(
+            conn.execute(
+                select(runs.c.run_id)
+                .where(runs.c.run_id.in_(ids), runs.c.status == "running", runs.c.worker_id == self.worker_id)
+                .with_for_update()
+            ).scalars()
+        )
+        now = time.time()
+        rows: list[dict[str, Any]] = []
+        touched: set[str] = set()
+        for item in batch:
+            events = [(item.record.run_id, *e) for e in item.last] if isinstance(item, _Outcome) else [item]
+            for run_id, seq, kind, data in events:
+                if run_id in held:
+                    rows.append({"run_id": run_id, "seq": seq, "kind": kind, "data": json.dumps(data), "at": now})
+                    touched.add(run_id)
+        if rows:
+            conn.execute(self.database.insert_ignore(run_events), rows)
+        for run_id in sorted(touched):
+            ev.notify(conn, ev.EVENTS_CHANNEL, run_id)
+        for item in batch:
+            if isinstance(item, _Outcome) and item.record.run_id in held:
+                record = item.record
+                values: dict[str, Any] = {"status": record.status, "updated_at": now, "events": record.events}
+                if record.result is not None:
+                    values["result"] = json.dumps(record.result)
+                if record.error is not None:
+                    values["error"] = json.dumps(record.error)
+                conn.execute(update(runs).where(runs.c.run_id == record.run_id).values(**values))
+                ev.notify(conn, ev.DONE_CHANNEL, record.run_id)
+
+
+class Worker:
+    """The worker's side of dispatch, on a :class:`RunManager` with a local dispatcher."""
+
+    def __init__(
+        self,
+        manager: RunManager,
+        database: Database,
+        *,
+        capacity: int,
+        lease: float,
+        heartbeat: float,
+        worker_id: str,
+    ) -> None:
+        self.manager = manager
+        self.database = database
+        self.worker_id = worker_id
+        self.capacity = capacity
+        self.tiers = [queue.DEFAULT_TIER]
+        self.membership = Membership(
+            database, self.worker_id, tiers=self.tiers, capacity=capacity, lease=lease, heartbeat=heartbeat
+        )
+        self.writer = EventWriter(database, self.worker_id, self.membership.lost)
+        self.hub = Hub(conninfo(database), channels=(ev.CANCEL_CHANNEL,))
+        self.hub.on_notify.append(lambda _channel, run_id: self._cancel_one(run_id))
+        self._claims = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, capacity), thread_name_prefix="claim")
+        self.app = App(connector=PsycopgConnector(conninfo=conninfo(database)))
+        self.app.task(name=queue.TASK)(self._execute_run)
+        self.lost_reason: str | None = None
+
+    # -- a job ----------------------------------------------------------------------------
+
+    async def _execute_run(self, run_id: str) -> None:
+        loop = asyncio.get_running_loop()
+        handle = await loop.run_in_executor(self._claims, self.claim, run_id)
+        if handle is None:
+            return
+        await handle.wait()
+        await loop.run_in_executor(self._claims, handle.recorded.wait)
+
+    def claim(self, run_id: str) -> Any:
+        """Claim ``run_id`` and start it here; its handle, or None when it is not this
+        worker's to run (see the module's docstring)."""
+        with self.database.write() as conn:
+            row = conn.execute(
+                select(runs.c.status, runs.c.cancel_requested, runs.c.owner, runs.c.session, runs.c.skill).where(
+                    runs.c.run_id == run_id
+                )
+            ).first()
+            if row is None or row.status != "queued":
+                return None
+            if row.cancel_requested:  # asked to stop after its job was fetched: it never starts
+                ev.end(conn, run_id, "cancelled", result=ev.not_started(run_id, row.skill, row.session), error=None)
+                return None
+            if row.session and not self._session_here(conn, run_id, row.owner, row.session):
+                return None
+            claimed = conn.execute(
+                update(runs)
+                .where(
+                    runs.c.run_id == run_id,
+                    runs.c.status == "queued",
+                    runs.c.cancel_requested.is_(False),
+                    select(workers.c.worker_id)
+                    .where(workers.c.worker_id == self.worker_id, workers.c.lease_until > text(now_sql()))
+                    .exists(),
+                )
+                .values(
+                    status="running",
+                    worker_id=self.worker_id,
+                    attempt=runs.c.attempt + 1,
+                    started_at=time.time(),
+                    updated_at=time.time(),
+                )
+                .returning(runs)
+            ).first()
+            if claimed is None:
+                return None
+            ev.append(conn, run_id, [(2, "status", "running")])  # its second event, with its claim
+            ev.notify(conn, ev.EVENTS_CHANNEL, run_id)
+        record = RunRecord(
+            run_id=claimed.run_id,
+            status="running",
+            skill=claimed.skill,
+            session=claimed.session,
+            created_at=claimed.created_at,
+            updated_at=claimed.updated_at,
+            request=json.loads(claimed.request),
+            owner=claimed.owner,
+        )
+        return self.manager.run_claimed(record, sink=self.writer.sink(run_id), outcome=self.writer.outcome)
+
+    def _session_here(self, conn: Connection, run_id: str, tenant: str, session: str) -> bool:
+        """Whether this worker runs ``session``'s run (else it was sent where it belongs)."""
+        home = conn.execute(
+            select(session_leases.c.worker_id, workers.c.worker_id)
+            .select_from(session_leases.outerjoin(workers, workers.c.worker_id == session_leases.c.worker_id))
+            .where(session_leases.c.tenant == tenant, session_leases.c.session == session)
+        ).first()
+        if home is None:
+            self.take_session(conn, tenant, session)
+            return True
+        if home[0] == self.worker_id:
+            return True
+        if home[1] is None:  # its worker is gone (a restore from a snapshot goes here)
+            ev.end(conn, run_id, "failed", result=None, error=SESSION_LOST)
+            return False
+        job_id = queue.defer(
+            conn, run_id, queue=queue.worker_queue(str(home[0])), lock=queue.session_lock(tenant, session)
+        )
+        conn.execute(update(runs).where(runs.c.run_id == run_id).values(job_id=job_id))
+        return False
+
+    def take_session(self, conn: Connection, tenant: str, session: str) -> None:
+        """This worker becomes ``session``'s home. The hook for snapshots: a restore of the
+        session's ``work/`` from the object store belongs here, before its first run."""
+        conn.execute(
+            insert(session_leases).values(
+                tenant=tenant, session=session, worker_id=self.worker_id, taken_at=time.time()
+            )
+        )
+
+    # -- cancel ---------------------------------------------------------------------------
+
+    def _cancel_one(self, run_id: str) -> None:
+        self.manager.cancel_local(run_id, "request")
+
+    def _catch_up_cancels(self) -> None:
+        ids = self.manager.running()
+        if not ids:
+            return
+        with self.database.read() as conn:  # raises while Postgres is away: the caller retries
+            wanted = conn.execute(
+                select(runs.c.run_id).where(runs.c.run_id.in_(ids), runs.c.cancel_requested.is_(True))
+            ).scalars()
+            for run_id in wanted:
+                self._cancel_one(run_id)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event, *, lease: float, heartbeat: float, grace: float) -> int:
+        """Register, take jobs until ``stop`` is set (0) or the lease is lost / the job loop
+        ends by itself (non-zero)."""
+        loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self.membership.register)
+        lost = asyncio.Event()
+
+        def on_lost(reason: str) -> None:
+            self.lost_reason = reason
+            log.error("worker %s: lease lost: %s; cancelling its runs and exiting", self.worker_id, reason)
+            for run_id in self.manager.running():
+                self.manager.cancel_local(run_id, "lease_lost")
+            loop.call_soon_threadsafe(lost.set)
+
+        self.membership.start(on_lost)
+        hub = loop.create_task(self._listen_cancels())
+        code = 0
+        async with self.app.open_async():
+            jobs = loop.create_task(
+                self.app.run_worker_async(
+                    queues=[queue.tier_queue(t) for t in self.tiers] + [queue.worker_queue(self.worker_id)],
+                    concurrency=self.capacity,
+                    name=self.worker_id,
+                    install_signal_handlers=False,
+                    update_heartbeat_interval=heartbeat,
+                    stalled_worker_timeout=lease,
+                    delete_jobs="successful",
+                    shutdown_graceful_timeout=grace,
+                ),
+                name="procrastinate-worker",
+            )
+            waits = {jobs, loop.create_task(stop.wait()), loop.create_task(lost.wait())}
+            done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if jobs in done:
+                problem = "cancelled" if jobs.cancelled() else jobs.exception()
+                log.error("worker %s: its job loop stopped by itself (%s); exiting", self.worker_id, problem)
+                code = EXIT_QUEUE_STOPPED
+            elif lost.is_set():
+                code = EXIT_LEASE_LOST
+            for task in pending:
+                task.cancel()
+            if not jobs.done():
+                jobs.cancel()
+            await asyncio.gather(jobs, return_exceptions=True)
+        hub.cancel()
+        await asyncio.gather(hub, return_exceptions=True)
+        await self.hub.close()
+        return code
+
+    async def _listen_cancels(self) -> None:
+        """The cancel hub, and a catch-up of cancels every few seconds (notifications sent
+        while the connection was down are lost)."""
+        self.hub.start()
+        while True:
+            try:
+                await asyncio.to_thread(self._catch_up_cancels)
+            except Exception as exc:
+                log.warning("worker %s: looking for cancelled runs failed: %s", self.worker_id, exc)
+            await asyncio.sleep(CANCEL_CATCH_UP_SECONDS)
+
+    def close(self) -> None:
+        self.membership.leave()
+        self.writer.close()
+        self._claims.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,52 @@
+"""The runtime of an API replica (``serve --role api``): runs execute on workers, never here.
+
+It opens no sandbox (a run reaching :meth:`RemoteRuntime.open` is a bug, refused) and needs
+no Docker engine; it only says where runs see skills (the workers' Docker paths), so the
+skill overviews an API replica serves name the same locations the runs see.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..activity import Activity
+from ..config import Settings
+from ..errors import ExecutorError
+from ..workspace.layout import WorkspaceManager
+from .base import Sandbox, SandboxPlan
+from .docker.engine import CONTAINER_ENVS, CONTAINER_WORKSPACE
+
+
+class RemoteRuntime:
+    name = "remote"
+    owner: tuple[int, int] | None = None
+    visible_skills_dir: str | None = f"{CONTAINER_WORKSPACE}/skills"
+    visible_envs_dir: str | None = CONTAINER_ENVS
+    disk_cap = "none"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.activity = Activity()
+        self.workspaces = WorkspaceManager(settings.workspaces, instance=settings.instance_id)
+
+    def open(self, plan: SandboxPlan) -> Sandbox:
+        raise ExecutorError("an API replica executes no run: runs go to workers", code="internal", status=500)
+
+    def health(self) -> dict[str, tuple[bool, str]]:
+        return {"runtime": (True, "runs execute on workers (role api)")}
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "containers": None,
+            "cleanup_backlog": 0,
+            "cleanup_leftovers": 0,
+            "workspaces": 0,
+            "workers": {},
+            "engine_up": None,
+        }
+
+    def settle(self) -> None:
+        pass
+
+    def close(self, timeout: float = 300.0) -> None:
+        self.workspaces.close()

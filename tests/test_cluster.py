@@ -1,0 +1,462 @@
+"""A cluster on a real Postgres and the real Docker engine: 2 API replicas and 2 workers as
+separate processes (tests/cluster.py). One cluster is shared by the tests that do not kill
+parts of it; the others start their own."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from skill_executor.db import Database
+
+from . import leftovers
+from .cluster import Cluster, run_body, worker_id
+from .conftest import require_runtime
+from .helpers import eventually
+from .pgserver import PostgresServer
+
+TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def cluster(postgres_server: PostgresServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    require_runtime("docker")
+    name = postgres_server.create_database()
+    started = Cluster(tmp_path_factory.mktemp("cluster"), postgres_server.url(name))
+    try:
+        started.start()
+        yield started
+    except BaseException:
+        print(started.logs())
+        raise
+    finally:
+        started.close()
+        postgres_server.drop_database(name)
+
+
+def rows(url: str, query: str, **params: Any) -> list[Any]:
+    database = Database(url)
+    try:
+        with database.read() as conn:
+            return list(conn.execute(text(query), params).all())
+    finally:
+        database.close()
+
+
+def submit(base: str, body: dict[str, Any], **kwargs: Any) -> httpx.Response:
+    return httpx.post(f"{base}/v1/runs", json=body, timeout=TIMEOUT, **kwargs)
+
+
+def sse(base: str, run_id: str, last: int | None = None) -> list[tuple[int, str, Any]]:
+    import json
+
+    headers = {"Last-Event-ID": str(last)} if last is not None else {}
+    got: list[tuple[int, str, Any]] = []
+    with httpx.stream("GET", f"{base}/v1/runs/{run_id}/events", headers=headers, timeout=TIMEOUT) as response:
+        assert response.status_code == 200, response.read()
+        event_id, kind = 0, ""
+        for line in response.iter_lines():
+            if line.startswith("id: "):
+                event_id = int(line[4:])
+            elif line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                got.append((event_id, kind, json.loads(line[6:])))
+    return got
+
+
+def test_runs_submitted_round_robin_to_both_replicas_all_finish_exactly_once(cluster: Cluster) -> None:
+    bodies = [run_body(f"echo run-{i}") for i in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda ib: submit(cluster.api(ib[0]), ib[1]), enumerate(bodies)))
+    for i, answer in enumerate(answers):
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["stdout"] == f"run-{i}\n"
+    ids = [a.json()["run_id"] for a in answers]
+    found = rows(
+        cluster.database_url,
+        "SELECT run_id, status, attempt, worker_id FROM runs WHERE run_id = ANY(:ids)",
+        ids=ids,
+    )
+    assert sorted(r[0] for r in found) == sorted(ids)
+    assert {(r[1], r[2]) for r in found} == {("completed", 1)}
+    # both workers took runs, and any replica reads any run
+    assert len({r[3] for r in found}) == 2
+    for i, run_id in enumerate(ids):
+        record = httpx.get(f"{cluster.api(i + 1)}/v1/runs/{run_id}", timeout=TIMEOUT).json()
+        assert record["status"] == "completed" and record["result"]["stdout"] == f"run-{i}\n"
+    metrics = httpx.get(f"{cluster.api(1)}/metrics", timeout=TIMEOUT).text
+    assert "skill_executor_queue_depth 0.0" in metrics and "skill_executor_runs_in_progress 0.0" in metrics
+
+
+def test_a_job_delivered_again_never_runs_a_run_twice(cluster: Cluster) -> None:
+    """A second job for a finished run (a re-delivery, a crafted row): the claim guard
+    starts nothing; the run, its attempt and its events stay as they were."""
+    from skill_executor.dispatch import queue
+
+    answer = submit(cluster.api(0), run_body("echo only-once"))
+    run_id = answer.json()["run_id"]
+    before = status_of(cluster.api(1), run_id)
+    events = sse(cluster.api(1), run_id)
+    database = Database(cluster.database_url)
+    try:
+        with database.write() as conn:
+            job = queue.defer(conn, run_id, queue=queue.tier_queue(queue.DEFAULT_TIER), lock=None)
+        deadline = time.monotonic() + TIMEOUT
+        while True:  # taken and finished by a worker (successful jobs are deleted)
+            with database.read() as conn:
+                left = conn.execute(
+                    text("SELECT status FROM procrastinate_jobs WHERE id = :j"), {"j": job}
+                ).scalar_one_or_none()
+            if left in (None, "succeeded"):
+                break
+            assert time.monotonic() < deadline, left
+            time.sleep(0.05)
+    finally:
+        database.close()
+    assert status_of(cluster.api(0), run_id) == before
+    assert sse(cluster.api(0), run_id) == events
+    assert rows(cluster.database_url, "SELECT attempt FROM runs WHERE run_id = :r", r=run_id)[0][0] == 1
+
+
+def test_a_sessions_runs_through_both_replicas_see_each_others_files(cluster: Cluster) -> None:
+    session = "shared-notes"
+    steps = [
+        "echo one > $WORK_DIR/notes.txt",
+        "cat $WORK_DIR/notes.txt && echo two >> $WORK_DIR/notes.txt",
+        "cat $WORK_DIR/notes.txt && echo three >> $WORK_DIR/notes.txt",
+        "cat $WORK_DIR/notes.txt",
+    ]
+    outputs = []
+    for i, command in enumerate(steps):
+        answer = submit(cluster.api(i), run_body(command, session=session))
+        assert answer.status_code == 200, answer.text
+        outputs.append(answer.json()["stdout"])
+    assert outputs[1:] == ["one\n", "one\ntwo\n", "one\ntwo\nthree\n"]
+    holders = rows(cluster.database_url, "SELECT worker_id FROM session_leases WHERE session = :s", s=session)
+    ran_on = rows(cluster.database_url, "SELECT DISTINCT worker_id FROM runs WHERE session = :s", s=session)
+    assert len(holders) == 1 and [r[0] for r in ran_on] == [holders[0][0]]
+
+
+def test_events_stream_from_the_other_replica_and_resume_with_last_event_id(cluster: Cluster) -> None:
+    command = "for i in 1 2 3; do echo line-$i; sleep 0.3; done"
+    accepted = submit(cluster.api(0), run_body(command), params={"wait": "false"})
+    assert accepted.status_code == 202, accepted.text
+    run_id = accepted.json()["run_id"]
+    events = sse(cluster.api(1), run_id)
+    kinds = [kind for _, kind, _ in events]
+    assert [e[0] for e in events] == list(range(1, len(events) + 1))
+    assert kinds[:2] == ["status", "status"] and kinds[-2:] == ["status", "result"]
+    assert "".join(d["data"] for _, k, d in events if k == "stdout") == "line-1\nline-2\nline-3\n"
+    # resumed on the first replica after the third event: exactly the rest, with the same ids
+    assert sse(cluster.api(0), run_id, last=3) == events[3:]
+    finished = httpx.get(
+        f"{cluster.api(0)}/v1/runs/{run_id}/events", headers={"Last-Event-ID": str(len(events))}, timeout=TIMEOUT
+    )
+    assert finished.status_code == 204
+
+
+def test_cancel_through_the_other_replica_stops_the_run_on_its_worker(cluster: Cluster) -> None:
+    accepted = submit(cluster.api(0), run_body("echo started; sleep 60"), params={"wait": "false"})
+    run_id = accepted.json()["run_id"]
+    deadline = time.monotonic() + TIMEOUT
+    while httpx.get(f"{cluster.api(1)}/v1/runs/{run_id}", timeout=TIMEOUT).json()["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    started = time.monotonic()
+    cancelled = httpx.delete(f"{cluster.api(1)}/v1/runs/{run_id}", timeout=TIMEOUT)
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["status"] == "cancelled"
+    assert time.monotonic() - started < 30  # not the run's 60 s
+    record = httpx.get(f"{cluster.api(0)}/v1/runs/{run_id}", timeout=TIMEOUT).json()
+    assert record["status"] == "cancelled" and record["result"]["stdout"] == "started\n"
+    again = httpx.delete(f"{cluster.api(0)}/v1/runs/{run_id}", timeout=TIMEOUT)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "run_finished"
+
+
+def test_idempotency_keys_hold_across_replicas(cluster: Cluster) -> None:
+    key = {"Idempotency-Key": "cluster-key-1"}
+    first = submit(cluster.api(0), run_body("echo once"), headers=key)
+    replay = submit(cluster.api(1), run_body("echo once"), headers=key)
+    assert first.status_code == replay.status_code == 200
+    assert replay.json()["run_id"] == first.json()["run_id"]
+    assert replay.headers.get("Idempotent-Replayed") == "true"
+    reused = submit(cluster.api(1), run_body("echo other"), headers=key)
+    assert reused.status_code == 409 and reused.json()["error"]["code"] == "idempotency_key_reused"
+    count = rows(cluster.database_url, "SELECT count(*) FROM runs WHERE request LIKE '%echo once%'")
+    assert count[0][0] == 1
+
+
+def test_a_postgres_restart_mid_traffic_gives_clean_503s_and_the_cluster_recovers(
+    cluster: Cluster, postgres_server: PostgresServer
+) -> None:
+    kept = submit(cluster.api(0), run_body("sleep 3; echo kept"), params={"wait": "false"}).json()["run_id"]
+    wait_status(cluster.api(1), kept, {"running"})
+    answers: list[tuple[int, dict[str, Any], str | None]] = []
+    stop = time.monotonic() + 8
+
+    def traffic(i: int) -> None:
+        while time.monotonic() < stop:
+            try:
+                answer = submit(cluster.api(i), run_body("echo through"))
+            except httpx.HTTPError as exc:  # never a hang: the timeout is the test's
+                answers.append((0, {"transport": str(exc)}, None))
+                continue
+            answers.append((answer.status_code, answer.json(), answer.headers.get("Retry-After")))
+            if answer.status_code != 200:
+                time.sleep(0.2)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        flows = [pool.submit(traffic, i) for i in range(2)]
+        time.sleep(1.0)
+        postgres_server.stop("fast")
+        time.sleep(1.0)
+        postgres_server.start()
+        for flow in flows:
+            flow.result()
+    codes = sorted({status for status, _, _ in answers})
+    print("answers during the restart:", {c: sum(1 for s, _, _ in answers if s == c) for c in codes})
+    assert set(codes) <= {200, 503}, answers
+    for status, body, retry_after in answers:
+        if status == 503:
+            assert body["error"]["code"] == "database_unavailable" and retry_after is not None, body
+        else:
+            assert body["stdout"] == "through\n"
+    assert 200 in codes
+    # the run acknowledged before the restart finished on its worker
+    assert wait_status(cluster.api(0), kept, {"completed", "failed", "cancelled"})["result"]["stdout"] == "kept\n"
+    # and both replicas run new runs again (the workers kept their leases)
+    for i in range(2):
+        again = submit(cluster.api(i), run_body("echo after"))
+        assert again.status_code == 200 and again.json()["stdout"] == "after\n", again.text
+    assert all(w.alive for w in cluster.workers)
+
+
+def test_mcp_and_tool_calls_on_a_replica_run_on_the_workers(cluster: Cluster) -> None:
+    """Every front end goes through the same manager: MCP's skill_run and /v1/tools/call."""
+    import anyio
+
+    from .test_mcp import http_client
+
+    async def main() -> None:
+        async with http_client(cluster.apis[1]) as client:  # type: ignore[arg-type]
+            done = await client.call_tool("skill_run", {"skill": "math-tools", "command": "echo via-mcp"})
+            assert not done.is_error and done.structured_content["stdout"] == "via-mcp\n"
+
+    anyio.run(main)
+    called = httpx.post(
+        f"{cluster.api(0)}/v1/tools/call",
+        json={"name": "skill_run", "arguments": {"skill": "math-tools", "command": "echo via-tools"}},
+        timeout=TIMEOUT,
+    )
+    assert called.status_code == 200 and "via-tools" in called.text, called.text
+    ran = rows(cluster.database_url, "SELECT status, worker_id FROM runs WHERE request LIKE '%via-%'")
+    assert len(ran) == 2 and all(status == "completed" and worker for status, worker in ran)
+
+
+def test_roles_of_a_cluster_refuse_the_embedded_sqlite(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    for command in (["serve", "--role", "api"], ["worker"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "skill_executor.cli.main", *command, "--data-dir", str(tmp_path / "data")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin"},
+        )
+        assert done.returncode == 2, done.stderr
+        assert "needs a shared Postgres database" in done.stderr
+
+
+# -- faults (each on a cluster of its own) ----------------------------------------------------
+
+
+@pytest.fixture
+def own_cluster(postgres_server: PostgresServer, tmp_path: Path) -> Iterator[Any]:
+    """A factory: ``own_cluster(apis=, workers=, env=)`` starts a cluster on a fresh database."""
+    require_runtime("docker")
+    made: list[tuple[Cluster, str]] = []
+
+    def make(**kwargs: Any) -> Cluster:
+        name = postgres_server.create_database()
+        started = Cluster(tmp_path / f"cluster-{len(made)}", postgres_server.url(name), **kwargs)
+        made.append((started, name))
+        return started.start()
+
+    try:
+        yield make
+    except BaseException:
+        for started, _ in made:
+            print(started.logs())
+        raise
+    finally:
+        for started, name in made:
+            try:
+                started.close()
+            finally:
+                postgres_server.drop_database(name)
+
+
+def containers_of(data_root: Path) -> set[str]:
+    """Ids of the managed containers owned by the data dir(s) below ``data_root``."""
+    return {line.split()[1] for line in leftovers.containers(data_root)}
+
+
+def status_of(base: str, run_id: str) -> dict[str, Any]:
+    return dict(httpx.get(f"{base}/v1/runs/{run_id}", timeout=TIMEOUT).json())
+
+
+def wait_status(base: str, run_id: str, wanted: set[str], timeout: float = TIMEOUT) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        record = status_of(base, run_id)
+        if record["status"] in wanted:
+            return record
+        assert time.monotonic() < deadline, record
+        time.sleep(0.1)
+
+
+def test_a_worker_killed_mid_run_loses_its_lease_in_bound_and_its_runs_end_cleanly(own_cluster: Any) -> None:
+    """kill -9 with the default heartbeat 5 s, lease 20 s, sweep 5 s: its running run ends
+    failed ``interrupted`` (attempt 1, never re-executed) within lease + sweep; its
+    session's queued run ends ``session_lost``, as does the session's next submission;
+    runs queued for the tier are done by the other worker."""
+    cluster = own_cluster(apis=1, workers=2, env={"SKILL_EXECUTOR_WORKER_CAPACITY": "1"})
+    api = cluster.api(0)
+    long = submit(api, run_body("echo in; sleep 120", session="doomed"), params={"wait": "false"}).json()["run_id"]
+    wait_status(api, long, {"running"})
+    holder = rows(cluster.database_url, "SELECT worker_id FROM runs WHERE run_id = :r", r=long)[0][0]
+    victim = next(i for i, w in enumerate(cluster.workers) if worker_id(w) == holder)
+    behind = submit(api, run_body("echo never", session="doomed"), params={"wait": "false"}).json()["run_id"]
+    queued = [submit(api, run_body(f"echo q{i}"), params={"wait": "false"}).json()["run_id"] for i in range(3)]
+    killed = time.monotonic()
+    cluster.kill_worker(victim)
+    record = wait_status(api, long, {"failed", "completed", "cancelled"}, timeout=45)
+    detected = time.monotonic() - killed
+    print(f"kill -9 -> interrupted: {detected:.1f} s")
+    assert detected <= 30.0
+    assert record["status"] == "failed" and record["error"]["code"] == "interrupted"
+    assert record["error"]["details"] == {"reason": "worker_lost"}
+    lost = wait_status(api, behind, {"failed", "completed", "cancelled"})
+    assert lost["status"] == "failed" and lost["error"]["code"] == "session_lost"
+    for run_id in queued:
+        done = wait_status(api, run_id, {"completed", "failed", "cancelled"})
+        assert done["status"] == "completed", done
+    survivors = rows(cluster.database_url, "SELECT DISTINCT worker_id FROM runs WHERE run_id = ANY(:ids)", ids=queued)
+    assert [r[0] for r in survivors] == [worker_id(cluster.workers[1 - victim])]
+    assert rows(cluster.database_url, "SELECT attempt FROM runs WHERE run_id = :r", r=long)[0][0] == 1
+    refused = submit(api, run_body("echo again", session="doomed"))
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "session_lost"
+    # the stream of the interrupted run ends with the error
+    events = sse(api, long)
+    assert events[-1][1] == "error" and events[-1][2]["code"] == "interrupted"
+    assert rows(cluster.database_url, "SELECT count(*) FROM workers WHERE worker_id = :w", w=holder)[0][0] == 0
+    # restarted on its data dir, the worker removes the containers its predecessor left
+    # (the killed run's among them), and only those: the other worker's stay
+    left = containers_of(cluster.workers[victim].base)
+    others = containers_of(cluster.workers[1 - victim].base)
+    assert left and others
+    cluster.restart_worker(victim)
+    eventually(lambda: not (left & containers_of(cluster.workers[victim].base)), timeout=60)
+    assert others <= containers_of(cluster.workers[1 - victim].base)  # idle: its warm pool untouched
+
+
+def test_a_replica_killed_mid_request_loses_nothing_acknowledged(own_cluster: Any) -> None:
+    """The replica dies while the client waits: the run it recorded finishes on a worker,
+    and the client's retry with the same Idempotency-Key on the other replica gets it."""
+    cluster = own_cluster(apis=2, workers=1)
+    key = {"Idempotency-Key": "killed-replica-1"}
+    body = run_body("sleep 2; echo survived")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(submit, cluster.api(0), body, headers=key)
+        deadline = time.monotonic() + TIMEOUT
+        while not rows(cluster.database_url, "SELECT run_id FROM idempotency WHERE key = :k", k=key["Idempotency-Key"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        cluster.apis[0].kill()
+        with pytest.raises(httpx.HTTPError):
+            waiting.result()
+    retried = submit(cluster.api(1), body, headers=key)
+    assert retried.status_code == 200, retried.text
+    assert retried.json()["stdout"] == "survived\n"
+    assert retried.headers.get("Idempotent-Replayed") == "true"
+    assert rows(cluster.database_url, "SELECT count(*) FROM runs")[0][0] == 1
+
+
+def test_the_whole_cluster_stopped_and_started_again_keeps_every_record(own_cluster: Any) -> None:
+    cluster = own_cluster(apis=2, workers=2)
+    ids = [submit(cluster.api(i), run_body(f"echo before-{i}")).json()["run_id"] for i in range(4)]
+    first = submit(cluster.api(0), run_body("echo kept > $WORK_DIR/k.txt", session="lasting"))
+    assert first.status_code == 200
+    before = {run_id: status_of(cluster.api(0), run_id) for run_id in ids}
+    streams = {run_id: sse(cluster.api(1), run_id) for run_id in ids}
+    codes = cluster.stop()
+    # a clean stop (uvicorn re-raises the SIGTERM it handled once it has shut down)
+    assert set(codes.values()) <= {0, -15}, (codes, cluster.logs())
+    assert "Finished server process" in cluster.workers[0].log()
+    cluster.start()
+    for i, run_id in enumerate(ids):
+        assert status_of(cluster.api(i + 1), run_id) == before[run_id]
+        assert sse(cluster.api(i), run_id) == streams[run_id]
+    # a worker restarted on its data dir is the same worker: the session's files are there
+    again = submit(cluster.api(1), run_body("cat $WORK_DIR/k.txt", session="lasting"))
+    assert again.status_code == 200 and again.json()["stdout"] == "kept\n", again.text
+
+
+def test_a_worker_paused_past_its_lease_writes_nothing_and_exits_non_zero(own_cluster: Any) -> None:
+    """Split brain: SIGSTOP longer than the lease; the run is declared interrupted; once
+    resumed, the worker finds its lease gone, stops its sandbox, records nothing and exits 4."""
+    import signal
+
+    cluster = own_cluster(apis=1, workers=1)
+    api = cluster.api(0)
+    run_id = submit(api, run_body("sleep 15; echo late"), params={"wait": "false"}).json()["run_id"]
+    wait_status(api, run_id, {"running"})
+    proc = cluster.workers[0]
+    assert proc.process is not None
+    proc.process.send_signal(signal.SIGSTOP)
+    try:
+        record = wait_status(api, run_id, {"failed", "completed", "cancelled"}, timeout=30)
+    finally:
+        proc.process.send_signal(signal.SIGCONT)
+    assert record["error"]["code"] == "interrupted"
+    events = sse(api, run_id)
+    assert proc.process.wait(timeout=60) == 4, proc.log()
+    assert status_of(api, run_id) == record
+    assert sse(api, run_id) == events
+    cluster.restart_worker(0)
+    assert submit(api, run_body("echo back")).json()["stdout"] == "back\n"
+
+
+def test_stopping_a_worker_or_a_replica_lets_acknowledged_runs_finish(own_cluster: Any) -> None:
+    """SIGTERM of a worker: it takes no new run and its run in flight finishes within the
+    grace, recorded; SIGTERM of a replica: its waiting client gets 503 ``shutting_down``,
+    the run goes on, and the other replica serves it."""
+    cluster = own_cluster(apis=2, workers=1)
+    key = {"Idempotency-Key": "stopped-replica-1"}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(submit, cluster.api(0), run_body("sleep 1.5; echo drained"), headers=key)
+        deadline = time.monotonic() + TIMEOUT
+        while not rows(cluster.database_url, "SELECT run_id FROM runs WHERE status = 'running'"):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        run_id = rows(cluster.database_url, "SELECT run_id FROM runs")[0][0]
+        with concurrent.futures.ThreadPoolExecutor(2) as stoppers:
+            replica = stoppers.submit(cluster.apis[0].stop)
+            worker = stoppers.submit(cluster.workers[0].stop)
+            assert replica.result() in (0, -15) and worker.result() in (0, -15)
+        answer = waiting.result()
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "shutting_down"
+    record = status_of(cluster.api(1), run_id)
+    assert record["status"] == "completed" and record["result"]["stdout"] == "drained\n"
+    replay = submit(cluster.api(1), run_body("sleep 1.5; echo drained"), headers=key)
+    assert replay.status_code == 200 and replay.json()["run_id"] == run_id
