@@ -105,7 +105,7 @@ class Settings(BaseSettings):
     """Idle time before a session's work (and its agent context) is deleted."""
     session_disk_bytes: int = 1 * GiB  # a session's work/ across its runs
     """The most a session's work/ may hold across its runs."""
-    session_snapshots: bool = False  # on for workers of a cluster
+    session_snapshots: bool | None = None  # None: on for a cluster's API replicas and workers, off for `serve`
     """Keep each session's work/ in the object store after every run, so another worker can continue it."""
     sessions_per_tenant: int = Field(default=64, gt=0)  # then a new session is refused (429 session_limit)
     """Sessions one tenant (API key) may keep at once; a run that would start another is refused."""

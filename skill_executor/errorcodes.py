@@ -150,6 +150,13 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "none",
     ),
     E(
+        "role_needs_shared_store",
+        400,
+        "A cluster role (serve --role api, worker) started on the default object store (no other process sees it).",
+        "Operators: set SKILL_EXECUTOR_OBJECT_STORE to the cluster's s3://bucket[/prefix] or a shared folder.",
+        mcp="none",
+    ),
+    E(
         "unsafe_bind",
         400,
         "serve refuses to bind a non-loopback address without API keys.",

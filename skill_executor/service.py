@@ -51,12 +51,27 @@ class RoleNeedsPostgres(ExecutorError):
     status = 400
 
 
+class RoleNeedsSharedStore(ExecutorError):
+    code = "role_needs_shared_store"
+    status = 400
+
+
 def check_role(settings: Settings, role: Role) -> None:
-    """``api`` and ``worker`` share a Postgres database with their cluster; refused on SQLite."""
-    if role != "all" and not settings.database.startswith("postgresql"):
+    """``api`` and ``worker`` share a Postgres database and an object store with their
+    cluster: refused on SQLite, and on the default object store (a folder in this process's
+    own data dir, which no other process sees)."""
+    if role == "all":
+        return
+    if not settings.database.startswith("postgresql"):
         raise RoleNeedsPostgres(
             f"role {role!r} needs a shared Postgres database (SKILL_EXECUTOR_DATABASE_URL=postgresql://...); "
             f"{settings.database.split(':', 1)[0]} is this machine's own: use `skill-executor serve` (role all)"
+        )
+    if settings.object_store is None:
+        raise RoleNeedsSharedStore(
+            f"role {role!r} needs the object store its cluster shares (artifacts, skill versions, sessions): "
+            "set SKILL_EXECUTOR_OBJECT_STORE to s3://bucket[/prefix] or to a folder every process of the "
+            "cluster mounts; the default is this process's own data dir"
         )
 
 
@@ -84,6 +99,8 @@ class Service:
         """Build everything once from ``settings`` and start the periodic expiry;
         ``on_finish`` sees every run's final record before any waiter gets its answer."""
         check_role(settings, role)
+        if settings.session_snapshots is None:  # a cluster's sessions follow their runs to any worker
+            settings = settings.model_copy(update={"session_snapshots": role != "all"})
         tracing.configure(role)  # on when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set
         if role == "api" and runtime is None:
             from .runtimes.remote import RemoteRuntime
@@ -96,7 +113,10 @@ class Service:
             dispatcher: Dispatcher
             if role == "api":
                 dispatcher = PostgresDispatcher(
-                    executor.database, queued_allowance=settings.max_queued_runs, validate=executor.runner.validate
+                    executor.database,
+                    queued_allowance=settings.max_queued_runs,
+                    validate=executor.runner.validate,
+                    moving_sessions=bool(settings.session_snapshots),
                 )
             else:
                 dispatcher = LocalDispatcher(limiter.slots + limiter.queue)
@@ -115,6 +135,7 @@ class Service:
                     lease=settings.worker_lease_seconds,
                     heartbeat=settings.worker_heartbeat_seconds,
                     worker_id=f"{socket.gethostname()[:40]}-{data_dir_id(settings.data_dir)[:12]}",
+                    moving_sessions=bool(settings.session_snapshots),
                 )
         except BaseException:
             executor.close(timeout=5.0)
@@ -134,7 +155,11 @@ class Service:
             )
             if role == "api":
                 database = executor.database
-                supervisor.every("worker-sweep", settings.worker_sweep_seconds, lambda: sweep(database))
+                supervisor.every(
+                    "worker-sweep",
+                    settings.worker_sweep_seconds,
+                    lambda: sweep(database, moving=bool(settings.session_snapshots)),
+                )
         except BaseException:
             try:
                 manager.shutdown()

@@ -148,6 +148,8 @@ class Cluster:
                 "SKILL_EXECUTOR_SKILLS_REFRESH_SECONDS": "0",
                 "SKILL_EXECUTOR_MAX_CONCURRENT_RUNS": "2",
                 "SKILL_EXECUTOR_SHUTDOWN_GRACE_SECONDS": "2",
+                # the store every process of the cluster shares (a folder here; S3 in some tests)
+                "SKILL_EXECUTOR_OBJECT_STORE": str(base / "objects"),
                 **(env if env is not None else FAST),
             }
         )

@@ -17,7 +17,7 @@ from sqlalchemy import text
 from skill_executor.db import Database
 
 from . import leftovers
-from .cluster import Cluster, run_body, worker_id
+from .cluster import FAST, Cluster, run_body, worker_id
 from .conftest import require_runtime
 from .helpers import eventually
 from .pgserver import PostgresServer
@@ -277,6 +277,24 @@ def test_roles_of_a_cluster_refuse_the_embedded_sqlite(tmp_path: Path) -> None:
         assert "needs a shared Postgres database" in done.stderr
 
 
+def test_roles_of_a_cluster_refuse_a_store_of_their_own(tmp_path: Path) -> None:
+    """On Postgres but with the default object store (this process's data dir), a session
+    moved to another worker would silently start empty: refused at start."""
+    import subprocess
+    import sys
+
+    for command in (["serve", "--role", "api"], ["worker"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "skill_executor.cli.main", *command, "--data-dir", str(tmp_path / "data")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin", "SKILL_EXECUTOR_DATABASE_URL": "postgresql://u:p@127.0.0.1:1/x"},
+        )
+        assert done.returncode == 2, done.stderr
+        assert "role_needs_shared_store" in done.stderr or "needs the object store" in done.stderr, done.stderr
+
+
 # -- faults (each on a cluster of its own) ----------------------------------------------------
 
 
@@ -328,9 +346,12 @@ def wait_status(base: str, run_id: str, wanted: set[str], timeout: float = TIMEO
 def test_a_worker_killed_mid_run_loses_its_lease_in_bound_and_its_runs_end_cleanly(own_cluster: Any) -> None:
     """kill -9 with the default heartbeat 5 s, lease 20 s, sweep 5 s: its running run ends
     failed ``interrupted`` (attempt 1, never re-executed) within lease + sweep; its
-    session's queued run ends ``session_lost``, as does the session's next submission;
-    runs queued for the tier are done by the other worker."""
-    cluster = own_cluster(apis=1, workers=2, env={"SKILL_EXECUTOR_WORKER_CAPACITY": "1"})
+    session's queued run ends ``session_lost``, as does the session's next submission
+    (sessions not kept in the object store: SESSION_SNAPSHOTS=false); runs queued for the
+    tier are done by the other worker."""
+    cluster = own_cluster(
+        apis=1, workers=2, env={"SKILL_EXECUTOR_WORKER_CAPACITY": "1", "SKILL_EXECUTOR_SESSION_SNAPSHOTS": "false"}
+    )
     api = cluster.api(0)
     long = submit(api, run_body("echo in; sleep 120", session="doomed"), params={"wait": "false"}).json()["run_id"]
     wait_status(api, long, {"running"})
@@ -368,6 +389,35 @@ def test_a_worker_killed_mid_run_loses_its_lease_in_bound_and_its_runs_end_clean
     cluster.restart_worker(victim)
     eventually(lambda: not (left & containers_of(cluster.workers[victim].base)), timeout=60)
     assert others <= containers_of(cluster.workers[1 - victim].base)  # idle: its warm pool untouched
+
+
+def test_a_session_outlives_its_worker_through_the_object_store(own_cluster: Any) -> None:
+    """With sessions kept in the object store (the default in a cluster), kill -9 of the
+    worker holding a session loses only the run it was running: the session's queued run and
+    its next ones go to the other worker, which restores the session's work/ as its last
+    finished run left it."""
+    cluster = own_cluster(apis=2, workers=2, env={**FAST, "SKILL_EXECUTOR_WORKER_CAPACITY": "1"})
+    first = submit(cluster.api(0), run_body("cd work && echo kept > f && mkdir d && echo deep > d/g", session="s"))
+    assert first.status_code == 200 and first.json()["exit_code"] == 0, first.text
+    long = submit(
+        cluster.api(1), run_body("cd work && echo partial > p; sleep 120", session="s"), params={"wait": "false"}
+    ).json()["run_id"]
+    wait_status(cluster.api(0), long, {"running"})
+    holder = rows(cluster.database_url, "SELECT worker_id FROM runs WHERE run_id = :r", r=long)[0][0]
+    victim = next(i for i, w in enumerate(cluster.workers) if worker_id(w) == holder)
+    behind = submit(cluster.api(0), run_body("cd work && cat f d/g; ls", session="s"), params={"wait": "false"}).json()[
+        "run_id"
+    ]
+    cluster.kill_worker(victim)
+    interrupted = wait_status(cluster.api(1), long, {"failed", "completed", "cancelled"}, timeout=45)
+    assert interrupted["error"]["code"] == "interrupted"
+    moved = wait_status(cluster.api(1), behind, {"failed", "completed", "cancelled"}, timeout=45)
+    assert moved["status"] == "completed", moved
+    assert moved["result"]["stdout"].split() == ["kept", "deep", "d", "f", "inputs"], moved  # not the killed run's p
+    survivor = worker_id(cluster.workers[1 - victim])
+    assert rows(cluster.database_url, "SELECT worker_id FROM runs WHERE run_id = :r", r=behind)[0][0] == survivor
+    after = submit(cluster.api(1), run_body("cd work && cat f", session="s"))
+    assert after.status_code == 200 and after.json()["stdout"] == "kept\n", after.text
 
 
 def test_a_replica_killed_mid_request_loses_nothing_acknowledged(own_cluster: Any) -> None:

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, delete, func, select, update
 
 from ..db import Database
 from ..db.schema import runs, session_leases, workers
@@ -45,16 +45,25 @@ def conninfo(database: Database) -> str:
     return database.url.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def session_home(conn: Connection, tenant: str, session: str) -> str | None:
-    """The worker holding ``session``'s workspace (None: nobody yet). Raises ``session_lost``
-    when that worker is gone (the hook for a restore from a snapshot: take the lease over
-    there instead)."""
+def session_home(conn: Connection, tenant: str, session: str, *, moving: bool = False) -> str | None:
+    """The worker holding ``session``'s workspace (None: nobody yet). When that worker is
+    gone: with ``moving`` (sessions kept in the object store) its lease is dropped and the
+    session goes to whichever worker runs it next (None); else ``session_lost``."""
     row = conn.execute(
         select(session_leases.c.worker_id, workers.c.worker_id)
         .select_from(session_leases.outerjoin(workers, workers.c.worker_id == session_leases.c.worker_id))
         .where(session_leases.c.tenant == tenant, session_leases.c.session == session)
     ).first()
     if row is None:
+        return None
+    if row[1] is None and moving:
+        conn.execute(
+            delete(session_leases).where(
+                session_leases.c.tenant == tenant,
+                session_leases.c.session == session,
+                session_leases.c.worker_id == row[0],
+            )
+        )
         return None
     if row[1] is None:
         raise SessionLost(
@@ -67,9 +76,18 @@ def session_home(conn: Connection, tenant: str, session: str) -> str | None:
 class PostgresDispatcher:
     remote = True
 
-    def __init__(self, database: Database, *, queued_allowance: int, validate: Callable[[RunRequest], Any]) -> None:
-        """``queued_allowance``: runs the cluster queues beyond its workers' capacity."""
+    def __init__(
+        self,
+        database: Database,
+        *,
+        queued_allowance: int,
+        validate: Callable[[RunRequest], Any],
+        moving_sessions: bool = False,
+    ) -> None:
+        """``queued_allowance``: runs the cluster queues beyond its workers' capacity;
+        ``moving_sessions``: sessions are kept in the object store and move off lost workers."""
         self.database = database
+        self.moving_sessions = moving_sessions
         self.queued_allowance = queued_allowance
         self.hub = Hub(conninfo(database))
         self._validate = validate
@@ -88,7 +106,7 @@ class PostgresDispatcher:
             )
 
     def enqueue(self, conn: Connection, run_id: str, request: RunRequest, tenant: str) -> None:
-        home = session_home(conn, tenant, request.session) if request.session else None
+        home = session_home(conn, tenant, request.session, moving=self.moving_sessions) if request.session else None
         target = queue.worker_queue(home) if home else queue.tier_queue(queue.DEFAULT_TIER)
         job_id = queue.defer(conn, run_id, queue=target, lock=queue.session_lock(tenant, request.session))
         conn.execute(update(runs).where(runs.c.run_id == run_id).values(job_id=job_id, tier=queue.DEFAULT_TIER))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import delete, select, text, update
 
 from ..db import Database
-from ..db.schema import runs, workers
+from ..db.schema import runs, session_leases, workers
 from . import events as ev
 from . import queue
 
@@ -53,7 +53,10 @@ class Swept:
     requeued: list[str] = field(default_factory=list)
 
 
-def sweep(database: Database) -> Swept:
+def sweep(database: Database, *, moving: bool = False) -> Swept:
+    """``moving``: sessions are kept in the object store (SKILL_EXECUTOR_SESSION_SNAPSHOTS):
+    a lost worker's sessions move, so their queued runs go to any other worker (which
+    restores the session's newest snapshot) instead of ending ``session_lost``."""
     swept = Swept()
     with database.write() as conn:
         if not conn.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": SWEEP_KEY}).scalar_one():
@@ -78,8 +81,20 @@ def sweep(database: Database) -> Swept:
                     queue.fail_doing(conn, int(job_id))
             for run_id, job_id in queue.waiting_on(conn, [queue.worker_queue(worker_id)]):
                 queue.cancel_todo(conn, job_id)
-                if ev.end(conn, run_id, "failed", result=None, error=SESSION_LOST):
+                if moving:
+                    row = conn.execute(select(runs.c.owner, runs.c.session).where(runs.c.run_id == run_id)).one()
+                    new_job = queue.defer(
+                        conn,
+                        run_id,
+                        queue=queue.tier_queue(queue.DEFAULT_TIER),
+                        lock=queue.session_lock(row[0], row[1]),
+                    )
+                    conn.execute(update(runs).where(runs.c.run_id == run_id).values(job_id=new_job))
+                    swept.requeued.append(run_id)
+                elif ev.end(conn, run_id, "failed", result=None, error=SESSION_LOST):
                     swept.lost.append(run_id)
+            if moving:  # its sessions are free: the next worker to run one takes it over
+                conn.execute(delete(session_leases).where(session_leases.c.worker_id == worker_id))
             conn.execute(delete(workers).where(workers.c.worker_id == worker_id))
             swept.workers.append(worker_id)
         for run_id in queue.orphaned(conn):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from procrastinate import App, PsycopgConnector
-from sqlalchemy import Connection, insert, select, text, update
+from sqlalchemy import Connection, delete, insert, select, text, update
 
 from ..db import Database
 from ..db.schema import run_events, runs, session_leases, workers
@@ -173,8 +173,11 @@ class Worker:
         lease: float,
         heartbeat: float,
         worker_id: str,
+        moving_sessions: bool = False,
     ) -> None:
         self.manager = manager
+        #: Sessions are kept in the object store: a lost worker's sessions move here.
+        self.moving_sessions = moving_sessions
         self.database = database
         self.worker_id = worker_id
         self.capacity = capacity
@@ -263,7 +266,17 @@ class Worker:
             return True
         if home[0] == self.worker_id:
             return True
-        if home[1] is None:  # its worker is gone (a restore from a snapshot goes here)
+        if home[1] is None and self.moving_sessions:  # its worker is gone: the session moves here
+            conn.execute(
+                delete(session_leases).where(
+                    session_leases.c.tenant == tenant,
+                    session_leases.c.session == session,
+                    session_leases.c.worker_id == home[0],
+                )
+            )
+            self.take_session(conn, tenant, session)
+            return True
+        if home[1] is None:  # its worker is gone, and its files with it
             ev.end(conn, run_id, "failed", result=None, error=SESSION_LOST)
             return False
         job_id = queue.defer(
@@ -273,8 +286,8 @@ class Worker:
         return False
 
     def take_session(self, conn: Connection, tenant: str, session: str) -> None:
-        """This worker becomes ``session``'s home. The hook for snapshots: a restore of the
-        session's ``work/`` from the object store belongs here, before its first run."""
+        """This worker becomes ``session``'s home (with snapshots, its run restores the
+        session's newest ``work/`` from the object store: SessionStore.use)."""
         conn.execute(
             insert(session_leases).values(
                 tenant=tenant, session=session, worker_id=self.worker_id, taken_at=time.time()
