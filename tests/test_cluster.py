@@ -261,6 +261,26 @@ def test_mcp_and_tool_calls_on_a_replica_run_on_the_workers(cluster: Cluster) ->
     assert len(ran) == 2 and all(status == "completed" and worker for status, worker in ran)
 
 
+def test_cluster_status_shows_the_workers_and_the_queue(cluster: Cluster) -> None:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "skill_executor.cli.main", "cluster", "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**cluster.env},
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    ids = {worker_id(w) for w in cluster.workers}
+    assert {w["worker_id"] for w in report["workers"]} == ids
+    assert all(w["alive"] and w["lease_seconds_left"] > 0 and w["capacity"] == 2 for w in report["workers"])
+    assert report["capacity"] == 4 and report["queued"] >= 0 and "***" in report["database"]
+
+
 def test_roles_of_a_cluster_refuse_the_embedded_sqlite(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -31,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
 def _optional_modules() -> list[Any]:
     """Command groups of later layers; imported lazily so ``skills`` stays light."""
     from . import artifacts as artifacts_cli
+    from . import cluster as cluster_cli
     from . import db as db_cli
     from . import image as image_cli
     from . import mcp as mcp_cli
@@ -38,7 +39,7 @@ def _optional_modules() -> list[Any]:
     from . import serve as serve_cli
     from . import test as test_cli
 
-    return [runs_cli, artifacts_cli, image_cli, serve_cli, mcp_cli, test_cli, db_cli]
+    return [runs_cli, artifacts_cli, image_cli, serve_cli, mcp_cli, test_cli, db_cli, cluster_cli]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
