@@ -44,10 +44,12 @@ start_postgres() {
   local data="$DIR/postgres"
   if [[ ! -d "$data/base" ]]; then
     mkdir -p "$data" && chmod 700 "$data"
-    [[ $(id -u) -ne 0 ]] || chown postgres "$data" "$DIR"
-    printf '%s' "$(secret pg)" > "$DIR/secrets/pg.pw"; [[ $(id -u) -ne 0 ]] || chown postgres "$DIR/secrets" "$DIR/secrets/pg.pw"
-    as_pg "$SKILL_EXECUTOR_PG_BIN/initdb" -D "$data" -U "$PG_USER" --pwfile="$DIR/secrets/pg.pw" --auth=scram-sha-256 >/dev/null
-    rm -f "$DIR/secrets/pg.pw"
+    local pwfile
+    pwfile="$(mktemp)"
+    printf '%s' "$(secret pg)" > "$pwfile"
+    if [[ $(id -u) -eq 0 ]]; then chown postgres "$data" "$pwfile"; fi
+    as_pg "$SKILL_EXECUTOR_PG_BIN/initdb" -D "$data" -U "$PG_USER" --pwfile="$pwfile" --auth=scram-sha-256 >/dev/null
+    rm -f "$pwfile"
   fi
   if ! as_pg "$SKILL_EXECUTOR_PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
     as_pg "$SKILL_EXECUTOR_PG_BIN/pg_ctl" -D "$data" -l "$data/server.log" -w -o \
