@@ -62,3 +62,19 @@ def test_an_ended_session_is_not_restored_elsewhere(workers: tuple[Executor, Exe
     assert a.runner.sessions.end("gone", "local")
     assert run(b, session="gone", command="test -e work/f && echo present || echo absent").stdout == "absent\n"
     assert not os.path.exists(b.settings.workspaces / "sessions" / "local" / "gone" / "work" / "f")
+
+
+def test_a_snapshot_that_fails_is_a_warning_not_a_lost_result(
+    workers: tuple[Executor, Executor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, _ = workers
+    snapshots = a.runner.sessions.snapshots
+    assert snapshots is not None
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(snapshots, "take", broken)
+    result = run(a, session="warned", command="echo ran")
+    assert result.stdout == "ran\n" and result.exit_code == 0
+    assert any("could not be kept" in w and "disk on fire" in w for w in result.warnings), result.warnings

@@ -326,6 +326,9 @@ class SessionStore:
         except ExecutorError as exc:
             log.error("session %s: snapshot failed: %s", session, exc.message)
             return f"the session's work/ could not be kept for other workers ({exc.code}): {exc.message}"
+        except Exception as exc:  # never masks the run's own outcome: reported, not raised
+            log.exception("session %s: snapshot failed", session)
+            return f"the session's work/ could not be kept for other workers: {exc}"
         return None
 
     def end(self, session: str, tenant: str) -> bool:
