@@ -105,20 +105,23 @@ def put_tree(store: ObjectStore, root: Path) -> str:
     return sha
 
 
-def read_manifest(store: ObjectStore, sha256: str) -> list[TreeItem]:
-    """The checked items of the manifest ``sha256`` (verified against its hash)."""
+def read_bounded(store: ObjectStore, sha256: str, bad: Callable[[str], ExecutorError]) -> bytes:
+    """The manifest blob ``sha256``, at most :data:`MAX_MANIFEST_BYTES`, verified against its hash."""
     with store.open_blob(sha256) as reader:
         raw = reader.read(MAX_MANIFEST_BYTES + 1)
         if len(raw) > MAX_MANIFEST_BYTES:
-            raise TreeManifestInvalid(f"the tree manifest {sha256} is over {MAX_MANIFEST_BYTES} bytes")
+            raise bad(f"over {MAX_MANIFEST_BYTES} bytes")
         reader.read()  # to its end: the hash is checked there
-    return parse_manifest(raw)
+    return raw
 
 
-def parse_manifest(raw: bytes) -> list[TreeItem]:
-    def bad(why: str) -> TreeManifestInvalid:
-        return TreeManifestInvalid(f"a tree manifest in the object store is invalid ({why})")
-
+def manifest_entries(
+    raw: bytes, bad: Callable[[str], ExecutorError], *, max_depth: int = MAX_DEPTH
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(path, kind, entry)`` of every entry of a manifest (any format-1 tree manifest: this
+    module's and session snapshots'), its envelope checked: JSON, the format, at most
+    :data:`MAX_ENTRIES` entries, each an object with a safe relative path seen once.  The
+    kinds' own fields are the caller's to check."""
     try:
         data = json.loads(raw)
     except ValueError:
@@ -127,16 +130,33 @@ def parse_manifest(raw: bytes) -> list[TreeItem]:
         raise bad("unknown format")
     if len(data["items"]) > MAX_ENTRIES:
         raise bad("too many entries")
-    items: list[TreeItem] = []
-    links: set[str] = set()
+    entries: list[tuple[str, str, dict[str, Any]]] = []
     seen: set[str] = set()
     for raw_item in data["items"]:
         if not isinstance(raw_item, dict):
             raise bad("an entry is not an object")
         path, kind = raw_item.get("path"), raw_item.get("kind")
-        if not isinstance(path, str) or not _safe_path(path) or path in seen:
+        if not isinstance(path, str) or not safe_path(path, max_depth) or path in seen:
             raise bad(f"path {str(path)[:80]!r}")
         seen.add(path)
+        entries.append((path, str(kind), raw_item))
+    return entries
+
+
+def _bad_tree(why: str) -> TreeManifestInvalid:
+    return TreeManifestInvalid(f"a tree manifest in the object store is invalid ({why})")
+
+
+def read_manifest(store: ObjectStore, sha256: str) -> list[TreeItem]:
+    """The checked items of the manifest ``sha256`` (verified against its hash)."""
+    return parse_manifest(read_bounded(store, sha256, _bad_tree))
+
+
+def parse_manifest(raw: bytes) -> list[TreeItem]:
+    bad = _bad_tree
+    items: list[TreeItem] = []
+    links: set[str] = set()
+    for path, kind, raw_item in manifest_entries(raw, bad):
         if kind == "dir":
             items.append(TreeItem(path, "dir"))
         elif kind == "file":
@@ -206,11 +226,13 @@ def _make_dirs(top: Path, folder: Path) -> None:
         os.chmod(path, 0o755)  # whatever the umask
 
 
-def _safe_path(path: str) -> bool:
+def safe_path(path: str, max_depth: int = MAX_DEPTH) -> bool:
+    """A relative ``/``-separated path with no empty, ``.`` or ``..`` part, no NUL or backslash,
+    at most ``max_depth`` parts of at most 255 bytes each (what a manifest may name)."""
     if not path or path.startswith("/") or "\0" in path or "\\" in path or len(path) > 4096:
         return False
     parts = path.split("/")
-    return len(parts) <= MAX_DEPTH and all(p not in ("", ".", "..") and len(p.encode()) <= 255 for p in parts)
+    return len(parts) <= max_depth and all(p not in ("", ".", "..") and len(p.encode()) <= 255 for p in parts)
 
 
 def _link_inside(path: str, target: str) -> bool:

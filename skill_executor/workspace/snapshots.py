@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from ..errors import ExecutorError
-from ..objects import ObjectNotFound, ObjectStore
+from ..objects import ObjectNotFound, ObjectStore, trees
 from .fs import MAX_DEPTH, MAX_ENTRIES, Owner, Tree
 
 log = logging.getLogger(__name__)
@@ -170,8 +170,10 @@ class SessionSnapshots:
         sha = sha or self.latest(tenant, session)
         if sha is None:
             return None
-        with self.store.open_blob(sha) as reader:
-            items = parse_manifest(reader.read(), session)
+        items = parse_manifest(
+            trees.read_bounded(self.store, sha, lambda why: SnapshotError(f"session {session!r}: manifest {why}")),
+            session,
+        )
         total = 0
         with Tree(work) as tree:
             for item in items:
@@ -202,46 +204,22 @@ def parse_manifest(raw: bytes, session: str) -> list[Item]:
     def bad(why: str) -> SnapshotError:
         return SnapshotError(f"session {session!r}: its snapshot manifest is invalid ({why})")
 
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        raise bad("not JSON") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("items"), list):
-        raise bad("unknown format")
-    if len(data["items"]) > MAX_ENTRIES:
-        raise bad("too many entries")
     items: list[Item] = []
-    seen: set[str] = set()
-    for raw_item in data["items"]:
-        if not isinstance(raw_item, dict):
-            raise bad("an entry is not an object")
-        path, kind = raw_item.get("path"), raw_item.get("kind")
+    for path, kind, raw_item in trees.manifest_entries(raw, bad, max_depth=MAX_DEPTH):
         mode, sha, size, target = (raw_item.get(k) for k in ("mode", "sha256", "size", "target"))
-        if not isinstance(path, str) or not _safe_path(path) or path in seen:
-            raise bad(f"path {str(path)[:80]!r}")
-        seen.add(path)
         if kind not in ("dir", "file", "link") or not isinstance(mode, int) or mode & ~0o1777:
             raise bad(f"entry {path!r}")
-        if kind == "file" and (not isinstance(sha, str) or not _SHA256.match(sha) or not isinstance(size, int)):
-            raise bad(f"file {path!r}")
-        if kind == "link" and (not isinstance(target, str) or not target or "\0" in target or len(target) > 4096):
-            raise bad(f"link {path!r}")
         if kind == "file":
-            assert isinstance(sha, str) and isinstance(size, int)
-            items.append(Item(path, kind, mode, sha, size))
+            if not isinstance(sha, str) or not _SHA256.match(sha) or not isinstance(size, int):
+                raise bad(f"file {path!r}")
+            items.append(Item(path, "file", mode, sha, size))
         elif kind == "link":
-            assert isinstance(target, str)
-            items.append(Item(path, kind, mode, target=target))
+            if not isinstance(target, str) or not target or "\0" in target or len(target) > 4096:
+                raise bad(f"link {path!r}")
+            items.append(Item(path, "link", mode, target=target))
         else:
-            items.append(Item(path, kind, mode))
+            items.append(Item(path, "dir", mode))
     return items
-
-
-def _safe_path(path: str) -> bool:
-    if not path or path.startswith("/") or "\0" in path or "\\" in path or len(path) > 4096:
-        return False
-    parts = path.split("/")
-    return len(parts) <= MAX_DEPTH and all(p not in ("", ".", "..") for p in parts)
 
 
 def _item_json(item: Item) -> dict[str, Any]:
