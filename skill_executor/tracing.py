@@ -1,10 +1,9 @@
 """Traces of runs (OpenTelemetry), off unless the standard ``OTEL_*`` variables say where.
 
-A run is one trace: a ``skill_run`` span from its admission to its last event, with child
-spans for the steps (``admission``, ``queue_wait``, ``stage``, ``execute``, ``collect``,
-``cleanup``).  The trace id is written into the run's record and into every log line
-emitted while a span is current, and travels with the run to another process (a worker) as
-a W3C ``traceparent``.
+A run is one trace in the process that executes it: a ``skill_run`` span with child spans
+for the steps (``sandbox``, ``stage``, ``execute``, ``collect``, ``cleanup``).  JSON log
+lines emitted while a span is current carry its trace id.  (Not yet: a trace continuing from
+an API replica to the worker.)
 
 Tracing is on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``
 is set (OTLP over HTTP/protobuf; the SDK reads its other ``OTEL_*`` settings itself:
@@ -22,13 +21,10 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import Span, SpanKind
 
 T = TypeVar("T")
-_PROPAGATOR = TraceContextTextMapPropagator()
 _TRACER = trace.get_tracer("skill_executor")
 _state = {"on": False}
 _lock = threading.Lock()
@@ -75,54 +71,22 @@ def enabled() -> bool:
 
 
 @contextlib.contextmanager
-def span(name: str, parent: Any = None, **attributes: Any) -> Iterator[Span | None]:
-    """A span named ``name`` (child of the current one, or of ``parent``: a span or the
-    context :func:`extract` gave), current for the block; None when tracing is off.  An
-    exception leaving the block marks it failed."""
+def span(name: str, **attributes: Any) -> Iterator[Span | None]:
+    """A span named ``name`` (a child of the current one), current for the block; None when
+    tracing is off.  An exception leaving the block marks it failed."""
     if not _state["on"]:
         yield None
         return
-    context = trace.set_span_in_context(parent) if isinstance(parent, Span) else parent
     with _TRACER.start_as_current_span(
-        name, context=context, kind=SpanKind.INTERNAL, attributes=_clean(attributes), record_exception=True
+        name, kind=SpanKind.INTERNAL, attributes=_clean(attributes), record_exception=True
     ) as current:
         yield current
-
-
-def start(name: str, parent: Any = None, **attributes: Any) -> Span | None:
-    """A span that outlives a block (a run's root span: ended by :func:`end`)."""
-    if not _state["on"]:
-        return None
-    context = trace.set_span_in_context(parent) if isinstance(parent, Span) else parent
-    return _TRACER.start_span(name, context=context, attributes=_clean(attributes))
 
 
 def end_attributes(current: Span | None, **attributes: Any) -> None:
     """Record ``attributes`` on ``current`` (a step's outcome), if tracing."""
     if current is not None:
         current.set_attributes(_clean(attributes))
-
-
-def end(current: Span | None, *, error: str | None = None, **attributes: Any) -> None:
-    if current is None:
-        return
-    current.set_attributes(_clean(attributes))
-    if error is not None:
-        current.set_status(Status(StatusCode.ERROR, error))
-    current.end()
-
-
-@contextlib.contextmanager
-def within(current: Span | None) -> Iterator[None]:
-    """Make ``current`` the current span for the block (another thread's run, say)."""
-    if current is None:
-        yield
-        return
-    token = otel_context.attach(trace.set_span_in_context(current))
-    try:
-        yield
-    finally:
-        otel_context.detach(token)
 
 
 @contextlib.contextmanager
@@ -149,24 +113,6 @@ def trace_id(current: Span | None = None) -> str | None:
     found = current if current is not None else trace.get_current_span()
     ctx = found.get_span_context()
     return format(ctx.trace_id, "032x") if ctx.is_valid else None
-
-
-def inject(current: Span | None = None) -> dict[str, str]:
-    """``{"traceparent": ...}`` for ``current`` (or the current span): the context a run
-    carries to another process.  Empty when not tracing."""
-    if not _state["on"]:
-        return {}
-    carrier: dict[str, str] = {}
-    context = trace.set_span_in_context(current) if current is not None else None
-    _PROPAGATOR.inject(carrier, context=context)
-    return carrier
-
-
-def extract(carrier: Mapping[str, str] | None) -> Any:
-    """The context :func:`inject` wrote (a parent for :func:`span`/:func:`start`)."""
-    if not _state["on"] or not carrier:
-        return None
-    return _PROPAGATOR.extract(dict(carrier))
 
 
 def log_fields() -> dict[str, str]:

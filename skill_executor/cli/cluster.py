@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from ..config import Settings
 from ..db import Database, DatabaseUnavailable
 from ..db.schema import runs, session_leases, workers
+from .db import explained
 from .output import emit_json
 
 
@@ -80,8 +81,7 @@ def _status(args: argparse.Namespace) -> int:
     try:
         report = status(database)
     except DatabaseUnavailable as exc:
-        cause = getattr(exc.__cause__, "orig", exc.__cause__)
-        raise DatabaseUnavailable(f"the database {database.shown} cannot be reached: {cause}".strip()) from None
+        raise explained(database, exc) from None
     finally:
         database.close()
     emit_json(report)

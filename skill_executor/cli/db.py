@@ -45,13 +45,13 @@ def _upgrade(args: argparse.Namespace) -> int:
             }
         )
     except DatabaseUnavailable as exc:
-        raise _explained(database, exc) from None
+        raise explained(database, exc) from None
     finally:
         database.close()
     return 0
 
 
-def _explained(database: Database, exc: DatabaseUnavailable) -> DatabaseUnavailable:
+def explained(database: Database, exc: DatabaseUnavailable) -> DatabaseUnavailable:
     """The CLI is the operator's: say which database and why (the API's answer does not)."""
     return DatabaseUnavailable(
         f"the database {database.shown} cannot be reached: {getattr(exc.__cause__, 'orig', exc.__cause__)}".strip()
@@ -65,7 +65,7 @@ def _status(args: argparse.Namespace) -> int:
         current, head = migrate.current(database), migrate.head()
         emit_json({"database": database.shown, "revision": current, "head": head, "current": current == head})
     except DatabaseUnavailable as exc:
-        raise _explained(database, exc) from None
+        raise explained(database, exc) from None
     finally:
         database.close()
     return 0 if current == head else 1
