@@ -94,6 +94,15 @@ def test_runs_submitted_round_robin_to_both_replicas_all_finish_exactly_once(clu
         assert record["status"] == "completed" and record["result"]["stdout"] == f"run-{i}\n"
     metrics = httpx.get(f"{cluster.api(1)}/metrics", timeout=TIMEOUT).text
     assert "skill_executor_queue_depth 0.0" in metrics and "skill_executor_runs_in_progress 0.0" in metrics
+    # per worker: capacity, runs, lease (an autoscaler's and an alert's figures)
+    for proc in cluster.workers:
+        labels = f'{{worker_id="{worker_id(proc)}"}}'
+        assert f"skill_executor_cluster_worker_capacity{labels} 2.0" in metrics
+        assert f"skill_executor_cluster_worker_alive{labels} 1.0" in metrics
+        assert f"skill_executor_cluster_worker_lease_seconds_left{labels}" in metrics
+        assert f"skill_executor_cluster_worker_lease_age_seconds{labels}" in metrics
+    assert "skill_executor_cluster_capacity 4.0" in metrics and "skill_executor_cluster_workers_alive 2.0" in metrics
+    assert 'skill_executor_cluster_runs{state="queued"} 0.0' in metrics
 
 
 def test_a_job_delivered_again_never_runs_a_run_twice(cluster: Cluster) -> None:

@@ -23,6 +23,8 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from .. import __version__
 from ..config import Settings
+from ..dispatch.postgres import PostgresDispatcher
+from ..dispatch.view import status as cluster_status
 from ..errors import ExecutorError
 from ..mcp.http import McpHttp
 from ..owners import DataDirClaim
@@ -75,6 +77,9 @@ def create_app(
             raise
         executor = service.executor
         metrics.watch_runtime(executor.runtime.stats)
+        if isinstance(service.manager.dispatcher, PostgresDispatcher):  # an API replica
+            database = service.manager.dispatcher.database
+            metrics.watch_cluster(lambda: cluster_status(database), settings.worker_lease_seconds)
         app.state.service = service
         app.state.executor = executor
         app.state.manager = service.manager

@@ -68,6 +68,62 @@ class RuntimeCollector(Collector):
         yield restarts
 
 
+class ClusterCollector(Collector):
+    """An API replica's view of its cluster (:func:`skill_executor.dispatch.view.status`), read
+    at each scrape: per worker its capacity, runs, sessions and lease; the cluster's capacity
+    and its runs by state. Never raises: with the database away the families are left out."""
+
+    def __init__(self, status: Callable[[], dict[str, Any]], lease: float) -> None:
+        self.status = status
+        self.lease = lease
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            report = self.status()
+        except Exception as exc:  # a scrape never fails
+            log.warning("metrics: cluster figures unavailable: %s", exc)
+            return
+        per_worker = {
+            "capacity": ("skill_executor_cluster_worker_capacity", "Runs a worker executes at once"),
+            "running": ("skill_executor_cluster_worker_running", "Runs executing on a worker"),
+            "sessions": ("skill_executor_cluster_worker_sessions", "Sessions whose workspace a worker holds"),
+            "lease_seconds_left": (
+                "skill_executor_cluster_worker_lease_seconds_left",
+                "Seconds until a worker's lease runs out unless renewed (negative: lost)",
+            ),
+        }
+        for key, (name, text) in per_worker.items():
+            family = GaugeMetricFamily(name, text, labels=["worker_id"])
+            for worker in report["workers"]:
+                family.add_metric([worker["worker_id"]], worker[key])
+            yield family
+        age = GaugeMetricFamily(
+            "skill_executor_cluster_worker_lease_age_seconds",
+            "Seconds since a worker last renewed its lease (by this replica's WORKER_LEASE_SECONDS)",
+            labels=["worker_id"],
+        )
+        alive = GaugeMetricFamily(
+            "skill_executor_cluster_worker_alive", "1 while a worker holds a live lease", labels=["worker_id"]
+        )
+        for worker in report["workers"]:
+            age.add_metric([worker["worker_id"]], max(0.0, self.lease - worker["lease_seconds_left"]))
+            alive.add_metric([worker["worker_id"]], 1 if worker["alive"] else 0)
+        yield age
+        yield alive
+        yield GaugeMetricFamily(
+            "skill_executor_cluster_workers_alive",
+            "Workers holding a live lease",
+            value=sum(1 for w in report["workers"] if w["alive"]),
+        )
+        yield GaugeMetricFamily(
+            "skill_executor_cluster_capacity", "Runs the live workers execute at once", value=report["capacity"]
+        )
+        runs = GaugeMetricFamily("skill_executor_cluster_runs", "Runs of the cluster by state", labels=["state"])
+        for state in ("queued", "running"):
+            runs.add_metric([state], report[state])
+        yield runs
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -99,6 +155,10 @@ class Metrics:
         if result:
             self.duration.observe(result.get("duration_ms", 0) / 1000)
             self.bytes_collected.inc(sum(f.get("size_bytes", 0) for f in result.get("output_files", [])))
+
+    def watch_cluster(self, status: Callable[[], dict[str, Any]], lease: float) -> None:
+        """Report the cluster's figures (an API replica)."""
+        self.registry.register(ClusterCollector(status, lease))
 
     def watch_runtime(self, stats: Callable[[], dict[str, Any]]) -> None:
         """Report the runtime's figures (once the runtime exists)."""
