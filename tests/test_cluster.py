@@ -395,7 +395,7 @@ def test_a_worker_killed_mid_run_loses_its_lease_in_bound_and_its_runs_end_clean
     print(f"kill -9 -> interrupted: {detected:.1f} s")
     assert detected <= 30.0
     assert record["status"] == "failed" and record["error"]["code"] == "interrupted"
-    assert record["error"]["details"] == {"reason": "worker_lost"}
+    assert record["error"]["details"] == {"reason": "worker_lost", "attempt": 1}
     lost = wait_status(api, behind, {"failed", "completed", "cancelled"})
     assert lost["status"] == "failed" and lost["error"]["code"] == "session_lost"
     for run_id in queued:
@@ -447,6 +447,29 @@ def test_a_session_outlives_its_worker_through_the_object_store(own_cluster: Any
     assert rows(cluster.database_url, "SELECT worker_id FROM runs WHERE run_id = :r", r=behind)[0][0] == survivor
     after = submit(cluster.api(1), run_body("cd work && cat f", session="s"))
     assert after.status_code == 200 and after.json()["stdout"] == "kept\n", after.text
+
+
+def test_a_run_that_opts_in_is_executed_again_when_its_worker_is_lost(own_cluster: Any) -> None:
+    """``retry: 1``: kill -9 of the worker running it queues it again; the other worker
+    executes it (attempt 2) and its one stream tells the whole story."""
+    cluster = own_cluster(apis=2, workers=2, env={**FAST, "SKILL_EXECUTOR_WORKER_CAPACITY": "1"})
+    run_id = submit(cluster.api(0), run_body("echo go; sleep 4; echo done", retry=1), params={"wait": "false"}).json()[
+        "run_id"
+    ]
+    wait_status(cluster.api(0), run_id, {"running"})
+    first = rows(cluster.database_url, "SELECT worker_id FROM runs WHERE run_id = :r", r=run_id)[0][0]
+    victim = next(i for i, w in enumerate(cluster.workers) if worker_id(w) == first)
+    printed = "SELECT count(*) FROM run_events WHERE run_id = :r AND kind = 'stdout'"
+    eventually(lambda: rows(cluster.database_url, printed, r=run_id)[0][0] > 0, timeout=30)  # it is under way
+    cluster.kill_worker(victim)
+    record = wait_status(cluster.api(1), run_id, {"completed", "failed", "cancelled"}, timeout=60)
+    assert record["status"] == "completed" and record["result"]["stdout"] == "go\ndone\n", record
+    again = rows(cluster.database_url, "SELECT worker_id, attempt FROM runs WHERE run_id = :r", r=run_id)[0]
+    assert again == (worker_id(cluster.workers[1 - victim]), 2)
+    kinds = [(kind, data) for _, kind, data in sse(cluster.api(0), run_id) if kind in ("status", "retry")]
+    queued, running = ("status", {"status": "queued"}), ("status", {"status": "running"})
+    lost = ("retry", {"reason": "worker_lost", "attempt": 1, "retries_left": 0})
+    assert kinds == [queued, running, lost, queued, running, ("status", {"status": "completed"})]
 
 
 def test_a_replica_killed_mid_request_loses_nothing_acknowledged(own_cluster: Any) -> None:

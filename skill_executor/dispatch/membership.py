@@ -20,9 +20,7 @@ from sqlalchemy import delete, insert, select, text, update
 
 from ..db import Database
 from ..db.schema import runs, workers
-from . import events as ev
-from . import queue
-from .sweep import INTERRUPTED, now_sql
+from .sweep import lost_run, now_sql
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +43,20 @@ class Membership:
     def register(self) -> list[str]:
         """Take (or take back) this worker's row and lease. A worker's id is its data dir's,
         so a worker restarted on its data dir is the same worker: the runs its predecessor
-        was running died with it and end ``interrupted`` here (only its own: nobody else's);
+        was running died with it and end ``interrupted`` here, or are queued again when
+        their request's ``retry`` allows (only its own: nobody else's);
         its sessions' leases, and their files on its disk, are its again. The ids of the
         runs it interrupted."""
         with self.database.write() as conn:
             interrupted = []
             for run_id, job_id in conn.execute(
-                select(runs.c.run_id, runs.c.job_id)
-                .where(runs.c.status == "running", runs.c.worker_id == self.worker_id)
-                .with_for_update()
+                select(runs.c.run_id, runs.c.job_id).where(
+                    runs.c.status == "running", runs.c.worker_id == self.worker_id
+                )
             ).all():
-                if ev.end(conn, run_id, "failed", result=None, error=INTERRUPTED):
+                # its sessions' files are on its disk: a session run may be retried too
+                if lost_run(conn, run_id, job_id, self.worker_id, session_kept=True) == "interrupted":
                     interrupted.append(run_id)
-                if job_id is not None:
-                    queue.fail_doing(conn, int(job_id))
             conn.execute(delete(workers).where(workers.c.worker_id == self.worker_id))
             conn.execute(
                 insert(workers).values(

@@ -3,7 +3,8 @@ time under a transaction-level advisory lock).
 
 A worker whose lease ran out (``workers.lease_until`` past, database clock) is gone. In
 one transaction: its running runs end ``failed`` with ``interrupted`` (never re-executed:
-runs may have had side effects), their jobs end failed (their session locks free), the
+runs may have had side effects, unless their request opts in with ``retry``: then they are
+queued again while attempts are left, see :func:`lost_run`), their jobs end failed (their session locks free), the
 runs queued on its own queue (a session's next runs) end ``failed`` with ``session_lost``,
 its row goes; its session leases stay, marking the sessions lost (the next run is refused
 ``session_lost``). Then queued runs whose job ended without starting them (a claim that
@@ -12,11 +13,12 @@ failed on a broken connection) are queued again.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
 
-from sqlalchemy import delete, select, text, update
+from sqlalchemy import Connection, delete, select, text, update
 
 from ..db import Database
 from ..db.schema import runs, session_leases, workers
@@ -34,6 +36,10 @@ INTERRUPTED = {
     "details": {"reason": "worker_lost"},
     "status": 500,
 }
+#: Sent instead of ``interrupted`` once a run that asked for re-executions has used them all.
+RETRIES_USED = "the worker running this run was lost (its lease expired), and the run's retries are used up"
+#: ... or could not have one: its session's files were lost with the worker.
+SESSION_GONE = "the worker running this run was lost with its session's files; the run was not re-executed"
 SESSION_LOST = {
     "code": "session_lost",
     "message": "the worker holding this run's session was lost before the run started; the session's files are lost",
@@ -51,6 +57,49 @@ class Swept:
     interrupted: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     requeued: list[str] = field(default_factory=list)
+
+
+def lost_run(conn: Connection, run_id: str, job_id: int | None, worker_id: str, *, session_kept: bool) -> str:
+    """A run that ``worker_id`` was running when it was lost: its job ends failed (freeing
+    its session lock); the run is queued again (``"retried"``) when its request's ``retry``
+    allows one more attempt and its session (if any) is kept (``session_kept``: in the object
+    store, or on a worker that came back), else it ends ``interrupted`` (``"interrupted"``).
+    ``""``: it was not that worker's running run any more."""
+    row = conn.execute(
+        select(runs.c.request, runs.c.attempt, runs.c.owner, runs.c.session)
+        .where(runs.c.run_id == run_id, runs.c.status == "running", runs.c.worker_id == worker_id)
+        .with_for_update()
+    ).first()
+    if row is None:
+        return ""
+    if job_id is not None:
+        queue.fail_doing(conn, int(job_id))
+    retries = int(json.loads(row.request).get("retry") or 0)
+    attempt = int(row.attempt)
+    if retries and attempt <= retries and (row.session is None or session_kept):
+        seq = ev.last_seq(conn, run_id)
+        new_job = queue.defer(
+            conn,
+            run_id,
+            queue=queue.tier_queue(queue.DEFAULT_TIER),
+            lock=queue.session_lock(row.owner, row.session),
+        )
+        conn.execute(
+            update(runs)
+            .where(runs.c.run_id == run_id)
+            .values(status="queued", worker_id=None, job_id=new_job, events=seq + 2, updated_at=time.time())
+        )
+        lost = {"reason": "worker_lost", "attempt": attempt, "retries_left": retries - attempt}
+        ev.append(conn, run_id, [(seq + 1, "retry", lost), (seq + 2, "status", "queued")])
+        ev.notify(conn, ev.EVENTS_CHANNEL, run_id)
+        return "retried"
+    details: dict[str, object] = {"reason": "worker_lost", "attempt": attempt}
+    error = {**INTERRUPTED, "details": details}
+    if retries:
+        details["retry"] = retries
+        error["message"] = RETRIES_USED if attempt > retries else SESSION_GONE
+    ev.end(conn, run_id, "failed", result=None, error=error)
+    return "interrupted"
 
 
 def sweep(database: Database, *, moving: bool = False) -> Swept:
@@ -73,12 +122,11 @@ def sweep(database: Database, *, moving: bool = False) -> Swept:
             for run_id, job_id in conn.execute(
                 select(runs.c.run_id, runs.c.job_id).where(runs.c.status == "running", runs.c.worker_id == worker_id)
             ).all():
-                if ev.end(
-                    conn, run_id, "failed", result=None, error=INTERRUPTED, only_if=runs.c.worker_id == worker_id
-                ):
+                done = lost_run(conn, run_id, job_id, worker_id, session_kept=moving)
+                if done == "retried":
+                    swept.requeued.append(run_id)
+                elif done:
                     swept.interrupted.append(run_id)
-                if job_id is not None:
-                    queue.fail_doing(conn, int(job_id))
             for run_id, job_id in queue.waiting_on(conn, [queue.worker_queue(worker_id)]):
                 queue.cancel_todo(conn, job_id)
                 if moving:

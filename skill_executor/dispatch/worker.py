@@ -240,7 +240,10 @@ class Worker:
             ).first()
             if claimed is None:
                 return None
-            ev.append(conn, run_id, [(2, "status", "running")])  # its second event, with its claim
+            # a first attempt's events so far: ``status queued``; a retried run's: all of its
+            # earlier attempts' too (numbering goes on after them)
+            history = ev.after(conn, run_id, 0) if claimed.attempt > 1 else [(1, "status", "queued")]
+            ev.append(conn, run_id, [(len(history) + 1, "status", "running")])  # with its claim
             ev.notify(conn, ev.EVENTS_CHANNEL, run_id)
         record = RunRecord(
             run_id=claimed.run_id,
@@ -252,7 +255,12 @@ class Worker:
             request=json.loads(claimed.request),
             owner=claimed.owner,
         )
-        return self.manager.run_claimed(record, sink=self.writer.sink(run_id), outcome=self.writer.outcome)
+        return self.manager.run_claimed(
+            record,
+            history=[(kind, data) for _, kind, data in history],
+            sink=self.writer.sink(run_id),
+            outcome=self.writer.outcome,
+        )
 
     def _session_here(self, conn: Connection, run_id: str, tenant: str, session: str) -> bool:
         """Whether this worker runs ``session``'s run (else it was sent where it belongs)."""

@@ -22,7 +22,9 @@ class RunHandle:
     Its events are numbered from 1 in the order they happened (the ids of the run's
     Server-Sent Events): ``status`` ``queued``, ``status`` ``running``, ``stdout`` /
     ``stderr`` chunks, the final ``status``, then ``result`` or ``error``.  Each status
-    appears once.
+    appears once, but for a run executed again after its cluster worker was lost (it asked
+    to be: ``retry``): ``retry`` then ``status queued``, ``status running`` follow its
+    earlier attempt's events.
     """
 
     run_id: str

@@ -216,16 +216,18 @@ class RunManager:
         self,
         record: RunRecord,
         *,
+        history: list[tuple[str, Any]],
         sink: Callable[[int, str, Any], None],
         outcome: Callable[[RunRecord], None],
     ) -> RunHandle:
-        """A worker's: execute a run another process accepted and this one claimed. Its
-        first event (``status queued``) is recorded already; every later one goes to
-        ``sink``, its outcome to ``outcome`` (never to the store directly). Its first two
-        events (``status`` queued, running) are recorded already (the claim wrote the second)."""
+        """A worker's: execute a run another process accepted and this one claimed.
+        ``history``: its events recorded before the claim (``status queued``; a retried
+        run's earlier attempts too), then ``status running``, which the claim recorded.
+        Every later event goes to ``sink``, its outcome to ``outcome`` (never to the store
+        directly)."""
         run_id = record.run_id
         handle = RunHandle(run_id, record)
-        handle.events += [("status", "queued"), ("status", "running")]
+        handle.events += [*history, ("status", "running")]
         handle.sink, handle.outcome = sink, outcome
         with self._lock:
             self._handles[run_id] = handle

@@ -17,6 +17,10 @@ from ..workspace.schema import InputSpec
 __all__ = ["InputSpec", "OutputSpec", "RunRequest", "RunResult", "OutputFile", "ArtifactFile"]
 
 
+#: Most re-executions a run may ask for (``RunRequest.retry``).
+MAX_RETRIES = 5
+
+
 class RunRequest(BaseModel):
     """A ``skill_run`` call."""
 
@@ -39,6 +43,13 @@ class RunRequest(BaseModel):
     save_as_artifacts: bool = Field(default=False, description="legacy: save collected files as artifacts")
     omit_inline_content: bool = Field(default=False, description="legacy: do not inline file content")
     artifact_prefix: str = Field(default="", description="legacy: prefix of saved artifact names")
+    retry: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_RETRIES,
+        description="times the run is executed again when the cluster worker executing it is lost "
+        "(0: never, as runs may have side effects; only for a command safe to repeat)",
+    )
 
 
 class OutputFile(BaseModel):

@@ -181,8 +181,9 @@ async def _recorded(manager: RunManager, record: RunRecord, after: int) -> Async
         200: {
             "content": {"text/event-stream": {}},
             "description": "events, each with an id: status (queued, running, then the final one, each "
-            'once), stdout, stderr ({"data": text}), then result or error. With '
-            "Last-Event-ID, only the events after that id",
+            'once), stdout, stderr ({"data": text}), then result or error. A run executed again after '
+            "its cluster worker was lost (its request's retry): retry ({reason, attempt, retries_left}), "
+            "then status queued and running again. With Last-Event-ID, only the events after that id",
         },
         204: {"description": "Last-Event-ID names the run's last event: nothing more will come"},
     },

@@ -1,0 +1,177 @@
+"""A lost worker's running runs, on a real Postgres (no processes): ``interrupted``, never
+re-executed, unless their request opts in with ``retry``; then queued again while attempts
+are left, and never when the session they need is lost."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import insert, select, text, update
+
+from skill_executor.db import Database
+from skill_executor.db.migrate import upgrade
+from skill_executor.db.schema import runs, session_leases, workers
+from skill_executor.dispatch import events as ev
+from skill_executor.dispatch import queue
+from skill_executor.dispatch.membership import Membership
+from skill_executor.dispatch.sweep import RETRIES_USED, SESSION_GONE, sweep
+from skill_executor.runs.models import RunRequest
+from skill_executor.runs.store import RunStore
+
+pytestmark = pytest.mark.usefixtures("postgres_server")
+
+
+@pytest.fixture
+def database(postgres_url: str) -> Iterator[Database]:
+    found = Database(postgres_url)
+    upgrade(found)
+    yield found
+    found.close()
+
+
+def worker(database: Database, worker_id: str, *, lease: float) -> None:
+    """A worker row whose lease ends ``lease`` seconds from now (negative: lost)."""
+    with database.write() as conn:
+        conn.execute(
+            insert(workers).values(
+                worker_id=worker_id,
+                host="h",
+                tiers='["default"]',
+                capacity=1,
+                started_at=time.time(),
+                lease_until=time.time() + lease,
+            )
+        )
+
+
+def running(database: Database, worker_id: str, *, attempt: int = 1, session: str | None = None, **more: Any) -> str:
+    """A run ``worker_id`` claimed (its job fetched), as a worker's claim leaves it."""
+    run_id = f"run-{time.monotonic_ns()}"
+    request = RunRequest(skill="s", command="true", session=session, **more).model_dump(
+        mode="json", exclude_defaults=True
+    )
+
+    def claimed(conn: Any) -> None:
+        job = queue.defer(
+            conn, run_id, queue=queue.tier_queue(queue.DEFAULT_TIER), lock=queue.session_lock("k", session)
+        )
+        conn.execute(text("UPDATE procrastinate_jobs SET status = 'doing' WHERE id = :j"), {"j": job})
+        conn.execute(
+            update(runs)
+            .where(runs.c.run_id == run_id)
+            .values(status="running", worker_id=worker_id, attempt=attempt, job_id=job)
+        )
+        ev.append(conn, run_id, [(1, "status", "queued"), (2, "status", "running")])
+        if session:
+            conn.execute(
+                insert(session_leases).values(tenant="k", session=session, worker_id=worker_id, taken_at=time.time())
+            )
+
+    RunStore(database, instance="test").create(run_id, request, owner="k", also=claimed)
+    return run_id
+
+
+def state(database: Database, run_id: str) -> tuple[Any, ...]:
+    with database.read() as conn:
+        row = conn.execute(
+            select(runs.c.status, runs.c.worker_id, runs.c.attempt, runs.c.error, runs.c.job_id).where(
+                runs.c.run_id == run_id
+            )
+        ).one()
+        job = conn.execute(
+            text("SELECT status, queue_name, lock FROM procrastinate_jobs WHERE id = :j"), {"j": row.job_id}
+        ).one()
+        events = ev.after(conn, run_id, 0)
+    return row.status, row.worker_id, row.attempt, json.loads(row.error) if row.error else None, tuple(job), events
+
+
+def test_without_retry_a_lost_workers_run_ends_interrupted_and_is_never_queued_again(database: Database) -> None:
+    worker(database, "w1", lease=-1)
+    run_id = running(database, "w1")
+    swept = sweep(database)
+    assert swept.workers == ["w1"] and swept.interrupted == [run_id] and swept.requeued == []
+    status, _, attempt, error, job, events = state(database, run_id)
+    assert (status, attempt, job[0]) == ("failed", 1, "failed")
+    assert error["code"] == "interrupted" and error["details"] == {"reason": "worker_lost", "attempt": 1}
+    assert [e[1:] for e in events[-2:]] == [
+        ("status", "failed"),
+        ("error", {k: v for k, v in error.items() if k != "status"}),
+    ]
+
+
+def test_a_run_that_opts_in_is_queued_again_for_any_worker_with_its_events_going_on(database: Database) -> None:
+    worker(database, "w1", lease=-1)
+    run_id = running(database, "w1", retry=2)
+    swept = sweep(database)
+    assert swept.requeued == [run_id] and swept.interrupted == []
+    status, holder, attempt, error, job, events = state(database, run_id)
+    assert (status, holder, attempt, error) == ("queued", None, 1, None)
+    assert job == ("todo", queue.tier_queue(queue.DEFAULT_TIER), None)
+    assert events == [
+        (1, "status", "queued"),
+        (2, "status", "running"),
+        (3, "retry", {"reason": "worker_lost", "attempt": 1, "retries_left": 1}),
+        (4, "status", "queued"),
+    ]
+    with database.read() as conn:  # the old job ended: nothing of it runs again
+        assert conn.execute(text("SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'")).scalar_one() == 0
+
+
+def test_a_run_whose_retries_are_used_up_ends_interrupted_saying_so(database: Database) -> None:
+    worker(database, "w1", lease=-1)
+    run_id = running(database, "w1", attempt=2, retry=1)
+    sweep(database)
+    status, _, attempt, error, _, _ = state(database, run_id)
+    assert (status, attempt) == ("failed", 2)
+    assert error["code"] == "interrupted" and error["message"] == RETRIES_USED
+    assert error["details"] == {"reason": "worker_lost", "attempt": 2, "retry": 1}
+
+
+def test_a_session_run_is_not_retried_when_the_sessions_files_died_with_the_worker(database: Database) -> None:
+    worker(database, "w1", lease=-1)
+    run_id = running(database, "w1", session="s", retry=3)
+    sweep(database, moving=False)
+    status, _, _, error, _, _ = state(database, run_id)
+    assert status == "failed" and error["code"] == "interrupted" and error["message"] == SESSION_GONE
+
+
+def test_a_session_run_is_retried_where_the_session_moves(database: Database) -> None:
+    worker(database, "w1", lease=-1)
+    run_id = running(database, "w1", session="s", retry=1)
+    sweep(database, moving=True)
+    status, holder, _, _, job, _ = state(database, run_id)
+    assert (status, holder) == ("queued", None)
+    assert job == ("todo", queue.tier_queue(queue.DEFAULT_TIER), queue.session_lock("k", "s"))
+    with database.read() as conn:  # the session is free for whichever worker runs it next
+        assert conn.execute(select(session_leases)).all() == []
+
+
+def test_a_live_workers_runs_are_left_alone(database: Database) -> None:
+    worker(database, "w1", lease=60)
+    run_id = running(database, "w1", retry=1)
+    assert sweep(database).workers == []
+    assert state(database, run_id)[:3] == ("running", "w1", 1)
+
+
+def test_a_worker_restarted_on_its_data_dir_queues_its_retryable_runs_again(database: Database) -> None:
+    worker(database, "w1", lease=60)
+    kept = running(database, "w1", session="s", retry=1)
+    lost = running(database, "w1")
+    member = Membership(database, "w1", tiers=["default"], capacity=1, lease=20, heartbeat=5)
+    assert member.register() == [lost]
+    assert state(database, kept)[:2] == ("queued", None)
+    assert state(database, lost)[0] == "failed"
+    with database.read() as conn:  # its session (files on its disk) is still its
+        assert conn.execute(select(session_leases.c.worker_id)).scalars().all() == ["w1"]
+
+
+def test_retry_is_bounded_and_never_negative() -> None:
+    from pydantic import ValidationError
+
+    for bad in (-1, 6, "x"):
+        with pytest.raises(ValidationError):
+            RunRequest(skill="s", command="true", retry=bad)
