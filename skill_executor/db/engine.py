@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Insert, Table, create_engine, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from ..errors import Unavailable
@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 #: How long a statement waits for another connection's lock (SQLite) or to connect (Postgres).
 LOCK_TIMEOUT_SECONDS = 30
 CONNECT_TIMEOUT_SECONDS = 5
+#: A pooled Postgres connection idle longer than this is pinged before use.
+IDLE_PING_SECONDS = 1.0
+_USED = "skill_executor_used"
 #: Retry-After of a 503 for a database that cannot be reached.
 RETRY_AFTER_SECONDS = 2
 
@@ -84,11 +87,25 @@ class Database:
                 self.url,
                 pool_size=pool_size,
                 max_overflow=pool_size * 2,
-                pool_pre_ping=True,
                 pool_timeout=LOCK_TIMEOUT_SECONDS,
                 connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS, "application_name": "skill-executor"},
             )
+            event.listen(self.engine, "connect", _fresh)
+            event.listen(self.engine, "checkin", _fresh)
+            event.listen(self.engine, "checkout", self._ping_if_idle)
         self._immediate = self.engine.execution_options(skill_executor_immediate=True)
+
+    def _ping_if_idle(self, dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        """Postgres: a pooled connection idle for :data:`IDLE_PING_SECONDS` is pinged before
+        use (a server restarted meanwhile: the pool takes a new one); one in use just now is
+        not (a round trip saved per transaction). A server lost within that window fails
+        the first transaction (503 ``database_unavailable``) and the pool is renewed."""
+        if time.monotonic() - record.info.get(_USED, 0.0) < IDLE_PING_SECONDS:
+            return
+        try:
+            self.engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise DisconnectionError(f"a pooled connection is dead: {exc}") from exc
 
     # -- transactions -----------------------------------------------------------------
 
@@ -223,6 +240,11 @@ class _Held:
             self.conn.close()
         except Exception:  # a finaliser must not raise; the pool closes it either way
             pass
+
+
+def _fresh(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+    """A connection just made or just given back: in use until now."""
+    record.info[_USED] = time.monotonic()
 
 
 def _sqlite_connect(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:

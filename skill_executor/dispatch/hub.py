@@ -28,7 +28,7 @@ class Hub:
     def __init__(self, conninfo: str, channels: tuple[str, ...] = (EVENTS_CHANNEL, DONE_CHANNEL)) -> None:
         self.conninfo = conninfo
         self.channels = channels
-        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._waiters: dict[str, set[tuple[asyncio.Event, bool]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Called with each notification's payload (a worker's cancel listener).
@@ -45,25 +45,30 @@ class Hub:
             self._task = loop.create_task(self._listen(), name="dispatch-hub")
 
     @contextlib.asynccontextmanager
-    async def watching(self, run_id: str) -> AsyncIterator[asyncio.Event]:
-        """An event set whenever ``run_id`` may have changed (clear it before looking)."""
+    async def watching(self, run_id: str, *, outcome_only: bool = False) -> AsyncIterator[asyncio.Event]:
+        """An event set whenever ``run_id`` may have changed (clear it before looking);
+        ``outcome_only``: only when it may have ended (not for each new event)."""
         self._ensure()
         wake = asyncio.Event()
-        self._waiters.setdefault(run_id, set()).add(wake)
+        entry = (wake, outcome_only)
+        self._waiters.setdefault(run_id, set()).add(entry)
         try:
             yield wake
         finally:
             found = self._waiters.get(run_id)
             if found is not None:
-                found.discard(wake)
+                found.discard(entry)
                 if not found:
                     del self._waiters[run_id]
 
-    def _wake(self, run_id: str | None) -> None:
+    def _wake(self, run_id: str | None, channel: str | None = None) -> None:
+        """Wake ``run_id``'s waiters (None: everyone's, to catch up) for a notification on
+        ``channel`` (None: any)."""
         targets = self._waiters.values() if run_id is None else [self._waiters.get(run_id, set())]
         for waiters in list(targets):
-            for wake in list(waiters):
-                wake.set()
+            for wake, outcome_only in list(waiters):
+                if not (outcome_only and channel == EVENTS_CHANNEL):
+                    wake.set()
 
     async def _listen(self) -> None:
         while True:
@@ -92,7 +97,7 @@ class Hub:
     async def _pump(self, conn: psycopg.AsyncConnection[object]) -> None:
         while True:
             async for note in conn.notifies(timeout=PING_SECONDS):
-                self._wake(note.payload)
+                self._wake(note.payload, note.channel)
                 for callback in self.on_notify:
                     callback(note.channel, note.payload)
             await conn.execute("SELECT 1")

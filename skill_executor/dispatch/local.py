@@ -39,7 +39,7 @@ class LocalDispatcher:
     def cancel(self, run_id: str) -> Status | None:
         raise NotImplementedError
 
-    def watch(self, run_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
+    def watch(self, run_id: str, *, outcome_only: bool = False) -> AbstractAsyncContextManager[asyncio.Event]:
         raise NotImplementedError
 
     def events_after(self, run_id: str, after: int) -> list[tuple[int, str, Any]]:

@@ -133,8 +133,8 @@ class PostgresDispatcher:
 
     # -- reading --------------------------------------------------------------------------
 
-    def watch(self, run_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
-        return self.hub.watching(run_id)
+    def watch(self, run_id: str, *, outcome_only: bool = False) -> AbstractAsyncContextManager[asyncio.Event]:
+        return self.hub.watching(run_id, outcome_only=outcome_only)
 
     def events_after(self, run_id: str, after: int) -> list[tuple[int, str, Any]]:
         with self.database.read() as conn:

@@ -408,7 +408,7 @@ class RunManager:
                 return final.status, True
             return ("running" if handle.started else "queued"), False
         deadline = time.monotonic() + timeout
-        async with self.dispatcher.watch(run_id) as wake:
+        async with self.dispatcher.watch(run_id, outcome_only=True) as wake:
             while True:
                 wake.clear()
                 record = await self.offload(self.store.get, run_id)
@@ -451,7 +451,7 @@ class RunManager:
         if handle is not None:
             return await handle.wait()
         if self.dispatcher.remote:  # woken by the run's outcome, wherever it runs
-            async with self.dispatcher.watch(record.run_id) as wake:
+            async with self.dispatcher.watch(record.run_id, outcome_only=True) as wake:
                 while True:
                     wake.clear()  # then look: an outcome recorded from now on wakes us
                     record = await self.offload(self.reload, record)

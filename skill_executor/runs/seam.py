@@ -42,9 +42,10 @@ class Dispatcher(Protocol):
         cancelled at once), else None (a running one is told through the database)."""
         ...
 
-    def watch(self, run_id: str) -> AbstractAsyncContextManager[asyncio.Event]:
-        """Remote: an event set whenever the run may have new events or an outcome (watch
-        first, then clear it and look: nothing is missed in between)."""
+    def watch(self, run_id: str, *, outcome_only: bool = False) -> AbstractAsyncContextManager[asyncio.Event]:
+        """Remote: an event set whenever the run may have new events or an outcome
+        (``outcome_only``: an outcome); watch first, then clear it and look: nothing is
+        missed in between."""
         ...
 
     def events_after(self, run_id: str, after: int) -> list[tuple[int, str, Any]]:
