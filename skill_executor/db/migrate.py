@@ -116,14 +116,3 @@ def upgrade(database: Database) -> str:
             command.upgrade(_config(conn), "head")
             conn.commit()
     return target
-
-
-def require_current(database: Database) -> None:
-    """Refuse to work on a database whose schema is not this code's (``serve --role api`` and
-    workers on a shared database: an operator upgrades it with ``skill-executor db upgrade``)."""
-    found = current(database)
-    if found != HEAD:
-        raise SchemaMismatch(
-            f"the database {database.shown} is at schema revision {found!r}, this service needs "
-            f"{HEAD!r}: run `skill-executor db upgrade`"
-        )
