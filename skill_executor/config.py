@@ -217,6 +217,8 @@ class Settings(BaseSettings):
     """A worker's lease: not renewed for this long, it is lost (its running runs end interrupted)."""
     worker_sweep_seconds: float = Field(default=5.0, gt=0)
     """How often API replicas look for lost workers (a loss shows within lease + sweep)."""
+    queue_timeout_seconds: float = Field(default=600.0, gt=0)
+    """A cluster's run waiting for a worker this long (since it was queued) ends failed ``queue_timeout``."""
     instance_id: str | None = None  # this process's lease name under the workspace root (default: random)
     """This process's lease name under the workspace root (default: random)."""
     cleanup_workers: int = 4  # parallel removals of used containers and workspaces

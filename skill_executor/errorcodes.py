@@ -491,6 +491,19 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "(a run's stored error; it was not re-executed).",
         "Submit the run again if it is safe to repeat.",
     ),
+    E(
+        "no_workers",
+        503,
+        "In a cluster: no run worker holds a live lease, so nothing could run the request (it was not queued).",
+        "Retry after Retry-After; an operator starts or repairs the workers (`skill-executor cluster status`).",
+    ),
+    E(
+        "queue_timeout",
+        503,
+        "In a cluster: no worker took the run within SKILL_EXECUTOR_QUEUE_TIMEOUT_SECONDS (a run's stored error; "
+        "it never started).",
+        "Submit it again later; an operator adds workers (the queue depth is in /metrics).",
+    ),
     # -- inputs, workspaces, sessions ---------------------------------------------------------
     E("too_many_inputs", 400, "More inputs than SKILL_EXECUTOR_MAX_INPUTS.", "Send fewer inputs (archive them)."),
     E("inputs_too_large", 413, "Staging the inputs would exceed SKILL_EXECUTOR_MAX_STAGED_BYTES.", "Send less."),

@@ -158,7 +158,11 @@ class Service:
                 supervisor.every(
                     "worker-sweep",
                     settings.worker_sweep_seconds,
-                    lambda: sweep(database, moving=bool(settings.session_snapshots)),
+                    lambda: sweep(
+                        database,
+                        moving=bool(settings.session_snapshots),
+                        queue_timeout=settings.queue_timeout_seconds,
+                    ),
                 )
         except BaseException:
             try:

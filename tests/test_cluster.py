@@ -562,3 +562,7 @@ def test_stopping_a_worker_or_a_replica_lets_acknowledged_runs_finish(own_cluste
     assert record["status"] == "completed" and record["result"]["stdout"] == "drained\n"
     replay = submit(cluster.api(1), run_body("sleep 1.5; echo drained"), headers=key)
     assert replay.status_code == 200 and replay.json()["run_id"] == run_id
+    # no worker left: a new run is refused at once, never queued to wait for nobody
+    refused = submit(cluster.api(1), run_body("echo nobody"))
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "no_workers", refused.text
+    assert refused.headers.get("Retry-After") == "5"

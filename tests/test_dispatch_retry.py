@@ -175,3 +175,71 @@ def test_retry_is_bounded_and_never_negative() -> None:
     for bad in (-1, 6, "x"):
         with pytest.raises(ValidationError):
             RunRequest(skill="s", command="true", retry=bad)
+
+
+# -- waiting for a worker -----------------------------------------------------------------
+
+
+def queued(database: Database, *, age: float) -> str:
+    """A run queued ``age`` seconds ago (its job waiting)."""
+    run_id = f"run-{time.monotonic_ns()}"
+    request = RunRequest(skill="s", command="true").model_dump(mode="json", exclude_defaults=True)
+
+    def deferred(conn: Any) -> None:
+        job = queue.defer(conn, run_id, queue=queue.tier_queue(queue.DEFAULT_TIER), lock=None)
+        conn.execute(update(runs).where(runs.c.run_id == run_id).values(job_id=job, updated_at=time.time() - age))
+        ev.append(conn, run_id, [(1, "status", "queued")])
+
+    RunStore(database, instance="test").create(run_id, request, owner="k", also=deferred)
+    return run_id
+
+
+def test_a_run_no_worker_takes_in_time_ends_queue_timeout_and_never_starts(database: Database) -> None:
+    old, fresh = queued(database, age=700), queued(database, age=5)
+    swept = sweep(database, queue_timeout=600)
+    assert swept.expired == [old]
+    status, _, _, error, job, events = state(database, old)
+    assert status == "failed" and error["code"] == "queue_timeout" and error["status"] == 503
+    assert job[0] == "cancelled"  # no worker can fetch it any more
+    assert [e[1:] for e in events] == [
+        ("status", "queued"),
+        ("status", "failed"),
+        ("error", {k: v for k, v in error.items() if k != "status"}),
+    ]
+    assert state(database, fresh)[0] == "queued" and state(database, fresh)[4][0] == "todo"
+    assert sweep(database).expired == []  # no timeout given: nothing expires
+
+
+def test_a_run_fetched_by_a_worker_is_left_to_its_claim(database: Database) -> None:
+    run_id = queued(database, age=700)
+    with database.write() as conn:
+        conn.execute(text("UPDATE procrastinate_jobs SET status = 'doing' WHERE args->>'run_id' = :r"), {"r": run_id})
+    assert sweep(database, queue_timeout=600).expired == []
+    assert state(database, run_id)[0] == "queued"
+
+
+def dispatcher(database: Database) -> Any:
+    from skill_executor.dispatch.postgres import PostgresDispatcher
+
+    return PostgresDispatcher(database, queued_allowance=1, validate=lambda request: None)
+
+
+def test_admission_counts_only_live_workers_and_refuses_when_there_is_none(database: Database) -> None:
+    from skill_executor.dispatch.postgres import NoWorkers
+    from skill_executor.errors import Busy
+
+    admit = dispatcher(database).admit
+    with pytest.raises(NoWorkers) as caught, database.write() as conn:
+        admit(conn)
+    assert caught.value.status == 503 and caught.value.code == "no_workers" and caught.value.retry_after
+    worker(database, "dead", lease=-1)  # a lost worker's capacity is no capacity
+    with pytest.raises(NoWorkers), database.write() as conn:
+        admit(conn)
+    worker(database, "w1", lease=60)  # capacity 1, allowance 1: two runs may wait or run
+    queued(database, age=0)
+    queued(database, age=0)
+    with database.write() as conn:
+        admit(conn)
+    queued(database, age=0)
+    with pytest.raises(Busy), database.write() as conn:
+        admit(conn)

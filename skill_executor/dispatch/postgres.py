@@ -21,16 +21,17 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection, delete, func, select, text, update
 
 from ..db import Database
 from ..db.schema import runs, session_leases, workers
-from ..errors import Busy, Conflict
+from ..errors import Busy, Conflict, Unavailable
 from ..runs.models import RunRequest
 from ..runs.store import Status
 from . import events as ev
 from . import queue
 from .hub import Hub
+from .sweep import now_sql
 
 #: Final event kinds: a stream ends after one.
 TERMINAL = ("result", "error")
@@ -73,6 +74,10 @@ def session_home(conn: Connection, tenant: str, session: str, *, moving: bool = 
     return str(row[0])
 
 
+class NoWorkers(Unavailable):
+    code = "no_workers"
+
+
 class PostgresDispatcher:
     remote = True
 
@@ -95,10 +100,18 @@ class PostgresDispatcher:
     # -- submit (in the transaction that records the run) ---------------------------------
 
     def admit(self, conn: Connection) -> None:
-        capacity = conn.execute(select(func.coalesce(func.sum(workers.c.capacity), 0))).scalar_one()
-        active = conn.execute(select(func.count()).where(runs.c.status.in_(("queued", "running")))).scalar_one()
+        live = select(func.coalesce(func.sum(workers.c.capacity), 0)).where(
+            workers.c.lease_until > text(now_sql()), workers.c.stopping.is_(False)
+        )
+        active = select(func.count()).where(runs.c.status.in_(("queued", "running")))
+        capacity, count = conn.execute(select(live.scalar_subquery(), active.scalar_subquery())).one()
+        if not capacity:
+            raise NoWorkers(
+                "no worker of the cluster holds a live lease: nothing could run this; retry shortly",
+                retry_after=5,
+            )
         # the run being admitted is already inserted (and counted) in this transaction
-        if int(active) > int(capacity) + self.queued_allowance:
+        if int(count) > int(capacity) + self.queued_allowance:
             raise Busy(
                 "the cluster is busy: every worker's slots and the queue are taken; retry shortly",
                 retry_after=1,

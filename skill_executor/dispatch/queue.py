@@ -87,6 +87,18 @@ def orphaned(conn: Connection) -> list[str]:
     return [row[0] for row in rows]
 
 
+def overdue(conn: Connection, queued_before: float) -> list[tuple[str, int | None]]:
+    """(run_id, job_id) of runs still queued (not asked to stop) since before ``queued_before``."""
+    rows = conn.execute(
+        text(
+            "SELECT run_id, job_id FROM runs WHERE status = 'queued' AND NOT cancel_requested"
+            " AND updated_at < :before ORDER BY updated_at LIMIT 500"
+        ),
+        {"before": queued_before},
+    ).all()
+    return [(row[0], None if row[1] is None else int(row[1])) for row in rows]
+
+
 def depth(conn: Connection) -> int:
     """Jobs waiting for a worker."""
     return int(conn.execute(text("SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo'")).scalar_one())

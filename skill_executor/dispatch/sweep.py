@@ -36,6 +36,11 @@ INTERRUPTED = {
     "details": {"reason": "worker_lost"},
     "status": 500,
 }
+QUEUE_TIMEOUT = {
+    "code": "queue_timeout",
+    "message": "no worker took this run within SKILL_EXECUTOR_QUEUE_TIMEOUT_SECONDS; it never started",
+    "status": 503,
+}
 #: Sent instead of ``interrupted`` once a run that asked for re-executions has used them all.
 RETRIES_USED = "the worker running this run was lost (its lease expired), and the run's retries are used up"
 #: ... or could not have one: its session's files were lost with the worker.
@@ -57,6 +62,7 @@ class Swept:
     interrupted: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     requeued: list[str] = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
 
 
 def lost_run(conn: Connection, run_id: str, job_id: int | None, worker_id: str, *, session_kept: bool) -> str:
@@ -102,10 +108,12 @@ def lost_run(conn: Connection, run_id: str, job_id: int | None, worker_id: str, 
     return "interrupted"
 
 
-def sweep(database: Database, *, moving: bool = False) -> Swept:
+def sweep(database: Database, *, moving: bool = False, queue_timeout: float | None = None) -> Swept:
     """``moving``: sessions are kept in the object store (SKILL_EXECUTOR_SESSION_SNAPSHOTS):
     a lost worker's sessions move, so their queued runs go to any other worker (which
-    restores the session's newest snapshot) instead of ending ``session_lost``."""
+    restores the session's newest snapshot) instead of ending ``session_lost``.
+    ``queue_timeout``: runs waiting longer than this for a worker (since they were queued,
+    or queued again) end ``queue_timeout`` (their job cancelled: they never start)."""
     swept = Swept()
     with database.write() as conn:
         if not conn.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": SWEEP_KEY}).scalar_one():
@@ -145,6 +153,12 @@ def sweep(database: Database, *, moving: bool = False) -> Swept:
                 conn.execute(delete(session_leases).where(session_leases.c.worker_id == worker_id))
             conn.execute(delete(workers).where(workers.c.worker_id == worker_id))
             swept.workers.append(worker_id)
+        if queue_timeout is not None:
+            for run_id, job_id in queue.overdue(conn, time.time() - queue_timeout):
+                if job_id is not None and not queue.cancel_todo(conn, job_id):
+                    continue  # fetched by a worker just now: its claim decides
+                if ev.end(conn, run_id, "failed", result=None, error=QUEUE_TIMEOUT):
+                    swept.expired.append(run_id)
         for run_id in queue.orphaned(conn):
             row = conn.execute(select(runs.c.owner, runs.c.session).where(runs.c.run_id == run_id)).one()
             job_id = queue.defer(
@@ -155,6 +169,8 @@ def sweep(database: Database, *, moving: bool = False) -> Swept:
             )
             conn.execute(update(runs).where(runs.c.run_id == run_id).values(job_id=job_id, updated_at=time.time()))
             swept.requeued.append(run_id)
+    if swept.expired:
+        log.warning("%d run(s) waited past the queue timeout for a worker: ended queue_timeout", len(swept.expired))
     if swept.workers or swept.requeued:
         log.warning(
             "swept %d lost worker(s) %s: %d run(s) interrupted, %d session run(s) lost, %d run(s) queued again",
