@@ -21,6 +21,7 @@ from .cluster import FAST, Cluster, run_body, worker_id
 from .conftest import require_runtime
 from .helpers import eventually
 from .pgserver import PostgresServer
+from .s3server import SeaweedS3, s3_server  # noqa: F401 - the fixture
 
 TIMEOUT = 60.0
 
@@ -512,6 +513,71 @@ def test_the_whole_cluster_stopped_and_started_again_keeps_every_record(own_clus
     # a worker restarted on its data dir is the same worker: the session's files are there
     again = submit(cluster.api(1), run_body("cat $WORK_DIR/k.txt", session="lasting"))
     assert again.status_code == 200 and again.json()["stdout"] == "kept\n", again.text
+
+
+def test_on_s3_an_artifact_and_an_installed_skill_cross_replicas_and_survive_a_full_restart(
+    own_cluster: Any,
+    s3_server: SeaweedS3,  # noqa: F811
+) -> None:
+    """The store is a real S3 bucket: a skill installed through one replica runs on the
+    workers; the artifact its run saved on a worker downloads from the other replica and lies
+    in the bucket; the whole cluster stopped and started again keeps the run, the artifact and
+    the skill version."""
+    import io
+    import uuid
+    import zipfile
+
+    prefix = f"c-{uuid.uuid4().hex[:12]}"
+    env = {
+        **FAST,
+        "SKILL_EXECUTOR_OBJECT_STORE": f"s3://{s3_server.bucket}/{prefix}",
+        "SKILL_EXECUTOR_S3_ENDPOINT_URL": s3_server.endpoint,
+        "AWS_ACCESS_KEY_ID": s3_server.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    cluster = own_cluster(apis=2, workers=2, env=env)
+    bundle = io.BytesIO()
+    with zipfile.ZipFile(bundle, "w") as archive:
+        archive.writestr("kept/SKILL.md", "---\nname: kept\ndescription: Installed on a replica.\n---\n# kept\n")
+        archive.writestr("kept/scripts/make.sh", 'echo made-by-kept > "$OUTPUT_DIR/made.txt"\n')
+    installed = httpx.post(f"{cluster.api(0)}/v1/skills", content=bundle.getvalue(), timeout=TIMEOUT)
+    assert installed.status_code == 201, installed.text
+    outputs = {"globs": ["out/made.txt"], "save": True, "name_template": "kept/{name}"}
+    ran = submit(cluster.api(1), {"skill": "kept", "command": "bash scripts/make.sh", "outputs": outputs})
+    assert ran.status_code == 200 and ran.json()["exit_code"] == 0, ran.text
+    saved = ran.json()["artifact_files"]
+    assert [a["name"] for a in saved] == ["kept/made.txt"]
+    got = httpx.get(f"{cluster.api(0)}/v1/artifacts/kept/made.txt", timeout=TIMEOUT)
+    assert got.status_code == 200 and got.content == b"made-by-kept\n"
+    sha = got.headers["X-Artifact-SHA256"]
+    key = f"{prefix}/artifacts/sha256/{sha[:2]}/{sha}"
+    in_bucket = s3_server.client(admin=True).get_object(Bucket=s3_server.bucket, Key=key)["Body"].read()
+    assert in_bucket == b"made-by-kept\n"
+    before = status_of(cluster.api(0), ran.json()["run_id"])
+    for i in (0, 1):  # every replica lists the skill installed through one of them
+        listed = httpx.get(f"{cluster.api(i)}/v1/skills", timeout=TIMEOUT).json()
+        assert "kept" in {s["id"] for s in listed["skills"]}, listed
+
+    codes = cluster.stop()
+    assert set(codes.values()) <= {0, -15}, (codes, cluster.logs())
+    cluster.start()
+    assert status_of(cluster.api(1), ran.json()["run_id"]) == before
+    again = httpx.get(f"{cluster.api(1)}/v1/artifacts/kept/made.txt", timeout=TIMEOUT)
+    assert again.status_code == 200 and again.content == b"made-by-kept\n"
+    versions = httpx.get(f"{cluster.api(1)}/v1/skills/kept/versions", timeout=TIMEOUT).json()
+    assert [v["version"] for v in versions["versions"]] == [1]
+    rerun = submit(cluster.api(0), {"skill": "kept@1", "command": "bash scripts/make.sh; cat $OUTPUT_DIR/made.txt"})
+    assert rerun.status_code == 200 and rerun.json()["stdout"] == "made-by-kept\n", rerun.text
+    # deleted through the replica that did not install it: gone everywhere
+    deleted = httpx.delete(f"{cluster.api(1)}/v1/skills/kept", timeout=TIMEOUT)
+    assert deleted.status_code in (200, 204), deleted.text
+    for i in (0, 1):
+        gone = httpx.get(f"{cluster.api(i)}/v1/skills/kept", timeout=TIMEOUT)
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "skill_not_found", gone.text
+    assert (cluster.apis[0].base / "data" / "skills").is_dir()
+    assert not (cluster.apis[0].base / "data" / "skills" / "kept").exists()  # its copy removed too
 
 
 def test_a_worker_paused_past_its_lease_writes_nothing_and_exits_non_zero(own_cluster: Any) -> None:

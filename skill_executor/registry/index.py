@@ -125,6 +125,24 @@ class RegistryIndex:
             row = conn.execute(_POINTERS_OF, {"skill": skill_id}).first()
         return (row[0], row[1], bool(row[2])) if row is not None else (None, None, False)
 
+    def installed(self) -> list[Version]:
+        """The default version of every skill installed by upload (not observed in a folder),
+        whichever process installed it."""
+        query = (
+            select(*_COLUMNS, *_POINTERS)
+            .select_from(skills.join(skill_versions, (_V.skill == _S.skill) & (_V.version == _S.default_version)))
+            .where(_V.source != "folder")
+            .order_by(_S.skill)
+        )
+        with self.database.read() as conn:
+            return [_to_version(row) for row in conn.execute(query)]
+
+    def deleted(self) -> set[str]:
+        """Skills whose every version was deleted (their row stays: numbers are never reused)."""
+        query = select(_S.skill).where(_S.default_version.is_(None), _S.latest_version.is_(None))
+        with self.database.read() as conn:
+            return set(conn.execute(query).scalars())
+
     def audit(self, skill_id: str | None, limit: int) -> list[AuditEntry]:
         c = audit.c
         query = select(c.id, c.at, c.actor, c.action, c.skill, c.version, c.digest, c.detail)

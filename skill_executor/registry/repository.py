@@ -205,6 +205,7 @@ class SkillRepository:
             loaded: list[Skill | Rejected] = []
             installed = installed_dirs(self.install_root) if self.install_root is not None else []
             in_install_root = set(installed)
+            deleted = self._deleted_elsewhere() if installed else set()
             for directory in [*discover(self.read_only_roots), *installed]:
                 skill_file = find_skill_file(directory)
                 if skill_file is None:
@@ -219,12 +220,58 @@ class SkillRepository:
                     item = previous[1]
                 else:
                     item = _load(directory, installed=directory in in_install_root)
+                if directory in in_install_root and isinstance(item, Skill) and item.id in deleted:
+                    self._drop_local(directory)  # deleted through another process
+                    continue
                 cache[directory] = (key, item)
                 loaded.append(item)
             self._cache = cache
+            loaded += self._installed_through_others({i.id.lower() for i in loaded if isinstance(i, Skill)})
             self._catalog = _build_catalog(loaded)
             self._scanned_at = time.monotonic()
             return self._catalog
+
+    # -- skills installed through other processes sharing the database ---------------
+
+    def _installed_through_others(self, have: set[str]) -> list[Skill]:
+        """Skills installed (uploaded) through another process sharing the registry's database
+        and absent from this install root: their default version, fetched from the object
+        store (a cluster's replicas and workers all list every installed skill)."""
+        registry = self.registry
+        if registry is None or self.install_root is None:
+            return []
+        try:
+            versions = registry.index.installed()
+        except ExecutorError as exc:
+            log.warning("skills installed through other processes are not listed now: %s", exc.message)
+            return []
+        found = []
+        for version in versions:
+            if version.skill.lower() in have:
+                continue
+            try:
+                found.append(registry.load(version))
+            except ExecutorError as exc:
+                log.warning("skill %s (version %d) is not listed now: %s", version.skill, version.number, exc.message)
+        return found
+
+    def _deleted_elsewhere(self) -> set[str]:
+        if self.registry is None:
+            return set()
+        try:
+            return self.registry.index.deleted()
+        except ExecutorError as exc:
+            log.warning("cannot tell which installed skills were deleted elsewhere: %s", exc.message)
+            return set()
+
+    def _drop_local(self, directory: Path) -> None:
+        """This install root's copy of a skill deleted through another process."""
+        assert self.install_root is not None
+        try:
+            uninstall(self.install_root, directory.name)
+            log.info("installed skill %s was deleted through another process: removed here too", directory.name)
+        except OSError as exc:
+            log.warning("cannot remove %s, deleted through another process: %s", directory, exc)
 
     # -- convenience reads over the current snapshot -------------------------------
 
@@ -305,8 +352,13 @@ class SkillRepository:
     # -- the install root: the only place skills are written ------------------------
 
     def installed_here(self, skill: Skill) -> bool:
-        """True for a skill installed in the install root (one that :meth:`remove` may delete)."""
-        return self.install_root is not None and skill.path.parent == self.install_root.resolve()
+        """True for an installed skill (one that :meth:`remove` may delete): in this install
+        root, or installed through another process (its path a registry version's folder)."""
+        if self.install_root is None:
+            return False
+        if skill.path.parent == self.install_root.resolve():
+            return True
+        return self.registry is not None and is_within(skill.path, self.registry.versions_dir.resolve())
 
     def root_of(self, skill: Skill) -> Path | None:
         """The configured root a skill was discovered under."""
@@ -380,7 +432,8 @@ class SkillRepository:
         if self.registry is not None:
             with self.registry.writing():
                 self.registry.delete_skill(skill.id, actor=actor)
-                uninstall(install_root, skill.path.name)
+                if skill.path.parent == install_root.resolve():  # else installed through another process
+                    uninstall(install_root, skill.path.name)
         else:
             uninstall(install_root, skill.path.name)
         self.reload()
