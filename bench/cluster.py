@@ -92,7 +92,7 @@ def query(url: str, sql: str, **params: Any) -> list[Any]:
 
 
 def latency(base: Path, url: str, runs: int) -> dict[str, Any]:
-    (base / "embedded").mkdir()
+    (base / "embedded").mkdir(parents=True)
     embedded = Service(base / "embedded")
     # the service's defaults (as the embedded one has them): the tests' rescan on every read is off
     cluster = Cluster(base / "cluster", url, apis=1, workers=1, env={"SKILL_EXECUTOR_SKILLS_REFRESH_SECONDS": "2"})

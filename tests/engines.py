@@ -345,7 +345,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"second engine: {problem}", file=sys.stderr)
             return 1
         try:
-            engine.start(detach=True)
+            engine.acquire(timeout=0)  # not while a test or a benchmark uses the folder
+            try:
+                engine.start(detach=True)
+            finally:
+                engine.release()
             copied = {tag: engine.load_image(tag) for tag in args.image}
         except EngineError as exc:
             print(f"second engine: {exc}", file=sys.stderr)
