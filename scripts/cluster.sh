@@ -8,7 +8,9 @@
 #   ./scripts/cluster.sh destroy  down, then remove the cluster folder
 # Settings (environment): SKILL_EXECUTOR_CLUSTER_DIR (default .cluster), CLUSTER_PG_PORT (55432),
 # CLUSTER_S3_PORT (18333; SeaweedFS also uses the next few hundred ports), CLUSTER_API_PORTS
-# ("8081 8082"), CLUSTER_WORKER_PORTS ("9091 9092").
+# ("8081 8082"), CLUSTER_WORKER_PORTS ("9091 9092"), ENGINES (1; 2: the second worker, and every
+# other one after it, on a second Docker engine of the cluster's own: scripts/lib.sh
+# ensure_second_engine, in the cluster folder, the runner image copied to it once).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -129,9 +131,16 @@ up() {
   start_seaweed
   cluster_env
   "$VENV/bin/skill-executor" db upgrade >/dev/null
-  local i
+  local i hosts=("${DOCKER_HOST:-unix:///var/run/docker.sock}")
+  case "${ENGINES:-1}" in
+    1) hosts+=("${hosts[0]}") ;;
+    2) ensure_second_engine "$DIR/engine-2" "$SKILL_EXECUTOR_DOCKER_IMAGE" || { log "the second Docker engine did not start"; exit 1; }
+       hosts+=("$SECOND_DOCKER_HOST") ;;
+    *) log "ENGINES must be 1 or 2"; exit 2 ;;
+  esac
   for i in "${!WORKER_PORTS[@]}"; do
-    start_process "worker-$((i + 1))" "${WORKER_PORTS[$i]}" "$VENV/bin/skill-executor" worker --port "${WORKER_PORTS[$i]}"
+    start_process "worker-$((i + 1))" "${WORKER_PORTS[$i]}" env DOCKER_HOST="${hosts[$((i % 2))]}" \
+      "$VENV/bin/skill-executor" worker --port "${WORKER_PORTS[$i]}"
   done
   for i in "${!API_PORTS[@]}"; do
     start_process "api-$((i + 1))" "${API_PORTS[$i]}" "$VENV/bin/skill-executor" serve --role api --port "${API_PORTS[$i]}"
@@ -152,6 +161,7 @@ status() {
     name="worker-$((i + 1))"; port="${WORKER_PORTS[$i]}"
     printf '%-9s %s\n' "$name" "$(curl -fsS "http://127.0.0.1:$port/healthz" 2>/dev/null | head -c 200 || echo down)"
   done
+  if [[ -d "$DIR/engine-2" ]]; then printf '%-9s %s\n' engine-2 "$(cd "$ROOT" && "$PY" -m tests.engines status --root "$DIR/engine-2")"; fi
   cluster_env
   "$VENV/bin/skill-executor" cluster status || true
 }
@@ -172,6 +182,7 @@ down() {
   local d
   for d in "$DIR"/api-* "$DIR"/worker-*; do [[ -d "$d" ]] && stop_pidfile "$d/pid"; done
   stop_pidfile "$DIR/s3/pid"
+  if [[ -d "$DIR/engine-2" ]]; then stop_second_engine "$DIR/engine-2"; fi
   if [[ -d "$DIR/postgres/base" ]]; then
     ensure_postgres >/dev/null 2>&1 || true
     as_pg "${SKILL_EXECUTOR_PG_BIN:-/usr/lib/postgresql/15/bin}/pg_ctl" -D "$DIR/postgres" -m fast stop >/dev/null 2>&1 || true

@@ -296,6 +296,25 @@ ensure_runsc() {
   return 1
 }
 
+# ensure_second_engine ROOT [IMAGE...]: a second Docker engine beside the main one, for
+# workers that each own an engine (tests/engines.py: its own dockerd, --data-root,
+# --exec-root, --pidfile and unix socket; no bridge, no iptables; runsc registered), started
+# when it is not running and left running (stop_second_engine ROOT stops it), with each
+# IMAGE copied from the main engine unless already there. Exports SECOND_DOCKER_HOST, or
+# returns non-zero with the reason logged.
+SECOND_DOCKER_HOST=""
+ensure_second_engine() {
+  local root="$1" out; shift
+  out=$(cd "$ROOT" && "$PY" -m tests.engines up --root "$root" "${@/#/--image=}") || return 1
+  SECOND_DOCKER_HOST=$("$PY" -P -c 'import json, sys; print(json.loads(sys.argv[1])["docker_host"])' "$out")
+  export SECOND_DOCKER_HOST
+  log "second Docker engine at $SECOND_DOCKER_HOST ($root)"
+}
+
+stop_second_engine() {
+  (cd "$ROOT" && "$PY" -m tests.engines down --root "$1" >/dev/null)
+}
+
 stop_started_engine() {
   if ((STARTED_ENGINE_PID > 0)) && kill -0 "$STARTED_ENGINE_PID" 2>/dev/null; then
     log "stopping the dockerd this script started (pid $STARTED_ENGINE_PID)"

@@ -131,8 +131,17 @@ class Proc:
 
 class Cluster:
     def __init__(
-        self, base: Path, database_url: str, *, apis: int = 2, workers: int = 2, env: dict[str, str] | None = None
+        self,
+        base: Path,
+        database_url: str,
+        *,
+        apis: int = 2,
+        workers: int = 2,
+        env: dict[str, str] | None = None,
+        worker_env: list[dict[str, str]] | None = None,
     ) -> None:
+        """``worker_env``: settings of each worker over ``env`` (by index; e.g. its
+        ``DOCKER_HOST``: a worker on an engine of its own)."""
         self.base = base
         self.database_url = database_url
         self.skills = base / "skills"
@@ -157,7 +166,11 @@ class Cluster:
         # API replicas execute nothing: they get no Docker engine at all
         no_engine = {**common, "DOCKER_HOST": f"unix://{base}/no-engine.sock"}
         self.apis = [Proc("api", base / f"api-{i}", no_engine, self.skills) for i in range(apis)]
-        self.workers = [Proc("worker", base / f"worker-{i}", dict(common), self.skills) for i in range(workers)]
+        own = worker_env or []
+        self.workers = [
+            Proc("worker", base / f"worker-{i}", {**common, **(own[i] if i < len(own) else {})}, self.skills)
+            for i in range(workers)
+        ]
         self._killed: set[int] = set()
 
     def start(self) -> Cluster:

@@ -26,6 +26,7 @@ from skill_executor.core import Executor
 
 from . import leftovers
 from .databases import database  # noqa: F401 (a fixture for every test module)
+from .engines import second_engine  # noqa: F401 (a fixture for every test module)
 from .pgserver import postgres_server, postgres_url  # noqa: F401 (fixtures for every test module)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -260,6 +261,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_compose": "service",
     "test_cluster": "service",
     "test_dispatch_retry": "service",
+    "test_engines": "service",  # a second dockerd, Postgres
     "test_context_api": "service",
     "test_mcp": "service",
     "test_mcp_sessions": "service",

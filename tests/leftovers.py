@@ -25,8 +25,9 @@ DATA_DIRS = ("*/data", "popen-gw*/*/data")
 RECORDS = (f"{pgserver.RECORDS}/*", f"popen-gw*/{pgserver.RECORDS}/*")
 
 
-def containers(base: Path) -> list[str]:
-    """Managed containers whose owner lease is rooted in this session's temp folders."""
+def containers(base: Path, engine: str = "unix:///var/run/docker.sock") -> list[str]:
+    """Managed containers whose owner lease is rooted in this session's temp folders (on
+    the main engine, or on ``engine``: a second one, ``tests/engines.py``)."""
     import docker
 
     from skill_executor.owners import LEASES, ROOT_ID, parse
@@ -35,7 +36,7 @@ def containers(base: Path) -> list[str]:
     roots = {path.read_text().strip() for path in base.glob(f"**/{LEASES}/{ROOT_ID}")}
     if not roots:
         return []
-    client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=30)
+    client = docker.DockerClient(base_url=engine, version="auto", timeout=30)
     try:
         listed = client.api.containers(all=True, filters={"label": f"{LABEL_MANAGED}=1"})
     finally:
