@@ -117,6 +117,8 @@ class Service:
                     queued_allowance=settings.max_queued_runs,
                     validate=executor.runner.validate,
                     moving_sessions=bool(settings.session_snapshots),
+                    sessions_per_tenant=settings.sessions_per_tenant,
+                    session_ttl=settings.session_ttl_seconds,
                 )
             else:
                 dispatcher = LocalDispatcher(limiter.slots + limiter.queue)

@@ -243,3 +243,39 @@ def test_admission_counts_only_live_workers_and_refuses_when_there_is_none(datab
     queued(database, age=0)
     with pytest.raises(Busy), database.write() as conn:
         admit(conn)
+
+
+def test_the_sessions_quota_holds_across_the_cluster(database: Database) -> None:
+    """SESSIONS_PER_TENANT counts a tenant's live sessions (a run within the TTL) on every
+    worker: a new one past it is refused before it is queued; a live one goes on; idle ones
+    (past the TTL) and other tenants' do not count."""
+    from skill_executor.dispatch.postgres import PostgresDispatcher
+    from skill_executor.workspace.sessions import SessionLimit
+
+    dispatch = PostgresDispatcher(
+        database, queued_allowance=100, validate=lambda request: None, sessions_per_tenant=2, session_ttl=60
+    )
+    worker(database, "w1", lease=60)
+    store = RunStore(database, instance="test")
+
+    def submit(session: str, tenant: str = "k", age: float = 0) -> str:
+        run_id = f"run-{time.monotonic_ns()}"
+        request = RunRequest(skill="s", command="true", session=session)
+
+        def queued(conn: Any) -> None:
+            dispatch.enqueue(conn, run_id, request, tenant)
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(updated_at=time.time() - age))
+
+        store.create(run_id, request.model_dump(mode="json", exclude_defaults=True), owner=tenant, also=queued)
+        return run_id
+
+    submit("old", age=120)  # idle past the TTL: not counted
+    submit("a")
+    submit("b")
+    with pytest.raises(SessionLimit) as caught:
+        submit("c")
+    assert caught.value.status == 429 and caught.value.details == {"sessions": 2, "limit": 2}
+    with database.read() as conn:  # refused before anything was recorded
+        assert conn.execute(select(runs.c.run_id).where(runs.c.session == "c")).first() is None
+    submit("a")  # a live session goes on
+    submit("c", tenant="other")  # another tenant's quota is its own

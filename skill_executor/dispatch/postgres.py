@@ -28,6 +28,7 @@ from ..db.schema import runs, session_leases, workers
 from ..errors import Busy, Conflict, Unavailable
 from ..runs.models import RunRequest
 from ..runs.store import Status
+from ..workspace.sessions import SessionLimit
 from . import events as ev
 from . import queue
 from .hub import Hub
@@ -88,10 +89,16 @@ class PostgresDispatcher:
         queued_allowance: int,
         validate: Callable[[RunRequest], Any],
         moving_sessions: bool = False,
+        sessions_per_tenant: int | None = None,
+        session_ttl: float = 3600.0,
     ) -> None:
         """``queued_allowance``: runs the cluster queues beyond its workers' capacity;
-        ``moving_sessions``: sessions are kept in the object store and move off lost workers."""
+        ``moving_sessions``: sessions are kept in the object store and move off lost workers;
+        ``sessions_per_tenant``: live sessions (a run within ``session_ttl``) a tenant may
+        hold across the cluster."""
         self.database = database
+        self.sessions_per_tenant = sessions_per_tenant
+        self.session_ttl = session_ttl
         self.moving_sessions = moving_sessions
         self.queued_allowance = queued_allowance
         self.hub = Hub(conninfo(database))
@@ -119,11 +126,34 @@ class PostgresDispatcher:
             )
 
     def enqueue(self, conn: Connection, run_id: str, request: RunRequest, tenant: str) -> None:
+        if request.session and self.sessions_per_tenant is not None:
+            self._session_quota(conn, run_id, tenant, request.session, self.sessions_per_tenant)
         home = session_home(conn, tenant, request.session, moving=self.moving_sessions) if request.session else None
         target = queue.worker_queue(home) if home else queue.tier_queue(queue.DEFAULT_TIER)
         job_id = queue.defer(conn, run_id, queue=target, lock=queue.session_lock(tenant, request.session))
         conn.execute(update(runs).where(runs.c.run_id == run_id).values(job_id=job_id, tier=queue.DEFAULT_TIER))
         ev.append(conn, run_id, [(1, "status", "queued")])
+
+    def _session_quota(self, conn: Connection, run_id: str, tenant: str, session: str, limit: int) -> None:
+        """A session new to the cluster (no run of it within the TTL) is refused once the
+        tenant holds ``limit`` live sessions on any workers (429 ``session_limit``)."""
+        live = (
+            (runs.c.owner == tenant)
+            & runs.c.session.is_not(None)
+            & (runs.c.updated_at > time.time() - self.session_ttl)
+            & (runs.c.run_id != run_id)
+        )
+        if conn.execute(select(runs.c.run_id).where(live, runs.c.session == session).limit(1)).first():
+            return
+        # one new session of a tenant at a time, so two cannot both take the last place
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:tenant))"), {"tenant": f"sessions:{tenant}"})
+        count = int(conn.execute(select(func.count(func.distinct(runs.c.session))).where(live)).scalar_one())
+        if count >= limit:
+            raise SessionLimit(
+                f"cannot start session {session!r}: this tenant keeps {count} sessions across the cluster, the most "
+                "allowed (SKILL_EXECUTOR_SESSIONS_PER_TENANT); reuse one, or wait for idle ones to expire",
+                details={"sessions": count, "limit": limit},
+            )
 
     # -- cancel ---------------------------------------------------------------------------
 
