@@ -58,8 +58,10 @@ def configure(role: str) -> bool:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        resource = Resource.create({"service.name": "skill-executor", "skill_executor.role": role})
-        provider = TracerProvider(resource=resource)  # OTEL_SERVICE_NAME etc. still win
+        resource = Resource.create({"skill_executor.role": role})  # + OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+        if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):  # the SDK's default
+            resource = resource.merge(Resource({"service.name": "skill-executor"}))
+        provider = TracerProvider(resource=resource)
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(provider)
         _state["on"] = True
@@ -92,12 +94,15 @@ def span(name: str, **attributes: Any) -> Iterator[Span | None]:
 
 
 def start(name: str, **attributes: Any) -> Span | None:
-    """A span named ``name`` (a child of the current one, else a new trace's root), started
-    but not current: :func:`within` makes it current for a block, :func:`end` ends it.
-    None when tracing is off."""
+    """The root span ``name`` of a new trace -- whatever is current (an HTTP request's span
+    continuing a caller's ``traceparent``): a run's trace id is always the service's own --
+    started but not current: :func:`within` makes it current for a block, :func:`end` ends
+    it.  None when tracing is off."""
     if not _state["on"]:
         return None
-    return _TRACER.start_span(name, kind=SpanKind.INTERNAL, attributes=_clean(attributes))
+    return _TRACER.start_span(
+        name, context=otel_context.Context(), kind=SpanKind.INTERNAL, attributes=_clean(attributes)
+    )
 
 
 def end(current: Span | None, error: BaseException | None = None) -> None:

@@ -259,6 +259,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_cli_skills": "service",
     "test_compose": "service",
     "test_cluster": "service",
+    "test_cluster_tracing": "service",  # Postgres, an OTLP receiver
     "test_context_api": "service",
     "test_mcp": "service",
     "test_mcp_sessions": "service",

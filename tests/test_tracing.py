@@ -19,6 +19,7 @@ import pytest
 from .api_server import Server
 from .otlp import Receiver
 
+CALLERS = "c" * 32
 STEPS = {"skill_run", "admission", "queue_wait", "run", "sandbox", "stage", "execute", "collect", "cleanup"}
 
 
@@ -32,7 +33,13 @@ def receiver() -> Iterator[Receiver]:
 def test_a_run_is_one_trace_with_its_steps(tmp_path: Path, receiver: Receiver) -> None:
     server = Server(tmp_path, env=receiver.env()).start()
     try:
-        answer = httpx.post(f"{server.url}/v1/runs", json={"skill": "math-tools", "command": "echo traced"}, timeout=60)
+        # a caller's traceparent (another tenant's run's trace id, say) does not become the run's
+        answer = httpx.post(
+            f"{server.url}/v1/runs",
+            json={"skill": "math-tools", "command": "echo traced"},
+            headers={"traceparent": f"00-{CALLERS}-{'b' * 16}-01"},
+            timeout=60,
+        )
         assert answer.status_code == 200 and answer.json()["stdout"] == "traced\n", answer.text
         run_id = answer.json()["run_id"]
         root = next(
@@ -47,7 +54,7 @@ def test_a_run_is_one_trace_with_its_steps(tmp_path: Path, receiver: Receiver) -
     assert record["trace_id"] == root.trace_id
     by_name = {s.name: s for s in spans}
     assert [s.name for s in spans].count("skill_run") == 1
-    assert root.parent_id == "" and root.attributes["skill_executor.skill"] == "math-tools"
+    assert root.parent_id == "" and root.trace_id != CALLERS and root.attributes["skill_executor.skill"] == "math-tools"
     assert root.resource["skill_executor.role"] == "all" and root.resource["service.name"] == "skill-executor"
     for step in ("admission", "queue_wait", "run"):
         assert by_name[step].parent_id == root.span_id, step
