@@ -201,11 +201,13 @@ class Worker:
         handle = await loop.run_in_executor(self._claims, self.claim, run_id)
         if handle is None:
             return
-        record = await handle.wait()
-        await loop.run_in_executor(self._claims, handle.recorded.wait)
-        with tracing.under(handle.record.traceparent):
-            log.info("run %s ended: %s", run_id, record.status, extra={"run_id": run_id})
-        tracing.end(handle.record.root)  # a fresh trace's root (the run came without a parent)
+        try:
+            record = await handle.wait()
+            await loop.run_in_executor(self._claims, handle.recorded.wait)
+            with tracing.under(handle.record.traceparent):
+                log.info("run %s ended: %s", run_id, record.status, extra={"run_id": run_id})
+        finally:
+            tracing.end(handle.record.root)  # a fresh trace's root (the run came without a parent)
 
     def claim(self, run_id: str) -> Any:
         """Claim ``run_id`` and start it here; its handle, or None when it is not this
