@@ -262,6 +262,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_cluster": "service",
     "test_dispatch_retry": "service",
     "test_engines": "service",  # a second dockerd, Postgres
+    "test_cluster_tracing": "service",  # Postgres, an OTLP receiver
     "test_context_api": "service",
     "test_mcp": "service",
     "test_mcp_sessions": "service",

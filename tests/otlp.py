@@ -21,6 +21,9 @@ class ReceivedSpan:
     attributes: dict[str, Any]
     resource: dict[str, Any]
     error: bool
+    #: When it began and ended (ns since the epoch).
+    start: int = 0
+    end: int = 0
 
 
 def _values(attributes: Any) -> dict[str, Any]:
@@ -61,6 +64,8 @@ class Receiver:
                                         _values(span.attributes),
                                         resource,
                                         span.status.code == 2,
+                                        span.start_time_unix_nano,
+                                        span.end_time_unix_nano,
                                     )
                                 )
                 self.send_response(200)

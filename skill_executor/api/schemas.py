@@ -180,6 +180,9 @@ class RunRecordModel(BaseModel):
     result: RunResult | None = None
     error: ErrorBody | None = None
     owner: str = Field(description="the key id (tenant) the run belongs to")
+    trace_id: str | None = Field(
+        default=None, description="the run's OpenTelemetry trace id (32 hex digits); null while tracing is off"
+    )
 
 
 class ArtifactModel(BaseModel):

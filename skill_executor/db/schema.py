@@ -61,6 +61,11 @@ runs = Table(
     Column("deadline", Float),
     Column("cancel_requested", Boolean, nullable=False, server_default="false"),
     Column("started_at", Float),
+    # -- tracing (skill_executor.tracing); NULL while it is off --
+    #: The trace's id (32 hex digits).
+    Column("trace_id", Text),
+    #: The W3C ``traceparent`` of the run's root span: where the process executing it continues.
+    Column("traceparent", Text),
 )
 Index("ix_runs_status", runs.c.status)
 Index("ix_runs_worker_id", runs.c.worker_id)

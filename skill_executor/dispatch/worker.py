@@ -32,6 +32,7 @@ from typing import Any
 from procrastinate import App, PsycopgConnector
 from sqlalchemy import Connection, delete, insert, select, text, update
 
+from .. import tracing
 from ..db import Database
 from ..db.schema import run_events, runs, session_leases, workers
 from ..runs.manager import TERMINAL, RunManager
@@ -206,8 +207,13 @@ class Worker:
             handle = await loop.run_in_executor(self._claims, self.claim, run_id)
             if handle is None:
                 return
-            await handle.wait()
-            await loop.run_in_executor(self._claims, handle.recorded.wait)
+            try:
+                record = await handle.wait()
+                await loop.run_in_executor(self._claims, handle.recorded.wait)
+                with tracing.under(handle.record.traceparent):
+                    log.info("run %s ended: %s", run_id, record.status, extra={"run_id": run_id})
+            finally:
+                tracing.end(handle.record.root)  # a fresh trace's root (the run came without a parent)
             await asyncio.sleep(ANSWER_SECONDS)
         finally:
             hold.release()
@@ -254,6 +260,11 @@ class Worker:
             history = ev.after(conn, run_id, 0) if claimed.attempt > 1 else [(1, "status", "queued")]
             ev.append(conn, run_id, [(len(history) + 1, "status", "running")])  # with its claim
             ev.notify(conn, ev.EVENTS_CHANNEL, run_id)
+            # the run's trace goes on here (none or a malformed parent: a fresh one, recorded)
+            fresh, parent = tracing.adopt(claimed.traceparent, "skill_run", run_id=run_id, worker=self.worker_id)
+            if fresh is not None:
+                trace_id = tracing.trace_id(fresh)
+                conn.execute(update(runs).where(runs.c.run_id == run_id).values(trace_id=trace_id, traceparent=parent))
         record = RunRecord(
             run_id=claimed.run_id,
             status="running",
@@ -263,7 +274,12 @@ class Worker:
             updated_at=claimed.updated_at,
             request=json.loads(claimed.request),
             owner=claimed.owner,
+            trace_id=trace_id if fresh is not None else claimed.trace_id,
+            traceparent=parent,
+            root=fresh,
         )
+        with tracing.under(parent):
+            log.info("run %s claimed by worker %s", run_id, self.worker_id, extra={"run_id": run_id})
         return self.manager.run_claimed(
             record,
             history=[(kind, data) for _, kind, data in history],

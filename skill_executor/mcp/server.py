@@ -28,8 +28,9 @@ from ..access import Principal
 from ..artifacts.store import LocalArtifactStore, parse_ref
 from ..errors import BadRequest, ExecutorError, NotFound
 from ..registry import SkillRepository
-from ..runs.manager import RunManager
-from ..runs.models import RunResult
+from ..runs.manager import RunHandle, RunManager
+from ..runs.models import RunRequest, RunResult
+from ..runs.store import RunRecord
 from ..skills import expand_placeholders, render_xml, sandbox_dir
 from ..tools import CONTEXT_TOOLS, ToolExecutor, definitions, run_request
 from .catalog import EXTENSION, SCHEME, SkillFiles, UnknownResource, page
@@ -468,6 +469,20 @@ class SkillServer:
         # it is delivered at the next await below, which cancels the run.
         with anyio.CancelScope(shield=True):
             record, handle, _ = await manager.submit_async(request, principal=who)
+        try:
+            return await self._answer_run(ctx, manager, who, request, record, handle)
+        finally:
+            manager.answered(record)  # the run's root span ends
+
+    async def _answer_run(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        manager: RunManager,
+        who: Principal,
+        request: RunRequest,
+        record: RunRecord,
+        handle: RunHandle | None,
+    ) -> types.CallToolResult:
         contexts = self.backend.tools().contexts
         session = request.session
         if contexts is not None and session is not None:  # the agent uses this skill: its context says so

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from .. import tracing
 from ..access import Principal, authorize_inputs, permit
 from ..errors import Conflict, ExecutorError, NotFound, Unavailable
 from .handle import TERMINAL as TERMINAL
@@ -156,15 +157,48 @@ class RunManager:
                 return replay
         if self._closing:
             raise shutdown_error()
+        run_id = new_run_id()
+        root = tracing.start(
+            "skill_run", run_id=run_id, skill=request.skill, session=request.session, tenant=principal.id
+        )
+        try:
+            with tracing.within(root), tracing.span("admission"):
+                accepted = self._admit(request, principal, fingerprinted, run_id, root)
+        except BaseException as exc:
+            tracing.end(root, exc)
+            raise
+        if accepted[2] or accepted[0].run_id != run_id:  # another request's run (a replay)
+            tracing.end(root)
+        else:
+            accepted[0].root = root
+        return accepted
+
+    def answered(self, record: RunRecord) -> None:
+        """A front end has answered for ``record`` (from :meth:`submit`): the run's root
+        span ends (what executes it may go on; it continues the trace)."""
+        root, record.root = record.root, None
+        tracing.end(root)
+
+    def _admit(
+        self,
+        request: RunRequest,
+        principal: Principal,
+        fingerprinted: tuple[str, str] | None,
+        run_id: str,
+        root: Any,
+    ) -> tuple[RunRecord, RunHandle | None, bool]:
+        """Authorization, validation, admission and the run's record (the ``admission`` span)."""
+        trace = (tracing.traceparent(root), tracing.trace_id(root))
         authorize_inputs(principal, (i.from_ for i in request.inputs))
         checked = self.runner.validate(request)
         if self.dispatcher.remote:
-            return self._enqueue(request, principal.id, fingerprinted)
+            return self._enqueue(request, principal.id, fingerprinted, run_id, trace)
         reservation = self.runner.limiter.reserve()
-        run_id = new_run_id()
         payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
         try:
-            record = self.store.create(run_id, payload, owner=principal.id, idempotency=fingerprinted)
+            record = self.store.create(
+                run_id, payload, owner=principal.id, idempotency=fingerprinted, traceparent=trace[0], trace_id=trace[1]
+            )
         except Conflict:
             # Another request with this key claimed it between the lookup and now.
             reservation.release()
@@ -191,10 +225,15 @@ class RunManager:
         return record, handle, False
 
     def _enqueue(
-        self, request: RunRequest, owner: str, fingerprinted: tuple[str, str] | None
+        self,
+        request: RunRequest,
+        owner: str,
+        fingerprinted: tuple[str, str] | None,
+        run_id: str,
+        trace: tuple[str | None, str | None],
     ) -> tuple[RunRecord, RunHandle | None, bool]:
-        """Record and queue a run for the workers in one transaction (remote dispatch)."""
-        run_id = new_run_id()
+        """Record and queue a run for the workers in one transaction (remote dispatch), with
+        the traceparent its worker continues from."""
         payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
 
         def queue(conn: Any) -> None:
@@ -202,7 +241,15 @@ class RunManager:
             self.dispatcher.enqueue(conn, run_id, request, owner)
 
         try:
-            record = self.store.create(run_id, payload, owner=owner, idempotency=fingerprinted, also=queue)
+            record = self.store.create(
+                run_id,
+                payload,
+                owner=owner,
+                idempotency=fingerprinted,
+                also=queue,
+                traceparent=trace[0],
+                trace_id=trace[1],
+            )
         except Conflict as exc:
             if fingerprinted is None or exc.code not in ("idempotent_replay", "idempotency_key_reused"):
                 raise  # a refusal of the dispatcher's (session_lost)
@@ -210,6 +257,7 @@ class RunManager:
             if replay is None:  # pragma: no cover - a claimed key is never released
                 raise
             return replay
+        log.info("run %s queued", run_id, extra={"run_id": run_id})
         return record, None, False
 
     def run_claimed(
@@ -225,6 +273,16 @@ class RunManager:
         run's earlier attempts too), then ``status running``, which the claim recorded.
         Every later event goes to ``sink``, its outcome to ``outcome`` (never to the store
         directly)."""
+        with tracing.under(record.traceparent):
+            return self._start_claimed(record, history, sink, outcome)
+
+    def _start_claimed(
+        self,
+        record: RunRecord,
+        history: list[tuple[str, Any]],
+        sink: Callable[[int, str, Any], None],
+        outcome: Callable[[RunRecord], None],
+    ) -> RunHandle:
         run_id = record.run_id
         handle = RunHandle(run_id, record)
         handle.events += [*history, ("status", "running")]
@@ -263,6 +321,13 @@ class RunManager:
     def _execute(
         self, request: RunRequest, handle: RunHandle, reservation: Reservation, checked: RunPlan, tenant: str
     ) -> None:
+        # in the run's trace: its queue wait, its run's spans and every log line meanwhile
+        with tracing.under(handle.record.traceparent):
+            self._execute_traced(request, handle, reservation, checked, tenant)
+
+    def _execute_traced(
+        self, request: RunRequest, handle: RunHandle, reservation: Reservation, checked: RunPlan, tenant: str
+    ) -> None:
         # "running" lives in memory (get() reports it); only the outcome is written.
         # A record left "queued" by a crash is marked failed at the next start.
         run_id = handle.run_id
@@ -272,7 +337,9 @@ class RunManager:
             handle.publish(stream, chunk.decode("utf-8", "replace"))
 
         try:
-            if not reservation.acquire(handle.cancel):  # cancelled while queued: nothing ran
+            started = reservation.acquire(handle.cancel)
+            tracing.past("queue_wait", handle.record.created_at, time.time())  # until a claim and a slot
+            if not started:  # cancelled while queued: nothing ran
                 final = self._cancelled_before_start(handle, request, checked)
                 return
             handle.started = True

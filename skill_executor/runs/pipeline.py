@@ -113,7 +113,7 @@ class SkillRunner:
                 reservation.release()
             raise
         run_id = run_id or new_run_id()
-        with tracing.span("skill_run", run_id=run_id, skill=plan.skill.id, session=request.session, tenant=tenant):
+        with tracing.span("run", run_id=run_id, skill=plan.skill.id, session=request.session, tenant=tenant):
             return self._held(request, plan, run_id, listener, cancel, reservation, tenant)
 
     def _held(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sqlalchemy import Connection, insert, or_, select, update
@@ -46,6 +46,13 @@ class RunRecord:
     owner: str = LOCAL_TENANT
     #: How many events the run's live stream had (None: not recorded, e.g. interrupted).
     events: int | None = None
+    #: The run's trace (None while tracing is off): its id, and the traceparent of its root
+    #: span, which the process that executes it continues from.
+    trace_id: str | None = None
+    traceparent: str | None = None
+    #: In the process that admitted the run (not stored): its open root span, ended when the
+    #: front end has answered (:meth:`~skill_executor.runs.manager.RunManager.answered`).
+    root: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,6 +66,7 @@ class RunRecord:
             "result": self.result,
             "error": self.error,
             "owner": self.owner,
+            "trace_id": self.trace_id,
         }
 
 
@@ -89,10 +97,13 @@ class RunStore:
         owner: str,
         idempotency: tuple[str, str] | None = None,
         also: Callable[[Connection], None] | None = None,
+        traceparent: str | None = None,
+        trace_id: str | None = None,
     ) -> RunRecord:
         """Insert a queued run of ``owner``; with ``idempotency=(key, fingerprint)``
         claim the key (per owner) too, in the same transaction, and run ``also`` in it
-        after the insert (a dispatcher queues the run there).
+        after the insert (a dispatcher queues the run there). ``traceparent``, ``trace_id``:
+        the run's trace (:mod:`skill_executor.tracing`), recorded with it.
 
         Raises :class:`~skill_executor.errors.Conflict` with ``details.run_id`` when the key
         is already taken (the caller then serves that run instead).
@@ -119,6 +130,8 @@ class RunStore:
                         request=json.dumps(request),
                         owner=owner,
                         instance=self.instance,
+                        trace_id=trace_id,
+                        traceparent=traceparent,
                     )
                 )
                 if also is not None:
@@ -134,7 +147,9 @@ class RunStore:
                 code="idempotency_key_reused" if found[1] != idempotency[1] else "idempotent_replay",
                 details={"run_id": found[0]},
             ) from None
-        return RunRecord(run_id, "queued", skill, session, now, now, request, owner=owner)
+        return RunRecord(
+            run_id, "queued", skill, session, now, now, request, owner=owner, trace_id=trace_id, traceparent=traceparent
+        )
 
     def update(
         self,
@@ -172,6 +187,8 @@ class RunStore:
             error=json.loads(row.error) if row.error else None,
             owner=row.owner or LOCAL_TENANT,
             events=row.events,
+            trace_id=row.trace_id,
+            traceparent=row.traceparent,
         )
 
     def fail_interrupted(self) -> int:

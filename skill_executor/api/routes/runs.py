@@ -85,6 +85,7 @@ async def create_run(
     # Until the answer is sent, housekeeping (refilling the pool, removing the container)
     # steps aside: on a small machine it would otherwise compete with the answer.
     hold = activity.hold() if wait else None
+    record: RunRecord | None = None
     try:
         record, handle, replayed = await manager.submit_async(body, principal=who, idempotency_key=idempotency_key)
         if body.session is not None and not replayed:  # the agent uses this skill: its context says so
@@ -103,6 +104,9 @@ async def create_run(
         if hold is not None:
             hold.release()
         raise
+    finally:
+        if record is not None:
+            manager.answered(record)  # the run's root span ends with its answer
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     if hold is not None:

@@ -58,11 +58,14 @@ async def call_tool(body: ToolCall, request: Request, who: Principal = Depends(p
 
     async def run(run_request: RunRequest) -> RunResult:
         record, handle, _ = await manager.submit_async(run_request, principal=who)
-        if run_request.session is not None:  # the agent uses this skill: its context says so
-            await manager.offload(
-                request.app.state.executor.contexts.used, who.id, run_request.session, run_request.skill
-            )
-        final = await manager.wait(record, handle)
+        try:
+            if run_request.session is not None:  # the agent uses this skill: its context says so
+                await manager.offload(
+                    request.app.state.executor.contexts.used, who.id, run_request.session, run_request.skill
+                )
+            final = await manager.wait(record, handle)
+        finally:
+            manager.answered(record)  # the run's root span ends
         return await manager.offload(manager.result, final)
 
     result = await tools.call_async(
