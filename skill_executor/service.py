@@ -164,6 +164,7 @@ class Service:
                         database,
                         moving=bool(settings.session_snapshots),
                         queue_timeout=settings.queue_timeout_seconds,
+                        stuck_after=settings.worker_lease_seconds,
                     ),
                 )
         except BaseException:

@@ -279,3 +279,133 @@ def test_the_sessions_quota_holds_across_the_cluster(database: Database) -> None
         assert conn.execute(select(runs.c.run_id).where(runs.c.session == "c")).first() is None
     submit("a")  # a live session goes on
     submit("c", tenant="other")  # another tenant's quota is its own
+
+
+# -- order, cancellation, races (found in review) -----------------------------------------
+
+
+def queued_on(database: Database, target: str, session: str) -> str:
+    """A run of session ``session`` queued on ``target`` behind the session's lock."""
+    run_id = f"run-{time.monotonic_ns()}"
+    request = RunRequest(skill="s", command="true", session=session).model_dump(mode="json", exclude_defaults=True)
+
+    def deferred(conn: Any) -> None:
+        job = queue.defer(conn, run_id, queue=target, lock=queue.session_lock("k", session))
+        conn.execute(update(runs).where(runs.c.run_id == run_id).values(job_id=job))
+        ev.append(conn, run_id, [(1, "status", "queued")])
+
+    RunStore(database, instance="test").create(run_id, request, owner="k", also=deferred)
+    return run_id
+
+
+def fetch(database: Database, queues: list[str]) -> str | None:
+    """The run of the job a worker listening on ``queues`` gets next (procrastinate's fetch)."""
+    with database.write() as conn:
+        found = conn.execute(
+            text("SELECT (procrastinate_fetch_job_v2(:q, NULL)).args->>'run_id'"), {"q": queues}
+        ).scalar_one_or_none()
+    return str(found) if found is not None else None
+
+
+def test_a_retried_session_run_goes_before_the_sessions_later_runs_after_a_restart(database: Database) -> None:
+    worker(database, "w1", lease=60)
+    first = running(database, "w1", session="s", retry=1)
+    queued_on(database, queue.worker_queue("w1"), "s")  # the session's next run, waiting for the lock
+    Membership(database, "w1", tiers=["default"], capacity=1, lease=20, heartbeat=5).register()
+    assert fetch(database, [queue.tier_queue("default"), queue.worker_queue("w1")]) == first
+
+
+def test_a_retried_session_run_goes_before_the_sessions_later_runs_after_a_sweep(database: Database) -> None:
+    worker(database, "w1", lease=-1)
+    first = running(database, "w1", session="s", retry=1)
+    second = queued_on(database, queue.worker_queue("w1"), "s")
+    third = queued_on(database, queue.worker_queue("w1"), "s")
+    sweep(database, moving=True)
+    order = []
+    for _ in range(3):
+        got = fetch(database, [queue.tier_queue("default")])
+        assert got is not None
+        order.append(got)
+        with database.write() as conn:  # that job is done: the lock frees for the next
+            conn.execute(
+                text("UPDATE procrastinate_jobs SET status = 'succeeded' WHERE args->>'run_id' = :r"), {"r": got}
+            )
+    assert order == [first, second, third]
+
+
+def test_a_run_asked_to_stop_is_not_retried_when_its_worker_is_lost(database: Database) -> None:
+    from skill_executor.dispatch.sweep import CANCELLED_LOST
+
+    worker(database, "w1", lease=-1)
+    run_id = running(database, "w1", retry=2)
+    with database.write() as conn:
+        conn.execute(update(runs).where(runs.c.run_id == run_id).values(cancel_requested=True))
+    swept = sweep(database, moving=True, queue_timeout=600)
+    assert swept.requeued == [] and swept.interrupted == [run_id]
+    status, _, _, error, job, events = state(database, run_id)
+    assert status == "cancelled" and error["message"] == CANCELLED_LOST and job[0] == "failed"
+    assert not any(kind == "retry" for _, kind, _ in events)
+
+
+def test_two_runs_of_one_new_session_at_once_are_one_session_for_the_quota(database: Database) -> None:
+    import threading
+
+    from skill_executor.dispatch.postgres import PostgresDispatcher
+
+    dispatch = PostgresDispatcher(
+        database, queued_allowance=100, validate=lambda request: None, sessions_per_tenant=1, session_ttl=60
+    )
+    other = Database(database.url.render_as_string(hide_password=False))
+    worker(database, "w1", lease=60)
+    inside, go = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def submit(db: Database, hold: bool) -> None:
+        run_id = f"run-{time.monotonic_ns()}"
+        request = RunRequest(skill="s", command="true", session="x")
+
+        def queued(conn: Any) -> None:
+            dispatch.enqueue(conn, run_id, request, "k")
+            if hold:
+                inside.set()
+                go.wait(10)
+
+        try:
+            body = request.model_dump(mode="json", exclude_defaults=True)
+            RunStore(db, instance="test").create(run_id, body, owner="k", also=queued)
+        except BaseException as exc:
+            errors.append(exc)
+
+    first = threading.Thread(target=submit, args=(database, True))
+    first.start()
+    assert inside.wait(10)
+    second = threading.Thread(target=submit, args=(other, False))
+    second.start()
+    time.sleep(0.5)  # the second has looked for the session and waits on the tenant's lock
+    go.set()
+    first.join()
+    second.join()
+    other.close()
+    assert errors == []
+
+
+def test_a_session_run_waiting_behind_its_sessions_long_run_does_not_expire(database: Database) -> None:
+    worker(database, "w1", lease=60)
+    running(database, "w1", session="s")
+    behind = queued_on(database, queue.worker_queue("w1"), "s")
+    with database.write() as conn:
+        conn.execute(update(runs).where(runs.c.run_id == behind).values(updated_at=time.time() - 700))
+    assert sweep(database, queue_timeout=600).expired == []
+    assert state(database, behind)[0] == "queued"
+
+
+def test_a_job_fetched_by_a_worker_that_died_before_its_claim_is_queued_again(database: Database) -> None:
+    run_id = queued(database, age=0)
+    assert fetch(database, [queue.tier_queue("default")]) == run_id  # fetched, never claimed
+    assert sweep(database, stuck_after=60).requeued == []  # just fetched: its claim may come
+    with database.write() as conn:  # ... fetched long ago
+        conn.execute(text("UPDATE procrastinate_events SET at = now() - interval '5 minutes' WHERE type = 'started'"))
+    assert sweep(database, stuck_after=60).requeued == [run_id]
+    status, _, _, _, job, _ = state(database, run_id)
+    assert status == "queued" and job[0] == "todo"
+    assert fetch(database, [queue.tier_queue("default")]) == run_id

@@ -175,3 +175,37 @@ def test_the_old_index_file_is_left_alone(tmp_path: Path, database: Database) ->
     registry = Registry(tmp_path / "registry", database=database)
     registry.publish("kept", write_skill(tmp_path / "src" / "kept", "kept", "one"), actor="ci")
     assert legacy.read_bytes() == b"SQLite format 3\x00 the old index"
+
+
+def _replica(tmp_path: Path, name: str, url: str, objects: Any) -> Any:
+    from skill_executor.registry.repository import SkillRepository
+
+    registry = Registry(tmp_path / name / "registry", database=Database(url), objects=objects)
+    return SkillRepository([], install_root=tmp_path / name / "installed", registry=registry, refresh_interval=60)
+
+
+def test_a_skill_deleted_through_one_replica_is_gone_on_another_at_once(tmp_path: Path, database: Database) -> None:
+    """Replica A installed it, B deleted it: A's next request for it (before A rescans) is a
+    404 and A's copy goes; the stale copy is never published again as a new version."""
+    from skill_executor.objects.local import LocalObjectStore
+
+    from .test_registry_uploads import as_zip
+
+    url = database.url.render_as_string(hide_password=False)
+    objects = LocalObjectStore(tmp_path / "objects")
+    a, b = _replica(tmp_path, "a", url, objects), _replica(tmp_path, "b", url, objects)
+    files = {"victim/SKILL.md": b"---\nname: victim\ndescription: d\n---\n# v\n", "victim/run.sh": b"echo 1\n"}
+    a.install(as_zip(files))
+    assert a.get("victim").version == 1 and b.get("victim").version == 1  # B lists it, installed through A
+    b.remove("victim")
+    for replica in (a, b):
+        with pytest.raises(NotFound) as caught:
+            replica.get("victim")
+        assert caught.value.code == "skill_not_found"
+    assert not (tmp_path / "a" / "installed" / "victim").exists()
+    assert a.registry.versions("victim") == []  # nothing published again
+    a.reload()
+    b.reload()
+    assert "victim" not in [s.id for s in a.list()] + [s.id for s in b.list()]
+    a.install(as_zip(files))  # installed again: a new number, listed by both
+    assert a.get("victim").version == 2 and b.reload() and b.get("victim").version == 2

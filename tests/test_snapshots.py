@@ -170,3 +170,19 @@ def test_a_link_swapped_in_for_a_folder_is_recorded_not_followed(tmp_path: Path)
     taken = SessionSnapshots(store).take("t", "s", work, tmp_path)
     assert taken.entries == 1 and taken.bytes == 0
     assert not store.has_blob(hashlib.sha256(b"host secret").hexdigest())
+
+
+def test_a_worker_that_no_longer_holds_the_session_keeps_nothing(store: ObjectStore, tmp_path: Path) -> None:
+    """A worker paused past its lease wakes after the session moved on: its snapshot never
+    becomes the session's newest (the other worker's stays)."""
+    work = tmp_path / "s" / "work"
+    work.mkdir(parents=True)
+    sample_work(work)
+    snapshots = SessionSnapshots(store)
+    kept = snapshots.take("t", "s", work, work.parent)
+    (work / "notes" / "a.txt").write_text("stale half-finished state\n")
+    asked: list[tuple[str, str]] = []
+    snapshots.holds = lambda tenant, session: bool(asked.append((tenant, session)))
+    with pytest.raises(SnapshotError, match="no longer holds the session"):
+        snapshots.take("t", "s", work, work.parent)
+    assert asked == [("t", "s")] and snapshots.latest("t", "s") == kept.manifest

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -73,15 +76,35 @@ class ClusterCollector(Collector):
     at each scrape: per worker its capacity, runs, sessions and lease; the cluster's capacity
     and its runs by state. Never raises: with the database away the families are left out."""
 
+    #: Scrapes within this many seconds share one reading (several Prometheus, a dashboard).
+    FRESH_SECONDS = 1.0
+    #: After a failed reading (the database away), scrapes leave the figures out this long
+    #: instead of each waiting for a connection.
+    BACKOFF_SECONDS = 10.0
+
     def __init__(self, status: Callable[[], dict[str, Any]], lease: float) -> None:
         self.status = status
         self.lease = lease
+        self._lock = threading.Lock()
+        self._read: tuple[float, dict[str, Any] | None] = (-math.inf, None)
+
+    def _report(self) -> dict[str, Any] | None:
+        with self._lock:  # one reading at a time
+            at, report = self._read
+            age = time.monotonic() - at
+            if age < (self.FRESH_SECONDS if report is not None else self.BACKOFF_SECONDS):
+                return report
+            try:
+                report = self.status()
+            except Exception as exc:  # a scrape never fails
+                log.warning("metrics: cluster figures unavailable: %s", exc)
+                report = None
+            self._read = (time.monotonic(), report)
+            return report
 
     def collect(self) -> Iterator[Metric]:
-        try:
-            report = self.status()
-        except Exception as exc:  # a scrape never fails
-            log.warning("metrics: cluster figures unavailable: %s", exc)
+        report = self._report()
+        if report is None:
             return
         per_worker = {
             "capacity": ("skill_executor_cluster_worker_capacity", "Runs a worker executes at once"),

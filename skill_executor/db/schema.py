@@ -68,6 +68,15 @@ runs = Table(
     Column("traceparent", Text),
 )
 Index("ix_runs_status", runs.c.status)
+#: A tenant's session runs by time (the cluster's session quota; migration 0004).
+Index(
+    "ix_runs_owner_session",
+    runs.c.owner,
+    runs.c.session,
+    runs.c.updated_at,
+    postgresql_where=runs.c.session.is_not(None),
+    sqlite_where=runs.c.session.is_not(None),
+)
 Index("ix_runs_worker_id", runs.c.worker_id)
 
 idempotency = Table(

@@ -147,7 +147,8 @@ class PostgresDispatcher:
             return
         # one new session of a tenant at a time, so two cannot both take the last place
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:tenant))"), {"tenant": f"sessions:{tenant}"})
-        count = int(conn.execute(select(func.count(func.distinct(runs.c.session))).where(live)).scalar_one())
+        others = live & (runs.c.session != session)  # a run of this same session admitted meanwhile is no other
+        count = int(conn.execute(select(func.count(func.distinct(runs.c.session))).where(others)).scalar_one())
         if count >= limit:
             raise SessionLimit(
                 f"cannot start session {session!r}: this tenant keeps {count} sessions across the cluster, the most "

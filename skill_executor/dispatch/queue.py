@@ -19,6 +19,10 @@ TASK = "execute_run"
 DEFAULT_TIER = "default"
 
 
+#: A run queued again (its worker lost) goes before the later runs of its session.
+RETRY_PRIORITY = 1
+
+
 def tier_queue(tier: str) -> str:
     return f"tier:{tier}"
 
@@ -68,35 +72,47 @@ def waiting_on(conn: Connection, queues: list[str]) -> list[tuple[str, int]]:
         text(
             "SELECT r.run_id, r.job_id FROM runs r JOIN procrastinate_jobs j ON j.id = r.job_id"
             " WHERE r.status = 'queued' AND j.status = 'todo' AND j.queue_name = ANY(:queues)"
+            " ORDER BY j.priority DESC, j.id"  # queued again in the order they would have run
         ),
         {"queues": queues},
     ).all()
     return [(row[0], int(row[1])) for row in rows]
 
 
-def orphaned(conn: Connection) -> list[str]:
-    """Queued runs whose job ended without starting them (a claim that failed on a broken
-    connection, a Postgres restart): they must be queued again, or they wait forever."""
+def orphaned(conn: Connection, stuck_after: float) -> list[tuple[str, int | None]]:
+    """(run_id, job_id) of queued runs whose job ended without starting them (a claim that
+    failed on a broken connection, a Postgres restart), or was fetched more than
+    ``stuck_after`` seconds ago by a worker that never claimed the run (it died in between):
+    they must be queued again, or they wait forever."""
     rows = conn.execute(
         text(
-            "SELECT r.run_id FROM runs r LEFT JOIN procrastinate_jobs j ON j.id = r.job_id"
+            "SELECT r.run_id, j.id FROM runs r LEFT JOIN procrastinate_jobs j ON j.id = r.job_id"
             " WHERE r.status = 'queued' AND NOT r.cancel_requested"
-            " AND (j.id IS NULL OR j.status NOT IN ('todo', 'doing'))"
-        )
+            " AND (j.id IS NULL OR j.status NOT IN ('todo', 'doing')"
+            "  OR (j.status = 'doing' AND NOT EXISTS (SELECT 1 FROM procrastinate_events e"
+            "   WHERE e.job_id = j.id AND e.type = 'started' AND e.at > now() - make_interval(secs => :stuck))))"
+            " ORDER BY r.created_at"
+        ),
+        {"stuck": stuck_after},
     ).all()
-    return [row[0] for row in rows]
+    return [(row[0], None if row[1] is None else int(row[1])) for row in rows]
 
 
-def overdue(conn: Connection, queued_before: float) -> list[tuple[str, int | None]]:
-    """(run_id, job_id) of runs still queued (not asked to stop) since before ``queued_before``."""
+def overdue(conn: Connection, queued_before: float) -> list[tuple[str, int]]:
+    """(run_id, job_id) of runs waiting for a worker (their job unfetched, not asked to stop)
+    since before ``queued_before``; not those waiting behind a running run of their session."""
     rows = conn.execute(
         text(
-            "SELECT run_id, job_id FROM runs WHERE status = 'queued' AND NOT cancel_requested"
-            " AND updated_at < :before ORDER BY updated_at LIMIT 500"
+            "SELECT r.run_id, r.job_id FROM runs r JOIN procrastinate_jobs j ON j.id = r.job_id"
+            " WHERE r.status = 'queued' AND NOT r.cancel_requested AND j.status = 'todo'"
+            " AND r.updated_at < :before"
+            " AND NOT (r.session IS NOT NULL AND EXISTS (SELECT 1 FROM runs o WHERE o.owner = r.owner"
+            "  AND o.session = r.session AND o.status = 'running'))"
+            " ORDER BY r.updated_at LIMIT 500"
         ),
         {"before": queued_before},
     ).all()
-    return [(row[0], None if row[1] is None else int(row[1])) for row in rows]
+    return [(row[0], int(row[1])) for row in rows]
 
 
 def depth(conn: Connection) -> int:

@@ -43,6 +43,8 @@ QUEUE_TIMEOUT = {
 }
 #: Sent instead of ``interrupted`` once a run that asked for re-executions has used them all.
 RETRIES_USED = "the worker running this run was lost (its lease expired), and the run's retries are used up"
+#: ... or was asked to stop before its worker was lost.
+CANCELLED_LOST = "the run was asked to stop, and the worker running it was lost; it was not re-executed"
 #: ... or could not have one: its session's files were lost with the worker.
 SESSION_GONE = "the worker running this run was lost with its session's files; the run was not re-executed"
 SESSION_LOST = {
@@ -72,7 +74,7 @@ def lost_run(conn: Connection, run_id: str, job_id: int | None, worker_id: str, 
     store, or on a worker that came back), else it ends ``interrupted`` (``"interrupted"``).
     ``""``: it was not that worker's running run any more."""
     row = conn.execute(
-        select(runs.c.request, runs.c.attempt, runs.c.owner, runs.c.session)
+        select(runs.c.request, runs.c.attempt, runs.c.owner, runs.c.session, runs.c.cancel_requested)
         .where(runs.c.run_id == run_id, runs.c.status == "running", runs.c.worker_id == worker_id)
         .with_for_update()
     ).first()
@@ -82,13 +84,18 @@ def lost_run(conn: Connection, run_id: str, job_id: int | None, worker_id: str, 
         queue.fail_doing(conn, int(job_id))
     retries = int(json.loads(row.request).get("retry") or 0)
     attempt = int(row.attempt)
+    if row.cancel_requested:  # asked to stop: it stops here, never executed again
+        error = {**INTERRUPTED, "message": CANCELLED_LOST, "details": {"reason": "worker_lost", "attempt": attempt}}
+        ev.end(conn, run_id, "cancelled", result=None, error=error)
+        return "interrupted"
     if retries and attempt <= retries and (row.session is None or session_kept):
         seq = ev.last_seq(conn, run_id)
-        new_job = queue.defer(
+        new_job = queue.defer(  # before the session's later runs (same lock): it came first
             conn,
             run_id,
             queue=queue.tier_queue(queue.DEFAULT_TIER),
             lock=queue.session_lock(row.owner, row.session),
+            priority=queue.RETRY_PRIORITY,
         )
         conn.execute(
             update(runs)
@@ -108,12 +115,16 @@ def lost_run(conn: Connection, run_id: str, job_id: int | None, worker_id: str, 
     return "interrupted"
 
 
-def sweep(database: Database, *, moving: bool = False, queue_timeout: float | None = None) -> Swept:
+def sweep(
+    database: Database, *, moving: bool = False, queue_timeout: float | None = None, stuck_after: float = 60.0
+) -> Swept:
     """``moving``: sessions are kept in the object store (SKILL_EXECUTOR_SESSION_SNAPSHOTS):
     a lost worker's sessions move, so their queued runs go to any other worker (which
     restores the session's newest snapshot) instead of ending ``session_lost``.
     ``queue_timeout``: runs waiting longer than this for a worker (since they were queued,
-    or queued again) end ``queue_timeout`` (their job cancelled: they never start)."""
+    or queued again) end ``queue_timeout`` (their job cancelled: they never start).
+    ``stuck_after``: a job fetched this long ago whose run was never claimed (its worker
+    died between the two) is queued again."""
     swept = Swept()
     with database.write() as conn:
         if not conn.execute(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": SWEEP_KEY}).scalar_one():
@@ -155,11 +166,13 @@ def sweep(database: Database, *, moving: bool = False, queue_timeout: float | No
             swept.workers.append(worker_id)
         if queue_timeout is not None:
             for run_id, job_id in queue.overdue(conn, time.time() - queue_timeout):
-                if job_id is not None and not queue.cancel_todo(conn, job_id):
+                if not queue.cancel_todo(conn, job_id):
                     continue  # fetched by a worker just now: its claim decides
                 if ev.end(conn, run_id, "failed", result=None, error=QUEUE_TIMEOUT):
                     swept.expired.append(run_id)
-        for run_id in queue.orphaned(conn):
+        for run_id, stuck_job in queue.orphaned(conn, stuck_after):
+            if stuck_job is not None:
+                queue.fail_doing(conn, stuck_job)  # its fetcher died before the claim: nothing runs it
             row = conn.execute(select(runs.c.owner, runs.c.session).where(runs.c.run_id == run_id)).one()
             job_id = queue.defer(
                 conn,

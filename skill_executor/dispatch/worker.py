@@ -183,6 +183,9 @@ class Worker:
         self.manager = manager
         #: Sessions are kept in the object store: a lost worker's sessions move here.
         self.moving_sessions = moving_sessions
+        snapshots = manager.runner.sessions.snapshots
+        if snapshots is not None:  # a snapshot is the session's newest only while it is still ours
+            snapshots.holds = self.holds_session
         self.database = database
         self.worker_id = worker_id
         self.capacity = capacity
@@ -203,6 +206,7 @@ class Worker:
     async def _execute_run(self, run_id: str) -> None:
         loop = asyncio.get_running_loop()
         hold = self.manager.runner.runtime.activity.hold()
+        answered = False
         try:
             handle = await loop.run_in_executor(self._claims, self.claim, run_id)
             if handle is None:
@@ -214,9 +218,10 @@ class Worker:
                     log.info("run %s ended: %s", run_id, record.status, extra={"run_id": run_id})
             finally:
                 tracing.end(handle.record.root)  # a fresh trace's root (the run came without a parent)
-            await asyncio.sleep(ANSWER_SECONDS)
+            answered = True
         finally:
-            hold.release()
+            # housekeeping waits while the replica answers; the job's slot is free at once
+            loop.call_later(ANSWER_SECONDS if answered else 0, hold.release)
 
     def claim(self, run_id: str) -> Any:
         """Claim ``run_id`` and start it here; its handle, or None when it is not this
@@ -317,6 +322,25 @@ class Worker:
         )
         conn.execute(update(runs).where(runs.c.run_id == run_id).values(job_id=job_id))
         return False
+
+    def holds_session(self, tenant: str, session: str) -> bool:
+        """Whether this worker still holds ``session`` (its lease on it, and its own lease)."""
+        if self.membership.lost.is_set():
+            return False
+        with self.database.read() as conn:
+            return (
+                conn.execute(
+                    select(session_leases.c.worker_id)
+                    .select_from(session_leases.join(workers, workers.c.worker_id == session_leases.c.worker_id))
+                    .where(
+                        session_leases.c.tenant == tenant,
+                        session_leases.c.session == session,
+                        session_leases.c.worker_id == self.worker_id,
+                        workers.c.lease_until > text(now_sql()),
+                    )
+                ).first()
+                is not None
+            )
 
     def take_session(self, conn: Connection, tenant: str, session: str) -> None:
         """This worker becomes ``session``'s home (with snapshots, its run restores the

@@ -125,6 +125,11 @@ class RegistryIndex:
             row = conn.execute(_POINTERS_OF, {"skill": skill_id}).first()
         return (row[0], row[1], bool(row[2])) if row is not None else (None, None, False)
 
+    def known(self, skill_id: str) -> bool:
+        """Whether the skill ever had a version here (its row stays after a delete)."""
+        with self.database.read() as conn:
+            return conn.execute(select(_S.skill).where(_S.skill == skill_id)).first() is not None
+
     def installed(self) -> list[Version]:
         """The default version of every skill installed by upload (not observed in a folder),
         whichever process installed it."""

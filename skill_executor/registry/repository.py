@@ -220,8 +220,9 @@ class SkillRepository:
                     item = previous[1]
                 else:
                     item = _load(directory, installed=directory in in_install_root)
-                if directory in in_install_root and isinstance(item, Skill) and item.id in deleted:
-                    self._drop_local(directory)  # deleted through another process
+                gone = item.id if isinstance(item, Skill) and directory in in_install_root else None
+                if gone in deleted and gone is not None and self._still_deleted(gone):  # deleted elsewhere, not back
+                    self._drop_local(directory)
                     continue
                 cache[directory] = (key, item)
                 loaded.append(item)
@@ -263,6 +264,13 @@ class SkillRepository:
         except ExecutorError as exc:
             log.warning("cannot tell which installed skills were deleted elsewhere: %s", exc.message)
             return set()
+
+    def _still_deleted(self, skill_id: str) -> bool:
+        assert self.registry is not None
+        try:
+            return self.registry.pointers(skill_id) == (None, None)
+        except ExecutorError:
+            return False
 
     def _drop_local(self, directory: Path) -> None:
         """This install root's copy of a skill deleted through another process."""
@@ -337,7 +345,11 @@ class SkillRepository:
             except NotFound:
                 if registry.pointers(skill.id) != (None, None):
                     raise
-            # installed before the registry kept versions (or its versions deleted): observe it
+                if registry.index.known(skill.id):  # deleted (here, or through another process)
+                    if self.install_root is not None and skill.path.parent == self.install_root.resolve():
+                        self._drop_local(skill.path)
+                    raise NotFound(f"unknown skill {skill.id!r}", code="skill_not_found") from None
+            # installed before the registry kept versions: observe it
             registry.observe(skill.id, skill.path, max_age=self.refresh_interval)
             return registry.version(skill.id, ref)
         observed = registry.observe(skill.id, skill.path, max_age=self.refresh_interval)

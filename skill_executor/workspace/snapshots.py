@@ -87,6 +87,9 @@ class SessionSnapshots:
         #: A snapshot older than this is of an expired session: never restored.
         self.ttl = ttl_seconds
         self.clock = clock
+        #: Whether this process still holds a session (a cluster's worker: its lease on it);
+        #: asked right before a snapshot becomes the session's newest (None: always).
+        self.holds: Callable[[str, str], bool] | None = None
 
     # -- taking ----------------------------------------------------------------------------
 
@@ -129,6 +132,9 @@ class SessionSnapshots:
             {"format": FORMAT, "items": [_item_json(i) for i in items]}, separators=(",", ":"), sort_keys=True
         ).encode()
         sha, _ = self.store.put_blob(io.BytesIO(manifest))
+        if self.holds is not None and not self.holds(tenant, session):
+            # a worker that lost its lease (paused past it): the session moved on without it
+            raise SnapshotError(f"session {session!r}: this worker no longer holds the session; its work/ is not kept")
         pointer = f"{sha} {self.clock():.3f}".encode()
         self.store.put_stream(pointer_key(tenant, session), io.BytesIO(pointer))
         _save_cache(cache_path, {"manifest": sha, "files": fresh})
