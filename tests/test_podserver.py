@@ -332,13 +332,15 @@ for pid in servers:
 """
 
 
-def test_the_seccomp_filter_applies_and_the_server_is_out_of_reach(pod: Pod) -> None:
+def test_the_seccomp_filter_applies_and_the_server_is_out_of_reach(pod: Pod, request: pytest.FixtureRequest) -> None:
     code, out, err = pod.sh(f"python3 - <<'EOF'\n{PROBE}\nEOF")
     assert code == 0, err
     seen = dict(line.split(" ", 1) for line in out.decode().splitlines())
     assert seen["attach-child"] == "-1 1" and seen["vsock"] == "1", seen  # the launcher's filter
     assert seen["servers"] == "1" and seen["attach-server"] == "-1 1", seen
-    assert seen["mem"] in ("1", "13") and seen["environ"] in ("1", "13"), seen  # non-dumpable
+    assert seen["mem"] in ("1", "13"), seen  # non-dumpable
+    if request.node.callspec.params["pod"] == "runc":  # gVisor honours it for ptrace and mem only
+        assert seen["environ"] in ("1", "13"), seen
 
 
 def test_unknown_processes_and_signals(pod: Pod) -> None:
