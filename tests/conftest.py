@@ -245,6 +245,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_bench_coldpath": "engine",
     "test_bench_workloads": "engine",
     "test_disk_cap": "engine",
+    "test_podserver": "engine",
     "test_docker": "engine",
     "test_image": "engine",
     "test_operations": "engine",

@@ -11,6 +11,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "skill_executor"
 
 #: Lowest layer first; a module may import from its own layer and the ones before it.
 LAYERS = [
+    # The in-pod server runs in the runner image, apart from the service: it imports nothing of
+    # it (test_the_podserver_imports_only_itself below), so it is the bottom layer.
+    {"skill_executor.podserver"},
     {
         "skill_executor",
         "skill_executor.errors",
@@ -121,9 +124,10 @@ def test_no_import_cycles() -> None:
 #: The only modules that may start a process on the service's host: the one runner of host
 #: tools over untrusted input (pip and npm over a skill's needs), the runner image's build
 #: (the project's own files) and the local runtime (development only: runs commands as the
-#: service, by design).  Anything else that needs a tool goes through skill_executor/hosttools.py.
+#: service, by design); and, not on the service's host, the in-pod server in the runner image.  Anything else that needs a tool goes through skill_executor/hosttools.py.
 #: mkfs.ext4 in workspace/volumes.py formats the service's own image files (never skill content).
 PROCESS_STARTERS = {
+    "skill_executor.podserver.process",  # in the pod: each child through the launcher's filter
     "skill_executor.hosttools",
     "skill_executor.image.build",
     "skill_executor.runtimes.local",
@@ -180,3 +184,18 @@ def test_no_class_name_is_used_twice() -> None:
             if isinstance(node, ast.ClassDef):
                 defined.setdefault(node.name, []).append(name)
     assert {k: v for k, v in defined.items() if len(v) > 1} == {}
+
+
+def test_the_podserver_imports_only_itself() -> None:
+    """The image copies skill_executor/podserver/ alone: a module of the service imported there
+    would not be found in the pod (nor should the service's code run next to a skill's)."""
+    known = modules()
+    podserver = {name: path for name, path in known.items() if name.startswith("skill_executor.podserver")}
+    assert podserver
+    for name, path in podserver.items():
+        outside = {t for t in imports(name, path, known) if not t.startswith("skill_executor.podserver")}
+        assert outside == set(), (name, outside)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom) and not getattr(node, "level", 0):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert all(n.split(".")[0] != "skill_executor" for n in names), (name, names)

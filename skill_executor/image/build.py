@@ -44,6 +44,7 @@ from .inputs import (
     IMAGE_PLATFORMS,
     IMAGE_PYTHON,
     NPM_CACHE,
+    PODSERVER,
     PUBLIC_BASE,
     REPOSITORY,
     SERVICE_PUBLIC_BASE,
@@ -58,6 +59,7 @@ from .inputs import (
     parse_versions,
     pin_sets,
     pip_download_command,
+    podserver_sources,
     runner_aliases,
     runner_tag,
     tree_hash,
@@ -156,7 +158,7 @@ def _up_to_date(folder: Path, stamp: Path, want: str) -> bool:
 def prepare_wheelhouse(runner: Path, flavour: Flavour, *, python: str = sys.executable) -> None:
     """Download the flavour's wheels into ``wheelhouse/<part>/`` (once per set of pins)."""
     sets = pin_sets(runner)
-    parts = ["minimal"] if flavour == "minimal" else ["minimal", "full"]
+    parts = ["minimal", "podserver"] if flavour == "minimal" else ["minimal", "full", "podserver"]
     for part in parts:
         pins = sets[part]
         folder = runner / WHEELHOUSE / part
@@ -182,6 +184,15 @@ def prepare_wheelhouse(runner: Path, flavour: Flavour, *, python: str = sys.exec
         shutil.rmtree(folder, ignore_errors=True)
         partial.rename(folder)
         stamp.write_text(want + "\n")
+
+
+def stage_podserver(runner: Path) -> None:
+    """Copy the in-pod server's modules into the build context (``runner/podserver/``)."""
+    folder = runner / PODSERVER
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    for source in podserver_sources():
+        shutil.copy2(source, folder / source.name)
 
 
 def prepare_npm_cache(runner: Path) -> None:
@@ -247,6 +258,7 @@ def build_image(
         _log(f"{tag} is up to date")
         return BuildResult(tag, False, PUBLIC_BASE if mode == "online" else "offline", flavour)
     prepare_wheelhouse(runner, flavour)
+    stage_podserver(runner)
     if flavour == "full":
         prepare_npm_cache(runner)
     base = _offline_base(client, root) if mode == "offline" else PUBLIC_BASE

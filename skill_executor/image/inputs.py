@@ -36,7 +36,11 @@ IMAGE_PLATFORMS: tuple[str, ...] = (
 # Made on the host by prepare_*: git-ignored, not part of the tag hash.
 WHEELHOUSE = "wheelhouse"
 NPM_CACHE = "npm/cache"
-_GENERATED = (WHEELHOUSE, NPM_CACHE, "npm/cache.partial", "npm/cache.sha256")
+# The in-pod server (skill_executor/podserver/, ``sandboxd`` in the image), copied into the
+# build context by stage_podserver; the tag hash covers the sources under their context names.
+PODSERVER = "podserver"
+PODSERVER_SOURCE = Path(__file__).resolve().parent.parent / "podserver"
+_GENERATED = (WHEELHOUSE, NPM_CACHE, "npm/cache.partial", "npm/cache.sha256", PODSERVER)
 
 
 def images_dir() -> Path:
@@ -46,11 +50,23 @@ def images_dir() -> Path:
 
 
 def tree_hash(paths: list[Path], root: Path) -> str:
+    """A digest of the files' names (as in the build context) and contents."""
     digest = hashlib.sha256()
-    for path in sorted(paths):
-        digest.update(str(path.relative_to(root)).encode() + b"\0")
+    for name, path in sorted((_context_name(path, root), path) for path in paths):
+        digest.update(name.encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def _context_name(path: Path, root: Path) -> str:
+    if path.is_relative_to(PODSERVER_SOURCE):  # staged as runner/podserver/ (see stage_podserver)
+        return f"runner/{PODSERVER}/{path.relative_to(PODSERVER_SOURCE)}"
+    return str(path.relative_to(root))
+
+
+def podserver_sources() -> list[Path]:
+    """The in-pod server's modules, as the image gets them."""
+    return sorted(PODSERVER_SOURCE.glob("*.py"))
 
 
 # -- the runner's inputs: pins, tag, host-side preparation ---------------------------
@@ -70,8 +86,9 @@ def read_pins(path: Path) -> list[str]:
 
 
 def pin_sets(runner: Path) -> dict[str, list[str]]:
-    """Wheelhouse part -> pins: ``minimal`` (the minimal flavour's) and ``full`` (what
-    the full flavour adds).  Every minimal pin must be a pin of the full set as is."""
+    """Wheelhouse part -> pins: ``minimal`` (the minimal flavour's), ``full`` (what the full
+    flavour adds) and ``podserver`` (the in-pod server's, installed apart from the skills'
+    packages in both flavours).  Every minimal pin must be a pin of the full set as is."""
     minimal = read_pins(runner / "requirements-minimal.txt")
     full = read_pins(runner / "requirements-full.txt")
     missing = [pin for pin in minimal if pin not in full]
@@ -81,7 +98,8 @@ def pin_sets(runner: Path) -> dict[str, list[str]]:
             "identically (the full flavour is built on the minimal one)",
             code="image_pins_invalid",
         )
-    return {"minimal": minimal, "full": [pin for pin in full if pin not in minimal]}
+    podserver = read_pins(runner / "requirements-podserver.txt")
+    return {"minimal": minimal, "full": [pin for pin in full if pin not in minimal], "podserver": podserver}
 
 
 def flavour_inputs(runner: Path, flavour: Flavour) -> list[Path]:
@@ -94,7 +112,7 @@ def flavour_inputs(runner: Path, flavour: Flavour) -> list[Path]:
         path
         for path in runner.rglob("*")
         if path.is_file() and not any(path == s or s in path.parents for s in skipped)
-    ]
+    ] + podserver_sources()
 
 
 def runner_tag(flavour: Flavour, digest: str) -> str:

@@ -1,0 +1,7 @@
+"""``python -m skill_executor.podserver`` (the image's ``sandboxd`` command runs :func:`main`)."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())
