@@ -212,6 +212,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_bench_report": "unit",
     "test_client": "unit",
     "test_context": "unit",
+    "test_deploy_kubernetes": "unit",
     "test_docs": "unit",
     "test_doctor": "unit",
     "test_error_catalogue": "unit",
