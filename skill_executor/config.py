@@ -28,6 +28,8 @@ StrList = Annotated[list[str], NoDecode]
 #: where the store is opened (skill_executor/objects).
 _S3_URL = re.compile(r"s3://(?P<bucket>[^/]*)(?:/(?P<prefix>.*))?")
 _S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+#: A Kubernetes object name (DNS-1123 subdomain).
+_DNS_1123 = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +210,24 @@ class Settings(BaseSettings):
     max_queued_runs: int = 64
     """Runs waiting for a slot before new ones are refused (429 busy)."""
 
+    # -- the agent-sandbox runtime (a worker on Kubernetes; docs/guides/runtimes.md) -----------
+    agent_sandbox_namespace: str = "default"
+    """The namespace of the SandboxWarmPools a worker claims pods from (and of its SandboxClaims)."""
+    agent_sandbox_pools: dict[str, str] = Field(default_factory=dict)
+    """Image tier -> the SandboxWarmPool its runs claim a pod from, as JSON ({"base": "skill-executor-base"})."""
+    agent_sandbox_claim_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    """How long a run waits for a pod of its pool (an exhausted pool: 503 runtime_unavailable after it)."""
+    agent_sandbox_claim_waiters_max: int = Field(default=64, ge=0)
+    """Runs of one worker waiting for a pod at once; one more is refused 429 queue_full."""
+    agent_sandbox_claim_ttl_margin_seconds: float = Field(default=120.0, gt=0)
+    """A claim's TTL is the run's timeout plus this: the controller deletes a claim its worker never released."""
+    agent_sandbox_rest_port: int = Field(default=8080, gt=0, lt=65536)
+    """The port of the pods' REST files API (sandboxd's default)."""
+    agent_sandbox_grpc_port: int = Field(default=9090, gt=0, lt=65536)
+    """The port of the pods' gRPC ProcessService (sandboxd's default)."""
+    agent_sandbox_kill_grace_seconds: float = Field(default=2.0, gt=0)
+    """After SIGKILL to a run's process group, how long its stream may take to end before it is dropped."""
+
     # -- a cluster (serve --role api, skill-executor worker; Postgres only) -----------------
     worker_capacity: int | None = Field(default=None, ge=1)
     """Runs a worker executes at once (default: SKILL_EXECUTOR_MAX_CONCURRENT_RUNS)."""
@@ -249,6 +269,17 @@ class Settings(BaseSettings):
     @classmethod
     def _paths(cls, value: Any) -> Any:
         return _split_list(value)
+
+    @field_validator("agent_sandbox_pools")
+    @classmethod
+    def _pools(cls, value: dict[str, str]) -> dict[str, str]:
+        for tier, pool in value.items():
+            if not tier or not _DNS_1123.fullmatch(pool):
+                raise ValueError(
+                    f"SKILL_EXECUTOR_AGENT_SANDBOX_POOLS: {tier[:40]!r} -> {pool[:80]!r} is not a tier -> pool name "
+                    "(a DNS-1123 name: a-z 0-9 -, at most 253)"
+                )
+        return value
 
     @field_validator("object_store")
     @classmethod

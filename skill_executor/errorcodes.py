@@ -605,6 +605,30 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     E("not_loaded", 404, "The skill is not loaded in this session's context.", "Load the skill first."),
     E("unknown_doc", 404, "The skill has no such doc.", "Use a doc path the skill lists."),
     E("context_changed", 409, "The skill was loaded again while its docs were being selected.", "Select again."),
+    # -- the agent-sandbox runtime (Kubernetes: runtimes/agentsandbox) -----------------------------
+    E(
+        "runtime_unavailable",
+        503,
+        "No sandbox pod could be claimed for the run (a Retry-After header is sent); details.reason says why: "
+        "claim_timeout (the warm pool stayed empty for SKILL_EXECUTOR_AGENT_SANDBOX_CLAIM_TIMEOUT_SECONDS), "
+        "no_pool (no pool for the tier), pool_missing, template_missing, claim_failed, api_unauthorized, "
+        "api_forbidden, api_error, api_unreachable, pod_unreachable.",
+        "Retry after Retry-After; operators: check the warm pools and the worker's RBAC (details.reason).",
+    ),
+    E(
+        "queue_full",
+        429,
+        "Every place to wait for a sandbox pod is taken (SKILL_EXECUTOR_AGENT_SANDBOX_CLAIM_WAITERS_MAX; "
+        "a Retry-After header is sent).",
+        "Retry after Retry-After, with backoff; operators: grow the warm pools.",
+    ),
+    E(
+        "sandbox_lost",
+        500,
+        "The run's sandbox pod went away while the command ran (evicted, its server killed): the output "
+        "stream broke before the exit (a run's stored error; what streamed until then is kept).",
+        "Submit the run again if it is safe to repeat.",
+    ),
     # -- the Docker runtime and the runner image ------------------------------------------------
     E("engine_unavailable", 503, "The Docker engine is not reachable.", "Operators: start dockerd or set DOCKER_HOST."),
     E(

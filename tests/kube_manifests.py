@@ -38,7 +38,7 @@ WORKER_LABELS = {"app.kubernetes.io/name": "skill-executor", "app.kubernetes.io/
 SANDBOX_PORTS = {8080, 9090}
 #: (apiGroup, resource) -> the verbs the worker's role may hold; nothing else may be granted.
 ALLOWED_VERBS = {
-    ("extensions.agents.x-k8s.io", "sandboxclaims"): {"create", "get", "watch", "delete"},
+    ("extensions.agents.x-k8s.io", "sandboxclaims"): {"create", "get", "list", "watch", "delete"},
     ("agents.x-k8s.io", "sandboxes"): {"get"},
 }
 READINESS_PATHS = {"/healthz", "/v1/health"}  # ours; sandboxd's

@@ -56,7 +56,7 @@ class Relay:
         self.thread.start()
         self.servers: list[asyncio.base_events.Server] = []
 
-    def forward(self, unix_path: str) -> int:
+    def forward(self, unix_path: str, host: str = "127.0.0.1", port: int = 0) -> int:
         async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
                 while data := await reader.read(65536):
@@ -78,11 +78,21 @@ class Relay:
             await asyncio.gather(pipe(reader, unix_writer), pipe(unix_reader, writer))
 
         async def start() -> asyncio.base_events.Server:
-            return await asyncio.start_server(handle, "127.0.0.1", 0)
+            return await asyncio.start_server(handle, host, port)
 
         server = asyncio.run_coroutine_threadsafe(start(), self.loop).result(10)
         self.servers.append(server)
         return int(server.sockets[0].getsockname()[1])
+
+    def stop(self, host: str) -> None:
+        """Stop listening on ``host`` (connections already made stay up until their ends close)."""
+
+        async def stop() -> None:
+            for server in [s for s in self.servers if s.sockets and s.sockets[0].getsockname()[0] == host]:
+                server.close()
+                self.servers.remove(server)
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
 
     def close(self) -> None:
         async def stop() -> None:

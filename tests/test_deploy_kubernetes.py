@@ -168,7 +168,7 @@ SECURITY_ATTACKS: dict[str, tuple[Callable[[list[Doc]], object], str]] = {
         "ingress only to TCP",
     ),
     "claims may set env": (lambda d: _template(d)["spec"].update(envVarsInjectionPolicy="Allowed"), "env"),
-    "role lists claims": (lambda d: _one(d, "Role")["rules"][0]["verbs"].append("list"), "beyond"),
+    "role patches claims": (lambda d: _one(d, "Role")["rules"][0]["verbs"].append("patch"), "beyond"),
     "role wildcard verb": (lambda d: _one(d, "Role")["rules"][1].update(verbs=["*"]), "wildcard"),
     "role reads secrets": (
         lambda d: _one(d, "Role")["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}),
