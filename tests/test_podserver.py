@@ -299,7 +299,8 @@ def test_output_is_streamed_in_chunks_with_back_pressure(pod: Pod) -> None:
             largest = max(largest, len(event.stdout))
     assert total == size and largest <= 64 * 1024
     # A client that stops reading (its cap reached) holds the process on its pipe.
-    script = "python3 -c 'import sys; sys.stdout.buffer.write(b\"x\" * (256 << 20))'; touch done"
+    # (1 MiB at a time: a 256 MiB buffer in the child, and gVisor's copy of it, would crowd the pod)
+    script = "python3 -c 'import sys\nfor _ in range(256): sys.stdout.buffer.write(b\"x\" * (1 << 20))'; touch done"
     stream = pod.stub.Start(pb.StartRequest(config=pb.ProcessConfig(command=["bash", "-c", script])), timeout=120)
     next(stream), next(stream)
     time.sleep(3)
