@@ -227,6 +227,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_registry_shared": "unit",
     "test_results_paths": "unit",
     "test_sandbox_contract": "unit",
+    "test_runtime_contract": "unit",
     "test_skill_deps": "unit",
     "test_skill_prepare": "unit",
     "test_skill_refs": "unit",
