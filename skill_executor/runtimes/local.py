@@ -5,10 +5,11 @@ environment: the command runs as the service's user, with its network and its vi
 of the file system (so no ``/mnt/...`` paths of the hosted products either).  Use it
 to develop skills, never to run untrusted ones.
 
-What it does guarantee: ``bash -c`` in its own process group, stdin from the request
-(closed otherwise), stdout/stderr bounded while read, the service's environment never
-passed on, and on timeout or cancellation the whole process group killed.  It
-enforces no disk cap.
+What its box guarantees: the command in its own session and process group, stdin from
+the request (closed otherwise), stdout/stderr streamed as they arrive (bounded by the
+caller, :mod:`skill_executor.runs.sandbox`), the service's environment never passed on,
+and on a kill or at the command's exit the whole process group killed (a process that
+left the group, ``setsid``, is not).  It enforces no disk cap.
 """
 
 from __future__ import annotations
@@ -140,7 +141,12 @@ class LocalProcess:
             close_fds=True,
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._pidfd = os.pidfd_open(self.proc.pid)
+        try:
+            self._pidfd = os.pidfd_open(self.proc.pid)
+        except OSError:
+            _kill_group(self.proc.pid)
+            self.proc.wait()
+            raise
         self._selector = selectors.DefaultSelector()
         self._open = 0
         for name, stream in (("stdout", self.proc.stdout), ("stderr", self.proc.stderr)):
