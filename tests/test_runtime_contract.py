@@ -1,6 +1,6 @@
 """The runtime seam's contract (``Runtime.claim(plan) -> Box``, ``Box.start(spec) -> Process``),
-written once and run against every box there is: local, Docker cold, Docker warm (a later
-agent-sandbox box plugs into ``runtime_name`` the same way).
+written once and run against every box there is: local, Docker cold and warm, on runc and
+gVisor (a later agent-sandbox box plugs into ``runtime_name`` the same way).
 
 The box is driven directly where the contract is the box's (streamed output, stdin,
 exit statuses, single use, release), and through the one runtime-neutral driver
@@ -30,7 +30,7 @@ from .helpers import leftover_runs
 
 #: Runtimes that promise to end a run's processes that left its process group (setsid):
 #: a container ends with its command. The local runtime kills the group only (documented).
-KILLS_ESCAPEES = {"docker", "docker-pool"}
+KILLS_ESCAPEES = {"docker", "docker-pool", "docker-runsc", "docker-pool-runsc"}
 
 
 def claim(executor: Executor, run_id: str) -> Box:
