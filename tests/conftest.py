@@ -36,9 +36,9 @@ RUNTIMES = ["local", "docker", "docker-pool"]
 HARDENING_RUNTIMES = ["docker", "docker-pool", "docker-runsc", "docker-pool-runsc"]
 #: Test runtime name -> the engine's OCI runtime it selects (``docker_oci_runtime``).
 OCI_RUNTIMES = {"docker-runsc": "runsc", "docker-pool-runsc": "runsc"}
-#: Modules whose ``executor`` tests run on gVisor too (the attacks on the sandbox's host side);
+#: Modules whose ``executor`` tests run on gVisor too (the attacks on the sandbox's host side, the runtime seam's contract);
 #: the other pipeline tests run on ``RUNTIMES``.
-GVISOR_MODULES = {"test_boundary"}
+GVISOR_MODULES = {"test_boundary", "test_runtime_contract"}
 _docker_problem: list[str | None] = []
 _runsc_problem: list[str | None] = []
 
@@ -227,6 +227,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_registry_shared": "unit",
     "test_results_paths": "unit",
     "test_sandbox_contract": "unit",
+    "test_runtime_contract": "unit",
     "test_skill_deps": "unit",
     "test_skill_prepare": "unit",
     "test_skill_refs": "unit",

@@ -199,3 +199,39 @@ def test_the_podserver_imports_only_itself() -> None:
             if isinstance(node, ast.Import | ast.ImportFrom) and not getattr(node, "level", 0):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 assert all(n.split(".")[0] != "skill_executor" for n in names), (name, names)
+
+
+#: The runtime seam's box side (skill_executor/runtimes/base.py): only the runtimes and the one
+#: runtime-neutral sandbox over a box (skill_executor/runs/sandbox.py) may name these.
+BOX_TYPES = {"Box", "Process", "ProcessSpec", "BoxVerdict", "BoxEntry", "Chunk"}
+#: The modules of box implementations only, and the implementations' classes.
+BOX_MODULES = ("skill_executor.runtimes.host", "skill_executor.runtimes.docker.sandboxes")
+BOX_CLASSES = {"SharedBox", "LocalBox", "LocalProcess", "ColdBox", "ColdProcess", "WarmBox", "WarmProcess"}
+
+
+def test_only_the_neutral_sandbox_drives_boxes() -> None:
+    """The pipeline (and everything above the runtimes) claims a box and wraps it in
+    runs/sandbox.py's RunSandbox; it never names a box, a process or a box's class."""
+    known = modules()
+    seen: dict[str, list[str]] = {}
+    for name, path in known.items():
+        if name.startswith("skill_executor.runtimes") or name == "skill_executor.runs.sandbox":
+            continue
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            names = {alias.name for alias in node.names}
+            if target == "skill_executor.runtimes.base" and names & BOX_TYPES:
+                seen.setdefault(name, []).extend(sorted(names & BOX_TYPES))
+            elif names & BOX_CLASSES:
+                seen.setdefault(name, []).extend(sorted(names & BOX_CLASSES))
+            elif target.startswith(BOX_MODULES):
+                seen.setdefault(name, []).append(target)
+    assert seen == {}
+    assert "skill_executor.runs.pipeline" in known

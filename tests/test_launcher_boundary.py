@@ -24,10 +24,11 @@ import pytest
 import skill_executor.runtimes.docker as docker_runtime
 from skill_executor.config import Settings
 from skill_executor.core import Executor
+from skill_executor.runs.sandbox import RunSandbox
 from skill_executor.runtimes.base import Command, ExecResult, SandboxPlan
 from skill_executor.runtimes.docker import DockerRuntime
 from skill_executor.runtimes.docker.launcher import EXIT_FRAME_MAX, LauncherFrames
-from skill_executor.runtimes.docker.sandboxes import WarmSandbox
+from skill_executor.runtimes.docker.sandboxes import WarmBox
 from skill_executor.runtimes.streams import ProtocolError
 from skill_executor.workspace.layout import environment
 
@@ -329,7 +330,7 @@ def rogue(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
     assert list(executor.runner.workspaces.runs.iterdir()) == [], "workspaces left behind"
 
 
-def rogue_command(sandbox: WarmSandbox, mode: str, timeout: float = 20.0) -> Command:
+def rogue_command(sandbox: RunSandbox, mode: str, timeout: float = 20.0) -> Command:
     cwd = f"{sandbox.root.rstrip('/')}/skills/math-tools"
     return Command(
         command=mode,
@@ -405,14 +406,15 @@ def execute_rogue(executor: Executor, mode: str, timeout: float = 20.0) -> tuple
     runtime = executor.runtime
     assert isinstance(runtime, DockerRuntime) and runtime.pool is not None
     assert runtime.pool.wait_ready()
-    with runtime.open(SandboxPlan(f"rogue-{mode}", executor.repository.get("math-tools"))) as sandbox:
-        assert isinstance(sandbox, WarmSandbox)
-        namespace = pid_namespace(runtime.engine.state(sandbox.warm.id)["Pid"])
-        assert namespace is not None and alive(processes_of(sandbox.warm.id), namespace), "nothing seen to end"
+    with RunSandbox(runtime.claim(SandboxPlan(f"rogue-{mode}", executor.repository.get("math-tools")))) as sandbox:
+        box = sandbox.box
+        assert isinstance(box, WarmBox)
+        namespace = pid_namespace(runtime.engine.state(box.warm.id)["Pid"])
+        assert namespace is not None and alive(processes_of(box.warm.id), namespace), "nothing seen to end"
         started = time.monotonic()
         result = sandbox.execute(rogue_command(sandbox, mode, timeout))
         took = time.monotonic() - started
-        left = alive(processes_of(sandbox.warm.id), namespace)  # before the sandbox is closed
+        left = alive(processes_of(box.warm.id), namespace)  # before the sandbox is closed
     return result, left, took
 
 

@@ -4,8 +4,8 @@ check -> open a sandbox -> stage inputs -> execute -> collect outputs -> save
 artifacts -> result -> close the sandbox.  Refusals (bad request, unknown skill,
 refused input) raise :class:`~skill_executor.errors.ExecutorError` before anything runs and
 leave nothing behind; a command that fails or times out is a normal
-:class:`RunResult`.  The pipeline talks to runtimes only through the Sandbox seam
-(:mod:`skill_executor.runtimes.base`).
+:class:`RunResult`.  The pipeline claims a box from its runtime and drives it only
+through :class:`~skill_executor.runs.sandbox.RunSandbox` (:mod:`skill_executor.runtimes.base`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from .limiter import Reservation, RunLimiter
 from .models import RunRequest, RunResult
 from .plan import RunPlan, check_request, resolve_cwd
 from .results import build_result
+from .sandbox import RunSandbox
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class SkillRunner:
     ) -> RunResult:
         skill = plan.skill
         skill_env = self._skill_env(plan)
-        opened = self.runtime.open(sandbox_plan)
+        opened = RunSandbox(self.runtime.claim(sandbox_plan))
         with tracing.entered(opened, "sandbox", "cleanup", runtime=self.settings.runtime) as sandbox:
             warnings = list(sandbox.warnings)
             with tracing.span("stage", inputs=len(request.inputs)):

@@ -1,28 +1,29 @@
-"""The seam between the pipeline and every runtime: ``Runtime.open(plan) -> Sandbox``.
+"""The seam between the pipeline and every runtime: ``Runtime.claim(plan) -> Box``.
 
-In the spirit of httpx's transports, the pipeline knows nothing of containers or
-processes.  It asks a :class:`Runtime` to open a :class:`Sandbox` for one run and talks
-only to that object:
+It has the shape of Kubernetes agent-sandbox's in-pod daemon (sandboxd): claim a sandbox
+for a run's plan (its tier and limits), put files in, start one process with streamed
+output, a kill to its group and a deadline kept by the caller, get files out, release.
 
-* ``sandbox.workspace`` -- the run's folders on the service's side (for the path rules);
-* ``sandbox.root`` -- where the command sees its workspace (``/workspace`` in Docker);
-* ``sandbox.stage(stager, inputs)`` -- put the inputs in, before the command runs;
-* ``sandbox.execute(command)`` -- run it with bounded output, a deadline that kills
-  everything it started, cancellation and the disk cap;
-* ``sandbox.collect(globs, limits, failed=...)`` -- bring outputs back, once nothing of
-  the run is alive any more;
-* ``sandbox.close()`` -- release everything (containers, folders); a sandbox is a context
-  manager and owns its cleanup, also after errors.
+* :class:`Box` -- one run's sandbox, single use: ``workspace`` (the run's folders on the
+  service's side, where staging and collection happen), ``root`` (where the command sees
+  them), ``shared`` (True: the command sees ``workspace`` itself, a bind mount or the host
+  folder, so ``put``/``get`` have nothing to copy), ``start(spec)`` once, ``verdict()``
+  after the process has ended, ``release()`` (idempotent; off the run's path).
+* :class:`Process` -- the started command: ``events(timeout)`` yields its stdout/stderr
+  chunks as they arrive, ``ended`` once its output is over, ``kill()`` ends it and
+  everything it started, ``wait()`` ends whatever is left and gives the exit status.
 
-``Runtime.health()`` reports the runtime's dependencies and ``Runtime.close()`` stops
-it.  A new runtime (bubblewrap, a remote engine, Kubernetes Jobs) implements these two
-protocols and passes ``tests/test_sandbox_contract.py``; the pipeline does not change.
+The one runtime-neutral user of a box is :mod:`skill_executor.runs.sandbox`: staging,
+the deadline, cancellation, the disk cap, bounded output, partial output on a kill, and
+collection live there, once, above every runtime.  The pipeline sees only the
+:class:`Sandbox` it makes.  A new runtime implements :class:`Runtime` and :class:`Box`
+and passes ``tests/test_runtime_contract.py``; the pipeline does not change.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Self
@@ -34,6 +35,7 @@ from ..skills import Skill
 from ..workspace.layout import Workspace, WorkspaceManager
 from ..workspace.schema import InputSpec
 from ..workspace.staging import Stager, StagingReport
+from .limits import Cap
 
 #: Called with ("stdout" | "stderr", chunk) as output arrives (for streaming).
 OutputListener = Callable[[str, bytes], None]
@@ -84,8 +86,112 @@ class ExecResult:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    """One process to start in a box: its argv (a shell command is ``["bash", "-c", text]``),
+    working folder (as the command sees it), environment (only this: nothing is inherited
+    but what the runtime itself must set, like ``PATH`` locally), stdin (None: closed) and
+    its deadline in seconds (kept by the caller, which kills it; a runtime may set a
+    backstop from it, such as a container's reaper label)."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    stdin: bytes | None = None
+    timeout: float | None = None
+
+
+#: One piece of output: ("stdout" | "stderr", bytes valid until the next chunk is asked for).
+Chunk = tuple[str, bytes | memoryview]
+
+
+class Process(Protocol):
+    """A started command (see the module docstring)."""
+
+    #: When it started (``time.monotonic()``): its deadline counts from here.
+    started: float
+    #: The disk cap to poll while it runs (None: nothing to poll; a hard cap needs no poll
+    #: to hold, but is checked all the same to report it).
+    disk: Cap | None
+    #: True once its output is over (its exit status is known, or its stream broke).
+    ended: bool
+
+    def events(self, timeout: float) -> Iterator[Chunk]:
+        """The output that arrives within ``timeout`` seconds; returns as soon as some did
+        (or the output is over).  A chunk is valid until the next one is asked for."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL the process and everything it started (its group, or its sandbox)."""
+        ...
+
+    def wait(self) -> int | None:
+        """Called once the output is over or given up: end whatever of the run is still
+        alive (leftovers of a normal exit too), then its exit status (128+N for signal
+        N; None: unknown).  Nothing of the run is alive when this returns."""
+        ...
+
+    #: What the caller should know (a broken stream, output held open by an escapee).
+    warnings: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class BoxEntry:
+    """One entry of a box's folder: its name, size and kind (``file``, ``directory``, ``other``)."""
+
+    name: str
+    size: int
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class BoxVerdict:
+    """What a box knows about its ended process beyond the exit status."""
+
+    oom_killed: bool = False
+    disk_limit_hit: bool = False
+    warnings: tuple[str, ...] = ()
+
+
+class Box(Protocol):
+    """One run's sandbox, claimed from a runtime; single use (see the module docstring)."""
+
+    workspace: Workspace
+    #: Where the command sees its workspace.
+    root: str
+    #: True: the command sees ``workspace`` itself (put/get copy nothing).
+    shared: bool
+    #: What claiming the box had to say (a skill file that could not be copied, ...).
+    warnings: list[str]
+
+    def put(self, tops: Sequence[str]) -> None:
+        """Copy these top folders of ``workspace`` (``skills``, ``work``, ``run``) into the box."""
+        ...
+
+    def list(self, top: str) -> list[BoxEntry]:
+        """The entries of one folder of the box (``out``, say), as the command left them."""
+        ...
+
+    def get(self, top: str, limit: int) -> int:
+        """Copy the box's ``top`` folder back into ``workspace`` (at most ``limit`` bytes); bytes copied."""
+        ...
+
+    def start(self, spec: ProcessSpec) -> Process:
+        """Start the run's one process (a second start is refused: a box is single use)."""
+        ...
+
+    def verdict(self) -> BoxVerdict:
+        """After :meth:`Process.wait`: an OOM kill, a disk cap reached."""
+        ...
+
+    def release(self) -> None:
+        """Give everything back (idempotent): the sandbox and its folders, in the background."""
+        ...
+
+
 class Sandbox(Protocol):
-    """One run's isolated place; see the module docstring."""
+    """One run's isolated place as the pipeline drives it (:class:`skill_executor.runs.sandbox.RunSandbox`
+    over any :class:`Box`)."""
 
     workspace: Workspace
     #: Where the command sees its workspace.
@@ -122,7 +228,9 @@ class Runtime(Protocol):
     #: session's ``work/``), ``soft`` (polled), ``none`` (the local runtime).
     disk_cap: str
 
-    def open(self, plan: SandboxPlan) -> Sandbox: ...
+    def claim(self, plan: SandboxPlan) -> Box:
+        """A fresh box for this run (single use); may wait (bounded), or refuse (503)."""
+        ...
 
     def health(self) -> dict[str, tuple[bool, str]]:
         """Each dependency's (ok, detail); never raises."""

@@ -1,26 +1,28 @@
-"""What every runtime whose workspace is a folder on the service's host shares.
+"""What every box whose workspace is a folder on the service's host shares (``shared``:
+the command sees that folder itself, a bind mount or the folder as it is).
 
-Staging and collecting go through the host's safe file layer (the workspace's
-``work/``, ``out/`` and ``run/`` are only ever touched through
-:mod:`skill_executor.workspace.fs`); closing releases what the runtime attached (its
-``release`` hook: a container) and hands the folder to the janitor.
+``put`` and ``get`` have nothing to copy; ``list`` reads the folder through the host's
+safe file layer (:mod:`skill_executor.workspace.fs`); a box starts one process only;
+releasing hands what the runtime attached (its ``discard_first`` hook: a container) and
+then the folder to the janitor.
 """
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Self
 
-from ..outputs.collect import Collection, CollectLimits, collect
+from ..errors import ExecutorError
 from ..workspace.layout import Workspace
-from ..workspace.schema import InputSpec
-from ..workspace.staging import Stager, StagingReport
+from .base import BoxEntry, BoxVerdict, Process, ProcessSpec
 from .janitor import Janitor
 
 
-class HostSandbox:
-    """A sandbox over a host folder; subclasses implement ``execute`` (and ``release``)."""
+class SharedBox:
+    """A box over a host folder; subclasses implement ``_start`` (and ``discard_first``)."""
+
+    shared = True
 
     def __init__(
         self,
@@ -37,24 +39,50 @@ class HostSandbox:
         self._janitor = janitor
         self._discard = discard
         self._keep = keep
-        self._closed = False
+        self._started = False
+        self._released = False
+        self._verdict = BoxVerdict()
 
-    def stage(self, stager: Stager, inputs: Sequence[InputSpec]) -> StagingReport:
-        return stager.stage(self.workspace, inputs)
+    def put(self, tops: Sequence[str]) -> None:
+        """Nothing to copy: the command sees the workspace itself."""
 
-    def collect(self, globs: list[str], limits: CollectLimits, *, failed: bool) -> Collection:
-        return collect(self.workspace, globs, limits, failed=failed)
+    def get(self, top: str, limit: int) -> int:
+        """Nothing to copy: the command wrote into the workspace itself."""
+        return 0
 
-    def release(self) -> Callable[[], None] | None:
+    def list(self, top: str) -> list[BoxEntry]:
+        with self.workspace.tree(top) as tree:
+            entries = []
+            for entry in tree.walk():
+                if len(entry.path.parts) != 1:
+                    continue
+                mode = entry.stat.st_mode
+                kind = "directory" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+                entries.append(BoxEntry(entry.path.name, entry.stat.st_size if kind == "file" else 0, kind))
+            return entries
+
+    def start(self, spec: ProcessSpec) -> Process:
+        if self._started or self._released:
+            raise ExecutorError("a box starts one process only (single use)", code="internal", status=500)
+        self._started = True
+        return self._start(spec)
+
+    def _start(self, spec: ProcessSpec) -> Process:
+        raise NotImplementedError
+
+    def verdict(self) -> BoxVerdict:
+        return self._verdict
+
+    def discard_first(self) -> Callable[[], None] | None:
         """What must go before the folder does (a container), as a background job."""
         return None
 
-    def close(self) -> None:
-        """Hand the sandbox to the janitor: first what :meth:`release` names, then the folder."""
-        if self._closed:
+    def release(self) -> None:
+        """Hand the box to the janitor: first what :meth:`discard_first` names, then the folder."""
+        if self._released:
             return
-        self._closed = True
-        before = self.release()
+        self._released = True
+        before = self.discard_first()
         root = None if self._keep else self.workspace.root
         remove = self._discard
 
@@ -68,8 +96,10 @@ class HostSandbox:
 
         self._janitor.submit(discard)
 
-    def __enter__(self) -> Self:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def shell(argv: list[str]) -> str:
+    """The shell command of ``["bash", "-c", text]`` (what a launcher that runs shell
+    commands takes); anything else is refused."""
+    if len(argv) != 3 or argv[:2] != ["bash", "-c"]:
+        raise ExecutorError("this runtime starts shell commands only (bash -c TEXT)", code="internal", status=500)
+    return argv[2]

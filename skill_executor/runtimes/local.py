@@ -5,32 +5,34 @@ environment: the command runs as the service's user, with its network and its vi
 of the file system (so no ``/mnt/...`` paths of the hosted products either).  Use it
 to develop skills, never to run untrusted ones.
 
-What it does guarantee: ``bash -c`` in its own process group, stdin from the request
-(closed otherwise), stdout/stderr bounded while read, the service's environment never
-passed on, and on timeout or cancellation the whole process group killed.  It
-enforces no disk cap.
+What its box guarantees: the command in its own session and process group, stdin from
+the request (closed otherwise), stdout/stderr streamed as they arrive (bounded by the
+caller, :mod:`skill_executor.runs.sandbox`), the service's environment never passed on,
+and on a kill or at the command's exit the whole process group killed (a process that
+left the group, ``setsid``, is not).  It enforces no disk cap.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import selectors
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ..activity import Activity
 from ..config import Settings
 from ..workers import Supervisor
 from ..workspace.layout import Workspace, WorkspaceManager
-from .base import Command, ExecResult, SandboxPlan
-from .host import HostSandbox
+from .base import Chunk, ProcessSpec, SandboxPlan
+from .host import SharedBox
 from .janitor import Janitor
-from .limits import Guard
+from .limits import Cap
 from .skillcopy import make_view
-from .streams import BoundedBuffer, pump
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ WARNING = (
 )
 #: How long to wait for output pipes to drain once the command has ended.
 DRAIN_SECONDS = 2.0
+#: The most read from a pipe at once.
+CHUNK = 64 * 1024
 
 
 class LocalRuntime:
@@ -64,11 +68,11 @@ class LocalRuntime:
         self.janitor = Janitor(self.activity, self.supervisor, workers=settings.cleanup_workers, name="janitor")
         log.warning(WARNING)
 
-    def open(self, plan: SandboxPlan) -> LocalSandbox:
+    def claim(self, plan: SandboxPlan) -> LocalBox:
         workspace = self.workspaces.create(
             plan.run_id, plan.skill.id, session_work=plan.session_work, session=plan.session, tenant=plan.tenant
         )
-        sandbox = LocalSandbox(self, workspace, keep=self.settings.keep_workspaces)
+        box = LocalBox(self, workspace, keep=self.settings.keep_workspaces)
         try:
             if plan.session_work is not None:
                 # The session's work dir stands in for the run's own (a link locally).
@@ -77,11 +81,11 @@ class LocalRuntime:
                 os.symlink(plan.session_work, workspace.root / "work")
             # The run's private copy of the skill, as on Docker (no /mnt/... paths here:
             # the local runtime shares the host's file system).
-            sandbox.warnings += make_view(workspace, plan.skill.path, None)
+            box.warnings += make_view(workspace, plan.skill.path, None)
         except BaseException:
-            sandbox.close()
+            box.release()
             raise
-        return sandbox
+        return box
 
     def health(self) -> dict[str, tuple[bool, str]]:
         return {"runtime": (True, "local subprocesses (no isolation)")}
@@ -108,70 +112,97 @@ class LocalRuntime:
             self.workspaces.close()
 
 
-class LocalSandbox(HostSandbox):
+class LocalBox(SharedBox):
     def __init__(self, runtime: LocalRuntime, workspace: Workspace, *, keep: bool) -> None:
         super().__init__(workspace, str(workspace.root), runtime.janitor, discard=runtime.workspaces.discard, keep=keep)
         self.path = runtime.path
 
-    def execute(self, command: Command) -> ExecResult:
-        env = {"PATH": self.path, **command.env}
-        started = time.monotonic()
-        proc = subprocess.Popen(
-            ["bash", "-c", command.command],
-            cwd=command.cwd,
+    def _start(self, spec: ProcessSpec) -> LocalProcess:
+        return LocalProcess(spec, {"PATH": self.path, **spec.env})
+
+
+class LocalProcess:
+    """``argv`` in its own session and process group; its pipes read without threads
+    (a selector over both pipes and the process's pidfd)."""
+
+    disk: Cap | None = None
+
+    def __init__(self, spec: ProcessSpec, env: dict[str, str]) -> None:
+        self.warnings: list[str] = []
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            spec.argv,
+            cwd=spec.cwd,
             env=env,
-            stdin=subprocess.PIPE if command.stdin is not None else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
         )
-        assert proc.stdout is not None and proc.stderr is not None
-        out, err = BoundedBuffer(command.stdout_max), BoundedBuffer(command.stderr_max)
-        readers = [
-            pump(proc.stdout, out, "stdout", command.listener),
-            pump(proc.stderr, err, "stderr", command.listener),
-        ]
-        if command.stdin is not None:
-            threading.Thread(target=_feed, args=(proc, command.stdin), daemon=True).start()
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        try:
+            self._pidfd = os.pidfd_open(self.proc.pid)
+        except OSError:
+            _kill_group(self.proc.pid)
+            self.proc.wait()
+            raise
+        self._selector = selectors.DefaultSelector()
+        self._open = 0
+        for name, stream in (("stdout", self.proc.stdout), ("stderr", self.proc.stderr)):
+            os.set_blocking(stream.fileno(), False)
+            self._selector.register(stream, selectors.EVENT_READ, name)
+            self._open += 1
+        self._selector.register(self._pidfd, selectors.EVENT_READ, None)
+        self._drained = float("inf")
+        self._exited = False
+        self.ended = False
+        if spec.stdin is not None:
+            threading.Thread(target=_feed, args=(self.proc, spec.stdin), daemon=True).start()
 
-        guard = Guard(started=started, timeout=command.timeout, cancel=command.cancel, disk=None)
-        while True:
+    def events(self, timeout: float) -> Iterator[Chunk]:
+        if self.ended:
+            return
+        timeout = min(timeout, max(0.0, self._drained - time.monotonic()))
+        for key, _ in self._selector.select(timeout=timeout):
+            if key.data is None:
+                # It exited: kill what is left of its group (leftovers of a normal exit
+                # too), then read what they wrote until the pipes close, for a bounded time.
+                self._selector.unregister(key.fileobj)
+                self._exited = True
+                _kill_group(self.proc.pid)
+                self._drained = time.monotonic() + DRAIN_SECONDS
+                continue
             try:
-                proc.wait(timeout=max(0.001, min(guard.wait_time(), 0.05)))
-                break
-            except subprocess.TimeoutExpired:
-                if guard.breached():
-                    break
+                chunk = os.read(key.fd, CHUNK)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if chunk:
+                yield key.data, chunk
+            else:
+                self._selector.unregister(key.fileobj)
+                self._open -= 1
+        if self._exited and (self._open == 0 or time.monotonic() >= self._drained):
+            if self._open:
+                self.warnings.append("a process that left the run's process group still holds its output open")
+            self.ended = True
+
+    def kill(self) -> None:
+        _kill_group(self.proc.pid)
+
+    def wait(self) -> int | None:
         # Kill the whole group: on timeout, on cancel, and leftovers after a normal exit.
-        _kill_group(proc.pid)
-        proc.wait()
-        duration_ms = int((time.monotonic() - started) * 1000)
-        drained = time.monotonic() + DRAIN_SECONDS
-        warnings = []
-        for reader in readers:
-            reader.join(timeout=max(0.0, drained - time.monotonic()))
-            if reader.is_alive():
-                warnings.append("a process that left the run's process group still holds its output open")
-        code = proc.returncode
-        sig = None
-        if code is not None and code < 0:
-            sig = signal.Signals(-code).name
-            code = 128 - code
-        if guard.timed_out or guard.cancelled:
-            code, sig = 128 + signal.SIGKILL, "SIGKILL"
-        return ExecResult(
-            exit_code=code,
-            stdout=out.data,
-            stderr=err.data,
-            duration_ms=duration_ms,
-            stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated,
-            timed_out=guard.timed_out,
-            cancelled=guard.cancelled,
-            signal=sig,
-            warnings=warnings,
-        )
+        _kill_group(self.proc.pid)
+        self.proc.wait()
+        self._selector.close()
+        os.close(self._pidfd)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        code = self.proc.returncode
+        return 128 - code if code < 0 else code
 
 
 def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:

@@ -1,6 +1,6 @@
 """The runtime of an API replica (``serve --role api``): runs execute on workers, never here.
 
-It opens no sandbox (a run reaching :meth:`RemoteRuntime.open` is a bug, refused) and needs
+It claims no box (a run reaching :meth:`RemoteRuntime.claim` is a bug, refused) and needs
 no Docker engine; it only says where runs see skills (the workers' Docker paths), so the
 skill overviews an API replica serves name the same locations the runs see.
 """
@@ -13,7 +13,7 @@ from ..activity import Activity
 from ..config import Settings
 from ..errors import ExecutorError
 from ..workspace.layout import WorkspaceManager
-from .base import Sandbox, SandboxPlan
+from .base import Box, SandboxPlan
 from .docker.engine import CONTAINER_ENVS, CONTAINER_WORKSPACE
 
 
@@ -29,7 +29,7 @@ class RemoteRuntime:
         self.activity = Activity()
         self.workspaces = WorkspaceManager(settings.workspaces, instance=settings.instance_id)
 
-    def open(self, plan: SandboxPlan) -> Sandbox:
+    def claim(self, plan: SandboxPlan) -> Box:
         raise ExecutorError("an API replica executes no run: runs go to workers", code="internal", status=500)
 
     def health(self) -> dict[str, tuple[bool, str]]:

@@ -6,15 +6,11 @@ cap, counts the rest and flags truncation, so its memory never grows with the ou
 
 from __future__ import annotations
 
-import os
 import socket
-import threading
 from collections.abc import Callable
-from typing import IO
+from typing import Protocol
 
 from .base import OutputListener
-
-_CHUNK = 64 * 1024
 
 
 class BoundedBuffer:
@@ -42,30 +38,25 @@ class BoundedBuffer:
         return self.total > len(self._data)
 
 
-def pump(stream: IO[bytes], buffer: BoundedBuffer, name: str, listener: OutputListener | None) -> threading.Thread:
-    """Read ``stream`` to EOF in a daemon thread, into ``buffer``."""
+class Sink(Protocol):
+    """Where a stream's bytes go: ``feed`` returns the part kept."""
 
-    def run() -> None:
-        fd = stream.fileno()
-        try:
-            while chunk := os.read(fd, _CHUNK):
-                kept = buffer.feed(chunk)
-                if listener is not None and kept:
-                    try:
-                        listener(name, bytes(kept))
-                    except Exception:  # a broken listener must not break the run
-                        pass
-        except OSError:
-            pass
-        finally:
-            try:
-                stream.close()
-            except OSError:
-                pass
+    def feed(self, chunk: bytes | memoryview) -> bytes | memoryview: ...
 
-    thread = threading.Thread(target=run, name=f"pump-{name}", daemon=True)
-    thread.start()
-    return thread
+
+class Relay:
+    """A sink that keeps nothing itself: it queues each chunk, named, in ``pending`` for
+    the reader of a :class:`~skill_executor.runtimes.base.Process` to take before the
+    next read (the chunks are views of a reused buffer)."""
+
+    def __init__(self, name: str, pending: list[tuple[str, bytes | memoryview]]) -> None:
+        self.name = name
+        self.pending = pending
+
+    def feed(self, chunk: bytes | memoryview) -> bytes | memoryview:
+        if chunk:
+            self.pending.append((self.name, chunk))
+        return chunk
 
 
 def decode(data: bytes) -> str:
@@ -81,7 +72,7 @@ class Demux:
     """Length-prefixed frames from a byte stream, without copying discarded output.
 
     ``header`` bytes precede each frame; ``parse(header) -> (stream, length)``.  Bytes
-    of streams in ``outputs`` go to their :class:`BoundedBuffer` (and the listener,
+    of streams in ``outputs`` go to their sink, a :class:`BoundedBuffer` (and the listener,
     only what is kept) as they arrive, never a whole frame at a time.  With
     ``control``, frames of the kinds in ``controls`` are collected whole (at most
     ``control_max`` bytes) and reported to it, and any other kind is a
@@ -92,7 +83,7 @@ class Demux:
         self,
         header: int,
         parse: Callable[[bytes], tuple[int, int]],
-        outputs: dict[int, tuple[str, BoundedBuffer]],
+        outputs: dict[int, tuple[str, Sink]],
         listener: OutputListener | None,
         control: Callable[[int, bytes], None] | None = None,
         *,

@@ -8,7 +8,7 @@ the service.  Containers carry their owner's token and a deadline as labels.
 
 Modules: :mod:`.engine` (configuration and every engine call, errors mapped in one
 place), :mod:`.launcher` (the warm launcher's protocol), :mod:`.sandboxes` (the two
-ways to run), :mod:`.pool` (warm containers, private to this runtime), :mod:`.appear`
+ways to run: boxes), :mod:`.pool` (warm containers, private to this runtime), :mod:`.appear`
 (waiting for a launcher's socket without polling).
 """
 
@@ -48,7 +48,7 @@ from .engine import (
     parse_user,
 )
 from .pool import WarmContainer, WarmPool
-from .sandboxes import ColdSandbox, WarmSandbox
+from .sandboxes import ColdBox, WarmBox
 
 __all__ = ["DockerRuntime", "LABEL_DEADLINE", "LABEL_MANAGED", "LABEL_OWNER", "LABEL_RUN", "connect"]
 
@@ -204,8 +204,8 @@ class DockerRuntime:
 
     # -- the seam ------------------------------------------------------------------------
 
-    def open(self, plan: SandboxPlan) -> ColdSandbox | WarmSandbox:
-        """A warm container's sandbox when one is ready (not for sessions), else a new one;
+    def claim(self, plan: SandboxPlan) -> ColdBox | WarmBox:
+        """A warm container's box when one is ready (not for sessions), else a new one;
         either way the skill is the run's private copy (:func:`~..skillcopy.make_view`),
         on a warm container made ahead of the run when it was prepared for this skill
         and the skill has not changed since (:func:`~..skillcopy.place`)."""
@@ -215,7 +215,7 @@ class DockerRuntime:
         warm = None
         if self.pool is not None and plan.session_work is None:
             warm = self.pool.acquire(prefer=lambda w: w.staged is not None and w.staged.skill_id == skill.id)
-        sandbox: ColdSandbox | WarmSandbox
+        box: ColdBox | WarmBox
         if warm is None:
             workspace = self.workspaces.create(
                 plan.run_id,
@@ -225,7 +225,7 @@ class DockerRuntime:
                 owner=self.owner,
                 tenant=plan.tenant,
             )
-            sandbox = ColdSandbox(
+            box = ColdBox(
                 workspace,
                 plan=plan,
                 engine=engine,
@@ -237,7 +237,7 @@ class DockerRuntime:
         else:
             self._track(plan.run_id, warm.id)  # the run's from now on (untracked at its release)
             workspace = self.workspaces.adopt(warm.root, plan.run_id, skill.id, plan.tenant)
-            sandbox = WarmSandbox(
+            box = WarmBox(
                 workspace,
                 warm,
                 plan=plan,
@@ -251,11 +251,11 @@ class DockerRuntime:
         if warm is not None:
             staged, warm.staged = warm.staged, None
         try:
-            sandbox.warnings += provide(workspace, skill.id, skill.path, self.owner, staged)
+            box.warnings += provide(workspace, skill.id, skill.path, self.owner, staged)
         except BaseException:
-            sandbox.close()
+            box.release()
             raise
-        return sandbox
+        return box
 
     def health(self) -> dict[str, tuple[bool, str]]:
         engine = self._engine

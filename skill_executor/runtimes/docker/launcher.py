@@ -20,7 +20,7 @@ from typing import Any
 
 from ...workspace.layout import LAUNCHER_SOCKET, Workspace
 from ..base import OutputListener
-from ..streams import BoundedBuffer, Demux, ProtocolError
+from ..streams import BoundedBuffer, Demux, ProtocolError, Sink
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +36,23 @@ class LauncherFrames:
     :class:`~skill_executor.runtimes.streams.ProtocolError` from :meth:`feed`.
     """
 
-    def __init__(self, stdout_max: int, stderr_max: int, listener: OutputListener | None) -> None:
+    def __init__(
+        self,
+        stdout_max: int,
+        stderr_max: int,
+        listener: OutputListener | None,
+        *,
+        outputs: tuple[Sink, Sink] | None = None,
+    ) -> None:
+        """``outputs``: sinks for stdout and stderr instead of ``out``/``err`` (which stay empty)."""
         self.out, self.err = BoundedBuffer(stdout_max), BoundedBuffer(stderr_max)
+        sinks: tuple[Sink, Sink] = outputs or (self.out, self.err)
         self.exit_code: int | None = None
         self.exited = False
         self._demux = Demux(
             5,
             lambda h: (h[0], int.from_bytes(h[1:5], "big")),
-            {ord("O"): ("stdout", self.out), ord("E"): ("stderr", self.err)},
+            {ord("O"): ("stdout", sinks[0]), ord("E"): ("stderr", sinks[1])},
             listener,
             self._control,
             controls=frozenset({ord("X")}),

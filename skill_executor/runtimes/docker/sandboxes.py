@@ -1,10 +1,12 @@
-"""The two Docker sandboxes: a container of its own per run (cold), or a started,
+"""The two Docker boxes: a container of its own per run (cold), or a started,
 single-use container of the warm pool driven through its launcher (warm).
 
-Both hold a run to the same limits (:mod:`skill_executor.runtimes.limits`) and leave nothing
-of it alive before outputs are collected: a cold container has exited (its init ends
-every process with it) and is removed; a warm container is killed as soon as the
-command's exit status arrives.
+Both share the workspace with the command (a bind mount), hold a run to the same disk
+cap (:mod:`skill_executor.runtimes.limits`) and leave nothing of it alive once
+:meth:`~skill_executor.runtimes.base.Process.wait` returns: a cold container has exited (its
+init ends every process with it) or is removed; a warm container is killed as soon as
+the command's exit status arrives.  Deadline, cancellation and bounded output are the
+caller's (:mod:`skill_executor.runs.sandbox`), the same for every runtime.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import signal as signals
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 from docker.types import Mount
@@ -22,21 +24,25 @@ from docker.types import Mount
 from ...config import Settings
 from ...errors import Unavailable
 from ...workspace.layout import STDIN_FILE, Workspace
-from ..base import Command, ExecResult, SandboxPlan
-from ..host import HostSandbox
+from ..base import BoxVerdict, Chunk, ProcessSpec, SandboxPlan
+from ..host import SharedBox, shell
 from ..janitor import Janitor
-from ..limits import Cap, DiskCap, Guard, VolumeCap, signal_name
-from ..streams import BoundedBuffer, Demux, ProtocolError, recv_loop
+from ..limits import Cap, DiskCap, VolumeCap
+from ..streams import Demux, ProtocolError, Relay
 from .engine import CONTAINER_WORKSPACE, LABEL_DEADLINE, LABEL_RUN, Engine, launcher_argv, oom_kills
 from .launcher import LauncherFrames, connect_unix, request_bytes, unpublish
 from .pool import WarmContainer
 
 #: Called with (run id, container id) while a run's container executes, (run id, None) after.
 Track = Callable[[str, str | None], None]
+#: The size of the buffer a stream is read into.
+READ_BUFFER = 256 * 1024
+#: How long a kill through the engine is waited for.
+KILL_SECONDS = 30.0
 
 
-class DockerSandbox(HostSandbox):
-    """What both Docker sandboxes share: stdin, the disk cap, the result."""
+class DockerBox(SharedBox):
+    """What both Docker boxes share: stdin, the disk cap."""
 
     def __init__(
         self,
@@ -69,63 +75,41 @@ class DockerSandbox(HostSandbox):
         kind = VolumeCap if self.settings.disk_cap == "hard" else DiskCap
         return kind(self.workspace, self.settings.docker_disk_bytes, self.plan.session_disk_max)
 
-    @staticmethod
-    def _result(
-        *,
-        code: int | None,
-        out: BoundedBuffer,
-        err: BoundedBuffer,
-        started: float,
-        guard: Guard,
-        disk: Cap,
-        oom: bool,
-        warnings: list[str],
-    ) -> ExecResult:
-        disk_hit = guard.disk_hit or disk.reached(code)
-        return ExecResult(
-            exit_code=code,
-            stdout=out.data,
-            stderr=err.data,
-            duration_ms=int((time.monotonic() - started) * 1000),
-            stdout_truncated=out.truncated,
-            stderr_truncated=err.truncated,
-            timed_out=guard.timed_out,
-            cancelled=guard.cancelled,
-            signal=signal_name(code),
-            oom_killed=oom,
-            disk_limit_hit=disk_hit,
-            warnings=[*warnings, *([disk.warning()] if disk_hit else [])],
-        )
+    def _judge(self, disk: Cap, code: int | None, oom: bool, warnings: list[str]) -> None:
+        """The verdict once the process has ended."""
+        disk_hit = disk.reached(code)
+        self._verdict = BoxVerdict(oom, disk_hit, (*warnings, *([disk.warning()] if disk_hit else [])))
 
 
-class ColdSandbox(DockerSandbox):
-    """A fresh container per run: create -> attach -> start -> wait (deadline) -> remove."""
+class ColdBox(DockerBox):
+    """A fresh container per run: create -> attach -> start -> (its stream to the end) -> wait."""
 
-    def _config(self, command: Command, stdin_path: str) -> dict[str, object]:
+    #: The run's container, once it has exited: removed by the janitor (:meth:`discard_first`),
+    #: off the run's path -- nothing of it is alive, it only holds the engine's records.
+    _exited: str | None = None
+
+    def _config(self, spec: ProcessSpec, stdin_path: str) -> dict[str, object]:
         ws = self.workspace
+        timeout = spec.timeout if spec.timeout is not None else self.settings.max_timeout
         # The skill is in the workspace already (the run's private copy, as on a warm container).
         mounts = [Mount(CONTAINER_WORKSPACE, str(ws.root), type="bind", read_only=False)]
         if ws.work != ws.root / "work":
             mounts.append(Mount(f"{CONTAINER_WORKSPACE}/work", str(ws.work), type="bind", read_only=False))
-        argv = ["bash", "-c", command.command]
+        argv = spec.argv
         if stdin_path:
-            # A constant wrapper: the command and the file travel as arguments, never spliced.
-            argv = ["bash", "-c", 'exec bash -c "$0" < "$1"', command.command, stdin_path]
+            # A constant wrapper: the argv and the file travel as arguments, never spliced.
+            argv = ["bash", "-c", 'exec "$@" < "$0"', stdin_path, *argv]
         # The launcher's exec mode puts the command under the same seccomp filter as a warm run.
         argv = [*launcher_argv(self.settings, "--exec"), "--", *argv]
         return self.engine.config(
             command=argv,
-            cwd=command.cwd,
-            env=command.env,
+            cwd=spec.cwd,
+            env=spec.env,
             mounts=mounts,
-            labels={LABEL_RUN: self.plan.run_id, LABEL_DEADLINE: f"{time.time() + command.timeout:.0f}"},
+            labels={LABEL_RUN: self.plan.run_id, LABEL_DEADLINE: f"{time.time() + timeout:.0f}"},
         )
 
-    #: The run's container, once it has exited: removed by the janitor (:meth:`release`),
-    #: off the run's path -- nothing of it is alive, it only holds the engine's records.
-    _exited: str | None = None
-
-    def release(self) -> Callable[[], None] | None:
+    def discard_first(self) -> Callable[[], None] | None:
         container_id, engine = self._exited, self.engine
         if container_id is None:
             return None
@@ -135,64 +119,109 @@ class ColdSandbox(DockerSandbox):
 
         return remove
 
-    def execute(self, command: Command) -> ExecResult:
-        stdin_path = self._write_stdin(command.stdin)
+    def _start(self, spec: ProcessSpec) -> ColdProcess:
+        stdin_path = self._write_stdin(spec.stdin)
         disk = self._disk_cap()
         started = time.monotonic()
-        container_id = self.engine.create(self._config(command, stdin_path))
+        container_id = self.engine.create(self._config(spec, stdin_path))
         self._track(self.plan.run_id, container_id)
+        raw: socket.socket | None = None
         try:
-            return self._supervise(container_id, command, started, disk)
-        finally:
+            raw = self.engine.attach(container_id)
+            self.engine.start(container_id)
+        except BaseException:
+            if raw is not None:
+                _close(raw)
             self._track(self.plan.run_id, None)
-            if self._exited != container_id:
+            self.engine.remove(container_id)
+            raise
+        return ColdProcess(self, container_id, raw, started, disk)
+
+
+class ColdProcess:
+    """A cold container's command: its attach stream (Docker's 8-byte frame headers), read
+    without threads; killed through the engine."""
+
+    def __init__(self, box: ColdBox, container_id: str, raw: socket.socket, started: float, disk: Cap) -> None:
+        self.box = box
+        self.container_id = container_id
+        self.raw = raw
+        self.started = started
+        self.disk: Cap | None = disk
+        self.ended = False
+        self.warnings: list[str] = []
+        self._pending: list[Chunk] = []
+        self._demux = Demux(
+            8,
+            _attach_header,
+            {1: ("stdout", Relay("stdout", self._pending)), 2: ("stderr", Relay("stderr", self._pending))},
+            None,
+        )
+        self._buffer = bytearray(READ_BUFFER)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(raw, selectors.EVENT_READ)
+        self._waited = False
+        self._killer: threading.Thread | None = None
+
+    def events(self, timeout: float) -> Iterator[Chunk]:
+        if self.ended or not self._selector.select(timeout=timeout):
+            return
+        try:
+            count = self.raw.recv_into(self._buffer)
+        except OSError:
+            count = 0
+        if not count:
+            self.ended = True  # the container's output is over: it has exited (or is killed)
+            return
+        self._demux.feed(memoryview(self._buffer)[:count])
+        yield from self._pending
+        self._pending.clear()
+
+    def kill(self) -> None:
+        """Through the engine, on a thread of its own: the engine does not answer before the
+        container's output is drained, which the caller goes on doing meanwhile."""
+        if self._killer is None:
+            self._killer = threading.Thread(
+                target=self.box.engine.kill, args=(self.container_id,), name="cold-kill", daemon=True
+            )
+            self._killer.start()
+
+    def wait(self) -> int | None:
+        if self._waited:
+            raise RuntimeError("waited twice")
+        self._waited = True
+        box, engine, container_id = self.box, self.box.engine, self.container_id
+        # The output is over or given up: nothing reads the stream any more (an unread
+        # stream would hold the engine's answers back).
+        self._selector.close()
+        _close(self.raw)
+        try:
+            if self._killer is not None:
+                self._killer.join(timeout=KILL_SECONDS)
+            code = engine.wait(container_id)
+            if code is not None and not engine.gvisor:
+                # runc: the init's exit is reported after the kernel has reaped its whole PID
+                # namespace, so nothing of the run is alive.  (gVisor is not relied on for that:
+                # there the container is removed before the outputs are read.)
+                box._exited = container_id
+            oom = False
+            if code is None or code == 128 + signals.SIGKILL:
+                # Only a SIGKILL can be the OOM killer's; ask the engine then (one call saved otherwise).
+                state = engine.state(container_id)
+                oom = bool(state.get("OOMKilled"))
+                code = code if code is not None else state.get("ExitCode")
+        finally:
+            box._track(box.plan.run_id, None)
+            if box._exited != container_id:
                 # Not seen to exit (an engine error, or the wait failed): kill and remove
                 # it now, before anything reads the run's folders.
-                self.engine.remove(container_id)
-
-    def _supervise(self, container_id: str, command: Command, started: float, disk: Cap) -> ExecResult:
-        out, err = BoundedBuffer(command.stdout_max), BoundedBuffer(command.stderr_max)
-        raw = self.engine.attach(container_id)
-        # Docker's stream multiplexing: 8-byte headers, [stream, 0, 0, 0, size (big-endian)].
-        demux = Demux(8, _attach_header, {1: ("stdout", out), 2: ("stderr", err)}, command.listener)
-        done = threading.Event()
-
-        def pump() -> None:
-            try:
-                recv_loop(raw, demux)
-            finally:
-                done.set()
-
-        reader = threading.Thread(target=pump, name="attach-reader", daemon=True)
-        reader.start()
-        try:
-            self.engine.start(container_id)
-        except Unavailable:
-            _close(raw)
-            raise
-        guard = Guard(started=started, timeout=command.timeout, cancel=command.cancel, disk=disk)
-        while not done.wait(timeout=guard.wait_time()):
-            if guard.breached():
-                self.engine.kill(container_id)
-                break
-        code = self.engine.wait(container_id)
-        if code is not None and not self.engine.gvisor:
-            # runc: the init's exit is reported after the kernel has reaped its whole PID
-            # namespace, so nothing of the run is alive.  (gVisor is not relied on for that:
-            # there the container is removed before the outputs are read.)
-            self._exited = container_id
-        reader.join(timeout=2.0)
-        _close(raw)
-        oom = False
-        if code is None or code == 128 + signals.SIGKILL:
-            # Only a SIGKILL can be the OOM killer's; ask the engine then (one call saved otherwise).
-            state = self.engine.state(container_id)
-            oom = bool(state.get("OOMKilled"))
-            code = code if code is not None else state.get("ExitCode")
-        return self._result(code=code, out=out, err=err, started=started, guard=guard, disk=disk, oom=oom, warnings=[])
+                engine.remove(container_id)
+        assert self.disk is not None
+        box._judge(self.disk, code, oom, [])
+        return code
 
 
-class WarmSandbox(DockerSandbox):
+class WarmBox(DockerBox):
     """A started pool container, used once through its launcher, then destroyed."""
 
     def __init__(
@@ -212,7 +241,7 @@ class WarmSandbox(DockerSandbox):
         )
         self.warm = warm
 
-    def release(self) -> Callable[[], None] | None:
+    def discard_first(self) -> Callable[[], None] | None:
         self._track(self.plan.run_id, None)  # tracked since the runtime handed it out
         engine, warm = self.engine, self.warm
 
@@ -223,7 +252,7 @@ class WarmSandbox(DockerSandbox):
 
         return remove
 
-    def _end_container(self) -> None:
+    def end_container(self) -> None:
         """Nothing of the run may outlive its exit status: end the whole container now
         (its init, and so its PID namespace; through the engine when the init is not held)."""
         init = self.warm.init
@@ -232,90 +261,104 @@ class WarmSandbox(DockerSandbox):
         self.engine.kill(self.warm.id)
         self.engine.wait(self.warm.id, timeout=5)
 
-    def execute(self, command: Command) -> ExecResult:
-        """Run the command through the launcher of a warm container.
-
-        One thread does it all: send the request, read output frames as they come,
-        and watch the deadline, cancellation and the disk cap in between.
-        """
-        stdin_path = self._write_stdin(command.stdin)
+    def _start(self, spec: ProcessSpec) -> WarmProcess:
+        """Send the command to the launcher of the warm container; its frames are read by
+        the caller, one thread doing it all."""
+        command = shell(spec.argv)
+        stdin_path = self._write_stdin(spec.stdin)
         disk = self._disk_cap()
         self._track(self.plan.run_id, self.warm.id)
-        try:
-            return self._drive(command, stdin_path, disk)
-        finally:
-            self._track(self.plan.run_id, None)
-
-    def _drive(self, command: Command, stdin_path: str, disk: Cap) -> ExecResult:
-        warm = self.warm
         started = time.monotonic()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            connect_unix(conn, warm.socket)
+            connect_unix(conn, self.warm.socket)
             unpublish(self.workspace)
-            conn.sendall(request_bytes(command.command, command.cwd, stdin_path, command.env))
+            conn.sendall(request_bytes(command, spec.cwd, stdin_path, spec.env))
         except OSError as exc:
             conn.close()
+            self._track(self.plan.run_id, None)
             raise Unavailable(f"the warm container's launcher is unreachable: {exc}", code="engine_error") from None
-        frames = LauncherFrames(command.stdout_max, command.stderr_max, command.listener)
-        buffer = bytearray(256 * 1024)
-        view = memoryview(buffer)
-        guard = Guard(started=started, timeout=command.timeout, cancel=command.cancel, disk=disk)
-        killed = False
-        broken: str | None = None
-        with conn, selectors.DefaultSelector() as selector:
-            selector.register(conn, selectors.EVENT_READ)
-            eof_deadline = float("inf")
-            while not frames.exited:
-                if time.monotonic() >= eof_deadline:
-                    break  # killed, but the stream did not close: stop waiting
-                wait = guard.wait_time() if not killed else max(0.0, eof_deadline - time.monotonic())
-                if selector.select(timeout=wait):
-                    try:
-                        count = conn.recv_into(buffer)
-                    except OSError:
-                        count = 0
-                    if not count:
-                        break
-                    try:
-                        frames.feed(view[:count])
-                    except ProtocolError as exc:
-                        broken = str(exc)
-                        break
-                # Checked on every pass: a command that floods its output keeps the socket
-                # readable, and must still meet its deadline.
-                if not killed and guard.breached():
-                    self.engine.kill(warm.id)
-                    killed = True
-                    eof_deadline = time.monotonic() + 5.0
-        warnings = []
-        oom = bool(oom_kills(warm.id))
-        # Before anything reads the run's folders: whatever the command started (or a
-        # launcher it subverted claims) is gone.
-        self._end_container()
-        if not oom and not frames.exited and broken is None:
-            oom = self.engine.oom_killed(warm.id)
+        return WarmProcess(self, conn, started, disk)
+
+
+class WarmProcess:
+    """The launcher's frames (``O``, ``E``, one ``X``) on its socket; killed through the engine."""
+
+    def __init__(self, box: WarmBox, conn: socket.socket, started: float, disk: Cap) -> None:
+        self.box = box
+        self.conn = conn
+        self.started = started
+        self.disk: Cap | None = disk
+        self.ended = False
+        self.warnings: list[str] = []
+        self._pending: list[Chunk] = []
+        self.frames = LauncherFrames(
+            0, 0, None, outputs=(Relay("stdout", self._pending), Relay("stderr", self._pending))
+        )
+        self._buffer = bytearray(READ_BUFFER)
+        self._view = memoryview(self._buffer)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(conn, selectors.EVENT_READ)
+        self._broken: str | None = None
+        self._killed = False
+        self._waited = False
+
+    def events(self, timeout: float) -> Iterator[Chunk]:
+        if self.ended or not self._selector.select(timeout=timeout):
+            return
+        try:
+            count = self.conn.recv_into(self._buffer)
+        except OSError:
+            count = 0
+        if not count:
+            self.ended = True
+            return
+        try:
+            self.frames.feed(self._view[:count])
+        except ProtocolError as exc:
+            self._broken = str(exc)
+            self.ended = True
+        yield from self._pending
+        self._pending.clear()
+        if self.frames.exited:
+            self.ended = True
+
+    def kill(self) -> None:
+        self._killed = True
+        self.box.engine.kill(self.box.warm.id)
+
+    def wait(self) -> int | None:
+        if self._waited:
+            raise RuntimeError("waited twice")
+        self._waited = True
+        box, frames = self.box, self.frames
+        self._selector.close()
+        self.conn.close()
+        try:
+            warm = box.warm
+            oom = bool(oom_kills(warm.id))
+            # Before anything reads the run's folders: whatever the command started (or a
+            # launcher it subverted claims) is gone.
+            box.end_container()
+            if not oom and not frames.exited and self._broken is None:
+                oom = box.engine.oom_killed(warm.id)
+        finally:
+            box._track(box.plan.run_id, None)
         code: int | None
-        if broken is not None:
+        warnings = []
+        if self._broken is not None:
             code = None
-            warnings.append(f"the run's launcher broke its protocol ({broken}); the run was stopped")
+            warnings.append(f"the run's launcher broke its protocol ({self._broken}); the run was stopped")
         elif frames.exited:
             code = frames.exit_code
-        elif killed or oom:
+        elif self._killed or oom:
             code = 128 + signals.SIGKILL
         else:
             code = None
             warnings.append("the run's launcher ended without reporting an exit status")
-        return self._result(
-            code=code,
-            out=frames.out,
-            err=frames.err,
-            started=started,
-            guard=guard,
-            disk=disk,
-            oom=oom,
-            warnings=warnings,
-        )
+        assert self.disk is not None
+        box._judge(self.disk, code, oom, warnings)
+        return code
 
 
 def _attach_header(header: bytes) -> tuple[int, int]:
