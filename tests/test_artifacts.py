@@ -225,9 +225,14 @@ def test_a_blob_being_saved_is_never_collected(
 
 
 def test_expired_versions_are_invisible_at_once_and_removed_by_expire(tmp_path: Path, database: Database) -> None:
-    store = open_store(tmp_path, database, ttl_seconds=0.5)
+    from sqlalchemy import update
+
+    from skill_executor.db.schema import artifacts
+
+    store = open_store(tmp_path, database, ttl_seconds=30)
     old = store.put("t.txt", b"old")
-    time.sleep(0.6)
+    with database.write() as conn:  # saved a minute ago: past the TTL (no sleep: a loaded host stays in bounds)
+        conn.execute(update(artifacts).where(artifacts.c.version == 1).values(created_at=time.time() - 60))
     new = store.put("t.txt", b"new")
     assert store.info("t.txt").version == 2 and [v.version for v in store.versions("t.txt")] == [2]
     with pytest.raises(ExecutorError):
