@@ -39,7 +39,7 @@ HARDENING: dict[str, Any] = {
     "user": "1000:1000",
     "init": True,
     "pids_limit": 256,
-    "mem_limit": "1g",
+    "mem_limit": "2g",  # gVisor keeps the in-sandbox tmpfs (the module fills it) in the sandbox's memory
     "tmpfs": {
         "/tmp": "rw,nosuid,nodev,size=64m",
         "/workspace": "rw,nosuid,nodev,uid=1000,gid=1000,mode=0755,size=512m",
