@@ -445,7 +445,10 @@ class SkillRepository:
             with self.registry.writing():
                 self.registry.delete_skill(skill.id, actor=actor)
                 if skill.path.parent == install_root.resolve():  # else installed through another process
-                    uninstall(install_root, skill.path.name)
+                    try:
+                        uninstall(install_root, skill.path.name)
+                    except NotFound:  # a rescan saw the delete first and removed this copy itself
+                        pass
         else:
             uninstall(install_root, skill.path.name)
         self.reload()
