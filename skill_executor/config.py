@@ -235,6 +235,8 @@ class Settings(BaseSettings):
     """How often a worker renews its lease."""
     worker_lease_seconds: float = Field(default=20.0, gt=0)
     """A worker's lease: not renewed for this long, it is lost (its running runs end interrupted)."""
+    worker_poll_seconds: float = Field(default=5.0, gt=0)
+    """How often a worker looks at the queue besides being told of new runs (notifications can be lost)."""
     worker_sweep_seconds: float = Field(default=5.0, gt=0)
     """How often API replicas look for lost workers (a loss shows within lease + sweep)."""
     queue_timeout_seconds: float = Field(default=600.0, gt=0)

@@ -201,6 +201,7 @@ class Service:
             lease=settings.worker_lease_seconds,
             heartbeat=settings.worker_heartbeat_seconds,
             grace=settings.shutdown_grace_seconds,
+            poll=settings.worker_poll_seconds,
         )
 
     def close(self, timeout: float) -> None:

@@ -239,6 +239,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_skills_repository": "unit",
     "test_database": "unit",  # its Postgres cases are service (tier_of)
     "test_database_legacy": "unit",
+    "test_dispatch_connector": "unit",
     "test_snapshots": "service",  # a SeaweedFS server
     "test_session_snapshots": "engine",
     "test_tracing": "service",

@@ -204,9 +204,26 @@ def test_idempotency_keys_hold_across_replicas(cluster: Cluster) -> None:
     assert count[0][0] == 1
 
 
+@pytest.fixture
+def steady_cluster(postgres_server: PostgresServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A cluster whose leases outlast a restart of Postgres on a loaded machine, and whose
+    workers poll the queue only every 5 minutes: a run they take in time was announced."""
+    require_runtime("docker")
+    name = postgres_server.create_database()
+    env = {**FAST, "SKILL_EXECUTOR_WORKER_LEASE_SECONDS": "30", "SKILL_EXECUTOR_WORKER_POLL_SECONDS": "300"}
+    started = Cluster(tmp_path_factory.mktemp("steady"), postgres_server.url(name), env=env)
+    try:
+        started.start()
+        yield started
+    finally:
+        started.close()
+        postgres_server.drop_database(name)
+
+
 def test_a_postgres_restart_mid_traffic_gives_clean_503s_and_the_cluster_recovers(
-    cluster: Cluster, postgres_server: PostgresServer
+    steady_cluster: Cluster, postgres_server: PostgresServer
 ) -> None:
+    cluster = steady_cluster
     kept = submit(cluster.api(0), run_body("sleep 3; echo kept"), params={"wait": "false"}).json()["run_id"]
     wait_status(cluster.api(1), kept, {"running"})
     answers: list[tuple[int, dict[str, Any], str | None]] = []
@@ -242,11 +259,15 @@ def test_a_postgres_restart_mid_traffic_gives_clean_503s_and_the_cluster_recover
     assert 200 in codes
     # the run acknowledged before the restart finished on its worker
     assert wait_status(cluster.api(0), kept, {"completed", "failed", "cancelled"})["result"]["stdout"] == "kept\n"
-    # and both replicas run new runs again (the workers kept their leases)
-    for i in range(2):
-        again = submit(cluster.api(i), run_body("echo after"))
-        assert again.status_code == 200 and again.json()["stdout"] == "after\n", again.text
-    assert all(w.alive for w in cluster.workers)
+    # both workers kept their leases, and are told of new runs again (they poll only every
+    # 5 minutes): runs through both replicas, on both workers
+    assert all(w.alive for w in cluster.workers), cluster.logs()
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:  # more than one worker's capacity (2)
+        for again in pool.map(lambda i: submit(cluster.api(i), run_body("sleep 1; echo after")), range(6)):
+            assert again.status_code == 200 and again.json()["stdout"] == "after\n", again.text
+    ran = rows(cluster.database_url, "SELECT DISTINCT worker_id FROM runs WHERE request LIKE '%echo after%'")
+    assert len(ran) == 2, (ran, cluster.logs())
+    assert all(w.alive for w in cluster.workers), cluster.logs()
 
 
 def test_mcp_and_tool_calls_on_a_replica_run_on_the_workers(cluster: Cluster) -> None:

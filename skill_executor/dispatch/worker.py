@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from procrastinate import App, PsycopgConnector
+from procrastinate import App
 from sqlalchemy import Connection, delete, insert, select, text, update
 
 from .. import tracing
@@ -39,6 +39,7 @@ from ..runs.manager import TERMINAL, RunManager
 from ..runs.store import FINAL, RunRecord
 from . import events as ev
 from . import queue
+from .connector import SteadyConnector
 from .hub import Hub
 from .membership import Membership
 from .postgres import conninfo
@@ -197,7 +198,7 @@ class Worker:
         self.hub = Hub(conninfo(database), channels=(ev.CANCEL_CHANNEL,))
         self.hub.on_notify.append(lambda _channel, run_id: self._cancel_one(run_id))
         self._claims = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, capacity), thread_name_prefix="claim")
-        self.app = App(connector=PsycopgConnector(conninfo=conninfo(database)))
+        self.app = App(connector=SteadyConnector(conninfo=conninfo(database), patience=lease))
         self.app.task(name=queue.TASK)(self._execute_run)
         self.lost_reason: str | None = None
 
@@ -369,9 +370,10 @@ class Worker:
 
     # -- the loop -------------------------------------------------------------------------
 
-    async def run(self, stop: asyncio.Event, *, lease: float, heartbeat: float, grace: float) -> int:
+    async def run(self, stop: asyncio.Event, *, lease: float, heartbeat: float, grace: float, poll: float = 5.0) -> int:
         """Register, take jobs until ``stop`` is set (0) or the lease is lost / the job loop
-        ends by itself (non-zero)."""
+        ends by itself (non-zero). Queued runs are announced; ``poll``: how often the queue is
+        also looked at (announcements can be lost)."""
         loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.membership.register)
         lost = asyncio.Event()
@@ -394,6 +396,7 @@ class Worker:
                     name=self.worker_id,
                     install_signal_handlers=False,
                     update_heartbeat_interval=heartbeat,
+                    fetch_job_polling_interval=poll,
                     stalled_worker_timeout=lease,
                     delete_jobs="successful",
                     shutdown_graceful_timeout=grace,
