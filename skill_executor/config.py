@@ -79,8 +79,8 @@ class Settings(BaseSettings):
     """The S3 API endpoint for an s3:// object store (default: AWS; credentials: the standard AWS variables)."""
 
     # -- runs ----------------------------------------------------------------------
-    runtime: Literal["docker", "local"] = "docker"
-    """Where runs execute: docker (sandboxed) or local (no sandbox; loopback only)."""
+    runtime: Literal["docker", "local", "agent-sandbox"] = "docker"
+    """Where runs execute: docker (sandboxed), agent-sandbox (a pod per run) or local (no sandbox; loopback only)."""
     default_timeout: float = 60.0
     """A run's timeout in seconds when the request gives none."""
     max_timeout: float = 900.0
@@ -215,6 +215,10 @@ class Settings(BaseSettings):
     """The namespace of the SandboxWarmPools a worker claims pods from (and of its SandboxClaims)."""
     agent_sandbox_pools: dict[str, str] = Field(default_factory=dict)
     """Image tier -> the SandboxWarmPool its runs claim a pod from, as JSON ({"base": "skill-executor-base"})."""
+    agent_sandbox_tier: str = "document"
+    """The tier (a key of AGENT_SANDBOX_POOLS) whose pool runs claim their pods from."""
+    agent_sandbox_api_url: str | None = None
+    """The Kubernetes API's URL (default: the in-cluster service account's; e.g. kubectl proxy's)."""
     agent_sandbox_claim_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
     """How long a run waits for a pod of its pool (an exhausted pool: 503 runtime_unavailable after it)."""
     agent_sandbox_claim_waiters_max: int = Field(default=64, ge=0)

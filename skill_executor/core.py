@@ -37,6 +37,10 @@ def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtim
         from .runtimes.docker import DockerRuntime
 
         return DockerRuntime(settings, wait_for_engine=wait_for_engine)
+    if settings.runtime == "agent-sandbox":
+        from .runtimes.agentsandbox.runtime import AgentSandboxRuntime
+
+        return AgentSandboxRuntime(settings)
     raise BadRequest(f"unknown runtime {settings.runtime!r}")
 
 

@@ -623,6 +623,13 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Retry after Retry-After, with backoff; operators: grow the warm pools.",
     ),
     E(
+        "unsupported_on_runtime",
+        400,
+        "The run asks for what this worker's runtime does not offer; details name the runtime and the "
+        "feature: on agent-sandbox, sessions (a pod serves one run) and skills with dependency environments.",
+        "Run it without the feature, or on workers with SKILL_EXECUTOR_RUNTIME=docker.",
+    ),
+    E(
         "sandbox_lost",
         500,
         "The run's sandbox pod went away while the command ran (evicted, its server killed): the output "

@@ -39,6 +39,11 @@ OCI_RUNTIMES = {"docker-runsc": "runsc", "docker-pool-runsc": "runsc"}
 #: Modules whose ``executor`` tests run on gVisor too (the attacks on the sandbox's host side, the runtime seam's contract);
 #: the other pipeline tests run on ``RUNTIMES``.
 GVISOR_MODULES = {"test_boundary", "test_runtime_contract"}
+#: Modules whose ``executor`` tests run on the agent-sandbox runtime too: the real SDK against
+#: tests/fakekube.py, each pod our in-pod server in a container of the runner image.
+AGENT_SANDBOX_MODULES = {"test_runtime_contract"}
+#: Modules whose ``executor`` tests run on the agent-sandbox runtime only.
+AGENT_SANDBOX_ONLY = {"test_agentsandbox_runtime"}
 _docker_problem: list[str | None] = []
 _runsc_problem: list[str | None] = []
 
@@ -88,7 +93,10 @@ def is_gvisor(runtime: str) -> bool:
 
 
 def require_runtime(runtime: str) -> None:
-    """Skip (or, in CI, fail) a Docker test when no engine (or no runsc) is usable."""
+    """Skip (or, in CI, fail) a Docker test when no engine (or no runsc) is usable (the
+    agent-sandbox runtime's test pods are containers too)."""
+    if runtime == "agent-sandbox":
+        runtime = "docker"
     if not runtime.startswith("docker"):
         return
     problem = runsc_problem() if is_gvisor(runtime) else docker_problem()
@@ -131,8 +139,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """``runtime_name``: every runtime of ``RUNTIMES``, plus gVisor for ``GVISOR_MODULES``."""
     if "runtime_name" in metafunc.fixturenames:
         names = list(RUNTIMES)
-        if metafunc.module.__name__.rsplit(".", 1)[-1] in GVISOR_MODULES:
+        module = metafunc.module.__name__.rsplit(".", 1)[-1]
+        if module in GVISOR_MODULES:
             names += [name for name in HARDENING_RUNTIMES if is_gvisor(name)]
+        if module in AGENT_SANDBOX_MODULES:
+            names.append("agent-sandbox")
+        if module in AGENT_SANDBOX_ONLY:
+            names = ["agent-sandbox"]
         metafunc.parametrize("runtime_name", names, indirect=True)
 
 
@@ -148,12 +161,42 @@ def docker_runtime_name() -> str:
     return "docker"
 
 
+@pytest.fixture(scope="session")
+def agent_sandbox_farm() -> Iterator[dict[str, object]]:
+    """A fake Kubernetes API whose pool ``pool-a`` holds warm pods (our in-pod server in
+    containers of the runner image): the settings that point a worker's runtime at it."""
+    from collections import deque
+
+    from .agentsandbox_pods import PodFarm
+    from .fakekube import FakeKube, Pool
+
+    require_runtime("docker")
+    farm = PodFarm()
+    try:
+        kube = FakeKube({"pool-a": Pool(ready=deque([farm.make(), farm.make()]), make=farm.make, discard=farm.discard)})
+        with kube.serving():
+            yield {
+                "agent_sandbox_api_url": kube.url,
+                "agent_sandbox_namespace": "sandboxes",
+                "agent_sandbox_pools": {"document": "pool-a"},
+                "agent_sandbox_rest_port": farm.rest_port,
+                "agent_sandbox_grpc_port": farm.grpc_port,
+                "agent_sandbox_claim_timeout_seconds": 60.0,
+                "agent_sandbox_kill_grace_seconds": 1.0,
+            }
+    finally:
+        farm.close()
+
+
 @pytest.fixture
-def make_executor(tmp_path: Path, runtime_name: str) -> Iterator:
+def make_executor(tmp_path: Path, runtime_name: str, request: pytest.FixtureRequest) -> Iterator:
     made: list[Executor] = []
+    kube: dict[str, object] = {}
+    if runtime_name == "agent-sandbox":
+        kube = request.getfixturevalue("agent_sandbox_farm")
 
     def factory(**overrides: object) -> Executor:
-        executor = Executor.from_settings(make_settings(tmp_path, runtime_name, **overrides))
+        executor = Executor.from_settings(make_settings(tmp_path, runtime_name, **{**kube, **overrides}))
         made.append(executor)
         pool = getattr(executor.runtime, "pool", None)
         if pool is not None:
@@ -251,6 +294,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_disk_cap": "engine",
     "test_podserver": "engine",
     "test_agentsandbox_wire": "engine",
+    "test_agentsandbox_runtime": "engine",
     "test_docker": "engine",
     "test_image": "engine",
     "test_operations": "engine",
@@ -343,7 +387,10 @@ def tier_of(item: pytest.Item) -> str | None:
     if callspec is not None and callspec.params.get("database") == "postgresql":
         names.add("postgres_server")  # the database fixture's Postgres case
     if TIERS.index(tier) < TIERS.index("engine") and (
-        runtime.startswith("docker") or "docker_runtime_name" in names or item.get_closest_marker("docker")
+        runtime.startswith("docker")
+        or runtime == "agent-sandbox"
+        or "docker_runtime_name" in names
+        or item.get_closest_marker("docker")
     ):
         tier = "engine"
     if TIERS.index(tier) < TIERS.index("service") and names & SERVER_FIXTURES:

@@ -341,6 +341,11 @@ def wiring_problems(docs: list[Doc]) -> list[str]:
     pools = json.loads(env.get("SKILL_EXECUTOR_AGENT_SANDBOX_POOLS", "{}"))
     if not pools:
         p.append("worker: SKILL_EXECUTOR_AGENT_SANDBOX_POOLS names no pool")
+    tier = env.get("SKILL_EXECUTOR_AGENT_SANDBOX_TIER", "document")
+    if pools and tier not in pools:
+        p.append(
+            f"worker: SKILL_EXECUTOR_AGENT_SANDBOX_TIER {tier!r} has no pool in SKILL_EXECUTOR_AGENT_SANDBOX_POOLS"
+        )
     for tier, pool in pools.items():
         found = find(docs, "SandboxWarmPool", pool, namespace)
         if not found:

@@ -217,6 +217,10 @@ SECURITY_ATTACKS: dict[str, tuple[Callable[[list[Doc]], object], str]] = {
     ),
     "a tier's pool missing": (lambda d: _pools(d, {"base": "skill-executor-base", "gpu": "nope"}), "does not exist"),
     "a pool no tier uses": (lambda d: _pools(d, {"base": "skill-executor-base"}), "no tier"),
+    "the runs' tier without a pool": (
+        lambda d: _one(d, "ConfigMap", "skill-executor-worker")["data"].update(SKILL_EXECUTOR_AGENT_SANDBOX_TIER="gpu"),
+        "has no pool",
+    ),
 }
 
 

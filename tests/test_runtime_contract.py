@@ -1,6 +1,7 @@
 """The runtime seam's contract (``Runtime.claim(plan) -> Box``, ``Box.start(spec) -> Process``),
 written once and run against every box there is: local, Docker cold and warm, on runc and
-gVisor (a later agent-sandbox box plugs into ``runtime_name`` the same way).
+gVisor, and agent-sandbox pods (the real SDK against tests/fakekube.py, each pod our in-pod
+server in a container of the runner image).
 
 The box is driven directly where the contract is the box's (streamed output, stdin,
 exit statuses, single use, release), and through the one runtime-neutral driver
@@ -20,8 +21,8 @@ import pytest
 
 from skill_executor.core import Executor
 from skill_executor.errors import ExecutorError
-from skill_executor.outputs.collect import CollectLimits
-from skill_executor.runs.sandbox import RunSandbox
+from skill_executor.outputs.collect import CollectLimits, collect
+from skill_executor.runs.sandbox import STAGED_TOPS, RunSandbox
 from skill_executor.runtimes.base import Box, BoxEntry, BoxVerdict, Command, Process, ProcessSpec, SandboxPlan
 from skill_executor.workspace.layout import Workspace, WorkspaceManager, environment
 from skill_executor.workspace.staging import Stager
@@ -30,11 +31,20 @@ from .helpers import leftover_runs
 
 #: Runtimes that promise to end a run's processes that left its process group (setsid):
 #: a container ends with its command. The local runtime kills the group only (documented).
-KILLS_ESCAPEES = {"docker", "docker-pool", "docker-runsc", "docker-pool-runsc"}
+#: A single-use pod's server kills every process of the pod once the run's has exited (``--container``).
+KILLS_ESCAPEES = {"docker", "docker-pool", "docker-runsc", "docker-pool-runsc", "agent-sandbox"}
 
 
 def claim(executor: Executor, run_id: str) -> Box:
-    return executor.runtime.claim(SandboxPlan(run_id, executor.repository.get("math-tools")))
+    """A box with the run's folders in it, as the pipeline's staging leaves it (``put``: a
+    box that does not share the workspace gets it copied in; for the others, nothing)."""
+    box = executor.runtime.claim(SandboxPlan(run_id, executor.repository.get("math-tools")))
+    try:
+        box.put(STAGED_TOPS)
+    except BaseException:
+        box.release()
+        raise
+    return box
 
 
 def spec(box: Box, text: str, stdin: bytes | None = None) -> ProcessSpec:
@@ -158,6 +168,7 @@ def test_the_deadline_keeps_partial_output_and_kills_the_group(executor: Executo
         assert result.timed_out and result.exit_code == 137 and result.signal == "SIGKILL"
         assert (result.stdout, result.stderr) == (b"partial\n", b"half\n")
         time.sleep(3.5)  # the background writer would have written by now
+        sandbox.box.get("out", 1 << 20)  # from a box that does not share the workspace
         assert out_file(sandbox.box, "late.txt") is None
 
 
@@ -173,6 +184,7 @@ def test_a_leftover_in_its_own_session_is_ended_where_promised(executor: Executo
         result = sandbox.execute(command(sandbox, escape))
         assert result.exit_code == 0 and result.stdout == b"ok\n"
         time.sleep(3)
+        sandbox.box.get("out", 1 << 20)  # from a box that does not share the workspace
         late = out_file(sandbox.box, "late.txt")
         if runtime_name in KILLS_ESCAPEES:
             assert late is None
@@ -220,13 +232,16 @@ def test_output_caps_hold_and_a_flood_meets_its_deadline(executor: Executor) -> 
 
 class FarBox:
     """A box whose command does not see the service's folder (a pod's, say), as far as
-    the driver can tell: it records what is copied in and out (pure logic, no process)."""
+    the driver can tell: its files are a dict, and it records what is copied in and out
+    (pure logic, no process)."""
 
     shared = False
     root = "/workspace"
 
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: Workspace, files: dict[str, bytes], *, lies: dict[str, int] | None = None) -> None:
         self.workspace = workspace
+        self.files = files
+        self.lies = lies or {}  # path -> the size its listing claims
         self.warnings: list[str] = []
         self.calls: list[tuple[str, str]] = []
         self.released = 0
@@ -235,13 +250,24 @@ class FarBox:
         self.calls += [("put", top) for top in tops]
 
     def get(self, top: str, limit: int) -> int:
-        self.calls.append(("get", top))
-        with self.workspace.tree("out") as tree:  # what the far side wrote comes back
-            tree.write(PurePosixPath("far.txt"), b"from afar\n", owner=None, what="output")
-        return 10 if top == "out" else 0
+        raise AssertionError("collection reads what it needs, never whole folders")
 
-    def list(self, top: str) -> list[BoxEntry]:
-        return []
+    def list(self, folder: str) -> list[BoxEntry]:
+        entries: dict[str, BoxEntry] = {}
+        for path, data in self.files.items():
+            if not path.startswith(folder + "/"):
+                continue
+            rest = path[len(folder) + 1 :]
+            name, _, below = rest.partition("/")
+            if below:
+                entries[name] = BoxEntry(name, 0, "directory")
+            else:
+                entries[name] = BoxEntry(name, self.lies.get(path, len(data)), "file")
+        return list(entries.values())
+
+    def read(self, path: str, limit: int) -> bytes:
+        self.calls.append(("read", f"{path}:{limit}"))
+        return self.files[path][:limit]
 
     def start(self, spec: ProcessSpec) -> Process:
         raise AssertionError("not started here")
@@ -253,18 +279,64 @@ class FarBox:
         self.released += 1
 
 
-def test_a_box_that_does_not_share_the_workspace_gets_it_put_in_and_outputs_got_back(tmp_path: Path) -> None:
+FAR_FILES = {
+    "out/a.txt": b"a" * 60,
+    "out/b.txt": b"b" * 60,
+    "out/c.bin": bytes(range(256)) * 4,
+    "out/d/e.txt": b"deep\n",
+    "out/empty.txt": b"",
+    "work/inputs/big.csv": b"x" * 5000,  # staged, not asked for: never read back
+    "work/note.md": b"# note\n",
+}
+
+
+@pytest.mark.parametrize(
+    "globs, limits",
+    [
+        (["out/**", "work/*.md"], CollectLimits(max_files=10, max_file_bytes=100, max_total_bytes=150)),
+        (["out/*"], CollectLimits(max_files=2, max_file_bytes=1000, max_total_bytes=10_000)),
+        (["**"], CollectLimits(max_files=100, max_file_bytes=10, max_total_bytes=25)),
+    ],
+)
+def test_a_far_box_collects_exactly_what_a_shared_one_does_reading_only_that(
+    tmp_path: Path, globs: list[str], limits: CollectLimits
+) -> None:
     manager = WorkspaceManager(tmp_path / "ws", instance="far")
-    box = FarBox(manager.create("far-1", "math-tools"))
+    near = manager.create("near-1", "math-tools")  # the same files, where collect reads them itself
+    for path, data in FAR_FILES.items():
+        top, _, below = path.partition("/")
+        with near.tree(top) as tree:
+            tree.write(PurePosixPath(below), data, owner=None)
+    expected = collect(near, globs, limits, failed=False)
+    box = FarBox(manager.create("far-1", "math-tools"), dict(FAR_FILES))
     stager = Stager(None, None, None, max_bytes=1 << 20)  # type: ignore[arg-type]
     with RunSandbox(box) as sandbox:
         sandbox.stage(stager, [])
         assert box.calls == [("put", "skills"), ("put", "work"), ("put", "run")]
-        collection = sandbox.collect(
-            ["out/*"], CollectLimits(max_files=5, max_file_bytes=100, max_total_bytes=100), failed=False
-        )
-        assert box.calls[3:] == [("get", "out"), ("get", "work")]
-        assert [(f.name, f.data) for f in collection.files] == [("out/far.txt", b"from afar\n")]
+        got = sandbox.collect(globs, limits, failed=False)
+    shape = [(f.name, f.size, f.truncated, f.data, f.sha256, f.mime_type) for f in got.files]
+    assert shape == [(f.name, f.size, f.truncated, f.data, f.sha256, f.mime_type) for f in expected.files]
+    assert got.limits_hit == expected.limits_hit
+    read = sum(int(call.rsplit(":", 1)[1]) for kind, call in box.calls if kind == "read")
+    assert read == sum(len(f.data) for f in got.files) <= limits.max_total_bytes  # nothing more came over
+    if globs != ["**"]:  # a staged input nobody asked for is never read back
+        assert not any("big.csv" in call for _, call in box.calls)
     assert box.released == 1
+    for workspace in (near, box.workspace):
+        manager.discard(workspace.root)
+    manager.close()
+
+
+def test_a_far_box_that_lies_or_plants_names_cannot_steer_collection(tmp_path: Path) -> None:
+    manager = WorkspaceManager(tmp_path / "ws", instance="far")
+    files = {"out/short.txt": b"abc", "out/../escape": b"x", "out/ok.txt": b"ok"}
+    box = FarBox(manager.create("far-2", "math-tools"), files, lies={"out/short.txt": 50})
+    with RunSandbox(box) as sandbox:
+        got = sandbox.collect(
+            ["out/**"], CollectLimits(max_files=10, max_file_bytes=100, max_total_bytes=1000), failed=False
+        )
+    assert [(f.name, f.size, f.data) for f in got.files] == [("out/ok.txt", 2, b"ok"), ("out/short.txt", 3, b"abc")]
+    assert any("'..'" in w for w in got.warnings) and any("changed while" in w for w in got.warnings)
+    assert list((tmp_path / "ws").rglob("escape")) == []
     manager.discard(box.workspace.root)
     manager.close()

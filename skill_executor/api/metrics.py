@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..runs.store import RunRecord
@@ -69,6 +69,38 @@ class RuntimeCollector(Collector):
             restarts.add_metric([name], figures.restarts)
         yield failures
         yield restarts
+        claims = stats.get("sandbox_claims")
+        if claims is not None:
+            yield from _claim_families(claims)
+
+
+def _claim_families(claims: dict[str, Any]) -> Iterator[Metric]:
+    """The agent-sandbox runtime's claims (:meth:`ClaimFigures.snapshot`)."""
+    seconds = HistogramMetricFamily(
+        "skill_executor_sandbox_claim_seconds", "Time to claim a sandbox pod, by tier", labels=["tier"]
+    )
+    for tier, figures in sorted(claims["claim_seconds"].items()):
+        buckets = [("+Inf" if math.isinf(le) else str(le), n) for le, n in figures["buckets"]]
+        seconds.add_metric([tier], buckets, figures["sum"])
+    yield seconds
+    waiting = GaugeMetricFamily(
+        "skill_executor_sandbox_claims_waiting", "Runs waiting for a sandbox pod, by tier", labels=["tier"]
+    )
+    for tier, n in sorted(claims["claims_waiting"].items()):
+        waiting.add_metric([tier], n)
+    yield waiting
+    outcomes = CounterMetricFamily(
+        "skill_executor_sandbox_claims", "Sandbox pod claims by tier and outcome", labels=["tier", "outcome"]
+    )
+    for tier, by_outcome in sorted(claims["claims"].items()):
+        for outcome, n in sorted(by_outcome.items()):
+            outcomes.add_metric([tier, outcome], n)
+    yield outcomes
+    yield CounterMetricFamily(
+        "skill_executor_sandbox_claim_release_failures",
+        "Claims whose deletion failed (the claim's TTL ends them)",
+        value=claims["claim_release_failures"],
+    )
 
 
 class ClusterCollector(Collector):

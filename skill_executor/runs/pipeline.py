@@ -20,6 +20,7 @@ from .. import tracing
 from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore
 from ..config import Settings
+from ..errors import ExecutorError
 from ..registry import SkillRepository
 from ..runtimes.base import Command, OutputListener, Runtime, SandboxPlan
 from ..workers import Supervisor
@@ -200,6 +201,14 @@ class SkillRunner:
         key = envs.for_run(plan.skill.path, plan.skill.digest)
         if key is None:
             return None
+        if not self.runtime.skill_envs:
+            raise ExecutorError(
+                f"the skill {plan.skill.id!r} has a dependency environment, which the {self.runtime.name} "
+                "runtime cannot give its runs (it is on the worker's disk)",
+                code="unsupported_on_runtime",
+                status=400,
+                details={"runtime": self.runtime.name, "feature": "skill_dependencies"},
+            )
         return f"{self.runtime.visible_envs_dir or envs.root}/{key}"
 
     # -- housekeeping --------------------------------------------------------------------

@@ -9,9 +9,13 @@
   disk cap on every pass (also while output floods in), and on a breach kill the whole
   process group and keep reading for at most :data:`KILL_GRACE_SECONDS`: output up to
   the kill is kept.  Then ``wait``: nothing of the run is alive once it returns;
-* ``collect`` -- for a box that does not share its folder, ``get`` ``out/`` (and
-  ``work/``) back first; then :func:`~skill_executor.outputs.collect.collect`, the only
-  place for the path rules, caps and MIME types.
+* ``collect`` -- for a box that does not share its folder, first :meth:`RunSandbox.fetch`:
+  the box's ``out/``, ``work/`` and ``run/`` are listed, and of the files the globs match
+  (in path order, the first ``max_files``) only what collection will read comes back (each
+  file's first ``min(max_file_bytes, what is left of max_total_bytes)`` bytes, the rest
+  a hole so it keeps its size): the same files, sizes, truncations and caps as for a box
+  that shares its folder.  Then :func:`~skill_executor.outputs.collect.collect`, the
+  only place for the path rules, caps and MIME types.
 
 The pipeline makes one per run from ``runtime.claim(plan)`` and never sees a box.
 """
@@ -21,12 +25,15 @@ from __future__ import annotations
 import signal as signals
 import time
 from collections.abc import Sequence
+from pathlib import PurePosixPath
 from typing import Self
 
-from ..outputs.collect import Collection, CollectLimits, collect
+from ..errors import ExecutorError
+from ..outputs.collect import Collection, CollectLimits, collect, compile_globs
 from ..runtimes.base import Box, Command, ExecResult, ProcessSpec
 from ..runtimes.limits import Guard, signal_name
 from ..runtimes.streams import BoundedBuffer
+from ..workspace.remove import remove_tree
 from ..workspace.schema import InputSpec
 from ..workspace.staging import Stager, StagingReport
 
@@ -34,6 +41,16 @@ from ..workspace.staging import Stager, StagingReport
 KILL_GRACE_SECONDS = 5.0
 #: What ``put`` copies into a box that does not share the workspace.
 STAGED_TOPS = ("skills", "work", "run")
+#: Bounds of :meth:`RunSandbox.fetch`'s listing of a box (its answers are untrusted).
+FETCH_MAX_ENTRIES = 100_000
+FETCH_MAX_DEPTH = 32
+#: A file listed larger than this is not believed (nor brought back).
+FETCH_MAX_FILE_SIZE = 1 << 40
+
+
+def _plain(name: str) -> bool:
+    """One plain path component (a box's listing is untrusted)."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
 
 
 class RunSandbox:
@@ -107,11 +124,55 @@ class RunSandbox:
         )
 
     def collect(self, globs: list[str], limits: CollectLimits, *, failed: bool) -> Collection:
-        if not self.box.shared:
-            left = limits.max_total_bytes
-            for top in ("out", "work"):
-                left -= self.box.get(top, max(0, left))
-        return collect(self.workspace, globs, limits, failed=failed)
+        warnings = self.fetch(globs, limits) if not self.box.shared and globs else []
+        collection = collect(self.workspace, globs, limits, failed=failed)
+        collection.warnings[:0] = warnings
+        return collection
+
+    def fetch(self, globs: list[str], limits: CollectLimits) -> list[str]:
+        """Bring back from a box that does not share the workspace what collecting
+        ``globs`` under ``limits`` reads (see the module docstring); warnings."""
+        spec = compile_globs(tuple(globs))
+        warnings: list[str] = []
+        found: list[tuple[str, int]] = []
+        seen = 0
+        stack = [(top, 0) for top in self.workspace.roots()]
+        while stack:
+            folder, depth = stack.pop()
+            for entry in self.box.list(folder):
+                seen += 1
+                if seen > FETCH_MAX_ENTRIES:
+                    warnings.append(f"more than {FETCH_MAX_ENTRIES} entries in the sandbox; the rest was not looked at")
+                    stack.clear()
+                    break
+                if not _plain(entry.name):
+                    warnings.append(f"{folder}: an entry named {entry.name[:80]!r} was skipped")
+                    continue
+                path = f"{folder}/{entry.name}"
+                if entry.kind == "directory" and depth < FETCH_MAX_DEPTH:
+                    stack.append((path, depth + 1))
+                elif entry.kind == "file" and 0 <= entry.size <= FETCH_MAX_FILE_SIZE and spec.match_file(path):
+                    found.append((path, entry.size))
+        for host in self.workspace.roots().values():  # the box's files, and only them
+            remove_tree(host)
+            host.mkdir(mode=0o755)
+        found.sort()
+        left = limits.max_total_bytes
+        for i, (path, size) in enumerate(found):
+            want = min(size, limits.max_file_bytes, max(0, left)) if i < limits.max_files else 0
+            top, _, below = path.partition("/")
+            try:
+                data = self.box.read(path, want) if want else b""
+                if len(data) < want:  # shorter than it was listed: what there is, no hole
+                    warnings.append(f"output {path!r} changed while it was collected")
+                    size = len(data)
+                with self.workspace.tree(top) as tree:
+                    tree.write(PurePosixPath(below), data, owner=None, size=size, what="output")
+            except ExecutorError as exc:
+                warnings.append(f"output {path!r} could not be brought back: {exc.message}")
+                continue
+            left -= len(data)
+        return warnings
 
     def close(self) -> None:
         self.box.release()

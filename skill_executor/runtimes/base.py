@@ -168,8 +168,12 @@ class Box(Protocol):
         """Copy these top folders of ``workspace`` (``skills``, ``work``, ``run``) into the box."""
         ...
 
-    def list(self, top: str) -> list[BoxEntry]:
-        """The entries of one folder of the box (``out``, say), as the command left them."""
+    def list(self, folder: str) -> list[BoxEntry]:
+        """The entries of one folder of the box (``out``, ``out/sub``), as the command left them."""
+        ...
+
+    def read(self, path: str, limit: int) -> bytes:
+        """The first ``limit`` bytes of the box's file ``path`` (``out/a.txt``)."""
         ...
 
     def get(self, top: str, limit: int) -> int:
@@ -224,6 +228,8 @@ class Runtime(Protocol):
     visible_skills_dir: str | None
     #: Where runs see the skills' dependency environments; None: their host folder.
     visible_envs_dir: str | None
+    #: Whether runs can use skills' dependency environments at all.
+    skill_envs: bool
     #: How the disk cap is enforced: ``hard`` (a file system per workspace and per
     #: session's ``work/``), ``soft`` (polled), ``none`` (the local runtime).
     disk_cap: str

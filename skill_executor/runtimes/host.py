@@ -9,9 +9,10 @@ then the folder to the janitor.
 
 from __future__ import annotations
 
+import os
 import stat
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..errors import ExecutorError
 from ..workspace.layout import Workspace
@@ -50,16 +51,26 @@ class SharedBox:
         """Nothing to copy: the command wrote into the workspace itself."""
         return 0
 
-    def list(self, top: str) -> list[BoxEntry]:
+    def list(self, folder: str) -> list[BoxEntry]:
+        top, _, below = folder.partition("/")
+        where = PurePosixPath(below or ".")
+        depth = len(where.parts) + 1 if below else 1
         with self.workspace.tree(top) as tree:
             entries = []
-            for entry in tree.walk():
-                if len(entry.path.parts) != 1:
+            for entry in tree.walk(where):
+                if len(entry.path.parts) != depth:
                     continue
                 mode = entry.stat.st_mode
                 kind = "directory" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
                 entries.append(BoxEntry(entry.path.name, entry.stat.st_size if kind == "file" else 0, kind))
             return entries
+
+    def read(self, path: str, limit: int) -> bytes:
+        top, _, below = path.partition("/")
+        with self.workspace.tree(top) as tree:
+            fd, _ = tree.open_file(PurePosixPath(below))
+            with os.fdopen(fd, "rb") as file:
+                return file.read(limit)
 
     def start(self, spec: ProcessSpec) -> Process:
         if self._started or self._released:

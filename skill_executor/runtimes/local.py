@@ -22,15 +22,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
-from ..activity import Activity
 from ..config import Settings
-from ..workers import Supervisor
-from ..workspace.layout import Workspace, WorkspaceManager
+from ..workspace.layout import Workspace
 from .base import Chunk, ProcessSpec, SandboxPlan
 from .host import SharedBox
-from .janitor import Janitor
+from .housekeeping import Housekeeping
 from .limits import Cap
 from .skillcopy import make_view
 
@@ -46,26 +43,21 @@ DRAIN_SECONDS = 2.0
 CHUNK = 64 * 1024
 
 
-class LocalRuntime:
+class LocalRuntime(Housekeeping):
     name = "local"
     owner: tuple[int, int] | None = None
     #: Runs see skills at per-run host paths; the overview shows the source path.
     visible_skills_dir: str | None = None
     #: Runs use the skills' dependency environments at their host paths.
     visible_envs_dir: str | None = None
+    skill_envs = True
     #: No disk cap at all (development only; SKILL_EXECUTOR_DISK_CAP does not apply).
     disk_cap = "none"
 
     def __init__(self, settings: Settings, *, path: str = "/usr/local/bin:/usr/bin:/bin") -> None:
+        super().__init__(settings, "local")
         self.settings = settings
         self.path = path
-        self.activity = Activity()
-        self.workspaces = WorkspaceManager(settings.workspaces, instance=settings.instance_id)
-        swept = self.workspaces.sweep()
-        if swept:
-            log.warning("removed %d workspace(s) left by a crashed process", len(swept))
-        self.supervisor = Supervisor("local")
-        self.janitor = Janitor(self.activity, self.supervisor, workers=settings.cleanup_workers, name="janitor")
         log.warning(WARNING)
 
     def claim(self, plan: SandboxPlan) -> LocalBox:
@@ -89,27 +81,6 @@ class LocalRuntime:
 
     def health(self) -> dict[str, tuple[bool, str]]:
         return {"runtime": (True, "local subprocesses (no isolation)")}
-
-    def stats(self) -> dict[str, Any]:
-        return {
-            "containers": None,
-            "cleanup_backlog": self.janitor.backlog,
-            "cleanup_leftovers": 0,
-            "workspaces": self.workspaces.count(),
-            "workers": self.supervisor.stats(),
-            "engine_up": None,
-        }
-
-    def settle(self) -> None:
-        self.janitor.settle()
-
-    def close(self, timeout: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout
-        self.janitor.close(timeout=timeout)
-        left = self.janitor.backlog
-        self.supervisor.close(timeout=max(0.5, deadline - time.monotonic()))
-        if not left and not self.workspaces.in_use():
-            self.workspaces.close()
 
 
 class LocalBox(SharedBox):

@@ -22,6 +22,7 @@ class RemoteRuntime:
     owner: tuple[int, int] | None = None
     visible_skills_dir: str | None = f"{CONTAINER_WORKSPACE}/skills"
     visible_envs_dir: str | None = CONTAINER_ENVS
+    skill_envs = True
     disk_cap = "none"
 
     def __init__(self, settings: Settings) -> None:

@@ -178,8 +178,11 @@ class Tree:
         owner: Owner,
         mode: int = 0o644,
         what: str = "file",
+        size: int | None = None,
     ) -> int:
         """Create ``rel`` afresh with the content of ``source``; return the bytes written.
+        ``size``: the file's size, past what is written (a hole: a file of which only a
+        prefix was copied keeps its true size).
 
         Missing parent folders are made (owned by ``owner``).  An existing regular file
         is replaced (unlinked, then created exclusively); an existing link is refused,
@@ -209,6 +212,8 @@ class Tree:
                 else:
                     while chunk := source.read(_CHUNK):
                         written += _write_all(fd, memoryview(chunk))
+                if size is not None and size > written:
+                    os.ftruncate(fd, size)
                 if owner is not None and mode & 0o222:
                     os.fchown(fd, *owner)
                 os.fchmod(fd, mode)

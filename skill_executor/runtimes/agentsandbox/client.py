@@ -133,6 +133,22 @@ class PodClient:
             raise SandboxLost(f"the pod's listing of {path!r} is not sandboxd's: {exc}") from None
         return entries
 
+    def read(self, path: str, limit: int) -> bytes:
+        """The first ``limit`` bytes of the pod's file ``path`` (fewer: the file is shorter)."""
+        if not plain_path(path):
+            raise ExecutorError(f"{path[:80]!r} is not a plain relative path", code="invalid_path")
+        try:
+            response = self.connector.send_request("GET", _sandboxd_files_endpoint(path), timeout=60, stream=True)
+        except SandboxRequestError as exc:
+            raise SandboxLost(f"reading {path!r} from the pod failed: {exc.status_code}: {exc}") from None
+        with response:  # only the prefix is read; the rest of the body is dropped with the connection
+            data = bytearray()
+            while len(data) < limit and (
+                chunk := response.raw.read(min(1 << 20, limit - len(data)), decode_content=True)
+            ):
+                data += chunk
+        return bytes(data)
+
     def get(self, remote: str, tree: Tree, *, limits: MirrorLimits, owner: tuple[int, int] | None) -> Mirrored:
         """Mirror the pod's folder ``remote`` into ``tree`` (bounded, link-free)."""
 

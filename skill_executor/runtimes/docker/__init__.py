@@ -79,6 +79,7 @@ class DockerRuntime:
     visible_skills_dir: str | None = f"{CONTAINER_WORKSPACE}/skills"
     #: Where every container sees the skills' dependency environments (read-only).
     visible_envs_dir: str | None = CONTAINER_ENVS
+    skill_envs = True
 
     def __init__(
         self, settings: Settings, client: docker.DockerClient | None = None, *, wait_for_engine: bool = False

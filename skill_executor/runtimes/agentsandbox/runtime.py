@@ -1,0 +1,183 @@
+"""``runtime: agent-sandbox``: every run in a pod of its own, claimed from a SandboxWarmPool.
+
+:class:`AgentSandboxRuntime` claims one pod per run (:mod:`.claims`, the real SDK) and gives
+the pipeline a :class:`PodBox` over it: the run's workspace is a folder on the worker (the
+skill's private copy and the staged inputs are made there, as for every runtime), ``put``
+sends it to the pod's ``/workspace`` (:mod:`.client`: a few PUTs or one tar), the command is
+one streamed ``Start`` (:mod:`.process`), ``get`` mirrors ``out/`` and ``work/`` back, bounded
+and link-free, and ``release`` deletes the claim (a pod never serves two runs) and the folder,
+off the run's path.  Everything else (deadline, cancel, caps, partial output, collection) is
+:class:`~skill_executor.runs.sandbox.RunSandbox`'s, as for every box (``shared`` is False).
+
+Not on this runtime (refused with a clear error, never half done): sessions (a pod serves
+one run: a session's ``work/`` would have to move in and out around each run) and skills
+with resolved dependency environments (they live on the worker's disk).  The pod's disk and
+memory are the kubelet's to cap (the template's ``emptyDir`` size limit and memory limit): a
+run past its memory is SIGKILLed in its pod, one past its disk evicts it (``sandbox_lost``).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...config import Settings
+from ...errors import BadRequest, ExecutorError
+from ...owners import data_dir_id
+from ...workspace.layout import Workspace
+from ..base import BoxEntry, BoxVerdict, Process, ProcessSpec, SandboxPlan
+from ..housekeeping import Housekeeping
+from ..skillcopy import make_view
+from .claims import Claim, Claims, api_client
+from .client import PodClient
+from .transfer import MirrorLimits
+
+log = logging.getLogger(__name__)
+
+#: Where a run's workspace is in its pod (sandboxd's files API is confined to it).
+POD_WORKSPACE = "/workspace"
+
+
+def worker_name(settings: Settings) -> str:
+    """This worker's name in its claims' labels (its data dir's id: stable across restarts)."""
+    return f"{socket.gethostname()[:40]}-{data_dir_id(settings.data_dir)[:12]}"
+
+
+class AgentSandboxRuntime(Housekeeping):
+    name = "agent-sandbox"
+    #: Files the service writes in the worker-side workspace are the service's own.
+    owner: tuple[int, int] | None = None
+    visible_skills_dir: str | None = f"{POD_WORKSPACE}/skills"
+    #: Dependency environments are not on pods (such skills are refused: :meth:`claim`).
+    visible_envs_dir: str | None = None
+    skill_envs = False
+    #: The kubelet's (the template's emptyDir sizeLimit), not polled here.
+    disk_cap = "none"
+
+    def __init__(self, settings: Settings, *, claims: Claims | None = None) -> None:
+        if claims is None and not settings.agent_sandbox_pools:
+            raise BadRequest(
+                "SKILL_EXECUTOR_RUNTIME=agent-sandbox needs SKILL_EXECUTOR_AGENT_SANDBOX_POOLS "
+                '(image tier -> SandboxWarmPool, as JSON: {"base": "skill-executor-base"})'
+            )
+        if settings.agent_sandbox_tier not in settings.agent_sandbox_pools and claims is None:
+            raise BadRequest(
+                f"SKILL_EXECUTOR_AGENT_SANDBOX_TIER={settings.agent_sandbox_tier!r} is not a tier of "
+                f"SKILL_EXECUTOR_AGENT_SANDBOX_POOLS ({', '.join(sorted(settings.agent_sandbox_pools))})"
+            )
+        super().__init__(settings, "agent-sandbox")
+        self.settings = settings
+        self.tier = settings.agent_sandbox_tier
+        if claims is None:
+            api = api_client(settings.agent_sandbox_api_url)
+            claims = Claims.from_settings(settings, api, worker_name(settings))
+        self.claims = claims
+        try:
+            left = self.claims.sweep()
+            if left:
+                log.warning("agent-sandbox: deleted %d claim(s) left by this worker's previous process", left)
+        except Exception as exc:  # the API away at start: the claims' TTL ends them
+            log.warning("agent-sandbox: could not look for claims left by a previous process: %s", exc)
+
+    def claim(self, plan: SandboxPlan) -> PodBox:
+        if plan.session is not None:
+            raise ExecutorError(
+                "sessions are not available on the agent-sandbox runtime: a pod serves one run "
+                "(run without a session, or on a worker with SKILL_EXECUTOR_RUNTIME=docker)",
+                code="unsupported_on_runtime",
+                status=400,
+                details={"runtime": self.name, "feature": "session"},
+            )
+        workspace = self.workspaces.create(plan.run_id, plan.skill.id, tenant=plan.tenant)
+        try:
+            warnings = make_view(workspace, plan.skill.path, None)
+            claim = self.claims.claim(self.tier, plan.run_id, run_timeout=self.settings.max_timeout)
+        except BaseException:
+            self.janitor.submit(lambda: self.workspaces.discard(workspace.root))
+            raise
+        try:
+            client = PodClient(
+                claim.sandbox.connector, root=POD_WORKSPACE, kill_grace=self.settings.agent_sandbox_kill_grace_seconds
+            )
+        except BaseException:
+            self.claims.release(claim)
+            self.janitor.submit(lambda: self.workspaces.discard(workspace.root))
+            raise
+        box = PodBox(workspace, client, claim, release=self._releaser(claim, workspace))
+        box.warnings += warnings
+        return box
+
+    def _releaser(self, claim: Claim, workspace: Workspace) -> Callable[[], None]:
+        keep = self.settings.keep_workspaces
+
+        def release() -> None:
+            def discard() -> None:
+                try:
+                    self.claims.release(claim)
+                finally:
+                    if not keep:
+                        self.workspaces.discard(workspace.root)
+
+            self.janitor.submit(discard)
+
+        return release
+
+    def health(self) -> dict[str, tuple[bool, str]]:
+        pools = ", ".join(f"{tier}={pool}" for tier, pool in sorted(self.claims.pools.items()))
+        return {"runtime": (True, f"agent-sandbox pods ({pools}; runs use {self.tier})")}
+
+    def stats(self) -> dict[str, Any]:
+        return {**super().stats(), "sandbox_claims": self.claims.figures.snapshot()}
+
+
+class PodBox:
+    """One run's pod (see the module docstring); single use."""
+
+    shared = False
+
+    def __init__(self, workspace: Workspace, client: PodClient, claim: Claim, *, release: Callable[[], None]) -> None:
+        self.workspace = workspace
+        self.root = client.root
+        self.warnings: list[str] = []
+        self.client = client
+        self.claim = claim
+        self._release = release
+        self._started = False
+        self._released = False
+
+    def put(self, tops: Sequence[str]) -> None:
+        root = self.workspace.root
+        packed = self.client.put({top: root / top for top in tops}, root=root, folders=["out"])
+        self.warnings += packed.warnings
+
+    def list(self, top: str) -> list[BoxEntry]:
+        return [
+            BoxEntry(e.name, e.size if e.type == "file" else 0, "directory" if e.type == "directory" else "file")
+            for e in self.client.entries(top)
+        ]
+
+    def read(self, path: str, limit: int) -> bytes:
+        return self.client.read(path, limit)
+
+    def get(self, top: str, limit: int) -> int:
+        with self.workspace.tree(top) as tree:
+            got = self.client.get(top, tree, limits=MirrorLimits(max_bytes=limit), owner=None)
+        self.warnings += got.warnings
+        return got.bytes
+
+    def start(self, spec: ProcessSpec) -> Process:
+        if self._started or self._released:
+            raise ExecutorError("a box starts one process only (single use)", code="internal", status=500)
+        self._started = True
+        return self.client.start(spec.argv, cwd=spec.cwd, env=spec.env, stdin=spec.stdin, timeout=spec.timeout)
+
+    def verdict(self) -> BoxVerdict:
+        return BoxVerdict()
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        self._release()

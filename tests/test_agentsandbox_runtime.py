@@ -1,0 +1,111 @@
+"""``runtime: agent-sandbox`` through the whole pipeline: the real SDK claims a pod from
+tests/fakekube.py (our in-pod server in a container of the runner image), the skill's view
+and the staged inputs go in, the command streams, outputs come back capped and typed, the
+claim is deleted and the pod replaced.  What the runtime cannot do is refused, cleanly."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from skill_executor.api.metrics import RuntimeCollector
+from skill_executor.config import Settings
+from skill_executor.core import Executor
+from skill_executor.errors import ExecutorError
+from skill_executor.runtimes.agentsandbox.runtime import AgentSandboxRuntime
+
+from .helpers import leftover_runs, refused, run
+
+
+def test_a_skill_runs_in_a_pod_with_its_inputs_and_outputs(executor: Executor) -> None:
+    assert executor.runtime.name == "agent-sandbox"
+    executor.artifacts.put("data/numbers.txt", b"10 20 30 40\n")
+    result = run(
+        executor,
+        command="python3 scripts/fib.py 10 > out/fib.txt; python3 scripts/stats.py inputs/numbers.txt out/s.json; "
+        "cat inputs/sample.csv | head -c 5; echo; pwd; echo $SKILL_DIR; cat - ",
+        stdin="from stdin\n",
+        inputs=[
+            {"from": "artifact://data/numbers.txt"},
+            {"from": "skill://csv-report/assets/sample.csv"},
+        ],
+        outputs={"globs": ["out/*"]},
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == (
+        "count=4 mean=25\nregio\n/workspace/skills/math-tools\n/workspace/skills/math-tools\nfrom stdin\n"
+    )
+    by_name = {f.name: f for f in result.output_files}
+    assert by_name["out/fib.txt"].content == "0\n1\n1\n2\n3\n5\n8\n13\n21\n34\n"
+    assert by_name["out/fib.txt"].mime_type == "text/plain"
+    assert by_name["out/s.json"].mime_type == "application/json"
+    assert json.loads(str(by_name["out/s.json"].content))["count"] == 4
+    assert leftover_runs(executor) == []
+    registry = CollectorRegistry()
+    registry.register(RuntimeCollector(executor.runtime.stats))
+    text = generate_latest(registry).decode()
+    assert 'skill_executor_sandbox_claims_total{outcome="ok",tier="document"} 1.0' in text
+    assert 'skill_executor_sandbox_claim_seconds_count{tier="document"} 1.0' in text
+    assert 'skill_executor_sandbox_claims_waiting{tier="document"} 0.0' in text
+
+
+def test_the_skill_is_read_only_in_the_pod_only_as_a_private_copy(executor: Executor) -> None:
+    """A run may change its copy of the skill; the next run sees the skill as installed."""
+    first = run(executor, command="echo changed > SKILL.md; cat SKILL.md")
+    assert first.stdout == "changed\n" or first.exit_code != 0
+    second = run(executor, command="head -1 SKILL.md")
+    assert second.stdout == "---\n"
+
+
+def test_the_deadline_keeps_partial_output_and_caps_hold(executor: Executor) -> None:
+    started = time.monotonic()
+    result = run(
+        executor, command="echo started; echo partial > out/p.txt; sleep 60", timeout=2, output_files=["out/*"]
+    )
+    assert result.timed_out and result.stdout == "started\n" and result.exit_code == 137
+    assert "timeout" in result.limits_hit and time.monotonic() - started < 20
+    assert [f.name for f in result.output_files] == ["out/p.txt"]
+    command = "for i in $(seq 1 5); do head -c 1000 /dev/zero | tr '\\0' a > out/f$i.txt; done; yes | head -c 100000"
+    capped = run(executor, command=command, outputs={"globs": ["out/*"], "max_total_bytes": 2500})
+    assert [len(f.content or "") for f in capped.output_files] == [1000, 1000, 500, 0, 0]
+    assert "max_total_bytes" in capped.limits_hit
+    assert len(capped.stdout) == 100000
+
+
+def test_output_links_and_escapes_planted_in_the_pod_stay_there(executor: Executor) -> None:
+    result = run(
+        executor,
+        command="ln -s /etc/passwd out/passwd; ln -s ../../ out/up; mkdir out/d; echo ok > out/d/f.txt",
+        outputs={"globs": ["out/**"]},
+    )
+    names = {f.name for f in result.output_files}
+    assert names == {"out/d/f.txt"}, (names, result.warnings)
+
+
+def test_sessions_are_refused_cleanly(executor: Executor) -> None:
+    error = refused(executor, command="true", session="s1")
+    assert error.code == "unsupported_on_runtime" and error.status == 400
+    assert error.details == {"runtime": "agent-sandbox", "feature": "session"}
+    assert leftover_runs(executor) == []
+
+
+def test_a_tier_without_a_pool_is_a_start_up_error(tmp_path: object) -> None:
+    with pytest.raises(ExecutorError) as info:
+        AgentSandboxRuntime(Settings(runtime="agent-sandbox", data_dir=str(tmp_path), agent_sandbox_pools={}))
+    assert "SKILL_EXECUTOR_AGENT_SANDBOX_POOLS" in info.value.message
+    with pytest.raises(ExecutorError) as info:
+        AgentSandboxRuntime(
+            Settings(runtime="agent-sandbox", data_dir=str(tmp_path), agent_sandbox_pools={"base": "pool-b"})
+        )
+    assert "SKILL_EXECUTOR_AGENT_SANDBOX_TIER='document'" in info.value.message
+
+
+def test_an_exhausted_pool_is_runtime_unavailable_and_leaves_nothing(make_executor) -> None:  # type: ignore[no-untyped-def]
+    executor = make_executor(agent_sandbox_pools={"document": "no-such-pool"}, agent_sandbox_claim_timeout_seconds=1.0)
+    error = refused(executor, command="true")
+    assert error.code == "runtime_unavailable" and error.status == 503
+    assert error.details["reason"] in ("pool_missing", "claim_timeout")
+    assert leftover_runs(executor) == []
