@@ -8,7 +8,9 @@ relay; the fake binds at once, so a real cluster's 35-80 ms bind is NOT in these
 run of ``true``, by phase: claim (create + watch to Ready + one GET of the Sandbox), put (the
 math-tools skill view + an input: one tar PUT + its unpacking Start), exec (Start streamed,
 WriteStdin EOF, exit), get (list + GET of ``out/``), release (DELETE of the claim); the wire
-total (put + exec + get) and the whole.  Docker, in turn with it: the warm launcher's round trip
+total (put + exec + get) and the whole; and a library run of ``true`` through the
+``agent-sandbox`` runtime (``agentsandbox_library``: the pipeline, claim to result; the
+release is off the run's path).  Docker, in turn with it: the warm launcher's round trip
 (``true``) and a library run of ``true`` on a warm pool.  Then output streaming throughput
 (200 MB through ``Start``, 1 MiB kept).
 """
@@ -113,9 +115,22 @@ def main() -> int:
             docker_oci_runtime=args.oci_runtime,
         )
     )
+    pods: Executor | None = None
     try:
         kube = FakeKube({"pool-a": Pool(ready=deque([farm.make(), farm.make()]), make=farm.make, discard=farm.discard)})
         with kube.serving():
+            pods = Executor.from_settings(
+                Settings(
+                    runtime="agent-sandbox",
+                    skills_dirs=[REPO / "skills"],
+                    data_dir=base / "pods",
+                    agent_sandbox_api_url=kube.url,
+                    agent_sandbox_namespace="bench",
+                    agent_sandbox_pools={"document": "pool-a"},
+                    agent_sandbox_rest_port=farm.rest_port,
+                    agent_sandbox_grpc_port=farm.grpc_port,
+                )
+            )
             claims = Claims(
                 api_client(kube.url),
                 pools={"base": "pool-a"},
@@ -134,6 +149,15 @@ def main() -> int:
                     time.sleep(0.05)
                 time.sleep(0.1)
                 phases = sandbox_run(claims, ws, out)
+                pods.runtime.settle()
+                while len(kube.pools["pool-a"].ready) < 2:
+                    time.sleep(0.05)
+                time.sleep(0.1)
+                started = time.perf_counter()
+                through_pods = pods.runner.run(request)
+                phases["agentsandbox_library"] = (time.perf_counter() - started) * 1000
+                assert through_pods.exit_code == 0, through_pods
+                pods.runtime.settle()
                 assert runtime.pool.wait_ready()
                 time.sleep(0.1)
                 launcher = launcher_round_trip(executor)
@@ -149,6 +173,8 @@ def main() -> int:
             flood = [throughput(claims, 200_000_000) for _ in range(3)]
             api_calls = dict(kube.calls)
     finally:
+        if pods is not None:
+            pods.close()
         executor.close()
         farm.close()
         shutil.rmtree(base, ignore_errors=True)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
+import httpx
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -17,7 +19,9 @@ from skill_executor.core import Executor
 from skill_executor.errors import ExecutorError
 from skill_executor.runtimes.agentsandbox.runtime import AgentSandboxRuntime
 
+from .cluster import FAST, Cluster, run_body
 from .helpers import leftover_runs, refused, run
+from .pgserver import PostgresServer
 
 
 def test_a_skill_runs_in_a_pod_with_its_inputs_and_outputs(executor: Executor) -> None:
@@ -109,3 +113,40 @@ def test_an_exhausted_pool_is_runtime_unavailable_and_leaves_nothing(make_execut
     assert error.code == "runtime_unavailable" and error.status == 503
     assert error.details["reason"] in ("pool_missing", "claim_timeout")
     assert leftover_runs(executor) == []
+
+
+def test_a_cluster_worker_on_agent_sandbox_runs_what_a_replica_admits(
+    postgres_server: PostgresServer, agent_sandbox_farm: dict[str, object], tmp_path: Path
+) -> None:
+    """``skill-executor worker`` with ``SKILL_EXECUTOR_RUNTIME=agent-sandbox``, behind an API
+    replica, over Postgres: the run goes through the queue to a pod and back."""
+    kube = agent_sandbox_farm
+    name = postgres_server.create_database()
+    env = {
+        **FAST,
+        "SKILL_EXECUTOR_RUNTIME": "agent-sandbox",
+        "SKILL_EXECUTOR_AGENT_SANDBOX_API_URL": str(kube["agent_sandbox_api_url"]),
+        "SKILL_EXECUTOR_AGENT_SANDBOX_NAMESPACE": str(kube["agent_sandbox_namespace"]),
+        "SKILL_EXECUTOR_AGENT_SANDBOX_POOLS": json.dumps(kube["agent_sandbox_pools"]),
+        "SKILL_EXECUTOR_AGENT_SANDBOX_REST_PORT": str(kube["agent_sandbox_rest_port"]),
+        "SKILL_EXECUTOR_AGENT_SANDBOX_GRPC_PORT": str(kube["agent_sandbox_grpc_port"]),
+    }
+    cluster = Cluster(tmp_path / "cluster", postgres_server.url(name), apis=1, workers=1, worker_env=[env])
+    try:
+        cluster.start()
+        done = httpx.post(
+            f"{cluster.api(0)}/v1/runs",
+            json=run_body("python3 scripts/fib.py 7 > out/fib.txt; echo $WORKSPACE_DIR", output_files=["out/*"]),
+            timeout=120,
+        )
+        assert done.status_code == 200, done.text
+        result = done.json()
+        assert result["stdout"] == "/workspace\n" and result["exit_code"] == 0, (result, cluster.logs())
+        assert [(f["name"], f["content"]) for f in result["output_files"]] == [("out/fib.txt", "0\n1\n1\n2\n3\n5\n8\n")]
+        metrics = httpx.get(f"{cluster.workers[0].url}/metrics", timeout=10)
+        assert 'skill_executor_sandbox_claims_total{outcome="ok",tier="document"}' in metrics.text, metrics.text[:500]
+        session = httpx.post(f"{cluster.api(0)}/v1/runs", json=run_body("true", session="s1"), timeout=120).json()
+        assert session["error"]["code"] == "unsupported_on_runtime", session
+    finally:
+        cluster.close()
+        postgres_server.drop_database(name)
