@@ -626,7 +626,7 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "unsupported_on_runtime",
         400,
         "The run asks for what this worker's runtime does not offer; details name the runtime and the "
-        "feature: on agent-sandbox, sessions (a pod serves one run) and skills with dependency environments.",
+        "feature: on agent-sandbox, skills with dependency environments (they are on the worker's disk).",
         "Run it without the feature, or on workers with SKILL_EXECUTOR_RUNTIME=docker.",
     ),
     E(

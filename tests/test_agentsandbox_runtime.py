@@ -1,13 +1,15 @@
 """``runtime: agent-sandbox`` through the whole pipeline: the real SDK claims a pod from
 tests/fakekube.py (our in-pod server in a container of the runner image), the skill's view
-and the staged inputs go in, the command streams, outputs come back capped and typed, the
-claim is deleted and the pod replaced.  What the runtime cannot do is refused, cleanly."""
+and the staged inputs go in, the command streams, outputs come back capped and typed, a
+session's work/ goes on from pod to pod, the claim is deleted and the pod replaced.  What
+the runtime cannot do is refused, cleanly."""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -89,10 +91,26 @@ def test_output_links_and_escapes_planted_in_the_pod_stay_there(executor: Execut
     assert names == {"out/d/f.txt"}, (names, result.warnings)
 
 
-def test_sessions_are_refused_cleanly(executor: Executor) -> None:
-    error = refused(executor, command="true", session="s1")
-    assert error.code == "unsupported_on_runtime" and error.status == 400
-    assert error.details == {"runtime": "agent-sandbox", "feature": "session"}
+def test_a_session_goes_on_from_pod_to_pod(executor: Executor) -> None:
+    first = run(
+        executor,
+        session="s1",
+        command="echo persisted > work/note.txt; mkdir -p work/d; echo x > work/d/y; echo temp > out/o.txt",
+    )
+    assert first.exit_code == 0, first.stderr
+    second = run(
+        executor,
+        session="s1",
+        command="cat work/note.txt work/d/y; ls out | wc -l; cat inputs/note.txt; rm work/d/y; echo more >> work/note.txt",
+        inputs=[{"from": "workspace://work/note.txt"}],
+        output_files=["work/note.txt"],
+    )
+    assert second.stdout == "persisted\nx\n0\npersisted\n", second.stderr
+    assert [(f.name, f.content) for f in second.output_files] == [("work/note.txt", "persisted\nmore\n")]
+    third = run(executor, session="s1", command="cat work/note.txt; ls work/d | wc -l")
+    assert third.stdout == "persisted\nmore\n0\n", third.stderr  # a deletion is kept too
+    other = run(executor, session="s2", command="cat work/note.txt 2>/dev/null || echo absent")
+    assert other.stdout == "absent\n"
     assert leftover_runs(executor) == []
 
 
@@ -145,8 +163,38 @@ def test_a_cluster_worker_on_agent_sandbox_runs_what_a_replica_admits(
         assert [(f["name"], f["content"]) for f in result["output_files"]] == [("out/fib.txt", "0\n1\n1\n2\n3\n5\n8\n")]
         metrics = httpx.get(f"{cluster.workers[0].url}/metrics", timeout=10)
         assert 'skill_executor_sandbox_claims_total{outcome="ok",tier="document"}' in metrics.text, metrics.text[:500]
-        session = httpx.post(f"{cluster.api(0)}/v1/runs", json=run_body("true", session="s1"), timeout=120).json()
-        assert session["error"]["code"] == "unsupported_on_runtime", session
+        for command, said in (("echo kept > work/k.txt; echo one", "one\n"), ("cat work/k.txt", "kept\n")):
+            step = httpx.post(f"{cluster.api(0)}/v1/runs", json=run_body(command, session="s1"), timeout=120).json()
+            assert step["stdout"] == said, (step, cluster.logs())
     finally:
         cluster.close()
         postgres_server.drop_database(name)
+
+
+def test_a_pod_lost_while_a_sessions_work_comes_back_leaves_it_as_it_was(tmp_path: Path) -> None:
+    from pathlib import PurePosixPath
+
+    from skill_executor.runtimes.agentsandbox.process import SandboxLost
+    from skill_executor.runtimes.agentsandbox.runtime import PodBox
+    from skill_executor.workspace.layout import WorkspaceManager
+
+    class LostHalfWay:
+        root = "/workspace"
+
+        def get(self, top: str, tree: Any, *, limits: Any, owner: Any) -> Any:
+            tree.write(PurePosixPath("half.txt"), b"half", owner=None)
+            raise SandboxLost("the pod went away")
+
+    work = tmp_path / "session" / "work"
+    work.mkdir(parents=True)
+    (work / "kept.txt").write_text("before\n")
+    manager = WorkspaceManager(tmp_path / "ws", instance="lost")
+    workspace = manager.create("lost-1", "math-tools", session_work=work, session="s")
+    box = PodBox(workspace, LostHalfWay(), None, release=lambda: None)  # type: ignore[arg-type]
+    with pytest.raises(SandboxLost):
+        box.get("work", 1 << 20)
+    assert sorted(p.name for p in work.iterdir()) == ["inputs", "kept.txt"]
+    assert (work / "kept.txt").read_text() == "before\n"
+    assert [p.name for p in workspace.root.iterdir() if "incoming" in p.name] == []
+    manager.discard(workspace.root)
+    manager.close()

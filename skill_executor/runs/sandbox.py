@@ -14,7 +14,8 @@
   (in path order, the first ``max_files``) only what collection will read comes back (each
   file's first ``min(max_file_bytes, what is left of max_total_bytes)`` bytes, the rest
   a hole so it keeps its size): the same files, sizes, truncations and caps as for a box
-  that shares its folder.  Then :func:`~skill_executor.outputs.collect.collect`, the
+  that shares its folder.  A session's ``work/`` comes back whole first (``get``): the
+  session goes on from what the run left there.  Then :func:`~skill_executor.outputs.collect.collect`, the
   only place for the path rules, caps and MIME types.
 
 The pipeline makes one per run from ``runtime.claim(plan)`` and never sees a box.
@@ -23,6 +24,7 @@ The pipeline makes one per run from ``runtime.claim(plan)`` and never sees a box
 from __future__ import annotations
 
 import signal as signals
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import PurePosixPath
@@ -124,19 +126,30 @@ class RunSandbox:
         )
 
     def collect(self, globs: list[str], limits: CollectLimits, *, failed: bool) -> Collection:
-        warnings = self.fetch(globs, limits) if not self.box.shared and globs else []
+        warnings: list[str] = []
+        if not self.box.shared:
+            whole: tuple[str, ...] = ()
+            if self.workspace.session is not None:  # the session goes on from what the run left
+                before = len(self.box.warnings)
+                self.box.get("work", sys.maxsize)
+                warnings += self.box.warnings[before:]
+                whole = ("work",)
+            if globs:
+                warnings += self.fetch(globs, limits, skip=whole)
         collection = collect(self.workspace, globs, limits, failed=failed)
         collection.warnings[:0] = warnings
         return collection
 
-    def fetch(self, globs: list[str], limits: CollectLimits) -> list[str]:
+    def fetch(self, globs: list[str], limits: CollectLimits, *, skip: Sequence[str] = ()) -> list[str]:
         """Bring back from a box that does not share the workspace what collecting
-        ``globs`` under ``limits`` reads (see the module docstring); warnings."""
+        ``globs`` under ``limits`` reads (see the module docstring); warnings.  ``skip``:
+        tops already brought back whole."""
         spec = compile_globs(tuple(globs))
         warnings: list[str] = []
         found: list[tuple[str, int]] = []
         seen = 0
-        stack = [(top, 0) for top in self.workspace.roots()]
+        tops = [top for top in self.workspace.roots() if top not in skip]
+        stack = [(top, 0) for top in tops]
         while stack:
             folder, depth = stack.pop()
             for entry in self.box.list(folder):
@@ -153,7 +166,8 @@ class RunSandbox:
                     stack.append((path, depth + 1))
                 elif entry.kind == "file" and 0 <= entry.size <= FETCH_MAX_FILE_SIZE and spec.match_file(path):
                     found.append((path, entry.size))
-        for host in self.workspace.roots().values():  # the box's files, and only them
+        for top in tops:  # the box's files, and only them
+            host = self.workspace.roots()[top]
             remove_tree(host)
             host.mkdir(mode=0o755)
         found.sort()

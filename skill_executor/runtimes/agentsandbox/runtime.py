@@ -4,29 +4,37 @@
 the pipeline a :class:`PodBox` over it: the run's workspace is a folder on the worker (the
 skill's private copy and the staged inputs are made there, as for every runtime), ``put``
 sends it to the pod's ``/workspace`` (:mod:`.client`: a few PUTs or one tar), the command is
-one streamed ``Start`` (:mod:`.process`), ``get`` mirrors ``out/`` and ``work/`` back, bounded
-and link-free, and ``release`` deletes the claim (a pod never serves two runs) and the folder,
-off the run's path.  Everything else (deadline, cancel, caps, partial output, collection) is
-:class:`~skill_executor.runs.sandbox.RunSandbox`'s, as for every box (``shared`` is False).
+one streamed ``Start`` (:mod:`.process`), what collection reads comes back (the driver's
+fetch: ``list`` and ``read``), and ``release`` deletes the claim (a pod never serves two
+runs) and the folder, off the run's path.  Everything else (deadline, cancel, caps, partial
+output, collection) is :class:`~skill_executor.runs.sandbox.RunSandbox`'s, as for every box
+(``shared`` is False).
 
-Not on this runtime (refused with a clear error, never half done): sessions (a pod serves
-one run: a session's ``work/`` would have to move in and out around each run) and skills
-with resolved dependency environments (they live on the worker's disk).  The pod's disk and
-memory are the kubelet's to cap (the template's ``emptyDir`` size limit and memory limit): a
-run past its memory is SIGKILLed in its pod, one past its disk evicts it (``sandbox_lost``).
+A session's ``work/`` (the session's own folder on this worker, held by the run) goes into
+the pod with the rest and comes back whole after the run (``get``: into place only once all
+of it is here, bounded by the session's disk cap); with session snapshots it moves between
+workers as on Docker.  Refused with a clear error (never half done): skills with resolved
+dependency environments (they live on the worker's disk).  The pod's disk and memory are the
+kubelet's to cap (the template's ``emptyDir`` size limit and memory limit): a run past its
+memory is SIGKILLed in its pod, one past its disk evicts it (``sandbox_lost``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ...config import Settings
 from ...errors import BadRequest, ExecutorError
 from ...owners import data_dir_id
+from ...workspace.fs import Tree
 from ...workspace.layout import Workspace
+from ...workspace.remove import remove_tree
 from ..base import BoxEntry, BoxVerdict, Process, ProcessSpec, SandboxPlan
 from ..housekeeping import Housekeeping
 from ..skillcopy import make_view
@@ -38,6 +46,11 @@ log = logging.getLogger(__name__)
 
 #: Where a run's workspace is in its pod (sandboxd's files API is confined to it).
 POD_WORKSPACE = "/workspace"
+
+
+def GET_LIMITS(max_bytes: int) -> MirrorLimits:  # noqa: N802 - a table of limits
+    """What a whole folder brought back may hold (a session's ``work/``: many files)."""
+    return MirrorLimits(max_bytes=max_bytes, max_files=100_000, max_depth=64, max_entries=200_000)
 
 
 def worker_name(settings: Settings) -> str:
@@ -82,15 +95,9 @@ class AgentSandboxRuntime(Housekeeping):
             log.warning("agent-sandbox: could not look for claims left by a previous process: %s", exc)
 
     def claim(self, plan: SandboxPlan) -> PodBox:
-        if plan.session is not None:
-            raise ExecutorError(
-                "sessions are not available on the agent-sandbox runtime: a pod serves one run "
-                "(run without a session, or on a worker with SKILL_EXECUTOR_RUNTIME=docker)",
-                code="unsupported_on_runtime",
-                status=400,
-                details={"runtime": self.name, "feature": "session"},
-            )
-        workspace = self.workspaces.create(plan.run_id, plan.skill.id, tenant=plan.tenant)
+        workspace = self.workspaces.create(
+            plan.run_id, plan.skill.id, session_work=plan.session_work, session=plan.session, tenant=plan.tenant
+        )
         try:
             warnings = make_view(workspace, plan.skill.path, None)
             claim = self.claims.claim(self.tier, plan.run_id, run_timeout=self.settings.max_timeout)
@@ -105,7 +112,8 @@ class AgentSandboxRuntime(Housekeeping):
             self.claims.release(claim)
             self.janitor.submit(lambda: self.workspaces.discard(workspace.root))
             raise
-        box = PodBox(workspace, client, claim, release=self._releaser(claim, workspace))
+        work_max = plan.session_disk_max or self.settings.session_disk_bytes
+        box = PodBox(workspace, client, claim, release=self._releaser(claim, workspace), work_max=work_max)
         box.warnings += warnings
         return box
 
@@ -137,8 +145,17 @@ class PodBox:
 
     shared = False
 
-    def __init__(self, workspace: Workspace, client: PodClient, claim: Claim, *, release: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        client: PodClient,
+        claim: Claim,
+        *,
+        release: Callable[[], None],
+        work_max: int = 1 << 30,
+    ) -> None:
         self.workspace = workspace
+        self.work_max = work_max
         self.root = client.root
         self.warnings: list[str] = []
         self.client = client
@@ -148,8 +165,8 @@ class PodBox:
         self._released = False
 
     def put(self, tops: Sequence[str]) -> None:
-        root = self.workspace.root
-        packed = self.client.put({top: root / top for top in tops}, root=root, folders=["out"])
+        root, roots = self.workspace.root, self.workspace.roots()  # a session's work/ is its own folder
+        packed = self.client.put({top: roots.get(top, root / top) for top in tops}, root=root, folders=["out"])
         self.warnings += packed.warnings
 
     def list(self, top: str) -> list[BoxEntry]:
@@ -162,8 +179,21 @@ class PodBox:
         return self.client.read(path, limit)
 
     def get(self, top: str, limit: int) -> int:
-        with self.workspace.tree(top) as tree:
-            got = self.client.get(top, tree, limits=MirrorLimits(max_bytes=limit), owner=None)
+        """The pod's ``top`` in place of the worker's, once all of it is here (a pod lost half
+        way leaves the worker's as it was: a session's ``work/`` is never half replaced)."""
+        target = self.workspace.roots()[top]
+        if top == "work":
+            limit = min(limit, self.work_max)
+        incoming = Path(tempfile.mkdtemp(prefix=f".{top}-incoming-", dir=self.workspace.root))
+        try:
+            with Tree(incoming) as tree:
+                got = self.client.get(top, tree, limits=GET_LIMITS(limit), owner=None)
+            for name in os.listdir(target):
+                remove_tree(target / name)
+            for name in os.listdir(incoming):
+                os.rename(incoming / name, target / name)
+        finally:
+            remove_tree(incoming)
         self.warnings += got.warnings
         return got.bytes
 
