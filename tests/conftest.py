@@ -338,7 +338,10 @@ TEST_TIERS: dict[str, dict[str, str]] = {
         "test_cli_delete": "service",
         "test_service_start_sweeps_temps_and_expires_versions": "service",
     },
-    "test_docker": {"test_gvisor_registration_needs_its_arguments": "unit"},
+    "test_docker": {
+        "test_gvisor_registration_needs_its_arguments": "unit",
+        "test_a_process_that_can_no_longer_run_code_is_told_from_one_that_can": "unit",
+    },
     "test_doctor": {"test_cli": "service", "test_http": "service"},
     "test_image": {
         "test_every_promised_python_package_is_pinned_directly": "unit",

@@ -677,3 +677,21 @@ def test_health_reports_the_oci_runtime(tmp_path: Path, runtime: str) -> None:
         assert not ok and "'gone'" in detail and "not registered" in detail
     finally:
         executor.close()
+
+
+def test_a_process_that_can_no_longer_run_code_is_told_from_one_that_can() -> None:
+    """What a gVisor warm box waits out after killing its sandbox (pure /proc reading)."""
+    from skill_executor.runtimes.docker.sandboxes import _may_run
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert _may_run(child.pid)
+        child.kill()
+        deadline = time.monotonic() + 10
+        while _may_run(child.pid) and time.monotonic() < deadline:  # exiting, then a zombie: never again
+            time.sleep(0.01)
+        assert not _may_run(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not _may_run(child.pid)  # reaped: gone

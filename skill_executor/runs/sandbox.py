@@ -33,6 +33,7 @@ from typing import Self
 from ..errors import ExecutorError
 from ..outputs.collect import Collection, CollectLimits, collect, compile_globs
 from ..runtimes.base import Box, Command, ExecResult, ProcessSpec
+from ..runtimes.drive import drive
 from ..runtimes.limits import Guard, signal_name
 from ..runtimes.streams import BoundedBuffer
 from ..workspace.remove import remove_tree
@@ -74,34 +75,9 @@ class RunSandbox:
         spec = ProcessSpec(["bash", "-c", command.command], command.cwd, command.env, command.stdin, command.timeout)
         process = self.box.start(spec)
         out, err = BoundedBuffer(command.stdout_max), BoundedBuffer(command.stderr_max)
-        buffers = {"stdout": out, "stderr": err}
         guard = Guard(started=process.started, timeout=command.timeout, cancel=command.cancel, disk=process.disk)
-        listener = command.listener
-        killed = False
-        given_up = float("inf")
-        warnings: list[str] = []
-        try:
-            while not process.ended:
-                now = time.monotonic()
-                if now >= given_up:
-                    warnings.append("the killed run's output did not end; it was given up")
-                    break
-                wait = guard.wait_time() if not killed else given_up - now
-                for name, chunk in process.events(wait):
-                    kept = buffers[name].feed(chunk)
-                    if listener is not None and kept:
-                        try:
-                            listener(name, bytes(kept))
-                        except Exception:  # a broken listener must not break the run
-                            pass
-                # Checked on every pass: a command that floods its output keeps the stream
-                # busy, and must still meet its deadline.
-                if not killed and guard.breached():
-                    process.kill()
-                    killed = True
-                    given_up = time.monotonic() + KILL_GRACE_SECONDS
-        finally:
-            code = process.wait()
+        driven = drive(process, guard, {"stdout": out, "stderr": err}, command.listener, grace=KILL_GRACE_SECONDS)
+        code, killed, warnings = driven.code, driven.killed, driven.warnings
         verdict = self.box.verdict()
         if code is None and (killed or verdict.oom_killed):
             code = 128 + signals.SIGKILL

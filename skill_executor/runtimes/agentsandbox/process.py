@@ -10,7 +10,8 @@ back-pressures the pod (HTTP/2 flow control) instead of filling the worker's mem
 is dropped after a grace, which makes our in-pod server kill the group too), ``wait()`` (the
 exit status; a stream that broke before the exit, not after our kill, raises ``sandbox_lost``).
 Stdin (or none) always ends with ``WriteStdin(eof)``: sandboxd keeps a process's stdin open
-until then.  :func:`execute` is the deadline, cancel and caps over it, keeping partial output.
+until then.  :func:`execute` is the deadline, cancel and caps over it, keeping partial output
+(the one driving loop, :func:`~skill_executor.runtimes.drive.drive`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from google.protobuf import empty_pb2
 from k8s_agent_sandbox.commands._process_stubs import process_pb2 as pb
 
 from ...errors import ExecutorError
+from ..drive import drive
+from ..limits import Guard
 from ..streams import BoundedBuffer
 
 log = logging.getLogger(__name__)
@@ -196,38 +199,17 @@ def execute(
     grace: float = 5.0,
 ) -> Execution:
     """Read ``process`` to its end with a deadline (and ``cancel``): on either, SIGKILL the group
-    and read on for at most ``grace``; what arrived until then is kept (up to the caps)."""
+    and read on for at most ``grace``; what arrived until then is kept (up to the caps).  The
+    loop is :func:`~skill_executor.runtimes.drive.drive`, every run's."""
     buffers = {"stdout": BoundedBuffer(stdout_max), "stderr": BoundedBuffer(stderr_max)}
-    deadline = process.started + timeout
-    given_up = float("inf")
-    timed_out = cancelled = False
-    warnings: list[str] = []
-    try:
-        while not process.ended:
-            now = time.monotonic()
-            if now >= given_up:
-                warnings.append("the killed run's output did not end; it was given up")
-                break
-            wait = min(deadline, given_up) - now
-            for name, chunk in process.events(min(max(wait, 0.0), 0.1 if cancel is not None else wait)):
-                kept = buffers[name].feed(chunk)
-                if listener is not None and kept:
-                    listener(name, bytes(kept))
-            if given_up == float("inf"):
-                now = time.monotonic()
-                timed_out = now >= deadline
-                cancelled = cancel is not None and cancel.is_set()
-                if timed_out or cancelled:
-                    process.kill()
-                    given_up = now + grace
-    finally:
-        code = process.wait()
+    guard = Guard(started=process.started, timeout=timeout, cancel=cancel, disk=None)
+    driven = drive(process, guard, buffers, listener, grace=grace)
     return Execution(
-        code,
+        driven.code,
         buffers["stdout"],
         buffers["stderr"],
-        timed_out,
-        cancelled,
+        guard.timed_out,
+        guard.cancelled,
         time.monotonic() - process.started,
-        [*process.warnings, *warnings],
+        [*process.warnings, *driven.warnings],
     )

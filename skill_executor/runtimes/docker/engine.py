@@ -363,9 +363,11 @@ def check_oci_runtime(name: str | None, info: dict[str, Any], *, pool: bool) -> 
 class InitProcess:
     """A container's init process, held by a pidfd (so a reused pid is never signalled).
 
-    Killing it ends the container's PID namespace: the kernel kills every other process
-    in it before the init's exit is reported, so once :meth:`kill` returns nothing of
-    the container runs any more.
+    On runc, killing it ends the container's PID namespace: the kernel kills every other
+    process in it before the init's exit is reported, so once :meth:`kill` returns nothing
+    of the container runs any more.  Not on gVisor: the engine's pid is the sandbox's, in
+    the host's namespace, and the processes that run the command's code (its stubs) die
+    after it (the caller waits for the container's cgroup to empty).
     """
 
     def __init__(self, pidfd: int) -> None:
@@ -407,6 +409,24 @@ class InitProcess:
         if self.pidfd >= 0:
             os.close(self.pidfd)
             self.pidfd = -1
+
+
+def container_processes(container_id: str) -> list[int] | None:
+    """The processes in the container's cgroup, read from the host (cgroup v1 or v2, the
+    cgroupfs or systemd driver); None when its cgroup is not found (or is gone)."""
+    candidates = [
+        Path(f"/sys/fs/cgroup/pids/docker/{container_id}/cgroup.procs"),
+        Path(f"/sys/fs/cgroup/docker/{container_id}/cgroup.procs"),
+        Path(f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cgroup.procs"),
+    ]
+    for path in candidates:
+        try:
+            return [int(line) for line in path.read_text().split()]
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            return None
+    return None
 
 
 def oom_kills(container_id: str) -> int | None:

@@ -29,7 +29,15 @@ from ..host import SharedBox, shell
 from ..janitor import Janitor
 from ..limits import Cap, DiskCap, VolumeCap
 from ..streams import Demux, ProtocolError, Relay
-from .engine import CONTAINER_WORKSPACE, LABEL_DEADLINE, LABEL_RUN, Engine, launcher_argv, oom_kills
+from .engine import (
+    CONTAINER_WORKSPACE,
+    LABEL_DEADLINE,
+    LABEL_RUN,
+    Engine,
+    container_processes,
+    launcher_argv,
+    oom_kills,
+)
 from .launcher import LauncherFrames, connect_unix, request_bytes, unpublish
 from .pool import WarmContainer
 
@@ -39,6 +47,9 @@ Track = Callable[[str, str | None], None]
 READ_BUFFER = 256 * 1024
 #: How long a kill through the engine is waited for.
 KILL_SECONDS = 30.0
+#: How long a killed gVisor sandbox's processes (its stubs, its gofer) may take to be gone
+#: before the container is removed instead.
+GVISOR_TEARDOWN_SECONDS = 5.0
 
 
 class DockerBox(SharedBox):
@@ -254,12 +265,15 @@ class WarmBox(DockerBox):
 
     def end_container(self) -> None:
         """Nothing of the run may outlive its exit status: end the whole container now
-        (its init, and so its PID namespace; through the engine when the init is not held)."""
+        (its init, and so its PID namespace; through the engine when the init is not held).
+        On gVisor the sandbox is no namespace's init and its stubs die a moment after it:
+        wait until nothing in the container's cgroup can run code (else remove it)."""
         init = self.warm.init
-        if init is not None and init.kill():
-            return
-        self.engine.kill(self.warm.id)
-        self.engine.wait(self.warm.id, timeout=5)
+        if not (init is not None and init.kill()):
+            self.engine.kill(self.warm.id)
+            self.engine.wait(self.warm.id, timeout=5)
+        if self.engine.gvisor and not _emptied(self.warm.id, GVISOR_TEARDOWN_SECONDS):
+            self.engine.remove(self.warm.id, strict=True)
 
     def _start(self, spec: ProcessSpec) -> WarmProcess:
         """Send the command to the launcher of the warm container; its frames are read by
@@ -359,6 +373,49 @@ class WarmProcess:
         assert self.disk is not None
         box._judge(self.disk, code, oom, warnings)
         return code
+
+
+def _emptied(container_id: str, timeout: float) -> bool:
+    """Whether, within ``timeout`` seconds, no process left in the container's cgroup can
+    run code again (False: its cgroup cannot be read)."""
+    deadline = time.monotonic() + timeout
+    pause = 0.0005
+    while True:
+        left = container_processes(container_id)
+        if left is None:
+            return False
+        if not any(_may_run(pid) for pid in left):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+#: ``PF_EXITING`` of a process's flags (``/proc/<pid>/stat``, field 9).
+_PF_EXITING = 0x4
+_SIGKILL_BIT = 1 << (signals.SIGKILL - 1)
+
+
+def _may_run(pid: int) -> bool:
+    """Whether host process ``pid`` may still run code: not a zombie, not exiting, no SIGKILL
+    pending (taken before any return to user space), and not gVisor's gofer (it serves the
+    sandbox's files and runs none of the command's code; it ends once the sandbox is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if f.read(11) == b"runsc-gofer":
+                return False
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
+    except (OSError, IndexError):
+        return False  # gone
+    pending = 0
+    for line in status.splitlines():
+        if line.startswith(("SigPnd:", "ShdPnd:")):
+            pending |= int(line.split()[1], 16)
+    return not (fields[0] in ("Z", "X") or int(fields[6]) & _PF_EXITING or pending & _SIGKILL_BIT)
 
 
 def _attach_header(header: bytes) -> tuple[int, int]:
