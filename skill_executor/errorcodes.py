@@ -553,7 +553,9 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     E(
         "disk_full",
         413,
-        "Staged inputs do not fit the session's disk cap (or the run's).",
+        "Staged inputs do not fit the session's disk cap (or the run's); or, on agent-sandbox, the session's "
+        "work/ a run left in its pod could not be brought back whole (past the cap): the session keeps what it "
+        "had before the run.",
         "Stage less, or clear the session's work/.",
     ),
     E(

@@ -198,3 +198,31 @@ def test_a_pod_lost_while_a_sessions_work_comes_back_leaves_it_as_it_was(tmp_pat
     assert [p.name for p in workspace.root.iterdir() if "incoming" in p.name] == []
     manager.discard(workspace.root)
     manager.close()
+
+
+def test_a_sessions_work_past_its_cap_in_the_pod_is_not_kept_half(tmp_path: Path) -> None:
+    from pathlib import PurePosixPath
+
+    from skill_executor.runtimes.agentsandbox.runtime import PodBox
+    from skill_executor.runtimes.agentsandbox.transfer import Mirrored
+    from skill_executor.workspace.layout import WorkspaceManager
+
+    class PastTheCap:
+        root = "/workspace"
+
+        def get(self, top: str, tree: Any, *, limits: Any, owner: Any) -> Mirrored:
+            tree.write(PurePosixPath("small.txt"), b"s", owner=None)
+            return Mirrored(files=1, bytes=1, warnings=["work/big.bin: 5000 bytes would exceed the output cap"])
+
+    work = tmp_path / "session" / "work"
+    work.mkdir(parents=True)
+    (work / "kept.txt").write_text("before\n")
+    manager = WorkspaceManager(tmp_path / "ws", instance="cap")
+    workspace = manager.create("cap-1", "math-tools", session_work=work, session="s")
+    box = PodBox(workspace, PastTheCap(), None, release=lambda: None, work_max=1000)  # type: ignore[arg-type]
+    with pytest.raises(ExecutorError) as info:
+        box.get("work", 1 << 20)
+    assert info.value.code == "disk_full" and "big.bin" in info.value.message
+    assert sorted(p.name for p in work.iterdir()) == ["inputs", "kept.txt"]
+    manager.discard(workspace.root)
+    manager.close()

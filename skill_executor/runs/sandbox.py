@@ -140,8 +140,11 @@ class RunSandbox:
                 path = f"{folder}/{entry.name}"
                 if entry.kind == "directory" and depth < FETCH_MAX_DEPTH:
                     stack.append((path, depth + 1))
-                elif entry.kind == "file" and 0 <= entry.size <= FETCH_MAX_FILE_SIZE and spec.match_file(path):
-                    found.append((path, entry.size))
+                elif entry.kind == "file" and spec.match_file(path):
+                    if 0 <= entry.size <= FETCH_MAX_FILE_SIZE:
+                        found.append((path, entry.size))
+                    else:
+                        warnings.append(f"output {path!r}: the sandbox listed it at {entry.size} bytes; skipped")
         for top in tops:  # the box's files, and only them
             host = self.workspace.roots()[top]
             remove_tree(host)

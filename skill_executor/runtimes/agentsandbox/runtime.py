@@ -180,7 +180,8 @@ class PodBox:
 
     def get(self, top: str, limit: int) -> int:
         """The pod's ``top`` in place of the worker's, once all of it is here (a pod lost half
-        way leaves the worker's as it was: a session's ``work/`` is never half replaced)."""
+        way, or a folder past ``limit`` or the mirror's bounds, leaves the worker's as it was
+        and raises: a session's ``work/`` is never half replaced)."""
         target = self.workspace.roots()[top]
         if top == "work":
             limit = min(limit, self.work_max)
@@ -188,6 +189,13 @@ class PodBox:
         try:
             with Tree(incoming) as tree:
                 got = self.client.get(top, tree, limits=GET_LIMITS(limit), owner=None)
+            if got.warnings:  # not all of it: the worker's stays as it was
+                raise ExecutorError(
+                    f"the run's {top}/ could not be brought back whole from its pod, so it is not kept "
+                    f"({len(got.warnings)} problem(s); the first: {got.warnings[0]})",
+                    code="disk_full",
+                    details={"problems": got.warnings[:20]},
+                )
             for name in os.listdir(target):
                 remove_tree(target / name)
             for name in os.listdir(incoming):
