@@ -341,6 +341,7 @@ TEST_TIERS: dict[str, dict[str, str]] = {
     "test_docker": {
         "test_gvisor_registration_needs_its_arguments": "unit",
         "test_a_process_that_can_no_longer_run_code_is_told_from_one_that_can": "unit",
+        "test_a_container_that_exits_while_it_is_killed_for_its_removal_is_removed_again": "unit",
     },
     "test_doctor": {"test_cli": "service", "test_http": "service"},
     "test_image": {

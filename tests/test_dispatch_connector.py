@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import psycopg
+import psycopg_pool
 import pytest
 from procrastinate import exceptions
 
@@ -23,7 +24,12 @@ def failure(cause: BaseException) -> exceptions.ConnectorException:
 
 def test_only_a_failed_connection_counts() -> None:
     assert connection_failed(failure(psycopg.OperationalError("server closed the connection")))
+    assert connection_failed(failure(psycopg.errors.AdminShutdown("terminating connection")))
+    assert connection_failed(failure(psycopg.errors.CannotConnectNow("the database system is starting up")))
+    assert connection_failed(failure(psycopg_pool.PoolTimeout("couldn't get a connection")))
     assert not connection_failed(failure(psycopg.errors.SyntaxError("bad")))
+    assert not connection_failed(failure(psycopg.errors.QueryCanceled("statement timeout")))  # an OperationalError
+    assert not connection_failed(failure(psycopg.errors.LockNotAvailable("lock")))
     assert not connection_failed(exceptions.ConnectorException())
 
 

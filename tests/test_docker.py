@@ -695,3 +695,27 @@ def test_a_process_that_can_no_longer_run_code_is_told_from_one_that_can() -> No
         child.kill()
         child.wait()
     assert not _may_run(child.pid)  # reaped: gone
+
+
+def test_a_container_that_exits_while_it_is_killed_for_its_removal_is_removed_again() -> None:
+    """Docker 20.10 answers 500 "Could not kill running container ... is not running" when a
+    container exits during ``rm -f``'s kill (seen in a fresh-clone run): a second removal works."""
+    import docker.errors
+
+    from skill_executor.runtimes.docker.engine import Engine
+
+    calls: list[str] = []
+
+    class Api:
+        def remove_container(self, container_id: str, *, force: bool, v: bool) -> None:
+            calls.append(container_id)
+            if len(calls) == 1:
+                raise docker.errors.APIError(
+                    "500 Server Error",
+                    explanation=f"Could not kill running container {container_id}, cannot remove - "
+                    f"Container {container_id} is not running",
+                )
+
+    engine = object.__new__(Engine)
+    engine.api = Api()  # type: ignore[assignment]
+    assert engine.remove("c0ffee", strict=True) == 1 and calls == ["c0ffee", "c0ffee"]

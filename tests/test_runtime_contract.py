@@ -327,9 +327,32 @@ def test_a_far_box_collects_exactly_what_a_shared_one_does_reading_only_that(
     manager.close()
 
 
+def test_a_far_box_agrees_with_collect_on_what_it_drops(tmp_path: Path) -> None:
+    """An empty file of a failed command is dropped by collect: it must not use up a place
+    (nor bytes) of the files brought back, or a later file would come back as a hole."""
+    files = {"out/a.log": b"", **{f"out/b{i}": bytes([65 + i]) * 10 for i in range(10)}}
+    limits = CollectLimits(max_files=10, max_file_bytes=100, max_total_bytes=95)
+    manager = WorkspaceManager(tmp_path / "ws", instance="far")
+    near = manager.create("near-2", "math-tools")
+    for path, data in files.items():
+        with near.tree("out") as tree:
+            tree.write(PurePosixPath(path.split("/", 1)[1]), data, owner=None)
+    expected = collect(near, ["out/*"], limits, failed=True)
+    box = FarBox(manager.create("far-3", "math-tools"), dict(files))
+    with RunSandbox(box) as sandbox:
+        got = sandbox.collect(["out/*"], limits, failed=True)
+    shape = [(f.name, f.size, f.truncated, f.data, f.sha256) for f in got.files]
+    assert shape == [(f.name, f.size, f.truncated, f.data, f.sha256) for f in expected.files]
+    assert got.limits_hit == expected.limits_hit and any("empty" in w for w in got.warnings)
+    assert all(set(f.data) <= {65 + i for i in range(10)} for f in got.files)  # never a hole's zeros
+    for workspace in (near, box.workspace):
+        manager.discard(workspace.root)
+    manager.close()
+
+
 def test_a_far_box_that_lies_or_plants_names_cannot_steer_collection(tmp_path: Path) -> None:
     manager = WorkspaceManager(tmp_path / "ws", instance="far")
-    files = {"out/short.txt": b"abc", "out/../escape": b"x", "out/ok.txt": b"ok"}
+    files = {"out/short.txt": b"abc", "out/../escape": b"x", "out/ok.txt": b"ok", "out/\ud800": b"s"}
     box = FarBox(manager.create("far-2", "math-tools"), files, lies={"out/short.txt": 50})
     with RunSandbox(box) as sandbox:
         got = sandbox.collect(

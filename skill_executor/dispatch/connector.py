@@ -37,10 +37,20 @@ FIRST_DELAY = 0.1
 MAX_DELAY = 1.0
 
 
+#: SQLSTATEs of a server going away (besides class 08, connection exceptions):
+#: admin_shutdown, crash_shutdown, cannot_connect_now.
+GONE_STATES = frozenset({"57P01", "57P02", "57P03"})
+
+
 def connection_failed(exc: BaseException) -> bool:
     """Whether procrastinate's error is the connection's (the server went away, or cannot be
-    reached), not the query's."""
-    return isinstance(exc, exceptions.ConnectorException) and isinstance(exc.__cause__, psycopg.OperationalError)
+    reached, or the pool found none in time), not the query's (a statement timeout, a lock
+    not available, a full disk: never tried again)."""
+    cause = exc.__cause__ if isinstance(exc, exceptions.ConnectorException) else None
+    if not isinstance(cause, psycopg.OperationalError):  # psycopg_pool's PoolTimeout is one (no SQLSTATE)
+        return False
+    state = cause.sqlstate
+    return state is None or state.startswith("08") or state in GONE_STATES
 
 
 class SteadyConnector(PsycopgConnector):

@@ -32,6 +32,7 @@ from typing import Self
 
 from ..errors import ExecutorError
 from ..outputs.collect import Collection, CollectLimits, collect, compile_globs
+from ..paths import MAX_PATH_BYTES
 from ..runtimes.base import Box, Command, ExecResult, ProcessSpec
 from ..runtimes.drive import drive
 from ..runtimes.limits import Guard, signal_name
@@ -49,11 +50,30 @@ FETCH_MAX_ENTRIES = 100_000
 FETCH_MAX_DEPTH = 32
 #: A file listed larger than this is not believed (nor brought back).
 FETCH_MAX_FILE_SIZE = 1 << 40
+#: The longest bringing outputs back may take (each request also has its own idle timeout).
+FETCH_SECONDS = 300.0
 
 
 def _plain(name: str) -> bool:
-    """One plain path component (a box's listing is untrusted)."""
-    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
+    """One plain path component of valid UTF-8 (a box's listing is untrusted)."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        return False
+    try:
+        return len(name.encode("utf-8")) <= 255
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+
+
+def _never_holes(collection: Collection, fetched: dict[str, int], limits: CollectLimits) -> None:
+    """A file's content is never more than what came back from the box (the rest of it is
+    a hole): should collection have read past it, the content is cut there, as truncated."""
+    for item in collection.files:
+        got = fetched.get(item.name)
+        if got is not None and len(item.data) > got:
+            item.data = item.data[:got]
+            item.truncated = True
+            item.sha256 = None
+            collection.hit("max_total_bytes" if got < limits.max_file_bytes else "max_file_bytes")
 
 
 class RunSandbox:
@@ -103,6 +123,7 @@ class RunSandbox:
 
     def collect(self, globs: list[str], limits: CollectLimits, *, failed: bool) -> Collection:
         warnings: list[str] = []
+        fetched: dict[str, int] | None = None
         if not self.box.shared:
             whole: tuple[str, ...] = ()
             if self.workspace.session is not None:  # the session goes on from what the run left
@@ -111,23 +132,39 @@ class RunSandbox:
                 warnings += self.box.warnings[before:]
                 whole = ("work",)
             if globs:
-                warnings += self.fetch(globs, limits, skip=whole)
+                fetched = {}
+                warnings += self.fetch(globs, limits, failed=failed, skip=whole, fetched=fetched)
         collection = collect(self.workspace, globs, limits, failed=failed)
+        if fetched:
+            _never_holes(collection, fetched, limits)
         collection.warnings[:0] = warnings
         return collection
 
-    def fetch(self, globs: list[str], limits: CollectLimits, *, skip: Sequence[str] = ()) -> list[str]:
+    def fetch(
+        self,
+        globs: list[str],
+        limits: CollectLimits,
+        *,
+        failed: bool = False,
+        skip: Sequence[str] = (),
+        fetched: dict[str, int] | None = None,
+    ) -> list[str]:
         """Bring back from a box that does not share the workspace what collecting
-        ``globs`` under ``limits`` reads (see the module docstring); warnings.  ``skip``:
-        tops already brought back whole."""
+        ``globs`` under ``limits`` reads (see the module docstring), choosing files as
+        :func:`~skill_executor.outputs.collect.collect` does; warnings.  ``skip``: tops
+        already brought back whole; ``fetched``: filled with each file's bytes brought back."""
         spec = compile_globs(tuple(globs))
+        deadline = time.monotonic() + FETCH_SECONDS
         warnings: list[str] = []
-        found: list[tuple[str, int]] = []
+        found: dict[str, int] = {}
         seen = 0
         tops = [top for top in self.workspace.roots() if top not in skip]
         stack = [(top, 0) for top in tops]
         while stack:
             folder, depth = stack.pop()
+            if time.monotonic() > deadline:
+                warnings.append(f"listing the sandbox took longer than {FETCH_SECONDS:g} s; the rest was not looked at")
+                break
             for entry in self.box.list(folder):
                 seen += 1
                 if seen > FETCH_MAX_ENTRIES:
@@ -135,26 +172,35 @@ class RunSandbox:
                     stack.clear()
                     break
                 if not _plain(entry.name):
-                    warnings.append(f"{folder}: an entry named {entry.name[:80]!r} was skipped")
+                    shown = entry.name[:80].encode("utf-8", "backslashreplace").decode()
+                    warnings.append(f"{folder}: an entry named {shown!r} was skipped")
                     continue
                 path = f"{folder}/{entry.name}"
-                if entry.kind == "directory" and depth < FETCH_MAX_DEPTH:
-                    stack.append((path, depth + 1))
-                elif entry.kind == "file" and spec.match_file(path):
-                    if 0 <= entry.size <= FETCH_MAX_FILE_SIZE:
-                        found.append((path, entry.size))
+                if len(path.encode()) > MAX_PATH_BYTES:
+                    warnings.append(f"an output path longer than {MAX_PATH_BYTES} bytes was skipped")
+                elif entry.kind == "directory":
+                    if depth + 1 < FETCH_MAX_DEPTH:
+                        stack.append((path, depth + 1))
                     else:
+                        warnings.append(f"{path}: deeper than {FETCH_MAX_DEPTH} folders; not looked at")
+                elif entry.kind == "file" and spec.match_file(path):
+                    if not 0 <= entry.size <= FETCH_MAX_FILE_SIZE:
                         warnings.append(f"output {path!r}: the sandbox listed it at {entry.size} bytes; skipped")
+                    elif failed and entry.size == 0:
+                        warnings.append(f"output {path!r} is empty and the command failed; dropped")
+                    else:
+                        found[path] = entry.size
         for top in tops:  # the box's files, and only them
             host = self.workspace.roots()[top]
             remove_tree(host)
             host.mkdir(mode=0o755)
-        found.sort()
-        left = limits.max_total_bytes
-        for i, (path, size) in enumerate(found):
-            want = min(size, limits.max_file_bytes, max(0, left)) if i < limits.max_files else 0
+        left, kept = limits.max_total_bytes, 0
+        for path, size in sorted(found.items()):
+            want = min(size, limits.max_file_bytes, max(0, left)) if kept < limits.max_files else 0
             top, _, below = path.partition("/")
             try:
+                if want and time.monotonic() > deadline:
+                    raise ExecutorError(f"bringing outputs back took longer than {FETCH_SECONDS:g} s")
                 data = self.box.read(path, want) if want else b""
                 if len(data) < want:  # shorter than it was listed: what there is, no hole
                     warnings.append(f"output {path!r} changed while it was collected")
@@ -164,6 +210,9 @@ class RunSandbox:
             except ExecutorError as exc:
                 warnings.append(f"output {path!r} could not be brought back: {exc.message}")
                 continue
+            if fetched is not None:
+                fetched[path] = len(data)
+            kept += 1
             left -= len(data)
         return warnings
 

@@ -129,7 +129,7 @@ class PodClient:
                 for e in raw
                 if isinstance(e, dict) and e.get("type") in ("file", "directory")
             ]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
             raise SandboxLost(f"the pod's listing of {path!r} is not sandboxd's: {exc}") from None
         return entries
 

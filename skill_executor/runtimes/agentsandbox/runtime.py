@@ -32,6 +32,7 @@ from typing import Any
 from ...config import Settings
 from ...errors import BadRequest, ExecutorError
 from ...owners import data_dir_id
+from ...registry.installdir import exchange
 from ...workspace.fs import Tree
 from ...workspace.layout import Workspace
 from ...workspace.remove import remove_tree
@@ -185,7 +186,7 @@ class PodBox:
         target = self.workspace.roots()[top]
         if top == "work":
             limit = min(limit, self.work_max)
-        incoming = Path(tempfile.mkdtemp(prefix=f".{top}-incoming-", dir=self.workspace.root))
+        incoming = Path(tempfile.mkdtemp(prefix=f".{top}-incoming-", dir=target.parent))
         try:
             with Tree(incoming) as tree:
                 got = self.client.get(top, tree, limits=GET_LIMITS(limit), owner=None)
@@ -196,10 +197,8 @@ class PodBox:
                     code="disk_full",
                     details={"problems": got.warnings[:20]},
                 )
-            for name in os.listdir(target):
-                remove_tree(target / name)
-            for name in os.listdir(incoming):
-                os.rename(incoming / name, target / name)
+            os.chmod(incoming, target.stat().st_mode & 0o7777)
+            exchange(incoming, target)  # one step: never half of each
         finally:
             remove_tree(incoming)
         self.warnings += got.warnings

@@ -28,6 +28,7 @@ import os
 import select
 import signal
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -52,6 +53,8 @@ LABEL_OWNER = f"{LABEL}.owner"
 LABEL_RUN = f"{LABEL}.run"
 LABEL_DEADLINE = f"{LABEL}.deadline"
 CONTAINER_WORKSPACE = "/workspace"
+#: Removals of a container tried at once when it exited while the engine killed it.
+REMOVE_ATTEMPTS = 3
 #: The containers' /etc/hosts (loopback only: there is no other network).
 HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 LAUNCHER = "/opt/skill-executor/launcher"
@@ -213,18 +216,27 @@ class Engine:
 
     def remove(self, container_id: str, *, strict: bool = False) -> int:
         """Kill and remove; 1 when this call removed it.  A failure raises ``Unavailable``
-        when ``strict``; otherwise the container is left to the reconciliation."""
-        try:
-            self.api.remove_container(container_id, force=True, v=True)
-            return 1
-        except NotFound:
-            return 0
-        except APIError as exc:
-            if exc.status_code == 409:  # removal already in progress
+        when ``strict``; otherwise the container is left to the reconciliation.
+
+        A container that exits while the engine kills it for the removal makes the engine
+        answer "Could not kill running container ... is not running" (Docker 20.10): it is
+        removed again at once, now that it is not running."""
+        for attempt in range(REMOVE_ATTEMPTS):
+            try:
+                self.api.remove_container(container_id, force=True, v=True)
+                return 1
+            except NotFound:
                 return 0
-            problem = Unavailable(f"removing container {container_id[:12]} failed: {exc}", code="engine_error")
-        except ENGINE_ERRORS as exc:
-            problem = unreachable(exc)
+            except APIError as exc:
+                if exc.status_code == 409:  # removal already in progress
+                    return 0
+                problem = Unavailable(f"removing container {container_id[:12]} failed: {exc}", code="engine_error")
+                if "is not running" in str(exc.explanation or "") and attempt + 1 < REMOVE_ATTEMPTS:
+                    time.sleep(0.05)
+                    continue
+            except ENGINE_ERRORS as exc:
+                problem = unreachable(exc)
+            break
         if strict:
             raise problem
         log.debug("%s (left to the reconciliation)", problem.message)

@@ -11,6 +11,7 @@ caller's (:mod:`skill_executor.runs.sandbox`), the same for every runtime.
 
 from __future__ import annotations
 
+import os
 import selectors
 import signal as signals
 import socket
@@ -398,24 +399,39 @@ _SIGKILL_BIT = 1 << (signals.SIGKILL - 1)
 
 
 def _may_run(pid: int) -> bool:
-    """Whether host process ``pid`` may still run code: not a zombie, not exiting, no SIGKILL
-    pending (taken before any return to user space), and not gVisor's gofer (it serves the
-    sandbox's files and runs none of the command's code; it ends once the sandbox is gone)."""
+    """Whether host process ``pid`` may still run code: a thread of it that is not a zombie,
+    not exiting, and has no SIGKILL pending (taken before any return to user space); never
+    gVisor's gofer (it serves the sandbox's files and runs none of the command's code; it
+    ends once the sandbox is gone).  What cannot be judged from here (a pid of another
+    namespace, /proc hidden) may run."""
+    if pid <= 0:
+        return True
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             if f.read(11) == b"runsc-gofer":
                 return False
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        with open(f"/proc/{pid}/status") as f:
-            status = f.read()
-    except (OSError, IndexError):
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):
         return False  # gone
-    pending = 0
-    for line in status.splitlines():
-        if line.startswith(("SigPnd:", "ShdPnd:")):
-            pending |= int(line.split()[1], 16)
-    return not (fields[0] in ("Z", "X") or int(fields[6]) & _PF_EXITING or pending & _SIGKILL_BIT)
+    except OSError:
+        return True
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                status = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # that thread is gone
+        except (OSError, IndexError):
+            return True
+        pending = 0
+        for line in status.splitlines():
+            if line.startswith(("SigPnd:", "ShdPnd:")):
+                pending |= int(line.split()[1], 16)
+        if not (fields[0] in ("Z", "X") or int(fields[6]) & _PF_EXITING or pending & _SIGKILL_BIT):
+            return True
+    return False
 
 
 def _attach_header(header: bytes) -> tuple[int, int]:
