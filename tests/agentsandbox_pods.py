@@ -14,14 +14,13 @@ import shutil
 import socket
 import tempfile
 import threading
-import time
 from typing import Any
 
 import docker
 
 from skill_executor.config import Settings
 
-from .sandboxd_pod import HARDENING, Relay
+from .sandboxd_pod import HARDENING, Relay, wait_for_sockets
 
 ARGS = ("--container", "--max-put-bytes", str(64 << 20), "--max-list-entries", "1000")
 #: As tests/sandboxd_pod.py, with an executable /workspace (a pod's emptyDir is; Docker's tmpfs is not by default).
@@ -63,12 +62,7 @@ class PodFarm:
             **POD_HARDENING,
         )
         try:
-            deadline = time.monotonic() + 60
-            while not all(os.path.exists(os.path.join(sockets, n)) for n in ("rest.sock", "grpc.sock")):
-                container.reload()
-                if container.status == "exited" or time.monotonic() > deadline:
-                    raise RuntimeError(f"sandboxd did not start: {container.logs().decode(errors='replace')}")
-                time.sleep(0.05)
+            wait_for_sockets(container, sockets)
             for _ in range(20):
                 with self._lock:
                     ip = next(self._ips)

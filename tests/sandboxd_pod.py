@@ -156,6 +156,16 @@ def feed(stub: Any, process_id: int, data: bytes) -> None:
             raise
 
 
+def wait_for_sockets(container: Any, sockets: str, timeout: float = 60.0) -> None:
+    """Until the pod's server listens on its two unix sockets in ``sockets`` (it says why not)."""
+    deadline = time.monotonic() + timeout
+    while not all(os.path.exists(os.path.join(sockets, n)) for n in ("rest.sock", "grpc.sock")):
+        container.reload()
+        if container.status == "exited" or time.monotonic() > deadline:
+            raise RuntimeError(f"sandboxd did not start: {container.logs().decode(errors='replace')}")
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def start_pod(*, oci_runtime: str | None = None, args: tuple[str, ...] = ("--container",)) -> Iterator[Pod]:
     client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=60)
@@ -173,12 +183,7 @@ def start_pod(*, oci_runtime: str | None = None, args: tuple[str, ...] = ("--con
             labels={"skill-executor.test": "podserver"},
             **HARDENING,
         )
-        deadline = time.monotonic() + 60
-        while not all(os.path.exists(os.path.join(sockets, n)) for n in ("rest.sock", "grpc.sock")):
-            container.reload()
-            if container.status == "exited" or time.monotonic() > deadline:
-                raise RuntimeError(f"sandboxd did not start: {container.logs().decode(errors='replace')}")
-            time.sleep(0.05)
+        wait_for_sockets(container, sockets)
         rest_port = relay.forward(os.path.join(sockets, "rest.sock"))
         grpc_port = relay.forward(os.path.join(sockets, "grpc.sock"))
         config = SandboxdInClusterConnectionConfig(mode="in-cluster-pod-ip", rest_port=rest_port, grpc_port=grpc_port)

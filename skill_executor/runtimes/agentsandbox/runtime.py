@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 POD_WORKSPACE = "/workspace"
 
 
-def GET_LIMITS(max_bytes: int) -> MirrorLimits:  # noqa: N802 - a table of limits
+def folder_limits(max_bytes: int) -> MirrorLimits:
     """What a whole folder brought back may hold (a session's ``work/``: many files)."""
     return MirrorLimits(max_bytes=max_bytes, max_files=100_000, max_depth=64, max_entries=200_000)
 
@@ -189,7 +189,7 @@ class PodBox:
         incoming = Path(tempfile.mkdtemp(prefix=f".{top}-incoming-", dir=target.parent))
         try:
             with Tree(incoming) as tree:
-                got = self.client.get(top, tree, limits=GET_LIMITS(limit), owner=None)
+                got = self.client.get(top, tree, limits=folder_limits(limit), owner=None)
             if got.warnings:  # not all of it: the worker's stays as it was
                 raise ExecutorError(
                     f"the run's {top}/ could not be brought back whole from its pod, so it is not kept "
