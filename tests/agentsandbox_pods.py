@@ -20,7 +20,7 @@ import docker
 
 from skill_executor.config import Settings
 
-from .sandboxd_pod import HARDENING, Relay, wait_for_sockets
+from .sandboxd_pod import HARDENING, Relay, for_runtime, wait_for_sockets
 
 ARGS = ("--container", "--max-put-bytes", str(64 << 20), "--max-list-entries", "1000")
 #: As tests/sandboxd_pod.py, with an executable /workspace (a pod's emptyDir is; Docker's tmpfs is not by default).
@@ -59,7 +59,7 @@ class PodFarm:
             volumes={sockets: {"bind": "/sock", "mode": "rw"}},
             runtime=self.oci_runtime,
             labels={"skill-executor.test": "agentsandbox-pod"},
-            **POD_HARDENING,
+            **for_runtime(POD_HARDENING, self.oci_runtime),
         )
         try:
             wait_for_sockets(container, sockets)

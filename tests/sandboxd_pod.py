@@ -29,6 +29,7 @@ from k8s_agent_sandbox.files.filesystem import Filesystem
 from k8s_agent_sandbox.models import SandboxdInClusterConnectionConfig
 
 from skill_executor.config import Settings
+from skill_executor.runtimes.docker.engine import GVISOR_HOST_TASKS_PER_PID
 
 #: The service's container hardening, as far as it applies to a long-lived server.
 HARDENING: dict[str, Any] = {
@@ -45,6 +46,22 @@ HARDENING: dict[str, Any] = {
         "/workspace": "rw,nosuid,nodev,uid=1000,gid=1000,mode=0755,size=512m",
     },
 }
+
+
+def for_runtime(hardening: dict[str, Any], oci_runtime: str | None) -> dict[str, Any]:
+    """``hardening`` for a container on ``oci_runtime``: on gVisor, as the Docker runtime does,
+    the pids limit holds in the sandbox (``nproc``) and the host cgroup allows the sandbox
+    ``GVISOR_HOST_TASKS_PER_PID`` host tasks per process (its ptrace stubs): at a flat 256 a
+    test pod's sentry could not create a stub ("error initializing first thread: resource
+    temporarily unavailable") and died, its server with it."""
+    if oci_runtime != "runsc":
+        return hardening
+    pids = int(hardening["pids_limit"])
+    return {
+        **hardening,
+        "pids_limit": pids * GVISOR_HOST_TASKS_PER_PID,
+        "ulimits": [docker.types.Ulimit(name="nproc", soft=pids, hard=pids)],
+    }
 
 
 class Relay:
@@ -181,7 +198,7 @@ def start_pod(*, oci_runtime: str | None = None, args: tuple[str, ...] = ("--con
             volumes={sockets: {"bind": "/sock", "mode": "rw"}},
             runtime=oci_runtime,
             labels={"skill-executor.test": "podserver"},
-            **HARDENING,
+            **for_runtime(HARDENING, oci_runtime),
         )
         wait_for_sockets(container, sockets)
         rest_port = relay.forward(os.path.join(sockets, "rest.sock"))
