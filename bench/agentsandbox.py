@@ -4,9 +4,10 @@
 
 agent-sandbox (the real k8s-agent-sandbox SDK against tests/fakekube.py, pods = our in-pod
 server in hardened containers of the runner image, reached over loopback through a unix-socket
-relay; the fake binds at once, so a real cluster's 35-80 ms bind is NOT in these figures), per
+relay; both in a process of their own, bench/kubehost.py, as a cluster's are outside the
+worker's; the fake binds at once, so a real cluster's 35-80 ms bind is NOT in these figures), per
 run of ``true``, by phase: claim (create + watch to Ready + one GET of the Sandbox), put (the
-math-tools skill view + an input: one tar PUT + its unpacking Start), exec (Start streamed,
+math-tools skill view + an input: one tar streamed into the Start that unpacks it), exec (Start streamed,
 WriteStdin EOF, exit), get (list + GET of ``out/``), release (DELETE of the claim); the wire
 total (put + exec + get) and the whole; and a library run of ``true`` through the
 ``agent-sandbox`` runtime (``agentsandbox_library``: the pipeline, claim to result; the
@@ -22,12 +23,16 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -43,8 +48,6 @@ from skill_executor.runtimes.agentsandbox.client import PodClient  # noqa: E402
 from skill_executor.runtimes.agentsandbox.process import execute  # noqa: E402
 from skill_executor.runtimes.agentsandbox.transfer import MirrorLimits  # noqa: E402
 from skill_executor.workspace.fs import Tree  # noqa: E402
-from tests.agentsandbox_pods import PodFarm  # noqa: E402
-from tests.fakekube import FakeKube, Pool  # noqa: E402
 
 
 def staged(base: Path) -> Path:
@@ -96,6 +99,36 @@ def throughput(claims: Claims, total: int) -> float:
         claims.release(claim)
 
 
+@contextmanager
+def cluster(oci_runtime: str | None, image: str) -> Iterator[dict[str, Any]]:
+    """bench/kubehost.py in a process of its own: its JSON line (url, ports, pool)."""
+    argv = [sys.executable, str(REPO / "bench" / "kubehost.py"), "--image", image]
+    if oci_runtime:
+        argv += ["--oci-runtime", oci_runtime]
+    host = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert host.stdout is not None
+        line = host.stdout.readline()
+        if not line:
+            raise RuntimeError(f"bench/kubehost.py did not start (exit {host.wait()})")
+        yield json.loads(line)
+    finally:
+        assert host.stdin is not None
+        host.stdin.close()
+        host.wait(180)
+
+
+def state(url: str) -> dict[str, Any]:
+    return dict(httpx.get(f"{url}/_bench/state", timeout=10).json())
+
+
+def full_pool(url: str, pool: str) -> None:
+    """Until the pool holds two ready pods again (a quiet, full pool, like the Docker side's)."""
+    while state(url)["ready"][pool] < 2:
+        time.sleep(0.05)
+    time.sleep(0.1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=30)
@@ -104,7 +137,6 @@ def main() -> int:
     args = parser.parse_args()
     image = Settings().docker_image
     base = Path(tempfile.mkdtemp(prefix="bench-agentsandbox-"))
-    farm = PodFarm(oci_runtime=args.oci_runtime, image=image)
     samples: dict[str, list[float]] = {}
     executor = Executor.from_settings(
         Settings(
@@ -117,27 +149,27 @@ def main() -> int:
     )
     pods: Executor | None = None
     try:
-        kube = FakeKube({"pool-a": Pool(ready=deque([farm.make(), farm.make()]), make=farm.make, discard=farm.discard)})
-        with kube.serving():
+        with cluster(args.oci_runtime, image) as kube:
+            url, pool = kube["url"], kube["pool"]
             pods = Executor.from_settings(
                 Settings(
                     runtime="agent-sandbox",
                     skills_dirs=[REPO / "skills"],
                     data_dir=base / "pods",
-                    agent_sandbox_api_url=kube.url,
+                    agent_sandbox_api_url=url,
                     agent_sandbox_namespace="bench",
-                    agent_sandbox_pools={"document": "pool-a"},
-                    agent_sandbox_rest_port=farm.rest_port,
-                    agent_sandbox_grpc_port=farm.grpc_port,
+                    agent_sandbox_pools={"document": pool},
+                    agent_sandbox_rest_port=kube["rest_port"],
+                    agent_sandbox_grpc_port=kube["grpc_port"],
                 )
             )
             claims = Claims(
-                api_client(kube.url),
-                pools={"base": "pool-a"},
+                api_client(url),
+                pools={"base": pool},
                 namespace="bench",
                 worker_id="bench",
-                rest_port=farm.rest_port,
-                grpc_port=farm.grpc_port,
+                rest_port=kube["rest_port"],
+                grpc_port=kube["grpc_port"],
             )
             ws = staged(base)
             request = RunRequest(skill="math-tools", command="true")
@@ -145,14 +177,10 @@ def main() -> int:
             for i in range(args.runs + 1):  # the first of each: warm-up, not kept
                 out = base / f"out{i}"
                 out.mkdir()
-                while len(kube.pools["pool-a"].ready) < 2:  # a quiet, full pool, like the Docker side's
-                    time.sleep(0.05)
-                time.sleep(0.1)
+                full_pool(url, pool)
                 phases = sandbox_run(claims, ws, out)
                 pods.runtime.settle()
-                while len(kube.pools["pool-a"].ready) < 2:
-                    time.sleep(0.05)
-                time.sleep(0.1)
+                full_pool(url, pool)
                 started = time.perf_counter()
                 through_pods = pods.runner.run(request)
                 phases["agentsandbox_library"] = (time.perf_counter() - started) * 1000
@@ -171,12 +199,13 @@ def main() -> int:
                     for name, value in {**phases, "docker_launcher": launcher, "docker_library_warm": library}.items():
                         samples.setdefault(name, []).append(value)
             flood = [throughput(claims, 200_000_000) for _ in range(3)]
-            api_calls = dict(kube.calls)
+            api_calls = state(url)["calls"]
+            pods.close()
+            pods = None
     finally:
         if pods is not None:
             pods.close()
         executor.close()
-        farm.close()
         shutil.rmtree(base, ignore_errors=True)
     report = {
         "oci_runtime": args.oci_runtime or "runc",

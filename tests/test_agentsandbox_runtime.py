@@ -133,6 +133,28 @@ def test_an_exhausted_pool_is_runtime_unavailable_and_leaves_nothing(make_execut
     assert leftover_runs(executor) == []
 
 
+def test_a_workspace_that_cannot_be_made_releases_the_claim_made_beside_it(
+    make_executor, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The worker-side workspace is made while the pod is claimed: when making it fails, the
+    claim (already made) is deleted and nothing is left; the run fails with the cause."""
+    from skill_executor.runtimes.agentsandbox import runtime as module
+
+    executor = make_executor()
+    runtime: AgentSandboxRuntime = executor.runtime
+
+    def broken(*args: object, **kwargs: object) -> list[str]:
+        raise ExecutorError("the skill's copy could not be made", code="internal", status=500)
+
+    monkeypatch.setattr(module, "make_view", broken)
+    error = refused(executor, command="true")
+    assert error.code == "internal" and "could not be made" in error.message
+    assert leftover_runs(executor) == []
+    names = runtime.claims._client().list_all_sandboxes(runtime.claims.namespace)
+    assert names == []  # the claim made beside it is gone
+    assert runtime.claims.figures.snapshot()["claim_release_failures"] == 0
+
+
 def test_a_cluster_worker_on_agent_sandbox_runs_what_a_replica_admits(
     postgres_server: PostgresServer, agent_sandbox_farm: dict[str, object], tmp_path: Path
 ) -> None:

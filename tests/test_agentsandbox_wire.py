@@ -7,6 +7,7 @@ sizes, answered by a server of the attacker's, cannot write outside the worker's
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -133,6 +134,30 @@ def check_the_wire(cluster: Cluster, connector: SandboxConnector, ws: Path, tmp_
         got = pod.get("out", tree, limits=MirrorLimits(max_bytes=1 << 20), owner=None)
     assert (got.files, got.warnings) == (2, [])
     assert (back / "copy.txt").read_text() == "from stdin\ninput\n" and (back / "d" / "y").read_text() == "x"
+
+
+def test_a_staging_tar_past_the_memory_spool_streams_in_whole_and_leaves_nothing(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    (ws / "work" / "inputs").mkdir(parents=True)
+    big = os.urandom(1 << 20) * 20  # 20 MiB: past the 16 MiB the tar keeps in memory
+    (ws / "work" / "inputs" / "big.bin").write_bytes(big)
+    (ws / "work" / "inputs" / "small.txt").write_text("small\n")
+    (ws / "run").mkdir()
+    claim = cluster.claims.claim("base", "big", run_timeout=60)
+    try:
+        pod = PodClient(claim.sandbox.connector)
+        packed = pod.put({t: ws / t for t in ("work", "run")}, folders=["out"])
+        assert packed.tar is not None and packed.tar_bytes > 20 << 20 and packed.tar.closed
+        # (`ls` of the current folder only: this gVisor rejects coreutils' statx of a path)
+        done = run(pod, "sha256sum work/inputs/big.bin | cut -c1-64; ls -A; cd work/inputs && ls -A")
+        assert done.exit_code == 0, done.stderr.data  # type: ignore[attr-defined]
+        lines = done.stdout.data.decode().split()  # type: ignore[attr-defined]
+        assert lines[0] == hashlib.sha256(big).hexdigest()
+        assert lines[1:] == ["out", "run", "work", "big.bin", "small.txt"]  # no staging file left
+    finally:
+        assert cluster.claims.release(claim)
 
 
 def test_a_few_files_go_as_plain_puts_with_their_modes(pod: PodClient, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The worker's side of sandboxd's wire protocol, for one claimed pod (ours or a real sandboxd).
 
 * files: :meth:`PodClient.put` sends a workspace's staged tops (a few plain PUTs with
-  ``?mode=``, or one tar PUT unpacked by one process), :meth:`entries` lists a folder (its body
+  ``?mode=``, or one tar streamed into the stdin of the ``tar`` that unpacks it: one round
+  trip, nothing left behind), :meth:`entries` lists a folder (its body
   bounded: a pod's listing is untrusted), :meth:`get` mirrors a folder back into a worker-side
   :class:`~skill_executor.workspace.fs.Tree` (:func:`.transfer.mirror`);
 * processes: :meth:`start` -> :class:`.process.PodProcess` (``Start`` streamed by us).
@@ -32,9 +33,7 @@ from .transfer import Mirrored, MirrorLimits, Packed, mirror, pack, plain_name
 
 #: The most a folder listing's body may be (a pod's answer is untrusted).
 LIST_MAX_BYTES = 8 << 20
-#: Where the staging tar is put (the workspace root; removed by its unpacking).
-STAGE_TAR = ".skill-executor-stage.tar"
-#: How long unpacking a staging tar may take.
+#: How long unpacking the staging tar may take.
 UNPACK_TIMEOUT = 120.0
 
 
@@ -81,15 +80,13 @@ class PodClient:
             for path, data, mode in packed.plain:
                 self.put_file(path, data, mode)
             return packed
-        with packed.tar:
-            self.put_file(STAGE_TAR, packed.tar, 0o600)
-        tar = f"{self.root}/{STAGE_TAR}"
-        script = 'tar -x -p -f "$1" -C "$2" && exec rm -f "$1"'
-        process = self.start(["sh", "-c", script, "sh", tar, self.root], cwd=self.root, env={}, timeout=UNPACK_TIMEOUT)
-        try:
-            done = execute(process, timeout=UNPACK_TIMEOUT, stdout_max=4096, stderr_max=4096)
-        except SandboxLost as exc:
-            raise unavailable("pod_unreachable", f"the pod was lost while staging: {exc.message}") from None
+        with packed.tar:  # streamed: a tar past memory's spool is read from disk as it goes
+            argv = ["tar", "-x", "-p", "-f", "-", "-C", self.root]
+            process = self.start(argv, cwd=self.root, env={}, stdin=packed.tar, timeout=UNPACK_TIMEOUT)
+            try:
+                done = execute(process, timeout=UNPACK_TIMEOUT, stdout_max=4096, stderr_max=4096)
+            except SandboxLost as exc:
+                raise unavailable("pod_unreachable", f"the pod was lost while staging: {exc.message}") from None
         if done.exit_code != 0:
             error = done.stderr.data.decode(errors="replace")[:500]
             raise unavailable("stage_failed", f"unpacking the staged files in the pod failed: {error}")
@@ -167,7 +164,7 @@ class PodClient:
         *,
         cwd: str,
         env: dict[str, str],
-        stdin: bytes | None = None,
+        stdin: bytes | IO[bytes] | None = None,
         timeout: float | None = None,
     ) -> PodProcess:
         return PodProcess(self.stub, argv, cwd=cwd, env=env, stdin=stdin, timeout=timeout, kill_grace=self.kill_grace)

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import grpc
 from google.protobuf import empty_pb2
@@ -58,7 +58,7 @@ class PodProcess:
         *,
         cwd: str,
         env: dict[str, str],
-        stdin: bytes | None,
+        stdin: bytes | IO[bytes] | None,
         timeout: float | None = None,
         kill_grace: float = 2.0,
     ) -> None:
@@ -106,17 +106,19 @@ class PodProcess:
             self._events.put(_END)
 
     def _feed(self) -> None:
-        """Stdin in messages, then EOF; a process already gone (NOT_FOUND) is fine."""
+        """Stdin in messages (bytes, or a file read as it goes), then EOF; a process already
+        gone (NOT_FOUND) or one that closed its stdin is fine."""
         pid = self.process_id
-        data = self._stdin
         try:
-            for i in range(0, len(data), STDIN_CHUNK):
-                request = pb.WriteStdinRequest(process_id=pid, input=data[i : i + STDIN_CHUNK])
-                self.stub.WriteStdin(request, timeout=60)
+            for chunk in _chunks(self._stdin):
+                self.stub.WriteStdin(pb.WriteStdinRequest(process_id=pid, input=chunk), timeout=60)
             self.stub.WriteStdin(pb.WriteStdinRequest(process_id=pid, eof=empty_pb2.Empty()), timeout=10)
         except grpc.RpcError as exc:
             if exc.code() not in _GONE and not self.ended and not self._killed.is_set():
                 self.warnings.append(f"stdin could not be written: {exc.code().name}")
+        except (OSError, ValueError) as exc:  # the file, closed by a caller that gave up on the process
+            if not self.ended and not self._killed.is_set():
+                self.warnings.append(f"stdin could not be read: {exc}")
 
     def events(self, timeout: float) -> Iterator[tuple[str, bytes]]:
         """The output that arrives within ``timeout`` seconds; returns as soon as some did."""
@@ -173,6 +175,15 @@ class PodProcess:
                 details={"process_id": self.process_id},
             )
         return self.exit_code
+
+
+def _chunks(stdin: bytes | IO[bytes]) -> Iterator[bytes]:
+    if isinstance(stdin, bytes):
+        for i in range(0, len(stdin), STDIN_CHUNK):
+            yield stdin[i : i + STDIN_CHUNK]
+        return
+    while chunk := stdin.read(STDIN_CHUNK):
+        yield chunk
 
 
 @dataclass(slots=True)

@@ -21,11 +21,13 @@ memory is SIGKILLed in its pod, one past its disk evicts it (``sandbox_lost``).
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import socket
 import tempfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,8 @@ log = logging.getLogger(__name__)
 
 #: Where a run's workspace is in its pod (sandboxd's files API is confined to it).
 POD_WORKSPACE = "/workspace"
+#: Threads making worker-side workspaces beside the claims (each a few milliseconds of disk work).
+PREPARE_WORKERS = 4
 
 
 def folder_limits(max_bytes: int) -> MirrorLimits:
@@ -88,6 +92,8 @@ class AgentSandboxRuntime(Housekeeping):
             api = api_client(settings.agent_sandbox_api_url)
             claims = Claims.from_settings(settings, api, worker_name(settings))
         self.claims = claims
+        #: Makes runs' worker-side workspaces while their pods are claimed (local, quick work).
+        self._preparing = ThreadPoolExecutor(max_workers=PREPARE_WORKERS, thread_name_prefix="pod-prepare")
         try:
             left = self.claims.sweep()
             if left:
@@ -96,27 +102,48 @@ class AgentSandboxRuntime(Housekeeping):
             log.warning("agent-sandbox: could not look for claims left by a previous process: %s", exc)
 
     def claim(self, plan: SandboxPlan) -> PodBox:
-        workspace = self.workspaces.create(
-            plan.run_id, plan.skill.id, session_work=plan.session_work, session=plan.session, tenant=plan.tenant
-        )
+        # The worker-side workspace is made while the pod is claimed (both are on the run's path).
+        prepared = self._preparing.submit(contextvars.copy_context().run, self._prepare, plan)
         try:
-            warnings = make_view(workspace, plan.skill.path, None)
             claim = self.claims.claim(self.tier, plan.run_id, run_timeout=self.settings.max_timeout)
         except BaseException:
-            self.janitor.submit(lambda: self.workspaces.discard(workspace.root))
+            prepared.add_done_callback(self._discard_prepared)
+            raise
+        try:
+            workspace, warnings = prepared.result()
+        except BaseException:
+
+            def drop() -> None:
+                self.claims.release(claim)
+
+            self.janitor.submit(drop)
             raise
         try:
             client = PodClient(
                 claim.sandbox.connector, root=POD_WORKSPACE, kill_grace=self.settings.agent_sandbox_kill_grace_seconds
             )
         except BaseException:
-            self.claims.release(claim)
-            self.janitor.submit(lambda: self.workspaces.discard(workspace.root))
+            self._releaser(claim, workspace)()
             raise
         work_max = plan.session_disk_max or self.settings.session_disk_bytes
         box = PodBox(workspace, client, claim, release=self._releaser(claim, workspace), work_max=work_max)
         box.warnings += warnings
         return box
+
+    def _prepare(self, plan: SandboxPlan) -> tuple[Workspace, list[str]]:
+        workspace = self.workspaces.create(
+            plan.run_id, plan.skill.id, session_work=plan.session_work, session=plan.session, tenant=plan.tenant
+        )
+        try:
+            return workspace, make_view(workspace, plan.skill.path, None)
+        except BaseException:
+            self.janitor.submit(lambda: self.workspaces.discard(workspace.root))
+            raise
+
+    def _discard_prepared(self, prepared: Future[tuple[Workspace, list[str]]]) -> None:
+        if not prepared.cancelled() and prepared.exception() is None:
+            workspace, _ = prepared.result()
+            self.janitor.submit(lambda: self.workspaces.discard(workspace.root))
 
     def _releaser(self, claim: Claim, workspace: Workspace) -> Callable[[], None]:
         keep = self.settings.keep_workspaces
@@ -132,6 +159,10 @@ class AgentSandboxRuntime(Housekeeping):
             self.janitor.submit(discard)
 
         return release
+
+    def close(self, timeout: float = 300.0) -> None:
+        self._preparing.shutdown(wait=True)
+        super().close(timeout)
 
     def health(self) -> dict[str, tuple[bool, str]]:
         pools = ", ".join(f"{tier}={pool}" for tier, pool in sorted(self.claims.pools.items()))
