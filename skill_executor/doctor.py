@@ -121,6 +121,11 @@ class CommandNeed(BaseModel):
     optional: bool = Field(
         default=False, description="only looked for (shutil.which, command -v) or run in try/except FileNotFoundError"
     )
+    confidence: Literal["sure", "guess"] = Field(
+        default="sure",
+        description="sure: run by the skill's code or a shell block of its docs; guess: every use is read from "
+        "prose (an untagged block, a line the shell parser could not read, an installer's line in the docs)",
+    )
     used_in: list[str] = Field(description="file:line of each use")
 
 
@@ -139,7 +144,13 @@ class NodeNeed(BaseModel):
 
 
 class Missing(BaseModel):
-    commands: list[str] = Field(default_factory=list, description="required commands only (optional ones are not)")
+    commands: list[str] = Field(
+        default_factory=list, description="required commands the skill surely runs (optional ones and guesses are not)"
+    )
+    guessed: list[str] = Field(
+        default_factory=list,
+        description="commands not found whose every use is a guess (read from prose): not counted in ok",
+    )
     python: list[str] = Field(default_factory=list, description="required modules only (optional ones are not)")
     node: list[str] = Field(default_factory=list)
 
@@ -323,9 +334,10 @@ def report(
             found=None if found_commands[n] == NOT_CHECKED else found_commands[n] is not None,
             path=found_commands[n] or None,
             optional=needs.commands[n].optional,
+            confidence="sure" if needs.commands[n].sure else "guess",
             used_in=locations(needs.commands[n].uses),
         )
-        for n in sorted(needs.commands)
+        for n in sorted(needs.commands, key=lambda n: (not needs.commands[n].sure, n))
         if n in found_commands
     ]
     python = [
@@ -345,7 +357,8 @@ def report(
         if n in found_node
     ]
     missing = Missing(
-        commands=[c.name for c in commands if c.found is False and not c.optional],
+        commands=[c.name for c in commands if c.found is False and not c.optional and c.confidence == "sure"],
+        guessed=[c.name for c in commands if c.found is False and not c.optional and c.confidence == "guess"],
         python=[p.module for p in python if p.found is False and not p.optional],
         node=[m.module for m in node if m.found is False],
     )
@@ -380,7 +393,8 @@ def render_table(doctor: DoctorReport) -> str:
 
     lines.append(f"  {'KIND':<8} {'NAME':<28} {'STATUS':<8} {'DETAIL':<34} USED IN")
     for c in doctor.commands:
-        detail = " ".join(x for x in (c.path or "", "optional" if c.optional else "") if x)
+        flags = ("optional" if c.optional else "", "guess" if c.confidence == "guess" else "")
+        detail = " ".join(x for x in (c.path or "", *flags) if x)
         lines.append(row("command", c.name, c.found, detail, c.used_in))
     for p in doctor.python:
         detail = " ".join(
@@ -404,6 +418,8 @@ def render_table(doctor: DoctorReport) -> str:
         lines.append(f"finding {f.code}:{where} {f.message}")
     missing = [*doctor.missing.commands, *doctor.missing.python, *doctor.missing.node]
     lines.append("")
+    if doctor.missing.guessed:
+        lines.append("possibly missing (read from the docs' prose, not counted): " + ", ".join(doctor.missing.guessed))
     if doctor.ok:
         lines.append("ok: everything the skill needs is there")
     else:

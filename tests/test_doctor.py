@@ -83,7 +83,7 @@ def test_commands_from_doc_blocks() -> None:
 def test_shell_helpers() -> None:
     functions: set[str] = set()
     words = [
-        w[0] for w, _ in shell_commands("helper() { git status; }\nhelper\ncase $x in\n a) rg x ;;\nesac", functions)
+        w[0] for w, _, _ in shell_commands("helper() { git status; }\nhelper\ncase $x in\n a) rg x ;;\nesac", functions)
     ]
     assert functions == {"helper"} and "git" in words and "rg" in words and "a" not in words
     assert list(fenced_blocks("```sh\nls\n```\ntext\n~~~\nx\n~~~")) == [("sh", 1, "ls"), ("", 5, "x")]
@@ -92,6 +92,128 @@ def test_shell_helpers() -> None:
     assert not looks_like_shell('{"a": 1}')
     assert not looks_like_shell("name: value")
     assert not looks_like_shell("queued → running → done")
+
+
+def sure(needs: ImageNeeds) -> list[str]:
+    return sorted(name for name, need in needs.commands.items() if need.sure and not need.optional)
+
+
+def guessed(needs: ImageNeeds) -> list[str]:
+    return sorted(name for name, need in needs.commands.items() if not need.sure)
+
+
+# Written the way published collections write their SKILL.md files and references (their
+# invocation patterns, not their text): what is not a command must not be reported missing.
+NOT_COMMANDS = {
+    "SKILL.md": """# Media helper
+
+```bash
+for f in "$@"; do
+  case "$f" in
+    *.mov|*.MOV) kind=video ;;
+    report|summary) kind=doc ;;
+  esac
+  if [[ "$f" =~ ^(draft|final)-[0-9]+\\.md$ ]]; then echo "$kind"; fi
+done
+ffmpeg -i in.mp4 -vf "fps=10,scale=480:-1:flags=lanczos,split[a][b];[a]palettegen[p];[b][p]paletteuse" out.gif
+```
+
+**Building queries** (paste into the search box):
+```bash
+"Neoplasms"[MeSH] AND "Immunotherapy"[MeSH]
+AND "Randomized Controlled Trial"[Publication Type] AND 2019:2024[dp]
+```
+
+Output is a BED file:
+```
+chr1    1000    1500
+chr2    2000    2800
+```
+
+```bash
+$ python scripts/count.py sample.txt
+Total words: 150
+Unique words: 85
+```
+
+On a Mac, set up first:
+```bash
+brew install ffmpeg
+```
+
+```bash
+# next.config.js
+const withAnalyzer = require('@next/bundle-analyzer')({ enabled: true })
+module.exports = withAnalyzer({})
+```
+
+```bash
+cat > notes.txt <<'EOF'
+summarize this later
+EOF
+stamp=$(date +%s)
+```
+""",
+    "scripts/count.py": "print(1)\n",
+}
+
+
+def test_what_is_not_in_command_position_is_not_a_command() -> None:
+    needs = scan_texts(NOT_COMMANDS)
+    assert sure(needs) == ["cat", "date", "ffmpeg", "python"]
+    for word in ("kind", "report", "draft", "AND", "chr1", "Total", "Unique", "summarize", "lanczos", "const"):
+        assert word not in sure(needs), word
+    # an installer's line and a JavaScript snippet in a bash block: named, but as guesses
+    assert {"brew", "const"} <= set(guessed(needs))
+    assert not any("MeSH" in name for name in needs.commands)  # a query's term is never a command name
+
+
+def test_every_real_use_is_still_reported() -> None:
+    needs = scan_texts(
+        {
+            "SKILL.md": "```bash\nuv run --no-project {baseDir}/scripts/audit.py target/\n"
+            "x=$(strings build/app | grep -c key)\n```\n",
+            "scripts/thumbs.sh": '#!/bin/bash\nfor f in *.png; do magick "$f" -resize 50% "small-$f"; done\n'
+            'helper() { pandoc "$1" -o out.pdf; }\nhelper notes.md\n'
+            'echo "1 + 2" | bc\n',
+        }
+    )
+    assert sure(needs) == ["bash", "bc", "grep", "magick", "pandoc", "strings", "uv"]
+    assert "helper" not in needs.commands
+
+
+def test_untagged_blocks_and_broken_lines_are_guesses() -> None:
+    needs = scan_texts(
+        {
+            "SKILL.md": "```\nfree full text[Filter]\n```\n\n```bash\nrate = (errors / total) / (1 - target)\n```\n",
+            "scripts/x.sh": "ls -la\ncat 'never closed\nrg pattern src/\n",
+        }
+    )
+    assert sure(needs) == ["ls"]
+    assert {"free", "rg"} <= set(guessed(needs))  # after an unclosed quote: read again, not sure
+
+
+def test_a_guess_not_found_is_named_but_not_counted_in_the_verdict(tmp_path: Path) -> None:
+    from skill_executor.doctor import report
+
+    root = tmp_path / "guessy"
+    (root / "scripts").mkdir(parents=True)
+    (root / "SKILL.md").write_text(
+        "---\nname: guessy\ndescription: d\n---\n```bash\nbrew install pandoc\n```\n```\nfree full text[Filter]\n```\n"
+    )
+    (root / "scripts" / "go.sh").write_text("#!/bin/sh\nnosuchtool --go\n")
+    needs = scan(load_skill(root))
+    probed = {"commands": dict.fromkeys(needs.commands), "python": {}, "node": {}}  # none found
+    verdict = report(load_skill(root), "img", needs, probed, [])
+    assert verdict.missing.commands == ["nosuchtool", "sh"] and verdict.missing.guessed == ["brew", "free"]
+    assert [(c.name, c.confidence) for c in verdict.commands][:2] == [("nosuchtool", "sure"), ("sh", "sure")]
+    table = render_table(verdict)
+    assert "possibly missing (read from the docs' prose, not counted): brew, free" in table
+    assert "NOT OK: missing nosuchtool, sh" in table
+    (root / "scripts" / "go.sh").unlink()
+    needs = scan(load_skill(root))
+    verdict = report(load_skill(root), "img", needs, {"commands": dict.fromkeys(needs.commands)}, [])
+    assert verdict.ok and verdict.missing.guessed == ["brew", "free"]
 
 
 def test_scripts_shebangs_and_literal_commands() -> None:
@@ -394,7 +516,7 @@ def test_everything_found(docker_executor: Executor) -> None:
     assert {c.name: c.found for c in report.commands} == {"pandoc": True, "python3": True, "node": True}
     assert [(p.module, p.found, p.distribution_hint) for p in report.python] == [("openpyxl", True, None)]
     assert [(m.module, m.found, m.used_in) for m in report.node] == [("docx", True, ["scripts/make.js:1"])]
-    assert report.missing.model_dump() == {"commands": [], "python": [], "node": []}
+    assert report.missing.model_dump() == {"commands": [], "guessed": [], "python": [], "node": []}
     assert report.network.needed == "no"
     assert "ok: everything" in render_table(report)
 
@@ -404,6 +526,7 @@ def test_missing_and_network(docker_executor: Executor) -> None:
     assert not report.ok
     assert report.missing.model_dump() == {
         "commands": ["nosuchtool"],
+        "guessed": [],
         "python": ["nosuchmodule"],
         "node": ["nosuchmod"],
     }
@@ -462,7 +585,7 @@ def test_unmet_declared_dependencies_are_a_finding(docker_executor: Executor) ->
     assert "editable installs are not allowed" in report.findings[0].message
     assert [(c.name, c.found) for c in report.commands] == [("pandoc", None)]  # not checked: no run could start
     assert [(p.module, p.found) for p in report.python] == [("yaml", None)]
-    assert report.missing.model_dump() == {"commands": [], "python": [], "node": []}
+    assert report.missing.model_dump() == {"commands": [], "guessed": [], "python": [], "node": []}
     assert "declared dependencies cannot be met" in render_table(report)
 
 
@@ -497,6 +620,7 @@ def assert_honest(report: DoctorReport) -> None:
     assert not report.ok
     assert report.missing.model_dump() == {
         "commands": ["nosuchtool"],
+        "guessed": [],
         "python": ["nosuchmodule"],
         "node": ["nosuchmod"],
     }
@@ -547,7 +671,12 @@ def test_a_probe_that_answers_garbage_is_a_failed_verdict(
     assert not report.ok
     assert [f.code for f in report.findings] == [PROBE_FAILED]
     assert all(c.found is None for c in report.commands) and all(p.found is None for p in report.python)
-    assert report.missing.model_dump() == {"commands": [], "python": [], "node": []}  # nothing checked, nothing claimed
+    assert report.missing.model_dump() == {
+        "commands": [],
+        "guessed": [],
+        "python": [],
+        "node": [],
+    }  # nothing checked, nothing claimed
     assert "the probe failed (nothing was checked)" in render_table(report)
 
 

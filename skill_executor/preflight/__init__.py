@@ -3,9 +3,11 @@ static half of ``skills doctor``; the probe in the sandbox is :mod:`skill_execut
 
 from .model import ImageNeeds, locations, node_package, python_distribution
 from .scan import scan, scan_texts
-from .text import fenced_blocks, looks_like_shell, shell_commands
+from .shell import ShellCommand, shell_commands
+from .text import fenced_blocks, looks_like_shell
 
 __all__ = [
+    "ShellCommand",
     "ImageNeeds",
     "fenced_blocks",
     "locations",

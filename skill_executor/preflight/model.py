@@ -186,6 +186,11 @@ SHELL_BUILTINS = frozenset(
 
 #: Commands that look for others (``command -v X``): X is optional there.
 CHECKS = frozenset({"command", "which", "type", "hash"})
+#: Package managers of the reader's machine: in the docs, their lines set up a machine (a
+#: guess about the sandbox); in a script, they run.
+INSTALLERS = frozenset(
+    {"brew", "apt", "apt-get", "yum", "dnf", "zypper", "pacman", "apk", "port", "snap", "winget", "choco", "scoop"}
+)
 SHELL_TAGS = frozenset({"bash", "sh", "shell", "console", "zsh", "shell-session", "shellsession", "terminal"})
 PYTHON_TAGS = frozenset({"python", "py", "python3"})
 NODE_TAGS = frozenset({"javascript", "js", "node", "mjs", "cjs", "typescript", "ts", "jsx", "tsx"})
@@ -313,6 +318,9 @@ class Need:
     #: ``if TYPE_CHECKING``; a command only checked for (``shutil.which``, ``command -v``)
     #: or run in ``try/except FileNotFoundError``.
     optional: bool = True
+    #: False while every use is a guess: a command read from prose (an untagged block, a line a
+    #: parse error touches, an installer's line in the docs) rather than from code.
+    sure: bool = False
     seen: set[Use] = field(default_factory=set, repr=False, compare=False)
 
 
@@ -331,12 +339,12 @@ class ImageNeeds:
         levels = {r.level for r in self.network}
         return "yes" if "yes" in levels else "maybe" if levels else "no"
 
-    def command(self, name: str, file: str, line: int, *, optional: bool = False) -> None:
+    def command(self, name: str, file: str, line: int, *, optional: bool = False, sure: bool = True) -> None:
         if COMMAND_NAME.match(name) and name not in SHELL_BUILTINS:
-            add_use(self.commands.setdefault(name, Need()), Use(file, line), optional)
+            add_use(self.commands.setdefault(name, Need()), Use(file, line), optional, sure)
 
     def module(self, name: str, file: str, line: int, *, optional: bool) -> None:
-        add_use(self.python.setdefault(name, Need()), Use(file, line), optional)
+        add_use(self.python.setdefault(name, Need()), Use(file, line), optional, True)
 
     def node_module(self, name: str, file: str, line: int) -> None:
         uses = self.node.setdefault(name, [])
@@ -356,8 +364,9 @@ class ImageNeeds:
             self.network[-1] = reason  # the verdict must not be lost to the bound
 
 
-def add_use(need: Need, use: Use, optional: bool) -> None:
+def add_use(need: Need, use: Use, optional: bool, sure: bool) -> None:
     need.optional = need.optional and optional
+    need.sure = need.sure or sure
     if use not in need.seen:
         need.seen.add(use)
         if len(need.uses) < MAX_USES:

@@ -39,6 +39,7 @@ from .model import (
     DOC_SUFFIXES,
     EXEC_EXCEPTIONS,
     IMPORT_EXCEPTIONS,
+    INSTALLERS,
     LOOPBACK,
     MAX_FILES,
     MAX_SECONDS,
@@ -61,7 +62,8 @@ from .model import (
     Note,
     node_package,
 )
-from .text import fenced_blocks, looks_like_shell, prompt_lines, shell_commands, strip_js_comments
+from .shell import shell_commands
+from .text import fenced_blocks, looks_like_shell, prompt_lines, session_output, strip_js_comments
 
 
 def scan(
@@ -124,6 +126,7 @@ def scan_texts(files: dict[str, str], *, skill_file: str = "SKILL.md") -> ImageN
 
 
 Kind = Literal["doc", "python", "node", "shell", "other"]
+CONSOLE_TAGS = frozenset({"console", "shell-session", "shellsession", "terminal"})
 
 
 def _kind(path: str) -> Kind | None:
@@ -188,44 +191,50 @@ class _Scanner:
 
     def doc(self, path: str, text: str) -> None:
         for tag, start, block in fenced_blocks(text):
-            if tag in SHELL_TAGS:
-                self.shell(
-                    path,
-                    prompt_lines(block, console=tag in {"console", "shell-session", "shellsession", "terminal"}),
-                    start,
-                )
+            if tag in CONSOLE_TAGS:
+                self.shell(path, prompt_lines(block, console=True), start)
+            elif tag in SHELL_TAGS and any(line.lstrip().startswith("$ ") for line in block.split("\n")):
+                # prompted lines are commands; the others are output or commands: guesses
+                self.shell(path, prompt_lines(block, console=True), start)
+                self.shell(path, session_output(block), start, sure=False)
+            elif tag in SHELL_TAGS:
+                self.shell(path, prompt_lines(block, console=False), start)
             elif tag in PYTHON_TAGS:
                 self.python(path, block, start, from_doc=True)
             elif tag in NODE_TAGS:
                 self.node(path, block, start)
-            elif tag == "" and looks_like_shell(block):
-                self.shell(path, prompt_lines(block, console=False), start)
+            elif tag == "" and looks_like_shell(block):  # untagged: what it runs is a guess
+                self.shell(path, prompt_lines(block, console=False), start, sure=False)
 
     # -- shell ----------------------------------------------------------------------------------
 
-    def shell(self, path: str, text: str, offset: int) -> None:
+    def shell(self, path: str, text: str, offset: int, *, sure: bool = True) -> None:
+        """Commands of shell code; in the docs (``path`` a doc), installers' lines and whatever
+        the parser marks unsure are guesses; ``sure`` False: all of it is."""
         functions: set[str] = set()
-        found: list[tuple[str, list[str], int]] = []
-        for words, line in shell_commands(text, functions):
-            found.append((words[0], words, line + offset))
-        for name, words, line in found:
+        doc = _kind(path) == "doc"
+        found = list(shell_commands(text, functions))
+        for command in found:
+            words, line = command.words, command.line + offset
+            name = words[0]
+            certain = sure and command.sure and not (doc and name in INSTALLERS)
             if name in CHECKS:  # command -v X, which X, ...: X is looked for, not relied on
                 for checked in (w for w in words[1:] if not w.startswith("-")):
-                    self.needs.command(checked, path, line, optional=True)
+                    self.needs.command(checked, path, line, optional=True, sure=certain)
             if name in functions or "/" in name or name in self.file_names:
                 continue
-            self.needs.command(name, path, line)
-            self.shell_needs(path, name, words, line)
+            self.needs.command(name, path, line, sure=certain)
+            self.shell_needs(path, name, words, line, sure=certain)
 
-    def shell_needs(self, path: str, name: str, words: list[str], line: int) -> None:
+    def shell_needs(self, path: str, name: str, words: list[str], line: int, *, sure: bool = True) -> None:
         args = [w for w in words[1:] if not w.startswith("-")]
         if name in NETWORK_COMMANDS:
             level, why = NETWORK_COMMANDS[name]
-            self.needs.reason(path, line, why, level)
+            self.needs.reason(path, line, why, level if sure else "maybe")
         sub = args[0] if args else ""
         if name in NETWORK_SUBCOMMANDS and sub in NETWORK_SUBCOMMANDS[name]:
             level, why = NETWORK_SUBCOMMANDS[name][sub]
-            self.needs.reason(path, line, why, level)
+            self.needs.reason(path, line, why, level if sure else "maybe")
         if name in ("npx", "pnpx", "bunx") and args:
             package = node_package(_strip_version(args[0]))
             if package:
@@ -235,7 +244,7 @@ class _Scanner:
             module = words[index + 1].split(".")[0] if index + 1 < len(words) else ""
             rest = [w for w in words[index + 2 :] if not w.startswith("-")]
             if module in ("pip", "pip3") and rest[:1] == ["install"]:
-                self.needs.reason(path, line, "pip install downloads packages", "yes")
+                self.needs.reason(path, line, "pip install downloads packages", "yes" if sure else "maybe")
             if (
                 MODULE_NAME.match(module)
                 and module not in sys.stdlib_module_names
