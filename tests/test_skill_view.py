@@ -247,3 +247,36 @@ def test_hosted_paths_on_docker(executor: Executor, probe: Path, path: str) -> N
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == [f"name: {SKILL}", "main 42", "template ran", "data"]
     assert {f.name: f.content for f in result.output_files} == {"out/report.txt": "report\n"}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_files_written_in_the_skill_folder_are_collected_by_their_path_there(
+    executor: Executor, probe: Path, path: str
+) -> None:
+    """Scripts save charts, JSON and configs where they run (the skill folder, the default
+    working directory): globs reach them by their path there; the skill's own files are not
+    outputs unless the run changed them; what no glob collected, and a glob that matched
+    nothing, are named in the warnings."""
+    result = run(
+        executor,
+        skill=SKILL,
+        session=session_of(path),
+        command="set -e; printf png > chart.png; mkdir -p results && echo '{}' > results/a.json; "
+        "echo new > scripts/new.py; echo changed >> scripts/helper.py; echo o > out/o.txt; "
+        "echo notes > notes.md; cd templates && echo t > made-here.txt",
+        output_files=["*.png", "results/*.json", "scripts/*.py", "out/*", "*.csv"],
+    )
+    assert result.exit_code == 0, result.stderr
+    collected = {f.name: f.content for f in result.output_files}
+    assert collected == {
+        "chart.png": "png",
+        "results/a.json": "{}\n",
+        "scripts/helper.py": HELPER + "changed\n",
+        "scripts/new.py": "new\n",
+        "out/o.txt": "o\n",
+    }
+    assert "output glob '*.csv' matched no file" in result.warnings
+    missed = [w for w in result.warnings if "no output glob matched" in w]
+    assert len(missed) == 1 and "2 file(s)" in missed[0]
+    assert "'notes.md'" in missed[0] and "'templates/made-here.txt'" in missed[0]
+    assert digest(probe)["scripts/helper.py"][0] == hashlib.sha256(HELPER.encode()).hexdigest()

@@ -13,6 +13,12 @@
   absent for a truncated one); every cap that bites is named in ``limits_hit``.
 * A file whose name is not valid UTF-8 cannot be returned as JSON: it is skipped
   with a warning.
+* Files the run wrote in its skill folder (``SKILL_DIR``, the default working directory:
+  scripts save charts and configs where they run) are matched too, by their path in that
+  folder (``*.png`` is ``$SKILL_DIR/chart.png``), given the installed skill to tell them
+  from the skill's own files (``skill_source``: new, or not as installed).  Collected under
+  that path; one the globs do not match is named in a warning, as is a glob that matched
+  nothing.
 """
 
 from __future__ import annotations
@@ -21,10 +27,11 @@ import hashlib
 import heapq
 import os
 import stat
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 import pathspec
@@ -110,21 +117,38 @@ def printable(name: str) -> str:
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
+#: Names a file the run wrote in its skill folder cannot be collected under (the workspace's own).
+_WORKSPACE_NAMES = frozenset({"work", "out", "run", "inputs", "skills"})
+#: At most this many files the run wrote in its skill folder are named in the warning.
+NAMED_UNCOLLECTED = 5
+#: The key of the skill folder among the trees walked.
+SKILL_TREE = "."
+
+
 def collect(
     workspace: Workspace,
     globs: list[str],
     limits: CollectLimits,
     *,
     failed: bool = False,
+    skill_source: Path | None = None,
 ) -> Collection:
-    """Find, type and read the files matching ``globs``; caps applied while reading."""
+    """Find, type and read the files matching ``globs``; caps applied while reading.
+    ``skill_source``: the installed skill, whose run-written files in the run's skill folder
+    are matched too (see the module docstring)."""
     collection = Collection()
     if not globs:
         return collection
     spec = compile_globs(tuple(globs))
     with ExitStack() as stack:
         trees = {top: stack.enter_context(workspace.tree(top)) for top in workspace.roots()}
-        matched, matches = _match(trees, spec, collection, failed, limits.max_files)
+        written: list[Written] = []
+        if skill_source is not None and workspace.skill_view.is_dir():
+            trees[SKILL_TREE] = stack.enter_context(Tree(workspace.skill_view))
+            written = written_by_run(trees[SKILL_TREE], skill_source, collection)
+        matched, matches = _match(trees, spec, collection, failed, limits.max_files, written)
+        if matched <= limits.max_files:  # every match is at hand
+            _say_what_was_missed(globs, spec, matches, written, collection)
         if matched > limits.max_files:
             collection.hit("max_files")
             collection.warnings.append(
@@ -148,15 +172,99 @@ def collect(
     return collection
 
 
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A file the run wrote in its skill folder: its name there, its path in the tree, its size."""
+
+    name: str
+    path: PurePosixPath
+    size: int
+
+
+def written_by_run(tree: Tree, source: Path, collection: Collection) -> list[Written]:
+    """(name, path) of the regular files of the run's skill folder (``tree``) that the run
+    wrote: not in the installed skill ``source``, or not as installed (size, mtime: the copy
+    keeps the installed file's).  Links are not followed; names of the workspace's own
+    folders are skipped with a warning."""
+    written: list[Written] = []
+    seen = 0
+    for entry in tree.walk():
+        seen += 1
+        if seen > MAX_WALK_ENTRIES:
+            collection.hit("walk_entries")
+            break
+        if entry.is_dir or not stat.S_ISREG(entry.stat.st_mode):
+            continue
+        try:
+            installed = os.lstat(source / entry.path)
+        except OSError:
+            installed = None
+        if (
+            installed is not None
+            and stat.S_ISREG(installed.st_mode)
+            and (installed.st_size, installed.st_mtime_ns) == (entry.stat.st_size, entry.stat.st_mtime_ns)
+        ):
+            continue
+        name = str(entry.path)
+        if entry.path.parts[0] in _WORKSPACE_NAMES:
+            collection.warnings.append(
+                f"the run wrote {printable(name)!r} in its skill folder, a name of the workspace's own; not collected"
+            )
+            continue
+        written.append(Written(name, entry.path, entry.stat.st_size))
+    return written
+
+
+def _say_what_was_missed(
+    globs: list[str],
+    spec: Globs,
+    matches: list[tuple[str, str, PurePosixPath]],
+    written: Sequence[Written],
+    collection: Collection,
+) -> None:
+    """Warnings: a glob that matched no file, files the run wrote in its skill folder that no glob matched."""
+    names = [logical for logical, _, _ in matches]
+    for pattern in globs:
+        one = compile_globs((pattern,))
+        if not any(one.match_file(name) for name in names):
+            collection.warnings.append(f"output glob {pattern!r} matched no file")
+    missed = [w.name for w in written if not spec.match_file(w.name)]
+    if missed:
+        shown = ", ".join(repr(printable(n)) for n in missed[:NAMED_UNCOLLECTED])
+        more = f" and {len(missed) - NAMED_UNCOLLECTED} more" if len(missed) > NAMED_UNCOLLECTED else ""
+        collection.warnings.append(
+            f"the run wrote {len(missed)} file(s) in its skill folder (the working directory) that no output glob "
+            f"matched: {shown}{more}; a glob names them by their path there (e.g. {missed[0]!r})"
+        )
+
+
 def _match(
-    trees: dict[str, Tree], spec: Globs, collection: Collection, failed: bool, most: int
+    trees: dict[str, Tree],
+    spec: Globs,
+    collection: Collection,
+    failed: bool,
+    most: int,
+    written: Sequence[Written] = (),
 ) -> tuple[int, list[tuple[str, str, PurePosixPath]]]:
     """(how many regular files match, the first ``most`` of them by path as (logical
     path, root, path in root)).  Only ``most`` matches are ever held; paths longer than
-    a path may be are skipped."""
+    a path may be are skipped.  ``written``: the run's files in its skill folder
+    (:data:`SKILL_TREE`), matched by their path there."""
     kept: list[tuple[str, str, PurePosixPath]] = []  # trimmed to the ``most`` first whenever it doubles
     matched = seen = too_long = 0
+    for item in written:
+        if not spec.match_file(item.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")):
+            continue
+        if printable(item.name) != item.name:
+            collection.warnings.append(f"output {printable(item.name)!r} has a name that is not UTF-8; skipped")
+        elif failed and item.size == 0:
+            collection.warnings.append(f"output {item.name!r} is empty and the command failed; dropped")
+        else:
+            matched += 1
+            kept.append((item.name, SKILL_TREE, item.path))
     for top, tree in trees.items():
+        if top == SKILL_TREE:
+            continue
         for entry in tree.walk():
             seen += 1
             if seen > MAX_WALK_ENTRIES:

@@ -179,7 +179,9 @@ class SkillRunner:
                 tracing.end_attributes(step, exit_code=executed.exit_code, timed_out=executed.timed_out)
             failed = executed.timed_out or executed.cancelled or executed.exit_code != 0
             with tracing.span("collect"):
-                collection = sandbox.collect(plan.outputs.globs, plan.outputs.limits, failed=failed)
+                collection = sandbox.collect(
+                    plan.outputs.globs, plan.outputs.limits, failed=failed, skill_source=skill.path
+                )
                 return build_result(
                     self.artifacts,
                     request,

@@ -27,7 +27,7 @@ import signal as signals
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Self
 
 from ..errors import ExecutorError
@@ -121,7 +121,11 @@ class RunSandbox:
             warnings=[*process.warnings, *warnings, *verdict.warnings],
         )
 
-    def collect(self, globs: list[str], limits: CollectLimits, *, failed: bool) -> Collection:
+    def collect(
+        self, globs: list[str], limits: CollectLimits, *, failed: bool, skill_source: Path | None = None
+    ) -> Collection:
+        """The outputs; ``skill_source`` (the installed skill): files the run wrote in its skill
+        folder are collected too (on a box that shares the workspace; a pod's are not brought back)."""
         warnings: list[str] = []
         fetched: dict[str, int] | None = None
         if not self.box.shared:
@@ -134,7 +138,8 @@ class RunSandbox:
             if globs:
                 fetched = {}
                 warnings += self.fetch(globs, limits, failed=failed, skip=whole, fetched=fetched)
-        collection = collect(self.workspace, globs, limits, failed=failed)
+        source = skill_source if self.box.shared else None
+        collection = collect(self.workspace, globs, limits, failed=failed, skill_source=source)
         if fetched:
             _never_holes(collection, fetched, limits)
         collection.warnings[:0] = warnings

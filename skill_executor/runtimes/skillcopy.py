@@ -56,7 +56,9 @@ def _copy_file(src: Path, dst: Path, mode: int, owner: tuple[int, int] | None) -
     """One file's copy in a few system calls (per-run cost: skills have hundreds).
 
     A script (``#!``) is made executable: skills are often published, or zipped, without
-    the bit, and their SKILL.md still says ``scripts/x.py ...``.
+    the bit, and their SKILL.md still says ``scripts/x.py ...``.  The copy keeps the
+    installed file's times, so a file the run writes differs from its source
+    (:func:`~skill_executor.outputs.collect.collect` collects those from the skill's folder).
     """
     fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
@@ -78,6 +80,8 @@ def _copy_file(src: Path, dst: Path, mode: int, owner: tuple[int, int] | None) -
             if owner is not None:
                 os.fchown(fd_out, *owner)
             os.fchmod(fd_out, mode)  # the umask may have taken bits off
+            source = os.fstat(fd_in)  # the installed file's times: what the run changes shows (written_by_run)
+            os.utime(fd_out, ns=(source.st_atime_ns, source.st_mtime_ns))
         finally:
             os.close(fd_out)
     finally:
