@@ -284,13 +284,13 @@ class Engine:
             raise unreachable(exc) from None
         self.oci_runtime = check_oci_runtime(self.settings.docker_oci_runtime, info, pool=self.settings.pool_size > 0)
 
-    def oom_killed(self, container_id: str) -> bool:
+    def oom_killed(self, container_id: str, *, timeout: float = 30.0) -> bool:
         """The engine's word on an OOM kill of the whole (ended) container: under gVisor
         the OOM killer takes the sandbox, whose memory is the run's, and its cgroup with it."""
         try:
             # A loaded engine can take a while to reap a killed sandbox: wait generously
             # (this path is taken only when the run ended without its launcher's exit frame).
-            self.api.wait(container_id, timeout=30)
+            self.api.wait(container_id, timeout=timeout)
             return bool(self.api.inspect_container(container_id)["State"].get("OOMKilled"))
         except Exception as exc:
             log.warning("could not tell whether container %s was killed for memory: %s", container_id[:12], exc)

@@ -264,17 +264,22 @@ class WarmBox(DockerBox):
 
         return remove
 
-    def end_container(self) -> None:
+    def end_container(self) -> bool | None:
         """Nothing of the run may outlive its exit status: end the whole container now
         (its init, and so its PID namespace; through the engine when the init is not held).
         On gVisor the sandbox is no namespace's init and its stubs die a moment after it:
-        wait until nothing in the container's cgroup can run code (else remove it)."""
+        wait until nothing in the container's cgroup can run code (else remove it).  A
+        container removed here takes its state with it: the engine's word on an OOM kill is
+        read first and returned (None: not removed, ask the engine)."""
         init = self.warm.init
         if not (init is not None and init.kill()):
             self.engine.kill(self.warm.id)
             self.engine.wait(self.warm.id, timeout=5)
         if self.engine.gvisor and not _emptied(self.warm.id, GVISOR_TEARDOWN_SECONDS):
+            oom = self.engine.oom_killed(self.warm.id, timeout=GVISOR_TEARDOWN_SECONDS)
             self.engine.remove(self.warm.id, strict=True)
+            return oom
+        return None
 
     def _start(self, spec: ProcessSpec) -> WarmProcess:
         """Send the command to the launcher of the warm container; its frames are read by
@@ -354,9 +359,9 @@ class WarmProcess:
             oom = bool(oom_kills(warm.id))
             # Before anything reads the run's folders: whatever the command started (or a
             # launcher it subverted claims) is gone.
-            box.end_container()
+            removed_oom = box.end_container()
             if not oom and not frames.exited and self._broken is None:
-                oom = box.engine.oom_killed(warm.id)
+                oom = removed_oom if removed_oom is not None else box.engine.oom_killed(warm.id)
         finally:
             box._track(box.plan.run_id, None)
         code: int | None
