@@ -213,17 +213,22 @@ def test_declared_reads_every_source_sorted(tmp_path: Path) -> None:
     (skill / "pyproject.toml").write_text('[project]\nname = "s"\ndependencies = ["Mid_Pkg"]\n')
     (skill / "scripts/deep/tool.py").write_text('# /// script\n# dependencies = ["beta"]\n# ///\n')
     (skill / "package.json").write_text(json.dumps({"dependencies": {"tinynode": "1.0.0"}}))
+    # as published skills keep them beside their scripts
+    (skill / "scripts/pyproject.toml").write_text('[project]\nname = "t"\ndependencies = ["gamma<2"]\n')
+    (skill / "scripts/package.json").write_text(json.dumps({"dependencies": {"othernode": "^2.1.0"}}))
     (skill / "node_modules").mkdir()
     (skill / "node_modules/ignored.py").write_text('# /// script\n# dependencies = ["ignored"]\n# ///\n')
     needs = declared(skill)
-    assert needs.python == ("alpha>=1", "beta", "mid-pkg", "zeta")
-    assert needs.node == ("tinynode@1.0.0",)
+    assert needs.python == ("alpha>=1", "beta", "gamma<2", "mid-pkg", "zeta")
+    assert needs.node == ("othernode@^2.1.0", "tinynode@1.0.0")
     assert needs.findings == ()
     assert needs.sources == (
         "package.json",
         "pyproject.toml",
         "requirements.txt",
         "scripts/deep/tool.py",
+        "scripts/package.json",
+        "scripts/pyproject.toml",
         "scripts/requirements.txt",
     )
     assert not declared(make_skill(tmp_path, "none", "name: none\ndescription: d"))
@@ -296,9 +301,9 @@ def test_keys_cover_needs_image_and_sources(tmp_path: Path) -> None:
 
 def test_environment_variables() -> None:
     plain = environment("/workspace", "s")
-    assert plain["PYTHONPATH"] == "/workspace/skills/s" and "NODE_PATH" not in plain
+    assert plain["PYTHONPATH"] == "/workspace/skills/s:/workspace/skills/s/scripts" and "NODE_PATH" not in plain
     with_env = environment("/workspace", "s", "/opt/skill-envs/k")
-    assert with_env["PYTHONPATH"] == "/workspace/skills/s:/opt/skill-envs/k/python"
+    assert with_env["PYTHONPATH"] == "/workspace/skills/s:/workspace/skills/s/scripts:/opt/skill-envs/k/python"
     assert with_env["NODE_PATH"] == "/opt/skill-envs/k/node/node_modules:/usr/local/lib/node_modules"
 
 
@@ -451,7 +456,10 @@ def test_runs_import_the_skill_env(
     assert lines[:2] == ["py 42", "node 42"]
     key = os.listdir(executor.settings.envs_dir)[0]
     base = "/opt/skill-envs" if runtime_name != "local" else str(executor.settings.envs_dir)
-    assert lines[2].endswith(f"/skills/dep-probe:{base}/{key}/python")
+    skill_dir = lines[2].split(":")[0]
+    assert (
+        skill_dir.endswith("/skills/dep-probe") and lines[2] == f"{skill_dir}:{skill_dir}/scripts:{base}/{key}/python"
+    )
     assert lines[3].startswith(f"{base}/{key}/node/node_modules:")
     # A skill without needs: its root is importable (a script run by path), no env.
     result = run(executor, skill="no-deps", command='python3 scripts/main.py && echo "${NODE_PATH:-unset}"')

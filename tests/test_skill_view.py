@@ -198,9 +198,11 @@ def test_scripts_importable_from_skill_root(executor: Executor, probe: Path, pat
         skill=SKILL,
         session=session_of(path),
         command="python3 -m scripts.main && python3 -c 'from scripts.helper import z; print(z())' "
-        "&& python3 -c 'import scripts.office.mod7 as m; print(m.X)'",
+        "&& python3 -c 'import scripts.office.mod7 as m; print(m.X)' "
+        # a snippet SKILL.md tells the agent to run from the skill root, importing a helper by bare name
+        "&& python3 -c 'from helper import z; print(z())' && cd out && python3 -c 'import helper; print(helper.z())'",
     )
-    assert result.stdout == "main 42\n42\n7\n", result.stderr
+    assert result.stdout == "main 42\n42\n7\n42\n42\n", result.stderr
 
 
 def test_localhost_unix_sockets_home_and_tmp(executor: Executor) -> None:

@@ -5,9 +5,10 @@ A skill may declare needs in five places (:func:`declared`):
 * ``requirements.txt`` and ``scripts/requirements.txt`` (requirement lines; options such
   as ``--hash`` or ``-i`` are ignored, ``-r``/``-c`` includes are not followed, and
   editable installs, URLs and local paths are refused with a finding);
-* ``pyproject.toml``'s ``[project].dependencies``;
+* ``pyproject.toml``'s and ``scripts/pyproject.toml``'s ``[project].dependencies``;
 * PEP 723 ``# /// script`` blocks in any ``*.py`` of the skill;
-* ``package.json``'s ``dependencies`` (``name@range``; URLs, git and file specs refused).
+* ``package.json``'s and ``scripts/package.json``'s ``dependencies`` (``name@range``; URLs,
+  git and file specs refused).
 
 Python needs are PEP 508 requirements, normalised (canonical name, sorted extras);
 :func:`safe_python_need` and :func:`safe_npm_spec` are the only gates a need passes
@@ -32,6 +33,8 @@ from packaging.utils import canonicalize_name
 from ..errors import ExecutorError
 
 REQUIREMENTS_FILES = ("requirements.txt", "scripts/requirements.txt")
+PYPROJECT_FILES = ("pyproject.toml", "scripts/pyproject.toml")
+PACKAGE_FILES = ("package.json", "scripts/package.json")
 SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv", "venv"})
 #: Bounds on the scan for PEP 723 blocks (a skill is a few scripts, not a source tree).
 MAX_SCRIPTS = 1000
@@ -287,8 +290,10 @@ def _sources(skill: Path) -> Iterator[tuple[str, Path]]:
     """(kind, file) of every place a skill may declare needs."""
     for rel in REQUIREMENTS_FILES:
         yield "requirements", skill / rel
-    yield "pyproject", skill / "pyproject.toml"
-    yield "package", skill / "package.json"
+    for rel in PYPROJECT_FILES:
+        yield "pyproject", skill / rel
+    for rel in PACKAGE_FILES:
+        yield "package", skill / rel
     for script in _scripts(skill):
         yield "script", script
 

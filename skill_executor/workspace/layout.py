@@ -82,11 +82,13 @@ def environment(root: str, skill_id: str, skill_env: str | None = None) -> dict[
         **{name: f"{root}/{folder}" for name, folder in PATH_VARIABLES.items() if folder},
         "HOME": f"{root}/run/home",
         "TMPDIR": f"{root}/run/tmp",
-        # The skill's root is importable (``from scripts.x import y`` from a script run by path).
-        "PYTHONPATH": skill_dir,
+        # The skill's root is importable (``from scripts.x import y`` from a script run by
+        # path), and so are its scripts' own modules by bare name (``from style_presets
+        # import x`` in a snippet SKILL.md tells the agent to run from the skill root).
+        "PYTHONPATH": f"{skill_dir}:{skill_dir}/scripts",
     }
     if skill_env is not None:
-        env["PYTHONPATH"] = f"{skill_dir}:{skill_env}/python"
+        env["PYTHONPATH"] = f"{skill_dir}:{skill_dir}/scripts:{skill_env}/python"
         env["NODE_PATH"] = f"{skill_env}/node/node_modules:{IMAGE_NODE_PATH}"
     return env
 
