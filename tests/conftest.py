@@ -296,6 +296,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_agentsandbox_wire": "engine",
     "test_agentsandbox_runtime": "engine",
     "test_docker": "engine",
+    "test_image_tools": "engine",
     "test_image": "engine",
     "test_operations": "engine",
     "test_volumes": "engine",

@@ -1,0 +1,123 @@
+"""The runner image's tools the way published skills call them, offline: ``uv run`` of a
+PEP 723 script (its ``# /// script`` dependencies resolved when the skill is installed,
+or a clear error naming what is missing), the real uv for the rest, ImageMagick 7's
+``magick`` on IM6, ESM ``import`` of the image's npm modules.  Fixture skills written the
+way the collections write theirs (their invocation patterns, not their code)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from skill_executor.config import Settings
+from skill_executor.core import Executor
+
+from .conftest import make_settings
+from .helpers import make_skill, run
+from .test_skill_deps import AS_SERVICE, wheelhouse  # noqa: F401 - the fixture
+
+SCRIPT = """# /// script
+# requires-python = ">=3.10"
+# dependencies = [
+#   "tinypkg>=1",
+#   "numpy",
+# ]
+# ///
+import sys
+
+import numpy
+import tinypkg
+
+print("tool", tinypkg.VALUE, int(numpy.arange(4).sum()), *sys.argv[1:])
+"""
+NEEDS_MISSING = """# /// script
+# dependencies = ["nosuchpkg-for-tests>=1", "numpy>=99"]
+# ///
+print("should not run")
+"""
+NEWER_PYTHON = """# /// script
+# requires-python = ">=3.99"
+# ///
+print("should not run")
+"""
+
+
+def uv_skill(root: Path) -> Path:
+    skill = make_skill(root, "uv-tool", "name: uv-tool\ndescription: a PEP 723 script run with uv")
+    (skill / "scripts").mkdir()
+    (skill / "scripts/tool.py").write_text(SCRIPT)
+    return skill
+
+
+@pytest.fixture
+def docker_settings(tmp_path: Path, docker_runtime_name: str) -> Iterator[dict[str, object]]:
+    yield {"tmp_path": tmp_path, "runtime": docker_runtime_name}
+
+
+def executor_with(settings: dict[str, object], **overrides: object) -> Executor:
+    values: Settings = make_settings(settings["tmp_path"], settings["runtime"], **overrides)  # type: ignore[arg-type]
+    return Executor.from_settings(values)
+
+
+def test_uv_run_serves_a_pep723_script_from_what_install_resolved(
+    docker_settings: dict[str, object],
+    wheelhouse: Path,  # noqa: F811
+) -> None:
+    uv_skill(Path(str(docker_settings["tmp_path"])) / "extra-skills")
+    executor = executor_with(docker_settings, wheelhouse=wheelhouse, npm_wheelhouse=wheelhouse, **AS_SERVICE)
+    try:
+        result = run(
+            executor,
+            skill="uv-tool",
+            # as trailofbits' skills say it: uv run {baseDir}/scripts/x.py, with uv's own options
+            command='uv run --no-project --quiet "$SKILL_DIR/scripts/tool.py" a b '
+            "&& uv --no-config run --with tinypkg python -c 'import tinypkg; print(tinypkg.VALUE)' "
+            "&& echo '{\"a\": 1}' | uv run -m json.tool --compact && uv --version",
+        )
+        assert result.exit_code == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[:3] == ["tool 42 6 a b", "42", '{"a":1}']
+        assert lines[3].startswith("uv 0.")  # the real uv answers everything but `run`
+    finally:
+        executor.close()
+
+
+def test_uv_run_names_what_the_sandbox_does_not_have(docker_settings: dict[str, object]) -> None:
+    root = Path(str(docker_settings["tmp_path"])) / "extra-skills"
+    skill = make_skill(root, "uv-missing", "name: uv-missing\ndescription: needs what is not there")
+    (skill / "scripts").mkdir()
+    (skill / "scripts/missing.py").write_text(NEEDS_MISSING)
+    (skill / "scripts/newer.py").write_text(NEWER_PYTHON)
+    executor = executor_with(docker_settings, skill_deps="off")
+    try:
+        missing = run(executor, skill="uv-missing", command="uv run scripts/missing.py")
+        assert missing.exit_code == 2 and "should not run" not in missing.stdout
+        assert "nosuchpkg-for-tests>=1 (not installed)" in missing.stderr
+        assert "numpy>=99 (this sandbox has 2." in missing.stderr and "no network" in missing.stderr
+        newer = run(executor, skill="uv-missing", command="uv run --script scripts/newer.py")
+        assert newer.exit_code == 2 and "requires Python >=3.99; this sandbox has Python 3." in newer.stderr
+        with_missing = run(executor, skill="uv-missing", command="uv run --with nosuchpkg-for-tests python -c 1")
+        assert with_missing.exit_code == 2 and "--with needs nosuchpkg-for-tests (not installed)" in with_missing.stderr
+    finally:
+        executor.close()
+
+
+def test_magick_and_esm_imports_work_as_skills_call_them(docker_settings: dict[str, object]) -> None:
+    executor = executor_with(docker_settings)
+    try:
+        result = run(
+            executor,
+            command="set -e; magick -version | head -1; magick -size 40x20 xc:red out/a.png; "
+            "magick out/a.png -resize 50% out/b.png; magick identify -format '%w %h\\n' out/b.png; "
+            "magick mogrify -format jpg out/b.png; ls out; "
+            "printf 'import { Document } from \"docx\";\\nconsole.log(typeof Document);\\n' > out/esm.mjs; "
+            "node out/esm.mjs",
+        )
+        assert result.exit_code == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert "ImageMagick" in lines[0]
+        assert lines[1:] == ["20 10", "a.png", "b.jpg", "b.png", "function"]
+    finally:
+        executor.close()
