@@ -253,6 +253,10 @@ class Settings(BaseSettings):
     # -- skill dependencies (resolved on the host into <data_dir>/envs, never in a run) ----
     skill_deps: Literal["install", "off"] = "install"
     """install: resolve skills' declared dependencies into <data_dir>/envs; off: never."""
+    skill_deps_from_docs: bool = False
+    """true: the packages ``pip install`` lines of a skill's SKILL.md name (its shell blocks) are dependencies too,
+    resolved like declared ones (many published skills declare theirs only so); ``skills doctor`` reports them either
+    way."""
     package_index_url: str | None = None  # default: PyPI (pip's configuration files and PIP_* are ignored)
     """The Python package index skills' needs are resolved from (default: PyPI; pip's own configuration is ignored)."""
     wheelhouse: Path | None = None  # a folder of wheels: resolve from it alone (pip --no-index --find-links)

@@ -22,13 +22,16 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from packaging.requirements import Requirement
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
 from .access import LOCAL_TENANT
 from .envs import DependenciesUnmet
-from .preflight import ImageNeeds, locations, python_distribution, scan
+from .preflight import PIP_REASON, ImageNeeds, locations, python_distribution, scan
 from .runs.models import RunRequest
 from .skills import Skill
 
@@ -94,6 +97,13 @@ for name in names["python"]:
         out["python"][name] = name.isidentifier() and importlib.util.find_spec(name) is not None
     except Exception:
         out["python"][name] = False
+import importlib.metadata
+out["packages"] = {}
+for name in names.get("packages", []):  # a distribution's name: its installed version, or None
+    try:
+        out["packages"][name] = importlib.metadata.version(name)
+    except Exception:
+        out["packages"][name] = None
 if names["node"]:
     node = shutil.which("node")
     if node is None:
@@ -137,6 +147,14 @@ class PythonNeed(BaseModel):
     used_in: list[str]
 
 
+class PackageNeed(BaseModel):
+    requirement: str = Field(description="what a `pip install` line of the skill installs (normalised)")
+    found: bool | None = Field(description="installed and satisfying the requirement; null: not checked")
+    version: str | None = Field(default=None, description="the version the sandbox has")
+    confidence: Literal["sure", "guess"] = Field(default="sure", description="as for commands")
+    used_in: list[str]
+
+
 class NodeNeed(BaseModel):
     module: str
     found: bool | None = Field(description="null: not checked (no run could start; see findings)")
@@ -152,6 +170,10 @@ class Missing(BaseModel):
         description="commands not found whose every use is a guess (read from prose): not counted in ok",
     )
     python: list[str] = Field(default_factory=list, description="required modules only (optional ones are not)")
+    packages: list[str] = Field(
+        default_factory=list,
+        description="what `pip install` lines (sure ones) install that the sandbox does not have: runs cannot fetch it",
+    )
     node: list[str] = Field(default_factory=list)
 
 
@@ -182,6 +204,7 @@ class DoctorReport(BaseModel):
     image: str | None = Field(description="the runner image probed (None: the local runtime, the host)")
     commands: list[CommandNeed]
     python: list[PythonNeed]
+    packages: list[PackageNeed] = Field(default_factory=list)
     node: list[NodeNeed]
     missing: Missing
     network: Network
@@ -194,16 +217,17 @@ def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> Do
     skill = executor.repository.get(name)
     needs = scan(skill, max_bytes=executor.settings.max_file_read_bytes)
     findings = [DoctorFinding(code=n.code, message=n.message, file=n.file, line=n.line) for n in needs.notes]
-    commands, python, node = _bounded(needs, findings)
-    probed: dict[str, Any] = {"commands": {}, "python": {}, "node": {}}
-    if commands or python or node:  # nothing to look for: no run
+    commands, python, node, packages = _bounded(needs, findings)
+    probed: dict[str, Any] = {"commands": {}, "python": {}, "node": {}, "packages": {}}
+    if commands or python or node or packages:  # nothing to look for: no run
         unchecked = {
             "commands": dict.fromkeys(commands, NOT_CHECKED),
             "python": dict.fromkeys(python),
             "node": dict.fromkeys(node),
+            "packages": dict.fromkeys(packages, NOT_CHECKED),
         }
         try:
-            probed = _probe(executor, skill, commands, python, node, tenant)
+            probed = _probe(executor, skill, commands, python, node, packages, tenant)
         except DependenciesUnmet as exc:  # no run can start: say so, and what the scan found
             unmet = exc.details.get("unmet") if isinstance(exc.details, dict) else None
             findings.append(DoctorFinding(code=exc.code, message=exc.message + (f": {unmet}" if unmet else "")))
@@ -215,11 +239,12 @@ def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> Do
     return report(skill, _image(executor), needs, probed, findings)
 
 
-def _bounded(needs: ImageNeeds, findings: list[DoctorFinding]) -> tuple[list[str], list[str], list[str]]:
+def _bounded(needs: ImageNeeds, findings: list[DoctorFinding]) -> tuple[list[str], list[str], list[str], list[str]]:
     names = [
         *(("c", n) for n in sorted(needs.commands)),
         *(("p", n) for n in sorted(needs.python)),
         *(("n", n) for n in sorted(needs.node)),
+        *(("k", n) for n in sorted({_distribution(r) for r in needs.packages})),
     ]
     if len(names) > MAX_PROBE_NAMES:
         left = [n for _, n in names[MAX_PROBE_NAMES:]]
@@ -231,7 +256,33 @@ def _bounded(needs: ImageNeeds, findings: list[DoctorFinding]) -> tuple[list[str
             )
         )
         names = names[:MAX_PROBE_NAMES]
-    return ([n for k, n in names if k == "c"], [n for k, n in names if k == "p"], [n for k, n in names if k == "n"])
+    return (
+        [n for k, n in names if k == "c"],
+        [n for k, n in names if k == "p"],
+        [n for k, n in names if k == "n"],
+        [n for k, n in names if k == "k"],
+    )
+
+
+def _distribution(requirement: str) -> str:
+    return Requirement(requirement).name
+
+
+def _package(requirement: str, sure: bool, found: dict[str, str | None], used_in: list[str]) -> PackageNeed:
+    """Whether the sandbox's version of ``requirement``'s distribution satisfies it."""
+    version = found[_distribution(requirement)]
+    if version == NOT_CHECKED:
+        ok, version = None, None
+    elif version is None:
+        ok = False
+    else:
+        try:
+            ok = Requirement(requirement).specifier.contains(Version(version), prereleases=True)
+        except InvalidVersion:
+            ok = False
+    return PackageNeed(
+        requirement=requirement, found=ok, version=version, confidence="sure" if sure else "guess", used_in=used_in
+    )
 
 
 def _image(executor: Executor) -> str | None:
@@ -239,13 +290,20 @@ def _image(executor: Executor) -> str | None:
 
 
 def _probe(
-    executor: Executor, skill: Skill, commands: list[str], python: list[str], node: list[str], tenant: str
+    executor: Executor,
+    skill: Skill,
+    commands: list[str],
+    python: list[str],
+    node: list[str],
+    packages: list[str],
+    tenant: str,
 ) -> dict[str, Any]:
     timeout = min(PROBE_TIMEOUT, executor.settings.max_timeout)
     names = {
         "commands": commands,
         "python": python,
         "node": node,
+        "packages": packages,
         "node_probe": NODE_PROBE,
         "node_timeout": max(1.0, timeout * 0.8),
     }
@@ -257,7 +315,7 @@ def _probe(
         why = "timed out" if result.timed_out else f"exit {result.exit_code}"
         stderr = _printable(result.stderr.strip()[-500:])
         raise ProbeFailed(f"the probe of skill {skill.id!r} failed ({why}): {stderr or 'no output'}")
-    answer = parse_answer(result.stdout, commands, python, node)
+    answer = parse_answer(result.stdout, commands, python, node, packages)
     if answer is None:
         raise ProbeFailed(f"the probe of skill {skill.id!r} gave no valid answer: nothing was checked")
     return answer
@@ -274,6 +332,7 @@ class _Answer(BaseModel):
     commands: dict[StrictStr, StrictStr | None]
     python: dict[StrictStr, StrictBool]
     node: dict[StrictStr, StrictBool]
+    packages: dict[StrictStr, StrictStr | None] = Field(default_factory=dict)
     errors: list[StrictStr] = Field(default_factory=list, max_length=10)
 
 
@@ -285,7 +344,9 @@ def _printable(text: str) -> str:
     return _CONTROL.sub("?", " ".join(text.split()))
 
 
-def parse_answer(stdout: str, commands: list[str], python: list[str], node: list[str]) -> dict[str, Any] | None:
+def parse_answer(
+    stdout: str, commands: list[str], python: list[str], node: list[str], packages: Sequence[str] = ()
+) -> dict[str, Any] | None:
     """The probe's answer from its output, or None: the output is over
     :data:`MAX_ANSWER_BYTES`, its last line is not the JSON object the probe prints, a value
     has the wrong type, a path is not a plain absolute path, or the names are not exactly
@@ -297,11 +358,14 @@ def parse_answer(stdout: str, commands: list[str], python: list[str], node: list
         answer = _Answer.model_validate_json(lines[-1]) if lines else None
     except (ValidationError, ValueError):
         return None
-    if answer is None or (set(answer.commands), set(answer.python), set(answer.node)) != (
+    if answer is None or (set(answer.commands), set(answer.python), set(answer.node), set(answer.packages)) != (
         set(commands),
         set(python),
         set(node),
+        set(packages),
     ):
+        return None
+    if any(v is not None and (len(v) > 200 or _CONTROL.search(v)) for v in answer.packages.values()):
         return None
     if any(
         path is not None and (not path.startswith("/") or len(path) > 4096 or _CONTROL.search(path))
@@ -312,6 +376,7 @@ def parse_answer(stdout: str, commands: list[str], python: list[str], node: list
         "commands": answer.commands,
         "python": answer.python,
         "node": answer.node,
+        "packages": answer.packages,
         "errors": [_printable(e[:1000]) for e in answer.errors],
     }
 
@@ -356,24 +421,41 @@ def report(
         for n in sorted(needs.node)
         if n in found_node
     ]
+    found_packages: dict[str, str | None] = probed.get("packages", {})
+    packages = [
+        _package(requirement, need.sure, found_packages, locations(need.uses))
+        for requirement, need in sorted(needs.packages.items())
+        if _distribution(requirement) in found_packages
+    ]
     missing = Missing(
+        packages=[k.requirement for k in packages if k.found is False and k.confidence == "sure"],
         commands=[c.name for c in commands if c.found is False and not c.optional and c.confidence == "sure"],
         guessed=[c.name for c in commands if c.found is False and not c.optional and c.confidence == "guess"],
         python=[p.module for p in python if p.found is False and not p.optional],
         node=[m.module for m in node if m.found is False],
     )
+    # A `pip install` line whose every package the sandbox has downloads nothing.
+    satisfied = {use for k in packages if k.found for use in k.used_in} - {
+        use for k in packages if not k.found for use in k.used_in
+    }
+    reasons = [r for r in needs.network if not (r.why == PIP_REASON and f"{r.file}:{r.line}" in satisfied)]
+    levels = {r.level for r in reasons}
     network = Network(
-        needed=needs.network_needed,
-        reasons=[NetworkReason(file=r.file, line=r.line, why=r.why, level=r.level) for r in needs.network],
+        needed="yes" if "yes" in levels else "maybe" if levels else "no",
+        reasons=[NetworkReason(file=r.file, line=r.line, why=r.why, level=r.level) for r in reasons],
         note=NO_NETWORK if image is not None else NO_NETWORK_LOCAL,
     )
     unchecked = any(f.code in (DependenciesUnmet.code, PROBE_FAILED) for f in findings)
-    ok = not (missing.commands or missing.python or missing.node or unchecked) and network.needed != "yes"
+    ok = (
+        not (missing.commands or missing.python or missing.node or missing.packages or unchecked)
+        and network.needed != "yes"
+    )
     return DoctorReport(
         skill=skill.id,
         image=image,
         commands=commands,
         python=python,
+        packages=packages,
         node=node,
         missing=missing,
         network=network,
@@ -403,9 +485,12 @@ def render_table(doctor: DoctorReport) -> str:
             if x
         )
         lines.append(row("python", p.module, p.found, detail, p.used_in))
+    for k in doctor.packages:
+        detail = " ".join(x for x in (k.version or "", "guess" if k.confidence == "guess" else "") if x)
+        lines.append(row("package", k.requirement, k.found, detail, k.used_in))
     for m in doctor.node:
         lines.append(row("node", m.module, m.found, "", m.used_in))
-    if not (doctor.commands or doctor.python or doctor.node):
+    if not (doctor.commands or doctor.python or doctor.packages or doctor.node):
         lines.append("  (the skill uses no command or module the scan could see)")
     lines.append("")
     lines.append(f"network: {doctor.network.needed}" + (f" -- {doctor.network.note}" if doctor.network.reasons else ""))
@@ -416,7 +501,7 @@ def render_table(doctor: DoctorReport) -> str:
     for f in doctor.findings:
         where = f" {f.file}:{f.line}" if f.file and f.line else f" {f.file}" if f.file else ""
         lines.append(f"finding {f.code}:{where} {f.message}")
-    missing = [*doctor.missing.commands, *doctor.missing.python, *doctor.missing.node]
+    missing = [*doctor.missing.commands, *doctor.missing.python, *doctor.missing.packages, *doctor.missing.node]
     lines.append("")
     if doctor.missing.guessed:
         lines.append("possibly missing (read from the docs' prose, not counted): " + ", ".join(doctor.missing.guessed))

@@ -450,6 +450,25 @@ BAD_SKILL = {
 }
 
 
+#: Dependencies declared only as install lines in SKILL.md, as many published skills do.
+PROSE_SKILL = {
+    "SKILL.md": "---\nname: needs-prose\ndescription: declares in prose\n---\n## Installation\n"
+    "```bash\nuv pip install pandas 'matplotlib>=3'\n```\n"
+    'Optional extras:\n```bash\npip install "numpy>=99"\n```\n',
+}
+
+
+def test_install_lines_in_the_docs_are_checked_as_packages(docker_executor: Executor) -> None:
+    report = diagnose(docker_executor, "needs-prose")
+    found = {k.requirement: (k.found, bool(k.version)) for k in report.packages}
+    assert found == {"pandas": (True, True), "matplotlib>=3": (True, True), "numpy>=99": (False, True)}
+    assert report.missing.packages == ["numpy>=99"] and not report.ok
+    # the line whose every package is there downloads nothing; the other one would
+    assert [(r.line, r.why) for r in report.network.reasons] == [(11, "pip install downloads packages")]
+    table = render_table(report)
+    assert "package  numpy>=99" in table and "NOT OK: missing numpy>=99; needs the network" in table
+
+
 #: What a hostile skill would like doctor to say: everything found.
 FORGED = (
     '{"commands": {"nosuchtool": "/usr/bin/nosuchtool", "python3": "/usr/bin/python3"}, '
@@ -498,6 +517,7 @@ def skills_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("doctor-skills")
     write_skill(root, "needs-good", GOOD_SKILL)
     write_skill(root, "needs-bad", BAD_SKILL)
+    write_skill(root, "needs-prose", PROSE_SKILL)
     write_skill(root, "needs-forger", HOSTILE_SKILL)
     return root
 
@@ -516,7 +536,7 @@ def test_everything_found(docker_executor: Executor) -> None:
     assert {c.name: c.found for c in report.commands} == {"pandoc": True, "python3": True, "node": True}
     assert [(p.module, p.found, p.distribution_hint) for p in report.python] == [("openpyxl", True, None)]
     assert [(m.module, m.found, m.used_in) for m in report.node] == [("docx", True, ["scripts/make.js:1"])]
-    assert report.missing.model_dump() == {"commands": [], "guessed": [], "python": [], "node": []}
+    assert report.missing.model_dump() == {"commands": [], "guessed": [], "python": [], "packages": [], "node": []}
     assert report.network.needed == "no"
     assert "ok: everything" in render_table(report)
 
@@ -528,6 +548,7 @@ def test_missing_and_network(docker_executor: Executor) -> None:
         "commands": ["nosuchtool"],
         "guessed": [],
         "python": ["nosuchmodule"],
+        "packages": ["x"],  # `pip install x`: the sandbox has no x, and a run cannot fetch it
         "node": ["nosuchmod"],
     }
     optional = next(p for p in report.python if p.module == "nosuchoptional")
@@ -585,7 +606,7 @@ def test_unmet_declared_dependencies_are_a_finding(docker_executor: Executor) ->
     assert "editable installs are not allowed" in report.findings[0].message
     assert [(c.name, c.found) for c in report.commands] == [("pandoc", None)]  # not checked: no run could start
     assert [(p.module, p.found) for p in report.python] == [("yaml", None)]
-    assert report.missing.model_dump() == {"commands": [], "guessed": [], "python": [], "node": []}
+    assert report.missing.model_dump() == {"commands": [], "guessed": [], "python": [], "packages": [], "node": []}
     assert "declared dependencies cannot be met" in render_table(report)
 
 
@@ -608,9 +629,16 @@ def test_probe_names_cannot_escape(docker_executor: Executor, tmp_path: Path) ->
     hostile = ["a;touch /tmp/pwned", "$(touch /tmp/pwned)", "x' \"; exit 3; #"]
     skill = docker_executor.repository.get("needs-hostile")
     answer = _probe(
-        docker_executor, skill, hostile, ["os; import sys; sys.exit(3)"], ["x'); process.exit(3); ('"], "local"
+        docker_executor,
+        skill,
+        hostile,
+        ["os; import sys; sys.exit(3)"],
+        ["x'); process.exit(3); ('"],
+        ["x'; import sys; sys.exit(3)"],
+        "local",
     )
     assert answer["commands"] == dict.fromkeys(hostile)
+    assert answer["packages"] == {"x'; import sys; sys.exit(3)": None}
     assert answer["python"] == {"os; import sys; sys.exit(3)": False}
     assert answer["node"] == {"x'); process.exit(3); ('": False}
 
@@ -622,6 +650,7 @@ def assert_honest(report: DoctorReport) -> None:
         "commands": ["nosuchtool"],
         "guessed": [],
         "python": ["nosuchmodule"],
+        "packages": [],
         "node": ["nosuchmod"],
     }
     assert {c.name: c.found for c in report.commands} == {"nosuchtool": False, "python3": True}
@@ -675,8 +704,10 @@ def test_a_probe_that_answers_garbage_is_a_failed_verdict(
         "commands": [],
         "guessed": [],
         "python": [],
+        "packages": [],
         "node": [],
     }  # nothing checked, nothing claimed
+    assert [(k.requirement, k.found) for k in report.packages] == [("x", None)]
     assert "the probe failed (nothing was checked)" in render_table(report)
 
 
@@ -687,8 +718,19 @@ def test_the_probes_answer_is_parsed_strictly() -> None:
         "commands": {"git": "/usr/bin/git"},
         "python": {"yaml": True},
         "node": {"docx": False},
+        "packages": {},
         "errors": [],
     }
+    with_packages = good.replace('"errors": []', '"packages": {"pandas": "3.1.1", "nosuch": null}, "errors": []')
+    answer = parse_answer(with_packages, *asked, ["pandas", "nosuch"])
+    assert answer is not None and answer["packages"] == {"pandas": "3.1.1", "nosuch": None}
+    for bad in [
+        with_packages.replace('"3.1.1"', "true"),
+        with_packages.replace('"3.1.1"', '"3.1\u001b[2J"'),
+        with_packages.replace('"nosuch": null', '"other": null'),
+        good,  # the packages asked are not answered
+    ]:
+        assert parse_answer(bad, *asked, ["pandas", "nosuch"]) is None, bad[:200]
     for bad in [
         "",
         "garbage",

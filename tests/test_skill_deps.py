@@ -43,6 +43,7 @@ from skill_executor.envs import (
     parse_requirements,
     parse_script,
     plan,
+    with_documented,
 )
 from skill_executor.errors import ExecutorError
 from skill_executor.image.inputs import images_dir
@@ -563,3 +564,31 @@ def test_sources_in_manifests_carry_no_credentials() -> None:
     assert described["index_url"] == "https://pypi.example/simple"
     assert described["npm_registry"] == "https://npm.example/"
     assert "s3cret" not in json.dumps(described)
+
+
+def test_install_lines_of_skill_md_are_needs_when_configured(
+    make_executor,
+    runtime_name: str,
+    wheelhouse: Path,  # type: ignore[no-untyped-def]
+    extra_skills: Path,
+) -> None:
+    """Many published skills declare their packages only as an install line in SKILL.md
+    (``uv pip install x``): with SKILL_EXECUTOR_SKILL_DEPS_FROM_DOCS they are resolved at
+    install like declared ones (an untagged or broken line is a guess: not resolved)."""
+    skill = make_skill(
+        extra_skills,
+        "prose-deps",
+        "name: prose-deps\ndescription: declares in prose",
+        body="## Installation\n```bash\nuv pip install tinypkg numpy\n```\n```\npip install nosuch-guess\n```\n",
+    )
+    assert with_documented(declared(skill), skill).python == ("numpy", "tinypkg")
+    assert with_documented(declared(skill), skill).sources == ("SKILL.md",)
+    plain: Executor = make_executor(wheelhouse=wheelhouse, npm_wheelhouse=wheelhouse, **AS_SERVICE)
+    result = run(plain, skill="prose-deps", command="python3 -c 'import tinypkg'")
+    assert result.exit_code == 1 and "No module named 'tinypkg'" in result.stderr  # off by default
+    plain.close()
+    executor: Executor = make_executor(
+        wheelhouse=wheelhouse, npm_wheelhouse=wheelhouse, skill_deps_from_docs=True, **AS_SERVICE
+    )
+    result = run(executor, skill="prose-deps", command="python3 -c 'import tinypkg; print(tinypkg.VALUE)'")
+    assert result.exit_code == 0 and result.stdout == "42\n", result.stderr

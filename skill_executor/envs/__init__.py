@@ -15,6 +15,7 @@ from .declared import (
     safe_npm_spec,
     safe_python_need,
     signature,
+    with_documented,
 )
 from .plan import EnvPlan, ImagePackages, Sources, env_key, npm_range_accepts, plan
 from .shared import MANIFEST
@@ -42,4 +43,5 @@ __all__ = [
     "safe_npm_spec",
     "safe_python_need",
     "signature",
+    "with_documented",
 ]

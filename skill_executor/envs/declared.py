@@ -325,10 +325,31 @@ def declared(skill_path: Path) -> Needs:
     return Needs(tuple(sorted(python)), tuple(sorted(node)), tuple(findings), tuple(sorted(sources)))
 
 
-def signature(skill_path: Path) -> str:
-    """Changes when any file that may declare needs changes (size, mtime, name)."""
+def with_documented(needs: Needs, skill_path: Path) -> Needs:
+    """``needs`` plus the packages the ``pip install`` lines of the skill's SKILL.md name
+    (its shell blocks; read by the doctor's scan, the same lines it reports)."""
+    from ..preflight import scan_texts  # the scan reads this module's gates: imported on use
+
+    for name in ("SKILL.md", "skill.md"):
+        text = _read(skill_path / name)
+        if text is not None:
+            break
+    else:
+        return needs
+    found = scan_texts({name: text}, skill_file=name)
+    documented = sorted(requirement for requirement, need in found.packages.items() if need.sure)
+    if not documented:
+        return needs
+    python = tuple(sorted({*needs.python, *documented}))
+    return Needs(python, needs.node, needs.findings, tuple(sorted({*needs.sources, name})))
+
+
+def signature(skill_path: Path, *, docs: bool = False) -> str:
+    """Changes when any file that may declare needs changes (size, mtime, name); ``docs``:
+    SKILL.md too."""
     digest = hashlib.sha256()
-    for _, path in _sources(skill_path):
+    extra = [("docs", skill_path / "SKILL.md"), ("docs", skill_path / "skill.md")] if docs else []
+    for _, path in [*_sources(skill_path), *extra]:
         try:
             st = path.stat()
         except OSError:

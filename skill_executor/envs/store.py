@@ -36,7 +36,16 @@ from ..config import Settings
 from ..hosttools import HostToolResult, HostTools, Scratch, ToolUser, reclaim, tool_user
 from ..image.inputs import IMAGE_ABI, IMAGE_PLATFORMS, IMAGE_PYTHON, images_dir
 from ..objects import ObjectStore
-from .declared import NPM_NAME, UNSAFE_TEXT, DependenciesUnmet, declared, safe_npm_spec, safe_python_need, signature
+from .declared import (
+    NPM_NAME,
+    UNSAFE_TEXT,
+    DependenciesUnmet,
+    declared,
+    safe_npm_spec,
+    safe_python_need,
+    signature,
+    with_documented,
+)
 from .plan import TARGET, EnvPlan, ImagePackages, Sources, npm_range_accepts, npm_version, plan, split_npm
 from .shared import MANIFEST, fetch_env, store_env, stored
 
@@ -109,8 +118,11 @@ class SkillEnvs:
         npm: str | None = None,
         user: ToolUser | None = None,
         objects: ObjectStore | None = None,
+        from_docs: bool = False,
     ) -> None:
         self.root = root
+        #: whether the packages SKILL.md's install lines name are needs too
+        self.from_docs = from_docs
         #: where a resolved environment is stored before it is put in place, and fetched from
         #: by a process that lacks it (None: environments live on this machine only)
         self.objects = objects
@@ -154,6 +166,7 @@ class SkillEnvs:
             user=tool_user(settings.host_tools_user),
             python=settings.host_tools_python or sys.executable,
             objects=objects,
+            from_docs=settings.skill_deps_from_docs,
         )
 
     def _sweep(self) -> None:
@@ -174,7 +187,10 @@ class SkillEnvs:
         return self.root / key
 
     def plan(self, skill_path: Path) -> EnvPlan:
-        return plan(declared(skill_path), self.image, self.sources)
+        needs = declared(skill_path)
+        if self.from_docs:
+            needs = with_documented(needs, skill_path)
+        return plan(needs, self.image, self.sources)
 
     def ensure(self, skill_path: Path, *, install: bool = False) -> EnvPlan:
         """Plan a skill's environment and resolve it when absent; ``DependenciesUnmet`` when it cannot be.
@@ -199,7 +215,7 @@ class SkillEnvs:
         """
         if self.mode == "off":
             return None
-        cache_key = (str(skill_path), digest or signature(skill_path))
+        cache_key = (str(skill_path), digest or signature(skill_path, docs=self.from_docs))
         with self._lock:
             cached = self._cache.get(cache_key)
         if isinstance(cached, DependenciesUnmet):

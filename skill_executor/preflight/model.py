@@ -186,6 +186,52 @@ SHELL_BUILTINS = frozenset(
 
 #: Commands that look for others (``command -v X``): X is optional there.
 CHECKS = frozenset({"command", "which", "type", "hash"})
+#: The network reason of a ``pip install`` line (the doctor drops it when all it names is there).
+PIP_REASON = "pip install downloads packages"
+#: Options of ``pip install`` that take a value (``-r file``: a file, not a package).
+PIP_VALUED = frozenset(
+    {
+        "-r",
+        "--requirement",
+        "-c",
+        "--constraint",
+        "-e",
+        "--editable",
+        "-t",
+        "--target",
+        "-i",
+        "--index-url",
+        "--extra-index-url",
+        "-f",
+        "--find-links",
+        "--prefix",
+        "--root",
+        "--python",
+        "-p",
+        "--platform",
+        "--python-version",
+        "--implementation",
+        "--abi",
+        "--src",
+        "--upgrade-strategy",
+        "--progress-bar",
+        "--cache-dir",
+        "--log",
+        "--proxy",
+        "--timeout",
+        "--retries",
+        "--trusted-host",
+        "--cert",
+        "--client-cert",
+        "--exists-action",
+        "--report",
+        "--only-binary",
+        "--no-binary",
+        "-C",
+        "--config-settings",
+        "--group",
+    }
+)
 #: Package managers of the reader's machine: in the docs, their lines set up a machine (a
 #: guess about the sandbox); in a script, they run.
 INSTALLERS = frozenset(
@@ -216,14 +262,14 @@ NETWORK_COMMANDS: dict[str, tuple[Sure, str]] = {
 }
 #: ``TOOL SUBCOMMAND`` pairs that install or download.
 NETWORK_SUBCOMMANDS: dict[str, dict[str, tuple[Sure, str]]] = {
-    "pip": {"install": ("yes", "pip install downloads packages")},
-    "pip3": {"install": ("yes", "pip install downloads packages")},
+    "pip": {"install": ("yes", PIP_REASON)},
+    "pip3": {"install": ("yes", PIP_REASON)},
     "npm": {k: ("yes", f"npm {k} downloads packages") for k in ("install", "i", "ci", "add", "update", "exec")},
     "pnpm": {k: ("yes", f"pnpm {k} downloads packages") for k in ("install", "i", "add", "dlx")},
     "yarn": {k: ("yes", f"yarn {k} downloads packages") for k in ("install", "add", "dlx")},
     "uv": {
         "run": ("maybe", "uv run may download the script's dependencies"),
-        "pip": ("yes", "uv pip installs packages"),
+        "pip": ("yes", PIP_REASON),
         "add": ("yes", "uv add downloads packages"),
         "sync": ("yes", "uv sync downloads packages"),
         "tool": ("yes", "uv tool downloads tools"),
@@ -328,6 +374,9 @@ class Need:
 class ImageNeeds:
     commands: dict[str, Need] = field(default_factory=dict)
     python: dict[str, Need] = field(default_factory=dict)
+    #: Distributions ``pip install`` lines install (a requirement, normalised: ``pandas>=2``):
+    #: what skills that declare nothing else rely on.
+    packages: dict[str, Need] = field(default_factory=dict)
     node: dict[str, list[Use]] = field(default_factory=dict)
     network: list[Reason] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
@@ -342,6 +391,9 @@ class ImageNeeds:
     def command(self, name: str, file: str, line: int, *, optional: bool = False, sure: bool = True) -> None:
         if COMMAND_NAME.match(name) and name not in SHELL_BUILTINS:
             add_use(self.commands.setdefault(name, Need()), Use(file, line), optional, sure)
+
+    def package(self, requirement: str, file: str, line: int, *, sure: bool) -> None:
+        add_use(self.packages.setdefault(requirement, Need()), Use(file, line), False, sure)
 
     def module(self, name: str, file: str, line: int, *, optional: bool) -> None:
         add_use(self.python.setdefault(name, Need()), Use(file, line), optional, True)

@@ -31,6 +31,9 @@ import time
 from pathlib import PurePosixPath
 from typing import Literal
 
+from packaging.requirements import InvalidRequirement
+
+from ..envs.declared import format_requirement, normalise_requirement, safe_python_need
 from ..errors import ExecutorError
 from ..skills.files import DEFAULT_MAX_READ, FileEntry, inventory, read_file
 from ..skills.model import Skill
@@ -52,6 +55,8 @@ from .model import (
     NODE_TAGS,
     OS_EXEC_CALLS,
     OS_SHELL_CALLS,
+    PIP_REASON,
+    PIP_VALUED,
     PYTHON_TAGS,
     REQUEST_CALLS,
     SHELL_SUFFIXES,
@@ -239,12 +244,16 @@ class _Scanner:
             package = node_package(_strip_version(args[0]))
             if package:
                 self.needs.node_module(package, path, line)
+        installs = pip_install_args(words)
+        if installs is not None:
+            for requirement in installs:
+                self.needs.package(requirement, path, line, sure=sure)
         if re.match(r"^python(3(\.\d+)?)?$", name) and "-m" in words:
             index = words.index("-m")
             module = words[index + 1].split(".")[0] if index + 1 < len(words) else ""
             rest = [w for w in words[index + 2 :] if not w.startswith("-")]
             if module in ("pip", "pip3") and rest[:1] == ["install"]:
-                self.needs.reason(path, line, "pip install downloads packages", "yes" if sure else "maybe")
+                self.needs.reason(path, line, PIP_REASON, "yes" if sure else "maybe")
             if (
                 MODULE_NAME.match(module)
                 and module not in sys.stdlib_module_names
@@ -350,6 +359,38 @@ class _Scanner:
         host = URL.match(url)
         if host and not LOOPBACK.match(host.group(1)):
             self.needs.reason(path, line, f"requests {url[:200]}", "yes")
+
+
+def pip_install_args(words: list[str]) -> list[str] | None:
+    """The requirements a ``pip install`` (``pip3``, ``python -m pip``, ``uv pip``) command
+    names, normalised (``Pandas>=2`` -> ``pandas>=2``); None when ``words`` is no such command.
+    Files (``-r``), paths, URLs and anything pip could read as one are left out."""
+    head = PurePosixPath(words[0]).name if words else ""
+    if head in ("pip", "pip3"):
+        rest = words[1:]
+    elif head == "uv" and words[1:2] == ["pip"]:
+        rest = words[2:]
+    elif re.match(r"^python(3(\.\d+)?)?$", head) and words[1:3] in (["-m", "pip"], ["-m", "pip3"]):
+        rest = words[3:]
+    else:
+        return None
+    if rest[:1] != ["install"]:
+        return None
+    found: list[str] = []
+    skip = False
+    for word in rest[1:]:
+        if skip:
+            skip = False
+        elif word.startswith("-"):
+            skip = word in PIP_VALUED
+        else:
+            try:
+                requirement = format_requirement(normalise_requirement(word))
+            except InvalidRequirement:
+                continue
+            if safe_python_need(requirement) and not word.lower().endswith((".whl", ".zip", ".tar.gz", ".tgz")):
+                found.append(requirement)
+    return found
 
 
 def _strip_version(spec: str) -> str:
