@@ -185,6 +185,27 @@ class RunRecordModel(BaseModel):
     )
 
 
+class RunSummary(BaseModel):
+    """A run in a listing: ``GET /v1/runs/{id}`` has its request and result."""
+
+    run_id: str
+    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    skill: str = Field(description="as the request named it (a pinned name@ref included)")
+    session: str | None = None
+    created_at: float = Field(description="seconds since the epoch")
+    updated_at: float
+    owner: str = Field(description="the key id (tenant) the run belongs to")
+    trace_id: str | None = None
+    error: ErrorBody | None = Field(default=None, description="what a run that ended in an error ended with")
+
+
+class RunList(BaseModel):
+    runs: list[RunSummary] = Field(description="newest first")
+    next_cursor: str | None = Field(
+        description="pass as ?cursor= for the next page (with the same filters); null: this is the last page"
+    )
+
+
 class ArtifactModel(BaseModel):
     name: str
     version: int
