@@ -117,6 +117,31 @@ def test_docs_work_offline(server: Server) -> None:
     assert "SwaggerUIBundle" in httpx.get(f"{server.url}/docs/assets/swagger-ui-bundle.js").text
 
 
+def test_openapi_declares_the_bearer_key(server: Server, secured: Server) -> None:
+    """Every route that checks the key says so (components.securitySchemes.bearer), so /docs
+    can authorize and a generated client knows to send it; the open routes do not."""
+    spec = httpx.get(f"{server.url}/openapi.json").json()
+    scheme = spec["components"]["securitySchemes"]["bearer"]
+    assert (
+        scheme["type"] == "http" and scheme["scheme"] == "bearer" and "Authorization: Bearer" in scheme["description"]
+    )
+    open_routes, protected = set(), set()
+    for path, methods in spec["paths"].items():
+        for method, operation in methods.items():
+            (protected if operation.get("security") == [{"bearer": []}] else open_routes).add(f"{method} {path}")
+            assert operation.get("security") in (None, [{"bearer": []}]), (method, path)
+    assert open_routes == {"get /healthz"}
+    assert {"get /v1/runs", "post /v1/runs", "post /v1/tools/call", "get /metrics", "post /v1/skills"} <= protected
+    # what the schema says holds: each protected route refuses a request without the key
+    for route in sorted(protected):
+        method, path = route.split(" ", 1)
+        if "{" in path:
+            continue
+        answer = httpx.request(method, f"{secured.url}{path}")
+        assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized", route
+    assert httpx.get(f"{secured.url}/healthz").status_code in (200, 503)
+
+
 def test_error_shapes(server: Server) -> None:
     url = server.url
     cases = [
