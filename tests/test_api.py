@@ -911,6 +911,7 @@ def test_what_the_caller_got_wrong_stays_an_http_error(server: Server) -> None:
     missing_id = httpx.post(url, json={"name": "skill_load", "arguments": {}, "format": "openai-responses"})
     assert missing_id.status_code == 400 and missing_id.json()["error"]["code"] == "tool_call_id_missing"
     assert httpx.post(url, json={"arguments": {}}).status_code == 422  # no call at all
+    assert httpx.post(url, json={"name": "a" * 257}).status_code == 422  # no name a model API allows
     assert httpx.post(url, json={"type": "function_call", "name": "skill_load"}).status_code == 422  # no call_id
     assert httpx.post(url, content=b"[]", headers={"content-type": "application/json"}).status_code == 422
 

@@ -139,7 +139,7 @@ def test_admin_streams_another_keys_run(clients: tuple[Client, Client, Client], 
 def test_run_list_shows_only_the_callers_runs(clients: tuple[Client, Client, Client], tenants: Server) -> None:
     a, b, admin = clients
     session = f"list-{time.time_ns()}"
-    since = time.time() - 1
+    since = time.time()  # the server's clock is this one: no earlier test's run counts
     mine = [a.run({"skill": "math-tools", "command": f"echo {i}", "session": session})["run_id"] for i in range(3)]
     failed = a.run({"skill": "math-tools", "command": "exit 3"})["run_id"]
     theirs = b.run({"skill": "math-tools", "command": "echo b", "session": session})["run_id"]

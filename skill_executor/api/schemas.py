@@ -222,6 +222,9 @@ class ArtifactList(BaseModel):
     artifacts: list[ArtifactModel]
 
 
+#: The longest tool name a call may give (the model APIs allow 64 or 128 characters): longer
+#: is no call a model made, and is refused (422) before anything echoes it.
+TOOL_NAME_MAX = 256
 ToolFormat = Literal["openai", "openai-responses", "anthropic", "mcp"]
 
 
@@ -232,7 +235,8 @@ class ToolList(BaseModel):
 
 class ToolCall(BaseModel):
     name: str = Field(
-        description="the tool the model called; an unknown one is answered with an error result (tool_not_found)"
+        max_length=TOOL_NAME_MAX,
+        description="the tool the model called; an unknown one is answered with an error result (tool_not_found)",
     )
     arguments: Any = Field(
         default=None,
@@ -258,7 +262,7 @@ class FunctionCallItem(BaseModel):
 
     type: Literal["function_call"]
     call_id: str = Field(min_length=1, max_length=256)
-    name: str
+    name: str = Field(max_length=TOOL_NAME_MAX)
     arguments: Any = Field(default=None, description="the arguments' JSON text")
     id: str | None = Field(default=None, description="the item's id (not the call's)")
     status: str | None = None
