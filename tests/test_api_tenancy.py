@@ -176,6 +176,24 @@ def test_run_list_shows_only_the_callers_runs(clients: tuple[Client, Client, Cli
     with expect_error(422):
         a.list_runs(status="sleeping")
     assert httpx.get(f"{tenants.url}/v1/runs").status_code == 401
+    # a started run is listed as running (its record says queued until it ends)
+    started = a.submit({"skill": "math-tools", "command": "echo started; sleep 30"})["run_id"]
+    for event, _ in a.events(started):
+        if event == "stdout":
+            break
+    try:
+        assert [r["run_id"] for r in a.list_runs(status="running", created_after=since)["runs"]] == [started]
+        assert a.list_runs(status="queued", created_after=since)["runs"] == []
+    finally:
+        a.cancel_run(started)
+    deadline = time.monotonic() + 15
+    while a.list_runs(limit=1)["runs"][0]["status"] != "cancelled" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert a.list_runs(limit=1)["runs"][0] == {
+        **a.list_runs(limit=1)["runs"][0],
+        "run_id": started,
+        "status": "cancelled",
+    }
 
 
 def page_cursor(client: Client, since: float) -> str:
