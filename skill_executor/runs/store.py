@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Connection, and_, func, insert, not_, or_, select, true, update
+from sqlalchemy import ColumnElement, Connection, and_, func, insert, literal, not_, or_, select, true, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
 from ..access import LOCAL_TENANT
@@ -301,9 +301,8 @@ class RunStore:
             where.append(runs.c.created_at < filters.created_before)
         if after is not None:
             created_at, run_id = after
-            where.append(
-                or_(runs.c.created_at < created_at, and_(runs.c.created_at == created_at, runs.c.run_id < run_id))
-            )
+            # a row value: one range of the index on SQLite and Postgres alike
+            where.append(tuple_(runs.c.created_at, runs.c.run_id) < tuple_(literal(created_at), literal(run_id)))
         query = (
             select(
                 runs.c.run_id,
