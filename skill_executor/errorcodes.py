@@ -477,6 +477,13 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         mcp="none",
     ),
     E("run_not_found", 404, "No run with this id (or not yours).", "Check the run id."),
+    E(
+        "invalid_cursor",
+        400,
+        "A listing's cursor is not one the service gave.",
+        "Pass the previous page's next_cursor as it is, or start again without a cursor.",
+        mcp="none",
+    ),
     E("run_finished", 409, "The run has already ended.", "Read its result instead."),
     E(
         "run_not_active",

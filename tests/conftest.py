@@ -269,6 +269,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_registry": "unit",
     "test_registry_shared": "unit",
     "test_results_paths": "unit",
+    "test_tool_formats": "unit",
     "test_sandbox_contract": "unit",
     "test_runtime_contract": "unit",
     "test_skill_deps": "unit",

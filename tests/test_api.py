@@ -117,6 +117,31 @@ def test_docs_work_offline(server: Server) -> None:
     assert "SwaggerUIBundle" in httpx.get(f"{server.url}/docs/assets/swagger-ui-bundle.js").text
 
 
+def test_openapi_declares_the_bearer_key(server: Server, secured: Server) -> None:
+    """Every route that checks the key says so (components.securitySchemes.bearer), so /docs
+    can authorize and a generated client knows to send it; the open routes do not."""
+    spec = httpx.get(f"{server.url}/openapi.json").json()
+    scheme = spec["components"]["securitySchemes"]["bearer"]
+    assert (
+        scheme["type"] == "http" and scheme["scheme"] == "bearer" and "Authorization: Bearer" in scheme["description"]
+    )
+    open_routes, protected = set(), set()
+    for path, methods in spec["paths"].items():
+        for method, operation in methods.items():
+            (protected if operation.get("security") == [{"bearer": []}] else open_routes).add(f"{method} {path}")
+            assert operation.get("security") in (None, [{"bearer": []}]), (method, path)
+    assert open_routes == {"get /healthz"}
+    assert {"get /v1/runs", "post /v1/runs", "post /v1/tools/call", "get /metrics", "post /v1/skills"} <= protected
+    # what the schema says holds: each protected route refuses a request without the key
+    for route in sorted(protected):
+        method, path = route.split(" ", 1)
+        if "{" in path:
+            continue
+        answer = httpx.request(method, f"{secured.url}{path}")
+        assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized", route
+    assert httpx.get(f"{secured.url}/healthz").status_code in (200, 503)
+
+
 def test_error_shapes(server: Server) -> None:
     url = server.url
     cases = [
@@ -774,10 +799,16 @@ def test_tool_definitions(client: Client) -> None:
     ]
     run_params = openai[3]["function"]["parameters"]
     assert run_params["properties"]["skill"]["enum"] == ["csv-report", "file-bundle", "math-tools"]
-    assert set(run_params["required"]) == {"skill", "command"} and "$defs" not in json.dumps(run_params)
+    # strict mode (tests/test_tool_formats.py checks its rules): every property required, the optional nullable
+    assert openai[3]["function"]["strict"] is True and run_params["required"] == list(run_params["properties"])
+    assert run_params["properties"]["cwd"]["anyOf"][-1] == {"type": "null"} and "$defs" not in json.dumps(run_params)
     assert "skill_load" in openai[3]["function"]["description"] or "isolated" in openai[3]["function"]["description"]
+    responses = client.tools("openai-responses")["tools"]
+    assert [t["name"] for t in responses] == [t["function"]["name"] for t in openai]
+    assert responses[3] == {"type": "function", "strict": True, **openai[3]["function"]}
     anthropic = client.tools("anthropic")["tools"]
     assert anthropic[0]["name"] == "skill_load" and "input_schema" in anthropic[0]
+    assert set(anthropic[3]["input_schema"]["required"]) == {"skill", "command"}
     mcp = client.tools("mcp")["tools"]
     assert mcp[1]["name"] == "skill_list_docs" and "inputSchema" in mcp[1]
     with expect_error(422):
@@ -813,8 +844,76 @@ def test_agent_loop_through_tool_calls(client: Client) -> None:
     bad = client.call_tool("skill_run", {"skill": "nope", "command": "true"})
     assert bad["is_error"] and "skill_not_found" in bad["content"]
     assert client.call_tool("skill_load", "{not json")["is_error"]
-    with expect_error(404, "tool_not_found"):
-        client.call_tool("rm_rf", {})
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "code"),
+    [
+        ("rm_rf", {}, "tool_not_found"),
+        ("", {}, "tool_not_found"),
+        ("x" * 200, None, "tool_not_found"),
+        ("skill_load", "{not json", "invalid_arguments"),
+        ("skill_load", [1, 2], "invalid_arguments"),
+        ("skill_run", 42, "invalid_arguments"),
+        ("skill_run", {"skill": "math-tools"}, "invalid_arguments"),
+    ],
+)
+def test_the_models_mistakes_are_tool_results(server: Server, name: str, arguments: object, code: str) -> None:
+    """An unknown tool or malformed arguments is the model's mistake: HTTP 200 with an error
+    result (its code and message inside) the loop hands back, in every tool-result shape."""
+    url = f"{server.url}/v1/tools/call"
+    plain = httpx.post(url, json={"name": name, "arguments": arguments})
+    assert plain.status_code == 200, plain.text
+    body = plain.json()
+    assert body["is_error"] is True and body["data"]["error"]["code"] == code and body["message"] is None
+    assert body["content"] == f"error ({code}): {body['data']['error']['message']}"
+    shapes = {
+        "openai": {"role": "tool", "tool_call_id": "c1", "content": body["content"]},
+        "anthropic": {"type": "tool_result", "tool_use_id": "c1", "content": body["content"], "is_error": True},
+        "mcp": {"content": [{"type": "text", "text": body["content"]}], "isError": True},
+        "openai-responses": {"type": "function_call_output", "call_id": "c1", "output": body["content"]},
+    }
+    for fmt, message in shapes.items():
+        answer = httpx.post(url, json={"name": name, "arguments": arguments, "format": fmt, "id": "c1"})
+        assert answer.status_code == 200 and answer.json()["message"] == message, (fmt, answer.text)
+    item = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": name, "arguments": arguments}
+    answer = httpx.post(url, json=item)
+    assert answer.status_code == 200 and answer.json()["message"] == shapes["openai-responses"], answer.text
+
+
+def test_a_responses_function_call_gets_its_output_item(server: Server) -> None:
+    item = {
+        "type": "function_call",
+        "id": "fc_7",
+        "call_id": "call_7",
+        "name": "skill_run",
+        "arguments": json.dumps(
+            {
+                "skill": "math-tools",
+                "command": "echo $GREETING",
+                "cwd": None,
+                "timeout": None,
+                "env": [{"name": "GREETING", "value": "hi"}],
+                "outputs": None,
+            }
+        ),
+        "status": "completed",
+    }
+    answer = httpx.post(f"{server.url}/v1/tools/call", json=item)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert not body["is_error"] and body["data"]["stdout"] == "hi\n"
+    assert body["message"] == {"type": "function_call_output", "call_id": "call_7", "output": body["content"]}
+
+
+def test_what_the_caller_got_wrong_stays_an_http_error(server: Server) -> None:
+    url = f"{server.url}/v1/tools/call"
+    missing_id = httpx.post(url, json={"name": "skill_load", "arguments": {}, "format": "openai-responses"})
+    assert missing_id.status_code == 400 and missing_id.json()["error"]["code"] == "tool_call_id_missing"
+    assert httpx.post(url, json={"arguments": {}}).status_code == 422  # no call at all
+    assert httpx.post(url, json={"name": "a" * 257}).status_code == 422  # no name a model API allows
+    assert httpx.post(url, json={"type": "function_call", "name": "skill_load"}).status_code == 422  # no call_id
+    assert httpx.post(url, content=b"[]", headers={"content-type": "application/json"}).status_code == 422
 
 
 def test_async_client(server: Server) -> None:

@@ -136,6 +136,72 @@ def test_admin_streams_another_keys_run(clients: tuple[Client, Client, Client], 
     assert any(x["action"] == "run.events" and x["target"] == run_id for x in audit_lines(tenants))
 
 
+def test_run_list_shows_only_the_callers_runs(clients: tuple[Client, Client, Client], tenants: Server) -> None:
+    a, b, admin = clients
+    session = f"list-{time.time_ns()}"
+    since = time.time()  # the server's clock is this one: no earlier test's run counts
+    mine = [a.run({"skill": "math-tools", "command": f"echo {i}", "session": session})["run_id"] for i in range(3)]
+    failed = a.run({"skill": "math-tools", "command": "exit 3"})["run_id"]
+    theirs = b.run({"skill": "math-tools", "command": "echo b", "session": session})["run_id"]
+
+    listed = a.list_runs(created_after=since)
+    assert [r["run_id"] for r in listed["runs"]] == [failed, *reversed(mine)] and listed["next_cursor"] is None
+    assert all(r["owner"] == A and "result" not in r and "request" not in r for r in listed["runs"])
+    assert listed["runs"][0]["status"] == "completed"  # the command failed; the run did not
+    ids: list[str] = []
+    cursor = None
+    while True:  # cursor pages of one
+        page = a.list_runs(session=session, limit=1, cursor=cursor)
+        ids += [r["run_id"] for r in page["runs"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert ids == list(reversed(mine))
+    assert [r["run_id"] for r in b.list_runs(session=session)["runs"]] == [theirs]
+    assert b.list_runs(skill="math-tools", status=["queued", "running"], created_after=since)["runs"] == []
+    # B's cursor from its own listing reveals nothing of A's: positions only, always B's runs
+    assert [r["run_id"] for r in b.list_runs(cursor=page_cursor(a, since))["runs"]] == [
+        r["run_id"] for r in b.list_runs()["runs"] if r["created_at"] < a.get_run(mine[-1])["created_at"]
+    ]
+    assert admin.list_runs(session=session)["runs"] == []  # an admin's own key has none
+    audited = admin.list_runs(session=session, owner=A)["runs"]
+    assert [r["run_id"] for r in audited] == list(reversed(mine))
+    assert any(x["action"] == "run.list" and x["owner"] == A for x in audit_lines(tenants))
+    with expect_error(404, "owner_not_found"):
+        a.list_runs(owner=B)
+    with expect_error(400, "invalid_cursor"):
+        a.list_runs(cursor="garbage")
+    with expect_error(422):
+        a.list_runs(limit=101)
+    with expect_error(422):
+        a.list_runs(status="sleeping")
+    assert httpx.get(f"{tenants.url}/v1/runs").status_code == 401
+    # a started run is listed as running (its record says queued until it ends)
+    started = a.submit({"skill": "math-tools", "command": "echo started; sleep 30"})["run_id"]
+    for event, _ in a.events(started):
+        if event == "stdout":
+            break
+    try:
+        assert [r["run_id"] for r in a.list_runs(status="running", created_after=since)["runs"]] == [started]
+        assert a.list_runs(status="queued", created_after=since)["runs"] == []
+    finally:
+        a.cancel_run(started)
+    deadline = time.monotonic() + 15
+    while a.list_runs(limit=1)["runs"][0]["status"] != "cancelled" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert a.list_runs(limit=1)["runs"][0] == {
+        **a.list_runs(limit=1)["runs"][0],
+        "run_id": started,
+        "status": "cancelled",
+    }
+
+
+def page_cursor(client: Client, since: float) -> str:
+    cursor = client.list_runs(created_after=since, limit=1)["next_cursor"]
+    assert isinstance(cursor, str)
+    return cursor
+
+
 # -- artifacts ----------------------------------------------------------------------------------
 
 

@@ -408,6 +408,26 @@ def test_contexts_are_per_tenant(h: Harness) -> None:
     assert bad.value.code == "invalid_session"
 
 
+def test_context_tools_take_strict_mode_arguments(h: Harness) -> None:
+    """Under OpenAI strict mode a model sends every argument, null where it gives none."""
+    schemas = {t["name"]: t["parameters"] for t in definitions(h.executor.repository, "openai-responses", context=True)}
+
+    def strict(name: str, **given: Any) -> dict[str, Any]:
+        return {p: given.get(p) for p in schemas[name]["properties"]}
+
+    tools = ToolExecutor(h.executor.repository, contexts=h.svc)
+    loaded = tools.call("context_load", strict("context_load", session="chat-1", skill="report-writer"), tenant="t")
+    assert not loaded.is_error and loaded.content.startswith("loaded report-writer"), loaded.content
+    selected = tools.call(
+        "context_select_docs",
+        strict("context_select_docs", session="chat-1", skill="report-writer", mode="add", all=True),
+        tenant="t",
+    )
+    assert not selected.is_error and "references/style.md" in selected.content, selected.content
+    rendered_ = tools.call("context_render", strict("context_render", session="chat-1"), tenant="t")
+    assert not rendered_.is_error and "report-writer" in rendered_.content
+
+
 def test_tool_definitions_and_calls(h: Harness) -> None:
     for fmt in ("openai", "anthropic", "mcp"):
         plain = definitions(h.executor.repository, fmt)  # type: ignore[arg-type]

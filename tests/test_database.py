@@ -18,8 +18,8 @@ from skill_executor.context.store import ContextStore
 from skill_executor.db import Database, DatabaseUnavailable, SchemaMismatch, StoreBusy, migrate, upgrade
 from skill_executor.db.schema import runs
 from skill_executor.db.url import BadDatabaseUrl, parse, shown
-from skill_executor.errors import Conflict, NotFound
-from skill_executor.runs.store import RunStore
+from skill_executor.errors import BadRequest, Conflict, NotFound
+from skill_executor.runs.store import RunFilter, RunListing, RunStore, decode_cursor, encode_cursor
 
 from .databases import open_database
 
@@ -231,6 +231,64 @@ def test_records_round_trip_and_interrupted_runs_are_marked(database: Database) 
     a, b = store.get("a"), store.get("b")
     assert (a.status, a.session, a.error and a.error["code"]) == ("failed", "chat", "interrupted")
     assert (b.status, b.result, b.events, b.owner) == ("completed", {"exit_code": 0}, 5, "k")
+
+
+def test_run_listing_pages_one_owners_runs_newest_first(database: Database) -> None:
+    store = RunStore(database, instance="i1")
+    made = {  # run id: (owner, skill as requested, session, created_at, status); ties at 101
+        "r1": ("k", "csv-report", None, 100.0, "completed"),
+        "r2": ("k", "CSV-Report@3", "chat", 101.0, "failed"),
+        "r3": ("k", "math-tools", "chat", 101.0, "queued"),
+        "r4": ("k", "csv-reporter", None, 101.0, "queued"),
+        "r5": ("k", "csv-report", "other", 102.5, "cancelled"),
+        "x1": ("other-key", "csv-report", "chat", 101.0, "completed"),
+        "x2": ("other-key", "csv-report", None, 200.0, "completed"),
+    }
+    for run_id, (owner, skill, session, created, status) in made.items():
+        store.create(run_id, {"skill": skill, "session": session}, owner=owner)
+        error = {"code": "boom", "message": "it failed", "status": 500} if status == "failed" else None
+        store.update(run_id, status, error=error)  # type: ignore[arg-type]
+        with database.write() as conn:
+            conn.execute(runs.update().where(runs.c.run_id == run_id).values(created_at=created))
+
+    def every(filters: RunFilter = RunFilter(), limit: int = 2, running: tuple[str, ...] = ()) -> list[RunListing]:
+        seen: list[RunListing] = []
+        after = None
+        while True:
+            page = store.listing("k", filters, limit=limit + 1, after=after, running=running)
+            seen += page[:limit]
+            if len(page) <= limit:
+                return seen
+            after = decode_cursor(encode_cursor(page[limit - 1]))
+
+    assert [r.run_id for r in every()] == ["r5", "r4", "r3", "r2", "r1"]  # never other-key's
+    assert [r.run_id for r in every(limit=1)] == [r.run_id for r in every(limit=10)]
+    assert every()[3].error == {"code": "boom", "message": "it failed", "status": 500} and every()[0].error is None
+    assert [r.run_id for r in every(RunFilter(skill="csv-report"))] == ["r5", "r2", "r1"]  # any case, pinned
+    assert [r.run_id for r in every(RunFilter(session="chat"))] == ["r3", "r2"]
+    assert [r.run_id for r in every(RunFilter(statuses=("queued",)))] == ["r4", "r3"]
+    # the embedded service's started runs still say queued in their records
+    running = every(RunFilter(statuses=("running",)), running=("r3", "x1"))
+    assert [(r.run_id, r.status) for r in running] == [("r3", "running")]
+    assert [r.run_id for r in every(RunFilter(statuses=("queued",)), running=("r3",))] == ["r4"]
+    assert [r.run_id for r in every(RunFilter(statuses=("failed", "cancelled")))] == ["r5", "r2"]
+    assert [r.run_id for r in every(RunFilter(created_after=101.0, created_before=102.5))] == ["r4", "r3", "r2"]
+    assert every(RunFilter(skill="100%_")) == []
+
+    # a page never repeats or skips a run however many are added meanwhile
+    first = store.listing("k", limit=3)
+    store.create("r6", {"skill": "csv-report"}, owner="k")
+    rest = store.listing("k", limit=10, after=decode_cursor(encode_cursor(first[-1])))
+    assert [r.run_id for r in first + rest] == ["r5", "r4", "r3", "r2", "r1"]
+
+
+@pytest.mark.parametrize(
+    "cursor", ["", "not base64!", "bnVsbA", "W10", '["1", "r"]', "WzEsMl0", "WyJOYU4iLCJyIl0", "WzFlOTk5LCJyIl0"]
+)
+def test_a_cursor_the_service_did_not_make_is_refused(cursor: str) -> None:
+    with pytest.raises(BadRequest) as refused:
+        decode_cursor(cursor)
+    assert refused.value.code == "invalid_cursor"
 
 
 # -- contexts ---------------------------------------------------------------------------

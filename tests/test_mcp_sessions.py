@@ -597,3 +597,52 @@ def test_session_settings() -> None:
     for bad in ({"mcp_sessions_per_key": 0}, {"mcp_session_idle_seconds": 0}, {"mcp_session_idle_seconds": "inf"}):
         with pytest.raises(ValidationError):
             Settings(**bad)
+
+
+# -- abandoned requests ---------------------------------------------------------------------
+
+
+def access_lines(server: Server) -> list[dict[str, Any]]:
+    text = (server.base / f"server-{server.port}.log").read_text(errors="replace")
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_abandoned_calls_are_no_server_errors(server: Server) -> None:
+    """A client that gives up on a tools/call mid-run -- cancelling it (2026-07-28: closing its
+    stream; 2025-11-25: notifications/cancelled) or timing out -- is no 500 and no traceback in
+    the log: the request is logged as the client's (499, client_gone) and its run is cancelled."""
+    run = {"skill": "math-tools", "command": "echo started; sleep 60"}
+
+    async def scenario() -> None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY_A}"}, timeout=120) as http:
+            transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
+            async with Client(transport, mode="auto", read_timeout_seconds=120) as modern:
+                assert modern.protocol_version == "2026-07-28"
+                with anyio.move_on_after(3):  # the agent gives up: its task is cancelled
+                    await modern.call_tool("skill_run", run)
+            transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
+            async with Client(transport, mode="auto", read_timeout_seconds=3) as timed:
+                with pytest.raises(Exception, match="timed out"):  # the client's own read timeout
+                    await timed.call_tool("skill_run", run)
+        async with honest(server, KEY_A, []) as legacy:
+            with anyio.move_on_after(3):
+                await legacy.call_tool("skill_run", run)
+
+    anyio.run(scenario)
+    with httpx.Client(headers={"Authorization": f"Bearer {KEY_A}"}) as http:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            listed = http.get(f"{server.url}/v1/runs", params={"skill": "math-tools"}).json()["runs"]
+            if len(listed) == 3 and all(r["status"] == "cancelled" for r in listed):
+                break
+            time.sleep(0.2)
+        assert [r["status"] for r in listed] == ["cancelled"] * 3, listed
+    time.sleep(0.5)  # the last access lines
+    lines = access_lines(server)
+    mcp = [x for x in lines if x.get("logger") == "skill_executor.access" and x.get("path") == "/mcp"]
+    assert [x for x in mcp if x["status"] >= 500] == []
+    abandoned = [x for x in mcp if x.get("client_gone")]
+    assert [x["status"] for x in abandoned if x["method"] == "POST"][:2] == [499, 499], abandoned
+    assert not [x for x in lines if x.get("level") in ("error", "critical")], [x["message"] for x in lines]
+    text = (server.base / f"server-{server.port}.log").read_text(errors="replace")
+    assert "Traceback" not in text and "Exception in ASGI application" not in text

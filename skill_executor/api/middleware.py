@@ -13,6 +13,9 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+import anyio
+from starlette.requests import ClientDisconnect
+
 from .. import tracing
 from ..web.auth import is_loopback
 
@@ -22,6 +25,15 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 #: The most of a request path written to a log line.
 LOG_PATH_MAX = 1024
+#: The status logged for a request whose client left before any answer (nginx's).
+CLIENT_CLOSED_REQUEST = 499
+#: What the app may raise writing to or reading from a client that has left.
+CLIENT_GONE_ERRORS: tuple[type[BaseException], ...] = (
+    anyio.ClosedResourceError,
+    anyio.BrokenResourceError,
+    ClientDisconnect,
+    ConnectionError,
+)
 SHUTTING_DOWN = "shutting_down"
 SHUTDOWN_MESSAGE = "the service is shutting down; retry the request elsewhere or after it restarts"
 
@@ -34,6 +46,12 @@ class RequestContext:
     answered 503 ``shutting_down`` in the API's error shape, or, if it is an event
     stream already under way, ended with an ``error`` event -- never uvicorn's plain-text
     500 or a cut connection.
+
+    A request its client abandoned (the connection closed before the answer was complete:
+    an MCP client that cancelled a call by closing its stream, a timeout, a crash) is
+    logged with ``client_gone: true``, and with status 499 (nginx's "client closed
+    request") when no answer had started: the server did not fail, nobody was left to
+    answer.  Only such a request's own transport errors are swallowed.
     """
 
     def __init__(self, app: Any) -> None:
@@ -50,7 +68,14 @@ class RequestContext:
         token = REQUEST_ID.set(request_id)
         started = time.monotonic()
         status = 500
-        started_response = stream = complete = False
+        started_response = stream = complete = gone = False
+
+        async def receive_watched() -> Any:
+            nonlocal gone
+            message = await receive()
+            if message.get("type") == "http.disconnect" and not complete:
+                gone = True
+            return message
 
         async def send_with_id(message: dict[str, Any]) -> None:
             nonlocal status, started_response, stream, complete
@@ -67,7 +92,10 @@ class RequestContext:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive_watched, send_with_id)
+        except CLIENT_GONE_ERRORS:
+            if not gone:
+                raise
         except asyncio.CancelledError:
             # Only the server cancels a request: its graceful-shutdown timeout ran out.
             if not started_response:
@@ -82,17 +110,17 @@ class RequestContext:
             state = scope.get("state", {})
             principal = state.get("principal")
             path = scope.get("path") or ""
-            log.info(
-                "request",
-                extra={
-                    "request_id": request_id,
-                    "method": scope.get("method"),
-                    "path": path if len(path) <= LOG_PATH_MAX else path[:LOG_PATH_MAX] + "...",
-                    "status": status,
-                    "duration_ms": round((time.monotonic() - started) * 1000, 2),
-                    "principal": getattr(principal, "id", None),
-                },
-            )
+            extra = {
+                "request_id": request_id,
+                "method": scope.get("method"),
+                "path": path if len(path) <= LOG_PATH_MAX else path[:LOG_PATH_MAX] + "...",
+                "status": status if started_response or not gone else CLIENT_CLOSED_REQUEST,
+                "duration_ms": round((time.monotonic() - started) * 1000, 2),
+                "principal": getattr(principal, "id", None),
+            }
+            if gone:
+                extra["client_gone"] = True
+            log.info("request", extra=extra)
             REQUEST_ID.reset(token)
 
 

@@ -185,6 +185,27 @@ class RunRecordModel(BaseModel):
     )
 
 
+class RunSummary(BaseModel):
+    """A run in a listing: ``GET /v1/runs/{id}`` has its request and result."""
+
+    run_id: str
+    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    skill: str = Field(description="as the request named it (a pinned name@ref included)")
+    session: str | None = None
+    created_at: float = Field(description="seconds since the epoch")
+    updated_at: float
+    owner: str = Field(description="the key id (tenant) the run belongs to")
+    trace_id: str | None = None
+    error: ErrorBody | None = Field(default=None, description="what a run that ended in an error ended with")
+
+
+class RunList(BaseModel):
+    runs: list[RunSummary] = Field(description="newest first")
+    next_cursor: str | None = Field(
+        description="pass as ?cursor= for the next page (with the same filters); null: this is the last page"
+    )
+
+
 class ArtifactModel(BaseModel):
     name: str
     version: int
@@ -201,25 +222,62 @@ class ArtifactList(BaseModel):
     artifacts: list[ArtifactModel]
 
 
+#: The longest tool name a call may give (the model APIs allow 64 or 128 characters): longer
+#: is no call a model made, and is refused (422) before anything echoes it.
+TOOL_NAME_MAX = 256
+ToolFormat = Literal["openai", "openai-responses", "anthropic", "mcp"]
+
+
 class ToolList(BaseModel):
-    format: Literal["openai", "anthropic", "mcp"]
+    format: ToolFormat
     tools: list[dict[str, Any]]
 
 
 class ToolCall(BaseModel):
-    name: str = Field(min_length=1, max_length=64)
-    arguments: dict[str, Any] | str | None = None
-    format: Literal["openai", "anthropic", "mcp"] | None = Field(
+    name: str = Field(
+        max_length=TOOL_NAME_MAX,
+        description="the tool the model called; an unknown one is answered with an error result (tool_not_found)",
+    )
+    arguments: Any = Field(
+        default=None,
+        description="an object or its JSON text, as the model wrote it; anything else is answered with an "
+        "error result (invalid_arguments)",
+    )
+    format: ToolFormat | None = Field(
         default=None, description="also answer `message`: the result as this format's tool-result message"
     )
     id: str | None = Field(
         default=None,
         max_length=256,
-        description="the model's id of this call (tool_use_id, tool_call_id), put in `message`",
+        description="the model's id of this call (tool_use_id, tool_call_id, call_id), put in `message`",
     )
     session: str | None = Field(
         default=None, max_length=128, description="the session of the context_* tools when their arguments name none"
     )
+
+
+class FunctionCallItem(BaseModel):
+    """An OpenAI Responses ``function_call`` output item, as the model produced it; answered
+    with its ``function_call_output`` item in ``message``."""
+
+    type: Literal["function_call"]
+    call_id: str = Field(min_length=1, max_length=256)
+    name: str = Field(max_length=TOOL_NAME_MAX)
+    arguments: Any = Field(default=None, description="the arguments' JSON text")
+    id: str | None = Field(default=None, description="the item's id (not the call's)")
+    status: str | None = None
+    session: str | None = Field(
+        default=None, max_length=128, description="the session of the context_* tools when their arguments name none"
+    )
+
+    def as_call(self) -> ToolCall:
+        return ToolCall(
+            name=self.name,
+            arguments=self.arguments,
+            format="openai-responses",
+            id=self.call_id,
+            session=self.session,
+        )
 
 
 class ToolCallResult(BaseModel):
@@ -230,8 +288,8 @@ class ToolCallResult(BaseModel):
     message: dict[str, Any] | None = Field(
         default=None,
         description="with `format`: the message to append to the conversation as it is -- "
-        "Anthropic tool_result block (is_error), OpenAI tool message (an error's text "
-        "starts with 'error:'), MCP CallToolResult (isError)",
+        "Anthropic tool_result block (is_error), OpenAI tool message or Responses "
+        "function_call_output item (an error's text starts with 'error:'), MCP CallToolResult (isError)",
     )
 
 

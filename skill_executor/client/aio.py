@@ -111,6 +111,31 @@ class AsyncClient:
     async def get_run(self, run_id: str) -> JSON:
         return await self.send(Calls.get_run(run_id))
 
+    async def list_runs(
+        self,
+        *,
+        skill: str | None = None,
+        status: str | list[str] | None = None,
+        session: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        owner: str | None = None,
+    ) -> JSON:
+        """One page of your runs, newest first: ``{"runs": [...], "next_cursor": ...}``."""
+        filters = {
+            "skill": skill,
+            "status": status,
+            "session": session,
+            "created_after": created_after,
+            "created_before": created_before,
+            "limit": limit,
+            "cursor": cursor,
+            "owner": owner,
+        }
+        return await self.send(Calls.list_runs(filters))
+
     async def cancel_run(self, run_id: str) -> JSON:
         return await self.send(Calls.cancel_run(run_id))
 

@@ -194,6 +194,11 @@ class Calls:
         return Call("GET", f"/v1/runs/{segment(run_id)}", as_json)
 
     @staticmethod
+    def list_runs(filters: dict[str, Any]) -> Call[JSON]:
+        params = {k: v for k, v in filters.items() if v is not None}
+        return Call("GET", "/v1/runs", as_json, params=params)
+
+    @staticmethod
     def cancel_run(run_id: str) -> Call[JSON]:
         return Call("DELETE", f"/v1/runs/{segment(run_id)}", as_json)
 

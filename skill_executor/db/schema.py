@@ -78,6 +78,8 @@ Index(
     sqlite_where=runs.c.session.is_not(None),
 )
 Index("ix_runs_worker_id", runs.c.worker_id)
+#: A tenant's runs, newest first (``GET /v1/runs``'s keyset pages; migration 0005).
+Index("ix_runs_owner_created", runs.c.owner, runs.c.created_at, runs.c.run_id)
 
 idempotency = Table(
     "idempotency",

@@ -38,6 +38,8 @@ from .watch import watch_catalog
 
 PATH = "/mcp"
 log = logging.getLogger("skill_executor.mcp")
+#: The longest a session's DELETE waits for the notifications already answered on it.
+DELETE_WAIT_SECONDS = 2.0
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
@@ -64,6 +66,9 @@ class McpHttp:
             principal=_principal,
         )
         self.keyring: KeyRing = state.keyring
+        #: Per session: the POSTs answered 202 (a notification, say ``notifications/cancelled``)
+        #: whose message the SDK has not handed to the session yet.
+        self._accepted: dict[str, set[anyio.Event]] = {}
         self.skills = SkillServer(backend)
         self.manager = Sessions(
             self.skills.server,
@@ -108,7 +113,43 @@ class McpHttp:
             await error_response(404, "session_not_found", "no such MCP session")(scope, receive, send)
             return
         bind_caller(scope, who)
+        done: anyio.Event | None = None
+        if session is not None and scope.get("method") == "DELETE":
+            await self._settle(session)
+        elif session is not None and scope.get("method") == "POST":
+            done = anyio.Event()
+            send = self._noting_accepted(session, send, done)
         try:
             await self.manager.handle_request(scope, receive, send)
         except McpSessionLimit as exc:  # raised before the SDK admitted a session or answered anything
             await error_response(exc.status, exc.code, exc.message)(scope, receive, send)
+        finally:
+            if session is not None and done is not None:
+                self._handed_over(session, done)
+
+    # The SDK answers a notification 202 *before* it hands the message to the session, so a
+    # client that cancels a call and then closes its session at once (as the SDK's client
+    # does) has its DELETE end the session while the notification is still on its way; the
+    # SDK then logs that request as an error and answers it a second time, with a 500.  A
+    # DELETE therefore waits (briefly) for the notifications already answered on its session.
+
+    def _noting_accepted(self, session: str, send: Send, done: anyio.Event) -> Send:
+        async def noting(message: Any) -> None:
+            if message["type"] == "http.response.start" and message.get("status") == 202:
+                self._accepted.setdefault(session, set()).add(done)  # before the client can see it
+            await send(message)
+
+        return noting
+
+    def _handed_over(self, session: str, done: anyio.Event) -> None:
+        done.set()
+        waiting = self._accepted.get(session)
+        if waiting is not None:
+            waiting.discard(done)
+            if not waiting:
+                del self._accepted[session]
+
+    async def _settle(self, session: str) -> None:
+        with anyio.move_on_after(DELETE_WAIT_SECONDS):
+            for done in list(self._accepted.get(session, ())):
+                await done.wait()

@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from .. import tracing
-from ..access import Principal, authorize_inputs, permit
+from ..access import Principal, authorize_inputs, permit, resolve_tenant_audited
 from ..errors import Conflict, ExecutorError, NotFound, Unavailable
 from .handle import TERMINAL as TERMINAL
 from .handle import Event as Event
@@ -42,7 +42,7 @@ from .models import RunRequest, RunResult
 from .pipeline import SkillRunner, new_run_id
 from .plan import RunPlan
 from .seam import Dispatcher
-from .store import FINAL, RunRecord, RunStore, Status
+from .store import FINAL, RunFilter, RunListing, RunRecord, RunStore, Status, decode_cursor, encode_cursor
 
 log = logging.getLogger(__name__)
 
@@ -442,6 +442,26 @@ class RunManager:
         record = self._current(run_id)
         permit(who, record.owner, action=action, target=run_id, what=f"run {run_id!r}", code="run_not_found")
         return record
+
+    def listing(
+        self,
+        who: Principal,
+        filters: RunFilter = RunFilter(),
+        *,
+        limit: int,
+        cursor: str | None = None,
+        owner: str | None = None,
+    ) -> tuple[list[RunListing], str | None]:
+        """A page of the runs of ``who``'s key (an admin: of ``owner``'s, audited), newest
+        first, and the cursor of the next page (None: this is the last)."""
+        tenant = resolve_tenant_audited(who, owner, action="run.list", target="*")
+        after = decode_cursor(cursor) if cursor is not None else None
+        with self._lock:
+            running = {run_id for run_id, h in self._handles.items() if h.started and not h.future.done()}
+        page = self.store.listing(tenant, filters, limit=limit + 1, after=after, running=running)
+        if len(page) > limit:
+            return page[:limit], encode_cursor(page[limit - 1])
+        return page, None
 
     def reload(self, record: RunRecord) -> RunRecord:
         """The current state of a record the caller already got through :meth:`get`."""

@@ -8,24 +8,31 @@ run's stream can give its last events the same ids (``Last-Event-ID``).
 
 Every record has an ``owner``: the tenant (API key id, :mod:`skill_executor.access`) that
 made it.  Idempotency keys are per owner.
+
+:meth:`RunStore.listing` pages through one owner's runs, newest first, by keyset (created_at,
+run_id): a page never skips or repeats a run however many are added meanwhile, and costs
+the same on page 1000 as on page 1 (index ``ix_runs_owner_created``).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sqlalchemy import Connection, insert, or_, select, update
+from sqlalchemy import ColumnElement, Connection, and_, func, insert, literal, not_, or_, select, true, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
 from ..access import LOCAL_TENANT
 from ..db import Database
 from ..db.schema import idempotency as idempotency_keys
 from ..db.schema import runs
-from ..errors import Conflict, NotFound
+from ..errors import BadRequest, Conflict, NotFound
 
 Status = Literal["queued", "running", "completed", "failed", "cancelled"]
 FINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
@@ -68,6 +75,81 @@ class RunRecord:
             "owner": self.owner,
             "trace_id": self.trace_id,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    """Which runs a listing shows (every one given must hold)."""
+
+    #: The skill's name (any case; runs of a pinned ``name@ref`` too).
+    skill: str | None = None
+    #: Any of these statuses (empty: any).
+    statuses: tuple[str, ...] = ()
+    session: str | None = None
+    #: Made at or after / before this time (seconds since the epoch).
+    created_after: float | None = None
+    created_before: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunListing:
+    """A run as a listing shows it: no request, no result (``GET /v1/runs/{id}`` has them)."""
+
+    run_id: str
+    status: Status
+    skill: str
+    session: str | None
+    created_at: float
+    updated_at: float
+    owner: str
+    trace_id: str | None
+    error: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "skill": self.skill,
+            "session": self.session,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "owner": self.owner,
+            "trace_id": self.trace_id,
+            "error": self.error,
+        }
+
+
+def encode_cursor(listing: RunListing) -> str:
+    """The opaque cursor of the page after ``listing`` (its position, nothing else)."""
+    raw = json.dumps([listing.created_at, listing.run_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    """A cursor's position; 400 ``invalid_cursor`` for anything :func:`encode_cursor` did not make."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, run_id = json.loads(raw)
+        if isinstance(created_at, bool) or not isinstance(created_at, (int, float)) or not isinstance(run_id, str):
+            raise ValueError
+        if not math.isfinite(created_at) or len(run_id) > 128:
+            raise ValueError
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise BadRequest(
+            "invalid cursor: pass next_cursor of the previous page as it is", code="invalid_cursor"
+        ) from None
+    return float(created_at), run_id
+
+
+def _status_is(status: str, running: Collection[str]) -> ColumnElement[bool]:
+    """Records say ``queued`` until a run of the embedded service ends ("running" lives in
+    memory): ``running`` names this process's started runs."""
+    started = runs.c.run_id.in_(list(running)) if running else None
+    if status == "running" and started is not None:
+        return or_(runs.c.status == "running", and_(runs.c.status == "queued", started))
+    if status == "queued" and started is not None:
+        return and_(runs.c.status == "queued", not_(started))
+    return runs.c.status == status
 
 
 class RunStore:
@@ -190,6 +272,69 @@ class RunStore:
             trace_id=row.trace_id,
             traceparent=row.traceparent,
         )
+
+    def listing(
+        self,
+        owner: str,
+        filters: RunFilter = RunFilter(),
+        *,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        running: Collection[str] = (),
+    ) -> list[RunListing]:
+        """Up to ``limit`` of ``owner``'s runs that match ``filters``, newest first (ties by
+        run id), from just after the position ``after`` (a cursor's).  ``running``: the
+        runs of this process that have started (their records still say queued)."""
+        where: list[ColumnElement[bool]] = [runs.c.owner == owner]
+        if filters.skill is not None:
+            name = filters.skill.lower()
+            where.append(
+                or_(func.lower(runs.c.skill) == name, func.lower(runs.c.skill).startswith(f"{name}@", autoescape=True))
+            )
+        if filters.statuses:
+            where.append(or_(*(_status_is(s, running) for s in filters.statuses)))
+        if filters.session is not None:
+            where.append(runs.c.session == filters.session)
+        if filters.created_after is not None:
+            where.append(runs.c.created_at >= filters.created_after)
+        if filters.created_before is not None:
+            where.append(runs.c.created_at < filters.created_before)
+        if after is not None:
+            created_at, run_id = after
+            # a row value: one range of the index on SQLite and Postgres alike
+            where.append(tuple_(runs.c.created_at, runs.c.run_id) < tuple_(literal(created_at), literal(run_id)))
+        query = (
+            select(
+                runs.c.run_id,
+                runs.c.status,
+                runs.c.skill,
+                runs.c.session,
+                runs.c.created_at,
+                runs.c.updated_at,
+                runs.c.owner,
+                runs.c.trace_id,
+                runs.c.error,
+            )
+            .where(and_(true(), *where))
+            .order_by(runs.c.created_at.desc(), runs.c.run_id.desc())
+            .limit(limit)
+        )
+        with self.database.read() as conn:
+            rows = conn.execute(query).all()
+        return [
+            RunListing(
+                run_id=row.run_id,
+                status="running" if row.status == "queued" and row.run_id in running else row.status,
+                skill=row.skill,
+                session=row.session,
+                created_at=row.created_at,
+                updated_at=row.updated_at,
+                owner=row.owner,
+                trace_id=row.trace_id,
+                error=json.loads(row.error) if row.error else None,
+            )
+            for row in rows
+        ]
 
     def fail_interrupted(self) -> int:
         """Mark this instance's runs left queued/running by its previous process as failed

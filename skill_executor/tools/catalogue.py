@@ -1,9 +1,18 @@
 """The tool catalogue: the four progressive-disclosure tools and the context tools, as
-OpenAI, Anthropic or MCP definitions (one catalogue for ``/v1/tools`` and MCP)."""
+OpenAI (Chat Completions and Responses), Anthropic or MCP definitions (one catalogue for
+``/v1/tools`` and MCP).
+
+The OpenAI definitions are ``strict``: their parameters follow Structured Outputs' rules
+(:func:`strict_schema`): every property required, an optional one nullable (``null`` means
+"not given"; the executor drops nulls before reading the arguments), ``additionalProperties:
+false`` on every object, only the keywords strict mode accepts (a default is told in the
+description).  skill_run's ``env`` map is a list of ``{name, value}`` there (a map has no
+strict form) and its legacy fields are left out."""
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any, Literal
 
 from ..context.render import FORMATS
@@ -11,7 +20,8 @@ from ..errors import BadRequest
 from ..registry import SkillRepository
 from ..runs.models import RunRequest
 
-Format = Literal["openai", "anthropic", "mcp"]
+Format = Literal["openai", "openai-responses", "anthropic", "mcp"]
+TOOL_FORMATS: tuple[Format, ...] = ("openai", "openai-responses", "anthropic", "mcp")
 #: Up to this many skills, ``skill`` parameters carry an ``enum`` of their names.
 ENUM_LIMIT = 64
 
@@ -41,6 +51,85 @@ def _run_schema() -> dict[str, Any]:
 
     inlined: dict[str, Any] = inline(schema)
     return inlined
+
+
+#: The keywords OpenAI's strict mode accepts (Structured Outputs' supported subset).
+STRICT_KEYWORDS = frozenset(
+    {
+        "type", "description", "properties", "required", "additionalProperties", "items", "enum", "const",
+        "anyOf", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+        "multipleOf", "minItems", "maxItems",
+    }
+)  # fmt: skip
+#: skill_run fields kept for old callers of ``POST /v1/runs``; ``outputs`` says it all.
+_LEGACY_RUN_FIELDS = ("output_files", "save_as_artifacts", "omit_inline_content", "artifact_prefix")
+_ENV_ITEM = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
+    "required": ["name", "value"],
+    "additionalProperties": False,
+}
+
+
+def _nullable(node: dict[str, Any]) -> dict[str, Any]:
+    if "anyOf" in node:
+        branches = node["anyOf"]
+        return node if {"type": "null"} in branches else {**node, "anyOf": [*branches, {"type": "null"}]}
+    kind = node.get("type")
+    out = dict(node)
+    if isinstance(kind, str) and kind != "null":
+        out["type"] = [kind, "null"]
+    elif isinstance(kind, list) and "null" not in kind:
+        out["type"] = [*kind, "null"]
+    if "enum" in out and None not in out["enum"]:
+        out["enum"] = [*out["enum"], None]
+    return out
+
+
+def strict_schema(node: Any) -> Any:
+    """``node`` (a JSON Schema without ``$ref``) under OpenAI strict mode's rules: every
+    object closed with every property required (the optional ones nullable), defaults moved
+    into descriptions, keywords strict mode refuses dropped.  A map (``additionalProperties``
+    a schema) has no strict form: ValueError."""
+    if isinstance(node, list):
+        return [strict_schema(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "properties":
+            required = set(node.get("required", []))
+            out[key] = {
+                name: strict_schema(sub) if name in required else _nullable(strict_schema(sub))
+                for name, sub in value.items()
+            }
+        elif key in ("items", "anyOf"):
+            out[key] = strict_schema(value)
+        elif key in STRICT_KEYWORDS:
+            out[key] = value
+    if "default" in node and node["default"] is not None:
+        told = f"default {json.dumps(node['default'])}"
+        out["description"] = f"{node['description']} ({told})" if node.get("description") else told
+    if node.get("type") == "object" or "properties" in node:
+        extra = node.get("additionalProperties", False)
+        if extra not in (False, None) and not node.get("properties"):
+            raise ValueError(f"a map has no strict form: {json.dumps(node)[:200]}")
+        out["properties"] = out.get("properties", {})
+        out["required"] = list(out["properties"])
+        out["additionalProperties"] = False
+    return out
+
+
+def _strict_run_schema(run: dict[str, Any]) -> dict[str, Any]:
+    """skill_run's parameters for strict mode: ``env`` as ``{name, value}`` pairs, no legacy fields."""
+    properties = {k: v for k, v in run["properties"].items() if k not in _LEGACY_RUN_FIELDS}
+    properties["env"] = {
+        "type": "array",
+        "items": _ENV_ITEM,
+        "description": "environment variables of the command, as name/value pairs",
+    }
+    schema = {**run, "properties": properties, "required": [r for r in run["required"] if r in properties]}
+    return dict(strict_schema(schema))
 
 
 _SESSION = {"type": "string", "description": "the session id whose context this is (the framework's, as for runs)"}
@@ -180,10 +269,18 @@ def definitions(repository: SkillRepository, fmt: Format = "openai", *, context:
     ]
     if context:
         tools += _context_tools(skill)
-    if fmt == "openai":
-        return [{"type": "function", "function": {"name": n, "description": d, "parameters": p}} for n, d, p in tools]
+    if fmt in ("openai", "openai-responses"):
+        strict = [(n, d, _strict_run_schema(p) if n == "skill_run" else strict_schema(p)) for n, d, p in tools]
+        if fmt == "openai-responses":
+            return [
+                {"type": "function", "name": n, "description": d, "parameters": p, "strict": True} for n, d, p in strict
+            ]
+        return [
+            {"type": "function", "function": {"name": n, "description": d, "parameters": p, "strict": True}}
+            for n, d, p in strict
+        ]
     if fmt == "anthropic":
         return [{"name": n, "description": d, "input_schema": p} for n, d, p in tools]
     if fmt == "mcp":
         return [{"name": n, "description": d, "inputSchema": p} for n, d, p in tools]
-    raise BadRequest(f"unknown tool format {fmt!r}; use openai, anthropic or mcp", code="invalid_format")
+    raise BadRequest(f"unknown tool format {fmt!r}; use {', '.join(TOOL_FORMATS)}", code="invalid_format")

@@ -45,6 +45,8 @@ from .results import ToolResult, run_result
 T = TypeVar("T")
 #: The most of one doc a tool call returns.
 DOC_MAX_BYTES = 256 * 1024
+#: The progressive-disclosure tools (the context tools are CONTEXT_TOOLS).
+SKILL_TOOLS = ("skill_load", "skill_list_docs", "skill_select_docs", "skill_run")
 RunFunction = Callable[[RunRequest], RunResult]
 AsyncRunFunction = Callable[[RunRequest], Awaitable[RunResult]]
 
@@ -55,25 +57,52 @@ class Offload(Protocol):
     def __call__(self, fn: Callable[[], T], /) -> Awaitable[T]: ...
 
 
-def _arguments(name: str, arguments: dict[str, Any] | str | None) -> dict[str, Any] | ToolResult:
-    """A call's arguments as a dict, or the error result to feed back."""
+def _without_nulls(value: Any) -> Any:
+    """``value`` with every object's null members left out: in a strict-mode call (OpenAI)
+    an optional argument is there, null, when the model does not give it."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _arguments(name: str, arguments: Any) -> dict[str, Any] | ToolResult:
+    """A call's arguments as a dict (nulls left out), or the error result to feed back."""
     if isinstance(arguments, str):
         try:
             arguments = cast(Any, json.loads(arguments) if arguments.strip() else {})
         except ValueError:
-            return ToolResult(name, "error: arguments are not valid JSON", True, None)
-    arguments = arguments or {}
+            return _refusal(name, BadRequest("arguments are not valid JSON", code="invalid_arguments"))
+    if arguments is None:
+        arguments = {}
     if not isinstance(arguments, dict):
-        return ToolResult(name, "error: arguments must be a JSON object", True, None)
-    return arguments
+        return _refusal(name, BadRequest("arguments must be a JSON object", code="invalid_arguments"))
+    return cast(dict[str, Any], _without_nulls(arguments))
 
 
 def _refusal(name: str, exc: ExecutorError) -> ToolResult:
     return ToolResult(name, f"error ({exc.code}): {exc.message}", True, exc.to_dict())
 
 
+def _env_pairs(env: Any) -> Any:
+    """skill_run's ``env`` as a map; strict-mode definitions give it as ``{name, value}`` pairs."""
+    if not isinstance(env, list):
+        return env
+    pairs: dict[str, Any] = {}
+    for item in env:
+        if not isinstance(item, dict) or set(item) != {"name", "value"}:
+            raise BadRequest("invalid skill_run arguments: env: items must be {name, value}", code="invalid_arguments")
+        pairs[item["name"]] = item["value"]
+    return pairs
+
+
 def run_request(arguments: dict[str, Any]) -> RunRequest:
-    """skill_run's arguments as a :class:`RunRequest` (400 ``invalid_arguments`` if not one)."""
+    """skill_run's arguments as a :class:`RunRequest` (400 ``invalid_arguments`` if not one).
+    Null members mean "not given"; ``env`` may be a list of ``{name, value}`` pairs."""
+    arguments = cast(dict[str, Any], _without_nulls(arguments))
+    if "env" in arguments:
+        arguments = {**arguments, "env": _env_pairs(arguments["env"])}
     try:
         return RunRequest.model_validate(arguments)
     except ValidationError as exc:
@@ -81,7 +110,7 @@ def run_request(arguments: dict[str, Any]) -> RunRequest:
         raise BadRequest(f"invalid skill_run arguments: {problems}", code="invalid_arguments") from None
 
 
-def _run_arguments(arguments: dict[str, Any] | str | None) -> RunRequest | ToolResult:
+def _run_arguments(arguments: Any) -> RunRequest | ToolResult:
     parsed = _arguments("skill_run", arguments)
     return parsed if isinstance(parsed, ToolResult) else run_request(parsed)
 
@@ -108,12 +137,14 @@ class ToolExecutor:
     def call(
         self,
         name: str,
-        arguments: dict[str, Any] | str | None,
+        arguments: Any,
         *,
         tenant: str = LOCAL_TENANT,
         session: str | None = None,
     ) -> ToolResult:
-        """Execute one call (blocking); an unknown tool raises 404 ``tool_not_found``.
+        """Execute one call (blocking).  Every refusal is an error result for the model:
+        an unknown tool (``tool_not_found``), arguments that are not a JSON object
+        (``invalid_arguments``), a refused run.
 
         ``tenant``: whose contexts the ``context_*`` tools reach (the caller's key);
         ``session``: their session when the arguments name none (the framework's)."""
@@ -142,8 +173,9 @@ class ToolExecutor:
             "skill_select_docs": self._select_docs,
             "skill_run": self._skill_run,
         }.get(name)
-        if handler is None:
-            raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
+        if handler is None:  # the model's mistake: fed back, for it to call one that exists
+            tools = ", ".join([*SKILL_TOOLS, *(CONTEXT_TOOLS if self.contexts is not None else ())])
+            return _refusal(name, NotFound(f"unknown tool {name[:80]!r}; the tools: {tools}", code="tool_not_found"))
         try:
             return handler(parsed)
         except ExecutorError as exc:
@@ -152,7 +184,7 @@ class ToolExecutor:
     async def call_async(
         self,
         name: str,
-        arguments: dict[str, Any] | str | None,
+        arguments: Any,
         *,
         run: AsyncRunFunction,
         offload: Offload,

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import BadRequest
 from ..runs.models import RunResult
-from .catalogue import Format
+from .catalogue import TOOL_FORMATS, Format
 
 
 @dataclass(slots=True)
@@ -26,8 +26,9 @@ class ToolResult:
 
         Anthropic: a ``tool_result`` block with ``is_error``; MCP: a ``CallToolResult``
         with ``isError`` (``call_id`` is the JSON-RPC id's business, not the result's);
-        OpenAI: a ``tool`` message -- it has no error flag, so an error is told in the
-        text, which then starts with ``error:`` (every error result's does).
+        OpenAI: a ``tool`` message, Responses: a ``function_call_output`` item -- neither has
+        an error flag, so an error is told in the text, which then starts with ``error:``
+        (every error result's does).
         """
         if fmt == "anthropic":
             return {"type": "tool_result", "tool_use_id": call_id, "content": self.content, "is_error": self.is_error}
@@ -35,7 +36,9 @@ class ToolResult:
             return {"content": [{"type": "text", "text": self.content}], "isError": self.is_error}
         if fmt == "openai":
             return {"role": "tool", "tool_call_id": call_id, "content": self.content}
-        raise BadRequest(f"unknown tool format {fmt!r}; use openai, anthropic or mcp", code="invalid_format")
+        if fmt == "openai-responses":  # a Responses input item; no error flag either
+            return {"type": "function_call_output", "call_id": call_id, "output": self.content}
+        raise BadRequest(f"unknown tool format {fmt!r}; use {', '.join(TOOL_FORMATS)}", code="invalid_format")
 
 
 def failed(result: RunResult) -> bool:

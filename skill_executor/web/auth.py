@@ -16,7 +16,8 @@ import hmac
 import ipaddress
 from pathlib import Path
 
-from fastapi import Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..access import LOCAL, Principal, require_admin
 from ..config import Settings
@@ -95,15 +96,27 @@ def _authenticate(request: Request) -> Principal:
     return found
 
 
+#: The OpenAPI security scheme of every route that depends on :func:`principal` or
+#: :func:`admin` (``components.securitySchemes.bearer``): /docs can authorize with it and
+#: generated clients learn the key.  It only declares; checking is :class:`KeyRing`'s (and
+#: its 401s are ours), so ``auto_error`` is off.
+BEARER = HTTPBearer(
+    scheme_name="bearer",
+    description="An API key: `Authorization: Bearer <key>` (SKILL_EXECUTOR_API_KEYS, or an admin key for "
+    "the admin routes). A service without keys (loopback development) needs none.",
+    auto_error=False,
+)
+
+
 # The dependencies are coroutines on purpose: authentication is a few constant-time
 # comparisons, and a plain function would cost every request a hop through the web
 # server's thread pool.
-async def principal(request: Request) -> Principal:
+async def principal(request: Request, _: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> Principal:
     """FastAPI dependency: the authenticated caller."""
     return _authenticate(request)
 
 
-async def admin(request: Request) -> Principal:
+async def admin(request: Request, _: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> Principal:
     """FastAPI dependency: the authenticated caller, who must hold an admin key."""
     found = _authenticate(request)
     require_admin(found)

@@ -21,10 +21,10 @@ from ...access import Principal
 from ...activity import Activity
 from ...runs.manager import RunHandle, RunManager, shutdown_error, terminal
 from ...runs.models import RunRequest, RunResult
-from ...runs.store import FINAL, RunRecord
+from ...runs.store import FINAL, RunFilter, RunRecord, Status
 from ...web.auth import principal
 from ...web.problems import error_response
-from ..schemas import ERRORS, RunAccepted, RunRecordModel
+from ..schemas import ERRORS, RunAccepted, RunList, RunRecordModel, RunSummary
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERRORS)
 
@@ -114,6 +114,42 @@ async def create_run(
         # A client gone before that skips background tasks: never hold housekeeping longer.
         asyncio.get_running_loop().call_later(HOLD_SECONDS, hold.release)
     return response
+
+
+#: ``GET /v1/runs``: runs per page by default, and at most.
+LIST_LIMIT = 20
+LIST_LIMIT_MAX = 100
+
+
+@router.get("", response_model=RunList, summary="The runs of the caller's key, newest first (cursor pages)")
+def list_runs(
+    request: Request,
+    skill: str | None = Query(default=None, max_length=256, description="only this skill's runs (any case)"),
+    status: list[Status] | None = Query(default=None, description="only runs in one of these statuses (repeatable)"),
+    session: str | None = Query(default=None, max_length=128, description="only this session's runs"),
+    created_after: float | None = Query(default=None, description="made at or after (seconds since the epoch)"),
+    created_before: float | None = Query(default=None, description="made before (seconds since the epoch)"),
+    limit: int = Query(default=LIST_LIMIT, ge=1, le=LIST_LIMIT_MAX, description="runs per page"),
+    cursor: str | None = Query(default=None, max_length=512, description="next_cursor of the previous page"),
+    owner: str | None = Query(default=None, max_length=64, description="admins: list this key id's runs (audited)"),
+    who: Principal = Depends(principal),
+) -> RunList:
+    manager: RunManager = request.app.state.manager
+    filters = RunFilter(
+        skill=skill,
+        statuses=tuple(dict.fromkeys(status or ())),
+        session=session,
+        created_after=created_after,
+        created_before=created_before,
+    )
+    page, next_cursor = manager.listing(who, filters, limit=limit, cursor=cursor, owner=owner)
+    summaries = []
+    for item in page:
+        data = item.to_dict()
+        if data["error"]:
+            data["error"] = {k: v for k, v in data["error"].items() if k != "status"}
+        summaries.append(RunSummary.model_validate(data))
+    return RunList(runs=summaries, next_cursor=next_cursor)
 
 
 @router.get("/{run_id}", response_model=RunRecordModel, summary="A run's status and, once finished, its result")

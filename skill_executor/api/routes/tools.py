@@ -2,17 +2,25 @@
 
 ``skill_run`` calls go through the run manager exactly like ``POST /v1/runs`` (same
 authorization, validation, admission, tenant, threads) and are awaited, not waited for
-in a thread; a refusal comes back as a tool error carrying the same error body.  A
-shutdown is no tool error: it is answered 503 ``shutting_down`` like ``POST /v1/runs``.
+in a thread; a refusal comes back as a tool error carrying the same error body.  So does
+everything the model got wrong -- an unknown tool, arguments that are not a JSON object --:
+an agent loop hands the result back (HTTP 200, ``is_error``, the code and message inside)
+and the model tries again.  What the caller got wrong stays an HTTP error (no key, a
+``format`` without the call's ``id``, a body that is no call), and so does a shutdown: 503
+``shutting_down`` like ``POST /v1/runs``.
+
+A body may also be an OpenAI Responses ``function_call`` item as the model produced it;
+its answer's ``message`` is the ``function_call_output`` item to send back.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from pydantic import Discriminator, Tag
 
 from ...access import Principal
 from ...activity import Activity
@@ -21,7 +29,7 @@ from ...runs.manager import RunManager
 from ...runs.models import RunRequest, RunResult
 from ...tools import ToolExecutor, ToolResult, definitions
 from ...web.auth import principal
-from ..schemas import ERRORS, ToolCall, ToolCallResult, ToolList
+from ..schemas import ERRORS, FunctionCallItem, ToolCall, ToolCallResult, ToolFormat, ToolList
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=ERRORS)
 
@@ -31,11 +39,21 @@ router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=ERRORS)
 )
 def list_tools(
     request: Request,
-    format: Literal["openai", "anthropic", "mcp"] = Query(default="openai"),
+    format: ToolFormat = Query(
+        default="openai",
+        description="openai: Chat Completions `tools`; openai-responses: Responses `tools` (both strict); "
+        "anthropic; mcp",
+    ),
     context: bool = Query(default=False, description="also the context_* tools (per-session agent context)"),
     _: Principal = Depends(principal),
 ) -> ToolList:
     return ToolList(format=format, tools=definitions(request.app.state.executor.repository, format, context=context))
+
+
+def _shape(body: Any) -> str:
+    """A Responses item says it is one (``type``); every other body is our call."""
+    kind = body.get("type") if isinstance(body, dict) else getattr(body, "type", None)
+    return "function_call" if kind == "function_call" else "call"
 
 
 def _answer(result: ToolResult, call: ToolCall, activity: Activity) -> JSONResponse:
@@ -47,10 +65,18 @@ def _answer(result: ToolResult, call: ToolCall, activity: Activity) -> JSONRespo
 
 
 @router.post("/call", response_model=ToolCallResult, summary="Execute one tool call; returns what to feed back")
-async def call_tool(body: ToolCall, request: Request, who: Principal = Depends(principal)) -> JSONResponse:
+async def call_tool(
+    call: Annotated[
+        Annotated[FunctionCallItem, Tag("function_call")] | Annotated[ToolCall, Tag("call")],
+        Discriminator(_shape),
+    ],
+    request: Request,
+    who: Principal = Depends(principal),
+) -> JSONResponse:
     manager: RunManager = request.app.state.manager
     tools: ToolExecutor = request.app.state.tools
-    if body.format in ("anthropic", "openai") and not body.id:
+    body = call.as_call() if isinstance(call, FunctionCallItem) else call
+    if body.format in ("anthropic", "openai", "openai-responses") and not body.id:
         raise BadRequest(
             f"a {body.format} tool-result message answers a call by its id: give the call's id",
             code="tool_call_id_missing",
