@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from skill_executor.core import Executor
+from skill_executor.errors import ExecutorError
 from skill_executor.runtimes.skillcopy import LINK_MIN_BYTES
 
 from .conftest import require_disk_cap
@@ -282,3 +283,46 @@ def test_files_written_in_the_skill_folder_are_collected_by_their_path_there(
     assert len(missed) == 1 and "2 file(s)" in missed[0]
     assert "'notes.md'" in missed[0] and "'templates/made-here.txt'" in missed[0]
     assert digest(probe)["scripts/helper.py"][0] == hashlib.sha256(HELPER.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_sibling_skills_are_beside_the_skill_read_only(
+    executor: Executor, extra_skills: Path, probe: Path, path: str
+) -> None:
+    """A skill that refers to another as ``../<name>/`` (as obra's skills do) finds it there,
+    and a run may ask for others (``with_skills``); they are read-only, the installed
+    skills untouched, and the hosted products' /mnt/skills paths show them too on Docker."""
+    make_skill(
+        extra_skills,
+        "writing-plans",
+        "name: writing-plans\ndescription: plans",
+        body="Before this, follow ../brainstorming/SKILL.md and ../no-such-skill/x.md.\n",
+    )
+    brainstorming = make_skill(extra_skills, "brainstorming", "name: brainstorming\ndescription: ideas")
+    (brainstorming / "template.md").write_text("# Ideas\n")
+    before = digest(brainstorming)
+    result = run(
+        executor,
+        skill="writing-plans",
+        session=session_of(path),
+        with_skills=[SKILL],
+        command="cat ../brainstorming/template.md; ls $SKILLS_DIR | sort | tr '\\n' ' '; echo; "
+        f"test -f ../{SKILL}/scripts/helper.py && echo probe-there; "
+        "echo x >> ../brainstorming/template.md 2>/dev/null || echo read-only; "
+        "touch ../brainstorming/new 2>/dev/null || echo no-new-files",
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "# Ideas"
+    assert lines[1].split() == ["brainstorming", SKILL, "writing-plans"]
+    assert lines[2] == "probe-there"
+    if executor.runtime.name != "local":  # the local runtime runs as this process's user: no boundary
+        assert lines[3:] == ["read-only", "no-new-files"]
+    assert digest(brainstorming) == before
+    if docker(executor):
+        hosted = run(executor, skill="writing-plans", command="cat /mnt/skills/public/brainstorming/template.md")
+        assert hosted.stdout == "# Ideas\n"
+    refused = pytest.raises(ExecutorError)
+    with refused as info:
+        run(executor, skill="writing-plans", with_skills=["no-such-skill"], command="true")
+    assert info.value.code == "skill_not_found"

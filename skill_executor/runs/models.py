@@ -38,6 +38,12 @@ class RunRequest(BaseModel):
     timeout: float | None = Field(default=None, gt=0, description="seconds; server default and maximum apply")
     session: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     inputs: list[InputSpec] = Field(default_factory=list)
+    with_skills: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        description="other skills the run can read beside its own (read-only, in $SKILLS_DIR/<name>, also "
+        "/mnt/skills/public/<name>); those its SKILL.md refers to as ../<name>/ are there without asking",
+    )
     outputs: OutputSpec | None = None
     output_files: list[str] = Field(default_factory=list, description="legacy: globs (same caps as outputs)")
     save_as_artifacts: bool = Field(default=False, description="legacy: save collected files as artifacts")

@@ -23,6 +23,7 @@ from ..config import Settings
 from ..errors import ExecutorError
 from ..registry import SkillRepository
 from ..runtimes.base import Command, OutputListener, Runtime, SandboxPlan
+from ..runtimes.skillcopy import add_sibling
 from ..workers import Supervisor
 from ..workspace.layout import WorkspaceManager, environment
 from ..workspace.sessions import SessionStore
@@ -160,6 +161,8 @@ class SkillRunner:
         opened = RunSandbox(self.runtime.claim(sandbox_plan))
         with tracing.entered(opened, "sandbox", "cleanup", runtime=self.settings.runtime) as sandbox:
             warnings = list(sandbox.warnings)
+            for sibling in plan.siblings:  # read-only, beside the run's own copy
+                warnings += add_sibling(sandbox.workspace, sibling.id, sibling.path)
             with tracing.span("stage", inputs=len(request.inputs)):
                 warnings += sandbox.stage(self.stager, request.inputs).warnings
             cwd = resolve_cwd(request.cwd, sandbox.workspace, skill, sandbox.root)

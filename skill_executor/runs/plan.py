@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from ..config import Settings
-from ..errors import BadRequest, TooLarge
+from ..errors import BadRequest, NotFound, TooLarge
 from ..outputs.collect import CollectLimits, resolve_globs
 from ..outputs.naming import DEFAULT_TEMPLATE, NameTemplate
 from ..paths import clean_relative, resolve_within
@@ -48,6 +48,8 @@ class RunPlan:
     skill: Skill
     timeout: float
     outputs: OutputPlan
+    #: other skills the run sees beside its own, read-only (asked for, or referred to as ../<name>/)
+    siblings: tuple[Skill, ...] = ()
 
 
 def check_request(request: RunRequest, settings: Settings, repository: SkillRepository) -> RunPlan:
@@ -71,7 +73,33 @@ def check_request(request: RunRequest, settings: Settings, repository: SkillRepo
         raise BadRequest(f"at most {s.max_inputs} inputs per run", code="too_many_inputs")
     if request.cwd is not None:
         cwd_logical(request.cwd)
-    return RunPlan(skill, timeout, _output_plan(request, s))
+    return RunPlan(skill, timeout, _output_plan(request, s), _siblings(skill, request.with_skills, repository))
+
+
+#: A sibling a SKILL.md refers to: ``../<name>/`` (obra's skills say ``../other-skill/SKILL.md``).
+_SIBLING_REFERENCE = re.compile(r"\.\./([A-Za-z0-9][A-Za-z0-9._-]{0,63})/")
+#: At most this many skills referred to in a SKILL.md are brought beside it.
+MAX_REFERRED_SKILLS = 16
+
+
+def _siblings(skill: Skill, asked: list[str], repository: SkillRepository) -> tuple[Skill, ...]:
+    """The skills asked for (unknown ones refused, ``skill_not_found``), then those the
+    skill's SKILL.md refers to as ``../<name>/`` that exist (others are ignored)."""
+    found: dict[str, Skill] = {}
+    for name in asked:
+        other = repository.get(name)
+        if other.id != skill.id:
+            found.setdefault(other.id, other)
+    referred = dict.fromkeys(m.group(1) for m in _SIBLING_REFERENCE.finditer(skill.raw))
+    for name in list(referred)[:MAX_REFERRED_SKILLS]:
+        if name.lower() == skill.id or name.lower() in found:
+            continue
+        try:
+            other = repository.get(name)
+        except NotFound:
+            continue
+        found.setdefault(other.id, other)
+    return tuple(found.values())
 
 
 def _check_env(env: dict[str, str], settings: Settings) -> None:

@@ -103,6 +103,18 @@ def make_view(workspace: Workspace, source: Path, owner: tuple[int, int] | None)
     return warnings + shadowed(os.listdir(source))
 
 
+def add_sibling(workspace: Workspace, name: str, source: Path) -> list[str]:
+    """Another skill beside the run's own, in ``SKILLS_DIR/<name>``: a copy owned by the
+    service, so the run (another user on every isolating runtime) can read it, not change
+    it.  A name taken already (the run's own skill) is left as it is.  Warnings, as
+    :func:`copy_skill`'s."""
+    target = workspace.skills_dir / name
+    if os.path.lexists(target):
+        return []
+    target.mkdir(mode=0o755)
+    return [f"{name}: {w}" for w in copy_skill(source, target, owner=None)]
+
+
 def tree_signature(source: Path) -> tuple[Any, ...]:
     """What changes whenever anything :func:`copy_skill` copies does: (path, size,
     mtime, mode, owner, inode) of every entry, links not followed.

@@ -246,6 +246,8 @@ async def run_events(
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
     handle = manager.handle(run_id)
+    if handle is not None and handle.future.done() and not handle.future.cancelled():  # ended: as a recorded one
+        record, handle = handle.future.result(), None
     if handle is None and record.status not in FINAL:
         record = await manager.offload(manager.reload, record)  # it may have ended a moment ago
     if handle is None and record.status in FINAL and record.events is not None and after >= record.events:
