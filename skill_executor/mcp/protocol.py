@@ -63,6 +63,10 @@ def invalid_params(message: str) -> MCPError:
     return MCPError(types.INVALID_PARAMS, message)
 
 
+def internal_error(message: str) -> MCPError:
+    return MCPError(types.INTERNAL_ERROR, message)
+
+
 def inline_schema(schema: dict[str, Any]) -> dict[str, Any]:
     defs = schema.pop("$defs", {})
 

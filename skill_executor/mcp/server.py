@@ -22,6 +22,7 @@ import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
 from ..access import Principal
@@ -33,7 +34,7 @@ from ..runs.models import RunRequest, RunResult
 from ..runs.store import RunRecord
 from ..skills import expand_placeholders, render_xml, sandbox_dir
 from ..tools import CONTEXT_TOOLS, ToolExecutor, definitions, run_request
-from .catalog import EXTENSION, SCHEME, SkillFiles, UnknownResource, page
+from .catalog import CACHE_SCOPE, CACHE_TTL_MS, EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 from .protocol import (
     ARTIFACT_MAX_BYTES,
     INSTRUCTIONS,
@@ -47,6 +48,7 @@ from .protocol import (
     embedded_resource,
     error_result,
     inline_schema,
+    internal_error,
     invalid_params,
     object_schema,
     payload_bytes,
@@ -169,12 +171,23 @@ class SkillServer:
         return await anyio.to_thread.run_sync(fn)
 
     async def _guard(self, fn: Callable[[], Any]) -> Any:
+        """``fn`` off the event loop; a refusal is ``-32602``, a failure of ours ``-32603``."""
         try:
             return await self._offload(fn)
         except UnknownResource as exc:
             raise invalid_params(exc.message) from None
         except ExecutorError as exc:
+            if exc.status >= 500:
+                raise internal_error(f"{exc.code}: {exc.message}") from None
             raise invalid_params(f"{exc.code}: {exc.message}") from None
+
+    @staticmethod
+    def _cacheable(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
+        """``ttlMs``/``cacheScope``, required on ``skills/list`` and ``skills/get`` from
+        2026-07-28 on (``CacheableResult``); the SDK adds ``resultType`` there itself."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            result.update(ttlMs=CACHE_TTL_MS, cacheScope=CACHE_SCOPE)
+        return result
 
     # -- the Skills extension ---------------------------------------------------------
 
@@ -190,19 +203,19 @@ class SkillServer:
                 try:
                     entries.append(files.entry(name))
                 except (NotFound, OSError):
-                    continue  # removed meanwhile
+                    continue  # removed meanwhile, or no entry for it (SkillFiles.refusal)
             return entries, after
 
         entries, after = await self._guard(build)
         result: dict[str, Any] = {"skills": entries}
         if after is not None:
             result["nextCursor"] = after
-        return result
+        return self._cacheable(ctx, result)
 
     async def skills_get(self, ctx: ServerRequestContext[Any, Any], params: UriParams) -> dict[str, Any]:
         self._seen(ctx)
         files = self.files
-        return {"skill": await self._guard(lambda: files.entry_for_uri(params.uri))}
+        return self._cacheable(ctx, {"skill": await self._guard(lambda: files.entry_for_uri(params.uri))})
 
     async def directory_read(self, ctx: ServerRequestContext[Any, Any], params: DirectoryParams) -> dict[str, Any]:
         self._seen(ctx)
