@@ -4,8 +4,10 @@ the Skills extension (SEP-2640), skill_run end to end, errors, progress, cancell
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -362,17 +364,11 @@ def test_list_changed_on_install_and_removal(tmp_path: Path) -> None:
     assert len(changes) >= 2
 
 
-INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
+def test_mcp_inspector_cli(tmp_path: Path, npm_tools: Path) -> None:
+    """A stock client: the MCP Inspector's non-interactive CLI (tests/npm, installed once) against
+    the stdio server."""
+    from .npmtools import inspector
 
-
-def test_mcp_inspector_cli(tmp_path: Path) -> None:
-    """A stock client: the MCP Inspector's non-interactive CLI against the stdio server."""
-    import json
-    import subprocess
-
-    npx = shutil.which("npx")
-    if npx is None:
-        pytest.skip("no npx here: the MCP Inspector cannot be run")
     skills = _skills(tmp_path)
     server = [
         sys.executable,
@@ -389,22 +385,24 @@ def test_mcp_inspector_cli(tmp_path: Path) -> None:
 
     def inspect(*args: str) -> dict[str, Any]:
         done = subprocess.run(
-            [npx, "--yes", "--prefer-offline", INSPECTOR, "--cli", *args, *server],
+            [*inspector(npm_tools), "--cli", *args, *server],
             cwd=REPO,
             env=_env(MCP_CATALOG_PATH=str(tmp_path / "catalog.json")),
             capture_output=True,
             text=True,
             timeout=120,
         )
-        if done.returncode != 0 and "npm error" in done.stderr:
-            pytest.skip(f"the MCP Inspector did not install from npm: {done.stderr.strip()[-300:]}")
         assert done.returncode == 0, done.stdout + done.stderr
         found: dict[str, Any] = json.loads(done.stdout)
         return found
 
     # The Inspector calls these only when initialize declared the extension (and directoryRead).
+    listed = inspect("--method", "skills/list")
+    entry = next(e for e in listed["skills"] if e["uri"] == "skill://csv-report/SKILL.md")
+    sizes = {r["uri"]: r["size"] for r in entry["resources"]}
+    assert sizes["skill://csv-report/SKILL.md"] == (skills / "csv-report" / "SKILL.md").stat().st_size
     got = inspect("--method", "skills/get", "--uri", "skill://csv-report/SKILL.md")
-    assert got["skill"]["frontmatter"]["name"] == "csv-report"
+    assert got["skill"] == entry
     children = inspect("--method", "resources/directory/read", "--uri", "skill://csv-report/scripts")
     assert [r["uri"] for r in children["resources"]] == ["skill://csv-report/scripts/report.py"]
 
@@ -454,3 +452,121 @@ def test_pages() -> None:
     second, cursor2 = page(items, cursor)
     third, end = page(items, cursor2)
     assert first + second + third == items and end is None and len(third) == 3
+
+
+# -- real clients of the Skills extension: fastmcp, the conformance suite, the Inspector ----------
+
+
+@pytest.fixture(scope="module")
+def npm_tools() -> Path:
+    """The conformance suite and the Inspector, installed once into build/npm-tools (tests/npmtools.py)."""
+    from .npmtools import NpmToolsProblem, install
+
+    try:
+        return install()
+    except (NpmToolsProblem, OSError, subprocess.TimeoutExpired) as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI runs the MCP conformance suite and Inspector, but: {exc}")
+        pytest.skip(str(exc))
+
+
+def _odd_skills(skills: Path) -> None:
+    """Skills the extension gives no entry: a frontmatter only the tolerant loader reads, one
+    over the 512-file limit; and an empty folder in a served one."""
+    from .helpers import make_skill
+
+    make_skill(skills, "repaired", "name: repaired\ndescription: Use when: the user asks\n")
+    crowded = make_skill(skills, "crowded", "name: crowded\ndescription: Too many files.\n")
+    (crowded / "data").mkdir()
+    for index in range(512):
+        (crowded / "data" / f"{index}.txt").write_text(f"{index}\n")
+    (skills / "math-tools" / "empty").mkdir()
+
+
+def test_fastmcp_skills_client(tmp_path: Path) -> None:
+    """fastmcp's SEP-2640 client (2026-07-28, the extension negotiated) over stdio: it lists,
+    gets, and reads every skill whole, checking each file's size and digest against the entry
+    and the frontmatter against SKILL.md; one invalid entry would make it refuse the list."""
+    from fastmcp import Client as FastClient
+    from fastmcp.client.transports import StdioTransport
+    from fastmcp.skills.client import SkillsClientExtension
+
+    skills = _skills(tmp_path)
+    _odd_skills(skills)
+    transport = StdioTransport(
+        command=sys.executable,
+        args=["-m", "skill_executor.cli.main", "mcp", "--runtime", "local", "--skills-dir", str(skills)]
+        + ["--data-dir", str(tmp_path / "data")],
+        env={**_env(), "PYTHONPATH": str(REPO)},
+        cwd=str(REPO),
+    )
+
+    async def main() -> None:
+        async with FastClient(transport, extensions=[SkillsClientExtension()], timeout=60) as client:
+            assert client.protocol_version == "2026-07-28"
+            page = await client.list_skills_mcp()
+            assert (page.ttl_ms, page.cache_scope, page.result_type) == (0, "private", "complete")
+            listed = await client.list_skills()
+            assert [s.uri for s in listed] == [
+                "skill://csv-report/SKILL.md",
+                "skill://file-bundle/SKILL.md",
+                "skill://math-tools/SKILL.md",
+            ]
+            for entry in listed:
+                assert await client.get_skill(entry.uri) == entry
+                skill = await client.read_skill(entry.uri)  # every file verified against the entry
+                assert skill.name == entry.frontmatter.name
+                on_disk = skills / skill.name
+                assert isinstance(entry.resources, list)
+                for item in entry.resources:
+                    path = on_disk / item.uri.removeprefix(f"skill://{skill.name}/")
+                    assert item.size == path.stat().st_size
+            blob = next(r for r in listed[0].resources if r.uri.endswith("blob.bin"))  # type: ignore[union-attr]
+            assert blob.size == len(BINARY)
+            for refused, why in (("repaired", "not plain YAML"), ("crowded", "513 files")):
+                with pytest.raises(MCPError) as caught:
+                    await client.get_skill(f"skill://{refused}/SKILL.md")
+                assert caught.value.error.code == -32602 and why in caught.value.error.message
+            # Its files are still resources; an empty folder is a directory with no children.
+            assert (await client.read_resource("skill://repaired/SKILL.md"))[0].text.startswith("---")
+            empty = await client.session.send_request(
+                Raw(method="resources/directory/read", params={"uri": "skill://math-tools/empty"}), TypeAdapter(dict)
+            )
+            assert empty["resources"] == []
+
+    anyio.run(main)
+
+
+CONFORMANCE_SCENARIOS = ("sep-2640-skills-enumeration", "sep-2640-skills-manifest", "sep-2640-skills-directory")
+
+
+def test_conformance_suite(tmp_path: Path, npm_tools: Path) -> None:
+    """The official conformance suite's SEP-2640 server scenarios against /mcp: every check passes
+    (no failure, no warning, none skipped)."""
+    from .npmtools import conformance
+
+    skills = _skills(tmp_path)
+    _odd_skills(skills)
+    server = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local"}).start()
+    try:
+        for scenario in CONFORMANCE_SCENARIOS:
+            out = tmp_path / "conformance" / scenario
+            done = subprocess.run(
+                [*conformance(npm_tools), "server", "--url", f"{server.url}/mcp", "--scenario", scenario]
+                + ["-o", str(out)],
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            (found,) = out.glob("*/checks.json")
+            checks = json.loads(found.read_text())
+            statuses = {c["id"]: c["status"] for c in checks}
+            bad = {c["id"]: c.get("errorMessage") for c in checks if c["status"] != "SUCCESS"}
+            assert not bad, f"{scenario}: {bad}"
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            assert "wire-schema-valid" in statuses
+            if scenario == "sep-2640-skills-enumeration":
+                for check in ("sep-2640-resources-size-required", "sep-2640-skills-list-cache-attributes"):
+                    assert statuses[check] == "SUCCESS"
+    finally:
+        server.stop()
