@@ -153,6 +153,7 @@ def test_skills_extension(connect: Connect, tmp_path: Path) -> None:
             with pytest.raises(MCPError) as caught:
                 await client.read_resource("skill://csv-report/../../etc/passwd")
             assert caught.value.error.code == -32602
+            assert caught.value.error.data == {"uri": "skill://csv-report/../../etc/passwd"}  # SEP-2164
 
             root = await raw(client, "resources/directory/read", {"uri": "skill://csv-report"})
             kinds = {r["name"]: r["mimeType"] for r in root["resources"]}

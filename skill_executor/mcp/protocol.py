@@ -59,8 +59,8 @@ class DirectoryParams(UriParams):
     cursor: str | None = None
 
 
-def invalid_params(message: str) -> MCPError:
-    return MCPError(types.INVALID_PARAMS, message)
+def invalid_params(message: str, data: dict[str, Any] | None = None) -> MCPError:
+    return MCPError(types.INVALID_PARAMS, message, data)
 
 
 def internal_error(message: str) -> MCPError:

@@ -170,16 +170,18 @@ class SkillServer:
     async def _offload(self, fn: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(fn)
 
-    async def _guard(self, fn: Callable[[], Any]) -> Any:
-        """``fn`` off the event loop; a refusal is ``-32602``, a failure of ours ``-32603``."""
+    async def _guard(self, fn: Callable[[], Any], uri: str | None = None) -> Any:
+        """``fn`` off the event loop; a refusal is ``-32602`` (with the ``uri`` that is not
+        served as its data, SEP-2164), a failure of ours ``-32603``."""
+        data = {"uri": uri} if uri is not None else None
         try:
             return await self._offload(fn)
         except UnknownResource as exc:
-            raise invalid_params(exc.message) from None
+            raise invalid_params(exc.message, data) from None
         except ExecutorError as exc:
             if exc.status >= 500:
                 raise internal_error(f"{exc.code}: {exc.message}") from None
-            raise invalid_params(f"{exc.code}: {exc.message}") from None
+            raise invalid_params(f"{exc.code}: {exc.message}", data) from None
 
     @staticmethod
     def _cacheable(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
@@ -245,11 +247,11 @@ class SkillServer:
         uri = str(params.uri)
         if uri.startswith("artifact://"):
             who = self.backend.principal(ctx)
-            info, data = await self._guard(lambda: self._artifact(uri, who))
+            info, data = await self._guard(lambda: self._artifact(uri, who), uri)
             contents = resource_contents(uri, info.mime_type, data)
         else:
             files = self.files
-            contents = await self._guard(lambda: files.read(uri))
+            contents = await self._guard(lambda: files.read(uri), uri)
         model = types.TextResourceContents if "text" in contents else types.BlobResourceContents
         return types.ReadResourceResult(contents=[model.model_validate(contents)])
 
