@@ -13,9 +13,9 @@ a ``notifications/cancelled`` for the call cancels the run, which kills its cont
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import mcp_types as types
@@ -56,6 +56,7 @@ from .protocol import (
     run_result_content,
     text_content,
 )
+from .tasks import TASKS, SkillTasks, TaskParams, TaskUpdateParams, wants_tasks
 
 log = logging.getLogger("skill_executor.mcp")
 T = TypeVar("T")
@@ -120,7 +121,8 @@ class SkillServer:
             version=__version__,
             instructions=INSTRUCTIONS,
             on_list_tools=self.list_tools,
-            on_call_tool=self.call_tool,
+            # A mapping result is the SDK's for an extension's own shape (a task handle: tasks.py).
+            on_call_tool=cast("Callable[..., Awaitable[types.CallToolResult]]", self.call_tool),
             on_list_resources=self.list_resources,
             on_read_resource=self.read_resource,
             on_list_prompts=self.list_prompts,
@@ -131,6 +133,12 @@ class SkillServer:
         server.add_request_handler("skills/list", SkillsListParams, self.skills_list)
         server.add_request_handler("skills/get", UriParams, self.skills_get)
         server.add_request_handler("resources/directory/read", DirectoryParams, self.directory_read)
+        # The Tasks extension (2026-07-28): a long skill_run as a task handle (tasks.py).
+        self.tasks = SkillTasks(backend.manager, backend.principal)
+        server.extensions[TASKS] = {}
+        server.add_request_handler("tasks/get", TaskParams, self.tasks.get)
+        server.add_request_handler("tasks/update", TaskUpdateParams, self.tasks.update)
+        server.add_request_handler("tasks/cancel", TaskParams, self.tasks.cancel)
         self.server = server
 
     def options(self) -> InitializationOptions:
@@ -394,7 +402,7 @@ class SkillServer:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | dict[str, Any]:
         self._seen(ctx)
         arguments = dict(params.arguments or {})
         try:
@@ -472,7 +480,9 @@ class SkillServer:
             )
         raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
 
-    async def _skill_run(self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _skill_run(
+        self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]
+    ) -> types.CallToolResult | dict[str, Any]:
         manager = self.backend.manager()
         who = self.backend.principal(ctx)
         outputs = arguments.get("outputs")
@@ -484,10 +494,20 @@ class SkillServer:
         # it is delivered at the next await below, which cancels the run.
         with anyio.CancelScope(shield=True):
             record, handle, _ = await manager.submit_async(request, principal=who)
+        if wants_tasks(ctx):  # a task handle at once; the run goes on, tasks/get tells (tasks.py)
+            manager.answered(record)
+            await self._context_used(who, request)
+            return SkillTasks.created(record)
         try:
             return await self._answer_run(ctx, manager, who, request, record, handle)
         finally:
             manager.answered(record)  # the run's root span ends
+
+    async def _context_used(self, who: Principal, request: RunRequest) -> None:
+        contexts = self.backend.tools().contexts
+        session = request.session
+        if contexts is not None and session is not None:  # the agent uses this skill: its context says so
+            await self._offload(lambda: contexts.used(who.id, session, request.skill))
 
     async def _answer_run(
         self,
@@ -498,10 +518,7 @@ class SkillServer:
         record: RunRecord,
         handle: RunHandle | None,
     ) -> types.CallToolResult:
-        contexts = self.backend.tools().contexts
-        session = request.session
-        if contexts is not None and session is not None:  # the agent uses this skill: its context says so
-            await self._offload(lambda: contexts.used(who.id, session, request.skill))
+        await self._context_used(who, request)
         try:
             await anyio.lowlevel.checkpoint()
             if handle is not None:
