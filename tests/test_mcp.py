@@ -175,6 +175,8 @@ def test_skills_extension(connect: Connect, tmp_path: Path) -> None:
             assert described["skill://csv-report/SKILL.md"].name == "csv-report"
             prompts = {p.name for p in (await client.list_prompts()).prompts}
             assert {"skills_overview", "csv-report"} <= prompts
+            templates = (await client.list_resource_templates()).resource_templates
+            assert [t.uri_template for t in templates] == ["skill://{skill}/{+path}"]
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert tools["skill_run"].output_schema is not None
             assert tools["skill_load"].annotations.read_only_hint is True
@@ -544,9 +546,18 @@ CONFORMANCE_SCENARIOS = (
     "sep-2640-skills-manifest",
     "sep-2640-skills-directory",
     "tasks-capability-negotiation",  # the Tasks extension (SEP-2663) for skill_run
+    "caching",  # ttlMs/cacheScope on every cacheable result (SEP-2549)
+    "server-stateless",  # the 2026-07-28 base protocol: server/discover, envelopes, subscriptions/listen
 )
-#: Checks that call the suite's own fixture tools (``slow_compute``), which this server does not have.
-NEEDS_FIXTURE_TOOLS = {"tasks-per-request-meta-opt-in"}
+#: Checks that call the suite's own fixture tools (``slow_compute``, ``test_missing_capability``,
+#: ``test_trigger_tool_change``, ...), which this server does not have.
+NEEDS_FIXTURE_TOOLS = {
+    "tasks-per-request-meta-opt-in",
+    "sep-2575-server-rejects-undeclared-capability",
+    "sep-2575-missing-capability-http-400",
+    "sep-2575-server-sends-prompts-list-changed-on-subscription",
+    "sep-2575-server-sends-tools-list-changed-on-subscription",
+}
 
 
 def test_conformance_suite(tmp_path: Path, npm_tools: Path) -> None:
@@ -578,10 +589,14 @@ def test_conformance_suite(tmp_path: Path, npm_tools: Path) -> None:
             assert not bad, f"{scenario}: {bad}"
             if not NEEDS_FIXTURE_TOOLS & set(statuses):
                 assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-            assert "wire-schema-valid" in statuses
+            if scenario != "server-stateless":  # it sends malformed requests on purpose
+                assert "wire-schema-valid" in statuses
             if scenario == "tasks-capability-negotiation":
                 assert statuses["tasks-extension-advertised"] == "SUCCESS"
                 assert statuses["sep-2663-tasks-methods-non-declaring"] == "SUCCESS"
+            if scenario == "server-stateless":
+                for check in ("sep-2575-server-sends-subscription-ack", "sep-2575-server-tags-subscription-id"):
+                    assert statuses[check] == "SUCCESS"
             if scenario == "sep-2640-skills-enumeration":
                 for check in ("sep-2640-resources-size-required", "sep-2640-skills-list-cache-attributes"):
                     assert statuses[check] == "SUCCESS"
@@ -673,3 +688,45 @@ def test_skill_run_as_task(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert skills.exists()
+
+
+def test_listen_on_modern_protocol(tmp_path: Path) -> None:
+    """A 2026-07-28 client hears catalog changes on a subscriptions/listen stream: list changes
+    when a skill is installed, resources/updated for a skill's changed SKILL.md."""
+    from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ResourceUpdated
+
+    skills = _skills(tmp_path)
+
+    async def main() -> None:
+        async with stdio_client(tmp_path, "local", mode="auto") as client:
+            caps = client.session.server_capabilities
+            assert caps is not None and caps.resources is not None and caps.resources.list_changed
+            uri = "skill://math-tools/SKILL.md"
+            async with client.listen(
+                resources_list_changed=True, prompts_list_changed=True, resource_subscriptions=[uri]
+            ) as stream:
+                assert stream.honored.resources_list_changed and stream.honored.resource_subscriptions == [uri]
+                shutil.copytree(skills / "math-tools", skills / "more-math")
+                text = (skills / "more-math" / "SKILL.md").read_text().replace("name: math-tools", "name: more-math")
+                (skills / "more-math" / "SKILL.md").write_text(text)
+                seen: list[Any] = []
+                with anyio.fail_after(15):
+                    async for event in stream:
+                        seen.append(event)
+                        if {type(e) for e in seen} >= {ResourcesListChanged, PromptsListChanged}:
+                            break
+                assert all(not isinstance(e, ResourceUpdated) for e in seen)
+                listed = {e["uri"] for e in (await raw(client, "skills/list"))["skills"]}
+                assert "skill://more-math/SKILL.md" in listed
+                skill_md = skills / "math-tools" / "SKILL.md"
+                skill_md.write_text(skill_md.read_text() + "\nOne more line.\n")
+                with anyio.fail_after(15):
+                    async for event in stream:
+                        if isinstance(event, ResourceUpdated):
+                            assert event.uri == uri
+                            break
+            got = await raw(client, "skills/get", {"uri": uri})
+            digest = next(r["digest"] for r in got["skill"]["resources"] if r["uri"] == uri)
+            assert digest == "sha256:" + hashlib.sha256(skill_md.read_bytes()).hexdigest()
+
+    anyio.run(main)

@@ -22,6 +22,14 @@ import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
@@ -116,6 +124,9 @@ class SkillServer:
         self.backend = backend
         self._files: SkillFiles | None = None
         self.sessions: dict[str | int, Any] = {}
+        # 2026-07-28: change notifications travel on subscriptions/listen streams (notify_list_changed).
+        self.bus = InMemorySubscriptionBus()
+        self.listen = ListenHandler(self.bus)
         server = _Server(
             "skill-executor",
             version=__version__,
@@ -124,9 +135,11 @@ class SkillServer:
             # A mapping result is the SDK's for an extension's own shape (a task handle: tasks.py).
             on_call_tool=cast("Callable[..., Awaitable[types.CallToolResult]]", self.call_tool),
             on_list_resources=self.list_resources,
+            on_list_resource_templates=self.list_resource_templates,
             on_read_resource=self.read_resource,
             on_list_prompts=self.list_prompts,
             on_get_prompt=self.get_prompt,
+            on_subscriptions_listen=self.listen,
         )
         server.extensions[EXTENSION] = dict(SETTINGS)
         server.middleware.append(declare_extension)
@@ -168,12 +181,20 @@ class SkillServer:
         """The HTTP session ``session_id`` has closed."""
         self.sessions.pop(session_id, None)
 
-    async def notify_list_changed(self) -> None:
+    async def notify_list_changed(self, updated: tuple[str, ...] = ()) -> None:
+        """The catalog changed: ``notifications/resources/list_changed`` to every 2025-11-25
+        connection; to 2026-07-28 ``subscriptions/listen`` streams the resource, prompt (one
+        per skill) and tool (their skill lists) list changes, and ``resources/updated`` for
+        the ``updated`` URIs (each changed skill's ``SKILL.md``), as each stream asked."""
         for key, session in list(self.sessions.items()):
             try:
                 await session.send_resource_list_changed()
             except Exception:  # a closed connection: forget it
                 self.sessions.pop(key, None)
+        for event in (ResourcesListChanged(), PromptsListChanged(), ToolsListChanged()):
+            await self.bus.publish(event)
+        for uri in updated:
+            await self.bus.publish(ResourceUpdated(uri=uri))
 
     async def _offload(self, fn: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(fn)
@@ -247,6 +268,17 @@ class SkillServer:
         return types.ListResourcesResult(
             resources=[types.Resource.model_validate(r) for r in chosen], next_cursor=after
         )
+
+    async def list_resource_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        """Every file of a skill is ``skill://<name>/<path>`` (RFC 6570: ``{+path}`` keeps its slashes)."""
+        template = types.ResourceTemplate(
+            uri_template=f"{SCHEME}{{skill}}/{{+path}}",
+            name="skill-file",
+            description="A file of a skill: its SKILL.md, scripts, references and assets (skills/get lists them)",
+        )
+        return types.ListResourceTemplatesResult(resource_templates=[template])
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
