@@ -476,7 +476,7 @@ def npm_tools() -> Path:
 
 def _odd_skills(skills: Path) -> None:
     """Skills the extension gives no entry: a frontmatter only the tolerant loader reads, one
-    over the 512-file limit; and an empty folder in a served one."""
+    over the 512-file limit, one with a file over 16 MiB; and an empty folder in a served one."""
     from .helpers import make_skill
 
     make_skill(skills, "repaired", "name: repaired\ndescription: Use when: the user asks\n")
@@ -484,6 +484,9 @@ def _odd_skills(skills: Path) -> None:
     (crowded / "data").mkdir()
     for index in range(512):
         (crowded / "data" / f"{index}.txt").write_text(f"{index}\n")
+    huge = make_skill(skills, "huge", "name: huge\ndescription: One file over the 16 MiB limit.\n")
+    with open(huge / "data.bin", "wb") as handle:
+        handle.truncate(16 * 1024 * 1024 + 1)  # sparse: no disk
     (skills / "math-tools" / "empty").mkdir()
 
 
@@ -527,7 +530,11 @@ def test_fastmcp_skills_client(tmp_path: Path) -> None:
                     assert item.size == path.stat().st_size
             blob = next(r for r in listed[0].resources if r.uri.endswith("blob.bin"))  # type: ignore[union-attr]
             assert blob.size == len(BINARY)
-            for refused, why in (("repaired", "not plain YAML"), ("crowded", "513 files")):
+            for refused, why in (
+                ("repaired", "not plain YAML"),
+                ("crowded", "513 files"),
+                ("huge", "'data.bin' is over 16777216 bytes"),
+            ):
                 with pytest.raises(MCPError) as caught:
                     await client.get_skill(f"skill://{refused}/SKILL.md")
                 assert caught.value.error.code == -32602 and why in caught.value.error.message

@@ -208,8 +208,11 @@ class SkillFiles:
             return f"its name {name!r} breaks the Agent Skills naming rules"
         if name != label.partition("@")[0]:
             return f"its name {name!r} is not its folder's {label.partition('@')[0]!r}"
-        if not isinstance(description, str) or not 1 <= len(description.strip()) <= 1024:
+        if not isinstance(description, str) or not description.strip() or len(description) > 1024:
             return "its description is not 1-1024 characters"
+        oversize = next((e.path for e in inventory(skill) if e.size > MAX_FILE_BYTES), None)
+        if oversize is not None:  # not served, so the entry could not be complete
+            return f"its file {oversize!r} is over {MAX_FILE_BYTES} bytes"
         if len(files) > MAX_SKILL_FILES:
             return f"it has {len(files)} files; the Skills extension allows {MAX_SKILL_FILES}"
         total = sum(os.lstat(os.path.join(skill.path, rel)).st_size for rel in files)
