@@ -490,23 +490,31 @@ def _odd_skills(skills: Path) -> None:
     (skills / "math-tools" / "empty").mkdir()
 
 
-def test_fastmcp_skills_client(tmp_path: Path) -> None:
-    """fastmcp's SEP-2640 client (2026-07-28, the extension negotiated) over stdio: it lists,
-    gets, and reads every skill whole, checking each file's size and digest against the entry
-    and the frontmatter against SKILL.md; one invalid entry would make it refuse the list."""
+@pytest.mark.parametrize("transport_name", ["stdio", "http"])
+def test_fastmcp_skills_client(tmp_path: Path, transport_name: str) -> None:
+    """fastmcp's SEP-2640 client (2026-07-28, the extension negotiated) over stdio and over HTTP
+    with a key: it lists, gets, and reads every skill whole, checking each file's size and digest
+    against the entry and the frontmatter against SKILL.md; one invalid entry would make it
+    refuse the list."""
     from fastmcp import Client as FastClient
-    from fastmcp.client.transports import StdioTransport
+    from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
     from fastmcp.skills.client import SkillsClientExtension
 
     skills = _skills(tmp_path)
     _odd_skills(skills)
-    transport = StdioTransport(
-        command=sys.executable,
-        args=["-m", "skill_executor.cli.main", "mcp", "--runtime", "local", "--skills-dir", str(skills)]
-        + ["--data-dir", str(tmp_path / "data")],
-        env={**_env(), "PYTHONPATH": str(REPO)},
-        cwd=str(REPO),
-    )
+    server: Server | None = None
+    transport: Any
+    if transport_name == "stdio":
+        transport = StdioTransport(
+            command=sys.executable,
+            args=["-m", "skill_executor.cli.main", "mcp", "--runtime", "local", "--skills-dir", str(skills)]
+            + ["--data-dir", str(tmp_path / "data")],
+            env={**_env(), "PYTHONPATH": str(REPO)},
+            cwd=str(REPO),
+        )
+    else:
+        server = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_API_KEYS": "k-one"}).start()
+        transport = StreamableHttpTransport(f"{server.url}/mcp", headers={"Authorization": "Bearer k-one"})
 
     async def main() -> None:
         async with FastClient(transport, extensions=[SkillsClientExtension()], timeout=60) as client:
@@ -545,7 +553,11 @@ def test_fastmcp_skills_client(tmp_path: Path) -> None:
             )
             assert empty["resources"] == []
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    finally:
+        if server is not None:
+            server.stop()
 
 
 CONFORMANCE_SCENARIOS = (
