@@ -152,12 +152,28 @@ def _jsonable(value: Any) -> Any:
 
 
 class SkillFiles:
-    """The served files of skills, with digests cached by (path, mtime, size)."""
+    """The served files of skills, with digests cached by (path, mtime, size) and parsed
+    frontmatters by (path, text)."""
 
     def __init__(self, repository: SkillRepository) -> None:
         self.repository = repository
         self._digests: dict[tuple[str, int, int], str] = {}
+        self._frontmatters: dict[tuple[str, str], dict[str, Any] | None] = {}
         self._lock = threading.Lock()
+
+    def frontmatter(self, skill: Skill) -> dict[str, Any] | None:
+        """:func:`plain_frontmatter`, parsed once per ``SKILL.md`` text (plain YAML is slow);
+        the caller must not change it."""
+        key = (str(skill.skill_file), skill.raw)
+        with self._lock:
+            if key in self._frontmatters:
+                return self._frontmatters[key]
+        found = plain_frontmatter(skill)
+        with self._lock:
+            if len(self._frontmatters) > 10_000:
+                self._frontmatters.clear()
+            self._frontmatters[key] = found
+        return found
 
     def skill(self, name: str) -> Skill:
         try:
@@ -200,7 +216,7 @@ class SkillFiles:
         """Why the skill gets no entry (the module doc's rules), or None."""
         if skill.skill_file.name != "SKILL.md":
             return f"its instructions file is {skill.skill_file.name!r}, not 'SKILL.md'"
-        data = plain_frontmatter(skill)
+        data = self.frontmatter(skill)
         if data is None:
             return "its frontmatter is not plain YAML (the tolerant loader had to repair it)"
         name, description = data.get("name"), data.get("description")
@@ -224,7 +240,10 @@ class SkillFiles:
         """The skill entry of ``skills/list`` / ``skills/get``; :class:`UnknownResource`
         for a skill that gets none (:meth:`refusal`)."""
         skill = self.skill(name)
-        label = name if "@" in name else skill.id
+        return self.entry_of(skill, name if "@" in name else skill.id)
+
+    def entry_of(self, skill: Skill, label: str) -> dict[str, Any]:
+        """:meth:`entry` of a skill already looked up (``skills/list``: one catalog read)."""
         files = self.files(skill)
         why = self.refusal(skill, label, files)
         if why is not None:
@@ -235,7 +254,7 @@ class SkillFiles:
             resources.append({"uri": skill_uri(label, rel), "digest": digest, "size": size})
         return {
             "uri": skill_uri(label, skill.skill_file.name),
-            "frontmatter": plain_frontmatter(skill),
+            "frontmatter": self.frontmatter(skill),
             "resources": resources,
         }
 

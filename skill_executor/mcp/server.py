@@ -227,12 +227,11 @@ class SkillServer:
         files = self.files
 
         def build() -> tuple[list[Any], str | None]:
-            skills = [s.id for s in files.repository.list()]
-            chosen, after = page(skills, params.cursor)
+            chosen, after = page(files.repository.list(), params.cursor)
             entries = []
-            for name in chosen:
+            for skill in chosen:
                 try:
-                    entries.append(files.entry(name))
+                    entries.append(files.entry_of(skill, skill.id))
                 except (NotFound, OSError):
                     continue  # removed meanwhile, or no entry for it (SkillFiles.refusal)
             return entries, after
