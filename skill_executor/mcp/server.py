@@ -215,7 +215,8 @@ class SkillServer:
     @staticmethod
     def _cacheable(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
         """``ttlMs``/``cacheScope``, required on ``skills/list`` and ``skills/get`` from
-        2026-07-28 on (``CacheableResult``); the SDK adds ``resultType`` there itself."""
+        2026-07-28 on (``CacheableResult``), and on ``resources/directory/read`` by the
+        TypeScript SDK's client; the SDK adds ``resultType`` there itself."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             result.update(ttlMs=CACHE_TTL_MS, cacheScope=CACHE_SCOPE)
         return result
@@ -255,7 +256,7 @@ class SkillServer:
         result: dict[str, Any] = {"resources": chosen}
         if after is not None:
             result["nextCursor"] = after
-        return result
+        return self._cacheable(ctx, result)  # the TypeScript SDK requires them here too
 
     async def list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
