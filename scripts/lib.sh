@@ -336,6 +336,21 @@ ensure_tools() {
   apt_install "${missing[@]}" || log "could not install ${missing[*]}"
 }
 
+# The npm tools the MCP tests run (tests/npm: the official conformance suite, the MCP
+# Inspector, Node.js 22), installed once from the lock into build/npm-tools/ (npm ci, no
+# install scripts) and used offline afterwards (tests/npmtools.py). Sets NPM_TOOLS_PROBLEM
+# and returns non-zero when they cannot be installed.
+NPM_TOOLS_PROBLEM=""
+ensure_npm_tools() {
+  local out
+  if out=$(cd "$ROOT" && "$PY" -m tests.npmtools install 2>&1); then
+    log "npm test tools in $out"
+    return 0
+  fi
+  NPM_TOOLS_PROBLEM="$out"
+  return 1
+}
+
 # Build (or reuse) the runner image.
 # The runs then use the image by its hash tag (unless SKILL_EXECUTOR_DOCKER_IMAGE is set):
 # on an engine shared with other checkouts, :latest may be retagged while the tests run.

@@ -3,7 +3,8 @@
 # virtualenv + project, a Docker engine (installed and started when none answers),
 # gVisor's runsc registered with it as the runtime `runsc`, the runner image (built
 # offline when no registry is available), the Postgres server binaries (the tests start
-# their own servers), then pytest. The container-hardening tests run on runc and on runsc.
+# their own servers), the npm tools of the MCP tests (tests/npmtools.py, into build/), then
+# pytest. The container-hardening tests run on runc and on runsc.
 # In CI (CI=true) a missing engine, runsc or Postgres is a failure; elsewhere those tests
 # skip with the reason. The hard disk cap (a file system per workspace) needs root: without it
 # the suite runs on the soft cap and says so (CI fails). Only an engine this script
@@ -51,6 +52,13 @@ elif [[ "${CI:-}" == "true" ]]; then
 else
   log "the Postgres tests will be skipped: $POSTGRES_PROBLEM"
   export SKILL_EXECUTOR_TEST_POSTGRES_SKIP="$POSTGRES_PROBLEM"
+fi
+if ! ensure_npm_tools; then
+  if [[ "${CI:-}" == "true" ]]; then
+    log "CI runs the MCP conformance suite and Inspector, but: $NPM_TOOLS_PROBLEM; failing"
+    exit 1
+  fi
+  log "the MCP conformance and Inspector tests will be skipped: $NPM_TOOLS_PROBLEM"
 fi
 "$ROOT/scripts/lint.sh"
 "$PY" -m pytest $(xdist_args "$@") "$@"

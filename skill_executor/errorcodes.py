@@ -17,8 +17,8 @@ McpMapping = Literal["tool", "http", "none"]
 
 MCP_MAPPINGS: dict[str, str] = {
     "tool": 'tools/call: a result with isError true and the text "error (<code>): <message>"; '
-    "other requests (resources/read, skills/*): JSON-RPC error -32602 (Invalid params), "
-    'message "<code>: <message>"',
+    "other requests (resources/read, skills/*, tasks/*): JSON-RPC error -32602 (Invalid params), "
+    'or -32603 (Internal error) for a 5xx, message "<code>: <message>"',
     "http": "on /mcp: the same HTTP status and JSON error body, before any JSON-RPC message",
     "none": "not reachable over MCP (CLI, library, pytest plugin, image build or start-up)",
 }

@@ -4,8 +4,10 @@ the Skills extension (SEP-2640), skill_run end to end, errors, progress, cancell
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -19,6 +21,7 @@ import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.extension import ClientExtension
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
@@ -151,6 +154,7 @@ def test_skills_extension(connect: Connect, tmp_path: Path) -> None:
             with pytest.raises(MCPError) as caught:
                 await client.read_resource("skill://csv-report/../../etc/passwd")
             assert caught.value.error.code == -32602
+            assert caught.value.error.data == {"uri": "skill://csv-report/../../etc/passwd"}  # SEP-2164
 
             root = await raw(client, "resources/directory/read", {"uri": "skill://csv-report"})
             kinds = {r["name"]: r["mimeType"] for r in root["resources"]}
@@ -171,6 +175,8 @@ def test_skills_extension(connect: Connect, tmp_path: Path) -> None:
             assert described["skill://csv-report/SKILL.md"].name == "csv-report"
             prompts = {p.name for p in (await client.list_prompts()).prompts}
             assert {"skills_overview", "csv-report"} <= prompts
+            templates = (await client.list_resource_templates()).resource_templates
+            assert [t.uri_template for t in templates] == ["skill://{skill}/{+path}"]
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert tools["skill_run"].output_schema is not None
             assert tools["skill_load"].annotations.read_only_hint is True
@@ -362,17 +368,11 @@ def test_list_changed_on_install_and_removal(tmp_path: Path) -> None:
     assert len(changes) >= 2
 
 
-INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
+def test_mcp_inspector_cli(tmp_path: Path, npm_tools: Path) -> None:
+    """A stock client: the MCP Inspector's non-interactive CLI (tests/npm, installed once) against
+    the stdio server."""
+    from .npmtools import inspector
 
-
-def test_mcp_inspector_cli(tmp_path: Path) -> None:
-    """A stock client: the MCP Inspector's non-interactive CLI against the stdio server."""
-    import json
-    import subprocess
-
-    npx = shutil.which("npx")
-    if npx is None:
-        pytest.skip("no npx here: the MCP Inspector cannot be run")
     skills = _skills(tmp_path)
     server = [
         sys.executable,
@@ -389,22 +389,24 @@ def test_mcp_inspector_cli(tmp_path: Path) -> None:
 
     def inspect(*args: str) -> dict[str, Any]:
         done = subprocess.run(
-            [npx, "--yes", "--prefer-offline", INSPECTOR, "--cli", *args, *server],
+            [*inspector(npm_tools), "--cli", *args, *server],
             cwd=REPO,
             env=_env(MCP_CATALOG_PATH=str(tmp_path / "catalog.json")),
             capture_output=True,
             text=True,
             timeout=120,
         )
-        if done.returncode != 0 and "npm error" in done.stderr:
-            pytest.skip(f"the MCP Inspector did not install from npm: {done.stderr.strip()[-300:]}")
         assert done.returncode == 0, done.stdout + done.stderr
         found: dict[str, Any] = json.loads(done.stdout)
         return found
 
     # The Inspector calls these only when initialize declared the extension (and directoryRead).
+    listed = inspect("--method", "skills/list")
+    entry = next(e for e in listed["skills"] if e["uri"] == "skill://csv-report/SKILL.md")
+    sizes = {r["uri"]: r["size"] for r in entry["resources"]}
+    assert sizes["skill://csv-report/SKILL.md"] == (skills / "csv-report" / "SKILL.md").stat().st_size
     got = inspect("--method", "skills/get", "--uri", "skill://csv-report/SKILL.md")
-    assert got["skill"]["frontmatter"]["name"] == "csv-report"
+    assert got["skill"] == entry
     children = inspect("--method", "resources/directory/read", "--uri", "skill://csv-report/scripts")
     assert [r["uri"] for r in children["resources"]] == ["skill://csv-report/scripts/report.py"]
 
@@ -454,3 +456,333 @@ def test_pages() -> None:
     second, cursor2 = page(items, cursor)
     third, end = page(items, cursor2)
     assert first + second + third == items and end is None and len(third) == 3
+
+
+# -- real clients of the Skills extension: fastmcp, the conformance suite, the Inspector ----------
+
+
+@pytest.fixture(scope="module")
+def npm_tools() -> Path:
+    """The conformance suite and the Inspector, installed once into build/npm-tools (tests/npmtools.py)."""
+    from .npmtools import NpmToolsProblem, install
+
+    try:
+        return install()
+    except (NpmToolsProblem, OSError, subprocess.TimeoutExpired) as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI runs the MCP conformance suite and Inspector, but: {exc}")
+        pytest.skip(str(exc))
+
+
+def _odd_skills(skills: Path) -> None:
+    """Skills the extension gives no entry: a frontmatter only the tolerant loader reads, one
+    over the 512-file limit, one with a file over 16 MiB; and an empty folder in a served one."""
+    from .helpers import make_skill
+
+    make_skill(skills, "repaired", "name: repaired\ndescription: Use when: the user asks\n")
+    crowded = make_skill(skills, "crowded", "name: crowded\ndescription: Too many files.\n")
+    (crowded / "data").mkdir()
+    for index in range(512):
+        (crowded / "data" / f"{index}.txt").write_text(f"{index}\n")
+    huge = make_skill(skills, "huge", "name: huge\ndescription: One file over the 16 MiB limit.\n")
+    with open(huge / "data.bin", "wb") as handle:
+        handle.truncate(16 * 1024 * 1024 + 1)  # sparse: no disk
+    (skills / "math-tools" / "empty").mkdir()
+
+
+@pytest.mark.parametrize("transport_name", ["stdio", "http"])
+def test_fastmcp_skills_client(tmp_path: Path, transport_name: str) -> None:
+    """fastmcp's SEP-2640 client (2026-07-28, the extension negotiated) over stdio and over HTTP
+    with a key: it lists, gets, and reads every skill whole, checking each file's size and digest
+    against the entry and the frontmatter against SKILL.md; one invalid entry would make it
+    refuse the list."""
+    from fastmcp import Client as FastClient
+    from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
+    from fastmcp.skills.client import SkillsClientExtension
+
+    skills = _skills(tmp_path)
+    _odd_skills(skills)
+    server: Server | None = None
+    transport: Any
+    if transport_name == "stdio":
+        transport = StdioTransport(
+            command=sys.executable,
+            args=["-m", "skill_executor.cli.main", "mcp", "--runtime", "local", "--skills-dir", str(skills)]
+            + ["--data-dir", str(tmp_path / "data")],
+            env={**_env(), "PYTHONPATH": str(REPO)},
+            cwd=str(REPO),
+        )
+    else:
+        server = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_API_KEYS": "k-one"}).start()
+        transport = StreamableHttpTransport(f"{server.url}/mcp", headers={"Authorization": "Bearer k-one"})
+
+    async def main() -> None:
+        async with FastClient(transport, extensions=[SkillsClientExtension()], timeout=60) as client:
+            assert client.protocol_version == "2026-07-28"
+            page = await client.list_skills_mcp()
+            assert (page.ttl_ms, page.cache_scope, page.result_type) == (0, "private", "complete")
+            listed = await client.list_skills()
+            assert [s.uri for s in listed] == [
+                "skill://csv-report/SKILL.md",
+                "skill://file-bundle/SKILL.md",
+                "skill://math-tools/SKILL.md",
+            ]
+            for entry in listed:
+                assert await client.get_skill(entry.uri) == entry
+                skill = await client.read_skill(entry.uri)  # every file verified against the entry
+                assert skill.name == entry.frontmatter.name
+                on_disk = skills / skill.name
+                assert isinstance(entry.resources, list)
+                for item in entry.resources:
+                    path = on_disk / item.uri.removeprefix(f"skill://{skill.name}/")
+                    assert item.size == path.stat().st_size
+            blob = next(r for r in listed[0].resources if r.uri.endswith("blob.bin"))  # type: ignore[union-attr]
+            assert blob.size == len(BINARY)
+            for refused, why in (
+                ("repaired", "not plain YAML"),
+                ("crowded", "513 files"),
+                ("huge", "'data.bin' is over 16777216 bytes"),
+            ):
+                with pytest.raises(MCPError) as caught:
+                    await client.get_skill(f"skill://{refused}/SKILL.md")
+                assert caught.value.error.code == -32602 and why in caught.value.error.message
+            # Its files are still resources; an empty folder is a directory with no children.
+            assert (await client.read_resource("skill://repaired/SKILL.md"))[0].text.startswith("---")
+            empty = await client.session.send_request(
+                Raw(method="resources/directory/read", params={"uri": "skill://math-tools/empty"}), TypeAdapter(dict)
+            )
+            assert empty["resources"] == []
+
+    try:
+        anyio.run(main)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+CONFORMANCE_SCENARIOS = (
+    "sep-2640-skills-enumeration",
+    "sep-2640-skills-manifest",
+    "sep-2640-skills-directory",
+    "tasks-capability-negotiation",  # the Tasks extension (SEP-2663) for skill_run
+    "caching",  # ttlMs/cacheScope on every cacheable result (SEP-2549)
+    "server-stateless",  # the 2026-07-28 base protocol: server/discover, envelopes, subscriptions/listen
+)
+#: Checks that call the suite's own fixture tools (``slow_compute``, ``test_missing_capability``,
+#: ``test_trigger_tool_change``, ...), which this server does not have.
+NEEDS_FIXTURE_TOOLS = {
+    "tasks-per-request-meta-opt-in",
+    "sep-2575-server-rejects-undeclared-capability",
+    "sep-2575-missing-capability-http-400",
+    "sep-2575-server-sends-prompts-list-changed-on-subscription",
+    "sep-2575-server-sends-tools-list-changed-on-subscription",
+}
+
+
+def test_conformance_suite(tmp_path: Path, npm_tools: Path) -> None:
+    """The official conformance suite's SEP-2640 server scenarios against /mcp: every check passes
+    (no failure, no warning, none skipped)."""
+    from .npmtools import conformance
+
+    skills = _skills(tmp_path)
+    _odd_skills(skills)
+    server = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local"}).start()
+    try:
+        for scenario in CONFORMANCE_SCENARIOS:
+            out = tmp_path / "conformance" / scenario
+            done = subprocess.run(
+                [*conformance(npm_tools), "server", "--url", f"{server.url}/mcp", "--scenario", scenario]
+                + ["-o", str(out)],
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            (found,) = out.glob("*/checks.json")
+            checks = json.loads(found.read_text())
+            statuses = {c["id"]: c["status"] for c in checks}
+            bad = {
+                c["id"]: c.get("errorMessage")
+                for c in checks
+                if c["status"] != "SUCCESS" and c["id"] not in NEEDS_FIXTURE_TOOLS
+            }
+            assert not bad, f"{scenario}: {bad}"
+            if not NEEDS_FIXTURE_TOOLS & set(statuses):
+                assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            if scenario != "server-stateless":  # it sends malformed requests on purpose
+                assert "wire-schema-valid" in statuses
+            if scenario == "tasks-capability-negotiation":
+                assert statuses["tasks-extension-advertised"] == "SUCCESS"
+                assert statuses["sep-2663-tasks-methods-non-declaring"] == "SUCCESS"
+            if scenario == "server-stateless":
+                for check in ("sep-2575-server-sends-subscription-ack", "sep-2575-server-tags-subscription-id"):
+                    assert statuses[check] == "SUCCESS"
+            if scenario == "sep-2640-skills-enumeration":
+                for check in ("sep-2640-resources-size-required", "sep-2640-skills-list-cache-attributes"):
+                    assert statuses[check] == "SUCCESS"
+    finally:
+        server.stop()
+
+
+class _TasksExtension(ClientExtension):
+    """Declares the Tasks extension (SEP-2663) in the client's capabilities."""
+
+    identifier = "io.modelcontextprotocol/tasks"
+
+
+async def _task_done(client: Client, task_id: str, timeout: float = 60) -> dict[str, Any]:
+    with anyio.fail_after(timeout):
+        while True:
+            state = await raw(client, "tasks/get", {"taskId": task_id})
+            assert state["taskId"] == task_id and state["pollIntervalMs"] == 1000 and state["ttlMs"] is None
+            if state["status"] != "working":
+                return state
+            await anyio.sleep(0.2)
+
+
+def test_skill_run_as_task(tmp_path: Path) -> None:
+    """A 2026-07-28 client that declares the Tasks extension gets a task handle for skill_run at
+    once and polls it to the tool's result; tasks/cancel kills the run; without the extension,
+    tasks/* are -32021 and skill_run answers as before; another key's task does not exist."""
+    skills = _skills(tmp_path)
+    server = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_API_KEYS": "k-one,k-two"}).start()
+
+    @asynccontextmanager
+    async def modern(key: str, tasks: bool = True) -> AsyncIterator[Client]:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=120) as http:
+            transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
+            extensions = [_TasksExtension()] if tasks else []
+            async with Client(transport, mode="auto", read_timeout_seconds=120, extensions=extensions) as client:
+                assert client.session.protocol_version == "2026-07-28"
+                yield client
+
+    def run(command: str) -> dict[str, Any]:
+        return {"name": "skill_run", "arguments": {"skill": "math-tools", "command": command}}
+
+    async def main() -> None:
+        async with modern("k-one") as client:
+            caps = client.session.server_capabilities
+            assert caps is not None and caps.extensions is not None
+            assert caps.extensions["io.modelcontextprotocol/tasks"] == {}
+            started = time.monotonic()
+            created = await raw(client, "tools/call", run("sleep 2; echo done"))
+            assert time.monotonic() - started < 2  # a handle, not the result
+            assert created["resultType"] == "task" and created["status"] == "working"
+            assert created["createdAt"].endswith("Z") and created["ttlMs"] is None
+            done = await _task_done(client, created["taskId"])
+            assert done["status"] == "completed" and done["result"]["isError"] is False
+            assert done["result"]["structuredContent"]["stdout"] == "done\n"
+            assert done["result"]["structuredContent"]["run_id"] == created["taskId"]  # the task is the run
+
+            failed = await raw(client, "tools/call", run("exit 3"))
+            ended = await _task_done(client, failed["taskId"])
+            assert ended["status"] == "completed" and ended["result"]["isError"] is True  # a tool error, not "failed"
+            assert ended["result"]["structuredContent"]["exit_code"] == 3
+
+            long = await raw(client, "tools/call", run("sleep 120"))
+            for method in ("tasks/update", "tasks/cancel"):  # empty acknowledgements
+                ack = await raw(client, method, {"taskId": long["taskId"], "inputResponses": {}})
+                assert ack["resultType"] == "complete" and set(ack) <= {"resultType", "_meta"}
+            cancelled = await _task_done(client, long["taskId"], timeout=30)
+            assert cancelled["status"] == "cancelled" and "result" not in cancelled
+            for method in ("tasks/get", "tasks/cancel", "tasks/update"):
+                with pytest.raises(MCPError) as caught:
+                    await raw(client, method, {"taskId": "no-such-task", "inputResponses": {}})
+                assert caught.value.error.code == -32602
+        async with modern("k-two") as other:  # another key: the task does not exist
+            with pytest.raises(MCPError) as caught:
+                await raw(other, "tasks/get", {"taskId": created["taskId"]})
+            assert caught.value.error.code == -32602
+        async with modern("k-one", tasks=False) as plain:
+            with pytest.raises(MCPError) as caught:
+                await raw(plain, "tasks/get", {"taskId": created["taskId"]})
+            assert caught.value.error.code == -32021
+            assert caught.value.error.data == {
+                "requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+            }
+            result = await plain.call_tool("skill_run", {"skill": "math-tools", "command": "echo sync"})
+            assert not result.is_error and result.structured_content["stdout"] == "sync\n"
+
+    try:
+        anyio.run(main)
+    finally:
+        server.stop()
+    assert skills.exists()
+
+
+def test_listen_on_modern_protocol(tmp_path: Path) -> None:
+    """A 2026-07-28 client hears catalog changes on a subscriptions/listen stream: list changes
+    when a skill is installed, resources/updated for a skill's changed SKILL.md."""
+    from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ResourceUpdated
+
+    skills = _skills(tmp_path)
+
+    async def main() -> None:
+        async with stdio_client(tmp_path, "local", mode="auto") as client:
+            caps = client.session.server_capabilities
+            assert caps is not None and caps.resources is not None and caps.resources.list_changed
+            uri = "skill://math-tools/SKILL.md"
+            async with client.listen(
+                resources_list_changed=True, prompts_list_changed=True, resource_subscriptions=[uri]
+            ) as stream:
+                assert stream.honored.resources_list_changed and stream.honored.resource_subscriptions == [uri]
+                shutil.copytree(skills / "math-tools", skills / "more-math")
+                text = (skills / "more-math" / "SKILL.md").read_text().replace("name: math-tools", "name: more-math")
+                (skills / "more-math" / "SKILL.md").write_text(text)
+                seen: list[Any] = []
+                with anyio.fail_after(15):
+                    async for event in stream:
+                        seen.append(event)
+                        if {type(e) for e in seen} >= {ResourcesListChanged, PromptsListChanged}:
+                            break
+                assert all(not isinstance(e, ResourceUpdated) for e in seen)
+                listed = {e["uri"] for e in (await raw(client, "skills/list"))["skills"]}
+                assert "skill://more-math/SKILL.md" in listed
+                skill_md = skills / "math-tools" / "SKILL.md"
+                skill_md.write_text(skill_md.read_text() + "\nOne more line.\n")
+                with anyio.fail_after(15):
+                    async for event in stream:
+                        if isinstance(event, ResourceUpdated):
+                            assert event.uri == uri
+                            break
+            got = await raw(client, "skills/get", {"uri": uri})
+            digest = next(r["digest"] for r in got["skill"]["resources"] if r["uri"] == uri)
+            assert digest == "sha256:" + hashlib.sha256(skill_md.read_bytes()).hexdigest()
+
+    anyio.run(main)
+
+
+def test_typescript_clients(tmp_path: Path, npm_tools: Path) -> None:
+    """The official TypeScript SDK's SkillsClient (lists, gets, reads and verifies every file of
+    every skill; one invalid entry would make it refuse the listing) and the Tasks extension's
+    client (skill_run settled through its task) over HTTP with a key (tests/npm/clients.mjs)."""
+    from .npmtools import clients
+
+    skills = _skills(tmp_path)
+    _odd_skills(skills)
+    server = Server(tmp_path, env={"SKILL_EXECUTOR_RUNTIME": "local", "SKILL_EXECUTOR_API_KEYS": "k-one"}).start()
+    try:
+        done = subprocess.run(
+            [*clients(npm_tools), f"{server.url}/mcp", "k-one"], capture_output=True, text=True, timeout=180
+        )
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["protocolVersion"] == "2026-07-28"
+    assert out["supported"] and out["directoryRead"]
+    assert out["listed"] == [
+        "skill://csv-report/SKILL.md",
+        "skill://file-bundle/SKILL.md",
+        "skill://math-tools/SKILL.md",
+    ]
+    assert out["cache"] == [0, "private"]
+    for uri, files in out["files"].items():
+        name = uri.removeprefix("skill://").removesuffix("/SKILL.md")
+        on_disk = sorted(p for p in (skills / name).rglob("*") if p.is_file())
+        assert len(files) == len(on_disk) and all(verified for _, _, verified in files)
+        for file_uri, size, _ in files:
+            assert size == (skills / name / file_uri.removeprefix(f"skill://{name}/")).stat().st_size
+    assert ["skill://math-tools/empty", "inode/directory"] in out["directory"]
+    result = out["taskResult"]
+    assert out["taskId"] == result["structuredContent"]["run_id"]  # settled through a task: the run
+    assert result["isError"] is False and result["structuredContent"]["stdout"] == "from-a-task\n"

@@ -59,8 +59,12 @@ class DirectoryParams(UriParams):
     cursor: str | None = None
 
 
-def invalid_params(message: str) -> MCPError:
-    return MCPError(types.INVALID_PARAMS, message)
+def invalid_params(message: str, data: dict[str, Any] | None = None) -> MCPError:
+    return MCPError(types.INVALID_PARAMS, message, data)
+
+
+def internal_error(message: str) -> MCPError:
+    return MCPError(types.INTERNAL_ERROR, message)
 
 
 def inline_schema(schema: dict[str, Any]) -> dict[str, Any]:

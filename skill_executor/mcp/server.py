@@ -13,15 +13,24 @@ a ``notifications/cancelled`` for the call cancels the run, which kills its cont
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
 from ..access import Principal
@@ -33,7 +42,7 @@ from ..runs.models import RunRequest, RunResult
 from ..runs.store import RunRecord
 from ..skills import expand_placeholders, render_xml, sandbox_dir
 from ..tools import CONTEXT_TOOLS, ToolExecutor, definitions, run_request
-from .catalog import EXTENSION, SCHEME, SkillFiles, UnknownResource, page
+from .catalog import CACHE_SCOPE, CACHE_TTL_MS, EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 from .protocol import (
     ARTIFACT_MAX_BYTES,
     INSTRUCTIONS,
@@ -47,6 +56,7 @@ from .protocol import (
     embedded_resource,
     error_result,
     inline_schema,
+    internal_error,
     invalid_params,
     object_schema,
     payload_bytes,
@@ -54,6 +64,7 @@ from .protocol import (
     run_result_content,
     text_content,
 )
+from .tasks import TASKS, SkillTasks, TaskParams, TaskUpdateParams, wants_tasks
 
 log = logging.getLogger("skill_executor.mcp")
 T = TypeVar("T")
@@ -113,22 +124,34 @@ class SkillServer:
         self.backend = backend
         self._files: SkillFiles | None = None
         self.sessions: dict[str | int, Any] = {}
+        # 2026-07-28: change notifications travel on subscriptions/listen streams (notify_list_changed).
+        self.bus = InMemorySubscriptionBus()
+        self.listen = ListenHandler(self.bus)
         server = _Server(
             "skill-executor",
             version=__version__,
             instructions=INSTRUCTIONS,
             on_list_tools=self.list_tools,
-            on_call_tool=self.call_tool,
+            # A mapping result is the SDK's for an extension's own shape (a task handle: tasks.py).
+            on_call_tool=cast("Callable[..., Awaitable[types.CallToolResult]]", self.call_tool),
             on_list_resources=self.list_resources,
+            on_list_resource_templates=self.list_resource_templates,
             on_read_resource=self.read_resource,
             on_list_prompts=self.list_prompts,
             on_get_prompt=self.get_prompt,
+            on_subscriptions_listen=self.listen,
         )
         server.extensions[EXTENSION] = dict(SETTINGS)
         server.middleware.append(declare_extension)
         server.add_request_handler("skills/list", SkillsListParams, self.skills_list)
         server.add_request_handler("skills/get", UriParams, self.skills_get)
         server.add_request_handler("resources/directory/read", DirectoryParams, self.directory_read)
+        # The Tasks extension (2026-07-28): a long skill_run as a task handle (tasks.py).
+        self.tasks = SkillTasks(backend.manager, backend.principal)
+        server.extensions[TASKS] = {}
+        server.add_request_handler("tasks/get", TaskParams, self.tasks.get)
+        server.add_request_handler("tasks/update", TaskUpdateParams, self.tasks.update)
+        server.add_request_handler("tasks/cancel", TaskParams, self.tasks.cancel)
         self.server = server
 
     def options(self) -> InitializationOptions:
@@ -158,23 +181,45 @@ class SkillServer:
         """The HTTP session ``session_id`` has closed."""
         self.sessions.pop(session_id, None)
 
-    async def notify_list_changed(self) -> None:
+    async def notify_list_changed(self, updated: tuple[str, ...] = ()) -> None:
+        """The catalog changed: ``notifications/resources/list_changed`` to every 2025-11-25
+        connection; to 2026-07-28 ``subscriptions/listen`` streams the resource, prompt (one
+        per skill) and tool (their skill lists) list changes, and ``resources/updated`` for
+        the ``updated`` URIs (each changed skill's ``SKILL.md``), as each stream asked."""
         for key, session in list(self.sessions.items()):
             try:
                 await session.send_resource_list_changed()
             except Exception:  # a closed connection: forget it
                 self.sessions.pop(key, None)
+        for event in (ResourcesListChanged(), PromptsListChanged(), ToolsListChanged()):
+            await self.bus.publish(event)
+        for uri in updated:
+            await self.bus.publish(ResourceUpdated(uri=uri))
 
     async def _offload(self, fn: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(fn)
 
-    async def _guard(self, fn: Callable[[], Any]) -> Any:
+    async def _guard(self, fn: Callable[[], Any], uri: str | None = None) -> Any:
+        """``fn`` off the event loop; a refusal is ``-32602`` (with the ``uri`` that is not
+        served as its data, SEP-2164), a failure of ours ``-32603``."""
+        data = {"uri": uri} if uri is not None else None
         try:
             return await self._offload(fn)
         except UnknownResource as exc:
-            raise invalid_params(exc.message) from None
+            raise invalid_params(exc.message, data) from None
         except ExecutorError as exc:
-            raise invalid_params(f"{exc.code}: {exc.message}") from None
+            if exc.status >= 500:
+                raise internal_error(f"{exc.code}: {exc.message}") from None
+            raise invalid_params(f"{exc.code}: {exc.message}", data) from None
+
+    @staticmethod
+    def _cacheable(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
+        """``ttlMs``/``cacheScope``, required on ``skills/list`` and ``skills/get`` from
+        2026-07-28 on (``CacheableResult``), and on ``resources/directory/read`` by the
+        TypeScript SDK's client; the SDK adds ``resultType`` there itself."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            result.update(ttlMs=CACHE_TTL_MS, cacheScope=CACHE_SCOPE)
+        return result
 
     # -- the Skills extension ---------------------------------------------------------
 
@@ -183,26 +228,25 @@ class SkillServer:
         files = self.files
 
         def build() -> tuple[list[Any], str | None]:
-            skills = [s.id for s in files.repository.list()]
-            chosen, after = page(skills, params.cursor)
+            chosen, after = page(files.repository.list(), params.cursor)
             entries = []
-            for name in chosen:
+            for skill in chosen:
                 try:
-                    entries.append(files.entry(name))
+                    entries.append(files.entry_of(skill, skill.id))
                 except (NotFound, OSError):
-                    continue  # removed meanwhile
+                    continue  # removed meanwhile, or no entry for it (SkillFiles.refusal)
             return entries, after
 
         entries, after = await self._guard(build)
         result: dict[str, Any] = {"skills": entries}
         if after is not None:
             result["nextCursor"] = after
-        return result
+        return self._cacheable(ctx, result)
 
     async def skills_get(self, ctx: ServerRequestContext[Any, Any], params: UriParams) -> dict[str, Any]:
         self._seen(ctx)
         files = self.files
-        return {"skill": await self._guard(lambda: files.entry_for_uri(params.uri))}
+        return self._cacheable(ctx, {"skill": await self._guard(lambda: files.entry_for_uri(params.uri))})
 
     async def directory_read(self, ctx: ServerRequestContext[Any, Any], params: DirectoryParams) -> dict[str, Any]:
         self._seen(ctx)
@@ -212,7 +256,7 @@ class SkillServer:
         result: dict[str, Any] = {"resources": chosen}
         if after is not None:
             result["nextCursor"] = after
-        return result
+        return self._cacheable(ctx, result)  # the TypeScript SDK requires them here too
 
     async def list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -225,6 +269,17 @@ class SkillServer:
             resources=[types.Resource.model_validate(r) for r in chosen], next_cursor=after
         )
 
+    async def list_resource_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        """Every file of a skill is ``skill://<name>/<path>`` (RFC 6570: ``{+path}`` keeps its slashes)."""
+        template = types.ResourceTemplate(
+            uri_template=f"{SCHEME}{{skill}}/{{+path}}",
+            name="skill-file",
+            description="A file of a skill: its SKILL.md, scripts, references and assets (skills/get lists them)",
+        )
+        return types.ListResourceTemplatesResult(resource_templates=[template])
+
     async def read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
@@ -232,11 +287,11 @@ class SkillServer:
         uri = str(params.uri)
         if uri.startswith("artifact://"):
             who = self.backend.principal(ctx)
-            info, data = await self._guard(lambda: self._artifact(uri, who))
+            info, data = await self._guard(lambda: self._artifact(uri, who), uri)
             contents = resource_contents(uri, info.mime_type, data)
         else:
             files = self.files
-            contents = await self._guard(lambda: files.read(uri))
+            contents = await self._guard(lambda: files.read(uri), uri)
         model = types.TextResourceContents if "text" in contents else types.BlobResourceContents
         return types.ReadResourceResult(contents=[model.model_validate(contents)])
 
@@ -379,7 +434,7 @@ class SkillServer:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | dict[str, Any]:
         self._seen(ctx)
         arguments = dict(params.arguments or {})
         try:
@@ -457,7 +512,9 @@ class SkillServer:
             )
         raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
 
-    async def _skill_run(self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _skill_run(
+        self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]
+    ) -> types.CallToolResult | dict[str, Any]:
         manager = self.backend.manager()
         who = self.backend.principal(ctx)
         outputs = arguments.get("outputs")
@@ -469,10 +526,20 @@ class SkillServer:
         # it is delivered at the next await below, which cancels the run.
         with anyio.CancelScope(shield=True):
             record, handle, _ = await manager.submit_async(request, principal=who)
+        if wants_tasks(ctx):  # a task handle at once; the run goes on, tasks/get tells (tasks.py)
+            manager.answered(record)
+            await self._context_used(who, request)
+            return SkillTasks.created(record)
         try:
             return await self._answer_run(ctx, manager, who, request, record, handle)
         finally:
             manager.answered(record)  # the run's root span ends
+
+    async def _context_used(self, who: Principal, request: RunRequest) -> None:
+        contexts = self.backend.tools().contexts
+        session = request.session
+        if contexts is not None and session is not None:  # the agent uses this skill: its context says so
+            await self._offload(lambda: contexts.used(who.id, session, request.skill))
 
     async def _answer_run(
         self,
@@ -483,10 +550,7 @@ class SkillServer:
         record: RunRecord,
         handle: RunHandle | None,
     ) -> types.CallToolResult:
-        contexts = self.backend.tools().contexts
-        session = request.session
-        if contexts is not None and session is not None:  # the agent uses this skill: its context says so
-            await self._offload(lambda: contexts.used(who.id, session, request.skill))
+        await self._context_used(who, request)
         try:
             await anyio.lowlevel.checkpoint()
             if handle is not None:
