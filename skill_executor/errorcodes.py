@@ -463,6 +463,13 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Retry after Retry-After seconds; operators: check the database (the service reconnects by itself).",
     ),
     E(
+        "invalid_settings",
+        400,
+        "A SKILL_EXECUTOR_* variable does not parse (the message names it and says what it takes).",
+        "Fix the variable; the settings reference lists each one's type and default.",
+        mcp="none",
+    ),
+    E(
         "invalid_database_url",
         400,
         "SKILL_EXECUTOR_DATABASE_URL is not a sqlite:/// or postgresql:// URL.",

@@ -308,6 +308,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_cluster_versions": "service",  # SeaweedFS and Postgres
     "test_cli_runs": "service",
     "test_cli_skills": "service",
+    "test_cli_errors": "service",  # the console script as subprocesses
     "test_compose": "service",
     "test_cluster": "service",
     "test_dispatch_retry": "service",
