@@ -318,6 +318,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_mcp": "service",
     "test_mcp_sessions": "service",
     "test_objects": "service",
+    "test_packaging": "service",  # a wheel installed into a virtualenv, its CLI as subprocesses
     "test_pgserver": "service",
     "test_registry_download": "service",
     "test_registry_uploads": "service",

@@ -1,0 +1,225 @@
+"""skill-executor as users install it: a wheel built from a clean copy of this source
+tree, installed (not editable) into a virtualenv with the locked dependencies, and its
+``skill-executor`` command run from a folder that has no ``images/``.
+
+The virtualenv is kept under ``build/test-venvs/`` keyed by the lock file's hash (about
+50 s to make, then only the wheel is reinstalled: a few seconds).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+LOCK = REPO / "requirements" / "lock.txt"
+VENVS = REPO / "build" / "test-venvs"
+PINS = ("requirements-full.txt", "requirements-minimal.txt", "npm/package.json")
+
+
+@dataclass(frozen=True)
+class Installed:
+    """A virtualenv with the built wheel installed."""
+
+    root: Path
+    wheel: Path
+
+    @property
+    def bin(self) -> Path:
+        return self.root / "bin"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        # Nothing of this checkout leaks in: no PYTHONPATH, no SKILL_EXECUTOR_* of the caller.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
+        env.pop("PYTHONPATH", None)
+        env.pop("PYTHONHOME", None)
+        env.update(VIRTUAL_ENV=str(self.root), PATH=f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}")
+        return {**env, **extra}
+
+    def cli(self, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.bin / "skill-executor"), *args],
+            cwd=cwd,
+            env=env or self.env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+
+def clean_copy(dest: Path) -> Path:
+    """What a checkout of this tree holds (tracked and new files; links kept as links)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = REPO / name
+        if source.is_symlink() or source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name, follow_symlinks=False)
+    return dest
+
+
+def build_wheel(source: Path, out: Path) -> Path:
+    """``pip wheel`` of the source, as ``pip install <source>`` builds it."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = out.glob("skill_executor-*.whl")
+    return wheel
+
+
+def locked_venv(name: str, requirements: str, then: tuple[str, ...] = ()) -> Path:
+    """A virtualenv with exactly these (hashed) requirements, then ``then`` installed by
+    pip's resolver (from the index), made once per content."""
+    key = hashlib.sha256("\n".join([requirements, *then]).encode()).hexdigest()[:16]
+    root = VENVS / f"{name}-{key}"
+    VENVS.mkdir(parents=True, exist_ok=True)
+    with open(VENVS / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".complete").is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            venv.create(root, with_pip=True)
+            (root / "requirements.txt").write_text(requirements)
+            subprocess.run(
+                [str(root / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+                + ["--require-hashes", "--no-deps", "-r", str(root / "requirements.txt")],
+                check=True,
+                capture_output=True,
+                timeout=900,
+            )
+            if then:
+                subprocess.run(
+                    [
+                        str(root / "bin" / "python"),
+                        "-m",
+                        "pip",
+                        "install",
+                        "--quiet",
+                        "--disable-pip-version-check",
+                        *then,
+                    ],
+                    check=True,
+                    capture_output=True,
+                    timeout=900,
+                )
+            (root / ".complete").touch()
+            # Old keys' virtualenvs are what an earlier lock file made.
+            for old in VENVS.glob(f"{name}-*"):
+                if old != root:
+                    shutil.rmtree(old, ignore_errors=True)
+    return root
+
+
+def install_wheel(root: Path, wheel: Path) -> None:
+    with open(VENVS / f".{root.name}.install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(
+            [str(root / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            + ["--no-deps", "--force-reinstall", str(wheel)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("wheel")
+    return build_wheel(clean_copy(base / "source"), base / "dist")
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path) -> Iterator[Installed]:
+    root = locked_venv("locked", LOCK.read_text())
+    install_wheel(root, wheel)
+    yield Installed(root, wheel)
+
+
+def skill_zip(name: str, files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as archive:
+        archive.writestr(f"{name}/SKILL.md", f"---\nname: {name}\ndescription: declares needs\n---\n# {name}\n")
+        for path, text in files.items():
+            archive.writestr(f"{name}/{path}", text)
+    return buf.getvalue()
+
+
+# -- the runner image's pins travel with the package ---------------------------------------
+
+
+def test_the_wheel_ships_the_runner_pins(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        for name in PINS:
+            shipped = archive.read(f"skill_executor/image/pins/{name}")
+            assert shipped == (REPO / "images" / "runner" / name).read_bytes(), name
+
+
+def test_an_installed_package_judges_needs_against_the_image(tmp_path: Path, installed: Installed) -> None:
+    """Needs the runner image pins (pypdf, pdf-lib) are met without images/ at hand: with
+    an empty wheelhouse, anything not provided by the image could not be installed."""
+    empty = tmp_path / "wheelhouse"
+    empty.mkdir()
+    package = tmp_path / "pdf.zip"
+    package.write_bytes(
+        skill_zip(
+            "pdf-tool",
+            {"requirements.txt": "pypdf>=5\n", "package.json": json.dumps({"dependencies": {"pdf-lib": "^1.17.0"}})},
+        )
+    )
+    work = tmp_path / "elsewhere"  # no images/ here
+    work.mkdir()
+    env = installed.env(
+        SKILL_EXECUTOR_DATA_DIR=str(tmp_path / "data"),
+        SKILL_EXECUTOR_SKILLS_DIRS=str(tmp_path / "none"),
+        SKILL_EXECUTOR_WHEELHOUSE=str(empty),
+        SKILL_EXECUTOR_NPM_WHEELHOUSE=str(empty),
+        SKILL_EXECUTOR_HOST_TOOLS_USER="root",
+    )
+    proc = installed.cli("skills", "install", str(package), cwd=work, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["id"] == "pdf-tool"
+    assert "cannot read the runner image's" not in proc.stderr
+    # Where the package was imported from: the virtualenv, not this checkout.
+    where = subprocess.run(
+        [str(installed.bin / "python"), "-c", "import skill_executor; print(skill_executor.__file__)"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert where.startswith(str(installed.root)), where
+
