@@ -14,14 +14,17 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 import venv
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from .conftest import REPO
@@ -223,3 +226,136 @@ def test_an_installed_package_judges_needs_against_the_image(tmp_path: Path, ins
     ).stdout
     assert where.startswith(str(installed.root)), where
 
+
+# -- the MCP server is the mcp extra ---------------------------------------------------------
+
+
+def without(lock: str, names: set[str]) -> str:
+    """The lock file's text less the entries (``name==version`` and its hash lines) of names."""
+    kept: list[str] = []
+    skipping = False
+    for line in lock.splitlines():
+        if line and not line[0].isspace():
+            skipping = line.split("==", 1)[0].strip().lower() in names
+        if not skipping:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+MCP_SDK = {"mcp", "mcp-types"}
+
+
+@pytest.fixture(scope="module")
+def without_mcp(wheel: Path) -> Installed:
+    """The locked environment without the mcp extra."""
+    root = locked_venv("no-mcp", without(LOCK.read_text(), MCP_SDK))
+    install_wheel(root, wheel)
+    return Installed(root, wheel)
+
+
+@pytest.fixture(scope="module")
+def next_to_mcp1(wheel: Path) -> Installed:
+    """A framework's environment: the MCP SDK 1.x installed first, then skill-executor
+    with pip's resolver (its dependencies checked, not forced)."""
+    root = locked_venv("mcp1", without(LOCK.read_text(), MCP_SDK), then=("mcp>=1.20,<2",))
+    with open(VENVS / f".{root.name}.install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(
+            [str(root / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            + ["--force-reinstall", "--no-deps", str(wheel)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        check = subprocess.run(
+            [str(root / "bin" / "python"), "-m", "pip", "check"], capture_output=True, text=True, check=False
+        )
+    assert check.returncode == 0, check.stdout + check.stderr  # skill-executor's requirements hold next to mcp 1.x
+    return Installed(root, wheel)
+
+
+def mcp_version(installed: Installed) -> str | None:
+    proc = subprocess.run(
+        [str(installed.bin / "python"), "-c", "import importlib.metadata as m; print(m.version('mcp'))"],
+        env=installed.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def test_the_wheel_asks_for_mcp_only_in_its_extra(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(name).decode()
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: mcp")]
+    assert requires == ['Requires-Dist: mcp<3,>=2.3; extra == "mcp"'], requires
+
+
+@pytest.mark.parametrize("variant", ["without_mcp", "next_to_mcp1"])
+def test_the_mcp_command_names_the_extra(tmp_path: Path, variant: str, request: pytest.FixtureRequest) -> None:
+    installed: Installed = request.getfixturevalue(variant)
+    version = mcp_version(installed)
+    assert (version is None) if variant == "without_mcp" else (version or "").startswith("1."), version
+    proc = installed.cli("mcp", "--skills-dir", str(REPO / "skills"), "--data-dir", str(tmp_path / "d"), cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr.startswith("skill-executor: mcp_unavailable: the MCP server needs "), proc.stderr
+    assert "pip install 'skill-executor[mcp]'" in proc.stderr
+    if version is not None:
+        assert f"this environment has mcp {version}" in proc.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_next_to_mcp1_the_library_client_and_rest_api_work(tmp_path: Path, next_to_mcp1: Installed) -> None:
+    """The REST API serves; /mcp answers 501 mcp_unavailable (not a crash, not a 404)."""
+    installed = next_to_mcp1
+    imported = subprocess.run(
+        [
+            str(installed.bin / "python"),
+            "-c",
+            "import skill_executor.core, skill_executor.client, skill_executor.api.app",
+        ],
+        cwd=tmp_path,
+        env=installed.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert imported.returncode == 0, imported.stderr
+    port = free_port()
+    args = ["serve", "--runtime", "local", "--port", str(port), "--skills-dir", str(REPO / "skills")]
+    server = subprocess.Popen(
+        [str(installed.bin / "skill-executor"), *args, "--data-dir", str(tmp_path / "d")],
+        cwd=tmp_path,
+        env=installed.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, server.communicate()[1]
+            try:
+                skills = httpx.get(f"{url}/v1/skills", timeout=5)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the service did not answer"
+                time.sleep(0.2)
+        assert skills.status_code == 200
+        assert {s["name"] for s in skills.json()["skills"]} >= {"math-tools"}
+        answer = httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "initialize"}, timeout=5)
+        assert answer.status_code == 501
+        assert answer.json()["error"]["code"] == "mcp_unavailable"
+        assert "skill-executor[mcp]" in answer.json()["error"]["message"]
+    finally:
+        server.terminate()
+        _, stderr = server.communicate(timeout=30)
+    assert "MCP over HTTP (/mcp) is off: the MCP server needs mcp>=2.3" in stderr

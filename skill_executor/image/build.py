@@ -310,7 +310,7 @@ def build_service_image(
     shutil.rmtree(wheels, ignore_errors=True)
     _log("building the wheelhouse with pip (host configuration)")
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(root)], check=False
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), f"{root}[mcp]"], check=False
     )
     if proc.returncode != 0:
         raise ExecutorError(f"pip wheel failed (exit {proc.returncode})", code="image_build_failed")
