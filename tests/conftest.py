@@ -254,6 +254,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_artifact_races": "unit",
     "test_bench_report": "unit",
     "test_client": "unit",
+    "test_client_package": "unit",  # its installed-wheel test uses a server (service, see tier_of)
     "test_context": "unit",
     "test_deploy_kubernetes": "unit",
     "test_agentsandbox_claims": "unit",
