@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, require_runtime
 from .wheels import LOCK, VENVS, build_wheel, clean_copy, install_wheel, locked_venv, without
 
 PINS = ("requirements-full.txt", "requirements-minimal.txt", "npm/package.json")
@@ -249,3 +249,14 @@ def test_next_to_mcp1_the_library_client_and_rest_api_work(tmp_path: Path, next_
         server.terminate()
         _, stderr = server.communicate(timeout=30)
     assert "MCP over HTTP (/mcp) is off: the MCP server needs mcp>=2.3" in stderr
+
+
+def test_an_installed_package_asks_for_the_image_context(tmp_path: Path, installed: Installed) -> None:
+    """images/ is not in the wheel: the image build says which option gives it."""
+    require_runtime("docker")
+    proc = installed.cli("image", "build", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    assert proc.stderr.startswith(
+        f"skill-executor: image_context_missing: no runner Dockerfile at {tmp_path}/images/runner"
+    )
+    assert "(pass --context: the images/ folder of skill-executor's source tree)" in proc.stderr
