@@ -22,7 +22,7 @@ import pytest
 
 from .api_server import Server
 from .conftest import REPO
-from .wheels import LOCK, build_wheel, clean_copy, install_wheel, locked_venv, only
+from .wheels import LOCK, build_wheel, clean_copy, install_wheel, locked_venv, only, venv_env
 
 CLIENT = REPO / "client"
 #: What the client installs with: httpx, pydantic and their dependencies.
@@ -82,7 +82,9 @@ def client_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert not any(name.startswith("skill_executor/") for name in names)
     root = locked_venv("client", only(LOCK.read_text(), CLOSURE))
     install_wheel(root, wheel)
-    check = subprocess.run([str(root / "bin" / "python"), "-m", "pip", "check"], capture_output=True, text=True)
+    check = subprocess.run(
+        [str(root / "bin" / "python"), "-m", "pip", "check"], capture_output=True, text=True, env=venv_env()
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     return root
 

@@ -2,8 +2,10 @@
 tree, installed (not editable) into a virtualenv with the locked dependencies, and its
 ``skill-executor`` command run from a folder that has no ``images/``.
 
-The virtualenv is kept under ``build/test-venvs/`` keyed by the lock file's hash (about
-50 s to make, then only the wheel is reinstalled: a few seconds).
+Two virtualenvs, kept under ``build/test-venvs/`` keyed by their requirements (made in
+about 50 s each, then only the wheel is reinstalled: a few seconds): the lock file without
+the mcp extra (a plain ``pip install <source>``), and the same with the MCP SDK 1.x
+installed first (a framework's environment).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import socket
 import subprocess
 import time
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,9 +25,11 @@ import httpx
 import pytest
 
 from .conftest import REPO, require_runtime
-from .wheels import LOCK, VENVS, build_wheel, clean_copy, install_wheel, locked_venv, without
+from .wheels import LOCK, VENVS, build_wheel, clean_copy, install_wheel, locked_venv, venv_env, without
 
 PINS = ("requirements-full.txt", "requirements-minimal.txt", "npm/package.json")
+#: The mcp extra's distributions in the lock file.
+MCP_SDK = {"mcp", "mcp-types"}
 
 
 @dataclass(frozen=True)
@@ -67,10 +70,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def installed(wheel: Path) -> Iterator[Installed]:
-    root = locked_venv("locked", LOCK.read_text())
+def installed(wheel: Path) -> Installed:
+    """The locked environment less the mcp extra: what ``pip install <source>`` gives."""
+    root = locked_venv("no-mcp", without(LOCK.read_text(), MCP_SDK))
     install_wheel(root, wheel)
-    yield Installed(root, wheel)
+    return Installed(root, wheel)
 
 
 def skill_zip(name: str, files: dict[str, str]) -> bytes:
@@ -132,21 +136,16 @@ def test_an_installed_package_judges_needs_against_the_image(tmp_path: Path, ins
 # -- the MCP server is the mcp extra ---------------------------------------------------------
 
 
-MCP_SDK = {"mcp", "mcp-types"}
-
-
 @pytest.fixture(scope="module")
-def without_mcp(wheel: Path) -> Installed:
-    """The locked environment without the mcp extra."""
-    root = locked_venv("no-mcp", without(LOCK.read_text(), MCP_SDK))
-    install_wheel(root, wheel)
-    return Installed(root, wheel)
+def without_mcp(installed: Installed) -> Installed:
+    return installed
 
 
 @pytest.fixture(scope="module")
 def next_to_mcp1(wheel: Path) -> Installed:
-    """A framework's environment: the MCP SDK 1.x installed first, then skill-executor
-    with pip's resolver (its dependencies checked, not forced)."""
+    """A framework's environment: the MCP SDK 1.x installed first (pip resolving it against
+    the locked packages), then skill-executor, and ``pip check``: every requirement of
+    skill-executor and of mcp 1.x holds in the one environment."""
     root = locked_venv("mcp1", without(LOCK.read_text(), MCP_SDK), then=("mcp>=1.20,<2",))
     with open(VENVS / f".{root.name}.install.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -156,9 +155,14 @@ def next_to_mcp1(wheel: Path) -> Installed:
             check=True,
             capture_output=True,
             timeout=300,
+            env=venv_env(),
         )
         check = subprocess.run(
-            [str(root / "bin" / "python"), "-m", "pip", "check"], capture_output=True, text=True, check=False
+            [str(root / "bin" / "python"), "-m", "pip", "check"],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=venv_env(),
         )
     assert check.returncode == 0, check.stdout + check.stderr  # skill-executor's requirements hold next to mcp 1.x
     return Installed(root, wheel)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,13 @@ from .conftest import REPO
 
 LOCK = REPO / "requirements" / "lock.txt"
 VENVS = REPO / "build" / "test-venvs"
+
+
+def venv_env() -> dict[str, str]:
+    """This process's environment less what would show a virtualenv this checkout
+    (PYTHONPATH: its package and metadata) or another environment."""
+    drop = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("SKILL_EXECUTOR_")}
 
 
 def clean_copy(dest: Path) -> Path:
@@ -75,6 +83,7 @@ def locked_venv(name: str, requirements: str, then: tuple[str, ...] = ()) -> Pat
                 check=True,
                 capture_output=True,
                 timeout=900,
+                env=venv_env(),
             )
             if then:
                 subprocess.run(
@@ -90,6 +99,7 @@ def locked_venv(name: str, requirements: str, then: tuple[str, ...] = ()) -> Pat
                     check=True,
                     capture_output=True,
                     timeout=900,
+                    env=venv_env(),
                 )
             (root / ".complete").touch()
             # Old keys' virtualenvs are what an earlier lock file made.
@@ -108,6 +118,7 @@ def install_wheel(root: Path, wheel: Path) -> None:
             check=True,
             capture_output=True,
             timeout=300,
+            env=venv_env(),
         )
 
 
