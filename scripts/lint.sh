@@ -6,8 +6,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 ensure_venv
 log "ruff"
-"$VENV/bin/ruff" format --check skill_executor tests bench docs/_gen
-"$VENV/bin/ruff" check skill_executor
+"$VENV/bin/ruff" format --check skill_executor client tests bench docs/_gen
+"$VENV/bin/ruff" check skill_executor client
 "$VENV/bin/ruff" check --select F tests bench  # tests: errors only (long literal lines are fine there)
 log "mypy --strict"
 "$VENV/bin/mypy" skill_executor
+"$VENV/bin/mypy" client/skill_executor_client client/generate.py  # the typed client (its own distribution)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Move the pins, deliberately: resolve pyproject.toml's ranges (the service, its test
+# Move the pins, deliberately: resolve pyproject.toml's ranges (the service, its mcp, test
 # and tokens extras, and the build backend) into requirements/lock.txt with hashes.
 # scripts/serve.sh and scripts/test.sh install exactly that file, so a fresh clone tests
 # what CI tested; `pip install .` (as users install the service) keeps using the ranges.
@@ -18,7 +18,7 @@ upgrade=(--upgrade)
 if [[ "${1:-}" == "-P" ]]; then upgrade=(--upgrade-package "$2"); fi
 cd "$ROOT"
 "$TOOL/bin/uv" pip compile pyproject.toml requirements/build.in \
-  --extra test --extra tokens --generate-hashes \
+  --extra mcp --extra test --extra tokens --generate-hashes \
   --python-version 3.11 --python-platform x86_64-unknown-linux-gnu \
   --no-header --annotation-style line "${upgrade[@]}" \
   --output-file requirements/lock.txt.new

@@ -463,6 +463,22 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Retry after Retry-After seconds; operators: check the database (the service reconnects by itself).",
     ),
     E(
+        "mcp_unavailable",
+        501,
+        "The MCP server is not installed here: the mcp extra (mcp>=2.3,<3) is missing, or another package "
+        "pinned mcp 1.x.",
+        "Install skill-executor[mcp] (in an environment of its own when a framework needs mcp 1.x); the REST "
+        "API works without it.",
+        mcp="http",
+    ),
+    E(
+        "invalid_settings",
+        400,
+        "A SKILL_EXECUTOR_* variable does not parse (the message names it and says what it takes).",
+        "Fix the variable; the settings reference lists each one's type and default.",
+        mcp="none",
+    ),
+    E(
         "invalid_database_url",
         400,
         "SKILL_EXECUTOR_DATABASE_URL is not a sqlite:/// or postgresql:// URL.",

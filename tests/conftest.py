@@ -254,6 +254,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_artifact_races": "unit",
     "test_bench_report": "unit",
     "test_client": "unit",
+    "test_client_package": "unit",  # its installed-wheel test uses a server (service, see tier_of)
     "test_context": "unit",
     "test_deploy_kubernetes": "unit",
     "test_agentsandbox_claims": "unit",
@@ -310,6 +311,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_cluster_versions": "service",  # SeaweedFS and Postgres
     "test_cli_runs": "service",
     "test_cli_skills": "service",
+    "test_cli_errors": "service",  # the console script as subprocesses
     "test_compose": "service",
     "test_cluster": "service",
     "test_dispatch_retry": "service",
@@ -319,6 +321,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_mcp": "service",
     "test_mcp_sessions": "service",
     "test_objects": "service",
+    "test_packaging": "service",  # a wheel installed into a virtualenv, its CLI as subprocesses
     "test_pgserver": "service",
     "test_registry_download": "service",
     "test_registry_uploads": "service",

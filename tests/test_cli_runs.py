@@ -20,6 +20,12 @@ def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str
     )
 
 
+def refusal(result: subprocess.CompletedProcess[str]) -> str:
+    """The code of ``run --request``'s refusal: ``{"error": ...}`` as stderr's last line, stdout empty."""
+    assert result.stdout == "", result.stdout
+    return str(json.loads(result.stderr.splitlines()[-1])["error"]["code"])
+
+
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_run_request_file_and_stdin(tmp_path: Path, runtime: str) -> None:
     require_runtime(runtime)
@@ -51,9 +57,9 @@ def test_run_refused_and_failed(tmp_path: Path, runtime: str) -> None:
     common = ["--runtime", runtime, "--data-dir", str(tmp_path / "data")]
     refused = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "nope", "command": "true"}))
     assert refused.returncode == 2
-    assert json.loads(refused.stdout)["error"]["code"] == "skill_not_found"
+    assert refusal(refused) == "skill_not_found"
     invalid = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools"}))
-    assert invalid.returncode == 2 and json.loads(invalid.stdout)["error"]["code"] == "invalid_request"
+    assert invalid.returncode == 2 and refusal(invalid) == "invalid_request"
     host = cli(
         "run",
         "--request",
@@ -61,7 +67,7 @@ def test_run_refused_and_failed(tmp_path: Path, runtime: str) -> None:
         *common,
         stdin=json.dumps({"skill": "math-tools", "command": "true", "inputs": [{"from": "host:///etc/passwd"}]}),
     )
-    assert host.returncode == 2 and json.loads(host.stdout)["error"]["code"] == "host_input_refused"
+    assert host.returncode == 2 and refusal(host) == "host_input_refused"
     # A command that ran: the CLI exits with its status (the result JSON is printed all the same).
     failed = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools", "command": "exit 7"}))
     assert failed.returncode == 7 and json.loads(failed.stdout)["exit_code"] == 7

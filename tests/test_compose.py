@@ -108,6 +108,14 @@ def test_compose_up_serves_a_run(tmp_path: Path) -> None:
             assert record["status"] == "completed"
             health = client.health()["checks"]["disk_cap"]
             assert health["ok"] and health["detail"].startswith("hard:"), health
+        # The image installs the mcp extra: /mcp is the MCP server, not 501 mcp_unavailable.
+        mcp = httpx.post(
+            f"{url}/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            headers={"Accept": "application/json, text/event-stream"},
+            timeout=10,
+        )
+        assert mcp.status_code != 501, mcp.text
     finally:
         down = compose("-p", project, "down", "--remove-orphans", env=env)
         subprocess.run(["umount", "--lazy", str(data)], capture_output=True)

@@ -16,7 +16,8 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -26,7 +27,7 @@ from ..config import Settings
 from ..dispatch.postgres import PostgresDispatcher
 from ..dispatch.view import status as cluster_status
 from ..errors import ExecutorError
-from ..mcp.http import McpHttp
+from ..extras import mcp_problem
 from ..owners import DataDirClaim
 from ..runtimes.base import Runtime
 from ..service import Role, Service
@@ -36,6 +37,9 @@ from .docs import install_docs
 from .metrics import Metrics
 from .middleware import BodyLimit, BrowserGuard, RequestContext, normalize_origin
 from .routes import artifacts, context, runs, skills, system, tools, versions
+
+if TYPE_CHECKING:
+    from ..mcp.http import McpHttp
 
 log = logging.getLogger("skill_executor.api")
 
@@ -87,7 +91,7 @@ def create_app(
         app.state.drain = service.drain
         log.info("skill-executor ready", extra={"runtime": executor.runtime.name, "auth": keyring.enabled})
         try:
-            async with mcp_http.running(app):  # the MCP SDK's session manager, at /mcp
+            async with mcp_http.running(app) if mcp_http else nullcontext():  # the MCP SDK's sessions, at /mcp
                 yield
         finally:
             started = time.monotonic()
@@ -123,7 +127,7 @@ def create_app(
     problems.install(app)
     for module in (versions, skills, runs, artifacts, tools, context, system):
         app.include_router(module.router)
-    mcp_http = McpHttp(app)
+    mcp_http = _mount_mcp(app)
     # Outermost last: RequestContext -> BrowserGuard -> CORS (allowed origins only) -> BodyLimit -> routes.
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
     if settings.allowed_origins:
@@ -153,3 +157,20 @@ def create_app(
     )
     app.add_middleware(RequestContext)
     return app
+
+
+def _mount_mcp(app: FastAPI) -> McpHttp | None:
+    """``/mcp``: the MCP server when the mcp extra is installed; else an answer saying so
+    (501 ``mcp_unavailable``) while the REST API works as ever."""
+    problem = mcp_problem()
+    if problem is None:
+        from ..mcp.http import McpHttp
+
+        return McpHttp(app)
+    log.warning("MCP over HTTP (/mcp) is off: %s", problem)
+
+    @app.api_route("/mcp", methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    async def mcp_unavailable() -> None:
+        raise ExecutorError(problem, code="mcp_unavailable")
+
+    return None

@@ -11,8 +11,9 @@ import argparse
 from typing import Any
 
 from ..config import Settings
-from ..db import Database, DatabaseUnavailable
+from ..db import Database, DatabaseUnavailable, migrate
 from ..dispatch.view import status
+from ..errors import ExecutorError
 from .db import explained
 from .output import emit_json
 
@@ -28,6 +29,13 @@ def _status(args: argparse.Namespace) -> int:
     settings = Settings()
     database = Database(settings.database)
     try:
+        current, head = migrate.current(database), migrate.head()
+        if current != head:  # the queue's tables are not there (yet) to read
+            raise ExecutorError(
+                f"the database {database.shown} is at schema revision {current or 'none'}, not {head}: "
+                "run `skill-executor db upgrade` (or start the service) first",
+                code="database_schema",
+            )
         report = status(database)
     except DatabaseUnavailable as exc:
         raise explained(database, exc) from None

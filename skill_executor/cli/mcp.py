@@ -15,6 +15,13 @@ def register(groups: Any) -> None:
 
 
 def _mcp(args: argparse.Namespace) -> int:
+    from ..errors import ExecutorError
+    from ..extras import mcp_problem
+
+    settings = build_settings(args)
+    problem = mcp_problem()
+    if problem is not None:
+        raise ExecutorError(problem, code="mcp_unavailable")
     from ..mcp.stdio import run
 
-    return run(build_settings(args))
+    return run(settings)

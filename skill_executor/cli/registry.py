@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -72,7 +73,7 @@ def _call(args: argparse.Namespace, action: Callable[[Client], int]) -> int:
     except ApiError as exc:
         print(f"skill-executor: {exc}", file=sys.stderr)
         if exc.details:
-            emit_json({"error": exc.code, "details": exc.details})
+            print(json.dumps({"error": exc.code, "details": exc.details}, ensure_ascii=False), file=sys.stderr)
         return 1 if 400 <= exc.status < 500 else 3
     except httpx.HTTPError as exc:
         print(f"skill-executor: cannot reach {args.server}: {exc}", file=sys.stderr)

@@ -80,6 +80,8 @@ def _run(args: argparse.Namespace) -> int:
     from ..core import Executor
     from ..runs.models import RunRequest
 
+    # A refusal of --request is {"error": ...} JSON (on stderr, as every error); of the shorthand, a message.
+    args.json_errors = args.request is not None
     command: list[str] = getattr(args, "command_argv", [])
     if args.request is None and not (args.skill and command):
         raise BadRequest("give --request FILE|- or SKILL -- COMMAND...", code="usage")

@@ -112,7 +112,7 @@ def register(groups: Any) -> None:
 
 def _roots(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--root", dest="roots", type=Path, action="append", required=True, help="a skills root (repeatable)"
+        "--root", dest="roots", type=existing_dir, action="append", required=True, help="a skills root (repeatable)"
     )
 
 

@@ -34,7 +34,7 @@ from packaging.utils import canonicalize_name
 
 from ..config import Settings
 from ..hosttools import HostToolResult, HostTools, Scratch, ToolUser, reclaim, tool_user
-from ..image.inputs import IMAGE_ABI, IMAGE_PLATFORMS, IMAGE_PYTHON, images_dir
+from ..image.inputs import IMAGE_ABI, IMAGE_PLATFORMS, IMAGE_PYTHON, RUNNER_PINS
 from ..objects import ObjectStore
 from .declared import (
     NPM_NAME,
@@ -162,7 +162,7 @@ class SkillEnvs:
             sources=Sources(
                 settings.package_index_url, settings.wheelhouse, settings.npm_registry, settings.npm_wheelhouse
             ),
-            image=ImagePackages.load(images_dir() / "runner", minimal=minimal),
+            image=ImagePackages.load(RUNNER_PINS, minimal=minimal),
             user=tool_user(settings.host_tools_user),
             python=settings.host_tools_python or sys.executable,
             objects=objects,

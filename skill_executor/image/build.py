@@ -47,6 +47,7 @@ from .inputs import (
     PODSERVER,
     PUBLIC_BASE,
     REPOSITORY,
+    RUNNER_PINS,
     SERVICE_PUBLIC_BASE,
     SERVICE_REPOSITORY,
     SYSTEM_TOOLS,
@@ -232,6 +233,10 @@ def prepare_npm_cache(runner: Path) -> None:
     stamp.write_text(want + "\n")
 
 
+#: An installed package (not an editable one) has no images/ next to it.
+_CONTEXT_HINT = " (pass --context: the images/ folder of skill-executor's source tree)"
+
+
 def build_image(
     client: docker.DockerClient,
     *,
@@ -245,7 +250,9 @@ def build_image(
     root = context or images_dir()
     runner = root / "runner"
     if not (runner / "Dockerfile").is_file():
-        raise ExecutorError(f"no runner Dockerfile at {runner}", code="image_context_missing")
+        raise ExecutorError(
+            f"no runner Dockerfile at {runner}{_CONTEXT_HINT if context is None else ''}", code="image_context_missing"
+        )
     mode = _resolve_mode(client, mode, PUBLIC_BASE)
     inputs = flavour_inputs(runner, flavour)
     if mode == "offline":
@@ -286,7 +293,10 @@ def build_service_image(
     root = (context or images_dir()).parent
     dockerfile = root / "images" / "service" / "Dockerfile"
     if not dockerfile.is_file():
-        raise ExecutorError(f"no service Dockerfile at {dockerfile}", code="image_context_missing")
+        raise ExecutorError(
+            f"no service Dockerfile at {dockerfile}{_CONTEXT_HINT if context is None else ''}",
+            code="image_context_missing",
+        )
     mode = _resolve_mode(client, mode, SERVICE_PUBLIC_BASE)
     inputs = [dockerfile, root / "pyproject.toml", *sorted((root / "skill_executor").rglob("*.py"))]
     if mode == "offline":
@@ -300,7 +310,7 @@ def build_service_image(
     shutil.rmtree(wheels, ignore_errors=True)
     _log("building the wheelhouse with pip (host configuration)")
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), str(root)], check=False
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), f"{root}[mcp]"], check=False
     )
     if proc.returncode != 0:
         raise ExecutorError(f"pip wheel failed (exit {proc.returncode})", code="image_build_failed")
@@ -313,7 +323,7 @@ def build_service_image(
 
 def runner_versions(client: docker.DockerClient, images: Sequence[str], *, context: Path | None = None) -> str:
     """A Markdown table of the tool and package versions in each image, one column each."""
-    python, npm = direct_packages((context or images_dir()) / "runner")
+    python, npm = direct_packages(context / "runner" if context is not None else RUNNER_PINS)
     script = versions_script(python, npm)
     columns: list[tuple[str, dict[str, str]]] = []
     for image in images:

@@ -43,8 +43,17 @@ PODSERVER_SOURCE = Path(__file__).resolve().parent.parent / "podserver"
 _GENERATED = (WHEELHOUSE, NPM_CACHE, "npm/cache.partial", "npm/cache.sha256", PODSERVER)
 
 
+#: The runner image's pins as the package ships them (``pins/``: links to
+#: ``images/runner``'s files in the source tree, copies of them in a built wheel), laid
+#: out as in ``images/runner``: what :class:`skill_executor.envs.plan.ImagePackages`
+#: reads, so an installed package judges skills' needs against the image without
+#: ``images/`` at hand.
+RUNNER_PINS = Path(__file__).resolve().parent / "pins"
+
+
 def images_dir() -> Path:
-    """``images/`` of the source tree (next to the package), else ``./images``."""
+    """``images/`` of the source tree (next to the package), else ``./images`` (an
+    installed package has no ``images/``: the image build needs ``--context``)."""
     candidate = Path(__file__).resolve().parent.parent / "images"
     return candidate if candidate.is_dir() else Path.cwd() / "images"
 

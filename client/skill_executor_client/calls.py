@@ -1,0 +1,1 @@
+../../skill_executor/client/calls.py

@@ -1,0 +1,200 @@
+"""The typed core both clients share: each operation once, as a :class:`Call` whose
+answer is a model of :mod:`.models` (the untyped :class:`Calls` with the answer parsed).
+
+``calls.py`` and ``transfer.py`` beside this module are the service package's HTTP core
+(``skill_executor/client/``: links in the source tree, copies in a wheel), so paths,
+quoting, headers and errors are exactly the service's own client's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping
+from typing import Any, Literal, TypeVar, cast
+
+import httpx
+from pydantic import BaseModel
+
+from .calls import Call, Calls
+from .models import (
+    ArtifactList,
+    ArtifactModel,
+    AuditLog,
+    DocList,
+    DoctorReport,
+    Health,
+    Installed,
+    RunAccepted,
+    RunRecordModel,
+    RunRequest,
+    RunResult,
+    SkillDetail,
+    SkillList,
+    ToolCallResult,
+    ToolList,
+    VersionInfo,
+    VersionList,
+)
+
+M = TypeVar("M", bound=BaseModel)
+R = TypeVar("R")
+ToolFormat = Literal["openai", "anthropic", "mcp"]
+
+
+class RunEvent(BaseModel):
+    """One Server-Sent Event of a run: ``status``, ``stdout``/``stderr`` chunks, then
+    ``result`` (its data a :class:`RunResult`) or ``error``."""
+
+    event: str
+    data: Any = None
+
+    @property
+    def result(self) -> RunResult | None:
+        return RunResult.model_validate(self.data) if self.event == "result" else None
+
+
+def reading(call: Call[Any], answer: Callable[[httpx.Response], R]) -> Call[R]:
+    """The call, its answer read by ``answer``."""
+    return cast("Call[R]", dataclasses.replace(call, answer=answer))
+
+
+def typed(call: Call[Any], model: type[M]) -> Call[M]:
+    """The call, its answer parsed into ``model``."""
+    read = call.answer
+    return reading(call, lambda response: model.model_validate(read(response)))
+
+
+def as_bytes(response: httpx.Response) -> bytes:
+    return response.content
+
+
+def request_body(request: RunRequest | Mapping[str, Any]) -> dict[str, Any]:
+    """A run request as JSON: a model as the caller set it (unset fields: the service's defaults)."""
+    if isinstance(request, BaseModel):
+        return request.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return dict(request)
+
+
+class Typed:
+    """Every typed operation, as a :class:`Call` (shared by both clients)."""
+
+    @staticmethod
+    def list_skills(q: str | None, limit: int | None) -> Call[SkillList]:
+        return typed(Calls.list_skills(q, limit), SkillList)
+
+    @staticmethod
+    def skills_prompt(format: str) -> Call[str]:
+        return Calls.skills_prompt(format)
+
+    @staticmethod
+    def load_skill(name: str) -> Call[SkillDetail]:
+        return typed(Calls.load_skill(name), SkillDetail)
+
+    @staticmethod
+    def list_docs(name: str) -> Call[DocList]:
+        return typed(Calls.list_docs(name), DocList)
+
+    @staticmethod
+    def read_docs(name: str, docs: list[str]) -> Call[DocList]:
+        return typed(Calls.read_docs(name, docs), DocList)
+
+    @staticmethod
+    def read_file(name: str, path: str) -> Call[bytes]:
+        return reading(Calls.read_file(name, path), as_bytes)
+
+    @staticmethod
+    def skill_doctor(name: str) -> Call[DoctorReport]:
+        return typed(Calls.skill_doctor(name), DoctorReport)
+
+    @staticmethod
+    def install_skill(package: bytes, filename: str, strict: bool) -> Call[Installed]:
+        return typed(Calls.install_skill(package, filename, strict, True), Installed)
+
+    @staticmethod
+    def delete_skill(name: str) -> Call[None]:
+        return Calls.delete_skill(name)
+
+    @staticmethod
+    def skill_versions(name: str) -> Call[VersionList]:
+        return typed(Calls.skill_versions(name), VersionList)
+
+    @staticmethod
+    def skill_version(name: str, version: int | str) -> Call[VersionInfo]:
+        return typed(Calls.skill_version(name, version), VersionInfo)
+
+    @staticmethod
+    def set_default_version(name: str, version: int | str) -> Call[VersionInfo]:
+        return typed(Calls.set_default_version(name, version), VersionInfo)
+
+    @staticmethod
+    def delete_skill_version(name: str, version: int | str) -> Call[VersionInfo]:
+        return typed(Calls.delete_skill_version(name, version), VersionInfo)
+
+    @staticmethod
+    def skill_audit(name: str) -> Call[AuditLog]:
+        return typed(Calls.skill_audit(name), AuditLog)
+
+    @staticmethod
+    def run(request: RunRequest | Mapping[str, Any], idempotency_key: str | None) -> Call[RunResult]:
+        return typed(Calls.run(request_body(request), idempotency_key, True), RunResult)
+
+    @staticmethod
+    def submit(request: RunRequest | Mapping[str, Any], idempotency_key: str | None) -> Call[RunAccepted]:
+        return typed(Calls.run(request_body(request), idempotency_key, False), RunAccepted)
+
+    @staticmethod
+    def get_run(run_id: str) -> Call[RunRecordModel]:
+        return typed(Calls.get_run(run_id), RunRecordModel)
+
+    @staticmethod
+    def cancel_run(run_id: str) -> Call[RunAccepted]:
+        return typed(Calls.cancel_run(run_id), RunAccepted)
+
+    @staticmethod
+    def events(run_id: str) -> Call[None]:
+        return Calls.events(run_id)
+
+    @staticmethod
+    def put_artifact(
+        name: str,
+        content: bytes | Iterable[bytes] | AsyncIterable[bytes],
+        mime_type: str | None,
+        owner: str | None,
+        size: int | None,
+    ) -> Call[ArtifactModel]:
+        return typed(Calls.put_artifact(name, content, mime_type, owner, size), ArtifactModel)
+
+    @staticmethod
+    def get_artifact(name: str, version: int | None, owner: str | None) -> Call[bytes]:
+        return reading(Calls.get_artifact(name, version, owner), as_bytes)
+
+    @staticmethod
+    def delete_artifact(name: str, version: int | None, owner: str | None) -> Call[ArtifactList]:
+        return typed(Calls.delete_artifact(name, version, owner), ArtifactList)
+
+    @staticmethod
+    def list_artifacts(owner: str | None) -> Call[ArtifactList]:
+        return typed(Calls.list_artifacts(owner), ArtifactList)
+
+    @staticmethod
+    def artifact_versions(name: str, owner: str | None) -> Call[ArtifactList]:
+        return typed(Calls.artifact_versions(name, owner), ArtifactList)
+
+    @staticmethod
+    def tools(format: ToolFormat, context: bool) -> Call[ToolList]:
+        return typed(Calls.tools(format, context), ToolList)
+
+    @staticmethod
+    def call_tool(
+        name: str,
+        arguments: Mapping[str, Any] | str | None,
+        format: ToolFormat | None,
+        call_id: str | None,
+        session: str | None,
+    ) -> Call[ToolCallResult]:
+        body = dict(arguments) if isinstance(arguments, Mapping) else arguments
+        return typed(Calls.call_tool(name, body, format, call_id, session), ToolCallResult)
+
+    @staticmethod
+    def health() -> Call[Health]:
+        return typed(Calls.health(), Health)
