@@ -64,6 +64,10 @@ class CommandNeed(WireModel):
     optional: bool = Field(
         default=False, description="only looked for (shutil.which, command -v) or run in try/except FileNotFoundError"
     )
+    confidence: Literal["sure", "guess"] = Field(
+        default="sure",
+        description="sure: run by the skill's code or a shell block of its docs; guess: every use is read from prose (an untagged block, a line the shell parser could not read, an installer's line in the docs)",
+    )
     used_in: list[str] = Field(description="file:line of each use")
 
 
@@ -128,6 +132,7 @@ class DoctorReport(WireModel):
     image: str | None = Field(description="the runner image probed (None: the local runtime, the host)")
     commands: list[CommandNeed]
     python: list[PythonNeed]
+    packages: list[PackageNeed] | None = None
     node: list[NodeNeed]
     missing: Missing
     network: Network
@@ -154,6 +159,22 @@ class FileInfo(WireModel):
 class Finding(WireModel):
     code: str
     message: str
+
+
+class FunctionCallItem(WireModel):
+    """An OpenAI Responses ``function_call`` output item, as the model produced it; answered
+    with its ``function_call_output`` item in ``message``.
+    """
+
+    type: str
+    call_id: str
+    name: str
+    arguments: Any = Field(default=None, description="the arguments' JSON text")
+    id: str | None = Field(default=None, description="the item's id (not the call's)")
+    status: str | None = None
+    session: str | None = Field(
+        default=None, description="the session of the context_* tools when their arguments name none"
+    )
 
 
 class Health(WireModel):
@@ -197,8 +218,17 @@ class Installed(WireModel):
 
 
 class Missing(WireModel):
-    commands: list[str] | None = Field(default=None, description="required commands only (optional ones are not)")
+    commands: list[str] | None = Field(
+        default=None, description="required commands the skill surely runs (optional ones and guesses are not)"
+    )
+    guessed: list[str] | None = Field(
+        default=None, description="commands not found whose every use is a guess (read from prose): not counted in ok"
+    )
     python: list[str] | None = Field(default=None, description="required modules only (optional ones are not)")
+    packages: list[str] | None = Field(
+        default=None,
+        description="what `pip install` lines (sure ones) install that the sandbox does not have: runs cannot fetch it",
+    )
     node: list[str] | None = None
 
 
@@ -247,6 +277,14 @@ class OutputSpec(WireModel):
     max_total_bytes: int = 67108864
 
 
+class PackageNeed(WireModel):
+    requirement: str = Field(description="what a `pip install` line of the skill installs (normalised)")
+    found: bool | None = Field(description="installed and satisfying the requirement; null: not checked")
+    version: str | None = Field(default=None, description="the version the sandbox has")
+    confidence: Literal["sure", "guess"] = Field(default="sure", description="as for commands")
+    used_in: list[str]
+
+
 class PythonNeed(WireModel):
     module: str = Field(description="the top-level import name")
     distribution_hint: str | None = Field(default=None, description="the usual distribution, when named otherwise")
@@ -259,6 +297,13 @@ class RunAccepted(WireModel):
     run_id: str
     status: Literal["queued", "running", "completed", "failed", "cancelled"]
     replayed: bool = False
+
+
+class RunList(WireModel):
+    runs: list[RunSummary] = Field(description="newest first")
+    next_cursor: str | None = Field(
+        description="pass as ?cursor= for the next page (with the same filters); null: this is the last page"
+    )
 
 
 class RunRecordModel(WireModel):
@@ -290,6 +335,10 @@ class RunRequest(WireModel):
     timeout: float | None = Field(default=None, description="seconds; server default and maximum apply")
     session: str | None = None
     inputs: list[InputSpec] | None = None
+    with_skills: list[str] | None = Field(
+        default=None,
+        description="other skills the run can read beside its own (read-only, in $SKILLS_DIR/<name>, also /mnt/skills/public/<name>); those its SKILL.md refers to as ../<name>/ are there without asking",
+    )
     outputs: OutputSpec | None = None
     output_files: list[str] | None = Field(default=None, description="legacy: globs (same caps as outputs)")
     save_as_artifacts: bool = Field(default=False, description="legacy: save collected files as artifacts")
@@ -321,6 +370,20 @@ class RunResult(WireModel):
     artifact_files: list[ArtifactFile] | None = None
     limits_hit: list[str] | None = None
     warnings: list[str] | None = None
+
+
+class RunSummary(WireModel):
+    """A run in a listing: ``GET /v1/runs/{id}`` has its request and result."""
+
+    run_id: str
+    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    skill: str = Field(description="as the request named it (a pinned name@ref included)")
+    session: str | None = None
+    created_at: float = Field(description="seconds since the epoch")
+    updated_at: float
+    owner: str = Field(description="the key id (tenant) the run belongs to")
+    trace_id: str | None = None
+    error: ErrorBody | None = Field(default=None, description="what a run that ended in an error ended with")
 
 
 class SkillDetail(WireModel):
@@ -367,13 +430,18 @@ class SkillUpdate(WireModel):
 
 
 class ToolCall(WireModel):
-    name: str
-    arguments: dict[str, Any] | str | None = None
-    format: Literal["openai", "anthropic", "mcp"] | None = Field(
+    name: str = Field(
+        description="the tool the model called; an unknown one is answered with an error result (tool_not_found)"
+    )
+    arguments: Any = Field(
+        default=None,
+        description="an object or its JSON text, as the model wrote it; anything else is answered with an error result (invalid_arguments)",
+    )
+    format: Literal["openai", "openai-responses", "anthropic", "mcp"] | None = Field(
         default=None, description="also answer `message`: the result as this format's tool-result message"
     )
     id: str | None = Field(
-        default=None, description="the model's id of this call (tool_use_id, tool_call_id), put in `message`"
+        default=None, description="the model's id of this call (tool_use_id, tool_call_id, call_id), put in `message`"
     )
     session: str | None = Field(
         default=None, description="the session of the context_* tools when their arguments name none"
@@ -387,12 +455,12 @@ class ToolCallResult(WireModel):
     data: Any = None
     message: dict[str, Any] | None = Field(
         default=None,
-        description="with `format`: the message to append to the conversation as it is -- Anthropic tool_result block (is_error), OpenAI tool message (an error's text starts with 'error:'), MCP CallToolResult (isError)",
+        description="with `format`: the message to append to the conversation as it is -- Anthropic tool_result block (is_error), OpenAI tool message or Responses function_call_output item (an error's text starts with 'error:'), MCP CallToolResult (isError)",
     )
 
 
 class ToolList(WireModel):
-    format: Literal["openai", "anthropic", "mcp"]
+    format: Literal["openai", "openai-responses", "anthropic", "mcp"]
     tools: list[dict[str, Any]]
 
 
