@@ -28,8 +28,8 @@ from .conftest import REPO, require_runtime
 from .wheels import LOCK, VENVS, build_wheel, clean_copy, install_wheel, locked_venv, venv_env, without
 
 PINS = ("requirements-full.txt", "requirements-minimal.txt", "npm/package.json")
-#: The mcp extra's distributions in the lock file.
-MCP_SDK = {"mcp", "mcp-types"}
+#: The mcp extra's distributions in the lock file (and the test tools that need them).
+MCP_SDK = {"mcp", "mcp-types", "fastmcp", "fastmcp-slim"}
 
 
 @dataclass(frozen=True)
