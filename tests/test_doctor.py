@@ -216,6 +216,20 @@ def test_a_guess_not_found_is_named_but_not_counted_in_the_verdict(tmp_path: Pat
     assert verdict.ok and verdict.missing.guessed == ["brew", "free"]
 
 
+def test_functions_a_skill_file_defines_and_subcommands_shown_alone_are_no_missing_commands() -> None:
+    needs = scan_texts(
+        {
+            "SKILL.md": '```bash\n. "{baseDir}/scripts/build_log.sh" || exit 1\nlog_step "clean"\nrm -rf db\n```\n'
+            "### Extract audit items\n```bash\nauditItems\n```\n"
+            "```bash\nbamCoverage -b reads.bam -o coverage.bw\n```\n",
+            "scripts/build_log.sh": 'log_step() { echo "== $*"; }\n',
+        }
+    )
+    assert "log_step" not in needs.commands  # defined by the script the block sources
+    assert sure(needs) == ["bamCoverage", "rm"]  # a camelCase command with arguments is one
+    assert "auditItems" in guessed(needs)
+
+
 def test_scripts_shebangs_and_literal_commands() -> None:
     needs = scan_texts(
         {

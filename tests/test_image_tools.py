@@ -104,6 +104,21 @@ def test_uv_run_names_what_the_sandbox_does_not_have(docker_settings: dict[str, 
         executor.close()
 
 
+def test_small_tools_published_scripts_call_are_there(docker_settings: dict[str, object]) -> None:
+    executor = executor_with(docker_settings)
+    try:
+        result = run(
+            executor,
+            # obra's start-server.sh: the harness's pid from ps; trailofbits': strings, bc
+            command='ps -o ppid= -p "$$" | tr -d " " | grep -qx "[0-9]*" && echo ps; pgrep -x bash >/dev/null && echo pgrep; '
+            "echo '6*7' | bc; strings /bin/true | grep -c . >/dev/null && echo strings; make --version | head -1 | cut -c1-8; "
+            "lsof -v 2>&1 | grep -q revision && echo lsof",
+        )
+        assert result.stdout.splitlines() == ["ps", "pgrep", "42", "strings", "GNU Make", "lsof"], result.stderr
+    finally:
+        executor.close()
+
+
 def test_magick_and_esm_imports_work_as_skills_call_them(docker_settings: dict[str, object]) -> None:
     executor = executor_with(docker_settings)
     try:

@@ -115,6 +115,7 @@ def scan(
             continue
         total += len(content.data)
         scanner.scan_text(path, kind, text)
+    scanner.drop_defined_functions()
     return needs
 
 
@@ -127,6 +128,7 @@ def scan_texts(files: dict[str, str], *, skill_file: str = "SKILL.md") -> ImageN
         kind = _kind(path)
         if kind is not None:
             scanner.scan_text(path, kind, files[path])
+    scanner.drop_defined_functions()
     return needs
 
 
@@ -164,6 +166,8 @@ class _Scanner:
         self.paths = [e.path for e in entries]
         self.file_names = file_names
         self._local: dict[str, set[str]] = {}
+        #: shell functions any file of the skill defines
+        self.functions: set[str] = set()
 
     def scan_text(self, path: str, kind: Kind, text: str) -> None:
         if kind == "doc":
@@ -213,12 +217,19 @@ class _Scanner:
 
     # -- shell ----------------------------------------------------------------------------------
 
+    def drop_defined_functions(self) -> None:
+        """A shell function one of the skill's files defines (a script the docs source:
+        ``. scripts/build_log.sh`` then ``log_step ...``) is no command the image must have."""
+        for name in self.functions & set(self.needs.commands):
+            del self.needs.commands[name]
+
     def shell(self, path: str, text: str, offset: int, *, sure: bool = True) -> None:
         """Commands of shell code; in the docs (``path`` a doc), installers' lines and whatever
         the parser marks unsure are guesses; ``sure`` False: all of it is."""
         functions: set[str] = set()
         doc = _kind(path) == "doc"
         found = list(shell_commands(text, functions))
+        self.functions |= functions
         for command in found:
             words, line = command.words, command.line + offset
             name = words[0]

@@ -8,7 +8,8 @@ through to the command they run.  Names of functions the code defines are collec
 of them are not taken for commands.
 
 Each command says whether it is **sure**: it parsed cleanly (no parse error in or around it)
-and its name reads as a command (not an all-capitals word such as a query's ``AND``).  Callers
+and its name reads as a command (not an all-capitals word such as a query's ``AND``, nor a
+camelCase word alone such as a subcommand's ``auditItems``).  Callers
 add their own knowledge (a script is surer than a snippet in prose).
 """
 
@@ -28,6 +29,9 @@ from .text import ASSIGNMENT
 WRAPPERS = frozenset({"sudo", "env", "exec", "time", "nohup", "nice", "stdbuf", "doas"})
 #: A name in capitals only (``AND``, ``SELECT``): a query's or a table's word, not a command.
 SHOUTED = re.compile(r"^[A-Z][A-Z0-9_]+$")
+#: A camelCase word alone on its line (``auditItems``: a script's subcommand shown by itself)
+#: is a guess; with arguments it is a command like deepTools' ``bamCoverage -b x.bam``.
+CAMEL = re.compile(r"^[a-z][a-z0-9]*[A-Z]")
 #: Nodes whose text is one literal word once unquoted.
 _EXPANSIONS = frozenset(
     {
@@ -122,7 +126,8 @@ def _command(node: Node, broken: bool) -> ShellCommand | None:
     words = _through_wrappers(words)
     if not words or words[0].startswith(("-", "~")) or "=" in words[0] or words[0].isdigit():
         return None
-    sure = not broken and not node.has_error and not SHOUTED.match(words[0])
+    alone_camel = len(words) == 1 and bool(CAMEL.match(words[0]))
+    sure = not broken and not node.has_error and not SHOUTED.match(words[0]) and not alone_camel
     return ShellCommand(words, node.start_point.row + 1, sure)
 
 
