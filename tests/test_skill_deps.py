@@ -13,6 +13,7 @@ import http.server
 import io
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -469,6 +470,14 @@ def test_runs_import_the_skill_env(
     # A request's own env wins.
     result = run(executor, skill="dep-probe", command="echo $PYTHONPATH", env={"PYTHONPATH": "/mine"})
     assert result.stdout == "/mine\n"
+    # ESM `import` (which ignores NODE_PATH) finds the env's modules too, from the skill's scripts
+    esm = "import value from 'tinynode';\nconsole.log('esm', value);\n"
+    result = run(
+        executor,
+        skill="dep-probe",
+        command=f"mkdir -p scripts && printf %s {shlex.quote(esm)} > scripts/e.mjs && node scripts/e.mjs",
+    )
+    assert (result.exit_code, result.stdout) == (0, "esm 42\n"), result.stderr
     if runtime_name == "local":
         return
     result = run(executor, skill="dep-probe", command=IMAGE_PROBE)

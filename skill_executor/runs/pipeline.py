@@ -23,7 +23,7 @@ from ..config import Settings
 from ..errors import ExecutorError
 from ..registry import SkillRepository
 from ..runtimes.base import Command, OutputListener, Runtime, SandboxPlan
-from ..runtimes.skillcopy import add_sibling
+from ..runtimes.skillcopy import add_node_modules, add_sibling
 from ..workers import Supervisor
 from ..workspace.layout import WorkspaceManager, environment
 from ..workspace.sessions import SessionStore
@@ -163,6 +163,8 @@ class SkillRunner:
             warnings = list(sandbox.warnings)
             for sibling in plan.siblings:  # read-only, beside the run's own copy
                 warnings += add_sibling(sandbox.workspace, sibling.id, sibling.path)
+            if skill_env is not None:  # ESM `import` finds the env's npm modules (NODE_PATH is require's only)
+                add_node_modules(sandbox.workspace, f"{skill_env}/node/node_modules")
             with tracing.span("stage", inputs=len(request.inputs)):
                 warnings += sandbox.stage(self.stager, request.inputs).warnings
             cwd = resolve_cwd(request.cwd, sandbox.workspace, skill, sandbox.root)

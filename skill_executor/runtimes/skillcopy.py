@@ -115,6 +115,15 @@ def add_sibling(workspace: Workspace, name: str, source: Path) -> list[str]:
     return [f"{name}: {w}" for w in copy_skill(source, target, owner=None)]
 
 
+def add_node_modules(workspace: Workspace, target: str) -> None:
+    """``node_modules`` in the workspace root, a link to ``target`` (a skill environment's
+    modules as the run sees them): Node's ESM resolution, which ignores NODE_PATH, walks up
+    from the skill's scripts and finds them there (then the image's, in ``/node_modules``)."""
+    link = workspace.root / "node_modules"
+    if not os.path.lexists(link):
+        os.symlink(target, link)
+
+
 def tree_signature(source: Path) -> tuple[Any, ...]:
     """What changes whenever anything :func:`copy_skill` copies does: (path, size,
     mtime, mode, owner, inode) of every entry, links not followed.
