@@ -300,6 +300,8 @@ def test_sibling_skills_are_beside_the_skill_read_only(
     )
     brainstorming = make_skill(extra_skills, "brainstorming", "name: brainstorming\ndescription: ideas")
     (brainstorming / "template.md").write_text("# Ideas\n")
+    (brainstorming / "big.bin").write_bytes(b"\0" * LINK_MIN_BYTES)  # hard linked, never written through
+    os.chmod(brainstorming / "big.bin", 0o644)
     before = digest(brainstorming)
     result = run(
         executor,
@@ -308,16 +310,18 @@ def test_sibling_skills_are_beside_the_skill_read_only(
         with_skills=[SKILL],
         command="cat ../brainstorming/template.md; ls $SKILLS_DIR | sort | tr '\\n' ' '; echo; "
         f"test -f ../{SKILL}/scripts/helper.py && echo probe-there; "
+        "wc -c < ../brainstorming/big.bin; "
         "echo x >> ../brainstorming/template.md 2>/dev/null || echo read-only; "
+        "echo x >> ../brainstorming/big.bin 2>/dev/null || echo big-read-only; "
         "touch ../brainstorming/new 2>/dev/null || echo no-new-files",
     )
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "# Ideas"
     assert lines[1].split() == ["brainstorming", SKILL, "writing-plans"]
-    assert lines[2] == "probe-there"
+    assert lines[2:4] == ["probe-there", str(LINK_MIN_BYTES)]
     if executor.runtime.name != "local":  # the local runtime runs as this process's user: no boundary
-        assert lines[3:] == ["read-only", "no-new-files"]
+        assert lines[4:] == ["read-only", "big-read-only", "no-new-files"]
     assert digest(brainstorming) == before
     if docker(executor):
         hosted = run(executor, skill="writing-plans", command="cat /mnt/skills/public/brainstorming/template.md")

@@ -162,7 +162,7 @@ class SkillRunner:
         with tracing.entered(opened, "sandbox", "cleanup", runtime=self.settings.runtime) as sandbox:
             warnings = list(sandbox.warnings)
             for sibling in plan.siblings:  # read-only, beside the run's own copy
-                warnings += add_sibling(sandbox.workspace, sibling.id, sibling.path)
+                warnings += add_sibling(sandbox.workspace, sibling.id, sibling.path, self.runtime.owner)
             if skill_env is not None:  # ESM `import` finds the env's npm modules (NODE_PATH is require's only)
                 add_node_modules(sandbox.workspace, f"{skill_env}/node/node_modules")
             with tracing.span("stage", inputs=len(request.inputs)):

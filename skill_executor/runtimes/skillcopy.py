@@ -103,16 +103,16 @@ def make_view(workspace: Workspace, source: Path, owner: tuple[int, int] | None)
     return warnings + shadowed(os.listdir(source))
 
 
-def add_sibling(workspace: Workspace, name: str, source: Path) -> list[str]:
+def add_sibling(workspace: Workspace, name: str, source: Path, reader: tuple[int, int] | None) -> list[str]:
     """Another skill beside the run's own, in ``SKILLS_DIR/<name>``: a copy owned by the
-    service, so the run (another user on every isolating runtime) can read it, not change
-    it.  A name taken already (the run's own skill) is left as it is.  Warnings, as
-    :func:`copy_skill`'s."""
+    service, so the run (``reader``, another user on every isolating runtime) can read it,
+    not change it; its large files hard linked (no data moves).  A name taken already (the
+    run's own skill) is left as it is.  Warnings, as :func:`copy_skill`'s."""
     target = workspace.skills_dir / name
     if os.path.lexists(target):
         return []
     target.mkdir(mode=0o755)
-    return [f"{name}: {w}" for w in copy_skill(source, target, owner=None)]
+    return [f"{name}: {w}" for w in copy_skill(source, target, owner=None, reader=reader)]
 
 
 def add_node_modules(workspace: Workspace, target: str) -> None:
@@ -211,13 +211,15 @@ def copy_skill(
     owner: tuple[int, int] | None,
     skip_top: frozenset[str] = frozenset(),
     link_min_bytes: int = LINK_MIN_BYTES,
+    reader: tuple[int, int] | None = None,
 ) -> list[str]:
     """Copy ``source`` into the existing folder ``dest`` for the user ``owner``; return warnings.
 
     Folders and copied files belong to ``owner`` and are writable by it (files keep
     their execute bits); large files it cannot write are hard linked (see the module).
     Without ``owner`` (the local runtime: the run is this process's user) everything is
-    copied.
+    copied -- unless ``reader`` names the run's user of a copy it may only read (a sibling
+    skill): then large files it cannot write are hard linked too.
     """
     warnings: list[str] = []
     real_root = source.resolve()
@@ -251,7 +253,8 @@ def copy_skill(
                 if chown is not None:
                     os.chown(dst, *chown)
             elif stat.S_ISREG(st.st_mode):
-                if owner is not None and st.st_size >= link_min_bytes and _safe_to_link(st, owner):
+                linker = owner if owner is not None else reader
+                if linker is not None and st.st_size >= link_min_bytes and _safe_to_link(st, linker):
                     try:
                         os.link(src, dst, follow_symlinks=False)
                         continue
