@@ -139,6 +139,7 @@ Unique words: 85
 On a Mac, set up first:
 ```bash
 brew install ffmpeg
+codesign --verify --verbose=4 "$APP"
 ```
 
 ```bash
@@ -163,8 +164,8 @@ def test_what_is_not_in_command_position_is_not_a_command() -> None:
     assert sure(needs) == ["cat", "date", "ffmpeg", "python"]
     for word in ("kind", "report", "draft", "AND", "chr1", "Total", "Unique", "summarize", "lanczos", "const"):
         assert word not in sure(needs), word
-    # an installer's line and a JavaScript snippet in a bash block: named, but as guesses
-    assert {"brew", "const"} <= set(guessed(needs))
+    # an installer's line, a macOS command and a JavaScript snippet in a bash block: named, but as guesses
+    assert {"brew", "codesign", "const"} <= set(guessed(needs))
     assert not any("MeSH" in name for name in needs.commands)  # a query's term is never a command name
 
 

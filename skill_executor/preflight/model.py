@@ -237,6 +237,38 @@ PIP_VALUED = frozenset(
 INSTALLERS = frozenset(
     {"brew", "apt", "apt-get", "yum", "dnf", "zypper", "pacman", "apk", "port", "snap", "winget", "choco", "scoop"}
 )
+#: Commands of macOS and Windows only: in the docs, they show the reader's machine (a guess
+#: about a Linux sandbox); in a script, they run.
+OTHER_SYSTEMS = frozenset(
+    {
+        "codesign",
+        "security",
+        "osascript",
+        "pbcopy",
+        "pbpaste",
+        "defaults",
+        "xcrun",
+        "xcodebuild",
+        "sw_vers",
+        "launchctl",
+        "plutil",
+        "ditto",
+        "lipo",
+        "diskutil",
+        "open",
+        "mdfind",
+        "softwareupdate",
+        "powershell",
+        "pwsh",
+        "cmd",
+        "cmd.exe",
+        "reg",
+        "taskkill",
+        "tasklist",
+        "wsl",
+        "explorer",
+    }
+)
 SHELL_TAGS = frozenset({"bash", "sh", "shell", "console", "zsh", "shell-session", "shellsession", "terminal"})
 PYTHON_TAGS = frozenset({"python", "py", "python3"})
 NODE_TAGS = frozenset({"javascript", "js", "node", "mjs", "cjs", "typescript", "ts", "jsx", "tsx"})

@@ -55,6 +55,7 @@ from .model import (
     NODE_TAGS,
     OS_EXEC_CALLS,
     OS_SHELL_CALLS,
+    OTHER_SYSTEMS,
     PIP_REASON,
     PIP_VALUED,
     PYTHON_TAGS,
@@ -233,7 +234,7 @@ class _Scanner:
         for command in found:
             words, line = command.words, command.line + offset
             name = words[0]
-            certain = sure and command.sure and not (doc and name in INSTALLERS)
+            certain = sure and command.sure and not (doc and (name in INSTALLERS or name in OTHER_SYSTEMS))
             if name in CHECKS:  # command -v X, which X, ...: X is looked for, not relied on
                 for checked in (w for w in words[1:] if not w.startswith("-")):
                     self.needs.command(checked, path, line, optional=True, sure=certain)
