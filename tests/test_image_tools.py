@@ -112,9 +112,12 @@ def test_small_tools_published_scripts_call_are_there(docker_settings: dict[str,
             # obra's start-server.sh: the harness's pid from ps; trailofbits': strings, bc
             command='ps -o ppid= -p "$$" | tr -d " " | grep -qx "[0-9]*" && echo ps; pgrep -x bash >/dev/null && echo pgrep; '
             "echo '6*7' | bc; strings /bin/true | grep -c . >/dev/null && echo strings; make --version | head -1 | cut -c1-8; "
-            "lsof -v 2>&1 | grep -q revision && echo lsof",
+            "lsof -v 2>&1 | grep -q revision && echo lsof; "
+            "printf 'def test_x():\\n    assert 1\\n' > out/test_x.py && python3 -m pytest -q -p no:cacheprovider out/test_x.py | tail -1 | cut -d' ' -f1-2",
         )
-        assert result.stdout.splitlines() == ["ps", "pgrep", "42", "strings", "GNU Make", "lsof"], result.stderr
+        assert result.stdout.splitlines() == ["ps", "pgrep", "42", "strings", "GNU Make", "lsof", "1 passed"], (
+            result.stderr
+        )
     finally:
         executor.close()
 
