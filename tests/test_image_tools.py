@@ -139,3 +139,26 @@ def test_magick_and_esm_imports_work_as_skills_call_them(docker_settings: dict[s
         assert lines[1:] == ["20 10", "a.png", "b.jpg", "b.png", "function"]
     finally:
         executor.close()
+
+
+def test_every_run_starts_with_the_images_warm_home(docker_settings: dict[str, object]) -> None:
+    """A single-use sandbox starts as a long-lived container's second use would: the image's
+    font cache and LibreOffice profile are in the run's HOME (its own copy: a run that spoils
+    it spoils nothing for the next)."""
+    executor = executor_with(docker_settings)
+    try:
+        template = executor.runtime.workspaces.home_template
+        assert template is not None and (template / ".config/libreoffice/4/user").is_dir()
+        result = run(
+            executor,
+            command="set -e; ls $MPLCONFIGDIR | grep -c '^fontlist-'; test -w $HOME/.config/libreoffice/4/user && echo lo; "
+            "python3 -c 'import matplotlib.pyplot as p; p.plot([1]); p.savefig(\"out/a.png\")' 2>&1 | grep -ci 'building the font cache' || true; "
+            "echo hi > out/a.txt && soffice --headless --convert-to pdf --outdir out out/a.txt >/dev/null && ls out/a.pdf; "
+            "rm -rf $HOME/.config $HOME/.cache",
+        )
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout.splitlines() == ["1", "lo", "0", "out/a.pdf"]
+        again = run(executor, command="test -d $HOME/.config/libreoffice/4/user && ls $MPLCONFIGDIR | grep -c fontlist")
+        assert again.stdout == "1\n", again.stderr  # the next run has its own again
+    finally:
+        executor.close()

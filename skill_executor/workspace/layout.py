@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -81,6 +82,8 @@ def environment(root: str, skill_id: str, skill_env: str | None = None) -> dict[
         "SKILL_NAME": skill_id,
         **{name: f"{root}/{folder}" for name, folder in PATH_VARIABLES.items() if folder},
         "HOME": f"{root}/run/home",
+        # matplotlib's font cache in HOME, where the runner image's warm state puts it
+        "MPLCONFIGDIR": f"{root}/run/home/.cache/matplotlib",
         "TMPDIR": f"{root}/run/tmp",
         # The skill's root is importable (``from scripts.x import y`` from a script run by
         # path), and so are its scripts' own modules by bare name (``from style_presets
@@ -180,6 +183,9 @@ class WorkspaceManager:
         self.runs = self.root / "runs"
         self.runs.mkdir(parents=True, exist_ok=True)
         self.volume_bytes = volume_bytes
+        #: What every run's HOME starts with (the runner image's warm state: font caches, a
+        #: LibreOffice profile), copied in when a workspace is made; None: an empty HOME.
+        self.home_template: Path | None = None
         self.lease = Lease(self.root, instance)
         self.token = self.lease.token
         #: Names of this process's workspaces that are in use (made, not yet discarded).
@@ -322,6 +328,8 @@ class WorkspaceManager:
                 (root / sub).mkdir(mode=0o755)
                 if owner is not None and sub != SKILLS:
                     os.chown(root / sub, *owner)
+            if self.home_template is not None:
+                copy_home(self.home_template, root / "run" / "home", owner)
         except BaseException:
             self.discard(root)
             raise
@@ -369,6 +377,27 @@ class WorkspaceManager:
 RUN_LINKS = {"out": "../../out", "work": "../../work", "inputs": "../../work/inputs"}
 #: What a workspace root holds of its own (a skill's entry of that name is not linked there).
 ROOT_ENTRIES = frozenset({"work", "out", "run", SKILLS, OWNER_FILE, "inputs"})
+
+
+def copy_home(template: Path, home: Path, owner: tuple[int, int] | None) -> None:
+    """The files and folders of ``template`` (the service's own, trusted) into ``home``,
+    belonging to ``owner``: the run changes them as it likes (a LibreOffice profile is
+    written at every start), the template never."""
+    for dirpath, dirnames, filenames in os.walk(template):
+        rel = os.path.relpath(dirpath, template)
+        target = home if rel == "." else home / rel
+        for name in dirnames:
+            (target / name).mkdir(mode=0o755, exist_ok=True)
+            if owner is not None:
+                os.chown(target / name, *owner)
+        for name in filenames:
+            source = os.path.join(dirpath, name)
+            if os.path.islink(source):
+                continue
+            shutil.copyfile(source, target / name)
+            os.chmod(target / name, 0o644)
+            if owner is not None:
+                os.chown(target / name, *owner)
 
 
 def add_run_links(view: Path) -> None:

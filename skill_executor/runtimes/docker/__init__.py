@@ -49,6 +49,7 @@ from .engine import (
 )
 from .pool import WarmContainer, WarmPool
 from .sandboxes import ColdBox, WarmBox
+from .warmhome import warm_home
 
 __all__ = ["DockerRuntime", "LABEL_DEADLINE", "LABEL_MANAGED", "LABEL_OWNER", "LABEL_RUN", "connect"]
 
@@ -148,6 +149,10 @@ class DockerRuntime:
             engine = Engine(self.settings, client, self.token, self.workspaces.root / HOSTS_FILE)
             engine.check_image()
             engine.check_oci_runtime()
+            # every run's HOME starts as a long-lived container's would (font caches, an office profile)
+            self.workspaces.home_template = warm_home(
+                client, self.settings.docker_image, self.settings.data_dir / "warm"
+            )
             # First the containers of dead owners, then (nothing runs in them any more) their folders.
             self._sweep(engine)
             swept = self.workspaces.sweep()
