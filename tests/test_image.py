@@ -74,6 +74,8 @@ PYTHON_MODULES = {
     "playwright": "playwright.sync_api",
     "anthropic": "anthropic",
     "mcp": "mcp",
+    "pytest": "pytest",
+    "uv": "uv",  # the real uv binary's package (bin/uv serves `uv run`: tests/test_image_tools.py)
 }
 MINIMAL_MODULES = [
     "numpy",
