@@ -176,7 +176,10 @@ def test_skills_extension(connect: Connect, tmp_path: Path) -> None:
             prompts = {p.name for p in (await client.list_prompts()).prompts}
             assert {"skills_overview", "csv-report"} <= prompts
             templates = (await client.list_resource_templates()).resource_templates
-            assert [t.uri_template for t in templates] == ["skill://{skill}/{+path}"]
+            assert [t.uri_template for t in templates] == [
+                "skill://{skill}/{+path}",
+                "artifact://{+name}@{version}{?offset,length}",  # what tool results refer to
+            ]
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert tools["skill_run"].output_schema is not None
             assert tools["skill_load"].annotations.read_only_hint is True
