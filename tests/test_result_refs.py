@@ -1,0 +1,222 @@
+"""Tool results sized for a context window, and refs that round-trip, on the real service:
+a run that prints 1 MB and writes a 1.5 MB file and a PNG, over ``POST /v1/tools/call``
+and over MCP with the SDK's own client (streamable HTTP, two API keys).
+
+* the model view fits the budget (the default, a request's ``result_budget`` / ``_meta``);
+* the marker names the full stdout's ref; the big file is a ref, the PNG an image block;
+* every ref the result prints reads back over REST and MCP (``resources/read`` in parts,
+  ``artifact_get``) and stages as the input of a later run -- for its own key only.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+from collections.abc import Iterator
+
+import anyio
+import httpx
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from skill_executor.client import Client
+
+from .api_server import Server
+from .test_mcp import _skills, http_client
+
+KEYS = ("k-one", "k-two")
+STDOUT = "".join(  # 1,010,000 bytes (under the run's 1 MiB stdout cap)
+    f"line {i:07d} " + "x" * 87 + "\n" for i in range(10_000)
+)
+BIG = ("y" * 99 + "\n") * 15_000  # 1,500,000 bytes
+BUDGET = 100_000  # the default SKILL_EXECUTOR_TOOL_RESULT_MAX_CHARS
+
+
+def _png() -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    raw = b"".join(b"\x00" + b"\xff\x00\x00" * 8 for _ in range(8))
+    header = struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+PNG = _png()
+COMMAND = (
+    "python3 - <<'EOF'\n"
+    "import base64, sys\n"
+    "sys.stdout.write(''.join(f'line {i:07d} ' + 'x' * 87 + '\\n' for i in range(10_000)))\n"
+    "open('out/big.txt', 'w').write(('y' * 99 + '\\n') * 15_000)\n"
+    f"open('out/red.png', 'wb').write(base64.b64decode('{base64.b64encode(PNG).decode()}'))\n"
+    "EOF"
+)
+RUN = {"skill": "math-tools", "command": COMMAND, "outputs": {"globs": ["out/**"]}}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    base = tmp_path_factory.mktemp("refs")
+    _skills(base)
+    started = Server(base, env={"SKILL_EXECUTOR_API_KEYS": ",".join(KEYS)}).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def _rest(server: Server, key: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=120)
+
+
+def _artifact(http: httpx.Client, ref: str) -> httpx.Response:
+    name, version = ref.removeprefix("artifact://").rsplit("@", 1)
+    return http.get(f"/v1/artifacts/{name}", params={"version": version})
+
+
+def test_rest_tool_call_fits_and_its_refs_round_trip(server: Server) -> None:
+    with _rest(server, "k-one") as one, _rest(server, "k-two") as two:
+        answer = one.post(
+            "/v1/tools/call", json={"name": "skill_run", "arguments": RUN, "format": "anthropic", "id": "t1"}
+        )
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        print(f"\nREST /v1/tools/call body: {len(answer.text)} characters; content {len(body['content'])}")
+        content, data = body["content"], body["data"]
+        assert not body["is_error"] and len(content) <= BUDGET
+        assert len(answer.text) < 4 * BUDGET  # content, data (metadata, the same excerpt) and message; was 7.5 M
+        assert content.startswith("exit code 0") and "line 0000000" in content and "line 0009999" in content
+        stdout_ref = next(a["ref"] for a in data["artifact_files"] if a["name"].endswith("/stdout"))
+        assert f"the full stdout: {stdout_ref}]" in content and data["stdout_truncated"] is True
+        refs = {f["name"]: f["ref"] for f in data["output_files"]}
+        assert all(r.startswith("artifact://runs/") for r in refs.values())
+        assert (
+            f"file out/big.txt (text/plain, 1500000 bytes): over the inline size (16384 bytes); "
+            f"full content at {refs['out/big.txt']}" in content
+        )
+        assert "y" * 99 not in answer.text and all(f["content"] is None for f in data["output_files"])
+        message = body["message"]
+        assert message["content"][0] == {"type": "text", "text": content}
+        image = message["content"][1]
+        assert image["type"] == "image" and base64.b64decode(image["source"]["data"]) == PNG
+
+        # Every ref reads back whole over REST, for its own key only.
+        assert _artifact(one, refs["out/big.txt"]).text == BIG
+        assert _artifact(one, stdout_ref).text == STDOUT
+        assert _artifact(one, refs["out/red.png"]).content == PNG
+        for ref in (refs["out/big.txt"], stdout_ref):
+            refused = _artifact(two, ref)
+            assert refused.status_code == 404 and refused.json()["error"]["code"] == "artifact_not_found"
+
+        # ... and is the input of the next run.
+        chained = {
+            "skill": "math-tools",
+            "command": "wc -c < inputs/big.txt; wc -c < inputs/stdout.txt; head -c 12 inputs/stdout.txt",
+            "inputs": [
+                {"from": refs["out/big.txt"], "to": "inputs/big.txt"},
+                {"from": stdout_ref, "to": "inputs/stdout.txt"},
+            ],
+        }
+        again = one.post("/v1/tools/call", json={"name": "skill_run", "arguments": chained}).json()
+        assert not again["is_error"], again["content"]
+        assert again["data"]["stdout"] == "1500000\n1010000\nline 0000000"
+        other = two.post("/v1/tools/call", json={"name": "skill_run", "arguments": chained}).json()
+        assert other["is_error"] and other["data"]["error"]["code"] == "artifact_not_found"
+
+        # A request's own budget.
+        with Client(server.url, api_key="k-one") as client:  # the Python client passes it on
+            small = client.call_tool("skill_run", RUN, result_budget={"max_chars": 5_000, "image_bytes": 0})
+        assert len(small["content"]) <= 5_000 and "line 0000000" in small["content"]
+        bad = one.post(
+            "/v1/tools/call", json={"name": "skill_run", "arguments": RUN, "result_budget": {"max_chars": 5}}
+        )
+        assert bad.status_code == 422
+
+
+def test_mcp_result_fits_and_its_refs_round_trip(server: Server) -> None:
+    async def main() -> None:
+        async with http_client(server, "k-one") as client:
+            templates = await client.list_resource_templates()
+            assert [t.uri_template for t in templates.resource_templates] == [
+                "artifact://{+name}@{version}{?offset,length}"
+            ]
+            # The official client refuses a message over 1 MiB: before, this call failed outright.
+            result = await client.call_tool("skill_run", RUN)
+            size = len(result.model_dump_json(by_alias=True, exclude_none=True))
+            print(f"\nMCP tools/call result: {size} characters")
+            assert not result.is_error and size < 3 * BUDGET
+            text, *blocks = result.content
+            assert isinstance(text, types.TextContent) and len(text.text) <= BUDGET
+            data = result.structured_content
+            assert data is not None and all(f["content"] is None for f in data["output_files"])
+            refs = {f["name"]: f["ref"] for f in data["output_files"]}
+            stdout_ref = next(a["ref"] for a in data["artifact_files"] if a["name"].endswith("/stdout"))
+            assert f"the full stdout: {stdout_ref}]" in text.text
+            link, image = blocks
+            assert isinstance(link, types.ResourceLink) and link.uri == refs["out/big.txt"] and link.size == 1_500_000
+            assert isinstance(image, types.ImageContent) and base64.b64decode(image.data) == PNG
+            assert image.mime_type == "image/png"
+
+            # A large artifact is read in parts; a whole read says how.
+            with pytest.raises(MCPError) as caught:
+                await client.read_resource(refs["out/big.txt"])
+            assert "read it in parts" in caught.value.error.message
+            for ref, expected in ((refs["out/big.txt"], BIG), (stdout_ref, STDOUT)):
+                parts, offset = [], 0
+                while offset < len(expected):
+                    part = (await client.read_resource(f"{ref}?offset={offset}&length=524288")).contents[0]
+                    assert isinstance(part, types.TextResourceContents) and part.uri.startswith(
+                        f"{ref}?offset={offset}&length="
+                    )
+                    parts.append(part.text)
+                    offset += len(part.text.encode())
+                assert "".join(parts) == expected
+            png = (await client.read_resource(refs["out/red.png"])).contents[0]
+            assert isinstance(png, types.BlobResourceContents) and base64.b64decode(png.blob) == PNG
+            got = await client.call_tool("artifact_get", {"ref": refs["out/big.txt"]})
+            assert not got.is_error and isinstance(got.content[1], types.ResourceLink)
+            assert len(got.model_dump_json()) < 2_000  # by reference, not 1.5 MB inline
+
+            # The refs are inputs of the next run.
+            chained = await client.call_tool(
+                "skill_run",
+                {
+                    "skill": "math-tools",
+                    "command": "wc -c < inputs/big.txt",
+                    "inputs": [{"from": refs["out/big.txt"], "to": "inputs/big.txt"}],
+                },
+            )
+            assert not chained.is_error and chained.structured_content["stdout"] == "1500000\n"
+
+            # The request's own budget, in _meta.
+            small = await client.call_tool(
+                "skill_run", RUN, meta={"skill-executor/result_budget": {"max_chars": 5_000}}
+            )
+            small_text = small.content[0]
+            assert isinstance(small_text, types.TextContent) and len(small_text.text) <= 5_000
+
+        async with http_client(server, "k-two") as other:  # another key: none of it exists
+            for ref in (refs["out/big.txt"], refs["out/red.png"], stdout_ref):
+                with pytest.raises(MCPError) as caught:
+                    await other.read_resource(ref)
+                assert "artifact_not_found" in caught.value.error.message
+                got = await other.call_tool("artifact_get", {"ref": ref})
+                assert got.is_error and "artifact_not_found" in got.content[0].text
+            staged = await other.call_tool(
+                "skill_run", {"skill": "math-tools", "command": "true", "inputs": [{"from": refs["out/big.txt"]}]}
+            )
+            assert staged.is_error and "artifact_not_found" in staged.content[0].text
+
+    anyio.run(main)
+
+
+def test_explicitly_unsaved_outputs_print_no_ref(server: Server) -> None:
+    with _rest(server, "k-one") as one:
+        run = {
+            **RUN,
+            "command": "head -c 100000 /dev/zero > out/zeros.bin",
+            "outputs": {"globs": ["out/**"], "save": False},
+        }
+        body = one.post("/v1/tools/call", json={"name": "skill_run", "arguments": run}).json()
+        assert "workspace://" not in body["content"] and "not kept: outputs.save is false" in body["content"]
