@@ -219,3 +219,18 @@ def test_tool_runs_keep_their_outputs() -> None:
     legacy = keep_outputs(RunRequest.model_validate({**base, "output_files": ["out/*"]}), "text")
     assert legacy.outputs is not None and legacy.outputs.save
     assert keep_outputs(RunRequest.model_validate(base), "mcp").outputs is None
+
+
+def test_a_stream_that_cannot_be_kept_is_still_answered() -> None:
+    """An error path: the store refuses the save; the result still answers, its marker says so."""
+    from skill_executor.errors import TooLarge
+    from skill_executor.tools import kept_result
+
+    class Refusing:
+        def put(self, name: str, data: bytes, **kwargs: Any) -> Any:
+            raise TooLarge("no room", code="artifact_too_large")
+
+    result = _result(stdout="q" * 20_000)
+    kept = kept_result(result, ResultBudget(max_chars=MIN), "text", artifacts=Refusing(), tenant="t")  # type: ignore[arg-type]
+    assert not kept.is_error and "the full stdout was not kept]" in kept.content
+    assert kept.data["artifact_files"] == []

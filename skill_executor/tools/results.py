@@ -4,15 +4,18 @@ the model, with the whole result in it -- within the tool-result budget,
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore
-from ..errors import BadRequest
+from ..errors import BadRequest, ExecutorError
 from ..runs.models import ArtifactFile, RunResult
 from .budget import Block, Embedded, Image, Link, ResultBudget, Shaped, Surface, Text, shape_run
 from .catalogue import TOOL_FORMATS, Format
+
+log = logging.getLogger("skill_executor.tools")
 
 
 @dataclass(slots=True)
@@ -122,13 +125,17 @@ def kept_result(
     kept: list[ArtifactFile] = []
     for name in shaped.cut:
         text = result.stdout if name == "stdout" else result.stderr
-        info = artifacts.put(
-            f"runs/{result.run_id}/{name}",
-            text.encode("utf-8", "replace"),
-            mime_type="text/plain",
-            run_id=result.run_id,
-            tenant=tenant,
-        )
+        try:
+            info = artifacts.put(
+                f"runs/{result.run_id}/{name}",
+                text.encode("utf-8", "replace"),
+                mime_type="text/plain",
+                run_id=result.run_id,
+                tenant=tenant,
+            )
+        except (ExecutorError, OSError):  # the result still answers; its marker says the stream was not kept
+            log.warning("the full %s of run %s could not be kept", name, result.run_id, exc_info=True)
+            continue
         refs[name] = info.ref
         kept.append(ArtifactFile(name=info.name, version=info.version, ref=info.ref))
     shaped = shape_run(result, budget, surface, failed=bad, stream_refs=refs)
