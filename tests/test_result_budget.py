@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
+
+from skill_executor.core import Executor
 
 from skill_executor.runs.models import RunRequest, RunResult
 from skill_executor.tools import ToolResult, keep_outputs, run_result
@@ -25,6 +29,8 @@ from skill_executor.tools.budget import (
     shape_run,
     split,
 )
+
+from .conftest import make_settings
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 60).decode()
 REF = "artifact://runs/r1/out"
@@ -234,3 +240,51 @@ def test_a_stream_that_cannot_be_kept_is_still_answered() -> None:
     kept = kept_result(result, ResultBudget(max_chars=MIN), "text", artifacts=Refusing(), tenant="t")  # type: ignore[arg-type]
     assert not kept.is_error and "the full stdout was not kept]" in kept.content
     assert kept.data["artifact_files"] == []
+
+
+@pytest.fixture
+def library(tmp_path: Path) -> Iterator[Executor]:
+    """The library on the local runtime (no engine: the shaping is the same on every runtime)."""
+    made = Executor.from_settings(make_settings(tmp_path, "local"))
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_the_library_tool_helper_keeps_what_it_refers_to(library: Executor) -> None:
+    """The Python tool helper (ToolExecutor over the library's runner): the same budget, and
+    every ref it prints reads back and stages as the next run's input."""
+    from skill_executor.tools import ToolExecutor
+
+    executor = library
+    tools = ToolExecutor(executor.repository, executor.runner.run, artifacts=executor.artifacts)
+    command = "seq 1 100000; seq 1 20000 > out/n.txt; echo hi > out/small.txt"
+    ran = tools.call(
+        "skill_run",
+        {"skill": "math-tools", "command": command, "outputs": {"globs": ["out/*"]}},
+        budget=ResultBudget(max_chars=MIN),
+    )
+    assert not ran.is_error and len(ran.content) <= MIN, ran.content
+    assert ran.content.splitlines()[2] == "1" and "\n100000\n" in ran.content  # head and tail
+    stdout_ref = ran.data["artifact_files"][-1]["ref"]
+    assert f"the full stdout: {stdout_ref}]" in ran.content
+    refs = {f["name"]: f["ref"] for f in ran.data["output_files"]}
+    assert f"full content at {refs['out/n.txt']}" in ran.content and "file out/small.txt" in ran.content
+    assert "hi" in ran.content.split("file out/small.txt")[1]  # small: inline, once
+    _, data = executor.artifacts.read(*_name_version(stdout_ref))
+    assert data.decode() == "".join(f"{i}\n" for i in range(1, 100_001))
+    again = tools.call(
+        "skill_run",
+        {
+            "skill": "math-tools",
+            "command": "wc -l < inputs/n.txt",
+            "inputs": [{"from": refs["out/n.txt"], "to": "inputs/n.txt"}],
+        },
+    )
+    assert again.data["stdout"] == "20000\n"
+
+
+def _name_version(ref: str) -> tuple[str, int]:
+    name, version = ref.removeprefix("artifact://").rsplit("@", 1)
+    return name, int(version)
