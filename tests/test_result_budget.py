@@ -288,3 +288,20 @@ def test_the_library_tool_helper_keeps_what_it_refers_to(library: Executor) -> N
 def _name_version(ref: str) -> tuple[str, int]:
     name, version = ref.removeprefix("artifact://").rsplit("@", 1)
     return name, int(version)
+
+
+def test_other_tools_fit_the_budget_too(tmp_path: Path) -> None:
+    from skill_executor.registry import SkillRepository
+    from skill_executor.tools import ToolExecutor
+
+    from .helpers import make_skill
+
+    skill = make_skill(tmp_path, "big-docs", "name: big-docs\ndescription: Long docs.\n")
+    (skill / "references").mkdir()
+    (skill / "references" / "long.md").write_text("".join(f"paragraph {i}\n" for i in range(10_000)))
+    tools = ToolExecutor(SkillRepository([tmp_path]))
+    read = tools.call(
+        "skill_select_docs", {"skill": "big-docs", "include_all_docs": True}, budget=ResultBudget(max_chars=MIN)
+    )
+    assert len(read.content) <= MIN and "paragraph 0\n" in read.content and read.content.endswith("paragraph 9999\n")
+    assert "characters of this result cut to fit the tool-result budget; ask for fewer docs at a time]" in read.content

@@ -195,6 +195,9 @@ def test_mcp_result_fits_and_its_refs_round_trip(server: Server) -> None:
             )
             small_text = small.content[0]
             assert isinstance(small_text, types.TextContent) and len(small_text.text) <= 5_000
+            wrong = {"skill-executor/result_budget": {"max_chars": "lots"}}
+            refused = await client.call_tool("skill_run", RUN, meta=wrong)
+            assert refused.is_error and "invalid_arguments" in refused.content[0].text  # type: ignore[union-attr]
 
         async with http_client(server, "k-two") as other:  # another key: none of it exists
             for ref in (refs["out/big.txt"], refs["out/red.png"], stdout_ref):

@@ -465,20 +465,20 @@ class SkillServer:
         self._seen(ctx)
         arguments = dict(params.arguments or {})
         try:
+            budget = request_budget(self.backend.tools().budget, params.meta)
             if params.name == "skill_run":
-                return await self._skill_run(ctx, arguments, params.meta)
+                return await self._skill_run(ctx, arguments, budget)
             if params.name in CONTEXT_TOOLS:
                 who = self.backend.principal(ctx)
-                return await self._offload(lambda: self._context_tool(params.name, arguments, who))
+                return await self._offload(lambda: self._context_tool(params.name, arguments, who, budget))
             if params.name.startswith("artifact_"):
                 who = self.backend.principal(ctx)
-                budget = request_budget(self.backend.tools().budget, params.meta)
                 return await self._offload(lambda: self._artifact_tool(params.name, arguments, who, budget))
-            return await self._offload(lambda: self._read_tool(params.name, arguments))
+            return await self._offload(lambda: self._read_tool(params.name, arguments, budget))
         except ExecutorError as exc:
             return error_result(f"error ({exc.code}): {exc.message}")
 
-    def _read_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    def _read_tool(self, name: str, arguments: dict[str, Any], budget: ResultBudget) -> types.CallToolResult:
         tools = self.backend.tools()
         if name == "skill_search":
             query = arguments.get("query")
@@ -496,12 +496,14 @@ class SkillServer:
             name = "skill_select_docs"
         elif name not in ("skill_load", "skill_list_docs"):
             raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
-        result = tools.call(name, arguments)
+        result = tools.call(name, arguments, budget=budget)
         return types.CallToolResult(content=[text_content(result.content)], is_error=result.is_error)
 
-    def _context_tool(self, name: str, arguments: dict[str, Any], who: Principal) -> types.CallToolResult:
+    def _context_tool(
+        self, name: str, arguments: dict[str, Any], who: Principal, budget: ResultBudget
+    ) -> types.CallToolResult:
         """The context of the caller's key (the tenant) and the session the arguments name."""
-        result = self.backend.tools().call(name, arguments, tenant=who.id)
+        result = self.backend.tools().call(name, arguments, tenant=who.id, budget=budget)
         structured = result.data if isinstance(result.data, dict) and not result.is_error else None
         return types.CallToolResult(
             content=[text_content(result.content)], structured_content=structured, is_error=result.is_error
@@ -553,11 +555,10 @@ class SkillServer:
         raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
 
     async def _skill_run(
-        self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any], meta: Any
+        self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any], budget: ResultBudget
     ) -> types.CallToolResult | dict[str, Any]:
         manager = self.backend.manager()
         who = self.backend.principal(ctx)
-        budget = request_budget(self.backend.tools().budget, meta)
         # What the result refers to is kept (artifact:// refs); binary files are read for blobs and images.
         request = await self._offload(lambda: keep_outputs(run_request(arguments), "mcp"))
         # Shielded: a cancellation during admission would leave the accepted run unowned;
