@@ -123,6 +123,11 @@ def test_rest_tool_call_fits_and_its_refs_round_trip(server: Server) -> None:
         assert again["data"]["stdout"] == "1500000\n1010000\nline 0000000"
         other = two.post("/v1/tools/call", json={"name": "skill_run", "arguments": chained}).json()
         assert other["is_error"] and other["data"]["error"]["code"] == "artifact_not_found"
+        # A finished run's workspace is gone: its out/ is staged by the artifact ref, and the refusal says so.
+        stale = {"skill": "math-tools", "command": "true", "inputs": [{"from": "workspace://out/big.txt"}]}
+        gone = one.post("/v1/tools/call", json={"name": "skill_run", "arguments": stale}).json()
+        assert gone["is_error"] and gone["data"]["error"]["code"] == "input_not_found"
+        assert "stage an earlier run's output by its artifact:// ref" in gone["content"]
 
         # A request's own budget.
         with Client(server.url, api_key="k-one") as client:  # the Python client passes it on

@@ -35,8 +35,10 @@ INSTRUCTIONS = """This server runs Agent Skills in isolated, network-less sandbo
 3. Run: call skill_run with the skill and a shell command, as the instructions say (never paste scripts).
    The command starts in the skill's folder. Stage inputs with inputs=[{"from": "artifact://name" or
    "skill://...", "to": "inputs/x"}] (artifact_put uploads a file first); write results to out/ and ask
-   for them with outputs={"globs": ["out/**"]}: they come back as embedded resources and artifact:// refs
-   (artifact_get reads one).
+   for them with outputs={"globs": ["out/**"]}: small ones come back embedded, images as image blocks, the
+   rest as resource links; every file (and a long stdout/stderr, which the result shows head and tail of)
+   has an artifact:// ref: read it with resources/read (large ones in parts: ?offset=N&length=M) or
+   artifact_get, or stage it as an input of the next skill_run.
 4. Context: context_load / context_select_docs / context_unload keep, per session, what the agent has
    loaded (within a token budget); context_render gives the block for the system message."""
 
