@@ -171,7 +171,9 @@ MIN = 2_000
 def test_unsaved_files_print_no_ref() -> None:
     result = _result(output_files=[_file("out/big.bin", None, size=10**6, ref="workspace://out/big.bin")])
     shaped = shape_run(result, ResultBudget(), "mcp", failed=False)
-    assert "workspace://" not in shaped.text and "not kept: outputs.save is false" in shaped.text
+    assert (
+        "workspace://" not in shaped.text and "not kept: not saved as an artifact (outputs.save is false" in shaped.text
+    )
     assert shaped.blocks[1:] == []  # no link to something nobody can read
 
 
@@ -211,7 +213,7 @@ def test_messages_carry_the_blocks() -> None:
 def test_tool_runs_keep_their_outputs() -> None:
     base = {"skill": "s", "command": "true"}
     kept = keep_outputs(RunRequest.model_validate({**base, "outputs": {"globs": ["out/**"]}}), "mcp")
-    assert kept.outputs is not None and kept.outputs.save and kept.outputs.name_template == "runs/{run_id}/{path}"
+    assert kept.outputs is not None and kept.outputs.save and kept.outputs.name_template == "runs/{run_id}/{safe_path}"
     assert kept.outputs.inline_binary
     text = keep_outputs(RunRequest.model_validate({**base, "outputs": {"globs": ["out/**"]}}), "text")
     assert text.outputs is not None and text.outputs.save and not text.outputs.inline_binary
@@ -259,7 +261,7 @@ def test_the_library_tool_helper_keeps_what_it_refers_to(library: Executor) -> N
 
     executor = library
     tools = ToolExecutor(executor.repository, executor.runner.run, artifacts=executor.artifacts)
-    command = "seq 1 100000; seq 1 20000 > out/n.txt; echo hi > out/small.txt"
+    command = "seq 1 100000; seq 1 20000 > out/n.txt; echo hi > out/small.txt; echo spaced > 'out/My Report.txt'"
     ran = tools.call(
         "skill_run",
         {"skill": "math-tools", "command": command, "outputs": {"globs": ["out/*"]}},
@@ -283,6 +285,24 @@ def test_the_library_tool_helper_keeps_what_it_refers_to(library: Executor) -> N
         },
     )
     assert again.data["stdout"] == "20000\n"
+    # A name an artifact cannot hold is kept under its safe form.
+    assert refs["out/My Report.txt"].startswith(f"artifact://runs/{ran.data['run_id']}/out/My_Report.txt@")
+    _, spaced = executor.artifacts.read(*_name_version(refs["out/My Report.txt"]))
+    assert spaced == b"spaced\n"
+
+
+def test_safe_path() -> None:
+    from skill_executor.artifacts.store import validate_name
+    from skill_executor.outputs.naming import NameTemplate, safe_path
+
+    assert safe_path("out/My Report (1).pdf") == "out/My_Report__1_.pdf"
+    assert safe_path("out/.hidden/-x/ü.txt") == "out/_.hidden/_-x/_.txt"
+    for path in ("out/a b", "out/.env", "work/../x", "out/\u00e9t\u00e9", "out/+plus"):
+        validate_name(safe_path(path))
+    rendered = NameTemplate.parse("runs/{run_id}/{safe_path}").render(
+        path="out/a b.txt", name="a b.txt", stem="a b", ext=".txt", run_id="r1", session="", prefix=""
+    )
+    assert rendered == "runs/r1/out/a_b.txt"
 
 
 def _name_version(ref: str) -> tuple[str, int]:

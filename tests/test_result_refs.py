@@ -227,4 +227,7 @@ def test_explicitly_unsaved_outputs_print_no_ref(server: Server) -> None:
             "outputs": {"globs": ["out/**"], "save": False},
         }
         body = one.post("/v1/tools/call", json={"name": "skill_run", "arguments": run}).json()
-        assert "workspace://" not in body["content"] and "not kept: outputs.save is false" in body["content"]
+        assert (
+            "workspace://" not in body["content"]
+            and "not kept: not saved as an artifact (outputs.save is false" in body["content"]
+        )

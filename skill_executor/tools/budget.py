@@ -297,7 +297,11 @@ def shape_run(
             )
             files.append(_File(i, "ref", f"{desc}): {why}; full content at {item.ref}"))
         else:
-            why = "cut by outputs.max_file_bytes; not kept" if item.truncated else "not kept: outputs.save is false"
+            why = (
+                "cut by outputs.max_file_bytes; not kept"
+                if item.truncated
+                else "not kept: not saved as an artifact (outputs.save is false, or see the warnings)"
+            )
             files.append(_File(i, "ref", f"{desc}): {why}"))
     warnings = [w if len(w) <= WARNING_CHARS else w[: WARNING_CHARS - 3] + "..." for w in result.warnings]
     status = _status(result, failed)

@@ -51,7 +51,7 @@ DOC_MAX_BYTES = 256 * 1024
 SKILL_TOOLS = ("skill_load", "skill_list_docs", "skill_select_docs", "skill_run")
 #: The artifact names a tool's run saves its outputs under, so every ref its result prints
 #: can be read (REST, MCP) and staged by a later run.
-OUTPUT_TEMPLATE = "runs/{run_id}/{path}"
+OUTPUT_TEMPLATE = "runs/{run_id}/{safe_path}"
 RunFunction = Callable[[RunRequest], RunResult]
 AsyncRunFunction = Callable[[RunRequest], Awaitable[RunResult]]
 
@@ -118,9 +118,9 @@ def run_request(arguments: dict[str, Any]) -> RunRequest:
 def keep_outputs(request: RunRequest, surface: Surface) -> RunRequest:
     """A tool's run keeps what its result refers to: unless the request says otherwise
     (``outputs.save``, legacy ``save_as_artifacts``), every collected file is saved as the
-    artifact ``runs/<run id>/<path>`` (:data:`OUTPUT_TEMPLATE`), so its ``artifact://`` ref
-    round-trips; binary outputs are read for the surfaces that show them (MCP blobs,
-    MCP and Anthropic image blocks)."""
+    artifact ``runs/<run id>/<path>`` (:data:`OUTPUT_TEMPLATE`; characters a name cannot
+    hold as ``_``), so its ``artifact://`` ref round-trips; binary outputs are read for the
+    surfaces that show them (MCP blobs, MCP and Anthropic image blocks)."""
     spec = request.outputs
     if spec is None and not request.output_files:
         return request
