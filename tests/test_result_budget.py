@@ -325,3 +325,13 @@ def test_other_tools_fit_the_budget_too(tmp_path: Path) -> None:
     )
     assert len(read.content) <= MIN and "paragraph 0\n" in read.content and read.content.endswith("paragraph 9999\n")
     assert "characters of this result cut to fit the tool-result budget; ask for fewer docs at a time]" in read.content
+
+
+def test_crowded_streams_still_name_their_refs() -> None:
+    files = [_file(f"out/{i:04d}.txt", "c" * 100, size=100) for i in range(300)]
+    result = _result(stdout="o" * 50_000, stderr="e" * 50_000, output_files=files)
+    refs = {"stdout": "artifact://runs/r1/stdout@1", "stderr": "artifact://runs/r1/stderr@1"}
+    shaped = shape_run(result, ResultBudget(max_chars=MIN), "text", failed=False, stream_refs=refs)
+    assert shaped.chars() <= MIN and shaped.cut == ["stdout", "stderr"]
+    assert "the full stdout: artifact://runs/r1/stdout@1]" in shaped.text
+    assert "the full stderr: artifact://runs/r1/stderr@1]" in shaped.text

@@ -47,6 +47,8 @@ MIN_CHARS = 2_000
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 #: Longest warning shown in the text (the structured view has them whole).
 WARNING_CHARS = 300
+#: What a stream keeps at least when files and warnings crowd the budget: its marker, ref and a few lines.
+STREAM_ROOM = 480
 #: Where a stream's kept head ends: this share of what is shown (the tail, where errors are, gets the rest).
 HEAD_SHARE = 0.4
 
@@ -313,8 +315,14 @@ def shape_run(
         size += sum(len(result.output_files[f.index].content or "") for f in listed if f.how == "embed")
         return size
 
+    texts = {"stdout": result.stdout.rstrip("\n"), "stderr": result.stderr.rstrip("\n")}
+    run_cuts = {"stdout": result.stdout_truncated, "stderr": result.stderr_truncated}
+    notes = {s: f" [cut by the run: {s}_max_bytes]" if run_cuts[s] else "" for s in STREAMS}
+    present = [s for s in STREAMS if texts[s]]
+    # Room kept for the streams (a cut one's marker and its ref at least) and the closing notes.
+    reserve = 160 + sum(min(len(texts[s]) + len(notes[s]) + 16, STREAM_ROOM) for s in present)
     # Too much for the budget even without streams: inline less, then list less.
-    while fixed_size(files, warnings) > total - 200 and any(f.how in ("inline", "embed") for f in files):
+    while fixed_size(files, warnings) > total - reserve and any(f.how in ("inline", "embed") for f in files):
         last = max(f.index for f in files if f.how in ("inline", "embed"))
         item = result.output_files[last]
         where = f"full content at {item.ref}" if _readable(item.ref) else "not kept"
@@ -322,7 +330,7 @@ def shape_run(
         files = [f if f.index != last else _File(last, "ref", desc) for f in files]
     listed, unlisted = files, 0
     warned, unwarned = warnings, 0
-    while fixed_size(listed, warned) > total - 200 and (warned or listed):
+    while fixed_size(listed, warned) > total - reserve and (warned or listed):
         if warned:
             warned, unwarned = warned[:-1], unwarned + 1
         else:
@@ -334,10 +342,6 @@ def shape_run(
         tail_lines.append(f"[{unwarned} more warning(s) not shown]")
     # The streams share what is left.
     fixed = fixed_size(listed, warned) + sum(len(x) + 1 for x in tail_lines)
-    texts = {"stdout": result.stdout.rstrip("\n"), "stderr": result.stderr.rstrip("\n")}
-    run_cuts = {"stdout": result.stdout_truncated, "stderr": result.stderr_truncated}
-    notes = {s: f" [cut by the run: {s}_max_bytes]" if run_cuts[s] else "" for s in STREAMS}
-    present = [s for s in STREAMS if texts[s]]
     headers = sum(len(f"{s}:\n") + 1 for s in present)
     shares = split(total - fixed - headers, [len(texts[s]) + len(notes[s]) for s in present])
     shown: dict[str, str] = {}
