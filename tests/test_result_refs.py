@@ -144,7 +144,8 @@ def test_mcp_result_fits_and_its_refs_round_trip(server: Server) -> None:
         async with http_client(server, "k-one") as client:
             templates = await client.list_resource_templates()
             assert [t.uri_template for t in templates.resource_templates] == [
-                "artifact://{+name}@{version}{?offset,length}"
+                "skill://{skill}/{+path}",
+                "artifact://{+name}@{version}{?offset,length}",
             ]
             # The official client refuses a message over 1 MiB: before, this call failed outright.
             result = await client.call_tool("skill_run", RUN)
