@@ -231,10 +231,13 @@ def test_tool_runs_keep_their_outputs() -> None:
 
 def test_a_stream_that_cannot_be_kept_is_still_answered() -> None:
     """An error path: the store refuses the save; the result still answers, its marker says so."""
-    from skill_executor.errors import TooLarge
+    from skill_executor.errors import NotFound, TooLarge
     from skill_executor.tools import kept_result
 
     class Refusing:
+        def info(self, name: str, version: int | None = None, **kwargs: Any) -> Any:
+            raise NotFound(f"no artifact {name!r}", code="artifact_not_found")
+
         def put(self, name: str, data: bytes, **kwargs: Any) -> Any:
             raise TooLarge("no room", code="artifact_too_large")
 
@@ -242,6 +245,25 @@ def test_a_stream_that_cannot_be_kept_is_still_answered() -> None:
     kept = kept_result(result, ResultBudget(max_chars=MIN), "text", artifacts=Refusing(), tenant="t")  # type: ignore[arg-type]
     assert not kept.is_error and "the full stdout was not kept]" in kept.content
     assert kept.data["artifact_files"] == []
+
+
+def test_a_result_shaped_again_names_the_stream_kept_before(library: Executor) -> None:
+    """An MCP task's result is shaped on every tasks/get: the cut stream is saved once, and each
+    shaping names that version (not a new one per poll)."""
+    from skill_executor.tools import kept_result
+
+    result = _result(stdout="q" * 20_000)
+    first, second = (
+        kept_result(result, ResultBudget(max_chars=MIN), "mcp", artifacts=library.artifacts, tenant="t")
+        for _ in range(2)
+    )
+    assert first.content == second.content and first.data == second.data
+    assert [a["ref"] for a in first.data["artifact_files"]] == ["artifact://runs/r1/stdout@1"]
+    assert [i.ref for i in library.artifacts.names(tenant="t")] == ["artifact://runs/r1/stdout@1"]
+    other = kept_result(  # another run's stream under that name is never taken for this one's
+        _result(stdout="z" * 20_000), ResultBudget(max_chars=MIN), "mcp", artifacts=library.artifacts, tenant="t"
+    )
+    assert "the full stdout: artifact://runs/r1/stdout@2]" in other.content
 
 
 @pytest.fixture

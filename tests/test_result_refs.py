@@ -11,20 +11,25 @@ and over MCP with the SDK's own client (streamable HTTP, two API keys).
 from __future__ import annotations
 
 import base64
+import json
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import anyio
 import httpx
+import httpx2
 import mcp_types as types
 import pytest
+from mcp import Client as McpClient
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from skill_executor.client import Client
 
 from .api_server import Server
-from .test_mcp import _skills, http_client
+from .test_mcp import _skills, _task_done, _TasksExtension, http_client, raw
 
 KEYS = ("k-one", "k-two")
 STDOUT = "".join(  # 1,010,000 bytes (under the run's 1 MiB stdout cap)
@@ -232,3 +237,94 @@ def test_explicitly_unsaved_outputs_print_no_ref(server: Server) -> None:
             "workspace://" not in body["content"]
             and "not kept: not saved as an artifact (outputs.save is false" in body["content"]
         )
+
+
+def test_every_call_shape_gets_the_budget(server: Server) -> None:
+    """OpenAI Chat Completions and Responses shapes (a Responses function_call item posted as the
+    model produced it) get the same budgeted result, and the model's mistakes stay error results."""
+    with _rest(server, "k-one") as one:
+        item = {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "skill_run",
+            "arguments": json.dumps(RUN),
+            "result_budget": {"max_chars": 20_000},
+        }
+        body = one.post("/v1/tools/call", json=item).json()
+        content, data = body["content"], body["data"]
+        assert not body["is_error"] and len(content) <= 20_000 and "line 0000000" in content
+        assert body["message"] == {"type": "function_call_output", "call_id": "call_1", "output": content}
+        stdout_ref = next(a["ref"] for a in data["artifact_files"] if a["name"].endswith("/stdout"))
+        assert f"the full stdout: {stdout_ref}]" in content and _artifact(one, stdout_ref).text == STDOUT
+        assert "y" * 99 not in json.dumps(body)  # the big file by ref only
+
+        chat = one.post(
+            "/v1/tools/call", json={"name": "skill_run", "arguments": RUN, "format": "openai", "id": "c2"}
+        ).json()
+        assert len(chat["content"]) <= BUDGET and "the full stdout: artifact://" in chat["content"]
+        assert chat["message"] == {"role": "tool", "tool_call_id": "c2", "content": chat["content"]}
+
+        for mistake in (
+            {**item, "name": "skill_rum"},
+            {**item, "arguments": "{not json"},
+            {**item, "arguments": json.dumps({"skill": "math-tools"})},
+        ):
+            answer = one.post("/v1/tools/call", json=mistake)
+            assert answer.status_code == 200, answer.text
+            wrong = answer.json()
+            assert wrong["is_error"] and wrong["data"]["error"]["code"] in ("tool_not_found", "invalid_arguments")
+            assert wrong["message"]["output"].startswith("error (") and len(wrong["content"]) <= 20_000
+
+
+def test_a_task_result_is_the_same_budgeted_result(server: Server) -> None:
+    """skill_run through the Tasks extension (2026-07-28): tasks/get settles to the CallToolResult a
+    plain call returns -- within the budget, the cut stdout kept once (every poll names the same
+    ref), every ref readable; a tasks/get's own _meta budget applies, an invalid one is -32602."""
+
+    @asynccontextmanager
+    async def modern(key: str) -> AsyncIterator[McpClient]:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=120) as http:
+            transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
+            async with McpClient(
+                transport, mode="auto", read_timeout_seconds=120, extensions=[_TasksExtension()]
+            ) as client:
+                assert client.session.protocol_version == "2026-07-28"
+                yield client
+
+    async def main() -> None:
+        async with modern("k-one") as client:
+            created = await raw(client, "tools/call", {"name": "skill_run", "arguments": RUN})
+            assert created["resultType"] == "task"
+            done = await _task_done(client, created["taskId"], timeout=120)
+            assert done["status"] == "completed"
+            result = types.CallToolResult.model_validate(done["result"])
+            assert not result.is_error and len(json.dumps(done["result"])) < 3 * BUDGET
+            text, link, image = result.content
+            assert isinstance(text, types.TextContent) and len(text.text) <= BUDGET
+            data = result.structured_content
+            assert data is not None and data["run_id"] == created["taskId"]
+            assert all(f["content"] is None for f in data["output_files"])
+            refs = {f["name"]: f["ref"] for f in data["output_files"]}
+            stdout_ref = next(a["ref"] for a in data["artifact_files"] if a["name"].endswith("/stdout"))
+            assert f"the full stdout: {stdout_ref}]" in text.text
+            assert isinstance(link, types.ResourceLink) and link.uri == refs["out/big.txt"]
+            assert isinstance(image, types.ImageContent) and base64.b64decode(image.data) == PNG
+            again = await raw(client, "tasks/get", {"taskId": created["taskId"]})
+            assert again["result"] == done["result"]  # the stream kept once: the same ref on every poll
+            part = (await client.read_resource(f"{stdout_ref}?offset=0&length=1000")).contents[0]
+            assert isinstance(part, types.TextResourceContents) and part.text == STDOUT[:1000]
+            small = await raw(
+                client,
+                "tasks/get",
+                {"taskId": created["taskId"], "_meta": {"skill-executor/result_budget": {"max_chars": 5_000}}},
+            )
+            assert len(small["result"]["content"][0]["text"]) <= 5_000
+            with pytest.raises(MCPError) as caught:
+                await raw(
+                    client,
+                    "tasks/get",
+                    {"taskId": created["taskId"], "_meta": {"skill-executor/result_budget": {"max_chars": 5}}},
+                )
+            assert caught.value.error.code == -32602 and "invalid_arguments" in caught.value.error.message
+
+    anyio.run(main)

@@ -4,13 +4,14 @@ the model, with the whole result in it -- within the tool-result budget,
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..access import LOCAL_TENANT
-from ..artifacts.store import ArtifactStore
-from ..errors import BadRequest, ExecutorError
+from ..artifacts.store import ArtifactInfo, ArtifactStore
+from ..errors import BadRequest, ExecutorError, NotFound
 from ..runs.models import ArtifactFile, RunResult
 from .budget import Block, Embedded, Image, Link, ResultBudget, Shaped, Surface, Text, shape_run
 from .catalogue import TOOL_FORMATS, Format
@@ -126,13 +127,7 @@ def kept_result(
     for name in shaped.cut:
         text = result.stdout if name == "stdout" else result.stderr
         try:
-            info = artifacts.put(
-                f"runs/{result.run_id}/{name}",
-                text.encode("utf-8", "replace"),
-                mime_type="text/plain",
-                run_id=result.run_id,
-                tenant=tenant,
-            )
+            info = _keep(artifacts, f"runs/{result.run_id}/{name}", text.encode("utf-8", "replace"), result, tenant)
         except (ExecutorError, OSError):  # the result still answers; its marker says the stream was not kept
             log.warning("the full %s of run %s could not be kept", name, result.run_id, exc_info=True)
             continue
@@ -141,3 +136,16 @@ def kept_result(
     shaped = shape_run(result, budget, surface, failed=bad, stream_refs=refs)
     shaped.structured["artifact_files"] += [k.model_dump() for k in kept]
     return from_shaped(shaped, bad)
+
+
+def _keep(artifacts: ArtifactStore, name: str, data: bytes, result: RunResult, tenant: str) -> ArtifactInfo:
+    """``data`` saved as ``name``, once: a result shaped again (an MCP task polled twice)
+    names the version already kept rather than a new one."""
+    try:
+        info = artifacts.info(name, tenant=tenant)
+    except NotFound:
+        pass
+    else:
+        if info.run_id == result.run_id and info.sha256 == hashlib.sha256(data).hexdigest():
+            return info
+    return artifacts.put(name, data, mime_type="text/plain", run_id=result.run_id, tenant=tenant)
