@@ -127,14 +127,34 @@ def embedded_resource(contents: dict[str, Any]) -> types.EmbeddedResource:
     return types.EmbeddedResource(type="resource", resource=model.model_validate(contents))
 
 
+#: What a run's ``structuredContent`` leaves to the text block: the stream excerpts, so
+#: each byte of a result is in it at most once (the text is what a model reads).
+IN_TEXT = ("stdout", "stderr")
+
+
 def call_result(result: ToolResult) -> types.CallToolResult:
     """A tool result as MCP content: the text, then its blocks (images, embedded files,
-    resource links); ``structuredContent`` = its structured view."""
+    resource links); ``structuredContent`` = its structured view -- for a run, its metadata,
+    exit code and refs without the stream excerpts the text already has (:data:`IN_TEXT`)."""
     content = [TypeAdapter(types.ContentBlock).validate_python(mcp_block(b)) for b in result.blocks]
     structured = result.data if isinstance(result.data, dict) else None
+    if structured is not None and "run_id" in structured:
+        structured = {k: v for k, v in structured.items() if k not in IN_TEXT}
     return types.CallToolResult(
         content=[text_content(result.content), *content], structured_content=structured, is_error=result.is_error
     )
+
+
+def run_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """skill_run's ``outputSchema``: a run's result without the streams (:data:`IN_TEXT`)."""
+    properties = {k: v for k, v in schema["properties"].items() if k not in IN_TEXT}
+    return {
+        **schema,
+        "properties": properties,
+        "required": [r for r in schema.get("required", []) if r not in IN_TEXT],
+        "description": "The run's metadata, exit code and refs. stdout and stderr are in the text content block "
+        "(head and tail when long; the full stream's artifact:// ref in artifact_files), not here.",
+    }
 
 
 def request_budget(default: ResultBudget, meta: Any) -> ResultBudget:

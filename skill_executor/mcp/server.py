@@ -64,6 +64,7 @@ from .protocol import (
     payload_bytes,
     request_budget,
     resource_contents,
+    run_output_schema,
     text_content,
 )
 from .tasks import TASKS, SkillTasks, TaskParams, TaskUpdateParams, wants_tasks
@@ -385,7 +386,7 @@ class SkillServer:
         repository = self.backend.repository()
         by_name = {d["name"]: d for d in definitions(repository, "mcp", context=True)}
         skill = by_name["skill_list_docs"]["inputSchema"]["properties"]["skill"]
-        output = inline_schema(RunResult.model_json_schema())
+        output = run_output_schema(inline_schema(RunResult.model_json_schema()))
         specs: list[tuple[str, str, dict[str, Any], types.ToolAnnotations, dict[str, Any] | None]] = [
             ("skill_load", by_name["skill_load"]["description"], by_name["skill_load"]["inputSchema"], READ_ONLY, None),
             (
