@@ -175,6 +175,20 @@ def test_unsaved_files_print_no_ref() -> None:
         "workspace://" not in shaped.text and "not kept: not saved as an artifact (outputs.save is false" in shaped.text
     )
     assert shaped.blocks[1:] == []  # no link to something nobody can read
+    # A run result's unsaved file has no ref at all (POST /v1/runs without outputs.save): a small one is
+    # still shown, in the text (an MCP embedded resource would need a URI), and said to be not kept.
+    small = _result(
+        output_files=[_file("out/s.txt", "hello\n", size=6, ref=None), _file("out/b.bin", None, size=10**6, ref=None)]
+    )
+    for surface in ("mcp", "text"):
+        shown = shape_run(small, ResultBudget(), surface, failed=False)  # type: ignore[arg-type]
+        assert shown.text.splitlines()[1:] == [
+            "file out/s.txt (text/plain, 6 bytes, not kept):",
+            "hello",
+            "file out/b.bin (text/plain, 1000000 bytes): not kept: not saved as an artifact (outputs.save is false, "
+            "or see the warnings)",
+        ]
+        assert shown.blocks[1:] == []
 
 
 def test_images_share_their_allowance() -> None:

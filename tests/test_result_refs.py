@@ -161,6 +161,14 @@ def test_mcp_result_fits_and_its_refs_round_trip(server: Server) -> None:
             assert isinstance(text, types.TextContent) and len(text.text) <= BUDGET
             data = result.structured_content
             assert data is not None and all(f["content"] is None for f in data["output_files"])
+            # Each byte at most once: the excerpts are in the text block only; structuredContent has the
+            # metadata, exit code and refs (as the tool's outputSchema says).
+            assert "stdout" not in data and "stderr" not in data and data["exit_code"] == 0
+            assert data["stdout_truncated"] is True
+            assert result.model_dump_json(by_alias=True).count("line 0000000") == 1
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            schema = tools["skill_run"].output_schema
+            assert schema is not None and "stdout" not in schema["properties"] and "exit_code" in schema["properties"]
             refs = {f["name"]: f["ref"] for f in data["output_files"]}
             stdout_ref = next(a["ref"] for a in data["artifact_files"] if a["name"].endswith("/stdout"))
             assert f"the full stdout: {stdout_ref}]" in text.text
@@ -198,7 +206,7 @@ def test_mcp_result_fits_and_its_refs_round_trip(server: Server) -> None:
                     "inputs": [{"from": refs["out/big.txt"], "to": "inputs/big.txt"}],
                 },
             )
-            assert not chained.is_error and chained.structured_content["stdout"] == "1500000\n"
+            assert not chained.is_error and chained.content[0].text.splitlines()[1:] == ["stdout:", "1500000"]  # type: ignore[union-attr]
 
             # The request's own budget, in _meta.
             small = await client.call_tool(
@@ -302,7 +310,8 @@ def test_a_task_result_is_the_same_budgeted_result(server: Server) -> None:
             text, link, image = result.content
             assert isinstance(text, types.TextContent) and len(text.text) <= BUDGET
             data = result.structured_content
-            assert data is not None and data["run_id"] == created["taskId"]
+            assert data is not None and data["run_id"] == created["taskId"] and "stdout" not in data
+            assert json.dumps(done["result"]).count("line 0000000") == 1
             assert all(f["content"] is None for f in data["output_files"])
             refs = {f["name"]: f["ref"] for f in data["output_files"]}
             stdout_ref = next(a["ref"] for a in data["artifact_files"] if a["name"].endswith("/stdout"))
@@ -328,3 +337,50 @@ def test_a_task_result_is_the_same_budgeted_result(server: Server) -> None:
             assert caught.value.error.code == -32602 and "invalid_arguments" in caught.value.error.message
 
     anyio.run(main)
+
+
+def test_a_run_result_prints_only_refs_that_round_trip(server: Server) -> None:
+    """POST /v1/runs: a saved output's ref is its artifact:// ref (read back, staged by the next
+    run); an unsaved one in out/ has none (out/ ends with the run); a session's work/ file is
+    workspace://work/..., which the session's next run stages."""
+    write = (
+        "mkdir -p $WORK_DIR/notes; echo kept > out/a.txt; echo scratch > out/b.txt; echo mine > $WORK_DIR/notes/n.txt"
+    )
+    with _rest(server, "k-one") as one:
+        saved = one.post(
+            "/v1/runs",
+            json={"skill": "math-tools", "command": write, "outputs": {"globs": ["out/a.txt"], "save": True}},
+        )
+        assert saved.status_code == 200, saved.text
+        (a,) = saved.json()["output_files"]
+        assert a["name"] == "out/a.txt" and a["ref"].startswith("artifact://")
+        assert _artifact(one, a["ref"]).text == "kept\n"
+
+        session = "refs-session"
+        plain = one.post(
+            "/v1/runs",
+            json={
+                "skill": "math-tools",
+                "command": write,
+                "session": session,
+                "outputs": {"globs": ["out/b.txt", "work/notes/**"]},
+            },
+        ).json()
+        refs = {f["name"]: f["ref"] for f in plain["output_files"]}
+        assert refs == {"out/b.txt": None, "work/notes/n.txt": "workspace://work/notes/n.txt"}, plain
+        assert "workspace://out" not in json.dumps(plain)
+
+        # Every printed ref is an input of a later run (the workspace ref in the same session).
+        chained = one.post(
+            "/v1/runs",
+            json={
+                "skill": "math-tools",
+                "command": "cat inputs/a.txt inputs/n.txt",
+                "session": session,
+                "inputs": [
+                    {"from": a["ref"], "to": "inputs/a.txt"},
+                    {"from": refs["work/notes/n.txt"], "to": "inputs/n.txt"},
+                ],
+            },
+        ).json()
+        assert chained["exit_code"] == 0 and chained["stdout"] == "kept\nmine\n", chained

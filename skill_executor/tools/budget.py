@@ -18,10 +18,11 @@ embedded-resource and link blocks) fits :class:`ResultBudget`:
 * Each byte at most once: a file's content is in exactly one place (inline in the text,
   or one block), never also in the structured view.
 
-The *structured view* (MCP ``structuredContent``, REST ``data``) is the run's metadata in
-the :class:`~skill_executor.runs.models.RunResult` shape: the same stream excerpts as the
-text (MCP's text/structured pairing; a host shows one of them), files by ref with no
-content, and the streams' full copies listed in ``artifact_files``.
+The *structured view* (REST ``data``) is the run's metadata in the
+:class:`~skill_executor.runs.models.RunResult` shape: the same stream excerpts as the text,
+files by ref with no content, and the streams' full copies listed in ``artifact_files``.
+MCP's ``structuredContent`` is that view without the stream excerpts, which the text block
+has (:func:`skill_executor.mcp.protocol.call_result`).
 """
 
 from __future__ import annotations
@@ -240,9 +241,13 @@ def _status(result: RunResult, failed: bool) -> str:
     return f"{'error: the command failed: ' if failed else ''}{status} in {result.duration_ms} ms"
 
 
-def _readable(ref: str) -> bool:
+def _readable(ref: str | None) -> bool:
     """A ref a later call can use: the artifact store's (a run's workspace is gone)."""
-    return ref.startswith("artifact://")
+    return ref is not None and ref.startswith("artifact://")
+
+
+def _at(ref: str | None) -> str:
+    return ref if ref is not None else "not kept"
 
 
 @dataclass(slots=True)
@@ -274,18 +279,18 @@ def shape_run(
         whole = item.content is not None and not item.truncated
         if whole and item.encoding == "base64" and item.mime_type in IMAGE_TYPES and 0 < item.size_bytes <= images_left:
             images_left -= item.size_bytes
-            files.append(_File(i, "image", f"{desc}): the image below; {item.ref}"))
+            files.append(_File(i, "image", f"{desc}): the image below; {_at(item.ref)}"))
             continue
         small = whole and item.size_bytes <= budget.inline_bytes
         size = len(item.content or "")
         if small and item.encoding == "utf-8" and size <= files_left:
             files_left -= size
-            if surface == "mcp":
+            if surface == "mcp" and item.ref is not None:  # an embedded resource is named by its URI
                 files.append(_File(i, "embed", f"{desc}): embedded below; {item.ref}"))
             else:
-                files.append(_File(i, "inline", f"{desc}, {item.ref}):", item.content or ""))
+                files.append(_File(i, "inline", f"{desc}, {_at(item.ref)}):", item.content or ""))
             continue
-        if small and item.encoding == "base64" and surface == "mcp" and size <= files_left:
+        if small and item.encoding == "base64" and surface == "mcp" and item.ref is not None and size <= files_left:
             files_left -= size
             files.append(_File(i, "embed", f"{desc}): embedded below; {item.ref}"))
             continue
@@ -370,13 +375,14 @@ def shape_run(
     for f in listed:
         item = result.output_files[f.index]
         if f.how == "image":
-            blocks.append(Image(item.ref, item.mime_type, item.content or ""))
+            blocks.append(Image(item.ref or "", item.mime_type, item.content or ""))
         elif f.how == "embed":
+            uri = item.ref or ""  # an embedded file always has one (above)
             if item.encoding == "base64":
-                blocks.append(Embedded(item.ref, item.mime_type, blob=item.content))
+                blocks.append(Embedded(uri, item.mime_type, blob=item.content))
             else:
-                blocks.append(Embedded(item.ref, item.mime_type, text=item.content))
-        elif f.how == "ref" and surface == "mcp" and _readable(item.ref):
+                blocks.append(Embedded(uri, item.mime_type, text=item.content))
+        elif f.how == "ref" and surface == "mcp" and item.ref is not None and _readable(item.ref):
             blocks.append(Link(item.ref, item.name, item.mime_type, item.size_bytes))
     structured = result.model_dump(mode="json")
     for name in cut:  # the same excerpt as the text (a stream shown whole stays as the run gave it)
