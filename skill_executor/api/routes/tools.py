@@ -9,9 +9,9 @@ and the model tries again.  What the caller got wrong stays an HTTP error (no ke
 ``format`` without the call's ``id``, a body that is no call), and so does a shutdown: 503
 ``shutting_down`` like ``POST /v1/runs``.
 
-Every result, an error's too, fits the tool-result budget (``result_budget``, else the
-settings'), shaped for the ``format`` asked (Anthropic: image blocks; MCP: image, embedded
-and link blocks; OpenAI and Responses: the text).
+A run's result and every other tool's text fit the tool-result budget (``result_budget``,
+else the settings'; a refusal's short text is as it is), shaped for the ``format`` asked
+(Anthropic: image blocks; MCP: image, embedded and link blocks; OpenAI and Responses: the text).
 
 A body may also be an OpenAI Responses ``function_call`` item as the model produced it;
 its answer's ``message`` is the ``function_call_output`` item to send back.
