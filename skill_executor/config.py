@@ -136,6 +136,15 @@ class Settings(BaseSettings):
     max_output_total_bytes: int = 256 * MiB
     """The most bytes of output files a request may ask for."""
 
+    # -- tool results (POST /v1/tools/call, MCP tools/call, ToolExecutor): what a model reads --
+    tool_result_max_chars: int = Field(default=100_000, ge=2_000, le=10_000_000)  # ~25,000 tokens
+    """Characters of text a tool result gives a model (images apart): 100,000 is about 25,000 tokens, an eighth
+    of a 200k-token window; longer stdout/stderr keep head and tail around a marker naming the full copy's ref."""
+    tool_result_inline_bytes: int = Field(default=16 * 1024, ge=0, le=4 * MiB)
+    """Output files up to this size are inlined in a tool result; larger ones are given by their artifact:// ref."""
+    tool_result_image_bytes: int = Field(default=2 * MiB, ge=0, le=16 * MiB)
+    """Image outputs (PNG, JPEG, GIF, WebP) up to this many bytes in all are image blocks (MCP, Anthropic)."""
+
     # -- HTTP service ---------------------------------------------------------------
     host: str = "127.0.0.1"
     """The address serve listens on."""

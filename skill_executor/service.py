@@ -38,7 +38,7 @@ from .runs.manager import RunManager
 from .runs.seam import Dispatcher
 from .runs.store import RunRecord, RunStore
 from .runtimes.base import Runtime
-from .tools import ToolExecutor
+from .tools import ToolExecutor, default_budget
 
 #: How often expired artifact versions and contexts are looked for (at most their TTL).
 EXPIRY_SECONDS = 60.0
@@ -145,7 +145,11 @@ class Service:
         try:
             # skill_run tool calls go through the manager, never the runner directly.
             tools = ToolExecutor(
-                executor.repository, visible_skills_dir=executor.runtime.visible_skills_dir, contexts=executor.contexts
+                executor.repository,
+                visible_skills_dir=executor.runtime.visible_skills_dir,
+                contexts=executor.contexts,
+                artifacts=executor.artifacts,
+                budget=default_budget(settings),
             )
             supervisor = executor.runner.supervisor
             ttl = settings.artifact_ttl_seconds

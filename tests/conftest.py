@@ -271,6 +271,8 @@ MODULE_TIERS: dict[str, str] = {
     "test_registry_shared": "unit",
     "test_results_paths": "unit",
     "test_tool_formats": "unit",
+    "test_result_budget": "unit",
+    "test_result_refs": "service",  # real servers (REST and MCP), two keys
     "test_sandbox_contract": "unit",
     "test_runtime_contract": "unit",
     "test_skill_deps": "unit",

@@ -836,11 +836,11 @@ def test_agent_loop_through_tool_calls(client: Client) -> None:
     assert not ran["is_error"], ran["content"]
     assert "exit code 0" in ran["content"] and "# Agent" in ran["content"]
     report = ran["data"]["output_files"][0]
-    assert (
-        report["name"] == "out/report.md"
-        and report["mime_type"] == "text/markdown"
-        and "| region | text |" in report["content"]
-    )
+    assert report["name"] == "out/report.md" and report["mime_type"] == "text/markdown"
+    # The file's content is in the text the model reads, once (not again in data), and at its ref.
+    assert "| region | text |" in ran["content"] and report["content"] is None
+    name, version = report["ref"].removeprefix("artifact://").rsplit("@", 1)
+    assert "| region | text |" in client.get_artifact(name, int(version)).text
     bad = client.call_tool("skill_run", {"skill": "nope", "command": "true"})
     assert bad["is_error"] and "skill_not_found" in bad["content"]
     assert client.call_tool("skill_load", "{not json")["is_error"]

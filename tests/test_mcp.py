@@ -176,7 +176,10 @@ def test_skills_extension(connect: Connect, tmp_path: Path) -> None:
             prompts = {p.name for p in (await client.list_prompts()).prompts}
             assert {"skills_overview", "csv-report"} <= prompts
             templates = (await client.list_resource_templates()).resource_templates
-            assert [t.uri_template for t in templates] == ["skill://{skill}/{+path}"]
+            assert [t.uri_template for t in templates] == [
+                "skill://{skill}/{+path}",
+                "artifact://{+name}@{version}{?offset,length}",  # what tool results refer to
+            ]
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert tools["skill_run"].output_schema is not None
             assert tools["skill_load"].annotations.read_only_hint is True
@@ -207,7 +210,8 @@ def test_skill_run_end_to_end(connect: Connect) -> None:
             )
             assert not result.is_error, result.content
             assert result.structured_content["exit_code"] == 0
-            assert "started" in result.structured_content["stdout"]
+            assert result.content[0].text.splitlines()[1:3] == ["stdout:", "started"]  # type: ignore[union-attr]
+            assert "stdout" not in result.structured_content  # the excerpt once: in the text block
             embedded = {c.resource.uri: c.resource for c in result.content if isinstance(c, types.EmbeddedResource)}
             texts = [r for r in embedded.values() if isinstance(r, types.TextResourceContents)]
             assert [r.text.strip() for r in texts] == ["3"]
@@ -443,7 +447,7 @@ def test_modern_protocol(tmp_path: Path) -> None:
             children = await raw(client, "resources/directory/read", {"uri": "skill://math-tools"})
             assert "skill://math-tools/scripts" in {r["uri"] for r in children["resources"]}
             result = await client.call_tool("skill_run", {"skill": "math-tools", "command": "echo modern"})
-            assert not result.is_error and result.structured_content["stdout"] == "modern\n"
+            assert not result.is_error and result.content[0].text.splitlines()[1:] == ["stdout:", "modern"]  # type: ignore[union-attr]
 
     anyio.run(main)
 
@@ -670,7 +674,8 @@ def test_skill_run_as_task(tmp_path: Path) -> None:
             assert created["createdAt"].endswith("Z") and created["ttlMs"] is None
             done = await _task_done(client, created["taskId"])
             assert done["status"] == "completed" and done["result"]["isError"] is False
-            assert done["result"]["structuredContent"]["stdout"] == "done\n"
+            assert done["result"]["content"][0]["text"].splitlines()[1:] == ["stdout:", "done"]
+            assert "stdout" not in done["result"]["structuredContent"]
             assert done["result"]["structuredContent"]["run_id"] == created["taskId"]  # the task is the run
 
             failed = await raw(client, "tools/call", run("exit 3"))
@@ -700,7 +705,7 @@ def test_skill_run_as_task(tmp_path: Path) -> None:
                 "requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}
             }
             result = await plain.call_tool("skill_run", {"skill": "math-tools", "command": "echo sync"})
-            assert not result.is_error and result.structured_content["stdout"] == "sync\n"
+            assert not result.is_error and result.content[0].text.splitlines()[1:] == ["stdout:", "sync"]  # type: ignore[union-attr]
 
     try:
         anyio.run(main)
@@ -785,4 +790,5 @@ def test_typescript_clients(tmp_path: Path, npm_tools: Path) -> None:
     assert ["skill://math-tools/empty", "inode/directory"] in out["directory"]
     result = out["taskResult"]
     assert out["taskId"] == result["structuredContent"]["run_id"]  # settled through a task: the run
-    assert result["isError"] is False and result["structuredContent"]["stdout"] == "from-a-task\n"
+    assert result["isError"] is False and result["content"][0]["text"].splitlines()[1:] == ["stdout:", "from-a-task"]
+    assert "stdout" not in result["structuredContent"]

@@ -268,7 +268,7 @@ def test_another_key_cannot_use_a_session(server: Server) -> None:
                 await anyio.to_thread.run_sync(attack, seen[0])
             assert not leaked, "\n".join(leaked)
             assert not result[0].is_error, result[0].content
-            assert result[0].structured_content["stdout"] == "A-result\n"
+            assert result[0].content[0].text.splitlines()[1:] == ["stdout:", "A-result"]  # type: ignore[union-attr]
             assert result[0].structured_content["exit_code"] == 0 and result[0].structured_content["signal"] is None
             # A's session is A's still: it answers, and nothing of A's showed up for the others.
             got = await client.call_tool("artifact_get", {"ref": "secret.txt"})

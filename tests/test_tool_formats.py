@@ -192,7 +192,11 @@ def test_strict_mode_arguments_are_read_as_not_given(repository: SkillRepository
         return RunResult.model_validate({"run_id": "r1", "skill": req.skill, "exit_code": 0, "duration_ms": 1})
 
     tools = ToolExecutor(repository, run)
-    assert not tools.call("skill_run", json.dumps(arguments)).is_error and seen == [request]
+    assert not tools.call("skill_run", json.dumps(arguments)).is_error
+    # ... run as a tool's run: its outputs kept as runs/<run id>/<path>, so the refs its result prints round-trip
+    assert request.outputs is not None
+    kept = request.outputs.model_copy(update={"save": True, "name_template": "runs/{run_id}/{safe_path}"})
+    assert seen == [request.model_copy(update={"outputs": kept})]
     loaded = tools.call("skill_load", strict_arguments(by_name["skill_load"], {"skill": "csv-report"}))
     assert not loaded.is_error, loaded.content
     bad_env = tools.call("skill_run", {**arguments, "env": [{"name": "A"}]})

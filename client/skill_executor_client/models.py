@@ -52,6 +52,14 @@ class AuditRecord(WireModel):
     detail: str | None
 
 
+class BudgetOverride(WireModel):
+    """A request's overrides of the budget (unset fields keep the default)."""
+
+    max_chars: int | None = None
+    inline_bytes: int | None = None
+    image_bytes: int | None = None
+
+
 class Check(WireModel):
     ok: bool
     detail: str
@@ -175,6 +183,10 @@ class FunctionCallItem(WireModel):
     session: str | None = Field(
         default=None, description="the session of the context_* tools when their arguments name none"
     )
+    result_budget: BudgetOverride | None = Field(
+        default=None,
+        description="overrides of the tool-result budget for this call (SKILL_EXECUTOR_TOOL_RESULT_* otherwise)",
+    )
 
 
 class Health(WireModel):
@@ -259,7 +271,10 @@ class OutputFile(WireModel):
     truncated: bool = False
     content: str | None = None
     encoding: Literal["utf-8", "base64"] | None = None
-    ref: str
+    ref: str | None = Field(
+        default=None,
+        description="where the file is after the run: its artifact:// ref when saved (outputs.save); workspace://work/... for a file in a session's work/ (while the session lives); null: not kept (the run's out/ and run/ end with it)",
+    )
 
 
 class OutputSpec(WireModel):
@@ -270,7 +285,8 @@ class OutputSpec(WireModel):
     inline_binary: bool = Field(default=False, description="also inline binary content, base64-encoded")
     save: bool = Field(default=False, description="save each collected file as an artifact (new version)")
     name_template: str | None = Field(
-        default=None, description="artifact name; placeholders {path} {name} {stem} {ext} {run_id} {session} {prefix}"
+        default=None,
+        description="artifact name; placeholders {path} {name} {stem} {ext} {run_id} {session} {prefix} {safe_path}",
     )
     max_files: int = 100
     max_file_bytes: int = 4194304
@@ -445,6 +461,10 @@ class ToolCall(WireModel):
     )
     session: str | None = Field(
         default=None, description="the session of the context_* tools when their arguments name none"
+    )
+    result_budget: BudgetOverride | None = Field(
+        default=None,
+        description="overrides of the tool-result budget for this call (SKILL_EXECUTOR_TOOL_RESULT_* otherwise)",
     )
 
 

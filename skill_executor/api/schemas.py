@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field, StrictInt, StrictStr
 
 from ..context.service import MAX_BUDGET_TOKENS
 from ..runs.models import RunResult
+from ..tools.budget import BudgetOverride
 
 
 class ErrorBody(BaseModel):
@@ -254,6 +255,10 @@ class ToolCall(BaseModel):
     session: str | None = Field(
         default=None, max_length=128, description="the session of the context_* tools when their arguments name none"
     )
+    result_budget: BudgetOverride | None = Field(
+        default=None,
+        description="overrides of the tool-result budget for this call (SKILL_EXECUTOR_TOOL_RESULT_* otherwise)",
+    )
 
 
 class FunctionCallItem(BaseModel):
@@ -269,6 +274,10 @@ class FunctionCallItem(BaseModel):
     session: str | None = Field(
         default=None, max_length=128, description="the session of the context_* tools when their arguments name none"
     )
+    result_budget: BudgetOverride | None = Field(
+        default=None,
+        description="overrides of the tool-result budget for this call (SKILL_EXECUTOR_TOOL_RESULT_* otherwise)",
+    )
 
     def as_call(self) -> ToolCall:
         return ToolCall(
@@ -277,6 +286,7 @@ class FunctionCallItem(BaseModel):
             format="openai-responses",
             id=self.call_id,
             session=self.session,
+            result_budget=self.result_budget,
         )
 
 

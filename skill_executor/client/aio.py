@@ -281,8 +281,9 @@ class AsyncClient:
         format: str | None = None,
         call_id: str | None = None,
         session: str | None = None,
+        result_budget: JSON | None = None,
     ) -> JSON:
-        return await self.send(Calls.call_tool(name, arguments, format, call_id, session))
+        return await self.send(Calls.call_tool(name, arguments, format, call_id, session, result_budget))
 
     async def health(self) -> JSON:
         return await self.send(Calls.health())

@@ -251,8 +251,11 @@ class Calls:
         format: str | None = None,
         call_id: str | None = None,
         session: str | None = None,
+        result_budget: JSON | None = None,
     ) -> Call[JSON]:
         body: dict[str, Any] = {"name": name, "arguments": arguments}
+        if result_budget is not None:
+            body["result_budget"] = result_budget
         if format is not None:
             body["format"] = format
         if call_id is not None:

@@ -281,11 +281,13 @@ class Client:
         format: str | None = None,
         call_id: str | None = None,
         session: str | None = None,
+        result_budget: JSON | None = None,
     ) -> JSON:
         """Execute a tool call; with ``format`` (and the call's id) the answer's ``message``
         is the tool-result message to append to the conversation; ``session``: the
-        ``context_*`` tools' session when the arguments name none."""
-        return self.send(Calls.call_tool(name, arguments, format, call_id, session))
+        ``context_*`` tools' session when the arguments name none; ``result_budget``:
+        overrides of the tool-result budget (``max_chars``, ``inline_bytes``, ``image_bytes``)."""
+        return self.send(Calls.call_tool(name, arguments, format, call_id, session, result_budget))
 
     def health(self) -> JSON:
         return self.send(Calls.health())

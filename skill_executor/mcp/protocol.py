@@ -7,24 +7,26 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
-import json
 from typing import Any
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
-from pydantic import ConfigDict
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from ..errors import BadRequest
-from ..runs.models import RunResult
-from ..tools import failed, render_result
+from ..tools import BudgetOverride, ResultBudget, ToolResult, mcp_block
 
 #: The Skills extension's settings: ``resources/directory/read`` is served.
 SETTINGS = {"directoryRead": True}
 
-#: Output files up to this size are embedded in a ``skill_run`` result; larger ones are links.
-EMBED_MAX_BYTES = 256 * 1024
-#: Most bytes of one ``artifact_put`` / ``artifact_get`` over MCP.
+#: Most bytes of one ``artifact_put`` over MCP.
 ARTIFACT_MAX_BYTES = 16 * 1024 * 1024
+#: Most bytes of an artifact one ``resources/read`` answers: a message stays under the 1 MiB
+#: an SSE event may hold in the official SDK's HTTP client (base64 is 4/3 of this); larger
+#: artifacts are read in parts (``artifact://name@v?offset=N&length=M``) or over HTTP.
+READ_MAX_BYTES = 512 * 1024
+#: The request ``_meta`` key of a ``tools/call``'s tool-result budget overrides.
+BUDGET_META = "skill-executor/result_budget"
 
 INSTRUCTIONS = """This server runs Agent Skills in isolated, network-less sandboxes.
 1. Overview: the skills_overview prompt (or skills/list, resources/list, skill_search) names every skill.
@@ -33,8 +35,10 @@ INSTRUCTIONS = """This server runs Agent Skills in isolated, network-less sandbo
 3. Run: call skill_run with the skill and a shell command, as the instructions say (never paste scripts).
    The command starts in the skill's folder. Stage inputs with inputs=[{"from": "artifact://name" or
    "skill://...", "to": "inputs/x"}] (artifact_put uploads a file first); write results to out/ and ask
-   for them with outputs={"globs": ["out/**"]}: they come back as embedded resources and artifact:// refs
-   (artifact_get reads one).
+   for them with outputs={"globs": ["out/**"]}: small ones come back embedded, images as image blocks, the
+   rest as resource links; every file (and a long stdout/stderr, which the result shows head and tail of)
+   has an artifact:// ref: read it with resources/read (large ones in parts: ?offset=N&length=M) or
+   artifact_get, or stage it as an input of the next skill_run.
 4. Context: context_load / context_select_docs / context_unload keep, per session, what the agent has
    loaded (within a token budget); context_render gives the block for the system message."""
 
@@ -123,29 +127,43 @@ def embedded_resource(contents: dict[str, Any]) -> types.EmbeddedResource:
     return types.EmbeddedResource(type="resource", resource=model.model_validate(contents))
 
 
-def run_result_content(result: RunResult) -> types.CallToolResult:
-    """A run's result as MCP content: the text summary, then each output file embedded
-    (or linked when large or cut), ``structuredContent`` = the whole result."""
-    content: list[Any] = [text_content(render_result(result))]
-    for item in result.output_files:
-        if item.content is not None and not item.truncated and item.size_bytes <= EMBED_MAX_BYTES:
-            if item.encoding == "base64":
-                resource = {"uri": item.ref, "mimeType": item.mime_type, "blob": item.content}
-            else:
-                resource = {"uri": item.ref, "mimeType": item.mime_type, "text": item.content}
-            content.append(embedded_resource(resource))
-        elif item.ref.startswith("artifact://"):  # readable with resources/read (or artifact_get)
-            content.append(
-                types.ResourceLink(
-                    type="resource_link", uri=item.ref, name=item.name, mime_type=item.mime_type, size=item.size_bytes
-                )
-            )
-        else:  # the run's workspace is gone: only a saved file can be fetched later
-            content.append(
-                text_content(
-                    f"file {item.name} ({item.size_bytes} bytes) is not embedded: too large or cut; "
-                    "run again with outputs.save=true to get it as a readable artifact:// resource"
-                )
-            )
-    structured = json.loads(result.model_dump_json())
-    return types.CallToolResult(content=content, structured_content=structured, is_error=failed(result))
+#: What a run's ``structuredContent`` leaves to the text block: the stream excerpts, so
+#: each byte of a result is in it at most once (the text is what a model reads).
+IN_TEXT = ("stdout", "stderr")
+
+
+def call_result(result: ToolResult) -> types.CallToolResult:
+    """A tool result as MCP content: the text, then its blocks (images, embedded files,
+    resource links); ``structuredContent`` = its structured view -- for a run, its metadata,
+    exit code and refs without the stream excerpts the text already has (:data:`IN_TEXT`)."""
+    content = [TypeAdapter(types.ContentBlock).validate_python(mcp_block(b)) for b in result.blocks]
+    structured = result.data if isinstance(result.data, dict) else None
+    if structured is not None and "run_id" in structured:
+        structured = {k: v for k, v in structured.items() if k not in IN_TEXT}
+    return types.CallToolResult(
+        content=[text_content(result.content), *content], structured_content=structured, is_error=result.is_error
+    )
+
+
+def run_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """skill_run's ``outputSchema``: a run's result without the streams (:data:`IN_TEXT`)."""
+    properties = {k: v for k, v in schema["properties"].items() if k not in IN_TEXT}
+    return {
+        **schema,
+        "properties": properties,
+        "required": [r for r in schema.get("required", []) if r not in IN_TEXT],
+        "description": "The run's metadata, exit code and refs. stdout and stderr are in the text content block "
+        "(head and tail when long; the full stream's artifact:// ref in artifact_files), not here.",
+    }
+
+
+def request_budget(default: ResultBudget, meta: Any) -> ResultBudget:
+    """The budget of one ``tools/call``: ``_meta["skill-executor/result_budget"]`` over the default."""
+    asked = meta.get(BUDGET_META) if isinstance(meta, dict) else None
+    if asked is None:
+        return default
+    try:
+        return BudgetOverride.model_validate(asked).apply(default)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise BadRequest(f"invalid _meta {BUDGET_META!r}: {problems}", code="invalid_arguments") from None

@@ -34,18 +34,19 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
 from ..access import Principal
-from ..artifacts.store import LocalArtifactStore, parse_ref
+from ..artifacts.store import ArtifactInfo, LocalArtifactStore, parse_ref
 from ..errors import BadRequest, ExecutorError, NotFound
 from ..registry import SkillRepository
 from ..runs.manager import RunHandle, RunManager
 from ..runs.models import RunRequest, RunResult
 from ..runs.store import RunRecord
 from ..skills import expand_placeholders, render_xml, sandbox_dir
-from ..tools import CONTEXT_TOOLS, ToolExecutor, definitions, run_request
+from ..tools import CONTEXT_TOOLS, ResultBudget, ToolExecutor, definitions, keep_outputs, run_request
 from .catalog import CACHE_SCOPE, CACHE_TTL_MS, EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 from .protocol import (
     ARTIFACT_MAX_BYTES,
     INSTRUCTIONS,
+    READ_MAX_BYTES,
     READ_ONLY,
     RUN,
     SETTINGS,
@@ -53,6 +54,7 @@ from .protocol import (
     DirectoryParams,
     SkillsListParams,
     UriParams,
+    call_result,
     embedded_resource,
     error_result,
     inline_schema,
@@ -60,13 +62,21 @@ from .protocol import (
     invalid_params,
     object_schema,
     payload_bytes,
+    request_budget,
     resource_contents,
-    run_result_content,
+    run_output_schema,
     text_content,
 )
 from .tasks import TASKS, SkillTasks, TaskParams, TaskUpdateParams, wants_tasks
 
 log = logging.getLogger("skill_executor.mcp")
+#: Every artifact of the caller's key is a resource: the refs tool results print.
+ARTIFACT_TEMPLATE = types.ResourceTemplate(
+    name="artifact",
+    uri_template="artifact://{+name}@{version}{?offset,length}",
+    description="Your artifacts (files runs saved, and what tool results refer to); "
+    f"a read answers at most {READ_MAX_BYTES} bytes: read larger ones in parts with offset and length",
+)
 T = TypeVar("T")
 
 
@@ -147,7 +157,7 @@ class SkillServer:
         server.add_request_handler("skills/get", UriParams, self.skills_get)
         server.add_request_handler("resources/directory/read", DirectoryParams, self.directory_read)
         # The Tasks extension (2026-07-28): a long skill_run as a task handle (tasks.py).
-        self.tasks = SkillTasks(backend.manager, backend.principal)
+        self.tasks = SkillTasks(backend.manager, backend.principal, backend.tools)
         server.extensions[TASKS] = {}
         server.add_request_handler("tasks/get", TaskParams, self.tasks.get)
         server.add_request_handler("tasks/update", TaskUpdateParams, self.tasks.update)
@@ -272,13 +282,15 @@ class SkillServer:
     async def list_resource_templates(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
-        """Every file of a skill is ``skill://<name>/<path>`` (RFC 6570: ``{+path}`` keeps its slashes)."""
+        """Every file of a skill is ``skill://<name>/<path>`` (RFC 6570: ``{+path}`` keeps its
+        slashes); ``artifact://``: the caller's artifacts (what results refer to), whole or in parts."""
+        self._seen(ctx)
         template = types.ResourceTemplate(
             uri_template=f"{SCHEME}{{skill}}/{{+path}}",
             name="skill-file",
             description="A file of a skill: its SKILL.md, scripts, references and assets (skills/get lists them)",
         )
-        return types.ListResourceTemplatesResult(resource_templates=[template])
+        return types.ListResourceTemplatesResult(resource_templates=[template, ARTIFACT_TEMPLATE])
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
@@ -287,26 +299,42 @@ class SkillServer:
         uri = str(params.uri)
         if uri.startswith("artifact://"):
             who = self.backend.principal(ctx)
-            info, data = await self._guard(lambda: self._artifact(uri, who), uri)
-            contents = resource_contents(uri, info.mime_type, data)
+            info, data, read = await self._guard(lambda: self._artifact(uri, who), uri)
+            contents = resource_contents(read, info.mime_type, data)
         else:
             files = self.files
             contents = await self._guard(lambda: files.read(uri), uri)
         model = types.TextResourceContents if "text" in contents else types.BlobResourceContents
         return types.ReadResourceResult(contents=[model.model_validate(contents)])
 
-    def _artifact(self, ref: str, who: Principal) -> tuple[Any, bytes]:
-        """``artifact://name[@version]``: the caller's artifact and its bytes."""
-        name, version = parse_ref(ref.removeprefix("artifact://"))
+    def _artifact(self, ref: str, who: Principal) -> tuple[ArtifactInfo, bytes, str]:
+        """``artifact://name[@version][?offset=N&length=M]``: the caller's artifact (another
+        key's is not found), whole or the part asked for, and the URI of what was read."""
+        body, _, query = ref.removeprefix("artifact://").partition("?")
+        name, version = parse_ref(body)
         store = self.backend.artifacts()
         info = store.info(name, version, tenant=who.id)
-        if info.size > ARTIFACT_MAX_BYTES:
+        if query:
+            offset, length = _part(query, info)
+            uri = f"{info.ref}?offset={offset}&length={length}"
+        elif info.size > READ_MAX_BYTES:
             raise BadRequest(
-                f"artifact {info.ref} is {info.size} bytes; at most {ARTIFACT_MAX_BYTES} over MCP "
-                "(download it over HTTP)",
+                f"artifact {info.ref} is {info.size} bytes; one read answers at most {READ_MAX_BYTES}: read it "
+                f"in parts ({info.ref}?offset=0&length={READ_MAX_BYTES}, then the next offset), or over HTTP "
+                f"(GET /v1/artifacts/{info.name}?version={info.version})",
                 code="artifact_too_large",
             )
-        return store.read(name, info.version, tenant=who.id)
+        else:
+            offset, length, uri = 0, info.size, info.ref
+        with store.open(info) as handle:
+            skipped = 0
+            while skipped < offset:  # a stream from the object store: read up to the part
+                chunk = handle.read(min(1024 * 1024, offset - skipped))
+                if not chunk:
+                    break
+                skipped += len(chunk)
+            data = handle.read(length)
+        return info, data, uri
 
     # -- prompts ------------------------------------------------------------------------
 
@@ -358,7 +386,7 @@ class SkillServer:
         repository = self.backend.repository()
         by_name = {d["name"]: d for d in definitions(repository, "mcp", context=True)}
         skill = by_name["skill_list_docs"]["inputSchema"]["properties"]["skill"]
-        output = inline_schema(RunResult.model_json_schema())
+        output = run_output_schema(inline_schema(RunResult.model_json_schema()))
         specs: list[tuple[str, str, dict[str, Any], types.ToolAnnotations, dict[str, Any] | None]] = [
             ("skill_load", by_name["skill_load"]["description"], by_name["skill_load"]["inputSchema"], READ_ONLY, None),
             (
@@ -438,19 +466,20 @@ class SkillServer:
         self._seen(ctx)
         arguments = dict(params.arguments or {})
         try:
+            budget = request_budget(self.backend.tools().budget, params.meta)
             if params.name == "skill_run":
-                return await self._skill_run(ctx, arguments)
+                return await self._skill_run(ctx, arguments, budget)
             if params.name in CONTEXT_TOOLS:
                 who = self.backend.principal(ctx)
-                return await self._offload(lambda: self._context_tool(params.name, arguments, who))
+                return await self._offload(lambda: self._context_tool(params.name, arguments, who, budget))
             if params.name.startswith("artifact_"):
                 who = self.backend.principal(ctx)
-                return await self._offload(lambda: self._artifact_tool(params.name, arguments, who))
-            return await self._offload(lambda: self._read_tool(params.name, arguments))
+                return await self._offload(lambda: self._artifact_tool(params.name, arguments, who, budget))
+            return await self._offload(lambda: self._read_tool(params.name, arguments, budget))
         except ExecutorError as exc:
             return error_result(f"error ({exc.code}): {exc.message}")
 
-    def _read_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    def _read_tool(self, name: str, arguments: dict[str, Any], budget: ResultBudget) -> types.CallToolResult:
         tools = self.backend.tools()
         if name == "skill_search":
             query = arguments.get("query")
@@ -468,18 +497,22 @@ class SkillServer:
             name = "skill_select_docs"
         elif name not in ("skill_load", "skill_list_docs"):
             raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
-        result = tools.call(name, arguments)
+        result = tools.call(name, arguments, budget=budget)
         return types.CallToolResult(content=[text_content(result.content)], is_error=result.is_error)
 
-    def _context_tool(self, name: str, arguments: dict[str, Any], who: Principal) -> types.CallToolResult:
+    def _context_tool(
+        self, name: str, arguments: dict[str, Any], who: Principal, budget: ResultBudget
+    ) -> types.CallToolResult:
         """The context of the caller's key (the tenant) and the session the arguments name."""
-        result = self.backend.tools().call(name, arguments, tenant=who.id)
+        result = self.backend.tools().call(name, arguments, tenant=who.id, budget=budget)
         structured = result.data if isinstance(result.data, dict) and not result.is_error else None
         return types.CallToolResult(
             content=[text_content(result.content)], structured_content=structured, is_error=result.is_error
         )
 
-    def _artifact_tool(self, name: str, arguments: dict[str, Any], who: Principal) -> types.CallToolResult:
+    def _artifact_tool(
+        self, name: str, arguments: dict[str, Any], who: Principal, budget: ResultBudget
+    ) -> types.CallToolResult:
         store = self.backend.artifacts()
         if name == "artifact_list":
             items = [i.to_dict() for i in store.names(tenant=who.id)]
@@ -501,27 +534,34 @@ class SkillServer:
             ref = arguments.get("ref")
             if not isinstance(ref, str):
                 raise BadRequest("the 'ref' argument is required", code="invalid_arguments")
-            info, data = self._artifact(ref if ref.startswith("artifact://") else f"artifact://{ref}", who)
-            resource = resource_contents(info.ref, info.mime_type, data)
+            body, _, _ = ref.removeprefix("artifact://").partition("?")
+            name, version = parse_ref(body)
+            info = self.backend.artifacts().info(name, version, tenant=who.id)
+            said = f"{info.ref} ({info.size} bytes, {info.mime_type})"
+            if info.size * 4 // 3 + 4 > budget.max_chars or info.size > READ_MAX_BYTES:  # by reference
+                link = types.ResourceLink(
+                    type="resource_link", uri=info.ref, name=info.name, mime_type=info.mime_type, size=info.size
+                )
+                note = (
+                    f"{said}: larger than the tool-result budget ({budget.max_chars} characters); read it with "
+                    f"resources/read ({info.ref}, in parts of at most {READ_MAX_BYTES} bytes: "
+                    f"{info.ref}?offset=0&length={READ_MAX_BYTES}) or stage it as a skill_run input"
+                )
+                return types.CallToolResult(content=[text_content(note), link], structured_content=info.to_dict())
+            _, data, uri = self._artifact(info.ref, who)
             return types.CallToolResult(
-                content=[
-                    text_content(f"{info.ref} ({info.size} bytes, {info.mime_type})"),
-                    embedded_resource(resource),
-                ],
+                content=[text_content(said), embedded_resource(resource_contents(uri, info.mime_type, data))],
                 structured_content=info.to_dict(),
             )
         raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
 
     async def _skill_run(
-        self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]
+        self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any], budget: ResultBudget
     ) -> types.CallToolResult | dict[str, Any]:
         manager = self.backend.manager()
         who = self.backend.principal(ctx)
-        outputs = arguments.get("outputs")
-        if isinstance(outputs, dict) and "inline_binary" not in outputs:
-            # MCP content carries binary files as blobs: embed them unless the caller said otherwise.
-            arguments = {**arguments, "outputs": {**outputs, "inline_binary": True}}
-        request = await self._offload(lambda: run_request(arguments))
+        # What the result refers to is kept (artifact:// refs); binary files are read for blobs and images.
+        request = await self._offload(lambda: keep_outputs(run_request(arguments), "mcp"))
         # Shielded: a cancellation during admission would leave the accepted run unowned;
         # it is delivered at the next await below, which cancels the run.
         with anyio.CancelScope(shield=True):
@@ -531,7 +571,7 @@ class SkillServer:
             await self._context_used(who, request)
             return SkillTasks.created(record)
         try:
-            return await self._answer_run(ctx, manager, who, request, record, handle)
+            return await self._answer_run(ctx, manager, who, request, record, handle, budget)
         finally:
             manager.answered(record)  # the run's root span ends
 
@@ -549,6 +589,7 @@ class SkillServer:
         request: RunRequest,
         record: RunRecord,
         handle: RunHandle | None,
+        budget: ResultBudget,
     ) -> types.CallToolResult:
         await self._context_used(who, request)
         try:
@@ -573,4 +614,25 @@ class SkillServer:
                     pass
             raise
         result = await manager.offload(manager.result, final)
-        return await self._offload(lambda: run_result_content(result))
+        tools = self.backend.tools()
+        return await self._offload(lambda: call_result(tools.result(result, budget, "mcp", who.id)))
+
+
+def _part(query: str, info: ArtifactInfo) -> tuple[int, int]:
+    """``offset=N&length=M`` of a part read: within the artifact, at most READ_MAX_BYTES."""
+    fields: dict[str, int] = {}
+    for pair in query.split("&"):
+        key, _, value = pair.partition("=")
+        if key not in ("offset", "length") or key in fields or not value.isdigit() or len(value) > 19:
+            raise BadRequest(
+                f"invalid part {query[:80]!r} of {info.ref}: give offset=N&length=M (bytes)",
+                code="invalid_artifact_ref",
+            )
+        fields[key] = int(value)
+    offset = fields.get("offset", 0)
+    length = min(fields.get("length", READ_MAX_BYTES), READ_MAX_BYTES, max(0, info.size - offset))
+    if offset > info.size:
+        raise BadRequest(
+            f"offset {offset} is past the end of {info.ref} ({info.size} bytes)", code="invalid_artifact_ref"
+        )
+    return offset, length

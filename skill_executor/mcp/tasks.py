@@ -11,6 +11,9 @@ API replica of a cluster -- and only the key that started it sees it (another ke
 
 * ``tasks/get``: ``working`` while queued or running, then ``completed`` with the
   ``CallToolResult`` ``skill_run`` would have returned (``isError`` for a failed command),
+  within the tool-result budget (the server's, or the one the ``tasks/get`` request's
+  ``_meta["skill-executor/result_budget"]`` asks for; a stream cut to fit is kept once, as
+  the run owner's artifact, so every poll names the same ref),
   ``failed`` with the JSON-RPC error for a run that ended in an error of ours, or
   ``cancelled``.  ``ttlMs`` is null: run records do not expire.
 * ``tasks/cancel``: cancels the run (its container is killed); an empty acknowledgement,
@@ -36,7 +39,8 @@ from ..access import Principal
 from ..errors import Conflict, ExecutorError
 from ..runs.manager import RunManager
 from ..runs.store import FINAL, RunRecord
-from .protocol import invalid_params, run_result_content
+from ..tools import ResultBudget, ToolExecutor
+from .protocol import call_result, invalid_params, request_budget
 
 TASKS = "io.modelcontextprotocol/tasks"
 #: How often a client should poll ``tasks/get`` (``pollIntervalMs``).
@@ -100,8 +104,9 @@ def task_state(record: RunRecord) -> dict[str, Any]:
     }
 
 
-def detailed(record: RunRecord) -> dict[str, Any]:
-    """``tasks/get``: the task, with the tool's result (or the run's error) once it ended."""
+def detailed(record: RunRecord, tools: ToolExecutor, budget: ResultBudget) -> dict[str, Any]:
+    """``tasks/get``: the task, with the tool's result (or the run's error) once it ended:
+    the run's result within ``budget``, as ``skill_run`` answers it."""
     state = task_state(record)
     if record.status not in FINAL or record.status == "cancelled":
         return state
@@ -115,7 +120,7 @@ def detailed(record: RunRecord) -> dict[str, Any]:
             error={"code": code, "message": f"{exc.code}: {exc.message}"},
         )
         return state
-    content = run_result_content(result)
+    content = call_result(tools.result(result, budget, "mcp", record.owner))
     state["result"] = content.model_dump(mode="json", by_alias=True, exclude_none=True)
     return state
 
@@ -127,9 +132,11 @@ class SkillTasks:
         self,
         manager: Callable[[], RunManager],
         principal: Callable[[ServerRequestContext[Any, Any]], Principal],
+        tools: Callable[[], ToolExecutor],
     ) -> None:
         self.manager = manager
         self.principal = principal
+        self.tools = tools
 
     @staticmethod
     def created(record: RunRecord) -> dict[str, Any]:
@@ -145,8 +152,13 @@ class SkillTasks:
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         _require(ctx)
         manager = self.manager()
+        tools = self.tools()
+        try:
+            budget = request_budget(tools.budget, ctx.meta)
+        except ExecutorError as exc:
+            raise invalid_params(f"{exc.code}: {exc.message}") from None
         record = await manager.offload(self._record, ctx, params.taskId)
-        return await manager.offload(detailed, record)
+        return await manager.offload(detailed, record, tools, budget)
 
     async def update(self, ctx: ServerRequestContext[Any, Any], params: TaskUpdateParams) -> dict[str, Any]:
         _require(ctx)

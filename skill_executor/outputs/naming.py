@@ -13,19 +13,24 @@ into Python.  A template is parsed once when the request is checked (a bad one i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..artifacts.store import NAME_MAX
 from ..errors import BadRequest
 
 FIELDS = ("path", "name", "stem", "ext", "run_id", "session", "prefix")
+#: Placeholders made from the others: ``{safe_path}`` is ``{path}`` with every character an
+#: artifact name cannot hold as ``_`` (``out/My Report.pdf`` -> ``out/My_Report.pdf``).
+DERIVED = ("safe_path",)
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+/-]")
 #: Longer than any useful template (a name is at most NAME_MAX characters).
 MAX_TEMPLATE_CHARS = 1024
 DEFAULT_TEMPLATE = "{prefix}{path}"
 
 _HELP = (
     "the placeholders are "
-    + " ".join(f"{{{f}}}" for f in FIELDS)
+    + " ".join(f"{{{f}}}" for f in (*FIELDS, *DERIVED))
     + " (no format specs, conversions or attribute access); write {{ and }} for literal braces"
 )
 
@@ -66,7 +71,7 @@ class NameTemplate:
                 if end < 0:
                     raise _refuse(f"the '{{' at position {i} is never closed")
                 field = text[i + 1 : end]
-                if field not in FIELDS:
+                if field not in FIELDS and field not in DERIVED:
                     raise _refuse(f"unknown placeholder {_shown(text[i : end + 1])!r} at position {i}")
                 if literal:
                     parts.append((False, "".join(literal)))
@@ -94,6 +99,7 @@ class NameTemplate:
             "run_id": run_id,
             "session": session,
             "prefix": prefix,
+            "safe_path": safe_path(path),
         }
         out: list[str] = []
         length = 0
@@ -107,3 +113,10 @@ class NameTemplate:
                 )
             out.append(piece)
         return "".join(out)
+
+
+def safe_path(path: str) -> str:
+    """``path`` as an artifact name can hold it: other characters as ``_``, and a segment
+    that starts with anything but a letter, digit or ``_`` behind a ``_``."""
+    segments = _UNSAFE.sub("_", path).split("/")
+    return "/".join(s if s[:1].isalnum() or s[:1] == "_" else "_" + s for s in segments)

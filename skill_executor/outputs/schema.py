@@ -18,7 +18,7 @@ class OutputSpec(BaseModel):
     save: bool = Field(default=False, description="save each collected file as an artifact (new version)")
     name_template: str | None = Field(
         default=None,
-        description="artifact name; placeholders {path} {name} {stem} {ext} {run_id} {session} {prefix}",
+        description="artifact name; placeholders {path} {name} {stem} {ext} {run_id} {session} {prefix} {safe_path}",
     )
     max_files: int = Field(default=100, ge=0)
     max_file_bytes: int = Field(default=4 * MiB, ge=0)

@@ -66,7 +66,12 @@ class OutputFile(BaseModel):
     truncated: bool = False
     content: str | None = None
     encoding: Literal["utf-8", "base64"] | None = None
-    ref: str
+    ref: str | None = Field(
+        default=None,
+        description="where the file is after the run: its artifact:// ref when saved (outputs.save); "
+        "workspace://work/... for a file in a session's work/ (while the session lives); null: not kept "
+        "(the run's out/ and run/ end with it)",
+    )
 
 
 class ArtifactFile(BaseModel):

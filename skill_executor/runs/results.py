@@ -66,7 +66,7 @@ def build_result(
             size_bytes=item.size,
             sha256=item.sha256,
             truncated=item.truncated,
-            ref=f"workspace://{item.name}",
+            ref=_workspace_ref(request, item.name),
         )
         if plan.inline and item.is_text:
             entry.content, entry.encoding = item.data.decode("utf-8", "ignore" if item.truncated else "strict"), "utf-8"
@@ -79,6 +79,12 @@ def build_result(
                 result.artifact_files.append(saved)
         result.output_files.append(entry)
     return result
+
+
+def _workspace_ref(request: RunRequest, name: str) -> str | None:
+    """An unsaved output's ref: only a session's ``work/`` outlives the run (a later run of
+    the session stages it as ``workspace://work/...``); the run's ``out/`` and ``run/`` do not."""
+    return f"workspace://{name}" if request.session and PurePosixPath(name).parts[0] == "work" else None
 
 
 def _save(

@@ -2,12 +2,20 @@
 shapes (:mod:`.catalogue`), the executor of a call (:mod:`.executor`) and the result an
 agent loop feeds back (:mod:`.results`)."""
 
+from .budget import BudgetOverride, ResultBudget, Surface, default_budget
 from .catalogue import CONTEXT_TOOLS, Format, definitions
-from .executor import ToolExecutor, run_request
-from .results import ToolResult, failed, render_result, run_result
+from .executor import ToolExecutor, keep_outputs, run_request
+from .results import ToolResult, failed, kept_result, mcp_block, render_result, run_result
 
 __all__ = [
+    "BudgetOverride",
     "CONTEXT_TOOLS",
+    "ResultBudget",
+    "Surface",
+    "default_budget",
+    "keep_outputs",
+    "kept_result",
+    "mcp_block",
     "Format",
     "ToolExecutor",
     "ToolResult",

@@ -263,7 +263,9 @@ def definitions(repository: SkillRepository, fmt: Format = "openai", *, context:
             "Run a shell command of a skill in a fresh, isolated, network-less workspace, as the skill's "
             "instructions say (e.g. 'python3 scripts/x.py > out/result.txt'). Scripts run here; never paste them. "
             "The command starts in the skill's folder; write results to out/ and list them in outputs.globs "
-            "(e.g. ['out/**']) to get them back. Stage files with inputs (artifact://, skill://, workspace://).",
+            "(e.g. ['out/**']) to get them back. Stage files with inputs (artifact://, skill://, workspace://). "
+            "Long output comes back as its head and tail; every file and cut stream has an artifact:// ref "
+            "that a later run can stage as an input.",
             run,
         ),
     ]

@@ -32,21 +32,26 @@ from typing import Any, Protocol, TypeVar, cast
 from pydantic import ValidationError
 
 from ..access import LOCAL_TENANT
+from ..artifacts.store import ArtifactStore
 from ..context import ContextService
 from ..errors import BadRequest, ExecutorError, Forbidden, NotFound
 from ..registry import SkillRepository
 from ..runs.manager import ShuttingDown
-from ..runs.models import RunRequest, RunResult
+from ..runs.models import OutputSpec, RunRequest, RunResult
 from ..skills import docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
 from ..skills.model import estimate_tokens
+from .budget import ResultBudget, Surface, head_tail
 from .catalogue import CONTEXT_TOOLS
-from .results import ToolResult, run_result
+from .results import ToolResult, kept_result
 
 T = TypeVar("T")
 #: The most of one doc a tool call returns.
 DOC_MAX_BYTES = 256 * 1024
 #: The progressive-disclosure tools (the context tools are CONTEXT_TOOLS).
 SKILL_TOOLS = ("skill_load", "skill_list_docs", "skill_select_docs", "skill_run")
+#: The artifact names a tool's run saves its outputs under, so every ref its result prints
+#: can be read (REST, MCP) and staged by a later run.
+OUTPUT_TEMPLATE = "runs/{run_id}/{safe_path}"
 RunFunction = Callable[[RunRequest], RunResult]
 AsyncRunFunction = Callable[[RunRequest], Awaitable[RunResult]]
 
@@ -110,9 +115,29 @@ def run_request(arguments: dict[str, Any]) -> RunRequest:
         raise BadRequest(f"invalid skill_run arguments: {problems}", code="invalid_arguments") from None
 
 
-def _run_arguments(arguments: Any) -> RunRequest | ToolResult:
+def keep_outputs(request: RunRequest, surface: Surface) -> RunRequest:
+    """A tool's run keeps what its result refers to: unless the request says otherwise
+    (``outputs.save``, legacy ``save_as_artifacts``), every collected file is saved as the
+    artifact ``runs/<run id>/<path>`` (:data:`OUTPUT_TEMPLATE`; characters a name cannot
+    hold as ``_``), so its ``artifact://`` ref round-trips; binary outputs are read for the
+    surfaces that show them (MCP blobs, MCP and Anthropic image blocks)."""
+    spec = request.outputs
+    if spec is None and not request.output_files:
+        return request
+    spec = spec or OutputSpec()
+    update: dict[str, Any] = {}
+    if "save" not in spec.model_fields_set and not request.save_as_artifacts:
+        update["save"] = True
+        if spec.name_template is None and not request.artifact_prefix:
+            update["name_template"] = OUTPUT_TEMPLATE
+    if "inline_binary" not in spec.model_fields_set and surface != "text":
+        update["inline_binary"] = True
+    return request.model_copy(update={"outputs": spec.model_copy(update=update)}) if update else request
+
+
+def _run_arguments(arguments: Any, surface: Surface) -> RunRequest | ToolResult:
     parsed = _arguments("skill_run", arguments)
-    return parsed if isinstance(parsed, ToolResult) else run_request(parsed)
+    return parsed if isinstance(parsed, ToolResult) else keep_outputs(run_request(parsed), surface)
 
 
 class ToolExecutor:
@@ -125,14 +150,20 @@ class ToolExecutor:
         *,
         visible_skills_dir: str | None = None,
         contexts: ContextService | None = None,
+        artifacts: ArtifactStore | None = None,
+        budget: ResultBudget | None = None,
     ) -> None:
         """``visible_skills_dir``: where runs see the skills (the runtime's), for the
         placeholders in bodies and docs; None: host paths.  ``contexts``: serves the
-        ``context_*`` tools (None: they are unavailable)."""
+        ``context_*`` tools (None: they are unavailable).  ``artifacts``: where a run's
+        stream cut to fit the result budget is kept whole (None: not kept).  ``budget``:
+        the default tool-result budget (:class:`ResultBudget`'s defaults when None)."""
         self.repository = repository
         self._run = run
         self.visible_skills_dir = visible_skills_dir
         self.contexts = contexts
+        self.artifacts = artifacts
+        self.budget = budget or ResultBudget()
 
     def call(
         self,
@@ -141,16 +172,29 @@ class ToolExecutor:
         *,
         tenant: str = LOCAL_TENANT,
         session: str | None = None,
+        budget: ResultBudget | None = None,
+        surface: Surface = "text",
     ) -> ToolResult:
         """Execute one call (blocking).  Every refusal is an error result for the model:
         an unknown tool (``tool_not_found``), arguments that are not a JSON object
         (``invalid_arguments``), a refused run.
 
-        ``tenant``: whose contexts the ``context_*`` tools reach (the caller's key);
-        ``session``: their session when the arguments name none (the framework's)."""
+        ``tenant``: whose contexts the ``context_*`` tools reach (the caller's key), and
+        whose artifacts keep what a result refers to; ``session``: their session when the
+        arguments name none (the framework's).  The result fits ``budget`` (the
+        executor's default when None), shaped for ``surface``."""
+        budget = budget or self.budget
         parsed = _arguments(name, arguments)
         if isinstance(parsed, ToolResult):
             return parsed
+        if name == "skill_run":
+            try:
+                return self._skill_run(parsed, budget, surface, tenant)
+            except ExecutorError as exc:
+                return _refusal(name, exc)
+        return _fitted(self._call(name, parsed, tenant, session), budget)
+
+    def _call(self, name: str, parsed: dict[str, Any], tenant: str, session: str | None) -> ToolResult:
         if name in CONTEXT_TOOLS:
             if session is not None:  # the framework's session binds; the model cannot reach another one
                 named = parsed.get("session")
@@ -171,7 +215,6 @@ class ToolExecutor:
             "skill_load": self._load,
             "skill_list_docs": self._list_docs,
             "skill_select_docs": self._select_docs,
-            "skill_run": self._skill_run,
         }.get(name)
         if handler is None:  # the model's mistake: fed back, for it to call one that exists
             tools = ", ".join([*SKILL_TOOLS, *(CONTEXT_TOOLS if self.contexts is not None else ())])
@@ -190,23 +233,33 @@ class ToolExecutor:
         offload: Offload,
         tenant: str = LOCAL_TENANT,
         session: str | None = None,
+        budget: ResultBudget | None = None,
+        surface: Surface = "text",
     ) -> ToolResult:
         """:meth:`call` for an event loop: ``skill_run`` awaits ``run``; the other tools
         (file reads) and the parsing and rendering around a run go through ``offload``.
         A :class:`~skill_executor.runs.manager.ShuttingDown` from ``run`` is raised, not fed
         back to the model: the call failed, the tool did not."""
+        budget = budget or self.budget
         if name != "skill_run":
-            return await offload(lambda: self.call(name, arguments, tenant=tenant, session=session))
+            return await offload(
+                lambda: self.call(name, arguments, tenant=tenant, session=session, budget=budget, surface=surface)
+            )
         try:
-            request = await offload(lambda: _run_arguments(arguments))
+            request = await offload(lambda: _run_arguments(arguments, surface))
             if isinstance(request, ToolResult):
                 return request
             result = await run(request)
+            return await offload(lambda: self.result(result, budget, surface, tenant))
         except ShuttingDown:
             raise
         except ExecutorError as exc:
             return _refusal(name, exc)
-        return await offload(lambda: run_result(result))
+
+    def result(self, result: RunResult, budget: ResultBudget, surface: Surface, tenant: str) -> ToolResult:
+        """A run's result as a tool result within ``budget`` (a stream cut to fit is kept
+        whole as ``tenant``'s artifact)."""
+        return kept_result(result, budget, surface, artifacts=self.artifacts, tenant=tenant)
 
     def _context_tool(self, name: str, arguments: dict[str, Any], tenant: str) -> ToolResult:
         contexts = self.contexts
@@ -360,10 +413,27 @@ class ToolExecutor:
         text = "\n\n".join(f"{self._doc_heading(d)}\n\n{d['content']}" for d in selected) or "(no docs selected)"
         return ToolResult("skill_select_docs", text, False, {"skill": skill.id, "docs": selected})
 
-    def _skill_run(self, arguments: dict[str, Any]) -> ToolResult:
+    def _skill_run(self, arguments: dict[str, Any], budget: ResultBudget, surface: Surface, tenant: str) -> ToolResult:
         if self._run is None:
             raise BadRequest("skill_run is not available here", code="tool_unavailable")
-        return run_result(self._run(run_request(arguments)))
+        return self.result(self._run(keep_outputs(run_request(arguments), surface)), budget, surface, tenant)
+
+
+def _fitted(result: ToolResult, budget: ResultBudget) -> ToolResult:
+    """Any other tool's text within the budget: a long doc selection keeps head and tail."""
+    total = len(result.content)
+
+    def mark(hidden: int) -> str:
+        return (
+            f"[... {hidden} of {total} characters of this result cut to fit the tool-result budget; "
+            "ask for fewer docs at a time]"
+        )
+
+    if total <= budget.max_chars:
+        return result
+    return ToolResult(
+        result.name, head_tail(result.content, budget.max_chars, mark), result.is_error, result.data, result.blocks
+    )
 
 
 def _item(state: dict[str, Any], name: str) -> str:

@@ -179,7 +179,13 @@ class Stager:
             with workspace.tree(top) as tree:
                 found = tree.lstat(rest, what=f"workspace source {str(logical)!r}")
                 if found is None:
-                    raise NotFound(f"workspace has no {str(logical)!r}", code="input_not_found")
+                    hint = (
+                        "; a run's out/ and run/ end with it: stage an earlier run's output by its artifact:// ref "
+                        "(tool calls save every output; POST /v1/runs with outputs.save)"
+                        if logical.parts[0] != "work"
+                        else ""
+                    )
+                    raise NotFound(f"workspace has no {str(logical)!r}{hint}", code="input_not_found")
                 if stat.S_ISLNK(found.st_mode):
                     raise PathEscape(f"workspace source {str(logical)!r} is a symbolic link")
             return _WorkspaceSource(top, rest, logical.name)

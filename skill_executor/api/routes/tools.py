@@ -9,6 +9,10 @@ and the model tries again.  What the caller got wrong stays an HTTP error (no ke
 ``format`` without the call's ``id``, a body that is no call), and so does a shutdown: 503
 ``shutting_down`` like ``POST /v1/runs``.
 
+A run's result and every other tool's text fit the tool-result budget (``result_budget``,
+else the settings'; a refusal's short text is as it is), shaped for the ``format`` asked
+(Anthropic: image blocks; MCP: image, embedded and link blocks; OpenAI and Responses: the text).
+
 A body may also be an OpenAI Responses ``function_call`` item as the model produced it;
 its answer's ``message`` is the ``function_call_output`` item to send back.
 """
@@ -27,7 +31,7 @@ from ...activity import Activity
 from ...errors import BadRequest
 from ...runs.manager import RunManager
 from ...runs.models import RunRequest, RunResult
-from ...tools import ToolExecutor, ToolResult, definitions
+from ...tools import Surface, ToolExecutor, ToolResult, definitions
 from ...web.auth import principal
 from ..schemas import ERRORS, FunctionCallItem, ToolCall, ToolCallResult, ToolFormat, ToolList
 
@@ -94,7 +98,16 @@ async def call_tool(
             manager.answered(record)  # the run's root span ends
         return await manager.offload(manager.result, final)
 
+    budget = body.result_budget.apply(tools.budget) if body.result_budget else tools.budget
+    surface: Surface = "mcp" if body.format == "mcp" else "anthropic" if body.format == "anthropic" else "text"
     result = await tools.call_async(
-        body.name, body.arguments, run=run, offload=run_in_threadpool, tenant=who.id, session=body.session
+        body.name,
+        body.arguments,
+        run=run,
+        offload=run_in_threadpool,
+        tenant=who.id,
+        session=body.session,
+        budget=budget,
+        surface=surface,
     )
     return await manager.offload(_answer, result, body, request.app.state.executor.runtime.activity)
