@@ -296,11 +296,13 @@ def test_files_by_id_round_trip(server: Server, clients: tuple[Client, Client, C
         a.get_file(uploaded["id"])
 
 
-def test_files_async_client_and_artifact_ids(server: Server) -> None:
+def test_files_async_client_and_artifact_ids(server: Server, tmp_path: Path) -> None:
+    (tmp_path / "greeting.txt").write_bytes(b"hi there\n")
+
     async def main() -> None:
         async with AsyncClient(server.url, api_key=KEY_A) as a:
-            up = await a.upload_file(b"hi there\n", name="greeting.txt")
-            assert await a.file_content(up["id"]) == b"hi there\n"
+            up = await a.upload_file(str(tmp_path / "greeting.txt"))  # a path as str: its content, its name
+            assert (up["name"], await a.file_content(up["id"])) == ("greeting.txt", b"hi there\n")
             # Every artifact version has an id: the artifacts API shows it, and it is the same file.
             [version] = [
                 v for v in (await a.artifact_versions("greeting.txt"))["artifacts"] if v["version"] == up["version"]

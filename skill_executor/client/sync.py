@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -224,10 +225,11 @@ class Client:
         return self.send(Calls.artifact_versions(name, owner))
 
     # files by id (artifact versions)
-    def upload_file(self, data: Body, *, name: str | None = None, mime_type: str | None = None) -> JSON:
+    def upload_file(self, data: Body | str, *, name: str | None = None, mime_type: str | None = None) -> JSON:
         """Upload a file once: ``{id, name, version, size, mime_type, sha256, ...}``; use ``id`` as
-        a run input (``{"file_id": id}``).  ``data``: bytes, a path (its name by default), a
+        a run input (``{"file_id": id}``).  ``data``: bytes, a path (a ``str`` too; its name by default), a
         binary file or chunks -- all but bytes streamed."""
+        data = pathlib.Path(data) if isinstance(data, str) else data
         content, size = upload_body(data)
         return self.send(Calls.upload_file(file_name_of(data, name), content, mime_type, size))
 
