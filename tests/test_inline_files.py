@@ -24,6 +24,9 @@ import pytest
 from skill_executor.client import ApiError, AsyncClient, Client
 
 from .api_server import Server
+from .cluster import Cluster
+from .conftest import require_runtime
+from .pgserver import PostgresServer
 from .test_api import expect_error
 from .test_api_tenancy import ADMIN, KEY_A, KEY_B, key_id
 from .test_mcp import http_client
@@ -324,3 +327,43 @@ def test_file_upload_refusals(server: Server) -> None:
         assert weird.status_code == 201 and weird.json()["name"] == "pass_wd"
     with httpx.Client(base_url=server.url) as anonymous:
         assert anonymous.post("/v1/files", params={"name": "a"}, content=b"x").status_code == 401
+
+
+# -- a cluster: accepted by an API replica, executed by a worker ---------------------------------
+
+
+def test_bundle_and_file_ids_across_a_cluster(postgres_server: PostgresServer, tmp_path: Path) -> None:
+    """The replica checks the bundle and keeps the archive in the object store; the worker, which
+    never saw it, builds the same folder from there.  A file id made on one process is a run input
+    on another."""
+    require_runtime("docker")
+    name = postgres_server.create_database()
+    cluster = Cluster(tmp_path / "cluster", postgres_server.url(name), apis=1, workers=1)
+    try:
+        cluster.start()
+        with Client(cluster.api(0)) as client:
+            archive = zip_of({"SKILL.md": SKILL_MD.encode(), "scripts/hi.sh": b'echo "hello $1 from a worker"\n'})
+            result = client.run({"command": "bash scripts/hi.sh C"}, bundle=archive)
+            assert result["stdout"] == "hello C from a worker\n", result
+            key = f"bundles/local/{hashlib.sha256(archive).hexdigest()}"
+            assert (tmp_path / "cluster" / "objects" / key).is_file()
+            worker_copy = tmp_path / "cluster" / "worker-0" / "data" / "bundles" / "local"
+            assert (worker_copy / key.rsplit("/", 1)[-1] / "one-off" / "SKILL.md").is_file()
+            again = client.run({"command": "bash scripts/hi.sh D", "bundle": {"digest": digest(archive)}})
+            assert again["stdout"] == "hello D from a worker\n"
+
+            uploaded = client.upload_file(b"21\n", name="n.txt")
+            doubled = client.run(
+                {
+                    "skill": "math-tools",
+                    "command": "echo $(( $(cat inputs/n.txt) * 2 ))",
+                    "inputs": [{"file_id": uploaded["id"]}],
+                }
+            )
+            assert doubled["stdout"] == "42\n", doubled
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.close()
+        postgres_server.drop_database(name)
