@@ -25,7 +25,7 @@ from skill_executor.client import ApiError, AsyncClient, Client
 
 from .api_server import Server
 from .cluster import Cluster
-from .conftest import require_runtime
+from .conftest import REPO, require_runtime
 from .pgserver import PostgresServer
 from .test_api import expect_error
 from .test_api_tenancy import ADMIN, KEY_A, KEY_B, key_id
@@ -327,6 +327,33 @@ def test_file_upload_refusals(server: Server) -> None:
         assert weird.status_code == 201 and weird.json()["name"] == "pass_wd"
     with httpx.Client(base_url=server.url) as anonymous:
         assert anonymous.post("/v1/files", params={"name": "a"}, content=b"x").status_code == 401
+
+
+def test_typed_client(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The typed client (client/, its own distribution): bundle= and files, answers as models."""
+    monkeypatch.syspath_prepend(str(REPO / "client"))
+    from skill_executor_client import ApiError as TypedError
+    from skill_executor_client import Client as Typed
+    from skill_executor_client import FileModel, RunResult
+
+    with Typed(server.url, api_key=KEY_A) as a, Typed(server.url, api_key=KEY_B) as b:
+        result = a.run({"command": "bash scripts/hi.sh typed"}, bundle=ONE_OFF)
+        assert isinstance(result, RunResult) and result.stdout == "hello typed from a bundle\n"
+        assert result.skill_digest == digest(ONE_OFF)
+        up = a.upload_file(b"5\n", name="five.txt")
+        assert isinstance(up, FileModel) and a.get_file(up.id) == up and a.file_content(up.id) == b"5\n"
+        squared = a.run(
+            {
+                "skill": "math-tools",
+                "command": "echo $(( $(cat inputs/five.txt) ** 2 ))",
+                "inputs": [{"file_id": up.id}],
+            }
+        )
+        assert squared.stdout == "25\n"
+        with pytest.raises(TypedError) as refused:
+            b.get_file(up.id)
+        assert (refused.value.status, refused.value.code) == (404, "file_not_found")
+        assert up.id in {f.id for f in a.list_files().files} and a.delete_file(up.id).id == up.id
 
 
 # -- a cluster: accepted by an API replica, executed by a worker ---------------------------------
