@@ -13,6 +13,7 @@ import base64
 import hashlib
 import io
 import os
+import shutil
 import stat
 import zipfile
 from collections.abc import Iterator
@@ -154,6 +155,10 @@ def test_bundle_is_unpacked_once_per_key(server: Server, clients: tuple[Client, 
     assert b.run({"command": "bash scripts/hi.sh B"}, bundle=ONE_OFF)["stdout"] == "hello B from a bundle\n"
     theirs = server.data_dir / "bundles" / key_id(KEY_B) / digest(ONE_OFF).removeprefix("sha256:")
     assert (theirs / "one-off" / "SKILL.md").is_file()
+    # A copy removed from the disk is built again from the object store's archive (checked again).
+    shutil.rmtree(unpacked.parents[1])
+    rebuilt = a.run({"command": "bash scripts/hi.sh 3", "bundle": {"digest": digest(ONE_OFF)}})
+    assert rebuilt["stdout"] == "hello 3 from a bundle\n" and unpacked.is_file()
 
 
 SKILL = b"---\nname: hostile\ndescription: A hostile bundle.\n---\n# Hostile\n"

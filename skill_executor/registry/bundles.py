@@ -134,8 +134,10 @@ class BundleStore:
         with self._lock:
             skill = self._loaded.get(key)
             if skill is not None:
-                self._loaded.move_to_end(key)
-                return skill
+                if skill.path.is_dir():
+                    self._loaded.move_to_end(key)
+                    return skill
+                del self._loaded[key]  # its folder was removed: built again (or bundle_not_found)
         folder = self._folder(tenant, digest)
         try:
             entries = [e for e in os.scandir(folder) if not e.name.startswith(STAGING_PREFIX) and e.is_dir()]
