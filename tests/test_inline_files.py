@@ -161,6 +161,16 @@ def test_bundle_is_unpacked_once_per_key(server: Server, clients: tuple[Client, 
     assert rebuilt["stdout"] == "hello 3 from a bundle\n" and unpacked.is_file()
 
 
+def test_bundle_in_a_session(clients: tuple[Client, Client, Client]) -> None:
+    a, _, _ = clients
+    first = a.run({"command": "bash scripts/hi.sh s > $WORK_DIR/kept.txt", "session": "bundle-session"}, bundle=ONE_OFF)
+    assert first["exit_code"] == 0 and first["session"] == "bundle-session", first
+    second = a.run(
+        {"command": "cat $WORK_DIR/kept.txt", "session": "bundle-session", "bundle": {"digest": digest(ONE_OFF)}}
+    )
+    assert second["stdout"] == "hello s from a bundle\n", second
+
+
 SKILL = b"---\nname: hostile\ndescription: A hostile bundle.\n---\n# Hostile\n"
 HOSTILE = {
     "zip-slip": zip_of({"SKILL.md": SKILL, "../../evil.txt": b"x"}),
