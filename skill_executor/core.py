@@ -18,7 +18,9 @@ from .envs import SkillEnvs
 from .errors import BadRequest
 from .hosttools import seal_data_dir
 from .objects import ObjectStore, open_object_store
-from .registry import SkillRepository
+from .registry import PackageLimits, SkillRepository
+from .registry.bundles import BundleStore
+from .registry.package import refuse_reserved
 from .registry.repository import check_layout
 from .registry.store import Registry
 from .runs.pipeline import SkillRunner
@@ -126,7 +128,15 @@ class Executor:
         # pip and npm run as HOST_TOOLS_USER: nothing stored here is theirs to read.
         seal_data_dir(settings.data_dir, shared=[settings.envs_dir])
         snapshots = SessionSnapshots(objects, settings.session_ttl_seconds) if settings.session_snapshots else None
-        runner = SkillRunner(settings, repository, artifacts, runtime, snapshots)
+        bundles = BundleStore(
+            settings.data_dir / "bundles",
+            objects=objects,
+            deps=repository.deps,
+            limits=PackageLimits(max_entries=settings.skill_upload_max_files),
+            strict=settings.skill_upload_strict,
+            check=refuse_reserved if settings.skill_refuse_reserved_names else None,
+        )
+        runner = SkillRunner(settings, repository, artifacts, runtime, snapshots, bundles)
         return cls(settings, database, objects, repository, artifacts, runtime, runner, contexts)
 
     def close(self, timeout: float = 300.0) -> None:

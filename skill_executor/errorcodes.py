@@ -259,8 +259,9 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     E(
         "file_not_found",
         404,
-        'The skill has no such file (a "did you mean" is suggested).',
-        "Use a path from the skill's file listing.",
+        'The skill has no such file (a "did you mean" is suggested); or no file of this key has that '
+        "id (POST /v1/files; another key's id is not found either).",
+        "Use a path from the skill's file listing, or an id this key uploaded or saved.",
     ),
     E(
         "doc_not_found",
@@ -367,6 +368,18 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     ),
     E("name_mismatch", 400, "A new version's SKILL.md names another skill.", "Keep the skill's name in new versions."),
     E("reserved_name", 400, "The skill name holds a word the hosted platforms reserve.", "Pick another name."),
+    E(
+        "invalid_bundle",
+        400,
+        "A run's bundle.data is not base64.",
+        "Send the archive's bytes base64-encoded (standard alphabet, padded).",
+    ),
+    E(
+        "bundle_not_found",
+        404,
+        "No bundle with that digest was sent by this key (or it has been removed).",
+        "Send the bundle's data again.",
+    ),
     E(
         "invalid_skill_name",
         400,
@@ -610,6 +623,12 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     E("invalid_artifact_ref", 400, "The artifact reference or its version is invalid.", "Use artifact://name[@n]."),
     E("artifact_not_found", 404, "No such artifact or version (or not yours).", "List the artifacts."),
     E("invalid_mime_type", 400, "The Content-Type is not type/subtype.", "Send a valid media type."),
+    E(
+        "invalid_upload",
+        400,
+        "A file upload without exactly one file part, or a raw body without ?name=.",
+        "Send one multipart file part, or the raw body with ?name=<file name>.",
+    ),
     # -- agent context --------------------------------------------------------------------------
     E("invalid_budget", 400, "The budget has unknown fields or values out of range.", "Send valid budget fields."),
     E("invalid_policy", 400, "Unknown eviction policy.", "Use none, lru or mention."),

@@ -307,6 +307,7 @@ MODULE_TIERS: dict[str, str] = {
     # service
     "test_api": "service",
     "test_api_tenancy": "service",
+    "test_inline_files": "service",
     "test_artifact_objects": "service",  # a SeaweedFS server, a Postgres
     "test_bench": "service",
     "test_ci_recipe": "service",

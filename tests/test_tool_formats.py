@@ -167,7 +167,9 @@ def test_strict_mode_arguments_are_read_as_not_given(repository: SkillRepository
             "skill": "csv-report",
             "command": "python3 scripts/report.py",
             "env": [{"name": "LANG", "value": "C.UTF-8"}],
-            "inputs": [{"from": "skill://csv-report/assets/sample.csv", "to": None, "mode": None, "pin": None}],
+            "inputs": [
+                {"from": "skill://csv-report/assets/sample.csv", "file_id": None, "to": None, "mode": None, "pin": None}
+            ],
             "outputs": {
                 **strict_arguments(run_schema["properties"]["outputs"]["anyOf"][0], {"globs": ["out/**"]}),
             },

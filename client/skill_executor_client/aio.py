@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -14,6 +15,8 @@ from .models import (
     AuditLog,
     DocList,
     DoctorReport,
+    FileList,
+    FileModel,
     Health,
     Installed,
     RunAccepted,
@@ -27,7 +30,7 @@ from .models import (
     VersionInfo,
     VersionList,
 )
-from .transfer import AsyncBody, SSEParser, aupload_body
+from .transfer import AsyncBody, Bundle, SSEParser, aupload_body, file_name_of
 from .typed import RunEvent, ToolFormat, Typed
 
 
@@ -102,15 +105,27 @@ class AsyncClient:
         return await self.send(Typed.skill_audit(name))
 
     # runs
-    async def run(self, request: RunRequest | Mapping[str, Any], *, idempotency_key: str | None = None) -> RunResult:
-        """Run and wait for the result (a non-zero exit or a timeout is a result, not an error)."""
-        return await self.send(Typed.run(request, idempotency_key))
+    async def run(
+        self,
+        request: RunRequest | Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        bundle: Bundle | None = None,
+    ) -> RunResult:
+        """Run and wait for the result (a non-zero exit or a timeout is a result, not an error).
+        ``bundle``: run a skill sent with the request -- an archive's bytes, or the path of an
+        archive or a skill folder (zipped here); ``request`` then needs no ``skill``."""
+        return await self.send(Typed.run(request, idempotency_key, bundle))
 
     async def submit(
-        self, request: RunRequest | Mapping[str, Any], *, idempotency_key: str | None = None
+        self,
+        request: RunRequest | Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        bundle: Bundle | None = None,
     ) -> RunAccepted:
         """Queue a run and return at once; follow it with :meth:`events` or :meth:`get_run`."""
-        return await self.send(Typed.submit(request, idempotency_key))
+        return await self.send(Typed.submit(request, idempotency_key, bundle))
 
     async def get_run(self, run_id: str) -> RunRecordModel:
         return await self.send(Typed.get_run(run_id))
@@ -149,6 +164,29 @@ class AsyncClient:
 
     async def artifact_versions(self, name: str, *, owner: str | None = None) -> ArtifactList:
         return await self.send(Typed.artifact_versions(name, owner))
+
+    # files by id (artifact versions)
+    async def upload_file(
+        self, data: AsyncBody | str, *, name: str | None = None, mime_type: str | None = None
+    ) -> FileModel:
+        """Upload a file once; its ``id`` is a run input (``{"file_id": id}``).  ``data``: bytes
+        (with ``name``), a path (its name by default), a binary file or chunks."""
+        data = pathlib.Path(data) if isinstance(data, str) else data
+        content, size = await aupload_body(data)
+        return await self.send(Typed.upload_file(file_name_of(data, name), content, mime_type, size))
+
+    async def get_file(self, file_id: str) -> FileModel:
+        return await self.send(Typed.get_file(file_id))
+
+    async def file_content(self, file_id: str) -> bytes:
+        """A file's content (a run's saved output by its ``file_id`` too)."""
+        return await self.send(Typed.file_content(file_id))
+
+    async def list_files(self) -> FileList:
+        return await self.send(Typed.list_files())
+
+    async def delete_file(self, file_id: str) -> FileModel:
+        return await self.send(Typed.delete_file(file_id))
 
     # tools for a model
     async def tools(self, format: ToolFormat = "openai", *, context: bool = False) -> ToolList:

@@ -19,6 +19,7 @@ class ArtifactFile(WireModel):
     name: str
     version: int
     ref: str
+    file_id: str | None = Field(default=None, description="its file id (GET /v1/files/{id}; inputs' file_id)")
 
 
 class ArtifactList(WireModel):
@@ -35,6 +36,7 @@ class ArtifactModel(WireModel):
     run_id: str | None = None
     owner: str = Field(description="the key id (tenant) the artifact belongs to")
     ref: str
+    file_id: str = Field(description="this version's file id (GET /v1/files/{id}, inputs' file_id)")
 
 
 class AuditLog(WireModel):
@@ -164,6 +166,22 @@ class FileInfo(WireModel):
     kind: str
 
 
+class FileList(WireModel):
+    files: list[FileModel]
+
+
+class FileModel(WireModel):
+    id: str = Field(description="the file id: inputs' file_id, GET /v1/files/{id}")
+    name: str = Field(description="its name (the artifact it is a version of); staged as work/inputs/<name>")
+    version: int = Field(description="the artifact version it is")
+    size: int
+    mime_type: str
+    sha256: str
+    created_at: float
+    run_id: str | None = Field(default=None, description="the run that saved it, if one did")
+    ref: str = Field(description="the same version as an artifact:// reference")
+
+
 class Finding(WireModel):
     code: str
     message: str
@@ -200,8 +218,13 @@ class InputSpec(WireModel):
     """One file or folder to stage into the workspace before the command runs."""
 
     from_: str = Field(
+        default="",
         alias="from",
-        description="artifact://name[@version], host:///abs/path, workspace://rel/path or skill://name/rel/path",
+        description="artifact://name[@version], file://<file id>, host:///abs/path, workspace://rel/path or skill://name/rel/path",
+    )
+    file_id: str | None = Field(
+        default=None,
+        description="a file id (POST /v1/files, a saved output's file_id) instead of from; staged as work/inputs/<its name> unless to says",
     )
     to: str | None = Field(
         default=None, description="workspace-relative target; default work/inputs/<basename>; inputs/x = work/inputs/x"
@@ -275,6 +298,7 @@ class OutputFile(WireModel):
         default=None,
         description="where the file is after the run: its artifact:// ref when saved (outputs.save); workspace://work/... for a file in a session's work/ (while the session lives); null: not kept (the run's out/ and run/ end with it)",
     )
+    file_id: str | None = Field(default=None, description="when saved (outputs.save): its file id")
 
 
 class OutputSpec(WireModel):
@@ -341,8 +365,12 @@ class RunRecordModel(WireModel):
 class RunRequest(WireModel):
     """A ``skill_run`` call."""
 
-    skill: str = Field(
-        description="skill name (case-insensitive), optionally pinned: name@3, name@latest, name@sha256:<hex>"
+    skill: str | None = Field(
+        default=None,
+        description="skill name (case-insensitive), optionally pinned: name@3, name@latest, name@sha256:<hex>; with a bundle: optional, the bundle's skill name",
+    )
+    bundle: SkillBundle | None = Field(
+        default=None, description="run a skill sent with the request (base64 zip/tar.gz) instead of an installed one"
     )
     command: str = Field(description="shell command, run with bash -c")
     cwd: str | None = Field(default=None, description="relative to the skill root; $WORK_DIR etc. understood")
@@ -400,6 +428,30 @@ class RunSummary(WireModel):
     owner: str = Field(description="the key id (tenant) the run belongs to")
     trace_id: str | None = None
     error: ErrorBody | None = Field(default=None, description="what a run that ended in an error ended with")
+
+
+class SkillBundle(WireModel):
+    """A skill sent with the run instead of installed (OpenAI's inline skill ``source``): the
+    base64 of a .zip or .tar[.gz|.bz2|.xz] holding one skill, or the digest of one this key
+    sent before.  Checked as an install is; kept per key, by digest; never in the catalog.
+    """
+
+    type: str | None = Field(default=None, description="base64 (the only encoding; may be left out)")
+    media_type: (
+        Literal[
+            "application/zip",
+            "application/gzip",
+            "application/x-gzip",
+            "application/x-tar",
+            "application/x-bzip2",
+            "application/x-xz",
+        ]
+        | None
+    ) = Field(default=None, description="informative: the bytes decide")
+    data: str | None = Field(default=None, description="the archive, base64-encoded")
+    digest: str | None = Field(
+        default=None, description="sha256:<hex> of an archive this key sent before (a run's skill_digest)"
+    )
 
 
 class SkillDetail(WireModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -14,6 +15,8 @@ from .models import (
     AuditLog,
     DocList,
     DoctorReport,
+    FileList,
+    FileModel,
     Health,
     Installed,
     RunAccepted,
@@ -27,7 +30,7 @@ from .models import (
     VersionInfo,
     VersionList,
 )
-from .transfer import Body, SSEParser, upload_body
+from .transfer import Body, Bundle, SSEParser, file_name_of, upload_body
 from .typed import RunEvent, ToolFormat, Typed
 
 
@@ -102,13 +105,27 @@ class Client:
         return self.send(Typed.skill_audit(name))
 
     # runs
-    def run(self, request: RunRequest | Mapping[str, Any], *, idempotency_key: str | None = None) -> RunResult:
-        """Run and wait for the result (a non-zero exit or a timeout is a result, not an error)."""
-        return self.send(Typed.run(request, idempotency_key))
+    def run(
+        self,
+        request: RunRequest | Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        bundle: Bundle | None = None,
+    ) -> RunResult:
+        """Run and wait for the result (a non-zero exit or a timeout is a result, not an error).
+        ``bundle``: run a skill sent with the request -- an archive's bytes, or the path of an
+        archive or a skill folder (zipped here); ``request`` then needs no ``skill``."""
+        return self.send(Typed.run(request, idempotency_key, bundle))
 
-    def submit(self, request: RunRequest | Mapping[str, Any], *, idempotency_key: str | None = None) -> RunAccepted:
+    def submit(
+        self,
+        request: RunRequest | Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        bundle: Bundle | None = None,
+    ) -> RunAccepted:
         """Queue a run and return at once; follow it with :meth:`events` or :meth:`get_run`."""
-        return self.send(Typed.submit(request, idempotency_key))
+        return self.send(Typed.submit(request, idempotency_key, bundle))
 
     def get_run(self, run_id: str) -> RunRecordModel:
         return self.send(Typed.get_run(run_id))
@@ -147,6 +164,27 @@ class Client:
 
     def artifact_versions(self, name: str, *, owner: str | None = None) -> ArtifactList:
         return self.send(Typed.artifact_versions(name, owner))
+
+    # files by id (artifact versions)
+    def upload_file(self, data: Body | str, *, name: str | None = None, mime_type: str | None = None) -> FileModel:
+        """Upload a file once; its ``id`` is a run input (``{"file_id": id}``).  ``data``: bytes
+        (with ``name``), a path (its name by default), a binary file or chunks."""
+        data = pathlib.Path(data) if isinstance(data, str) else data
+        content, size = upload_body(data)
+        return self.send(Typed.upload_file(file_name_of(data, name), content, mime_type, size))
+
+    def get_file(self, file_id: str) -> FileModel:
+        return self.send(Typed.get_file(file_id))
+
+    def file_content(self, file_id: str) -> bytes:
+        """A file's content (a run's saved output by its ``file_id`` too)."""
+        return self.send(Typed.file_content(file_id))
+
+    def list_files(self) -> FileList:
+        return self.send(Typed.list_files())
+
+    def delete_file(self, file_id: str) -> FileModel:
+        return self.send(Typed.delete_file(file_id))
 
     # tools for a model
     def tools(self, format: ToolFormat = "openai", *, context: bool = False) -> ToolList:

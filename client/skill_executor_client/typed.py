@@ -22,6 +22,8 @@ from .models import (
     AuditLog,
     DocList,
     DoctorReport,
+    FileList,
+    FileModel,
     Health,
     Installed,
     RunAccepted,
@@ -35,6 +37,7 @@ from .models import (
     VersionInfo,
     VersionList,
 )
+from .transfer import Bundle, with_bundle
 
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
@@ -135,12 +138,16 @@ class Typed:
         return typed(Calls.skill_audit(name), AuditLog)
 
     @staticmethod
-    def run(request: RunRequest | Mapping[str, Any], idempotency_key: str | None) -> Call[RunResult]:
-        return typed(Calls.run(request_body(request), idempotency_key, True), RunResult)
+    def run(
+        request: RunRequest | Mapping[str, Any], idempotency_key: str | None, bundle: Bundle | None = None
+    ) -> Call[RunResult]:
+        return typed(Calls.run(with_bundle(request_body(request), bundle), idempotency_key, True), RunResult)
 
     @staticmethod
-    def submit(request: RunRequest | Mapping[str, Any], idempotency_key: str | None) -> Call[RunAccepted]:
-        return typed(Calls.run(request_body(request), idempotency_key, False), RunAccepted)
+    def submit(
+        request: RunRequest | Mapping[str, Any], idempotency_key: str | None, bundle: Bundle | None = None
+    ) -> Call[RunAccepted]:
+        return typed(Calls.run(with_bundle(request_body(request), bundle), idempotency_key, False), RunAccepted)
 
     @staticmethod
     def get_run(run_id: str) -> Call[RunRecordModel]:
@@ -179,6 +186,28 @@ class Typed:
     @staticmethod
     def artifact_versions(name: str, owner: str | None) -> Call[ArtifactList]:
         return typed(Calls.artifact_versions(name, owner), ArtifactList)
+
+    @staticmethod
+    def upload_file(
+        name: str, content: bytes | Iterable[bytes] | AsyncIterable[bytes], mime_type: str | None, size: int | None
+    ) -> Call[FileModel]:
+        return typed(Calls.upload_file(name, content, mime_type, size), FileModel)
+
+    @staticmethod
+    def get_file(file_id: str) -> Call[FileModel]:
+        return typed(Calls.get_file(file_id), FileModel)
+
+    @staticmethod
+    def file_content(file_id: str) -> Call[bytes]:
+        return reading(Calls.file_content(file_id), as_bytes)
+
+    @staticmethod
+    def list_files() -> Call[FileList]:
+        return typed(Calls.list_files(), FileList)
+
+    @staticmethod
+    def delete_file(file_id: str) -> Call[FileModel]:
+        return typed(Calls.delete_file(file_id), FileModel)
 
     @staticmethod
     def tools(format: ToolFormat, context: bool) -> Call[ToolList]:

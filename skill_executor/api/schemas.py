@@ -217,6 +217,7 @@ class ArtifactModel(BaseModel):
     run_id: str | None = None
     owner: str = Field(description="the key id (tenant) the artifact belongs to")
     ref: str
+    file_id: str = Field(description="this version's file id (GET /v1/files/{id}, inputs' file_id)")
 
 
 class ArtifactList(BaseModel):

@@ -38,6 +38,9 @@ shared by every process of a cluster; ``artifacts/sha256/ab/abcdef...``,
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import logging
 import re
 import time
@@ -109,8 +112,43 @@ class ArtifactInfo:
     def ref(self) -> str:
         return f"artifact://{self.name}@{self.version}"
 
+    @property
+    def file_id(self) -> str:
+        """This version's file id (:func:`file_id`)."""
+        return file_id(self.owner, self.name, self.version, self.sha256)
+
     def to_dict(self) -> dict[str, object]:
-        return {**asdict(self), "ref": self.ref}
+        return {**asdict(self), "ref": self.ref, "file_id": self.file_id}
+
+
+#: ``file-<name, base64url>.<version>.<tag>``: a version of an artifact, named without its name.
+FILE_ID_PREFIX = "file-"
+_FILE_ID = re.compile(r"^file-([A-Za-z0-9_-]{1,400})\.([1-9][0-9]{0,18})\.([0-9a-f]{20})$")
+
+
+def file_id(owner: str, name: str, version: int, sha256: str) -> str:
+    """The id of one artifact version: its name and number, and a tag over its owner, name,
+    number and content.  An id is only ever looked up among the caller's own artifacts, and
+    the tag makes another key's id (or an id of a version deleted and saved again with
+    other content) match nothing there: 404, never a leak."""
+    encoded = base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
+    tag = hashlib.sha256(f"{owner}\0{name}\0{version}\0{sha256}".encode()).hexdigest()[:20]
+    return f"{FILE_ID_PREFIX}{encoded}.{version}.{tag}"
+
+
+def parse_file_id(value: str) -> tuple[str, int]:
+    """(name, version) a file id names; 404 ``file_not_found`` for anything else."""
+    missing = NotFound(f"no file {value[:500]!r}", code="file_not_found")
+    match = _FILE_ID.match(value)
+    if match is None:
+        raise missing
+    encoded, version, _ = match.groups()
+    try:
+        name = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+        validate_name(name)
+    except (binascii.Error, UnicodeDecodeError, ValueError, ExecutorError):
+        raise missing from None
+    return name, int(version)
 
 
 def validate_name(name: str) -> str:
@@ -160,6 +198,8 @@ class ArtifactStore(Protocol):
     def info(self, name: str, version: int | None = None, *, tenant: str = ...) -> ArtifactInfo: ...
 
     def open(self, info: ArtifactInfo) -> BinaryIO: ...
+
+    def by_file_id(self, file_id: str, *, tenant: str = ...) -> ArtifactInfo: ...
 
     def versions(self, name: str, *, tenant: str = ...) -> list[ArtifactInfo]: ...
 
@@ -383,6 +423,18 @@ class LocalArtifactStore:
         if row is None:
             raise _missing(name, version)
         return _info(row)
+
+    def by_file_id(self, file_id: str, *, tenant: str = LOCAL_TENANT) -> ArtifactInfo:
+        """The version a file id names, among ``tenant``'s; 404 ``file_not_found`` otherwise
+        (another key's id, a deleted or expired version)."""
+        name, version = parse_file_id(file_id)
+        try:
+            info = self.info(name, version, tenant=tenant)
+        except NotFound:
+            info = None
+        if info is None or info.file_id != file_id:
+            raise NotFound(f"no file {file_id[:500]!r}", code="file_not_found")
+        return info
 
     def open(self, info: ArtifactInfo) -> BinaryIO:
         """The content of ``info``, streamed from the object store (on a local store an open

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
 
@@ -11,7 +12,18 @@ import anyio.to_thread
 import httpx
 
 from .calls import JSON, Call, Calls, T, auth_headers, raise_for
-from .transfer import CHUNK, AsyncBody, Download, SSEParser, aupload_body, extract_version, folder_files
+from .transfer import (
+    CHUNK,
+    AsyncBody,
+    Bundle,
+    Download,
+    SSEParser,
+    aupload_body,
+    extract_version,
+    file_name_of,
+    folder_files,
+    with_bundle,
+)
 
 
 class AsyncClient:
@@ -102,11 +114,16 @@ class AsyncClient:
         return extract_version(response, directory)
 
     # runs
-    async def run(self, request: JSON, *, idempotency_key: str | None = None) -> JSON:
-        return await self.send(Calls.run(request, idempotency_key, wait=True))
+    async def run(self, request: JSON, *, idempotency_key: str | None = None, bundle: Bundle | None = None) -> JSON:
+        """Run and wait for the result.  ``bundle``: run a skill sent with the request instead of
+        an installed one -- an archive's bytes, or the path of an archive or a skill folder (zipped
+        here); ``request`` then needs no ``skill``.  Its result's ``skill_digest`` names it for a
+        later ``request["bundle"] = {"digest": ...}``, which sends nothing again."""
+        return await self.send(Calls.run(with_bundle(request, bundle), idempotency_key, wait=True))
 
-    async def submit(self, request: JSON, *, idempotency_key: str | None = None) -> JSON:
-        return await self.send(Calls.run(request, idempotency_key, wait=False))
+    async def submit(self, request: JSON, *, idempotency_key: str | None = None, bundle: Bundle | None = None) -> JSON:
+        """Start a run without waiting (202 with its id); ``bundle`` as for :meth:`run`."""
+        return await self.send(Calls.run(with_bundle(request, bundle), idempotency_key, wait=False))
 
     async def get_run(self, run_id: str) -> JSON:
         return await self.send(Calls.get_run(run_id))
@@ -206,6 +223,30 @@ class AsyncClient:
 
     async def artifact_versions(self, name: str, *, owner: str | None = None) -> JSON:
         return await self.send(Calls.artifact_versions(name, owner))
+
+    # files by id (artifact versions)
+    async def upload_file(
+        self, data: AsyncBody | str, *, name: str | None = None, mime_type: str | None = None
+    ) -> JSON:
+        """Upload a file once: ``{id, name, version, size, mime_type, sha256, ...}``; use ``id`` as
+        a run input (``{"file_id": id}``).  ``data``: bytes, a path (a ``str`` too; its name by default), a
+        binary file or an async iterable of chunks -- all but bytes streamed."""
+        data = pathlib.Path(data) if isinstance(data, str) else data
+        content, size = await aupload_body(data)
+        return await self.send(Calls.upload_file(file_name_of(data, name), content, mime_type, size))
+
+    async def get_file(self, file_id: str) -> JSON:
+        return await self.send(Calls.get_file(file_id))
+
+    async def file_content(self, file_id: str) -> bytes:
+        """A file's content (a run's saved output by its ``file_id`` too), in memory."""
+        return (await self.send(Calls.file_content(file_id))).content
+
+    async def list_files(self) -> JSON:
+        return await self.send(Calls.list_files())
+
+    async def delete_file(self, file_id: str) -> JSON:
+        return await self.send(Calls.delete_file(file_id))
 
     # agent context (per session, of this key)
     async def context(self, session: str) -> JSON:

@@ -241,6 +241,31 @@ class Calls:
         return Call("GET", "/v1/artifacts", as_json, params={"name": name, **_owner(owner)})
 
     @staticmethod
+    def upload_file(
+        name: str, content: bytes | Iterable[bytes] | AsyncIterable[bytes], mime_type: str | None, size: int | None
+    ) -> Call[JSON]:
+        headers = {"Content-Type": mime_type} if mime_type else {}
+        if size is not None:
+            headers["Content-Length"] = str(size)
+        return Call("POST", "/v1/files", as_json, params={"name": name}, content=content, headers=headers)
+
+    @staticmethod
+    def get_file(file_id: str) -> Call[JSON]:
+        return Call("GET", f"/v1/files/{segment(file_id)}", as_json)
+
+    @staticmethod
+    def file_content(file_id: str) -> Call[httpx.Response]:
+        return Call("GET", f"/v1/files/{segment(file_id)}/content", as_response)
+
+    @staticmethod
+    def list_files() -> Call[JSON]:
+        return Call("GET", "/v1/files", as_json)
+
+    @staticmethod
+    def delete_file(file_id: str) -> Call[JSON]:
+        return Call("DELETE", f"/v1/files/{segment(file_id)}", as_json)
+
+    @staticmethod
     def tools(format: str, context: bool = False) -> Call[JSON]:
         return Call("GET", "/v1/tools", as_json, params={"format": format, **({"context": "true"} if context else {})})
 

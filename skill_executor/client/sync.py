@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import httpx
 
 from .calls import JSON, Call, Calls, T, auth_headers, raise_for
-from .transfer import CHUNK, Body, Download, SSEParser, extract_version, folder_files, upload_body
+from .transfer import (
+    CHUNK,
+    Body,
+    Bundle,
+    Download,
+    SSEParser,
+    extract_version,
+    file_name_of,
+    folder_files,
+    upload_body,
+    with_bundle,
+)
 
 
 class Client:
@@ -103,11 +115,16 @@ class Client:
         return extract_version(response, directory)
 
     # runs
-    def run(self, request: JSON, *, idempotency_key: str | None = None) -> JSON:
-        return self.send(Calls.run(request, idempotency_key, wait=True))
+    def run(self, request: JSON, *, idempotency_key: str | None = None, bundle: Bundle | None = None) -> JSON:
+        """Run and wait for the result.  ``bundle``: run a skill sent with the request instead of
+        an installed one -- an archive's bytes, or the path of an archive or a skill folder (zipped
+        here); ``request`` then needs no ``skill``.  Its result's ``skill_digest`` names it for a
+        later ``request["bundle"] = {"digest": ...}``, which sends nothing again."""
+        return self.send(Calls.run(with_bundle(request, bundle), idempotency_key, wait=True))
 
-    def submit(self, request: JSON, *, idempotency_key: str | None = None) -> JSON:
-        return self.send(Calls.run(request, idempotency_key, wait=False))
+    def submit(self, request: JSON, *, idempotency_key: str | None = None, bundle: Bundle | None = None) -> JSON:
+        """Start a run without waiting (202 with its id); ``bundle`` as for :meth:`run`."""
+        return self.send(Calls.run(with_bundle(request, bundle), idempotency_key, wait=False))
 
     def get_run(self, run_id: str) -> JSON:
         return self.send(Calls.get_run(run_id))
@@ -206,6 +223,28 @@ class Client:
 
     def artifact_versions(self, name: str, *, owner: str | None = None) -> JSON:
         return self.send(Calls.artifact_versions(name, owner))
+
+    # files by id (artifact versions)
+    def upload_file(self, data: Body | str, *, name: str | None = None, mime_type: str | None = None) -> JSON:
+        """Upload a file once: ``{id, name, version, size, mime_type, sha256, ...}``; use ``id`` as
+        a run input (``{"file_id": id}``).  ``data``: bytes, a path (a ``str`` too; its name by default), a
+        binary file or chunks -- all but bytes streamed."""
+        data = pathlib.Path(data) if isinstance(data, str) else data
+        content, size = upload_body(data)
+        return self.send(Calls.upload_file(file_name_of(data, name), content, mime_type, size))
+
+    def get_file(self, file_id: str) -> JSON:
+        return self.send(Calls.get_file(file_id))
+
+    def file_content(self, file_id: str) -> bytes:
+        """A file's content (a run's saved output by its ``file_id`` too), in memory."""
+        return self.send(Calls.file_content(file_id)).content
+
+    def list_files(self) -> JSON:
+        return self.send(Calls.list_files())
+
+    def delete_file(self, file_id: str) -> JSON:
+        return self.send(Calls.delete_file(file_id))
 
     # agent context (per session, of this key)
     def context(self, session: str) -> JSON:

@@ -3,6 +3,7 @@ downloads checked against the service's digest, Server-Sent Events parsed."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -36,6 +37,46 @@ def folder_files(directory: str | os.PathLike[str]) -> list[tuple[str, bytes]]:
             with open(full, "rb") as handle:
                 out.append((os.path.relpath(full, root).replace(os.sep, "/"), handle.read()))
     return out
+
+
+#: What a client's ``bundle=`` takes: an archive's bytes, or a path to a skill folder or an archive.
+Bundle = bytes | str | os.PathLike[str]
+
+
+def bundle_field(bundle: Bundle) -> JSON:
+    """A run request's ``bundle``: an archive's bytes as they are, an archive file's content, or
+    a skill folder zipped (its files at the zip's root; links and ``.git`` left out)."""
+    if isinstance(bundle, bytes):
+        data = bundle
+    elif os.path.isdir(bundle):
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path, content in folder_files(bundle):
+                archive.writestr(path, content)
+        data = buffer.getvalue()
+    else:
+        with open(bundle, "rb") as handle:
+            data = handle.read()
+    media_type = "application/zip" if data[:2] == b"PK" else "application/gzip" if data[:2] == b"\x1f\x8b" else None
+    field: JSON = {"type": "base64", "data": base64.b64encode(data).decode("ascii")}
+    if media_type is not None:
+        field["media_type"] = media_type
+    return field
+
+
+def with_bundle(request: JSON, bundle: Bundle | None) -> JSON:
+    """``request`` with ``bundle`` as its ``bundle`` field (a copy; unchanged without one)."""
+    return request if bundle is None else {**request, "bundle": bundle_field(bundle)}
+
+
+def file_name_of(data: object, name: str | None) -> str:
+    """An upload's file name: ``name``, else a path's (or an open file's) base name."""
+    if name:
+        return name
+    path = data if isinstance(data, str | os.PathLike) else getattr(data, "name", None)
+    if isinstance(path, str | os.PathLike):
+        return os.path.basename(os.fspath(path))
+    raise ValueError("name= is needed for data that is not a path or a named file")
 
 
 def extract_version(response: httpx.Response, directory: str | os.PathLike[str]) -> JSON:

@@ -420,10 +420,11 @@ class ContextService:
 
         return self._change(tenant, session, change)
 
-    def used(self, tenant: str, session: str | None, skill: str) -> bool:
+    def used(self, tenant: str, session: str | None, skill: str | None) -> bool:
         """A run of ``skill`` in ``session``: mark the skill used when it is loaded there (an
-        agent's runs keep their skills from LRU eviction); anything else changes nothing."""
-        if session is None or not SESSION_ID.match(session) or not check_tenant(tenant):
+        agent's runs keep their skills from LRU eviction); anything else -- a run of an inline
+        bundle without a skill name too -- changes nothing."""
+        if skill is None or session is None or not SESSION_ID.match(session) or not check_tenant(tenant):
             return False
         context = self.store.get(tenant, session)
         if context is None or context.skill(skill.partition("@")[0]) is None:

@@ -33,6 +33,9 @@ from .store import Version
 
 __all__ = ["InstallOutcome", "PackageError", "PackageLimits", "install_package", "uninstall"]
 
+#: Names the hosted platforms keep for themselves (refused when SKILL_EXECUTOR_SKILL_REFUSE_RESERVED_NAMES).
+RESERVED_WORDS = ("anthropic", "claude")
+
 #: Where a package is unpacked inside the staging folder; a skill id is ``[a-z0-9-]+``, so it cannot clash.
 _UNPACKED = ".unpacked"
 
@@ -46,6 +49,14 @@ class InstallOutcome:
     version: Version | None = None
     #: False when the content equals the latest version's, which was returned instead
     created: bool = True
+
+
+def refuse_reserved(skill: Skill) -> None:
+    """400 ``reserved_name`` for a skill whose name holds one of :data:`RESERVED_WORDS`."""
+    lowered = skill.name.lower()
+    for word in RESERVED_WORDS:
+        if word in lowered:
+            raise BadRequest(f"the skill name {skill.name!r} holds the reserved word {word!r}", code="reserved_name")
 
 
 def _skill_prefix(files: list[PurePosixPath]) -> PurePosixPath:

@@ -38,7 +38,7 @@ from .handle import Event as Event
 from .handle import RunHandle as RunHandle
 from .handle import terminal as terminal
 from .limiter import Reservation
-from .models import RunRequest, RunResult
+from .models import RunRequest, RunResult, SkillBundle
 from .pipeline import SkillRunner, new_run_id
 from .plan import RunPlan
 from .seam import Dispatcher
@@ -78,6 +78,16 @@ def shutdown_error(run_id: str | None = None) -> ShuttingDown:
 def fingerprint(request: RunRequest) -> str:
     canonical = json.dumps(request.model_dump(mode="json", by_alias=True), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def with_bundle_digest(request: RunRequest, checked: RunPlan) -> RunRequest:
+    """A request with a bundle's data as it is recorded and dispatched: the skill's id and the
+    bundle's digest (the archive is kept by :class:`~skill_executor.registry.bundles.BundleStore`,
+    never in the run's record)."""
+    if request.bundle is None:
+        return request
+    bundle = SkillBundle(digest=checked.skill.digest)
+    return request.model_copy(update={"skill": request.skill or checked.skill.id, "bundle": bundle})
 
 
 class RunManager:
@@ -190,7 +200,8 @@ class RunManager:
         """Authorization, validation, admission and the run's record (the ``admission`` span)."""
         trace = (tracing.traceparent(root), tracing.trace_id(root))
         authorize_inputs(principal, (i.from_ for i in request.inputs))
-        checked = self.runner.validate(request)
+        checked = self.runner.validate(request, tenant=principal.id)
+        request = with_bundle_digest(request, checked)
         if self.dispatcher.remote:
             return self._enqueue(request, principal.id, fingerprinted, run_id, trace)
         reservation = self.runner.limiter.reserve()
@@ -293,7 +304,7 @@ class RunManager:
             request = RunRequest.model_validate(record.request)
             if self._closing:
                 raise shutdown_error()
-            checked = self.runner.validate(request)
+            checked = self.runner.validate(request, tenant=record.owner)
             reservation = self.runner.limiter.reserve()
         except ExecutorError as exc:
             self._finish(handle, "failed", None, self._error(exc))

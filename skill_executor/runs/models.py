@@ -7,18 +7,52 @@ ignored option.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..outputs.schema import OutputSpec
 from ..workspace.schema import InputSpec
 
-__all__ = ["InputSpec", "OutputSpec", "RunRequest", "RunResult", "OutputFile", "ArtifactFile"]
+__all__ = ["InputSpec", "OutputSpec", "RunRequest", "RunResult", "OutputFile", "ArtifactFile", "SkillBundle"]
 
 
 #: Most re-executions a run may ask for (``RunRequest.retry``).
 MAX_RETRIES = 5
+
+
+#: What a bundle's ``media_type`` may say (the archive's own bytes decide, as for an install).
+BUNDLE_MEDIA_TYPES = Literal[
+    "application/zip",
+    "application/gzip",
+    "application/x-gzip",
+    "application/x-tar",
+    "application/x-bzip2",
+    "application/x-xz",
+]
+
+
+class SkillBundle(BaseModel):
+    """A skill sent with the run instead of installed (OpenAI's inline skill ``source``): the
+    base64 of a .zip or .tar[.gz|.bz2|.xz] holding one skill, or the digest of one this key
+    sent before.  Checked as an install is; kept per key, by digest; never in the catalog."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["base64"] | None = Field(default=None, description="base64 (the only encoding; may be left out)")
+    media_type: BUNDLE_MEDIA_TYPES | None = Field(default=None, description="informative: the bytes decide")
+    data: str | None = Field(default=None, min_length=1, description="the archive, base64-encoded")
+    digest: str | None = Field(
+        default=None,
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="sha256:<hex> of an archive this key sent before (a run's skill_digest)",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if (self.data is None) == (self.digest is None):
+            raise ValueError("a bundle is either data (base64) or the digest of one sent before")
+        return self
 
 
 class RunRequest(BaseModel):
@@ -26,10 +60,15 @@ class RunRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    skill: str = Field(
+    skill: str | None = Field(
+        default=None,
         min_length=1,
         max_length=256,
-        description="skill name (case-insensitive), optionally pinned: name@3, name@latest, name@sha256:<hex>",
+        description="skill name (case-insensitive), optionally pinned: name@3, name@latest, name@sha256:<hex>; "
+        "with a bundle: optional, the bundle's skill name",
+    )
+    bundle: SkillBundle | None = Field(
+        default=None, description="run a skill sent with the request (base64 zip/tar.gz) instead of an installed one"
     )
     command: str = Field(min_length=1, description="shell command, run with bash -c")
     cwd: str | None = Field(default=None, description="relative to the skill root; $WORK_DIR etc. understood")
@@ -57,6 +96,12 @@ class RunRequest(BaseModel):
         "(0: never, as runs may have side effects; only for a command safe to repeat)",
     )
 
+    @model_validator(mode="after")
+    def _skill_or_bundle(self) -> Self:
+        if self.skill is None and self.bundle is None:
+            raise ValueError("name a skill, or send one as a bundle")
+        return self
+
 
 class OutputFile(BaseModel):
     name: str
@@ -72,12 +117,14 @@ class OutputFile(BaseModel):
         "workspace://work/... for a file in a session's work/ (while the session lives); null: not kept "
         "(the run's out/ and run/ end with it)",
     )
+    file_id: str | None = Field(default=None, description="when saved (outputs.save): its file id")
 
 
 class ArtifactFile(BaseModel):
     name: str
     version: int
     ref: str
+    file_id: str | None = Field(default=None, description="its file id (GET /v1/files/{id}; inputs' file_id)")
 
 
 class RunResult(BaseModel):

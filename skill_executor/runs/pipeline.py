@@ -21,7 +21,8 @@ from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore
 from ..config import Settings
 from ..errors import ExecutorError
-from ..registry import SkillRepository
+from ..registry import PackageLimits, SkillRepository
+from ..registry.bundles import BundleStore
 from ..runtimes.base import Command, OutputListener, Runtime, SandboxPlan
 from ..runtimes.skillcopy import add_node_modules, add_sibling
 from ..workers import Supervisor
@@ -56,9 +57,17 @@ class SkillRunner:
         artifacts: ArtifactStore,
         runtime: Runtime,
         snapshots: SessionSnapshots | None = None,
+        bundles: BundleStore | None = None,
     ) -> None:
         self.settings = settings
         self.repository = repository
+        #: skills sent with run requests (inline bundles), per key
+        self.bundles = bundles or BundleStore(
+            settings.data_dir / "bundles",
+            deps=repository.deps,
+            limits=PackageLimits(max_entries=settings.skill_upload_max_files),
+            strict=settings.skill_upload_strict,
+        )
         self.artifacts = artifacts
         self.runtime = runtime
         self.sessions = SessionStore(
@@ -87,9 +96,10 @@ class SkillRunner:
     def workspaces(self) -> WorkspaceManager:
         return self.runtime.workspaces
 
-    def validate(self, request: RunRequest) -> RunPlan:
-        """Everything that can be refused before a workspace exists."""
-        return check_request(request, self.settings, self.repository)
+    def validate(self, request: RunRequest, *, tenant: str = LOCAL_TENANT) -> RunPlan:
+        """Everything that can be refused before a workspace exists (``tenant``: whose bundles
+        a request's ``bundle`` may name)."""
+        return check_request(request, self.settings, self.repository, bundles=self.bundles, tenant=tenant)
 
     def run(
         self,
@@ -110,7 +120,7 @@ class SkillRunner:
         its own timeout, then is refused with ``session_busy``.
         """
         try:
-            plan = checked or self.validate(request)
+            plan = checked or self.validate(request, tenant=tenant)
         except BaseException:
             if reservation is not None:
                 reservation.release()

@@ -12,12 +12,14 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from ..access import LOCAL_TENANT
 from ..config import Settings
 from ..errors import BadRequest, NotFound, TooLarge
 from ..outputs.collect import CollectLimits, resolve_globs
 from ..outputs.naming import DEFAULT_TEMPLATE, NameTemplate
 from ..paths import clean_relative, resolve_within
 from ..registry import SkillRepository
+from ..registry.bundles import BundleStore, decode_bundle
 from ..skills import Skill
 from ..workspace.layout import Workspace, expand_path_variable
 from .models import RunRequest
@@ -52,11 +54,19 @@ class RunPlan:
     siblings: tuple[Skill, ...] = ()
 
 
-def check_request(request: RunRequest, settings: Settings, repository: SkillRepository) -> RunPlan:
-    """Everything that can be refused before a workspace exists."""
+def check_request(
+    request: RunRequest,
+    settings: Settings,
+    repository: SkillRepository,
+    *,
+    bundles: BundleStore | None = None,
+    tenant: str = LOCAL_TENANT,
+) -> RunPlan:
+    """Everything that can be refused before a workspace exists (a bundle is checked, and
+    unpacked unless ``tenant`` sent it before, here)."""
     s = settings
     _check_text(request.model_dump(by_alias=True), "request")
-    skill = repository.get(request.skill)
+    skill = _skill(request, settings, repository, bundles, tenant)
     timeout = request.timeout if request.timeout is not None else s.default_timeout
     if timeout > s.max_timeout:
         raise BadRequest(
@@ -100,6 +110,30 @@ def _siblings(skill: Skill, asked: list[str], repository: SkillRepository) -> tu
             continue
         found.setdefault(other.id, other)
     return tuple(found.values())
+
+
+def _skill(
+    request: RunRequest, settings: Settings, repository: SkillRepository, bundles: BundleStore | None, tenant: str
+) -> Skill:
+    """The installed skill a request names, or the one its bundle holds (which ``skill``, when
+    given, must name: 400 ``name_mismatch``)."""
+    bundle = request.bundle
+    if bundle is None:
+        assert request.skill is not None  # RunRequest: a skill or a bundle
+        return repository.get(request.skill)
+    if bundles is None:
+        raise BadRequest("this service runs no inline bundles", code="invalid_bundle")
+    if bundle.data is not None:
+        skill = bundles.add(tenant, decode_bundle(bundle.data, max_bytes=settings.skill_upload_max_bytes))
+    else:
+        assert bundle.digest is not None
+        skill = bundles.get(tenant, bundle.digest)
+    if request.skill is not None and request.skill.lower() not in (skill.id.lower(), skill.name.lower()):
+        raise BadRequest(
+            f"the bundle is the skill {skill.id!r}, not {request.skill!r}; name its skill or leave skill out",
+            code="name_mismatch",
+        )
+    return skill
 
 
 def _check_env(env: dict[str, str], settings: Settings) -> None:

@@ -75,7 +75,7 @@ def build_result(
         if plan.save:
             saved = _save(artifacts, item, plan, request, run_id, result, tenant)
             if saved is not None:
-                entry.ref = saved.ref
+                entry.ref, entry.file_id = saved.ref, saved.file_id
                 result.artifact_files.append(saved)
         result.output_files.append(entry)
     return result
@@ -115,4 +115,4 @@ def _save(
         result.warnings.append(f"output {item.name!r} not saved: {exc.message}")
         return None
     info = artifacts.put(name, item.data, mime_type=item.mime_type, run_id=run_id, tenant=tenant)
-    return ArtifactFile(name=info.name, version=info.version, ref=info.ref)
+    return ArtifactFile(name=info.name, version=info.version, ref=info.ref, file_id=info.file_id)

@@ -50,6 +50,16 @@ def _run_schema() -> dict[str, Any]:
         return node
 
     inlined: dict[str, Any] = inline(schema)
+    # A model names a skill: an inline bundle (the base64 of an archive) is its caller's program's
+    # to send (POST /v1/runs and MCP skill_run take one all the same; not offered to a model).
+    properties = inlined["properties"]
+    properties.pop("bundle", None)
+    named = properties["skill"]
+    properties["skill"] = {
+        **named["anyOf"][0],
+        "description": "skill name (case-insensitive), optionally pinned: name@3, name@latest, name@sha256:<hex>",
+    }
+    inlined["required"] = ["skill", *inlined.get("required", [])]
     return inlined
 
 

@@ -4,6 +4,8 @@ Sources (``from``):
 
 * ``artifact://name[@version]`` -- the artifact store; latest when no version;
   ``pin: true`` with a session reuses the version first staged in that session.
+* ``file://<file id>`` (or ``file_id``) -- the artifact version a file id names (the
+  caller's own: another key's id is 404 ``file_not_found``).
 * ``host:///abs/path`` -- refused unless it resolves (symlinks followed) inside one of
   the configured allowed host roots; there are none by default.
 * ``workspace://rel/path`` -- the run's (or its session's) workspace.
@@ -41,7 +43,7 @@ from .layout import Workspace
 from .schema import InputSpec
 from .sessions import SessionStore
 
-SCHEMES = ("artifact://", "host://", "workspace://", "skill://")
+SCHEMES = ("artifact://", "file://", "host://", "workspace://", "skill://")
 _Opener = Callable[[], BinaryIO]
 _Entries = Generator[tuple[str, os.stat_result, _Opener], None, None]
 #: What all inputs of one request may make: entries, and folder levels below a target.
@@ -171,6 +173,8 @@ class Stager:
                 if pinned != info.version:
                     info = self.artifacts.info(name, pinned, tenant=tenant)
             return _ArtifactSource(info)
+        if ref.startswith("file://"):
+            return _ArtifactSource(self.artifacts.by_file_id(ref[len("file://") :], tenant=workspace.tenant))
         if ref.startswith("host://"):
             return self._host_source(ref[len("host://") :], label)
         if ref.startswith("workspace://"):

@@ -107,18 +107,24 @@ async def put_artifact(
 ) -> ArtifactModel:
     tenant = _tenant(who, owner, "artifact.put", name)
     validate_name(name)
-    mime = request.headers.get("content-type", "").split(";")[0].strip()
-    if mime and not _MIME.match(mime):
-        raise BadRequest(f"invalid Content-Type {mime[:80]!r}: use type/subtype", code="invalid_mime_type")
-    store = _store(request)
-    # The body is received on the event loop and written in a worker thread about
-    # _CHUNK at a time: no thread waits on a slow client, no more than that is held.
+    mime = check_mime(request.headers.get("content-type", "").split(";")[0].strip())
+    info = await receive(request, _store(request), name, mime, tenant, request.stream())
+    return _model(info)
+
+
+async def receive(
+    request: Request, store: LocalArtifactStore, name: str, mime: str, tenant: str, body: AsyncIterator[bytes]
+) -> ArtifactInfo:
+    """Save ``body`` as the next version of ``name``: received on the event loop and written in
+    a worker thread about _CHUNK at a time (no thread waits on a slow client, no more than that
+    is held); capped at SKILL_EXECUTOR_MAX_REQUEST_BYTES; typed by content and name when
+    ``mime`` is empty, as run outputs are."""
     blob = await run_in_threadpool(store.new_blob, request.app.state.settings.max_request_bytes)
     try:
         pending: list[bytes] = []
         size = total = 0
         head = b""
-        async for chunk in request.stream():
+        async for chunk in body:
             if not mime and len(head) < _SNIFF:
                 head += chunk[: _SNIFF - len(head)]
             pending.append(chunk)
@@ -130,13 +136,19 @@ async def put_artifact(
         await run_in_threadpool(_write, blob, pending)
         if not mime:  # no Content-Type: typed by content and name, as run outputs are
             mime = await run_in_threadpool(detect, name, head, complete=total <= _SNIFF)
-        info = await run_in_threadpool(store.commit, blob, name, mime_type=mime.lower(), tenant=tenant)
+        return await run_in_threadpool(store.commit, blob, name, mime_type=mime.lower(), tenant=tenant)
     except ClientDisconnect:
         raise BadRequest("the client disconnected before the whole body arrived", code="client_disconnected") from None
     finally:
         with anyio.CancelScope(shield=True):  # even when cancelled: no temp blob left behind
             await run_in_threadpool(blob.close)
-    return _model(info)
+
+
+def check_mime(mime: str) -> str:
+    """A ``type/subtype`` to keep as a MIME type (or empty: to be sniffed)."""
+    if mime and not _MIME.match(mime):
+        raise BadRequest(f"invalid Content-Type {mime[:80]!r}: use type/subtype", code="invalid_mime_type")
+    return mime
 
 
 def _write(blob: TempBlob, chunks: list[bytes]) -> None:
@@ -144,7 +156,7 @@ def _write(blob: TempBlob, chunks: list[bytes]) -> None:
         blob.write(chunk)
 
 
-async def _blob_chunks(handle: BinaryIO) -> AsyncIterator[bytes]:
+async def blob_chunks(handle: BinaryIO) -> AsyncIterator[bytes]:
     """The blob, one chunk at a time, each read in a worker thread; closed at the end
     (or when the client goes away)."""
     try:
@@ -183,7 +195,7 @@ def get_artifact(
         "ETag": f'"{info.sha256}"',
         "Content-Length": str(info.size),
     }
-    return StreamingResponse(_blob_chunks(handle), media_type=info.mime_type, headers=headers)
+    return StreamingResponse(blob_chunks(handle), media_type=info.mime_type, headers=headers)
 
 
 @router.delete(

@@ -23,6 +23,7 @@ from ...access import Principal
 from ...errors import BadRequest, NotFound, TooLarge, Unavailable
 from ...registry.archive import PackageLimits
 from ...registry.download import zip_chunks
+from ...registry.package import refuse_reserved
 from ...registry.refs import parse_ref
 from ...registry.repository import SkillRepository
 from ...registry.store import Registry, Version
@@ -44,8 +45,6 @@ from ..schemas import (
 
 router = APIRouter(prefix="/v1/skills", tags=["skill versions"], responses=ERRORS)
 
-#: Names the hosted platforms keep for themselves (refused when SKILL_EXECUTOR_SKILL_REFUSE_RESERVED_NAMES).
-RESERVED_WORDS = ("anthropic", "claude")
 _ARCHIVE_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
 _ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
 
@@ -139,12 +138,7 @@ async def publish(
                 code="name_mismatch",
             )
         if settings.skill_refuse_reserved_names:
-            lowered = skill.name.lower()
-            for word in RESERVED_WORDS:
-                if word in lowered:
-                    raise BadRequest(
-                        f"the skill name {skill.name!r} holds the reserved word {word!r}", code="reserved_name"
-                    )
+            refuse_reserved(skill)
 
     limits = PackageLimits(max_entries=settings.skill_upload_max_files)
     try:
