@@ -262,6 +262,10 @@ class Settings(BaseSettings):
     # -- skill dependencies (resolved on the host into <data_dir>/envs, never in a run) ----
     skill_deps: Literal["install", "off"] = "install"
     """install: resolve skills' declared dependencies into <data_dir>/envs; off: never."""
+    bundle_deps: Literal["image", "install"] = "image"
+    """What an inline bundle (a run request's own skill) may need: ``image``: only what the runner image provides (a
+    bundle declaring more is refused: any key may send one, and resolving makes the host fetch packages); ``install``:
+    resolved like an installed skill's."""
     skill_deps_from_docs: bool = False
     """true: the packages ``pip install`` lines of a skill's SKILL.md name (its shell blocks) are dependencies too,
     resolved like declared ones (many published skills declare theirs only so); ``skills doctor`` reports them either

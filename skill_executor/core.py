@@ -132,6 +132,7 @@ class Executor:
             settings.data_dir / "bundles",
             objects=objects,
             deps=repository.deps,
+            resolve_deps=settings.bundle_deps == "install",
             limits=PackageLimits(max_entries=settings.skill_upload_max_files),
             strict=settings.skill_upload_strict,
             check=refuse_reserved if settings.skill_refuse_reserved_names else None,

@@ -229,12 +229,14 @@ def test_bundle_over_mcp_skill_run(server: Server) -> None:
             data = base64.b64encode(archive).decode()
             result = await mcp.call_tool("skill_run", {"command": "bash scripts/hi.sh A", "bundle": {"data": data}})
             assert not result.is_error, result.content
-            assert result.structured_content["stdout"] == "hello A over MCP\n"
+            # the stream is in the text only (each byte once); structuredContent has the rest
+            assert result.content[0].text.splitlines()[1:] == ["stdout:", "hello A over MCP"]  # type: ignore[union-attr]
+            assert "stdout" not in result.structured_content
             assert result.structured_content["skill_digest"] == digest(archive)
             again = await mcp.call_tool(
                 "skill_run", {"command": "bash scripts/hi.sh 2", "bundle": {"digest": digest(archive)}}
             )
-            assert again.structured_content["stdout"] == "hello 2 over MCP\n"
+            assert again.content[0].text.splitlines()[1:] == ["stdout:", "hello 2 over MCP"]  # type: ignore[union-attr]
         async with http_client(server, KEY_B) as mcp:  # B never sent it
             refused = await mcp.call_tool("skill_run", {"command": "true", "bundle": {"digest": digest(archive)}})
             assert refused.is_error and "bundle_not_found" in refused.content[0].text
@@ -409,3 +411,27 @@ def test_bundle_and_file_ids_across_a_cluster(postgres_server: PostgresServer, t
     finally:
         cluster.close()
         postgres_server.drop_database(name)
+
+
+def test_a_bundle_needs_only_what_the_image_provides(clients: tuple[Client, Client, Client]) -> None:
+    """Any key may send a bundle: its declared dependencies are not fetched on the service's
+    host (SKILL_EXECUTOR_BUNDLE_DEPS=image, the default); what the image provides is fine."""
+    a, _, _ = clients
+    needy = zip_of(
+        {
+            "needy/SKILL.md": SKILL_MD.replace("one-off", "needy").encode(),
+            "needy/requirements.txt": b"numpy\nsome-package-the-image-lacks>=1\n",
+        }
+    )
+    with pytest.raises(ApiError) as info:
+        a.run({"command": "true"}, bundle=needy)
+    assert info.value.status == 422 and info.value.code == "skill_dependencies_unmet"
+    assert "some-package-the-image-lacks>=1" in info.value.message and "BUNDLE_DEPS" in info.value.message
+    provided = zip_of(
+        {
+            "provided/SKILL.md": SKILL_MD.replace("one-off", "provided").encode(),
+            "provided/requirements.txt": b"numpy\npandas\n",
+        }
+    )
+    result = a.run({"command": "python3 -c 'import numpy, pandas; print(\"ok\")'"}, bundle=provided)
+    assert (result["exit_code"], result["stdout"]) == (0, "ok\n")

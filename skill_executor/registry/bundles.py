@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..access import check_tenant
-from ..envs import SkillEnvs
+from ..envs import DependenciesUnmet, SkillEnvs
 from ..errors import BadRequest, Conflict, NotFound, TooLarge
 from ..objects import ObjectNotFound, ObjectStore
 from ..skills.loader import load_skill
@@ -68,6 +68,20 @@ def decode_bundle(text: str, *, max_bytes: int) -> bytes:
     return data
 
 
+def refuse_unprovided(deps: SkillEnvs, skill: Skill) -> None:
+    """``skill_dependencies_unmet`` for a bundle that declares what the runner image does not
+    provide (SKILL_EXECUTOR_BUNDLE_DEPS=image: nothing is fetched on the host for a bundle)."""
+    needed = deps.plan(skill.path)
+    if needed.key is not None:
+        unmet = [*needed.python, *needed.node]
+        raise DependenciesUnmet(
+            f"the inline bundle {skill.id!r} needs what the runner image does not provide ({', '.join(unmet[:10])}); "
+            "a bundle's dependencies are not installed on the service's host (SKILL_EXECUTOR_BUNDLE_DEPS=image): "
+            "install the skill, or ask the operator for SKILL_EXECUTOR_BUNDLE_DEPS=install",
+            details={"unmet": unmet},
+        )
+
+
 class BundleStore:
     """Bundles per key under ``root``; thread-safe, and safe for processes sharing ``root``."""
 
@@ -80,10 +94,14 @@ class BundleStore:
         limits: PackageLimits = PackageLimits(),
         strict: bool = False,
         check: Callable[[Skill], None] | None = None,
+        resolve_deps: bool = False,
     ) -> None:
         self.root = root
         self.objects = objects
         self.deps = deps
+        #: whether a bundle's declared dependencies are resolved on the host (else: refused
+        #: unless the image provides them -- any key may send a bundle)
+        self.resolve_deps = resolve_deps
         self.limits = limits
         self.strict = strict
         #: what an install's upload check refuses (reserved names), applied to bundles too
@@ -163,7 +181,10 @@ class BundleStore:
             if self.check is not None:
                 self.check(skill)
             if self.deps is not None and self.deps.mode == "install":
-                self.deps.ensure(skill.path, install=True)
+                if self.resolve_deps:
+                    self.deps.ensure(skill.path, install=True)
+                else:
+                    refuse_unprovided(self.deps, skill)
 
         try:
             outcome = install_package(data, folder, strict=self.strict, replace=False, limits=self.limits, admit=admit)

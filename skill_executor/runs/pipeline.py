@@ -22,7 +22,7 @@ from ..artifacts.store import ArtifactStore
 from ..config import Settings
 from ..errors import ExecutorError
 from ..registry import PackageLimits, SkillRepository
-from ..registry.bundles import BundleStore
+from ..registry.bundles import BundleStore, refuse_unprovided
 from ..runtimes.base import Command, OutputListener, Runtime, SandboxPlan
 from ..runtimes.skillcopy import add_node_modules, add_sibling
 from ..workers import Supervisor
@@ -65,6 +65,7 @@ class SkillRunner:
         self.bundles = bundles or BundleStore(
             settings.data_dir / "bundles",
             deps=repository.deps,
+            resolve_deps=settings.bundle_deps == "install",
             limits=PackageLimits(max_entries=settings.skill_upload_max_files),
             strict=settings.skill_upload_strict,
         )
@@ -214,6 +215,9 @@ class SkillRunner:
         or None; ``skill_dependencies_unmet`` when its needs cannot be met."""
         envs = self.repository.deps
         if envs is None:
+            return None
+        if plan.bundled and self.settings.bundle_deps == "image":
+            refuse_unprovided(envs, plan.skill)  # a bundle unpacked before the setting changed
             return None
         key = envs.for_run(plan.skill.path, plan.skill.digest)
         if key is None:

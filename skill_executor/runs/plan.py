@@ -52,6 +52,8 @@ class RunPlan:
     outputs: OutputPlan
     #: other skills the run sees beside its own, read-only (asked for, or referred to as ../<name>/)
     siblings: tuple[Skill, ...] = ()
+    #: the skill came with the request (an inline bundle), not from the catalog
+    bundled: bool = False
 
 
 def check_request(
@@ -83,7 +85,8 @@ def check_request(
         raise BadRequest(f"at most {s.max_inputs} inputs per run", code="too_many_inputs")
     if request.cwd is not None:
         cwd_logical(request.cwd)
-    return RunPlan(skill, timeout, _output_plan(request, s), _siblings(skill, request.with_skills, repository))
+    siblings = _siblings(skill, request.with_skills, repository)
+    return RunPlan(skill, timeout, _output_plan(request, s), siblings, bundled=request.bundle is not None)
 
 
 #: A sibling a SKILL.md refers to: ``../<name>/`` (obra's skills say ``../other-skill/SKILL.md``).
