@@ -79,8 +79,9 @@ class Settings(BaseSettings):
     """The S3 API endpoint for an s3:// object store (default: AWS; credentials: the standard AWS variables)."""
 
     # -- runs ----------------------------------------------------------------------
-    runtime: Literal["docker", "local", "agent-sandbox"] = "docker"
-    """Where runs execute: docker (sandboxed), agent-sandbox (a pod per run) or local (no sandbox; loopback only)."""
+    runtime: Literal["docker", "bwrap", "local", "agent-sandbox"] = "docker"
+    """Where runs execute: docker (sandboxed), bwrap (a bubblewrap sandbox, no Docker needed), agent-sandbox (a pod per
+    run) or local (no sandbox; loopback only)."""
     default_timeout: float = 60.0
     """A run's timeout in seconds when the request gives none."""
     max_timeout: float = 900.0

@@ -35,6 +35,10 @@ def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtim
         from .runtimes.local import LocalRuntime
 
         return LocalRuntime(settings)
+    if settings.runtime == "bwrap":
+        from .runtimes.bwrap import BwrapRuntime
+
+        return BwrapRuntime(settings)
     if settings.runtime == "docker":
         from .runtimes.docker import DockerRuntime
 

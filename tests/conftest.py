@@ -39,12 +39,15 @@ OCI_RUNTIMES = {"docker-runsc": "runsc", "docker-pool-runsc": "runsc"}
 #: Modules whose ``executor`` tests run on gVisor too (the attacks on the sandbox's host side, the runtime seam's contract);
 #: the other pipeline tests run on ``RUNTIMES``.
 GVISOR_MODULES = {"test_boundary", "test_runtime_contract"}
+#: Modules whose ``executor`` tests run on the bwrap runtime too (bubblewrap, no Docker).
+BWRAP_MODULES = {"test_boundary", "test_runtime_contract"}
 #: Modules whose ``executor`` tests run on the agent-sandbox runtime too: the real SDK against
 #: tests/fakekube.py, each pod our in-pod server in a container of the runner image.
 AGENT_SANDBOX_MODULES = {"test_runtime_contract"}
 #: Modules whose ``executor`` tests run on the agent-sandbox runtime only.
 AGENT_SANDBOX_ONLY = {"test_agentsandbox_runtime"}
 _docker_problem: list[str | None] = []
+_bwrap_problem: list[str | None] = []
 _runsc_problem: list[str | None] = []
 
 
@@ -88,6 +91,26 @@ def runsc_problem() -> str | None:
     return _runsc_problem[0]
 
 
+def bwrap_problem() -> str | None:
+    """Why the bwrap tests cannot run here (None when they can); probed once.
+
+    ``scripts/test.sh`` installs bubblewrap (``ensure_bwrap``)."""
+    if not _bwrap_problem:
+        reason = None
+        if shutil.which("bwrap") is None:
+            reason = "no bwrap on PATH (./scripts/test.sh installs Debian's bubblewrap)"
+        else:
+            probe = subprocess.run(
+                ["bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "true"],
+                capture_output=True,
+                check=False,
+            )
+            if probe.returncode != 0:
+                reason = f"bwrap cannot make a sandbox here: {probe.stderr.decode(errors='replace').strip()}"
+        _bwrap_problem.append(reason)
+    return _bwrap_problem[0]
+
+
 def is_gvisor(runtime: str) -> bool:
     return OCI_RUNTIMES.get(runtime) == "runsc"
 
@@ -97,6 +120,13 @@ def require_runtime(runtime: str) -> None:
     agent-sandbox runtime's test pods are containers too)."""
     if runtime == "agent-sandbox":
         runtime = "docker"
+    if runtime == "bwrap":
+        problem = bwrap_problem()
+        if problem is not None:
+            if in_ci():
+                pytest.fail(f"CI must run the bwrap tests: {problem}")
+            pytest.skip(problem)
+        return
     if not runtime.startswith("docker"):
         return
     problem = runsc_problem() if is_gvisor(runtime) else docker_problem()
@@ -131,6 +161,13 @@ def make_settings(tmp_path: Path, runtime: str, **overrides: object) -> Settings
         "skills_refresh_seconds": 0.0,
         "default_timeout": 30.0,
     }
+    if runtime == "bwrap":
+        # bwrap starts as the run's user (1000 under root): it must reach the workspaces,
+        # which the sealed data dir does not let it (see skill_executor/runtimes/bwrap.py).
+        values["workspace_root"] = tmp_path / "workspaces"
+        if os.geteuid() == 0:
+            for folder in (tmp_path, *tmp_path.parents):
+                os.chmod(folder, os.stat(folder).st_mode | 0o001)
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
 
@@ -142,6 +179,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         module = metafunc.module.__name__.rsplit(".", 1)[-1]
         if module in GVISOR_MODULES:
             names += [name for name in HARDENING_RUNTIMES if is_gvisor(name)]
+        if module in BWRAP_MODULES:
+            names.append("bwrap")
         if module in AGENT_SANDBOX_MODULES:
             names.append("agent-sandbox")
         if module in AGENT_SANDBOX_ONLY:

@@ -1,6 +1,6 @@
 """The runtime seam's contract (``Runtime.claim(plan) -> Box``, ``Box.start(spec) -> Process``),
-written once and run against every box there is: local, Docker cold and warm, on runc and
-gVisor, and agent-sandbox pods (the real SDK against tests/fakekube.py, each pod our in-pod
+written once and run against every box there is: local, bwrap, Docker cold and warm, on runc
+and gVisor, and agent-sandbox pods (the real SDK against tests/fakekube.py, each pod our in-pod
 server in a container of the runner image).
 
 The box is driven directly where the contract is the box's (streamed output, stdin,
@@ -32,7 +32,8 @@ from .helpers import leftover_runs
 #: Runtimes that promise to end a run's processes that left its process group (setsid):
 #: a container ends with its command. The local runtime kills the group only (documented).
 #: A single-use pod's server kills every process of the pod once the run's has exited (``--container``).
-KILLS_ESCAPEES = {"docker", "docker-pool", "docker-runsc", "docker-pool-runsc", "agent-sandbox"}
+#: A bwrap sandbox ends with its PID namespace's init.
+KILLS_ESCAPEES = {"docker", "docker-pool", "docker-runsc", "docker-pool-runsc", "agent-sandbox", "bwrap"}
 
 
 def claim(executor: Executor, run_id: str) -> Box:

@@ -101,21 +101,12 @@ class LocalProcess:
     def __init__(self, spec: ProcessSpec, env: dict[str, str]) -> None:
         self.warnings: list[str] = []
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            spec.argv,
-            cwd=spec.cwd,
-            env=env,
-            stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-        )
+        self.proc = self._spawn(spec, env)
         assert self.proc.stdout is not None and self.proc.stderr is not None
         try:
             self._pidfd = os.pidfd_open(self.proc.pid)
         except OSError:
-            _kill_group(self.proc.pid)
+            self._end()
             self.proc.wait()
             raise
         self._selector = selectors.DefaultSelector()
@@ -131,6 +122,26 @@ class LocalProcess:
         if spec.stdin is not None:
             threading.Thread(target=_feed, args=(self.proc, spec.stdin), daemon=True).start()
 
+    def _spawn(self, spec: ProcessSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """The started process (its stdout and stderr pipes; stdin a pipe when given)."""
+        return subprocess.Popen(
+            spec.argv,
+            cwd=spec.cwd,
+            env=env,
+            stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def _end(self) -> None:
+        """SIGKILL everything of the run this process can reach: its process group."""
+        _kill_group(self.proc.pid)
+
+    def _ended(self) -> None:
+        """Called by :meth:`wait` once the process is reaped (nothing more to end here)."""
+
     def events(self, timeout: float) -> Iterator[Chunk]:
         if self.ended:
             return
@@ -141,7 +152,7 @@ class LocalProcess:
                 # too), then read what they wrote until the pipes close, for a bounded time.
                 self._selector.unregister(key.fileobj)
                 self._exited = True
-                _kill_group(self.proc.pid)
+                self._end()
                 self._drained = time.monotonic() + DRAIN_SECONDS
                 continue
             try:
@@ -161,12 +172,13 @@ class LocalProcess:
             self.ended = True
 
     def kill(self) -> None:
-        _kill_group(self.proc.pid)
+        self._end()
 
     def wait(self) -> int | None:
         # Kill the whole group: on timeout, on cancel, and leftovers after a normal exit.
-        _kill_group(self.proc.pid)
+        self._end()
         self.proc.wait()
+        self._ended()
         self._selector.close()
         os.close(self._pidfd)
         for stream in (self.proc.stdout, self.proc.stderr):

@@ -1,0 +1,382 @@
+"""The bwrap runtime: every run in a fresh bubblewrap sandbox, for machines without Docker.
+
+The local runtime's process (:mod:`.local`: pipes read without threads, stdin fed, the
+same box over a host folder), started under ``bwrap`` with what a Docker container of
+the Docker runtime gets, as far as a sandbox without an image and without cgroups can:
+
+* new user, mount, PID, network (only ``lo``), IPC, UTS and (where possible) cgroup
+  namespaces; no further user namespaces inside (``--disable-userns``);
+* the run's user: ``DOCKER_USER`` (1000:1000) inside; outside, that user when the service
+  runs as root (bwrap is started as it), else the service's own user;
+* no capabilities, ``no-new-privileges`` (bwrap sets it);
+* a read-only root: an empty tmpfs remounted read-only, holding only the host's system
+  folders read-only (``/usr``, ``/etc`` and the ``/bin``-style links), a fresh ``/proc``
+  and minimal ``/dev``, a size-capped tmpfs ``/tmp`` and ``/dev/shm``, the containers'
+  ``/etc/hosts``, the skills' dependency environments read-only at ``/opt/skill-envs``,
+  the workspace at ``/workspace`` (a session's ``work/`` at ``/workspace/work``) and the
+  hosted products' ``/mnt/...`` links into it.  The host's home folders, ``/root``,
+  ``/var``, ``/run``, ``/srv``, ``/opt`` and the service's data are not there at all;
+* bwrap runs as the run's user, so the folders it binds must be reachable by that user:
+  a root service checks at start that the workspace root and the environments' folder
+  are (the default workspace root inside the sealed data dir is not:
+  ``SKILL_EXECUTOR_WORKSPACE_ROOT`` must name a folder outside it);
+* ``nofile``, ``fsize`` and ``nproc`` limits (set inside the sandbox right before the
+  command: there ``nproc`` counts the processes of the sandbox's own user namespace);
+* ``--die-with-parent``: the sandbox dies with the thread that started it.
+
+The sandbox's init (bwrap's, PID 1 of its namespace) is held on ``--block-fd`` until the
+service has a pidfd of it.  A kill is a SIGKILL to that init: the
+kernel then ends every process of the PID namespace (``setsid`` escapees too) before the
+init's own exit is seen, which :meth:`BwrapProcess.wait` waits for: nothing of the run is
+alive once it returns.
+
+Not provided (documented in docs/guides/runtimes.md): memory, CPU and pids cgroup limits,
+a hard disk cap (the soft, polled one applies), and a seccomp filter of its own.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from ..config import Settings
+from ..errors import Unavailable
+from ..workspace.layout import Workspace
+from .base import BoxVerdict, ProcessSpec, SandboxPlan
+from .docker.engine import CONTAINER_ENVS, CONTAINER_WORKSPACE, parse_user, write_hosts
+from .host import SharedBox
+from .housekeeping import Housekeeping
+from .limits import Cap, DiskCap
+from .local import LocalProcess
+from .skillcopy import provide
+
+log = logging.getLogger(__name__)
+
+#: The host's system folders a run sees (read-only); a link among them (``/bin`` ->
+#: ``usr/bin`` on a merged-/usr system) is recreated as the same link.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+#: The hosted products' paths (the runner image makes the same links).
+HOSTED_LINKS = {
+    "/mnt/skills/public": f"{CONTAINER_WORKSPACE}/skills",
+    "/mnt/skills/user": f"{CONTAINER_WORKSPACE}/skills",
+    "/mnt/skills/examples": f"{CONTAINER_WORKSPACE}/skills",
+    "/mnt/user-data/outputs": f"{CONTAINER_WORKSPACE}/out",
+    "/mnt/user-data/uploads": f"{CONTAINER_WORKSPACE}/work/inputs",
+    "/mnt/data": f"{CONTAINER_WORKSPACE}/work",
+}
+#: The most bwrap's ``--info-fd`` JSON may hold, and how long it may take to arrive.
+INFO_MAX = 64 * 1024
+INFO_SECONDS = 30.0
+#: How long a killed sandbox's init may take to be gone (its namespace emptied).
+END_SECONDS = 30.0
+PATH = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"
+
+
+def find_bwrap() -> str:
+    """The ``bwrap`` binary, or ``Unavailable`` saying how to get it."""
+    found = shutil.which("bwrap")
+    if found is None:
+        raise Unavailable(
+            "the bwrap runtime needs bubblewrap's bwrap on PATH (Debian: apt-get install bubblewrap)",
+            code="runtime_unavailable",
+        )
+    return found
+
+
+class BwrapRuntime(Housekeeping):
+    name = "bwrap"
+    #: Where a run sees the skills and their dependency environments (as in a container).
+    visible_skills_dir: str | None = f"{CONTAINER_WORKSPACE}/skills"
+    visible_envs_dir: str | None = CONTAINER_ENVS
+    skill_envs = True
+    #: Polled (no file system per workspace), plus the ``fsize`` limit on every file.
+    disk_cap = "soft"
+
+    def __init__(self, settings: Settings) -> None:
+        self.bwrap = find_bwrap()
+        super().__init__(settings, "bwrap")
+        self.settings = settings
+        #: The run's user inside the sandbox; outside too when this process is root.
+        self.inside = parse_user(settings.docker_user)
+        self.owner: tuple[int, int] | None = self.inside if os.geteuid() == 0 else None
+        self.hosts_file = write_hosts(self.workspaces.root / "hosts")
+        self.envs_dir = settings.envs_dir
+        self.envs_dir.mkdir(parents=True, exist_ok=True)
+        self.version = _version(self.bwrap)
+        if self.owner is not None:
+            for path in (self.workspaces.root / "runs", self.envs_dir):
+                blocked = unreachable(path, self.owner)
+                if blocked is not None:
+                    self.close()
+                    raise Unavailable(
+                        f"the bwrap runtime starts its sandboxes as the run's user {self.owner[0]}, who cannot "
+                        f"reach {path} ({blocked} is closed to it): set SKILL_EXECUTOR_WORKSPACE_ROOT to a folder "
+                        "outside the data dir whose parents others may traverse (mode o+x)",
+                        code="runtime_unavailable",
+                    )
+        self.problem = self._probe()
+        if self.problem is not None:
+            self.close()
+            raise Unavailable(f"bwrap cannot make a sandbox here: {self.problem}", code="runtime_unavailable")
+
+    def _probe(self) -> str | None:
+        """Start one sandbox of the kind runs get (None: it works; else bwrap's complaint)."""
+        try:
+            result = subprocess.run(
+                [self.bwrap, *self.isolation(), "--", "true"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env={"PATH": PATH},
+                cwd="/",
+                timeout=INFO_SECONDS,
+                **self.credentials(),  # type: ignore[arg-type]
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return str(exc)
+        if result.returncode != 0:
+            return result.stderr.decode(errors="replace").strip() or f"exit status {result.returncode}"
+        return None
+
+    def credentials(self) -> dict[str, object]:
+        """Popen's arguments that start bwrap as the run's user (when this process is root)."""
+        if self.owner is None:
+            return {}
+        uid, gid = self.owner
+        return {"user": uid, "group": gid, "extra_groups": []}
+
+    def isolation(self) -> list[str]:
+        """bwrap's arguments for the namespaces, the user and the system folders."""
+        uid, gid = self.inside
+        args = [
+            "--unshare-user",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--uid",
+            str(uid),
+            "--gid",
+            str(gid),
+            "--hostname",
+            "sandbox",
+        ]
+        for path in SYSTEM:
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                args += ["--ro-bind", path, path]
+        size = str(self.settings.docker_tmpfs_bytes)
+        args += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp"]
+        args += ["--size", size, "--tmpfs", "/dev/shm"]
+        return args
+
+    def limits(self) -> list[str]:
+        """The wrapper that sets the command's limits inside the sandbox, then execs it (a
+        constant text: the command's argv follows as arguments, never spliced in).  Set
+        inside, ``nproc`` counts only the processes of the sandbox's own user namespace."""
+        s = self.settings
+        text = f'ulimit -n {s.docker_nofile} -u {s.docker_pids_limit} -f {s.docker_disk_bytes // 1024} && exec "$@"'
+        return ["bash", "-c", text, "limits"]
+
+    def claim(self, plan: SandboxPlan) -> BwrapBox:
+        workspace = self.workspaces.create(
+            plan.run_id,
+            plan.skill.id,
+            session_work=plan.session_work,
+            session=plan.session,
+            owner=self.owner,
+            tenant=plan.tenant,
+        )
+        box = BwrapBox(self, workspace, plan)
+        try:
+            box.warnings += provide(workspace, plan.skill.id, plan.skill.path, self.owner, None)
+        except BaseException:
+            box.release()
+            raise
+        return box
+
+    def health(self) -> dict[str, tuple[bool, str]]:
+        return {
+            "runtime": (
+                True,
+                f"bubblewrap {self.version}: user, mount, PID, network, IPC and UTS namespaces; "
+                "no memory, CPU or pids cgroup limits, no seccomp filter of its own",
+            ),
+            "disk_cap": (True, f"soft: {self.settings.docker_disk_bytes} bytes per run, polled; fsize per file"),
+        }
+
+
+def unreachable(path: Path, user: tuple[int, int]) -> Path | None:
+    """The first folder on the way to ``path`` that ``user`` may not traverse (None: none)."""
+    uid, gid = user
+    for folder in [*reversed(path.resolve().parents), path.resolve()]:
+        st = folder.stat()
+        bit = 0o100 if st.st_uid == uid else 0o010 if st.st_gid == gid else 0o001
+        if not st.st_mode & bit:
+            return folder
+    return None
+
+
+def _version(bwrap: str) -> str:
+    try:
+        out = subprocess.run([bwrap, "--version"], capture_output=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.decode(errors="replace").split()[-1] if out.split() else "unknown"
+
+
+class BwrapBox(SharedBox):
+    def __init__(self, runtime: BwrapRuntime, workspace: Workspace, plan: SandboxPlan) -> None:
+        super().__init__(
+            workspace,
+            CONTAINER_WORKSPACE,
+            runtime.janitor,
+            discard=runtime.workspaces.discard,
+            keep=runtime.settings.keep_workspaces,
+        )
+        self.runtime = runtime
+        self.plan = plan
+
+    def _start(self, spec: ProcessSpec) -> BwrapProcess:
+        settings = self.runtime.settings
+        disk: Cap = DiskCap(self.workspace, settings.docker_disk_bytes, self.plan.session_disk_max)
+        return BwrapProcess(self, spec, disk)
+
+    def judge(self, disk: Cap, code: int | None) -> None:
+        """The verdict once the process has ended."""
+        hit = disk.reached(code)
+        self._verdict = BoxVerdict(False, hit, (disk.warning(),) if hit else ())
+
+
+class BwrapProcess(LocalProcess):
+    """The sandbox's outer ``bwrap`` is this process's child (its pipes, its exit status);
+    the sandbox's init, held by a pidfd, is what a kill ends."""
+
+    def __init__(self, box: BwrapBox, spec: ProcessSpec, disk: Cap) -> None:
+        self.box = box
+        self.init_fd = -1
+        self.disk_cap = disk
+        super().__init__(spec, {"PATH": PATH, **spec.env})
+        self.disk: Cap | None = disk
+
+    def _spawn(self, spec: ProcessSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        runtime, workspace = self.box.runtime, self.box.workspace
+        info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()
+        try:
+            args = [runtime.bwrap, *runtime.isolation()]
+            args += ["--ro-bind", str(runtime.hosts_file), "/etc/hosts"]
+            args += ["--ro-bind", str(runtime.envs_dir), CONTAINER_ENVS]
+            args += ["--bind", str(workspace.root), CONTAINER_WORKSPACE]
+            if workspace.work != workspace.root / "work":
+                args += ["--bind", str(workspace.work), f"{CONTAINER_WORKSPACE}/work"]
+            for link, target in HOSTED_LINKS.items():
+                args += ["--symlink", target, link]
+            args += ["--remount-ro", "/", "--chdir", spec.cwd]
+            args += ["--info-fd", str(info_w), "--block-fd", str(block_r), "--", *runtime.limits(), *spec.argv]
+            proc = subprocess.Popen(
+                args,
+                cwd="/",
+                env=env,
+                stdin=subprocess.PIPE if spec.stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(info_w, block_r),
+                **runtime.credentials(),  # type: ignore[arg-type]
+            )
+        except BaseException:
+            for fd in (info_r, block_w):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (info_w, block_r):
+                os.close(fd)
+        try:
+            child = _read_info(info_r, proc)
+            self.init_fd = os.pidfd_open(child)
+            os.write(block_w, b"1")  # the sandbox's init may start the command now
+        except BaseException as exc:
+            if self.init_fd >= 0:
+                signal.pidfd_send_signal(self.init_fd, signal.SIGKILL)
+            _kill(proc.pid)
+            _, err = proc.communicate(timeout=END_SECONDS)
+            self._close_init()
+            said = err.decode(errors="replace").strip()
+            if not said and not isinstance(exc, (Unavailable, OSError)):
+                raise
+            raise Unavailable(
+                f"bwrap could not start the run's sandbox: {said or exc}", code="runtime_unavailable"
+            ) from None
+        finally:
+            os.close(info_r)
+            os.close(block_w)
+        return proc
+
+    def _end(self) -> None:
+        """SIGKILL the sandbox's init (the kernel ends its whole PID namespace; bwrap then
+        exits); before the init is known, bwrap itself (the init dies with it)."""
+        if self.init_fd >= 0:
+            try:
+                signal.pidfd_send_signal(self.init_fd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            _kill(self.proc.pid)
+
+    def _ended(self) -> None:
+        # The init's exit is seen only once the kernel has ended every process of its
+        # PID namespace: then nothing of the run is alive.
+        if self.init_fd >= 0 and not select.select([self.init_fd], [], [], END_SECONDS)[0]:
+            self.warnings.append("the run's sandbox did not end in time")
+        self._close_init()
+        code = self.proc.returncode
+        self.box.judge(self.disk_cap, 128 - code if code < 0 else code)
+
+    def _close_init(self) -> None:
+        if self.init_fd >= 0:
+            os.close(self.init_fd)
+            self.init_fd = -1
+
+
+
+
+def _read_info(fd: int, proc: subprocess.Popen[bytes]) -> int:
+    """The sandbox init's host PID, from bwrap's ``--info-fd`` (EOF first: bwrap failed)."""
+    data = b""
+    deadline = time.monotonic() + INFO_SECONDS
+    while len(data) < INFO_MAX:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise Unavailable("bwrap did not report its sandbox in time", code="runtime_unavailable")
+        chunk = os.read(fd, INFO_MAX)
+        if not chunk:
+            break
+        data += chunk
+        try:
+            return int(json.loads(data)["child-pid"])
+        except ValueError:
+            continue
+    raise Unavailable("bwrap did not start a sandbox", code="runtime_unavailable")
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError as exc:
+        if exc.errno not in (errno.ESRCH, errno.EPERM):
+            raise
