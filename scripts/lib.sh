@@ -257,6 +257,20 @@ ensure_postgres() {
 # engine's config file, keeping a backup, and reload the engine with SIGHUP -- running
 # containers are not touched). Returns non-zero with the reason in RUNSC_PROBLEM.
 RUNSC_PROBLEM=""
+# bubblewrap for the bwrap runtime's tests (Debian's bubblewrap); BWRAP_PROBLEM says why not.
+ensure_bwrap() {
+  BWRAP_PROBLEM=""
+  if ! command -v bwrap >/dev/null && ! apt_install bubblewrap; then
+    BWRAP_PROBLEM="bubblewrap's bwrap is not installed and could not be installed (Debian package bubblewrap)"
+    return 1
+  fi
+  local said
+  if ! said=$(bwrap --unshare-user --unshare-pid --unshare-net --ro-bind / / true 2>&1); then
+    BWRAP_PROBLEM="bwrap cannot make a sandbox here (user namespaces?): $said"
+    return 1
+  fi
+}
+
 ensure_runsc() {
   RUNSC_PROBLEM=""
   if ! command -v runsc >/dev/null && ! apt_install runsc; then

@@ -36,6 +36,13 @@ else
   log "no Docker engine: the Docker tests will be skipped"
   export SKILL_EXECUTOR_TEST_DOCKER=0
 fi
+if ! ensure_bwrap; then
+  if [[ "${CI:-}" == "true" ]]; then
+    log "CI runs the bwrap runtime's tests, but: $BWRAP_PROBLEM; failing"
+    exit 1
+  fi
+  log "the bwrap runtime's tests will be skipped: $BWRAP_PROBLEM"
+fi
 if ! ensure_disk_cap; then
   if [[ "${CI:-}" == "true" ]]; then
     log "CI runs on the hard disk cap, but: $DISK_CAP_PROBLEM; failing"

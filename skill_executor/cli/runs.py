@@ -40,7 +40,7 @@ def register(groups: Any) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--runtime", choices=("local", "docker"))
+    parser.add_argument("--runtime", choices=("local", "bwrap", "docker"))
     parser.add_argument(
         "--skills-dir",
         action="append",

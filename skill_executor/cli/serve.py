@@ -40,7 +40,7 @@ def register(groups: Any) -> None:
 
 def add_service_options(parser: argparse.ArgumentParser) -> None:
     """What ``serve`` and ``mcp`` share: the runtime, the skill roots, the data folder."""
-    parser.add_argument("--runtime", choices=("local", "docker"))
+    parser.add_argument("--runtime", choices=("local", "bwrap", "docker"))
     parser.add_argument(
         "--skills-dir",
         action="append",

@@ -129,6 +129,7 @@ class BwrapRuntime(Housekeeping):
 
     def _probe(self) -> str | None:
         """Start one sandbox of the kind runs get (None: it works; else bwrap's complaint)."""
+        user, group, groups = self.credentials()
         try:
             result = subprocess.run(
                 [self.bwrap, *self.isolation(), "--", "true"],
@@ -138,7 +139,9 @@ class BwrapRuntime(Housekeeping):
                 env={"PATH": PATH},
                 cwd="/",
                 timeout=INFO_SECONDS,
-                **self.credentials(),  # type: ignore[arg-type]
+                user=user,
+                group=group,
+                extra_groups=groups,
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return str(exc)
@@ -146,12 +149,12 @@ class BwrapRuntime(Housekeeping):
             return result.stderr.decode(errors="replace").strip() or f"exit status {result.returncode}"
         return None
 
-    def credentials(self) -> dict[str, object]:
-        """Popen's arguments that start bwrap as the run's user (when this process is root)."""
+    def credentials(self) -> tuple[int | None, int | None, list[int] | None]:
+        """Popen's ``user``, ``group`` and ``extra_groups``: bwrap starts as the run's user when
+        this process is root (else as this process's user)."""
         if self.owner is None:
-            return {}
-        uid, gid = self.owner
-        return {"user": uid, "group": gid, "extra_groups": []}
+            return None, None, None
+        return self.owner[0], self.owner[1], []
 
     def isolation(self) -> list[str]:
         """bwrap's arguments for the namespaces, the user and the system folders."""
@@ -274,6 +277,7 @@ class BwrapProcess(LocalProcess):
 
     def _spawn(self, spec: ProcessSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
         runtime, workspace = self.box.runtime, self.box.workspace
+        user, group, groups = runtime.credentials()
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
         try:
@@ -297,7 +301,9 @@ class BwrapProcess(LocalProcess):
                 start_new_session=True,
                 close_fds=True,
                 pass_fds=(info_w, block_r),
-                **runtime.credentials(),  # type: ignore[arg-type]
+                user=user,
+                group=group,
+                extra_groups=groups,
             )
         except BaseException:
             for fd in (info_r, block_w):
@@ -351,8 +357,6 @@ class BwrapProcess(LocalProcess):
         if self.init_fd >= 0:
             os.close(self.init_fd)
             self.init_fd = -1
-
-
 
 
 def _read_info(fd: int, proc: subprocess.Popen[bytes]) -> int:
