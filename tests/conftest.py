@@ -288,6 +288,7 @@ TIERS = ("unit", "engine", "service", "world")
 MODULE_TIERS: dict[str, str] = {
     # unit (the Docker-parametrized tests of these modules are engine, see tier_of)
     "test_appear": "unit",
+    "test_bwrap": "unit",  # bubblewrap sandboxes: short-lived processes, no engine
     "test_architecture": "unit",
     "test_artifacts": "unit",
     "test_artifact_races": "unit",

@@ -1,0 +1,146 @@
+"""The bwrap runtime's sandbox, checked from inside the run and from the host: what
+docs/guides/runtimes.md promises of it (and what it says it does not give)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from skill_executor.core import Executor
+from skill_executor.errors import Unavailable
+from skill_executor.runs.models import RunRequest, RunResult
+
+from .conftest import make_settings, require_runtime
+from .helpers import eventually
+
+
+@pytest.fixture
+def make_bwrap(tmp_path: Path):  # type: ignore[no-untyped-def]
+    require_runtime("bwrap")
+    made: list[Executor] = []
+
+    def factory(**overrides: object) -> Executor:
+        executor = Executor.from_settings(make_settings(tmp_path, "bwrap", **overrides))
+        made.append(executor)
+        return executor
+
+    yield factory
+    for executor in made:
+        executor.close()
+    for executor in made:
+        assert os.listdir(executor.runner.workspaces.runs) == [], "workspaces left behind"
+
+
+def run(executor: Executor, command: str, **fields: object) -> RunResult:
+    return executor.runner.run(RunRequest.model_validate({"skill": "math-tools", "command": command, **fields}))
+
+
+def test_no_network(make_bwrap) -> None:  # type: ignore[no-untyped-def]
+    probe = (
+        'cat /proc/net/dev; python3 -c "import socket,errno\n'
+        "s=socket.socket(); s.settimeout(3)\n"
+        "try:\n    s.connect(('10.20.30.40', 80)); print('CONNECTED')\n"
+        "except OSError as e:\n    print('ERRNO', errno.errorcode.get(e.errno, e.errno))\""
+    )
+    result = run(make_bwrap(), probe)
+    lines = result.stdout.split("ERRNO")[0].splitlines()[2:]
+    assert [line.split(":", 1)[0].strip() for line in lines if ":" in line] == ["lo"]
+    assert "ERRNO ENETUNREACH" in result.stdout and "CONNECTED" not in result.stdout
+
+
+def test_read_only_root_and_skill_and_nothing_else_of_the_host(make_bwrap, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    executor = make_bwrap()
+    source = executor.repository.get("math-tools").path
+    before = {p: p.read_bytes() for p in source.rglob("*") if p.is_file()}
+    probe = (
+        "for t in /x /usr/x /workspace/x /workspace/skills/x /etc/hosts /opt/skill-envs/x $SKILL_DIR/scripts/x "
+        "$SKILL_DIR/SKILL.md; do "
+        '(echo hi >> $t) 2>/dev/null && echo "WROTE $t" || echo "DENIED $t"; done; '
+        "echo ok > /tmp/t && echo TMP-OK; head -c 100M /dev/zero > /tmp/big 2>/dev/null || echo TMP-FULL; "
+        "echo ok > $OUTPUT_DIR/o && echo OUT-OK; "
+        f"for p in /root /home /var /run /srv {tmp_path}; do [ -e $p ] && echo SEEN $p; done; "
+        "ls /mnt/skills/public /mnt/user-data/outputs/o; cat /etc/hosts"
+    )
+    result = run(executor, probe)
+    assert result.stdout.count("DENIED") == 6, result.stdout
+    assert "WROTE /workspace/skills/math-tools/scripts/x" in result.stdout
+    assert "WROTE /workspace/skills/math-tools/SKILL.md" in result.stdout
+    assert {p: p.read_bytes() for p in source.rglob("*") if p.is_file()} == before
+    assert "TMP-OK" in result.stdout and "TMP-FULL" in result.stdout and "OUT-OK" in result.stdout
+    assert "SEEN" not in result.stdout, result.stdout
+    assert "math-tools" in result.stdout and "/mnt/user-data/outputs/o" in result.stdout
+    assert "127.0.0.1\tlocalhost" in result.stdout
+
+
+def test_identity_capabilities_and_limits(make_bwrap) -> None:  # type: ignore[no-untyped-def]
+    executor = make_bwrap()
+    result = run(
+        executor,
+        "id -u; id -g; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs):' /proc/self/status; "
+        "ulimit -n; ulimit -u; ulimit -f; ulimit -Hn; echo x > $OUTPUT_DIR/mine; "
+        "unshare -U true 2>/dev/null && echo USERNS || echo NO-USERNS; ps -e -o pid= | wc -l",
+        outputs={"globs": ["out/mine"]},
+    )
+    lines = result.stdout.split()
+    assert lines[:2] == ["1000", "1000"]
+    inside = dict(zip(lines[2:10:2], lines[3:10:2]))
+    assert inside["CapEff:"] == inside["CapPrm:"] == inside["CapBnd:"] == "0000000000000000"
+    assert inside["NoNewPrivs:"] == "1"
+    assert lines[10:14] == ["1024", "256", str(1024**3 // 1024), "1024"]
+    assert lines[14] == "NO-USERNS"
+    assert int(lines[15]) <= 5  # its own PID namespace: the init, the shell, ps, wc
+    if os.geteuid() == 0:  # started as the run's user: what it writes is that user's on the host
+        assert result.output_files[0].name == "out/mine"
+
+
+def test_files_written_belong_to_the_run_user_on_the_host(make_bwrap) -> None:  # type: ignore[no-untyped-def]
+    executor = make_bwrap(keep_workspaces=True)
+    result = run(executor, "echo x > $OUTPUT_DIR/mine")
+    executor.runtime.settle()
+    kept = executor.runner.workspaces.runs / result.run_id / "out" / "mine"
+    expected = 1000 if os.geteuid() == 0 else os.getuid()
+    assert kept.stat().st_uid == expected
+    executor.runner.workspaces.discard(kept.parent.parent)
+
+
+def test_fork_bomb_is_contained_and_ended(make_bwrap) -> None:  # type: ignore[no-untyped-def]
+    executor = make_bwrap()
+    marker = f"bomb-{os.getpid()}-{time.monotonic_ns()}"
+    started = time.monotonic()
+    result = run(executor, f": {marker}; bomb() {{ bomb | bomb & }}; bomb; sleep 30", timeout=4)
+    assert result.timed_out and time.monotonic() - started < 15
+
+    def alive() -> list[str]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+            except OSError:
+                pass
+        return found
+
+    assert alive() == [], alive()  # the kill ended the PID namespace before the result
+    assert eventually(lambda: not alive(), timeout=1)
+    assert run(executor, "echo still serving").stdout == "still serving\n"
+
+
+def test_a_missing_bwrap_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(Unavailable) as error:
+        Executor.from_settings(make_settings(tmp_path, "bwrap"))
+    assert error.value.code == "runtime_unavailable" and "apt-get install bubblewrap" in error.value.message
+
+
+def test_a_workspace_root_the_run_user_cannot_reach_is_refused_at_start(make_bwrap, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    if os.geteuid() != 0:
+        pytest.skip("only a root service starts bwrap as another user")
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    with pytest.raises(Unavailable) as error:
+        make_bwrap(workspace_root=closed / "workspaces")
+    assert error.value.code == "runtime_unavailable"
+    assert str(closed) in error.value.message and "SKILL_EXECUTOR_WORKSPACE_ROOT" in error.value.message
