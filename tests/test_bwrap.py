@@ -144,3 +144,55 @@ def test_a_workspace_root_the_run_user_cannot_reach_is_refused_at_start(make_bwr
         make_bwrap(workspace_root=closed / "workspaces")
     assert error.value.code == "runtime_unavailable"
     assert str(closed) in error.value.message and "SKILL_EXECUTOR_WORKSPACE_ROOT" in error.value.message
+
+
+SYSCALLS = r"""
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    ret = libc.syscall(nr, *args)
+    return "ok" if ret >= 0 else errno.errorcode[ctypes.get_errno()]
+def sock(family):
+    try:
+        socket.socket(family, socket.SOCK_STREAM).close()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print("ptrace", call(101, 16, 1, 0, 0))             # PTRACE_ATTACH to init
+print("keyctl", call(250, 0, -3, 0))                 # KEYCTL_GET_KEYRING_ID
+print("io_uring", call(425, 8, ctypes.create_string_buffer(120)))
+print("unshare", call(272, 0x20000))                 # CLONE_NEWNS
+print("clone3", call(435, 0, 0))
+print("clone_ns", call(56, 0x20000000 | 17, 0, 0, 0, 0))  # CLONE_NEWPID | SIGCHLD
+print("x32", call(0x40000000 | 39))                  # getpid through the x32 ABI
+print("bpf", call(321, 0, 0, 0))
+print("vsock", sock(40))
+print("unix", sock(socket.AF_UNIX))
+print("getpid", call(39))
+print("fork", "ok" if os.fork() or os._exit(0) else "?")
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe's system call numbers are x86_64's")
+def test_the_seccomp_filter_refuses_what_docker_and_the_launcher_refuse(make_bwrap) -> None:  # type: ignore[no-untyped-def]
+    executor = make_bwrap()
+    result = run(executor, f"grep -E '^Seccomp:' /proc/self/status; python3 - <<'EOF'\n{SYSCALLS}\nEOF")
+    seen = dict(line.split() for line in result.stdout.splitlines())
+    assert seen.pop("Seccomp:") == "2", result.stdout  # a filter is loaded
+    assert seen == {
+        "ptrace": "EPERM",
+        "keyctl": "EPERM",
+        "io_uring": "EPERM",
+        "unshare": "EPERM",
+        "clone3": "ENOSYS",
+        "clone_ns": "EPERM",
+        "x32": "EPERM",
+        "bpf": "EPERM",
+        "vsock": "EPERM",
+        "unix": "ok",
+        "getpid": "ok",
+        "fork": "ok",
+    }, result.stderr
+    allowed = make_bwrap(docker_allow_vsock=True)
+    vsock = run(allowed, f"python3 - <<'EOF'\n{SYSCALLS}\nEOF").stdout
+    assert "vsock EPERM" not in vsock and "ptrace EPERM" in vsock

@@ -22,16 +22,17 @@ the Docker runtime gets, as far as a sandbox without an image and without cgroup
   ``SKILL_EXECUTOR_WORKSPACE_ROOT`` must name a folder outside it);
 * ``nofile``, ``fsize`` and ``nproc`` limits (set inside the sandbox right before the
   command: there ``nproc`` counts the processes of the sandbox's own user namespace);
+* a seccomp filter (:mod:`.syscalls`: what Docker's default profile and the warm launcher's
+  filter refuse), loaded by bwrap right before the command;
 * ``--die-with-parent``: the sandbox dies with the thread that started it.
 
 The sandbox's init (bwrap's, PID 1 of its namespace) is held on ``--block-fd`` until the
-service has a pidfd of it.  A kill is a SIGKILL to that init: the
-kernel then ends every process of the PID namespace (``setsid`` escapees too) before the
-init's own exit is seen, which :meth:`BwrapProcess.wait` waits for: nothing of the run is
-alive once it returns.
+service has a pidfd of it.  A kill is a SIGKILL to that init: the kernel then ends every
+process of the PID namespace (``setsid`` escapees too) before the init's own exit is seen,
+which :meth:`BwrapProcess.wait` waits for: nothing of the run is alive once it returns.
 
-Not provided (documented in docs/guides/runtimes.md): memory, CPU and pids cgroup limits,
-a hard disk cap (the soft, polled one applies), and a seccomp filter of its own.
+Not provided (documented in docs/guides/runtimes.md): memory, CPU and pids cgroup limits
+and a hard disk cap (the soft, polled one applies).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from pathlib import Path
 from ..config import Settings
 from ..errors import Unavailable
 from ..workspace.layout import Workspace
+from . import syscalls
 from .base import BoxVerdict, ProcessSpec, SandboxPlan
 from .docker.engine import CONTAINER_ENVS, CONTAINER_WORKSPACE, parse_user, write_hosts
 from .host import SharedBox
@@ -111,6 +113,14 @@ class BwrapRuntime(Housekeeping):
         self.envs_dir = settings.envs_dir
         self.envs_dir.mkdir(parents=True, exist_ok=True)
         self.version = _version(self.bwrap)
+        try:
+            self.seccomp = syscalls.program(settings.docker_allow_vsock)
+        except (ImportError, OSError, RuntimeError) as exc:
+            self.close()
+            raise Unavailable(
+                f"the bwrap runtime's seccomp filter needs libseccomp (Debian: libseccomp2): {exc}",
+                code="runtime_unavailable",
+            ) from None
         if self.owner is not None:
             for path in (self.workspaces.root / "runs", self.envs_dir):
                 blocked = unreachable(path, self.owner)
@@ -130,9 +140,11 @@ class BwrapRuntime(Housekeeping):
     def _probe(self) -> str | None:
         """Start one sandbox of the kind runs get (None: it works; else bwrap's complaint)."""
         user, group, groups = self.credentials()
+        filter_r = syscalls.loadable(self.seccomp)
         try:
             result = subprocess.run(
-                [self.bwrap, *self.isolation(), "--", "true"],
+                [self.bwrap, *self.isolation(), "--seccomp", str(filter_r), "--", "true"],
+                pass_fds=(filter_r,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
@@ -145,6 +157,8 @@ class BwrapRuntime(Housekeeping):
             )
         except (OSError, subprocess.SubprocessError) as exc:
             return str(exc)
+        finally:
+            os.close(filter_r)
         if result.returncode != 0:
             return result.stderr.decode(errors="replace").strip() or f"exit status {result.returncode}"
         return None
@@ -216,7 +230,7 @@ class BwrapRuntime(Housekeeping):
             "runtime": (
                 True,
                 f"bubblewrap {self.version}: user, mount, PID, network, IPC and UTS namespaces; "
-                "no memory, CPU or pids cgroup limits, no seccomp filter of its own",
+                "a seccomp filter; no memory, CPU or pids cgroup limits",
             ),
             "disk_cap": (True, f"soft: {self.settings.docker_disk_bytes} bytes per run, polled; fsize per file"),
         }
@@ -278,10 +292,11 @@ class BwrapProcess(LocalProcess):
     def _spawn(self, spec: ProcessSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
         runtime, workspace = self.box.runtime, self.box.workspace
         user, group, groups = runtime.credentials()
+        filter_r = syscalls.loadable(runtime.seccomp)
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
         try:
-            args = [runtime.bwrap, *runtime.isolation()]
+            args = [runtime.bwrap, *runtime.isolation(), "--seccomp", str(filter_r)]
             args += ["--ro-bind", str(runtime.hosts_file), "/etc/hosts"]
             args += ["--ro-bind", str(runtime.envs_dir), CONTAINER_ENVS]
             args += ["--bind", str(workspace.root), CONTAINER_WORKSPACE]
@@ -300,7 +315,7 @@ class BwrapProcess(LocalProcess):
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
-                pass_fds=(info_w, block_r),
+                pass_fds=(filter_r, info_w, block_r),
                 user=user,
                 group=group,
                 extra_groups=groups,
@@ -310,7 +325,7 @@ class BwrapProcess(LocalProcess):
                 os.close(fd)
             raise
         finally:
-            for fd in (info_w, block_r):
+            for fd in (filter_r, info_w, block_r):
                 os.close(fd)
         try:
             child = _read_info(info_r, proc)
