@@ -4,6 +4,7 @@ docs/guides/runtimes.md promises of it (and what it says it does not give)."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -12,8 +13,9 @@ import pytest
 from skill_executor.core import Executor
 from skill_executor.errors import Unavailable
 from skill_executor.runs.models import RunRequest, RunResult
+from skill_executor.runs.pipeline import new_run_id
 
-from .conftest import make_settings, require_runtime
+from .conftest import in_ci, make_settings, require_runtime
 from .helpers import eventually
 
 
@@ -196,3 +198,56 @@ def test_the_seccomp_filter_refuses_what_docker_and_the_launcher_refuse(make_bwr
     allowed = make_bwrap(docker_allow_vsock=True)
     vsock = run(allowed, f"python3 - <<'EOF'\n{SYSCALLS}\nEOF").stdout
     assert "vsock EPERM" not in vsock and "ptrace EPERM" in vsock
+
+
+def test_oom_is_reported_where_cgroups_can_be_set(make_bwrap) -> None:  # type: ignore[no-untyped-def]
+    executor = make_bwrap(docker_memory_bytes=128 * 1024**2)
+    problem = executor.runtime.cgroups  # type: ignore[attr-defined]
+    if problem is not None:
+        if in_ci():
+            pytest.fail(f"CI runs the bwrap runtime with cgroup limits: {problem}")
+        pytest.skip(f"no cgroup limits here: {problem}")
+    result = run(
+        executor,
+        "python3 -c \"x = bytearray(256 * 1024 * 1024); x[::4096] = b'1' * len(x[::4096]); print('survived')\"",
+    )
+    assert result.oom_killed and "survived" not in result.stdout
+    assert result.exit_code == 137 and result.signal == "SIGKILL" and "memory" in result.limits_hit
+    assert not list(Path("/sys/fs/cgroup/memory/skill-executor-bwrap").glob(f"*{result.run_id}"))
+    small = run(executor, "python3 -c \"x = bytearray(32 * 1024 * 1024); print('fine')\"")
+    assert small.stdout == "fine\n" and not small.oom_killed
+
+
+def test_the_run_is_in_cgroups_with_dockers_limits(make_bwrap) -> None:  # type: ignore[no-untyped-def]
+    executor = make_bwrap()
+    problem = executor.runtime.cgroups  # type: ignore[attr-defined]
+    if problem is not None:
+        if in_ci():
+            pytest.fail(f"CI runs the bwrap runtime with cgroup limits: {problem}")
+        pytest.skip(f"no cgroup limits here: {problem}")
+    run_id = new_run_id()
+    seen: dict[str, str] = {}
+    thread = threading.Thread(
+        target=lambda: executor.runner.run(
+            RunRequest.model_validate({"skill": "math-tools", "command": "sleep 2 & sleep 3"}), run_id=run_id
+        )
+    )
+    thread.start()
+    base = Path("/sys/fs/cgroup")
+    files = {"memory": "memory.limit_in_bytes", "pids": "pids.max", "cpu": "cpu.cfs_quota_us", "procs": ""}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(seen) < len(files):
+        for name, file in files.items():
+            hierarchy = "pids" if name == "procs" else name
+            for group in (base / hierarchy / "skill-executor-bwrap").glob(f"*-{run_id}"):
+                try:
+                    text = (group / (file or "cgroup.procs")).read_text().split()
+                except OSError:
+                    continue
+                if name != "procs" or len(text) >= 3:  # the init, the shell and its sleeps
+                    seen[name] = " ".join(text) if name != "procs" else str(len(text))
+        time.sleep(0.05)
+    thread.join()
+    assert seen["memory"] == str(1024**3) and seen["pids"] == "258" and seen["cpu"] == "100000", seen
+    assert int(seen["procs"]) >= 3
+    assert not list((base / "pids" / "skill-executor-bwrap").glob(f"*-{run_id}"))  # removed after the run

@@ -2,7 +2,7 @@
 
 The local runtime's process (:mod:`.local`: pipes read without threads, stdin fed, the
 same box over a host folder), started under ``bwrap`` with what a Docker container of
-the Docker runtime gets, as far as a sandbox without an image and without cgroups can:
+the Docker runtime gets, as far as a sandbox without an image can:
 
 * new user, mount, PID, network (only ``lo``), IPC, UTS and (where possible) cgroup
   namespaces; no further user namespaces inside (``--disable-userns``);
@@ -24,6 +24,9 @@ the Docker runtime gets, as far as a sandbox without an image and without cgroup
   command: there ``nproc`` counts the processes of the sandbox's own user namespace);
 * a seccomp filter (:mod:`.syscalls`: what Docker's default profile and the warm launcher's
   filter refuse), loaded by bwrap right before the command;
+* memory (no swap), pids and CPU limits in cgroups of the run's own where the host lets a
+  root service set them (:mod:`.cgroups`: cgroup v1), the sandbox's init joining them
+  while it is held; an OOM kill is reported.
 * ``--die-with-parent``: the sandbox dies with the thread that started it.
 
 The sandbox's init (bwrap's, PID 1 of its namespace) is held on ``--block-fd`` until the
@@ -31,8 +34,8 @@ service has a pidfd of it.  A kill is a SIGKILL to that init: the kernel then en
 process of the PID namespace (``setsid`` escapees too) before the init's own exit is seen,
 which :meth:`BwrapProcess.wait` waits for: nothing of the run is alive once it returns.
 
-Not provided (documented in docs/guides/runtimes.md): memory, CPU and pids cgroup limits
-and a hard disk cap (the soft, polled one applies).
+Not provided (documented in docs/guides/runtimes.md): cgroup limits elsewhere (cgroup v2,
+a service that is not root) and a hard disk cap (the soft, polled one applies).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from pathlib import Path
 from ..config import Settings
 from ..errors import Unavailable
 from ..workspace.layout import Workspace
-from . import syscalls
+from . import cgroups, syscalls
 from .base import BoxVerdict, ProcessSpec, SandboxPlan
 from .docker.engine import CONTAINER_ENVS, CONTAINER_WORKSPACE, parse_user, write_hosts
 from .host import SharedBox
@@ -132,6 +135,12 @@ class BwrapRuntime(Housekeeping):
                         "outside the data dir whose parents others may traverse (mode o+x)",
                         code="runtime_unavailable",
                     )
+        #: Why runs get no cgroup limits here (None: they do).
+        self.cgroups = cgroups.available()
+        if self.cgroups is None:
+            cgroups.sweep()
+        else:
+            log.warning("the bwrap runtime sets no memory, CPU or pids cgroup limits: %s", self.cgroups)
         self.problem = self._probe()
         if self.problem is not None:
             self.close()
@@ -230,7 +239,12 @@ class BwrapRuntime(Housekeeping):
             "runtime": (
                 True,
                 f"bubblewrap {self.version}: user, mount, PID, network, IPC and UTS namespaces; "
-                "a seccomp filter; no memory, CPU or pids cgroup limits",
+                "a seccomp filter; "
+                + (
+                    "cgroup v1 memory, pids and CPU limits"
+                    if self.cgroups is None
+                    else f"no memory, CPU or pids cgroup limits ({self.cgroups})"
+                ),
             ),
             "disk_cap": (True, f"soft: {self.settings.docker_disk_bytes} bytes per run, polled; fsize per file"),
         }
@@ -268,22 +282,32 @@ class BwrapBox(SharedBox):
         self.plan = plan
 
     def _start(self, spec: ProcessSpec) -> BwrapProcess:
-        settings = self.runtime.settings
+        runtime = self.runtime
+        settings = runtime.settings
         disk: Cap = DiskCap(self.workspace, settings.docker_disk_bytes, self.plan.session_disk_max)
-        return BwrapProcess(self, spec, disk)
+        groups = None
+        if runtime.cgroups is None:
+            groups = cgroups.RunGroups(settings, f"{runtime.workspaces.token}-{self.plan.run_id}")
+        try:
+            return BwrapProcess(self, spec, disk, groups)
+        except BaseException:
+            if groups is not None:
+                groups.remove()
+            raise
 
-    def judge(self, disk: Cap, code: int | None) -> None:
+    def judge(self, disk: Cap, code: int | None, oom: bool) -> None:
         """The verdict once the process has ended."""
         hit = disk.reached(code)
-        self._verdict = BoxVerdict(False, hit, (disk.warning(),) if hit else ())
+        self._verdict = BoxVerdict(oom, hit, (disk.warning(),) if hit else ())
 
 
 class BwrapProcess(LocalProcess):
     """The sandbox's outer ``bwrap`` is this process's child (its pipes, its exit status);
     the sandbox's init, held by a pidfd, is what a kill ends."""
 
-    def __init__(self, box: BwrapBox, spec: ProcessSpec, disk: Cap) -> None:
+    def __init__(self, box: BwrapBox, spec: ProcessSpec, disk: Cap, groups: cgroups.RunGroups | None) -> None:
         self.box = box
+        self.groups = groups
         self.init_fd = -1
         self.disk_cap = disk
         super().__init__(spec, {"PATH": PATH, **spec.env})
@@ -330,6 +354,8 @@ class BwrapProcess(LocalProcess):
         try:
             child = _read_info(info_r, proc)
             self.init_fd = os.pidfd_open(child)
+            if self.groups is not None:
+                self.groups.join(child)  # held: everything of the run starts in its groups
             os.write(block_w, b"1")  # the sandbox's init may start the command now
         except BaseException as exc:
             if self.init_fd >= 0:
@@ -365,8 +391,12 @@ class BwrapProcess(LocalProcess):
         if self.init_fd >= 0 and not select.select([self.init_fd], [], [], END_SECONDS)[0]:
             self.warnings.append("the run's sandbox did not end in time")
         self._close_init()
+        oom = False
+        if self.groups is not None:
+            oom = self.groups.oom_killed()
+            self.groups.remove()
         code = self.proc.returncode
-        self.box.judge(self.disk_cap, 128 - code if code < 0 else code)
+        self.box.judge(self.disk_cap, 128 - code if code < 0 else code, oom)
 
     def _close_init(self) -> None:
         if self.init_fd >= 0:
