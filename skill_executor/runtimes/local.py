@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 WARNING = (
     "the local runtime isolates nothing: commands run as this service's user with its "
-    "network and file system; use it for development only"
+    "network and file system; use it for development only (--runtime bwrap isolates runs without Docker)"
 )
 #: How long to wait for output pipes to drain once the command has ended.
 DRAIN_SECONDS = 2.0
