@@ -131,6 +131,7 @@ PROCESS_STARTERS = {
     "skill_executor.podserver.process",  # in the pod: each child through the launcher's filter
     "skill_executor.hosttools",
     "skill_executor.image.build",
+    "skill_executor.runtimes.bwrap",  # the run's sandbox (bwrap, as the run's user)
     "skill_executor.runtimes.local",
     "skill_executor.workspace.volumes",
 }
