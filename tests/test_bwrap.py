@@ -251,3 +251,28 @@ def test_the_run_is_in_cgroups_with_dockers_limits(make_bwrap) -> None:  # type:
     assert seen["memory"] == str(1024**3) and seen["pids"] == "258" and seen["cpu"] == "100000", seen
     assert int(seen["procs"]) >= 3
     assert not list((base / "pids" / "skill-executor-bwrap").glob(f"*-{run_id}"))  # removed after the run
+
+
+def test_the_default_workspace_root_in_the_sealed_data_dir_is_refused_at_start(make_bwrap) -> None:  # type: ignore[no-untyped-def]
+    if os.geteuid() != 0:
+        pytest.skip("only a root service starts bwrap as another user")
+    with pytest.raises(Unavailable) as error:
+        make_bwrap(workspace_root=None)  # <data_dir>/workspaces: sealed (0700) once the service starts
+    assert error.value.code == "runtime_unavailable" and "SKILL_EXECUTOR_WORKSPACE_ROOT" in error.value.message
+
+
+def test_a_sweep_removes_only_old_empty_groups(tmp_path: Path) -> None:
+    """Groups of a crashed process go; a live run's (busy, or just made: another executor's)
+    stay (pure logic over plain folders standing for the hierarchies)."""
+    from skill_executor.runtimes import cgroups
+
+    old, fresh = [], []
+    for name in cgroups.HIERARCHIES:
+        base = tmp_path / name / cgroups.BASE
+        (base / "old-run").mkdir(parents=True)
+        (base / "fresh-run").mkdir()
+        os.utime(base / "old-run", (time.time() - 120, time.time() - 120))
+        old.append(base / "old-run")
+        fresh.append(base / "fresh-run")
+    cgroups.sweep(tmp_path)
+    assert [p.exists() for p in old] == [False] * 3 and all(p.exists() for p in fresh)

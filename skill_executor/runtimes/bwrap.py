@@ -125,8 +125,11 @@ class BwrapRuntime(Housekeeping):
                 code="runtime_unavailable",
             ) from None
         if self.owner is not None:
+            data_dir = settings.data_dir.resolve()
             for path in (self.workspaces.root / "runs", self.envs_dir):
-                blocked = unreachable(path, self.owner)
+                # The data dir's folders but the environments' are sealed (0700) once the service starts.
+                sealed = path != self.envs_dir and (path == data_dir or data_dir in path.resolve().parents)
+                blocked = data_dir if sealed else unreachable(path, self.owner)
                 if blocked is not None:
                     self.close()
                     raise Unavailable(
@@ -358,8 +361,7 @@ class BwrapProcess(LocalProcess):
                 self.groups.join(child)  # held: everything of the run starts in its groups
             os.write(block_w, b"1")  # the sandbox's init may start the command now
         except BaseException as exc:
-            if self.init_fd >= 0:
-                signal.pidfd_send_signal(self.init_fd, signal.SIGKILL)
+            self._end()
             _kill(proc.pid)
             _, err = proc.communicate(timeout=END_SECONDS)
             self._close_init()
@@ -382,7 +384,7 @@ class BwrapProcess(LocalProcess):
                 signal.pidfd_send_signal(self.init_fd, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        else:
+        elif hasattr(self, "proc"):
             _kill(self.proc.pid)
 
     def _ended(self) -> None:

@@ -6,7 +6,7 @@ with Docker's limits (``DOCKER_MEMORY_BYTES`` with no swap, ``DOCKER_PIDS_LIMIT`
 ``DOCKER_CPUS``); the sandbox's init joins them while bwrap holds it (before the command
 starts), so everything of the run is in them.  An OOM kill in the group is read from
 ``memory.oom_control``.  The groups are removed once the run's processes are gone (an
-empty group left by a crash is removed at the next start).
+empty group a crash left is removed at a later start, once it is a minute old).
 
 Not done (the runtime says so in its health): cgroup v2 (a unified hierarchy, or a
 delegated subtree for a service that is not root).
@@ -29,6 +29,8 @@ BASE = "skill-executor-bwrap"
 #: Processes of bwrap's own in the group beside the run's (its init, the limits wrapper).
 BWRAP_TASKS = 2
 CPU_PERIOD_US = 100_000
+#: How old an empty run group must be before a sweep removes it.
+SWEEP_GRACE_SECONDS = 60.0
 
 
 def available(root: Path = V1) -> str | None:
@@ -44,18 +46,21 @@ def available(root: Path = V1) -> str | None:
     return None
 
 
-def sweep(root: Path = V1) -> None:
-    """Remove the empty run groups a crashed process left (a busy one stays)."""
+def sweep(root: Path = V1, *, grace: float = SWEEP_GRACE_SECONDS) -> None:
+    """Remove the run groups a crashed process left: empty ones (a group with processes
+    cannot be removed) older than ``grace`` -- a live run's group is empty only for the
+    moment between its making and its init joining it, and may be another process's."""
+    now = time.time()
     for name in HIERARCHIES:
         base = root / name / BASE
         if not base.is_dir():
             continue
         for group in base.iterdir():
-            if group.is_dir():
-                try:
+            try:
+                if group.is_dir() and now - group.stat().st_mtime > grace:
                     group.rmdir()
-                except OSError:
-                    pass
+            except OSError:
+                pass
 
 
 class RunGroups:
