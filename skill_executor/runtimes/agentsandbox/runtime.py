@@ -107,7 +107,7 @@ class AgentSandboxRuntime(Housekeeping):
         try:
             claim = self.claims.claim(self.tier, plan.run_id, run_timeout=self.settings.max_timeout)
         except BaseException:
-            prepared.add_done_callback(self._discard_prepared)
+            self._discard_prepared(prepared)  # waits for it (milliseconds): nothing is left behind
             raise
         try:
             workspace, warnings = prepared.result()
@@ -141,9 +141,11 @@ class AgentSandboxRuntime(Housekeeping):
             raise
 
     def _discard_prepared(self, prepared: Future[tuple[Workspace, list[str]]]) -> None:
-        if not prepared.cancelled() and prepared.exception() is None:
+        try:
             workspace, _ = prepared.result()
-            self.janitor.submit(lambda: self.workspaces.discard(workspace.root))
+        except BaseException:  # it failed, and discarded what it had made
+            return
+        self.janitor.submit(lambda: self.workspaces.discard(workspace.root))
 
     def _releaser(self, claim: Claim, workspace: Workspace) -> Callable[[], None]:
         keep = self.settings.keep_workspaces

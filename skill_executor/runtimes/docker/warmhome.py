@@ -59,7 +59,7 @@ def warm_home(client: docker.DockerClient, image: str, cache: Path) -> Path | No
     unpacked = Path(tempfile.mkdtemp(prefix=".home-", dir=cache / image_id))
     try:
         with tarfile.open(fileobj=io.BytesIO(bytes(data)), mode="r:") as archive:
-            archive.extractall(unpacked, filter="data")
+            _unpack(archive, unpacked)
         try:
             os.rename(unpacked / "home", home)  # one step: another process may have won
         except OSError:
@@ -68,3 +68,23 @@ def warm_home(client: docker.DockerClient, image: str, cache: Path) -> Path | No
     finally:
         shutil.rmtree(unpacked, ignore_errors=True)
     return home
+
+
+def _unpack(archive: tarfile.TarFile, into: Path) -> None:
+    """Folders and regular files only, at plain relative paths (no links, no devices, no
+    ``..``), modes without set-id bits: tarfile's ``data`` filter, which Python 3.11.2 lacks."""
+    for member in archive:
+        parts = member.name.split("/")
+        if member.name.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            continue
+        target = into.joinpath(*parts)
+        if member.isdir():
+            target.mkdir(mode=0o755, parents=True, exist_ok=True)
+        elif member.isfile():
+            target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            source = archive.extractfile(member)
+            if source is None:
+                continue
+            with source, open(target, "xb") as out:
+                shutil.copyfileobj(source, out)
+            os.chmod(target, member.mode & 0o755 | 0o600)
