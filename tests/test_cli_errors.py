@@ -39,7 +39,7 @@ CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
         ["run", "math-tools", "--", "true"],
         {"SKILL_EXECUTOR_RUNTIME": "bogus"},
         2,
-        "skill-executor: invalid_settings: SKILL_EXECUTOR_RUNTIME: Input should be 'docker', 'local' or "
+        "skill-executor: invalid_settings: SKILL_EXECUTOR_RUNTIME: Input should be 'docker', 'bwrap', 'local' or "
         "'agent-sandbox' (got 'bogus')",
     ),
     (
