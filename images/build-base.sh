@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Build the runner's base image without a registry: a minimal Debian root file
 # system from the Debian mirror apt is configured with, imported into Docker.
-#   images/build-base.sh [TAG]        (default skill-executor/base:bookworm)
+#   images/build-base.sh [TAG [SUITE]]   (default skill-executor/base:bookworm, bookworm;
+#                                        trixie for the python3.13 tier)
 set -euo pipefail
 
 tag="${1:-skill-executor/base:bookworm}"
+suite="${2:-bookworm}"
 docker_bin="${DOCKER:-$(command -v /usr/bin/docker || command -v docker)}"
-suite=bookworm
+[[ "$suite" =~ ^[a-z]+$ ]] || { echo "build-base.sh: not a Debian release name: $suite" >&2; exit 2; }
 
 mirror_from_apt() {
   local uri=""

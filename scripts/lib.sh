@@ -373,6 +373,9 @@ ensure_image() {
   local built
   built="$("$VENV/bin/skill-executor" image build)" || return 1
   echo "$built"
+  # The Python 3.13 tier (Debian trixie): skills whose requires-python 3.11 does not meet
+  # run there (SKILL_EXECUTOR_PYTHON_TIER_IMAGES); reused when up to date, like the above.
+  "$VENV/bin/skill-executor" image build --flavour python3.13 || return 1
   if [[ -z "${SKILL_EXECUTOR_DOCKER_IMAGE:-}" ]]; then
     SKILL_EXECUTOR_DOCKER_IMAGE="$("$PY" -P -c 'import json, sys; print(json.loads(sys.argv[1])["tag"])' "$built")"
     export SKILL_EXECUTOR_DOCKER_IMAGE

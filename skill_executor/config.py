@@ -17,6 +17,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+#: The Python tiers besides the default one (skill_executor.image.inputs.PYTHON_TIERS, which a
+#: test keeps in step with this).
+PYTHON_TIER_NAMES = ("3.13",)
+
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 
@@ -188,7 +192,12 @@ class Settings(BaseSettings):
 
     # -- Docker runtime --------------------------------------------------------------
     docker_image: str = "skill-executor/runner:latest"
-    """The runner image every run's container starts from."""
+    """The runner image every run's container starts from (the default Python tier, 3.11)."""
+    python_tier_images: dict[str, str] = Field(default_factory=lambda: {"3.13": "skill-executor/runner:python3.13"})
+    """The other Python tiers the service offers -> their runner image, as JSON: a skill whose
+    requires-python the default tier's Python (3.11) does not meet runs on the oldest that
+    meets it ({} offers 3.11 only; agent-sandbox: each tier's pool is AGENT_SANDBOX_POOLS'
+    "python<tier>").  Build the image with `skill-executor image build --flavour python3.13`."""
     docker_memory_bytes: int = 1 * GiB
     """Memory limit of one run's container."""
     docker_cpus: float = 1.0
@@ -303,6 +312,19 @@ class Settings(BaseSettings):
                     f"SKILL_EXECUTOR_AGENT_SANDBOX_POOLS: {tier[:40]!r} -> {pool[:80]!r} is not a tier -> pool name "
                     "(a DNS-1123 name: a-z 0-9 -, at most 253)"
                 )
+        return value
+
+    @field_validator("python_tier_images")
+    @classmethod
+    def _tiers(cls, value: dict[str, str]) -> dict[str, str]:
+        for tier, image in value.items():
+            if tier not in PYTHON_TIER_NAMES:
+                raise ValueError(
+                    f"SKILL_EXECUTOR_PYTHON_TIER_IMAGES: {tier[:40]!r} is not a Python tier besides the default "
+                    f"(one of: {', '.join(PYTHON_TIER_NAMES)})"
+                )
+            if not image.strip():
+                raise ValueError(f"SKILL_EXECUTOR_PYTHON_TIER_IMAGES: the {tier} tier's image is empty")
         return value
 
     @field_validator("object_store")

@@ -688,7 +688,19 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "The Docker engine failed to create, start, attach to or remove a container.",
         "Retry; operators: check the engine's logs.",
     ),
-    E("image_missing", 503, "The runner image is not on the engine.", "Operators: run 'skill-executor image build'."),
+    E(
+        "image_missing",
+        503,
+        "The runner image (or the image of the Python tier the skill needs) is not on the engine.",
+        "Operators: run 'skill-executor image build' (a tier: the --flavour the message names).",
+    ),
+    E(
+        "python_tier_unavailable",
+        503,
+        "The skill needs a Python tier (its requires-python) this runtime cannot give it.",
+        "Operators: offer the tier (SKILL_EXECUTOR_PYTHON_TIER_IMAGES; agent-sandbox: a python<tier> pool) "
+        "or run the skill on the docker runtime.",
+    ),
     E(
         "oci_runtime_missing",
         503,

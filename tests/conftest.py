@@ -341,6 +341,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_agentsandbox_runtime": "engine",
     "test_docker": "engine",
     "test_image_tools": "engine",
+    "test_python_tiers": "engine",
     "test_image": "engine",
     "test_operations": "engine",
     "test_volumes": "engine",

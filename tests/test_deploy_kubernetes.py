@@ -72,7 +72,11 @@ def test_security_promises_hold(overlay: str) -> None:
 def test_sandboxes_run_on_gvisor_unless_the_runc_overlay_is_chosen() -> None:
     for overlay, expected in (("gvisor", {"gvisor"}), ("runc", {None})):
         templates = find(rendered(overlay), "SandboxTemplate")
-        assert {t["metadata"]["name"] for t in templates} == {"skill-executor-base", "skill-executor-document"}
+        assert {t["metadata"]["name"] for t in templates} == {
+            "skill-executor-base",
+            "skill-executor-document",
+            "skill-executor-python313",
+        }
         assert {t["spec"]["podTemplate"]["spec"].get("runtimeClassName") for t in templates} == expected
     # the overlays differ in that alone
     strip = [

@@ -18,10 +18,13 @@ import pytest
 from skill_executor.core import Executor
 from skill_executor.errors import ExecutorError
 from skill_executor.image.inputs import (
+    DEFAULT_TIER,
     IMAGE_PYTHON,
+    PYTHON_TIERS,
     REPOSITORY,
     direct_packages,
     flavour_inputs,
+    flavour_tier,
     images_dir,
     parse_versions,
     pin_sets,
@@ -112,8 +115,14 @@ def test_minimal_pins_are_full_pins_and_the_rest_is_the_full_part() -> None:
 
 def test_pins_that_disagree_are_refused(tmp_path: Path) -> None:
     (tmp_path / "requirements-minimal.txt").write_text("numpy==2.0.0\n")
-    (tmp_path / "requirements-full.txt").write_text("# direct\nnumpy==2.4.6\n")
+    (tmp_path / "requirements-full.txt").write_text("# direct\nnumpy==2.4.6\nuv==0.13.9\n")
+    (tmp_path / "requirements-tier.txt").write_text("uv==0.13.9\n")
+    (tmp_path / "requirements-podserver.txt").write_text("")
     with pytest.raises(ExecutorError, match="numpy==2.0.0, which requirements-full.txt does not pin identically"):
+        pin_sets(tmp_path)
+    (tmp_path / "requirements-minimal.txt").write_text("numpy==2.4.6\n")
+    (tmp_path / "requirements-tier.txt").write_text("uv==0.14.0\n")
+    with pytest.raises(ExecutorError, match=r"requirements-tier.txt pins uv==0.14.0, which requirements-full.txt"):
         pin_sets(tmp_path)
     (tmp_path / "requirements-full.txt").write_text("numpy>=2\n")
     with pytest.raises(ExecutorError, match="not an exact pin"):
@@ -147,6 +156,38 @@ def test_the_tag_covers_pins_not_downloads(tmp_path: Path) -> None:
     assert runner_tag("full", "a" * 64) == f"{REPOSITORY}:{'a' * 16}"
     assert runner_tag("minimal", "a" * 64) == f"{REPOSITORY}:minimal-{'a' * 16}"
     assert "latest" in runner_aliases("full") and "latest" not in runner_aliases("minimal")
+
+
+def test_the_python_tier_tag_covers_its_own_pins(tmp_path: Path) -> None:
+    runner = tmp_path / "runner"
+    shutil.copytree(RUNNER, runner, ignore=shutil.ignore_patterns("wheelhouse", "cache", "cache.*"))
+    full, tier = (tree_hash(flavour_inputs(runner, flavour), tmp_path) for flavour in ("full", "python3.13"))
+    with (runner / "requirements-full.txt").open("a") as f:
+        f.write("extra-package==1.0\n")
+    assert tree_hash(flavour_inputs(runner, "python3.13"), tmp_path) == tier  # not the full flavour's pins
+    with (runner / "requirements-tier.txt").open("a") as f:
+        f.write("extra-package==1.0\n")
+    assert tree_hash(flavour_inputs(runner, "python3.13"), tmp_path) != tier
+    assert tree_hash(flavour_inputs(runner, "full"), tmp_path) != full
+    assert runner_tag("python3.13", "b" * 64) == f"{REPOSITORY}:python3.13-{'b' * 16}"
+    assert runner_aliases("python3.13") == ("python3.13",)
+
+
+def test_the_python_tiers_are_the_settings_tiers() -> None:
+    from skill_executor.config import PYTHON_TIER_NAMES
+
+    assert list(PYTHON_TIERS) == [DEFAULT_TIER.name, *PYTHON_TIER_NAMES]
+    assert [tier.flavour for tier in PYTHON_TIERS.values()] == ["full", "python3.13"]
+    assert flavour_tier("minimal") == DEFAULT_TIER and flavour_tier("python3.13").python == "3.13.5"
+    assert "uv==0.13.9" in pin_sets(RUNNER)["tier"]  # `uv run` on every tier
+
+
+def test_wheels_of_the_python_tier_are_fetched_for_its_python() -> None:
+    tier = PYTHON_TIERS["3.13"]
+    command = pip_download_command("python3", Path("r.txt"), Path("w"), tier)
+    assert command[command.index("--python-version") + 1] == "3.13.5"  # Debian trixie's python3
+    assert command[command.index("--abi") + 1] == "cp313"
+    assert "manylinux_2_41_x86_64" in command and not any("manylinux_2_42" in part for part in command)
 
 
 def test_wheels_are_fetched_for_the_image_python_not_the_host() -> None:

@@ -15,7 +15,7 @@ from skill_executor.config import Settings
 from skill_executor.core import Executor
 
 from .conftest import make_settings
-from .helpers import make_skill, run
+from .helpers import make_skill, refused, run
 from .test_skill_deps import AS_SERVICE, wheelhouse  # noqa: F401 - the fixture
 
 SCRIPT = """# /// script
@@ -89,14 +89,32 @@ def test_uv_run_names_what_the_sandbox_does_not_have(docker_settings: dict[str, 
     skill = make_skill(root, "uv-missing", "name: uv-missing\ndescription: needs what is not there")
     (skill / "scripts").mkdir()
     (skill / "scripts/missing.py").write_text(NEEDS_MISSING)
-    (skill / "scripts/newer.py").write_text(NEWER_PYTHON)
+    newer_skill = make_skill(root, "uv-newer", "name: uv-newer\ndescription: needs a Python no sandbox has")
+    (newer_skill / "scripts").mkdir()
+    (newer_skill / "scripts/newer.py").write_text(NEWER_PYTHON)
     executor = executor_with(docker_settings, skill_deps="off")
     try:
         missing = run(executor, skill="uv-missing", command="uv run scripts/missing.py")
         assert missing.exit_code == 2 and "should not run" not in missing.stdout
         assert "nosuchpkg-for-tests>=1 (not installed)" in missing.stderr
         assert "numpy>=99 (this sandbox has 2." in missing.stderr and "no network" in missing.stderr
-        newer = run(executor, skill="uv-missing", command="uv run --script scripts/newer.py")
+        # A skill's own script asking for a Python no tier has: refused before anything starts.
+        error = refused(executor, skill="uv-newer", command="uv run --script scripts/newer.py")
+        assert error.code == "skill_dependencies_unmet"
+        assert error.details["unmet"] == [
+            {
+                "source": "scripts/newer.py",
+                "need": "python>=3.99",
+                "error": "requires Python >=3.99; this service's sandboxes have Python 3.11.2 and 3.13.5",
+            }
+        ]
+        # A script the run writes itself: uv run says what it lacks.
+        newer = run(
+            executor,
+            skill="uv-missing",
+            command="cat > /tmp/newer.py && uv run --script /tmp/newer.py",
+            stdin=NEWER_PYTHON,
+        )
         assert newer.exit_code == 2 and "requires Python >=3.99; this sandbox has Python 3." in newer.stderr
         with_missing = run(executor, skill="uv-missing", command="uv run --with nosuchpkg-for-tests python -c 1")
         assert with_missing.exit_code == 2 and "--with needs nosuchpkg-for-tests (not installed)" in with_missing.stderr

@@ -29,9 +29,10 @@ def register(groups: Any) -> None:
     )
     build.add_argument(
         "--flavour",
-        choices=["full", "minimal"],
+        choices=["full", "minimal", "python3.13"],
         default="full",
-        help="full (default; tagged :latest) or minimal (tagged :minimal)",
+        help="full (default; tagged :latest), minimal (tagged :minimal) or the Python 3.13 tier "
+        "(Debian trixie; tagged :python3.13)",
     )
     build.add_argument("--context", type=Path, help="the images/ folder (default: the source tree's)")
     build.add_argument("--service", action="store_true", help="build the service's own image (docker-compose.yml)")

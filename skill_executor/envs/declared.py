@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from ..errors import ExecutorError
@@ -86,6 +87,9 @@ class Needs:
     findings: tuple[RefusedNeed, ...] = ()
     #: The files that declared something (relative to the skill).
     sources: tuple[str, ...] = ()
+    #: (file, specifier) of every ``requires-python`` (a pyproject.toml's ``[project]``, a
+    #: PEP 723 block): what chooses the skill's Python tier (:func:`.plan.choose_tier`).
+    requires_python: tuple[tuple[str, str], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.python or self.node or self.findings)
@@ -208,6 +212,34 @@ def parse_pyproject(text: str, source: str) -> tuple[list[str], list[RefusedNeed
     return needs, findings
 
 
+def requires_python(meta: object, source: str, findings: list[RefusedNeed]) -> str | None:
+    """The ``requires-python`` of a ``[project]`` table or a PEP 723 block (None: none); an
+    invalid one is a finding."""
+    value = meta.get("requires-python") if isinstance(meta, dict) else None
+    if value is None:
+        return None
+    text = value.strip() if isinstance(value, str) else ""
+    try:
+        if not text or UNSAFE_TEXT.search(text):
+            raise InvalidSpecifier(repr(value))
+        SpecifierSet(text)
+    except InvalidSpecifier:
+        findings.append(RefusedNeed(source, f"python{value}", "'requires-python' is not a PEP 440 version specifier"))
+        return None
+    return text
+
+
+def _requires_python(kind: str, text: str, source: str, findings: list[RefusedNeed]) -> str | None:
+    try:
+        if kind == "pyproject":
+            return requires_python(tomllib.loads(text).get("project"), source, findings)
+        if kind == "script":
+            return requires_python(script_metadata(text), source, findings)
+    except (ValueError, tomllib.TOMLDecodeError):
+        pass  # reported by the needs' parser
+    return None
+
+
 def script_metadata(text: str) -> dict[str, Any] | None:
     """The PEP 723 ``script`` block of a Python file as TOML data (None: none)."""
     blocks = [m for m in _PEP723.finditer(text) if m.group("type") == "script"]
@@ -312,17 +344,23 @@ def declared(skill_path: Path) -> Needs:
     node: set[str] = set()
     findings: list[RefusedNeed] = []
     sources: list[str] = []
+    pythons: list[tuple[str, str]] = []
     for kind, path in _sources(skill_path):
         text = _read(path)
         if text is None:
             continue
         rel = path.relative_to(skill_path).as_posix()
         needs, found = _PARSERS[kind](text, rel)
-        if needs or found:
+        wanted = _requires_python(kind, text, rel, found)
+        if wanted is not None:
+            pythons.append((rel, wanted))
+        if needs or found or wanted is not None:
             sources.append(rel)
         (node if kind == "package" else python).update(needs)
         findings += found
-    return Needs(tuple(sorted(python)), tuple(sorted(node)), tuple(findings), tuple(sorted(sources)))
+    return Needs(
+        tuple(sorted(python)), tuple(sorted(node)), tuple(findings), tuple(sorted(sources)), tuple(sorted(pythons))
+    )
 
 
 def with_documented(needs: Needs, skill_path: Path) -> Needs:
@@ -341,7 +379,7 @@ def with_documented(needs: Needs, skill_path: Path) -> Needs:
     if not documented:
         return needs
     python = tuple(sorted({*needs.python, *documented}))
-    return Needs(python, needs.node, needs.findings, tuple(sorted({*needs.sources, name})))
+    return Needs(python, needs.node, needs.findings, tuple(sorted({*needs.sources, name})), needs.requires_python)
 
 
 def signature(skill_path: Path, *, docs: bool = False) -> str:

@@ -1,11 +1,15 @@
 """What the runner image already provides, and the environment key for the rest.
 
-Python needs are judged for the image's interpreter (CPython 3.11 on Linux x86_64): a
-requirement whose markers are false there is no need at all, and one whose specifier
-accepts the version the image pins (``images/runner/requirements-full.txt``) is
-*provided by the image*.  npm needs are provided when the image's ``npm/package.json``
-pins a version the range accepts.  The key of what is left hashes the remaining needs,
-the image's Python tag and pins, and the configured package sources.
+A skill runs on a Python tier (:func:`choose_tier`): the default one (CPython 3.11, Debian
+bookworm) unless a ``requires-python`` it declares excludes that Python, then the oldest
+tier the service offers that meets them all.  Python needs are judged for the tier's
+interpreter (on Linux x86_64): a requirement whose markers are false there is no need at
+all, and one whose specifier accepts the version the tier's image pins
+(``images/runner/requirements-full.txt``; the other tiers: ``requirements-minimal.txt``
+and ``requirements-tier.txt``) is *provided by the image*.  npm needs are provided when
+the image's ``npm/package.json`` pins a version the range accepts.  The key of what is
+left hashes the remaining needs, the tier's Python tag and pins, and the configured
+package sources.
 """
 
 from __future__ import annotations
@@ -14,40 +18,84 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import ExecutorError
 from ..hosttools import redact, url_secrets
-from ..image.inputs import IMAGE_ABI, IMAGE_PYTHON, read_pins
-from .declared import Needs
+from ..image.inputs import DEFAULT_TIER, PythonTier, read_pins
+from .declared import DependenciesUnmet, Needs
 
 log = logging.getLogger(__name__)
 
 
-#: The Python tag environments are built for (the runner image's interpreter).
-TARGET = f"{IMAGE_ABI}-manylinux-x86_64"
-#: The marker environment of the runner image's Python.
-IMAGE_MARKERS: dict[str, str] = {
-    "python_version": ".".join(IMAGE_PYTHON.split(".")[:2]),
-    "python_full_version": IMAGE_PYTHON,
-    "implementation_name": "cpython",
-    "implementation_version": IMAGE_PYTHON,
-    "platform_python_implementation": "CPython",
-    "os_name": "posix",
-    "sys_platform": "linux",
-    "platform_system": "Linux",
-    "platform_machine": "x86_64",
-    "platform_release": "",
-    "platform_version": "",
-    "extra": "",
-}
+#: The Python tag environments are built for on the default tier.
+TARGET = DEFAULT_TIER.target
+
+
+def markers(tier: PythonTier) -> dict[str, str]:
+    """The marker environment of a tier's Python."""
+    return {
+        "python_version": tier.name,
+        "python_full_version": tier.python,
+        "implementation_name": "cpython",
+        "implementation_version": tier.python,
+        "platform_python_implementation": "CPython",
+        "os_name": "posix",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "platform_release": "",
+        "platform_version": "",
+        "extra": "",
+    }
+
+
+#: The marker environment of the default tier's Python.
+IMAGE_MARKERS: dict[str, str] = markers(DEFAULT_TIER)
+
+
+def choose_tier(needs: Needs, offered: Sequence[PythonTier]) -> PythonTier:
+    """The tier a skill runs on: the first of ``offered`` (the default) when its Python
+    meets every ``requires-python`` the skill declares, else the oldest that does;
+    ``DependenciesUnmet`` naming each unmet specifier when none does."""
+    if not needs.requires_python:
+        return offered[0]
+
+    def meets(tier: PythonTier) -> bool:
+        return all(SpecifierSet(spec).contains(tier.python, prereleases=True) for _, spec in needs.requires_python)
+
+    if meets(offered[0]):
+        return offered[0]
+    for tier in sorted(offered[1:], key=lambda t: t.version):
+        if meets(tier):
+            return tier
+    pythons = " and ".join(tier.python for tier in offered)
+    unmet = [
+        {
+            "source": source,
+            "need": f"python{spec}",
+            "error": f"requires Python {spec}; this service's sandboxes have Python {pythons}",
+        }
+        for source, spec in needs.requires_python
+        if not any(SpecifierSet(spec).contains(tier.python, prereleases=True) for tier in offered)
+    ] or [
+        {
+            "source": ", ".join(source for source, _ in needs.requires_python),
+            "need": "python" + ",".join(spec for _, spec in needs.requires_python),
+            "error": f"no one Python meets all of them; this service's sandboxes have Python {pythons}",
+        }
+    ]
+    names = ", ".join(item["need"] for item in unmet)
+    raise DependenciesUnmet(f"the skill's dependencies cannot be met: {names}", details={"unmet": unmet})
 
 
 def npm_version(text: str) -> tuple[int, int, int] | None:
@@ -138,14 +186,35 @@ class ImagePackages:
     node: dict[str, str] = field(default_factory=dict)
     #: A digest of the pins (part of every environment's key).
     digest: str = ""
+    #: The Python tier the image carries.
+    tier: PythonTier = DEFAULT_TIER
 
     @classmethod
-    def load(cls, runner: Path, *, minimal: bool = False) -> ImagePackages:
-        """Read the pins the image is built from; a missing file pins nothing."""
+    def load(cls, runner: Path, *, minimal: bool = False, tier: PythonTier = DEFAULT_TIER) -> ImagePackages:
+        """Read the pins the tier's image is built from; a missing file pins nothing.  The
+        default tier: the full flavour's (``minimal``: the minimal flavour's); another tier:
+        the minimal flavour's and the tier's own, and no npm packages."""
         python: dict[str, tuple[Version, frozenset[str]]] = {}
         node: dict[str, str] = {}
-        digest = hashlib.sha256(TARGET.encode())
-        pins_file = runner / ("requirements-minimal.txt" if minimal else "requirements-full.txt")
+        digest = hashlib.sha256(tier.target.encode())
+        if tier != DEFAULT_TIER:
+            minimal = True
+            names = ["requirements-minimal.txt", "requirements-tier.txt"]
+        else:
+            names = ["requirements-minimal.txt" if minimal else "requirements-full.txt"]
+        for name in names:
+            cls._read_python(runner / name, python, digest)
+        if not minimal:
+            try:
+                package = json.loads((runner / "npm" / "package.json").read_text())
+                node = {str(k): str(v) for k, v in (package.get("dependencies") or {}).items()}
+            except (OSError, ValueError, AttributeError):
+                node = {}
+            digest.update(json.dumps(node, sort_keys=True).encode())
+        return cls(python, node, digest.hexdigest(), tier)
+
+    @staticmethod
+    def _read_python(pins_file: Path, python: dict[str, tuple[Version, frozenset[str]]], digest: Any) -> None:
         try:
             for pin in read_pins(pins_file):
                 req = Requirement(pin)
@@ -159,14 +228,6 @@ class ImagePackages:
             log.warning(
                 "cannot read the runner image's Python pins from %s (%s): none counts as provided", pins_file, exc
             )
-        if not minimal:
-            try:
-                package = json.loads((runner / "npm" / "package.json").read_text())
-                node = {str(k): str(v) for k, v in (package.get("dependencies") or {}).items()}
-            except (OSError, ValueError, AttributeError):
-                node = {}
-            digest.update(json.dumps(node, sort_keys=True).encode())
-        return cls(python, node, digest.hexdigest())
 
     def provides_python(self, need: str) -> bool:
         req = Requirement(need)
@@ -184,10 +245,10 @@ class ImagePackages:
         return pinned is not None and npm_range_accepts(spec, pinned)
 
 
-def applies(need: str) -> bool:
-    """Whether a Python need's markers hold for the image's interpreter."""
+def applies(need: str, tier: PythonTier = DEFAULT_TIER) -> bool:
+    """Whether a Python need's markers hold for the tier's interpreter."""
     marker = Requirement(need).marker
-    return marker is None or Marker(str(marker)).evaluate(IMAGE_MARKERS)
+    return marker is None or Marker(str(marker)).evaluate(markers(tier))
 
 
 # -- planning and resolving environments -------------------------------------------
@@ -227,13 +288,15 @@ class EnvPlan:
     node: tuple[str, ...]
     #: The environment's folder name under the envs root; None: nothing to install.
     key: str | None
+    #: The Python tier the skill runs on.
+    tier: PythonTier = DEFAULT_TIER
 
 
 def env_key(python: Iterable[str], node: Iterable[str], image: ImagePackages, sources: Sources) -> str:
     data = {
         "python": sorted(python),
         "node": sorted(node),
-        "target": TARGET,
+        "target": image.tier.target,
         "image": image.digest,
         "sources": sources.describe(),
     }
@@ -244,11 +307,11 @@ def plan(needs: Needs, image: ImagePackages, sources: Sources) -> EnvPlan:
     provided: list[str] = []
     python: list[str] = []
     for need in needs.python:
-        if not applies(need):
+        if not applies(need, image.tier):
             continue
         (provided if image.provides_python(need) else python).append(need)
     node: list[str] = []
     for need in needs.node:
         (provided if image.provides_node(need) else node).append(need)
     key = env_key(python, node, image, sources) if python or node else None
-    return EnvPlan(needs, tuple(provided), tuple(python), tuple(node), key)
+    return EnvPlan(needs, tuple(provided), tuple(python), tuple(node), key, image.tier)

@@ -34,7 +34,7 @@ from packaging.utils import canonicalize_name
 
 from ..config import Settings
 from ..hosttools import HostToolResult, HostTools, Scratch, ToolUser, reclaim, tool_user
-from ..image.inputs import IMAGE_ABI, IMAGE_PLATFORMS, IMAGE_PYTHON, RUNNER_PINS
+from ..image.inputs import DEFAULT_TIER, PYTHON_TIERS, RUNNER_PINS, PythonTier
 from ..objects import ObjectStore
 from .declared import (
     NPM_NAME,
@@ -46,7 +46,16 @@ from .declared import (
     signature,
     with_documented,
 )
-from .plan import TARGET, EnvPlan, ImagePackages, Sources, npm_range_accepts, npm_version, plan, split_npm
+from .plan import (
+    EnvPlan,
+    ImagePackages,
+    Sources,
+    choose_tier,
+    npm_range_accepts,
+    npm_version,
+    plan,
+    split_npm,
+)
 from .shared import MANIFEST, fetch_env, store_env, stored
 
 log = logging.getLogger(__name__)
@@ -79,23 +88,23 @@ def _unmet(items: list[dict[str, str]], log_lines: list[str] | None = None) -> D
 _PIP_MISSING = re.compile(r"(?:No matching distribution found for|satisfies the requirement) ([^\s(]+)")
 
 
-def pip_target_args(sources: Sources) -> list[str]:
-    """pip options choosing wheels for the image's Python (as the image build does) from the sources."""
+def pip_target_args(sources: Sources, tier: PythonTier = DEFAULT_TIER) -> list[str]:
+    """pip options choosing wheels for a tier's Python (as the image build does) from the sources."""
     args = [
         "--disable-pip-version-check",
         "--only-binary=:all:",
         "--python-version",
-        IMAGE_PYTHON,
+        tier.python,
         "--implementation",
         "cp",
         "--abi",
-        IMAGE_ABI,
+        tier.abi,
         "--abi",
         "abi3",
         "--abi",
         "none",
     ]
-    for platform in (*IMAGE_PLATFORMS, "any"):
+    for platform in (*tier.platforms, "any"):
         args += ["--platform", platform]
     if sources.wheelhouse is not None:
         args += ["--no-index", "--find-links", str(sources.wheelhouse)]
@@ -119,6 +128,7 @@ class SkillEnvs:
         user: ToolUser | None = None,
         objects: ObjectStore | None = None,
         from_docs: bool = False,
+        tiers: dict[str, ImagePackages] | None = None,
     ) -> None:
         self.root = root
         #: whether the packages SKILL.md's install lines name are needs too
@@ -129,6 +139,8 @@ class SkillEnvs:
         self.mode = mode
         self.sources = sources
         self.image = image if image is not None else ImagePackages()
+        #: The Python tiers runs may have, the default first: tier name -> its image's pins.
+        self.tiers: dict[str, ImagePackages] = {self.image.tier.name: self.image, **(tiers or {})}
         self.python = python
         # The service's npm: on its PATH, skipping relative entries (``node_modules/.bin``,
         # ``.``), which would name a folder of whatever the working directory is.
@@ -167,6 +179,11 @@ class SkillEnvs:
             python=settings.host_tools_python or sys.executable,
             objects=objects,
             from_docs=settings.skill_deps_from_docs,
+            tiers={
+                name: ImagePackages.load(RUNNER_PINS, tier=PYTHON_TIERS[name])
+                for name in settings.python_tier_images
+                if name != DEFAULT_TIER.name
+            },
         )
 
     def _sweep(self) -> None:
@@ -187,10 +204,13 @@ class SkillEnvs:
         return self.root / key
 
     def plan(self, skill_path: Path) -> EnvPlan:
+        """What the skill needs on the Python tier it runs on (``DependenciesUnmet`` when no
+        tier meets its ``requires-python``)."""
         needs = declared(skill_path)
         if self.from_docs:
             needs = with_documented(needs, skill_path)
-        return plan(needs, self.image, self.sources)
+        tier = choose_tier(needs, [image.tier for image in self.tiers.values()])
+        return plan(needs, self.tiers[tier.name], self.sources)
 
     def ensure(self, skill_path: Path, *, install: bool = False) -> EnvPlan:
         """Plan a skill's environment and resolve it when absent; ``DependenciesUnmet`` when it cannot be.
@@ -207,23 +227,30 @@ class SkillEnvs:
         return planned
 
     def for_run(self, skill_path: Path, digest: str | None = None) -> str | None:
-        """The environment key a run of the skill uses (None: none), resolving it on first
-        use; a refusal is remembered until a file that declares needs changes.
+        """The environment key a run of the skill uses (None: none): :meth:`run_env`'s."""
+        return self.run_env(skill_path, digest).key
+
+    def run_env(self, skill_path: Path, digest: str | None = None) -> EnvPlan:
+        """What a run of the skill uses: its Python tier and environment key (None: none),
+        the environment resolved on first use; a refusal is remembered until a file that
+        declares needs changes.  Mode ``off``: the tier only (nothing is resolved).
 
         ``digest``: the registry's digest of an immutable version folder -- it names the
         content, so the folder is not walked on every run.
         """
-        if self.mode == "off":
-            return None
         cache_key = (str(skill_path), digest or signature(skill_path, docs=self.from_docs))
         with self._lock:
             cached = self._cache.get(cache_key)
         if isinstance(cached, DependenciesUnmet):
             raise cached
         if cached is not None and (cached.key is None or self.path(cached.key).is_dir()):
-            return cached.key
+            return cached
         try:
-            planned = self.ensure(skill_path)
+            if self.mode == "off":
+                planned = self.plan(skill_path)
+                planned = EnvPlan(planned.needs, (), (), (), None, planned.tier)
+            else:
+                planned = self.ensure(skill_path)
         except DependenciesUnmet as exc:
             with self._lock:
                 self._cache[cache_key] = exc
@@ -231,7 +258,7 @@ class SkillEnvs:
         with self._lock:
             self._cache = {k: v for k, v in self._cache.items() if k[0] != cache_key[0]}
             self._cache[cache_key] = planned
-        return planned.key
+        return planned
 
     def _resolve(self, planned: EnvPlan) -> Path:
         assert planned.key is not None
@@ -254,7 +281,8 @@ class SkillEnvs:
                     "provided_by_image": list(planned.provided),
                     "installed": {"python": list(planned.python), "node": list(planned.node)},
                     "resolved": resolved,
-                    "target": TARGET,
+                    "target": planned.tier.target,
+                    "python": planned.tier.python,
                     "package_sources": self.sources.describe(),
                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 }
@@ -331,7 +359,8 @@ class SkillEnvs:
                 ]
             )
         self._usable_or_refuse("pip", [self.python, "-I", "-c", "import pip"], [self.sources.wheelhouse])
-        pins = "".join(f"{name}=={version}\n" for name, (version, _) in sorted(self.image.python.items()))
+        image = self.tiers[planned.tier.name]
+        pins = "".join(f"{name}=={version}\n" for name, (version, _) in sorted(image.python.items()))
 
         def dry_run(attempt: str, constrained: bool) -> tuple[HostToolResult, Path]:
             scratch = self.tools.scratch(temp / f".resolve-{attempt}")
@@ -342,7 +371,7 @@ class SkillEnvs:
                 "--ignore-installed",
                 "--target",
                 str(scratch.folder / "dry"),
-                *pip_target_args(self.sources),
+                *pip_target_args(self.sources, planned.tier),
                 "--report",
                 str(report),
             ]
@@ -362,7 +391,7 @@ class SkillEnvs:
         wanted = [
             f"{name}=={version}"
             for name, version in sorted(chosen.items())
-            if not (name in self.image.python and str(self.image.python[name][0]) == version)
+            if not (name in image.python and str(image.python[name][0]) == version)
         ]
         if any(UNSAFE_TEXT.search(w) or not _PIN.match(w) for w in wanted):
             raise _unmet(
@@ -380,7 +409,7 @@ class SkillEnvs:
                     "--no-compile",
                     "--target",
                     str(scratch.folder / "python"),
-                    *pip_target_args(self.sources),
+                    *pip_target_args(self.sources, planned.tier),
                     "--",
                     *wanted,
                 ],

@@ -1,9 +1,10 @@
 """Build the runner image, with or without a registry, and reuse it when up to date.
 
-The runner comes in two flavours, stages of one Dockerfile, the full one built on the
+The runner comes in three flavours, stages of one Dockerfile, the full one built on the
 minimal one: ``full`` (the default, tagged ``skill-executor/runner:<hash>``, ``:full``
-and ``:latest``) and ``minimal`` (``skill-executor/runner:minimal-<hash>`` and
-``:minimal``).  ``<hash>`` covers the flavour's build inputs -- the Dockerfile, the
+and ``:latest``), ``minimal`` (``skill-executor/runner:minimal-<hash>`` and
+``:minimal``) and the Python 3.13 tier ``python3.13`` (the minimal one, uv and common
+tools on Debian trixie; ``:python3.13-<hash>`` and ``:python3.13``).  ``<hash>`` covers the flavour's build inputs -- the Dockerfile, the
 launcher, the pinned requirements and npm lock (and, offline, the base-building
 script) -- never the downloaded bytes.  An image whose hash tag exists is reused.
 
@@ -12,7 +13,8 @@ npm), before the build, into git-ignored folders of the build context
 (``images/runner/wheelhouse/`` and ``images/runner/npm/cache/``) that the Dockerfile
 installs from without a registry.  They are fetched again only when the pins change.
 
-* online: ``FROM debian:bookworm-slim`` as written in the Dockerfile;
+* online: ``FROM debian:bookworm-slim`` as written in the Dockerfile (the tier:
+  ``debian:trixie-slim``);
 * offline: ``images/build-base.sh`` makes the base from a Debian root file system
   (debootstrap from the mirror apt uses, then ``docker import``), and the same
   Dockerfile builds ``FROM`` it.  Build steps use host networking to reach the mirror.
@@ -39,23 +41,21 @@ from ..errors import ExecutorError
 from .inputs import (
     ABSENT,
     BASE_REPOSITORY,
+    DEFAULT_TIER,
     FLAVOURS,
-    IMAGE_ABI,
-    IMAGE_PLATFORMS,
-    IMAGE_PYTHON,
     NPM_CACHE,
     PODSERVER,
-    PUBLIC_BASE,
     REPOSITORY,
     RUNNER_PINS,
     SERVICE_PUBLIC_BASE,
     SERVICE_REPOSITORY,
     SYSTEM_TOOLS,
-    WHEELHOUSE,
     Flavour,
     Mode,
     direct_packages,
     flavour_inputs,
+    flavour_parts,
+    flavour_tier,
     images_dir,
     parse_versions,
     pin_sets,
@@ -65,6 +65,7 @@ from .inputs import (
     runner_tag,
     tree_hash,
     versions_script,
+    wheelhouse_dir,
 )
 
 
@@ -96,13 +97,13 @@ def _resolve_mode(client: docker.DockerClient, mode: Mode, public_base: str) -> 
     return "offline" if shutil.which("debootstrap") else "online"
 
 
-def _offline_base(client: docker.DockerClient, root: Path) -> str:
-    """The debootstrapped base image (built once per version of build-base.sh)."""
+def _offline_base(client: docker.DockerClient, root: Path, suite: str = DEFAULT_TIER.suite) -> str:
+    """The debootstrapped base image of a Debian release (built once per version of build-base.sh)."""
     script = root / "build-base.sh"
-    tag = f"{BASE_REPOSITORY}:bookworm-{tree_hash([script], root)[:12]}"
+    tag = f"{BASE_REPOSITORY}:{suite}-{tree_hash([script], root)[:12]}"
     if not _has_image(client, tag):
         _log(f"building the base {tag} with debootstrap (no registry needed)")
-        proc = subprocess.run(["bash", str(script), tag], check=False)
+        proc = subprocess.run(["bash", str(script), tag, suite], check=False)
         if proc.returncode != 0:
             raise ExecutorError(f"building the base image failed (exit {proc.returncode})", code="image_build_failed")
     return tag
@@ -118,6 +119,7 @@ def _docker_build(
     repository: str,
     aliases: Sequence[str] = ("latest",),
     target: str | None = None,
+    buildargs: dict[str, str] | None = None,
 ) -> None:
     _log(f"building {tag} FROM {base}" + (f" (stage {target})" if target else ""))
     try:
@@ -125,7 +127,7 @@ def _docker_build(
             path=str(path),
             dockerfile=dockerfile,
             tag=tag,
-            buildargs={"BASE": base},
+            buildargs={"BASE": base, **(buildargs or {})},
             target=target,
             network_mode="host",
             rm=True,
@@ -157,29 +159,30 @@ def _up_to_date(folder: Path, stamp: Path, want: str) -> bool:
 
 
 def prepare_wheelhouse(runner: Path, flavour: Flavour, *, python: str = sys.executable) -> None:
-    """Download the flavour's wheels into ``wheelhouse/<part>/`` (once per set of pins)."""
+    """Download the flavour's wheels for its tier's Python into ``<wheelhouse>/<part>/``
+    (once per set of pins; :func:`wheelhouse_dir`)."""
     sets = pin_sets(runner)
-    parts = ["minimal", "podserver"] if flavour == "minimal" else ["minimal", "full", "podserver"]
-    for part in parts:
+    tier = flavour_tier(flavour)
+    for part in flavour_parts(flavour):
         pins = sets[part]
-        folder = runner / WHEELHOUSE / part
-        stamp = runner / WHEELHOUSE / f"{part}.sha256"
-        want = _stamp(IMAGE_PYTHON, IMAGE_ABI, *IMAGE_PLATFORMS, *pins)
+        folder = runner / wheelhouse_dir(tier) / part
+        stamp = folder.with_name(f"{part}.sha256")
+        want = _stamp(tier.python, tier.abi, *tier.platforms, *pins)
         if _up_to_date(folder, stamp, want):
             continue
-        _log(f"downloading {len(pins)} wheels ({part}) for Python {IMAGE_PYTHON} with pip")
+        _log(f"downloading {len(pins)} wheels ({part}) for Python {tier.python} with pip")
         partial = folder.with_name(f"{part}.partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
         with tempfile.NamedTemporaryFile("w", suffix=".txt") as requirements:
             requirements.write("\n".join(pins) + "\n")
             requirements.flush()
-            proc = subprocess.run(pip_download_command(python, Path(requirements.name), partial), check=False)
+            proc = subprocess.run(pip_download_command(python, Path(requirements.name), partial, tier), check=False)
         if proc.returncode != 0:
             shutil.rmtree(partial, ignore_errors=True)
             raise ExecutorError(
                 f"pip download of the runner image's wheels ({part}) failed (exit {proc.returncode}); every pin "
-                f"needs a wheel for CPython {IMAGE_PYTHON} on manylinux x86_64",
+                f"needs a wheel for CPython {tier.python} on manylinux x86_64",
                 code="image_build_failed",
             )
         shutil.rmtree(folder, ignore_errors=True)
@@ -253,7 +256,8 @@ def build_image(
         raise ExecutorError(
             f"no runner Dockerfile at {runner}{_CONTEXT_HINT if context is None else ''}", code="image_context_missing"
         )
-    mode = _resolve_mode(client, mode, PUBLIC_BASE)
+    tier = flavour_tier(flavour)
+    mode = _resolve_mode(client, mode, tier.public_base)
     inputs = flavour_inputs(runner, flavour)
     if mode == "offline":
         inputs.append(root / "build-base.sh")
@@ -263,12 +267,12 @@ def build_image(
         for alias in aliases:
             client.images.get(tag).tag(REPOSITORY, alias)
         _log(f"{tag} is up to date")
-        return BuildResult(tag, False, PUBLIC_BASE if mode == "online" else "offline", flavour)
+        return BuildResult(tag, False, tier.public_base if mode == "online" else "offline", flavour)
     prepare_wheelhouse(runner, flavour)
     stage_podserver(runner)
     if flavour == "full":
         prepare_npm_cache(runner)
-    base = _offline_base(client, root) if mode == "offline" else PUBLIC_BASE
+    base = _offline_base(client, root, tier.suite) if mode == "offline" else tier.public_base
     _docker_build(
         client,
         path=runner,
@@ -278,6 +282,7 @@ def build_image(
         repository=REPOSITORY,
         aliases=aliases,
         target=flavour,
+        buildargs={"WHEELHOUSE": wheelhouse_dir(tier)},
     )
     return BuildResult(tag, True, base, flavour)
 

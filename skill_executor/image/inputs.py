@@ -9,6 +9,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -21,18 +22,72 @@ PUBLIC_BASE = "debian:bookworm-slim"
 SERVICE_PUBLIC_BASE = "python:3.11-slim"
 
 Mode = Literal["auto", "online", "offline"]
-Flavour = Literal["full", "minimal"]
-FLAVOURS: tuple[Flavour, ...] = ("full", "minimal")
+Flavour = Literal["full", "minimal", "python3.13"]
+FLAVOURS: tuple[Flavour, ...] = ("full", "minimal", "python3.13")
 
-# The image's Python (Debian bookworm's python3) and the wheels that fit it.
-IMAGE_PYTHON = "3.11.2"
-IMAGE_ABI = "cp311"
-IMAGE_PLATFORMS: tuple[str, ...] = (
-    *(f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)),
-    "manylinux2014_x86_64",
-    "manylinux_2_5_x86_64",
-    "manylinux1_x86_64",
-)
+
+@dataclass(frozen=True, slots=True)
+class PythonTier:
+    """One Python the runner images offer, with the Debian release that ships it: skills
+    whose ``requires-python`` the default tier's Python does not meet run on another tier
+    (its own image).  Skill environments are resolved for the tier's interpreter."""
+
+    #: The tier's name: its Python's major.minor (``3.11``).
+    name: str
+    #: The interpreter's full version (Debian's python3 of ``suite``).
+    python: str
+    abi: str
+    #: The Debian release the tier's image is built on (its base, its mirror's packages).
+    suite: str
+    #: Its glibc's minor version: the newest manylinux wheels it runs.
+    glibc_minor: int
+    #: The image flavour that carries it (``skill-executor image build --flavour ...``).
+    flavour: Flavour
+    #: The image built FROM where a registry is reachable.
+    public_base: str
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        return (
+            *(f"manylinux_2_{minor}_x86_64" for minor in range(self.glibc_minor, 16, -1)),
+            "manylinux2014_x86_64",
+            "manylinux_2_5_x86_64",
+            "manylinux1_x86_64",
+        )
+
+    @property
+    def target(self) -> str:
+        """The tag environments are built for."""
+        return f"{self.abi}-manylinux-x86_64"
+
+    @property
+    def version(self) -> tuple[int, int]:
+        major, minor = self.name.split(".")
+        return int(major), int(minor)
+
+
+#: The default tier: Debian bookworm's python3 (the full and minimal flavours).
+DEFAULT_TIER = PythonTier("3.11", "3.11.2", "cp311", "bookworm", 36, "full", "debian:bookworm-slim")
+#: Every tier, oldest first.  3.13: Debian trixie's python3, in the ``python3.13`` flavour
+#: (the minimal flavour's packages, uv and the common command-line tools; see the Dockerfile).
+PYTHON_TIERS: dict[str, PythonTier] = {
+    tier.name: tier
+    for tier in (
+        DEFAULT_TIER,
+        PythonTier("3.13", "3.13.5", "cp313", "trixie", 41, "python3.13", "debian:trixie-slim"),
+    )
+}
+
+
+def flavour_tier(flavour: Flavour) -> PythonTier:
+    """The tier a flavour's image carries."""
+    return next((tier for tier in PYTHON_TIERS.values() if tier.flavour == flavour), DEFAULT_TIER)
+
+
+# The default tier's Python (Debian bookworm's python3) and the wheels that fit it.
+IMAGE_PYTHON = DEFAULT_TIER.python
+IMAGE_ABI = DEFAULT_TIER.abi
+IMAGE_PLATFORMS: tuple[str, ...] = DEFAULT_TIER.platforms
 # Made on the host by prepare_*: git-ignored, not part of the tag hash.
 WHEELHOUSE = "wheelhouse"
 NPM_CACHE = "npm/cache"
@@ -96,27 +151,50 @@ def read_pins(path: Path) -> list[str]:
 
 def pin_sets(runner: Path) -> dict[str, list[str]]:
     """Wheelhouse part -> pins: ``minimal`` (the minimal flavour's), ``full`` (what the full
-    flavour adds) and ``podserver`` (the in-pod server's, installed apart from the skills'
-    packages in both flavours).  Every minimal pin must be a pin of the full set as is."""
+    flavour adds), ``tier`` (what the other Python tiers' flavour adds to the minimal one)
+    and ``podserver`` (the in-pod server's, installed apart from the skills' packages in
+    every flavour).  Every minimal pin must be a pin of the full set as is, and so must
+    every tier pin (one version of a package across the images)."""
     minimal = read_pins(runner / "requirements-minimal.txt")
     full = read_pins(runner / "requirements-full.txt")
-    missing = [pin for pin in minimal if pin not in full]
-    if missing:
-        raise ExecutorError(
-            f"requirements-minimal.txt pins {', '.join(missing)}, which requirements-full.txt does not pin "
-            "identically (the full flavour is built on the minimal one)",
-            code="image_pins_invalid",
-        )
+    tier = read_pins(runner / "requirements-tier.txt")
+    for name, pins in (("requirements-minimal.txt", minimal), ("requirements-tier.txt", tier)):
+        missing = [pin for pin in pins if pin not in full]
+        if missing:
+            raise ExecutorError(
+                f"{name} pins {', '.join(missing)}, which requirements-full.txt does not pin identically "
+                "(one version of a package across the flavours)",
+                code="image_pins_invalid",
+            )
     podserver = read_pins(runner / "requirements-podserver.txt")
-    return {"minimal": minimal, "full": [pin for pin in full if pin not in minimal], "podserver": podserver}
+    return {
+        "minimal": minimal,
+        "full": [pin for pin in full if pin not in minimal],
+        "tier": [pin for pin in tier if pin not in minimal],
+        "podserver": podserver,
+    }
+
+
+def flavour_parts(flavour: Flavour) -> list[str]:
+    """The wheelhouse parts a flavour installs."""
+    if flavour == "minimal":
+        return ["minimal", "podserver"]
+    return ["minimal", "full" if flavour == "full" else "tier", "podserver"]
+
+
+def wheelhouse_dir(tier: PythonTier) -> str:
+    """The build context's folder of a tier's wheels (``wheelhouse``, ``wheelhouse/python3.13``)."""
+    return WHEELHOUSE if tier == DEFAULT_TIER else f"{WHEELHOUSE}/python{tier.name}"
 
 
 def flavour_inputs(runner: Path, flavour: Flavour) -> list[Path]:
     """The files a flavour's tag hash covers: the build context without what the host
-    downloads (and, for ``minimal``, without what only ``full`` uses)."""
+    downloads and without what only other flavours use."""
     skipped = {runner / name for name in _GENERATED}
-    if flavour == "minimal":
+    if flavour != "full":
         skipped |= {runner / "requirements-full.txt", runner / "npm"}
+    if flavour != "python3.13":
+        skipped.add(runner / "requirements-tier.txt")
     return [
         path
         for path in runner.rglob("*")
@@ -133,9 +211,9 @@ def runner_aliases(flavour: Flavour) -> tuple[str, ...]:
     return ("full", "latest") if flavour == "full" else (flavour,)
 
 
-def pip_download_command(python: str, requirements: Path, dest: Path) -> list[str]:
-    """``pip download`` of exactly the pinned wheels for the image's Python, whatever
-    the host's Python is."""
+def pip_download_command(python: str, requirements: Path, dest: Path, tier: PythonTier = DEFAULT_TIER) -> list[str]:
+    """``pip download`` of exactly the pinned wheels for a tier's Python, whatever the
+    host's Python is."""
     command = [
         python,
         "-m",
@@ -147,13 +225,13 @@ def pip_download_command(python: str, requirements: Path, dest: Path) -> list[st
         "--no-deps",
         "--only-binary=:all:",
         "--python-version",
-        IMAGE_PYTHON,
+        tier.python,
         "--implementation",
         "cp",
         "--abi",
-        IMAGE_ABI,
+        tier.abi,
     ]
-    for platform in IMAGE_PLATFORMS:
+    for platform in tier.platforms:
         command += ["--platform", platform]
     return [*command, "--dest", str(dest), "--requirement", str(requirements)]
 

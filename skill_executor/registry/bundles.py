@@ -35,6 +35,7 @@ from pathlib import Path
 from ..access import check_tenant
 from ..envs import DependenciesUnmet, SkillEnvs
 from ..errors import BadRequest, Conflict, NotFound, TooLarge
+from ..image.inputs import PythonTier
 from ..objects import ObjectNotFound, ObjectStore
 from ..skills.loader import load_skill
 from ..skills.model import Skill
@@ -68,9 +69,10 @@ def decode_bundle(text: str, *, max_bytes: int) -> bytes:
     return data
 
 
-def refuse_unprovided(deps: SkillEnvs, skill: Skill) -> None:
+def refuse_unprovided(deps: SkillEnvs, skill: Skill) -> PythonTier:
     """``skill_dependencies_unmet`` for a bundle that declares what the runner image does not
-    provide (SKILL_EXECUTOR_BUNDLE_DEPS=image: nothing is fetched on the host for a bundle)."""
+    provide (SKILL_EXECUTOR_BUNDLE_DEPS=image: nothing is fetched on the host for a bundle);
+    else the Python tier it runs on."""
     needed = deps.plan(skill.path)
     if needed.key is not None:
         unmet = [*needed.python, *needed.node]
@@ -80,6 +82,7 @@ def refuse_unprovided(deps: SkillEnvs, skill: Skill) -> None:
             "install the skill, or ask the operator for SKILL_EXECUTOR_BUNDLE_DEPS=install",
             details={"unmet": unmet},
         )
+    return needed.tier
 
 
 class BundleStore:

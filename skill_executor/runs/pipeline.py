@@ -11,6 +11,7 @@ through :class:`~skill_executor.runs.sandbox.RunSandbox` (:mod:`skill_executor.r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import secrets
 import threading
@@ -21,6 +22,7 @@ from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore
 from ..config import Settings
 from ..errors import ExecutorError
+from ..image.inputs import DEFAULT_TIER, PythonTier
 from ..registry import PackageLimits, SkillRepository
 from ..registry.bundles import BundleStore, refuse_unprovided
 from ..runtimes.base import Command, OutputListener, Runtime, SandboxPlan
@@ -168,7 +170,9 @@ class SkillRunner:
         cancel: threading.Event | None,
     ) -> RunResult:
         skill = plan.skill
-        skill_env = self._skill_env(plan)
+        skill_env, python = self._skill_env(plan)
+        if python != sandbox_plan.python:
+            sandbox_plan = dataclasses.replace(sandbox_plan, python=python)
         opened = RunSandbox(self.runtime.claim(sandbox_plan))
         with tracing.entered(opened, "sandbox", "cleanup", runtime=self.settings.runtime) as sandbox:
             warnings = list(sandbox.warnings)
@@ -210,18 +214,20 @@ class SkillRunner:
                     sandbox_plan.tenant,
                 )
 
-    def _skill_env(self, plan: RunPlan) -> str | None:
+    def _skill_env(self, plan: RunPlan) -> tuple[str | None, PythonTier]:
         """Where the run sees its skill's dependency environment (resolved on first use),
-        or None; ``skill_dependencies_unmet`` when its needs cannot be met."""
+        or None, and the Python tier it runs on; ``skill_dependencies_unmet`` when its needs
+        cannot be met."""
         envs = self.repository.deps
         if envs is None:
-            return None
+            return None, DEFAULT_TIER
         if plan.bundled and self.settings.bundle_deps == "image":
-            refuse_unprovided(envs, plan.skill)  # a bundle unpacked before the setting changed
-            return None
-        key = envs.for_run(plan.skill.path, plan.skill.digest)
+            tier = refuse_unprovided(envs, plan.skill)  # a bundle unpacked before the setting changed
+            return None, tier
+        planned = envs.run_env(plan.skill.path, plan.skill.digest)
+        key = planned.key
         if key is None:
-            return None
+            return None, planned.tier
         if not self.runtime.skill_envs:
             raise ExecutorError(
                 f"the skill {plan.skill.id!r} has a dependency environment, which the {self.runtime.name} "
@@ -230,7 +236,7 @@ class SkillRunner:
                 status=400,
                 details={"runtime": self.runtime.name, "feature": "skill_dependencies"},
             )
-        return f"{self.runtime.visible_envs_dir or envs.root}/{key}"
+        return f"{self.runtime.visible_envs_dir or envs.root}/{key}", planned.tier
 
     # -- housekeeping --------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from typing import Any, Protocol, Self
 
 from ..access import LOCAL_TENANT
 from ..activity import Activity
+from ..image.inputs import DEFAULT_TIER, PythonTier
 from ..outputs.collect import Collection, CollectLimits
 from ..skills import Skill
 from ..workspace.layout import Workspace, WorkspaceManager
@@ -53,6 +54,9 @@ class SandboxPlan:
     tenant: str = LOCAL_TENANT
     #: The most the session's ``work/`` may hold across runs (None: no session).
     session_disk_max: int | None = None
+    #: The Python tier the run needs (its skill's requires-python): the runtime's sandbox
+    #: has that Python or the claim is refused (``python_tier_unavailable``).
+    python: PythonTier = DEFAULT_TIER
 
 
 @dataclass(slots=True)

@@ -58,6 +58,7 @@ from . import cgroups, syscalls
 from .base import BoxVerdict, ProcessSpec, SandboxPlan
 from .docker.engine import CONTAINER_ENVS, CONTAINER_WORKSPACE, parse_user, write_hosts
 from .host import SharedBox
+from .hostpython import check_host_python
 from .housekeeping import Housekeeping
 from .limits import Cap, DiskCap
 from .local import LocalProcess
@@ -221,6 +222,7 @@ class BwrapRuntime(Housekeeping):
         return ["bash", "-c", text, "limits"]
 
     def claim(self, plan: SandboxPlan) -> BwrapBox:
+        check_host_python(plan.python, "bwrap", PATH)
         workspace = self.workspaces.create(
             plan.run_id,
             plan.skill.id,

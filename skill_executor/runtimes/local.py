@@ -27,6 +27,7 @@ from ..config import Settings
 from ..workspace.layout import Workspace
 from .base import Chunk, ProcessSpec, SandboxPlan
 from .host import SharedBox
+from .hostpython import check_host_python
 from .housekeeping import Housekeeping
 from .limits import Cap
 from .skillcopy import make_view
@@ -61,6 +62,7 @@ class LocalRuntime(Housekeeping):
         log.warning(WARNING)
 
     def claim(self, plan: SandboxPlan) -> LocalBox:
+        check_host_python(plan.python, "local", self.path)
         workspace = self.workspaces.create(
             plan.run_id, plan.skill.id, session_work=plan.session_work, session=plan.session, tenant=plan.tenant
         )

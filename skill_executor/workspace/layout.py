@@ -297,14 +297,16 @@ class WorkspaceManager:
         session: str | None = None,
         owner: tuple[int, int] | None = None,
         tenant: str = LOCAL_TENANT,
+        warm_home: bool = True,
     ) -> Workspace:
-        """A fresh workspace; its writable folders belong to ``owner`` (the run's user).
+        """A fresh workspace; its writable folders belong to ``owner`` (the run's user);
+        ``warm_home``: its HOME starts as :attr:`home_template` (the default image's).
 
         A session's ``work/`` was written by earlier runs: its ``inputs/`` is made only
         when nothing of that name is there (a link an earlier run left is neither
         followed nor replaced; staging through it is refused later).
         """
-        root = self.create_root(run_id, owner)
+        root = self.create_root(run_id, owner, warm_home=warm_home)
         work = root / "work"
         if session_work is not None:
             # root/work stays an empty mountpoint (or becomes a link) for the session's dir.
@@ -316,7 +318,7 @@ class WorkspaceManager:
                     tree.make_dirs(PurePosixPath("inputs"), owner=owner)
         return Workspace(run_id=run_id, root=root, work=work, session=session, skill_id=skill_id, tenant=tenant)
 
-    def create_root(self, name: str, owner: tuple[int, int] | None = None) -> Path:
+    def create_root(self, name: str, owner: tuple[int, int] | None = None, *, warm_home: bool = True) -> Path:
         """A fresh workspace folder with the standard layout (no skill yet), on a volume
         of its own under the hard disk cap."""
         root = self._new_folder(name)
@@ -328,7 +330,7 @@ class WorkspaceManager:
                 (root / sub).mkdir(mode=0o755)
                 if owner is not None and sub != SKILLS:
                     os.chown(root / sub, *owner)
-            if self.home_template is not None:
+            if self.home_template is not None and warm_home:
                 copy_home(self.home_template, root / "run" / "home", owner)
         except BaseException:
             self.discard(root)

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from ...config import Settings
-from ...errors import BadRequest, ExecutorError
+from ...errors import BadRequest, ExecutorError, Unavailable
+from ...image.inputs import DEFAULT_TIER, PythonTier
 from ...owners import data_dir_id
 from ...registry.installdir import exchange
 from ...workspace.fs import Tree
@@ -101,11 +102,26 @@ class AgentSandboxRuntime(Housekeeping):
         except Exception as exc:  # the API away at start: the claims' TTL ends them
             log.warning("agent-sandbox: could not look for claims left by a previous process: %s", exc)
 
+    def pool_tier(self, python: PythonTier) -> str:
+        """The tier (a key of AGENT_SANDBOX_POOLS) a run's pod is claimed from: the configured
+        one, or ``python<version>`` for a skill on another Python tier."""
+        if python == DEFAULT_TIER:
+            return self.tier
+        tier = f"python{python.name}"
+        if tier not in self.claims.pools:
+            raise Unavailable(
+                f"the skill needs Python {python.name} (its requires-python); SKILL_EXECUTOR_AGENT_SANDBOX_POOLS "
+                f"has no {tier!r} pool (of the python{python.name} runner image)",
+                code="python_tier_unavailable",
+            )
+        return tier
+
     def claim(self, plan: SandboxPlan) -> PodBox:
+        tier = self.pool_tier(plan.python)
         # The worker-side workspace is made while the pod is claimed (both are on the run's path).
         prepared = self._preparing.submit(contextvars.copy_context().run, self._prepare, plan)
         try:
-            claim = self.claims.claim(self.tier, plan.run_id, run_timeout=self.settings.max_timeout)
+            claim = self.claims.claim(tier, plan.run_id, run_timeout=self.settings.max_timeout)
         except BaseException:
             self._discard_prepared(prepared)  # waits for it (milliseconds): nothing is left behind
             raise

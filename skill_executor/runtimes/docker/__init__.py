@@ -26,6 +26,7 @@ from docker.types import Mount
 from ...activity import Activity
 from ...config import Settings
 from ...errors import Unavailable
+from ...image.inputs import DEFAULT_TIER
 from ...owners import LeaseState
 from ...workers import Causes, Supervisor
 from ...workspace.layout import LAUNCHER_SOCKET, PREPARED, SKILLS, WorkspaceManager
@@ -219,7 +220,10 @@ class DockerRuntime:
         skill = plan.skill
         self._wanted = (skill.id, skill.path)
         warm = None
-        if self.pool is not None and plan.session_work is None:
+        default_python = plan.python == DEFAULT_TIER
+        if not default_python:
+            engine.image_for(plan.python)  # refused before a workspace is made
+        elif self.pool is not None and plan.session_work is None:  # warm containers are the default image's
             warm = self.pool.acquire(prefer=lambda w: w.staged is not None and w.staged.skill_id == skill.id)
         box: ColdBox | WarmBox
         if warm is None:
@@ -230,6 +234,7 @@ class DockerRuntime:
                 session=plan.session,
                 owner=self.owner,
                 tenant=plan.tenant,
+                warm_home=default_python,  # the warm HOME is the default image's
             )
             box = ColdBox(
                 workspace,

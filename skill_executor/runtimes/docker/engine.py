@@ -40,6 +40,7 @@ from requests.exceptions import RequestException
 
 from ...config import Settings
 from ...errors import Unavailable
+from ...image.inputs import DEFAULT_TIER, PythonTier
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ class Engine:
         self.hosts_file = write_hosts(hosts_file)
         self.envs_dir = settings.envs_dir
         self.envs_dir.mkdir(parents=True, exist_ok=True)
+        #: The Python tiers' images found present (an image is not removed under a service).
+        self._tier_images: set[str] = set()
 
     @property
     def gvisor(self) -> bool:
@@ -129,9 +132,17 @@ class Engine:
     # -- configuration -------------------------------------------------------------------
 
     def config(
-        self, *, command: list[str], cwd: str, env: dict[str, str], mounts: list[Mount], labels: dict[str, str]
+        self,
+        *,
+        command: list[str],
+        cwd: str,
+        env: dict[str, str],
+        mounts: list[Mount],
+        labels: dict[str, str],
+        image: str | None = None,
     ) -> dict[str, Any]:
-        """Low-level create-container parameters with every isolation setting."""
+        """Low-level create-container parameters with every isolation setting (``image``:
+        a Python tier's, :meth:`image_for`; default: the runner image)."""
         s = self.settings
         host_config = self.api.create_host_config(
             mounts=[
@@ -159,7 +170,7 @@ class Engine:
             runtime=s.docker_oci_runtime,
         )
         return {
-            "image": s.docker_image,
+            "image": image or s.docker_image,
             "command": command,
             "user": s.docker_user,
             "working_dir": cwd,
@@ -264,6 +275,32 @@ class Engine:
             counts[state] = counts.get(state, 0) + 1
         return counts
 
+    def image_for(self, python: PythonTier) -> str:
+        """The runner image of a Python tier: the configured image for the default tier, the
+        tier's from SKILL_EXECUTOR_PYTHON_TIER_IMAGES for another (checked once present);
+        503 ``image_missing`` / ``python_tier_unavailable`` naming what to do otherwise."""
+        if python == DEFAULT_TIER:
+            return self.settings.docker_image
+        image = self.settings.python_tier_images.get(python.name)
+        if image is None:
+            raise Unavailable(
+                f"this service offers no Python {python.name} sandboxes (SKILL_EXECUTOR_PYTHON_TIER_IMAGES)",
+                code="python_tier_unavailable",
+            )
+        if image not in self._tier_images:
+            try:
+                self.client.images.get(image)
+            except NotFound:
+                raise Unavailable(
+                    f"the Python {python.name} runner image {image!r} is missing; build it with "
+                    f"'skill-executor image build --flavour {python.flavour}'",
+                    code="image_missing",
+                ) from None
+            except ENGINE_ERRORS as exc:
+                raise unreachable(exc) from None
+            self._tier_images.add(image)
+        return image
+
     def check_image(self) -> None:
         try:
             self.client.images.get(self.settings.docker_image)
@@ -311,6 +348,17 @@ class Engine:
             checks["image"] = (False, f"{self.settings.docker_image} is missing")
         except ENGINE_ERRORS as exc:
             checks["image"] = (False, str(exc))
+        if self.settings.python_tier_images:
+            found: list[str] = []
+            missing: list[str] = []
+            for name, ref in sorted(self.settings.python_tier_images.items()):
+                try:
+                    found.append(f"{name}: {ref} ({self.client.images.get(ref).short_id})")
+                except NotFound:
+                    missing.append(f"{name}: {ref} is missing (skill-executor image build --flavour python{name})")
+                except ENGINE_ERRORS as exc:
+                    missing.append(f"{name}: {exc}")
+            checks["python_tiers"] = (not missing, "; ".join([*missing, *found]))
         try:
             runtime = check_oci_runtime(
                 self.settings.docker_oci_runtime, self.client.info(), pool=self.settings.pool_size > 0

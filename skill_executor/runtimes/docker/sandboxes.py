@@ -119,6 +119,7 @@ class ColdBox(DockerBox):
             env=spec.env,
             mounts=mounts,
             labels={LABEL_RUN: self.plan.run_id, LABEL_DEADLINE: f"{time.time() + timeout:.0f}"},
+            image=self.engine.image_for(self.plan.python),
         )
 
     def discard_first(self) -> Callable[[], None] | None:
