@@ -276,3 +276,71 @@ def test_a_sweep_removes_only_old_empty_groups(tmp_path: Path) -> None:
         fresh.append(base / "fresh-run")
     cgroups.sweep(tmp_path)
     assert [p.exists() for p in old] == [False] * 3 and all(p.exists() for p in fresh)
+
+
+def test_a_service_that_is_not_root_sandboxes_its_runs_too() -> None:
+    """The laptop path: a developer's service (not root) makes bwrap sandboxes as itself,
+    through unprivileged user namespaces -- no cgroup limits (said in health), the rest of
+    the sandbox as for a root service."""
+    require_runtime("bwrap")
+    import json
+    import pwd
+    import shutil
+    import subprocess
+    import sys
+    import sysconfig
+    import tempfile
+
+    here = Path(__file__).resolve().parent
+    python = shutil.which("python3", path="/usr/bin:/bin")
+    problem = None
+    if python is None:
+        problem = "no /usr/bin/python3 to run an unprivileged service with"
+    else:
+        version = subprocess.run(
+            [python, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        if version != str(tuple(sys.version_info[:2])):
+            problem = f"/usr/bin/python3 is {version}, the test environment's Python {sys.version_info[:2]}"
+    if problem is not None:
+        if in_ci():
+            pytest.fail(f"CI must run the unprivileged bwrap service: {problem}")
+        pytest.skip(problem)
+    folder = Path(tempfile.mkdtemp(prefix="bwrap-nonroot-", dir="/tmp"))
+    try:
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(folder),
+            "LANG": "C.UTF-8",
+            "PYTHONPATH": f"{here.parent}:{sysconfig.get_paths()['purelib']}",
+        }
+        argv = [str(python), str(here / "bwrap_nonroot.py"), str(folder)]
+        if os.geteuid() == 0:
+            os.chown(folder, pwd.getpwnam("nobody").pw_uid, pwd.getpwnam("nobody").pw_gid)
+            runuser = shutil.which("runuser", path="/usr/sbin:/sbin:/usr/bin:/bin") or "runuser"  # util-linux
+            argv = [runuser, "-u", "nobody", "--", *argv]
+        probe = (
+            "id -u; echo made > out/made.txt; "
+            "cat /etc/shadow 2>/dev/null || echo shadow-refused; "
+            "test -e /root || echo no-root-home; "
+            f"test -e {folder}/data || echo no-data-dir; "
+            "touch /usr/x 2>/dev/null || echo usr-read-only; "
+            "echo pids $(ls /proc | grep -c '^[0-9]'); "
+            'python3 -c "import socket\ns = socket.socket(); s.settimeout(3)\n'
+            "try:\n    s.connect(('10.20.30.40', 80)); print('CONNECTED')\n"
+            "except OSError as e:\n    print('net', e.errno)\""
+        )
+        done = subprocess.run([*argv, probe], capture_output=True, text=True, env=env, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        result = json.loads(done.stdout.splitlines()[-1])
+        assert result["exit_code"] == 0, result["stderr"]
+        lines = result["stdout"].splitlines()
+        assert lines[:5] == ["1000", "shadow-refused", "no-root-home", "no-data-dir", "usr-read-only"]
+        assert int(lines[5].split()[1]) <= 5  # its own PID namespace: bash, ls, grep, bwrap's init
+        assert lines[6] == "net 101"  # ENETUNREACH: only a loopback interface
+        assert result["files"] == [["out/made.txt", "made\n"]]
+        runtime = result["health"]["runtime"]
+        assert "no memory, CPU or pids cgroup limits (the service is not root" in runtime[1], runtime  # said plainly
+        assert "the bwrap runtime sets no memory, CPU or pids cgroup limits" in done.stderr
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
