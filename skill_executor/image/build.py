@@ -4,9 +4,10 @@ The runner comes in three flavours, stages of one Dockerfile, the full one built
 minimal one: ``full`` (the default, tagged ``skill-executor/runner:<hash>``, ``:full``
 and ``:latest``), ``minimal`` (``skill-executor/runner:minimal-<hash>`` and
 ``:minimal``) and the Python 3.13 tier ``python3.13`` (the minimal one, uv and common
-tools on Debian trixie; ``:python3.13-<hash>`` and ``:python3.13``).  ``<hash>`` covers the flavour's build inputs -- the Dockerfile, the
-launcher, the pinned requirements and npm lock (and, offline, the base-building
-script) -- never the downloaded bytes.  An image whose hash tag exists is reused.
+tools on Debian trixie; ``:python3.13-<hash>`` and ``:python3.13``).  ``<hash>``
+covers the flavour's build inputs -- the Dockerfile, the launcher, the pinned
+requirements and npm lock (and, offline, the base-building script) -- never the
+downloaded bytes.  An image whose hash tag exists is reused.
 
 Python wheels and npm packages are fetched on the host with their own clients (pip,
 npm), before the build, into git-ignored folders of the build context
