@@ -81,7 +81,8 @@ def test_prompt_matches_skills_ref_cli_output(tmp_path: Path) -> None:
 
 
 def test_show_search_install(tmp_path: Path) -> None:
-    shown = json.loads(cli("skills", "show", "MATH-TOOLS", "--root", "skills").stdout)
+    data = {"SKILL_EXECUTOR_DATA_DIR": str(tmp_path / "data")}  # never ./data of the checkout
+    shown = json.loads(cli("skills", "show", "MATH-TOOLS", "--root", "skills", env=data).stdout)
     assert shown["id"] == "math-tools" and "Fibonacci" in shown["body"]
     assert "references/REFERENCE.md" in shown["docs"]
     assert {
@@ -89,9 +90,9 @@ def test_show_search_install(tmp_path: Path) -> None:
         "size": (REPO / "skills/math-tools/scripts/fib.py").stat().st_size,
         "kind": "script",
     } in shown["files"]
-    hits = json.loads(cli("skills", "search", "csv chart", "--root", "skills").stdout)
+    hits = json.loads(cli("skills", "search", "csv chart", "--root", "skills", env=data).stdout)
     assert hits[0]["id"] == "csv-report"
-    missing = cli("skills", "show", "nope", "--root", "skills")
+    missing = cli("skills", "show", "nope", "--root", "skills", env=data)
     assert missing.returncode == 2 and "skill_not_found" in missing.stderr
 
     import zipfile
@@ -100,11 +101,11 @@ def test_show_search_install(tmp_path: Path) -> None:
     with zipfile.ZipFile(package, "w") as zf:
         zf.writestr("SKILL.md", "---\nname: zipped\ndescription: z\n---\n")
     root = tmp_path / "installed"
-    out = cli("skills", "install", str(package), "--root", str(root))
+    out = cli("skills", "install", str(package), "--root", str(root), env=data)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["id"] == "zipped" and (root / "zipped" / "SKILL.md").exists()
     package.write_bytes(b"junk")
-    assert cli("skills", "install", str(package), "--root", str(root)).returncode == 1
+    assert cli("skills", "install", str(package), "--root", str(root), env=data).returncode == 1
 
 
 def _package(path: Path, name: str, description: str = "z") -> Path:
