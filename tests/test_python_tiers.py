@@ -197,8 +197,10 @@ def test_a_tier_without_its_image_is_refused_saying_how_to_build_it(
             "the Python 3.13 runner image 'skill-executor/runner:no-such-tier' is missing; build it with "
             "'skill-executor image build --flavour python3.13'"
         )
-        checks = executor.runtime.health()
-        assert checks["python_tiers"][0] is False and "no-such-tier is missing" in checks["python_tiers"][1]
+        ok, detail = executor.runtime.health()["python_tiers"]
+        # degraded, not down: the other skills still run (a readiness probe keeps the service)
+        assert ok and "3.13: skill-executor/runner:no-such-tier is missing" in detail
+        assert run(executor, command="true").exit_code == 0
     finally:
         executor.close()
 

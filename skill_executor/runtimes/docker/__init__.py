@@ -26,7 +26,7 @@ from docker.types import Mount
 from ...activity import Activity
 from ...config import Settings
 from ...errors import Unavailable
-from ...image.inputs import DEFAULT_TIER
+from ...image.inputs import DEFAULT_TIER, PYTHON_TIERS
 from ...owners import LeaseState
 from ...workers import Causes, Supervisor
 from ...workspace.layout import LAUNCHER_SOCKET, PREPARED, SKILLS, WorkspaceManager
@@ -149,6 +149,11 @@ class DockerRuntime:
             client = self._client or connect()
             engine = Engine(self.settings, client, self.token, self.workspaces.root / HOSTS_FILE)
             engine.check_image()
+            for name in self.settings.python_tier_images:
+                try:
+                    engine.image_for(PYTHON_TIERS[name])
+                except Unavailable as exc:  # that tier's runs are refused with it; the rest run
+                    log.warning("%s", exc.message)
             engine.check_oci_runtime()
             # every run's HOME starts as a long-lived container's would (font caches, an office profile)
             self.workspaces.home_template = warm_home(

@@ -358,7 +358,9 @@ class Engine:
                     missing.append(f"{name}: {ref} is missing (skill-executor image build --flavour python{name})")
                 except ENGINE_ERRORS as exc:
                     missing.append(f"{name}: {exc}")
-            checks["python_tiers"] = (not missing, "; ".join([*missing, *found]))
+            # Degraded, not down: the default image serves every other skill (a readiness probe
+            # must not take the service out for one tier); that tier's runs get 503 image_missing.
+            checks["python_tiers"] = (True, "; ".join([*missing, *found]))
         try:
             runtime = check_oci_runtime(
                 self.settings.docker_oci_runtime, self.client.info(), pool=self.settings.pool_size > 0
