@@ -108,6 +108,11 @@ class Settings(BaseSettings):
     """The most bytes all inputs of one run may stage (a folder counts 4 KiB)."""
     allowed_host_roots: PathList = Field(default_factory=list)
     """Host folders host:// inputs may come from (none: host inputs are refused)."""
+    policy_file: Path | None = None
+    """A command policy (YAML): allow/deny lists of programs and approval per key and skill (docs: guides/policy.md);
+    none: every command may run, without approval. A file that cannot be used stops the service at start."""
+    approval_timeout_seconds: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    """How long a run held for approval (pending_approval) waits before it ends failed with approval_expired."""
     session_ttl_seconds: float = 3600.0
     """Idle time before a session's work (and its agent context) is deleted."""
     session_disk_bytes: int = 1 * GiB  # a session's work/ across its runs

@@ -18,6 +18,7 @@ from .envs import SkillEnvs
 from .errors import BadRequest
 from .hosttools import seal_data_dir
 from .objects import ObjectStore, open_object_store
+from .policy import load_policy
 from .registry import PackageLimits, SkillRepository
 from .registry.bundles import BundleStore
 from .registry.package import refuse_reserved
@@ -114,6 +115,7 @@ class Executor:
         check_layout(
             settings.skills_dirs, settings.install_root, [settings.registry_dir, settings.data_dir, settings.workspaces]
         )
+        policy = load_policy(settings.policy_file)  # a policy that cannot be used stops the start here
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
         database = open_database(settings)
@@ -141,7 +143,7 @@ class Executor:
             strict=settings.skill_upload_strict,
             check=refuse_reserved if settings.skill_refuse_reserved_names else None,
         )
-        runner = SkillRunner(settings, repository, artifacts, runtime, snapshots, bundles)
+        runner = SkillRunner(settings, repository, artifacts, runtime, snapshots, bundles, policy)
         return cls(settings, database, objects, repository, artifacts, runtime, runner, contexts)
 
     def close(self, timeout: float = 300.0) -> None:

@@ -514,6 +514,45 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         mcp="none",
     ),
     E("run_finished", 409, "The run has already ended.", "Read its result instead."),
+    # -- the command policy (SKILL_EXECUTOR_POLICY_FILE; skill_executor/policy.py) ------------
+    E(
+        "command_denied",
+        403,
+        "The command policy refuses the command before anything starts; details name the rule, the program "
+        "and the reason (a program denied or not allowed, or one that cannot be known before the run).",
+        "Do not retry the same command; use a program the rule allows, or ask an operator to change the policy.",
+    ),
+    E(
+        "invalid_policy_file",
+        500,
+        "The policy file cannot be read or is invalid (bad YAML, an unknown field): the service does not start.",
+        "Fix the file as the message says.",
+        mcp="none",
+    ),
+    E(
+        "approval_rejected",
+        403,
+        "The run waited for approval (pending_approval) and was rejected; nothing ran.",
+        "Do not retry the same command without asking whoever rejected it (details.reason).",
+    ),
+    E(
+        "approval_expired",
+        408,
+        "The run waited for approval longer than SKILL_EXECUTOR_APPROVAL_TIMEOUT_SECONDS; nothing ran.",
+        "Submit it again and have it approved in time.",
+    ),
+    E(
+        "approval_not_pending",
+        409,
+        "The run is not waiting for approval (it was decided already, or never needed approval).",
+        "Read the run's status.",
+    ),
+    E(
+        "approval_forbidden",
+        403,
+        "The policy rule holding the run lets only an admin key decide (approver: admin).",
+        "Ask an admin to approve or reject the run.",
+    ),
     E(
         "run_not_active",
         409,

@@ -128,6 +128,7 @@ class Service:
                 dispatcher=dispatcher,
                 on_finish=on_finish,
                 recover=role == "all",
+                approval_timeout=settings.approval_timeout_seconds,
             )
             if role == "worker":
                 worker = Worker(

@@ -348,6 +348,8 @@ MODULE_TIERS: dict[str, str] = {
     # service
     "test_api": "service",
     "test_api_tenancy": "service",
+    "test_policy": "unit",
+    "test_policy_api": "service",
     "test_inline_files": "service",
     "test_artifact_objects": "service",  # a SeaweedFS server, a Postgres
     "test_bench": "service",

@@ -30,7 +30,7 @@ LAYERS = [
     },
     {"skill_executor.db", "skill_executor.objects"},
     {"skill_executor.skills", "skill_executor.image"},
-    {"skill_executor.envs", "skill_executor.preflight"},
+    {"skill_executor.envs", "skill_executor.preflight", "skill_executor.policy"},
     {"skill_executor.registry"},
     {"skill_executor.artifacts"},
     {"skill_executor.workspace"},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from ..context.service import MAX_BUDGET_TOKENS
 from ..runs.models import RunResult
@@ -166,13 +166,22 @@ class AuditLog(BaseModel):
 
 class RunAccepted(BaseModel):
     run_id: str
-    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    status: Literal["pending_approval", "queued", "running", "completed", "failed", "cancelled"]
     replayed: bool = False
+
+
+class ApprovalRequest(BaseModel):
+    """``POST /v1/runs/{id}/approval``: the decision on a run held for approval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "reject"]
+    reason: str | None = Field(default=None, max_length=1000, description="recorded with the decision (audit)")
 
 
 class RunRecordModel(BaseModel):
     run_id: str
-    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    status: Literal["pending_approval", "queued", "running", "completed", "failed", "cancelled"]
     skill: str
     session: str | None = None
     created_at: float
@@ -190,7 +199,7 @@ class RunSummary(BaseModel):
     """A run in a listing: ``GET /v1/runs/{id}`` has its request and result."""
 
     run_id: str
-    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    status: Literal["pending_approval", "queued", "running", "completed", "failed", "cancelled"]
     skill: str = Field(description="as the request named it (a pinned name@ref included)")
     session: str | None = None
     created_at: float = Field(description="seconds since the epoch")

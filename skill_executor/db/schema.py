@@ -92,6 +92,27 @@ idempotency = Table(
     PrimaryKeyConstraint("owner", "key"),
 )
 
+#: Decisions on runs held for approval by the command policy (skill_executor.policy;
+#: migration 0006): the audit record of each, and what ``on-first-use`` remembers.
+run_approvals = Table(
+    "run_approvals",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("owner", Text, nullable=False),
+    Column("skill", Text, nullable=False),
+    #: The programs the command starts (JSON list; [] when they cannot all be known).
+    Column("programs", Text, nullable=False),
+    #: approve, reject or expire.
+    Column("decision", Text, nullable=False),
+    #: Who decided: a key id, or "timeout".
+    Column("decided_by", Text, nullable=False),
+    #: How: rest, mcp-elicitation or timeout.
+    Column("via", Text, nullable=False),
+    Column("reason", Text),
+    Column("decided_at", Float, nullable=False),
+)
+Index("ix_run_approvals_owner_skill", run_approvals.c.owner, run_approvals.c.skill)
+
 # -- artifacts --------------------------------------------------------------------------
 
 artifacts = Table(

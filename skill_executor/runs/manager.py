@@ -31,8 +31,8 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from .. import tracing
-from ..access import Principal, authorize_inputs, permit, resolve_tenant_audited
-from ..errors import Conflict, ExecutorError, NotFound, Unavailable
+from ..access import Principal, audit_log, authorize_inputs, permit, resolve_tenant_audited
+from ..errors import Conflict, ExecutorError, Forbidden, NotFound, Unavailable
 from .handle import TERMINAL as TERMINAL
 from .handle import Event as Event
 from .handle import RunHandle as RunHandle
@@ -42,7 +42,17 @@ from .models import RunRequest, RunResult, SkillBundle
 from .pipeline import SkillRunner, new_run_id
 from .plan import RunPlan
 from .seam import Dispatcher
-from .store import FINAL, RunFilter, RunListing, RunRecord, RunStore, Status, decode_cursor, encode_cursor
+from .store import (
+    FINAL,
+    PENDING,
+    RunFilter,
+    RunListing,
+    RunRecord,
+    RunStore,
+    Status,
+    decode_cursor,
+    encode_cursor,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +109,7 @@ class RunManager:
         dispatcher: Dispatcher,
         on_finish: Callable[[RunRecord], None] | None = None,
         recover: bool = True,
+        approval_timeout: float = 3600.0,
     ) -> None:
         """``dispatcher``: where accepted runs go (:mod:`skill_executor.dispatch`);
         ``recover``: mark this instance's runs left unfinished by its previous process
@@ -107,6 +118,9 @@ class RunManager:
         self.store = store
         self.dispatcher = dispatcher
         self.on_finish = on_finish
+        #: how long a run held for approval waits (SKILL_EXECUTOR_APPROVAL_TIMEOUT_SECONDS)
+        self.approval_timeout = approval_timeout
+        self._timers: dict[str, threading.Timer] = {}
         self._handles: dict[str, RunHandle] = {}
         self._lock = threading.Lock()
         self._closing = False
@@ -202,6 +216,11 @@ class RunManager:
         authorize_inputs(principal, (i.from_ for i in request.inputs))
         checked = self.runner.validate(request, tenant=principal.id)
         request = with_bundle_digest(request, checked)
+        decision = checked.decision
+        if decision.approval != "never":
+            approved = self.store.approved_programs(principal.id, checked.skill.id)
+            if decision.needs_approval(approved):
+                return self._hold(request, principal.id, fingerprinted, run_id, trace, checked)
         if self.dispatcher.remote:
             return self._enqueue(request, principal.id, fingerprinted, run_id, trace)
         reservation = self.runner.limiter.reserve()
@@ -234,6 +253,208 @@ class RunManager:
             raise error
         self.dispatcher.start(lambda: self._execute(request, handle, reservation, checked, principal.id))
         return record, handle, False
+
+    def _hold(
+        self,
+        request: RunRequest,
+        owner: str,
+        fingerprinted: tuple[str, str] | None,
+        run_id: str,
+        trace: tuple[str | None, str | None],
+        checked: RunPlan,
+    ) -> tuple[RunRecord, RunHandle | None, bool]:
+        """Record a run held for approval (pending_approval): nothing else of it exists (no
+        place, no workspace, no container) until it is approved (:meth:`decide`)."""
+        payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        try:
+            record = self.store.create(
+                run_id,
+                payload,
+                owner=owner,
+                idempotency=fingerprinted,
+                traceparent=trace[0],
+                trace_id=trace[1],
+                status=PENDING,
+            )
+        except Conflict as exc:
+            if fingerprinted is None or exc.code not in ("idempotent_replay", "idempotency_key_reused"):
+                raise
+            replay = self._replay(owner, *fingerprinted)
+            if replay is None:  # pragma: no cover - a claimed key is never released
+                raise
+            return replay
+        decision = checked.decision
+        audit_log.warning(
+            "run %s held for approval by policy rule %s",
+            run_id,
+            decision.rule,
+            extra={
+                "audit": True,
+                "action": "run.approval_requested",
+                "run_id": run_id,
+                "tenant": owner,
+                "rule": decision.rule,
+                "programs": list(decision.programs),
+            },
+        )
+        timer = threading.Timer(self.approval_timeout + 0.05, self._expire_by_id, (run_id,))
+        timer.daemon = True
+        with self._lock:
+            self._timers[run_id] = timer
+        timer.start()
+        return record, None, False
+
+    def _expire_by_id(self, run_id: str) -> None:
+        with self._lock:
+            self._timers.pop(run_id, None)
+        try:
+            self._expire(self.store.get(run_id))
+        except Exception:  # the next read expires it
+            log.exception("expiring run %s held for approval failed", run_id)
+
+    def _expire(self, record: RunRecord) -> RunRecord:
+        """A run held for approval past the timeout ends failed (``approval_expired``)."""
+        if record.status != PENDING or time.time() < record.created_at + self.approval_timeout:
+            return record
+        error = self._error(
+            ExecutorError(
+                f"run {record.run_id!r} waited for approval longer than {self.approval_timeout:g} s; nothing ran",
+                code="approval_expired",
+                details={"run_id": record.run_id},
+            )
+        )
+        if self.store.decide(
+            record, "failed", decision="expire", decided_by="timeout", via="timeout", programs=[], error=error
+        ):
+            audit_log.warning(
+                "run %s expired waiting for approval",
+                record.run_id,
+                extra={"audit": True, "action": "run.approval", "run_id": record.run_id, "decision": "expire"},
+            )
+        return self.store.get(record.run_id)
+
+    def decide(
+        self,
+        run_id: str,
+        who: Principal,
+        decision: str,
+        reason: str | None = None,
+        *,
+        via: str = "rest",
+    ) -> tuple[RunRecord, RunHandle | None]:
+        """Approve or reject a run held for approval (``decision``: approve or reject), as
+        ``who``: the run's own key (unless its rule says ``approver: admin``) or an admin key
+        (another key's run: audited).  Approved, it is queued as any run; rejected, it ends
+        failed (``approval_rejected``).  Either is recorded (the audit record).  Blocking."""
+        record = self._expire(self.get(run_id, who, action="run.approve"))
+        if record.status != PENDING:
+            raise Conflict(
+                f"run {run_id!r} is not waiting for approval ({record.status})",
+                code="approval_not_pending",
+                details={"run_id": run_id, "status": record.status},
+            )
+        request = RunRequest.model_validate(record.request)
+        try:
+            checked = self.runner.validate(request, tenant=record.owner)  # the policy as it is now
+        except ExecutorError as exc:  # denied (or the skill went) since: it ends with that error
+            self.store.decide(
+                record,
+                "failed",
+                decision="reject",
+                decided_by=who.id,
+                via=via,
+                programs=[],
+                reason=exc.message,
+                error=self._error(exc),
+            )
+            raise
+        policy = checked.decision
+        if policy.approver == "admin" and not who.admin:
+            raise Forbidden(
+                f"policy rule {policy.rule!r} lets only an admin key decide on run {run_id!r}",
+                code="approval_forbidden",
+                details={"run_id": run_id, "rule": policy.rule},
+            )
+        programs = list(policy.programs)
+        audit = {
+            "audit": True,
+            "action": "run.approval",
+            "run_id": run_id,
+            "tenant": record.owner,
+            "who": who.id,
+            "admin": who.admin,
+            "decision": decision,
+            "via": via,
+            "reason": reason,
+            "rule": policy.rule,
+            "programs": programs,
+        }
+        handle: RunHandle | None = None
+        if decision == "reject":
+            error = self._error(
+                Forbidden(
+                    f"run {run_id!r} was rejected" + (f": {reason}" if reason else "") + "; nothing ran",
+                    code="approval_rejected",
+                    details={"run_id": run_id, "rule": policy.rule, "reason": reason},
+                )
+            )
+            decided = self.store.decide(
+                record,
+                "failed",
+                decision="reject",
+                decided_by=who.id,
+                via=via,
+                programs=programs,
+                reason=reason,
+                error=error,
+            )
+        elif self.dispatcher.remote:
+            request = with_bundle_digest(request, checked)
+
+            def queue(conn: Any) -> None:
+                self.dispatcher.admit(conn)
+                self.dispatcher.enqueue(conn, run_id, request, record.owner)
+
+            decided = self.store.decide(
+                record,
+                "queued",
+                decision="approve",
+                decided_by=who.id,
+                via=via,
+                programs=programs,
+                reason=reason,
+                also=queue,
+            )
+        else:
+            reservation = self.runner.limiter.reserve()  # busy: 429, and the run stays pending
+            try:
+                decided = self.store.decide(
+                    record, "queued", decision="approve", decided_by=who.id, via=via, programs=programs, reason=reason
+                )
+            except BaseException:
+                reservation.release()
+                raise
+            if not decided:
+                reservation.release()
+            else:
+                record = replace(record, status="queued")
+                handle = RunHandle(run_id, record)
+                handle.publish("status", "queued")
+                with self._lock:
+                    self._handles[run_id] = handle
+                self.dispatcher.start(lambda: self._execute(request, handle, reservation, checked, record.owner))
+        if not decided:
+            raise Conflict(
+                f"run {run_id!r} is not waiting for approval (decided meanwhile)",
+                code="approval_not_pending",
+                details={"run_id": run_id},
+            )
+        with self._lock:
+            timer = self._timers.pop(run_id, None)
+        if timer is not None:
+            timer.cancel()
+        audit_log.warning("run %s: %s by %s", run_id, decision, who.id, extra=audit)
+        return self._current(run_id), handle
 
     def _enqueue(
         self,
@@ -444,6 +665,8 @@ class RunManager:
         if handle is not None and handle.future.done():  # finished; its record is being written
             return replace(handle.future.result())
         record = self.store.get(run_id)
+        if record.status == PENDING:
+            record = self._expire(record)
         if handle is not None and handle.started and record.status == "queued":
             record.status = "running"
         return record
@@ -484,6 +707,26 @@ class RunManager:
         record = self.get(run_id, who, action="run.cancel")
         if record.status in FINAL:
             raise Conflict(f"run {run_id!r} has already ended ({record.status})", code="run_finished")
+        if record.status == PENDING:  # nothing started: it ends here, wherever it was held
+            note = RunResult(
+                run_id=run_id,
+                skill=record.skill,
+                session=record.session,
+                warnings=["the run was cancelled while it waited for approval; nothing ran"],
+            )
+            if self.store.decide(
+                record,
+                "cancelled",
+                decision="cancel",
+                decided_by=who.id,
+                via="cancel",
+                programs=[],
+                result=note.model_dump(mode="json"),
+            ):
+                return None
+            record = self.store.get(run_id)
+            if record.status in FINAL:
+                raise Conflict(f"run {run_id!r} has already ended ({record.status})", code="run_finished")
         if self.dispatcher.remote:
             if self.dispatcher.cancel(run_id) is None and self.store.get(run_id).status in FINAL:
                 raise Conflict(f"run {run_id!r} has already ended", code="run_finished")

@@ -16,6 +16,7 @@ import logging
 import secrets
 import threading
 import time
+from dataclasses import replace
 
 from .. import tracing
 from ..access import LOCAL_TENANT
@@ -23,6 +24,8 @@ from ..artifacts.store import ArtifactStore
 from ..config import Settings
 from ..errors import ExecutorError
 from ..image.inputs import DEFAULT_TIER, PythonTier
+from ..policy import Policy, load_policy
+from ..policy import check as check_policy
 from ..registry import PackageLimits, SkillRepository
 from ..registry.bundles import BundleStore, refuse_unprovided
 from ..runtimes.base import Command, OutputListener, Runtime, SandboxPlan
@@ -60,8 +63,11 @@ class SkillRunner:
         runtime: Runtime,
         snapshots: SessionSnapshots | None = None,
         bundles: BundleStore | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.settings = settings
+        #: the command policy (SKILL_EXECUTOR_POLICY_FILE; None: none)
+        self.policy = policy if policy is not None else load_policy(settings.policy_file)
         self.repository = repository
         #: skills sent with run requests (inline bundles), per key
         self.bundles = bundles or BundleStore(
@@ -101,8 +107,13 @@ class SkillRunner:
 
     def validate(self, request: RunRequest, *, tenant: str = LOCAL_TENANT) -> RunPlan:
         """Everything that can be refused before a workspace exists (``tenant``: whose bundles
-        a request's ``bundle`` may name)."""
-        return check_request(request, self.settings, self.repository, bundles=self.bundles, tenant=tenant)
+        a request's ``bundle`` may name), the command policy's refusal (``command_denied``) included:
+        the plan carries the policy's decision (whether the run waits for approval)."""
+        plan = check_request(request, self.settings, self.repository, bundles=self.bundles, tenant=tenant)
+        decision = check_policy(request.command, tenant, plan.skill.id, self.policy, request.env)
+        if not decision.allowed:
+            raise decision.error()
+        return replace(plan, decision=decision)
 
     def run(
         self,

@@ -18,6 +18,7 @@ from ..errors import BadRequest, NotFound, TooLarge
 from ..outputs.collect import CollectLimits, resolve_globs
 from ..outputs.naming import DEFAULT_TEMPLATE, NameTemplate
 from ..paths import clean_relative, resolve_within
+from ..policy import ALLOWED, Decision
 from ..registry import SkillRepository
 from ..registry.bundles import BundleStore, decode_bundle
 from ..skills import Skill
@@ -54,6 +55,8 @@ class RunPlan:
     siblings: tuple[Skill, ...] = ()
     #: the skill came with the request (an inline bundle), not from the catalog
     bundled: bool = False
+    #: what the command policy said (:func:`skill_executor.policy.check`)
+    decision: Decision = ALLOWED
 
 
 def check_request(

@@ -31,10 +31,12 @@ from sqlalchemy.exc import IntegrityError
 from ..access import LOCAL_TENANT
 from ..db import Database
 from ..db.schema import idempotency as idempotency_keys
-from ..db.schema import runs
+from ..db.schema import run_approvals, runs
 from ..errors import BadRequest, Conflict, NotFound
 
-Status = Literal["queued", "running", "completed", "failed", "cancelled"]
+Status = Literal["pending_approval", "queued", "running", "completed", "failed", "cancelled"]
+#: A run held by the command policy until it is approved (nothing of it exists but its record).
+PENDING: Status = "pending_approval"
 FINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 
 
@@ -181,8 +183,10 @@ class RunStore:
         also: Callable[[Connection], None] | None = None,
         traceparent: str | None = None,
         trace_id: str | None = None,
+        status: Status = "queued",
     ) -> RunRecord:
-        """Insert a queued run of ``owner``; with ``idempotency=(key, fingerprint)``
+        """Insert a queued run (or one held for approval: ``status`` pending_approval) of
+        ``owner``; with ``idempotency=(key, fingerprint)``
         claim the key (per owner) too, in the same transaction, and run ``also`` in it
         after the insert (a dispatcher queues the run there). ``traceparent``, ``trace_id``:
         the run's trace (:mod:`skill_executor.tracing`), recorded with it.
@@ -204,7 +208,7 @@ class RunStore:
                 conn.execute(
                     insert(runs).values(
                         run_id=run_id,
-                        status="queued",
+                        status=status,
                         skill=skill,
                         session=session,
                         created_at=now,
@@ -230,7 +234,7 @@ class RunStore:
                 details={"run_id": found[0]},
             ) from None
         return RunRecord(
-            run_id, "queued", skill, session, now, now, request, owner=owner, trace_id=trace_id, traceparent=traceparent
+            run_id, status, skill, session, now, now, request, owner=owner, trace_id=trace_id, traceparent=traceparent
         )
 
     def update(
@@ -251,6 +255,79 @@ class RunStore:
             values["events"] = events
         with self.database.write() as conn:
             conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
+
+    def decide(
+        self,
+        record: RunRecord,
+        status: Status,
+        *,
+        decision: str,
+        decided_by: str,
+        via: str,
+        programs: list[str],
+        reason: str | None = None,
+        error: dict[str, Any] | None = None,
+        result: dict[str, Any] | None = None,
+        also: Callable[[Connection], None] | None = None,
+    ) -> bool:
+        """End a run's wait for approval: move it from pending_approval to ``status`` and record
+        the decision (the audit record), in one transaction with ``also`` (a dispatcher queues it
+        there).  False when it was not pending any more (another replica decided first)."""
+        now = time.time()
+        values: dict[str, Any] = {"status": status, "updated_at": now}
+        if error is not None:
+            values["error"] = json.dumps(error)
+        if result is not None:
+            values["result"] = json.dumps(result)
+        with self.database.write() as conn:
+            cursor = conn.execute(
+                update(runs).where(runs.c.run_id == record.run_id, runs.c.status == PENDING).values(**values)
+            )
+            if cursor.rowcount != 1:
+                return False
+            conn.execute(
+                insert(run_approvals).values(
+                    run_id=record.run_id,
+                    owner=record.owner,
+                    skill=record.skill.lower(),
+                    programs=json.dumps(programs),
+                    decision=decision,
+                    decided_by=decided_by,
+                    via=via,
+                    reason=reason,
+                    decided_at=now,
+                )
+            )
+            if also is not None:
+                also(conn)
+        return True
+
+    def approved_programs(self, owner: str, skill: str) -> set[str]:
+        """The programs approved before in runs of ``owner``'s of ``skill`` (``on-first-use``)."""
+        with self.database.read() as conn:
+            rows = conn.execute(
+                select(run_approvals.c.programs).where(
+                    run_approvals.c.owner == owner,
+                    run_approvals.c.skill == skill.lower(),
+                    run_approvals.c.decision == "approve",
+                )
+            ).all()
+        return {program for row in rows for program in json.loads(row[0])}
+
+    def approval(self, run_id: str) -> dict[str, Any] | None:
+        """The decision recorded on a run held for approval (None: none yet)."""
+        with self.database.read() as conn:
+            row = conn.execute(select(run_approvals).where(run_approvals.c.run_id == run_id)).first()
+        if row is None:
+            return None
+        return {
+            "decision": row.decision,
+            "decided_by": row.decided_by,
+            "via": row.via,
+            "reason": row.reason,
+            "decided_at": row.decided_at,
+            "programs": json.loads(row.programs),
+        }
 
     def get(self, run_id: str) -> RunRecord:
         with self.database.read() as conn:

@@ -24,7 +24,7 @@ from ...runs.models import RunRequest, RunResult
 from ...runs.store import FINAL, RunFilter, RunRecord, Status
 from ...web.auth import principal
 from ...web.problems import error_response
-from ..schemas import ERRORS, RunAccepted, RunList, RunRecordModel, RunSummary
+from ..schemas import ERRORS, ApprovalRequest, RunAccepted, RunList, RunRecordModel, RunSummary
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERRORS)
 
@@ -278,3 +278,25 @@ async def cancel_run(run_id: str, request: Request, who: Principal = Depends(pri
     manager: RunManager = request.app.state.manager
     status, final = await manager.cancel_and_settle(run_id, who, CANCEL_SETTLE_SECONDS)
     return JSONResponse(RunAccepted(run_id=run_id, status=status).model_dump(), status_code=200 if final else 202)
+
+
+@router.post(
+    "/{run_id}/approval",
+    response_model=RunAccepted,
+    summary="Approve or reject a run held for approval by the command policy (pending_approval)",
+    responses={
+        200: {
+            "model": RunAccepted,
+            "description": "decided: approved, the run is queued (then runs as any run); rejected, it has "
+            "ended failed with approval_rejected",
+        },
+    },
+)
+async def decide_run(
+    run_id: str, body: ApprovalRequest, request: Request, who: Principal = Depends(principal)
+) -> RunAccepted:
+    """An admin key decides on any key's run (audited); the run's own key too, unless its policy
+    rule says ``approver: admin`` (the calling application, asking its user)."""
+    manager: RunManager = request.app.state.manager
+    record, _ = await manager.offload(lambda: manager.decide(run_id, who, body.decision, body.reason))
+    return RunAccepted(run_id=run_id, status=record.status)

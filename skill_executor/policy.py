@@ -1,0 +1,664 @@
+"""Command policy: which programs a run's command may start, per API key and per skill, and
+whether a run waits for approval first.  The one place that judges commands: every path that
+starts a run or a process asks :func:`check`.
+
+The policy is a YAML file (``SKILL_EXECUTOR_POLICY_FILE``)::
+
+    rules:
+      - name: pdf-tools          # optional; errors name the rule by it (else rules[<index>])
+        key: "*"                 # an API key id (a run's owner) or "*"
+        skill: pdf               # a skill name (any case) or "*"
+        allow: [python3, ls]     # optional: only these programs
+        deny: [curl, wget]       # optional: never these
+        approval: on-first-use   # always | never (default) | on-first-use
+        approver: caller         # caller (default: the run's own key or an admin) | admin
+
+The first rule whose ``key`` and ``skill`` match applies; none: anything goes, no approval.
+
+A command is a shell string (``bash -c``).  It is read by the project's shell parser
+(tree-sitter bash, :mod:`skill_executor.preflight.shell`) and judged by *every* program the shell
+would start: in lists, pipelines, subshells, command and process substitutions, function
+bodies, here-document bodies, and through wrappers that only start another program (``env``,
+``exec``, ``command``, ``nice``, ``nohup``, ``time``, ``timeout``, ``stdbuf``, ``setsid``,
+``xargs``, ``find -exec``, ``sh -c '...'``, ...).  When a rule with ``allow`` or ``deny``
+applies, anything whose program cannot be known before the run is refused (fail closed):
+expansions, globs and braces in command position, ``eval``, ``source``, ``trap``, aliases,
+``hash``, a shell reading commands from its input, assignments to ``PATH``, ``IFS``,
+``BASH_ENV``, ``LD_*`` and the like (in the command or the request's ``env``), arithmetic
+that reads a variable (it can run code), constructs the parser does not know, parse errors.
+
+A program is named by its basename when it is a bare name or a path in a system directory
+(``/usr/bin/python3`` is ``python3``); any other path is the program of that path, normalised
+(``./x``, ``scripts/run.sh``, ``/tmp/x``: never the bare name ``x``).
+
+The honest limit: a policy judges what the shell is asked to start.  A permitted program that
+runs code it is given (``python3``, ``node``, ``awk``, ``git`` with its hooks, ...) can still
+start anything; the sandbox, not the policy, is the security boundary.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from tree_sitter import Node
+
+from .errors import ExecutorError, Forbidden
+from .preflight.shell import _parser, literal
+
+Approval = Literal["always", "never", "on-first-use"]
+Approver = Literal["caller", "admin"]
+
+
+class PolicyError(ExecutorError):
+    """The policy file cannot be used: the service refuses to start."""
+
+    code = "invalid_policy_file"
+    status = 500
+
+
+class CommandDenied(Forbidden):
+    code = "command_denied"
+
+
+# -- the file -------------------------------------------------------------------------------
+
+PROGRAM = r"^[^\s]+$"
+
+
+class Rule(BaseModel):
+    """One rule of the policy file (unknown fields are refused)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(default=None, min_length=1, max_length=128)
+    key: str = Field(default="*", min_length=1, max_length=64, description="an API key id (tenant) or *")
+    skill: str = Field(default="*", min_length=1, max_length=256, description="a skill name or *")
+    allow: list[str] | None = Field(default=None, description="only these programs (none: any not denied)")
+    deny: list[str] = Field(default_factory=list)
+    approval: Approval = "never"
+    approver: Approver = "caller"
+
+    def matches(self, key: str, skill: str) -> bool:
+        return self.key in ("*", key) and self.skill in ("*", skill.lower())
+
+    @property
+    def judges(self) -> bool:
+        """Whether the rule limits programs (then what cannot be known is refused)."""
+        return self.allow is not None or bool(self.deny)
+
+
+class PolicyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rules: list[Rule] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Policy:
+    rules: tuple[Rule, ...]
+    source: str = "<policy>"
+
+    def rule(self, key: str, skill: str) -> tuple[str, Rule] | None:
+        """The first rule for ``key`` and ``skill`` and its name (``rules[i]`` when unnamed)."""
+        for index, rule in enumerate(self.rules):
+            if rule.matches(key, skill):
+                return rule.name or f"rules[{index}]", rule
+        return None
+
+
+def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    """A policy from YAML text; :class:`PolicyError` with the exact problem otherwise."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyError(f"policy file {source}: not valid YAML: {exc}".replace("\n", " ")) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PolicyError(f"policy file {source}: expected a mapping with 'rules', got {type(data).__name__}")
+    try:
+        parsed = PolicyFile.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors(include_url=False)
+        )
+        raise PolicyError(f"policy file {source}: {problems}") from None
+    for index, rule in enumerate(parsed.rules):
+        for entry in [*(rule.allow or ()), *rule.deny]:
+            if not re.match(PROGRAM, entry) or entry != program_name(entry):
+                raise PolicyError(
+                    f"policy file {source}: rules.{index}: {entry!r} is not a program name "
+                    f"(write it as {program_name(entry)!r})"
+                )
+        if rule.key != "*" and rule.key != rule.key.lower():
+            raise PolicyError(f"policy file {source}: rules.{index}.key: key ids are lower case: {rule.key!r}")
+    rules = tuple(r.model_copy(update={"skill": r.skill.lower()}) for r in parsed.rules)
+    return Policy(rules, source)
+
+
+def load_policy(path: Path | None) -> Policy | None:
+    """The policy file at ``path`` (None: no policy)."""
+    if path is None:
+        return None
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise PolicyError(f"policy file {path}: cannot be read: {exc.strerror or exc}") from None
+    return parse_policy(text, str(path))
+
+
+# -- decisions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policy says about one command of one key and skill."""
+
+    allowed: bool
+    #: the rule that applied (its name, or rules[<index>]); None: no rule, no limits
+    rule: str | None = None
+    approval: Approval = "never"
+    approver: Approver = "caller"
+    #: every program the command starts (sorted); empty when they cannot all be known
+    programs: tuple[str, ...] = ()
+    #: whether every program is known (an approval on first use can be remembered)
+    known: bool = True
+    #: why the command is refused, and the program refused (None: a construct)
+    reason: str | None = None
+    program: str | None = None
+
+    def error(self) -> CommandDenied:
+        return CommandDenied(
+            f"command refused by policy rule {self.rule!r}: {self.reason}",
+            details={"rule": self.rule, "program": self.program, "reason": self.reason},
+        )
+
+    def needs_approval(self, approved: Iterable[str] = ()) -> bool:
+        """Whether a run must wait for approval; ``approved``: programs approved before for
+        this key and skill (``on-first-use``)."""
+        if self.approval == "always":
+            return True
+        if self.approval == "on-first-use":
+            return not self.known or not set(self.programs) <= set(approved)
+        return False
+
+
+ALLOWED = Decision(True)
+
+
+def check(
+    command: str, key: str, skill: str, policy: Policy | None = None, env: Mapping[str, str] | None = None
+) -> Decision:
+    """The policy's decision about running ``command`` (with ``env`` added to its environment)
+    for API key id ``key`` in skill ``skill``.  Pure: no I/O."""
+    if policy is None:
+        return ALLOWED
+    found = policy.rule(key, skill.lower())
+    if found is None:
+        return ALLOWED
+    name, rule = found
+    base = Decision(True, name, rule.approval, rule.approver)
+    analysis = analyse(command, env or {})
+    if not rule.judges:
+        return replace_decision(base, programs=analysis.sorted(), known=analysis.problem is None)
+    if analysis.problem is not None:
+        return replace_decision(base, allowed=False, known=False, reason=analysis.problem)
+    denied = set(rule.deny)
+    allowed = set(rule.allow) if rule.allow is not None else None
+    for program in analysis.programs:
+        if program.removesuffix(" -c") in denied:
+            return replace_decision(base, allowed=False, program=program, reason=f"program {program!r} is denied")
+    for program in analysis.programs:
+        if program in RUNNERS and (allowed is None or program not in allowed):
+            return replace_decision(
+                base,
+                allowed=False,
+                program=program,
+                reason=f"program {program!r} starts programs the policy cannot see; a rule must allow it by name",
+            )
+        if allowed is not None and program not in allowed | NEUTRAL | TRANSPARENT and not program.endswith(" -c"):
+            return replace_decision(base, allowed=False, program=program, reason=f"program {program!r} is not allowed")
+    return replace_decision(base, programs=analysis.sorted())
+
+
+def replace_decision(decision: Decision, **changes: object) -> Decision:
+    return replace(decision, **changes)  # type: ignore[arg-type]
+
+
+# -- reading a command -----------------------------------------------------------------------
+
+#: Directories whose programs are named by their basename (``/usr/bin/python3`` is ``python3``).
+SYSTEM_DIRS = frozenset({"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"})
+#: Builtins that start nothing and change no lookup: allowed whatever ``allow`` says (``deny``
+#: may still name them).
+NEUTRAL = frozenset(
+    {
+        ":", "true", "false", "cd", "pwd", "echo", "printf", "test", "[", "exit", "return", "shift",
+        "set", "read", "wait", "break", "continue", "umask", "getopts", "jobs", "type",
+    }
+)  # fmt: skip
+#: Shell features that run code the command holds as data, or change how names are looked up.
+UNKNOWABLE = {
+    "eval": "eval runs a string as code",
+    "source": "source runs a file's code in the shell",
+    ".": ". runs a file's code in the shell",
+    "trap": "trap runs a string as code",
+    "alias": "aliases rename commands",
+    "unalias": "aliases rename commands",
+    "enable": "enable loads builtins",
+    "hash": "hash changes where a name is looked up",
+    "shopt": "shopt changes how commands are read",
+    "let": "let evaluates arithmetic, which can run code",
+    "coproc": "coproc is not judged",
+    "fc": "fc runs commands from the history",
+    "bind": "bind runs commands on keys",
+    "complete": "complete runs commands",
+    "compgen": "compgen runs commands",
+    "mapfile": "mapfile runs callbacks",
+    "readarray": "readarray runs callbacks",
+    "caller": "caller is not judged",
+}
+#: Programs known to start another program from their arguments whose command is not read
+#: here: refused unless the rule's ``allow`` names them.
+RUNNERS = frozenset(
+    {
+        "sudo", "doas", "su", "runuser", "chroot", "unshare", "nsenter", "setpriv", "flock", "watch",
+        "strace", "ltrace", "script", "parallel", "ssh", "busybox", "chrt", "taskset", "prlimit",
+        "systemd-run", "expect", "tclsh", "entr", "inotifywait",
+    }
+)  # fmt: skip
+#: Shells: ``-c '<literal>'`` is judged through; a script is the shell's own; none reads input.
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "rbash", "posh", "yash", "fish"})
+#: Variables whose value changes what a command starts (or loads into it).
+DANGEROUS_VARIABLE = re.compile(
+    r"^(PATH|IFS|BASH_ENV|ENV|CDPATH|SHELLOPTS|BASHOPTS|GLOBIGNORE|PS4|PROMPT_COMMAND|EXECIGNORE"
+    r"|BASH_LOADABLES_PATH|BASH_XTRACEFD|FUNCNEST|LD_\w+|BASH_FUNC_\S+|GCONV_PATH|NODE_OPTIONS"
+    r"|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PERL5OPT|PERL5LIB|RUBYOPT|GIT_\w+)$"
+)
+
+
+@dataclass(frozen=True)
+class WrapperSpec:
+    """The options of a program that only starts the command after them."""
+
+    valued: frozenset[str] = frozenset()  # options taking the next word (or =value)
+    flags: frozenset[str] = frozenset()  # options taking nothing
+    refused: Mapping[str, str] = field(default_factory=dict)  # options that make it unknowable
+    operands: int = 0  # words before the command (timeout's duration)
+    numeric: bool = False  # -N options (nice -5)
+    assignments: bool = False  # NAME=VALUE words before the command (env)
+    queries: frozenset[str] = frozenset()  # options with which it starts nothing (command -v)
+    default: str | None = None  # the program it starts when none is given (xargs: echo)
+
+
+def _spec(valued: str = "", flags: str = "", **kw: object) -> WrapperSpec:
+    return WrapperSpec(frozenset(valued.split()), frozenset(flags.split()), **kw)  # type: ignore[arg-type]
+
+
+#: Wrappers judged through: the program they start is judged (they themselves need no ``allow``).
+WRAPPERS: dict[str, WrapperSpec] = {
+    "env": _spec(
+        "-u --unset -C --chdir",
+        "-i --ignore-environment -0 --null - -v --debug",
+        refused={"-S": "env -S splits a string into a command", "--split-string": "env -S splits a string"},
+        assignments=True,
+    ),
+    "exec": _spec("-a", "-c -l -cl -lc"),
+    "command": _spec("", "-p", queries=frozenset({"-v", "-V"})),
+    "builtin": _spec(),
+    "time": _spec("-f --format -o --output", "-p -a --append -v --verbose -q --quiet --portability"),
+    "nohup": _spec(),
+    "nice": _spec("-n --adjustment", numeric=True),
+    "timeout": _spec("-s --signal -k --kill-after", "--preserve-status --foreground -v --verbose", operands=1),
+    "stdbuf": _spec("-i --input -o --output -e --error"),
+    "setsid": _spec("", "-c --ctty -f --fork -w --wait"),
+    "ionice": _spec("-c --class -n --classdata", "-t --ignore"),
+    "xargs": _spec(
+        "-a --arg-file -d --delimiter -E -I -L --max-lines -n --max-args -P --max-procs -s --max-chars "
+        "--process-slot-var",
+        "-0 --null -o --open-tty -p --interactive -r --no-run-if-empty -t --verbose -x --exit",
+        default="echo",
+    ),
+}
+TRANSPARENT = frozenset(WRAPPERS)
+#: Shell options taking the next word.
+SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
+FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+#: Named syntax nodes a command may hold; any other is refused (fail closed).
+KNOWN_NODES = frozenset(
+    {
+        "program", "list", "pipeline", "command", "command_name", "word", "string", "raw_string",
+        "string_content", "concatenation", "number", "simple_expansion", "expansion", "variable_name",
+        "variable_assignment", "variable_assignments", "subscript", "redirected_statement", "file_redirect",
+        "heredoc_redirect", "heredoc_start", "heredoc_body", "heredoc_content", "heredoc_end",
+        "herestring_redirect", "file_descriptor", "negated_command", "subshell", "compound_statement",
+        "if_statement", "elif_clause", "else_clause", "while_statement", "for_statement", "do_group",
+        "case_statement", "case_item", "function_definition", "test_command", "binary_expression",
+        "unary_expression", "parenthesized_expression", "test_operator", "declaration_command",
+        "unset_command", "command_substitution", "process_substitution", "arithmetic_expansion",
+        "brace_expression", "ansi_c_string", "translated_string", "comment", "regex", "extglob_pattern",
+        "special_variable_name", "array", "postfix_expression", "ternary_expression", "c_style_for_statement",
+    }
+)  # fmt: skip
+#: Arithmetic comparisons of ``[[ ]]`` (their operands are evaluated as arithmetic).
+ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+#: A backslash-newline right after a word's character: the shell joins the lines into one word.
+CONTINUED_WORD = re.compile(r"[^\s\\](?:\\\\)*\\\n")
+#: Characters that make a name in command position expand (glob, brace, tilde) or span lines.
+EXPANDING = re.compile(r"[*?\[\]{}~\n]|^$")
+
+
+class Unknowable(Exception):
+    """The programs of a command cannot all be known before it runs."""
+
+
+@dataclass
+class Analysis:
+    programs: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+    def sorted(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.programs)))
+
+
+def program_name(word: str) -> str:
+    """How a program is named: a bare name, or a path in a system directory, by its basename;
+    any other path by itself, normalised (never a bare name: ``./x`` stays ``./x``)."""
+    if "/" not in word:
+        return word
+    path = posixpath.normpath(word)
+    if path.startswith("//"):
+        path = path[1:]
+    head, base = posixpath.split(path)
+    if head in SYSTEM_DIRS and base:
+        return base
+    return path if "/" in path else f"./{path}"
+
+
+def analyse(command: str, env: Mapping[str, str] | None = None) -> Analysis:
+    """Every program ``command`` starts, or the reason that cannot be known."""
+    found = Analysis()
+    try:
+        for name in env or {}:
+            if DANGEROUS_VARIABLE.match(name):
+                raise Unknowable(f"the request's env sets {name}, which changes what commands start")
+        _walk_source(command, found.programs, depth=0)
+    except Unknowable as exc:
+        found.problem = str(exc)
+    return found
+
+
+MAX_DEPTH = 8
+
+
+def _walk_source(source: str, out: list[str], depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise Unknowable("shells nest too deeply to judge")
+    if "\x00" in source:
+        raise Unknowable("the command holds a NUL character")
+    if CONTINUED_WORD.search(source):
+        raise Unknowable("a line continuation inside a word (the parser and the shell read it differently)")
+    tree = _parser().parse(source.encode("utf-8", "surrogateescape"))
+    if tree.root_node.has_error:
+        raise Unknowable("the command does not parse as shell code")
+    _walk(tree.root_node, out, depth)
+
+
+def _text(node: Node) -> str:
+    return (node.text or b"").decode("utf-8", "surrogateescape")
+
+
+def _walk(root: Node, out: list[str], depth: int) -> None:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.is_named:
+            kind = node.type
+            if kind not in KNOWN_NODES:
+                raise Unknowable(f"{kind.replace('_', ' ')} is not judged: {_text(node)[:60]!r}")
+            if kind == "variable_name" and DANGEROUS_VARIABLE.match(_text(node)):
+                raise Unknowable(f"the command uses {_text(node)}, which changes what commands start")
+            if kind == "command":
+                _command(node, out, depth)
+            elif kind == "declaration_command":
+                _declaration(node)
+            elif kind == "expansion":
+                _expansion(node)
+            elif kind == "subscript":
+                _arithmetic(node.child_by_field_name("index"), "an array subscript")
+            elif kind in ("arithmetic_expansion", "c_style_for_statement") or (
+                kind == "compound_statement" and node.children and node.children[0].type == "(("
+            ):
+                _arithmetic(node, "arithmetic")
+            elif kind == "binary_expression" and _operator(node) in ARITHMETIC_TESTS:
+                for side in (node.child_by_field_name("left"), node.child_by_field_name("right")):
+                    if side is not None and side.type != "number":
+                        raise Unknowable(f"an arithmetic test reads {_text(side)!r}, which can run code")
+        stack.extend(reversed(node.children))
+
+
+def _operator(node: Node) -> str:
+    op = node.child_by_field_name("operator")
+    return _text(op) if op is not None else ""
+
+
+def _arithmetic(node: Node | None, what: str) -> None:
+    """Arithmetic evaluates the values of the variables it reads as arithmetic, and a value
+    such as ``a[$(cmd)]`` runs ``cmd``: arithmetic may only hold numbers."""
+    if node is None:
+        return
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current.type in ("variable_name", "simple_expansion", "expansion", "command_substitution", "word"):
+            raise Unknowable(f"{what} reads {_text(current)!r}, which can run code")
+        stack.extend(current.children)
+
+
+def _expansion(node: Node) -> None:
+    text = _text(node)
+    if text.startswith("${!"):
+        raise Unknowable(f"indirect expansion {text[:60]!r} is not judged")
+    if re.search(r"@[A-Za-z]\}$", text):
+        raise Unknowable(f"a transforming expansion {text[:60]!r} is not judged (@P runs code)")
+    # ${x:offset:length}: the offsets are arithmetic
+    children = node.children
+    for index, child in enumerate(children):
+        if child.type == ":" and index + 1 < len(children):
+            for rest in children[index + 1 :]:
+                _arithmetic(rest, "a substring offset") if rest.type not in ("}", ":") else None
+            break
+
+
+def _declaration(node: Node) -> None:
+    keyword = node.children[0].type if node.children else ""
+    for child in node.children[1:]:
+        if child.type == "word":
+            word = literal(child)
+            if word is None:
+                raise Unknowable(f"{keyword} with {_text(child)!r} is not judged")
+            if word.startswith(("-", "+")) and set(word[1:]) & set("nif"):
+                raise Unknowable(f"{keyword} {word} is not judged (namerefs, integers, functions)")
+            if not word.startswith(("-", "+")) and DANGEROUS_VARIABLE.match(word):
+                raise Unknowable(f"{keyword} {word} changes what commands start")
+        elif child.type not in ("variable_assignment", "variable_name", "comment"):
+            raise Unknowable(f"{keyword} with {_text(child)[:60]!r} is not judged")
+
+
+def _words(node: Node) -> list[str | None]:
+    """The command's words, name first: each literal, or None where it expands."""
+    name = node.child_by_field_name("name")
+    assert name is not None
+    first = name.children[0] if name.children else name
+    words: list[str | None] = [literal(first)]
+    for child in node.children_by_field_name("argument"):
+        words.append(literal(child))
+    return words
+
+
+def _command(node: Node, out: list[str], depth: int) -> None:
+    name = node.child_by_field_name("name")
+    if name is None:  # assignments (and redirections) alone
+        return
+    words = _words(node)
+    if words[0] is None:
+        raise Unknowable(f"the program {_text(name)[:60]!r} is only known when the command runs")
+    _program(words, out, depth, _text(name))
+
+
+def _program(words: list[str | None], out: list[str], depth: int, shown: str) -> None:
+    """Judge a command of ``words`` (the first known) and what it starts."""
+    while True:
+        head = words[0]
+        if head is None:
+            raise Unknowable(f"a wrapper starts {shown!r}, which is only known when the command runs")
+        if EXPANDING.search(head) and head not in ("[",):
+            raise Unknowable(f"the program {head!r} expands (a glob, a brace, a tilde or a new line)")
+        if head in UNKNOWABLE:
+            raise Unknowable(UNKNOWABLE[head])
+        program = program_name(head)
+        shell_code = _shell(program, words[1:]) if program in SHELLS else None
+        # a shell running -c code is judged through ("sh -c": a deny of sh still holds)
+        out.append(f"{program} -c" if shell_code is not None else program)
+        if head in ("printf", "read"):
+            _variables(head, words[1:])
+        if program in RUNNERS:
+            return  # judged by name: refused unless allowed by name
+        if shell_code is not None:
+            _walk_source(shell_code, out, depth + 1)
+            return
+        if program in SHELLS:
+            return
+        if program == "find":
+            _find(words[1:], out, depth)
+            return
+        spec = WRAPPERS.get(program)
+        if spec is None:
+            return
+        rest = _through(program, spec, words[1:])
+        if rest is None:
+            return
+        words = rest
+
+
+def _variables(head: str, args: list[str | None]) -> None:
+    """``read NAME`` and ``printf -v NAME`` assign variables: never the dangerous ones."""
+    targets = args if head == "read" else args[args.index("-v") + 1 : args.index("-v") + 2] if "-v" in args else []
+    for word in targets:
+        if word is None:
+            raise Unknowable(f"{head} assigns a variable named only when the command runs")
+        if DANGEROUS_VARIABLE.match(word):
+            raise Unknowable(f"{head} assigns {word}, which changes what commands start")
+
+
+def _through(head: str, spec: WrapperSpec, args: list[str | None]) -> list[str | None] | None:
+    """The words of the command ``head`` starts (None: it starts none)."""
+    index = 0
+    operands = spec.operands
+    while index < len(args):
+        word = args[index]
+        if word is None:
+            raise Unknowable(f"{head} is given {'an expansion'} before its command")
+        if word == "--":
+            index += 1
+            break
+        if word.startswith("-") and word != "-" or (word == "-" and "-" in spec.flags):
+            option, _, attached = word.partition("=")
+            if option in spec.refused:
+                raise Unknowable(spec.refused[option])
+            if option in spec.queries:
+                return None
+            if option in spec.flags:
+                index += 1
+                continue
+            if option in spec.valued:
+                index += 1 if attached or "=" in word else 2
+                continue
+            if spec.numeric and re.match(r"^-\d+$", word):
+                index += 1
+                continue
+            short = word[:2]
+            if short in spec.valued and not word.startswith("--"):  # -oL, -n5
+                index += 1
+                continue
+            raise Unknowable(f"{head} option {word!r} is not judged")
+        if spec.assignments and "=" in word and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word):
+            variable = word.split("=", 1)[0]
+            if DANGEROUS_VARIABLE.match(variable):
+                raise Unknowable(f"{head} sets {variable}, which changes what commands start")
+            index += 1
+            continue
+        if operands:
+            operands -= 1
+            index += 1
+            continue
+        break
+    rest = args[index:]
+    if not rest:
+        return [spec.default] if spec.default else None
+    return rest
+
+
+def _shell(program: str, args: list[str | None]) -> str | None:
+    """The code a shell runs from ``-c`` (None: a script file, the shell's own business);
+    refused when it reads commands from its input."""
+    index = 0
+    inline = False
+    while index < len(args):
+        word = args[index]
+        if word is None:
+            raise Unknowable(f"{program} is given an expansion among its options")
+        if word == "--" or word == "-":
+            index += 1
+            break
+        if word in SHELL_VALUED:
+            index += 2
+            continue
+        if word.startswith("--"):
+            if word in ("--norc", "--noprofile", "--posix", "--restricted", "--noediting"):
+                index += 1
+                continue
+            raise Unknowable(f"{program} option {word!r} is not judged")
+        if word[:1] in "-+" and len(word) > 1:
+            letters = word[1:]
+            if not re.match(r"^[a-zA-Z]+$", letters) or "s" in letters or "i" in letters:
+                raise Unknowable(f"{program} {word} reads commands from its input")
+            inline = inline or "c" in letters
+            index += 1
+            continue
+        break
+    rest = args[index:]
+    if inline:
+        if not rest or rest[0] is None:
+            raise Unknowable(f"{program} -c runs a string only known when the command runs")
+        return rest[0]
+    if not rest:
+        raise Unknowable(f"{program} without a script reads commands from its input")
+    if rest[0] is None:
+        raise Unknowable(f"{program} runs a script only known when the command runs")
+    if rest[0] == "/dev/stdin" or rest[0].startswith(("/dev/fd/", "/proc/")):
+        raise Unknowable(f"{program} {rest[0]} reads commands from its input")
+    return None
+
+
+def _find(args: list[str | None], out: list[str], depth: int) -> None:
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if word in FIND_EXEC:
+            end = index + 1
+            while end < len(args) and args[end] not in (";", "+"):
+                end += 1
+            inner = args[index + 1 : end]
+            if not inner:
+                raise Unknowable(f"find {word} without a command")
+            _program(inner, out, depth, "find " + str(word))
+            index = end
+        index += 1

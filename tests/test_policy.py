@@ -1,0 +1,216 @@
+"""The command policy (skill_executor/policy.py), pure: one bypass attempt per shell
+metacharacter class, each denied or judged through to the program it starts; the policy
+file's errors; the decision's stable error."""
+
+from __future__ import annotations
+
+import pytest
+
+from skill_executor.errorcodes import CATALOGUE
+from skill_executor.policy import PolicyError, analyse, check, parse_policy, program_name
+
+#: allow python3 and ls only, deny curl and rm: what an agent loop's skill typically gets.
+POLICY = parse_policy(
+    """
+rules:
+  - name: tight
+    key: "*"
+    skill: math-tools
+    allow: [python3, ls, cat]
+    deny: [curl, rm]
+    approval: never
+  - name: open
+    key: "*"
+    skill: "*"
+    deny: [curl]
+    approval: on-first-use
+"""
+)
+
+
+def decide(command: str, skill: str = "math-tools", env: dict[str, str] | None = None) -> tuple[bool, str | None]:
+    decision = check(command, "key1", skill, POLICY, env)
+    return decision.allowed, decision.reason
+
+
+#: (class, command): each must be refused under the allow list (rm/curl never run).
+BYPASSES = [
+    ("semicolon", "ls; rm -rf x"),
+    ("and", "ls && rm -rf x"),
+    ("or", "ls || curl x"),
+    ("pipe", "cat x | rm y"),
+    ("pipe-stderr", "ls |& rm y"),
+    ("background", "ls & rm y"),
+    ("newline", "ls\nrm y"),
+    ("command substitution in an argument", "ls $(rm y)"),
+    ("command substitution as the program", "$(echo rm) y"),
+    ("backticks as the program", "`echo rm` y"),
+    ("backticks in a string", 'ls "`rm y`"'),
+    ("process substitution", "cat <(rm y)"),
+    ("output process substitution", "ls >(rm y)"),
+    ("variable as the program", "x=rm; $x y"),
+    ("quoted variable as the program", 'x=rm; "$x" y'),
+    ("eval", "eval 'rm y'"),
+    ("source", "source ./evil.sh"),
+    ("dot", ". ./evil.sh"),
+    ("exec", "exec rm y"),
+    ("env", "env rm y"),
+    ("env with options and assignments", "env -i A=1 rm y"),
+    ("env -S", "env -S 'rm y'"),
+    ("command", "command rm y"),
+    ("builtin eval", "builtin eval 'rm y'"),
+    ("xargs", "ls | xargs rm"),
+    ("find -exec", "find . -exec rm {} ;"),
+    ("nice", "nice -n 5 rm y"),
+    ("timeout", "timeout 5 rm y"),
+    ("nohup", "nohup rm y"),
+    ("time", "time rm y"),
+    ("stdbuf", "stdbuf -oL rm y"),
+    ("sh -c", "sh -c 'rm y'"),
+    ("bash -c after options", "bash -e -o pipefail -c 'ls; rm y'"),
+    ("bash -c of an expansion", 'bash -c "$CMD"'),
+    ("sudo", "sudo ls"),
+    ("alias", "alias ls=rm; ls y"),
+    ("function body", "f() { rm y; }; f"),
+    ("heredoc-fed shell", "bash <<EOF\nrm y\nEOF"),
+    ("here-string-fed shell", "bash <<< 'rm y'"),
+    ("piped shell", "echo 'rm y' | sh"),
+    ("shell reading stdin by path", "echo 'rm y' | bash /dev/stdin"),
+    ("command substitution in a heredoc body", "cat <<EOF\n$(rm y)\nEOF"),
+    ("path to a denied program", "/usr/bin/rm y"),
+    ("relative path named like an allowed program", "./ls y"),
+    ("path outside the system dirs", "/tmp/python3 x"),
+    ("PATH prefix assignment", "PATH=/tmp python3 x"),
+    ("PATH export", "export PATH=/tmp:$PATH; python3 x"),
+    ("PATH through env", "env PATH=/tmp python3 x"),
+    ("PATH as a loop variable", "for PATH in /tmp; do python3 x; done"),
+    ("PATH by read", "read PATH < f; python3 x"),
+    ("PATH by printf -v", "printf -v PATH /tmp; python3 x"),
+    ("PATH by arithmetic", "((PATH=5)); python3 x"),
+    ("nameref to PATH", "declare -n r=PATH; r=/tmp; python3 x"),
+    ("hash -p", "hash -p /tmp/evil python3; python3 x"),
+    ("IFS", "IFS=/; x=a/rm; $x"),
+    ("BASH_ENV in the request's env", None),
+    ("brace expansion as the program", "{rm,y}"),
+    ("glob as the program", "/usr/bin/r?"),
+    ("tilde as the program", "~/rm y"),
+    ("ANSI-C quoted program", "$'\\x72m' y"),
+    ("line continuation in the program's name", "r\\\nm y"),
+    ("arithmetic injection", "x='a[$(rm y)]'; echo $((x))"),
+    ("arithmetic test injection", "[[ $x -eq 1 ]]"),
+    ("array subscript", "echo ${a[$x]}"),
+    ("indirect expansion", "echo ${!x}"),
+    ("prompt expansion", "echo ${x@P}"),
+    ("trap", "trap 'rm y' EXIT"),
+    ("coproc", "coproc rm y"),
+    ("unparsable", "ls 'unclosed"),
+]
+
+
+@pytest.mark.parametrize("what,command", BYPASSES, ids=[b[0] for b in BYPASSES])
+def test_a_bypass_attempt_is_denied_naming_the_rule(what: str, command: str | None) -> None:
+    env = {"BASH_ENV": "./evil.sh"} if command is None else None
+    decision = check(command or "python3 x.py", "key1", "math-tools", POLICY, env)
+    assert not decision.allowed, what
+    assert decision.rule == "tight"
+    error = decision.error()
+    assert error.code == "command_denied" and error.status == 403
+    assert error.details is not None and error.details["rule"] == "tight"
+    assert error.message.startswith("command refused by policy rule 'tight': ")
+
+
+#: (command, the programs it is judged as): quotes, paths and wrappers see through.
+JUDGED = [
+    ("p''ython3 x.py", ("python3",)),
+    ('"py"thon3 x.py', ("python3",)),
+    ("p\\ython3 x.py", ("python3",)),
+    ("/usr/bin/python3 scripts/x.py", ("python3",)),
+    ("python3 scripts/x.py && ls | cat", ("cat", "ls", "python3")),
+    ("cd sub && python3 x.py > out.txt", ("cd", "python3")),
+    ("timeout 5 python3 x.py", ("python3", "timeout")),
+    ("env -i A=1 python3 x.py", ("env", "python3")),
+    ("sh -c 'python3 x.py; ls'", ("ls", "python3", "sh -c")),
+    ("find . -name '*.py' -exec cat {} +", ("cat", "find")),
+    ("python3 \\\n  x.py \\\n  --flag", ("python3",)),
+    ("echo $((1 + 2))", ("echo",)),
+]
+
+
+@pytest.mark.parametrize("command,programs", JUDGED)
+def test_a_command_is_judged_by_the_programs_it_starts(command: str, programs: tuple[str, ...]) -> None:
+    assert analyse(command).problem is None
+    assert analyse(command).sorted() == programs
+
+
+def test_allowed_commands_pass_and_neutral_builtins_need_no_allow() -> None:
+    assert decide("python3 scripts/x.py a b") == (True, None)
+    assert decide("cd sub && echo hi && python3 x.py") == (True, None)
+    assert decide("sh -c 'python3 x.py'") == (True, None)  # sh -c is judged through
+    assert decide("wget x") == (False, "program 'wget' is not allowed")
+    assert decide("rm x") == (False, "program 'rm' is denied")
+
+
+def test_a_deny_only_rule_refuses_runners_it_cannot_see_through() -> None:
+    assert decide("ls; wget x", skill="other") == (True, None)
+    assert decide("env curl x", skill="other") == (False, "program 'curl' is denied")
+    allowed, reason = decide("sudo curl x", skill="other")
+    assert not allowed and reason is not None and "'sudo' starts programs" in reason
+
+
+def test_program_names() -> None:
+    assert program_name("/usr/bin/python3") == "python3"
+    assert program_name("/bin/ls") == "ls"
+    assert program_name("python3") == "python3"
+    assert program_name("./x") == "./x"
+    assert program_name("scripts/../x") == "./x"
+    assert program_name("scripts/run.sh") == "scripts/run.sh"
+    assert program_name("/tmp/python3") == "/tmp/python3"
+
+
+def test_no_policy_or_no_rule_allows_without_approval() -> None:
+    assert check("rm -rf x", "k", "s", None).allowed
+    narrow = parse_policy("rules: [{key: abc, skill: pdf, deny: [rm]}]")
+    decision = check("rm -rf x", "other", "pdf", narrow)
+    assert decision.allowed and decision.rule is None and decision.approval == "never"
+    assert not check("rm -rf x", "abc", "PDF", narrow).allowed  # skills match in any case
+
+
+def test_on_first_use_remembers_programs() -> None:
+    decision = check("ls && wget x", "k", "other", POLICY)
+    assert decision.allowed and decision.approval == "on-first-use" and decision.programs == ("ls", "wget")
+    assert decision.needs_approval(())
+    assert decision.needs_approval({"ls"})
+    assert not decision.needs_approval({"ls", "wget", "python3"})
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("rules: [", "policy file p.yaml: not valid YAML: "),
+        ("- a\n- b", "policy file p.yaml: expected a mapping with 'rules', got list"),
+        ("rules: []\nextra: 1", "policy file p.yaml: extra: Extra inputs are not permitted"),
+        ("rules: [{key: '*', alow: [ls]}]", "policy file p.yaml: rules.0.alow: Extra inputs are not permitted"),
+        (
+            "rules: [{approval: sometimes}]",
+            "policy file p.yaml: rules.0.approval: Input should be 'always', 'never' or 'on-first-use'",
+        ),
+        ("rules: [{allow: [/usr/bin/ls]}]", "policy file p.yaml: rules.0: '/usr/bin/ls' is not a program name"),
+    ],
+)
+def test_a_bad_policy_file_is_refused_with_the_exact_problem(text: str, message: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(text, "p.yaml")
+    assert caught.value.message.startswith(message), caught.value.message
+    assert caught.value.code == "invalid_policy_file"
+
+
+def test_the_codes_are_catalogued() -> None:
+    for code in (
+        "command_denied",
+        "invalid_policy_file",
+        "approval_rejected",
+        "approval_expired",
+        "approval_not_pending",
+    ):
+        assert code in CATALOGUE
+    assert CATALOGUE["command_denied"].status == 403
