@@ -34,6 +34,7 @@ from .core import Executor
 from .dispatch import LocalDispatcher, PostgresDispatcher, Worker, sweep
 from .errors import ExecutorError
 from .owners import data_dir_id
+from .policy import load_policy
 from .runs.manager import RunManager
 from .runs.seam import Dispatcher
 from .runs.store import RunRecord, RunStore
@@ -59,7 +60,9 @@ class RoleNeedsSharedStore(ExecutorError):
 def check_role(settings: Settings, role: Role) -> None:
     """``api`` and ``worker`` share a Postgres database and an object store with their
     cluster: refused on SQLite, and on the default object store (a folder in this process's
-    own data dir, which no other process sees)."""
+    own data dir, which no other process sees).  Every role: a policy file that cannot be used
+    (:func:`~skill_executor.policy.load_policy`) refuses the start with its exact problem."""
+    load_policy(settings.policy_file)
     if role == "all":
         return
     if not settings.database.startswith("postgresql"):

@@ -39,7 +39,7 @@ from ..errors import BadRequest, ExecutorError, NotFound
 from ..registry import SkillRepository
 from ..runs.manager import RunHandle, RunManager
 from ..runs.models import RunRequest, RunResult
-from ..runs.store import RunRecord
+from ..runs.store import PENDING, RunRecord
 from ..skills import expand_placeholders, render_xml, sandbox_dir
 from ..tools import CONTEXT_TOOLS, ResultBudget, ToolExecutor, definitions, keep_outputs, run_request
 from .catalog import CACHE_SCOPE, CACHE_TTL_MS, EXTENSION, SCHEME, SkillFiles, UnknownResource, page
@@ -571,9 +571,49 @@ class SkillServer:
             await self._context_used(who, request)
             return SkillTasks.created(record)
         try:
+            if record.status == PENDING:  # held by the command policy: ask the user, if the client can
+                record, handle = await self._elicit_approval(ctx, manager, who, record)
             return await self._answer_run(ctx, manager, who, request, record, handle, budget)
         finally:
             manager.answered(record)  # the run's root span ends
+
+    async def _elicit_approval(
+        self, ctx: ServerRequestContext[Any, Any], manager: RunManager, who: Principal, record: RunRecord
+    ) -> tuple[RunRecord, RunHandle | None]:
+        """A run held for approval, when the client declared elicitation and may decide (the
+        rule lets the caller approve): ``elicitation/create`` asks its user, and the answer is
+        the caller's decision (``via: mcp-elicitation``, audited).  Otherwise, or when the user
+        dismisses the question, the run stays pending for an admin (or the timeout)."""
+        capabilities = ctx.session.client_capabilities
+        if capabilities is None or capabilities.elicitation is None or not ctx.session.can_send_request:
+            return record, None
+        request = RunRequest.model_validate(record.request)
+        checked = await manager.offload(lambda: manager.runner.validate(request, tenant=record.owner))
+        decision = checked.decision
+        if decision.approver == "admin" and not who.admin:
+            return record, None
+        programs = ", ".join(decision.programs) or "(not all known before the run)"
+        message = (
+            f"Run {record.run_id} of skill {checked.skill.id!r} waits for your approval "
+            f"(policy rule {decision.rule!r}).\nCommand: {request.command}\nPrograms: {programs}"
+        )
+        answer = await ctx.session.elicit_form(message, APPROVAL_SCHEMA, related_request_id=ctx.request_id)
+        content = answer.content or {}
+        if answer.action == "cancel":
+            return record, None
+        given = content.get("reason")
+        reason = given if isinstance(given, str) else None
+        verdict = "approve" if answer.action == "accept" and content.get("decision") == "approve" else "reject"
+        if answer.action == "decline" and reason is None:
+            reason = "declined by the user"
+        try:
+            return await manager.offload(
+                lambda: manager.decide(record.run_id, who, verdict, reason, via="mcp-elicitation")
+            )
+        except ExecutorError as exc:
+            if exc.code != "approval_not_pending":  # decided meanwhile (an admin, the timeout): as it is
+                raise
+            return await manager.offload(manager.reload, record), None
 
     async def _context_used(self, who: Principal, request: RunRequest) -> None:
         contexts = self.backend.tools().contexts
@@ -616,6 +656,22 @@ class SkillServer:
         result = await manager.offload(manager.result, final)
         tools = self.backend.tools()
         return await self._offload(lambda: call_result(tools.result(result, budget, "mcp", who.id)))
+
+
+#: What ``elicitation/create`` asks about a run held for approval.
+APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {
+            "type": "string",
+            "title": "Decision",
+            "enum": ["approve", "reject"],
+            "description": "approve: the run starts; reject: it ends, nothing runs",
+        },
+        "reason": {"type": "string", "title": "Reason", "description": "recorded with the decision"},
+    },
+    "required": ["decision"],
+}
 
 
 def _part(query: str, info: ArtifactInfo) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from ..access import LOCAL
 from ..config import Settings
 from ..errors import ExecutorError
 from ..owners import DataDirClaim
+from ..policy import load_policy
 from ..service import Service
 from .server import McpBackend, SkillServer
 from .watch import watch_catalog
@@ -57,6 +58,7 @@ async def serve_stdio(settings: Settings) -> None:
 def run(settings: Settings) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)  # stdout is the protocol's
     try:
+        load_policy(settings.policy_file)  # a policy file that cannot be used: no start
         claim = DataDirClaim(settings.data_dir)  # one service per data dir, as for serve
     except (ExecutorError, OSError) as exc:
         print(f"skill-executor: {getattr(exc, 'message', exc)}", file=sys.stderr)

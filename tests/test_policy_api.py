@@ -1,0 +1,234 @@
+"""The command policy end to end on the real service (Docker when there is an engine): a
+denied command refused before anything starts, and runs held for approval approved, rejected
+and expired over REST, as an agent loop drives them; a bad policy file stops the start."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.session import ElicitationFnT
+from mcp.client.streamable_http import streamable_http_client
+
+from .api_server import Server, free_port
+from .conftest import REPO
+
+KEY = "policy-tenant-key"
+ADMIN = "policy-admin-key"
+KEY_ID = hashlib.sha256(KEY.encode()).hexdigest()[:12]
+POLICY = f"""
+rules:
+  - name: tenant-math
+    key: {KEY_ID}
+    skill: math-tools
+    allow: [python3, ls, cat]
+    deny: [curl]
+    approval: always
+  - name: everyone
+    key: "*"
+    skill: "*"
+    deny: [curl]
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    base = tmp_path_factory.mktemp("policy")
+    (base / "policy.yaml").write_text(POLICY)
+    srv = Server(
+        base,
+        env={
+            "SKILL_EXECUTOR_API_KEYS": KEY,
+            "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
+            "SKILL_EXECUTOR_POLICY_FILE": str(base / "policy.yaml"),
+            "SKILL_EXECUTOR_APPROVAL_TIMEOUT_SECONDS": "4",
+            "SKILL_EXECUTOR_POOL_SIZE": "0",
+        },
+    ).start()
+    yield srv
+    srv.stop()
+
+
+def client(server: Server, key: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+
+
+def test_a_denied_command_is_refused_before_anything_starts(server: Server) -> None:
+    with client(server, KEY) as http:
+        answer = http.post("/v1/runs", json={"skill": "math-tools", "command": "ls; curl http://x"})
+        assert answer.status_code == 403, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "command_denied"
+        assert error["details"] == {"rule": "tenant-math", "program": "curl", "reason": "program 'curl' is denied"}
+        answer = http.post("/v1/runs", json={"skill": "math-tools", "command": "$(echo rm) -rf ."})
+        assert answer.json()["error"]["code"] == "command_denied"
+        assert http.get("/v1/runs").json()["runs"] == []  # nothing was recorded, nothing started
+
+
+def test_a_held_run_waits_then_an_admin_approves_it(server: Server) -> None:
+    with client(server, KEY) as http, client(server, ADMIN) as admin:
+        answer = http.post("/v1/runs?wait=false", json={"skill": "math-tools", "command": "echo approved-ran"})
+        assert answer.status_code == 202, answer.text
+        run_id = answer.json()["run_id"]
+        assert answer.json()["status"] == "pending_approval"
+        time.sleep(0.5)
+        assert http.get(f"/v1/runs/{run_id}").json()["status"] == "pending_approval"
+        decided = admin.post(f"/v1/runs/{run_id}/approval", json={"decision": "approve", "reason": "looks fine"})
+        assert decided.status_code == 200, decided.text
+        assert decided.json()["status"] in ("queued", "running", "completed")
+        again = admin.post(f"/v1/runs/{run_id}/approval", json={"decision": "reject"})
+        assert again.status_code == 409 and again.json()["error"]["code"] == "approval_not_pending"
+        deadline = time.monotonic() + 60
+        while (record := http.get(f"/v1/runs/{run_id}").json())["status"] not in ("completed", "failed"):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert record["status"] == "completed", record
+        assert record["result"]["stdout"] == "approved-ran\n"
+
+
+def test_a_sync_run_waits_for_its_approval_by_the_calling_key(server: Server) -> None:
+    with client(server, KEY) as http:
+        import threading
+
+        answers: list[httpx.Response] = []
+        thread = threading.Thread(
+            target=lambda: answers.append(http.post("/v1/runs", json={"skill": "math-tools", "command": "ls"}))
+        )
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not (pending := http.get("/v1/runs", params={"status": "pending_approval"}).json()["runs"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        with client(server, KEY) as own:  # the calling application, on behalf of its user
+            decided = own.post(f"/v1/runs/{pending[0]['run_id']}/approval", json={"decision": "approve"})
+        assert decided.status_code == 200, decided.text
+        thread.join(60)
+        assert answers[0].status_code == 200, answers[0].text
+        assert "SKILL.md" in answers[0].json()["stdout"]
+
+
+def test_a_rejected_run_ends_failed_and_nothing_runs(server: Server) -> None:
+    with client(server, KEY) as http, client(server, ADMIN) as admin:
+        run_id = http.post("/v1/runs?wait=false", json={"skill": "math-tools", "command": "ls"}).json()["run_id"]
+        decided = admin.post(f"/v1/runs/{run_id}/approval", json={"decision": "reject", "reason": "not today"})
+        assert decided.status_code == 200 and decided.json()["status"] == "failed"
+        record = http.get(f"/v1/runs/{run_id}").json()
+        assert record["status"] == "failed" and record["result"] is None
+        assert record["error"]["code"] == "approval_rejected"
+        assert record["error"]["details"]["reason"] == "not today"
+
+
+def test_a_held_run_expires(server: Server) -> None:
+    with client(server, KEY) as http:
+        started = time.monotonic()
+        answer = http.post("/v1/runs", json={"skill": "math-tools", "command": "ls"})  # sync: waits, then expires
+        assert answer.status_code == 408, answer.text
+        assert answer.json()["error"]["code"] == "approval_expired"
+        assert 3.5 < time.monotonic() - started < 30
+
+
+def test_a_bad_policy_file_stops_the_start(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text("rules: [{key: '*', alow: [ls]}]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
+    env.update({"SKILL_EXECUTOR_POLICY_FILE": str(tmp_path / "policy.yaml"), "SKILL_EXECUTOR_RUNTIME": "local"})
+    done = subprocess.run(
+        [sys.executable, "-m", "skill_executor.cli.main", "serve", "--port", str(free_port())]
+        + ["--data-dir", str(tmp_path / "d")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        done.stderr
+        == f"skill-executor: policy file {tmp_path / 'policy.yaml'}: rules.0.alow: Extra inputs are not permitted\n"
+    )
+    assert f"policy file {tmp_path / 'policy.yaml'}: rules.0.alow: Extra inputs are not permitted" in done.stderr
+
+
+# -- MCP: elicitation where the client declared it, else the run waits for an admin -------------
+
+
+@asynccontextmanager
+async def mcp_client(server: Server, key: str, elicit: ElicitationFnT | None) -> AsyncIterator[Client]:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=120) as http:
+        transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
+        async with Client(transport, mode="legacy", read_timeout_seconds=120, elicitation_callback=elicit) as client:
+            yield client
+
+
+def test_mcp_elicitation_approves_and_rejects(server: Server) -> None:
+    asked: list[str] = []
+
+    def answering(decision: str) -> ElicitationFnT:
+        async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            asked.append(params.message)
+            return types.ElicitResult(action="accept", content={"decision": decision, "reason": f"user: {decision}"})
+
+        return elicit
+
+    async def main() -> None:
+        async with mcp_client(server, KEY, answering("approve")) as client:
+            result = await client.call_tool("skill_run", {"skill": "math-tools", "command": "echo via-mcp"})
+            assert not result.is_error, result.content
+            assert result.structured_content is not None and result.structured_content["exit_code"] == 0
+            assert "via-mcp" in result.content[0].text  # type: ignore[union-attr]
+        async with mcp_client(server, KEY, answering("reject")) as client:
+            result = await client.call_tool("skill_run", {"skill": "math-tools", "command": "echo never"})
+            assert result.is_error
+            assert result.content[0].text.startswith("error (approval_rejected): ")  # type: ignore[union-attr]
+            assert "user: reject" in result.content[0].text  # type: ignore[union-attr]
+
+    anyio.run(main)
+    assert len(asked) == 2
+    assert "waits for your approval (policy rule 'tenant-math')" in asked[0]
+    assert "Command: echo via-mcp" in asked[0]
+
+
+def test_mcp_without_elicitation_waits_for_an_admin(server: Server) -> None:
+    async def main() -> None:
+        async with mcp_client(server, KEY, None) as client:
+            async with anyio.create_task_group() as group:
+                results: list[types.CallToolResult] = []
+
+                async def call() -> None:
+                    results.append(
+                        await client.call_tool("skill_run", {"skill": "math-tools", "command": "echo admin-said-yes"})
+                    )
+
+                group.start_soon(call)
+                with client(server, ADMIN) as admin:
+                    with anyio.fail_after(20):
+                        while True:
+                            listed = await anyio.to_thread.run_sync(
+                                lambda: admin.get(
+                                    "/v1/runs", params={"status": "pending_approval", "owner": KEY_ID}
+                                ).json()["runs"]
+                            )
+                            if listed:
+                                break
+                            await anyio.sleep(0.1)
+                    run_id = listed[0]["run_id"]
+                    decided = await anyio.to_thread.run_sync(
+                        lambda: admin.post(f"/v1/runs/{run_id}/approval", json={"decision": "approve"})
+                    )
+                    assert decided.status_code == 200, decided.text
+            assert not results[0].is_error, results[0].content
+            assert "admin-said-yes" in results[0].content[0].text  # type: ignore[union-attr]
+
+    anyio.run(main)
