@@ -22,9 +22,14 @@ import pytest
 from mcp import Client
 from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
+from sqlalchemy import text
+
+from skill_executor.db import Database
 
 from .api_server import Server, free_port
-from .conftest import REPO
+from .cluster import FAST, Cluster, run_body
+from .conftest import REPO, require_runtime
+from .pgserver import PostgresServer
 
 KEY = "policy-tenant-key"
 ADMIN = "policy-admin-key"
@@ -37,6 +42,10 @@ rules:
     allow: [python3, ls, cat]
     deny: [curl]
     approval: always
+  - name: first-use
+    key: "*"
+    skill: csv-report
+    approval: on-first-use
   - name: everyone
     key: "*"
     skill: "*"
@@ -131,6 +140,22 @@ def test_a_rejected_run_ends_failed_and_nothing_runs(server: Server) -> None:
         assert record["error"]["details"]["reason"] == "not today"
 
 
+def test_on_first_use_remembers_the_approved_programs_per_key_and_skill(server: Server) -> None:
+    with client(server, KEY) as http, client(server, ADMIN) as admin:
+        body = {"skill": "csv-report", "command": "ls -d scripts"}
+        first = http.post("/v1/runs?wait=false", json=body).json()
+        assert first["status"] == "pending_approval"
+        assert admin.post(f"/v1/runs/{first['run_id']}/approval", json={"decision": "approve"}).status_code == 200
+        again = http.post("/v1/runs", json={"skill": "csv-report", "command": "ls -d . && ls -d scripts"})
+        assert again.status_code == 200 and again.json()["stdout"] == ".\nscripts\n"  # ls was approved: no hold
+        other = http.post("/v1/runs?wait=false", json={"skill": "csv-report", "command": "ls && cat SKILL.md"})
+        assert other.json()["status"] == "pending_approval"  # cat is new
+        own = http.post("/v1/runs?wait=false", json={"skill": "math-tools", "command": "ls"})
+        assert own.json()["status"] == "pending_approval"  # another rule (always)
+        for held in (other.json()["run_id"], own.json()["run_id"]):  # cancelled while held: nothing ran
+            assert http.delete(f"/v1/runs/{held}").json() == {"run_id": held, "status": "cancelled", "replayed": False}
+
+
 def test_a_held_run_expires(server: Server) -> None:
     with client(server, KEY) as http:
         started = time.monotonic()
@@ -202,13 +227,13 @@ def test_mcp_elicitation_approves_and_rejects(server: Server) -> None:
 
 def test_mcp_without_elicitation_waits_for_an_admin(server: Server) -> None:
     async def main() -> None:
-        async with mcp_client(server, KEY, None) as client:
+        async with mcp_client(server, KEY, None) as session:
             async with anyio.create_task_group() as group:
                 results: list[types.CallToolResult] = []
 
                 async def call() -> None:
                     results.append(
-                        await client.call_tool("skill_run", {"skill": "math-tools", "command": "echo admin-said-yes"})
+                        await session.call_tool("skill_run", {"skill": "math-tools", "command": "echo admin-said-yes"})
                     )
 
                 group.start_soon(call)
@@ -232,3 +257,64 @@ def test_mcp_without_elicitation_waits_for_an_admin(server: Server) -> None:
             assert "admin-said-yes" in results[0].content[0].text  # type: ignore[union-attr]
 
     anyio.run(main)
+
+
+# -- scale-out: a held run is decided through any API replica; only then does a worker take it --
+
+
+def test_a_held_run_is_approved_through_another_replica_and_runs_on_a_worker(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    require_runtime("docker")
+    (tmp_path / "policy.yaml").write_text(
+        "rules:\n  - {name: cluster-gate, key: '*', skill: math-tools, approval: always, deny: [curl]}\n"
+    )
+    name = postgres_server.create_database()
+    env = {**FAST, "SKILL_EXECUTOR_POLICY_FILE": str(tmp_path / "policy.yaml")}
+    cluster = Cluster(tmp_path / "cluster", postgres_server.url(name), apis=2, workers=1, env=env)
+    try:
+        cluster.start()
+        first, second = cluster.api(0), cluster.api(1)
+        held = httpx.post(f"{first}/v1/runs?wait=false", json=run_body("echo approved-elsewhere"), timeout=60)
+        assert held.status_code == 202 and held.json()["status"] == "pending_approval", held.text
+        run_id = held.json()["run_id"]
+        refused = httpx.post(f"{first}/v1/runs", json=run_body("curl http://x"), timeout=60)
+        assert refused.status_code == 403 and refused.json()["error"]["details"]["rule"] == "cluster-gate"
+        time.sleep(1.5)  # a worker would have taken a queued run by now
+        assert httpx.get(f"{second}/v1/runs/{run_id}").json()["status"] == "pending_approval"
+        (job,) = _rows(postgres_server.url(name), "SELECT job_id, worker_id FROM runs WHERE run_id = :r", r=run_id)
+        assert tuple(job) == (None, None)  # not queued for the workers, not claimed
+        decided = httpx.post(f"{second}/v1/runs/{run_id}/approval", json={"decision": "approve"}, timeout=60)
+        assert decided.status_code == 200 and decided.json()["status"] == "queued", decided.text
+        deadline = time.monotonic() + 60
+        while (record := httpx.get(f"{first}/v1/runs/{run_id}").json())["status"] not in ("completed", "failed"):
+            assert time.monotonic() < deadline, record
+            time.sleep(0.2)
+        assert record["status"] == "completed" and record["result"]["stdout"] == "approved-elsewhere\n", record
+        rejected = httpx.post(f"{first}/v1/runs?wait=false", json=run_body("echo never"), timeout=60).json()["run_id"]
+        answer = httpx.post(f"{second}/v1/runs/{rejected}/approval", json={"decision": "reject", "reason": "no"})
+        assert answer.json()["status"] == "failed"
+        assert httpx.get(f"{first}/v1/runs/{rejected}").json()["error"]["code"] == "approval_rejected"
+        audit = _rows(
+            postgres_server.url(name),
+            "SELECT run_id, decision, decided_by, via, reason FROM run_approvals ORDER BY decided_at",
+        )
+        assert [tuple(r) for r in audit] == [
+            (run_id, "approve", "local", "rest", None),
+            (rejected, "reject", "local", "rest", "no"),
+        ]
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.close()
+        postgres_server.drop_database(name)
+
+
+def _rows(url: str, query: str, **params: Any) -> list[Any]:
+    database = Database(url)
+    try:
+        with database.read() as conn:
+            return list(conn.execute(text(query), params).all())
+    finally:
+        database.close()

@@ -748,6 +748,9 @@ class RunManager:
             if final is not None:
                 return final.status, True
             return ("running" if handle.started else "queued"), False
+        if not self.dispatcher.remote:  # a run held for approval: cancelled in its record
+            record = await self.offload(self.store.get, run_id)
+            return record.status, record.status in FINAL
         deadline = time.monotonic() + timeout
         async with self.dispatcher.watch(run_id, outcome_only=True) as wake:
             while True:
