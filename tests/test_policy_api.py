@@ -5,6 +5,7 @@ and expired over REST, as an agent loop drives them; a bad policy file stops the
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -318,3 +319,38 @@ def _rows(url: str, query: str, **params: Any) -> list[Any]:
             return list(conn.execute(text(query), params).all())
     finally:
         database.close()
+
+
+def test_the_cli_local_run_applies_the_policy(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text(
+        "rules:\n"
+        "  - {name: cli-deny, key: local, skill: math-tools, allow: [python3, echo]}\n"
+        "  - {name: cli-held, key: '*', skill: csv-report, approval: always}\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKILL_EXECUTOR_")}
+    env["SKILL_EXECUTOR_POLICY_FILE"] = str(tmp_path / "policy.yaml")
+
+    def run(skill: str, command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "skill_executor.cli.main", "run", "--runtime", "local"]
+            + ["--data-dir", str(tmp_path / "data"), "--request", "-"],
+            input=json.dumps({"skill": skill, "command": command}),
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    ran = run("math-tools", "python3 scripts/fib.py 5")
+    assert ran.returncode == 0, ran.stderr
+    denied = run("math-tools", "env python3 x.py; ls")
+    assert denied.returncode == 2 and denied.stdout == ""
+    error = json.loads(denied.stderr.splitlines()[-1])["error"]
+    assert error["code"] == "command_denied" and error["details"]["rule"] == "cli-deny"
+    assert error["details"]["program"] == "ls"
+    held = run("csv-report", "ls")
+    assert held.returncode == 2
+    assert json.loads(held.stderr.splitlines()[-1])["error"]["message"].startswith(
+        "policy rule 'cli-held' holds this run for approval; a local run cannot wait for one"
+    )
