@@ -405,10 +405,49 @@ def _walk_source(source: str, out: list[str], depth: int) -> None:
         raise Unknowable("the command holds a NUL character")
     if CONTINUED_WORD.search(source):
         raise Unknowable("a line continuation inside a word (the parser and the shell read it differently)")
-    tree = _parser().parse(source.encode("utf-8", "surrogateescape"))
+    data = source.encode("utf-8", "surrogateescape")
+    tree = _parser().parse(data)
     if tree.root_node.has_error:
         raise Unknowable("the command does not parse as shell code")
+    _unread_substitutions(tree.root_node, data)
     _walk(tree.root_node, out, depth)
+
+
+#: Where a command substitution (or arithmetic) may begin: ``$(``, ``$[``, a backtick.
+SUBSTITUTION = re.compile(rb"\$\(|\$\[|`")
+
+
+def _unread_substitutions(root: Node, data: bytes) -> None:
+    """Refuse text the shell would run as a command substitution but the parser read as
+    something else (nested backticks, ``<<-`` here-document bodies, backticks in a
+    ``${x:-...}`` inside a string): every ``$(``, ``$[`` and backtick must open or close a
+    substitution (or arithmetic) the parser read, or sit in single quotes, a comment or the
+    body of a here-document with a quoted delimiter."""
+    read: set[int] = set()
+    inert: list[tuple[int, int]] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        kind = node.type
+        if kind in ("command_substitution", "arithmetic_expansion", "process_substitution"):
+            if node.children:
+                read.add(node.children[0].start_byte)
+                if node.children[-1].type == "`":
+                    read.add(node.children[-1].start_byte)
+        elif kind in ("raw_string", "ansi_c_string", "comment"):
+            inert.append((node.start_byte, node.end_byte))
+            continue
+        elif kind == "heredoc_redirect":
+            start = next((c for c in node.children if c.type == "heredoc_start"), None)
+            if start is not None and re.search(r"['\"\\]", _text(start)):
+                inert += [(c.start_byte, c.end_byte) for c in node.children if c.type == "heredoc_body"]
+        stack.extend(node.children)
+    for match in SUBSTITUTION.finditer(data):
+        at = match.start()
+        if at in read or any(start <= at < end for start, end in inert):
+            continue
+        shown = data[max(0, at - 20) : at + 20].decode("utf-8", "replace")
+        raise Unknowable(f"a command substitution the parser did not read: {shown!r}")
 
 
 def _text(node: Node) -> str:
@@ -433,7 +472,11 @@ def _walk(root: Node, out: list[str], depth: int) -> None:
                 _expansion(node)
             elif kind == "subscript":
                 _arithmetic(node.child_by_field_name("index"), "an array subscript")
-            elif kind in ("arithmetic_expansion", "c_style_for_statement") or (
+            elif kind == "c_style_for_statement":
+                for part in node.children:
+                    if part.type not in ("do_group", "compound_statement"):
+                        _arithmetic(part, "arithmetic")
+            elif kind == "arithmetic_expansion" or (
                 kind == "compound_statement" and node.children and node.children[0].type == "(("
             ):
                 _arithmetic(node, "arithmetic")

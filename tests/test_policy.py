@@ -4,6 +4,9 @@ file's errors; the decision's stable error."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from skill_executor.errorcodes import CATALOGUE
@@ -214,3 +217,153 @@ def test_the_codes_are_catalogued() -> None:
     ):
         assert code in CATALOGUE
     assert CATALOGUE["command_denied"].status == 403
+
+
+# -- differential: what real bash starts is always among what the policy judged -------------
+
+#: Commands an attacker might try; the fake programs below log their names when bash starts them.
+DIFFERENTIAL = [
+    "x; y",
+    "x && rm",
+    "echo $(rm)",
+    "x | xargs rm",
+    "x | xargs -n1 rm",
+    "find . -maxdepth 0 -exec rm {} \\;",
+    "f(){ rm; }; f",
+    "function f { rm; }; f",
+    "function f() ( rm ); f",
+    "x=(a $(rm))",
+    'echo "a`rm`b"',
+    '[ -n "$(rm)" ]',
+    "[[ -n $(rm) ]]",
+    "[[ a == $(rm) ]]",
+    "for i in $(rm); do :; done",
+    "for ((i=0;i<1;i++)); do rm; done",
+    "select i in $(rm); do break; done </dev/null",
+    "<x rm",
+    ">out rm",
+    "2>/dev/null rm",
+    "A=1 rm",
+    "A=$(rm) x",
+    "declare a=$(rm)",
+    "export a=$(rm)",
+    "readonly b=$(rm)",
+    "echo $(<$(rm))",
+    "cat <(rm) >(x)",
+    "coproc rm",
+    "exec {fd}< <(rm)",
+    'r"m"',
+    "'r'm",
+    "\\r\\m",
+    "${x:-rm}",
+    "rm #comment",
+    "x ; # \\\nrm",
+    "echo a \\\n; rm",
+    "echo 'a\nb'; rm",
+    ": ${x:=$(rm)}",
+    "echo ${x/a/$(rm)}",
+    "echo ${x//a/`rm`}",
+    "case $(rm) in *) ;; esac",
+    "case a in $(rm)) ;; esac",
+    "until rm; do break; done",
+    "echo $[ $(rm) ]",
+    "(( $(rm) ))",
+    "echo {a,b}$(rm)",
+    "echo $'\\x41'$(rm)",
+    'echo $"a"$(rm)',
+    "x= rm",
+    "rm=1; x",
+    "{ x; } 2> >(rm)",
+    "echo `echo \\`rm\\``",
+    "cat <<-EOF\n\t$(rm)\n\tEOF",
+    "cat <<E\\OF\n$(rm)\nEOF",
+    "x <<EOF; rm\na\nEOF",
+    "x <<EOF && rm\na\nEOF",
+    "cat <<A <<B\n$(rm)\nA\n$(curl)\nB",
+    'set -- rm; "$@"',
+    'sh -c "echo \\$(rm)"',
+    "bash -xc rm",
+    "bash -c -- rm",
+    "bash --norc -c rm",
+    "env -- rm",
+    "env -C /tmp rm",
+    "xargs -a /dev/null rm",
+    "echo a | xargs -I{} rm {}",
+    "find . -maxdepth 0 -execdir rm \\;",
+    "nice -5 rm",
+    "timeout --signal=KILL 2 rm",
+    "stdbuf -o0 rm",
+    "command -p rm",
+    "exec -a foo rm",
+    "echo ok&rm",
+    "x <<< a; rm",
+    "echo $(( 1 )) ; rm",
+    "x 'a'\"b\"$'c' ; rm",
+    "r\\\nm",
+    "cat <<EOF | sh\nrm\nEOF",
+    "echo rm | xargs sh",
+    "x $(: ; rm)",
+    'echo "$(cat <<EOF\n$(rm)\nEOF\n)"',
+    "alias x=rm\nx",
+    'eval "$(echo rm)"',
+    "echo ${x@P}",
+    "x=rm; ${x}",
+    'IFS=m; x="rXm"; $x',
+    'f=rm; "$f"',
+    "printf -v cmd rm; $cmd",
+    "read -r c <<< rm; $c",
+    "echo `rm` $(curl)",
+    "case x in x) rm ;; esac",
+    "if rm; then :; fi",
+    "while rm; do break; done",
+    "[[ $(rm) ]]",
+    "x() { rm; }; x",
+    "exec 3< <(rm)",
+    ": <(rm)",
+    "true | rm",
+    "a&&b||c;d&e|f",
+    'echo "${x:-`rm`}"',
+    'echo "${x:-"$(rm)"}"',
+    "echo ${x:-'$(rm)'}",
+    ": $'$(rm)'",
+    "echo $(echo \\$\\(rm\\))",
+    'echo "\\$(rm)"',
+    "echo \\`rm\\`",
+    *(command for _, command in BYPASSES if command is not None and "/" not in command),
+]
+FAKE = ("rm", "curl", "ls", "python3", "cat", "x", "y", "a", "b", "c", "d", "e", "f", "evil", "wget")
+
+
+@pytest.fixture(scope="module")
+def fake_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fake")
+    (root / "bin").mkdir()
+    (root / "work").mkdir()
+    for name in FAKE:
+        program = root / "bin" / name
+        program.write_text('#!/bin/bash\necho "${0##*/}" >> "$POLICY_LOG"\n')
+        program.chmod(0o755)
+    return root
+
+
+@pytest.mark.parametrize("command", DIFFERENTIAL)
+def test_what_bash_starts_is_what_the_policy_judged(fake_bin: Path, command: str) -> None:
+    log = fake_bin / "log"
+    log.write_text("")
+    env = {"PATH": f"{fake_bin / 'bin'}:/usr/bin:/bin", "HOME": str(fake_bin), "POLICY_LOG": str(log)}
+    try:
+        subprocess.run(
+            ["bash", "-c", command],
+            env=env,
+            cwd=fake_bin / "work",
+            capture_output=True,
+            timeout=5,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        pass
+    started = set(log.read_text().split())
+    analysis = analyse(command)
+    if analysis.problem is None:  # judged: every program bash started was among those judged
+        judged = {p.removesuffix(" -c") for p in analysis.programs}
+        assert started <= judged, f"bash started {sorted(started - judged)}, unseen by the policy"

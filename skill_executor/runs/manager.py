@@ -131,6 +131,9 @@ class RunManager:
         interrupted = store.fail_interrupted() if recover else 0
         if interrupted:
             log.warning("marked %d run(s) interrupted by a restart as failed", interrupted)
+        expired = self.expire_overdue() if recover else 0
+        if expired:
+            log.warning("%d run(s) held for approval expired while the service was down", expired)
 
     @property
     def remote(self) -> bool:
@@ -332,6 +335,13 @@ class RunManager:
                 extra={"audit": True, "action": "run.approval", "run_id": record.run_id, "decision": "expire"},
             )
         return self.store.get(record.run_id)
+
+    def expire_overdue(self, owner: str | None = None) -> int:
+        """End every run held for approval past the timeout (of ``owner``'s); how many."""
+        ended = 0
+        for run_id in self.store.overdue(time.time() - self.approval_timeout, owner):
+            ended += self._expire(self.store.get(run_id)).status != PENDING
+        return ended
 
     def decide(
         self,
@@ -689,6 +699,7 @@ class RunManager:
         """A page of the runs of ``who``'s key (an admin: of ``owner``'s, audited), newest
         first, and the cursor of the next page (None: this is the last)."""
         tenant = resolve_tenant_audited(who, owner, action="run.list", target="*")
+        self.expire_overdue(tenant)  # a listing never shows a run pending past its deadline
         after = decode_cursor(cursor) if cursor is not None else None
         with self._lock:
             running = {run_id for run_id, h in self._handles.items() if h.started and not h.future.done()}

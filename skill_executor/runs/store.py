@@ -302,6 +302,14 @@ class RunStore:
                 also(conn)
         return True
 
+    def overdue(self, created_before: float, owner: str | None = None) -> list[str]:
+        """The ids of runs held for approval since before ``created_before`` (of ``owner``'s)."""
+        where = [runs.c.status == PENDING, runs.c.created_at < created_before]
+        if owner is not None:
+            where.append(runs.c.owner == owner)
+        with self.database.read() as conn:
+            return [row[0] for row in conn.execute(select(runs.c.run_id).where(*where)).all()]
+
     def approved_programs(self, owner: str, skill: str) -> set[str]:
         """The programs approved before in runs of ``owner``'s of ``skill`` (``on-first-use``)."""
         with self.database.read() as conn:
