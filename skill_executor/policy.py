@@ -265,6 +265,11 @@ UNKNOWABLE = {
     "readarray": "readarray runs callbacks",
     "caller": "caller is not judged",
 }
+#: Shell reserved words: never a program (``time`` is a wrapper, below).
+KEYWORDS = frozenset(
+    {"!", "{", "}", "[[", "]]", "if", "then", "elif", "else", "fi", "case", "esac", "for", "select",
+     "while", "until", "do", "done", "in", "function"}
+)  # fmt: skip
 #: Programs known to start another program from their arguments whose command is not read
 #: here: refused unless the rule's ``allow`` names them.
 RUNNERS = frozenset(
@@ -313,7 +318,8 @@ WRAPPERS: dict[str, WrapperSpec] = {
     "exec": _spec("-a", "-c -l -cl -lc"),
     "command": _spec("", "-p", queries=frozenset({"-v", "-V"})),
     "builtin": _spec(),
-    "time": _spec("-f --format -o --output", "-p -a --append -v --verbose -q --quiet --portability"),
+    # the keyword: what follows is a whole command, assignments first
+    "time": _spec("-f --format -o --output", "-p -a --append -v --verbose -q --quiet --portability", assignments=True),
     "nohup": _spec(),
     "nice": _spec("-n --adjustment", numeric=True),
     "timeout": _spec("-s --signal -k --kill-after", "--preserve-status --foreground -v --verbose", operands=1),
@@ -566,6 +572,8 @@ def _program(words: list[str | None], out: list[str], depth: int, shown: str) ->
             raise Unknowable(f"the program {head!r} expands (a glob, a brace, a tilde or a new line)")
         if head in UNKNOWABLE:
             raise Unknowable(UNKNOWABLE[head])
+        if head in KEYWORDS:  # the parser and the shell disagree (``! ! cmd``): not judged
+            raise Unknowable(f"the shell keyword {head!r} read as a program")
         program = program_name(head)
         shell_code = _shell(program, words[1:]) if program in SHELLS else None
         # a shell running -c code is judged through ("sh -c": a deny of sh still holds)

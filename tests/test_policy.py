@@ -107,6 +107,10 @@ BYPASSES = [
     ("trap", "trap 'rm y' EXIT"),
     ("coproc", "coproc rm y"),
     ("unparsable", "ls 'unclosed"),
+    ("a keyword the parser reads as a program", "! ! rm y"),
+    ("nested backticks", "ls `echo \\`rm y\\``"),
+    ("a <<- here-document body", "cat <<-EOF\n\t$(rm y)\n\tEOF"),
+    ("backticks in a default inside a string", 'ls "${x:-`rm y`}"'),
 ]
 
 
@@ -330,6 +334,8 @@ DIFFERENTIAL = [
     'echo "\\$(rm)"',
     "echo \\`rm\\`",
     *(command for _, command in BYPASSES if command is not None and "/" not in command),
+    'time a=1 x "$(rm)"',  # found by the fuzz below: time is a keyword, assignments first
+    "! ! rm",  # found by the fuzz below: the parser reads the second ! as a program
 ]
 FAKE = ("rm", "curl", "ls", "python3", "cat", "x", "y", "a", "b", "c", "d", "e", "f", "evil", "wget")
 
@@ -367,3 +373,46 @@ def test_what_bash_starts_is_what_the_policy_judged(fake_bin: Path, command: str
     if analysis.problem is None:  # judged: every program bash started was among those judged
         judged = {p.removesuffix(" -c") for p in analysis.programs}
         assert started <= judged, f"bash started {sorted(started - judged)}, unseen by the policy"
+
+
+#: Pieces the fuzz below joins: programs, quotes, substitutions, operators, keywords, wrappers.
+PIECES = [
+    "rm", "x", "`rm`", "$(rm)", "\\`rm\\`", "'rm'", '"rm"', "r''m", "\\rm", "${x:-rm}", "${x:-`rm`}", "$(x)",
+    "<(rm)", ">(rm)", ";", "&&", "||", "|", "&", "\n", " ", " ", " ", "<<EOF\n$(rm)\nEOF\n",
+    "<<-EOF\n\t$(rm)\n\tEOF\n", "<<'EOF'\n$(rm)\nEOF\n", "#", "\\\n", "{", "}", "(", ")", "$((1))", "((1))",
+    '"', "'", "$'\\x72m'", "echo", "env", "exec", "command", "nice", "sh -c", "bash -c", "xargs", '"$(rm)"',
+    "'$(rm)'", "$", "`", "$[1]", "a=1", "a=$(rm)", "!", "time", "then", "do", "if", "fi", "for", "in", "done",
+    "case", "esac", ";;", "f()", "function", "[[", "]]", "=~", "cat",
+]  # fmt: skip
+FUZZ_CASES = 2000
+
+
+def test_a_fuzz_of_shell_pieces_never_starts_an_unjudged_program(fake_bin: Path) -> None:
+    """Random commands of tricky pieces (seeded): each the policy judges (does not refuse)
+    is run by real bash, and everything it starts must be among what was judged."""
+    import random
+
+    chance = random.Random(2640)
+    log = fake_bin / "log"
+    env = {"PATH": f"{fake_bin / 'bin'}:/usr/bin:/bin", "HOME": str(fake_bin), "POLICY_LOG": str(log)}
+    unseen = []
+    judged = 0
+    for _ in range(FUZZ_CASES):
+        command = "".join(chance.choice(PIECES) + chance.choice(("", " ")) for _ in range(chance.randint(1, 7)))
+        analysis = analyse(command)
+        if analysis.problem is not None:
+            continue
+        judged += 1
+        log.write_text("")
+        try:
+            subprocess.run(
+                ["bash", "-c", command], env=env, cwd=fake_bin / "work", capture_output=True, timeout=3,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            pass
+        started = set(log.read_text().split())
+        if not started <= {p.removesuffix(" -c") for p in analysis.programs}:
+            unseen.append((command, sorted(started)))
+    assert unseen == []
+    assert judged > FUZZ_CASES // 10  # the rest are refused (fail closed)
