@@ -193,11 +193,11 @@ class Decision:
 ALLOWED = Decision(True)
 
 
-def check(
-    command: str, key: str, skill: str, policy: Policy | None = None, env: Mapping[str, str] | None = None
-) -> Decision:
+def check(command: str, key: str, skill: str, policy: Policy | None, env: Mapping[str, str] | None = None) -> Decision:
     """The policy's decision about running ``command`` (with ``env`` added to its environment)
-    for API key id ``key`` in skill ``skill``.  Pure: no I/O."""
+    for API key id ``key`` in skill ``skill``, under ``policy`` (the service's is
+    ``SkillRunner.policy``; None: no policy file).  Pure: no I/O.  A refusal is raised with
+    ``decision.error()`` (403 ``command_denied``)."""
     if policy is None:
         return ALLOWED
     found = policy.rule(key, skill.lower())
