@@ -88,6 +88,31 @@ def test_a_denied_command_is_refused_before_anything_starts(server: Server) -> N
         assert http.get("/v1/runs").json()["runs"] == []  # nothing was recorded, nothing started
 
 
+def test_a_tool_call_gets_the_refusal_as_a_tool_error_and_waits_for_approval(server: Server) -> None:
+    with client(server, KEY) as http, client(server, ADMIN) as admin:
+        call = {"name": "skill_run", "arguments": {"skill": "math-tools", "command": "wget http://x"}}
+        answer = http.post("/v1/tools/call", json=call)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["is_error"] is True
+        assert answer.json()["content"].startswith(
+            "error (command_denied): command refused by policy rule 'tenant-math': program 'wget' is not allowed"
+        )
+        import threading
+
+        answers: list[httpx.Response] = []
+        call = {"name": "skill_run", "arguments": {"skill": "math-tools", "command": "echo tool-approved"}}
+        thread = threading.Thread(target=lambda: answers.append(http.post("/v1/tools/call", json=call)))
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not (pending := http.get("/v1/runs", params={"status": "pending_approval"}).json()["runs"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert admin.post(f"/v1/runs/{pending[0]['run_id']}/approval", json={"decision": "approve"}).status_code == 200
+        thread.join(60)
+        assert answers[0].json()["is_error"] is False, answers[0].text
+        assert "tool-approved" in answers[0].json()["content"]
+
+
 def test_a_held_run_waits_then_an_admin_approves_it(server: Server) -> None:
     with client(server, KEY) as http, client(server, ADMIN) as admin:
         answer = http.post("/v1/runs?wait=false", json={"skill": "math-tools", "command": "echo approved-ran"})
