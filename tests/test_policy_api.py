@@ -25,6 +25,7 @@ from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy import text
 
+from skill_executor.client import Client as ExecutorClient
 from skill_executor.db import Database
 
 from .api_server import Server, free_port
@@ -156,10 +157,10 @@ def test_a_sync_run_waits_for_its_approval_by_the_calling_key(server: Server) ->
 
 
 def test_a_rejected_run_ends_failed_and_nothing_runs(server: Server) -> None:
-    with client(server, KEY) as http, client(server, ADMIN) as admin:
+    with client(server, KEY) as http, ExecutorClient(server.url, api_key=ADMIN) as admin:  # the service's own client
         run_id = http.post("/v1/runs?wait=false", json={"skill": "math-tools", "command": "ls"}).json()["run_id"]
-        decided = admin.post(f"/v1/runs/{run_id}/approval", json={"decision": "reject", "reason": "not today"})
-        assert decided.status_code == 200 and decided.json()["status"] == "failed"
+        decided = admin.decide_run(run_id, "reject", "not today")
+        assert decided == {"run_id": run_id, "status": "failed", "replayed": False}
         record = http.get(f"/v1/runs/{run_id}").json()
         assert record["status"] == "failed" and record["result"] is None
         assert record["error"]["code"] == "approval_rejected"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -132,6 +132,12 @@ class AsyncClient:
 
     async def cancel_run(self, run_id: str) -> RunAccepted:
         return await self.send(Typed.cancel_run(run_id))
+
+    async def decide_run(
+        self, run_id: str, decision: Literal["approve", "reject"], reason: str | None = None
+    ) -> RunAccepted:
+        """Approve or reject a run held for approval (pending_approval)."""
+        return await self.send(Typed.decide_run(run_id, decision, reason))
 
     async def events(self, run_id: str) -> AsyncIterator[RunEvent]:
         """The run's Server-Sent Events until its result."""

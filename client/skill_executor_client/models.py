@@ -15,6 +15,13 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
 
+class ApprovalRequest(WireModel):
+    """``POST /v1/runs/{id}/approval``: the decision on a run held for approval."""
+
+    decision: Literal["approve", "reject"]
+    reason: str | None = Field(default=None, description="recorded with the decision (audit)")
+
+
 class ArtifactFile(WireModel):
     name: str
     version: int
@@ -335,7 +342,7 @@ class PythonNeed(WireModel):
 
 class RunAccepted(WireModel):
     run_id: str
-    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    status: Literal["pending_approval", "queued", "running", "completed", "failed", "cancelled"]
     replayed: bool = False
 
 
@@ -348,7 +355,7 @@ class RunList(WireModel):
 
 class RunRecordModel(WireModel):
     run_id: str
-    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    status: Literal["pending_approval", "queued", "running", "completed", "failed", "cancelled"]
     skill: str
     session: str | None = None
     created_at: float
@@ -420,7 +427,7 @@ class RunSummary(WireModel):
     """A run in a listing: ``GET /v1/runs/{id}`` has its request and result."""
 
     run_id: str
-    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    status: Literal["pending_approval", "queued", "running", "completed", "failed", "cancelled"]
     skill: str = Field(description="as the request named it (a pinned name@ref included)")
     session: str | None = None
     created_at: float = Field(description="seconds since the epoch")

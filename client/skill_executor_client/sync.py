@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -132,6 +132,10 @@ class Client:
 
     def cancel_run(self, run_id: str) -> RunAccepted:
         return self.send(Typed.cancel_run(run_id))
+
+    def decide_run(self, run_id: str, decision: Literal["approve", "reject"], reason: str | None = None) -> RunAccepted:
+        """Approve or reject a run held for approval (pending_approval)."""
+        return self.send(Typed.decide_run(run_id, decision, reason))
 
     def events(self, run_id: str) -> Iterator[RunEvent]:
         """The run's Server-Sent Events until its result."""

@@ -158,6 +158,10 @@ class Typed:
         return typed(Calls.cancel_run(run_id), RunAccepted)
 
     @staticmethod
+    def decide_run(run_id: str, decision: Literal["approve", "reject"], reason: str | None) -> Call[RunAccepted]:
+        return typed(Calls.decide_run(run_id, decision, reason), RunAccepted)
+
+    @staticmethod
     def events(run_id: str) -> Call[None]:
         return Calls.events(run_id)
 

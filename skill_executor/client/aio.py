@@ -156,6 +156,10 @@ class AsyncClient:
     async def cancel_run(self, run_id: str) -> JSON:
         return await self.send(Calls.cancel_run(run_id))
 
+    async def decide_run(self, run_id: str, decision: str, reason: str | None = None) -> JSON:
+        """Approve or reject a run held for approval (``decision``: approve or reject)."""
+        return await self.send(Calls.decide_run(run_id, decision, reason))
+
     async def events(self, run_id: str) -> AsyncIterator[tuple[str, Any]]:
         """Yield (event, data) from the run's Server-Sent Events until the result."""
         call = Calls.events(run_id)

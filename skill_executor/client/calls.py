@@ -203,6 +203,11 @@ class Calls:
         return Call("DELETE", f"/v1/runs/{segment(run_id)}", as_json)
 
     @staticmethod
+    def decide_run(run_id: str, decision: str, reason: str | None) -> Call[JSON]:
+        body: JSON = {"decision": decision} if reason is None else {"decision": decision, "reason": reason}
+        return Call("POST", f"/v1/runs/{segment(run_id)}/approval", as_json, json=body)
+
+    @staticmethod
     def events(run_id: str) -> Call[None]:
         return Call("GET", f"/v1/runs/{segment(run_id)}/events", as_nothing)
 

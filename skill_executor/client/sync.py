@@ -157,6 +157,10 @@ class Client:
     def cancel_run(self, run_id: str) -> JSON:
         return self.send(Calls.cancel_run(run_id))
 
+    def decide_run(self, run_id: str, decision: str, reason: str | None = None) -> JSON:
+        """Approve or reject a run held for approval (``decision``: approve or reject)."""
+        return self.send(Calls.decide_run(run_id, decision, reason))
+
     def events(self, run_id: str) -> Iterator[tuple[str, Any]]:
         """Yield (event, data) from the run's Server-Sent Events until the result."""
         call = Calls.events(run_id)
