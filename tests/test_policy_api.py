@@ -380,3 +380,27 @@ def test_the_cli_local_run_applies_the_policy(tmp_path: Path) -> None:
     assert json.loads(held.stderr.splitlines()[-1])["error"]["message"].startswith(
         "policy rule 'cli-held' holds this run for approval; a local run cannot wait for one"
     )
+
+
+def test_an_mcp_task_of_a_held_run_works_until_it_is_approved(server: Server) -> None:
+    from .test_mcp import _task_done, _TasksExtension, raw
+
+    async def main() -> None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as http:
+            transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
+            async with Client(transport, mode="auto", extensions=[_TasksExtension()]) as session:
+                arguments = {"skill": "math-tools", "command": "echo task-approved"}
+                created = await raw(session, "tools/call", {"name": "skill_run", "arguments": arguments})
+                assert created["status"] == "working"
+                got = await raw(session, "tasks/get", {"taskId": created["taskId"]})
+                assert got["status"] == "working" and "pending_approval" in got["statusMessage"]
+                with client(server, ADMIN) as admin:
+                    decided = await anyio.to_thread.run_sync(
+                        lambda: admin.post(f"/v1/runs/{created['taskId']}/approval", json={"decision": "approve"})
+                    )
+                assert decided.status_code == 200, decided.text
+                done = await _task_done(session, created["taskId"])
+                assert done["status"] == "completed" and done["result"]["isError"] is False
+                assert "task-approved" in done["result"]["content"][0]["text"]
+
+    anyio.run(main)

@@ -87,7 +87,9 @@ def _iso(seconds: float) -> str:
 
 def task_state(record: RunRecord) -> dict[str, Any]:
     """The ``Task`` of a run (no result yet: see :func:`detailed`)."""
-    if record.status in ("queued", "running"):
+    if record.status == "pending_approval":  # held by the command policy: an admin decides over REST
+        status, message = "working", f"run {record.run_id}: pending_approval (waits for an approval)"
+    elif record.status in ("queued", "running"):
         status, message = "working", f"run {record.run_id}: {record.status}"
     elif record.status == "cancelled":
         status, message = "cancelled", f"run {record.run_id} was cancelled"
