@@ -135,6 +135,21 @@ def test_a_held_run_waits_then_an_admin_approves_it(server: Server) -> None:
         assert record["result"]["stdout"] == "approved-ran\n"
 
 
+def test_a_sessions_run_is_held_and_approved_like_any(server: Server) -> None:
+    with client(server, KEY) as http, client(server, ADMIN) as admin:
+        for command, expected in (("echo kept > $WORK_DIR/note", ""), ("cat $WORK_DIR/note", "kept\n")):
+            body = {"skill": "math-tools", "command": command, "session": "policy-session"}
+            held = http.post("/v1/runs?wait=false", json=body).json()
+            assert held["status"] == "pending_approval"
+            assert admin.post(f"/v1/runs/{held['run_id']}/approval", json={"decision": "approve"}).status_code == 200
+            deadline = time.monotonic() + 60
+            while (record := http.get(f"/v1/runs/{held['run_id']}").json())["status"] not in ("completed", "failed"):
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            assert record["status"] == "completed" and record["result"]["stdout"] == expected, record
+            assert record["result"]["session"] == "policy-session"
+
+
 def test_a_sync_run_waits_for_its_approval_by_the_calling_key(server: Server) -> None:
     with client(server, KEY) as http:
         import threading
