@@ -200,11 +200,16 @@ def test_on_first_use_remembers_the_approved_programs_per_key_and_skill(server: 
 
 def test_a_held_run_expires(server: Server) -> None:
     with client(server, KEY) as http:
+        unread = http.post("/v1/runs?wait=false", json={"skill": "math-tools", "command": "ls"}).json()["run_id"]
         started = time.monotonic()
         answer = http.post("/v1/runs", json={"skill": "math-tools", "command": "ls"})  # sync: waits, then expires
         assert answer.status_code == 408, answer.text
         assert answer.json()["error"]["code"] == "approval_expired"
         assert 3.5 < time.monotonic() - started < 30
+        time.sleep(3)  # the run nobody read was expired at its deadline by the service itself
+        record = http.get(f"/v1/runs/{unread}").json()
+        assert record["status"] == "failed" and record["error"]["code"] == "approval_expired"
+        assert 4 <= record["updated_at"] - record["created_at"] < 5.5
 
 
 def test_a_bad_policy_file_stops_the_start(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import heapq
 import json
 import logging
 import re
@@ -120,7 +121,10 @@ class RunManager:
         self.on_finish = on_finish
         #: how long a run held for approval waits (SKILL_EXECUTOR_APPROVAL_TIMEOUT_SECONDS)
         self.approval_timeout = approval_timeout
-        self._timers: dict[str, threading.Timer] = {}
+        #: (deadline, run id) of the runs this process held for approval: one thread expires them
+        self._deadlines: list[tuple[float, str]] = []
+        self._expiry: threading.Thread | None = None
+        self._wake_expiry = threading.Condition()
         self._handles: dict[str, RunHandle] = {}
         self._lock = threading.Lock()
         self._closing = False
@@ -300,20 +304,29 @@ class RunManager:
                 "programs": list(decision.programs),
             },
         )
-        timer = threading.Timer(self.approval_timeout + 0.05, self._expire_by_id, (run_id,))
-        timer.daemon = True
-        with self._lock:
-            self._timers[run_id] = timer
-        timer.start()
+        with self._wake_expiry:
+            heapq.heappush(self._deadlines, (record.created_at + self.approval_timeout, run_id))
+            if self._expiry is None:
+                self._expiry = threading.Thread(target=self._expire_held, name="run-approval-expiry", daemon=True)
+                self._expiry.start()
+            self._wake_expiry.notify()
         return record, None, False
 
-    def _expire_by_id(self, run_id: str) -> None:
-        with self._lock:
-            self._timers.pop(run_id, None)
-        try:
-            self._expire(self.store.get(run_id))
-        except Exception:  # the next read expires it
-            log.exception("expiring run %s held for approval failed", run_id)
+    def _expire_held(self) -> None:
+        """The one thread that ends this process's held runs at their deadlines (a run decided
+        meanwhile is left as it is; another replica's reads expire what this one misses)."""
+        while True:
+            with self._wake_expiry:
+                while not self._closing and (not self._deadlines or self._deadlines[0][0] > time.time()):
+                    wait = self._deadlines[0][0] - time.time() if self._deadlines else None
+                    self._wake_expiry.wait(wait)
+                if self._closing:
+                    return
+                _, run_id = heapq.heappop(self._deadlines)
+            try:
+                self._expire(self.store.get(run_id))
+            except Exception:  # the next read expires it
+                log.exception("expiring run %s held for approval failed", run_id)
 
     def _expire(self, record: RunRecord) -> RunRecord:
         """A run held for approval past the timeout ends failed (``approval_expired``)."""
@@ -459,10 +472,6 @@ class RunManager:
                 code="approval_not_pending",
                 details={"run_id": run_id},
             )
-        with self._lock:
-            timer = self._timers.pop(run_id, None)
-        if timer is not None:
-            timer.cancel()
         audit_log.warning("run %s: %s by %s", run_id, decision, who.id, extra=audit)
         return self._current(run_id), handle
 
@@ -843,7 +852,10 @@ class RunManager:
     def _begin_shutdown(self) -> list[RunHandle]:
         with self._lock:
             self._closing = True
-            return list(self._handles.values())
+            handles = list(self._handles.values())
+        with self._wake_expiry:  # the expiry thread ends
+            self._wake_expiry.notify()
+        return handles
 
     async def drain(self, grace: float, *, settle: float = 5.0) -> None:
         """Shut down gracefully: accept no new run, give the runs in flight up to
