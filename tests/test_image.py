@@ -169,6 +169,11 @@ def test_the_python_tier_tag_covers_its_own_pins(tmp_path: Path) -> None:
         f.write("extra-package==1.0\n")
     assert tree_hash(flavour_inputs(runner, "python3.13"), tmp_path) != tier
     assert tree_hash(flavour_inputs(runner, "full"), tmp_path) != full
+    full, tier = (tree_hash(flavour_inputs(runner, flavour), tmp_path) for flavour in ("full", "python3.13"))
+    with (runner / "Dockerfile.tier").open("a") as f:  # the tier's own steps: its tag alone
+        f.write("# changed\n")
+    assert tree_hash(flavour_inputs(runner, "python3.13"), tmp_path) != tier
+    assert tree_hash(flavour_inputs(runner, "full"), tmp_path) == full
     assert runner_tag("python3.13", "b" * 64) == f"{REPOSITORY}:python3.13-{'b' * 16}"
     assert runner_aliases("python3.13") == ("python3.13",)
 

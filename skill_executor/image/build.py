@@ -51,6 +51,7 @@ from .inputs import (
     SERVICE_PUBLIC_BASE,
     SERVICE_REPOSITORY,
     SYSTEM_TOOLS,
+    TIER_DOCKERFILE,
     Flavour,
     Mode,
     direct_packages,
@@ -274,16 +275,42 @@ def build_image(
     if flavour == "full":
         prepare_npm_cache(runner)
     base = _offline_base(client, root, tier.suite) if mode == "offline" else tier.public_base
+    wheels = {"WHEELHOUSE": wheelhouse_dir(tier)}
+    if tier == DEFAULT_TIER:
+        _docker_build(
+            client,
+            path=runner,
+            dockerfile="Dockerfile",
+            tag=tag,
+            base=base,
+            repository=REPOSITORY,
+            aliases=aliases,
+            target=flavour,
+            buildargs=wheels,
+        )
+        return BuildResult(tag, True, base, flavour)
+    # A Python tier: the minimal flavour FROM the tier's Debian release, then its own steps.
+    minimal = tag.replace(f":{flavour}-", f":{flavour}-minimal-", 1)
     _docker_build(
         client,
         path=runner,
         dockerfile="Dockerfile",
-        tag=tag,
+        tag=minimal,
         base=base,
         repository=REPOSITORY,
+        aliases=(),
+        target="minimal",
+        buildargs=wheels,
+    )
+    _docker_build(
+        client,
+        path=runner,
+        dockerfile=TIER_DOCKERFILE,
+        tag=tag,
+        base=minimal,
+        repository=REPOSITORY,
         aliases=aliases,
-        target=flavour,
-        buildargs={"WHEELHOUSE": wheelhouse_dir(tier)},
+        buildargs={**wheels, "TIER": tier.name},
     )
     return BuildResult(tag, True, base, flavour)
 

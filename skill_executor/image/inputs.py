@@ -88,6 +88,8 @@ def flavour_tier(flavour: Flavour) -> PythonTier:
 IMAGE_PYTHON = DEFAULT_TIER.python
 IMAGE_ABI = DEFAULT_TIER.abi
 IMAGE_PLATFORMS: tuple[str, ...] = DEFAULT_TIER.platforms
+#: A Python tier's own steps, on the minimal flavour built FROM the tier's Debian release.
+TIER_DOCKERFILE = "Dockerfile.tier"
 # Made on the host by prepare_*: git-ignored, not part of the tag hash.
 WHEELHOUSE = "wheelhouse"
 NPM_CACHE = "npm/cache"
@@ -194,7 +196,7 @@ def flavour_inputs(runner: Path, flavour: Flavour) -> list[Path]:
     if flavour != "full":
         skipped |= {runner / "requirements-full.txt", runner / "npm"}
     if flavour != "python3.13":
-        skipped.add(runner / "requirements-tier.txt")
+        skipped |= {runner / "requirements-tier.txt", runner / TIER_DOCKERFILE}
     return [
         path
         for path in runner.rglob("*")
