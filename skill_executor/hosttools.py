@@ -268,15 +268,20 @@ class HostTools:
             raise HostToolsUnusable(
                 f"the service cannot run {argv[0]}{who}: {result.output.strip()[-500:] or 'no output'}{hint}"
             )
-        paths = [str(p) for p in readable]
-        if paths:
-            test = (
-                'for p do if [ -d "$p" ]; then [ -r "$p" ] && [ -x "$p" ]; else [ -r "$p" ]; fi'
-                ' || { echo "cannot read $p"; exit 1; }; done'
-            )
-            result = self.run(["/bin/sh", "-c", test, "sh", *paths], self.scratch(where / "read"), timeout=timeout)
-            if result.returncode != 0:
-                raise HostToolsUnusable(f"pip/npm{who}: {result.output.strip()[-500:]}{hint}")
+        # ``where`` itself by its absolute path: the tool starts in its folder whatever the
+        # folders above it allow (the working directory is entered before the user is
+        # switched), but pip and npm are handed absolute paths next to it.
+        paths = [str(where), *(str(p) for p in readable)]
+        test = (
+            'for p do if [ -d "$p" ]; then [ -r "$p" ] && [ -x "$p" ]; else [ -r "$p" ]; fi'
+            ' || { echo "cannot read $p"; exit 1; }; done'
+        )
+        result = self.run(["/bin/sh", "-c", test, "sh", *paths], self.scratch(where / "read"), timeout=timeout)
+        if result.returncode != 0:
+            output = result.output.strip()[-500:]
+            if self.user and output == f"cannot read {where}":
+                output += f" (every folder above it must be searchable by {self.user.name})"
+            raise HostToolsUnusable(f"pip/npm{who}: {output}{hint}")
 
 
 _HINT = (
