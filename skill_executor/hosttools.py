@@ -10,7 +10,7 @@ service's own set-up may steer them, so :meth:`HostTools.run` runs every such to
 * with a **scrubbed environment**: only ``PATH`` (the tool's folder and the system's),
   ``HOME``, ``TMPDIR``, ``LANG``/``LC_ALL``, the proxy and CA-bundle variables of
   :data:`PASSED`, and what the caller sets on purpose -- no credentials, no ``PIP_*``,
-  ``npm_config_*``, ``PYTHON*`` or ``NODE_*`` of the service's environment;
+  ``npm_config_*``, ``PYTHON*`` or other ``NODE_*`` of the service's environment;
 * as an **unprivileged user** when the service runs as root (``HOST_TOOLS_USER``, default
   ``nobody``; no supplementary groups), with only its build folder writable: the
   folder is handed to that user before the tool starts and taken back (:func:`reclaim`:
@@ -55,6 +55,9 @@ PASSED = (
     "ALL_PROXY",
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
+    # Node (npm) reads no system CA store, only its own bundle and this file: a host whose
+    # proxy re-signs TLS (a company CA) sets it, or every npm install fails its handshake.
+    "NODE_EXTRA_CA_CERTS",
 )
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: How much of a tool's output (stdout and stderr together) is kept: the end.

@@ -75,6 +75,7 @@ def test_a_tool_sees_an_allow_listed_environment_and_a_fresh_empty_folder(
         "LD_PRELOAD": str(checkout / "evil.so"),
         "https_proxy": "http://proxyuser:proxy-pass@proxy.example:3128",
         "SSL_CERT_FILE": "/etc/ssl/x.pem",
+        "NODE_EXTRA_CA_CERTS": "/etc/ssl/company-ca.pem",
     }
     for name, value in hostile.items():
         monkeypatch.setenv(name, value)
@@ -83,6 +84,7 @@ def test_a_tool_sees_an_allow_listed_environment_and_a_fresh_empty_folder(
     env = dict(line.split("=", 1) for line in seen["env"])
     assert set(env) <= {*PASSED, "PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PWD"}, env
     assert env["https_proxy"] == hostile["https_proxy"] and env["SSL_CERT_FILE"] == "/etc/ssl/x.pem"  # on purpose
+    assert env["NODE_EXTRA_CA_CERTS"] == "/etc/ssl/company-ca.pem"  # npm behind a re-signing proxy
     scratch = open_tmp / "build" / ".tool"
     assert seen["pwd"] == [str(scratch / "cwd")] and seen["cwd_entries"] == [""]  # fresh, empty ...
     assert "cwd writable" not in seen  # ... and not the tool's to fill
