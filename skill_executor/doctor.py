@@ -161,6 +161,11 @@ class NodeNeed(BaseModel):
     used_in: list[str]
 
 
+class FileNeed(BaseModel):
+    path: str = Field(description="a script the skill's instructions run, relative to the skill, that it does not hold")
+    used_in: list[str] = Field(description="file:line of each instruction running it")
+
+
 class Missing(BaseModel):
     commands: list[str] = Field(
         default_factory=list, description="required commands the skill surely runs (optional ones and guesses are not)"
@@ -175,6 +180,11 @@ class Missing(BaseModel):
         description="what `pip install` lines (sure ones) install that the sandbox does not have: runs cannot fetch it",
     )
     node: list[str] = Field(default_factory=list)
+    files: list[str] = Field(
+        default_factory=list,
+        description="scripts the instructions run by the skill's own path ({baseDir}/..., scripts/... in SKILL.md) "
+        "that the skill does not hold (code left beside it in its repository, a renamed script)",
+    )
 
 
 class NetworkReason(BaseModel):
@@ -206,6 +216,7 @@ class DoctorReport(BaseModel):
     python: list[PythonNeed]
     packages: list[PackageNeed] = Field(default_factory=list)
     node: list[NodeNeed]
+    files: list[FileNeed] = Field(default_factory=list)
     missing: Missing
     network: Network
     findings: list[DoctorFinding]
@@ -433,6 +444,7 @@ def report(
         guessed=[c.name for c in commands if c.found is False and not c.optional and c.confidence == "guess"],
         python=[p.module for p in python if p.found is False and not p.optional],
         node=[m.module for m in node if m.found is False],
+        files=sorted(needs.files),
     )
     # A `pip install` line whose every package the sandbox has downloads nothing.
     satisfied = {use for k in packages if k.found for use in k.used_in} - {
@@ -447,7 +459,7 @@ def report(
     )
     unchecked = any(f.code in (DependenciesUnmet.code, PROBE_FAILED) for f in findings)
     ok = (
-        not (missing.commands or missing.python or missing.node or missing.packages or unchecked)
+        not (missing.commands or missing.python or missing.node or missing.packages or missing.files or unchecked)
         and network.needed != "yes"
     )
     return DoctorReport(
@@ -457,6 +469,7 @@ def report(
         python=python,
         packages=packages,
         node=node,
+        files=[FileNeed(path=f, used_in=locations(needs.files[f])) for f in sorted(needs.files)],
         missing=missing,
         network=network,
         findings=findings,
@@ -490,7 +503,9 @@ def render_table(doctor: DoctorReport) -> str:
         lines.append(row("package", k.requirement, k.found, detail, k.used_in))
     for m in doctor.node:
         lines.append(row("node", m.module, m.found, "", m.used_in))
-    if not (doctor.commands or doctor.python or doctor.packages or doctor.node):
+    for file in doctor.files:
+        lines.append(row("file", file.path, False, "not in the skill", file.used_in))
+    if not (doctor.commands or doctor.python or doctor.packages or doctor.node or doctor.files):
         lines.append("  (the skill uses no command or module the scan could see)")
     lines.append("")
     lines.append(f"network: {doctor.network.needed}" + (f" -- {doctor.network.note}" if doctor.network.reasons else ""))
@@ -501,7 +516,13 @@ def render_table(doctor: DoctorReport) -> str:
     for f in doctor.findings:
         where = f" {f.file}:{f.line}" if f.file and f.line else f" {f.file}" if f.file else ""
         lines.append(f"finding {f.code}:{where} {f.message}")
-    missing = [*doctor.missing.commands, *doctor.missing.python, *doctor.missing.packages, *doctor.missing.node]
+    missing = [
+        *doctor.missing.commands,
+        *doctor.missing.python,
+        *doctor.missing.packages,
+        *doctor.missing.node,
+        *doctor.missing.files,
+    ]
     lines.append("")
     if doctor.missing.guessed:
         lines.append("possibly missing (read from the docs' prose, not counted): " + ", ".join(doctor.missing.guessed))

@@ -21,6 +21,7 @@ from skill_executor.doctor import PROBE_FAILED, DoctorReport, _probe, diagnose, 
 from skill_executor.errors import NotFound
 from skill_executor.skills import load_skill
 from skill_executor.preflight import ImageNeeds, fenced_blocks, looks_like_shell, scan, scan_texts, shell_commands
+from skill_executor.preflight.model import Use
 
 from .api_server import Server
 from .conftest import REPO, SKILLS, make_settings
@@ -215,6 +216,49 @@ def test_a_guess_not_found_is_named_but_not_counted_in_the_verdict(tmp_path: Pat
     needs = scan(load_skill(root))
     verdict = report(load_skill(root), "img", needs, {"commands": dict.fromkeys(needs.commands)}, [])
     assert verdict.ok and verdict.missing.guessed == ["brew", "free"]
+
+
+def test_scripts_the_instructions_run_that_the_skill_lacks_are_missing_files(tmp_path: Path) -> None:
+    """trailofbits' constant-time-analysis runs ``uv run {baseDir}/ct_analyzer/analyzer.py``, code
+    its repository keeps beside the skill: installed alone, the instruction fails as written.
+    Paths by the skill's own folder count everywhere; ``scripts/...`` ones in SKILL.md only
+    (a reference may run them from elsewhere); an option's value is not the script."""
+    from skill_executor.doctor import report
+
+    needs = scan_texts(
+        {
+            "SKILL.md": "```bash\n"
+            "uv run {baseDir}/ct_analyzer/analyzer.py --warnings src/a.c\n"
+            'uv run --with pandas "{baseDir}/scripts/have.py"\n'
+            'node "${CLAUDE_SKILL_DIR}/scripts/gone.mjs" --check\n'
+            "python3 $SKILL_DIR/scripts/have.py && bash {baseDir}/scripts/gone.sh\n"
+            "python scripts/renamed.py data.csv\n"
+            "python scripts/have.py --out {baseDir}/results/x.py\n"
+            "{baseDir}/scripts/tool.sh x\n"
+            "pandoc a.md -o b.pdf\n"
+            "python -m scripts.have\n"
+            "```\n",
+            "scripts/have.py": "",
+            "scripts/tool.sh": "",
+            "references/more.md": "```bash\npython scripts/elsewhere.py\nnode {baseDir}/scripts/ref.js\n```\n",
+        }
+    )
+    assert needs.files == {
+        "ct_analyzer/analyzer.py": [Use("SKILL.md", 2)],
+        "scripts/gone.mjs": [Use("SKILL.md", 4)],
+        "scripts/gone.sh": [Use("SKILL.md", 5)],
+        "scripts/renamed.py": [Use("SKILL.md", 6)],
+        "scripts/ref.js": [Use("references/more.md", 3)],
+    }
+    assert needs.commands["pandoc"].sure  # `{baseDir}/x.sh` read as a word, not an unclosed `{`
+    root = tmp_path / "beside"
+    root.mkdir()
+    (root / "SKILL.md").write_text("---\nname: beside\ndescription: d\n---\n```bash\nuv run {baseDir}/x/a.py\n```\n")
+    needs = scan(load_skill(root))
+    verdict = report(load_skill(root), "img", needs, {"commands": dict.fromkeys(needs.commands, "/usr/bin/uv")}, [])
+    assert not verdict.ok and verdict.missing.files == ["x/a.py"]
+    assert [(f.path, f.used_in) for f in verdict.files] == [("x/a.py", ["SKILL.md:6"])]
+    assert "NOT OK: missing x/a.py" in render_table(verdict)
 
 
 def test_functions_a_skill_file_defines_and_subcommands_shown_alone_are_no_missing_commands() -> None:
@@ -551,7 +595,14 @@ def test_everything_found(docker_executor: Executor) -> None:
     assert {c.name: c.found for c in report.commands} == {"pandoc": True, "python3": True, "node": True}
     assert [(p.module, p.found, p.distribution_hint) for p in report.python] == [("openpyxl", True, None)]
     assert [(m.module, m.found, m.used_in) for m in report.node] == [("docx", True, ["scripts/make.js:1"])]
-    assert report.missing.model_dump() == {"commands": [], "guessed": [], "python": [], "packages": [], "node": []}
+    assert report.missing.model_dump() == {
+        "commands": [],
+        "guessed": [],
+        "python": [],
+        "packages": [],
+        "node": [],
+        "files": [],
+    }
     assert report.network.needed == "no"
     assert "ok: everything" in render_table(report)
 
@@ -565,6 +616,7 @@ def test_missing_and_network(docker_executor: Executor) -> None:
         "python": ["nosuchmodule"],
         "packages": ["x"],  # `pip install x`: the sandbox has no x, and a run cannot fetch it
         "node": ["nosuchmod"],
+        "files": [],
     }
     optional = next(p for p in report.python if p.module == "nosuchoptional")
     assert optional.optional and not optional.found
@@ -621,7 +673,14 @@ def test_unmet_declared_dependencies_are_a_finding(docker_executor: Executor) ->
     assert "editable installs are not allowed" in report.findings[0].message
     assert [(c.name, c.found) for c in report.commands] == [("pandoc", None)]  # not checked: no run could start
     assert [(p.module, p.found) for p in report.python] == [("yaml", None)]
-    assert report.missing.model_dump() == {"commands": [], "guessed": [], "python": [], "packages": [], "node": []}
+    assert report.missing.model_dump() == {
+        "commands": [],
+        "guessed": [],
+        "python": [],
+        "packages": [],
+        "node": [],
+        "files": [],
+    }
     assert "declared dependencies cannot be met" in render_table(report)
 
 
@@ -667,6 +726,7 @@ def assert_honest(report: DoctorReport) -> None:
         "python": ["nosuchmodule"],
         "packages": [],
         "node": ["nosuchmod"],
+        "files": [],
     }
     assert {c.name: c.found for c in report.commands} == {"nosuchtool": False, "python3": True}
     assert [f.code for f in report.findings] == []
@@ -721,6 +781,7 @@ def test_a_probe_that_answers_garbage_is_a_failed_verdict(
         "python": [],
         "packages": [],
         "node": [],
+        "files": [],
     }  # nothing checked, nothing claimed
     assert [(k.requirement, k.found) for k in report.packages] == [("x", None)]
     assert "the probe failed (nothing was checked)" in render_table(report)

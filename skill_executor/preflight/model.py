@@ -410,6 +410,9 @@ class ImageNeeds:
     #: what skills that declare nothing else rely on.
     packages: dict[str, Need] = field(default_factory=dict)
     node: dict[str, list[Use]] = field(default_factory=dict)
+    #: Files of the skill its instructions run (``python {baseDir}/scripts/x.py``, ``node
+    #: scripts/x.mjs`` in SKILL.md) that the skill does not hold: path relative to the skill.
+    files: dict[str, list[Use]] = field(default_factory=dict)
     network: list[Reason] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
     seen_reasons: set[Reason] = field(default_factory=set, repr=False, compare=False)
@@ -436,6 +439,11 @@ class ImageNeeds:
             self.seen_node.add((name, Use(file, line)))
             if len(uses) < MAX_USES:
                 uses.append(Use(file, line))
+
+    def missing_file(self, name: str, file: str, line: int) -> None:
+        uses = self.files.setdefault(name, [])
+        if Use(file, line) not in uses and len(uses) < MAX_USES:
+            uses.append(Use(file, line))
 
     def reason(self, file: str, line: int, why: str, level: Sure) -> None:
         reason = Reason(file, line, why, level)

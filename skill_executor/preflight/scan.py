@@ -90,6 +90,8 @@ def scan(
         needs.notes.append(Note("too_many_files", f"only the first {max_files} files were scanned"))
     paths = [skill.skill_file.name, *(e.path for e in entries)]
     scanner = _Scanner(needs, entries, {PurePosixPath(p).name for p in paths})
+    scanner.skill_file = skill.skill_file.name
+    scanner.complete = len(entries) < max_files
     for path in paths:
         kind = _kind(path)
         if kind is None:
@@ -125,6 +127,7 @@ def scan_texts(files: dict[str, str], *, skill_file: str = "SKILL.md") -> ImageN
     needs = ImageNeeds()
     entries = [FileEntry(p, len(t), "other") for p, t in files.items() if p != skill_file]
     scanner = _Scanner(needs, entries, {PurePosixPath(p).name for p in files})
+    scanner.skill_file = skill_file
     for path in sorted(files, key=lambda p: (p != skill_file, p)):
         kind = _kind(path)
         if kind is not None:
@@ -134,6 +137,15 @@ def scan_texts(files: dict[str, str], *, skill_file: str = "SKILL.md") -> ImageN
 
 
 Kind = Literal["doc", "python", "node", "shell", "other"]
+#: Programs whose first argument (after ``uv run``'s own options) is a script to run.
+INTERPRETER = re.compile(r"^(python(3(\.\d+)?)?|node|bash|sh|uv|tsx|deno|bun)$")
+#: A script's name: what the skill's instructions run by path.
+SCRIPT_SUFFIX = re.compile(r"\.(py|js|mjs|cjs|ts|sh|bash)$")
+#: The skill's own folder as instructions name it: ``{baseDir}`` (Claude Code),
+#: ``${CLAUDE_SKILL_DIR}``, ``$SKILL_DIR`` (this service's runs).
+SKILL_DIR_PREFIX = re.compile(r"^(?:\{baseDir\}|__baseDir__|\$\{?(?:CLAUDE_SKILL_DIR|SKILL_DIR)\}?)/(.+)$")
+#: What ``{baseDir}`` is read as in shell code (a plain word).
+BASE_DIR_WORD = "__baseDir__"
 CONSOLE_TAGS = frozenset({"console", "shell-session", "shellsession", "terminal"})
 
 
@@ -169,6 +181,9 @@ class _Scanner:
         self._local: dict[str, set[str]] = {}
         #: shell functions any file of the skill defines
         self.functions: set[str] = set()
+        self.skill_file = "SKILL.md"
+        #: every file of the skill is in ``paths`` (the inventory was not cut short)
+        self.complete = True
 
     def scan_text(self, path: str, kind: Kind, text: str) -> None:
         if kind == "doc":
@@ -229,7 +244,9 @@ class _Scanner:
         the parser marks unsure are guesses; ``sure`` False: all of it is."""
         functions: set[str] = set()
         doc = _kind(path) == "doc"
-        found = list(shell_commands(text, functions))
+        # ``{baseDir}`` (Claude Code's placeholder) as a bare word reads as an unclosed ``{``
+        # group, which would make every later line of the block a guess.
+        found = list(shell_commands(text.replace("{baseDir}", BASE_DIR_WORD), functions))
         self.functions |= functions
         for command in found:
             words, line = command.words, command.line + offset
@@ -238,10 +255,37 @@ class _Scanner:
             if name in CHECKS:  # command -v X, which X, ...: X is looked for, not relied on
                 for checked in (w for w in words[1:] if not w.startswith("-")):
                     self.needs.command(checked, path, line, optional=True, sure=certain)
+            if sure and command.sure:
+                self.skill_script(path, words, line)
             if name in functions or "/" in name or name in self.file_names:
                 continue
             self.needs.command(name, path, line, sure=certain)
             self.shell_needs(path, name, words, line, sure=certain)
+
+    def skill_script(self, path: str, words: list[str], line: int) -> None:
+        """A script of the skill the command runs (``python {baseDir}/scripts/x.py``, ``uv run
+        "${CLAUDE_SKILL_DIR}/x.py"``, ``{baseDir}/scripts/x.sh``, and in SKILL.md ``node
+        scripts/x.mjs``) that the skill does not hold: the instruction fails as written (code
+        that lives beside the skill in its repository, a renamed script)."""
+        if not self.complete:
+            return
+        script = words[0]
+        if INTERPRETER.match(script):
+            rest = words[2:] if script == "uv" and words[1:2] == ["run"] else words[1:]
+            script = next((w for w in rest if not w.startswith("-")), "")
+            if script == "" or rest[: rest.index(script)] and not SCRIPT_SUFFIX.search(script):
+                return  # an option's value, not the script
+        script = script.strip("\"'")
+        anchored = SKILL_DIR_PREFIX.match(script)
+        if anchored:
+            relative = anchored.group(1)
+        elif path == self.skill_file and script.startswith("scripts/"):
+            relative = script
+        else:
+            return
+        relative = str(PurePosixPath(relative))
+        if SCRIPT_SUFFIX.search(relative) and ".." not in relative.split("/") and relative not in self.paths:
+            self.needs.missing_file(relative, path, line)
 
     def shell_needs(self, path: str, name: str, words: list[str], line: int, *, sure: bool = True) -> None:
         args = [w for w in words[1:] if not w.startswith("-")]
