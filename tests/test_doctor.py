@@ -452,6 +452,13 @@ def test_network_reasons() -> None:
     ]
     assert needs.network_needed == "yes"
     assert scan_texts({"scripts/a.py": "import urllib.request\n"}).network_needed == "maybe"
+    # A hosted API's SDK (claudekit's ai-multimodal: google-genai) calls out, guarded or not.
+    api = scan_texts({"scripts/g.py": "try:\n    from google import genai\nexcept ImportError:\n    genai = None\n"})
+    assert [(r.line, r.why, r.level) for r in api.network] == [
+        (2, "imports google.genai (a hosted API's client)", "maybe")
+    ]
+    assert scan_texts({"scripts/o.py": "import openai.types\n"}).network_needed == "maybe"
+    assert scan_texts({"scripts/x.py": "from google.protobuf import json_format\n"}).network_needed == "no"
     assert scan_texts({"SKILL.md": "```bash\npython3 x.py\n```\n"}).network_needed == "no"
 
 

@@ -327,6 +327,19 @@ NETWORK_MODULES = frozenset(
         "smtplib",
     }
 )
+#: Python clients of hosted APIs (a model provider's SDK): a script importing one calls out.
+API_CLIENT_MODULES = frozenset(
+    {
+        "anthropic",
+        "openai",
+        "google.genai",
+        "google.generativeai",
+        "cohere",
+        "mistralai",
+        "groq",
+        "replicate",
+    }
+)
 #: Call names (the last attribute) that send a request to their first argument.
 REQUEST_CALLS = frozenset(
     {

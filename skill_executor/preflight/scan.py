@@ -38,6 +38,7 @@ from ..errors import ExecutorError
 from ..skills.files import DEFAULT_MAX_READ, FileEntry, inventory, read_file
 from ..skills.model import Skill
 from .model import (
+    API_CLIENT_MODULES,
     CHECKS,
     DOC_SUFFIXES,
     EXEC_EXCEPTIONS,
@@ -511,7 +512,7 @@ class _PythonVisitor(ast.NodeVisitor):
         if node.module in ("subprocess", "os", "shutil"):
             for alias in node.names:
                 self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-        if node.module in ("urllib", "http"):
+        if node.module in ("urllib", "http", "google"):  # `from google import genai`
             for alias in node.names:
                 self.network_module(f"{node.module}.{alias.name}", node)
 
@@ -523,6 +524,9 @@ class _PythonVisitor(ast.NodeVisitor):
         for name in NETWORK_MODULES:
             if dotted == name or dotted.startswith(name + "."):
                 self.needs.reason(self.path, self.line(node), f"imports {name} (an HTTP client)", "maybe")
+        for name in API_CLIENT_MODULES:
+            if dotted == name or dotted.startswith(name + "."):
+                self.needs.reason(self.path, self.line(node), f"imports {name} (a hosted API's client)", "maybe")
 
     def visit_Call(self, node: ast.Call) -> None:
         name = self.call_name(node.func)
