@@ -261,6 +261,41 @@ def test_scripts_the_instructions_run_that_the_skill_lacks_are_missing_files(tmp
     assert "NOT OK: missing x/a.py" in render_table(verdict)
 
 
+def test_interpreter_versions_the_skill_asks_for(tmp_path: Path) -> None:
+    """alirezarezvani's full-page-screenshot needs "Node.js 22+" (its prose says so; the image
+    has 18); trailmark's skills `requires-python = ">=3.12"` (the image has 3.11)."""
+    from skill_executor.doctor import report
+
+    needs = scan_texts(
+        {
+            "SKILL.md": "Requires **Node.js 22+** (Node 18 or later for the rest) and Python 3.10+; Python 3 is fine.\n",
+            "scripts/package.json": '{"engines": {"node": ">=18.0.0"}, "dependencies": {}}',
+            "scripts/x.py": '# /// script\n# requires-python = ">=3.12"\n# ///\nprint(1)\n',
+            "pyproject.toml": '[project]\nname = "x"\nrequires-python = ">=3.11"\n',
+        }
+    )
+    assert {
+        name: {spec: [str(u) for u in uses] for spec, uses in specs.items()} for name, specs in needs.runtimes.items()
+    } == {
+        "node": {">=22": ["SKILL.md:1"], ">=18": ["SKILL.md:1"], ">=18.0.0": ["scripts/package.json:1"]},
+        "python": {">=3.10": ["SKILL.md:1"], ">=3.12": ["scripts/x.py:2"], ">=3.11": ["pyproject.toml:3"]},
+    }
+    root = tmp_path / "versions"
+    root.mkdir()
+    (root / "SKILL.md").write_text("---\nname: versions\ndescription: d\n---\nNeeds Node.js >= 22 and Python 3.11+.\n")
+    skill = load_skill(root)
+    needs = scan(skill)
+    verdict = report(skill, "img", needs, {"versions": {"node": "18.20.4", "python": "3.11.2"}}, [])
+    assert [(r.name, r.requires, r.version, r.found) for r in verdict.runtimes] == [
+        ("node", ">=22", "18.20.4", False),
+        ("python", ">=3.11", "3.11.2", True),
+    ]
+    assert not verdict.ok and verdict.missing.runtimes == ["node>=22"]
+    assert "NOT OK: missing node>=22" in render_table(verdict)
+    unchecked = report(skill, "img", needs, {}, [])  # no probe answer: nothing claimed
+    assert [r.found for r in unchecked.runtimes] == [None, None] and unchecked.missing.runtimes == []
+
+
 def test_functions_a_skill_file_defines_and_subcommands_shown_alone_are_no_missing_commands() -> None:
     needs = scan_texts(
         {
@@ -608,6 +643,7 @@ def test_everything_found(docker_executor: Executor) -> None:
         "python": [],
         "packages": [],
         "node": [],
+        "runtimes": [],
         "files": [],
     }
     assert report.network.needed == "no"
@@ -623,6 +659,7 @@ def test_missing_and_network(docker_executor: Executor) -> None:
         "python": ["nosuchmodule"],
         "packages": ["x"],  # `pip install x`: the sandbox has no x, and a run cannot fetch it
         "node": ["nosuchmod"],
+        "runtimes": [],
         "files": [],
     }
     optional = next(p for p in report.python if p.module == "nosuchoptional")
@@ -639,6 +676,21 @@ def test_missing_and_network(docker_executor: Executor) -> None:
     }
     with pytest.raises(NotFound):
         diagnose(docker_executor, "no-such-skill")
+
+
+def test_the_probe_reads_the_interpreters_versions(docker_executor: Executor) -> None:
+    root = docker_executor.settings.skills_dirs[0]
+    write_skill(
+        root,
+        "needs-versions",
+        {"SKILL.md": "---\nname: needs-versions\ndescription: d\n---\nNeeds Node.js 99+ and Python 3.8+.\n"},
+    )
+    report = diagnose(docker_executor, "needs-versions")
+    found = {r.requires: (r.name, r.found) for r in report.runtimes}
+    assert found == {">=99": ("node", False), ">=3.8": ("python", True)}, render_table(report)
+    node = next(r for r in report.runtimes if r.name == "node")
+    assert node.version is not None and int(node.version.split(".")[0]) >= 18
+    assert report.missing.runtimes == ["node>=99"] and not report.ok
 
 
 def test_probe_is_bounded_and_skipped_when_there_is_nothing_to_probe(
@@ -686,6 +738,7 @@ def test_unmet_declared_dependencies_are_a_finding(docker_executor: Executor) ->
         "python": [],
         "packages": [],
         "node": [],
+        "runtimes": [],
         "files": [],
     }
     assert "declared dependencies cannot be met" in render_table(report)
@@ -733,6 +786,7 @@ def assert_honest(report: DoctorReport) -> None:
         "python": ["nosuchmodule"],
         "packages": [],
         "node": ["nosuchmod"],
+        "runtimes": [],
         "files": [],
     }
     assert {c.name: c.found for c in report.commands} == {"nosuchtool": False, "python3": True}
@@ -788,6 +842,7 @@ def test_a_probe_that_answers_garbage_is_a_failed_verdict(
         "python": [],
         "packages": [],
         "node": [],
+        "runtimes": [],
         "files": [],
     }  # nothing checked, nothing claimed
     assert [(k.requirement, k.found) for k in report.packages] == [("x", None)]
@@ -802,8 +857,20 @@ def test_the_probes_answer_is_parsed_strictly() -> None:
         "python": {"yaml": True},
         "node": {"docx": False},
         "packages": {},
+        "versions": {},
         "errors": [],
     }
+    with_versions = good.replace('"errors": []', '"errors": [], "versions": {"node": "18.20.4", "python": null}')
+    answer = parse_answer(with_versions, *asked, [], ["node", "python"])
+    assert answer is not None and answer["versions"] == {"node": "18.20.4", "python": None}
+    for bad in [
+        with_versions.replace('"18.20.4"', '"18\u001b[2J"'),
+        with_versions.replace('"18.20.4"', '"v18"'),
+        with_versions.replace('"18.20.4"', "18"),
+        with_versions.replace('"python": null', '"ruby": null'),
+        good,  # the versions asked are not answered
+    ]:
+        assert parse_answer(bad, *asked, [], ["node", "python"]) is None, bad[:200]
     with_packages = good.replace('"errors": []', '"packages": {"pandas": "3.1.1", "nosuch": null}, "errors": []')
     answer = parse_answer(with_packages, *asked, ["pandas", "nosuch"])
     assert answer is not None and answer["packages"] == {"pandas": "3.1.1", "nosuch": None}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import json
 import re
 import sys
 import time
@@ -32,6 +33,7 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from packaging.requirements import InvalidRequirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ..envs.declared import format_requirement, normalise_requirement, safe_python_need
 from ..errors import ExecutorError
@@ -138,6 +140,15 @@ def scan_texts(files: dict[str, str], *, skill_file: str = "SKILL.md") -> ImageN
 
 
 Kind = Literal["doc", "python", "node", "shell", "other"]
+#: ``requires-python = ">=3.12"`` of a pyproject.toml, and of a PEP 723 block (``# `` lines).
+REQUIRES_PYTHON = re.compile(r"""^requires-python\s*=\s*["']([^"'\n]{1,64})["']""", re.M)
+SCRIPT_REQUIRES_PYTHON = re.compile(r"""^#\s*requires-python\s*=\s*["']([^"'\n]{1,64})["']""", re.M)
+#: A version the docs ask for: "Node.js 22+", "Node 22 or later", "Node.js >= 18", "Python 3.12+".
+PROSE_VERSION = re.compile(
+    r"\b(Node(?:\.js)?|Python)[ \t]*(?:v|version[ \t]*)?"
+    r"(?:(\d{1,2}(?:\.\d{1,2})?)(?:\+|[ \t]+or[ \t]+(?:later|newer|higher|above))"
+    r"|>=[ \t]*v?(\d{1,2}(?:\.\d{1,2})?))"
+)
 #: Programs whose first argument (after ``uv run``'s own options) is a script to run.
 INTERPRETER = re.compile(r"^(python(3(\.\d+)?)?|node|bash|sh|uv|tsx|deno|bun)$")
 #: A script's name: what the skill's instructions run by path.
@@ -151,6 +162,8 @@ CONSOLE_TAGS = frozenset({"console", "shell-session", "shellsession", "terminal"
 
 
 def _kind(path: str) -> Kind | None:
+    if PurePosixPath(path).name in ("package.json", "pyproject.toml"):
+        return "other"  # read for the interpreter version they ask for
     lower = path.lower()
     if lower.endswith(DOC_SUFFIXES):
         return "doc"
@@ -187,9 +200,16 @@ class _Scanner:
         self.complete = True
 
     def scan_text(self, path: str, kind: Kind, text: str) -> None:
+        name = PurePosixPath(path).name
+        if name in ("package.json", "pyproject.toml"):
+            self.manifest(path, text)
+            return
         if kind == "doc":
             self.doc(path, text)
+            self.prose_runtimes(path, text)
             return
+        if kind == "python":
+            self.script_runtime(path, text)
         interpreter = self.shebang(path, text)
         if kind == "other":
             kind = BY_INTERPRETER.get(interpreter or "", "other")
@@ -231,6 +251,48 @@ class _Scanner:
                 self.node(path, block, start)
             elif tag == "" and looks_like_shell(block):  # untagged: what it runs is a guess
                 self.shell(path, prompt_lines(block, console=False), start, sure=False)
+
+    # -- interpreter versions -------------------------------------------------------------------
+
+    def manifest(self, path: str, text: str) -> None:
+        """``engines.node`` of a package.json, ``requires-python`` of a pyproject.toml."""
+        if path.endswith("package.json"):
+            try:
+                engines = json.loads(text).get("engines", {})
+            except (ValueError, AttributeError):
+                return
+            spec = engines.get("node") if isinstance(engines, dict) else None
+            if isinstance(spec, str):
+                self.version_need("node", spec, path, _line_of(text, '"node"'))
+            return
+        match = REQUIRES_PYTHON.search(text)
+        if match:
+            self.version_need("python", match.group(1), path, text.count("\n", 0, match.start()) + 1)
+
+    def script_runtime(self, path: str, text: str) -> None:
+        """``requires-python`` of a PEP 723 ``# /// script`` block."""
+        match = SCRIPT_REQUIRES_PYTHON.search(text)
+        if match:
+            self.version_need("python", match.group(1), path, text.count("\n", 0, match.start()) + 1)
+
+    def prose_runtimes(self, path: str, text: str) -> None:
+        """ "Node.js 22+", "Node >= 18", "Python 3.12+", "Python >= 3.12" in the docs."""
+        for match in PROSE_VERSION.finditer(text):
+            name = "node" if match.group(1).lower().startswith("node") else "python"
+            version = match.group(2) or match.group(3)
+            if name == "python" and "." not in version:
+                continue  # "Python 3+": no requirement worth a check
+            self.version_need(name, f">={version}", path, text.count("\n", 0, match.start()) + 1)
+
+    def version_need(self, name: str, spec: str, path: str, line: int) -> None:
+        spec = spec.strip().replace(" ", "")
+        if spec.startswith("^"):  # npm's ^22: the major's floor (the upper bound is no check)
+            spec = ">=" + spec[1:]
+        try:
+            SpecifierSet(spec)
+        except InvalidSpecifier:
+            return  # an npm range pip's grammar does not read ("18 || 20"): not checked
+        self.needs.runtime(name, spec, path, line)
 
     # -- shell ----------------------------------------------------------------------------------
 
@@ -582,6 +644,11 @@ class _PythonVisitor(ast.NodeVisitor):
         if isinstance(func, ast.Name):
             return self.aliases.get(func.id, func.id)
         return ""
+
+
+def _line_of(text: str, needle: str) -> int:
+    at = text.find(needle)
+    return 1 if at < 0 else text.count("\n", 0, at) + 1
 
 
 def _catches(handler: ast.ExceptHandler, exceptions: frozenset[str]) -> bool:
