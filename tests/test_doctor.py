@@ -168,6 +168,12 @@ def test_what_is_not_in_command_position_is_not_a_command() -> None:
     # an installer's line, a macOS command and a JavaScript snippet in a bash block: named, but as guesses
     assert {"brew", "codesign", "const"} <= set(guessed(needs))
     assert not any("MeSH" in name for name in needs.commands)  # a query's term is never a command name
+    # An unquoted ffmpeg filter (claudekit's media-processing): bash itself cannot parse it, and
+    # `(iw-1280)` glued to `crop=...:` is no subshell running `iw-1280`, not even as a guess.
+    split = scan_texts(
+        {"SKILL.md": "```bash\nffmpeg -i in.mp4 -vf crop=1280:720:(iw-1280)/2:(ih-720)/2 out.mp4\n```\n"}
+    )
+    assert set(split.commands) == {"ffmpeg"}
 
 
 def test_every_real_use_is_still_reported() -> None:
