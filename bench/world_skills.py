@@ -375,14 +375,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_service(image: str, data: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_service(image: str, data: Path, deps_from_docs: bool = True) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     empty = data / "no-skills"
     empty.mkdir(parents=True)
     env = dict(
         os.environ,
         SKILL_EXECUTOR_DOCKER_IMAGE=image,
-        SKILL_EXECUTOR_SKILL_DEPS_FROM_DOCS="true",
+        SKILL_EXECUTOR_SKILL_DEPS_FROM_DOCS="true" if deps_from_docs else "false",
         SKILL_EXECUTOR_MAX_TIMEOUT="600",
         PYTHONPATH=str(ROOT),
     )
@@ -429,7 +429,7 @@ def short(text: str, n: int = 300) -> str:
 def run_service(args: argparse.Namespace, cases: list[Case], inputs: Path) -> list[dict[str, Any]]:
     data = Path(tempfile.mkdtemp(prefix="world-skills-"))
     data.chmod(0o755)  # pip and npm run as `nobody` when the service is root: they must reach envs/
-    proc, url = start_service(args.image, data)
+    proc, url = start_service(args.image, data, deps_from_docs=not args.no_deps_from_docs)
     rows: list[dict[str, Any]] = []
     try:
         with Client(url, timeout=900) as client:
@@ -533,6 +533,11 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="skill folder names to run (default: all)")
     parser.add_argument("--plain", action="store_true", help="plain `docker run --network none`, no service")
     parser.add_argument("--envs", help="with --plain: a kept service's <data dir>/envs, for the skills' dependencies")
+    parser.add_argument(
+        "--no-deps-from-docs",
+        action="store_true",
+        help="the service's default: SKILL.md's pip install lines not resolved",
+    )
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the service's temporary data dir")
     args = parser.parse_args()
