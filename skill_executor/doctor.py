@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from packaging.requirements import Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
@@ -87,7 +88,18 @@ sys.dont_write_bytecode = True
 import importlib.util, json, os, shutil, site, subprocess
 names = json.loads(sys.stdin.read(MAX_INPUT))
 skill = os.getcwd()
-out = {"commands": {}, "python": {}, "node": {}, "errors": []}
+out = {"commands": {}, "python": {}, "node": {}, "errors": [], "versions": {}}
+if "python" in names.get("versions", []):
+    import platform
+    out["versions"]["python"] = platform.python_version()
+if "node" in names.get("versions", []):
+    node, out["versions"]["node"] = shutil.which("node"), None
+    try:
+        if node:
+            done = subprocess.run([node, "--version"], cwd="/", capture_output=True, text=True, timeout=10)
+            out["versions"]["node"] = done.stdout.strip().lstrip("v")[:40] if done.returncode == 0 else None
+    except Exception:
+        pass
 for name in names["commands"]:
     out["commands"][name] = shutil.which(name)
 site.main()  # the image's site-packages (-I: none of the user's, nothing of the skill)
@@ -161,6 +173,19 @@ class NodeNeed(BaseModel):
     used_in: list[str]
 
 
+class FileNeed(BaseModel):
+    path: str = Field(description="a script the skill's instructions run, relative to the skill, that it does not hold")
+    used_in: list[str] = Field(description="file:line of each instruction running it")
+
+
+class RuntimeNeed(BaseModel):
+    name: str = Field(description="`node` or `python`")
+    requires: str = Field(description="the version asked for, as a specifier (`>=22`)")
+    version: str | None = Field(default=None, description="the sandbox's (null: absent, or not checked)")
+    found: bool | None = Field(description="the sandbox's version satisfies it; null: not checked")
+    used_in: list[str] = Field(description="file:line: requires-python, engines.node, the docs' prose")
+
+
 class Missing(BaseModel):
     commands: list[str] = Field(
         default_factory=list, description="required commands the skill surely runs (optional ones and guesses are not)"
@@ -175,6 +200,15 @@ class Missing(BaseModel):
         description="what `pip install` lines (sure ones) install that the sandbox does not have: runs cannot fetch it",
     )
     node: list[str] = Field(default_factory=list)
+    runtimes: list[str] = Field(
+        default_factory=list,
+        description="interpreter versions the skill asks for that the sandbox's do not satisfy (`node>=22`)",
+    )
+    files: list[str] = Field(
+        default_factory=list,
+        description="scripts the instructions run by the skill's own path ({baseDir}/..., scripts/... in SKILL.md) "
+        "that the skill does not hold (code left beside it in its repository, a renamed script)",
+    )
 
 
 class NetworkReason(BaseModel):
@@ -206,6 +240,8 @@ class DoctorReport(BaseModel):
     python: list[PythonNeed]
     packages: list[PackageNeed] = Field(default_factory=list)
     node: list[NodeNeed]
+    runtimes: list[RuntimeNeed] = Field(default_factory=list)
+    files: list[FileNeed] = Field(default_factory=list)
     missing: Missing
     network: Network
     findings: list[DoctorFinding]
@@ -218,8 +254,9 @@ def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> Do
     needs = scan(skill, max_bytes=executor.settings.max_file_read_bytes)
     findings = [DoctorFinding(code=n.code, message=n.message, file=n.file, line=n.line) for n in needs.notes]
     commands, python, node, packages = _bounded(needs, findings)
-    probed: dict[str, Any] = {"commands": {}, "python": {}, "node": {}, "packages": {}}
-    if commands or python or node or packages:  # nothing to look for: no run
+    versions = sorted(needs.runtimes)
+    probed: dict[str, Any] = {"commands": {}, "python": {}, "node": {}, "packages": {}, "versions": {}}
+    if commands or python or node or packages or versions:  # nothing to look for: no run
         unchecked = {
             "commands": dict.fromkeys(commands, NOT_CHECKED),
             "python": dict.fromkeys(python),
@@ -227,7 +264,7 @@ def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> Do
             "packages": dict.fromkeys(packages, NOT_CHECKED),
         }
         try:
-            probed = _probe(executor, skill, commands, python, node, packages, tenant)
+            probed = _probe(executor, skill, commands, python, node, packages, tenant, versions)
         except DependenciesUnmet as exc:  # no run can start: say so, and what the scan found
             unmet = exc.details.get("unmet") if isinstance(exc.details, dict) else None
             findings.append(DoctorFinding(code=exc.code, message=exc.message + (f": {unmet}" if unmet else "")))
@@ -297,6 +334,7 @@ def _probe(
     node: list[str],
     packages: list[str],
     tenant: str,
+    versions: Sequence[str] = (),
 ) -> dict[str, Any]:
     timeout = min(PROBE_TIMEOUT, executor.settings.max_timeout)
     names = {
@@ -304,6 +342,7 @@ def _probe(
         "python": python,
         "node": node,
         "packages": packages,
+        "versions": list(versions),
         "node_probe": NODE_PROBE,
         "node_timeout": max(1.0, timeout * 0.8),
     }
@@ -315,7 +354,7 @@ def _probe(
         why = "timed out" if result.timed_out else f"exit {result.exit_code}"
         stderr = _printable(result.stderr.strip()[-500:])
         raise ProbeFailed(f"the probe of skill {skill.id!r} failed ({why}): {stderr or 'no output'}")
-    answer = parse_answer(result.stdout, commands, python, node, packages)
+    answer = parse_answer(result.stdout, commands, python, node, packages, versions)
     if answer is None:
         raise ProbeFailed(f"the probe of skill {skill.id!r} gave no valid answer: nothing was checked")
     return answer
@@ -334,9 +373,12 @@ class _Answer(BaseModel):
     node: dict[StrictStr, StrictBool]
     packages: dict[StrictStr, StrictStr | None] = Field(default_factory=dict)
     errors: list[StrictStr] = Field(default_factory=list, max_length=10)
+    versions: dict[StrictStr, StrictStr | None] = Field(default_factory=dict)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: An interpreter's version as the probe reports it (``3.11.2``, ``18.20.4``).
+VERSION_TEXT = re.compile(r"[0-9][0-9A-Za-z.+-]{0,39}")
 
 
 def _printable(text: str) -> str:
@@ -345,7 +387,12 @@ def _printable(text: str) -> str:
 
 
 def parse_answer(
-    stdout: str, commands: list[str], python: list[str], node: list[str], packages: Sequence[str] = ()
+    stdout: str,
+    commands: list[str],
+    python: list[str],
+    node: list[str],
+    packages: Sequence[str] = (),
+    versions: Sequence[str] = (),
 ) -> dict[str, Any] | None:
     """The probe's answer from its output, or None: the output is over
     :data:`MAX_ANSWER_BYTES`, its last line is not the JSON object the probe prints, a value
@@ -358,12 +405,15 @@ def parse_answer(
         answer = _Answer.model_validate_json(lines[-1]) if lines else None
     except (ValidationError, ValueError):
         return None
-    if answer is None or (set(answer.commands), set(answer.python), set(answer.node), set(answer.packages)) != (
-        set(commands),
-        set(python),
-        set(node),
-        set(packages),
-    ):
+    if answer is None or (
+        set(answer.commands),
+        set(answer.python),
+        set(answer.node),
+        set(answer.packages),
+        set(answer.versions),
+    ) != (set(commands), set(python), set(node), set(packages), set(versions)):
+        return None
+    if any(v is not None and not VERSION_TEXT.fullmatch(v) for v in answer.versions.values()):
         return None
     if any(v is not None and (len(v) > 200 or _CONTROL.search(v)) for v in answer.packages.values()):
         return None
@@ -377,6 +427,7 @@ def parse_answer(
         "python": answer.python,
         "node": answer.node,
         "packages": answer.packages,
+        "versions": answer.versions,
         "errors": [_printable(e[:1000]) for e in answer.errors],
     }
 
@@ -427,12 +478,27 @@ def report(
         for requirement, need in sorted(needs.packages.items())
         if _distribution(requirement) in found_packages
     ]
+    found_versions: dict[str, str | None] = probed.get("versions", {})
+    runtimes = [
+        RuntimeNeed(
+            name=name,
+            requires=spec,
+            version=found_versions.get(name),
+            found=None if name not in found_versions else _satisfies(spec, found_versions[name]),
+            used_in=locations(uses),
+        )
+        for name in sorted(needs.runtimes)
+        if name in ("node", "python")
+        for spec, uses in sorted(needs.runtimes[name].items())
+    ]
     missing = Missing(
         packages=[k.requirement for k in packages if k.found is False and k.confidence == "sure"],
         commands=[c.name for c in commands if c.found is False and not c.optional and c.confidence == "sure"],
         guessed=[c.name for c in commands if c.found is False and not c.optional and c.confidence == "guess"],
         python=[p.module for p in python if p.found is False and not p.optional],
         node=[m.module for m in node if m.found is False],
+        runtimes=[f"{r.name}{r.requires}" for r in runtimes if r.found is False],
+        files=sorted(needs.files),
     )
     # A `pip install` line whose every package the sandbox has downloads nothing.
     satisfied = {use for k in packages if k.found for use in k.used_in} - {
@@ -447,7 +513,15 @@ def report(
     )
     unchecked = any(f.code in (DependenciesUnmet.code, PROBE_FAILED) for f in findings)
     ok = (
-        not (missing.commands or missing.python or missing.node or missing.packages or unchecked)
+        not (
+            missing.commands
+            or missing.python
+            or missing.node
+            or missing.packages
+            or missing.files
+            or missing.runtimes
+            or unchecked
+        )
         and network.needed != "yes"
     )
     return DoctorReport(
@@ -457,11 +531,22 @@ def report(
         python=python,
         packages=packages,
         node=node,
+        runtimes=runtimes,
+        files=[FileNeed(path=f, used_in=locations(needs.files[f])) for f in sorted(needs.files)],
         missing=missing,
         network=network,
         findings=findings,
         ok=ok,
     )
+
+
+def _satisfies(spec: str, version: str | None) -> bool:
+    if version is None:
+        return False
+    try:
+        return SpecifierSet(spec).contains(version, prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return False
 
 
 def render_table(doctor: DoctorReport) -> str:
@@ -490,7 +575,12 @@ def render_table(doctor: DoctorReport) -> str:
         lines.append(row("package", k.requirement, k.found, detail, k.used_in))
     for m in doctor.node:
         lines.append(row("node", m.module, m.found, "", m.used_in))
-    if not (doctor.commands or doctor.python or doctor.packages or doctor.node):
+    for runtime in doctor.runtimes:
+        name = f"{runtime.name}{runtime.requires}"
+        lines.append(row("runtime", name, runtime.found, runtime.version or "", runtime.used_in))
+    for file in doctor.files:
+        lines.append(row("file", file.path, False, "not in the skill", file.used_in))
+    if not (doctor.commands or doctor.python or doctor.packages or doctor.node or doctor.files or doctor.runtimes):
         lines.append("  (the skill uses no command or module the scan could see)")
     lines.append("")
     lines.append(f"network: {doctor.network.needed}" + (f" -- {doctor.network.note}" if doctor.network.reasons else ""))
@@ -501,7 +591,14 @@ def render_table(doctor: DoctorReport) -> str:
     for f in doctor.findings:
         where = f" {f.file}:{f.line}" if f.file and f.line else f" {f.file}" if f.file else ""
         lines.append(f"finding {f.code}:{where} {f.message}")
-    missing = [*doctor.missing.commands, *doctor.missing.python, *doctor.missing.packages, *doctor.missing.node]
+    missing = [
+        *doctor.missing.commands,
+        *doctor.missing.python,
+        *doctor.missing.packages,
+        *doctor.missing.node,
+        *doctor.missing.files,
+        *doctor.missing.runtimes,
+    ]
     lines.append("")
     if doctor.missing.guessed:
         lines.append("possibly missing (read from the docs' prose, not counted): " + ", ".join(doctor.missing.guessed))

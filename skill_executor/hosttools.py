@@ -10,7 +10,7 @@ service's own set-up may steer them, so :meth:`HostTools.run` runs every such to
 * with a **scrubbed environment**: only ``PATH`` (the tool's folder and the system's),
   ``HOME``, ``TMPDIR``, ``LANG``/``LC_ALL``, the proxy and CA-bundle variables of
   :data:`PASSED`, and what the caller sets on purpose -- no credentials, no ``PIP_*``,
-  ``npm_config_*``, ``PYTHON*`` or ``NODE_*`` of the service's environment;
+  ``npm_config_*``, ``PYTHON*`` or other ``NODE_*`` of the service's environment;
 * as an **unprivileged user** when the service runs as root (``HOST_TOOLS_USER``, default
   ``nobody``; no supplementary groups), with only its build folder writable: the
   folder is handed to that user before the tool starts and taken back (:func:`reclaim`:
@@ -55,6 +55,9 @@ PASSED = (
     "ALL_PROXY",
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
+    # Node (npm) reads no system CA store, only its own bundle and this file: a host whose
+    # proxy re-signs TLS (a company CA) sets it, or every npm install fails its handshake.
+    "NODE_EXTRA_CA_CERTS",
 )
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: How much of a tool's output (stdout and stderr together) is kept: the end.
@@ -268,15 +271,20 @@ class HostTools:
             raise HostToolsUnusable(
                 f"the service cannot run {argv[0]}{who}: {result.output.strip()[-500:] or 'no output'}{hint}"
             )
-        paths = [str(p) for p in readable]
-        if paths:
-            test = (
-                'for p do if [ -d "$p" ]; then [ -r "$p" ] && [ -x "$p" ]; else [ -r "$p" ]; fi'
-                ' || { echo "cannot read $p"; exit 1; }; done'
-            )
-            result = self.run(["/bin/sh", "-c", test, "sh", *paths], self.scratch(where / "read"), timeout=timeout)
-            if result.returncode != 0:
-                raise HostToolsUnusable(f"pip/npm{who}: {result.output.strip()[-500:]}{hint}")
+        # ``where`` itself by its absolute path: the tool starts in its folder whatever the
+        # folders above it allow (the working directory is entered before the user is
+        # switched), but pip and npm are handed absolute paths next to it.
+        paths = [str(where), *(str(p) for p in readable)]
+        test = (
+            'for p do if [ -d "$p" ]; then [ -r "$p" ] && [ -x "$p" ]; else [ -r "$p" ]; fi'
+            ' || { echo "cannot read $p"; exit 1; }; done'
+        )
+        result = self.run(["/bin/sh", "-c", test, "sh", *paths], self.scratch(where / "read"), timeout=timeout)
+        if result.returncode != 0:
+            output = result.output.strip()[-500:]
+            if self.user and output == f"cannot read {where}":
+                output += f" (every folder above it must be searchable by {self.user.name})"
+            raise HostToolsUnusable(f"pip/npm{who}: {output}{hint}")
 
 
 _HINT = (

@@ -21,6 +21,7 @@ from skill_executor.doctor import PROBE_FAILED, DoctorReport, _probe, diagnose, 
 from skill_executor.errors import NotFound
 from skill_executor.skills import load_skill
 from skill_executor.preflight import ImageNeeds, fenced_blocks, looks_like_shell, scan, scan_texts, shell_commands
+from skill_executor.preflight.model import Use
 
 from .api_server import Server
 from .conftest import REPO, SKILLS, make_settings
@@ -167,6 +168,12 @@ def test_what_is_not_in_command_position_is_not_a_command() -> None:
     # an installer's line, a macOS command and a JavaScript snippet in a bash block: named, but as guesses
     assert {"brew", "codesign", "const"} <= set(guessed(needs))
     assert not any("MeSH" in name for name in needs.commands)  # a query's term is never a command name
+    # An unquoted ffmpeg filter (claudekit's media-processing): bash itself cannot parse it, and
+    # `(iw-1280)` glued to `crop=...:` is no subshell running `iw-1280`, not even as a guess.
+    split = scan_texts(
+        {"SKILL.md": "```bash\nffmpeg -i in.mp4 -vf crop=1280:720:(iw-1280)/2:(ih-720)/2 out.mp4\n```\n"}
+    )
+    assert set(split.commands) == {"ffmpeg"}
 
 
 def test_every_real_use_is_still_reported() -> None:
@@ -215,6 +222,84 @@ def test_a_guess_not_found_is_named_but_not_counted_in_the_verdict(tmp_path: Pat
     needs = scan(load_skill(root))
     verdict = report(load_skill(root), "img", needs, {"commands": dict.fromkeys(needs.commands)}, [])
     assert verdict.ok and verdict.missing.guessed == ["brew", "free"]
+
+
+def test_scripts_the_instructions_run_that_the_skill_lacks_are_missing_files(tmp_path: Path) -> None:
+    """trailofbits' constant-time-analysis runs ``uv run {baseDir}/ct_analyzer/analyzer.py``, code
+    its repository keeps beside the skill: installed alone, the instruction fails as written.
+    Paths by the skill's own folder count everywhere; ``scripts/...`` ones in SKILL.md only
+    (a reference may run them from elsewhere); an option's value is not the script."""
+    from skill_executor.doctor import report
+
+    needs = scan_texts(
+        {
+            "SKILL.md": "```bash\n"
+            "uv run {baseDir}/ct_analyzer/analyzer.py --warnings src/a.c\n"
+            'uv run --with pandas "{baseDir}/scripts/have.py"\n'
+            'node "${CLAUDE_SKILL_DIR}/scripts/gone.mjs" --check\n'
+            "python3 $SKILL_DIR/scripts/have.py && bash {baseDir}/scripts/gone.sh\n"
+            "python scripts/renamed.py data.csv\n"
+            "python scripts/have.py --out {baseDir}/results/x.py\n"
+            "{baseDir}/scripts/tool.sh x\n"
+            "pandoc a.md -o b.pdf\n"
+            "python -m scripts.have\n"
+            "```\n",
+            "scripts/have.py": "",
+            "scripts/tool.sh": "",
+            "references/more.md": "```bash\npython scripts/elsewhere.py\nnode {baseDir}/scripts/ref.js\n```\n",
+        }
+    )
+    assert needs.files == {
+        "ct_analyzer/analyzer.py": [Use("SKILL.md", 2)],
+        "scripts/gone.mjs": [Use("SKILL.md", 4)],
+        "scripts/gone.sh": [Use("SKILL.md", 5)],
+        "scripts/renamed.py": [Use("SKILL.md", 6)],
+        "scripts/ref.js": [Use("references/more.md", 3)],
+    }
+    assert needs.commands["pandoc"].sure  # `{baseDir}/x.sh` read as a word, not an unclosed `{`
+    root = tmp_path / "beside"
+    root.mkdir()
+    (root / "SKILL.md").write_text("---\nname: beside\ndescription: d\n---\n```bash\nuv run {baseDir}/x/a.py\n```\n")
+    needs = scan(load_skill(root))
+    verdict = report(load_skill(root), "img", needs, {"commands": dict.fromkeys(needs.commands, "/usr/bin/uv")}, [])
+    assert not verdict.ok and verdict.missing.files == ["x/a.py"]
+    assert [(f.path, f.used_in) for f in verdict.files] == [("x/a.py", ["SKILL.md:6"])]
+    assert "NOT OK: missing x/a.py" in render_table(verdict)
+
+
+def test_interpreter_versions_the_skill_asks_for(tmp_path: Path) -> None:
+    """alirezarezvani's full-page-screenshot needs "Node.js 22+" (its prose says so; the image
+    has 18); trailmark's skills `requires-python = ">=3.12"` (the image has 3.11)."""
+    from skill_executor.doctor import report
+
+    needs = scan_texts(
+        {
+            "SKILL.md": "Requires **Node.js 22+** (Node 18 or later for the rest) and Python 3.10+; Python 3 is fine.\n",
+            "scripts/package.json": '{"engines": {"node": ">=18.0.0"}, "dependencies": {}}',
+            "scripts/x.py": '# /// script\n# requires-python = ">=3.12"\n# ///\nprint(1)\n',
+            "pyproject.toml": '[project]\nname = "x"\nrequires-python = ">=3.11"\n',
+        }
+    )
+    assert {
+        name: {spec: [str(u) for u in uses] for spec, uses in specs.items()} for name, specs in needs.runtimes.items()
+    } == {
+        "node": {">=22": ["SKILL.md:1"], ">=18": ["SKILL.md:1"], ">=18.0.0": ["scripts/package.json:1"]},
+        "python": {">=3.10": ["SKILL.md:1"], ">=3.12": ["scripts/x.py:2"], ">=3.11": ["pyproject.toml:3"]},
+    }
+    root = tmp_path / "versions"
+    root.mkdir()
+    (root / "SKILL.md").write_text("---\nname: versions\ndescription: d\n---\nNeeds Node.js >= 22 and Python 3.11+.\n")
+    skill = load_skill(root)
+    needs = scan(skill)
+    verdict = report(skill, "img", needs, {"versions": {"node": "18.20.4", "python": "3.11.2"}}, [])
+    assert [(r.name, r.requires, r.version, r.found) for r in verdict.runtimes] == [
+        ("node", ">=22", "18.20.4", False),
+        ("python", ">=3.11", "3.11.2", True),
+    ]
+    assert not verdict.ok and verdict.missing.runtimes == ["node>=22"]
+    assert "NOT OK: missing node>=22" in render_table(verdict)
+    unchecked = report(skill, "img", needs, {}, [])  # no probe answer: nothing claimed
+    assert [r.found for r in unchecked.runtimes] == [None, None] and unchecked.missing.runtimes == []
 
 
 def test_functions_a_skill_file_defines_and_subcommands_shown_alone_are_no_missing_commands() -> None:
@@ -408,6 +493,13 @@ def test_network_reasons() -> None:
     ]
     assert needs.network_needed == "yes"
     assert scan_texts({"scripts/a.py": "import urllib.request\n"}).network_needed == "maybe"
+    # A hosted API's SDK (claudekit's ai-multimodal: google-genai) calls out, guarded or not.
+    api = scan_texts({"scripts/g.py": "try:\n    from google import genai\nexcept ImportError:\n    genai = None\n"})
+    assert [(r.line, r.why, r.level) for r in api.network] == [
+        (2, "imports google.genai (a hosted API's client)", "maybe")
+    ]
+    assert scan_texts({"scripts/o.py": "import openai.types\n"}).network_needed == "maybe"
+    assert scan_texts({"scripts/x.py": "from google.protobuf import json_format\n"}).network_needed == "no"
     assert scan_texts({"SKILL.md": "```bash\npython3 x.py\n```\n"}).network_needed == "no"
 
 
@@ -551,7 +643,15 @@ def test_everything_found(docker_executor: Executor) -> None:
     assert {c.name: c.found for c in report.commands} == {"pandoc": True, "python3": True, "node": True}
     assert [(p.module, p.found, p.distribution_hint) for p in report.python] == [("openpyxl", True, None)]
     assert [(m.module, m.found, m.used_in) for m in report.node] == [("docx", True, ["scripts/make.js:1"])]
-    assert report.missing.model_dump() == {"commands": [], "guessed": [], "python": [], "packages": [], "node": []}
+    assert report.missing.model_dump() == {
+        "commands": [],
+        "guessed": [],
+        "python": [],
+        "packages": [],
+        "node": [],
+        "runtimes": [],
+        "files": [],
+    }
     assert report.network.needed == "no"
     assert "ok: everything" in render_table(report)
 
@@ -565,6 +665,8 @@ def test_missing_and_network(docker_executor: Executor) -> None:
         "python": ["nosuchmodule"],
         "packages": ["x"],  # `pip install x`: the sandbox has no x, and a run cannot fetch it
         "node": ["nosuchmod"],
+        "runtimes": [],
+        "files": [],
     }
     optional = next(p for p in report.python if p.module == "nosuchoptional")
     assert optional.optional and not optional.found
@@ -580,6 +682,21 @@ def test_missing_and_network(docker_executor: Executor) -> None:
     }
     with pytest.raises(NotFound):
         diagnose(docker_executor, "no-such-skill")
+
+
+def test_the_probe_reads_the_interpreters_versions(docker_executor: Executor) -> None:
+    root = docker_executor.settings.skills_dirs[0]
+    write_skill(
+        root,
+        "needs-versions",
+        {"SKILL.md": "---\nname: needs-versions\ndescription: d\n---\nNeeds Node.js 99+ and Python 3.8+.\n"},
+    )
+    report = diagnose(docker_executor, "needs-versions")
+    found = {r.requires: (r.name, r.found) for r in report.runtimes}
+    assert found == {">=99": ("node", False), ">=3.8": ("python", True)}, render_table(report)
+    node = next(r for r in report.runtimes if r.name == "node")
+    assert node.version is not None and int(node.version.split(".")[0]) >= 18
+    assert report.missing.runtimes == ["node>=99"] and not report.ok
 
 
 def test_probe_is_bounded_and_skipped_when_there_is_nothing_to_probe(
@@ -621,7 +738,15 @@ def test_unmet_declared_dependencies_are_a_finding(docker_executor: Executor) ->
     assert "editable installs are not allowed" in report.findings[0].message
     assert [(c.name, c.found) for c in report.commands] == [("pandoc", None)]  # not checked: no run could start
     assert [(p.module, p.found) for p in report.python] == [("yaml", None)]
-    assert report.missing.model_dump() == {"commands": [], "guessed": [], "python": [], "packages": [], "node": []}
+    assert report.missing.model_dump() == {
+        "commands": [],
+        "guessed": [],
+        "python": [],
+        "packages": [],
+        "node": [],
+        "runtimes": [],
+        "files": [],
+    }
     assert "declared dependencies cannot be met" in render_table(report)
 
 
@@ -667,6 +792,8 @@ def assert_honest(report: DoctorReport) -> None:
         "python": ["nosuchmodule"],
         "packages": [],
         "node": ["nosuchmod"],
+        "runtimes": [],
+        "files": [],
     }
     assert {c.name: c.found for c in report.commands} == {"nosuchtool": False, "python3": True}
     assert [f.code for f in report.findings] == []
@@ -721,6 +848,8 @@ def test_a_probe_that_answers_garbage_is_a_failed_verdict(
         "python": [],
         "packages": [],
         "node": [],
+        "runtimes": [],
+        "files": [],
     }  # nothing checked, nothing claimed
     assert [(k.requirement, k.found) for k in report.packages] == [("x", None)]
     assert "the probe failed (nothing was checked)" in render_table(report)
@@ -734,8 +863,20 @@ def test_the_probes_answer_is_parsed_strictly() -> None:
         "python": {"yaml": True},
         "node": {"docx": False},
         "packages": {},
+        "versions": {},
         "errors": [],
     }
+    with_versions = good.replace('"errors": []', '"errors": [], "versions": {"node": "18.20.4", "python": null}')
+    answer = parse_answer(with_versions, *asked, [], ["node", "python"])
+    assert answer is not None and answer["versions"] == {"node": "18.20.4", "python": None}
+    for bad in [
+        with_versions.replace('"18.20.4"', '"18\u001b[2J"'),
+        with_versions.replace('"18.20.4"', '"v18"'),
+        with_versions.replace('"18.20.4"', "18"),
+        with_versions.replace('"python": null', '"ruby": null'),
+        good,  # the versions asked are not answered
+    ]:
+        assert parse_answer(bad, *asked, [], ["node", "python"]) is None, bad[:200]
     with_packages = good.replace('"errors": []', '"packages": {"pandas": "3.1.1", "nosuch": null}, "errors": []')
     answer = parse_answer(with_packages, *asked, ["pandas", "nosuch"])
     assert answer is not None and answer["packages"] == {"pandas": "3.1.1", "nosuch": None}

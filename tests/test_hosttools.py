@@ -75,6 +75,7 @@ def test_a_tool_sees_an_allow_listed_environment_and_a_fresh_empty_folder(
         "LD_PRELOAD": str(checkout / "evil.so"),
         "https_proxy": "http://proxyuser:proxy-pass@proxy.example:3128",
         "SSL_CERT_FILE": "/etc/ssl/x.pem",
+        "NODE_EXTRA_CA_CERTS": "/etc/ssl/company-ca.pem",
     }
     for name, value in hostile.items():
         monkeypatch.setenv(name, value)
@@ -83,6 +84,7 @@ def test_a_tool_sees_an_allow_listed_environment_and_a_fresh_empty_folder(
     env = dict(line.split("=", 1) for line in seen["env"])
     assert set(env) <= {*PASSED, "PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "PWD"}, env
     assert env["https_proxy"] == hostile["https_proxy"] and env["SSL_CERT_FILE"] == "/etc/ssl/x.pem"  # on purpose
+    assert env["NODE_EXTRA_CA_CERTS"] == "/etc/ssl/company-ca.pem"  # npm behind a re-signing proxy
     scratch = open_tmp / "build" / ".tool"
     assert seen["pwd"] == [str(scratch / "cwd")] and seen["cwd_entries"] == [""]  # fresh, empty ...
     assert "cwd writable" not in seen  # ... and not the tool's to fill
@@ -197,6 +199,22 @@ def test_a_tool_the_user_cannot_run_is_a_set_up_error(open_tmp: Path) -> None:
     with pytest.raises(HostToolsUnusable) as info:
         tools.check(["/bin/true"], open_tmp / "check2", [unreadable])
     assert f"cannot read {unreadable}" in info.value.message
+    # A data dir under a folder only root may enter (a `mktemp -d`): the tool still starts in
+    # its folder (entered before the user switch), but cannot reach the absolute paths pip
+    # and npm are given there -- a set-up error, not "pip could not resolve" every need.
+    closed = open_tmp / "closed"
+    closed.mkdir(mode=0o700)
+    (closed / "envs" / "check3").mkdir(parents=True, mode=0o755)
+    (closed / "envs").chmod(0o755)
+    with pytest.raises(HostToolsUnusable) as info:
+        tools.check(["/bin/true"], closed / "envs" / "check3")
+    assert (info.value.status, info.value.code) == (503, "host_tools_unusable")
+    assert f"cannot read {closed / 'envs' / 'check3'} (every folder above it must be searchable by nobody)" in (
+        info.value.message
+    )
+    closed.chmod(0o755)
+    (closed / "envs" / "check4").mkdir(mode=0o755)
+    tools.check(["/bin/true"], closed / "envs" / "check4")  # reachable: passes
 
 
 def test_tool_users() -> None:

@@ -326,6 +326,15 @@ def test_sibling_skills_are_beside_the_skill_read_only(
     if docker(executor):
         hosted = run(executor, skill="writing-plans", command="cat /mnt/skills/public/brainstorming/template.md")
         assert hosted.stdout == "# Ideas\n"
+    # A sibling named in the command (`./render-graphs.js ../some-skill`, as obra's
+    # writing-skills tells an agent) is brought too; others are not.
+    named = run(
+        executor,
+        skill=SKILL,
+        session=session_of(path),
+        command="cat ../brainstorming/template.md; ls $SKILLS_DIR | sort | tr '\\n' ' '",
+    )
+    assert named.stdout.splitlines() == ["# Ideas", f"brainstorming {SKILL} "], named.stderr
     refused = pytest.raises(ExecutorError)
     with refused as info:
         run(executor, skill="writing-plans", with_skills=["no-such-skill"], command="true")

@@ -18,6 +18,7 @@ import io
 import json
 import re
 import shutil
+import tarfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -259,3 +260,90 @@ def test_local_web_server_for_a_check(server: Server) -> None:
     ran = run(server, "web-check", setup + line, timeout=60)
     assert "<h1>Hello matrix</h1>" in ran.stdout
     assert "server ready on port 5173" in ran.result["stderr"]
+
+
+# -- Puppeteer: a skill's own, from its scripts/package.json, on the image's Chromium ---------
+
+PUPPETEER = Path(__file__).resolve().parent / "fixtures" / "puppeteer"
+
+
+def bundled_tarball(modules: Path, name: str, into: Path) -> Path:
+    """``name`` from an installed ``node_modules`` as an ``npm pack`` tarball with everything it
+    needs bundled (``bundleDependencies``): ``npm install --offline`` installs it from the file
+    alone, as from a registry."""
+    needed: list[Path] = []
+    todo = [modules / name]
+    while todo:
+        folder = todo.pop()
+        meta = json.loads((folder / "package.json").read_text())
+        for dep in {**meta.get("dependencies", {}), **meta.get("optionalDependencies", {})}:
+            at = folder  # node's lookup: the package's own node_modules, then each folder above
+            while not (at / "node_modules" / dep).is_dir() and at != modules.parent:
+                at = at.parent
+            found = at / "node_modules" / dep
+            if found.is_dir() and found not in needed:
+                needed.append(found)
+                todo.append(found)
+    package = into / "build" / "package"
+    shutil.copytree(modules / name, package)
+    for found in needed:  # hoisted ones at the top; nested ones come with their parent's copy
+        if "node_modules" not in found.relative_to(modules).parts:  # (scoped ones: @scope/name)
+            shutil.copytree(found, package / "node_modules" / found.relative_to(modules), dirs_exist_ok=True)
+    meta = json.loads((package / "package.json").read_text())
+    meta["bundleDependencies"] = sorted(meta.get("dependencies", {}))
+    (package / "package.json").write_text(json.dumps(meta))
+    tarball = into / f"{name}-{meta['version']}.tgz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(package, arcname="package")
+    shutil.rmtree(into / "build")
+    return tarball
+
+
+@pytest.fixture(scope="module")
+def puppeteer_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A service whose npm source is a folder holding puppeteer (from the test tools, offline)."""
+    require_runtime("docker")
+    from . import npmtools
+
+    base = tmp_path_factory.mktemp("puppeteer")
+    shutil.copytree(PUPPETEER, base / "skills")
+    (base / "npm").mkdir()
+    bundled_tarball(npmtools.install() / "node_modules", "puppeteer", base / "npm")
+    srv = Server(
+        base,
+        env={
+            "SKILL_EXECUTOR_RUNTIME": "docker",
+            "SKILL_EXECUTOR_POOL_SIZE": "0",
+            "SKILL_EXECUTOR_MAX_TIMEOUT": "300",
+            "SKILL_EXECUTOR_NPM_WHEELHOUSE": str(base / "npm"),
+            "SKILL_EXECUTOR_HOST_TOOLS_USER": "root",  # not about who runs npm (test_hosttools is)
+        },
+    )
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def test_puppeteer_renders_a_page_with_the_image_chromium(puppeteer_server: Server) -> None:
+    """claudekit's chrome-devtools shape: ``puppeteer`` in scripts/package.json, imported as an
+    ES module, launched with its defaults.  The skill's environment gets puppeteer without a
+    browser (npm runs no install script, so its Chrome download never runs); in the run,
+    PUPPETEER_EXECUTABLE_PATH points it at the image's Chromium (bin/chromium: the headless
+    shell with --no-sandbox), which renders a file:// page to a PNG and a PDF, offline."""
+    body = body_of(puppeteer_server, "page-shot")
+    command = next(line for line in body.splitlines() if line.startswith("node scripts/shot.mjs"))
+    command = command.replace("file:///path/to/page.html", "file://$WORK_DIR/page.html")
+    setup = (
+        "printf '<title>Shot</title><h1>Rendered offline</h1>' > \"$WORK_DIR/page.html\" && "
+        'echo "exe=$PUPPETEER_EXECUTABLE_PATH" && '
+    )
+    ran = run(puppeteer_server, "page-shot", setup + command + " && ls $HOME/.cache/puppeteer 2>&1 | head -1")
+    lines = ran.stdout.splitlines()
+    assert lines[0] == "exe=/usr/local/bin/chromium"
+    shot = json.loads(lines[1])
+    assert shot["title"] == "Shot" and shot["browser"].startswith("HeadlessChrome/")
+    assert "No such file or directory" in lines[2]  # nothing was downloaded into HOME either
+    assert ran.mime("out/page.png") == "image/png" and ran.data("out/page.png").startswith(b"\x89PNG")
+    assert ran.mime("out/page.pdf") == "application/pdf" and ran.data("out/page.pdf").startswith(b"%PDF")
+    env = next((puppeteer_server.base / "data" / "envs").glob("*/node/node_modules/puppeteer"))
+    assert not [p for p in env.parent.rglob("*") if p.name in ("chrome", "chrome-headless-shell")]  # no browser

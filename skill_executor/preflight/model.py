@@ -327,6 +327,19 @@ NETWORK_MODULES = frozenset(
         "smtplib",
     }
 )
+#: Python clients of hosted APIs (a model provider's SDK): a script importing one calls out.
+API_CLIENT_MODULES = frozenset(
+    {
+        "anthropic",
+        "openai",
+        "google.genai",
+        "google.generativeai",
+        "cohere",
+        "mistralai",
+        "groq",
+        "replicate",
+    }
+)
 #: Call names (the last attribute) that send a request to their first argument.
 REQUEST_CALLS = frozenset(
     {
@@ -410,6 +423,13 @@ class ImageNeeds:
     #: what skills that declare nothing else rely on.
     packages: dict[str, Need] = field(default_factory=dict)
     node: dict[str, list[Use]] = field(default_factory=dict)
+    #: Interpreter versions the skill asks for (``node``, ``python``) -> specifier -> where:
+    #: ``requires-python`` of a PEP 723 block or a pyproject.toml, ``engines.node`` of a
+    #: package.json, and the docs' prose ("Node.js 22+", "Python >= 3.12").
+    runtimes: dict[str, dict[str, list[Use]]] = field(default_factory=dict)
+    #: Files of the skill its instructions run (``python {baseDir}/scripts/x.py``, ``node
+    #: scripts/x.mjs`` in SKILL.md) that the skill does not hold: path relative to the skill.
+    files: dict[str, list[Use]] = field(default_factory=dict)
     network: list[Reason] = field(default_factory=list)
     notes: list[Note] = field(default_factory=list)
     seen_reasons: set[Reason] = field(default_factory=set, repr=False, compare=False)
@@ -436,6 +456,16 @@ class ImageNeeds:
             self.seen_node.add((name, Use(file, line)))
             if len(uses) < MAX_USES:
                 uses.append(Use(file, line))
+
+    def runtime(self, name: str, specifier: str, file: str, line: int) -> None:
+        uses = self.runtimes.setdefault(name, {}).setdefault(specifier, [])
+        if Use(file, line) not in uses and len(uses) < MAX_USES:
+            uses.append(Use(file, line))
+
+    def missing_file(self, name: str, file: str, line: int) -> None:
+        uses = self.files.setdefault(name, [])
+        if Use(file, line) not in uses and len(uses) < MAX_USES:
+            uses.append(Use(file, line))
 
     def reason(self, file: str, line: int, why: str, level: Sure) -> None:
         reason = Reason(file, line, why, level)

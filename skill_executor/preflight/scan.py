@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import json
 import re
 import sys
 import time
@@ -32,12 +33,14 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from packaging.requirements import InvalidRequirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ..envs.declared import format_requirement, normalise_requirement, safe_python_need
 from ..errors import ExecutorError
 from ..skills.files import DEFAULT_MAX_READ, FileEntry, inventory, read_file
 from ..skills.model import Skill
 from .model import (
+    API_CLIENT_MODULES,
     CHECKS,
     DOC_SUFFIXES,
     EXEC_EXCEPTIONS,
@@ -90,6 +93,8 @@ def scan(
         needs.notes.append(Note("too_many_files", f"only the first {max_files} files were scanned"))
     paths = [skill.skill_file.name, *(e.path for e in entries)]
     scanner = _Scanner(needs, entries, {PurePosixPath(p).name for p in paths})
+    scanner.skill_file = skill.skill_file.name
+    scanner.complete = len(entries) < max_files
     for path in paths:
         kind = _kind(path)
         if kind is None:
@@ -125,6 +130,7 @@ def scan_texts(files: dict[str, str], *, skill_file: str = "SKILL.md") -> ImageN
     needs = ImageNeeds()
     entries = [FileEntry(p, len(t), "other") for p, t in files.items() if p != skill_file]
     scanner = _Scanner(needs, entries, {PurePosixPath(p).name for p in files})
+    scanner.skill_file = skill_file
     for path in sorted(files, key=lambda p: (p != skill_file, p)):
         kind = _kind(path)
         if kind is not None:
@@ -134,10 +140,30 @@ def scan_texts(files: dict[str, str], *, skill_file: str = "SKILL.md") -> ImageN
 
 
 Kind = Literal["doc", "python", "node", "shell", "other"]
+#: ``requires-python = ">=3.12"`` of a pyproject.toml, and of a PEP 723 block (``# `` lines).
+REQUIRES_PYTHON = re.compile(r"""^requires-python\s*=\s*["']([^"'\n]{1,64})["']""", re.M)
+SCRIPT_REQUIRES_PYTHON = re.compile(r"""^#\s*requires-python\s*=\s*["']([^"'\n]{1,64})["']""", re.M)
+#: A version the docs ask for: "Node.js 22+", "Node 22 or later", "Node.js >= 18", "Python 3.12+".
+PROSE_VERSION = re.compile(
+    r"\b(Node(?:\.js)?|Python)[ \t]*(?:v|version[ \t]*)?"
+    r"(?:(\d{1,2}(?:\.\d{1,2})?)(?:\+|[ \t]+or[ \t]+(?:later|newer|higher|above))"
+    r"|>=[ \t]*v?(\d{1,2}(?:\.\d{1,2})?))"
+)
+#: Programs whose first argument (after ``uv run``'s own options) is a script to run.
+INTERPRETER = re.compile(r"^(python(3(\.\d+)?)?|node|bash|sh|uv|tsx|deno|bun)$")
+#: A script's name: what the skill's instructions run by path.
+SCRIPT_SUFFIX = re.compile(r"\.(py|js|mjs|cjs|ts|sh|bash)$")
+#: The skill's own folder as instructions name it: ``{baseDir}`` (Claude Code),
+#: ``${CLAUDE_SKILL_DIR}``, ``$SKILL_DIR`` (this service's runs).
+SKILL_DIR_PREFIX = re.compile(r"^(?:\{baseDir\}|__baseDir__|\$\{?(?:CLAUDE_SKILL_DIR|SKILL_DIR)\}?)/(.+)$")
+#: What ``{baseDir}`` is read as in shell code (a plain word).
+BASE_DIR_WORD = "__baseDir__"
 CONSOLE_TAGS = frozenset({"console", "shell-session", "shellsession", "terminal"})
 
 
 def _kind(path: str) -> Kind | None:
+    if PurePosixPath(path).name in ("package.json", "pyproject.toml"):
+        return "other"  # read for the interpreter version they ask for
     lower = path.lower()
     if lower.endswith(DOC_SUFFIXES):
         return "doc"
@@ -169,11 +195,21 @@ class _Scanner:
         self._local: dict[str, set[str]] = {}
         #: shell functions any file of the skill defines
         self.functions: set[str] = set()
+        self.skill_file = "SKILL.md"
+        #: every file of the skill is in ``paths`` (the inventory was not cut short)
+        self.complete = True
 
     def scan_text(self, path: str, kind: Kind, text: str) -> None:
+        name = PurePosixPath(path).name
+        if name in ("package.json", "pyproject.toml"):
+            self.manifest(path, text)
+            return
         if kind == "doc":
             self.doc(path, text)
+            self.prose_runtimes(path, text)
             return
+        if kind == "python":
+            self.script_runtime(path, text)
         interpreter = self.shebang(path, text)
         if kind == "other":
             kind = BY_INTERPRETER.get(interpreter or "", "other")
@@ -216,6 +252,48 @@ class _Scanner:
             elif tag == "" and looks_like_shell(block):  # untagged: what it runs is a guess
                 self.shell(path, prompt_lines(block, console=False), start, sure=False)
 
+    # -- interpreter versions -------------------------------------------------------------------
+
+    def manifest(self, path: str, text: str) -> None:
+        """``engines.node`` of a package.json, ``requires-python`` of a pyproject.toml."""
+        if path.endswith("package.json"):
+            try:
+                engines = json.loads(text).get("engines", {})
+            except (ValueError, AttributeError):
+                return
+            spec = engines.get("node") if isinstance(engines, dict) else None
+            if isinstance(spec, str):
+                self.version_need("node", spec, path, _line_of(text, '"node"'))
+            return
+        match = REQUIRES_PYTHON.search(text)
+        if match:
+            self.version_need("python", match.group(1), path, text.count("\n", 0, match.start()) + 1)
+
+    def script_runtime(self, path: str, text: str) -> None:
+        """``requires-python`` of a PEP 723 ``# /// script`` block."""
+        match = SCRIPT_REQUIRES_PYTHON.search(text)
+        if match:
+            self.version_need("python", match.group(1), path, text.count("\n", 0, match.start()) + 1)
+
+    def prose_runtimes(self, path: str, text: str) -> None:
+        """ "Node.js 22+", "Node >= 18", "Python 3.12+", "Python >= 3.12" in the docs."""
+        for match in PROSE_VERSION.finditer(text):
+            name = "node" if match.group(1).lower().startswith("node") else "python"
+            version = match.group(2) or match.group(3)
+            if name == "python" and "." not in version:
+                continue  # "Python 3+": no requirement worth a check
+            self.version_need(name, f">={version}", path, text.count("\n", 0, match.start()) + 1)
+
+    def version_need(self, name: str, spec: str, path: str, line: int) -> None:
+        spec = spec.strip().replace(" ", "")
+        if spec.startswith("^"):  # npm's ^22: the major's floor (the upper bound is no check)
+            spec = ">=" + spec[1:]
+        try:
+            SpecifierSet(spec)
+        except InvalidSpecifier:
+            return  # an npm range pip's grammar does not read ("18 || 20"): not checked
+        self.needs.runtime(name, spec, path, line)
+
     # -- shell ----------------------------------------------------------------------------------
 
     def drop_defined_functions(self) -> None:
@@ -229,7 +307,9 @@ class _Scanner:
         the parser marks unsure are guesses; ``sure`` False: all of it is."""
         functions: set[str] = set()
         doc = _kind(path) == "doc"
-        found = list(shell_commands(text, functions))
+        # ``{baseDir}`` (Claude Code's placeholder) as a bare word reads as an unclosed ``{``
+        # group, which would make every later line of the block a guess.
+        found = list(shell_commands(text.replace("{baseDir}", BASE_DIR_WORD), functions))
         self.functions |= functions
         for command in found:
             words, line = command.words, command.line + offset
@@ -238,10 +318,37 @@ class _Scanner:
             if name in CHECKS:  # command -v X, which X, ...: X is looked for, not relied on
                 for checked in (w for w in words[1:] if not w.startswith("-")):
                     self.needs.command(checked, path, line, optional=True, sure=certain)
+            if sure and command.sure:
+                self.skill_script(path, words, line)
             if name in functions or "/" in name or name in self.file_names:
                 continue
             self.needs.command(name, path, line, sure=certain)
             self.shell_needs(path, name, words, line, sure=certain)
+
+    def skill_script(self, path: str, words: list[str], line: int) -> None:
+        """A script of the skill the command runs (``python {baseDir}/scripts/x.py``, ``uv run
+        "${CLAUDE_SKILL_DIR}/x.py"``, ``{baseDir}/scripts/x.sh``, and in SKILL.md ``node
+        scripts/x.mjs``) that the skill does not hold: the instruction fails as written (code
+        that lives beside the skill in its repository, a renamed script)."""
+        if not self.complete:
+            return
+        script = words[0]
+        if INTERPRETER.match(script):
+            rest = words[2:] if script == "uv" and words[1:2] == ["run"] else words[1:]
+            script = next((w for w in rest if not w.startswith("-")), "")
+            if script == "" or rest[: rest.index(script)] and not SCRIPT_SUFFIX.search(script):
+                return  # an option's value, not the script
+        script = script.strip("\"'")
+        anchored = SKILL_DIR_PREFIX.match(script)
+        if anchored:
+            relative = anchored.group(1)
+        elif path == self.skill_file and script.startswith("scripts/"):
+            relative = script
+        else:
+            return
+        relative = str(PurePosixPath(relative))
+        if SCRIPT_SUFFIX.search(relative) and ".." not in relative.split("/") and relative not in self.paths:
+            self.needs.missing_file(relative, path, line)
 
     def shell_needs(self, path: str, name: str, words: list[str], line: int, *, sure: bool = True) -> None:
         args = [w for w in words[1:] if not w.startswith("-")]
@@ -467,7 +574,7 @@ class _PythonVisitor(ast.NodeVisitor):
         if node.module in ("subprocess", "os", "shutil"):
             for alias in node.names:
                 self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-        if node.module in ("urllib", "http"):
+        if node.module in ("urllib", "http", "google"):  # `from google import genai`
             for alias in node.names:
                 self.network_module(f"{node.module}.{alias.name}", node)
 
@@ -479,6 +586,9 @@ class _PythonVisitor(ast.NodeVisitor):
         for name in NETWORK_MODULES:
             if dotted == name or dotted.startswith(name + "."):
                 self.needs.reason(self.path, self.line(node), f"imports {name} (an HTTP client)", "maybe")
+        for name in API_CLIENT_MODULES:
+            if dotted == name or dotted.startswith(name + "."):
+                self.needs.reason(self.path, self.line(node), f"imports {name} (a hosted API's client)", "maybe")
 
     def visit_Call(self, node: ast.Call) -> None:
         name = self.call_name(node.func)
@@ -534,6 +644,11 @@ class _PythonVisitor(ast.NodeVisitor):
         if isinstance(func, ast.Name):
             return self.aliases.get(func.id, func.id)
         return ""
+
+
+def _line_of(text: str, needle: str) -> int:
+    at = text.find(needle)
+    return 1 if at < 0 else text.count("\n", 0, at) + 1
 
 
 def _catches(handler: ast.ExceptHandler, exceptions: frozenset[str]) -> bool:

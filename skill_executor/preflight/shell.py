@@ -76,7 +76,8 @@ def shell_commands(text: str, functions: set[str] | None = None) -> Iterator[She
 
 
 def _commands(lines: list[str], first: int, functions: set[str], budget: list[int]) -> list[ShellCommand]:
-    tree = _parser().parse("\n".join(lines).encode("utf-8", "surrogateescape"))
+    source = "\n".join(lines).encode("utf-8", "surrogateescape")
+    tree = _parser().parse(source)
     found: list[ShellCommand] = []
     broken_rows: set[int] = set()  # lines a parse error touches: nothing on them is sure
     swallowed: list[tuple[int, int]] = []
@@ -90,6 +91,8 @@ def _commands(lines: list[str], first: int, functions: set[str], budget: list[in
                 swallowed.append((start + 1, node.end_point.row))
             broken = True
             broken_rows.update(range(start, node.end_point.row + 1))
+        if node.type in ("command", "subshell") and _glued(source, node.start_byte):
+            continue  # `crop=1280:720:(iw-1280)/2`: a word the parser split, no command (bash refuses it)
         if node.type == "function_definition":
             name = node.child_by_field_name("name")
             if name is not None and name.text is not None:
@@ -129,6 +132,16 @@ def _command(node: Node, broken: bool) -> ShellCommand | None:
     alone_camel = len(words) == 1 and bool(CAMEL.match(words[0]))
     sure = not broken and not node.has_error and not SHOUTED.match(words[0]) and not alone_camel
     return ShellCommand(words, node.start_point.row + 1, sure)
+
+
+#: What may come right before a command (or a subshell) in valid shell: space, an operator,
+#: a bracket (``$(``, a ``case`` pattern's ``a)cmd``) or a quote.  Anything else glues it to
+#: a word the parser split (``crop=...:(iw-1280)/2``: a subshell after ``:``).
+_COMMAND_BOUNDARY = frozenset(b" \t\r\n;&|(){}!`$\"'")
+
+
+def _glued(source: bytes, start: int) -> bool:
+    return start > 0 and source[start - 1] not in _COMMAND_BOUNDARY
 
 
 def _through_wrappers(words: list[str]) -> list[str]:

@@ -88,25 +88,30 @@ def check_request(
         raise BadRequest(f"at most {s.max_inputs} inputs per run", code="too_many_inputs")
     if request.cwd is not None:
         cwd_logical(request.cwd)
-    siblings = _siblings(skill, request.with_skills, repository)
+    siblings = _siblings(skill, request.with_skills, repository, request.command)
     return RunPlan(skill, timeout, _output_plan(request, s), siblings, bundled=request.bundle is not None)
 
 
 #: A sibling a SKILL.md refers to: ``../<name>/`` (obra's skills say ``../other-skill/SKILL.md``).
 _SIBLING_REFERENCE = re.compile(r"\.\./([A-Za-z0-9][A-Za-z0-9._-]{0,63})/")
-#: At most this many skills referred to in a SKILL.md are brought beside it.
+#: A sibling the run's command names: ``../<name>`` as a whole argument or path prefix
+#: (``./render-graphs.js ../some-skill``, as obra's writing-skills tells an agent).
+_COMMAND_SIBLING = re.compile(r"""(?:^|[\s'"=])\.\./([A-Za-z0-9][A-Za-z0-9._-]{0,63})(?=$|[/\s'";|&)])""")
+#: At most this many skills referred to in a SKILL.md (and its run's command) are brought beside it.
 MAX_REFERRED_SKILLS = 16
 
 
-def _siblings(skill: Skill, asked: list[str], repository: SkillRepository) -> tuple[Skill, ...]:
+def _siblings(skill: Skill, asked: list[str], repository: SkillRepository, command: str = "") -> tuple[Skill, ...]:
     """The skills asked for (unknown ones refused, ``skill_not_found``), then those the
-    skill's SKILL.md refers to as ``../<name>/`` that exist (others are ignored)."""
+    skill's SKILL.md refers to as ``../<name>/`` and the command as ``../<name>`` that exist
+    (others are ignored)."""
     found: dict[str, Skill] = {}
     for name in asked:
         other = repository.get(name)
         if other.id != skill.id:
             found.setdefault(other.id, other)
     referred = dict.fromkeys(m.group(1) for m in _SIBLING_REFERENCE.finditer(skill.raw))
+    referred |= dict.fromkeys(m.group(1) for m in _COMMAND_SIBLING.finditer(command))
     for name in list(referred)[:MAX_REFERRED_SKILLS]:
         if name.lower() == skill.id or name.lower() in found:
             continue
