@@ -332,6 +332,69 @@ class PackageNeed(WireModel):
     used_in: list[str]
 
 
+class ProcessInfo(WireModel):
+    """A process's state."""
+
+    id: str
+    session: str
+    command: str | list[str]
+    pty: bool
+    running: bool
+    exit_code: int | None = Field(description="once ended: its exit status (128+N for signal N)")
+    reason: Literal["exited", "killed", "timeout", "idle", "session_ended", "lost"] | None = Field(
+        description="why it ended (or is ending): exited by itself, killed, its wall-clock or idle limit, its session ended"
+    )
+    started_at: float
+    ended_at: float | None
+    total: int = Field(description="bytes of output it has written so far")
+    timeout: float
+    idle_timeout: float
+
+
+class ProcessList(WireModel):
+    processes: list[ProcessInfo]
+
+
+class ProcessOutput(WireModel):
+    """Output past ``after`` that the ring still holds (byte offsets into everything written)."""
+
+    output: str = Field(description="the bytes as UTF-8 text (invalid sequences replaced)")
+    offset: int = Field(description="the offset of the first byte answered")
+    next: int = Field(description="the offset to poll after next")
+    total: int = Field(description="bytes written in all")
+    dropped: int = Field(description="bytes past `after` no longer held (the ring's cap), skipped")
+    running: bool
+    exit_code: int | None
+    reason: str | None
+
+
+class ProcessSignal(WireModel):
+    signal: str = Field(description="INT, TERM, KILL, HUP, QUIT, USR1, USR2, STOP, CONT or WINCH")
+
+
+class ProcessStart(WireModel):
+    """Start a long-lived process in the session's sandbox (its work/ is the working folder)."""
+
+    command: str | list[str] = Field(description="a shell command (run by bash -c), or an argv list")
+    env: dict[str, str] | None = Field(default=None, description="extra environment variables")
+    cwd: str | None = Field(default=None, description="working folder (relative: in work/)")
+    pty: bool = Field(default=False, description="run it on a pseudo-terminal (stdout and stderr are one stream)")
+    timeout: float | None = Field(
+        default=None, description="wall-clock limit in seconds (at most SKILL_EXECUTOR_PROCESS_MAX_SECONDS)"
+    )
+    idle_timeout: float | None = Field(
+        default=None,
+        description="killed after this long with no input and no output (at most SKILL_EXECUTOR_PROCESS_IDLE_SECONDS)",
+    )
+
+
+class ProcessWrite(WireModel):
+    """Bytes for the process's stdin (UTF-8 text), and/or close it."""
+
+    data: str = ""
+    eof: bool = Field(default=False, description="close its stdin after the data")
+
+
 class PythonNeed(WireModel):
     module: str = Field(description="the top-level import name")
     distribution_hint: str | None = Field(default=None, description="the usual distribution, when named otherwise")

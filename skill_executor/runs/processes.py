@@ -20,11 +20,13 @@ its output and exit code for :data:`KEEP_ENDED_SECONDS`.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import signal as signals
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -32,6 +34,7 @@ from ..access import check_tenant
 from ..config import Settings
 from ..errors import BadRequest, Busy, Conflict, ExecutorError, NotFound
 from ..workers import Supervisor
+from ..workspace.fs import Tree
 from ..workspace.sessions import SessionStore
 
 log = logging.getLogger(__name__)
@@ -191,6 +194,10 @@ def _text(data: bytes, cut: bool) -> tuple[str, int]:
     return data[:used].decode("utf-8", errors="replace"), used
 
 
+def _ended(process: SessionProcess) -> bool:
+    return process.ended
+
+
 class ProcessManager:
     """Every session's processes of one service process (thread-safe)."""
 
@@ -285,6 +292,10 @@ class ProcessManager:
     def _make_host(self, tenant: str, session: str) -> _Host:
         key = (check_tenant(tenant), session)
         work: Path = self.sessions.hold(session, tenant, wait=self.settings.max_timeout)
+        owner: tuple[int, int] | None = getattr(self.runtime, "owner", None)
+        if owner is not None:  # the runs' user owns work/, as a run's workspace makes it
+            with Tree(work) as tree:
+                os.fchown(tree.fd, *owner)
         lifetime = self.settings.process_max_seconds + self.settings.process_idle_seconds + 60
         try:
             host = self.runtime.host(work, f"processes-{key[0]}-{session}", lifetime)  # type: ignore[attr-defined]
@@ -381,7 +392,9 @@ class ProcessManager:
             raise ProcessEnded(f"process {process_id!r} has ended: it takes no input", details={"process": process_id})
         if not process.stdin_open:
             raise Conflict(
-                f"the stdin of process {process_id!r} is closed", code="process_stdin_closed", details={"process": process_id}
+                f"the stdin of process {process_id!r} is closed",
+                code="process_stdin_closed",
+                details={"process": process_id},
             )
         if data:
             process.handle.write(data)
@@ -399,7 +412,9 @@ class ProcessManager:
         limit = max(1, min(limit, MAX_POLL_BYTES))
         with process.cond:
             if wait > 0:
-                process.cond.wait_for(lambda: process.ring.total > after or process.ended, timeout=min(wait, MAX_WAIT_SECONDS))
+                process.cond.wait_for(
+                    lambda: process.ring.total > after or process.ended, timeout=min(wait, MAX_WAIT_SECONDS)
+                )
             offset, data, dropped = process.ring.read(after, limit)
             total, running, code, reason = process.ring.total, not process.ended, process.exit_code, process.reason
         text, used = _text(data, cut=offset + len(data) < total)
@@ -411,13 +426,17 @@ class ProcessManager:
         if short not in SIGNALS:
             raise BadRequest(f"unknown signal {name!r}: one of {', '.join(SIGNALS)}", code="bad_request")
         if process.ended:
-            raise ProcessEnded(f"process {process_id!r} has ended: it takes no signals", details={"process": process_id})
+            raise ProcessEnded(
+                f"process {process_id!r} has ended: it takes no signals", details={"process": process_id}
+            )
         if short == "KILL":
             return self.kill(tenant, session, process_id)
         process.handle.signal(int(getattr(signals, f"SIG{short}")))
         return process
 
-    def kill(self, tenant: str, session: str, process_id: str, *, reason: Reason = "killed", wait: float = 5.0) -> SessionProcess:
+    def kill(
+        self, tenant: str, session: str, process_id: str, *, reason: Reason = "killed", wait: float = 5.0
+    ) -> SessionProcess:
         """SIGKILL the process and everything it started; waits (a little) for it to end."""
         process = self.get(tenant, session, process_id)
         self._kill(process, reason)
@@ -469,7 +488,7 @@ class ProcessManager:
             self._kill(process, "session_ended")
         for process in processes:
             with process.cond:
-                process.cond.wait_for(lambda: process.ended, timeout=KILL_GRACE_SECONDS)
+                process.cond.wait_for(partial(_ended, process), timeout=KILL_GRACE_SECONDS)
         key = (check_tenant(tenant), session)
         with self._lock:
             lock = self._host_locks.setdefault(key, threading.Lock())

@@ -148,10 +148,8 @@ class SessionStore:
         """Keep a session's ``work/`` for its processes until :meth:`release`: made (and
         under the hard cap mounted) as for a run, then left so, and never expired, while
         runs of the session come and go.  Its ``work/``."""
-        with self.use(session, tenant, wait=wait) as work:
-            with self._lock:
-                directory = work.parent
-                self._hosted[directory] = self._hosted.get(directory, 0) + 1
+        with self.use(session, tenant, wait=wait) as work, self._lock:
+            self._hosted[work.parent] = self._hosted.get(work.parent, 0) + 1
         return work
 
     def release(self, session: str, tenant: str) -> None:

@@ -85,7 +85,9 @@ class DockerHost:
             )["Id"]
             sock = api.exec_start(exec_id, socket=True, tty=pty)
         except ENGINE_ERRORS as exc:
-            raise Unavailable(f"could not start the process in the session's container: {exc}", code="engine_error") from None
+            raise Unavailable(
+                f"could not start the process in the session's container: {exc}", code="engine_error"
+            ) from None
         raw: socket.socket = getattr(sock, "_sock", sock)
         return DockerProcess(self, str(exec_id), raw, pidfile, pty)
 
