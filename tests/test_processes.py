@@ -133,7 +133,7 @@ def test_a_dev_server_in_a_process_answers_a_run_of_the_session(
     executor: Executor, pm: ProcessManager, runtime_name: str
 ) -> None:
     server = pm.start(
-        T, "web", "echo '<h1>hello from work</h1>' > index.html; exec python3 -m http.server 8765 --bind 127.0.0.1"
+        T, "web", "echo '<h1>hello from work</h1>' > index.html; exec python3 -u -m http.server 8765 --bind 127.0.0.1"
     )
     until(pm, "web", server.id, "Serving HTTP")
     fetch = "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8765/index.html').read().decode())\""

@@ -124,7 +124,7 @@ def test_the_sse_stream_and_the_async_client(server: Server) -> None:
 
 def test_a_dev_server_answers_a_run_of_the_session(a: Client) -> None:
     server = a.process_start(
-        "web", "echo '<p>served</p>' > page.html; exec python3 -m http.server 8766 --bind 127.0.0.1"
+        "web", "echo '<p>served</p>' > page.html; exec python3 -u -m http.server 8766 --bind 127.0.0.1"
     )
     poll_until(a, "web", server["id"], "Serving HTTP")
     fetched = a.run({"skill": "math-tools", "command": "curl -s http://127.0.0.1:8766/page.html", "session": "web"})

@@ -234,9 +234,11 @@ class ProcessManager:
         idle_timeout: float | None = None,
     ) -> SessionProcess:
         if not self.supported:
+            name = getattr(self.runtime, "name", "?")
             raise ExecutorError(
-                f"the {getattr(self.runtime, 'name', '?')} runtime has no interactive processes: "
-                "run the service with SKILL_EXECUTOR_RUNTIME=docker",
+                "a cluster's API replica does not route processes to its workers yet: use a single service"
+                if name == "remote"
+                else f"the {name} runtime has no interactive processes: run the service with SKILL_EXECUTOR_RUNTIME=docker",
                 code="processes_unsupported",
             )
         self.sessions.path(session, tenant)  # a valid id (400 invalid_session)
