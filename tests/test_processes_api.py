@@ -145,7 +145,7 @@ def test_the_process_tools_over_rest_tool_calls(a: Client) -> None:
         polled = a.call_tool("process_poll", {"process": pid, "after": after, "wait": 2}, session="tools")
         seen += polled["data"]["output"]
         after = polled["data"]["next"]
-        if "42" in seen:
+        if "42\n" in seen:
             break
     assert "42\n" in seen and f"[{pid} running; next offset {after}" in polled["content"]
     other = a.call_tool("process_poll", {"session": "elsewhere", "process": pid}, session="tools")
