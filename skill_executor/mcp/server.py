@@ -382,7 +382,8 @@ class SkillServer:
 
     # -- tools --------------------------------------------------------------------------
 
-    def _tool_list(self) -> list[types.Tool]:
+    def _tool_list(self, *, processes: bool | None = None) -> list[types.Tool]:
+        """``processes``: list the process tools (None: when the runtime has processes)."""
         repository = self.backend.repository()
         by_name = {d["name"]: d for d in definitions(repository, "mcp", context=True, processes=True)}
         skill = by_name["skill_list_docs"]["inputSchema"]["properties"]["skill"]
@@ -450,7 +451,9 @@ class SkillServer:
             )
             for name in CONTEXT_TOOLS
         ]
-        if self.backend.tools().processes is not None:  # a runtime with a session's processes
+        if processes is None:
+            processes = self.backend.tools().processes is not None  # a runtime with a session's processes
+        if processes:
             specs += [
                 (name, by_name[name]["description"], by_name[name]["inputSchema"], RUN, None) for name in PROCESS_TOOLS
             ]
