@@ -12,6 +12,10 @@ Through the library (:class:`~skill_executor.runs.processes.ProcessManager`, no 
 * ``poll``: a poll with nothing new (no wait);
 * floor, on the same session container: ``docker_exec_api`` (exec create + start of ``true``
   through the engine's API, to its end) and ``docker_exec_cli`` (``docker exec <id> true``).
+
+Then over HTTP, against ``skill-executor serve`` on loopback (the Python client): ``rest_start``
+(another process in a session with one), ``rest_poll`` (nothing new, no wait) and
+``rest_echo_round_trip`` (a write, then polls with ``wait`` until the line is back).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from skill_executor.client import Client  # noqa: E402
 from skill_executor.config import Settings  # noqa: E402
 from skill_executor.core import Executor  # noqa: E402
 from skill_executor.runs.processes import ProcessManager  # noqa: E402
@@ -56,6 +61,37 @@ def until_output(pm: ProcessManager, session: str, pid: str, wanted: str, after:
         seen += polled.output
         after = polled.next
     return after
+
+
+def rest(runs: int, oci_runtime: str | None) -> dict[str, list[float]]:
+    from tests.api_server import Server
+
+    env = {"SKILL_EXECUTOR_RUNTIME": "docker", "SKILL_EXECUTOR_POOL_SIZE": "0"}
+    if oci_runtime:
+        env["SKILL_EXECUTOR_DOCKER_OCI_RUNTIME"] = oci_runtime
+    server = Server(Path(tempfile.mkdtemp(prefix="process-bench-rest-")), env=env).start(timeout=120)
+    out: dict[str, list[float]] = {"rest_start": [], "rest_poll": [], "rest_echo_round_trip": []}
+    try:
+        with Client(server.url, timeout=60) as client:
+            for i in range(runs):
+                session = f"rest-{i}"
+                cat = client.process_start(session, "cat")["id"]
+                out["rest_start"].append(ms(lambda s=session: client.process_start(s, "sleep 30")))
+                after = 0
+                for n in range(3):
+                    line, seen = f"line {n}\n", ""
+                    started = time.perf_counter()
+                    client.process_write(session, cat, line)
+                    while line not in seen:
+                        polled = client.process_poll(session, cat, after, wait=5)
+                        seen, after = seen + polled["output"], polled["next"]
+                    out["rest_echo_round_trip"].append((time.perf_counter() - started) * 1000)
+                    out["rest_poll"].append(ms(lambda s=session, a=after: client.process_poll(s, cat, a)))
+                for process in client.processes(session)["processes"]:
+                    client.process_kill(session, process["id"])
+    finally:
+        server.stop()
+    return out
 
 
 def main() -> None:
@@ -116,6 +152,7 @@ def main() -> None:
             executor.runner.sessions.end(session, T)
     finally:
         executor.close()
+    results.update(rest(args.runs, args.oci_runtime))
     report = {
         "oci_runtime": args.oci_runtime or "runc",
         "runs": args.runs,
