@@ -49,9 +49,10 @@ def test_the_local_runtime_refuses_processes(tmp_path: Path) -> None:
 def test_a_python_repl_driven_by_start_write_poll_kill(pm: ProcessManager) -> None:
     repl = pm.start(T, "repl", ["python3", "-i", "-u"])
     pm.write(T, "repl", repl.id, b"1+1\n")
-    seen, _ = until(pm, "repl", repl.id, "2\n")
+    # stdout and stderr are one stream: the answer comes after the prompt (stderr) it answers
+    seen, _ = until(pm, "repl", repl.id, ">>> 2")
     pm.write(T, "repl", repl.id, b"x = 40\nprint(x + 2)\n")
-    until(pm, "repl", repl.id, "42\n")
+    until(pm, "repl", repl.id, ">>> 42")
     killed = pm.kill(T, "repl", repl.id)
     assert killed.ended and killed.reason == "killed" and killed.exit_code == 137
     with pytest.raises(ExecutorError) as ended:
@@ -78,10 +79,11 @@ def test_a_repl_on_a_pty_and_an_interrupt(pm: ProcessManager) -> None:
 
 
 def test_stdin_eof_and_the_exit_code(pm: ProcessManager) -> None:
-    cat = pm.start(T, "eof", "cat; echo done >&2; exit 3")
+    cat = pm.start(T, "eof", "cat; echo done; echo to-stderr >&2; exit 3")
     pm.write(T, "eof", cat.id, b"hello\n", eof=True)
-    seen, polled = until(pm, "eof", cat.id, "done")
-    assert seen == "hello\ndone\n"
+    seen, polled = until(pm, "eof", cat.id, "to-stderr")
+    # one stream, each of stdout and stderr in order (not their order across the two: two pipes)
+    assert "hello\ndone\n" in seen and sorted(seen.splitlines()) == ["done", "hello", "to-stderr"]
     deadline = time.monotonic() + 10
     while polled.running and time.monotonic() < deadline:
         polled = pm.poll(T, "eof", cat.id, after=polled.next, wait=1)

@@ -59,7 +59,7 @@ def test_a_repl_over_rest(a: Client) -> None:
     assert started["running"] and started["id"].startswith("p-")
     pid = started["id"]
     a.process_write("rest-repl", pid, "1+1\n")
-    poll_until(a, "rest-repl", pid, "2\n")
+    poll_until(a, "rest-repl", pid, ">>> 2")  # the answer after the prompt (stderr) it answers
     assert [p["id"] for p in a.processes("rest-repl")["processes"]] == [pid]
     killed = a.process_kill("rest-repl", pid)
     assert not killed["running"] and killed["reason"] == "killed" and killed["exit_code"] == 137
@@ -77,6 +77,8 @@ def test_error_codes(a: Client) -> None:
         a.process_poll("nowhere", "p-000000000000")
     with expect_error(400, "invalid_session"):
         a.process_start("bad session", "true")
+    with expect_error(400, "env_refused"):
+        a.process_start("codes", "true", env={"LD_PRELOAD": "/tmp/x.so"})
     started = a.process_start("codes", "cat")
     with expect_error(400, "bad_request"):
         a.process_signal("codes", started["id"], "NOPE")
@@ -145,9 +147,9 @@ def test_the_process_tools_over_rest_tool_calls(a: Client) -> None:
         polled = a.call_tool("process_poll", {"process": pid, "after": after, "wait": 2}, session="tools")
         seen += polled["data"]["output"]
         after = polled["data"]["next"]
-        if "42\n" in seen:
+        if ">>> 42" in seen:
             break
-    assert "42\n" in seen and f"[{pid} running; next offset {after}" in polled["content"]
+    assert ">>> 42" in seen and f"[{pid} running; next offset {after}" in polled["content"]
     other = a.call_tool("process_poll", {"session": "elsewhere", "process": pid}, session="tools")
     assert other["is_error"] and "session_mismatch" in other["content"]
     killed = a.call_tool("process_kill", {"process": pid}, session="tools")
@@ -170,9 +172,9 @@ def test_the_process_tools_over_mcp(server: Server) -> None:
                 polled = await client.call_tool("process_poll", {"session": "mcp", "process": pid, "after": after})
                 seen += polled.structured_content["output"]
                 after = polled.structured_content["next"]
-                if "4\n" in seen:
+                if ">>> 4" in seen:
                     break
-            assert "4\n" in seen
+            assert ">>> 4" in seen
             killed = await client.call_tool("process_kill", {"session": "mcp", "process": pid})
             assert not killed.is_error and not killed.structured_content["running"]
 

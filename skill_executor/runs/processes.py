@@ -32,10 +32,11 @@ from typing import Any, Literal, Protocol
 
 from ..access import check_tenant
 from ..config import Settings
-from ..errors import BadRequest, Busy, Conflict, ExecutorError, NotFound
+from ..errors import BadRequest, Busy, Conflict, ExecutorError, NotFound, TooLarge
 from ..workers import Supervisor
 from ..workspace.fs import Tree
 from ..workspace.sessions import SessionStore
+from .plan import check_env
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ KEEP_ENDED_SECONDS = 600.0
 SWEEP_SECONDS = 0.5
 #: The longest one poll may wait for output.
 MAX_WAIT_SECONDS = 30.0
+#: The most bytes one write takes.
+MAX_WRITE_BYTES = 1024 * 1024
 #: The most bytes one poll answers.
 MAX_POLL_BYTES = 1024 * 1024
 #: How long a killed process may take to end before its stream is given up.
@@ -139,6 +142,7 @@ class SessionProcess:
     exit_code: int | None = None
     reason: Reason | None = None
     killing: float | None = None  # when a kill was sent (monotonic)
+    gone: bool = False  # its output is over (set under its host's lock)
     stdin_open: bool = True
 
     def state(self) -> dict[str, Any]:
@@ -235,17 +239,21 @@ class ProcessManager:
     ) -> SessionProcess:
         if not self.supported:
             name = getattr(self.runtime, "name", "?")
-            raise ExecutorError(
+            why = (
                 "a cluster's API replica does not route processes to its workers yet: use a single service"
                 if name == "remote"
-                else f"the {name} runtime has no interactive processes: run the service with SKILL_EXECUTOR_RUNTIME=docker",
-                code="processes_unsupported",
+                else f"the {name} runtime has no interactive processes: run the service with "
+                "SKILL_EXECUTOR_RUNTIME=docker"
             )
+            raise ExecutorError(why, code="processes_unsupported")
         self.sessions.path(session, tenant)  # a valid id (400 invalid_session)
+        s = self.settings
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         if not argv or not argv[0]:
             raise BadRequest("a process needs a command", code="bad_request")
-        s = self.settings
+        if sum(len(arg.encode()) + 1 for arg in argv) > s.max_command_bytes:
+            raise TooLarge(f"command is longer than {s.max_command_bytes} bytes", code="command_too_large")
+        check_env(env or {}, s)  # as a run's
         wall = min(timeout or s.process_max_seconds, s.process_max_seconds)
         idle = min(idle_timeout or s.process_idle_seconds, s.process_idle_seconds)
         key = (check_tenant(tenant), session)
@@ -347,23 +355,31 @@ class ProcessManager:
         self._ended(process, entry, code)
 
     def _ended(self, process: SessionProcess, entry: _Host, code: int | None) -> None:
-        with process.cond:
-            process.ended = True
-            process.ended_at = time.time()
-            process.exit_code = code
-            process.stdin_open = False
-            if process.reason is None:
-                process.reason = "exited" if code is not None else "lost"
-            process.cond.notify_all()
-        with self._lock:
-            self.ended_total[process.reason or "exited"] = self.ended_total.get(process.reason or "exited", 0) + 1
-        self._touch(process)
+        """Its host goes with the session's last process (before the process is marked ended:
+        once a kill has answered, the session's runs no longer join the host)."""
         key = (process.tenant, process.session)
         with self._lock:
             lock = self._host_locks.setdefault(key, threading.Lock())
-        with lock:
-            if self._hosts.get(key) is entry and all(p.ended for p in entry.processes.values()):
-                self._drop_host(key, entry)
+        try:
+            with lock:
+                process.gone = True  # under the host's lock: exactly the last one removes it
+                if self._hosts.get(key) is entry and all(p.gone for p in entry.processes.values()):
+                    self._drop_host(key, entry)
+        except Exception:
+            log.exception("process %s: removing its session's sandbox failed", process.id)
+        finally:
+            with process.cond:
+                process.ended = True
+                process.ended_at = time.time()
+                process.exit_code = code
+                process.stdin_open = False
+                if process.reason is None:
+                    process.reason = "exited" if code is not None else "lost"
+                process.cond.notify_all()
+            with self._lock:
+                reason = process.reason or "exited"
+                self.ended_total[reason] = self.ended_total.get(reason, 0) + 1
+            self._touch(process)
 
     def _touch(self, process: SessionProcess) -> None:
         try:
@@ -398,6 +414,8 @@ class ProcessManager:
                 code="process_stdin_closed",
                 details={"process": process_id},
             )
+        if len(data) > MAX_WRITE_BYTES:
+            raise TooLarge(f"one write takes at most {MAX_WRITE_BYTES} bytes", code="too_large")
         if data:
             process.handle.write(data)
         process.active = time.monotonic()

@@ -128,7 +128,8 @@ def _sse(event: str, data: object) -> bytes:
         200: {
             "content": {"text/event-stream": {}},
             "description": 'output ({"data": text, "offset", "next", "dropped"}) as it arrives, then exit '
-            '({"exit_code", "reason"}) once the process has ended',
+            '({"exit_code", "reason"}) once the process has ended; error ({"code", "message"}) when it was '
+            "forgotten meanwhile (its session ended)",
         }
     },
 )
@@ -147,15 +148,19 @@ async def process_events(
     async def stream() -> AsyncIterator[bytes]:
         position = after
         while not await request.is_disconnected():
-            polled = await run_in_threadpool(
-                processes.poll,
-                tenant,
-                session,
-                process_id,
-                after=position,
-                limit=MAX_POLL_BYTES,
-                wait=STREAM_WAIT_SECONDS,
-            )
+            try:
+                polled = await run_in_threadpool(
+                    processes.poll,
+                    tenant,
+                    session,
+                    process_id,
+                    after=position,
+                    limit=MAX_POLL_BYTES,
+                    wait=STREAM_WAIT_SECONDS,
+                )
+            except ExecutorError as exc:  # forgotten meanwhile (its session ended)
+                yield _sse("error", {"code": exc.code, "message": exc.message})
+                return
             if polled.next > position or polled.dropped:
                 data = {"data": polled.output, "offset": polled.offset, "next": polled.next, "dropped": polled.dropped}
                 yield _sse("output", data)
