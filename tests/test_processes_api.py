@@ -44,22 +44,24 @@ def a(server: Server) -> Iterator[Client]:
         yield client
 
 
-def poll_until(client: Client, session: str, pid: str, wanted: str, timeout: float = 30.0) -> str:
-    seen, after, deadline = "", 0, time.monotonic() + timeout
+def poll_until(client: Client, session: str, pid: str, wanted: str, after: int = 0, timeout: float = 30.0) -> int:
+    """Poll from ``after`` until ``wanted`` is in what came since; the offset to poll from next."""
+    seen, deadline = "", time.monotonic() + timeout
     while wanted not in seen:
         assert time.monotonic() < deadline, f"{wanted!r} not in {seen!r}"
         polled = client.process_poll(session, pid, after, wait=2)
         seen += polled["output"]
         after = polled["next"]
-    return seen
+    return after
 
 
 def test_a_repl_over_rest(a: Client) -> None:
     started = a.process_start("rest-repl", ["python3", "-i", "-u"])
     assert started["running"] and started["id"].startswith("p-")
     pid = started["id"]
+    ready = poll_until(a, "rest-repl", pid, ">>> ")  # the banner, and the prompt (on stderr)
     a.process_write("rest-repl", pid, "1+1\n")
-    poll_until(a, "rest-repl", pid, ">>> 2")  # the answer after the prompt (stderr) it answers
+    poll_until(a, "rest-repl", pid, "2", ready)  # in what came since
     assert [p["id"] for p in a.processes("rest-repl")["processes"]] == [pid]
     killed = a.process_kill("rest-repl", pid)
     assert not killed["running"] and killed["reason"] == "killed" and killed["exit_code"] == 137
@@ -140,16 +142,17 @@ def test_the_process_tools_over_rest_tool_calls(a: Client) -> None:
     started = a.call_tool("process_start", {"command": "python3 -i -u"}, session="tools")
     assert not started["is_error"], started["content"]
     pid = started["data"]["id"]
+    ready = poll_until(a, "tools", pid, ">>> ")
     wrote = a.call_tool("process_write", {"process": pid, "data": "print(6*7)\n"}, session="tools")
     assert not wrote["is_error"] and wrote["content"] == f"wrote 11 bytes to {pid}"
-    seen, after = "", 0
+    seen, after = "", ready
     for _ in range(20):
         polled = a.call_tool("process_poll", {"process": pid, "after": after, "wait": 2}, session="tools")
         seen += polled["data"]["output"]
         after = polled["data"]["next"]
-        if ">>> 42" in seen:
+        if "42" in seen:
             break
-    assert ">>> 42" in seen and f"[{pid} running; next offset {after}" in polled["content"]
+    assert "42" in seen and f"[{pid} running; next offset {after}" in polled["content"]
     other = a.call_tool("process_poll", {"session": "elsewhere", "process": pid}, session="tools")
     assert other["is_error"] and "session_mismatch" in other["content"]
     killed = a.call_tool("process_kill", {"process": pid}, session="tools")
@@ -166,15 +169,20 @@ def test_the_process_tools_over_mcp(server: Server) -> None:
             started = await client.call_tool("process_start", {"session": "mcp", "command": "python3 -i -u"})
             assert not started.is_error
             pid = started.structured_content["id"]
-            await client.call_tool("process_write", {"session": "mcp", "process": pid, "data": "print(2+2)\n"})
             seen, after = "", 0
+            while ">>> " not in seen:  # the banner, and the prompt (on stderr)
+                polled = await client.call_tool("process_poll", {"session": "mcp", "process": pid, "after": after})
+                seen += polled.structured_content["output"]
+                after = polled.structured_content["next"]
+            await client.call_tool("process_write", {"session": "mcp", "process": pid, "data": "print(2+2)\n"})
+            seen = ""
             for _ in range(20):
                 polled = await client.call_tool("process_poll", {"session": "mcp", "process": pid, "after": after})
                 seen += polled.structured_content["output"]
                 after = polled.structured_content["next"]
-                if ">>> 4" in seen:
+                if "4" in seen:
                     break
-            assert ">>> 4" in seen
+            assert "4" in seen
             killed = await client.call_tool("process_kill", {"session": "mcp", "process": pid})
             assert not killed.is_error and not killed.structured_content["running"]
 
