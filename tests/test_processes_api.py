@@ -32,6 +32,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
             "SKILL_EXECUTOR_RUNTIME": "docker",
             "SKILL_EXECUTOR_POOL_SIZE": "1",  # the warm pool serves the runs without a session meanwhile
+            "SKILL_EXECUTOR_PROCESSES_PER_SESSION": "3",
         },
     ).start(timeout=120)
     yield srv
@@ -86,6 +87,19 @@ def test_error_codes(a: Client) -> None:
         a.process_signal("codes", started["id"], "NOPE")
     a.process_write("codes", started["id"], "x\n", eof=True)
     poll_until(a, "codes", started["id"], "x\n")
+    assert a.process_poll("codes", started["id"], 2, wait=10)["exit_code"] == 0  # cat ends at the eof
+    held = a.process_start("codes", "cat; sleep 60")
+    a.process_write("codes", held["id"], "", eof=True)
+    with expect_error(409, "process_stdin_closed"):
+        a.process_write("codes", held["id"], "more\n")
+    a.process_start("codes", "sleep 60")
+    a.process_start("codes", "sleep 60")
+    with expect_error(429, "process_limit"):  # SKILL_EXECUTOR_PROCESSES_PER_SESSION=3
+        a.process_start("codes", "sleep 60")
+    for process in a.processes("codes")["processes"]:
+        if process["running"]:
+            a.process_kill("codes", process["id"])
+    assert all(not p["running"] for p in a.processes("codes")["processes"])
 
 
 def test_another_key_never_reaches_the_process(server: Server, a: Client) -> None:
@@ -131,8 +145,17 @@ def test_a_dev_server_answers_a_run_of_the_session(a: Client) -> None:
         "web", "echo '<p>served</p>' > page.html; exec python3 -u -m http.server 8766 --bind 127.0.0.1"
     )
     poll_until(a, "web", server["id"], "Serving HTTP")
-    fetched = a.run({"skill": "math-tools", "command": "curl -s http://127.0.0.1:8766/page.html", "session": "web"})
+    fetched = a.run(
+        {
+            "skill": "math-tools",
+            "command": "curl -s http://127.0.0.1:8766/page.html",
+            "session": "web",
+            "outputs": {"globs": ["work/page.html"]},  # what the process wrote, collected as a run's files
+        }
+    )
     assert fetched["exit_code"] == 0 and "<p>served</p>" in fetched["stdout"]
+    [page] = fetched["output_files"]
+    assert page["name"] == "work/page.html" and page["content"] == "<p>served</p>\n"
     a.process_kill("web", server["id"])
 
 
