@@ -641,8 +641,9 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     E(
         "process_limit",
         429,
-        "This session runs as many processes as allowed (SKILL_EXECUTOR_PROCESSES_PER_SESSION).",
-        "Kill a process of the session, or wait for one to end.",
+        "This session runs as many processes as allowed (SKILL_EXECUTOR_PROCESSES_PER_SESSION); or its sandbox "
+        "is at the end of its lifetime (4 × SKILL_EXECUTOR_PROCESS_MAX_SECONDS since its first process).",
+        "Kill a process of the session, or wait for one to end (once its last has ended, its sandbox starts anew).",
     ),
     E(
         "processes_unsupported",

@@ -1,8 +1,15 @@
-"""A process's output ring and the text a poll answers (pure logic)."""
+"""A process's output ring and the text a poll answers (pure logic); the process tools' refusals."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from skill_executor.config import Settings
+from skill_executor.core import Executor
 from skill_executor.runs.processes import OutputRing, _text
+from skill_executor.tools import ToolExecutor
+
+from .conftest import REPO
 
 
 def test_the_ring_keeps_the_newest_bytes_and_counts_them_all() -> None:
@@ -22,3 +29,27 @@ def test_a_poll_cut_short_leaves_a_split_character_for_the_next() -> None:
     assert _text(data[:2], cut=True) == ("a", 1)
     assert _text(data, cut=True) == ("aé", 3)
     assert _text(data[:2], cut=False) == ("a\ufffd", 2)
+
+
+def test_the_process_tools_refuse_as_error_results(tmp_path: Path) -> None:
+    """Where no runtime has processes (the local one) and for malformed arguments: error results."""
+    executor = Executor.from_settings(
+        Settings(runtime="local", data_dir=tmp_path / "data", skills_dirs=[REPO / "skills"], skills_refresh_seconds=0)
+    )
+    try:
+        unavailable = ToolExecutor(executor.repository)
+        result = unavailable.call("process_start", {"session": "s", "command": "true"})
+        assert result.is_error and "tool_unavailable" in result.content
+        tools = ToolExecutor(executor.repository, processes=executor.runner.processes)
+        result = tools.call("process_start", {"session": "s", "command": "true"})
+        assert result.is_error and "processes_unsupported" in result.content
+        result = tools.call("process_poll", {"session": "s", "process": "p-1", "after": -1})
+        assert result.is_error and "invalid_arguments" in result.content
+        result = tools.call("process_write", {"session": "s", "process": "p-1", "data": "x", "sudo": True})
+        assert result.is_error and "unknown argument(s) for process_write: sudo" in result.content
+        result = tools.call("process_kill", {"process": "p-1"}, session="bound")
+        assert result.is_error and "process_not_found" in result.content  # the framework's session binds
+        result = tools.call("process_kill", {"session": "other", "process": "p-1"}, session="bound")
+        assert result.is_error and "session_mismatch" in result.content
+    finally:
+        executor.close()

@@ -54,6 +54,11 @@ MAX_POLL_BYTES = 1024 * 1024
 KILL_GRACE_SECONDS = 5.0
 #: The signals a caller may send.
 SIGNALS = ("INT", "TERM", "KILL", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT", "WINCH")
+#: A session's sandbox lives at most this many ``process_max_seconds`` (its container's
+#: deadline label, for the runtime's reaper); a process started late in it gets less.
+HOST_LIFETIMES = 4
+#: Kept between a process's wall-clock limit and its sandbox's deadline.
+HOST_GRACE_SECONDS = 60.0
 #: Where a process sees the session's work/.
 WORK_DIR = "/workspace/work"
 
@@ -179,7 +184,9 @@ class Poll:
 @dataclass(eq=False)
 class _Host:
     host: RuntimeHost
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: When the host's container is past its deadline label (``time.time()``): the
+    #: runtime's reaper removes it then, so no process of it may outlive that.
+    deadline: float
     processes: dict[str, SessionProcess] = field(default_factory=dict)
 
 
@@ -271,6 +278,15 @@ class ProcessManager:
                 )
             if entry is None:
                 entry = self._make_host(tenant, session)
+            wall = min(wall, entry.deadline - time.time())  # a long-lived session's sandbox ends some day
+            if wall < 1:
+                raise Busy(
+                    f"the sandbox of session {session!r} is at the end of its lifetime "
+                    f"({HOST_LIFETIMES:g} × SKILL_EXECUTOR_PROCESS_MAX_SECONDS since its first process): "
+                    "let its processes end, then start again",
+                    code="process_limit",
+                    details={"session": session},
+                )
             where = WORK_DIR if cwd is None else cwd if cwd.startswith("/") else f"{WORK_DIR}/{cwd}"
             environment = {"HOME": "/tmp", "TMPDIR": "/tmp", "WORK_DIR": WORK_DIR, **(env or {})}
             if pty:
@@ -306,13 +322,13 @@ class ProcessManager:
         if owner is not None:  # the runs' user owns work/, as a run's workspace makes it
             with Tree(work) as tree:
                 os.fchown(tree.fd, *owner)
-        lifetime = self.settings.process_max_seconds + self.settings.process_idle_seconds + 60
+        lifetime = HOST_LIFETIMES * self.settings.process_max_seconds
         try:
             host = self.runtime.host(work, f"processes-{key[0]}-{session}", lifetime)  # type: ignore[attr-defined]
         except BaseException:
             self.sessions.release(session, tenant)
             raise
-        entry = _Host(host)
+        entry = _Host(host, time.time() + lifetime - HOST_GRACE_SECONDS)
         self._hosts[key] = entry
         return entry
 
