@@ -151,6 +151,8 @@ class DoctorReport(WireModel):
     python: list[PythonNeed]
     packages: list[PackageNeed] | None = None
     node: list[NodeNeed]
+    runtimes: list[RuntimeNeed] | None = None
+    files: list[FileNeed] | None = None
     missing: Missing
     network: Network
     findings: list[DoctorFinding]
@@ -187,6 +189,11 @@ class FileModel(WireModel):
     created_at: float
     run_id: str | None = Field(default=None, description="the run that saved it, if one did")
     ref: str = Field(description="the same version as an artifact:// reference")
+
+
+class FileNeed(WireModel):
+    path: str = Field(description="a script the skill's instructions run, relative to the skill, that it does not hold")
+    used_in: list[str] = Field(description="file:line of each instruction running it")
 
 
 class Finding(WireModel):
@@ -272,6 +279,14 @@ class Missing(WireModel):
         description="what `pip install` lines (sure ones) install that the sandbox does not have: runs cannot fetch it",
     )
     node: list[str] | None = None
+    runtimes: list[str] | None = Field(
+        default=None,
+        description="interpreter versions the skill asks for that the sandbox's do not satisfy (`node>=22`)",
+    )
+    files: list[str] | None = Field(
+        default=None,
+        description="scripts the instructions run by the skill's own path ({baseDir}/..., scripts/... in SKILL.md) that the skill does not hold (code left beside it in its repository, a renamed script)",
+    )
 
 
 class Network(WireModel):
@@ -498,6 +513,14 @@ class RunSummary(WireModel):
     owner: str = Field(description="the key id (tenant) the run belongs to")
     trace_id: str | None = None
     error: ErrorBody | None = Field(default=None, description="what a run that ended in an error ended with")
+
+
+class RuntimeNeed(WireModel):
+    name: str = Field(description="`node` or `python`")
+    requires: str = Field(description="the version asked for, as a specifier (`>=22`)")
+    version: str | None = Field(default=None, description="the sandbox's (null: absent, or not checked)")
+    found: bool | None = Field(description="the sandbox's version satisfies it; null: not checked")
+    used_in: list[str] = Field(description="file:line: requires-python, engines.node, the docs' prose")
 
 
 class SkillBundle(WireModel):
