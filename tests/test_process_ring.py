@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from skill_executor.config import Settings
 from skill_executor.core import Executor
+from skill_executor.errors import ExecutorError
 from skill_executor.runs.processes import OutputRing, _text
 from skill_executor.tools import ToolExecutor
 
@@ -51,5 +54,30 @@ def test_the_process_tools_refuse_as_error_results(tmp_path: Path) -> None:
         assert result.is_error and "process_not_found" in result.content  # the framework's session binds
         result = tools.call("process_kill", {"session": "other", "process": "p-1"}, session="bound")
         assert result.is_error and "session_mismatch" in result.content
+    finally:
+        executor.close()
+
+
+def test_a_key_under_a_command_policy_starts_no_process(tmp_path: Path) -> None:
+    """What a process's stdin starts, the policy cannot judge: a key a judging rule (or one
+    asking for approval) applies to is refused before anything starts; other keys are not."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("rules:\n  - name: no-curl\n    key: tenant-a\n    deny: [curl]\n")
+    settings = Settings(
+        runtime="local",
+        data_dir=tmp_path / "data",
+        skills_dirs=[REPO / "skills"],
+        skills_refresh_seconds=0,
+        policy_file=policy,
+    )
+    executor = Executor.from_settings(settings)
+    try:
+        with pytest.raises(ExecutorError) as denied:
+            executor.runner.processes.start("tenant-a", "s", "python3 -i")
+        assert denied.value.code == "command_denied" and denied.value.status == 403
+        assert denied.value.details["rule"] == "no-curl"
+        with pytest.raises(ExecutorError) as other:
+            executor.runner.processes.start("tenant-b", "s", "python3 -i")
+        assert other.value.code == "processes_unsupported"  # no rule for this key: on to the runtime
     finally:
         executor.close()

@@ -98,7 +98,7 @@ class SkillRunner:
         )
         self.limiter = RunLimiter(settings.max_concurrent_runs, settings.max_queued_runs)
         #: A session's interactive processes (in its sandbox; runs of the session share its loopback).
-        self.processes = ProcessManager(settings, runtime, self.sessions)
+        self.processes = ProcessManager(settings, runtime, self.sessions, policy=self.policy)
         self.supervisor = Supervisor("runner")
         self.supervisor.every(
             "session-expiry", SESSION_SWEEP_SECONDS, self.sessions.sweep, initial_delay=SESSION_SWEEP_SECONDS

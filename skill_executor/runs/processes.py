@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol
 from ..access import check_tenant
 from ..config import Settings
 from ..errors import BadRequest, Busy, Conflict, ExecutorError, NotFound, TooLarge
+from ..policy import CommandDenied, Policy
 from ..workers import Supervisor
 from ..workspace.fs import Tree
 from ..workspace.sessions import SessionStore
@@ -212,8 +213,13 @@ def _ended(process: SessionProcess) -> bool:
 class ProcessManager:
     """Every session's processes of one service process (thread-safe)."""
 
-    def __init__(self, settings: Settings, runtime: object, sessions: SessionStore) -> None:
+    def __init__(
+        self, settings: Settings, runtime: object, sessions: SessionStore, *, policy: Policy | None = None
+    ) -> None:
+        """``policy``: the command policy (a key any of whose rules limits programs or asks
+        for approval starts no process: what its stdin starts, the policy cannot judge)."""
         self.settings = settings
+        self.policy = policy
         self.runtime = runtime
         self.sessions = sessions
         self._lock = threading.Lock()
@@ -244,6 +250,7 @@ class ProcessManager:
         timeout: float | None = None,
         idle_timeout: float | None = None,
     ) -> SessionProcess:
+        self._judge(check_tenant(tenant))
         if not self.supported:
             name = getattr(self.runtime, "name", "?")
             why = (
@@ -314,6 +321,21 @@ class ProcessManager:
                 self.started_total += 1
         threading.Thread(target=self._read, args=(process, entry), name=f"process-{process.id}", daemon=True).start()
         return process
+
+    def _judge(self, tenant: str) -> None:
+        """Refuse (403 ``command_denied``) a key a rule of the command policy limits: the
+        programs a process's stdin starts (a shell's, a REPL's) cannot be judged beforehand."""
+        for index, rule in enumerate(self.policy.rules if self.policy is not None else ()):
+            if rule.key in ("*", tenant) and (rule.judges or rule.approval != "never"):
+                name = rule.name or f"rules[{index}]"
+                reason = (
+                    "interactive processes are refused under it: the programs their stdin starts cannot be "
+                    "judged before they run"
+                )
+                raise CommandDenied(
+                    f"command refused by policy rule {name!r}: {reason}",
+                    details={"rule": name, "program": None, "reason": reason},
+                )
 
     def _make_host(self, tenant: str, session: str) -> _Host:
         key = (check_tenant(tenant), session)
