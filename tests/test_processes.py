@@ -83,13 +83,15 @@ def test_a_repl_on_a_pty_and_an_interrupt(pm: ProcessManager) -> None:
 def test_stdin_eof_and_the_exit_code(pm: ProcessManager) -> None:
     cat = pm.start(T, "eof", "cat; echo done; echo to-stderr >&2; exit 3")
     pm.write(T, "eof", cat.id, b"hello\n", eof=True)
-    seen, polled = until(pm, "eof", cat.id, "to-stderr")
+    seen, after, deadline = "", 0, time.monotonic() + 20
+    while True:  # to the end of its output
+        polled = pm.poll(T, "eof", cat.id, after=after, wait=1)
+        seen, after = seen + polled.output, polled.next
+        if (not polled.running and after >= polled.total) or time.monotonic() > deadline:
+            break
+    assert polled.exit_code == 3 and polled.reason == "exited"
     # one stream, each of stdout and stderr in order (not their order across the two: two pipes)
     assert sorted(seen.splitlines()) == ["done", "hello", "to-stderr"] and seen.index("hello") < seen.index("done")
-    deadline = time.monotonic() + 10
-    while polled.running and time.monotonic() < deadline:
-        polled = pm.poll(T, "eof", cat.id, after=polled.next, wait=1)
-    assert polled.exit_code == 3 and polled.reason == "exited"
 
 
 def test_the_output_ring_drops_the_oldest_and_says_so(executor: Executor, pm: ProcessManager) -> None:
