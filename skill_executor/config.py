@@ -123,6 +123,15 @@ class Settings(BaseSettings):
     """Sessions one tenant (API key) may keep at once; a run that would start another is refused."""
     keep_workspaces: bool = False
     """Keep run workspaces after the run, for debugging."""
+    # -- interactive processes (POST /v1/sessions/{session}/processes) --------------------
+    process_max_seconds: float = Field(default=3600.0, gt=0)  # a process's wall-clock limit
+    """The longest a session's process may live (its wall-clock limit; a start may ask for less)."""
+    process_idle_seconds: float = Field(default=600.0, gt=0)  # no stdin and no output this long: killed
+    """A process with neither input nor output for this long is killed (a start may ask for less)."""
+    process_output_bytes: int = Field(default=1 * MiB, gt=0)  # the ring of a process's output
+    """The most output of one process kept to be polled (older bytes are dropped; the total is counted)."""
+    processes_per_session: int = Field(default=8, gt=0)  # then a start is refused (429 process_limit)
+    """Processes one session may run at once."""
     artifact_ttl_seconds: float | None = Field(default=None, gt=0)  # None: artifact versions never expire
     """Artifact versions expire this long after they were saved (none: never)."""
 

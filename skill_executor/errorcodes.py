@@ -619,6 +619,38 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Start a new session (and stage its inputs again).",
     ),
     E("session_busy", 409, "A run in this session is already in progress.", "Wait for it, or use another session."),
+    # -- a session's interactive processes (/v1/sessions/{session}/processes) ----------------
+    E(
+        "process_not_found",
+        404,
+        "No process with this id in this session (or not yours; an ended process is forgotten after a while).",
+        "Check the session and the process id; list the session's processes.",
+    ),
+    E(
+        "process_ended",
+        409,
+        "The process has ended: it takes no input and no signals.",
+        "Poll its output and exit code; start a new process.",
+    ),
+    E(
+        "process_stdin_closed",
+        409,
+        "The process's stdin was closed (a write with eof: true).",
+        "Start a new process to give it input again.",
+    ),
+    E(
+        "process_limit",
+        429,
+        "This session runs as many processes as allowed (SKILL_EXECUTOR_PROCESSES_PER_SESSION); or its sandbox "
+        "is at the end of its lifetime (4 × SKILL_EXECUTOR_PROCESS_MAX_SECONDS since its first process).",
+        "Kill a process of the session, or wait for one to end (once its last has ended, its sandbox starts anew).",
+    ),
+    E(
+        "processes_unsupported",
+        501,
+        "The runtime in use has no interactive processes (only the docker runtime, with runc or gVisor, has).",
+        "Run the service with SKILL_EXECUTOR_RUNTIME=docker, or use runs.",
+    ),
     E(
         "session_limit",
         429,

@@ -154,6 +154,7 @@ class Service:
                 contexts=executor.contexts,
                 artifacts=executor.artifacts,
                 budget=default_budget(settings),
+                processes=executor.runner.processes if executor.runner.processes.supported else None,
             )
             supervisor = executor.runner.supervisor
             ttl = settings.artifact_ttl_seconds

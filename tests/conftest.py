@@ -38,7 +38,9 @@ HARDENING_RUNTIMES = ["docker", "docker-pool", "docker-runsc", "docker-pool-runs
 OCI_RUNTIMES = {"docker-runsc": "runsc", "docker-pool-runsc": "runsc"}
 #: Modules whose ``executor`` tests run on gVisor too (the attacks on the sandbox's host side, the runtime seam's contract);
 #: the other pipeline tests run on ``RUNTIMES``.
-GVISOR_MODULES = {"test_boundary", "test_runtime_contract"}
+GVISOR_MODULES = {"test_boundary", "test_runtime_contract", "test_processes"}
+#: Modules whose ``executor`` tests run on the Docker runtimes only (a session's processes).
+DOCKER_ONLY_MODULES = {"test_processes"}
 #: Modules whose ``executor`` tests run on the bwrap runtime too (bubblewrap, no Docker).
 BWRAP_MODULES = {"test_boundary", "test_runtime_contract"}
 #: Modules whose ``executor`` tests run on the agent-sandbox runtime too: the real SDK against
@@ -183,6 +185,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             names.append("bwrap")
         if module in AGENT_SANDBOX_MODULES:
             names.append("agent-sandbox")
+        if module in DOCKER_ONLY_MODULES:
+            names = [name for name in names if name.startswith("docker")]
         if module in AGENT_SANDBOX_ONLY:
             names = ["agent-sandbox"]
         metafunc.parametrize("runtime_name", names, indirect=True)
@@ -296,6 +300,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_client": "unit",
     "test_client_package": "unit",  # its installed-wheel test uses a server (service, see tier_of)
     "test_context": "unit",
+    "test_process_ring": "unit",
     "test_deploy_kubernetes": "unit",
     "test_agentsandbox_claims": "unit",
     "test_docs": "unit",
@@ -315,6 +320,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_result_refs": "service",  # real servers (REST and MCP), two keys
     "test_sandbox_contract": "unit",
     "test_runtime_contract": "unit",
+    "test_processes": "unit",
     "test_skill_deps": "unit",
     "test_skill_prepare": "unit",
     "test_skill_refs": "unit",
@@ -364,6 +370,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_engines": "service",  # a second dockerd, Postgres
     "test_cluster_tracing": "service",  # Postgres, an OTLP receiver
     "test_context_api": "service",
+    "test_processes_api": "service",
     "test_mcp": "service",
     "test_mcp_sessions": "service",
     "test_objects": "service",

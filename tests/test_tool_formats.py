@@ -24,7 +24,7 @@ from pydantic import TypeAdapter
 
 from skill_executor.registry import SkillRepository
 from skill_executor.runs.models import RunRequest, RunResult
-from skill_executor.tools import CONTEXT_TOOLS, ToolExecutor, definitions, run_request
+from skill_executor.tools import CONTEXT_TOOLS, PROCESS_TOOLS, ToolExecutor, definitions, run_request
 from skill_executor.tools.catalogue import TOOL_FORMATS, strict_schema
 
 from .conftest import REPO
@@ -98,7 +98,7 @@ def published(repository: SkillRepository) -> list[tuple[str, str, dict[str, Any
     out = []
     for repo in (repository, SkillRepository([])):
         for fmt in ("openai", "openai-responses"):
-            for tool in definitions(repo, fmt, context=True):  # type: ignore[arg-type]
+            for tool in definitions(repo, fmt, context=True, processes=True):  # type: ignore[arg-type]
                 function = tool.get("function", tool)
                 out.append((fmt, function["name"], function["parameters"]))
     return out
@@ -106,7 +106,7 @@ def published(repository: SkillRepository) -> list[tuple[str, str, dict[str, Any
 
 def test_every_published_openai_schema_is_valid_under_strict_mode(repository: SkillRepository) -> None:
     tools = published(repository)
-    assert len(tools) == 2 * 2 * (4 + len(CONTEXT_TOOLS))
+    assert len(tools) == 2 * 2 * (4 + len(CONTEXT_TOOLS) + len(PROCESS_TOOLS))
     for fmt, name, schema in tools:
         assert strict_violations(schema) == [], (fmt, name)
         # a fixed point of the OpenAI SDK's own strict-schema transform: nothing left for it to change

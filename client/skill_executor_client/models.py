@@ -151,6 +151,8 @@ class DoctorReport(WireModel):
     python: list[PythonNeed]
     packages: list[PackageNeed] | None = None
     node: list[NodeNeed]
+    runtimes: list[RuntimeNeed] | None = None
+    files: list[FileNeed] | None = None
     missing: Missing
     network: Network
     findings: list[DoctorFinding]
@@ -187,6 +189,11 @@ class FileModel(WireModel):
     created_at: float
     run_id: str | None = Field(default=None, description="the run that saved it, if one did")
     ref: str = Field(description="the same version as an artifact:// reference")
+
+
+class FileNeed(WireModel):
+    path: str = Field(description="a script the skill's instructions run, relative to the skill, that it does not hold")
+    used_in: list[str] = Field(description="file:line of each instruction running it")
 
 
 class Finding(WireModel):
@@ -272,6 +279,14 @@ class Missing(WireModel):
         description="what `pip install` lines (sure ones) install that the sandbox does not have: runs cannot fetch it",
     )
     node: list[str] | None = None
+    runtimes: list[str] | None = Field(
+        default=None,
+        description="interpreter versions the skill asks for that the sandbox's do not satisfy (`node>=22`)",
+    )
+    files: list[str] | None = Field(
+        default=None,
+        description="scripts the instructions run by the skill's own path ({baseDir}/..., scripts/... in SKILL.md) that the skill does not hold (code left beside it in its repository, a renamed script)",
+    )
 
 
 class Network(WireModel):
@@ -330,6 +345,69 @@ class PackageNeed(WireModel):
     version: str | None = Field(default=None, description="the version the sandbox has")
     confidence: Literal["sure", "guess"] = Field(default="sure", description="as for commands")
     used_in: list[str]
+
+
+class ProcessInfo(WireModel):
+    """A process's state."""
+
+    id: str
+    session: str
+    command: str | list[str]
+    pty: bool
+    running: bool
+    exit_code: int | None = Field(description="once ended: its exit status (128+N for signal N)")
+    reason: Literal["exited", "killed", "timeout", "idle", "session_ended", "lost"] | None = Field(
+        description="why it ended (or is ending): exited by itself, killed, its wall-clock or idle limit, its session ended"
+    )
+    started_at: float
+    ended_at: float | None
+    total: int = Field(description="bytes of output it has written so far")
+    timeout: float
+    idle_timeout: float
+
+
+class ProcessList(WireModel):
+    processes: list[ProcessInfo]
+
+
+class ProcessOutput(WireModel):
+    """Output past ``after`` that the ring still holds (byte offsets into everything written)."""
+
+    output: str = Field(description="the bytes as UTF-8 text (invalid sequences replaced)")
+    offset: int = Field(description="the offset of the first byte answered")
+    next: int = Field(description="the offset to poll after next")
+    total: int = Field(description="bytes written in all")
+    dropped: int = Field(description="bytes past `after` no longer held (the ring's cap), skipped")
+    running: bool
+    exit_code: int | None
+    reason: str | None
+
+
+class ProcessSignal(WireModel):
+    signal: str = Field(description="INT, TERM, KILL, HUP, QUIT, USR1, USR2, STOP, CONT or WINCH")
+
+
+class ProcessStart(WireModel):
+    """Start a long-lived process in the session's sandbox (its work/ is the working folder)."""
+
+    command: str | list[str] = Field(description="a shell command (run by bash -c), or an argv list")
+    env: dict[str, str] | None = Field(default=None, description="extra environment variables")
+    cwd: str | None = Field(default=None, description="working folder (relative: in work/)")
+    pty: bool = Field(default=False, description="run it on a pseudo-terminal (stdout and stderr are one stream)")
+    timeout: float | None = Field(
+        default=None, description="wall-clock limit in seconds (at most SKILL_EXECUTOR_PROCESS_MAX_SECONDS)"
+    )
+    idle_timeout: float | None = Field(
+        default=None,
+        description="killed after this long with no input and no output (at most SKILL_EXECUTOR_PROCESS_IDLE_SECONDS)",
+    )
+
+
+class ProcessWrite(WireModel):
+    """Bytes for the process's stdin (UTF-8 text), and/or close it."""
+
+    data: str = ""
+    eof: bool = Field(default=False, description="close its stdin after the data")
 
 
 class PythonNeed(WireModel):
@@ -435,6 +513,14 @@ class RunSummary(WireModel):
     owner: str = Field(description="the key id (tenant) the run belongs to")
     trace_id: str | None = None
     error: ErrorBody | None = Field(default=None, description="what a run that ended in an error ended with")
+
+
+class RuntimeNeed(WireModel):
+    name: str = Field(description="`node` or `python`")
+    requires: str = Field(description="the version asked for, as a specifier (`>=22`)")
+    version: str | None = Field(default=None, description="the sandbox's (null: absent, or not checked)")
+    found: bool | None = Field(description="the sandbox's version satisfies it; null: not checked")
+    used_in: list[str] = Field(description="file:line: requires-python, engines.node, the docs' prose")
 
 
 class SkillBundle(WireModel):

@@ -141,12 +141,14 @@ def mcp_tools() -> str:
             visible_skills_dir=unused,
             principal=unused,
         )
-        tools = SkillServer(backend)._tool_list()
+        tools = SkillServer(backend)._tool_list(processes=True)
     parts = [
         f"# MCP tools\n\n{GENERATED}The tools of `skill-executor mcp` and `/mcp`. The REST "
         "`GET /v1/tools?format=openai|anthropic|mcp` lists `skill_load`, `skill_list_docs`, "
-        "`skill_select_docs`, `skill_run` (and the `context_*` tools with `context=true`) in the same "
-        "shapes. A tool's `skill` argument lists the installed skills' names (none here).\n"
+        "`skill_select_docs`, `skill_run` (and the `context_*` tools with `context=true`, the `process_*` "
+        "tools with `processes=true`) in the same shapes. The `process_*` tools are listed where the runtime "
+        "has a session's processes (Docker). A tool's `skill` argument lists the installed skills' names "
+        "(none here).\n"
     ]
     for tool in tools:
         hints = tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}

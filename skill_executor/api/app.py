@@ -36,7 +36,7 @@ from ..web.auth import KeyRing, bind_problem
 from .docs import install_docs
 from .metrics import Metrics
 from .middleware import BodyLimit, BrowserGuard, RequestContext, normalize_origin
-from .routes import artifacts, context, files, runs, skills, system, tools, versions
+from .routes import artifacts, context, files, processes, runs, skills, system, tools, versions
 
 if TYPE_CHECKING:
     from ..mcp.http import McpHttp
@@ -81,6 +81,7 @@ def create_app(
             raise
         executor = service.executor
         metrics.watch_runtime(executor.runtime.stats)
+        metrics.watch_processes(executor.runner.processes.stats)
         if isinstance(service.manager.dispatcher, PostgresDispatcher):  # an API replica
             database = service.manager.dispatcher.database
             metrics.watch_cluster(lambda: cluster_status(database), settings.worker_lease_seconds)
@@ -125,7 +126,7 @@ def create_app(
     app.state.keyring = keyring
     app.state.metrics = Metrics()
     problems.install(app)
-    for module in (versions, skills, runs, artifacts, files, tools, context, system):
+    for module in (versions, skills, runs, artifacts, files, tools, context, processes, system):
         app.include_router(module.router)
     mcp_http = _mount_mcp(app)
     # Outermost last: RequestContext -> BrowserGuard -> CORS (allowed origins only) -> BodyLimit -> routes.

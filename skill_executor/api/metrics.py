@@ -179,10 +179,42 @@ class ClusterCollector(Collector):
         yield runs
 
 
+class ProcessCollector(Collector):
+    """The sessions' processes (:meth:`~skill_executor.runs.processes.ProcessManager.stats`), read at each scrape."""
+
+    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            stats = self.stats()
+        except Exception as exc:  # a scrape never fails
+            log.warning("metrics: process figures unavailable: %s", exc)
+            return
+        yield GaugeMetricFamily(
+            "skill_executor_processes_running", "Sessions' processes running", value=stats["running"]
+        )
+        yield GaugeMetricFamily(
+            "skill_executor_process_sandboxes", "Sessions' sandboxes kept for their processes", value=stats["hosts"]
+        )
+        yield CounterMetricFamily(
+            "skill_executor_processes_started", "Sessions' processes started", value=stats["started_total"]
+        )
+        ended = CounterMetricFamily(
+            "skill_executor_processes_ended",
+            "Sessions' processes ended, by reason (exited, killed, timeout, idle, session_ended, lost)",
+            labels=["reason"],
+        )
+        for reason, count in sorted(stats["ended_total"].items()):
+            ended.add_metric([reason], count)
+        yield ended
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._runtime: RuntimeCollector | None = None
+        self._processes: ProcessCollector | None = None
         self.runs = Counter("skill_executor_runs", "Finished runs by outcome", ["outcome"], registry=self.registry)
         self.duration = Histogram(
             "skill_executor_run_duration_seconds",
@@ -214,6 +246,13 @@ class Metrics:
     def watch_cluster(self, status: Callable[[], dict[str, Any]], lease: float) -> None:
         """Report the cluster's figures (an API replica)."""
         self.registry.register(ClusterCollector(status, lease))
+
+    def watch_processes(self, stats: Callable[[], dict[str, Any]]) -> None:
+        """Report the sessions' processes (once the runner exists)."""
+        if self._processes is not None:
+            self.registry.unregister(self._processes)
+        self._processes = ProcessCollector(stats)
+        self.registry.register(self._processes)
 
     def watch_runtime(self, stats: Callable[[], dict[str, Any]]) -> None:
         """Report the runtime's figures (once the runtime exists)."""

@@ -371,3 +371,75 @@ class ContextSelectDocs(BaseModel):
     evict: Evict = "none"
     messages: list[str] = Field(default_factory=list, max_length=100)
     budget: ContextBudget | None = None
+
+
+# -- a session's interactive processes (/v1/sessions/{session}/processes) -----------------
+
+
+class ProcessStart(BaseModel):
+    """Start a long-lived process in the session's sandbox (its work/ is the working folder)."""
+
+    command: StrictStr | list[StrictStr] = Field(
+        description="a shell command (run by bash -c), or an argv list", examples=["python3 -i -u"]
+    )
+    env: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="extra environment variables")
+    cwd: StrictStr | None = Field(default=None, max_length=4096, description="working folder (relative: in work/)")
+    pty: bool = Field(default=False, description="run it on a pseudo-terminal (stdout and stderr are one stream)")
+    timeout: float | None = Field(
+        default=None, gt=0, description="wall-clock limit in seconds (at most SKILL_EXECUTOR_PROCESS_MAX_SECONDS)"
+    )
+    idle_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="killed after this long with no input and no output (at most SKILL_EXECUTOR_PROCESS_IDLE_SECONDS)",
+    )
+
+
+class ProcessInfo(BaseModel):
+    """A process's state."""
+
+    id: str
+    session: str
+    command: str | list[str]
+    pty: bool
+    running: bool
+    exit_code: int | None = Field(description="once ended: its exit status (128+N for signal N)")
+    reason: Literal["exited", "killed", "timeout", "idle", "session_ended", "lost"] | None = Field(
+        description="why it ended (or is ending): exited by itself, killed, its wall-clock or idle limit, "
+        "its session ended"
+    )
+    started_at: float
+    ended_at: float | None
+    total: int = Field(description="bytes of output it has written so far")
+    timeout: float
+    idle_timeout: float
+
+
+class ProcessList(BaseModel):
+    processes: list[ProcessInfo]
+
+
+class ProcessWrite(BaseModel):
+    """Bytes for the process's stdin (UTF-8 text), and/or close it."""
+
+    data: StrictStr = Field(default="", max_length=1024 * 1024, examples=["1+1\n"])
+    eof: bool = Field(default=False, description="close its stdin after the data")
+
+
+class ProcessSignal(BaseModel):
+    signal: StrictStr = Field(
+        examples=["INT"], description="INT, TERM, KILL, HUP, QUIT, USR1, USR2, STOP, CONT or WINCH"
+    )
+
+
+class ProcessOutput(BaseModel):
+    """Output past ``after`` that the ring still holds (byte offsets into everything written)."""
+
+    output: str = Field(description="the bytes as UTF-8 text (invalid sequences replaced)")
+    offset: int = Field(description="the offset of the first byte answered")
+    next: int = Field(description="the offset to poll after next")
+    total: int = Field(description="bytes written in all")
+    dropped: int = Field(description="bytes past `after` no longer held (the ring's cap), skipped")
+    running: bool
+    exit_code: int | None
+    reason: str | None

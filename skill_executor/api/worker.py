@@ -43,6 +43,7 @@ def create_worker_app(settings: Settings, *, claim: DataDirClaim, on_exit: Calla
             claim.release()
             raise
         metrics.watch_runtime(service.executor.runtime.stats)
+        metrics.watch_processes(service.executor.runner.processes.stats)
         app.state.service = service
         app.state.executor = service.executor
         app.state.manager = service.manager

@@ -252,6 +252,52 @@ class AsyncClient:
     async def delete_file(self, file_id: str) -> JSON:
         return await self.send(Calls.delete_file(file_id))
 
+    # a session's processes (in its sandbox, of this key)
+    async def process_start(
+        self,
+        session: str,
+        command: str | list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        pty: bool = False,
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+    ) -> JSON:
+        """Start a long-lived process in the session's sandbox; its state (``id``: the process id)."""
+        body = {
+            "command": command,
+            "env": env,
+            "cwd": cwd,
+            "pty": pty,
+            "timeout": timeout,
+            "idle_timeout": idle_timeout,
+        }
+        return await self.send(Calls.process_start(session, body))
+
+    async def processes(self, session: str) -> JSON:
+        return await self.send(Calls.processes(session))
+
+    async def process(self, session: str, process_id: str) -> JSON:
+        return await self.send(Calls.process(session, process_id))
+
+    async def process_write(self, session: str, process_id: str, data: str = "", *, eof: bool = False) -> JSON:
+        """Write to the process's stdin (``eof``: then close it)."""
+        return await self.send(Calls.process_write(session, process_id, data, eof))
+
+    async def process_poll(
+        self, session: str, process_id: str, after: int = 0, *, limit: int | None = None, wait: float = 0.0
+    ) -> JSON:
+        """Output past byte offset ``after`` (poll next from the answer's ``next``), waiting up to ``wait`` s."""
+        return await self.send(Calls.process_poll(session, process_id, after, limit, wait))
+
+    async def process_signal(self, session: str, process_id: str, signal: str) -> JSON:
+        return await self.send(Calls.process_signal(session, process_id, signal))
+
+    async def process_kill(self, session: str, process_id: str) -> JSON:
+        """Kill the process and everything it started; its final state."""
+        return await self.send(Calls.process_kill(session, process_id))
+
     # agent context (per session, of this key)
     async def context(self, session: str) -> JSON:
         """The context's state: loaded skills, their docs, token counts, budget."""
@@ -315,8 +361,9 @@ class AsyncClient:
         return await self.send(Calls.context_clear(session))
 
     # tools and system
-    async def tools(self, format: str = "openai", *, context: bool = False) -> JSON:
-        return await self.send(Calls.tools(format, context))
+    async def tools(self, format: str = "openai", *, context: bool = False, processes: bool = False) -> JSON:
+        """The tool definitions (``context``: with the context_* tools; ``processes``: the process_* tools)."""
+        return await self.send(Calls.tools(format, context, processes))
 
     async def call_tool(
         self,

@@ -271,8 +271,9 @@ class Calls:
         return Call("DELETE", f"/v1/files/{segment(file_id)}", as_json)
 
     @staticmethod
-    def tools(format: str, context: bool = False) -> Call[JSON]:
-        return Call("GET", "/v1/tools", as_json, params={"format": format, **({"context": "true"} if context else {})})
+    def tools(format: str, context: bool = False, processes: bool = False) -> Call[JSON]:
+        params = {"format": format, **({"context": "true"} if context else {})}
+        return Call("GET", "/v1/tools", as_json, params={**params, **({"processes": "true"} if processes else {})})
 
     @staticmethod
     def call_tool(
@@ -320,6 +321,47 @@ class Calls:
     @staticmethod
     def context_clear(session: str) -> Call[JSON]:
         return Call("DELETE", f"/v1/sessions/{segment(session)}/context", as_json)
+
+    # a session's processes
+    @staticmethod
+    def process_start(session: str, body: JSON) -> Call[JSON]:
+        """``None`` values are left out of the body."""
+        return Call(
+            "POST",
+            f"/v1/sessions/{segment(session)}/processes",
+            as_json,
+            json={k: v for k, v in body.items() if v is not None},
+        )
+
+    @staticmethod
+    def processes(session: str) -> Call[JSON]:
+        return Call("GET", f"/v1/sessions/{segment(session)}/processes", as_json)
+
+    @staticmethod
+    def process(session: str, process_id: str) -> Call[JSON]:
+        return Call("GET", f"/v1/sessions/{segment(session)}/processes/{segment(process_id)}", as_json)
+
+    @staticmethod
+    def process_write(session: str, process_id: str, data: str, eof: bool) -> Call[JSON]:
+        path = f"/v1/sessions/{segment(session)}/processes/{segment(process_id)}/stdin"
+        return Call("POST", path, as_json, json={"data": data, "eof": eof})
+
+    @staticmethod
+    def process_poll(session: str, process_id: str, after: int, limit: int | None, wait: float) -> Call[JSON]:
+        params: dict[str, Any] = {"after": after, "wait": wait}
+        if limit is not None:
+            params["limit"] = limit
+        path = f"/v1/sessions/{segment(session)}/processes/{segment(process_id)}/output"
+        return Call("GET", path, as_json, params=params)
+
+    @staticmethod
+    def process_signal(session: str, process_id: str, signal: str) -> Call[JSON]:
+        path = f"/v1/sessions/{segment(session)}/processes/{segment(process_id)}/signal"
+        return Call("POST", path, as_json, json={"signal": signal})
+
+    @staticmethod
+    def process_kill(session: str, process_id: str) -> Call[JSON]:
+        return Call("DELETE", f"/v1/sessions/{segment(session)}/processes/{segment(process_id)}", as_json)
 
     @staticmethod
     def health() -> Call[JSON]:

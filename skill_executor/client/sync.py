@@ -250,6 +250,52 @@ class Client:
     def delete_file(self, file_id: str) -> JSON:
         return self.send(Calls.delete_file(file_id))
 
+    # a session's processes (in its sandbox, of this key)
+    def process_start(
+        self,
+        session: str,
+        command: str | list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        pty: bool = False,
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+    ) -> JSON:
+        """Start a long-lived process in the session's sandbox; its state (``id``: the process id)."""
+        body = {
+            "command": command,
+            "env": env,
+            "cwd": cwd,
+            "pty": pty,
+            "timeout": timeout,
+            "idle_timeout": idle_timeout,
+        }
+        return self.send(Calls.process_start(session, body))
+
+    def processes(self, session: str) -> JSON:
+        return self.send(Calls.processes(session))
+
+    def process(self, session: str, process_id: str) -> JSON:
+        return self.send(Calls.process(session, process_id))
+
+    def process_write(self, session: str, process_id: str, data: str = "", *, eof: bool = False) -> JSON:
+        """Write to the process's stdin (``eof``: then close it)."""
+        return self.send(Calls.process_write(session, process_id, data, eof))
+
+    def process_poll(
+        self, session: str, process_id: str, after: int = 0, *, limit: int | None = None, wait: float = 0.0
+    ) -> JSON:
+        """Output past byte offset ``after`` (poll next from the answer's ``next``), waiting up to ``wait`` s."""
+        return self.send(Calls.process_poll(session, process_id, after, limit, wait))
+
+    def process_signal(self, session: str, process_id: str, signal: str) -> JSON:
+        return self.send(Calls.process_signal(session, process_id, signal))
+
+    def process_kill(self, session: str, process_id: str) -> JSON:
+        """Kill the process and everything it started; its final state."""
+        return self.send(Calls.process_kill(session, process_id))
+
     # agent context (per session, of this key)
     def context(self, session: str) -> JSON:
         """The context's state: loaded skills, their docs, token counts, budget."""
@@ -313,8 +359,9 @@ class Client:
         return self.send(Calls.context_clear(session))
 
     # tools and system
-    def tools(self, format: str = "openai", *, context: bool = False) -> JSON:
-        return self.send(Calls.tools(format, context))
+    def tools(self, format: str = "openai", *, context: bool = False, processes: bool = False) -> JSON:
+        """The tool definitions (``context``: with the context_* tools; ``processes``: the process_* tools)."""
+        return self.send(Calls.tools(format, context, processes))
 
     def call_tool(
         self,

@@ -41,7 +41,7 @@ from ..runs.manager import RunHandle, RunManager
 from ..runs.models import RunRequest, RunResult
 from ..runs.store import PENDING, RunRecord
 from ..skills import expand_placeholders, render_xml, sandbox_dir
-from ..tools import CONTEXT_TOOLS, ResultBudget, ToolExecutor, definitions, keep_outputs, run_request
+from ..tools import CONTEXT_TOOLS, PROCESS_TOOLS, ResultBudget, ToolExecutor, definitions, keep_outputs, run_request
 from .catalog import CACHE_SCOPE, CACHE_TTL_MS, EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 from .protocol import (
     ARTIFACT_MAX_BYTES,
@@ -382,9 +382,10 @@ class SkillServer:
 
     # -- tools --------------------------------------------------------------------------
 
-    def _tool_list(self) -> list[types.Tool]:
+    def _tool_list(self, *, processes: bool | None = None) -> list[types.Tool]:
+        """``processes``: list the process tools (None: when the runtime has processes)."""
         repository = self.backend.repository()
-        by_name = {d["name"]: d for d in definitions(repository, "mcp", context=True)}
+        by_name = {d["name"]: d for d in definitions(repository, "mcp", context=True, processes=True)}
         skill = by_name["skill_list_docs"]["inputSchema"]["properties"]["skill"]
         output = run_output_schema(inline_schema(RunResult.model_json_schema()))
         specs: list[tuple[str, str, dict[str, Any], types.ToolAnnotations, dict[str, Any] | None]] = [
@@ -450,6 +451,12 @@ class SkillServer:
             )
             for name in CONTEXT_TOOLS
         ]
+        if processes is None:
+            processes = self.backend.tools().processes is not None  # a runtime with a session's processes
+        if processes:
+            specs += [
+                (name, by_name[name]["description"], by_name[name]["inputSchema"], RUN, None) for name in PROCESS_TOOLS
+            ]
         return [
             types.Tool(name=n, description=d, input_schema=i, annotations=a, output_schema=o) for n, d, i, a, o in specs
         ]
@@ -469,7 +476,7 @@ class SkillServer:
             budget = request_budget(self.backend.tools().budget, params.meta)
             if params.name == "skill_run":
                 return await self._skill_run(ctx, arguments, budget)
-            if params.name in CONTEXT_TOOLS:
+            if params.name in CONTEXT_TOOLS or params.name in PROCESS_TOOLS:
                 who = self.backend.principal(ctx)
                 return await self._offload(lambda: self._context_tool(params.name, arguments, who, budget))
             if params.name.startswith("artifact_"):

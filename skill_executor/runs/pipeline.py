@@ -38,6 +38,7 @@ from ..workspace.staging import Stager
 from .limiter import Reservation, RunLimiter
 from .models import RunRequest, RunResult
 from .plan import RunPlan, check_request, resolve_cwd
+from .processes import ProcessManager
 from .results import build_result
 from .sandbox import RunSandbox
 
@@ -96,6 +97,8 @@ class SkillRunner:
             owner=runtime.owner,
         )
         self.limiter = RunLimiter(settings.max_concurrent_runs, settings.max_queued_runs)
+        #: A session's interactive processes (in its sandbox; runs of the session share its loopback).
+        self.processes = ProcessManager(settings, runtime, self.sessions, policy=self.policy)
         self.supervisor = Supervisor("runner")
         self.supervisor.every(
             "session-expiry", SESSION_SWEEP_SECONDS, self.sessions.sweep, initial_delay=SESSION_SWEEP_SECONDS
@@ -161,7 +164,13 @@ class SkillRunner:
             if request.session:
                 with self.sessions.use(request.session, tenant, wait=plan.timeout) as work:
                     sandbox_plan = SandboxPlan(
-                        run_id, plan.skill, request.session, work, tenant, self.settings.session_disk_bytes
+                        run_id,
+                        plan.skill,
+                        request.session,
+                        work,
+                        tenant,
+                        self.settings.session_disk_bytes,
+                        network_of=self.processes.network_of(tenant, request.session),
                     )
                     try:
                         result = self._run(request, plan, sandbox_plan, listener, cancel)
@@ -256,5 +265,6 @@ class SkillRunner:
         self.runtime.settle()
 
     def close(self) -> None:
-        """Stop its own workers; the runtime (closed by its owner) holds the rest."""
+        """Stop its own workers and the sessions' processes; the runtime (closed by its owner) holds the rest."""
         self.supervisor.close(timeout=1.0)
+        self.processes.close()

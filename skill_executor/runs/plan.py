@@ -83,7 +83,7 @@ def check_request(
         raise BadRequest("command contains a NUL byte", code="invalid_command")
     if request.stdin is not None and len(request.stdin.encode()) > s.max_stdin_bytes:
         raise TooLarge(f"stdin is larger than {s.max_stdin_bytes} bytes", code="stdin_too_large")
-    _check_env(request.env, s)
+    check_env(request.env, s)
     if len(request.inputs) > s.max_inputs:
         raise BadRequest(f"at most {s.max_inputs} inputs per run", code="too_many_inputs")
     if request.cwd is not None:
@@ -147,7 +147,8 @@ def _skill(
     return skill
 
 
-def _check_env(env: dict[str, str], settings: Settings) -> None:
+def check_env(env: dict[str, str], settings: Settings) -> None:
+    """A request's environment variables (a run's, a process's), or why not."""
     if len(env) > settings.max_env_vars:
         raise BadRequest(f"at most {settings.max_env_vars} environment variables", code="invalid_env")
     total = 0

@@ -57,6 +57,8 @@ class SandboxPlan:
     #: The Python tier the run needs (its skill's requires-python): the runtime's sandbox
     #: has that Python or the claim is refused (``python_tier_unavailable``).
     python: PythonTier = DEFAULT_TIER
+    #: The sandbox of the session's processes, whose loopback the run shares (None: its own).
+    network_of: str | None = None
 
 
 @dataclass(slots=True)

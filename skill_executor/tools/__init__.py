@@ -3,13 +3,14 @@ shapes (:mod:`.catalogue`), the executor of a call (:mod:`.executor`) and the re
 agent loop feeds back (:mod:`.results`)."""
 
 from .budget import BudgetOverride, ResultBudget, Surface, default_budget
-from .catalogue import CONTEXT_TOOLS, Format, definitions
+from .catalogue import CONTEXT_TOOLS, PROCESS_TOOLS, Format, definitions
 from .executor import ToolExecutor, keep_outputs, run_request
 from .results import ToolResult, failed, kept_result, mcp_block, render_result, run_result
 
 __all__ = [
     "BudgetOverride",
     "CONTEXT_TOOLS",
+    "PROCESS_TOOLS",
     "ResultBudget",
     "Surface",
     "default_budget",

@@ -234,8 +234,82 @@ def _context_tools(skill: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]
     ]
 
 
-def definitions(repository: SkillRepository, fmt: Format = "openai", *, context: bool = False) -> list[dict[str, Any]]:
-    """The tools in ``fmt``'s shape; ``context``: the context tools too (``context_*``)."""
+#: The process tools: a long-lived process in a session's sandbox (a REPL, a dev server).
+PROCESS_TOOLS = ("process_start", "process_write", "process_poll", "process_kill")
+_PROCESS_SESSION = {"type": "string", "description": "the session id whose sandbox runs the process (as for runs)"}
+_PROCESS = {"type": "string", "description": "the process id process_start answered"}
+
+
+def _process_tools() -> list[tuple[str, str, dict[str, Any]]]:
+    def obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {"session": _PROCESS_SESSION, **properties},
+            "required": ["session", *required],
+            "additionalProperties": False,
+        }
+
+    return [
+        (
+            "process_start",
+            "Start a long-lived process (a REPL, a dev server, a tool that asks questions) in the session's "
+            "network-less sandbox, in its work/ folder; runs of the same session reach its servers on 127.0.0.1. "
+            "Returns its process id; then process_write, process_poll, process_kill.",
+            obj(
+                {
+                    "command": {"type": "string", "description": "a shell command, e.g. 'python3 -i -u'"},
+                    "pty": {"type": "boolean", "description": "run it on a pseudo-terminal", "default": False},
+                    "timeout": {"type": "number", "exclusiveMinimum": 0, "description": "wall-clock limit, seconds"},
+                    "idle_timeout": {
+                        "type": "number",
+                        "exclusiveMinimum": 0,
+                        "description": "killed after this long with no input and no output, seconds",
+                    },
+                },
+                ["command"],
+            ),
+        ),
+        (
+            "process_write",
+            "Write text to a process's stdin (end a line with \\n); eof closes its stdin.",
+            obj(
+                {
+                    "process": _PROCESS,
+                    "data": {"type": "string"},
+                    "eof": {"type": "boolean", "default": False},
+                },
+                ["process", "data"],
+            ),
+        ),
+        (
+            "process_poll",
+            "Read a process's output after a byte offset (0 first, then the `next` offset the last poll "
+            "gave), waiting up to `wait` seconds for some; says whether it still runs and its exit code.",
+            obj(
+                {
+                    "process": _PROCESS,
+                    "after": {"type": "integer", "minimum": 0, "default": 0},
+                    "wait": {"type": "number", "minimum": 0, "maximum": 30, "default": 2},
+                },
+                ["process"],
+            ),
+        ),
+        (
+            "process_kill",
+            "Kill a process and everything it started (or send it another signal: INT, TERM, HUP, ...).",
+            obj(
+                {"process": _PROCESS, "signal": {"type": "string", "default": "KILL"}},
+                ["process"],
+            ),
+        ),
+    ]
+
+
+def definitions(
+    repository: SkillRepository, fmt: Format = "openai", *, context: bool = False, processes: bool = False
+) -> list[dict[str, Any]]:
+    """The tools in ``fmt``'s shape; ``context``: the context tools too (``context_*``);
+    ``processes``: the process tools too (``process_*``)."""
     names = [s.id for s in repository.list()]
     skill = _skill_param(names)
     run = _run_schema()
@@ -281,6 +355,8 @@ def definitions(repository: SkillRepository, fmt: Format = "openai", *, context:
     ]
     if context:
         tools += _context_tools(skill)
+    if processes:
+        tools += _process_tools()
     if fmt in ("openai", "openai-responses"):
         strict = [(n, d, _strict_run_schema(p) if n == "skill_run" else strict_schema(p)) for n, d, p in tools]
         if fmt == "openai-responses":

@@ -38,10 +38,11 @@ from ..errors import BadRequest, ExecutorError, Forbidden, NotFound
 from ..registry import SkillRepository
 from ..runs.manager import ShuttingDown
 from ..runs.models import OutputSpec, RunRequest, RunResult
+from ..runs.processes import ProcessManager, SessionProcess
 from ..skills import docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
 from ..skills.model import estimate_tokens
 from .budget import ResultBudget, Surface, head_tail
-from .catalogue import CONTEXT_TOOLS
+from .catalogue import CONTEXT_TOOLS, PROCESS_TOOLS
 from .results import ToolResult, kept_result
 
 T = TypeVar("T")
@@ -152,9 +153,11 @@ class ToolExecutor:
         contexts: ContextService | None = None,
         artifacts: ArtifactStore | None = None,
         budget: ResultBudget | None = None,
+        processes: ProcessManager | None = None,
     ) -> None:
         """``visible_skills_dir``: where runs see the skills (the runtime's), for the
-        placeholders in bodies and docs; None: host paths.  ``contexts``: serves the
+        placeholders in bodies and docs; None: host paths.  ``processes``: serves the
+        ``process_*`` tools (None: they are unavailable).  ``contexts``: serves the
         ``context_*`` tools (None: they are unavailable).  ``artifacts``: where a run's
         stream cut to fit the result budget is kept whole (None: not kept).  ``budget``:
         the default tool-result budget (:class:`ResultBudget`'s defaults when None)."""
@@ -164,6 +167,7 @@ class ToolExecutor:
         self.contexts = contexts
         self.artifacts = artifacts
         self.budget = budget or ResultBudget()
+        self.processes = processes
 
     def call(
         self,
@@ -190,6 +194,11 @@ class ToolExecutor:
         if name == "skill_run":
             try:
                 return self._skill_run(parsed, budget, surface, tenant)
+            except ExecutorError as exc:
+                return _refusal(name, exc)
+        if name in PROCESS_TOOLS:
+            try:
+                return _fitted(self._process_tool(name, _bound(name, parsed, session), tenant, budget), budget)
             except ExecutorError as exc:
                 return _refusal(name, exc)
         return _fitted(self._call(name, parsed, tenant, session), budget)
@@ -413,6 +422,66 @@ class ToolExecutor:
         text = "\n\n".join(f"{self._doc_heading(d)}\n\n{d['content']}" for d in selected) or "(no docs selected)"
         return ToolResult("skill_select_docs", text, False, {"skill": skill.id, "docs": selected})
 
+    def _process_tool(self, name: str, arguments: dict[str, Any], tenant: str, budget: ResultBudget) -> ToolResult:
+        processes = self.processes
+        if processes is None:
+            raise BadRequest(f"{name} is not available here", code="tool_unavailable")
+        allowed = {
+            "process_start": {"session", "command", "pty", "timeout", "idle_timeout"},
+            "process_write": {"session", "process", "data", "eof"},
+            "process_poll": {"session", "process", "after", "wait"},
+            "process_kill": {"session", "process", "signal"},
+        }[name]
+        unknown = set(arguments) - allowed
+        if unknown:
+            raise BadRequest(f"unknown argument(s) for {name}: {', '.join(sorted(unknown))}", code="invalid_arguments")
+        session = _text_argument(arguments, "session")
+        if name == "process_start":
+            pty, timeout, idle = arguments.get("pty", False), arguments.get("timeout"), arguments.get("idle_timeout")
+            if not isinstance(pty, bool) or not all(v is None or _is_number(v) for v in (timeout, idle)):
+                raise BadRequest("'pty' must be a boolean and the timeouts numbers", code="invalid_arguments")
+            started = processes.start(
+                tenant, session, _text_argument(arguments, "command"), pty=pty, timeout=timeout, idle_timeout=idle
+            )
+            return _process_result(name, f"started process {started.id} in session {session!r}", started)
+        process_id = _text_argument(arguments, "process")
+        if name == "process_write":
+            data, eof = arguments.get("data"), arguments.get("eof", False)
+            if not isinstance(data, str) or not isinstance(eof, bool):
+                raise BadRequest("'data' must be a string and 'eof' a boolean", code="invalid_arguments")
+            written = processes.write(tenant, session, process_id, data.encode(), eof=eof)
+            closed = " and closed its stdin" if eof else ""
+            return _process_result(name, f"wrote {len(data.encode())} bytes to {process_id}{closed}", written)
+        if name == "process_kill":
+            signal = arguments.get("signal", "KILL")
+            if not isinstance(signal, str):
+                raise BadRequest("'signal' must be a string", code="invalid_arguments")
+            if signal.upper().removeprefix("SIG") == "KILL":
+                killed = processes.kill(tenant, session, process_id)
+                return _process_result(name, f"killed {process_id} ({_ending(killed)})", killed)
+            signalled = processes.signal(tenant, session, process_id, signal)
+            return _process_result(name, f"sent {signal.upper()} to {process_id}", signalled)
+        after, wait = arguments.get("after", 0), arguments.get("wait", 2)
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0 or not _is_number(wait):
+            raise BadRequest("'after' must be an offset (>= 0) and 'wait' seconds", code="invalid_arguments")
+        limit = max(256, budget.max_chars - 400)  # the rest is for the next poll: nothing is cut
+        polled = processes.poll(tenant, session, process_id, after=after, limit=limit, wait=float(wait))
+        state = "running" if polled.running else f"ended: exit code {polled.exit_code} ({polled.reason})"
+        lost = f"; {polled.dropped} bytes before were dropped (the output ring is full)" if polled.dropped else ""
+        more = "; more output waits: poll again" if polled.next < polled.total else ""
+        footer = f"[{process_id} {state}; next offset {polled.next} of {polled.total}{lost}{more}]"
+        data = {
+            "output": polled.output,
+            "offset": polled.offset,
+            "next": polled.next,
+            "total": polled.total,
+            "dropped": polled.dropped,
+            "running": polled.running,
+            "exit_code": polled.exit_code,
+            "reason": polled.reason,
+        }
+        return ToolResult(name, f"{polled.output}\n{footer}" if polled.output else footer, False, data)
+
     def _skill_run(self, arguments: dict[str, Any], budget: ResultBudget, surface: Surface, tenant: str) -> ToolResult:
         if self._run is None:
             raise BadRequest("skill_run is not available here", code="tool_unavailable")
@@ -440,3 +509,35 @@ def _item(state: dict[str, Any], name: str) -> str:
     item = next(s for s in state["skills"] if s["name"] == name)
     version = f"version {item['version']}, " if item["version"] is not None else ""
     return f"{name} ({version}{item['tokens']} tokens)"
+
+
+def _bound(name: str, parsed: dict[str, Any], session: str | None) -> dict[str, Any]:
+    """The arguments with the framework's session, which binds (the model cannot reach another one)."""
+    if session is None:
+        return parsed
+    named = parsed.get("session")
+    if named is not None and named != session:
+        raise Forbidden(
+            f"this call is bound to session {session!r}; the arguments name {str(named)[:80]!r}",
+            code="session_mismatch",
+        )
+    return {**parsed, "session": session}
+
+
+def _text_argument(arguments: dict[str, Any], key: str) -> str:
+    value = arguments.get(key)
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"the {key!r} argument is required", code="invalid_arguments")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _ending(process: SessionProcess) -> str:
+    return "still ending" if not process.ended else f"exit code {process.exit_code}"
+
+
+def _process_result(name: str, text: str, process: SessionProcess) -> ToolResult:
+    return ToolResult(name, text, False, process.state())

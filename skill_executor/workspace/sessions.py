@@ -31,7 +31,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -85,6 +85,10 @@ class SessionStore:
         self._lock = threading.Lock()
         self._held: dict[Path, threading.Lock] = {}
         self._users: dict[Path, int] = {}
+        #: Sessions whose processes hold their work/ (:meth:`hold`): mounted, never expired.
+        self._hosted: dict[Path, int] = {}
+        #: Called with (session, tenant) when a session is ended (its processes end first).
+        self.on_end: list[Callable[[str, str], None]] = []
         self.release_mounts()
 
     def path(self, session: str, tenant: str) -> Path:
@@ -129,7 +133,8 @@ class SessionStore:
                         yield work
                     finally:
                         self._touch(directory)
-                        volumes.unmount(work)
+                        if directory not in self._hosted:
+                            volumes.unmount(work)
             finally:
                 lock.release()
         finally:
@@ -138,6 +143,34 @@ class SessionStore:
                 if not self._users[directory]:
                     del self._users[directory]
                     del self._held[directory]
+
+    def hold(self, session: str, tenant: str, *, wait: float) -> Path:
+        """Keep a session's ``work/`` for its processes until :meth:`release`: made (and
+        under the hard cap mounted) as for a run, then left so, and never expired, while
+        runs of the session come and go.  Its ``work/``."""
+        with self.use(session, tenant, wait=wait) as work, self._lock:
+            self._hosted[work.parent] = self._hosted.get(work.parent, 0) + 1
+        return work
+
+    def release(self, session: str, tenant: str) -> None:
+        """Undo one :meth:`hold`; the last one unmounts the volume (unless a run holds it)."""
+        directory = self.path(session, tenant)
+        with self._lock:
+            left = self._hosted.get(directory, 0) - 1
+            if left > 0:
+                self._hosted[directory] = left
+                return
+            self._hosted.pop(directory, None)
+            if directory in self._users:
+                return  # the run unmounts it as it lets go
+            volumes.unmount(directory / "work")
+        self._touch(directory)
+
+    def touch(self, session: str, tenant: str) -> None:
+        """Mark a session used now (its processes' activity keeps it from expiring)."""
+        directory = self.path(session, tenant)
+        if directory.is_dir():
+            self._touch(directory)
 
     def _admit(self, directory: Path, session: str, expired: list[Path]) -> bool:
         """A new session of a tenant that keeps ``per_tenant`` already is refused (429
@@ -214,6 +247,8 @@ class SessionStore:
         """Under the hard cap, mount the session's volume on its ``work/`` (made on first
         use); refuse a session made under the other cap."""
         work, image = directory / "work", directory / VOLUME_IMAGE
+        if directory in self._hosted:
+            return  # its processes keep it as it is (mounted under the hard cap)
         volumes.unmount(work)  # left by a process that died holding the session
         if self.volume_bytes is None:
             if image.exists():
@@ -335,6 +370,8 @@ class SessionStore:
         """Delete a session now, whatever its age (not while a run holds it); False when it
         was not there or is in use."""
         entry = self.path(session, tenant)
+        for hook in self.on_end:
+            hook(session, tenant)
         if self.snapshots is not None:
             self.snapshots.forget(check_tenant(tenant), session)
         if not entry.is_dir() or entry.is_symlink():
@@ -352,7 +389,7 @@ class SessionStore:
     def _set_aside(self, entry: Path, now: float) -> Path | None:
         """Under the store's lock: move ``entry`` out of the way (to be removed, however
         large, outside the lock) if it is idle past the TTL and no run holds it; where to."""
-        if entry in self._users:
+        if entry in self._users or entry in self._hosted:
             return None
         try:
             try:

@@ -49,9 +49,11 @@ def list_tools(
         "anthropic; mcp",
     ),
     context: bool = Query(default=False, description="also the context_* tools (per-session agent context)"),
+    processes: bool = Query(default=False, description="also the process_* tools (a session's long-lived processes)"),
     _: Principal = Depends(principal),
 ) -> ToolList:
-    return ToolList(format=format, tools=definitions(request.app.state.executor.repository, format, context=context))
+    repository = request.app.state.executor.repository
+    return ToolList(format=format, tools=definitions(repository, format, context=context, processes=processes))
 
 
 def _shape(body: Any) -> str:

@@ -49,6 +49,7 @@ from .engine import (
     parse_user,
 )
 from .pool import WarmContainer, WarmPool
+from .processes import DockerHost
 from .sandboxes import ColdBox, WarmBox
 from .warmhome import warm_home
 
@@ -327,6 +328,19 @@ class DockerRuntime:
             running = bool(self._running)
         if not left and not running and (self.settings.keep_workspaces or not self.workspaces.in_use()):
             self.workspaces.close()  # else the lease stays until the process ends; the next start sweeps
+
+    # -- a session's processes -----------------------------------------------------------
+
+    def host(self, work: Path, key: str, lifetime: float) -> DockerHost:
+        """A session's long-lived container for its processes (:mod:`.processes`), tracked
+        under ``key`` (so the reconciliation leaves it alone) until :meth:`unhost`."""
+        host = DockerHost(self.engine, self.settings, work, key=key, lifetime=lifetime)
+        self._track(key, host.id)
+        return host
+
+    def unhost(self, host: DockerHost) -> None:
+        host.close()
+        self._track(host.key, None)
 
     # -- containers ------------------------------------------------------------------------
 

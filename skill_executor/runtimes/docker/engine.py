@@ -140,9 +140,11 @@ class Engine:
         mounts: list[Mount],
         labels: dict[str, str],
         image: str | None = None,
+        network_of: str | None = None,
     ) -> dict[str, Any]:
         """Low-level create-container parameters with every isolation setting (``image``:
-        a Python tier's, :meth:`image_for`; default: the runner image)."""
+        a Python tier's, :meth:`image_for`; default: the runner image; ``network_of``: a
+        container whose (network-less) namespace this one joins, to reach its loopback)."""
         s = self.settings
         host_config = self.api.create_host_config(
             mounts=[
@@ -166,7 +168,9 @@ class Engine:
             ],
             init=True,
             log_config=LogConfig(type="none", config={}),
-            network_mode=None if s.docker_network_disabled else "none",
+            network_mode=f"container:{network_of}"
+            if network_of is not None
+            else (None if s.docker_network_disabled else "none"),
             runtime=s.docker_oci_runtime,
         )
         return {
@@ -176,7 +180,7 @@ class Engine:
             "working_dir": cwd,
             "environment": env,
             "labels": {LABEL_MANAGED: "1", LABEL_OWNER: self.token, **labels},
-            "network_disabled": s.docker_network_disabled,
+            "network_disabled": s.docker_network_disabled and network_of is None,
             "stdin_open": False,
             "tty": False,
             "detach": True,

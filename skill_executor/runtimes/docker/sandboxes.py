@@ -120,6 +120,7 @@ class ColdBox(DockerBox):
             mounts=mounts,
             labels={LABEL_RUN: self.plan.run_id, LABEL_DEADLINE: f"{time.time() + timeout:.0f}"},
             image=self.engine.image_for(self.plan.python),
+            network_of=self.plan.network_of,
         )
 
     def discard_first(self) -> Callable[[], None] | None:

@@ -1,0 +1,213 @@
+"""A session's interactive processes on Docker: one long-lived container per session (its
+*host*), each process a ``docker exec`` into it.
+
+The host is made by :meth:`Engine.config` like every run's container (the same image,
+user, dropped capabilities, read-only root, no network, memory/CPU/pids limits, init) with
+the session's ``work/`` as ``/workspace/work``; it runs ``sleep infinity`` under the init
+and is removed (everything in it killed) when its session's last process has ended.  A
+run of the same session joins the host's network namespace (:attr:`DockerHost.network_of`),
+so a server a process started on 127.0.0.1 answers the run, and nothing else.
+
+A process is started as ``bash -c 'echo $$ > <pidfile>; exec "$@"'``: the exec'd process is
+a session and group leader in the container (``docker exec`` makes it one, with or without
+a TTY), so a signal to ``-<pid>`` reaches it and everything it started in its group.
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal as signals
+import socket
+import threading
+import time
+from pathlib import Path
+
+from docker.types import Mount
+
+from ...config import Settings
+from ...errors import Conflict, Unavailable
+from .engine import CONTAINER_WORKSPACE, ENGINE_ERRORS, LABEL_DEADLINE, LABEL_RUN, Engine
+
+#: Where a process's group id is kept in its host (the host's own /tmp).
+PIDS_DIR = "/tmp/.skill-executor-processes"
+#: How long a signal waits for the process to have written its group id.
+PID_WAIT_SECONDS = 5.0
+#: The size of one read of a process's output stream.
+READ_BYTES = 64 * 1024
+#: How long after its stream ended a process's exit status is waited for.
+EXIT_WAIT_SECONDS = 5.0
+
+
+class DockerHost:
+    """One session's long-lived container; processes are ``docker exec``\\ s into it."""
+
+    def __init__(self, engine: Engine, settings: Settings, work: Path, *, key: str, lifetime: float) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.key = key
+        mounts = [Mount(f"{CONTAINER_WORKSPACE}/work", str(work), type="bind", read_only=False)]
+        config = engine.config(
+            command=["sleep", "infinity"],
+            cwd=f"{CONTAINER_WORKSPACE}/work",
+            env={},
+            mounts=mounts,
+            labels={LABEL_RUN: key, LABEL_DEADLINE: f"{time.time() + lifetime:.0f}"},
+        )
+        self.id = engine.create(config)
+        try:
+            engine.start(self.id)
+        except BaseException:
+            engine.remove(self.id)
+            raise
+        self._closed = False
+
+    @property
+    def network_of(self) -> str:
+        """What a run of the session joins to reach the host's loopback (``container:<id>``)."""
+        return self.id
+
+    def exec(self, argv: list[str], *, cwd: str, env: dict[str, str], pty: bool) -> DockerProcess:
+        """Start ``argv`` in the host, stdin open (a TTY when ``pty``)."""
+        pidfile = f"{PIDS_DIR}/{secrets.token_hex(8)}"
+        wrapped = ["bash", "-c", 'mkdir -p "${0%/*}" && echo $$ > "$0" && exec "$@"', pidfile, *argv]
+        api = self.engine.api
+        try:
+            exec_id = api.exec_create(
+                self.id,
+                wrapped,
+                stdout=True,
+                stderr=True,
+                stdin=True,
+                tty=pty,
+                user=self.settings.docker_user,
+                workdir=cwd,
+                environment=env,
+            )["Id"]
+            sock = api.exec_start(exec_id, socket=True, tty=pty)
+        except ENGINE_ERRORS as exc:
+            raise Unavailable(
+                f"could not start the process in the session's container: {exc}", code="engine_error"
+            ) from None
+        raw: socket.socket = getattr(sock, "_sock", sock)
+        return DockerProcess(self, str(exec_id), raw, pidfile, pty)
+
+    def run(self, argv: list[str], timeout: float = 10.0) -> tuple[int | None, bytes]:
+        """A short command in the host as the runs' user (for signals): its exit status and output."""
+        api = self.engine.api
+        try:
+            exec_id = api.exec_create(self.id, argv, stdout=True, stderr=True, user=self.settings.docker_user)["Id"]
+            output = api.exec_start(exec_id, demux=False)
+            code = api.exec_inspect(exec_id).get("ExitCode")
+        except ENGINE_ERRORS as exc:
+            raise Unavailable(f"the session's container did not answer: {exc}", code="engine_error") from None
+        return (int(code) if code is not None else None), bytes(output or b"")
+
+    def close(self) -> None:
+        """Remove the host: everything still running in it is killed (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self.engine.remove(self.id)
+
+
+class DockerProcess:
+    """One ``docker exec`` in a host: its hijacked stream (stdin in; output out, with Docker's
+    8-byte frame headers unless it has a TTY)."""
+
+    def __init__(self, host: DockerHost, exec_id: str, raw: socket.socket, pidfile: str, pty: bool) -> None:
+        self.host = host
+        self.exec_id = exec_id
+        self.raw = raw
+        self.pidfile = pidfile
+        self.pty = pty
+        self._header = bytearray()
+        self._left = 0  # bytes of the current frame still to come
+        self._write_lock = threading.Lock()
+        self._stdin_open = True
+
+    def read(self) -> bytes:
+        """The next output (blocks); b"" once the output is over."""
+        while True:
+            try:
+                data = self.raw.recv(READ_BYTES)
+            except OSError:
+                data = b""
+            if not data:
+                return b""
+            if self.pty:
+                return data
+            out = self._unframe(data)
+            if out:
+                return out
+
+    def _unframe(self, data: bytes) -> bytes:
+        out = bytearray()
+        view = memoryview(data)
+        while view:
+            if self._left:
+                take = view[: self._left]
+                out += take
+                self._left -= len(take)
+                view = view[len(take) :]
+                continue
+            need = 8 - len(self._header)
+            self._header += view[:need]
+            view = view[need:]
+            if len(self._header) == 8:
+                self._left = int.from_bytes(self._header[4:8], "big")
+                self._header.clear()
+        return bytes(out)
+
+    def write(self, data: bytes) -> None:
+        with self._write_lock:
+            if not self._stdin_open:
+                raise Conflict("the process's stdin is closed", code="process_stdin_closed")
+            try:
+                self.raw.sendall(data)
+            except OSError as exc:
+                raise Conflict(f"the process does not take input: {exc}", code="process_ended") from None
+
+    def close_stdin(self) -> None:
+        with self._write_lock:
+            if self._stdin_open:
+                self._stdin_open = False
+                try:
+                    self.raw.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+
+    def signal(self, signum: int) -> bool:
+        """Send ``signum`` to the process's group (it and what it started, by the group id its
+        wrapper wrote as it started); False when no such group is left."""
+        name = signals.Signals(signum).name.removeprefix("SIG")
+        script = 'p=$(cat "$1" 2>/dev/null) || exit 3; kill -s "$0" -- "-$p" 2>/dev/null'
+        deadline = time.monotonic() + PID_WAIT_SECONDS
+        while True:
+            code, _ = self.host.run(["bash", "-c", script, name, self.pidfile])
+            if code != 3 or time.monotonic() >= deadline:
+                return code == 0
+            time.sleep(0.02)  # not started yet: its wrapper writes the group id first thing
+
+    def kill(self) -> None:
+        """SIGKILL the process's group; its stream then ends."""
+        self.signal(signals.SIGKILL)
+
+    def exit_code(self) -> int | None:
+        """Once the output is over: the exit status (128+N for signal N), None if unknown."""
+        deadline = time.monotonic() + EXIT_WAIT_SECONDS
+        while True:
+            try:
+                state = self.host.engine.api.exec_inspect(self.exec_id)
+            except ENGINE_ERRORS:
+                return None
+            if not state.get("Running"):
+                code = state.get("ExitCode")
+                return int(code) if code is not None else None
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        try:
+            self.raw.close()
+        except OSError:
+            pass

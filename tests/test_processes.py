@@ -1,0 +1,155 @@
+"""A session's interactive processes on the real engine (runc and gVisor), driven the way an
+agent loop drives them: start, write, poll until the answer is there, signal, kill; a dev
+server in one process queried by a run of the same session; the limits; the session's end."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from skill_executor.core import Executor
+from skill_executor.errors import ExecutorError
+from skill_executor.runs.models import RunRequest
+from skill_executor.runs.processes import Poll, ProcessManager
+
+from .conftest import is_gvisor, make_settings
+
+T = "local"  # the library's tenant
+
+
+def until(
+    pm: ProcessManager, session: str, pid: str, wanted: str, timeout: float = 30.0, after: int = 0
+) -> tuple[str, Poll]:
+    """Poll (as an agent does: from the last `next`) until ``wanted`` is in the output past ``after``."""
+    seen, deadline = "", time.monotonic() + timeout
+    while True:
+        polled = pm.poll(T, session, pid, after=after, wait=1.0)
+        seen += polled.output
+        after = polled.next
+        if wanted in seen or time.monotonic() > deadline or (not polled.running and after >= polled.total):
+            assert wanted in seen, f"{wanted!r} not in {seen!r}"
+            return seen, polled
+
+
+@pytest.fixture
+def pm(executor: Executor) -> ProcessManager:
+    return executor.runner.processes
+
+
+def test_the_local_runtime_refuses_processes(tmp_path: Path) -> None:
+    executor = Executor.from_settings(make_settings(tmp_path, "local"))
+    try:
+        with pytest.raises(ExecutorError) as refused:
+            executor.runner.processes.start(T, "s", "true")
+        assert refused.value.code == "processes_unsupported" and refused.value.status == 501
+    finally:
+        executor.close()
+
+
+def test_a_python_repl_driven_by_start_write_poll_kill(pm: ProcessManager) -> None:
+    repl = pm.start(T, "repl", ["python3", "-i", "-u"])
+    _, ready = until(pm, "repl", repl.id, ">>> ")  # the banner, and the prompt (on stderr)
+    pm.write(T, "repl", repl.id, b"1+1\n")
+    _, answered = until(pm, "repl", repl.id, "2", after=ready.next)  # what came since
+    pm.write(T, "repl", repl.id, b"x = 40\nprint(x + 2)\n")
+    until(pm, "repl", repl.id, "42", after=answered.next)
+    killed = pm.kill(T, "repl", repl.id)
+    assert killed.ended and killed.reason == "killed" and killed.exit_code == 137
+    with pytest.raises(ExecutorError) as ended:
+        pm.write(T, "repl", repl.id, b"1\n")
+    assert ended.value.code == "process_ended" and ended.value.status == 409
+    assert pm.network_of(T, "repl") is None  # its last process gone, the session's container is removed
+
+
+def test_a_repl_on_a_pty_and_an_interrupt(pm: ProcessManager) -> None:
+    repl = pm.start(T, "pty", ["python3", "-i"], pty=True)
+    until(pm, "pty", repl.id, ">>> ")
+    pm.write(T, "pty", repl.id, b"import sys; print(sys.stdin.isatty(), 6*7)\n")
+    until(pm, "pty", repl.id, "True 42")
+    pm.write(T, "pty", repl.id, b"while True: pass\n")
+    time.sleep(0.3)
+    pm.signal(T, "pty", repl.id, "INT")
+    until(pm, "pty", repl.id, "KeyboardInterrupt")
+    pm.write(T, "pty", repl.id, b"exit()\n")
+    deadline = time.monotonic() + 20
+    while not pm.get(T, "pty", repl.id).ended and time.monotonic() < deadline:
+        time.sleep(0.05)
+    done = pm.get(T, "pty", repl.id)
+    assert done.ended and done.exit_code == 0 and done.reason == "exited"
+
+
+def test_stdin_eof_and_the_exit_code(pm: ProcessManager) -> None:
+    cat = pm.start(T, "eof", "cat; echo done; echo to-stderr >&2; exit 3")
+    pm.write(T, "eof", cat.id, b"hello\n", eof=True)
+    seen, after, deadline = "", 0, time.monotonic() + 20
+    while True:  # to the end of its output
+        polled = pm.poll(T, "eof", cat.id, after=after, wait=1)
+        seen, after = seen + polled.output, polled.next
+        if (not polled.running and after >= polled.total) or time.monotonic() > deadline:
+            break
+    assert polled.exit_code == 3 and polled.reason == "exited"
+    # one stream, each of stdout and stderr in order (not their order across the two: two pipes)
+    assert sorted(seen.splitlines()) == ["done", "hello", "to-stderr"] and seen.index("hello") < seen.index("done")
+
+
+def test_the_output_ring_drops_the_oldest_and_says_so(executor: Executor, pm: ProcessManager) -> None:
+    cap = executor.settings.process_output_bytes
+    big = pm.start(T, "ring", f"head -c {cap + 5000} /dev/zero | tr '\\0' x; echo END")
+    until(pm, "ring", big.id, "END")
+    polled = pm.poll(T, "ring", big.id, after=0, limit=10)
+    assert polled.total == cap + 5004 and polled.dropped == 5004 and polled.offset == 5004
+    assert polled.output == "x" * 10 and polled.next == 5014
+
+
+def test_a_kill_ends_everything_the_process_started(pm: ProcessManager) -> None:
+    tree = pm.start(T, "tree", "sleep 300 & sleep 301 & echo started; wait")
+    until(pm, "tree", tree.id, "started")
+    probe = pm.start(T, "tree", "sleep 0.5; ps -eo args")  # the same sandbox
+    seen, _ = until(pm, "tree", probe.id, "sleep 301")
+    pm.kill(T, "tree", tree.id)
+    check = pm.start(T, "tree", "ps -eo args; echo listed")
+    seen, _ = until(pm, "tree", check.id, "listed")
+    assert "sleep 300" not in seen and "sleep 301" not in seen
+
+
+def test_wall_clock_and_idle_limits(pm: ProcessManager) -> None:
+    wall = pm.start(T, "limits", "while true; do echo tick; sleep 0.2; done", timeout=1.5)
+    idle = pm.start(T, "limits", "cat", idle_timeout=1.0)
+    deadline = time.monotonic() + 20
+    while not (pm.get(T, "limits", wall.id).ended and pm.get(T, "limits", idle.id).ended):
+        assert time.monotonic() < deadline, "the limits did not end the processes"
+        time.sleep(0.1)
+    assert pm.get(T, "limits", wall.id).reason == "timeout"
+    assert pm.get(T, "limits", idle.id).reason == "idle"
+
+
+def test_the_session_end_ends_its_processes(executor: Executor, pm: ProcessManager) -> None:
+    first = pm.start(T, "ending", "sleep 300")
+    pm.start(T, "ending", "cat")
+    executor.runner.sessions.end("ending", T)
+    with pytest.raises(ExecutorError) as gone:
+        pm.get(T, "ending", first.id)
+    assert gone.value.code == "process_not_found" and gone.value.status == 404
+    assert pm.network_of(T, "ending") is None
+
+
+def test_a_dev_server_in_a_process_answers_a_run_of_the_session(
+    executor: Executor, pm: ProcessManager, runtime_name: str
+) -> None:
+    server = pm.start(
+        T, "web", "echo '<h1>hello from work</h1>' > index.html; exec python3 -u -m http.server 8765 --bind 127.0.0.1"
+    )
+    until(pm, "web", server.id, "Serving HTTP")
+    fetch = "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8765/index.html').read().decode())\""
+    if is_gvisor(runtime_name):
+        # gVisor gives each container a network stack of its own: a run cannot join the
+        # process's loopback, but another process of the session can.
+        client = pm.start(T, "web", fetch)
+        until(pm, "web", client.id, "hello from work")
+    else:
+        result = executor.runner.run(RunRequest(skill="math-tools", session="web", command=fetch, timeout=60))
+        assert result.exit_code == 0, result.stderr
+        assert "hello from work" in result.stdout
+    pm.kill(T, "web", server.id)
