@@ -373,7 +373,7 @@ EOF
 """,
     )
     assert "Made by docx\nSlide from pptxgenjs\n" in result.stdout
-    assert "node v" in result.stdout
+    assert "node v22." in result.stdout  # Node.js 22 (LTS), not bookworm's 18
 
 
 DOCX_TO_PDF = """

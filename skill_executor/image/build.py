@@ -201,11 +201,17 @@ def stage_podserver(runner: Path) -> None:
         shutil.copy2(source, folder / source.name)
 
 
+#: The npm projects of the full flavour whose packages the npm cache holds: its modules
+#: (``npm/``, on NODE_PATH) and Node.js itself with npm (``node/``).
+NPM_PROJECTS = ("npm", "node")
+
+
 def prepare_npm_cache(runner: Path) -> None:
-    """Fill ``npm/cache/`` with the locked npm packages (``npm ci`` on the host)."""
-    package, lock = runner / "npm" / "package.json", runner / "npm" / "package-lock.json"
+    """Fill ``npm/cache/`` with the locked npm packages of :data:`NPM_PROJECTS` (``npm ci``
+    of each on the host, into one cache)."""
+    files = [runner / project / name for project in NPM_PROJECTS for name in ("package.json", "package-lock.json")]
     folder, stamp = runner / NPM_CACHE, runner / "npm" / "cache.sha256"
-    want = _stamp(package.read_bytes(), lock.read_bytes())
+    want = _stamp(*(path.read_bytes() for path in files))
     if _up_to_date(folder, stamp, want):
         return
     npm = shutil.which("npm")
@@ -218,20 +224,22 @@ def prepare_npm_cache(runner: Path) -> None:
     _log("fetching the locked npm packages with npm ci")
     partial = folder.with_name("cache.partial")
     shutil.rmtree(partial, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix="skill-executor-npm-") as work:
-        shutil.copy2(package, Path(work) / "package.json")
-        shutil.copy2(lock, Path(work) / "package-lock.json")
-        proc = subprocess.run(
-            [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error", "--cache", str(partial)],
-            cwd=work,
-            check=False,
-            stdout=sys.stderr,
-        )
-    if proc.returncode != 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise ExecutorError(
-            f"npm ci of the runner image's npm packages failed (exit {proc.returncode})", code="image_build_failed"
-        )
+    for project in NPM_PROJECTS:
+        with tempfile.TemporaryDirectory(prefix="skill-executor-npm-") as work:
+            shutil.copy2(runner / project / "package.json", Path(work) / "package.json")
+            shutil.copy2(runner / project / "package-lock.json", Path(work) / "package-lock.json")
+            proc = subprocess.run(
+                [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error", "--cache", str(partial)],
+                cwd=work,
+                check=False,
+                stdout=sys.stderr,
+            )
+        if proc.returncode != 0:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise ExecutorError(
+                f"npm ci of the runner image's npm packages ({project}/) failed (exit {proc.returncode})",
+                code="image_build_failed",
+            )
     shutil.rmtree(partial / "_logs", ignore_errors=True)
     shutil.rmtree(folder, ignore_errors=True)
     partial.rename(folder)

@@ -194,7 +194,7 @@ def flavour_inputs(runner: Path, flavour: Flavour) -> list[Path]:
     downloads and without what only other flavours use."""
     skipped = {runner / name for name in _GENERATED}
     if flavour != "full":
-        skipped |= {runner / "requirements-full.txt", runner / "npm"}
+        skipped |= {runner / "requirements-full.txt", runner / "npm", runner / "node"}
     if flavour != "python3.13":
         skipped |= {runner / "requirements-tier.txt", runner / TIER_DOCKERFILE}
     return [
