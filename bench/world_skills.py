@@ -244,7 +244,19 @@ CASES: tuple[Case, ...] = (
         AR,
         "engineering/skills/full-page-screenshot",
         "ESM node script, Node 22 WebSocket + CDP",
-        (inv('node "${SKILL_DIR}/scripts/full-page-screenshot.mjs" --check'),),
+        (
+            # SKILL.md has the user open their Chrome for remote debugging; in a sandbox the agent
+            # starts one (its DevToolsActivePort is where the script looks first)
+            inv(
+                "chromium --remote-debugging-port=9222 --user-data-dir=$HOME/.config/chromium about:blank"
+                " >/dev/null 2>&1 & for i in $(seq 50); do test -s $HOME/.config/chromium/DevToolsActivePort"
+                ' && break; sleep 0.2; done; node "${SKILL_DIR}/scripts/full-page-screenshot.mjs" --check'
+                ' && node "${SKILL_DIR}/scripts/full-page-screenshot.mjs" --url "file://$WORK_DIR/inputs/page.html"'
+                ' "$OUTPUT_DIR/shot.png" --width 800 --dpr 1 --wait 1000',
+                "page.html",
+                outputs=("out/shot.png",),
+            ),
+        ),
     ),
     Case(
         AR,
