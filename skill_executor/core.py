@@ -10,6 +10,7 @@ import resource
 import time
 from dataclasses import dataclass
 
+from .access import key_names
 from .artifacts.store import LocalArtifactStore
 from .config import Settings
 from .context import Budget, ContextService, ContextStore, counter
@@ -115,7 +116,8 @@ class Executor:
         check_layout(
             settings.skills_dirs, settings.install_root, [settings.registry_dir, settings.data_dir, settings.workspaces]
         )
-        policy = load_policy(settings.policy_file)  # a policy that cannot be used stops the start here
+        # a policy that cannot be used stops the start here
+        policy = load_policy(settings.policy_file, key_names(settings.api_keys_file))
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
         database = open_database(settings)

@@ -523,6 +523,14 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Do not retry the same command; use a program the rule allows, or ask an operator to change the policy.",
     ),
     E(
+        "invalid_keys_file",
+        500,
+        "A line of the API keys file names its key badly (name= not a-z 0-9 . _ -, or used twice): "
+        "the service does not start.",
+        "Fix the file as the message says.",
+        mcp="none",
+    ),
+    E(
         "invalid_policy_file",
         500,
         "The policy file cannot be read or is invalid (bad YAML, an unknown field): the service does not start.",

@@ -104,17 +104,22 @@ class PolicyFile(BaseModel):
 class Policy:
     rules: tuple[Rule, ...]
     source: str = "<policy>"
+    #: key id -> its name (SKILL_EXECUTOR_API_KEYS_FILE's ``name=``): a rule's ``key`` is either
+    names: Mapping[str, str] = field(default_factory=dict)
 
     def rule(self, key: str, skill: str) -> tuple[str, Rule] | None:
-        """The first rule for ``key`` and ``skill`` and its name (``rules[i]`` when unnamed)."""
+        """The first rule for ``key`` (its id; a rule may name it by its name) and ``skill``,
+        and the rule's name (``rules[i]`` when unnamed)."""
+        name = self.names.get(key)
         for index, rule in enumerate(self.rules):
-            if rule.matches(key, skill):
+            if rule.matches(key, skill) or (name is not None and rule.matches(name, skill)):
                 return rule.name or f"rules[{index}]", rule
         return None
 
 
-def parse_policy(text: str, source: str = "<policy>") -> Policy:
-    """A policy from YAML text; :class:`PolicyError` with the exact problem otherwise."""
+def parse_policy(text: str, source: str = "<policy>", names: Mapping[str, str] | None = None) -> Policy:
+    """A policy from YAML text (``names``: key id -> name, what rules may call keys besides
+    their ids); :class:`PolicyError` with the exact problem otherwise."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -140,18 +145,18 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         if rule.key != "*" and rule.key != rule.key.lower():
             raise PolicyError(f"policy file {source}: rules.{index}.key: key ids are lower case: {rule.key!r}")
     rules = tuple(r.model_copy(update={"skill": r.skill.lower()}) for r in parsed.rules)
-    return Policy(rules, source)
+    return Policy(rules, source, dict(names or {}))
 
 
-def load_policy(path: Path | None) -> Policy | None:
-    """The policy file at ``path`` (None: no policy)."""
+def load_policy(path: Path | None, names: Mapping[str, str] | None = None) -> Policy | None:
+    """The policy file at ``path`` (None: no policy); ``names``: key id -> name."""
     if path is None:
         return None
     try:
         text = Path(path).read_text()
     except OSError as exc:
         raise PolicyError(f"policy file {path}: cannot be read: {exc.strerror or exc}") from None
-    return parse_policy(text, str(path))
+    return parse_policy(text, str(path), names)
 
 
 # -- decisions -------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from . import tracing
+from .access import key_names
 from .config import Settings
 from .core import Executor
 from .dispatch import LocalDispatcher, PostgresDispatcher, Worker, sweep
@@ -62,7 +63,7 @@ def check_role(settings: Settings, role: Role) -> None:
     cluster: refused on SQLite, and on the default object store (a folder in this process's
     own data dir, which no other process sees).  Every role: a policy file that cannot be used
     (:func:`~skill_executor.policy.load_policy`) refuses the start with its exact problem."""
-    load_policy(settings.policy_file)
+    load_policy(settings.policy_file, key_names(settings.api_keys_file))
     if role == "all":
         return
     if not settings.database.startswith("postgresql"):

@@ -348,6 +348,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_docker": "engine",
     "test_image_tools": "engine",
     "test_python_tiers": "engine",
+    "test_key_names": "service",
     "test_image": "engine",
     "test_operations": "engine",
     "test_volumes": "engine",

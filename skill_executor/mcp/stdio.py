@@ -14,7 +14,7 @@ import sys
 import anyio
 from mcp.server.stdio import stdio_server
 
-from ..access import LOCAL
+from ..access import LOCAL, key_names
 from ..config import Settings
 from ..errors import ExecutorError
 from ..owners import DataDirClaim
@@ -58,7 +58,8 @@ async def serve_stdio(settings: Settings) -> None:
 def run(settings: Settings) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)  # stdout is the protocol's
     try:
-        load_policy(settings.policy_file)  # a policy file that cannot be used: no start
+        # a policy file that cannot be used: no start
+        load_policy(settings.policy_file, key_names(settings.api_keys_file))
         claim = DataDirClaim(settings.data_dir)  # one service per data dir, as for serve
     except (ExecutorError, OSError) as exc:
         print(f"skill-executor: {getattr(exc, 'message', exc)}", file=sys.stderr)

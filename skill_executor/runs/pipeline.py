@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 
 from .. import tracing
-from ..access import LOCAL_TENANT
+from ..access import LOCAL_TENANT, key_names
 from ..artifacts.store import ArtifactStore
 from ..config import Settings
 from ..errors import ExecutorError
@@ -68,7 +68,9 @@ class SkillRunner:
     ) -> None:
         self.settings = settings
         #: the command policy (SKILL_EXECUTOR_POLICY_FILE; None: none)
-        self.policy = policy if policy is not None else load_policy(settings.policy_file)
+        self.policy = (
+            policy if policy is not None else load_policy(settings.policy_file, key_names(settings.api_keys_file))
+        )
         self.repository = repository
         #: skills sent with run requests (inline bundles), per key
         self.bundles = bundles or BundleStore(

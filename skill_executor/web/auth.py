@@ -11,7 +11,6 @@ This module only says *who* is calling; what they may do is :mod:`skill_executor
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..access import LOCAL, Principal, require_admin
+from ..access import LOCAL, Principal, key_id, read_keys_file, require_admin
 from ..config import Settings
 from ..errors import ExecutorError
 
@@ -63,10 +62,7 @@ class KeyRing:
     def from_settings(cls, settings: Settings) -> KeyRing:
         keys = [(k, False) for k in settings.api_keys] + [(k, True) for k in settings.admin_keys]
         if settings.api_keys_file is not None:
-            for line in Path(settings.api_keys_file).read_text().splitlines():
-                fields = line.split("#", 1)[0].split()
-                if fields:
-                    keys.append((fields[0], len(fields) > 1 and fields[1] == "admin"))
+            keys += [(entry.key, entry.admin) for entry in read_keys_file(Path(settings.api_keys_file))]
         return cls(keys)
 
     @property
@@ -83,7 +79,7 @@ class KeyRing:
         for key, admin in self._keys:
             # Compare against every key, always, so timing says nothing about which matched.
             if hmac.compare_digest(token, key) and match is None:
-                match = Principal(hashlib.sha256(key).hexdigest()[:12], admin)
+                match = Principal(key_id(key.decode()), admin)
         if match is None:
             raise Unauthorized("invalid bearer token")
         return match
