@@ -111,6 +111,48 @@ BYPASSES = [
     ("nested backticks", "ls `echo \\`rm y\\``"),
     ("a <<- here-document body", "cat <<-EOF\n\t$(rm y)\n\tEOF"),
     ("backticks in a default inside a string", 'ls "${x:-`rm y`}"'),
+    # found by attacking the policy (issue 29): each ran rm or another program unjudged
+    ("a vertical tab before a comment", "ls \v#$(rm y)"),
+    ("a carriage return before a comment", "ls \r#$(rm y)"),
+    ("a form feed before a comment", "ls\f#$(rm y)"),
+    ("single quotes in a double-quoted default", 'echo "${x-\'$(rm y)\'}"'),
+    ("single quotes in a here-string's default", "cat <<< \"${x:-'$(rm y)'}\""),
+    ("a quoted string in arithmetic", "echo $(( 'a[$(rm y)]' ))"),
+    ("a quoted string in (( ))", "(( 'a[$(rm y)]' ))"),
+    ("a quoted string in $[ ]", "echo $[ 'a[$(rm y)]' ]"),
+    ("an array literal's subscript", "x='$(rm y)'; a=([$x]=1)"),
+    ("an array literal's ANSI-C subscript", "a+=([$'\\x24(rm y)']=1)"),
+    ("unset of an array element", "a=(1); unset 'a[$(rm y)]'"),
+    ("read into an array element", "read 'a[$(rm y)]' <<< x"),
+    ("printf -v into an array element", "printf -v 'a[$(rm y)]' x"),
+    ("test -v of an array element", "test -v 'a[$(rm y)]'"),
+    ("[ -v of an array element", "[ -v 'a[$(rm y)]' ]"),
+    ("[[ -v of an array element", "[[ -v 'a[$(rm y)]' ]]"),
+    ("wait -p into an array element", "ls & wait -n -p 'a[$(rm y)]'"),
+    ("getopts into an array element", "getopts x 'a[$(rm y)]'"),
+    ("jobs -x", "jobs -x rm y"),
+    ("getopts into PATH", "getopts x PATH; ls"),
+    ("read into PATH[0]", "read PATH[0] <<< /tmp; ls"),
+    ("read -a with the name attached", "read -aPATH <<< /tmp; ls"),
+    ("printf -v PATH[0]", "printf -v PATH[0] /tmp; ls"),
+    ("printf -v with the name attached", "printf -vPATH /tmp; ls"),
+    ("unset of a quoted PATH", "unset 'PATH'; ls"),
+    ("wait -p PATH", "wait -p PATH; ls"),
+    ("wait -p with the name attached", "ls & wait -n -pPATH; ls"),
+    ("builtin export", "builtin export PATH=/tmp; ls"),
+    ("command unset", "command unset PATH; ls"),
+    ("a redirection's variable named PATH", ": {PATH}>/dev/null; ls"),
+    ("set -k (assignments anywhere)", "set -k; ls PATH=/tmp"),
+    ("set -o keyword", "set -o keyword; ls PATH=/tmp"),
+    ("bash -k", "bash -k -c 'ls PATH=/tmp'"),
+    ("bash -O expand_aliases", "bash -O expand_aliases -c 'BASH_ALIASES[ls]=rm\nls'"),
+    ("BASH_ALIASES", "BASH_ALIASES[ls]=rm; ls"),
+    ("BASH_CMDS by read", "read BASH_CMDS <<< x; ls"),
+    ("a login shell reads ~/.profile", "echo rm > ~/.profile; bash -lc ls"),
+    ("a login sh", "echo rm > ~/.profile; sh -l -c ls"),
+    ("exec -l makes a login shell", "echo rm > ~/.profile; exec -l bash -c ls"),
+    ("exec -a -name makes a login shell", "echo rm > ~/.profile; exec -a -bash bash -c ls"),
+    ("zsh reads ~/.zshenv for every command", "echo rm > ~/.zshenv; zsh -c ls"),
 ]
 
 
@@ -124,6 +166,71 @@ def test_a_bypass_attempt_is_denied_naming_the_rule(what: str, command: str | No
     assert error.code == "command_denied" and error.status == 403
     assert error.details is not None and error.details["rule"] == "tight"
     assert error.message.startswith("command refused by policy rule 'tight': ")
+
+
+#: (class, command): each must be refused under a rule that only denies (curl): builtins that
+#: change a lookup, reached through wrappers no allow list stops, and launchers.
+DENY_ONLY_BYPASSES = [
+    ("builtin export", "builtin export PATH=/tmp; ls"),
+    ("command unset", "command unset PATH; ls"),
+    ("builtin declare", "builtin declare 'PATH=/tmp'; ls"),
+    ("builtin unset of an array element", "a=(1); builtin unset 'a[$(curl x)]'"),
+    ("builtin getopts", "builtin getopts x PATH; ls"),
+    ("command test -v", "command test -v 'a[$(curl x)]'"),
+    ("setarch", "setarch x86_64 curl x"),
+    ("linux64", "linux64 curl x"),
+    ("x86_64", "x86_64 curl x"),
+    ("ld.so", "ld.so /usr/bin/curl x"),
+    ("the dynamic loader by path", "/lib64/ld-linux-x86-64.so.2 /usr/bin/curl x"),
+    ("the dynamic loader by its other path", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 /usr/bin/curl x"),
+    ("sg", "sg users -c 'curl x'"),
+    ("run-parts", "run-parts ./dir"),
+    ("zsh", "zsh -c 'ls'"),
+]
+
+
+@pytest.mark.parametrize("what,command", DENY_ONLY_BYPASSES, ids=[b[0] for b in DENY_ONLY_BYPASSES])
+def test_a_bypass_attempt_under_a_deny_only_rule_is_denied(what: str, command: str) -> None:
+    decision = check(command, "key1", "other", POLICY)
+    assert not decision.allowed, what
+    assert decision.rule == "open"
+
+
+#: Commands that make an allowed name start another file (found by attacking the policy):
+#: real bash runs ./evil/ls for each; the policy must refuse them all.
+LOOKUP_ATTACKS = [
+    "getopts x PATH; ls",  # PATH="?": a folder named ? in the working directory
+    "wait -p PATH; ls",  # PATH="": the working directory
+    "unset 'PATH'; ls",  # no PATH: the working directory
+    "read PATH[0] <<< ../evil; ls",
+    "read -aPATH <<< ../evil; ls",
+    "printf -v 'PATH[0]' ../evil; ls",
+    "printf -vPATH ../evil; ls",
+    "set -k; ls PATH=../evil",
+    "bash -k -c 'ls PATH=../evil'",
+    "echo 'PATH=../evil' > ~/.profile; bash -lc ls",
+    "echo 'PATH=../evil' > ~/.profile; exec -a -bash bash -c ls",
+]
+
+
+@pytest.mark.parametrize("command", LOOKUP_ATTACKS)
+def test_a_name_made_to_start_another_file_is_refused(fake_bin: Path, command: str) -> None:
+    evil = fake_bin / "evil"
+    for folder in (evil, fake_bin / "work" / "?"):
+        folder.mkdir(exist_ok=True)
+        program = folder / "ls"
+        program.write_text('#!/bin/bash\necho "evil-ls" >> "$POLICY_LOG"\n')
+        program.chmod(0o755)
+    (fake_bin / "work" / "ls").write_bytes((evil / "ls").read_bytes())
+    (fake_bin / "work" / "ls").chmod(0o755)
+    log = fake_bin / "log"
+    log.write_text("")
+    env = {"PATH": f"{fake_bin / 'bin'}:/usr/bin:/bin", "HOME": str(fake_bin / "home"), "POLICY_LOG": str(log)}
+    (fake_bin / "home").mkdir(exist_ok=True)
+    subprocess.run(["bash", "-c", command], env=env, cwd=fake_bin / "work", capture_output=True, timeout=5)
+    assert "evil-ls" in log.read_text().split()  # the attack is real
+    decision = check(command, "key1", "math-tools", POLICY)
+    assert not decision.allowed and decision.rule == "tight"
 
 
 #: (command, the programs it is judged as): quotes, paths and wrappers see through.
