@@ -353,10 +353,19 @@ KNOWN_NODES = frozenset(
         "special_variable_name", "array", "postfix_expression", "ternary_expression", "c_style_for_statement",
     }
 )  # fmt: skip
+#: What arithmetic may hold: numbers and operators (a quoted 'a[$(cmd)]' runs cmd too).
+ARITHMETIC_NODES = frozenset(
+    {
+        "number", "binary_expression", "unary_expression", "parenthesized_expression", "ternary_expression",
+        "postfix_expression", "arithmetic_expansion", "compound_statement", "c_style_for_statement",
+    }
+)  # fmt: skip
 #: Arithmetic comparisons of ``[[ ]]`` (their operands are evaluated as arithmetic).
 ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
 #: A backslash-newline right after a word's character: the shell joins the lines into one word.
 CONTINUED_WORD = re.compile(r"[^\s\\](?:\\\\)*\\\n")
+#: Control characters other than tab and new line (the parser reads \r, \v and \f as blanks).
+CONTROL = re.compile(r"[\x01-\x08\x0b-\x1f\x7f]")
 #: Characters that make a name in command position expand (glob, brace, tilde) or span lines.
 EXPANDING = re.compile(r"[*?\[\]{}~\n]|^$")
 
@@ -409,6 +418,9 @@ def _walk_source(source: str, out: list[str], depth: int) -> None:
         raise Unknowable("shells nest too deeply to judge")
     if "\x00" in source:
         raise Unknowable("the command holds a NUL character")
+    control = CONTROL.search(source)
+    if control is not None:  # \r, \v, \f: blanks to the parser, a word's characters to bash
+        raise Unknowable(f"the command holds the control character {control.group()!r} (the parser and the shell read it differently)")
     if CONTINUED_WORD.search(source):
         raise Unknowable("a line continuation inside a word (the parser and the shell read it differently)")
     data = source.encode("utf-8", "surrogateescape")
@@ -431,23 +443,26 @@ def _unread_substitutions(root: Node, data: bytes) -> None:
     body of a here-document with a quoted delimiter."""
     read: set[int] = set()
     inert: list[tuple[int, int]] = []
-    stack = [root]
+    stack = [(root, False)]
     while stack:
-        node = stack.pop()
+        node, quoted = stack.pop()  # quoted: inside double quotes or a here-document body
         kind = node.type
         if kind in ("command_substitution", "arithmetic_expansion", "process_substitution"):
             if node.children:
                 read.add(node.children[0].start_byte)
                 if node.children[-1].type == "`":
                     read.add(node.children[-1].start_byte)
-        elif kind in ("raw_string", "ansi_c_string", "comment"):
+            quoted = False  # a substitution's code is read afresh
+        elif kind == "comment" or (kind in ("raw_string", "ansi_c_string") and not quoted):
+            # single quotes in "${x-'...'}" or a here-document are no quotes to bash
             inert.append((node.start_byte, node.end_byte))
             continue
         elif kind == "heredoc_redirect":
             start = next((c for c in node.children if c.type == "heredoc_start"), None)
             if start is not None and re.search(r"['\"\\]", _text(start)):
                 inert += [(c.start_byte, c.end_byte) for c in node.children if c.type == "heredoc_body"]
-        stack.extend(node.children)
+        quoted = quoted or kind in ("string", "heredoc_body")
+        stack.extend((child, quoted) for child in node.children)
     for match in SUBSTITUTION.finditer(data):
         at = match.start()
         if at in read or any(start <= at < end for start, end in inert):
@@ -478,6 +493,11 @@ def _walk(root: Node, out: list[str], depth: int) -> None:
                 _expansion(node)
             elif kind == "subscript":
                 _arithmetic(node.child_by_field_name("index"), "an array subscript")
+            elif kind == "array":  # a=([i]=v): i is arithmetic (of an indexed array)
+                for element in node.children:
+                    text = _text(element)
+                    if text.startswith("[") and not re.match(r"^\[[0-9]+\]\+?=", text):
+                        raise Unknowable(f"an array subscript {text[:60]!r} is not judged (it can run code)")
             elif kind == "c_style_for_statement":
                 for part in node.children:
                     if part.type not in ("do_group", "compound_statement"):
@@ -506,7 +526,7 @@ def _arithmetic(node: Node | None, what: str) -> None:
     stack = [node]
     while stack:
         current = stack.pop()
-        if current.type in ("variable_name", "simple_expansion", "expansion", "command_substitution", "word"):
+        if current.is_named and current.type not in ARITHMETIC_NODES:  # a name, an expansion, a string
             raise Unknowable(f"{what} reads {_text(current)!r}, which can run code")
         stack.extend(current.children)
 

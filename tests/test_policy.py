@@ -214,20 +214,18 @@ LOOKUP_ATTACKS = [
 
 
 @pytest.mark.parametrize("command", LOOKUP_ATTACKS)
-def test_a_name_made_to_start_another_file_is_refused(fake_bin: Path, command: str) -> None:
-    evil = fake_bin / "evil"
-    for folder in (evil, fake_bin / "work" / "?"):
+def test_a_name_made_to_start_another_file_is_refused(tmp_path: Path, command: str) -> None:
+    work, home = tmp_path / "work", tmp_path / "home"
+    home.mkdir()
+    for folder in (tmp_path / "evil", work / "?", work):  # ../evil, ?, the working directory
         folder.mkdir(exist_ok=True)
         program = folder / "ls"
         program.write_text('#!/bin/bash\necho "evil-ls" >> "$POLICY_LOG"\n')
         program.chmod(0o755)
-    (fake_bin / "work" / "ls").write_bytes((evil / "ls").read_bytes())
-    (fake_bin / "work" / "ls").chmod(0o755)
-    log = fake_bin / "log"
+    log = tmp_path / "log"
     log.write_text("")
-    env = {"PATH": f"{fake_bin / 'bin'}:/usr/bin:/bin", "HOME": str(fake_bin / "home"), "POLICY_LOG": str(log)}
-    (fake_bin / "home").mkdir(exist_ok=True)
-    subprocess.run(["bash", "-c", command], env=env, cwd=fake_bin / "work", capture_output=True, timeout=5)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "POLICY_LOG": str(log)}
+    subprocess.run(["bash", "-c", command], env=env, cwd=work, capture_output=True, timeout=5)
     assert "evil-ls" in log.read_text().split()  # the attack is real
     decision = check(command, "key1", "math-tools", POLICY)
     assert not decision.allowed and decision.rule == "tight"
