@@ -216,7 +216,7 @@ def check(command: str, key: str, skill: str, policy: Policy | None, env: Mappin
         if program.removesuffix(" -c") in denied:
             return replace_decision(base, allowed=False, program=program, reason=f"program {program!r} is denied")
     for program in analysis.programs:
-        if program in RUNNERS and (allowed is None or program not in allowed):
+        if runner(program) and (allowed is None or program not in allowed):
             return replace_decision(
                 base,
                 allowed=False,
@@ -276,16 +276,41 @@ RUNNERS = frozenset(
     {
         "sudo", "doas", "su", "runuser", "chroot", "unshare", "nsenter", "setpriv", "flock", "watch",
         "strace", "ltrace", "script", "parallel", "ssh", "busybox", "chrt", "taskset", "prlimit",
-        "systemd-run", "expect", "tclsh", "entr", "inotifywait",
+        "systemd-run", "expect", "tclsh", "entr", "inotifywait", "setarch", "linux32", "linux64", "x86_64", "i386",
+        "ld.so", "sg", "newgrp", "run-parts", "zsh", "fish",
     }
 )  # fmt: skip
 #: Shells: ``-c '<literal>'`` is judged through; a script is the shell's own; none reads input.
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "rbash", "posh", "yash", "fish"})
+#: (zsh and fish are runners: they read their user's startup files for every command.)
+SHELLS = frozenset({"sh", "bash", "dash", "ksh", "mksh", "ash", "rbash", "posh", "yash"})
+#: A variable name a builtin may assign, unset or test (an array element by a number only).
+SAFE_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\[[0-9]+\])?$")
+#: Builtins judged by the variables they name and the options they take (:func:`_builtin`).
+NAMING = frozenset(
+    {"read", "printf", "getopts", "wait", "unset", "test", "[", "jobs", "set", "declare", "typeset", "local",
+     "export", "readonly"}
+)  # fmt: skip
+#: ``test``'s binary operators (the word before one is an operand, never ``-v``).
+BINARY_TESTS = frozenset(
+    {"=", "==", "!=", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-nt", "-ot", "-ef", "-a", "-o", "=~"}
+)  # fmt: skip
+#: ``set``'s (and a shell's) one-letter options that change nothing of how commands are read.
+SAFE_SET_LETTERS = "abefhmnptuvxBCEPT"
+#: ``set -o``'s options that change nothing of how commands are read (not keyword, history,
+#: histexpand, posix, emacs, vi).
+SAFE_SET_NAMES = frozenset(
+    {"allexport", "braceexpand", "errexit", "errtrace", "functrace", "hashall", "ignoreeof", "monitor",
+     "noclobber", "noexec", "noglob", "nolog", "notify", "nounset", "onecmd", "physical", "pipefail",
+     "privileged", "verbose", "xtrace"}
+)  # fmt: skip
+#: A shell's ``-O`` options allowed (not expand_aliases, extglob, extdebug, ...).
+SAFE_SHOPT_NAMES = frozenset({"nullglob", "failglob", "dotglob", "globstar", "nocaseglob", "nocasematch",
+                              "inherit_errexit", "lastpipe"})  # fmt: skip
 #: Variables whose value changes what a command starts (or loads into it).
 DANGEROUS_VARIABLE = re.compile(
     r"^(PATH|IFS|BASH_ENV|ENV|CDPATH|SHELLOPTS|BASHOPTS|GLOBIGNORE|PS4|PROMPT_COMMAND|EXECIGNORE"
     r"|BASH_LOADABLES_PATH|BASH_XTRACEFD|FUNCNEST|LD_\w+|BASH_FUNC_\S+|GCONV_PATH|NODE_OPTIONS"
-    r"|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PERL5OPT|PERL5LIB|RUBYOPT|GIT_\w+)$"
+    r"|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PERL5OPT|PERL5LIB|RUBYOPT|GIT_\w+|BASH_CMDS|BASH_ALIASES)$"
 )
 
 
@@ -315,7 +340,14 @@ WRAPPERS: dict[str, WrapperSpec] = {
         refused={"-S": "env -S splits a string into a command", "--split-string": "env -S splits a string"},
         assignments=True,
     ),
-    "exec": _spec("-a", "-c -l -cl -lc"),
+    "exec": _spec(
+        "",
+        "-c",
+        refused={
+            "-a": "exec -a names the program (a leading - makes a login shell; multi-call programs read it)",
+            "-l": "exec -l makes a login shell (it runs ~/.profile first)",
+        },
+    ),
     "command": _spec("", "-p", queries=frozenset({"-v", "-V"})),
     "builtin": _spec(),
     # the keyword: what follows is a whole command, assignments first
@@ -334,8 +366,6 @@ WRAPPERS: dict[str, WrapperSpec] = {
     ),
 }
 TRANSPARENT = frozenset(WRAPPERS)
-#: Shell options taking the next word.
-SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 #: Named syntax nodes a command may hold; any other is refused (fail closed).
 KNOWN_NODES = frozenset(
@@ -383,6 +413,15 @@ class Analysis:
         return tuple(sorted(set(self.programs)))
 
 
+#: The dynamic loader, which runs the program it is given (``/lib64/ld-linux-x86-64.so.2 /usr/bin/curl``).
+LOADER = re.compile(r"^ld(-linux[\w.-]*|-musl[\w.-]*)?\.so(\.\d+)*$")
+
+
+def runner(program: str) -> bool:
+    """Whether ``program`` starts programs from its arguments in ways not read here."""
+    return program in RUNNERS or bool(LOADER.match(posixpath.basename(program)))
+
+
 def program_name(word: str) -> str:
     """How a program is named: a bare name, or a path in a system directory, by its basename;
     any other path by itself, normalised (never a bare name: ``./x`` stays ``./x``)."""
@@ -420,7 +459,9 @@ def _walk_source(source: str, out: list[str], depth: int) -> None:
         raise Unknowable("the command holds a NUL character")
     control = CONTROL.search(source)
     if control is not None:  # \r, \v, \f: blanks to the parser, a word's characters to bash
-        raise Unknowable(f"the command holds the control character {control.group()!r} (the parser and the shell read it differently)")
+        raise Unknowable(
+            f"the command holds the control character {control.group()!r} (the parser and bash read it differently)"
+        )
     if CONTINUED_WORD.search(source):
         raise Unknowable("a line continuation inside a word (the parser and the shell read it differently)")
     data = source.encode("utf-8", "surrogateescape")
@@ -489,6 +530,10 @@ def _walk(root: Node, out: list[str], depth: int) -> None:
                 _command(node, out, depth)
             elif kind == "declaration_command":
                 _declaration(node)
+            elif kind == "unset_command":
+                _unset(node)
+            elif kind == "unary_expression" and node.children and _text(node.children[0]) in ("-v", "-R"):
+                _tested(node)
             elif kind == "expansion":
                 _expansion(node)
             elif kind == "subscript":
@@ -548,17 +593,33 @@ def _expansion(node: Node) -> None:
 
 def _declaration(node: Node) -> None:
     keyword = node.children[0].type if node.children else ""
+    words: list[str | None] = []
     for child in node.children[1:]:
         if child.type == "word":
-            word = literal(child)
-            if word is None:
-                raise Unknowable(f"{keyword} with {_text(child)!r} is not judged")
-            if word.startswith(("-", "+")) and set(word[1:]) & set("nif"):
-                raise Unknowable(f"{keyword} {word} is not judged (namerefs, integers, functions)")
-            if not word.startswith(("-", "+")) and DANGEROUS_VARIABLE.match(word):
-                raise Unknowable(f"{keyword} {word} changes what commands start")
+            words.append(literal(child))
         elif child.type not in ("variable_assignment", "variable_name", "comment"):
             raise Unknowable(f"{keyword} with {_text(child)[:60]!r} is not judged")
+    _assignments(keyword, words)
+
+
+def _tested(node: Node) -> None:
+    """``[[ -v NAME ]]``: a subscript of NAME is arithmetic (it can run code)."""
+    operand = node.children[1] if len(node.children) > 1 else None
+    if operand is not None and operand.type == "variable_name":
+        word: str | None = _text(operand)
+    else:
+        word = None if operand is None else literal(operand)
+    _name(word, f"[[ {_text(node.children[0])}")
+
+
+def _unset(node: Node) -> None:
+    words: list[str | None] = []
+    for child in node.children[1:]:
+        if child.type in ("variable_name", "subscript"):
+            words.append(_text(child))
+        elif child.type != "comment":
+            words.append(literal(child))
+    _builtin("unset", words)
 
 
 def _words(node: Node) -> list[str | None]:
@@ -577,6 +638,10 @@ def _command(node: Node, out: list[str], depth: int) -> None:
     if name is None:  # assignments (and redirections) alone
         return
     words = _words(node)
+    for word in words[1:]:  # {NAME}>file assigns NAME a descriptor
+        braced = re.match(r"^\{([A-Za-z_][A-Za-z0-9_]*(?:\[.*\])?)\}$", word or "")
+        if braced is not None:
+            _name(braced.group(1), "a redirection")
     if words[0] is None:
         raise Unknowable(f"the program {_text(name)[:60]!r} is only known when the command runs")
     _program(words, out, depth, _text(name))
@@ -598,9 +663,9 @@ def _program(words: list[str | None], out: list[str], depth: int, shown: str) ->
         shell_code = _shell(program, words[1:]) if program in SHELLS else None
         # a shell running -c code is judged through ("sh -c": a deny of sh still holds)
         out.append(f"{program} -c" if shell_code is not None else program)
-        if head in ("printf", "read"):
-            _variables(head, words[1:])
-        if program in RUNNERS:
+        if head in NAMING:
+            _builtin(head, words[1:])
+        if runner(program):
             return  # judged by name: refused unless allowed by name
         if shell_code is not None:
             _walk_source(shell_code, out, depth + 1)
@@ -619,14 +684,131 @@ def _program(words: list[str | None], out: list[str], depth: int, shown: str) ->
         words = rest
 
 
-def _variables(head: str, args: list[str | None]) -> None:
-    """``read NAME`` and ``printf -v NAME`` assign variables: never the dangerous ones."""
-    targets = args if head == "read" else args[args.index("-v") + 1 : args.index("-v") + 2] if "-v" in args else []
-    for word in targets:
+def _name(word: str | None, what: str) -> None:
+    """A variable a builtin assigns, unsets or tests: a plain name (an array element by a
+    number only: a subscript is arithmetic, and ``a[$(cmd)]`` runs ``cmd``), never one of
+    :data:`DANGEROUS_VARIABLE`."""
+    if word is None:
+        raise Unknowable(f"{what} names a variable only known when the command runs")
+    match = SAFE_NAME.match(word)
+    if match is None:
+        raise Unknowable(f"{what} names {word[:60]!r}, which is not judged (an array subscript can run code)")
+    if DANGEROUS_VARIABLE.match(match.group(1)):
+        raise Unknowable(f"{what} assigns {match.group(1)}, which changes what commands start")
+
+
+def _getopt(head: str, args: list[str | None], valued: str, flags: str) -> tuple[list[tuple[str, str | None]], int]:
+    """A builtin's options as bash reads them (``-a NAME``, ``-aNAME``, ``-ra NAME``): the
+    (letter, value) pairs and the index of its first operand."""
+    found: list[tuple[str, str | None]] = []
+    index = 0
+    while index < len(args):
+        word = args[index]
         if word is None:
-            raise Unknowable(f"{head} assigns a variable named only when the command runs")
-        if DANGEROUS_VARIABLE.match(word):
-            raise Unknowable(f"{head} assigns {word}, which changes what commands start")
+            raise Unknowable(f"{head} is given an expansion among its options")
+        if word == "--":
+            return found, index + 1
+        if not word.startswith("-") or word == "-":
+            break
+        index += 1
+        for at, letter in enumerate(word[1:], start=1):
+            if letter in valued:
+                value = word[at + 1 :] or (args[index] if index < len(args) else None)
+                if not word[at + 1 :]:
+                    index += 1
+                found.append((letter, value))
+                break
+            if letter not in flags:
+                raise Unknowable(f"{head} option {word!r} is not judged")
+            found.append((letter, None))
+    return found, index
+
+
+def _builtin(head: str, args: list[str | None]) -> None:
+    """Builtins that assign, unset or test a variable by name (``read``, ``printf -v``,
+    ``getopts``, ``wait -p``, ``unset``, ``test -v``, ``declare`` and its kin), ``set`` (its
+    options) and ``jobs -x`` (which runs a command)."""
+    if head == "read":
+        options, first = _getopt(head, args, "adinNptu", "ers")
+        for letter, value in options:
+            if letter == "a":
+                _name(value, "read -a")
+        for word in args[first:]:
+            _name(word, head)
+    elif head == "printf":
+        options, _ = _getopt(head, args[:2] if args and args[0] and args[0].startswith("-v") else [], "v", "")
+        for _, value in options:
+            _name(value, "printf -v")
+    elif head == "getopts":
+        if len(args) > 1:
+            _name(args[1], head)
+    elif head == "wait":
+        options, _ = _getopt(head, args, "p", "fn")
+        for letter, value in options:
+            if letter == "p":
+                _name(value, "wait -p")
+    elif head == "unset":
+        _, first = _getopt(head, args, "", "fvn")
+        for word in args[first:]:
+            _name(word, head)
+    elif head in ("test", "["):
+        operands = args[:-1] if head == "[" and args and args[-1] == "]" else args
+        for index, word in enumerate(operands):
+            following = operands[index + 1] if index + 1 < len(operands) else None
+            if word in ("-v", "-R") and index + 1 < len(operands):
+                _name(following, f"{head} {word}")
+            elif word is None and index + 1 < len(operands) and following not in BINARY_TESTS:
+                raise Unknowable(f"{head} is given an expansion that can be -v, which runs an array subscript")
+    elif head == "jobs":
+        if any(word is None or (word.startswith("-") and "x" in word) for word in args):
+            raise Unknowable("jobs -x runs a command")
+    elif head == "set":
+        _set_options(head, args)
+    else:  # declare, typeset, local, export, readonly
+        _assignments(head, args)
+
+
+def _assignments(head: str, args: list[str | None]) -> None:
+    for word in args:
+        if word is None:
+            raise Unknowable(f"{head} with an expansion is not judged")
+        if word.startswith(("-", "+")):
+            if set(word[1:]) & set("nif") or not word[1:].isalpha():
+                raise Unknowable(f"{head} {word} is not judged (namerefs, integers, functions)")
+            continue
+        name, equals, value = word.partition("=")
+        _name(name.removesuffix("+"), head)
+        if equals and value.startswith("("):  # a quoted compound assignment: subscripts again
+            raise Unknowable(f"{head} {word[:60]!r} is not judged (an array subscript can run code)")
+
+
+def _set_options(head: str, args: list[str | None]) -> None:
+    """``set``'s options: those that change how a command is read (``-k``: assignments
+    anywhere, ``-o keyword``, ``-H``, ...) are refused."""
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if word is None:
+            raise Unknowable(f"{head} is given an expansion among its options")
+        if word in ("--", "-") or word[:1] not in "-+" or len(word) < 2 or word.startswith("--"):
+            return
+        index += 1 + _option_word(head, word, args[index + 1 :], "")
+
+
+def _option_word(head: str, word: str, following: list[str | None], own: str) -> int:
+    """One word of set's (or a shell's) one-letter options, ``own`` the shell's own letters
+    (``c``); how many following words its ``-o``/``-O`` take."""
+    taken = 0
+    for letter in word[1:]:
+        if letter in "oO":
+            value = following[taken] if taken < len(following) else None
+            taken += 1
+            allowed = SAFE_SET_NAMES if letter == "o" else SAFE_SHOPT_NAMES
+            if value not in allowed and not (value is None and head == "set"):
+                raise Unknowable(f"{head} {word[0]}{letter} {value!r} is not judged (it changes how commands are read)")
+        elif letter not in SAFE_SET_LETTERS and letter not in own:
+            raise Unknowable(f"{head} option {word!r} is not judged (it changes how commands are read)")
+    return taken
 
 
 def _through(head: str, spec: WrapperSpec, args: list[str | None]) -> list[str | None] | None:
@@ -689,7 +871,7 @@ def _shell(program: str, args: list[str | None]) -> str | None:
         if word == "--" or word == "-":
             index += 1
             break
-        if word in SHELL_VALUED:
+        if word in ("--rcfile", "--init-file"):
             index += 2
             continue
         if word.startswith("--"):
@@ -701,8 +883,11 @@ def _shell(program: str, args: list[str | None]) -> str | None:
             letters = word[1:]
             if not re.match(r"^[a-zA-Z]+$", letters) or "s" in letters or "i" in letters:
                 raise Unknowable(f"{program} {word} reads commands from its input")
+            if "l" in letters:
+                raise Unknowable(f"{program} {word} is a login shell: it runs ~/.profile first")
             inline = inline or "c" in letters
-            index += 1
+            # -e, -o pipefail, -O nullglob: judged as set's (-eo pipefail takes the next word)
+            index += 1 + _option_word(program, word, args[index + 1 :], "c")
             continue
         break
     rest = args[index:]

@@ -115,7 +115,7 @@ BYPASSES = [
     ("a vertical tab before a comment", "ls \v#$(rm y)"),
     ("a carriage return before a comment", "ls \r#$(rm y)"),
     ("a form feed before a comment", "ls\f#$(rm y)"),
-    ("single quotes in a double-quoted default", 'echo "${x-\'$(rm y)\'}"'),
+    ("single quotes in a double-quoted default", "echo \"${x-'$(rm y)'}\""),
     ("single quotes in a here-string's default", "cat <<< \"${x:-'$(rm y)'}\""),
     ("a quoted string in arithmetic", "echo $(( 'a[$(rm y)]' ))"),
     ("a quoted string in (( ))", "(( 'a[$(rm y)]' ))"),
@@ -218,7 +218,7 @@ def test_a_name_made_to_start_another_file_is_refused(tmp_path: Path, command: s
     work, home = tmp_path / "work", tmp_path / "home"
     home.mkdir()
     for folder in (tmp_path / "evil", work / "?", work):  # ../evil, ?, the working directory
-        folder.mkdir(exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         program = folder / "ls"
         program.write_text('#!/bin/bash\necho "evil-ls" >> "$POLICY_LOG"\n')
         program.chmod(0o755)
