@@ -186,6 +186,9 @@ DENY_ONLY_BYPASSES = [
     ("sg", "sg users -c 'curl x'"),
     ("run-parts", "run-parts ./dir"),
     ("zsh", "zsh -c 'ls'"),
+    ("a program by its file descriptor", "exec 3</usr/bin/curl; /proc/self/fd/3 x"),
+    ("a program by /dev/fd", "exec 3</usr/bin/curl; /dev/fd/3 x"),
+    ("a program by /proc/self/exe", "/proc/self/exe -c 'curl x'"),
 ]
 
 
@@ -293,6 +296,32 @@ def test_on_first_use_remembers_programs() -> None:
     assert decision.needs_approval(())
     assert decision.needs_approval({"ls"})
     assert not decision.needs_approval({"ls", "wget", "python3"})
+
+
+def test_on_first_use_never_remembers_a_program_that_starts_others_unseen() -> None:
+    """Approving ``flock l ls`` must not approve ``flock l curl``: a runner's programs are
+    not known, so its run waits every time (as a command whose programs cannot be known)."""
+    policy = parse_policy("rules: [{key: '*', skill: '*', allow: [flock, ls], approval: on-first-use}]")
+    first = check("flock /tmp/l ls", "k", "s", policy)
+    assert first.allowed and first.needs_approval(())
+    later = check("flock /tmp/l curl x", "k", "s", policy)
+    assert later.allowed and later.needs_approval(first.programs)
+    lenient = parse_policy("rules: [{key: '*', skill: '*', approval: on-first-use}]")
+    assert check("sudo curl x", "k", "s", lenient).needs_approval(check("sudo ls", "k", "s", lenient).programs)
+
+
+def test_an_inline_bundle_is_judged_by_the_rules_for_any_skill() -> None:
+    """A bundle's name is its sender's choice: a bundle named math-tools must not get the
+    rule written for the installed math-tools (only a ``*`` rule)."""
+    installed = check("wget x", "key1", "math-tools", POLICY)
+    assert installed.rule == "tight" and not installed.allowed
+    bundled = check("curl x", "key1", "math-tools", POLICY, bundled=True)
+    assert bundled.rule == "open" and not bundled.allowed
+    trusting = parse_policy(
+        "rules: [{skill: math-tools, approval: never}, {skill: '*', allow: [ls], approval: always}]"
+    )
+    decision = check("python3 evil.py", "k", "math-tools", trusting, bundled=True)
+    assert not decision.allowed and decision.rule == "rules[1]"
 
 
 @pytest.mark.parametrize(
