@@ -85,8 +85,10 @@ class Rule(BaseModel):
     approval: Approval = "never"
     approver: Approver = "caller"
 
-    def matches(self, key: str, skill: str) -> bool:
-        return self.key in ("*", key) and self.skill in ("*", skill.lower())
+    def matches(self, key: str, skill: str, bundled: bool = False) -> bool:
+        """A rule naming a skill matches the installed skill only: an inline bundle's name is
+        its sender's choice (it is matched by ``*`` rules)."""
+        return self.key in ("*", key) and (self.skill == "*" or (not bundled and self.skill == skill.lower()))
 
     @property
     def judges(self) -> bool:
@@ -105,10 +107,11 @@ class Policy:
     rules: tuple[Rule, ...]
     source: str = "<policy>"
 
-    def rule(self, key: str, skill: str) -> tuple[str, Rule] | None:
-        """The first rule for ``key`` and ``skill`` and its name (``rules[i]`` when unnamed)."""
+    def rule(self, key: str, skill: str, bundled: bool = False) -> tuple[str, Rule] | None:
+        """The first rule for ``key`` and ``skill`` (``bundled``: an inline bundle) and its
+        name (``rules[i]`` when unnamed)."""
         for index, rule in enumerate(self.rules):
-            if rule.matches(key, skill):
+            if rule.matches(key, skill, bundled):
                 return rule.name or f"rules[{index}]", rule
         return None
 
@@ -193,21 +196,31 @@ class Decision:
 ALLOWED = Decision(True)
 
 
-def check(command: str, key: str, skill: str, policy: Policy | None, env: Mapping[str, str] | None = None) -> Decision:
+def check(
+    command: str,
+    key: str,
+    skill: str,
+    policy: Policy | None,
+    env: Mapping[str, str] | None = None,
+    *,
+    bundled: bool = False,
+) -> Decision:
     """The policy's decision about running ``command`` (with ``env`` added to its environment)
-    for API key id ``key`` in skill ``skill``, under ``policy`` (the service's is
-    ``SkillRunner.policy``; None: no policy file).  Pure: no I/O.  A refusal is raised with
-    ``decision.error()`` (403 ``command_denied``)."""
+    for API key id ``key`` in skill ``skill`` (``bundled``: an inline bundle, which only ``*``
+    rules match), under ``policy`` (the service's is ``SkillRunner.policy``; None: no policy
+    file).  Pure: no I/O.  A refusal is raised with ``decision.error()`` (403 ``command_denied``)."""
     if policy is None:
         return ALLOWED
-    found = policy.rule(key, skill.lower())
+    found = policy.rule(key, skill.lower(), bundled)
     if found is None:
         return ALLOWED
     name, rule = found
     base = Decision(True, name, rule.approval, rule.approver)
     analysis = analyse(command, env or {})
+    # a runner's programs are not known: on-first-use never remembers them through it
+    known = analysis.problem is None and not any(runner(p) for p in analysis.programs)
     if not rule.judges:
-        return replace_decision(base, programs=analysis.sorted(), known=analysis.problem is None)
+        return replace_decision(base, programs=analysis.sorted(), known=known)
     if analysis.problem is not None:
         return replace_decision(base, allowed=False, known=False, reason=analysis.problem)
     denied = set(rule.deny)
@@ -225,7 +238,7 @@ def check(command: str, key: str, skill: str, policy: Policy | None, env: Mappin
             )
         if allowed is not None and program not in allowed | NEUTRAL | TRANSPARENT and not program.endswith(" -c"):
             return replace_decision(base, allowed=False, program=program, reason=f"program {program!r} is not allowed")
-    return replace_decision(base, programs=analysis.sorted())
+    return replace_decision(base, programs=analysis.sorted(), known=known)
 
 
 def replace_decision(decision: Decision, **changes: object) -> Decision:
@@ -660,6 +673,8 @@ def _program(words: list[str | None], out: list[str], depth: int, shown: str) ->
         if head in KEYWORDS:  # the parser and the shell disagree (``! ! cmd``): not judged
             raise Unknowable(f"the shell keyword {head!r} read as a program")
         program = program_name(head)
+        if program.startswith(("/proc/", "/dev/fd/", "/dev/stdin")):
+            raise Unknowable(f"the program {program!r} is a file only known when the command runs")
         shell_code = _shell(program, words[1:]) if program in SHELLS else None
         # a shell running -c code is judged through ("sh -c": a deny of sh still holds)
         out.append(f"{program} -c" if shell_code is not None else program)

@@ -110,7 +110,7 @@ class SkillRunner:
         a request's ``bundle`` may name), the command policy's refusal (``command_denied``) included:
         the plan carries the policy's decision (whether the run waits for approval)."""
         plan = check_request(request, self.settings, self.repository, bundles=self.bundles, tenant=tenant)
-        decision = check_policy(request.command, tenant, plan.skill.id, self.policy, request.env)
+        decision = check_policy(request.command, tenant, plan.skill.id, self.policy, request.env, bundled=plan.bundled)
         if not decision.allowed:
             raise decision.error()
         return replace(plan, decision=decision)
