@@ -296,6 +296,67 @@ def test_mcp_elicitation_approves_and_rejects(server: Server) -> None:
     assert "Command: echo via-mcp" in asked[0]
 
 
+def test_mcp_a_client_that_never_answers_the_elicitation_is_not_waited_for(server: Server) -> None:
+    """A client that declared elicitation and never answers: the call ends with the run's
+    expiry (it does not hang on the question), and an admin's decision meanwhile ends the
+    question too."""
+
+    async def never(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        await anyio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    async def main() -> None:
+        async with mcp_client(server, KEY, never) as session:
+            with anyio.fail_after(30):  # the approval timeout is 4 s
+                result = await session.call_tool("skill_run", {"skill": "math-tools", "command": "echo unanswered"})
+            assert result.is_error
+            assert result.content[0].text.startswith("error (approval_expired): ")  # type: ignore[union-attr]
+            async with anyio.create_task_group() as group:
+                results: list[types.CallToolResult] = []
+
+                async def call() -> None:
+                    results.append(
+                        await session.call_tool("skill_run", {"skill": "math-tools", "command": "echo admin-decided"})
+                    )
+
+                group.start_soon(call)
+                with client(server, ADMIN) as admin, anyio.fail_after(3):  # before the expiry
+                    while not (
+                        listed := await anyio.to_thread.run_sync(
+                            lambda: admin.get(
+                                "/v1/runs", params={"status": "pending_approval", "owner": KEY_ID}
+                            ).json()["runs"]
+                        )
+                    ):
+                        await anyio.sleep(0.1)
+                    run_id = listed[0]["run_id"]
+                    decided = await anyio.to_thread.run_sync(
+                        lambda: admin.post(f"/v1/runs/{run_id}/approval", json={"decision": "approve"})
+                    )
+                    assert decided.status_code == 200, decided.text
+            assert not results[0].is_error, results[0].content
+            assert "admin-decided" in results[0].content[0].text  # type: ignore[union-attr]
+
+    anyio.run(main)
+
+
+def test_mcp_an_elicitation_reason_is_bounded_as_over_rest(server: Server) -> None:
+    async def long_reason(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"decision": "reject", "reason": "x" * 100_000})
+
+    async def main() -> None:
+        async with mcp_client(server, KEY, long_reason) as session:
+            result = await session.call_tool("skill_run", {"skill": "math-tools", "command": "echo long-reason"})
+            assert result.is_error
+            assert result.content[0].text.startswith("error (approval_rejected): ")  # type: ignore[union-attr]
+            assert len(result.content[0].text) < 2000  # type: ignore[union-attr]
+
+    anyio.run(main)
+    url = f"sqlite:///{server.data_dir / 'skill-executor.db'}"
+    reasons = [row[0] for row in _rows(url, "SELECT reason FROM run_approvals WHERE reason LIKE 'xxx%'")]
+    assert reasons and all(len(reason) <= 1000 for reason in reasons)
+
+
 def test_mcp_without_elicitation_waits_for_an_admin(server: Server) -> None:
     async def main() -> None:
         async with mcp_client(server, KEY, None) as session:
