@@ -189,6 +189,9 @@ DENY_ONLY_BYPASSES = [
     ("a program by its file descriptor", "exec 3</usr/bin/curl; /proc/self/fd/3 x"),
     ("a program by /dev/fd", "exec 3</usr/bin/curl; /dev/fd/3 x"),
     ("a program by /proc/self/exe", "/proc/self/exe -c 'curl x'"),
+    ("env with an assignment of a name no shell has", "env 'a-b=1' curl x"),
+    ("env with such an assignment after --", "nice env -- x.y=1 curl x"),
+    ("env exporting a function", "env 'BASH_FUNC_ls%%=() { curl x; }' bash -c ls"),
 ]
 
 
