@@ -337,6 +337,7 @@ class WrapperSpec:
     operands: int = 0  # words before the command (timeout's duration)
     numeric: bool = False  # -N options (nice -5)
     assignments: bool = False  # NAME=VALUE words before the command (env)
+    any_assignment: bool = False  # any word with = is one, also after -- (env)
     queries: frozenset[str] = frozenset()  # options with which it starts nothing (command -v)
     default: str | None = None  # the program it starts when none is given (xargs: echo)
 
@@ -352,6 +353,7 @@ WRAPPERS: dict[str, WrapperSpec] = {
         "-i --ignore-environment -0 --null - -v --debug",
         refused={"-S": "env -S splits a string into a command", "--split-string": "env -S splits a string"},
         assignments=True,
+        any_assignment=True,
     ),
     "exec": _spec(
         "",
@@ -857,10 +859,7 @@ def _through(head: str, spec: WrapperSpec, args: list[str | None]) -> list[str |
                 index += 1
                 continue
             raise Unknowable(f"{head} option {word!r} is not judged")
-        if spec.assignments and "=" in word and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word):
-            variable = word.split("=", 1)[0]
-            if DANGEROUS_VARIABLE.match(variable):
-                raise Unknowable(f"{head} sets {variable}, which changes what commands start")
+        if spec.assignments and _assignment(head, spec, word):
             index += 1
             continue
         if operands:
@@ -868,10 +867,25 @@ def _through(head: str, spec: WrapperSpec, args: list[str | None]) -> list[str |
             index += 1
             continue
         break
+    while spec.any_assignment and index < len(args) and _assignment(head, spec, args[index]):
+        index += 1  # env -- A=1 cmd: still assignments
     rest = args[index:]
     if not rest:
         return [spec.default] if spec.default else None
     return rest
+
+
+def _assignment(head: str, spec: WrapperSpec, word: str | None) -> bool:
+    """Whether ``word`` is an assignment ``head`` makes (env: any word with ``=``, whatever its
+    name: ``env 'a-b=1' cmd`` starts cmd); never of a variable that changes what starts."""
+    if word is None or "=" not in word:
+        return False
+    if not spec.any_assignment and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word):
+        return False
+    variable = word.split("=", 1)[0]
+    if DANGEROUS_VARIABLE.match(variable):
+        raise Unknowable(f"{head} sets {variable}, which changes what commands start")
+    return True
 
 
 def _shell(program: str, args: list[str | None]) -> str | None:
