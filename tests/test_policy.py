@@ -153,6 +153,9 @@ BYPASSES = [
     ("exec -l makes a login shell", "echo rm > ~/.profile; exec -l bash -c ls"),
     ("exec -a -name makes a login shell", "echo rm > ~/.profile; exec -a -bash bash -c ls"),
     ("zsh reads ~/.zshenv for every command", "echo rm > ~/.zshenv; zsh -c ls"),
+    # found by a fuzz of these pieces: bash reads a=(1)ls as one word, the parser as a=(1) and ls
+    ("an array literal glued to the next word", "a=(1)ls rm y"),
+    ("an element's array literal glued to the next word", "a[0]+=(1)'ls' rm y"),
 ]
 
 
