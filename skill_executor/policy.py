@@ -484,6 +484,7 @@ def _walk_source(source: str, out: list[str], depth: int) -> None:
     if tree.root_node.has_error:
         raise Unknowable("the command does not parse as shell code")
     _unread_substitutions(tree.root_node, data)
+    _glued_arrays(tree.root_node, data)
     _walk(tree.root_node, out, depth)
 
 
@@ -525,6 +526,22 @@ def _unread_substitutions(root: Node, data: bytes) -> None:
             continue
         shown = data[max(0, at - 20) : at + 20].decode("utf-8", "replace")
         raise Unknowable(f"a command substitution the parser did not read: {shown!r}")
+
+
+#: What may follow an array literal's ``)``: a blank, an operator, the end.
+AFTER_ARRAY = frozenset(b" \t\n;&|)<>")
+
+
+def _glued_arrays(root: Node, data: bytes) -> None:
+    """Refuse an array literal glued to the next word: bash reads ``a=(1)ls rm`` as one
+    assignment word and runs ``rm``; the parser reads ``a=(1)`` and the command ``ls rm``."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "array" and node.end_byte < len(data) and data[node.end_byte] not in AFTER_ARRAY:
+            shown = data[node.start_byte : node.end_byte + 20].decode("utf-8", "replace")
+            raise Unknowable(f"an array literal glued to the next word is not judged: {shown!r}")
+        stack.extend(node.children)
 
 
 def _text(node: Node) -> str:
