@@ -113,6 +113,23 @@ def test_commands_that_hid_a_program_are_refused_before_anything_starts(server: 
         assert len(http.get("/v1/runs").json()["runs"]) == before  # nothing was recorded
 
 
+def test_a_held_run_cancelled_is_an_audit_line_as_every_decision(server: Server) -> None:
+    with client(server, KEY) as http:
+        held = http.post("/v1/runs?wait=false", json={"skill": "math-tools", "command": "echo cancel-me"})
+        run_id = held.json()["run_id"]
+        assert held.json()["status"] == "pending_approval"
+        assert http.delete(f"/v1/runs/{run_id}").status_code < 300
+        assert http.get(f"/v1/runs/{run_id}").json()["status"] == "cancelled"
+    deadline = time.monotonic() + 5
+    while True:
+        lines = [json.loads(line) for line in server.log_lines() if line.startswith("{") and run_id in line]
+        audited = [(line.get("action"), line.get("decision")) for line in lines if line.get("audit")]
+        if ("run.approval", "cancel") in audited or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert ("run.approval_requested", None) in audited and ("run.approval", "cancel") in audited, audited
+
+
 def test_a_tool_call_gets_the_refusal_as_a_tool_error_and_waits_for_approval(server: Server) -> None:
     with client(server, KEY) as http, client(server, ADMIN) as admin:
         call = {"name": "skill_run", "arguments": {"skill": "math-tools", "command": "wget http://x"}}
