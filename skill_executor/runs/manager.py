@@ -743,6 +743,21 @@ class RunManager:
                 programs=[],
                 result=note.model_dump(mode="json"),
             ):
+                audit_log.warning(
+                    "run %s: cancel by %s",
+                    run_id,
+                    who.id,
+                    extra={
+                        "audit": True,
+                        "action": "run.approval",
+                        "run_id": run_id,
+                        "tenant": record.owner,
+                        "who": who.id,
+                        "admin": who.admin,
+                        "decision": "cancel",
+                        "via": "cancel",
+                    },
+                )
                 return None
             record = self.store.get(run_id)
             if record.status in FINAL:
