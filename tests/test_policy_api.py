@@ -26,11 +26,14 @@ from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy import text
 
 from skill_executor.client import Client as ExecutorClient
+from skill_executor.core import Executor
 from skill_executor.db import Database
+from skill_executor.errors import ExecutorError
+from skill_executor.runs.models import RunRequest
 
 from .api_server import Server, free_port
 from .cluster import FAST, Cluster, run_body
-from .conftest import REPO, require_runtime
+from .conftest import REPO, make_settings, require_runtime
 from .pgserver import PostgresServer
 
 KEY = "policy-tenant-key"
@@ -502,6 +505,22 @@ def test_the_cli_local_run_applies_the_policy(tmp_path: Path) -> None:
     assert json.loads(held.stderr.splitlines()[-1])["error"]["message"].startswith(
         "policy rule 'cli-held' holds this run for approval; a local run cannot wait for one"
     )
+
+
+def test_the_library_runner_refuses_a_run_its_rule_would_hold(tmp_path: Path) -> None:
+    """``SkillRunner.run`` (``skills test``, the pytest plugin, the doctor's probe) has no one
+    to ask either: a run its rule would hold is refused, as the CLI's ``run`` refuses it."""
+    (tmp_path / "policy.yaml").write_text(
+        "rules:\n  - {name: lib-held, key: local, skill: math-tools, approval: always}\n"
+    )
+    executor = Executor.from_settings(make_settings(tmp_path, "local", policy_file=tmp_path / "policy.yaml"))
+    try:
+        with pytest.raises(ExecutorError) as caught:
+            executor.runner.run(RunRequest(skill="math-tools", command="echo never-held"))
+    finally:
+        executor.close()
+    assert caught.value.code == "command_denied"
+    assert caught.value.message.startswith("policy rule 'lib-held' holds this run for approval; a local run cannot")
 
 
 def test_an_mcp_task_of_a_held_run_works_until_it_is_approved(server: Server) -> None:
