@@ -183,6 +183,14 @@ class Decision:
             details={"rule": self.rule, "program": self.program, "reason": self.reason},
         )
 
+    def held_locally(self) -> CommandDenied:
+        """The refusal of a run this decision holds, where no one can approve it (a local run)."""
+        return CommandDenied(
+            f"policy rule {self.rule!r} holds this run for approval; a local run cannot wait "
+            "for one: submit it to the service (POST /v1/runs)",
+            details={"rule": self.rule, "program": None, "reason": "approval needed"},
+        )
+
     def needs_approval(self, approved: Iterable[str] = ()) -> bool:
         """Whether a run must wait for approval; ``approved``: programs approved before for
         this key and skill (``on-first-use``)."""
