@@ -156,6 +156,11 @@ BYPASSES = [
     # found by a fuzz of these pieces: bash reads a=(1)ls as one word, the parser as a=(1) and ls
     ("an array literal glued to the next word", "a=(1)ls rm y"),
     ("an element's array literal glued to the next word", "a[0]+=(1)'ls' rm y"),
+    # found by the fuzz: bash expands the word of >& twice (once it is no descriptor number)
+    ("a quoted substitution after >&", "ls >& '$(rm y)'"),
+    ("an escaped substitution after 1>&", "ls 1>& \\$\\(rm y\\)"),
+    ("a variable's substitution after >&", "x='$(rm y)'; ls >& \"$x\""),
+    ("quoted backticks after >&", "exec >&'`rm y`'"),
 ]
 
 
