@@ -572,6 +572,8 @@ def _walk(root: Node, out: list[str], depth: int) -> None:
                 _declaration(node)
             elif kind == "unset_command":
                 _unset(node)
+            elif kind == "file_redirect":
+                _duplication(node)
             elif kind == "unary_expression" and node.children and _text(node.children[0]) in ("-v", "-R"):
                 _tested(node)
             elif kind == "expansion":
@@ -650,6 +652,17 @@ def _tested(node: Node) -> None:
     else:
         word = None if operand is None else literal(operand)
     _name(word, f"[[ {_text(node.children[0])}")
+
+
+def _duplication(node: Node) -> None:
+    """``>& word``: once the word is no descriptor number, bash expands it again, so
+    ``ls >& '$(cmd)'`` runs ``cmd``: the word must be a literal without ``$`` or backticks."""
+    if not any(child.type in (">&", "<&", ">&-", "<&-") for child in node.children):
+        return
+    target = node.child_by_field_name("destination")
+    word = literal(target) if target is not None else ""
+    if word is None or re.search(r"[$`]", word):
+        raise Unknowable(f"a duplication {_text(node)[:60]!r} is not judged (bash expands its word twice)")
 
 
 def _unset(node: Node) -> None:
