@@ -528,6 +528,9 @@ PIECES = [
     '"', "'", "$'\\x72m'", "echo", "env", "exec", "command", "nice", "sh -c", "bash -c", "xargs", '"$(rm)"',
     "'$(rm)'", "$", "`", "$[1]", "a=1", "a=$(rm)", "!", "time", "then", "do", "if", "fi", "for", "in", "done",
     "case", "esac", ";;", "f()", "function", "[[", "]]", "=~", "cat",
+    # what attacking the policy found: quotes in defaults, subscripts, builtins naming variables, >&, glued arrays
+    "${x-'$(rm)'}", "'a[$(rm)]'", "read", "printf -v", "unset", "getopts x", "wait -p", "test -v", "[ -v", "]",
+    "set -k", "a=(1)", ">&", "\v", "\r", "jobs -x",
 ]  # fmt: skip
 FUZZ_CASES = 2000
 
