@@ -220,6 +220,8 @@ LOOKUP_ATTACKS = [
     "read -aPATH <<< ../evil; ls",
     "printf -v 'PATH[0]' ../evil; ls",
     "printf -vPATH ../evil; ls",
+    "x=-v; printf $x PATH ../evil; ls",  # an expansion that is an option
+    "x=-p; wait $x PATH; ls",
     "set -k; ls PATH=../evil",
     "bash -k -c 'ls PATH=../evil'",
     "echo 'PATH=../evil' > ~/.profile; bash -lc ls",
@@ -266,6 +268,31 @@ JUDGED = [
 def test_a_command_is_judged_by_the_programs_it_starts(command: str, programs: tuple[str, ...]) -> None:
     assert analyse(command).problem is None
     assert analyse(command).sorted() == programs
+
+
+def test_builtins_that_name_variables_pass_as_they_are_used() -> None:
+    for command in (
+        "ls & wait $!",
+        'ls & pid=$!; wait "$pid"',
+        "ls & wait -n",
+        "read -r line < f; echo $line",
+        "read -rd '' -a parts < f",
+        "printf '%s\\n' \"$x\"",
+        "printf -v out '%s' x",
+        "getopts ab opt",
+        "unset -v x y",
+        '[ -n "$x" ]',
+        '[ "$x" = y ]',
+        "test -v x",
+        "[[ -v x ]]",
+        "set -euo pipefail; ls",
+        "set -- a b",
+        "bash -e -o pipefail -c 'ls'",
+        "declare -a arr=(1 2); export A=1",
+        "ls 2>&1 >&2",
+    ):
+        decision = check(command, "key1", "math-tools", POLICY)
+        assert decision.allowed, (command, decision.reason)
 
 
 def test_allowed_commands_pass_and_neutral_builtins_need_no_allow() -> None:
