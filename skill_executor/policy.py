@@ -754,13 +754,14 @@ def _name(word: str | None, what: str) -> None:
 
 def _getopt(head: str, args: list[str | None], valued: str, flags: str) -> tuple[list[tuple[str, str | None]], int]:
     """A builtin's options as bash reads them (``-a NAME``, ``-aNAME``, ``-ra NAME``): the
-    (letter, value) pairs and the index of its first operand."""
+    (letter, value) pairs and the index of its first operand (an expansion is taken for one:
+    see :func:`_after_expansion`)."""
     found: list[tuple[str, str | None]] = []
     index = 0
     while index < len(args):
         word = args[index]
         if word is None:
-            raise Unknowable(f"{head} is given an expansion among its options")
+            break
         if word == "--":
             return found, index + 1
         if not word.startswith("-") or word == "-":
@@ -779,6 +780,19 @@ def _getopt(head: str, args: list[str | None], valued: str, flags: str) -> tuple
     return found, index
 
 
+def _after_expansion(head: str, words: list[str | None]) -> None:
+    """An expansion among a builtin's words can be an option (``x=-p; wait $x PATH``): every
+    word after one must be a literal, and a name there a plain one."""
+    expanded = False
+    for word in words:
+        if expanded:
+            if word is None:
+                raise Unknowable(f"{head} is given expansions that can be options naming a variable")
+            if re.match(r"^[A-Za-z_]", word):
+                _name(word, head)
+        expanded = expanded or word is None
+
+
 def _builtin(head: str, args: list[str | None]) -> None:
     """Builtins that assign, unset or test a variable by name (``read``, ``printf -v``,
     ``getopts``, ``wait -p``, ``unset``, ``test -v``, ``declare`` and its kin), ``set`` (its
@@ -794,14 +808,16 @@ def _builtin(head: str, args: list[str | None]) -> None:
         options, _ = _getopt(head, args[:2] if args and args[0] and args[0].startswith("-v") else [], "v", "")
         for _, value in options:
             _name(value, "printf -v")
+        _after_expansion(head, args[:2])
     elif head == "getopts":
         if len(args) > 1:
             _name(args[1], head)
     elif head == "wait":
-        options, _ = _getopt(head, args, "p", "fn")
+        options, first = _getopt(head, args, "p", "fn")
         for letter, value in options:
             if letter == "p":
                 _name(value, "wait -p")
+        _after_expansion(head, args[first:])
     elif head == "unset":
         _, first = _getopt(head, args, "", "fvn")
         for word in args[first:]:
