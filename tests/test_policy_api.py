@@ -507,6 +507,40 @@ def test_the_cli_local_run_applies_the_policy(tmp_path: Path) -> None:
     )
 
 
+def test_a_key_holds_at_most_so_many_runs_for_approval(tmp_path: Path) -> None:
+    """Held runs take no run slot: without a bound one key held 600 runs in 2 s for admins to
+    wade through (and as many records and expiry entries)."""
+    (tmp_path / "policy.yaml").write_text("rules:\n  - {key: '*', skill: '*', approval: always}\n")
+    srv = Server(
+        tmp_path,
+        env={
+            "SKILL_EXECUTOR_API_KEYS": KEY,
+            "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
+            "SKILL_EXECUTOR_POLICY_FILE": str(tmp_path / "policy.yaml"),
+            "SKILL_EXECUTOR_MAX_PENDING_APPROVALS": "3",
+            "SKILL_EXECUTOR_POOL_SIZE": "0",
+        },
+    ).start()
+    try:
+        body = {"skill": "math-tools", "command": "echo held"}
+        with client(srv, KEY) as http, client(srv, ADMIN) as admin:
+            held = [http.post("/v1/runs?wait=false", json=body) for _ in range(3)]
+            assert [answer.json()["status"] for answer in held] == ["pending_approval"] * 3
+            refused = http.post("/v1/runs?wait=false", json=body)
+            assert refused.status_code == 429, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "too_many_pending_approvals"
+            assert (
+                error["message"]
+                == "this key has 3 runs waiting for approval, the most it may have; decide or cancel one"
+            )
+            assert admin.post("/v1/runs?wait=false", json=body).json()["status"] == "pending_approval"  # per key
+            assert http.delete(f"/v1/runs/{held[0].json()['run_id']}").status_code < 300
+            assert http.post("/v1/runs?wait=false", json=body).json()["status"] == "pending_approval"
+    finally:
+        srv.stop()
+
+
 def test_the_library_runner_refuses_a_run_its_rule_would_hold(tmp_path: Path) -> None:
     """``SkillRunner.run`` (``skills test``, the pytest plugin, the doctor's probe) has no one
     to ask either: a run its rule would hold is refused, as the CLI's ``run`` refuses it."""
