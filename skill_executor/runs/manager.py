@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from .. import tracing
 from ..access import Principal, audit_log, authorize_inputs, permit, resolve_tenant_audited
-from ..errors import Conflict, ExecutorError, Forbidden, NotFound, Unavailable
+from ..errors import Busy, Conflict, ExecutorError, Forbidden, NotFound, Unavailable
 from .handle import TERMINAL as TERMINAL
 from .handle import Event as Event
 from .handle import RunHandle as RunHandle
@@ -111,6 +111,7 @@ class RunManager:
         on_finish: Callable[[RunRecord], None] | None = None,
         recover: bool = True,
         approval_timeout: float = 3600.0,
+        max_pending: int = 100,
     ) -> None:
         """``dispatcher``: where accepted runs go (:mod:`skill_executor.dispatch`);
         ``recover``: mark this instance's runs left unfinished by its previous process
@@ -121,6 +122,8 @@ class RunManager:
         self.on_finish = on_finish
         #: how long a run held for approval waits (SKILL_EXECUTOR_APPROVAL_TIMEOUT_SECONDS)
         self.approval_timeout = approval_timeout
+        #: how many runs one key may have held at once (SKILL_EXECUTOR_MAX_PENDING_APPROVALS)
+        self.max_pending = max_pending
         #: (deadline, run id) of the runs this process held for approval: one thread expires them
         self._deadlines: list[tuple[float, str]] = []
         self._expiry: threading.Thread | None = None
@@ -271,7 +274,18 @@ class RunManager:
         checked: RunPlan,
     ) -> tuple[RunRecord, RunHandle | None, bool]:
         """Record a run held for approval (pending_approval): nothing else of it exists (no
-        place, no workspace, no container) until it is approved (:meth:`decide`)."""
+        place, no workspace, no container) until it is approved (:meth:`decide`).  A key holds
+        at most :attr:`max_pending` runs (they take no run slot; near-simultaneous holds may
+        pass it by a few)."""
+        if fingerprinted is None or self.store.idempotent(owner, fingerprinted[0]) is None:
+            full = self.store.pending_count(owner) >= self.max_pending
+            if full and (self.expire_overdue(owner) == 0 or self.store.pending_count(owner) >= self.max_pending):
+                raise Busy(
+                    f"this key has {self.max_pending} runs waiting for approval, the most it may have; "
+                    "decide or cancel one",
+                    code="too_many_pending_approvals",
+                    details={"max_pending_approvals": self.max_pending},
+                )
         payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
         try:
             record = self.store.create(

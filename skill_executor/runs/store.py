@@ -310,6 +310,15 @@ class RunStore:
         with self.database.read() as conn:
             return [row[0] for row in conn.execute(select(runs.c.run_id).where(*where)).all()]
 
+    def pending_count(self, owner: str) -> int:
+        """How many runs of ``owner``'s wait for approval."""
+        with self.database.read() as conn:
+            return int(
+                conn.execute(
+                    select(func.count()).select_from(runs).where(runs.c.owner == owner, runs.c.status == PENDING)
+                ).scalar_one()
+            )
+
     def approved_programs(self, owner: str, skill: str) -> set[str]:
         """The programs approved before in runs of ``owner``'s of ``skill`` (``on-first-use``)."""
         with self.database.read() as conn:
