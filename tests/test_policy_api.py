@@ -541,6 +541,51 @@ def test_a_key_holds_at_most_so_many_runs_for_approval(tmp_path: Path) -> None:
         srv.stop()
 
 
+def test_on_first_use_keeps_a_bundles_approvals_apart_from_the_installed_skill(tmp_path: Path) -> None:
+    """A bundle's name is its sender's choice: approving ``echo`` in a bundle named
+    math-tools must not approve ``echo`` in the installed math-tools (nor the other way)."""
+    import base64
+    import io
+    import zipfile
+
+    (tmp_path / "policy.yaml").write_text("rules:\n  - {key: '*', skill: '*', approval: on-first-use}\n")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(
+            "math-tools/SKILL.md", "---\nname: math-tools\ndescription: A look-alike.\n---\n# Look-alike\n"
+        )
+    bundled = {"command": "echo from-bundle", "bundle": {"data": base64.b64encode(buffer.getvalue()).decode()}}
+    installed = {"skill": "math-tools", "command": "echo from-installed"}
+    srv = Server(
+        tmp_path,
+        env={
+            "SKILL_EXECUTOR_API_KEYS": KEY,
+            "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
+            "SKILL_EXECUTOR_POLICY_FILE": str(tmp_path / "policy.yaml"),
+            "SKILL_EXECUTOR_POOL_SIZE": "0",
+        },
+    ).start()
+    try:
+        with client(srv, KEY) as http, client(srv, ADMIN) as admin:
+
+            def approved_run(body: dict[str, Any]) -> None:
+                held = http.post("/v1/runs?wait=false", json=body)
+                assert held.json()["status"] == "pending_approval", held.text
+                run_id = held.json()["run_id"]
+                assert admin.post(f"/v1/runs/{run_id}/approval", json={"decision": "approve"}).status_code == 200
+                deadline = time.monotonic() + 60
+                while http.get(f"/v1/runs/{run_id}").json()["status"] not in ("completed", "failed"):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+
+            approved_run(bundled)
+            approved_run(installed)  # echo approved in the bundle is not approved in the installed skill
+            assert http.post("/v1/runs?wait=false", json=installed).json()["status"] == "queued"  # remembered
+            approved_run(bundled)  # a bundle's runs are never remembered: its code is its sender's
+    finally:
+        srv.stop()
+
+
 def test_the_library_runner_refuses_a_run_its_rule_would_hold(tmp_path: Path) -> None:
     """``SkillRunner.run`` (``skills test``, the pytest plugin, the doctor's probe) has no one
     to ask either: a run its rule would hold is refused, as the CLI's ``run`` refuses it."""
