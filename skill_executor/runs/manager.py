@@ -228,7 +228,8 @@ class RunManager:
         request = with_bundle_digest(request, checked)
         decision = checked.decision
         if decision.approval != "never":
-            approved = self.store.approved_programs(principal.id, checked.skill.id)
+            # a bundle's code is its sender's: its programs are never remembered (nor the installed skill's used)
+            approved = set() if checked.bundled else self.store.approved_programs(principal.id, checked.skill.id)
             if decision.needs_approval(approved):
                 return self._hold(request, principal.id, fingerprinted, run_id, trace, checked)
         if self.dispatcher.remote:
@@ -413,6 +414,8 @@ class RunManager:
                 details={"run_id": run_id, "rule": policy.rule},
             )
         programs = list(policy.programs)
+        # a bundle's decisions are recorded apart: on-first-use never reads them as the installed skill's
+        skill = f"bundle:{record.skill}" if checked.bundled else None
         audit = {
             "audit": True,
             "action": "run.approval",
@@ -444,6 +447,7 @@ class RunManager:
                 programs=programs,
                 reason=reason,
                 error=error,
+                skill=skill,
             )
         elif self.dispatcher.remote:
             request = with_bundle_digest(request, checked)
@@ -461,12 +465,20 @@ class RunManager:
                 programs=programs,
                 reason=reason,
                 also=queue,
+                skill=skill,
             )
         else:
             reservation = self.runner.limiter.reserve()  # busy: 429, and the run stays pending
             try:
                 decided = self.store.decide(
-                    record, "queued", decision="approve", decided_by=who.id, via=via, programs=programs, reason=reason
+                    record,
+                    "queued",
+                    decision="approve",
+                    decided_by=who.id,
+                    via=via,
+                    programs=programs,
+                    reason=reason,
+                    skill=skill,
                 )
             except BaseException:
                 reservation.release()
