@@ -247,6 +247,43 @@ def test_a_name_made_to_start_another_file_is_refused(tmp_path: Path, command: s
     assert not decision.allowed and decision.rule == "tight"
 
 
+def _catalog(path: Path, translations: dict[str, str]) -> None:
+    """A gettext catalog (.mo) of ``translations``."""
+    import struct
+
+    keys = sorted({"": "Content-Type: text/plain; charset=UTF-8\n", **translations}.items())
+    ids = strs = b""
+    places = []
+    for key, value in keys:
+        places.append((len(key.encode()), len(ids), len(value.encode()), len(strs)))
+        ids += key.encode() + b"\0"
+        strs += value.encode() + b"\0"
+    count = len(keys)
+    first_id = 28 + 16 * count
+    data = struct.pack("<7I", 0x950412DE, 0, count, 28, 28 + 8 * count, 0, 0)
+    data += b"".join(struct.pack("<2I", length, first_id + at) for length, at, _, _ in places)
+    data += b"".join(struct.pack("<2I", length, first_id + len(ids) + at) for _, _, length, at in places)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data + ids + strs)
+
+
+def test_a_translated_string_is_refused_it_can_run_code(tmp_path: Path) -> None:
+    """$"..." is looked up in a gettext catalog (TEXTDOMAINDIR, TEXTDOMAIN, LANGUAGE) and the
+    translation is expanded as a double-quoted string: a catalog a skill or a bundle ships
+    turns ``echo $"hi"`` into ``$(cmd)`` (bash translates a line as it reads it)."""
+    _catalog(tmp_path / "locale" / "fr" / "LC_MESSAGES" / "t.mo", {"hi": "$(rm y)"})
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "rm").write_text('#!/bin/bash\necho rm >> "$POLICY_LOG"\n')
+    (tmp_path / "bin" / "rm").chmod(0o755)
+    command = 'TEXTDOMAINDIR=locale TEXTDOMAIN=t\necho $"hi"'  # LANGUAGE=fr: the request's env
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "LANG": "C.UTF-8", "LANGUAGE": "fr"}
+    env["POLICY_LOG"] = str(tmp_path / "log")
+    subprocess.run(["bash", "-c", command], env=env, cwd=tmp_path, capture_output=True, timeout=5)
+    assert (tmp_path / "log").read_text().split() == ["rm"]  # the attack is real
+    assert not check(command, "key1", "math-tools", POLICY, {"LANGUAGE": "fr"}).allowed
+    assert not check('echo $"hi"', "key1", "math-tools", POLICY, {"TEXTDOMAINDIR": "locale"}).allowed
+
+
 #: (command, the programs it is judged as): quotes, paths and wrappers see through.
 JUDGED = [
     ("p''ython3 x.py", ("python3",)),
