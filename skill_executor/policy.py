@@ -402,7 +402,7 @@ KNOWN_NODES = frozenset(
         "case_statement", "case_item", "function_definition", "test_command", "binary_expression",
         "unary_expression", "parenthesized_expression", "test_operator", "declaration_command",
         "unset_command", "command_substitution", "process_substitution", "arithmetic_expansion",
-        "brace_expression", "ansi_c_string", "translated_string", "comment", "regex", "extglob_pattern",
+        "brace_expression", "ansi_c_string", "comment", "regex", "extglob_pattern",
         "special_variable_name", "array", "postfix_expression", "ternary_expression", "c_style_for_statement",
     }
 )  # fmt: skip
@@ -496,8 +496,10 @@ def _walk_source(source: str, out: list[str], depth: int) -> None:
     _walk(tree.root_node, out, depth)
 
 
-#: Where a command substitution (or arithmetic) may begin: ``$(``, ``$[``, a backtick.
-SUBSTITUTION = re.compile(rb"\$\(|\$\[|`")
+#: Where a command substitution (or arithmetic) may begin: ``$(``, ``$[``, a backtick; and a
+#: translated string ``$"..."``: bash expands the translation a catalog holds (``TEXTDOMAINDIR``),
+#: and a skill or a bundle can ship the catalog.
+SUBSTITUTION = re.compile(rb'\$\(|\$\[|`|\$"')
 
 
 def _unread_substitutions(root: Node, data: bytes) -> None:
@@ -533,6 +535,8 @@ def _unread_substitutions(root: Node, data: bytes) -> None:
         if at in read or any(start <= at < end for start, end in inert):
             continue
         shown = data[max(0, at - 20) : at + 20].decode("utf-8", "replace")
+        if match.group() == b'$"':
+            raise Unknowable(f"a translated string is not judged (its catalog's translation can run code): {shown!r}")
         raise Unknowable(f"a command substitution the parser did not read: {shown!r}")
 
 

