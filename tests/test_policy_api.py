@@ -589,6 +589,36 @@ def test_on_first_use_keeps_a_bundles_approvals_apart_from_the_installed_skill(t
         srv.stop()
 
 
+def test_a_held_run_the_policy_now_refuses_ends_with_an_audit_line(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text("rules:\n  - {key: '*', skill: '*', approval: always}\n")
+    env = {
+        "SKILL_EXECUTOR_API_KEYS": KEY,
+        "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
+        "SKILL_EXECUTOR_POLICY_FILE": str(tmp_path / "policy.yaml"),
+        "SKILL_EXECUTOR_POOL_SIZE": "0",
+    }
+    srv = Server(tmp_path, env=env).start()
+    try:
+        with client(srv, KEY) as http:
+            run_id = http.post("/v1/runs?wait=false", json={"skill": "math-tools", "command": "cat /dev/null"}).json()[
+                "run_id"
+            ]
+        srv.stop()
+        (tmp_path / "policy.yaml").write_text(
+            "rules:\n  - {name: now, key: '*', skill: '*', allow: [ls], approval: always}\n"
+        )
+        srv.start()
+        with client(srv, ADMIN) as admin:
+            answer = admin.post(f"/v1/runs/{run_id}/approval", json={"decision": "approve"})
+            assert answer.status_code == 403 and answer.json()["error"]["code"] == "command_denied", answer.text
+            assert admin.get(f"/v1/runs/{run_id}").json()["status"] == "failed"
+        lines = [json.loads(line) for line in srv.log_lines() if line.startswith("{") and run_id in line]
+        audited = [(line.get("action"), line.get("decision"), line.get("rule")) for line in lines if line.get("audit")]
+        assert ("run.approval", "reject", "now") in audited, audited
+    finally:
+        srv.stop()
+
+
 def test_the_library_runner_refuses_a_run_its_rule_would_hold(tmp_path: Path) -> None:
     """``SkillRunner.run`` (``skills test``, the pytest plugin, the doctor's probe) has no one
     to ask either: a run its rule would hold is refused, as the CLI's ``run`` refuses it."""
