@@ -395,7 +395,7 @@ class RunManager:
         try:
             checked = self.runner.validate(request, tenant=record.owner)  # the policy as it is now
         except ExecutorError as exc:  # denied (or the skill went) since: it ends with that error
-            self.store.decide(
+            if self.store.decide(
                 record,
                 "failed",
                 decision="reject",
@@ -404,7 +404,27 @@ class RunManager:
                 programs=[],
                 reason=exc.message,
                 error=self._error(exc),
-            )
+            ):
+                audit_log.warning(
+                    "run %s: reject (%s) on %s by %s",
+                    run_id,
+                    exc.code,
+                    decision,
+                    who.id,
+                    extra={
+                        "audit": True,
+                        "action": "run.approval",
+                        "run_id": run_id,
+                        "tenant": record.owner,
+                        "who": who.id,
+                        "admin": who.admin,
+                        "decision": "reject",
+                        "via": via,
+                        "reason": exc.message,
+                        "rule": (exc.details or {}).get("rule"),
+                        "programs": [],
+                    },
+                )
             raise
         policy = checked.decision
         if policy.approver == "admin" and not who.admin:
