@@ -113,6 +113,9 @@ class Settings(BaseSettings):
     none: every command may run, without approval. A file that cannot be used stops the service at start."""
     approval_timeout_seconds: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
     """How long a run held for approval (pending_approval) waits before it ends failed with approval_expired."""
+    max_pending_approvals: int = Field(default=100, ge=1)
+    """The most runs one API key may have held for approval at once (they take no run slot); one more is refused
+    (429 too_many_pending_approvals) until one is decided, cancelled or expires."""
     session_ttl_seconds: float = 3600.0
     """Idle time before a session's work (and its agent context) is deleted."""
     session_disk_bytes: int = 1 * GiB  # a session's work/ across its runs

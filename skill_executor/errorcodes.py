@@ -556,6 +556,12 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Read the run's status.",
     ),
     E(
+        "too_many_pending_approvals",
+        429,
+        "The key has as many runs waiting for approval as it may (SKILL_EXECUTOR_MAX_PENDING_APPROVALS).",
+        "Have one decided, cancel one, or wait for one to expire; then retry.",
+    ),
+    E(
         "approval_forbidden",
         403,
         "The policy rule holding the run lets only an admin key decide (approver: admin).",

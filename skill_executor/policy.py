@@ -85,8 +85,10 @@ class Rule(BaseModel):
     approval: Approval = "never"
     approver: Approver = "caller"
 
-    def matches(self, key: str, skill: str) -> bool:
-        return self.key in ("*", key) and self.skill in ("*", skill.lower())
+    def matches(self, key: str, skill: str, bundled: bool = False) -> bool:
+        """A rule naming a skill matches the installed skill only: an inline bundle's name is
+        its sender's choice (it is matched by ``*`` rules)."""
+        return self.key in ("*", key) and (self.skill == "*" or (not bundled and self.skill == skill.lower()))
 
     @property
     def judges(self) -> bool:
@@ -107,12 +109,12 @@ class Policy:
     #: key id -> its name (SKILL_EXECUTOR_API_KEYS_FILE's ``name=``): a rule's ``key`` is either
     names: Mapping[str, str] = field(default_factory=dict)
 
-    def rule(self, key: str, skill: str) -> tuple[str, Rule] | None:
-        """The first rule for ``key`` (its id; a rule may name it by its name) and ``skill``,
-        and the rule's name (``rules[i]`` when unnamed)."""
+    def rule(self, key: str, skill: str, bundled: bool = False) -> tuple[str, Rule] | None:
+        """The first rule for ``key`` (its id; a rule may name it by its name) and ``skill``
+        (``bundled``: an inline bundle), and the rule's name (``rules[i]`` when unnamed)."""
         name = self.names.get(key)
         for index, rule in enumerate(self.rules):
-            if rule.matches(key, skill) or (name is not None and rule.matches(name, skill)):
+            if rule.matches(key, skill, bundled) or (name is not None and rule.matches(name, skill, bundled)):
                 return rule.name or f"rules[{index}]", rule
         return None
 
@@ -185,6 +187,14 @@ class Decision:
             details={"rule": self.rule, "program": self.program, "reason": self.reason},
         )
 
+    def held_locally(self) -> CommandDenied:
+        """The refusal of a run this decision holds, where no one can approve it (a local run)."""
+        return CommandDenied(
+            f"policy rule {self.rule!r} holds this run for approval; a local run cannot wait "
+            "for one: submit it to the service (POST /v1/runs)",
+            details={"rule": self.rule, "program": None, "reason": "approval needed"},
+        )
+
     def needs_approval(self, approved: Iterable[str] = ()) -> bool:
         """Whether a run must wait for approval; ``approved``: programs approved before for
         this key and skill (``on-first-use``)."""
@@ -198,21 +208,31 @@ class Decision:
 ALLOWED = Decision(True)
 
 
-def check(command: str, key: str, skill: str, policy: Policy | None, env: Mapping[str, str] | None = None) -> Decision:
+def check(
+    command: str,
+    key: str,
+    skill: str,
+    policy: Policy | None,
+    env: Mapping[str, str] | None = None,
+    *,
+    bundled: bool = False,
+) -> Decision:
     """The policy's decision about running ``command`` (with ``env`` added to its environment)
-    for API key id ``key`` in skill ``skill``, under ``policy`` (the service's is
-    ``SkillRunner.policy``; None: no policy file).  Pure: no I/O.  A refusal is raised with
-    ``decision.error()`` (403 ``command_denied``)."""
+    for API key id ``key`` in skill ``skill`` (``bundled``: an inline bundle, which only ``*``
+    rules match), under ``policy`` (the service's is ``SkillRunner.policy``; None: no policy
+    file).  Pure: no I/O.  A refusal is raised with ``decision.error()`` (403 ``command_denied``)."""
     if policy is None:
         return ALLOWED
-    found = policy.rule(key, skill.lower())
+    found = policy.rule(key, skill.lower(), bundled)
     if found is None:
         return ALLOWED
     name, rule = found
     base = Decision(True, name, rule.approval, rule.approver)
     analysis = analyse(command, env or {})
+    # a runner's programs are not known: on-first-use never remembers them through it
+    known = analysis.problem is None and not any(runner(p) for p in analysis.programs)
     if not rule.judges:
-        return replace_decision(base, programs=analysis.sorted(), known=analysis.problem is None)
+        return replace_decision(base, programs=analysis.sorted(), known=known)
     if analysis.problem is not None:
         return replace_decision(base, allowed=False, known=False, reason=analysis.problem)
     denied = set(rule.deny)
@@ -221,7 +241,7 @@ def check(command: str, key: str, skill: str, policy: Policy | None, env: Mappin
         if program.removesuffix(" -c") in denied:
             return replace_decision(base, allowed=False, program=program, reason=f"program {program!r} is denied")
     for program in analysis.programs:
-        if program in RUNNERS and (allowed is None or program not in allowed):
+        if runner(program) and (allowed is None or program not in allowed):
             return replace_decision(
                 base,
                 allowed=False,
@@ -230,7 +250,7 @@ def check(command: str, key: str, skill: str, policy: Policy | None, env: Mappin
             )
         if allowed is not None and program not in allowed | NEUTRAL | TRANSPARENT and not program.endswith(" -c"):
             return replace_decision(base, allowed=False, program=program, reason=f"program {program!r} is not allowed")
-    return replace_decision(base, programs=analysis.sorted())
+    return replace_decision(base, programs=analysis.sorted(), known=known)
 
 
 def replace_decision(decision: Decision, **changes: object) -> Decision:
@@ -281,16 +301,41 @@ RUNNERS = frozenset(
     {
         "sudo", "doas", "su", "runuser", "chroot", "unshare", "nsenter", "setpriv", "flock", "watch",
         "strace", "ltrace", "script", "parallel", "ssh", "busybox", "chrt", "taskset", "prlimit",
-        "systemd-run", "expect", "tclsh", "entr", "inotifywait",
+        "systemd-run", "expect", "tclsh", "entr", "inotifywait", "setarch", "linux32", "linux64", "x86_64", "i386",
+        "ld.so", "sg", "newgrp", "run-parts", "zsh", "fish",
     }
 )  # fmt: skip
 #: Shells: ``-c '<literal>'`` is judged through; a script is the shell's own; none reads input.
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "rbash", "posh", "yash", "fish"})
+#: (zsh and fish are runners: they read their user's startup files for every command.)
+SHELLS = frozenset({"sh", "bash", "dash", "ksh", "mksh", "ash", "rbash", "posh", "yash"})
+#: A variable name a builtin may assign, unset or test (an array element by a number only).
+SAFE_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\[[0-9]+\])?$")
+#: Builtins judged by the variables they name and the options they take (:func:`_builtin`).
+NAMING = frozenset(
+    {"read", "printf", "getopts", "wait", "unset", "test", "[", "jobs", "set", "declare", "typeset", "local",
+     "export", "readonly"}
+)  # fmt: skip
+#: ``test``'s binary operators (the word before one is an operand, never ``-v``).
+BINARY_TESTS = frozenset(
+    {"=", "==", "!=", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-nt", "-ot", "-ef", "-a", "-o", "=~"}
+)  # fmt: skip
+#: ``set``'s (and a shell's) one-letter options that change nothing of how commands are read.
+SAFE_SET_LETTERS = "abefhmnptuvxBCEPT"
+#: ``set -o``'s options that change nothing of how commands are read (not keyword, history,
+#: histexpand, posix, emacs, vi).
+SAFE_SET_NAMES = frozenset(
+    {"allexport", "braceexpand", "errexit", "errtrace", "functrace", "hashall", "ignoreeof", "monitor",
+     "noclobber", "noexec", "noglob", "nolog", "notify", "nounset", "onecmd", "physical", "pipefail",
+     "privileged", "verbose", "xtrace"}
+)  # fmt: skip
+#: A shell's ``-O`` options allowed (not expand_aliases, extglob, extdebug, ...).
+SAFE_SHOPT_NAMES = frozenset({"nullglob", "failglob", "dotglob", "globstar", "nocaseglob", "nocasematch",
+                              "inherit_errexit", "lastpipe"})  # fmt: skip
 #: Variables whose value changes what a command starts (or loads into it).
 DANGEROUS_VARIABLE = re.compile(
     r"^(PATH|IFS|BASH_ENV|ENV|CDPATH|SHELLOPTS|BASHOPTS|GLOBIGNORE|PS4|PROMPT_COMMAND|EXECIGNORE"
     r"|BASH_LOADABLES_PATH|BASH_XTRACEFD|FUNCNEST|LD_\w+|BASH_FUNC_\S+|GCONV_PATH|NODE_OPTIONS"
-    r"|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PERL5OPT|PERL5LIB|RUBYOPT|GIT_\w+)$"
+    r"|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PERL5OPT|PERL5LIB|RUBYOPT|GIT_\w+|BASH_CMDS|BASH_ALIASES)$"
 )
 
 
@@ -304,6 +349,7 @@ class WrapperSpec:
     operands: int = 0  # words before the command (timeout's duration)
     numeric: bool = False  # -N options (nice -5)
     assignments: bool = False  # NAME=VALUE words before the command (env)
+    any_assignment: bool = False  # any word with = is one, also after -- (env)
     queries: frozenset[str] = frozenset()  # options with which it starts nothing (command -v)
     default: str | None = None  # the program it starts when none is given (xargs: echo)
 
@@ -319,8 +365,16 @@ WRAPPERS: dict[str, WrapperSpec] = {
         "-i --ignore-environment -0 --null - -v --debug",
         refused={"-S": "env -S splits a string into a command", "--split-string": "env -S splits a string"},
         assignments=True,
+        any_assignment=True,
     ),
-    "exec": _spec("-a", "-c -l -cl -lc"),
+    "exec": _spec(
+        "",
+        "-c",
+        refused={
+            "-a": "exec -a names the program (a leading - makes a login shell; multi-call programs read it)",
+            "-l": "exec -l makes a login shell (it runs ~/.profile first)",
+        },
+    ),
     "command": _spec("", "-p", queries=frozenset({"-v", "-V"})),
     "builtin": _spec(),
     # the keyword: what follows is a whole command, assignments first
@@ -339,8 +393,6 @@ WRAPPERS: dict[str, WrapperSpec] = {
     ),
 }
 TRANSPARENT = frozenset(WRAPPERS)
-#: Shell options taking the next word.
-SHELL_VALUED = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 #: Named syntax nodes a command may hold; any other is refused (fail closed).
 KNOWN_NODES = frozenset(
@@ -354,14 +406,23 @@ KNOWN_NODES = frozenset(
         "case_statement", "case_item", "function_definition", "test_command", "binary_expression",
         "unary_expression", "parenthesized_expression", "test_operator", "declaration_command",
         "unset_command", "command_substitution", "process_substitution", "arithmetic_expansion",
-        "brace_expression", "ansi_c_string", "translated_string", "comment", "regex", "extglob_pattern",
+        "brace_expression", "ansi_c_string", "comment", "regex", "extglob_pattern",
         "special_variable_name", "array", "postfix_expression", "ternary_expression", "c_style_for_statement",
+    }
+)  # fmt: skip
+#: What arithmetic may hold: numbers and operators (a quoted 'a[$(cmd)]' runs cmd too).
+ARITHMETIC_NODES = frozenset(
+    {
+        "number", "binary_expression", "unary_expression", "parenthesized_expression", "ternary_expression",
+        "postfix_expression", "arithmetic_expansion", "compound_statement", "c_style_for_statement",
     }
 )  # fmt: skip
 #: Arithmetic comparisons of ``[[ ]]`` (their operands are evaluated as arithmetic).
 ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
 #: A backslash-newline right after a word's character: the shell joins the lines into one word.
 CONTINUED_WORD = re.compile(r"[^\s\\](?:\\\\)*\\\n")
+#: Control characters other than tab and new line (the parser reads \r, \v and \f as blanks).
+CONTROL = re.compile(r"[\x01-\x08\x0b-\x1f\x7f]")
 #: Characters that make a name in command position expand (glob, brace, tilde) or span lines.
 EXPANDING = re.compile(r"[*?\[\]{}~\n]|^$")
 
@@ -377,6 +438,15 @@ class Analysis:
 
     def sorted(self) -> tuple[str, ...]:
         return tuple(sorted(set(self.programs)))
+
+
+#: The dynamic loader, which runs the program it is given (``/lib64/ld-linux-x86-64.so.2 /usr/bin/curl``).
+LOADER = re.compile(r"^ld(-linux[\w.-]*|-musl[\w.-]*)?\.so(\.\d+)*$")
+
+
+def runner(program: str) -> bool:
+    """Whether ``program`` starts programs from its arguments in ways not read here."""
+    return program in RUNNERS or bool(LOADER.match(posixpath.basename(program)))
 
 
 def program_name(word: str) -> str:
@@ -414,6 +484,11 @@ def _walk_source(source: str, out: list[str], depth: int) -> None:
         raise Unknowable("shells nest too deeply to judge")
     if "\x00" in source:
         raise Unknowable("the command holds a NUL character")
+    control = CONTROL.search(source)
+    if control is not None:  # \r, \v, \f: blanks to the parser, a word's characters to bash
+        raise Unknowable(
+            f"the command holds the control character {control.group()!r} (the parser and bash read it differently)"
+        )
     if CONTINUED_WORD.search(source):
         raise Unknowable("a line continuation inside a word (the parser and the shell read it differently)")
     data = source.encode("utf-8", "surrogateescape")
@@ -421,11 +496,14 @@ def _walk_source(source: str, out: list[str], depth: int) -> None:
     if tree.root_node.has_error:
         raise Unknowable("the command does not parse as shell code")
     _unread_substitutions(tree.root_node, data)
+    _glued_arrays(tree.root_node, data)
     _walk(tree.root_node, out, depth)
 
 
-#: Where a command substitution (or arithmetic) may begin: ``$(``, ``$[``, a backtick.
-SUBSTITUTION = re.compile(rb"\$\(|\$\[|`")
+#: Where a command substitution (or arithmetic) may begin: ``$(``, ``$[``, a backtick; and a
+#: translated string ``$"..."``: bash expands the translation a catalog holds (``TEXTDOMAINDIR``),
+#: and a skill or a bundle can ship the catalog.
+SUBSTITUTION = re.compile(rb'\$\(|\$\[|`|\$"')
 
 
 def _unread_substitutions(root: Node, data: bytes) -> None:
@@ -436,29 +514,50 @@ def _unread_substitutions(root: Node, data: bytes) -> None:
     body of a here-document with a quoted delimiter."""
     read: set[int] = set()
     inert: list[tuple[int, int]] = []
-    stack = [root]
+    stack = [(root, False)]
     while stack:
-        node = stack.pop()
+        node, quoted = stack.pop()  # quoted: inside double quotes or a here-document body
         kind = node.type
         if kind in ("command_substitution", "arithmetic_expansion", "process_substitution"):
             if node.children:
                 read.add(node.children[0].start_byte)
                 if node.children[-1].type == "`":
                     read.add(node.children[-1].start_byte)
-        elif kind in ("raw_string", "ansi_c_string", "comment"):
+            quoted = False  # a substitution's code is read afresh
+        elif kind == "comment" or (kind in ("raw_string", "ansi_c_string") and not quoted):
+            # single quotes in "${x-'...'}" or a here-document are no quotes to bash
             inert.append((node.start_byte, node.end_byte))
             continue
         elif kind == "heredoc_redirect":
             start = next((c for c in node.children if c.type == "heredoc_start"), None)
             if start is not None and re.search(r"['\"\\]", _text(start)):
                 inert += [(c.start_byte, c.end_byte) for c in node.children if c.type == "heredoc_body"]
-        stack.extend(node.children)
+        quoted = quoted or kind in ("string", "heredoc_body")
+        stack.extend((child, quoted) for child in node.children)
     for match in SUBSTITUTION.finditer(data):
         at = match.start()
         if at in read or any(start <= at < end for start, end in inert):
             continue
         shown = data[max(0, at - 20) : at + 20].decode("utf-8", "replace")
+        if match.group() == b'$"':
+            raise Unknowable(f"a translated string is not judged (its catalog's translation can run code): {shown!r}")
         raise Unknowable(f"a command substitution the parser did not read: {shown!r}")
+
+
+#: What may follow an array literal's ``)``: a blank, an operator, the end.
+AFTER_ARRAY = frozenset(b" \t\n;&|)<>")
+
+
+def _glued_arrays(root: Node, data: bytes) -> None:
+    """Refuse an array literal glued to the next word: bash reads ``a=(1)ls rm`` as one
+    assignment word and runs ``rm``; the parser reads ``a=(1)`` and the command ``ls rm``."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "array" and node.end_byte < len(data) and data[node.end_byte] not in AFTER_ARRAY:
+            shown = data[node.start_byte : node.end_byte + 20].decode("utf-8", "replace")
+            raise Unknowable(f"an array literal glued to the next word is not judged: {shown!r}")
+        stack.extend(node.children)
 
 
 def _text(node: Node) -> str:
@@ -479,10 +578,21 @@ def _walk(root: Node, out: list[str], depth: int) -> None:
                 _command(node, out, depth)
             elif kind == "declaration_command":
                 _declaration(node)
+            elif kind == "unset_command":
+                _unset(node)
+            elif kind == "file_redirect":
+                _duplication(node)
+            elif kind == "unary_expression" and node.children and _text(node.children[0]) in ("-v", "-R"):
+                _tested(node)
             elif kind == "expansion":
                 _expansion(node)
             elif kind == "subscript":
                 _arithmetic(node.child_by_field_name("index"), "an array subscript")
+            elif kind == "array":  # a=([i]=v): i is arithmetic (of an indexed array)
+                for element in node.children:
+                    text = _text(element)
+                    if text.startswith("[") and not re.match(r"^\[[0-9]+\]\+?=", text):
+                        raise Unknowable(f"an array subscript {text[:60]!r} is not judged (it can run code)")
             elif kind == "c_style_for_statement":
                 for part in node.children:
                     if part.type not in ("do_group", "compound_statement"):
@@ -511,7 +621,7 @@ def _arithmetic(node: Node | None, what: str) -> None:
     stack = [node]
     while stack:
         current = stack.pop()
-        if current.type in ("variable_name", "simple_expansion", "expansion", "command_substitution", "word"):
+        if current.is_named and current.type not in ARITHMETIC_NODES:  # a name, an expansion, a string
             raise Unknowable(f"{what} reads {_text(current)!r}, which can run code")
         stack.extend(current.children)
 
@@ -533,17 +643,44 @@ def _expansion(node: Node) -> None:
 
 def _declaration(node: Node) -> None:
     keyword = node.children[0].type if node.children else ""
+    words: list[str | None] = []
     for child in node.children[1:]:
         if child.type == "word":
-            word = literal(child)
-            if word is None:
-                raise Unknowable(f"{keyword} with {_text(child)!r} is not judged")
-            if word.startswith(("-", "+")) and set(word[1:]) & set("nif"):
-                raise Unknowable(f"{keyword} {word} is not judged (namerefs, integers, functions)")
-            if not word.startswith(("-", "+")) and DANGEROUS_VARIABLE.match(word):
-                raise Unknowable(f"{keyword} {word} changes what commands start")
+            words.append(literal(child))
         elif child.type not in ("variable_assignment", "variable_name", "comment"):
             raise Unknowable(f"{keyword} with {_text(child)[:60]!r} is not judged")
+    _assignments(keyword, words)
+
+
+def _tested(node: Node) -> None:
+    """``[[ -v NAME ]]``: a subscript of NAME is arithmetic (it can run code)."""
+    operand = node.children[1] if len(node.children) > 1 else None
+    if operand is not None and operand.type == "variable_name":
+        word: str | None = _text(operand)
+    else:
+        word = None if operand is None else literal(operand)
+    _name(word, f"[[ {_text(node.children[0])}")
+
+
+def _duplication(node: Node) -> None:
+    """``>& word``: once the word is no descriptor number, bash expands it again, so
+    ``ls >& '$(cmd)'`` runs ``cmd``: the word must be a literal without ``$`` or backticks."""
+    if not any(child.type in (">&", "<&", ">&-", "<&-") for child in node.children):
+        return
+    target = node.child_by_field_name("destination")
+    word = literal(target) if target is not None else ""
+    if word is None or re.search(r"[$`]", word):
+        raise Unknowable(f"a duplication {_text(node)[:60]!r} is not judged (bash expands its word twice)")
+
+
+def _unset(node: Node) -> None:
+    words: list[str | None] = []
+    for child in node.children[1:]:
+        if child.type in ("variable_name", "subscript"):
+            words.append(_text(child))
+        elif child.type != "comment":
+            words.append(literal(child))
+    _builtin("unset", words)
 
 
 def _words(node: Node) -> list[str | None]:
@@ -562,6 +699,10 @@ def _command(node: Node, out: list[str], depth: int) -> None:
     if name is None:  # assignments (and redirections) alone
         return
     words = _words(node)
+    for word in words[1:]:  # {NAME}>file assigns NAME a descriptor
+        braced = re.match(r"^\{([A-Za-z_][A-Za-z0-9_]*(?:\[.*\])?)\}$", word or "")
+        if braced is not None:
+            _name(braced.group(1), "a redirection")
     if words[0] is None:
         raise Unknowable(f"the program {_text(name)[:60]!r} is only known when the command runs")
     _program(words, out, depth, _text(name))
@@ -580,12 +721,14 @@ def _program(words: list[str | None], out: list[str], depth: int, shown: str) ->
         if head in KEYWORDS:  # the parser and the shell disagree (``! ! cmd``): not judged
             raise Unknowable(f"the shell keyword {head!r} read as a program")
         program = program_name(head)
+        if program.startswith(("/proc/", "/dev/fd/", "/dev/stdin")):
+            raise Unknowable(f"the program {program!r} is a file only known when the command runs")
         shell_code = _shell(program, words[1:]) if program in SHELLS else None
         # a shell running -c code is judged through ("sh -c": a deny of sh still holds)
         out.append(f"{program} -c" if shell_code is not None else program)
-        if head in ("printf", "read"):
-            _variables(head, words[1:])
-        if program in RUNNERS:
+        if head in NAMING:
+            _builtin(head, words[1:])
+        if runner(program):
             return  # judged by name: refused unless allowed by name
         if shell_code is not None:
             _walk_source(shell_code, out, depth + 1)
@@ -604,14 +747,147 @@ def _program(words: list[str | None], out: list[str], depth: int, shown: str) ->
         words = rest
 
 
-def _variables(head: str, args: list[str | None]) -> None:
-    """``read NAME`` and ``printf -v NAME`` assign variables: never the dangerous ones."""
-    targets = args if head == "read" else args[args.index("-v") + 1 : args.index("-v") + 2] if "-v" in args else []
-    for word in targets:
+def _name(word: str | None, what: str) -> None:
+    """A variable a builtin assigns, unsets or tests: a plain name (an array element by a
+    number only: a subscript is arithmetic, and ``a[$(cmd)]`` runs ``cmd``), never one of
+    :data:`DANGEROUS_VARIABLE`."""
+    if word is None:
+        raise Unknowable(f"{what} names a variable only known when the command runs")
+    match = SAFE_NAME.match(word)
+    if match is None:
+        raise Unknowable(f"{what} names {word[:60]!r}, which is not judged (an array subscript can run code)")
+    if DANGEROUS_VARIABLE.match(match.group(1)):
+        raise Unknowable(f"{what} assigns {match.group(1)}, which changes what commands start")
+
+
+def _getopt(head: str, args: list[str | None], valued: str, flags: str) -> tuple[list[tuple[str, str | None]], int]:
+    """A builtin's options as bash reads them (``-a NAME``, ``-aNAME``, ``-ra NAME``): the
+    (letter, value) pairs and the index of its first operand (an expansion is taken for one:
+    see :func:`_after_expansion`)."""
+    found: list[tuple[str, str | None]] = []
+    index = 0
+    while index < len(args):
+        word = args[index]
         if word is None:
-            raise Unknowable(f"{head} assigns a variable named only when the command runs")
-        if DANGEROUS_VARIABLE.match(word):
-            raise Unknowable(f"{head} assigns {word}, which changes what commands start")
+            break
+        if word == "--":
+            return found, index + 1
+        if not word.startswith("-") or word == "-":
+            break
+        index += 1
+        for at, letter in enumerate(word[1:], start=1):
+            if letter in valued:
+                value = word[at + 1 :] or (args[index] if index < len(args) else None)
+                if not word[at + 1 :]:
+                    index += 1
+                found.append((letter, value))
+                break
+            if letter not in flags:
+                raise Unknowable(f"{head} option {word!r} is not judged")
+            found.append((letter, None))
+    return found, index
+
+
+def _after_expansion(head: str, words: list[str | None]) -> None:
+    """An expansion among a builtin's words can be an option (``x=-p; wait $x PATH``): every
+    word after one must be a literal, and a name there a plain one."""
+    expanded = False
+    for word in words:
+        if expanded:
+            if word is None:
+                raise Unknowable(f"{head} is given expansions that can be options naming a variable")
+            if re.match(r"^[A-Za-z_]", word):
+                _name(word, head)
+        expanded = expanded or word is None
+
+
+def _builtin(head: str, args: list[str | None]) -> None:
+    """Builtins that assign, unset or test a variable by name (``read``, ``printf -v``,
+    ``getopts``, ``wait -p``, ``unset``, ``test -v``, ``declare`` and its kin), ``set`` (its
+    options) and ``jobs -x`` (which runs a command)."""
+    if head == "read":
+        options, first = _getopt(head, args, "adinNptu", "ers")
+        for letter, value in options:
+            if letter == "a":
+                _name(value, "read -a")
+        for word in args[first:]:
+            _name(word, head)
+    elif head == "printf":
+        options, _ = _getopt(head, args[:2] if args and args[0] and args[0].startswith("-v") else [], "v", "")
+        for _, value in options:
+            _name(value, "printf -v")
+        _after_expansion(head, args[:2])
+    elif head == "getopts":
+        if len(args) > 1:
+            _name(args[1], head)
+    elif head == "wait":
+        options, first = _getopt(head, args, "p", "fn")
+        for letter, value in options:
+            if letter == "p":
+                _name(value, "wait -p")
+        _after_expansion(head, args[first:])
+    elif head == "unset":
+        _, first = _getopt(head, args, "", "fvn")
+        for word in args[first:]:
+            _name(word, head)
+    elif head in ("test", "["):
+        operands = args[:-1] if head == "[" and args and args[-1] == "]" else args
+        for index, word in enumerate(operands):
+            following = operands[index + 1] if index + 1 < len(operands) else None
+            if word in ("-v", "-R") and index + 1 < len(operands):
+                _name(following, f"{head} {word}")
+            elif word is None and index + 1 < len(operands) and following not in BINARY_TESTS:
+                raise Unknowable(f"{head} is given an expansion that can be -v, which runs an array subscript")
+    elif head == "jobs":
+        if any(word is None or (word.startswith("-") and "x" in word) for word in args):
+            raise Unknowable("jobs -x runs a command")
+    elif head == "set":
+        _set_options(head, args)
+    else:  # declare, typeset, local, export, readonly
+        _assignments(head, args)
+
+
+def _assignments(head: str, args: list[str | None]) -> None:
+    for word in args:
+        if word is None:
+            raise Unknowable(f"{head} with an expansion is not judged")
+        if word.startswith(("-", "+")):
+            if set(word[1:]) & set("nif") or not word[1:].isalpha():
+                raise Unknowable(f"{head} {word} is not judged (namerefs, integers, functions)")
+            continue
+        name, equals, value = word.partition("=")
+        _name(name.removesuffix("+"), head)
+        if equals and value.startswith("("):  # a quoted compound assignment: subscripts again
+            raise Unknowable(f"{head} {word[:60]!r} is not judged (an array subscript can run code)")
+
+
+def _set_options(head: str, args: list[str | None]) -> None:
+    """``set``'s options: those that change how a command is read (``-k``: assignments
+    anywhere, ``-o keyword``, ``-H``, ...) are refused."""
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if word is None:
+            raise Unknowable(f"{head} is given an expansion among its options")
+        if word in ("--", "-") or word[:1] not in "-+" or len(word) < 2 or word.startswith("--"):
+            return
+        index += 1 + _option_word(head, word, args[index + 1 :], "")
+
+
+def _option_word(head: str, word: str, following: list[str | None], own: str) -> int:
+    """One word of set's (or a shell's) one-letter options, ``own`` the shell's own letters
+    (``c``); how many following words its ``-o``/``-O`` take."""
+    taken = 0
+    for letter in word[1:]:
+        if letter in "oO":
+            value = following[taken] if taken < len(following) else None
+            taken += 1
+            allowed = SAFE_SET_NAMES if letter == "o" else SAFE_SHOPT_NAMES
+            if value not in allowed and not (value is None and head == "set"):
+                raise Unknowable(f"{head} {word[0]}{letter} {value!r} is not judged (it changes how commands are read)")
+        elif letter not in SAFE_SET_LETTERS and letter not in own:
+            raise Unknowable(f"{head} option {word!r} is not judged (it changes how commands are read)")
+    return taken
 
 
 def _through(head: str, spec: WrapperSpec, args: list[str | None]) -> list[str | None] | None:
@@ -645,10 +921,7 @@ def _through(head: str, spec: WrapperSpec, args: list[str | None]) -> list[str |
                 index += 1
                 continue
             raise Unknowable(f"{head} option {word!r} is not judged")
-        if spec.assignments and "=" in word and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word):
-            variable = word.split("=", 1)[0]
-            if DANGEROUS_VARIABLE.match(variable):
-                raise Unknowable(f"{head} sets {variable}, which changes what commands start")
+        if spec.assignments and _assignment(head, spec, word):
             index += 1
             continue
         if operands:
@@ -656,10 +929,25 @@ def _through(head: str, spec: WrapperSpec, args: list[str | None]) -> list[str |
             index += 1
             continue
         break
+    while spec.any_assignment and index < len(args) and _assignment(head, spec, args[index]):
+        index += 1  # env -- A=1 cmd: still assignments
     rest = args[index:]
     if not rest:
         return [spec.default] if spec.default else None
     return rest
+
+
+def _assignment(head: str, spec: WrapperSpec, word: str | None) -> bool:
+    """Whether ``word`` is an assignment ``head`` makes (env: any word with ``=``, whatever its
+    name: ``env 'a-b=1' cmd`` starts cmd); never of a variable that changes what starts."""
+    if word is None or "=" not in word:
+        return False
+    if not spec.any_assignment and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", word):
+        return False
+    variable = word.split("=", 1)[0]
+    if DANGEROUS_VARIABLE.match(variable):
+        raise Unknowable(f"{head} sets {variable}, which changes what commands start")
+    return True
 
 
 def _shell(program: str, args: list[str | None]) -> str | None:
@@ -674,7 +962,7 @@ def _shell(program: str, args: list[str | None]) -> str | None:
         if word == "--" or word == "-":
             index += 1
             break
-        if word in SHELL_VALUED:
+        if word in ("--rcfile", "--init-file"):
             index += 2
             continue
         if word.startswith("--"):
@@ -686,8 +974,11 @@ def _shell(program: str, args: list[str | None]) -> str | None:
             letters = word[1:]
             if not re.match(r"^[a-zA-Z]+$", letters) or "s" in letters or "i" in letters:
                 raise Unknowable(f"{program} {word} reads commands from its input")
+            if "l" in letters:
+                raise Unknowable(f"{program} {word} is a login shell: it runs ~/.profile first")
             inline = inline or "c" in letters
-            index += 1
+            # -e, -o pipefail, -O nullglob: judged as set's (-eo pipefail takes the next word)
+            index += 1 + _option_word(program, word, args[index + 1 :], "c")
             continue
         break
     rest = args[index:]

@@ -133,6 +133,7 @@ class Service:
                 on_finish=on_finish,
                 recover=role == "all",
                 approval_timeout=settings.approval_timeout_seconds,
+                max_pending=settings.max_pending_approvals,
             )
             if role == "worker":
                 worker = Worker(

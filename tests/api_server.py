@@ -89,6 +89,11 @@ class Server:
         path = self.base / f"server-{self.port}.log"
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
+    def log_lines(self) -> list[str]:
+        """Every line the server logged so far."""
+        path = self.base / f"server-{self.port}.log"
+        return path.read_text(errors="replace").splitlines() if path.exists() else []
+
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(sig)

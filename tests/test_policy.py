@@ -111,6 +111,56 @@ BYPASSES = [
     ("nested backticks", "ls `echo \\`rm y\\``"),
     ("a <<- here-document body", "cat <<-EOF\n\t$(rm y)\n\tEOF"),
     ("backticks in a default inside a string", 'ls "${x:-`rm y`}"'),
+    # found by attacking the policy (issue 29): each ran rm or another program unjudged
+    ("a vertical tab before a comment", "ls \v#$(rm y)"),
+    ("a carriage return before a comment", "ls \r#$(rm y)"),
+    ("a form feed before a comment", "ls\f#$(rm y)"),
+    ("single quotes in a double-quoted default", "echo \"${x-'$(rm y)'}\""),
+    ("single quotes in a here-string's default", "cat <<< \"${x:-'$(rm y)'}\""),
+    ("a quoted string in arithmetic", "echo $(( 'a[$(rm y)]' ))"),
+    ("a quoted string in (( ))", "(( 'a[$(rm y)]' ))"),
+    ("a quoted string in $[ ]", "echo $[ 'a[$(rm y)]' ]"),
+    ("an array literal's subscript", "x='$(rm y)'; a=([$x]=1)"),
+    ("an array literal's ANSI-C subscript", "a+=([$'\\x24(rm y)']=1)"),
+    ("unset of an array element", "a=(1); unset 'a[$(rm y)]'"),
+    ("read into an array element", "read 'a[$(rm y)]' <<< x"),
+    ("printf -v into an array element", "printf -v 'a[$(rm y)]' x"),
+    ("test -v of an array element", "test -v 'a[$(rm y)]'"),
+    ("[ -v of an array element", "[ -v 'a[$(rm y)]' ]"),
+    ("[[ -v of an array element", "[[ -v 'a[$(rm y)]' ]]"),
+    ("wait -p into an array element", "ls & wait -n -p 'a[$(rm y)]'"),
+    ("getopts into an array element", "getopts x 'a[$(rm y)]'"),
+    ("jobs -x", "jobs -x rm y"),
+    ("getopts into PATH", "getopts x PATH; ls"),
+    ("read into PATH[0]", "read PATH[0] <<< /tmp; ls"),
+    ("read -a with the name attached", "read -aPATH <<< /tmp; ls"),
+    ("printf -v PATH[0]", "printf -v PATH[0] /tmp; ls"),
+    ("printf -v with the name attached", "printf -vPATH /tmp; ls"),
+    ("unset of a quoted PATH", "unset 'PATH'; ls"),
+    ("wait -p PATH", "wait -p PATH; ls"),
+    ("wait -p with the name attached", "ls & wait -n -pPATH; ls"),
+    ("builtin export", "builtin export PATH=/tmp; ls"),
+    ("command unset", "command unset PATH; ls"),
+    ("a redirection's variable named PATH", ": {PATH}>/dev/null; ls"),
+    ("set -k (assignments anywhere)", "set -k; ls PATH=/tmp"),
+    ("set -o keyword", "set -o keyword; ls PATH=/tmp"),
+    ("bash -k", "bash -k -c 'ls PATH=/tmp'"),
+    ("bash -O expand_aliases", "bash -O expand_aliases -c 'BASH_ALIASES[ls]=rm\nls'"),
+    ("BASH_ALIASES", "BASH_ALIASES[ls]=rm; ls"),
+    ("BASH_CMDS by read", "read BASH_CMDS <<< x; ls"),
+    ("a login shell reads ~/.profile", "echo rm > ~/.profile; bash -lc ls"),
+    ("a login sh", "echo rm > ~/.profile; sh -l -c ls"),
+    ("exec -l makes a login shell", "echo rm > ~/.profile; exec -l bash -c ls"),
+    ("exec -a -name makes a login shell", "echo rm > ~/.profile; exec -a -bash bash -c ls"),
+    ("zsh reads ~/.zshenv for every command", "echo rm > ~/.zshenv; zsh -c ls"),
+    # found by a fuzz of these pieces: bash reads a=(1)ls as one word, the parser as a=(1) and ls
+    ("an array literal glued to the next word", "a=(1)ls rm y"),
+    ("an element's array literal glued to the next word", "a[0]+=(1)'ls' rm y"),
+    # found by the fuzz: bash expands the word of >& twice (once it is no descriptor number)
+    ("a quoted substitution after >&", "ls >& '$(rm y)'"),
+    ("an escaped substitution after 1>&", "ls 1>& \\$\\(rm y\\)"),
+    ("a variable's substitution after >&", "x='$(rm y)'; ls >& \"$x\""),
+    ("quoted backticks after >&", "exec >&'`rm y`'"),
 ]
 
 
@@ -124,6 +174,114 @@ def test_a_bypass_attempt_is_denied_naming_the_rule(what: str, command: str | No
     assert error.code == "command_denied" and error.status == 403
     assert error.details is not None and error.details["rule"] == "tight"
     assert error.message.startswith("command refused by policy rule 'tight': ")
+
+
+#: (class, command): each must be refused under a rule that only denies (curl): builtins that
+#: change a lookup, reached through wrappers no allow list stops, and launchers.
+DENY_ONLY_BYPASSES = [
+    ("builtin export", "builtin export PATH=/tmp; ls"),
+    ("command unset", "command unset PATH; ls"),
+    ("builtin declare", "builtin declare 'PATH=/tmp'; ls"),
+    ("builtin unset of an array element", "a=(1); builtin unset 'a[$(curl x)]'"),
+    ("builtin getopts", "builtin getopts x PATH; ls"),
+    ("command test -v", "command test -v 'a[$(curl x)]'"),
+    ("setarch", "setarch x86_64 curl x"),
+    ("linux64", "linux64 curl x"),
+    ("x86_64", "x86_64 curl x"),
+    ("ld.so", "ld.so /usr/bin/curl x"),
+    ("the dynamic loader by path", "/lib64/ld-linux-x86-64.so.2 /usr/bin/curl x"),
+    ("the dynamic loader by its other path", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 /usr/bin/curl x"),
+    ("sg", "sg users -c 'curl x'"),
+    ("run-parts", "run-parts ./dir"),
+    ("zsh", "zsh -c 'ls'"),
+    ("a program by its file descriptor", "exec 3</usr/bin/curl; /proc/self/fd/3 x"),
+    ("a program by /dev/fd", "exec 3</usr/bin/curl; /dev/fd/3 x"),
+    ("a program by /proc/self/exe", "/proc/self/exe -c 'curl x'"),
+    ("env with an assignment of a name no shell has", "env 'a-b=1' curl x"),
+    ("env with such an assignment after --", "nice env -- x.y=1 curl x"),
+    ("env exporting a function", "env 'BASH_FUNC_ls%%=() { curl x; }' bash -c ls"),
+]
+
+
+@pytest.mark.parametrize("what,command", DENY_ONLY_BYPASSES, ids=[b[0] for b in DENY_ONLY_BYPASSES])
+def test_a_bypass_attempt_under_a_deny_only_rule_is_denied(what: str, command: str) -> None:
+    decision = check(command, "key1", "other", POLICY)
+    assert not decision.allowed, what
+    assert decision.rule == "open"
+
+
+#: Commands that make an allowed name start another file (found by attacking the policy):
+#: real bash runs ./evil/ls for each; the policy must refuse them all.
+LOOKUP_ATTACKS = [
+    "getopts x PATH; ls",  # PATH="?": a folder named ? in the working directory
+    "wait -p PATH; ls",  # PATH="": the working directory
+    "unset 'PATH'; ls",  # no PATH: the working directory
+    "read PATH[0] <<< ../evil; ls",
+    "read -aPATH <<< ../evil; ls",
+    "printf -v 'PATH[0]' ../evil; ls",
+    "printf -vPATH ../evil; ls",
+    "x=-v; printf $x PATH ../evil; ls",  # an expansion that is an option
+    "x=-p; wait $x PATH; ls",
+    "set -k; ls PATH=../evil",
+    "bash -k -c 'ls PATH=../evil'",
+    "echo 'PATH=../evil' > ~/.profile; bash -lc ls",
+    "echo 'PATH=../evil' > ~/.profile; exec -a -bash bash -c ls",
+]
+
+
+@pytest.mark.parametrize("command", LOOKUP_ATTACKS)
+def test_a_name_made_to_start_another_file_is_refused(tmp_path: Path, command: str) -> None:
+    work, home = tmp_path / "work", tmp_path / "home"
+    home.mkdir()
+    for folder in (tmp_path / "evil", work / "?", work):  # ../evil, ?, the working directory
+        folder.mkdir(parents=True, exist_ok=True)
+        program = folder / "ls"
+        program.write_text('#!/bin/bash\necho "evil-ls" >> "$POLICY_LOG"\n')
+        program.chmod(0o755)
+    log = tmp_path / "log"
+    log.write_text("")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "POLICY_LOG": str(log)}
+    subprocess.run(["bash", "-c", command], env=env, cwd=work, capture_output=True, timeout=5)
+    assert "evil-ls" in log.read_text().split()  # the attack is real
+    decision = check(command, "key1", "math-tools", POLICY)
+    assert not decision.allowed and decision.rule == "tight"
+
+
+def _catalog(path: Path, translations: dict[str, str]) -> None:
+    """A gettext catalog (.mo) of ``translations``."""
+    import struct
+
+    keys = sorted({"": "Content-Type: text/plain; charset=UTF-8\n", **translations}.items())
+    ids = strs = b""
+    places = []
+    for key, value in keys:
+        places.append((len(key.encode()), len(ids), len(value.encode()), len(strs)))
+        ids += key.encode() + b"\0"
+        strs += value.encode() + b"\0"
+    count = len(keys)
+    first_id = 28 + 16 * count
+    data = struct.pack("<7I", 0x950412DE, 0, count, 28, 28 + 8 * count, 0, 0)
+    data += b"".join(struct.pack("<2I", length, first_id + at) for length, at, _, _ in places)
+    data += b"".join(struct.pack("<2I", length, first_id + len(ids) + at) for _, _, length, at in places)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data + ids + strs)
+
+
+def test_a_translated_string_is_refused_it_can_run_code(tmp_path: Path) -> None:
+    """$"..." is looked up in a gettext catalog (TEXTDOMAINDIR, TEXTDOMAIN, LANGUAGE) and the
+    translation is expanded as a double-quoted string: a catalog a skill or a bundle ships
+    turns ``echo $"hi"`` into ``$(cmd)`` (bash translates a line as it reads it)."""
+    _catalog(tmp_path / "locale" / "fr" / "LC_MESSAGES" / "t.mo", {"hi": "$(rm y)"})
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "rm").write_text('#!/bin/bash\necho rm >> "$POLICY_LOG"\n')
+    (tmp_path / "bin" / "rm").chmod(0o755)
+    command = 'TEXTDOMAINDIR=locale TEXTDOMAIN=t\necho $"hi"'  # LANGUAGE=fr: the request's env
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "LANG": "C.UTF-8", "LANGUAGE": "fr"}
+    env["POLICY_LOG"] = str(tmp_path / "log")
+    subprocess.run(["bash", "-c", command], env=env, cwd=tmp_path, capture_output=True, timeout=5)
+    assert (tmp_path / "log").read_text().split() == ["rm"]  # the attack is real
+    assert not check(command, "key1", "math-tools", POLICY, {"LANGUAGE": "fr"}).allowed
+    assert not check('echo $"hi"', "key1", "math-tools", POLICY, {"TEXTDOMAINDIR": "locale"}).allowed
 
 
 #: (command, the programs it is judged as): quotes, paths and wrappers see through.
@@ -147,6 +305,31 @@ JUDGED = [
 def test_a_command_is_judged_by_the_programs_it_starts(command: str, programs: tuple[str, ...]) -> None:
     assert analyse(command).problem is None
     assert analyse(command).sorted() == programs
+
+
+def test_builtins_that_name_variables_pass_as_they_are_used() -> None:
+    for command in (
+        "ls & wait $!",
+        'ls & pid=$!; wait "$pid"',
+        "ls & wait -n",
+        "read -r line < f; echo $line",
+        "read -rd '' -a parts < f",
+        "printf '%s\\n' \"$x\"",
+        "printf -v out '%s' x",
+        "getopts ab opt",
+        "unset -v x y",
+        '[ -n "$x" ]',
+        '[ "$x" = y ]',
+        "test -v x",
+        "[[ -v x ]]",
+        "set -euo pipefail; ls",
+        "set -- a b",
+        "bash -e -o pipefail -c 'ls'",
+        "declare -a arr=(1 2); export A=1",
+        "ls 2>&1 >&2",
+    ):
+        decision = check(command, "key1", "math-tools", POLICY)
+        assert decision.allowed, (command, decision.reason)
 
 
 def test_allowed_commands_pass_and_neutral_builtins_need_no_allow() -> None:
@@ -188,6 +371,32 @@ def test_on_first_use_remembers_programs() -> None:
     assert decision.needs_approval(())
     assert decision.needs_approval({"ls"})
     assert not decision.needs_approval({"ls", "wget", "python3"})
+
+
+def test_on_first_use_never_remembers_a_program_that_starts_others_unseen() -> None:
+    """Approving ``flock l ls`` must not approve ``flock l curl``: a runner's programs are
+    not known, so its run waits every time (as a command whose programs cannot be known)."""
+    policy = parse_policy("rules: [{key: '*', skill: '*', allow: [flock, ls], approval: on-first-use}]")
+    first = check("flock /tmp/l ls", "k", "s", policy)
+    assert first.allowed and first.needs_approval(())
+    later = check("flock /tmp/l curl x", "k", "s", policy)
+    assert later.allowed and later.needs_approval(first.programs)
+    lenient = parse_policy("rules: [{key: '*', skill: '*', approval: on-first-use}]")
+    assert check("sudo curl x", "k", "s", lenient).needs_approval(check("sudo ls", "k", "s", lenient).programs)
+
+
+def test_an_inline_bundle_is_judged_by_the_rules_for_any_skill() -> None:
+    """A bundle's name is its sender's choice: a bundle named math-tools must not get the
+    rule written for the installed math-tools (only a ``*`` rule)."""
+    installed = check("wget x", "key1", "math-tools", POLICY)
+    assert installed.rule == "tight" and not installed.allowed
+    bundled = check("curl x", "key1", "math-tools", POLICY, bundled=True)
+    assert bundled.rule == "open" and not bundled.allowed
+    trusting = parse_policy(
+        "rules: [{skill: math-tools, approval: never}, {skill: '*', allow: [ls], approval: always}]"
+    )
+    decision = check("python3 evil.py", "k", "math-tools", trusting, bundled=True)
+    assert not decision.allowed and decision.rule == "rules[1]"
 
 
 @pytest.mark.parametrize(
@@ -383,6 +592,9 @@ PIECES = [
     '"', "'", "$'\\x72m'", "echo", "env", "exec", "command", "nice", "sh -c", "bash -c", "xargs", '"$(rm)"',
     "'$(rm)'", "$", "`", "$[1]", "a=1", "a=$(rm)", "!", "time", "then", "do", "if", "fi", "for", "in", "done",
     "case", "esac", ";;", "f()", "function", "[[", "]]", "=~", "cat",
+    # what attacking the policy found: quotes in defaults, subscripts, builtins naming variables, >&, glued arrays
+    "${x-'$(rm)'}", "'a[$(rm)]'", "read", "printf -v", "unset", "getopts x", "wait -p", "test -v", "[ -v", "]",
+    "set -k", "a=(1)", ">&", "\v", "\r", "jobs -x",
 ]  # fmt: skip
 FUZZ_CASES = 2000
 

@@ -26,11 +26,14 @@ from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy import text
 
 from skill_executor.client import Client as ExecutorClient
+from skill_executor.core import Executor
 from skill_executor.db import Database
+from skill_executor.errors import ExecutorError
+from skill_executor.runs.models import RunRequest
 
 from .api_server import Server, free_port
 from .cluster import FAST, Cluster, run_body
-from .conftest import REPO, require_runtime
+from .conftest import REPO, make_settings, require_runtime
 from .pgserver import PostgresServer
 
 KEY = "policy-tenant-key"
@@ -87,6 +90,50 @@ def test_a_denied_command_is_refused_before_anything_starts(server: Server) -> N
         answer = http.post("/v1/runs", json={"skill": "math-tools", "command": "$(echo rm) -rf ."})
         assert answer.json()["error"]["code"] == "command_denied"
         assert http.get("/v1/runs").json()["runs"] == []  # nothing was recorded, nothing started
+
+
+#: Commands that hid a program from the policy (each ran it in the runner image's bash): the
+#: service refuses them as it refuses the program itself.
+ATTACKS = [
+    "getopts x PATH; ls",  # PATH becomes "?": ls from a folder the command made
+    "ls \v#$(curl http://x)",  # a vertical tab: a comment to the parser, a word to bash
+    "echo \"${x-'$(curl http://x)'}\"",  # single quotes inside double quotes are no quotes
+    "echo $(( 'a[$(curl http://x)]' ))",  # arithmetic runs a subscript's substitution
+    "a=(1); read 'a[$(curl http://x)]' <<< x",  # so does a name read assigns
+    "echo 'curl http://x' > ~/.profile; bash -lc ls",  # a login shell runs ~/.profile
+    "jobs -x curl http://x",
+    'TEXTDOMAINDIR=locale TEXTDOMAIN=t\necho $"hi"',  # a translation a shipped catalog holds is expanded
+    "a=(1)ls curl http://x",  # bash reads a=(1)ls as one word
+    "ls >& '$(curl http://x)'",  # bash expands the word of >& twice
+]
+
+
+def test_commands_that_hid_a_program_are_refused_before_anything_starts(server: Server) -> None:
+    with client(server, KEY) as http:
+        before = len(http.get("/v1/runs").json()["runs"])
+        for command in ATTACKS:
+            answer = http.post("/v1/runs", json={"skill": "math-tools", "command": command})
+            assert answer.status_code == 403, (command, answer.text)
+            error = answer.json()["error"]
+            assert error["code"] == "command_denied" and error["details"]["rule"] == "tenant-math", command
+        assert len(http.get("/v1/runs").json()["runs"]) == before  # nothing was recorded
+
+
+def test_a_held_run_cancelled_is_an_audit_line_as_every_decision(server: Server) -> None:
+    with client(server, KEY) as http:
+        held = http.post("/v1/runs?wait=false", json={"skill": "math-tools", "command": "echo cancel-me"})
+        run_id = held.json()["run_id"]
+        assert held.json()["status"] == "pending_approval"
+        assert http.delete(f"/v1/runs/{run_id}").status_code < 300
+        assert http.get(f"/v1/runs/{run_id}").json()["status"] == "cancelled"
+    deadline = time.monotonic() + 5
+    while True:
+        lines = [json.loads(line) for line in server.log_lines() if line.startswith("{") and run_id in line]
+        audited = [(line.get("action"), line.get("decision")) for line in lines if line.get("audit")]
+        if ("run.approval", "cancel") in audited or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert ("run.approval_requested", None) in audited and ("run.approval", "cancel") in audited, audited
 
 
 def test_a_tool_call_gets_the_refusal_as_a_tool_error_and_waits_for_approval(server: Server) -> None:
@@ -272,6 +319,67 @@ def test_mcp_elicitation_approves_and_rejects(server: Server) -> None:
     assert "Command: echo via-mcp" in asked[0]
 
 
+def test_mcp_a_client_that_never_answers_the_elicitation_is_not_waited_for(server: Server) -> None:
+    """A client that declared elicitation and never answers: the call ends with the run's
+    expiry (it does not hang on the question), and an admin's decision meanwhile ends the
+    question too."""
+
+    async def never(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        await anyio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    async def main() -> None:
+        async with mcp_client(server, KEY, never) as session:
+            with anyio.fail_after(30):  # the approval timeout is 4 s
+                result = await session.call_tool("skill_run", {"skill": "math-tools", "command": "echo unanswered"})
+            assert result.is_error
+            assert result.content[0].text.startswith("error (approval_expired): ")  # type: ignore[union-attr]
+            async with anyio.create_task_group() as group:
+                results: list[types.CallToolResult] = []
+
+                async def call() -> None:
+                    results.append(
+                        await session.call_tool("skill_run", {"skill": "math-tools", "command": "echo admin-decided"})
+                    )
+
+                group.start_soon(call)
+                with client(server, ADMIN) as admin, anyio.fail_after(3):  # before the expiry
+                    while not (
+                        listed := await anyio.to_thread.run_sync(
+                            lambda: admin.get(
+                                "/v1/runs", params={"status": "pending_approval", "owner": KEY_ID}
+                            ).json()["runs"]
+                        )
+                    ):
+                        await anyio.sleep(0.1)
+                    run_id = listed[0]["run_id"]
+                    decided = await anyio.to_thread.run_sync(
+                        lambda: admin.post(f"/v1/runs/{run_id}/approval", json={"decision": "approve"})
+                    )
+                    assert decided.status_code == 200, decided.text
+            assert not results[0].is_error, results[0].content
+            assert "admin-decided" in results[0].content[0].text  # type: ignore[union-attr]
+
+    anyio.run(main)
+
+
+def test_mcp_an_elicitation_reason_is_bounded_as_over_rest(server: Server) -> None:
+    async def long_reason(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"decision": "reject", "reason": "x" * 100_000})
+
+    async def main() -> None:
+        async with mcp_client(server, KEY, long_reason) as session:
+            result = await session.call_tool("skill_run", {"skill": "math-tools", "command": "echo long-reason"})
+            assert result.is_error
+            assert result.content[0].text.startswith("error (approval_rejected): ")  # type: ignore[union-attr]
+            assert len(result.content[0].text) < 2000  # type: ignore[union-attr]
+
+    anyio.run(main)
+    url = f"sqlite:///{server.data_dir / 'skill-executor.db'}"
+    reasons = [row[0] for row in _rows(url, "SELECT reason FROM run_approvals WHERE reason LIKE 'xxx%'")]
+    assert reasons and all(len(reason) <= 1000 for reason in reasons)
+
+
 def test_mcp_without_elicitation_waits_for_an_admin(server: Server) -> None:
     async def main() -> None:
         async with mcp_client(server, KEY, None) as session:
@@ -400,6 +508,131 @@ def test_the_cli_local_run_applies_the_policy(tmp_path: Path) -> None:
     assert json.loads(held.stderr.splitlines()[-1])["error"]["message"].startswith(
         "policy rule 'cli-held' holds this run for approval; a local run cannot wait for one"
     )
+
+
+def test_a_key_holds_at_most_so_many_runs_for_approval(tmp_path: Path) -> None:
+    """Held runs take no run slot: without a bound one key held 600 runs in 2 s for admins to
+    wade through (and as many records and expiry entries)."""
+    (tmp_path / "policy.yaml").write_text("rules:\n  - {key: '*', skill: '*', approval: always}\n")
+    srv = Server(
+        tmp_path,
+        env={
+            "SKILL_EXECUTOR_API_KEYS": KEY,
+            "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
+            "SKILL_EXECUTOR_POLICY_FILE": str(tmp_path / "policy.yaml"),
+            "SKILL_EXECUTOR_MAX_PENDING_APPROVALS": "3",
+            "SKILL_EXECUTOR_POOL_SIZE": "0",
+        },
+    ).start()
+    try:
+        body = {"skill": "math-tools", "command": "echo held"}
+        with client(srv, KEY) as http, client(srv, ADMIN) as admin:
+            held = [http.post("/v1/runs?wait=false", json=body) for _ in range(3)]
+            assert [answer.json()["status"] for answer in held] == ["pending_approval"] * 3
+            refused = http.post("/v1/runs?wait=false", json=body)
+            assert refused.status_code == 429, refused.text
+            error = refused.json()["error"]
+            assert error["code"] == "too_many_pending_approvals"
+            assert (
+                error["message"]
+                == "this key has 3 runs waiting for approval, the most it may have; decide or cancel one"
+            )
+            assert admin.post("/v1/runs?wait=false", json=body).json()["status"] == "pending_approval"  # per key
+            assert http.delete(f"/v1/runs/{held[0].json()['run_id']}").status_code < 300
+            assert http.post("/v1/runs?wait=false", json=body).json()["status"] == "pending_approval"
+    finally:
+        srv.stop()
+
+
+def test_on_first_use_keeps_a_bundles_approvals_apart_from_the_installed_skill(tmp_path: Path) -> None:
+    """A bundle's name is its sender's choice: approving ``echo`` in a bundle named
+    math-tools must not approve ``echo`` in the installed math-tools (nor the other way)."""
+    import base64
+    import io
+    import zipfile
+
+    (tmp_path / "policy.yaml").write_text("rules:\n  - {key: '*', skill: '*', approval: on-first-use}\n")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(
+            "math-tools/SKILL.md", "---\nname: math-tools\ndescription: A look-alike.\n---\n# Look-alike\n"
+        )
+    bundled = {"command": "echo from-bundle", "bundle": {"data": base64.b64encode(buffer.getvalue()).decode()}}
+    installed = {"skill": "math-tools", "command": "echo from-installed"}
+    srv = Server(
+        tmp_path,
+        env={
+            "SKILL_EXECUTOR_API_KEYS": KEY,
+            "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
+            "SKILL_EXECUTOR_POLICY_FILE": str(tmp_path / "policy.yaml"),
+            "SKILL_EXECUTOR_POOL_SIZE": "0",
+        },
+    ).start()
+    try:
+        with client(srv, KEY) as http, client(srv, ADMIN) as admin:
+
+            def approved_run(body: dict[str, Any]) -> None:
+                held = http.post("/v1/runs?wait=false", json=body)
+                assert held.json()["status"] == "pending_approval", held.text
+                run_id = held.json()["run_id"]
+                assert admin.post(f"/v1/runs/{run_id}/approval", json={"decision": "approve"}).status_code == 200
+                deadline = time.monotonic() + 60
+                while http.get(f"/v1/runs/{run_id}").json()["status"] not in ("completed", "failed"):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+
+            approved_run(bundled)
+            approved_run(installed)  # echo approved in the bundle is not approved in the installed skill
+            assert http.post("/v1/runs?wait=false", json=installed).json()["status"] == "queued"  # remembered
+            approved_run(bundled)  # a bundle's runs are never remembered: its code is its sender's
+    finally:
+        srv.stop()
+
+
+def test_a_held_run_the_policy_now_refuses_ends_with_an_audit_line(tmp_path: Path) -> None:
+    (tmp_path / "policy.yaml").write_text("rules:\n  - {key: '*', skill: '*', approval: always}\n")
+    env = {
+        "SKILL_EXECUTOR_API_KEYS": KEY,
+        "SKILL_EXECUTOR_ADMIN_KEYS": ADMIN,
+        "SKILL_EXECUTOR_POLICY_FILE": str(tmp_path / "policy.yaml"),
+        "SKILL_EXECUTOR_POOL_SIZE": "0",
+    }
+    srv = Server(tmp_path, env=env).start()
+    try:
+        with client(srv, KEY) as http:
+            run_id = http.post("/v1/runs?wait=false", json={"skill": "math-tools", "command": "cat /dev/null"}).json()[
+                "run_id"
+            ]
+        srv.stop()
+        (tmp_path / "policy.yaml").write_text(
+            "rules:\n  - {name: now, key: '*', skill: '*', allow: [ls], approval: always}\n"
+        )
+        srv.start()
+        with client(srv, ADMIN) as admin:
+            answer = admin.post(f"/v1/runs/{run_id}/approval", json={"decision": "approve"})
+            assert answer.status_code == 403 and answer.json()["error"]["code"] == "command_denied", answer.text
+            assert admin.get(f"/v1/runs/{run_id}").json()["status"] == "failed"
+        lines = [json.loads(line) for line in srv.log_lines() if line.startswith("{") and run_id in line]
+        audited = [(line.get("action"), line.get("decision"), line.get("rule")) for line in lines if line.get("audit")]
+        assert ("run.approval", "reject", "now") in audited, audited
+    finally:
+        srv.stop()
+
+
+def test_the_library_runner_refuses_a_run_its_rule_would_hold(tmp_path: Path) -> None:
+    """``SkillRunner.run`` (``skills test``, the pytest plugin, the doctor's probe) has no one
+    to ask either: a run its rule would hold is refused, as the CLI's ``run`` refuses it."""
+    (tmp_path / "policy.yaml").write_text(
+        "rules:\n  - {name: lib-held, key: local, skill: math-tools, approval: always}\n"
+    )
+    executor = Executor.from_settings(make_settings(tmp_path, "local", policy_file=tmp_path / "policy.yaml"))
+    try:
+        with pytest.raises(ExecutorError) as caught:
+            executor.runner.run(RunRequest(skill="math-tools", command="echo never-held"))
+    finally:
+        executor.close()
+    assert caught.value.code == "command_denied"
+    assert caught.value.message.startswith("policy rule 'lib-held' holds this run for approval; a local run cannot")
 
 
 def test_an_mcp_task_of_a_held_run_works_until_it_is_approved(server: Server) -> None:

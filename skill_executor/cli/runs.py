@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from ..config import Settings
-from ..errors import BadRequest, Forbidden
+from ..errors import BadRequest
 from .arguments import existing_dir
 
 if TYPE_CHECKING:
@@ -109,15 +109,7 @@ def _run(args: argparse.Namespace) -> int:
 
     executor = Executor.from_settings(settings_from(args))
     try:
-        plan = executor.runner.validate(request)  # the command policy's refusal included
-        if plan.decision.approval != "never":  # a local run has no one to ask
-            raise Forbidden(
-                f"policy rule {plan.decision.rule!r} holds this run for approval; a local run cannot wait "
-                "for one: submit it to the service (POST /v1/runs)",
-                code="command_denied",
-                details={"rule": plan.decision.rule, "program": None, "reason": "approval needed"},
-            )
-        result = executor.runner.run(request, checked=plan)
+        result = executor.runner.run(request)  # the command policy's refusals included (a held run too)
     finally:
         executor.close()
     if args.request is not None:

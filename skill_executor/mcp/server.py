@@ -604,12 +604,30 @@ class SkillServer:
             f"Run {record.run_id} of skill {checked.skill.id!r} waits for your approval "
             f"(policy rule {decision.rule!r}).\nCommand: {request.command}\nPrograms: {programs}"
         )
-        answer = await ctx.session.elicit_form(message, APPROVAL_SCHEMA, related_request_id=ctx.request_id)
+        answers: list[types.ElicitResult] = []
+        async with anyio.create_task_group() as group:
+
+            async def ask() -> None:
+                answers.append(
+                    await ctx.session.elicit_form(message, APPROVAL_SCHEMA, related_request_id=ctx.request_id)
+                )
+                group.cancel_scope.cancel()
+
+            async def watch() -> None:  # decided elsewhere (an admin, the timeout, a cancel): stop asking
+                while (await manager.offload(manager.reload, record)).status == PENDING:
+                    await anyio.sleep(ELICITATION_WATCH_SECONDS)
+                group.cancel_scope.cancel()
+
+            group.start_soon(ask)
+            group.start_soon(watch)
+        if not answers:  # unanswered while the run was decided or expired: as it is now
+            return await manager.offload(manager.reload, record), None
+        answer = answers[0]
         content = answer.content or {}
         if answer.action == "cancel":
             return record, None
         given = content.get("reason")
-        reason = given if isinstance(given, str) else None
+        reason = given[:MAX_REASON_CHARS] if isinstance(given, str) else None  # as over REST
         verdict = "approve" if answer.action == "accept" and content.get("decision") == "approve" else "reject"
         if answer.action == "decline" and reason is None:
             reason = "declined by the user"
@@ -665,6 +683,10 @@ class SkillServer:
         return await self._offload(lambda: call_result(tools.result(result, budget, "mcp", who.id)))
 
 
+#: How often a question about a held run checks whether the run was decided elsewhere.
+ELICITATION_WATCH_SECONDS = 0.5
+#: The longest reason recorded with a decision (``ApprovalRequest.reason``'s over REST).
+MAX_REASON_CHARS = 1000
 #: What ``elicitation/create`` asks about a run held for approval.
 APPROVAL_SCHEMA: dict[str, Any] = {
     "type": "object",

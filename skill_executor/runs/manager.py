@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from .. import tracing
 from ..access import Principal, audit_log, authorize_inputs, permit, resolve_tenant_audited
-from ..errors import Conflict, ExecutorError, Forbidden, NotFound, Unavailable
+from ..errors import Busy, Conflict, ExecutorError, Forbidden, NotFound, Unavailable
 from .handle import TERMINAL as TERMINAL
 from .handle import Event as Event
 from .handle import RunHandle as RunHandle
@@ -111,6 +111,7 @@ class RunManager:
         on_finish: Callable[[RunRecord], None] | None = None,
         recover: bool = True,
         approval_timeout: float = 3600.0,
+        max_pending: int = 100,
     ) -> None:
         """``dispatcher``: where accepted runs go (:mod:`skill_executor.dispatch`);
         ``recover``: mark this instance's runs left unfinished by its previous process
@@ -121,6 +122,8 @@ class RunManager:
         self.on_finish = on_finish
         #: how long a run held for approval waits (SKILL_EXECUTOR_APPROVAL_TIMEOUT_SECONDS)
         self.approval_timeout = approval_timeout
+        #: how many runs one key may have held at once (SKILL_EXECUTOR_MAX_PENDING_APPROVALS)
+        self.max_pending = max_pending
         #: (deadline, run id) of the runs this process held for approval: one thread expires them
         self._deadlines: list[tuple[float, str]] = []
         self._expiry: threading.Thread | None = None
@@ -225,7 +228,8 @@ class RunManager:
         request = with_bundle_digest(request, checked)
         decision = checked.decision
         if decision.approval != "never":
-            approved = self.store.approved_programs(principal.id, checked.skill.id)
+            # a bundle's code is its sender's: its programs are never remembered (nor the installed skill's used)
+            approved = set() if checked.bundled else self.store.approved_programs(principal.id, checked.skill.id)
             if decision.needs_approval(approved):
                 return self._hold(request, principal.id, fingerprinted, run_id, trace, checked)
         if self.dispatcher.remote:
@@ -271,7 +275,18 @@ class RunManager:
         checked: RunPlan,
     ) -> tuple[RunRecord, RunHandle | None, bool]:
         """Record a run held for approval (pending_approval): nothing else of it exists (no
-        place, no workspace, no container) until it is approved (:meth:`decide`)."""
+        place, no workspace, no container) until it is approved (:meth:`decide`).  A key holds
+        at most :attr:`max_pending` runs (they take no run slot; near-simultaneous holds may
+        pass it by a few)."""
+        if fingerprinted is None or self.store.idempotent(owner, fingerprinted[0]) is None:
+            full = self.store.pending_count(owner) >= self.max_pending
+            if full and (self.expire_overdue(owner) == 0 or self.store.pending_count(owner) >= self.max_pending):
+                raise Busy(
+                    f"this key has {self.max_pending} runs waiting for approval, the most it may have; "
+                    "decide or cancel one",
+                    code="too_many_pending_approvals",
+                    details={"max_pending_approvals": self.max_pending},
+                )
         payload = request.model_dump(mode="json", by_alias=True, exclude_defaults=True)
         try:
             record = self.store.create(
@@ -380,7 +395,7 @@ class RunManager:
         try:
             checked = self.runner.validate(request, tenant=record.owner)  # the policy as it is now
         except ExecutorError as exc:  # denied (or the skill went) since: it ends with that error
-            self.store.decide(
+            if self.store.decide(
                 record,
                 "failed",
                 decision="reject",
@@ -389,7 +404,27 @@ class RunManager:
                 programs=[],
                 reason=exc.message,
                 error=self._error(exc),
-            )
+            ):
+                audit_log.warning(
+                    "run %s: reject (%s) on %s by %s",
+                    run_id,
+                    exc.code,
+                    decision,
+                    who.id,
+                    extra={
+                        "audit": True,
+                        "action": "run.approval",
+                        "run_id": run_id,
+                        "tenant": record.owner,
+                        "who": who.id,
+                        "admin": who.admin,
+                        "decision": "reject",
+                        "via": via,
+                        "reason": exc.message,
+                        "rule": (exc.details or {}).get("rule"),
+                        "programs": [],
+                    },
+                )
             raise
         policy = checked.decision
         if policy.approver == "admin" and not who.admin:
@@ -399,6 +434,8 @@ class RunManager:
                 details={"run_id": run_id, "rule": policy.rule},
             )
         programs = list(policy.programs)
+        # a bundle's decisions are recorded apart: on-first-use never reads them as the installed skill's
+        skill = f"bundle:{record.skill}" if checked.bundled else None
         audit = {
             "audit": True,
             "action": "run.approval",
@@ -430,6 +467,7 @@ class RunManager:
                 programs=programs,
                 reason=reason,
                 error=error,
+                skill=skill,
             )
         elif self.dispatcher.remote:
             request = with_bundle_digest(request, checked)
@@ -447,12 +485,20 @@ class RunManager:
                 programs=programs,
                 reason=reason,
                 also=queue,
+                skill=skill,
             )
         else:
             reservation = self.runner.limiter.reserve()  # busy: 429, and the run stays pending
             try:
                 decided = self.store.decide(
-                    record, "queued", decision="approve", decided_by=who.id, via=via, programs=programs, reason=reason
+                    record,
+                    "queued",
+                    decision="approve",
+                    decided_by=who.id,
+                    via=via,
+                    programs=programs,
+                    reason=reason,
+                    skill=skill,
                 )
             except BaseException:
                 reservation.release()
@@ -743,6 +789,21 @@ class RunManager:
                 programs=[],
                 result=note.model_dump(mode="json"),
             ):
+                audit_log.warning(
+                    "run %s: cancel by %s",
+                    run_id,
+                    who.id,
+                    extra={
+                        "audit": True,
+                        "action": "run.approval",
+                        "run_id": run_id,
+                        "tenant": record.owner,
+                        "who": who.id,
+                        "admin": who.admin,
+                        "decision": "cancel",
+                        "via": "cancel",
+                    },
+                )
                 return None
             record = self.store.get(run_id)
             if record.status in FINAL:

@@ -115,7 +115,7 @@ class SkillRunner:
         a request's ``bundle`` may name), the command policy's refusal (``command_denied``) included:
         the plan carries the policy's decision (whether the run waits for approval)."""
         plan = check_request(request, self.settings, self.repository, bundles=self.bundles, tenant=tenant)
-        decision = check_policy(request.command, tenant, plan.skill.id, self.policy, request.env)
+        decision = check_policy(request.command, tenant, plan.skill.id, self.policy, request.env, bundled=plan.bundled)
         if not decision.allowed:
             raise decision.error()
         return replace(plan, decision=decision)
@@ -133,13 +133,17 @@ class SkillRunner:
     ) -> RunResult:
         """Run a request for ``tenant`` (the API key it belongs to: its session and
         artifacts are that key's); ``reservation`` is a place already taken with the
-        limiter, ``checked`` what :meth:`validate` already settled about this request.
+        limiter, ``checked`` what :meth:`validate` already settled about this request
+        (its approval too: without it, a run the policy would hold is refused, as no one
+        can approve it here).
 
         Runs of one session never overlap: a second one waits for the session at most
         its own timeout, then is refused with ``session_busy``.
         """
         try:
             plan = checked or self.validate(request, tenant=tenant)
+            if checked is None and plan.decision.approval != "never":  # no one to ask here
+                raise plan.decision.held_locally()
         except BaseException:
             if reservation is not None:
                 reservation.release()

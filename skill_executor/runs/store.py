@@ -269,10 +269,12 @@ class RunStore:
         error: dict[str, Any] | None = None,
         result: dict[str, Any] | None = None,
         also: Callable[[Connection], None] | None = None,
+        skill: str | None = None,
     ) -> bool:
         """End a run's wait for approval: move it from pending_approval to ``status`` and record
         the decision (the audit record), in one transaction with ``also`` (a dispatcher queues it
-        there).  False when it was not pending any more (another replica decided first)."""
+        there); ``skill``: the record's skill when not the run's (``bundle:<name>``).  False when
+        it was not pending any more (another replica decided first)."""
         now = time.time()
         values: dict[str, Any] = {"status": status, "updated_at": now}
         if error is not None:
@@ -289,7 +291,7 @@ class RunStore:
                 insert(run_approvals).values(
                     run_id=record.run_id,
                     owner=record.owner,
-                    skill=record.skill.lower(),
+                    skill=(skill or record.skill).lower(),
                     programs=json.dumps(programs),
                     decision=decision,
                     decided_by=decided_by,
@@ -309,6 +311,15 @@ class RunStore:
             where.append(runs.c.owner == owner)
         with self.database.read() as conn:
             return [row[0] for row in conn.execute(select(runs.c.run_id).where(*where)).all()]
+
+    def pending_count(self, owner: str) -> int:
+        """How many runs of ``owner``'s wait for approval."""
+        with self.database.read() as conn:
+            return int(
+                conn.execute(
+                    select(func.count()).select_from(runs).where(runs.c.owner == owner, runs.c.status == PENDING)
+                ).scalar_one()
+            )
 
     def approved_programs(self, owner: str, skill: str) -> set[str]:
         """The programs approved before in runs of ``owner``'s of ``skill`` (``on-first-use``)."""
