@@ -153,3 +153,31 @@ def test_a_dev_server_in_a_process_answers_a_run_of_the_session(
         assert result.exit_code == 0, result.stderr
         assert "hello from work" in result.stdout
     pm.kill(T, "web", server.id)
+
+
+SYSCALLS = r"""
+import ctypes, socket, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+child = subprocess.Popen(["sleep", "30"])
+print("attach-child", libc.ptrace(16, child.pid, None, None), ctypes.get_errno())
+child.kill()
+print("io_uring", libc.syscall(425, 4, ctypes.create_string_buffer(120)), ctypes.get_errno())
+try:
+    socket.socket(40, socket.SOCK_STREAM)
+    print("vsock open")
+except OSError as exc:
+    print("vsock", exc.errno)
+print("done")
+"""
+
+
+def test_a_process_is_under_the_runs_seccomp_filter(pm: ProcessManager) -> None:
+    """A process is a ``docker exec``, no child of the container's first process: it gets the
+    launcher's filter itself, as every run's command (tests/test_launcher_boundary.py)."""
+    probe = pm.start(T, "filter", ["python3", "-c", SYSCALLS])
+    seen, _ = until(pm, "filter", probe.id, "done")
+    lines = dict(line.split(" ", 1) for line in seen.splitlines() if " " in line)
+    assert lines["attach-child"] == "-1 1", seen  # EPERM: not even its own child
+    assert lines["io_uring"] == "-1 1", seen
+    assert lines["vsock"] == "1", seen

@@ -26,7 +26,7 @@ from docker.types import Mount
 
 from ...config import Settings
 from ...errors import Conflict, Unavailable
-from .engine import CONTAINER_WORKSPACE, ENGINE_ERRORS, LABEL_DEADLINE, LABEL_RUN, Engine
+from .engine import CONTAINER_WORKSPACE, ENGINE_ERRORS, LABEL_DEADLINE, LABEL_RUN, Engine, launcher_argv
 
 #: Where a process's group id is kept in its host (the host's own /tmp).
 PIDS_DIR = "/tmp/.skill-executor-processes"
@@ -47,7 +47,7 @@ class DockerHost:
         self.key = key
         mounts = [Mount(f"{CONTAINER_WORKSPACE}/work", str(work), type="bind", read_only=False)]
         config = engine.config(
-            command=["sleep", "infinity"],
+            command=[*launcher_argv(settings, "--exec"), "--", "sleep", "infinity"],
             cwd=f"{CONTAINER_WORKSPACE}/work",
             env={},
             mounts=mounts,
@@ -69,7 +69,13 @@ class DockerHost:
     def exec(self, argv: list[str], *, cwd: str, env: dict[str, str], pty: bool) -> DockerProcess:
         """Start ``argv`` in the host, stdin open (a TTY when ``pty``)."""
         pidfile = f"{PIDS_DIR}/{secrets.token_hex(8)}"
-        wrapped = ["bash", "-c", 'mkdir -p "${0%/*}" && echo $$ > "$0" && exec "$@"', pidfile, *argv]
+        # Under the launcher's seccomp filter as every run's command (an exec is no child of the
+        # container's first process: it inherits no filter); the launcher execs in place.
+        wrapped = [
+            *launcher_argv(self.settings, "--exec"),
+            "--",
+            *["bash", "-c", 'mkdir -p "${0%/*}" && echo $$ > "$0" && exec "$@"', pidfile, *argv],
+        ]
         api = self.engine.api
         try:
             exec_id = api.exec_create(
@@ -95,6 +101,7 @@ class DockerHost:
         """A short command in the host as the runs' user (for signals): its exit status and output."""
         api = self.engine.api
         try:
+            argv = [*launcher_argv(self.settings, "--exec"), "--", *argv]
             exec_id = api.exec_create(self.id, argv, stdout=True, stderr=True, user=self.settings.docker_user)["Id"]
             output = api.exec_start(exec_id, demux=False)
             code = api.exec_inspect(exec_id).get("ExitCode")
