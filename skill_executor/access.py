@@ -44,6 +44,9 @@ class Principal:
     admin: bool
 
 
+#: The header a cluster's API replica names the caller's tenant in, on its calls to a worker.
+TENANT_HEADER = "X-Skill-Executor-Tenant"
+
 #: The caller when authentication is off: the local tenant, allowed everything.
 LOCAL = Principal(LOCAL_TENANT, admin=True)
 

@@ -279,6 +279,12 @@ class Settings(BaseSettings):
     """How often a worker looks at the queue besides being told of new runs (notifications can be lost)."""
     worker_sweep_seconds: float = Field(default=5.0, gt=0)
     """How often API replicas look for lost workers (a loss shows within lease + sweep)."""
+    worker_url: str | None = None
+    """The URL API replicas reach this worker at, for its sessions' processes (default: ``http://<host>:<port>``
+    of its own server; set it when the bind address is not what replicas reach, e.g. 0.0.0.0)."""
+    cluster_secret: str | None = Field(default=None, repr=False)
+    """The shared secret of calls between a cluster's replicas and workers (default: one made once and kept in
+    the database, which every process of the cluster reads)."""
     queue_timeout_seconds: float = Field(default=600.0, gt=0)
     """A cluster's run waiting for a worker this long (since it was queued) ends failed ``queue_timeout``."""
     instance_id: str | None = None  # this process's lease name under the workspace root (default: random)

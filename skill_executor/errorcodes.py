@@ -660,6 +660,27 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Kill a process of the session, or wait for one to end (once its last has ended, its sandbox starts anew).",
     ),
     E(
+        "process_lost",
+        410,
+        "In a cluster: the worker that ran the process is gone; the process ended with it and its output is lost "
+        "(the process is listed with reason 'lost').",
+        "Start the process again (the session moves to another worker with its work/ as its last run left it).",
+    ),
+    E(
+        "worker_unreachable",
+        503,
+        "In a cluster: the worker running the session's processes does not answer (it may be restarting, or lost: "
+        "once its lease has run out, its processes are reported lost).",
+        "Retry after Retry-After seconds.",
+    ),
+    E(
+        "session_elsewhere",
+        409,
+        "In a cluster: another worker took the session while a process was being started on this one (a race "
+        "the API replica retries by itself).",
+        "Retry the start.",
+    ),
+    E(
         "processes_unsupported",
         501,
         "The runtime in use has no interactive processes (only the docker runtime, with runc or gVisor, has).",

@@ -33,10 +33,12 @@ from .access import key_names
 from .config import Settings
 from .core import Executor
 from .dispatch import LocalDispatcher, PostgresDispatcher, Worker, sweep
+from .dispatch.processes import ClusterProcesses
 from .errors import ExecutorError
 from .owners import data_dir_id
 from .policy import load_policy
 from .runs.manager import RunManager
+from .runs.processes import Processes
 from .runs.seam import Dispatcher
 from .runs.store import RunRecord, RunStore
 from .runtimes.base import Runtime
@@ -88,6 +90,8 @@ class Service:
     role: Role = "all"
     #: A worker's dispatch side (role worker).
     worker: Worker | None = None
+    #: The sessions' processes the API and the tools call (None: this runtime has none).
+    processes: Processes | None = None
     _stopping: list[asyncio.Future[None]] = field(default_factory=list)
 
     @classmethod
@@ -144,11 +148,18 @@ class Service:
                     heartbeat=settings.worker_heartbeat_seconds,
                     worker_id=f"{socket.gethostname()[:40]}-{data_dir_id(settings.data_dir)[:12]}",
                     moving_sessions=bool(settings.session_snapshots),
+                    url=settings.worker_url or f"http://{settings.host}:{settings.port}",
                 )
+                worker.serve_processes(executor.runner.processes)
         except BaseException:
             executor.close(timeout=5.0)
             raise
         try:
+            processes: Processes = executor.runner.processes
+            if role == "api":  # a replica proxies them to the worker running each session's
+                processes = ClusterProcesses(
+                    executor.database, settings, moving_sessions=bool(settings.session_snapshots)
+                )
             # skill_run tool calls go through the manager, never the runner directly.
             tools = ToolExecutor(
                 executor.repository,
@@ -156,7 +167,7 @@ class Service:
                 contexts=executor.contexts,
                 artifacts=executor.artifacts,
                 budget=default_budget(settings),
-                processes=executor.runner.processes if executor.runner.processes.supported else None,
+                processes=processes if role == "api" or executor.runner.processes.supported else None,
             )
             supervisor = executor.runner.supervisor
             ttl = settings.artifact_ttl_seconds
@@ -184,7 +195,7 @@ class Service:
             finally:
                 executor.close(timeout=5.0)
             raise
-        return cls(settings, executor, manager, tools, role, worker)
+        return cls(settings, executor, manager, tools, role, worker, processes)
 
     async def drain(self, grace: float | None = None) -> None:
         """Take no more runs; let those in flight finish for ``grace`` seconds (the
@@ -221,6 +232,8 @@ class Service:
             self.manager.shutdown()
             if self.worker is not None:
                 self.worker.close()
+            if isinstance(self.processes, ClusterProcesses):
+                self.processes.close()
         finally:
             try:
                 self.executor.close(timeout=timeout)

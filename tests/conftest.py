@@ -367,6 +367,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_cli_errors": "service",  # the console script as subprocesses
     "test_compose": "service",
     "test_cluster": "service",
+    "test_cluster_processes": "service",
     "test_dispatch_retry": "service",
     "test_engines": "service",  # a second dockerd, Postgres
     "test_cluster_tracing": "service",  # Postgres, an OTLP receiver

@@ -1,4 +1,7 @@
-"""The HTTP side of ``skill-executor worker``: only ``/healthz`` and ``/metrics``.
+"""The HTTP side of ``skill-executor worker``: ``/healthz``, ``/metrics``, and its sessions'
+processes (``/v1/sessions/{session}/processes``, the API's own routes) for the cluster's API
+replicas only: authenticated by the cluster's secret, on behalf of the tenant the replica
+names (:func:`~skill_executor.web.auth.internal_principal`).
 
 The lifespan starts the :class:`~skill_executor.service.Service` in role ``worker`` and its
 job loop (:meth:`Service.work`). A loop that ends by itself (the lease is lost, the queue
@@ -15,20 +18,30 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 
 from .. import __version__
+from ..access import TENANT_HEADER, Principal
 from ..config import Settings
+from ..dispatch.processes import internal_secret
 from ..owners import DataDirClaim
 from ..service import Service
 from ..web import problems
-from ..web.auth import KeyRing
+from ..web.auth import KeyRing, Unauthorized, internal_principal, principal
 from .app import CLOSE_SECONDS
 from .metrics import Metrics
 from .middleware import RequestContext
-from .routes import system
+from .routes import processes, system
 
 log = logging.getLogger("skill_executor.worker")
+
+
+async def _replica(request: Request) -> Principal:
+    """The processes routes' caller on a worker: a replica of its cluster."""
+    secret: str | None = getattr(request.app.state, "internal_secret", None)
+    if secret is None:
+        raise Unauthorized("this worker is not started")
+    return internal_principal(secret, request.headers.get("authorization"), request.headers.get(TENANT_HEADER))
 
 
 def create_worker_app(settings: Settings, *, claim: DataDirClaim, on_exit: Callable[[int], None]) -> FastAPI:
@@ -44,6 +57,7 @@ def create_worker_app(settings: Settings, *, claim: DataDirClaim, on_exit: Calla
             raise
         metrics.watch_runtime(service.executor.runtime.stats)
         metrics.watch_processes(service.executor.runner.processes.stats)
+        app.state.internal_secret = await asyncio.to_thread(internal_secret, service.executor.database, settings)
         app.state.service = service
         app.state.executor = service.executor
         app.state.manager = service.manager
@@ -87,5 +101,7 @@ def create_worker_app(settings: Settings, *, claim: DataDirClaim, on_exit: Calla
     app.state.exit_code = 0
     problems.install(app)
     app.include_router(system.router)
+    app.include_router(processes.router)
+    app.dependency_overrides[principal] = _replica
     app.add_middleware(RequestContext)
     return app

@@ -211,6 +211,8 @@ workers = Table(
     Column("started_at", Float, nullable=False),
     Column("lease_until", Float, nullable=False),
     Column("stopping", Boolean, nullable=False, server_default="false"),
+    #: Where replicas reach it (its sessions' processes), ``http://host:port``.
+    Column("url", Text),
 )
 
 #: A run's live events, numbered from 1 (the ids of its Server-Sent Events).
@@ -237,3 +239,26 @@ session_leases = Table(
     PrimaryKeyConstraint("tenant", "session"),
 )
 Index("ix_session_leases_worker_id", session_leases.c.worker_id)
+
+#: A session's interactive processes in a cluster: the worker each runs on (its calls go
+#: there; once that worker is gone, the process is reported lost).
+session_processes = Table(
+    "session_processes",
+    metadata,
+    Column("tenant", Text, nullable=False),
+    Column("session", Text, nullable=False),
+    Column("process_id", Text, nullable=False),
+    Column("worker_id", Text, nullable=False),
+    #: JSON: the process's state as it started (what a lost process is reported as).
+    Column("info", Text, nullable=False),
+    Column("started_at", Float, nullable=False),
+    PrimaryKeyConstraint("tenant", "session", "process_id"),
+)
+
+#: Secrets the processes of a cluster share (``internal``: the replicas' calls to workers).
+cluster_secrets = Table(
+    "cluster_secrets",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("value", Text, nullable=False),
+)

@@ -27,14 +27,24 @@ log = logging.getLogger(__name__)
 
 class Membership:
     def __init__(
-        self, database: Database, worker_id: str, *, tiers: list[str], capacity: int, lease: float, heartbeat: float
+        self,
+        database: Database,
+        worker_id: str,
+        *,
+        tiers: list[str],
+        capacity: int,
+        lease: float,
+        heartbeat: float,
+        url: str | None = None,
     ) -> None:
+        """``url``: where replicas reach this worker (its sessions' processes)."""
         self.database = database
         self.worker_id = worker_id
         self.tiers = tiers
         self.capacity = capacity
         self.lease = lease
         self.heartbeat = heartbeat
+        self.url = url
         #: Set once the lease is lost (for good: the worker must exit).
         self.lost = threading.Event()
         self._stop = threading.Event()
@@ -64,6 +74,7 @@ class Membership:
                     host=socket.gethostname(),
                     tiers=json.dumps(self.tiers),
                     capacity=self.capacity,
+                    url=self.url,
                     started_at=text(now_sql()),
                     lease_until=text(f"{now_sql()} + {float(self.lease)}"),
                 )

@@ -35,14 +35,16 @@ from sqlalchemy import Connection, delete, insert, select, text, update
 from .. import tracing
 from ..db import Database
 from ..db.schema import run_events, runs, session_leases, workers
+from ..errors import Conflict
 from ..runs.manager import TERMINAL, RunManager
+from ..runs.processes import ProcessManager
 from ..runs.store import FINAL, RunRecord
 from . import events as ev
 from . import queue
 from .connector import SteadyConnector
 from .hub import Hub
 from .membership import Membership
-from .postgres import conninfo
+from .postgres import SessionLost, conninfo
 from .sweep import SESSION_LOST, now_sql
 
 log = logging.getLogger(__name__)
@@ -180,7 +182,9 @@ class Worker:
         heartbeat: float,
         worker_id: str,
         moving_sessions: bool = False,
+        url: str | None = None,
     ) -> None:
+        """``url``: where replicas reach this worker (its sessions' processes)."""
         self.manager = manager
         #: Sessions are kept in the object store: a lost worker's sessions move here.
         self.moving_sessions = moving_sessions
@@ -192,7 +196,7 @@ class Worker:
         self.capacity = capacity
         self.tiers = [queue.DEFAULT_TIER]
         self.membership = Membership(
-            database, self.worker_id, tiers=self.tiers, capacity=capacity, lease=lease, heartbeat=heartbeat
+            database, self.worker_id, tiers=self.tiers, capacity=capacity, lease=lease, heartbeat=heartbeat, url=url
         )
         self.writer = EventWriter(database, self.worker_id, self.membership.lost)
         self.hub = Hub(conninfo(database), channels=(ev.CANCEL_CHANNEL,))
@@ -342,6 +346,46 @@ class Worker:
                 ).first()
                 is not None
             )
+
+    def serve_processes(self, processes: ProcessManager) -> None:
+        """This worker's sessions' processes: a process start takes its session's lease."""
+        processes.before_start = self.claim_session
+
+    def claim_session(self, tenant: str, session: str) -> None:
+        """Make this worker ``session``'s home before a process of it starts here (so its
+        runs come here, and join the process's loopback): taken when nobody holds it (or its
+        holder is gone and sessions move); 409 ``session_elsewhere`` when another live
+        worker holds it (the replica routes there), ``session_lost`` when its holder is
+        gone with its files."""
+        with self.database.write() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": f"session:{tenant}:{session}"})
+            home = conn.execute(
+                select(session_leases.c.worker_id, workers.c.worker_id)
+                .select_from(session_leases.outerjoin(workers, workers.c.worker_id == session_leases.c.worker_id))
+                .where(session_leases.c.tenant == tenant, session_leases.c.session == session)
+            ).first()
+            if home is not None and home[0] == self.worker_id:
+                return
+            if home is not None and home[1] is not None:
+                raise Conflict(
+                    f"session {session!r} is held by another worker",
+                    code="session_elsewhere",
+                    details={"session": session, "worker": str(home[0])},
+                )
+            if home is not None and not self.moving_sessions:
+                raise SessionLost(
+                    f"session {session!r} lived on a worker that is gone; its files are lost: start a new session",
+                    details={"session": session},
+                )
+            if home is not None:
+                conn.execute(
+                    delete(session_leases).where(
+                        session_leases.c.tenant == tenant,
+                        session_leases.c.session == session,
+                        session_leases.c.worker_id == home[0],
+                    )
+                )
+            self.take_session(conn, tenant, session)
 
     def take_session(self, conn: Connection, tenant: str, session: str) -> None:
         """This worker becomes ``session``'s home (with snapshots, its run restores the

@@ -25,6 +25,7 @@ import secrets
 import signal as signals
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -74,6 +75,13 @@ class ProcessEnded(Conflict):
     code = "process_ended"
 
 
+class ProcessLost(ExecutorError):
+    """In a cluster: the worker that ran the process is gone (with the process and its output)."""
+
+    code = "process_lost"
+    status = 410
+
+
 class RuntimeProcess(Protocol):
     """One process as a runtime runs it (:class:`~skill_executor.runtimes.docker.processes.DockerProcess`)."""
 
@@ -95,6 +103,45 @@ class RuntimeHost(Protocol):
     def network_of(self) -> str: ...
 
     def exec(self, argv: list[str], *, cwd: str, env: dict[str, str], pty: bool) -> RuntimeProcess: ...
+
+
+class ProcessView(Protocol):
+    """A process as the calls answer it (:class:`SessionProcess`, or a cluster worker's answer)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def ended(self) -> bool: ...
+    @property
+    def exit_code(self) -> int | None: ...
+    def state(self) -> dict[str, Any]: ...
+
+
+class Processes(Protocol):
+    """A session's processes as the API and the tools call them: :class:`ProcessManager`
+    (executed here), or a cluster's replica's proxy to the worker running them
+    (:class:`~skill_executor.dispatch.processes.ClusterProcesses`)."""
+
+    def start(
+        self,
+        tenant: str,
+        session: str,
+        command: str | list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        pty: bool = False,
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+    ) -> ProcessView: ...
+    def list(self, tenant: str, session: str) -> Sequence[ProcessView]: ...
+    def get(self, tenant: str, session: str, process_id: str) -> ProcessView: ...
+    def write(self, tenant: str, session: str, process_id: str, data: bytes, *, eof: bool = False) -> ProcessView: ...
+    def poll(
+        self, tenant: str, session: str, process_id: str, *, after: int = 0, limit: int = 64 * 1024, wait: float = 0.0
+    ) -> Poll: ...
+    def signal(self, tenant: str, session: str, process_id: str, name: str) -> ProcessView: ...
+    def kill(self, tenant: str, session: str, process_id: str) -> ProcessView: ...
 
 
 class OutputRing:
@@ -228,6 +275,9 @@ class ProcessManager:
         self._processes: dict[tuple[str, str, str], SessionProcess] = {}
         self.started_total = 0
         self.ended_total: dict[str, int] = {}
+        #: Called with (tenant, session) before a session's first process starts here (a
+        #: cluster's worker takes the session's lease: its runs come here then).
+        self.before_start: Callable[[str, str], None] | None = None
         sessions.on_end.append(self.end_session)
         self.supervisor = Supervisor("processes")
         self.supervisor.every("process-limits", SWEEP_SECONDS, self.sweep, initial_delay=SWEEP_SECONDS)
@@ -253,13 +303,10 @@ class ProcessManager:
         self._judge(check_tenant(tenant))
         if not self.supported:
             name = getattr(self.runtime, "name", "?")
-            why = (
-                "a cluster's API replica does not route processes to its workers yet: use a single service"
-                if name == "remote"
-                else f"the {name} runtime has no interactive processes: run the service with "
-                "SKILL_EXECUTOR_RUNTIME=docker"
+            raise ExecutorError(
+                f"the {name} runtime has no interactive processes: run the service with SKILL_EXECUTOR_RUNTIME=docker",
+                code="processes_unsupported",
             )
-            raise ExecutorError(why, code="processes_unsupported")
         self.sessions.path(session, tenant)  # a valid id (400 invalid_session)
         s = self.settings
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
@@ -284,6 +331,8 @@ class ProcessManager:
                     details={"processes": len(live), "limit": s.processes_per_session},
                 )
             if entry is None:
+                if self.before_start is not None:
+                    self.before_start(key[0], session)
                 entry = self._make_host(tenant, session)
             wall = min(wall, entry.deadline - time.time())  # a long-lived session's sandbox ends some day
             if wall < 1:

@@ -38,7 +38,7 @@ from ..errors import BadRequest, ExecutorError, Forbidden, NotFound
 from ..registry import SkillRepository
 from ..runs.manager import ShuttingDown
 from ..runs.models import OutputSpec, RunRequest, RunResult
-from ..runs.processes import ProcessManager, SessionProcess
+from ..runs.processes import Processes, ProcessView
 from ..skills import docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
 from ..skills.model import estimate_tokens
 from .budget import ResultBudget, Surface, head_tail
@@ -153,7 +153,7 @@ class ToolExecutor:
         contexts: ContextService | None = None,
         artifacts: ArtifactStore | None = None,
         budget: ResultBudget | None = None,
-        processes: ProcessManager | None = None,
+        processes: Processes | None = None,
     ) -> None:
         """``visible_skills_dir``: where runs see the skills (the runtime's), for the
         placeholders in bodies and docs; None: host paths.  ``processes``: serves the
@@ -535,9 +535,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
-def _ending(process: SessionProcess) -> str:
+def _ending(process: ProcessView) -> str:
     return "still ending" if not process.ended else f"exit code {process.exit_code}"
 
 
-def _process_result(name: str, text: str, process: SessionProcess) -> ToolResult:
+def _process_result(name: str, text: str, process: ProcessView) -> ToolResult:
     return ToolResult(name, text, False, process.state())

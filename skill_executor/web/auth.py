@@ -18,7 +18,7 @@ from pathlib import Path
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..access import LOCAL, Principal, key_id, read_keys_file, require_admin
+from ..access import LOCAL, Principal, check_tenant, key_id, read_keys_file, require_admin
 from ..config import Settings
 from ..errors import ExecutorError
 
@@ -117,3 +117,13 @@ async def admin(request: Request, _: HTTPAuthorizationCredentials | None = Depen
     found = _authenticate(request)
     require_admin(found)
     return found
+
+
+def internal_principal(secret: str, authorization: str | None, tenant: str | None) -> Principal:
+    """A call from a cluster's API replica to a worker: authenticated by the cluster's secret,
+    on behalf of the tenant the replica resolved (never an admin: the replica resolved any
+    ``?owner=`` and audited it)."""
+    token = authorization[7:].strip() if authorization and authorization.lower().startswith("bearer ") else ""
+    if not hmac.compare_digest(token.encode(), secret.encode()):
+        raise Unauthorized("invalid or missing cluster secret (a worker answers only its cluster's replicas)")
+    return Principal(check_tenant(tenant or ""), admin=False)

@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...access import Principal, resolve_tenant_audited
 from ...errors import ExecutorError
-from ...runs.processes import MAX_POLL_BYTES, MAX_WAIT_SECONDS, ProcessManager, SessionProcess
+from ...runs.processes import MAX_POLL_BYTES, MAX_WAIT_SECONDS, Processes, ProcessView
 from ...web.auth import principal
 from ..schemas import ERRORS, ProcessInfo, ProcessList, ProcessOutput, ProcessSignal, ProcessStart, ProcessWrite
 
@@ -26,14 +26,13 @@ router = APIRouter(prefix="/v1/sessions/{session}/processes", tags=["processes"]
 STREAM_WAIT_SECONDS = 10.0
 
 
-def _processes(request: Request) -> ProcessManager:
-    runner = getattr(request.app.state.executor, "runner", None)
-    processes: ProcessManager | None = getattr(runner, "processes", None)
+def _processes(request: Request) -> Processes:
+    """This service's processes: executed here (a runtime without any refuses a start, 501
+    ``processes_unsupported``), or, on a cluster's API replica, proxied to the worker running
+    each session's (:mod:`skill_executor.dispatch.processes`)."""
+    processes: Processes | None = getattr(getattr(request.app.state, "service", None), "processes", None)
     if processes is None:
-        raise ExecutorError(
-            "this service runs no sessions' processes (a cluster's API replica does not yet route them)",
-            code="processes_unsupported",
-        )
+        raise ExecutorError("this service is not started", code="unavailable", status=503)
     return processes
 
 
@@ -45,7 +44,7 @@ def _tenant(who: Principal, owner: str | None, action: str, session: str) -> str
     return resolve_tenant_audited(who, owner, action=f"process.{action}", target=session)
 
 
-def _info(process: SessionProcess) -> ProcessInfo:
+def _info(process: ProcessView) -> ProcessInfo:
     return ProcessInfo.model_validate(process.state())
 
 
