@@ -152,6 +152,22 @@ def test_a_worker_only_answers_its_cluster(cluster: Cluster, clients: tuple[Clie
         assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized", answer.text
 
 
+def test_a_restarted_workers_processes_are_reported_lost(cluster: Cluster, clients: tuple[Client, Client]) -> None:
+    """A worker restarted on its data dir keeps its id and its sessions, not its processes."""
+    a, b = clients
+    before = a.process_start("restarted", "sleep 600")
+    worker = placed(cluster, "restarted", before["id"])
+    index = next(i for i, w in enumerate(cluster.workers) if worker_id(w) == worker)
+    cluster.restart_worker(index)
+    state = b.process("restarted", before["id"])
+    assert not state["running"] and state["reason"] == "lost"
+    with expect_error(410, "process_lost"):
+        b.process_poll("restarted", before["id"], 0)
+    after = a.process_start("restarted", "echo again")  # the session stays on its worker
+    assert placed(cluster, "restarted", after["id"]) == worker
+    poll_until(b, "restarted", after["id"], "again")
+
+
 def test_a_killed_workers_processes_are_reported_lost_and_the_session_goes_on(
     cluster: Cluster, clients: tuple[Client, Client]
 ) -> None:

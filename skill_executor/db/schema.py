@@ -254,6 +254,7 @@ session_processes = Table(
     Column("started_at", Float, nullable=False),
     PrimaryKeyConstraint("tenant", "session", "process_id"),
 )
+Index("ix_session_processes_started_at", session_processes.c.started_at)
 
 #: Secrets the processes of a cluster share (``internal``: the replicas' calls to workers).
 cluster_secrets = Table(

@@ -18,11 +18,10 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-import time
 from typing import Any
 
 import httpx
-from sqlalchemy import func, select, text
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..access import TENANT_HEADER
@@ -30,7 +29,7 @@ from ..config import Settings
 from ..db import Database
 from ..db.schema import cluster_secrets, session_leases, session_processes, workers
 from ..errors import ExecutorError, Unavailable
-from ..runs.processes import MAX_WAIT_SECONDS, Poll, ProcessLost, ProcessNotFound
+from ..runs.processes import HOST_LIFETIMES, KEEP_ENDED_SECONDS, MAX_WAIT_SECONDS, Poll, ProcessLost, ProcessNotFound
 from .postgres import NoWorkers, session_home
 from .sweep import now_sql
 
@@ -52,6 +51,11 @@ def internal_secret(database: Database, settings: Settings) -> str:
         return str(
             conn.execute(select(cluster_secrets.c.value).where(cluster_secrets.c.name == "internal")).scalar_one()
         )
+
+
+#: The worker that started the process still runs it: its lease holds, and it is the same
+#: process of it (a worker restarted on its data dir keeps its id, not its processes).
+_RUNNING = (workers.c.lease_until > text(now_sql())) & (workers.c.started_at <= session_processes.c.started_at)
 
 
 class RemoteProcess:
@@ -142,7 +146,7 @@ class ClusterProcesses:
         """(the URL of the worker running the process, None: it is gone; the state it started with)."""
         with self.database.read() as conn:
             row = conn.execute(
-                select(session_processes.c.info, workers.c.url, workers.c.lease_until > text(now_sql()))
+                select(session_processes.c.info, workers.c.url, _RUNNING)
                 .select_from(session_processes.outerjoin(workers, workers.c.worker_id == session_processes.c.worker_id))
                 .where(
                     session_processes.c.tenant == tenant,
@@ -234,6 +238,11 @@ class ClusterProcesses:
                 if exc.code != "session_elsewhere" or attempt == 2:
                     raise
         with self.database.write() as conn:
+            # what has ended and been forgotten for long on any worker is forgotten here too
+            horizon = HOST_LIFETIMES * self.settings.process_max_seconds + KEEP_ENDED_SECONDS
+            conn.execute(
+                delete(session_processes).where(session_processes.c.started_at < text(f"{now_sql()} - {horizon}"))
+            )
             conn.execute(
                 pg_insert(session_processes)
                 .values(
@@ -242,7 +251,7 @@ class ClusterProcesses:
                     process_id=str(info["id"]),
                     worker_id=worker_id,
                     info=json.dumps(info),
-                    started_at=time.time(),
+                    started_at=text(now_sql()),
                 )
                 .on_conflict_do_nothing()
             )
@@ -255,7 +264,7 @@ class ClusterProcesses:
                     session_processes.c.info,
                     session_processes.c.worker_id,
                     workers.c.url,
-                    workers.c.lease_until > text(now_sql()),
+                    _RUNNING,
                 )
                 .select_from(session_processes.outerjoin(workers, workers.c.worker_id == session_processes.c.worker_id))
                 .where(session_processes.c.tenant == tenant, session_processes.c.session == session)

@@ -28,6 +28,7 @@ def upgrade() -> None:
         sa.Column("started_at", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("tenant", "session", "process_id", name=op.f("pk_session_processes")),
     )
+    op.create_index("ix_session_processes_started_at", "session_processes", ["started_at"])
     op.create_table(
         "cluster_secrets",
         sa.Column("name", sa.Text(), nullable=False),
@@ -38,5 +39,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("cluster_secrets")
+    op.drop_index("ix_session_processes_started_at", table_name="session_processes")
     op.drop_table("session_processes")
     op.drop_column("workers", "url")
