@@ -150,6 +150,9 @@ def test_a_worker_only_answers_its_cluster(cluster: Cluster, clients: tuple[Clie
     for headers in ({}, {"Authorization": f"Bearer {KEY_A}"}, {"Authorization": "Bearer nope"}):
         answer = httpx.get(f"{cluster.workers[0].url}/v1/sessions/x/processes", headers=headers, timeout=10)
         assert answer.status_code == 401 and answer.json()["error"]["code"] == "unauthorized", answer.text
+    metrics = f"{cluster.workers[0].url}/metrics"  # the worker's other routes take the API keys, as before
+    assert httpx.get(metrics, headers={"Authorization": f"Bearer {KEY_A}"}, timeout=10).status_code == 200
+    assert httpx.get(metrics, timeout=10).status_code == 401
 
 
 def test_a_restarted_workers_processes_are_reported_lost(cluster: Cluster, clients: tuple[Client, Client]) -> None:

@@ -27,7 +27,7 @@ from ..dispatch.processes import internal_secret
 from ..owners import DataDirClaim
 from ..service import Service
 from ..web import problems
-from ..web.auth import KeyRing, Unauthorized, internal_principal, principal
+from ..web.auth import KeyRing, Unauthorized, internal_principal, key_principal, principal
 from .app import CLOSE_SECONDS
 from .metrics import Metrics
 from .middleware import RequestContext
@@ -36,8 +36,11 @@ from .routes import processes, system
 log = logging.getLogger("skill_executor.worker")
 
 
-async def _replica(request: Request) -> Principal:
-    """The processes routes' caller on a worker: a replica of its cluster."""
+async def _caller(request: Request) -> Principal:
+    """The processes routes' caller on a worker: a replica of its cluster (the others': an
+    API key's holder, as everywhere)."""
+    if not request.url.path.startswith(processes.router.prefix.split("{", 1)[0]):
+        return key_principal(request)
     secret: str | None = getattr(request.app.state, "internal_secret", None)
     if secret is None:
         raise Unauthorized("this worker is not started")
@@ -102,6 +105,6 @@ def create_worker_app(settings: Settings, *, claim: DataDirClaim, on_exit: Calla
     problems.install(app)
     app.include_router(system.router)
     app.include_router(processes.router)
-    app.dependency_overrides[principal] = _replica
+    app.dependency_overrides[principal] = _caller
     app.add_middleware(RequestContext)
     return app

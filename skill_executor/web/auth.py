@@ -119,6 +119,11 @@ async def admin(request: Request, _: HTTPAuthorizationCredentials | None = Depen
     return found
 
 
+def key_principal(request: Request) -> Principal:
+    """The caller by its API key (what :func:`principal` depends on)."""
+    return _authenticate(request)
+
+
 def internal_principal(secret: str, authorization: str | None, tenant: str | None) -> Principal:
     """A call from a cluster's API replica to a worker: authenticated by the cluster's secret,
     on behalf of the tenant the replica resolved (never an admin: the replica resolved any
