@@ -281,7 +281,7 @@ class Settings(BaseSettings):
     """How often API replicas look for lost workers (a loss shows within lease + sweep)."""
     worker_url: str | None = None
     """The URL API replicas reach this worker at, for its sessions' processes (default: ``http://<host>:<port>``
-    of its own server; set it when the bind address is not what replicas reach, e.g. 0.0.0.0)."""
+    of its own server, the machine's host name for 0.0.0.0; set it when that is not what replicas reach)."""
     cluster_secret: str | None = Field(default=None, repr=False)
     """The shared secret of calls between a cluster's replicas and workers (default: one made once and kept in
     the database, which every process of the cluster reads)."""

@@ -81,6 +81,15 @@ def check_role(settings: Settings, role: Role) -> None:
         )
 
 
+def worker_url(settings: Settings) -> str:
+    """Where a cluster's replicas reach this worker: ``WORKER_URL``, else its own server's
+    address (its host name when it binds every interface)."""
+    if settings.worker_url:
+        return settings.worker_url.rstrip("/")
+    host = socket.gethostname() if settings.host in ("0.0.0.0", "::", "") else settings.host
+    return f"http://{f'[{host}]' if ':' in host else host}:{settings.port}"
+
+
 @dataclass(slots=True)
 class Service:
     settings: Settings
@@ -148,7 +157,7 @@ class Service:
                     heartbeat=settings.worker_heartbeat_seconds,
                     worker_id=f"{socket.gethostname()[:40]}-{data_dir_id(settings.data_dir)[:12]}",
                     moving_sessions=bool(settings.session_snapshots),
-                    url=settings.worker_url or f"http://{settings.host}:{settings.port}",
+                    url=worker_url(settings),
                 )
                 worker.serve_processes(executor.runner.processes)
         except BaseException:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,7 +18,7 @@ import pytest
 from skill_executor.client import Client
 
 from .cluster import FAST, Cluster, worker_id
-from .conftest import require_runtime
+from .conftest import require_runtime, runsc_problem
 from .pgserver import PostgresServer
 from .test_api import expect_error
 from .test_api_tenancy import KEY_A, KEY_B
@@ -214,3 +215,31 @@ def test_a_killed_workers_processes_are_reported_lost_and_the_session_goes_on(
             time.sleep(0.2)
     assert placed(cluster, "doomed", again["id"]) != worker
     poll_until(a, "doomed", again["id"], "back")
+
+
+def test_on_gvisor_a_repl_across_replicas(postgres_server: PostgresServer, tmp_path: Path) -> None:
+    """The workers' sandboxes on gVisor (runsc), with their warm pools: the same routing."""
+    problem = runsc_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    name = postgres_server.create_database()
+    env = {**FAST, "SKILL_EXECUTOR_API_KEYS": KEY_A, "SKILL_EXECUTOR_DOCKER_OCI_RUNTIME": "runsc"}
+    cluster = Cluster(tmp_path, postgres_server.url(name), workers=1, env=env)
+    try:
+        cluster.start()
+        with (
+            Client(cluster.api(0), api_key=KEY_A, timeout=TIMEOUT) as a,
+            Client(cluster.api(1), api_key=KEY_A, timeout=TIMEOUT) as b,
+        ):
+            started = a.process_start("repl", ["python3", "-i", "-u"])
+            ready = poll_until(b, "repl", started["id"], ">>> ")
+            a.process_write("repl", started["id"], "6*7\n")
+            poll_until(b, "repl", started["id"], "42", ready)
+            assert b.run({"skill": "math-tools", "command": "echo ran", "session": "repl"})["stdout"] == "ran\n"
+            assert a.process_kill("repl", started["id"])["reason"] == "killed"
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.close()
+        postgres_server.drop_database(name)
