@@ -81,3 +81,37 @@ def test_a_key_under_a_command_policy_starts_no_process(tmp_path: Path) -> None:
         assert other.value.code == "processes_unsupported"  # no rule for this key: on to the runtime
     finally:
         executor.close()
+
+
+def test_a_cluster_replica_maps_a_workers_answers() -> None:
+    """A replica's proxy (dispatch/processes.py): a worker's refusal comes back with its own
+    status and code; a worker refusing the cluster's secret is the cluster's fault (503), never
+    the caller's 401; a worker that does not answer is ``worker_unreachable``."""
+    import httpx
+
+    from skill_executor.dispatch.processes import ClusterProcesses
+
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path.endswith("/stdin"):
+            body = {"error": {"code": "process_ended", "message": "ended", "details": {"process": "p-1"}}}
+            return httpx.Response(409, json=body)
+        if request.url.path.endswith("/signal"):
+            return httpx.Response(401, json={"error": {"code": "unauthorized", "message": "no"}})
+        raise httpx.ConnectError("refused", request=request)
+
+    settings = Settings(cluster_secret="s3cret")
+    proxy = ClusterProcesses(None, settings, moving_sessions=True)  # type: ignore[arg-type]
+    proxy.client = httpx.Client(transport=httpx.MockTransport(answer))
+    with pytest.raises(ExecutorError) as ended:
+        proxy._call("POST", "http://w", "tenant-a", "s", "/p-1/stdin", body={"data": "x"})
+    assert (ended.value.status, ended.value.code, ended.value.details) == (409, "process_ended", {"process": "p-1"})
+    assert (
+        seen[0].headers["authorization"] == "Bearer s3cret" and seen[0].headers["x-skill-executor-tenant"] == "tenant-a"
+    )
+    for path in ("/p-1/signal", "/p-1"):
+        with pytest.raises(ExecutorError) as refused:
+            proxy._call("GET", "http://w", "tenant-a", "s", path)
+        assert (refused.value.status, refused.value.code) == (503, "worker_unreachable")

@@ -117,8 +117,8 @@ class ClusterProcesses:
                 row = conn.execute(select(workers.c.url).where(workers.c.worker_id == home, alive)).first()
                 if row is None:
                     raise Unavailable(
-                        f"the worker holding session {session!r} does not answer (its lease is running out); "
-                        "retry shortly",
+                        f"the worker holding session {session!r} cannot take processes now (its lease is running "
+                        "out, or it is of a version without them); retry shortly",
                         code="worker_unreachable",
                         retry_after=2,
                         details={"session": session, "worker": home},
@@ -190,6 +190,14 @@ class ClusterProcesses:
                 retry_after=2,
                 details={"session": session},
             ) from exc
+        if answer.status_code == 401:  # never the caller's key: the replica and the worker disagree
+            raise Unavailable(
+                f"the worker running session {session!r}'s processes refused this replica's cluster secret: set "
+                "the same SKILL_EXECUTOR_CLUSTER_SECRET on every replica and worker (or on none)",
+                code="worker_unreachable",
+                retry_after=5,
+                details={"session": session},
+            )
         if answer.status_code >= 400:
             try:
                 error = answer.json()["error"]
