@@ -85,7 +85,15 @@ def test_a_repl_started_on_one_replica_is_driven_from_the_other(
     b.process_write("repl", pid, "6*7\n")
     after = poll_until(a, "repl", pid, "42", ready)
     b.process_write("repl", pid, "print('x' * 3)\n")
-    poll_until(b, "repl", pid, "xxx", after)
+    after = poll_until(b, "repl", pid, "xxx", after)
+    took = []
+    for i in range(20):  # a write through one replica, its answer polled through the other
+        begin = time.perf_counter()
+        b.process_write("repl", pid, f"print({i} * 1000 + 7)\n")
+        after = poll_until(a, "repl", pid, f"{i * 1000 + 7}", after)
+        took.append(time.perf_counter() - begin)
+    took.sort()
+    print(f"write via B + its answer polled via A: median {took[10] * 1000:.1f} ms, max {took[-1] * 1000:.1f} ms")
     assert a.process_poll("repl", pid, 0)["output"] == b.process_poll("repl", pid, 0)["output"]
     assert [p["id"] for p in b.processes("repl")["processes"]] == [pid]
     assert a.process("repl", pid)["running"]
