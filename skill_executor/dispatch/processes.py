@@ -9,8 +9,9 @@ which execute them (:class:`~skill_executor.runs.processes.ProcessManager`).
 * Every later call, on any replica, looks the process up there and goes to its worker's URL
   (``workers.url``), authenticated by the cluster's secret (:func:`internal_secret`) with
   the tenant the replica resolved.
-* A process whose worker's lease has run out is reported ended (``reason: lost``); the calls
-  that need it alive answer 410 ``process_lost``.
+* A process whose worker's lease has run out is reported ended (``reason: lost``, or as it
+  ended when a replica saw it end: a kill's or a state's answer); the calls that need it
+  alive answer 410 ``process_lost``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import threading
 from typing import Any
 
 import httpx
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..access import TENANT_HEADER
@@ -82,6 +83,9 @@ class RemoteProcess:
 
 
 def _lost(info: dict[str, Any]) -> RemoteProcess:
+    """A process of a worker that is gone: as it ended, when a replica saw it end; else lost."""
+    if not info["running"]:
+        return RemoteProcess(info)
     return RemoteProcess({**info, "running": False, "exit_code": None, "reason": "lost"})
 
 
@@ -287,11 +291,26 @@ class ClusterProcesses:
             found.setdefault(lost.id, lost)
         return sorted(found.values(), key=lambda p: float(p.info.get("started_at") or 0))
 
+    def _seen(self, tenant: str, session: str, info: dict[str, Any]) -> RemoteProcess:
+        """A worker's answer; an ended process's end is kept (reported so if its worker goes)."""
+        if not info["running"]:
+            with self.database.write() as conn:
+                conn.execute(
+                    update(session_processes)
+                    .where(
+                        session_processes.c.tenant == tenant,
+                        session_processes.c.session == session,
+                        session_processes.c.process_id == str(info["id"]),
+                    )
+                    .values(info=json.dumps(info))
+                )
+        return RemoteProcess(info)
+
     def get(self, tenant: str, session: str, process_id: str) -> RemoteProcess:
         url, info = self._route(tenant, session, process_id)
         if url is None:
             return _lost(info)
-        return RemoteProcess(self._call("GET", url, tenant, session, f"/{process_id}"))
+        return self._seen(tenant, session, self._call("GET", url, tenant, session, f"/{process_id}"))
 
     def _alive(self, tenant: str, session: str, process_id: str) -> str:
         url, _ = self._route(tenant, session, process_id)
@@ -324,7 +343,7 @@ class ClusterProcesses:
         url, info = self._route(tenant, session, process_id)
         if url is None:
             return _lost(info)  # ended with its worker
-        return RemoteProcess(self._call("DELETE", url, tenant, session, f"/{process_id}"))
+        return self._seen(tenant, session, self._call("DELETE", url, tenant, session, f"/{process_id}"))
 
     def close(self) -> None:
         self.client.close()
