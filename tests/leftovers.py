@@ -25,6 +25,16 @@ DATA_DIRS = ("*/data", "popen-gw*/*/data")
 RECORDS = (f"{pgserver.RECORDS}/*", f"popen-gw*/{pgserver.RECORDS}/*")
 
 
+def _lease_roots(base: Path, leases: str, root_id: str) -> list[Path]:
+    """Every ``<leases>/<root_id>`` file under ``base``, found by a walk that passes over what
+    vanishes while it looks (a folder a janitor is still removing: ``Path.glob`` raises)."""
+    found: list[Path] = []
+    for folder, _dirs, files in os.walk(base, onerror=lambda _: None):
+        if os.path.basename(folder) == leases and root_id in files:
+            found.append(Path(folder) / root_id)
+    return found
+
+
 def containers(base: Path, engine: str = "unix:///var/run/docker.sock") -> list[str]:
     """Managed containers whose owner lease is rooted in this session's temp folders (on
     the main engine, or on ``engine``: a second one, ``tests/engines.py``)."""
@@ -33,7 +43,7 @@ def containers(base: Path, engine: str = "unix:///var/run/docker.sock") -> list[
     from skill_executor.owners import LEASES, ROOT_ID, parse
     from skill_executor.runtimes.docker import LABEL_MANAGED, LABEL_OWNER
 
-    roots = {path.read_text().strip() for path in base.glob(f"**/{LEASES}/{ROOT_ID}")}
+    roots = {path.read_text().strip() for path in _lease_roots(base, LEASES, ROOT_ID)}
     if not roots:
         return []
     client = docker.DockerClient(base_url=engine, version="auto", timeout=30)
