@@ -181,3 +181,30 @@ def test_a_process_is_under_the_runs_seccomp_filter(pm: ProcessManager) -> None:
     assert lines["attach-child"] == "-1 1", seen  # EPERM: not even its own child
     assert lines["io_uring"] == "-1 1", seen
     assert lines["vsock"] == "1", seen
+
+
+def test_a_process_cannot_steer_its_kill(pm: ProcessManager) -> None:
+    """Whom a kill signals is the pid the wrapper said before the process ran, kept by the
+    service: nothing the process writes in its sandbox (once: a pidfile in /tmp) redirects it."""
+    dodge = "for f in /tmp/.skill-executor-processes/*; do echo 99999 > $f; done; sleep 300 & echo dodged; wait"
+    process = pm.start(T, "steer", dodge)
+    until(pm, "steer", process.id, "dodged")
+    pm.start(T, "steer", "sleep 300")  # the sandbox stays
+    killed = pm.kill(T, "steer", process.id, wait=10.0)
+    assert killed.ended and killed.reason == "killed", killed.state()
+    check = pm.start(T, "steer", "ps -eo args; echo listed")
+    seen, _ = until(pm, "steer", check.id, "listed")
+    assert "sleep 300 & echo dodged" not in seen and seen.count("sleep 300\n") == 1, seen
+
+
+def test_what_left_the_group_ends_with_the_process(pm: ProcessManager) -> None:
+    """``setsid`` (a daemon's double fork) leaves the process's group and session: it ends with
+    the process all the same, though the session's sandbox lives on for another process."""
+    escape = pm.start(T, "escape", "setsid sleep 777 & (setsid sh -c 'sleep 778 &') ; echo escaped; wait")
+    until(pm, "escape", escape.id, "escaped")
+    keeper = pm.start(T, "escape", "sleep 300")
+    pm.kill(T, "escape", escape.id)
+    check = pm.start(T, "escape", "ps -eo args; echo listed")
+    seen, _ = until(pm, "escape", check.id, "listed")
+    assert "sleep 777" not in seen and "sleep 778" not in seen, seen
+    assert "sleep 300" in seen and not pm.get(T, "escape", keeper.id).ended  # the others live on

@@ -8,14 +8,19 @@ and is removed (everything in it killed) when its session's last process has end
 run of the same session joins the host's network namespace (:attr:`DockerHost.network_of`),
 so a server a process started on 127.0.0.1 answers the run, and nothing else.
 
-A process is started as ``bash -c 'echo $$ > <pidfile>; exec "$@"'``: the exec'd process is
-a session and group leader in the container (``docker exec`` makes it one, with or without
-a TTY), so a signal to ``-<pid>`` reaches it and everything it started in its group.
+A process is started as ``bash -c 'echo $$; exec "$@"'``: the exec'd process is a session and
+group leader in the container (``docker exec`` makes it one, with or without a TTY), so a
+signal to ``-<pid>`` reaches it and everything it started in its group.  Its pid is the first
+line of its stream, read before anything of the process runs and kept here: nothing in the
+sandbox (where the process may write anything) tells the service whom to signal.
+What leaves its process's group and session (``setsid``, a daemon's double fork) is reaped
+when a process ends: every process of the host in a session that is neither the host's
+first process's nor a live process's is killed (:meth:`DockerHost.reap`).
 """
 
 from __future__ import annotations
 
-import secrets
+import select
 import signal as signals
 import socket
 import threading
@@ -28,10 +33,15 @@ from ...config import Settings
 from ...errors import Conflict, Unavailable
 from .engine import CONTAINER_WORKSPACE, ENGINE_ERRORS, LABEL_DEADLINE, LABEL_RUN, Engine, launcher_argv
 
-#: Where a process's group id is kept in its host (the host's own /tmp).
-PIDS_DIR = "/tmp/.skill-executor-processes"
-#: How long a signal waits for the process to have written its group id.
-PID_WAIT_SECONDS = 5.0
+#: How long a start waits for the process's wrapper to say its pid (its stream's first line).
+PID_WAIT_SECONDS = 10.0
+#: Kills every process whose session (the 4th field after the command's name in its stat) is
+#: not the host's first process's, the script's own, nor one of the arguments.
+REAP_SCRIPT = (
+    'keep=" 1 $$ $* "; for d in /proc/[0-9]*; do IFS= read -r l < "$d/stat" 2>/dev/null || continue; '
+    'set -- ${l##*) }; case "$keep" in *" $4 "*) ;; *) kill -9 "${d#/proc/}" 2>/dev/null;; esac; done; true'
+)
+WRITE_WAIT_SECONDS = 10.0
 #: The size of one read of a process's output stream.
 READ_BYTES = 64 * 1024
 #: How long after its stream ended a process's exit status is waited for.
@@ -60,6 +70,10 @@ class DockerHost:
             engine.remove(self.id)
             raise
         self._closed = False
+        #: The pids of the host's live processes (each its own session); execs and the
+        #: reaping are one at a time, so a starting process is never taken for a stray.
+        self._pids: set[int] = set()
+        self._lock = threading.RLock()
 
     @property
     def network_of(self) -> str:
@@ -68,14 +82,20 @@ class DockerHost:
 
     def exec(self, argv: list[str], *, cwd: str, env: dict[str, str], pty: bool) -> DockerProcess:
         """Start ``argv`` in the host, stdin open (a TTY when ``pty``)."""
-        pidfile = f"{PIDS_DIR}/{secrets.token_hex(8)}"
         # Under the launcher's seccomp filter as every run's command (an exec is no child of the
         # container's first process: it inherits no filter); the launcher execs in place.
         wrapped = [
             *launcher_argv(self.settings, "--exec"),
             "--",
-            *["bash", "-c", 'mkdir -p "${0%/*}" && echo $$ > "$0" && exec "$@"', pidfile, *argv],
+            *["bash", "-c", 'echo $$ && exec "$@"', "bash", *argv],
         ]
+        with self._lock:
+            process = self._exec(wrapped, cwd=cwd, env=env, pty=pty)
+            if process.pid is not None:
+                self._pids.add(process.pid)
+        return process
+
+    def _exec(self, wrapped: list[str], *, cwd: str, env: dict[str, str], pty: bool) -> DockerProcess:
         api = self.engine.api
         try:
             exec_id = api.exec_create(
@@ -95,19 +115,32 @@ class DockerHost:
                 f"could not start the process in the session's container: {exc}", code="engine_error"
             ) from None
         raw: socket.socket = getattr(sock, "_sock", sock)
-        return DockerProcess(self, str(exec_id), raw, pidfile, pty)
+        process = DockerProcess(self, str(exec_id), raw, pty)
+        process.read_pid()
+        return process
 
     def run(self, argv: list[str], timeout: float = 10.0) -> tuple[int | None, bytes]:
         """A short command in the host as the runs' user (for signals): its exit status and output."""
         api = self.engine.api
         try:
             argv = [*launcher_argv(self.settings, "--exec"), "--", *argv]
-            exec_id = api.exec_create(self.id, argv, stdout=True, stderr=True, user=self.settings.docker_user)["Id"]
-            output = api.exec_start(exec_id, demux=False)
-            code = api.exec_inspect(exec_id).get("ExitCode")
+            with self._lock:
+                exec_id = api.exec_create(self.id, argv, stdout=True, stderr=True, user=self.settings.docker_user)["Id"]
+                output = api.exec_start(exec_id, demux=False)
+                code = api.exec_inspect(exec_id).get("ExitCode")
         except ENGINE_ERRORS as exc:
             raise Unavailable(f"the session's container did not answer: {exc}", code="engine_error") from None
         return (int(code) if code is not None else None), bytes(output or b"")
+
+    def reap(self, ended: int | None) -> None:
+        """Forget the process ``ended`` (a pid) and SIGKILL every process of the host in a session
+        that is neither the first process's (1) nor a live process's: what a process started
+        and let leave its group (``setsid``, a double fork) ends with it, at the latest."""
+        with self._lock:
+            if ended is not None:
+                self._pids.discard(ended)
+            keep = [str(pid) for pid in sorted(self._pids)]
+            self.run(["bash", "-c", REAP_SCRIPT, "reap", *keep])
 
     def close(self) -> None:
         """Remove the host: everything still running in it is killed (idempotent)."""
@@ -120,19 +153,42 @@ class DockerProcess:
     """One ``docker exec`` in a host: its hijacked stream (stdin in; output out, with Docker's
     8-byte frame headers unless it has a TTY)."""
 
-    def __init__(self, host: DockerHost, exec_id: str, raw: socket.socket, pidfile: str, pty: bool) -> None:
+    def __init__(self, host: DockerHost, exec_id: str, raw: socket.socket, pty: bool) -> None:
         self.host = host
         self.exec_id = exec_id
         self.raw = raw
-        self.pidfile = pidfile
         self.pty = pty
+        #: The process's pid in its host (its group's and session's id); None if it never said.
+        self.pid: int | None = None
         self._header = bytearray()
         self._left = 0  # bytes of the current frame still to come
+        self._pending = b""  # output read with the pid line
         self._write_lock = threading.Lock()
         self._stdin_open = True
 
+    def read_pid(self) -> None:
+        """Read the wrapper's first line, its pid (what else came with it is the first output)."""
+        seen = b""
+        deadline = time.monotonic() + PID_WAIT_SECONDS
+        while b"\n" not in seen and time.monotonic() < deadline:
+            if not select.select([self.raw], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                break
+            chunk = self.read()
+            if not chunk:
+                break
+            seen += chunk
+        line, newline, rest = seen.partition(b"\n")
+        if newline and line.strip().isdigit():
+            self.pid = int(line.strip())
+            self._pending = rest
+        else:  # the wrapper never ran (the launcher refused): its words are the output
+            self._pending = seen
+
     def read(self) -> bytes:
         """The next output (blocks); b"" once the output is over."""
+        if self._pending:
+            out, self._pending = self._pending, b""
+            return out
         while True:
             try:
                 data = self.raw.recv(READ_BYTES)
@@ -183,20 +239,19 @@ class DockerProcess:
                     pass
 
     def signal(self, signum: int) -> bool:
-        """Send ``signum`` to the process's group (it and what it started, by the group id its
-        wrapper wrote as it started); False when no such group is left."""
+        """Send ``signum`` to the process's group (it and what it started, by the pid its
+        wrapper said as it started); False when no such group is left."""
+        if self.pid is None:
+            return False
         name = signals.Signals(signum).name.removeprefix("SIG")
-        script = 'p=$(cat "$1" 2>/dev/null) || exit 3; kill -s "$0" -- "-$p" 2>/dev/null'
-        deadline = time.monotonic() + PID_WAIT_SECONDS
-        while True:
-            code, _ = self.host.run(["bash", "-c", script, name, self.pidfile])
-            if code != 3 or time.monotonic() >= deadline:
-                return code == 0
-            time.sleep(0.02)  # not started yet: its wrapper writes the group id first thing
+        code, _ = self.host.run(["bash", "-c", 'kill -s "$0" -- "-$1" 2>/dev/null', name, str(self.pid)])
+        return code == 0
 
     def kill(self) -> None:
-        """SIGKILL the process's group; its stream then ends."""
+        """SIGKILL the process's group, and what it started that left the group (and every other
+        stray of the host: :meth:`DockerHost.reap`); its stream then ends."""
         self.signal(signals.SIGKILL)
+        self.host.reap(self.pid)
 
     def exit_code(self) -> int | None:
         """Once the output is over: the exit status (128+N for signal N), None if unknown."""
@@ -214,6 +269,11 @@ class DockerProcess:
             time.sleep(0.02)
 
     def close(self) -> None:
+        """Give the stream up: a reader blocked on it wakes (a close alone would not wake it)."""
+        try:
+            self.raw.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self.raw.close()
         except OSError:
