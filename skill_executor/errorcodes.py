@@ -653,6 +653,12 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Start a new process to give it input again.",
     ),
     E(
+        "process_stdin_full",
+        409,
+        "The process did not read its stdin: a write waited 10 s and gave up (the error says how many bytes it wrote).",
+        "Poll the process's output (it may wait for you to read), write less at a time, or kill it.",
+    ),
+    E(
         "process_limit",
         429,
         "This session runs as many processes as allowed (SKILL_EXECUTOR_PROCESSES_PER_SESSION); or its sandbox "

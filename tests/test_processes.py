@@ -13,6 +13,7 @@ from skill_executor.core import Executor
 from skill_executor.errors import ExecutorError
 from skill_executor.runs.models import RunRequest
 from skill_executor.runs.processes import Poll, ProcessManager
+from skill_executor.runtimes.docker import processes as docker_processes
 
 from .conftest import is_gvisor, make_settings
 
@@ -208,3 +209,20 @@ def test_what_left_the_group_ends_with_the_process(pm: ProcessManager) -> None:
     seen, _ = until(pm, "escape", check.id, "listed")
     assert "sleep 777" not in seen and "sleep 778" not in seen, seen
     assert "sleep 300" in seen and not pm.get(T, "escape", keeper.id).ended  # the others live on
+
+
+def test_a_write_to_a_process_that_does_not_read_gives_up(pm: ProcessManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that never reads its stdin holds no caller (a service thread) forever."""
+    monkeypatch.setattr(docker_processes, "WRITE_WAIT_SECONDS", 1.0)
+    deaf = pm.start(T, "deaf", "sleep 300")
+    began = time.monotonic()
+    with pytest.raises(ExecutorError) as full:
+        for _ in range(8):
+            pm.write(T, "deaf", deaf.id, b"x" * (1024 * 1024))
+    assert full.value.code == "process_stdin_full" and full.value.status == 409
+    assert full.value.details["written"] < full.value.details["size"] == 1024 * 1024
+    assert time.monotonic() - began < 8 * 1.0 + 5
+    cat = pm.start(T, "deaf", "cat")  # a process that reads takes the same megabyte at once
+    pm.write(T, "deaf", cat.id, b"y" * (1024 * 1024))
+    until(pm, "deaf", cat.id, "y" * 100)
+    assert pm.kill(T, "deaf", deaf.id).ended

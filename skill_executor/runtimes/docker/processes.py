@@ -41,6 +41,7 @@ REAP_SCRIPT = (
     'keep=" 1 $$ $* "; for d in /proc/[0-9]*; do IFS= read -r l < "$d/stat" 2>/dev/null || continue; '
     'set -- ${l##*) }; case "$keep" in *" $4 "*) ;; *) kill -9 "${d#/proc/}" 2>/dev/null;; esac; done; true'
 )
+#: How long a write waits for a process that does not read its stdin (then 409 process_stdin_full).
 WRITE_WAIT_SECONDS = 10.0
 #: The size of one read of a process's output stream.
 READ_BYTES = 64 * 1024
@@ -221,13 +222,35 @@ class DockerProcess:
         return bytes(out)
 
     def write(self, data: bytes) -> None:
-        with self._write_lock:
+        """Send ``data`` to the stdin; a process that does not read it holds no caller (nor the
+        service's thread) past :data:`WRITE_WAIT_SECONDS` (409 ``process_stdin_full``)."""
+        deadline = time.monotonic() + WRITE_WAIT_SECONDS
+        if not self._write_lock.acquire(timeout=WRITE_WAIT_SECONDS):
+            raise self._full(0, len(data))
+        try:
             if not self._stdin_open:
                 raise Conflict("the process's stdin is closed", code="process_stdin_closed")
-            try:
-                self.raw.sendall(data)
-            except OSError as exc:
-                raise Conflict(f"the process does not take input: {exc}", code="process_ended") from None
+            view, sent = memoryview(data), 0
+            while sent < len(data):
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([], [self.raw], [], left)[1]:
+                    raise self._full(sent, len(data))
+                try:  # never blocking (MSG_DONTWAIT): the reader thread keeps the socket blocking
+                    sent += self.raw.send(view[sent:], socket.MSG_DONTWAIT)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError as exc:
+                    raise Conflict(f"the process does not take input: {exc}", code="process_ended") from None
+        finally:
+            self._write_lock.release()
+
+    @staticmethod
+    def _full(sent: int, size: int) -> Conflict:
+        return Conflict(
+            f"the process does not read its stdin: {sent} of {size} bytes written in {WRITE_WAIT_SECONDS:g} s",
+            code="process_stdin_full",
+            details={"written": sent, "size": size},
+        )
 
     def close_stdin(self) -> None:
         with self._write_lock:
