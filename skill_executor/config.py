@@ -135,6 +135,11 @@ class Settings(BaseSettings):
     """The most output of one process kept to be polled (older bytes are dropped; the total is counted)."""
     processes_per_session: int = Field(default=8, gt=0)  # then a start is refused (429 process_limit)
     """Processes one session may run at once."""
+    process_sandboxes_per_key: int = Field(default=4, gt=0)  # then a start in another session: 429 process_limit
+    """Sessions of one API key that may have processes at once (each a sandbox as big as a run's, kept while
+    its processes live: they take no run slot)."""
+    process_sandboxes: int = Field(default=16, gt=0)  # then a start in another session: 429 process_limit
+    """Sessions of the whole service that may have processes at once (each a sandbox as big as a run's)."""
     artifact_ttl_seconds: float | None = Field(default=None, gt=0)  # None: artifact versions never expire
     """Artifact versions expire this long after they were saved (none: never)."""
 

@@ -662,7 +662,9 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "process_limit",
         429,
         "This session runs as many processes as allowed (SKILL_EXECUTOR_PROCESSES_PER_SESSION); or its sandbox "
-        "is at the end of its lifetime (4 × SKILL_EXECUTOR_PROCESS_MAX_SECONDS since its first process).",
+        "is at the end of its lifetime (4 × SKILL_EXECUTOR_PROCESS_MAX_SECONDS since its first process); or as "
+        "many sessions as allowed have processes (SKILL_EXECUTOR_PROCESS_SANDBOXES_PER_KEY for the key, "
+        "SKILL_EXECUTOR_PROCESS_SANDBOXES for the service).",
         "Kill a process of the session, or wait for one to end (once its last has ended, its sandbox starts anew).",
     ),
     E(

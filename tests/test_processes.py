@@ -226,3 +226,24 @@ def test_a_write_to_a_process_that_does_not_read_gives_up(pm: ProcessManager, mo
     pm.write(T, "deaf", cat.id, b"y" * (1024 * 1024))
     until(pm, "deaf", cat.id, "y" * 100)
     assert pm.kill(T, "deaf", deaf.id).ended
+
+
+def test_a_key_and_the_service_hold_a_bounded_number_of_sandboxes(make_executor) -> None:  # type: ignore[no-untyped-def]
+    """Each session with processes keeps a sandbox as big as a run's, taking no run slot: a key
+    (and the service) may have only so many (else one key holds ``sessions_per_tenant`` of them)."""
+    pm = make_executor(process_sandboxes_per_key=2, process_sandboxes=3).runner.processes
+    first = pm.start(T, "box-1", "sleep 300")
+    pm.start(T, "box-1", "sleep 300")  # the same sandbox
+    pm.start(T, "box-2", "sleep 300")
+    with pytest.raises(ExecutorError) as per_key:
+        pm.start(T, "box-3", "sleep 300")
+    assert per_key.value.code == "process_limit" and per_key.value.status == 429
+    assert "SKILL_EXECUTOR_PROCESS_SANDBOXES_PER_KEY" in per_key.value.message
+    pm.start("other", "box-1", "sleep 300")  # another key's first
+    with pytest.raises(ExecutorError) as service:
+        pm.start("other", "box-2", "sleep 300")
+    assert service.value.code == "process_limit" and "SKILL_EXECUTOR_PROCESS_SANDBOXES)" in service.value.message
+    for process in pm.list(T, "box-1"):
+        pm.kill(T, "box-1", process.id)
+    assert pm.network_of(T, "box-1") is None and first.ended  # its sandbox gone, one is free again
+    pm.start("other", "box-2", "sleep 300")

@@ -273,6 +273,7 @@ class ProcessManager:
         self._hosts: dict[tuple[str, str], _Host] = {}
         self._host_locks: dict[tuple[str, str], threading.Lock] = {}
         self._processes: dict[tuple[str, str, str], SessionProcess] = {}
+        self._making: set[tuple[str, str]] = set()  # sessions whose host is being made (counted)
         self.started_total = 0
         self.ended_total: dict[str, int] = {}
         #: Called with (tenant, session) before a session's first process starts here (a
@@ -331,9 +332,7 @@ class ProcessManager:
                     details={"processes": len(live), "limit": s.processes_per_session},
                 )
             if entry is None:
-                if self.before_start is not None:
-                    self.before_start(key[0], session)
-                entry = self._make_host(tenant, session)
+                entry = self._make_host_within_limits(tenant, session)
             wall = min(wall, entry.deadline - time.time())  # a long-lived session's sandbox ends some day
             if wall < 1:
                 raise Busy(
@@ -385,6 +384,38 @@ class ProcessManager:
                     f"command refused by policy rule {name!r}: {reason}",
                     details={"rule": name, "program": None, "reason": reason},
                 )
+
+    def _make_host_within_limits(self, tenant: str, session: str) -> _Host:
+        """A new host, if the key's and the service's counts of sandboxes allow it (each is as big
+        as a run's container and takes no run slot: without a bound, one key could hold
+        ``sessions_per_tenant`` of them for hours)."""
+        key = (check_tenant(tenant), session)
+        s = self.settings
+        with self._lock:
+            held = set(self._hosts) | self._making
+            mine = sum(1 for t, _ in held if t == key[0])
+            if mine >= s.process_sandboxes_per_key or len(held) >= s.process_sandboxes:
+                per_key = mine >= s.process_sandboxes_per_key
+                raise Busy(
+                    f"{mine} sessions of this key have processes, the most allowed "
+                    "(SKILL_EXECUTOR_PROCESS_SANDBOXES_PER_KEY): end the processes of one first"
+                    if per_key
+                    else f"{len(held)} sessions have processes, the most this service allows "
+                    "(SKILL_EXECUTOR_PROCESS_SANDBOXES): try again later",
+                    code="process_limit",
+                    details={
+                        "sandboxes": mine if per_key else len(held),
+                        "limit": s.process_sandboxes_per_key if per_key else s.process_sandboxes,
+                    },
+                )
+            self._making.add(key)
+        try:
+            if self.before_start is not None:
+                self.before_start(key[0], session)
+            return self._make_host(tenant, session)
+        finally:
+            with self._lock:
+                self._making.discard(key)
 
     def _make_host(self, tenant: str, session: str) -> _Host:
         key = (check_tenant(tenant), session)
