@@ -689,6 +689,13 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Retry the start.",
     ),
     E(
+        "process_wait_limit",
+        429,
+        "As many polls with a wait (and output streams) as allowed wait at once: 8 of one key, 24 of the "
+        "service (each holds one of the service's worker threads).",
+        "Poll without wait, or close an output stream; then try again.",
+    ),
+    E(
         "processes_unsupported",
         501,
         "The runtime in use has no interactive processes (only the docker runtime, with runc or gVisor, has).",

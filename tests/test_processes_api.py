@@ -210,3 +210,37 @@ def test_the_process_tools_over_mcp(server: Server) -> None:
             assert not killed.is_error and not killed.structured_content["running"]
 
     anyio.run(main)
+
+
+def test_waiting_polls_do_not_starve_the_service(server: Server, a: Client) -> None:
+    """Polls that wait (and SSE streams) of one key hold none of the service's threads that
+    every other call needs: another key's calls answer at once meanwhile."""
+    quiet = a.process_start("flood", "sleep 120")
+
+    refused: list[str] = []
+
+    async def poll(http: httpx.AsyncClient, url: str) -> None:
+        answer = await http.get(url)
+        if answer.status_code == 429:
+            refused.append(answer.json()["error"]["code"])
+
+    async def flood() -> float:
+        headers = {"Authorization": f"Bearer {KEY_A}"}
+        url = f"{server.url}/v1/sessions/flood/processes/{quiet['id']}/output?after=0&wait=20"
+        async with httpx.AsyncClient(headers=headers, timeout=60, limits=httpx.Limits(max_connections=100)) as http:
+            async with anyio.create_task_group() as tasks:
+                for _ in range(60):
+                    tasks.start_soon(poll, http, url)
+                await anyio.sleep(2.0)  # every poll waits now
+                began = time.monotonic()
+                async with httpx.AsyncClient(headers={"Authorization": f"Bearer {KEY_B}"}, timeout=60) as other:
+                    answer = await other.get(f"{server.url}/v1/sessions/elsewhere/processes")
+                took = time.monotonic() - began
+                assert answer.status_code == 200, answer.text
+                tasks.cancel_scope.cancel()
+        return took
+
+    took = anyio.run(flood)
+    a.process_kill("flood", quiet["id"])
+    assert took < 5.0, f"another key's call waited {took:.1f} s"
+    assert refused == ["process_wait_limit"] * (60 - 8)  # a key's 9th waiting poll on

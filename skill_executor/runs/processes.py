@@ -48,6 +48,10 @@ KEEP_ENDED_SECONDS = 600.0
 SWEEP_SECONDS = 0.5
 #: The longest one poll may wait for output.
 MAX_WAIT_SECONDS = 30.0
+#: The most polls (an SSE stream is one) of one key that may wait at once, and of the service:
+#: a waiting poll holds one of the service's worker threads (40), which every call needs.
+MAX_WAITS_PER_KEY = 8
+MAX_WAITS = 24
 #: The most bytes one write takes.
 MAX_WRITE_BYTES = 1024 * 1024
 #: The most bytes one poll answers.
@@ -274,6 +278,7 @@ class ProcessManager:
         self._host_locks: dict[tuple[str, str], threading.Lock] = {}
         self._processes: dict[tuple[str, str, str], SessionProcess] = {}
         self._making: set[tuple[str, str]] = set()  # sessions whose host is being made (counted)
+        self._waits: dict[str, int] = {}  # polls waiting now, by key
         self.started_total = 0
         self.ended_total: dict[str, int] = {}
         #: Called with (tenant, session) before a session's first process starts here (a
@@ -548,15 +553,36 @@ class ProcessManager:
     ) -> Poll:
         process = self.get(tenant, session, process_id)
         limit = max(1, min(limit, MAX_POLL_BYTES))
-        with process.cond:
-            if wait > 0:
-                process.cond.wait_for(
-                    lambda: process.ring.total > after or process.ended, timeout=min(wait, MAX_WAIT_SECONDS)
-                )
-            offset, data, dropped = process.ring.read(after, limit)
-            total, running, code, reason = process.ring.total, not process.ended, process.exit_code, process.reason
+        waiting = wait > 0 and process.ring.total <= after and not process.ended
+        if waiting:
+            self._wait_slot(process.tenant)
+        try:
+            with process.cond:
+                if waiting:
+                    process.cond.wait_for(
+                        lambda: process.ring.total > after or process.ended, timeout=min(wait, MAX_WAIT_SECONDS)
+                    )
+                offset, data, dropped = process.ring.read(after, limit)
+                total, running, code, reason = process.ring.total, not process.ended, process.exit_code, process.reason
+        finally:
+            if waiting:
+                with self._lock:
+                    self._waits[process.tenant] -= 1
         text, used = _text(data, cut=offset + len(data) < total)
         return Poll(text, offset, offset + used, total, dropped, running, code, reason)
+
+    def _wait_slot(self, tenant: str) -> None:
+        """Count one more waiting poll of ``tenant``, or refuse it (429 ``process_wait_limit``)."""
+        with self._lock:
+            mine, everyone = self._waits.get(tenant, 0), sum(self._waits.values())
+            if mine >= MAX_WAITS_PER_KEY or everyone >= MAX_WAITS:
+                raise Busy(
+                    f"{mine} polls (and output streams) of this key wait for output already, the most allowed "
+                    f"({MAX_WAITS_PER_KEY} a key, {MAX_WAITS} in all): poll without wait, or close a stream",
+                    code="process_wait_limit",
+                    details={"waiting": mine, "limit": MAX_WAITS_PER_KEY, "service_limit": MAX_WAITS},
+                )
+            self._waits[tenant] = mine + 1
 
     def signal(self, tenant: str, session: str, process_id: str, name: str) -> SessionProcess:
         process = self.get(tenant, session, process_id)
