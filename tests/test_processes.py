@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from skill_executor.access import key_id
 from skill_executor.core import Executor
 from skill_executor.errors import ExecutorError
+from skill_executor.policy import parse_policy
 from skill_executor.runs.models import RunRequest
 from skill_executor.runs.processes import Poll, ProcessManager
 from skill_executor.runtimes.docker import processes as docker_processes
@@ -247,3 +249,22 @@ def test_a_key_and_the_service_hold_a_bounded_number_of_sandboxes(make_executor)
         pm.kill(T, "box-1", process.id)
     assert pm.network_of(T, "box-1") is None and first.ended  # its sandbox gone, one is free again
     pm.start("other", "box-2", "sleep 300")
+
+
+def test_a_key_a_rule_limits_starts_no_process_named_by_id_or_name(pm: ProcessManager) -> None:
+    """A rule limiting programs or asking for approval refuses the key's processes, whether it
+    names the key by its id or by its name (SKILL_EXECUTOR_API_KEYS_FILE's ``name=``)."""
+    by_name, by_id, free = key_id("ci-secret"), key_id("person-secret"), key_id("free-secret")
+    rules = f"""
+rules:
+  - {{name: ci-python-only, key: ci, allow: [python3]}}
+  - {{name: person-approval, key: {by_id}, approval: always}}
+"""
+    pm.policy = parse_policy(rules, names={by_name: "ci"})
+    for tenant, rule in ((by_name, "ci-python-only"), (by_id, "person-approval")):
+        with pytest.raises(ExecutorError) as refused:
+            pm.start(tenant, "policed", "curl http://example.com")
+        assert refused.value.code == "command_denied" and refused.value.status == 403
+        assert refused.value.details["rule"] == rule
+    free_process = pm.start(free, "policed", "true")  # no rule for this key
+    pm.kill(free, "policed", free_process.id)

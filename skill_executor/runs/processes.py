@@ -378,8 +378,11 @@ class ProcessManager:
     def _judge(self, tenant: str) -> None:
         """Refuse (403 ``command_denied``) a key a rule of the command policy limits: the
         programs a process's stdin starts (a shell's, a REPL's) cannot be judged beforehand."""
-        for index, rule in enumerate(self.policy.rules if self.policy is not None else ()):
-            if rule.key in ("*", tenant) and (rule.judges or rule.approval != "never"):
+        if self.policy is None:
+            return
+        keys = ("*", tenant, self.policy.names.get(tenant, tenant))  # a rule names a key by its id or its name
+        for index, rule in enumerate(self.policy.rules):
+            if rule.key in keys and (rule.judges or rule.approval != "never"):
                 name = rule.name or f"rules[{index}]"
                 reason = (
                     "interactive processes are refused under it: the programs their stdin starts cannot be "
