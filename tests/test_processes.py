@@ -268,3 +268,24 @@ rules:
         assert refused.value.details["rule"] == rule
     free_process = pm.start(free, "policed", "true")  # no rule for this key
     pm.kill(free, "policed", free_process.id)
+
+
+def test_the_pid_line_is_stdouts_whatever_stderr_says_first(pm: ProcessManager) -> None:
+    """The wrapper says the pid on stdout; stderr (another pipe, copied apart) may come first:
+    the pid is still known (signals reach the process) and never part of the output."""
+    missing = pm.start(T, "first", ["/no/such/program"])
+    seen, done = until(pm, "first", missing.id, "No such file")
+    while done.running:
+        done = pm.poll(T, "first", missing.id, after=0, wait=1.0)
+    assert done.output == "bash: line 1: /no/such/program: No such file or directory\n" and done.exit_code == 127
+    noisy = ["python3", "-c", "import sys, time; sys.stderr.write('e' * 100000); sys.stderr.flush(); time.sleep(60)"]
+    for _ in range(4):
+        process = pm.start(T, "first", noisy)
+        until(pm, "first", process.id, "eeee")
+        pm.signal(T, "first", process.id, "TERM")
+        deadline = time.monotonic() + 10
+        while not pm.get(T, "first", process.id).ended and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ended = pm.get(T, "first", process.id)
+        assert ended.reason == "exited" and ended.exit_code == 143, ended.state()
+        assert pm.poll(T, "first", process.id, limit=200000).output == "e" * 100000

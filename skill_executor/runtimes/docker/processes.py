@@ -163,45 +163,66 @@ class DockerProcess:
         self.pid: int | None = None
         self._header = bytearray()
         self._left = 0  # bytes of the current frame still to come
+        self._stream = 1  # the current frame's stream (1 stdout, 2 stderr)
+        self._pid_line: bytearray | None = bytearray()  # the pid line so far (None: read)
         self._pending = b""  # output read with the pid line
         self._write_lock = threading.Lock()
         self._stdin_open = True
 
     def read_pid(self) -> None:
-        """Read the wrapper's first line, its pid (what else came with it is the first output)."""
-        seen = b""
+        """Read the wrapper's first line on stdout, its pid; the rest (stderr that came before
+        it, or what followed it) is the first output."""
+        seen = bytearray()
         deadline = time.monotonic() + PID_WAIT_SECONDS
-        while b"\n" not in seen and time.monotonic() < deadline:
+        while self._pid_line is not None and time.monotonic() < deadline:
             if not select.select([self.raw], [], [], max(0.0, deadline - time.monotonic()))[0]:
                 break
-            chunk = self.read()
-            if not chunk:
+            chunk = self._receive()
+            if chunk is None:
                 break
             seen += chunk
-        line, newline, rest = seen.partition(b"\n")
-        if newline and line.strip().isdigit():
-            self.pid = int(line.strip())
-            self._pending = rest
-        else:  # the wrapper never ran (the launcher refused): its words are the output
-            self._pending = seen
+        if self._pid_line is not None:  # the wrapper never ran (the launcher refused): its words are output
+            seen += self._pid_line
+            self._pid_line = None
+        self._pending = bytes(seen)
 
     def read(self) -> bytes:
         """The next output (blocks); b"" once the output is over."""
         if self._pending:
-            out, self._pending = self._pending, b""
-            return out
+            pending, self._pending = self._pending, b""
+            return pending
         while True:
-            try:
-                data = self.raw.recv(READ_BYTES)
-            except OSError:
-                data = b""
-            if not data:
+            out = self._receive()
+            if out is None:
                 return b""
-            if self.pty:
-                return data
-            out = self._unframe(data)
             if out:
                 return out
+
+    def _receive(self) -> bytes | None:
+        """One read of the stream: its output (maybe b""), None once the stream is over."""
+        try:
+            data = self.raw.recv(READ_BYTES)
+        except OSError:
+            data = b""
+        if not data:
+            return None
+        if self.pty:
+            return self._stdout(data)
+        return self._unframe(data)
+
+    def _stdout(self, data: bytes | memoryview) -> bytes:
+        """Stdout's bytes as output, but the pid line first (kept from the output)."""
+        if self._pid_line is None:
+            return bytes(data)
+        line, newline, rest = bytes(data).partition(b"\n")
+        self._pid_line += line
+        if not newline:
+            return b""
+        said, self._pid_line = self._pid_line.strip(), None
+        if said.isdigit():
+            self.pid = int(said)
+            return rest
+        return bytes(said) + b"\n" + rest  # not the wrapper's (the launcher's refusal)
 
     def _unframe(self, data: bytes) -> bytes:
         out = bytearray()
@@ -209,7 +230,7 @@ class DockerProcess:
         while view:
             if self._left:
                 take = view[: self._left]
-                out += take
+                out += self._stdout(take) if self._stream == 1 else take
                 self._left -= len(take)
                 view = view[len(take) :]
                 continue
@@ -217,6 +238,7 @@ class DockerProcess:
             self._header += view[:need]
             view = view[need:]
             if len(self._header) == 8:
+                self._stream = self._header[0]
                 self._left = int.from_bytes(self._header[4:8], "big")
                 self._header.clear()
         return bytes(out)
