@@ -689,3 +689,17 @@ class ProcessManager:
                 self.end_session(session, tenant)
             except Exception:
                 log.exception("ending the processes of session %s failed", session)
+        # A host whose processes were all forgotten (or whose start never recorded one) goes too:
+        # nothing of a closed service may outlive it (a session container, its mounted work/).
+        with self._lock:
+            hosts = list(self._hosts.items())
+        for key, entry in hosts:
+            with self._lock:
+                lock = self._host_locks.setdefault(key, threading.Lock())
+            try:
+                with lock:
+                    for process in entry.processes.values():
+                        process.handle.close()
+                    self._drop_host(key, entry)
+            except Exception:
+                log.exception("removing the processes' sandbox of session %s failed", key[1])
