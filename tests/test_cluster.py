@@ -176,10 +176,18 @@ def test_events_stream_from_the_other_replica_and_resume_with_last_event_id(clus
 def test_cancel_through_the_other_replica_stops_the_run_on_its_worker(cluster: Cluster) -> None:
     accepted = submit(cluster.api(0), run_body("echo started; sleep 60"), params={"wait": "false"})
     run_id = accepted.json()["run_id"]
-    deadline = time.monotonic() + TIMEOUT
-    while httpx.get(f"{cluster.api(1)}/v1/runs/{run_id}", timeout=TIMEOUT).json()["status"] != "running":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    # Cancelled once its first line is out (a "running" status comes before the command runs:
+    # a cancel then may stop it before its echo, on a loaded machine).
+    with httpx.stream("GET", f"{cluster.api(1)}/v1/runs/{run_id}/events", timeout=TIMEOUT) as events:
+        assert events.status_code == 200, events.read()
+        kind = ""
+        for line in events.iter_lines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: ") and kind == "stdout" and "started" in line:
+                break
+        else:
+            raise AssertionError("the run's events ended before its first line")
     started = time.monotonic()
     cancelled = httpx.delete(f"{cluster.api(1)}/v1/runs/{run_id}", timeout=TIMEOUT)
     assert cancelled.status_code == 200, cancelled.text
