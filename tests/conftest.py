@@ -381,6 +381,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_registry_download": "service",
     "test_registry_uploads": "service",
     "test_registry_no_default": "service",  # its registry-only tests are unit (TEST_TIERS)
+    "test_tool_session_binding": "service",
     "test_service": "service",
     "test_skill_tests_ci": "service",
     "test_skill_tests_engine": "service",
