@@ -308,12 +308,15 @@ class Settings(BaseSettings):
     """true: the packages ``pip install`` lines of a skill's SKILL.md name (its shell blocks) are dependencies too,
     resolved like declared ones (many published skills declare theirs only so); ``skills doctor`` reports them either
     way."""
-    package_index_url: str | None = None  # default: PyPI (pip's configuration files and PIP_* are ignored)
-    """The Python package index skills' needs are resolved from (default: PyPI; pip's own configuration is ignored)."""
+    package_index_url: str | None = Field(default=None, repr=False)  # default: PyPI (pip's own config is ignored)
+    """The Python package index skills' needs are resolved from (default: PyPI; pip's own configuration is ignored).
+    It may hold a token (``user:token@``, a path segment, the query): it is recorded and shown as its scheme and
+    host only, everywhere (manifests runs read, answers, logs, errors)."""
     wheelhouse: Path | None = None  # a folder of wheels: resolve from it alone (pip --no-index --find-links)
     """A folder of wheels: resolve Python needs from it alone (offline)."""
-    npm_registry: str | None = None  # default: registry.npmjs.org (the user's and global npmrc are ignored)
-    """The npm registry skills' needs are resolved from (default: registry.npmjs.org; npmrc files are ignored)."""
+    npm_registry: str | None = Field(default=None, repr=False)  # default: registry.npmjs.org (npmrc files ignored)
+    """The npm registry skills' needs are resolved from (default: registry.npmjs.org; npmrc files are ignored); shown
+    as its scheme and host only, like the package index."""
     npm_wheelhouse: Path | None = None  # a folder of npm tarballs (*.tgz): resolve from it alone (npm --offline)
     """A folder of npm tarballs (*.tgz): resolve npm needs from it alone (offline)."""
     host_tools_user: str = "nobody"

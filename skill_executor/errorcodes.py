@@ -393,6 +393,13 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "digits>, or a version was given where only a skill is meant.",
         "Use name@<n>, name@latest or name@sha256:<hex>; name the skill alone for /versions, PATCH, DELETE, audit.",
     ),
+    E(
+        "skill_no_default",
+        409,
+        "The skill has versions but no default: it was published with no_default and nobody set one, so "
+        "it is in no overview and an unpinned name does not resolve.",
+        "Name a version (name@N, name@latest), or set the default (PATCH /v1/skills/{name}, skills pin).",
+    ),
     E("version_not_found", 404, "The skill has no such version (or it was deleted).", "List the skill's versions."),
     E(
         "version_is_default",

@@ -70,9 +70,37 @@ SERVICE_USER = frozenset({"root", "0", "0:0"})
 #: otherwise blank out every such letter).
 MIN_SECRET = 4
 
-# A URL in free text: scheme, optional userinfo, the rest of the authority and path,
-# optional query and fragment.
-_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)(?:[^\s/?#]*@)?([^\s?#]*)(\?[^\s#]*)?(#\S*)?")
+# A URL in free text: scheme, optional userinfo, the host (and port), then anything else
+# (path, query, fragment) up to white space, a quote or a bracket.
+_URL = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)(?:[^\s/?#]*@)?([^\s/?#\"'<>()\[\]{}]*)([^\s\"'<>()\[\]{}]*)")
+#: What a redacted URL shows in place of everything after its host.
+HIDDEN = "/***"
+#: Path segments of an index URL too common to be secret (never replaced in free text).
+_PLAIN_SEGMENTS = frozenset(
+    {
+        "simple",
+        "pypi",
+        "packages",
+        "package",
+        "repository",
+        "repositories",
+        "api",
+        "index",
+        "npm",
+        "registry",
+        "artifactory",
+        "nexus",
+        "python",
+        "content",
+        "groups",
+        "group",
+        "root",
+        "web",
+        "public",
+        "private",
+        "dist",
+    }
+)
 
 
 class HostToolsUnusable(Unavailable):
@@ -81,23 +109,34 @@ class HostToolsUnusable(Unavailable):
     code = "host_tools_unusable"
 
 
+def redact_url(url: str) -> str:
+    """A package index's (or registry's) URL as it may be recorded and shown anywhere --
+    manifests a run reads, API answers, logs, errors, ``doctor``: its scheme and host (and
+    port) only, everything else (userinfo, path, query, fragment) replaced by ``/***``.
+    Tokens live in any of those parts (``user:token@``, ``/simple/<token>/``,
+    ``?token=``), so none of them is kept.  A value that is not a URL is ``***``."""
+    match = _URL.fullmatch(url.strip())
+    if match is None:
+        return "***"
+    scheme, host, rest = match.group(1).lower(), match.group(2).lower(), match.group(3)
+    return scheme + host + (rest if rest in ("", "/") else HIDDEN)  # userinfo: dropped
+
+
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with every URL's userinfo dropped and its query and fragment replaced by
-    ``***``, and every known secret (at least :data:`MIN_SECRET` long) replaced by ``***``."""
-
-    def url(match: re.Match[str]) -> str:
-        query, fragment = match.group(3), match.group(4)
-        return match.group(1) + match.group(2) + ("?***" if query else "") + ("#***" if fragment else "")
-
-    text = _URL.sub(url, text)
+    """``text`` with every URL in it shown as :func:`redact_url` shows it, and every known
+    secret (at least :data:`MIN_SECRET` long) replaced by ``***``."""
+    text = _URL.sub(lambda m: redact_url(m.group(0)), text)
     for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
 
 
 def url_secrets(url: str | None) -> set[str]:
-    """The parts of a configured URL that are secret: its password (and user), its query
-    string and each query value, raw and percent-decoded."""
+    """The parts of a configured URL that are secret, to be replaced wherever a tool quotes
+    them without the URL around them (pip quotes an index's path alone): its user and
+    password, its path (whole, and each segment but the common words of index paths) unless
+    it is only such words, its
+    query string and each query value, its fragment; raw and percent-decoded."""
     if not url:
         return set()
     try:
@@ -108,6 +147,10 @@ def url_secrets(url: str | None) -> set[str]:
     if "@" in parts.netloc:
         userinfo = parts.netloc.rsplit("@", 1)[0]
         found |= {userinfo, *userinfo.split(":", 1)}
+    path = parts.path.strip("/")
+    unusual = {s for s in path.split("/") if s and s.lower() not in _PLAIN_SEGMENTS}
+    if unusual:  # "/simple/" alone hides nothing
+        found |= {path, *unusual}
     if parts.query:
         found.add(parts.query)
         found |= {value for _, value in parse_qsl(parts.query, keep_blank_values=True)}

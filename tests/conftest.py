@@ -380,6 +380,8 @@ MODULE_TIERS: dict[str, str] = {
     "test_pgserver": "service",
     "test_registry_download": "service",
     "test_registry_uploads": "service",
+    "test_registry_no_default": "service",  # its registry-only tests are unit (TEST_TIERS)
+    "test_tool_session_binding": "service",
     "test_service": "service",
     "test_skill_tests_ci": "service",
     "test_skill_tests_engine": "service",
@@ -415,6 +417,10 @@ TEST_TIERS: dict[str, dict[str, str]] = {
     "test_registry": {
         "test_uploads_over_the_byte_cap_are_refused_before_they_are_held": "service",
         "test_a_rollback_of_a_folder_skill_holds_across_a_touch_and_a_server_restart": "service",
+    },
+    "test_registry_no_default": {
+        "test_the_registry_gives_a_new_upload_without_default_none": "unit",
+        "test_a_replica_neither_lists_nor_resolves_another_replicas_skill_without_default": "unit",
     },
     "test_results_paths": {
         "test_cli_artifacts_put_sniffs_the_mime_type": "service",

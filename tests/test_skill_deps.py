@@ -570,9 +570,17 @@ def test_needs_that_pip_would_expand_or_split_are_refused(text: str) -> None:
 def test_sources_in_manifests_carry_no_credentials() -> None:
     sources = Sources(index_url="https://user:s3cret@pypi.example/simple", npm_registry="https://token@npm.example/")
     described = sources.describe()
-    assert described["index_url"] == "https://pypi.example/simple"
+    assert described["index_url"] == "https://pypi.example/***"
     assert described["npm_registry"] == "https://npm.example/"
     assert "s3cret" not in json.dumps(described)
+    # a token is as often a path segment or the query: only scheme and host are ever kept
+    for index in ("https://pypi.example/simple/t0ken-in-path/", "https://pypi.example/t0ken-in-path/simple"):
+        for shown in (Sources(index_url=index).describe(), Sources(npm_registry=index).describe()):
+            assert "https://pypi.example/***" in shown.values() and "t0ken" not in json.dumps(shown)
+    query = Sources(index_url="https://PyPI.example:8443/simple?token=t0ken", npm_registry="https://npm.example")
+    assert query.describe()["index_url"] == "https://pypi.example:8443/***"
+    assert query.describe()["npm_registry"] == "https://npm.example"  # nothing to hide
+    assert Sources(index_url="not a url: t0ken").describe()["index_url"] == "***"
 
 
 def test_install_lines_of_skill_md_are_needs_when_configured(

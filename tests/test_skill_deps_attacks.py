@@ -395,10 +395,91 @@ def test_a_private_index_resolves_and_the_manifest_names_it_without_credentials(
     assert_no_secret(result.stdout)
     assert USER not in result.stdout
     manifest = json.loads(manifest_text)
-    assert manifest["package_sources"]["index_url"] == f"http://{address}/simple/"
-    assert manifest["package_sources"]["npm_registry"] == "https://npm.example/?***"
+    assert manifest["package_sources"]["index_url"] == f"http://{address}/***"
+    assert manifest["package_sources"]["npm_registry"] == "https://npm.example/***"
     assert any(path.startswith("/files/tinypkg") and auth for path, auth in seen)  # pip authenticated
     assert_no_secret("\n".join(r.getMessage() for r in caplog.records))
+
+
+PATH_TOKEN = "pathT0ken-9c1e5b7a"
+
+
+class TokenIndex(Index):
+    """A PEP 503 index whose credential is a path segment (``/<token>/simple/``), as many
+    hosted indexes give them: no basic auth, a wrong token is 404."""
+
+    def do_GET(self) -> None:  # noqa: N802 -- the http.server API
+        self.seen.append((self.path, None))
+        parts = self.path.split("?")[0].strip("/").split("/")
+        if parts[0] != PATH_TOKEN:
+            self.send_response(404)
+            self.end_headers()
+            return
+        parts = parts[1:]
+        if parts[0] == "simple" and len(parts) == 2:
+            links = "".join(
+                f'<a href="/{PATH_TOKEN}/files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">'
+                f"{w.name}</a>"
+                for w in self.wheels.glob("*.whl")
+                if w.name.split("-")[0].replace("_", "-") == parts[1]
+            )
+            body, kind = f"<html><body>{links}</body></html>".encode(), "text/html"
+        elif parts[0] == "files" and len(parts) == 2 and (self.wheels / parts[1]).is_file():
+            body, kind = (self.wheels / parts[1]).read_bytes(), "application/octet-stream"
+        else:
+            self.send_response(404)
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_token_in_the_index_path_never_reaches_a_run_nor_the_logs(
+    tmp_path: Path, docker_runtime_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 39, 6b: an index whose token is a path segment (``https://host/<token>/simple/``)
+    and an npm registry whose token is the query: a run of a skill with an environment reads
+    the environment's manifest and finds scheme and host only, and so do the logs."""
+    wheels = wheelhouse_in(tmp_path)
+    seen: list[tuple[str, str | None]] = []
+    handler = type("Handler", (TokenIndex,), {"wheels": wheels, "seen": seen})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    caplog.set_level(logging.DEBUG)
+    dep_skill(tmp_path / "extra-skills", "path-token-deps", requirements="tinypkg\n")
+    settings = make_settings(
+        tmp_path,
+        docker_runtime_name,
+        **AS_SERVICE,
+        package_index_url=f"http://{address}/{PATH_TOKEN}/simple/",
+        npm_registry=f"https://npm.example/{PATH_TOKEN}-npm/?token={PATH_TOKEN}-q",
+    )
+    assert PATH_TOKEN not in repr(settings)
+    executor = Executor.from_settings(settings)
+    try:
+        result = run(
+            executor,
+            skill="path-token-deps",
+            command="python3 -c 'import tinypkg; print(tinypkg.VALUE)'; cat /opt/skill-envs/*/manifest.json; "
+            "grep -rl pathT0ken / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; true",
+        )
+    finally:
+        executor.close()
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 0, result.stderr
+    first, _, rest = result.stdout.partition("\n")
+    assert first == "42"  # resolved through the token's index, in the sandbox
+    assert any(path.startswith(f"/{PATH_TOKEN}/files/tinypkg") for path, _ in seen)  # pip used the token
+    assert PATH_TOKEN not in result.stdout + result.stderr  # not in the manifest, nowhere a run can read
+    manifest = json.loads(rest[: rest.rindex("}") + 1])
+    assert manifest["package_sources"]["index_url"] == f"http://{address}/***"
+    assert manifest["package_sources"]["npm_registry"] == "https://npm.example/***"
+    assert PATH_TOKEN not in "\n".join(r.getMessage() for r in caplog.records)
 
 
 class NpmNotFound(http.server.BaseHTTPRequestHandler):
@@ -463,6 +544,41 @@ def test_refusals_quote_pip_and_npm_without_credentials(tmp_path: Path, caplog: 
         assert_no_secret(answer.text)  # ... without the secrets
         assert USER not in answer.text and "npmuser" not in answer.text
     assert_no_secret("\n".join(r.getMessage() for r in caplog.records))
+
+
+def test_a_refusal_quotes_an_index_whose_token_is_in_its_path_without_the_token(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pip quotes the index's path alone when it retries (``.../<token>/simple/pkg/``): the
+    422's ``details.log`` and the log keep its own words, never the token."""
+    from skill_executor.api.app import create_app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+    caplog.set_level(logging.DEBUG)
+    settings = Settings(
+        runtime="local",
+        skills_dirs=[tmp_path / "skills"],
+        data_dir=tmp_path / "data",
+        skills_refresh_seconds=0.0,
+        **AS_SERVICE,  # type: ignore[arg-type]
+        package_index_url=f"http://127.0.0.1:9/{PATH_TOKEN}/simple/",  # nothing listens on port 9
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        client = TestClient(create_app(settings), base_url="http://127.0.0.1", client=("127.0.0.1", 50000))
+    with client:
+        answer = client.post(
+            "/v1/skills", content=skill_zip("py-unmet", "nosuchpkg\n"), headers={"content-type": "application/zip"}
+        )
+        health = client.get("/healthz").text
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "skill_dependencies_unmet"
+    assert any("Retrying" in line for line in error["details"]["log"]), error  # pip's own words ...
+    assert PATH_TOKEN not in answer.text and PATH_TOKEN not in health  # ... without the token
+    assert PATH_TOKEN not in "\n".join(r.getMessage() for r in caplog.records)
 
 
 def _local_project(folder: Path, markers: Markers) -> Path:

@@ -263,7 +263,10 @@ class ToolCall(BaseModel):
         description="the model's id of this call (tool_use_id, tool_call_id, call_id), put in `message`",
     )
     session: str | None = Field(
-        default=None, max_length=128, description="the session of the context_* tools when their arguments name none"
+        default=None,
+        max_length=128,
+        description="the session this call is bound to (the framework's conversation): skill_run, "
+        "process_* and context_* act in it; arguments naming another session are refused (403 session_mismatch)",
     )
     result_budget: BudgetOverride | None = Field(
         default=None,
@@ -282,7 +285,10 @@ class FunctionCallItem(BaseModel):
     id: str | None = Field(default=None, description="the item's id (not the call's)")
     status: str | None = None
     session: str | None = Field(
-        default=None, max_length=128, description="the session of the context_* tools when their arguments name none"
+        default=None,
+        max_length=128,
+        description="the session this call is bound to (the framework's conversation): skill_run, "
+        "process_* and context_* act in it; arguments naming another session are refused (403 session_mismatch)",
     )
     result_budget: BudgetOverride | None = Field(
         default=None,

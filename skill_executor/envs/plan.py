@@ -30,7 +30,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import ExecutorError
-from ..hosttools import redact, url_secrets
+from ..hosttools import redact_url, url_secrets
 from ..image.inputs import DEFAULT_TIER, PythonTier, read_pins
 from .declared import DependenciesUnmet, Needs
 
@@ -265,11 +265,12 @@ class Sources:
 
     def describe(self) -> dict[str, str | None]:
         """The sources as every run may read them (the manifest) and the key hashes them:
-        URLs without credentials, query strings or fragments (:func:`redact`)."""
+        URLs as scheme and host only (:func:`~skill_executor.hosttools.redact_url`: a token
+        may be the userinfo, a path segment or the query)."""
         return {
-            "index_url": redact(self.index_url) if self.index_url else None,
+            "index_url": redact_url(self.index_url) if self.index_url else None,
             "wheelhouse": str(self.wheelhouse) if self.wheelhouse else None,
-            "npm_registry": redact(self.npm_registry) if self.npm_registry else None,
+            "npm_registry": redact_url(self.npm_registry) if self.npm_registry else None,
             "npm_wheelhouse": str(self.npm_wheelhouse) if self.npm_wheelhouse else None,
         }
 

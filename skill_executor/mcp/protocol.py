@@ -27,6 +27,9 @@ ARTIFACT_MAX_BYTES = 16 * 1024 * 1024
 READ_MAX_BYTES = 512 * 1024
 #: The request ``_meta`` key of a ``tools/call``'s tool-result budget overrides.
 BUDGET_META = "skill-executor/result_budget"
+#: The request ``_meta`` key binding a ``tools/call`` to one session (the host's, as
+#: ``session`` in a ``POST /v1/tools/call`` body): every tool with a session acts in it.
+SESSION_META = "skill-executor/session"
 
 INSTRUCTIONS = """This server runs Agent Skills in isolated, network-less sandboxes.
 1. Overview: the skills_overview prompt (or skills/list, resources/list, skill_search) names every skill.
@@ -155,6 +158,16 @@ def run_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
         "description": "The run's metadata, exit code and refs. stdout and stderr are in the text content block "
         "(head and tail when long; the full stream's artifact:// ref in artifact_files), not here.",
     }
+
+
+def request_session(meta: Any) -> str | None:
+    """The session one ``tools/call`` is bound to: ``_meta["skill-executor/session"]``; None: unbound."""
+    bound = meta.get(SESSION_META) if isinstance(meta, dict) else None
+    if bound is None:
+        return None
+    if not isinstance(bound, str) or not 0 < len(bound) <= 128:
+        raise BadRequest(f"_meta {SESSION_META!r} must be a session name (1-128 characters)", code="invalid_arguments")
+    return bound
 
 
 def request_budget(default: ResultBudget, meta: Any) -> ResultBudget:

@@ -41,7 +41,16 @@ from ..runs.manager import RunHandle, RunManager
 from ..runs.models import RunRequest, RunResult
 from ..runs.store import PENDING, RunRecord
 from ..skills import expand_placeholders, render_xml, sandbox_dir
-from ..tools import CONTEXT_TOOLS, PROCESS_TOOLS, ResultBudget, ToolExecutor, definitions, keep_outputs, run_request
+from ..tools import (
+    CONTEXT_TOOLS,
+    PROCESS_TOOLS,
+    ResultBudget,
+    ToolExecutor,
+    bound,
+    definitions,
+    keep_outputs,
+    run_request,
+)
 from .catalog import CACHE_SCOPE, CACHE_TTL_MS, EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 from .protocol import (
     ARTIFACT_MAX_BYTES,
@@ -63,6 +72,7 @@ from .protocol import (
     object_schema,
     payload_bytes,
     request_budget,
+    request_session,
     resource_contents,
     run_output_schema,
     text_content,
@@ -474,11 +484,12 @@ class SkillServer:
         arguments = dict(params.arguments or {})
         try:
             budget = request_budget(self.backend.tools().budget, params.meta)
+            session = request_session(params.meta)  # the host's binding: every tool with a session keeps to it
             if params.name == "skill_run":
-                return await self._skill_run(ctx, arguments, budget)
+                return await self._skill_run(ctx, bound("skill_run", arguments, session), budget)
             if params.name in CONTEXT_TOOLS or params.name in PROCESS_TOOLS:
                 who = self.backend.principal(ctx)
-                return await self._offload(lambda: self._context_tool(params.name, arguments, who, budget))
+                return await self._offload(lambda: self._context_tool(params.name, arguments, who, budget, session))
             if params.name.startswith("artifact_"):
                 who = self.backend.principal(ctx)
                 return await self._offload(lambda: self._artifact_tool(params.name, arguments, who, budget))
@@ -508,10 +519,11 @@ class SkillServer:
         return types.CallToolResult(content=[text_content(result.content)], is_error=result.is_error)
 
     def _context_tool(
-        self, name: str, arguments: dict[str, Any], who: Principal, budget: ResultBudget
+        self, name: str, arguments: dict[str, Any], who: Principal, budget: ResultBudget, session: str | None
     ) -> types.CallToolResult:
-        """The context of the caller's key (the tenant) and the session the arguments name."""
-        result = self.backend.tools().call(name, arguments, tenant=who.id, budget=budget)
+        """The context of the caller's key (the tenant) and the session the arguments name, or
+        the one the call is bound to (``_meta["skill-executor/session"]``)."""
+        result = self.backend.tools().call(name, arguments, tenant=who.id, session=session, budget=budget)
         structured = result.data if isinstance(result.data, dict) and not result.is_error else None
         return types.CallToolResult(
             content=[text_content(result.content)], structured_content=structured, is_error=result.is_error

@@ -132,10 +132,12 @@ class RegistryIndex:
 
     def installed(self) -> list[Version]:
         """The default version of every skill installed by upload (not observed in a folder),
-        whichever process installed it."""
+        whichever process installed it; a skill published without a default: its latest
+        version (``is_default`` False: listed nowhere, resolved only when pinned)."""
+        shown = func.coalesce(_S.default_version, _S.latest_version)
         query = (
             select(*_COLUMNS, *_POINTERS)
-            .select_from(skills.join(skill_versions, (_V.skill == _S.skill) & (_V.version == _S.default_version)))
+            .select_from(skills.join(skill_versions, (_V.skill == _S.skill) & (_V.version == shown)))
             .where(_V.source != "folder")
             .order_by(_S.skill)
         )
@@ -207,7 +209,10 @@ class RegistryIndex:
                     current = _to_version((*latest_row[:-2], latest, latest))
                 return current, False
             number = next_version
-            moves = default is None or (set_default and not (observed and held))
+            # An upload moves the default only when asked: a skill first published without one
+            # has none (invisible to unpinned use) until someone sets it.  A folder observation
+            # gives a skill its first default, then moves it while it is not held.
+            moves = (default is None or (set_default and not held)) if observed else set_default
             new_default, new_held = (number, False) if moves else (default, held)
             now = time.time()
             manifest = json.dumps([f.to_dict() for f in files])

@@ -72,6 +72,9 @@ class Catalog:
     skills: list[Skill] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
     by_id: dict[str, Skill] = field(default_factory=dict)
+    #: ids (lower case) of skills published without a default and given none since: callable
+    #: only pinned (``name@N``), in no overview, search or tool list
+    undefaulted: frozenset[str] = frozenset()
     _index: SearchIndex | None = None
 
     @property
@@ -81,8 +84,9 @@ class Catalog:
         return self._index
 
     def visible(self) -> list[Skill]:
-        """The skills offered in the overview (hidden ones stay callable by name)."""
-        return [s for s in self.skills if not s.hidden]
+        """The skills offered in the overview (hidden ones stay callable by name; those
+        without a default version, by a pinned name only)."""
+        return [s for s in self.skills if not s.hidden and s.id.lower() not in self.undefaulted]
 
 
 def discover(roots: Sequence[Path]) -> list[Path]:
@@ -227,25 +231,32 @@ class SkillRepository:
                 cache[directory] = (key, item)
                 loaded.append(item)
             self._cache = cache
-            loaded += self._installed_through_others({i.id.lower() for i in loaded if isinstance(i, Skill)})
-            self._catalog = _build_catalog(loaded)
+            others, undefaulted = self._installed_through_others({i.id.lower() for i in loaded if isinstance(i, Skill)})
+            loaded += others
+            catalog = _build_catalog(loaded)
+            catalog.undefaulted = undefaulted
+            self._catalog = catalog
             self._scanned_at = time.monotonic()
             return self._catalog
 
     # -- skills installed through other processes sharing the database ---------------
 
-    def _installed_through_others(self, have: set[str]) -> list[Skill]:
+    def _installed_through_others(self, have: set[str]) -> tuple[list[Skill], frozenset[str]]:
         """Skills installed (uploaded) through another process sharing the registry's database
         and absent from this install root: their default version, fetched from the object
-        store (a cluster's replicas and workers all list every installed skill)."""
+        store (a cluster's replicas and workers all list every installed skill); and the ids
+        (lower case) of every installed skill without a default (in the catalog, so that its
+        versions can be managed here, but listed nowhere)."""
         registry = self.registry
         if registry is None or self.install_root is None:
-            return []
+            return [], frozenset()
         try:
             versions = registry.index.installed()
         except ExecutorError as exc:
             log.warning("skills installed through other processes are not listed now: %s", exc.message)
-            return []
+            # never listed by mistake meanwhile: those this snapshot had without a default stay so
+            return [], self._catalog.undefaulted if self._catalog is not None else frozenset()
+        undefaulted = frozenset(v.skill.lower() for v in versions if not v.is_default)
         found = []
         for version in versions:
             if version.skill.lower() in have:
@@ -254,7 +265,7 @@ class SkillRepository:
                 found.append(registry.load(version))
             except ExecutorError as exc:
                 log.warning("skill %s (version %d) is not listed now: %s", version.skill, version.number, exc.message)
-        return found
+        return found, undefaulted
 
     def _deleted_elsewhere(self) -> set[str]:
         if self.registry is None:

@@ -60,6 +60,16 @@ log = logging.getLogger(__name__)
 SYSTEM_ACTOR = "system"
 
 
+def no_default(skill_id: str, latest: int) -> Conflict:
+    """409 ``skill_no_default``: the skill was published without a default and none was set since."""
+    return Conflict(
+        f"skill {skill_id!r} has no default version (it was published with no_default): name a version "
+        f"({skill_id}@{latest}, {skill_id}@latest) or set its default (PATCH /v1/skills/{skill_id} "
+        f'{{"default_version": {latest}}}, or: skill-executor skills pin {skill_id} {latest})',
+        code="skill_no_default",
+    )
+
+
 class Registry:
     """Versions of skills under ``root``, indexed in ``database``. Thread-safe; several
     processes may share ``root`` and the database (or only the database, each with its root)."""
@@ -205,6 +215,10 @@ class Registry:
         wanted = parse_version("default" if ref is None else ref)
         found = self.index.find(skill_id, wanted)
         if found is None:
+            if wanted.kind == "default":
+                latest = self.index.pointers(skill_id)[1]
+                if latest is not None:
+                    raise no_default(skill_id, latest)
             raise NotFound(f"skill {skill_id!r} has no version {wanted}", code="version_not_found")
         return found
 

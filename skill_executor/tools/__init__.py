@@ -4,7 +4,7 @@ agent loop feeds back (:mod:`.results`)."""
 
 from .budget import BudgetOverride, ResultBudget, Surface, default_budget
 from .catalogue import CONTEXT_TOOLS, PROCESS_TOOLS, Format, definitions
-from .executor import ToolExecutor, keep_outputs, run_request
+from .executor import ToolExecutor, bound, keep_outputs, run_request
 from .results import ToolResult, failed, kept_result, mcp_block, render_result, run_result
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "PROCESS_TOOLS",
     "ResultBudget",
     "Surface",
+    "bound",
     "default_budget",
     "keep_outputs",
     "kept_result",

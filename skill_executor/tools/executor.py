@@ -136,9 +136,13 @@ def keep_outputs(request: RunRequest, surface: Surface) -> RunRequest:
     return request.model_copy(update={"outputs": spec.model_copy(update=update)}) if update else request
 
 
-def _run_arguments(arguments: Any, surface: Surface) -> RunRequest | ToolResult:
+def _run_arguments(arguments: Any, surface: Surface, session: str | None = None) -> RunRequest | ToolResult:
+    """A ``skill_run`` call's request; under a binding (``session``), in the bound session
+    (arguments naming another one: 403 ``session_mismatch``)."""
     parsed = _arguments("skill_run", arguments)
-    return parsed if isinstance(parsed, ToolResult) else keep_outputs(run_request(parsed), surface)
+    if isinstance(parsed, ToolResult):
+        return parsed
+    return keep_outputs(run_request(bound("skill_run", parsed, session)), surface)
 
 
 class ToolExecutor:
@@ -184,40 +188,31 @@ class ToolExecutor:
         (``invalid_arguments``), a refused run.
 
         ``tenant``: whose contexts the ``context_*`` tools reach (the caller's key), and
-        whose artifacts keep what a result refers to; ``session``: their session when the
-        arguments name none (the framework's).  The result fits ``budget`` (the
-        executor's default when None), shaped for ``surface``."""
+        whose artifacts keep what a result refers to; ``session``: the binding (the
+        framework's session): every tool with a session -- ``skill_run``, ``process_*``,
+        ``context_*`` -- acts in it, and arguments naming another session are refused
+        (403 ``session_mismatch``).  The result fits ``budget`` (the executor's default
+        when None), shaped for ``surface``."""
         budget = budget or self.budget
         parsed = _arguments(name, arguments)
         if isinstance(parsed, ToolResult):
             return parsed
         if name == "skill_run":
             try:
-                return self._skill_run(parsed, budget, surface, tenant)
+                return self._skill_run(bound(name, parsed, session), budget, surface, tenant)
             except ExecutorError as exc:
                 return _refusal(name, exc)
         if name in PROCESS_TOOLS:
             try:
-                return _fitted(self._process_tool(name, _bound(name, parsed, session), tenant, budget), budget)
+                return _fitted(self._process_tool(name, bound(name, parsed, session), tenant, budget), budget)
             except ExecutorError as exc:
                 return _refusal(name, exc)
         return _fitted(self._call(name, parsed, tenant, session), budget)
 
     def _call(self, name: str, parsed: dict[str, Any], tenant: str, session: str | None) -> ToolResult:
         if name in CONTEXT_TOOLS:
-            if session is not None:  # the framework's session binds; the model cannot reach another one
-                named = parsed.get("session")
-                if named is not None and named != session:
-                    return _refusal(
-                        name,
-                        Forbidden(
-                            f"this call is bound to session {session!r}; the arguments name {str(named)[:80]!r}",
-                            code="session_mismatch",
-                        ),
-                    )
-                parsed = {**parsed, "session": session}
-            try:
-                return self._context_tool(name, parsed, tenant)
+            try:  # the framework's session binds; the model cannot reach another one
+                return self._context_tool(name, bound(name, parsed, session), tenant)
             except ExecutorError as exc:
                 return _refusal(name, exc)
         handler = {
@@ -255,7 +250,7 @@ class ToolExecutor:
                 lambda: self.call(name, arguments, tenant=tenant, session=session, budget=budget, surface=surface)
             )
         try:
-            request = await offload(lambda: _run_arguments(arguments, surface))
+            request = await offload(lambda: _run_arguments(arguments, surface, session))
             if isinstance(request, ToolResult):
                 return request
             result = await run(request)
@@ -511,7 +506,7 @@ def _item(state: dict[str, Any], name: str) -> str:
     return f"{name} ({version}{item['tokens']} tokens)"
 
 
-def _bound(name: str, parsed: dict[str, Any], session: str | None) -> dict[str, Any]:
+def bound(name: str, parsed: dict[str, Any], session: str | None) -> dict[str, Any]:
     """The arguments with the framework's session, which binds (the model cannot reach another one)."""
     if session is None:
         return parsed

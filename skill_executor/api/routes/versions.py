@@ -173,9 +173,10 @@ def _info(version: Version, *, files: bool = False) -> VersionInfo:
 
 def _skill_id(request: Request, name: str) -> str:
     """The skill's id (a folder-root skill's current content is versioned on the way); a
-    version in ``name`` is 400 ``invalid_version``."""
+    version in ``name`` is 400 ``invalid_version``.  Its latest version is what is resolved:
+    a skill without a default (published with ``no_default``) is managed here too."""
     repository = _repository(request)
-    return repository.get(repository.found(name).id).id
+    return repository.get(f"{repository.found(name).id}@latest").id
 
 
 @router.post(
@@ -252,7 +253,9 @@ def version_content(name: str, version: str, request: Request, _: Principal = De
 @router.patch("/{name}", response_model=VersionInfo, summary="Set the default version (rollback, promotion)")
 def update_skill(name: str, body: SkillUpdate, request: Request, who: Principal = Depends(admin)) -> VersionInfo:
     registry = _registry(request)
-    return _info(registry.set_default(_skill_id(request, name), body.default_version, actor=who.id))
+    changed = registry.set_default(_skill_id(request, name), body.default_version, actor=who.id)
+    _repository(request).reload()  # a skill that had no default is in the overview from now on
+    return _info(changed)
 
 
 @router.delete(
