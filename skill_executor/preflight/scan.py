@@ -35,10 +35,10 @@ from typing import Literal
 from packaging.requirements import InvalidRequirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from ..envs.declared import format_requirement, normalise_requirement, safe_python_need
 from ..errors import ExecutorError
 from ..skills.files import DEFAULT_MAX_READ, FileEntry, inventory, read_file
 from ..skills.model import Skill
+from ..skills.requirements import format_requirement, normalise_requirement, safe_python_need
 from .model import (
     API_CLIENT_MODULES,
     CHECKS,
