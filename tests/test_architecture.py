@@ -29,7 +29,7 @@ LAYERS = [
         "skill_executor.extras",
     },
     {"skill_executor.db", "skill_executor.objects"},
-    {"skill_executor.skills", "skill_executor.image"},
+    {"skill_executor.skills", "skill_executor.image", "skill_executor.shell"},
     {"skill_executor.envs", "skill_executor.preflight", "skill_executor.policy"},
     {"skill_executor.registry"},
     {"skill_executor.artifacts"},
