@@ -15,17 +15,21 @@ from .artifacts.store import LocalArtifactStore
 from .config import Settings
 from .context import Budget, ContextService, ContextStore, counter
 from .db import Database, legacy, migrate, upgrade
+from .dispatch.local import LocalDispatcher
 from .envs import SkillEnvs
 from .errors import BadRequest
 from .hosttools import seal_data_dir
 from .objects import ObjectStore, open_object_store
+from .owners import data_dir_id
 from .policy import load_policy
 from .registry import PackageLimits, SkillRepository
 from .registry.bundles import BundleStore
 from .registry.package import refuse_reserved
 from .registry.repository import check_layout
 from .registry.store import Registry
+from .runs.manager import RunManager
 from .runs.pipeline import SkillRunner
+from .runs.store import RunStore
 from .runtimes.base import Runtime
 from .workspace.snapshots import SessionSnapshots
 
@@ -107,6 +111,8 @@ class Executor:
     runner: SkillRunner
     #: agents' contexts per session (what they loaded), shared by the library, REST, MCP and tools
     contexts: ContextService
+    #: the run manager of in-process callers (:meth:`runs`), made on first use
+    _runs: RunManager | None = None
 
     @classmethod
     def from_settings(
@@ -148,11 +154,31 @@ class Executor:
         runner = SkillRunner(settings, repository, artifacts, runtime, snapshots, bundles, policy)
         return cls(settings, database, objects, repository, artifacts, runtime, runner, contexts)
 
+    def runs(self) -> RunManager:
+        """The front door of in-process callers (``skill-executor run``, the doctor's probe from
+        the CLI, the skill-test local backend): a :class:`RunManager` over this data dir's run
+        store on this process's threads, so their runs are refused, recorded, idempotent and
+        audited as the service's are (a service on the same data dir lists them).  It never
+        marks other runs interrupted: a service may be running on the same data dir."""
+        if self._runs is None:
+            limiter = self.runner.limiter
+            self._runs = RunManager(
+                self.runner,
+                RunStore(self.database, instance=data_dir_id(self.settings.data_dir)),
+                dispatcher=LocalDispatcher(limiter.slots + limiter.queue),
+                recover=False,
+                approval_timeout=self.settings.approval_timeout_seconds,
+                max_pending=self.settings.max_pending_approvals,
+            )
+        return self._runs
+
     def close(self, timeout: float = 300.0) -> None:
         """Stop the runner's workers, then close the runtime within ``timeout`` (a bound for a
         pathological cleanup, e.g. a run that left 50,000 folders): what its
         cleanup cannot finish by then is swept by the next start."""
         deadline = time.monotonic() + timeout
+        if self._runs is not None:
+            self._runs.shutdown(timeout=max(0.5, deadline - time.monotonic()))
         self.runner.close()
         try:
             self.runtime.close(timeout=max(0.5, deadline - time.monotonic()))

@@ -30,14 +30,16 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 
-from .access import LOCAL_TENANT
+from .access import LOCAL, Principal
 from .envs import DependenciesUnmet
+from .errors import ExecutorError
 from .preflight import PIP_REASON, ImageNeeds, locations, python_distribution, scan
 from .runs.models import RunRequest
 from .skills import Skill
 
 if TYPE_CHECKING:
     from .core import Executor
+    from .runs.manager import RunManager
 
 #: At most this many names (commands, modules) are probed; the rest is reported as not checked.
 MAX_PROBE_NAMES = 500
@@ -248,8 +250,11 @@ class DoctorReport(BaseModel):
     ok: bool = Field(description="nothing required is missing and the skill does not need the network")
 
 
-def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> DoctorReport:
-    """Scan skill ``name`` and probe its sandbox (one run). Blocking: call it off an event loop."""
+def diagnose(
+    executor: Executor, name: str, *, principal: Principal = LOCAL, runs: RunManager | None = None
+) -> DoctorReport:
+    """Scan skill ``name`` and probe its sandbox (one run of ``principal`` through ``runs``, the
+    service's run manager, or else the executor's front door). Blocking: call it off an event loop."""
     skill = executor.repository.get(name)
     needs = scan(skill, max_bytes=executor.settings.max_file_read_bytes)
     findings = [DoctorFinding(code=n.code, message=n.message, file=n.file, line=n.line) for n in needs.notes]
@@ -264,8 +269,12 @@ def diagnose(executor: Executor, name: str, *, tenant: str = LOCAL_TENANT) -> Do
             "packages": dict.fromkeys(packages, NOT_CHECKED),
         }
         try:
-            probed = _probe(executor, skill, commands, python, node, packages, tenant, versions)
-        except DependenciesUnmet as exc:  # no run can start: say so, and what the scan found
+            probed = _probe(
+                executor, runs or executor.runs(), skill, commands, python, node, packages, principal, versions
+            )
+        except ExecutorError as exc:  # no run can start: say so, and what the scan found
+            if exc.code != DependenciesUnmet.code:
+                raise
             unmet = exc.details.get("unmet") if isinstance(exc.details, dict) else None
             findings.append(DoctorFinding(code=exc.code, message=exc.message + (f": {unmet}" if unmet else "")))
             probed = unchecked
@@ -328,12 +337,13 @@ def _image(executor: Executor) -> str | None:
 
 def _probe(
     executor: Executor,
+    runs: RunManager,
     skill: Skill,
     commands: list[str],
     python: list[str],
     node: list[str],
     packages: list[str],
-    tenant: str,
+    principal: Principal,
     versions: Sequence[str] = (),
 ) -> dict[str, Any]:
     timeout = min(PROBE_TIMEOUT, executor.settings.max_timeout)
@@ -349,7 +359,7 @@ def _probe(
     request = RunRequest(
         skill=skill.id, command=f"python3 -I -S -c {shlex.quote(PROBE)}", stdin=json.dumps(names), timeout=timeout
     )
-    result = executor.runner.run(request, tenant=tenant)
+    result = runs.run(request, principal=principal)
     if result.timed_out or result.exit_code != 0:
         why = "timed out" if result.timed_out else f"exit {result.exit_code}"
         stderr = _printable(result.stderr.strip()[-500:])

@@ -16,7 +16,7 @@ The policy is a YAML file (``SKILL_EXECUTOR_POLICY_FILE``)::
 The first rule whose ``key`` and ``skill`` match applies; none: anything goes, no approval.
 
 A command is a shell string (``bash -c``).  It is read by the project's shell parser
-(tree-sitter bash, :mod:`skill_executor.preflight.shell`) and judged by *every* program the shell
+(tree-sitter bash, :mod:`skill_executor.shell`) and judged by *every* program the shell
 would start: in lists, pipelines, subshells, command and process substitutions, function
 bodies, here-document bodies, and through wrappers that only start another program (``env``,
 ``exec``, ``command``, ``nice``, ``nohup``, ``time``, ``timeout``, ``stdbuf``, ``setsid``,
@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tree_sitter import Node
 
 from .errors import ExecutorError, Forbidden
-from .preflight.shell import _parser, literal
+from .shell import literal, parser
 
 Approval = Literal["always", "never", "on-first-use"]
 Approver = Literal["caller", "admin"]
@@ -492,7 +492,7 @@ def _walk_source(source: str, out: list[str], depth: int) -> None:
     if CONTINUED_WORD.search(source):
         raise Unknowable("a line continuation inside a word (the parser and the shell read it differently)")
     data = source.encode("utf-8", "surrogateescape")
-    tree = _parser().parse(data)
+    tree = parser().parse(data)
     if tree.root_node.has_error:
         raise Unknowable("the command does not parse as shell code")
     _unread_substitutions(tree.root_node, data)

@@ -283,8 +283,9 @@ def in_ci() -> bool:
 # --- Tiers -------------------------------------------------------------------------------
 
 #: The tiers, lightest first (markers registered in pyproject.toml).
-#: unit: no engine, no server process, no CLI subprocess (the whole tier in well under a minute);
-#: engine: a real Docker engine (the executor in this process); service: real server
+#: unit: no engine, no sandbox, no package resolver, no server process, no CLI subprocess (the
+#: whole tier in well under a minute); engine: a real sandbox (a Docker engine, bwrap, the local
+#: runtime's processes) or a real resolver (pip, npm), the executor in this process; service: real server
 #: processes (tests/api_server.py's Server) and CLI subprocesses, on the engine when there is
 #: one; world: published-skill patterns and the attack/boundary suites.
 TIERS = ("unit", "engine", "service", "world")
@@ -292,7 +293,7 @@ TIERS = ("unit", "engine", "service", "world")
 MODULE_TIERS: dict[str, str] = {
     # unit (the Docker-parametrized tests of these modules are engine, see tier_of)
     "test_appear": "unit",
-    "test_bwrap": "unit",  # bubblewrap sandboxes: short-lived processes, no engine
+    "test_bwrap": "engine",  # bubblewrap sandboxes (no Docker engine, but real sandboxes)
     "test_architecture": "unit",
     "test_artifacts": "unit",
     "test_artifact_races": "unit",
@@ -395,6 +396,8 @@ MODULE_TIERS: dict[str, str] = {
 #: Tests whose tier is not their module's (modules that mix tiers): module -> {test function: tier}.
 TEST_TIERS: dict[str, dict[str, str]] = {
     "test_artifact_races": {"test_the_cli_uses_the_configured_database": "service"},
+    "test_client_package": {"test_the_generator_checks": "service"},  # the generator in a subprocess
+    "test_database": {"test_processes_opening_one_new_sqlite_file_at_once_all_get_it": "service"},  # 48 processes
     "test_artifacts": {
         "test_cli_reading_an_absent_store_creates_nothing": "service",
         "test_cli_delete": "service",
@@ -406,6 +409,12 @@ TEST_TIERS: dict[str, dict[str, str]] = {
         "test_a_container_that_exits_while_it_is_killed_for_its_removal_is_removed_again": "unit",
     },
     "test_doctor": {"test_cli": "service", "test_http": "service"},
+    "test_docs": {  # the docs site's build (mkdocs) in a subprocess
+        "test_the_site_builds_strictly_offline": "service",
+        "test_reference_pages_are_generated_from_the_code": "service",
+        "test_a_broken_link_fails_the_build": "service",
+        "test_a_page_left_out_of_the_nav_fails_the_build": "service",
+    },
     "test_image": {
         "test_every_promised_python_package_is_pinned_directly": "unit",
         "test_minimal_pins_are_full_pins_and_the_rest_is_the_full_part": "unit",
@@ -429,6 +438,10 @@ TEST_TIERS: dict[str, dict[str, str]] = {
     "test_skill_deps": {"test_cli_install_refuses_unmet_needs": "service"},
     "test_skill_tests": {"test_the_schema_validates_what_the_models_accept": "service"},
 }
+#: Runtimes that start real sandboxes without Docker: a test on one is (at least) engine.
+SANDBOX_RUNTIMES = {"local", "bwrap"}
+#: Fixtures that resolve packages with a real pip (a wheelhouse to resolve from): engine.
+RESOLVER_FIXTURES = {"wheelhouse"}
 #: Fixtures that start a real server process: a test using one is (at least) service.
 SERVER_FIXTURES = {
     "server",
@@ -461,6 +474,8 @@ def tier_of(item: pytest.Item) -> str | None:
         or runtime == "agent-sandbox"
         or "docker_runtime_name" in names
         or item.get_closest_marker("docker")
+        or runtime in SANDBOX_RUNTIMES
+        or names & RESOLVER_FIXTURES
     ):
         tier = "engine"
     if TIERS.index(tier) < TIERS.index("service") and names & SERVER_FIXTURES:
@@ -505,6 +520,12 @@ def _unit_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
         if any("skill_executor.cli.main" in str(arg) or str(arg).endswith("skill-executor") for arg in argv):
             pytest.fail(
                 f"{request.node.nodeid} is in the unit tier but runs the CLI or a server: tests/conftest.py TEST_TIERS"
+            )
+        words = [os.path.basename(str(arg)) for arg in argv]
+        if "bwrap" in words or "mkdocs" in words or ("-m" in words and ("pip" in words or "mkdocs" in words)):
+            pytest.fail(
+                f"{request.node.nodeid} is in the unit tier but starts a sandbox, a resolver or a docs build "
+                f"({' '.join(words[:4])}): tests/conftest.py TEST_TIERS"
             )
         real_popen(self, args, *rest, **kwargs)
 

@@ -29,7 +29,7 @@ LAYERS = [
         "skill_executor.extras",
     },
     {"skill_executor.db", "skill_executor.objects"},
-    {"skill_executor.skills", "skill_executor.image"},
+    {"skill_executor.skills", "skill_executor.image", "skill_executor.shell"},
     {"skill_executor.envs", "skill_executor.preflight", "skill_executor.policy"},
     {"skill_executor.registry"},
     {"skill_executor.artifacts"},
@@ -57,6 +57,10 @@ def modules() -> dict[str, Path]:
 
 
 def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules whose code importing ``name`` runs: each module it imports, and the
+    ``__init__`` of every package above that module which does not also hold ``name`` (importing
+    ``a.b.c`` runs ``a/__init__``, ``a/b/__init__``, then ``c``; a loop through an ``__init__`` is
+    a loop)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     targets: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -66,12 +70,20 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                 target = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 target = node.module or ""
-            candidates = [target, *(f"{target}.{alias.name}" for alias in node.names)]
+            # ``from pkg import sub`` imports the submodule ``sub``; ``from pkg import name`` runs pkg.
+            found = {f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in known}
+            if len(found) < len(node.names):
+                found.add(target)
         elif isinstance(node, ast.Import):
-            candidates = [alias.name for alias in node.names]
+            found = {alias.name for alias in node.names}
         else:
             continue
-        targets |= {c for c in candidates if c in known and c != name}
+        for module in found:
+            parts = module.split(".")
+            chain = {".".join(parts[:n]) for n in range(1, len(parts) + 1)}
+            targets |= {
+                c for c in chain if c in known and c != name and not (package == c or package.startswith(c + "."))
+            }
     return targets
 
 
@@ -101,9 +113,6 @@ def test_imports_only_go_downwards() -> None:
 def test_no_import_cycles() -> None:
     known = modules()
     graph = {name: imports(name, path, known) - {name} for name, path in known.items()}
-    # A package's __init__ importing its own submodules is how it exports them, not a cycle.
-    for name in graph:
-        graph[name] = {t for t in graph[name] if not (t.startswith(name + ".") and known[name].name == "__init__.py")}
     cycles: list[list[str]] = []
     state: dict[str, int] = {}
 

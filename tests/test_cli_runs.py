@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from .api_server import Server
 from .conftest import REPO, require_runtime
 
 RUNTIMES = ["local", "docker"]  # the CLI's --runtime values
@@ -224,3 +228,37 @@ def test_example_skills_and_mime_types(tmp_path: Path, runtime: str) -> None:
                 and "scripts/fib.py\t" in manifest
                 and "bundled 4 files" in body["stdout"]
             )
+
+
+def test_a_cli_run_is_recorded_where_the_service_lists_it(tmp_path: Path) -> None:
+    """``skill-executor run`` goes through the same front door as ``POST /v1/runs``: its run is
+    recorded in the data dir's store, and a service started on that data dir lists it (and
+    its result) as any run of the local tenant; a CLI run never marks the service's runs
+    interrupted."""
+    server = Server(tmp_path)
+    common = ["--runtime", "local", "--skills-dir", str(server.skills_dir), "--data-dir", str(server.data_dir)]
+    shutil.copytree(REPO / "skills", server.skills_dir)
+    done = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools", "command": "echo front"}))
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+    server.start()
+    try:
+        listed = httpx.get(f"{server.url}/v1/runs", timeout=10).json()
+        assert run_id in [run["run_id"] for run in listed["runs"]]
+        record = httpx.get(f"{server.url}/v1/runs/{run_id}", timeout=10).json()
+        assert record["status"] == "completed" and record["result"]["stdout"] == "front\n"
+        # A CLI run on the data dir of a running service leaves the service's runs alone.
+        slow = httpx.post(
+            f"{server.url}/v1/runs?wait=false",
+            json={"skill": "math-tools", "command": "sleep 3; echo late"},
+            timeout=10,
+        ).json()["run_id"]
+        again = cli("run", "--request", "-", *common, stdin=json.dumps({"skill": "math-tools", "command": "true"}))
+        assert again.returncode == 0, again.stderr
+        final = httpx.get(f"{server.url}/v1/runs/{slow}", timeout=10).json()
+        while final["status"] not in ("completed", "failed", "cancelled"):
+            time.sleep(0.2)
+            final = httpx.get(f"{server.url}/v1/runs/{slow}", timeout=10).json()
+        assert final["status"] == "completed" and final["result"]["stdout"] == "late\n", json.dumps(final)
+    finally:
+        server.stop()

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from skill_executor import doctor
+from skill_executor.access import LOCAL
 from skill_executor.client import Client
 from skill_executor.core import Executor
 from skill_executor.doctor import PROBE_FAILED, DoctorReport, _probe, diagnose, parse_answer, render_table
@@ -770,12 +771,13 @@ def test_probe_names_cannot_escape(docker_executor: Executor, tmp_path: Path) ->
     skill = docker_executor.repository.get("needs-hostile")
     answer = _probe(
         docker_executor,
+        docker_executor.runs(),
         skill,
         hostile,
         ["os; import sys; sys.exit(3)"],
         ["x'); process.exit(3); ('"],
         ["x'; import sys; sys.exit(3)"],
-        "local",
+        LOCAL,
     )
     assert answer["commands"] == dict.fromkeys(hostile)
     assert answer["packages"] == {"x'; import sys; sys.exit(3)": None}

@@ -77,6 +77,7 @@ def exit_status(result: RunResult) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..access import LOCAL
     from ..core import Executor
     from ..runs.models import RunRequest
 
@@ -109,7 +110,8 @@ def _run(args: argparse.Namespace) -> int:
 
     executor = Executor.from_settings(settings_from(args))
     try:
-        result = executor.runner.run(request)  # the command policy's refusals included (a held run too)
+        # the front door every run takes: refused, recorded and audited as the service's runs
+        result = executor.runs().run(request, principal=LOCAL)
     finally:
         executor.close()
     if args.request is not None:

@@ -2,18 +2,16 @@
 runner image already has and the key of the rest (:mod:`.plan`), and the content-addressed
 environments resolved on the host, never in a run (:mod:`.store`)."""
 
+from ..skills.requirements import normalise_requirement, safe_npm_spec, safe_python_need
 from .declared import (
     DependenciesUnmet,
     Needs,
     RefusedNeed,
     declared,
-    normalise_requirement,
     parse_package_json,
     parse_pyproject,
     parse_requirements,
     parse_script,
-    safe_npm_spec,
-    safe_python_need,
     signature,
     with_documented,
 )

@@ -11,7 +11,8 @@ A skill may declare needs in five places (:func:`declared`):
   git and file specs refused).
 
 Python needs are PEP 508 requirements, normalised (canonical name, sorted extras);
-:func:`safe_python_need` and :func:`safe_npm_spec` are the only gates a need passes
+:func:`~skill_executor.skills.requirements.safe_python_need` and
+:func:`~skill_executor.skills.requirements.safe_npm_spec` are the only gates a need passes
 before pip or npm sees it (here, and again in :mod:`.store`).
 """
 
@@ -27,11 +28,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import InvalidRequirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
 
 from ..errors import ExecutorError
+from ..preflight import scan_texts
+from ..skills.requirements import (
+    ARCHIVE,
+    NPM_NAME,
+    UNSAFE_TEXT,
+    format_requirement,
+    normalise_requirement,
+    safe_npm_spec,
+    safe_python_need,
+)
 
 REQUIREMENTS_FILES = ("requirements.txt", "scripts/requirements.txt")
 PYPROJECT_FILES = ("pyproject.toml", "scripts/pyproject.toml")
@@ -43,18 +53,6 @@ MAX_SCRIPT_BYTES = 1024 * 1024
 #: How much of pip's / npm's output a refusal quotes.
 # PEP 723's reference regular expression.
 _PEP723 = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
-NPM_NAME = re.compile(r"^(@[a-z0-9][a-z0-9._~-]*/)?[a-z0-9][a-z0-9._~-]*$")
-#: What an npm spec may be: a registry version, range or tag -- nothing npm could read as a
-#: URL, a git or file spec, an alias or a tarball (npm matches schemes in any case).
-_NPM_SPEC = re.compile(r"^[0-9A-Za-z.+^~<>=|* -]{0,256}$")
-#: File names pip or npm would read as a package file rather than a name on the index.
-_ARCHIVE = (".tgz", ".tar", ".tar.gz", ".tar.bz2", ".tar.xz", ".tbz", ".txz", ".zip", ".whl")
-#: What a formatted Python need may be before its marker: a name, extras and PEP 440
-#: specifiers (no ``===``, nothing pip could read as a path or a URL).
-_PY_NEED = re.compile(
-    r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?(\[[a-z0-9._,-]+\])?"
-    r"((~=|==|!=|<=|>=|<|>)[0-9A-Za-z.*+!_-]+(,(~=|==|!=|<=|>=|<|>)[0-9A-Za-z.*+!_-]+)*)?$"
-)
 _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 
@@ -98,54 +96,9 @@ class Needs:
 # -- reading what a skill declares ---------------------------------------------------
 
 
-#: What a need may not contain: pip expands ``${VAR}`` in requirement files (the service's
-#: environment, so a skill could read it back from pip's error), and characters that
-#: ``str.splitlines`` (pip's line splitting) treats as line breaks would smuggle options.
-UNSAFE_TEXT = re.compile(r"[$\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def normalise_requirement(text: str) -> Requirement:
-    """A PEP 508 requirement without URL, canonically named; ``InvalidRequirement`` else."""
-    if UNSAFE_TEXT.search(text):
-        raise InvalidRequirement("'$', control characters and line separators are not allowed in a need")
-    req = Requirement(text)
-    if req.url:
-        raise InvalidRequirement("a URL requirement is not allowed (needs come from the configured index)")
-    for spec in req.specifier:
-        if spec.operator == "===":
-            # Arbitrary equality takes any text, paths included, which pip reads as a local project.
-            raise InvalidRequirement("'===' (arbitrary equality) is not allowed; use '=='")
-    req.name = canonicalize_name(req.name)
-    req.extras = {canonicalize_name(e) for e in req.extras}
-    return req
-
-
-def safe_python_need(need: str) -> bool:
-    """Whether pip can only read ``need`` as a requirement on the index (never a path or URL)."""
-    head = need.split(";", 1)[0].strip()
-    name = re.split(r"[\[<>=!~]", head, maxsplit=1)[0]
-    return bool(_PY_NEED.match(head)) and not name.endswith(_ARCHIVE) and not UNSAFE_TEXT.search(need)
-
-
-def safe_npm_spec(spec: str) -> bool:
-    """Whether npm can only read ``spec`` as a registry version, range or tag."""
-    return bool(_NPM_SPEC.match(spec)) and not spec.lower().endswith(_ARCHIVE)
-
-
-def format_requirement(req: Requirement) -> str:
-    text = req.name
-    if req.extras:
-        text += "[" + ",".join(sorted(req.extras)) + "]"
-    if req.specifier:
-        text += ",".join(sorted(str(s) for s in req.specifier))
-    if req.marker is not None:
-        text += f"; {req.marker}"
-    return text
-
-
 def _python_need(text: str, source: str, needs: list[str], findings: list[RefusedNeed]) -> None:
     stripped = text.strip()
-    looks_local = stripped.startswith((".", "/", "~")) or stripped.lower().endswith(_ARCHIVE)
+    looks_local = stripped.startswith((".", "/", "~")) or stripped.lower().endswith(ARCHIVE)
     if _URL.match(stripped) or stripped.startswith("git+") or looks_local:
         findings.append(
             RefusedNeed(
@@ -366,8 +319,6 @@ def declared(skill_path: Path) -> Needs:
 def with_documented(needs: Needs, skill_path: Path) -> Needs:
     """``needs`` plus the packages the ``pip install`` lines of the skill's SKILL.md name
     (its shell blocks; read by the doctor's scan, the same lines it reports)."""
-    from ..preflight import scan_texts  # the scan reads this module's gates: imported on use
-
     for name in ("SKILL.md", "skill.md"):
         text = _read(skill_path / name)
         if text is not None:

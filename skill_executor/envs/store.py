@@ -36,16 +36,8 @@ from ..config import Settings
 from ..hosttools import HostToolResult, HostTools, Scratch, ToolUser, reclaim, tool_user
 from ..image.inputs import DEFAULT_TIER, PYTHON_TIERS, RUNNER_PINS, PythonTier
 from ..objects import ObjectStore
-from .declared import (
-    NPM_NAME,
-    UNSAFE_TEXT,
-    DependenciesUnmet,
-    declared,
-    safe_npm_spec,
-    safe_python_need,
-    signature,
-    with_documented,
-)
+from ..skills.requirements import NPM_NAME, UNSAFE_TEXT, safe_npm_spec, safe_python_need
+from .declared import DependenciesUnmet, declared, signature, with_documented
 from .plan import (
     EnvPlan,
     ImagePackages,

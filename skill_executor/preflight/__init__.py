@@ -1,9 +1,9 @@
 """What a skill needs from its image, read from its files without running anything (the
 static half of ``skills doctor``; the probe in the sandbox is :mod:`skill_executor.doctor`)."""
 
+from ..shell import ShellCommand, shell_commands
 from .model import PIP_REASON, ImageNeeds, locations, node_package, python_distribution
 from .scan import scan, scan_texts
-from .shell import ShellCommand, shell_commands
 from .text import fenced_blocks, looks_like_shell
 
 __all__ = [

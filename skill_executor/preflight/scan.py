@@ -35,10 +35,11 @@ from typing import Literal
 from packaging.requirements import InvalidRequirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from ..envs.declared import format_requirement, normalise_requirement, safe_python_need
 from ..errors import ExecutorError
+from ..shell import shell_commands
 from ..skills.files import DEFAULT_MAX_READ, FileEntry, inventory, read_file
 from ..skills.model import Skill
+from ..skills.requirements import format_requirement, normalise_requirement, safe_python_need
 from .model import (
     API_CLIENT_MODULES,
     CHECKS,
@@ -71,7 +72,6 @@ from .model import (
     Note,
     node_package,
 )
-from .shell import shell_commands
 from .text import fenced_blocks, looks_like_shell, prompt_lines, session_output, strip_js_comments
 
 

@@ -1,13 +1,14 @@
 """Text helpers of the scan (pure): fenced blocks of the docs, prompts and console output of
 shell blocks, whether an untagged block reads as shell, JavaScript comments.  The commands of
-shell code are :mod:`.shell`'s (a real parser)."""
+shell code are :mod:`skill_executor.shell`'s (a real parser)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
 
-ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
+from ..shell import ASSIGNMENT
+
 FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})\s*([^\s`{]*)")
 
 

@@ -175,10 +175,13 @@ class RunManager:
         *,
         principal: Principal,
         idempotency_key: str | None = None,
+        hold: bool = True,
     ) -> tuple[RunRecord, RunHandle | None, bool]:
         """Accept a run of ``principal``; returns (record, live handle or None, whether
         this is a replay).  Blocking (SQLite, the skill catalog): call it off the event
-        loop (:meth:`submit_async`).
+        loop (:meth:`submit_async`).  ``hold``: a run the policy holds for approval waits
+        for one (recorded ``pending_approval``); False: it is refused (no one can approve
+        it where the caller waits, :meth:`run`).
 
         Order: an Idempotency-Key already used by this principal answers with its run
         (same request) or 409 (another request) before anything else; then shutdown
@@ -197,7 +200,7 @@ class RunManager:
         )
         try:
             with tracing.within(root), tracing.span("admission"):
-                accepted = self._admit(request, principal, fingerprinted, run_id, root)
+                accepted = self._admit(request, principal, fingerprinted, run_id, root, hold)
         except BaseException as exc:
             tracing.end(root, exc)
             raise
@@ -206,6 +209,24 @@ class RunManager:
         else:
             accepted[0].root = root
         return accepted
+
+    def run(self, request: RunRequest, *, principal: Principal, idempotency_key: str | None = None) -> RunResult:
+        """Submit a run and wait for its result, for callers without an event loop (the CLI's
+        ``run``, the doctor's probe, the skill-test local backend): the same refusals, record,
+        idempotency and audit as ``POST /v1/runs``.  A run the policy would hold is refused
+        (:meth:`submit`'s ``hold``); its error is raised as the :class:`ExecutorError` it was."""
+        record, handle, _ = self.submit(request, principal=principal, idempotency_key=idempotency_key, hold=False)
+        try:
+            if handle is not None:
+                record = handle.future.result()
+            while record.status not in FINAL:  # a replay of a run still under way elsewhere
+                if self._closing:
+                    raise shutdown_error()
+                time.sleep(0.2)
+                record = self.reload(record)
+        finally:
+            self.answered(record)
+        return self.result(record)
 
     def answered(self, record: RunRecord) -> None:
         """A front end has answered for ``record`` (from :meth:`submit`): the run's root
@@ -220,6 +241,7 @@ class RunManager:
         fingerprinted: tuple[str, str] | None,
         run_id: str,
         root: Any,
+        hold: bool,
     ) -> tuple[RunRecord, RunHandle | None, bool]:
         """Authorization, validation, admission and the run's record (the ``admission`` span)."""
         trace = (tracing.traceparent(root), tracing.trace_id(root))
@@ -231,6 +253,8 @@ class RunManager:
             # a bundle's code is its sender's: its programs are never remembered (nor the installed skill's used)
             approved = set() if checked.bundled else self.store.approved_programs(principal.id, checked.skill.id)
             if decision.needs_approval(approved):
+                if not hold:
+                    raise decision.held_locally()
                 return self._hold(request, principal.id, fingerprinted, run_id, trace, checked)
         if self.dispatcher.remote:
             return self._enqueue(request, principal.id, fingerprinted, run_id, trace)

@@ -18,7 +18,7 @@ from typing import Protocol, TypeVar
 
 import httpx
 
-from ..access import LOCAL_TENANT
+from ..access import LOCAL, LOCAL_TENANT
 from ..client import ApiError, Client
 from ..config import Settings
 from ..core import Executor
@@ -115,9 +115,11 @@ class LocalBackend:
 
     def run(self, request: RunRequest) -> RunResult:
         try:
-            return self._executor.runner.run(request)
-        except Unavailable as exc:
-            raise InfrastructureError(exc.message, exc.code) from None
+            return self._executor.runs().run(request, principal=LOCAL)
+        except ExecutorError as exc:  # a run's error comes back as the code and status it had
+            if exc.status == Unavailable.status:
+                raise InfrastructureError(exc.message, exc.code) from None
+            raise
 
     def end_session(self, session: str) -> None:
         self._executor.runner.sessions.end(session, LOCAL_TENANT)

@@ -185,8 +185,10 @@ def skill_docs(
 )
 async def doctor(name: str, request: Request, who: Principal = Depends(principal)) -> DoctorReport:
     executor = request.app.state.executor
-    # A probe is a run: it waits for a slot like one, on a thread of its own (not the server's pool).
-    report: DoctorReport = await asyncio.to_thread(diagnose, executor, name, tenant=who.id)
+    # A probe is a run of the caller through the service's run manager (recorded, refused and
+    # admitted as any run); it waits on a thread of its own (not the server's pool).
+    manager = request.app.state.manager
+    report: DoctorReport = await asyncio.to_thread(diagnose, executor, name, principal=who, runs=manager)
     return report
 
 

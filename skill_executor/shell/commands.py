@@ -23,7 +23,8 @@ from typing import NamedTuple
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
-from .text import ASSIGNMENT
+#: A shell variable assignment at the head of a word (``NAME=``, ``NAME+=``, ``NAME[i]=``).
+ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 
 #: Words that run the command after them (their options skipped).
 WRAPPERS = frozenset({"sudo", "env", "exec", "time", "nohup", "nice", "stdbuf", "doas"})
@@ -58,7 +59,8 @@ class ShellCommand(NamedTuple):
 
 
 @lru_cache(maxsize=1)
-def _parser() -> Parser:
+def parser() -> Parser:
+    """The one tree-sitter bash parser of the package (made once; shared by every reader)."""
     return Parser(Language(tree_sitter_bash.language()))
 
 
@@ -77,7 +79,7 @@ def shell_commands(text: str, functions: set[str] | None = None) -> Iterator[She
 
 def _commands(lines: list[str], first: int, functions: set[str], budget: list[int]) -> list[ShellCommand]:
     source = "\n".join(lines).encode("utf-8", "surrogateescape")
-    tree = _parser().parse(source)
+    tree = parser().parse(source)
     found: list[ShellCommand] = []
     broken_rows: set[int] = set()  # lines a parse error touches: nothing on them is sure
     swallowed: list[tuple[int, int]] = []
