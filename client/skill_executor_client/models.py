@@ -213,7 +213,8 @@ class FunctionCallItem(WireModel):
     id: str | None = Field(default=None, description="the item's id (not the call's)")
     status: str | None = None
     session: str | None = Field(
-        default=None, description="the session of the context_* tools when their arguments name none"
+        default=None,
+        description="the session this call is bound to (the framework's conversation): skill_run, process_* and context_* act in it; arguments naming another session are refused (403 session_mismatch)",
     )
     result_budget: BudgetOverride | None = Field(
         default=None,
@@ -605,7 +606,8 @@ class ToolCall(WireModel):
         default=None, description="the model's id of this call (tool_use_id, tool_call_id, call_id), put in `message`"
     )
     session: str | None = Field(
-        default=None, description="the session of the context_* tools when their arguments name none"
+        default=None,
+        description="the session this call is bound to (the framework's conversation): skill_run, process_* and context_* act in it; arguments naming another session are refused (403 session_mismatch)",
     )
     result_budget: BudgetOverride | None = Field(
         default=None,
