@@ -309,6 +309,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_fs": "unit",
     "test_hosttools": "unit",
     "test_naming": "unit",
+    "test_neutral": "unit",
     "test_object_keys": "unit",
     "test_object_trees": "unit",
     "test_pipeline": "unit",

@@ -42,6 +42,7 @@ from ..runs.models import RunRequest, RunResult
 from ..runs.store import PENDING, RunRecord
 from ..skills import expand_placeholders, render_xml, sandbox_dir
 from ..tools import CONTEXT_TOOLS, PROCESS_TOOLS, ResultBudget, ToolExecutor, definitions, keep_outputs, run_request
+from ..tools.neutral import neutralise
 from .catalog import CACHE_SCOPE, CACHE_TTL_MS, EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 from .protocol import (
     ARTIFACT_MAX_BYTES,
@@ -505,7 +506,7 @@ class SkillServer:
         elif name not in ("skill_load", "skill_list_docs"):
             raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
         result = tools.call(name, arguments, budget=budget)
-        return types.CallToolResult(content=[text_content(result.content)], is_error=result.is_error)
+        return types.CallToolResult(content=[text_content(t) for t in result.texts()], is_error=result.is_error)
 
     def _context_tool(
         self, name: str, arguments: dict[str, Any], who: Principal, budget: ResultBudget
@@ -514,7 +515,7 @@ class SkillServer:
         result = self.backend.tools().call(name, arguments, tenant=who.id, budget=budget)
         structured = result.data if isinstance(result.data, dict) and not result.is_error else None
         return types.CallToolResult(
-            content=[text_content(result.content)], structured_content=structured, is_error=result.is_error
+            content=[text_content(t) for t in result.texts()], structured_content=structured, is_error=result.is_error
         )
 
     def _artifact_tool(
@@ -664,7 +665,7 @@ class SkillServer:
                 async for _, kind, data in handle.stream():
                     if kind in ("stdout", "stderr"):
                         sent += 1
-                        await ctx.session.report_progress(sent, message=f"{kind}: {data}")
+                        await ctx.session.report_progress(sent, message=f"{kind}: {neutralise(data)}")
                     elif kind == "status":
                         sent += 1
                         await ctx.session.report_progress(sent, message=f"run {record.run_id}: {data}")
