@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from skill_executor.neutral import MAX_GROWTH, neutralise
 from skill_executor.runs.models import RunResult
 from skill_executor.tools import ToolResult, run_result
-from skill_executor.tools.neutral import MAX_GROWTH, neutralise
 
 #: What a hostile process prints: a clear-screen and cursor home, cursor moves, an OSC window
 #: title, an OSC 8 hyperlink and an OSC 52 clipboard write, a colour, a C1 CSI, a CR overwrite,
@@ -49,7 +49,7 @@ def test_escapes_and_controls_are_shown_not_interpreted() -> None:
     assert _shown_raw(shown) == []
     assert shown.startswith("\\x1b[2J\\x1b[H\\x1b[5A\\x1b[10C\\x1b]0;pwned title\\x07")
     assert "\\x1b]52;c;cm0gLXJmIH4=\\x07" in shown and "\\x1b[31mred\\x1b[0m" in shown and "\\x9b2J" in shown
-    assert "rm -rf /\\rls -la\n" in shown  # the overwrite is visible: both texts are there
+    assert "rm -rf /\\x0dls -la\n" in shown  # the overwrite is visible: both texts are there
     assert "abc\\x08\\x08\\x08xyz\n" in shown
     assert "file\\u202egnp.exe\n" in shown  # read in order, not flipped
     assert "hidden\\U000e0069\\U000e0067\\U000e006e\\U000e006f\\U000e0072\\U000e0065\\u200b\\x00\\x7f\n" in shown
@@ -61,7 +61,7 @@ def test_plain_text_lines_tabs_and_emoji_stay() -> None:
     )
     assert neutralise(text) == text
     assert neutralise("one\r\ntwo\r\n") == "one\ntwo\n"  # a PTY's line ends
-    assert neutralise("a\r\r\nb\u2028c") == "a\\r\nb\\u2028c"
+    assert neutralise("a\r\r\nb\u2028c") == "a\\x0d\nb\\u2028c"
 
 
 def test_every_character_comes_out_inert_and_the_growth_is_bounded() -> None:

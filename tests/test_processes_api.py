@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from skill_executor.client import AsyncClient, Client
-from skill_executor.tools.neutral import neutralise
+from skill_executor.neutral import neutralise
 
 from .api_server import Server
 from .conftest import require_runtime
@@ -246,7 +246,7 @@ def test_hostile_output_reaches_tool_results_neutralised_and_rest_raw(a: Client)
             break
     shown = "".join(texts)
     assert shown == neutralise(HOSTILE + FAKE_STATUS) and _shown_raw(shown) == []
-    assert "\\x1b[2J\\x1b[H" in shown and "rm -rf /\\rls -la" in shown and "file\\u202egnp.exe" in shown
+    assert "\\x1b[2J\\x1b[H" in shown and "rm -rf /\\x0dls -la" in shown and "file\\u202egnp.exe" in shown
     assert statuses[-1].startswith(f"[{pid} ended: exit code 0") and all(s.startswith(f"[{pid} ") for s in statuses)
     assert all("ended" not in s for s in statuses[:-1])  # the fake line said "ended" while it ran: only text
     assert a.process_poll("hostile", pid, 0)["output"] == HOSTILE + FAKE_STATUS  # REST: the raw output

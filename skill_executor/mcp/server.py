@@ -36,13 +36,13 @@ from .. import __version__
 from ..access import Principal
 from ..artifacts.store import ArtifactInfo, LocalArtifactStore, parse_ref
 from ..errors import BadRequest, ExecutorError, NotFound
+from ..neutral import neutralise
 from ..registry import SkillRepository
 from ..runs.manager import RunHandle, RunManager
 from ..runs.models import RunRequest, RunResult
 from ..runs.store import PENDING, RunRecord
 from ..skills import expand_placeholders, render_xml, sandbox_dir
 from ..tools import CONTEXT_TOOLS, PROCESS_TOOLS, ResultBudget, ToolExecutor, definitions, keep_outputs, run_request
-from ..tools.neutral import neutralise
 from .catalog import CACHE_SCOPE, CACHE_TTL_MS, EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 from .protocol import (
     ARTIFACT_MAX_BYTES,

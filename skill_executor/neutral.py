@@ -8,11 +8,13 @@ characters that smuggle text a human cannot see).  Shown as they are, such text 
 or imitate what the tool itself says, in a terminal or in a model's context.
 
 Every tool result that carries such text (``process_poll``'s output, ``skill_run``'s stdout,
-stderr and text files, MCP progress messages) passes through :func:`neutralise`, and only it:
+stderr and text files, MCP progress messages) passes through :func:`neutralise`, and so does
+every line ``skill-executor test`` prints to a CI log (:func:`skill_executor.testing.logtext.inert`
+adds the CI runners' command prefixes to it):
 
 * ``\\n`` and ``\\t`` stay; ``\\r\\n`` becomes ``\\n`` (a terminal's line end, as a PTY writes);
 * every other C0 control, DEL and every C1 control is shown as a visible escape: ESC as
-  ``\\x1b`` (so ``ESC[31m`` reads ``\\x1b[31m``), a lone CR as ``\\r``, NUL as ``\\x00``...;
+  ``\\x1b`` (so ``ESC[31m`` reads ``\\x1b[31m``), a lone CR as ``\\x0d``, NUL as ``\\x00``...;
 * bidi controls (U+202A-U+202E, U+2066-U+2069, LRM/RLM/ALM), every other Unicode format
   character (category Cf: zero-width spaces, word joiners, the BOM, tag characters) except the
   zero-width joiner of emoji sequences, line and paragraph separators (U+2028/U+2029) and lone
@@ -34,7 +36,6 @@ import unicodedata
 MAX_GROWTH = 4
 #: The zero-width joiner, kept: emoji sequences use it, and alone it hides nothing.
 _KEPT = {"\u200d"}
-_NAMED = {"\r": "\\r"}
 
 
 def _dangerous() -> str:
@@ -58,8 +59,6 @@ _PATTERN = re.compile(_dangerous())
 def _visible(match: re.Match[str]) -> str:
     char = match.group()
     code = ord(char)
-    if char in _NAMED:
-        return _NAMED[char]
     if code < 0x100:
         return f"\\x{code:02x}"
     if code < 0x10000:
