@@ -271,6 +271,16 @@ ensure_bwrap() {
   fi
 }
 
+# Debian's Chromium for the browser tests (tests/browser.py: a page opened from the service
+# runs no script; driven over the DevTools protocol, no browser download).
+ensure_chromium() {
+  CHROMIUM_PROBLEM=""
+  if ! command -v chromium >/dev/null && ! apt_install chromium; then
+    CHROMIUM_PROBLEM="Chromium is not installed and could not be installed (Debian package chromium)"
+    return 1
+  fi
+}
+
 ensure_runsc() {
   RUNSC_PROBLEM=""
   if ! command -v runsc >/dev/null && ! apt_install runsc; then

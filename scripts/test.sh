@@ -4,7 +4,8 @@
 # gVisor's runsc registered with it as the runtime `runsc`, the runner image (built
 # offline when no registry is available), the Postgres server binaries (the tests start
 # their own servers), the npm tools of the MCP tests (tests/npmtools.py, into build/), then
-# pytest. The container-hardening tests run on runc and on runsc.
+# pytest. The container-hardening tests run on runc and on runsc. Debian's Chromium is installed
+# for the browser tests (tests/browser.py).
 # In CI (CI=true) a missing engine, runsc or Postgres is a failure; elsewhere those tests
 # skip with the reason. The hard disk cap (a file system per workspace) needs root: without it
 # the suite runs on the soft cap and says so (CI fails). Only an engine this script
@@ -42,6 +43,13 @@ if ! ensure_bwrap; then
     exit 1
   fi
   log "the bwrap runtime's tests will be skipped: $BWRAP_PROBLEM"
+fi
+if ! ensure_chromium; then
+  if [[ "${CI:-}" == "true" ]]; then
+    log "CI runs the browser tests (tests/test_content_safety.py), but: $CHROMIUM_PROBLEM; failing"
+    exit 1
+  fi
+  log "the browser tests will be skipped: $CHROMIUM_PROBLEM"
 fi
 if ! ensure_disk_cap; then
   if [[ "${CI:-}" == "true" ]]; then

@@ -310,6 +310,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_fs": "unit",
     "test_hosttools": "unit",
     "test_naming": "unit",
+    "test_neutral": "unit",
     "test_object_keys": "unit",
     "test_object_trees": "unit",
     "test_pipeline": "unit",
@@ -373,6 +374,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_engines": "service",  # a second dockerd, Postgres
     "test_cluster_tracing": "service",  # Postgres, an OTLP receiver
     "test_context_api": "service",
+    "test_content_safety": "service",  # a real service and a real headless Chromium
     "test_processes_api": "service",
     "test_mcp": "service",
     "test_mcp_sessions": "service",
@@ -407,6 +409,12 @@ TEST_TIERS: dict[str, dict[str, str]] = {
         "test_gvisor_registration_needs_its_arguments": "unit",
         "test_a_process_that_can_no_longer_run_code_is_told_from_one_that_can": "unit",
         "test_a_container_that_exits_while_it_is_killed_for_its_removal_is_removed_again": "unit",
+    },
+    "test_content_safety": {
+        "test_only_passive_types_are_inline": "unit",
+        "test_file_names_cannot_break_the_header_or_disguise_themselves": "unit",
+        "test_the_worker_answers_carry_the_headers_too": "unit",
+        "test_the_pod_servers_rule_is_the_services": "unit",
     },
     "test_doctor": {"test_cli": "service", "test_http": "service"},
     "test_docs": {  # the docs site's build (mkdocs) in a subprocess

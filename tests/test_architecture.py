@@ -27,6 +27,7 @@ LAYERS = [
         "skill_executor.tracing",
         "skill_executor.hosttools",
         "skill_executor.extras",
+        "skill_executor.neutral",
     },
     {"skill_executor.db", "skill_executor.objects"},
     {"skill_executor.skills", "skill_executor.image", "skill_executor.shell"},

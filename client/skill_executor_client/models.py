@@ -617,9 +617,13 @@ class ToolCall(WireModel):
 
 class ToolCallResult(WireModel):
     name: str
-    content: str
+    content: str = Field(description="the text for the model; what a program wrote is neutralised (escapes shown)")
     is_error: bool
     data: Any = None
+    status: str | None = Field(
+        default=None,
+        description="the call's state in words (process_poll: running or ended, the next offset), apart from `content`: a text block of its own in `message`, never a line inside a program's output",
+    )
     message: dict[str, Any] | None = Field(
         default=None,
         description="with `format`: the message to append to the conversation as it is -- Anthropic tool_result block (is_error), OpenAI tool message or Responses function_call_output item (an error's text starts with 'error:'), MCP CallToolResult (isError)",

@@ -35,7 +35,7 @@ from ..web import problems
 from ..web.auth import KeyRing, bind_problem
 from .docs import install_docs
 from .metrics import Metrics
-from .middleware import BodyLimit, BrowserGuard, RequestContext, normalize_origin
+from .middleware import BodyLimit, BrowserGuard, ContentSafety, RequestContext, normalize_origin
 from .routes import artifacts, context, files, processes, runs, skills, system, tools, versions
 
 if TYPE_CHECKING:
@@ -129,7 +129,8 @@ def create_app(
     for module in (versions, skills, runs, artifacts, files, tools, context, processes, system):
         app.include_router(module.router)
     mcp_http = _mount_mcp(app)
-    # Outermost last: RequestContext -> BrowserGuard -> CORS (allowed origins only) -> BodyLimit -> routes.
+    # Outermost last: ContentSafety -> RequestContext -> BrowserGuard -> CORS (allowed origins only)
+    # -> BodyLimit -> routes (ContentSafety sees every answer, the guard's refusals included).
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
     if settings.allowed_origins:
         app.add_middleware(
@@ -157,6 +158,7 @@ def create_app(
         port=settings.port,
     )
     app.add_middleware(RequestContext)
+    app.add_middleware(ContentSafety)
     return app
 
 

@@ -1,5 +1,5 @@
 """ASGI middleware: request ids, structured access logs, the browser guard (Host and
-Origin checks), and a request body cap."""
+Origin checks), a request body cap, and the content-safety headers of every answer."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from starlette.requests import ClientDisconnect
 
 from .. import tracing
 from ..web.auth import is_loopback
+from ..web.content import NOSNIFF, SANDBOX_CSP, base_type, disposition, is_passive
 
 log = logging.getLogger("skill_executor.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -231,6 +232,62 @@ def _split_host(host: str) -> tuple[str, str | None]:
 def normalize_origin(value: str) -> str:
     """An origin as browsers send it: lower case, no trailing slash."""
     return value.strip().rstrip("/").lower()
+
+
+#: The service's own pages, which run their own script (the API docs and their assets): they
+#: get ``nosniff`` only, never the sandbox policy.
+OWN_PAGES = ("/docs", "/redoc")
+#: The API's own structured answers: shown as they are, never made attachments.
+_API_TYPES = frozenset({"application/json", "application/problem+json", "text/event-stream"})
+
+
+class ContentSafety:
+    """Every answer of the service is never sniffable and never active content of its origin.
+
+    * every response (JSON, errors, event streams, bytes) gets ``X-Content-Type-Options:
+      nosniff``;
+    * every response but the service's own pages (:data:`OWN_PAGES`) gets
+      ``Content-Security-Policy: sandbox; default-src 'none'`` unless its route set one;
+    * a response whose type is neither the API's own (JSON, event stream) nor passive
+      (:data:`~skill_executor.web.content.PASSIVE_INLINE`) and that has no
+      ``Content-Disposition`` gets ``attachment``.
+
+    The routes that answer written bytes set these headers themselves with their file's name
+    (:func:`~skill_executor.web.content.download_headers`); this is the backstop that holds
+    for any route, HEAD and ranges included, and for answers written by other middleware.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path") or ""
+        own = any(path == p or path.startswith(p + "/") for p in OWN_PAGES)
+
+        async def secured(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = secure_headers(list(message.get("headers") or []), own_page=own)
+            await send(message)
+
+        await self.app(scope, receive, secured)
+
+
+def secure_headers(headers: list[tuple[bytes, bytes]], *, own_page: bool = False) -> list[tuple[bytes, bytes]]:
+    """``headers`` (ASGI pairs) with what :class:`ContentSafety` adds."""
+    names = {name.lower() for name, _ in headers}
+    if b"x-content-type-options" not in names:
+        headers.append((b"x-content-type-options", NOSNIFF.encode()))
+    if own_page:
+        return headers
+    if b"content-security-policy" not in names:
+        headers.append((b"content-security-policy", SANDBOX_CSP.encode()))
+    kind = next((value.decode("latin-1") for name, value in headers if name.lower() == b"content-type"), "")
+    if kind and b"content-disposition" not in names and base_type(kind) not in _API_TYPES and not is_passive(kind):
+        headers.append((b"content-disposition", disposition(None, kind).encode()))
+    return headers
 
 
 class BodyLimit:

@@ -308,9 +308,14 @@ class FunctionCallItem(BaseModel):
 
 class ToolCallResult(BaseModel):
     name: str
-    content: str
+    content: str = Field(description="the text for the model; what a program wrote is neutralised (escapes shown)")
     is_error: bool
     data: Any = None
+    status: str | None = Field(
+        default=None,
+        description="the call's state in words (process_poll: running or ended, the next offset), apart from "
+        "`content`: a text block of its own in `message`, never a line inside a program's output",
+    )
     message: dict[str, Any] | None = Field(
         default=None,
         description="with `format`: the message to append to the conversation as it is -- "

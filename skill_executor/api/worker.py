@@ -30,7 +30,7 @@ from ..web import problems
 from ..web.auth import KeyRing, Unauthorized, internal_principal, key_principal, principal
 from .app import CLOSE_SECONDS
 from .metrics import Metrics
-from .middleware import RequestContext
+from .middleware import ContentSafety, RequestContext
 from .routes import processes, system
 
 log = logging.getLogger("skill_executor.worker")
@@ -107,4 +107,5 @@ def create_worker_app(settings: Settings, *, claim: DataDirClaim, on_exit: Calla
     app.include_router(processes.router)
     app.dependency_overrides[principal] = _caller
     app.add_middleware(RequestContext)
+    app.add_middleware(ContentSafety)
     return app

@@ -144,7 +144,9 @@ def call_result(result: ToolResult) -> types.CallToolResult:
     if structured is not None and "run_id" in structured:
         structured = {k: v for k, v in structured.items() if k not in IN_TEXT}
     return types.CallToolResult(
-        content=[text_content(result.content), *content], structured_content=structured, is_error=result.is_error
+        content=[*(text_content(t) for t in result.texts()), *content],
+        structured_content=structured,
+        is_error=result.is_error,
     )
 
 

@@ -36,6 +36,7 @@ from .. import __version__
 from ..access import Principal
 from ..artifacts.store import ArtifactInfo, LocalArtifactStore, parse_ref
 from ..errors import BadRequest, ExecutorError, NotFound
+from ..neutral import neutralise
 from ..registry import SkillRepository
 from ..runs.manager import RunHandle, RunManager
 from ..runs.models import RunRequest, RunResult
@@ -516,7 +517,7 @@ class SkillServer:
         elif name not in ("skill_load", "skill_list_docs"):
             raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
         result = tools.call(name, arguments, budget=budget)
-        return types.CallToolResult(content=[text_content(result.content)], is_error=result.is_error)
+        return types.CallToolResult(content=[text_content(t) for t in result.texts()], is_error=result.is_error)
 
     def _context_tool(
         self, name: str, arguments: dict[str, Any], who: Principal, budget: ResultBudget, session: str | None
@@ -526,7 +527,7 @@ class SkillServer:
         result = self.backend.tools().call(name, arguments, tenant=who.id, session=session, budget=budget)
         structured = result.data if isinstance(result.data, dict) and not result.is_error else None
         return types.CallToolResult(
-            content=[text_content(result.content)], structured_content=structured, is_error=result.is_error
+            content=[text_content(t) for t in result.texts()], structured_content=structured, is_error=result.is_error
         )
 
     def _artifact_tool(
@@ -676,7 +677,7 @@ class SkillServer:
                 async for _, kind, data in handle.stream():
                     if kind in ("stdout", "stderr"):
                         sent += 1
-                        await ctx.session.report_progress(sent, message=f"{kind}: {data}")
+                        await ctx.session.report_progress(sent, message=f"{kind}: {neutralise(data)}")
                     elif kind == "status":
                         sent += 1
                         await ctx.session.report_progress(sent, message=f"run {record.run_id}: {data}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import secrets
 import socketserver
 import stat
@@ -25,6 +26,22 @@ PREFIX = "/v1/files"
 _SENSITIVE = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CRED", "KEY", "AUTH", "BEARER", "PRIVATE", "CERT")
 _BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
+#: Every answer is never sniffed, and a file's is never active content of this server's origin
+#: (a download, in a sandboxed document without script): skill_executor.web.content's rule,
+#: copied because this server runs apart from the service (a test holds the two equal).
+NOSNIFF = "nosniff"
+SANDBOX_CSP = "sandbox; default-src 'none'"
+_ASCII_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def attachment(name: str) -> str:
+    """``attachment`` with ``name`` as a safe ASCII ``filename`` (and the whole name, UTF-8
+    percent-encoded, as ``filename*`` when it is not that)."""
+    plain = _ASCII_UNSAFE.sub("_", name).strip("._") or "download"
+    value = f'attachment; filename="{plain[:150]}"'
+    if plain != name:
+        value += "; filename*=UTF-8''" + urllib.parse.quote(name[:150], safe="", errors="replace")
+    return value
 
 
 class FilesHandler(BaseHTTPRequestHandler):
@@ -43,6 +60,11 @@ class FilesHandler(BaseHTTPRequestHandler):
         pass  # requests are not logged (paths are the run's data)
 
     # -- responses -------------------------------------------------------------------------
+    def end_headers(self) -> None:
+        self.send_header("X-Content-Type-Options", NOSNIFF)
+        self.send_header("Content-Security-Policy", SANDBOX_CSP)
+        super().end_headers()
+
     def _json(self, code: int, body: object) -> None:
         data = (json.dumps(body) + "\n").encode()
         self.send_response(code)
@@ -146,7 +168,7 @@ class FilesHandler(BaseHTTPRequestHandler):
                 self._error(403, "PERMISSION_DENIED", "not a regular file")
             else:
                 with open(fd, "rb", buffering=0, closefd=False) as file:
-                    self._send_file(file, st)
+                    self._send_file(file, st, parts[-1] if parts else "download")
         finally:
             os.close(fd)
 
@@ -158,9 +180,10 @@ class FilesHandler(BaseHTTPRequestHandler):
             return
         self._json(200, {"path": "/" + "/".join(parts), "entries": entries})
 
-    def _send_file(self, file: object, st: os.stat_result) -> None:
+    def _send_file(self, file: object, st: os.stat_result, name: str) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Disposition", attachment(name))
         self.send_header("Content-Length", str(st.st_size))
         self.send_header("Last-Modified", self.date_time_string(int(st.st_mtime)))
         self.end_headers()

@@ -16,23 +16,12 @@ import re
 from dataclasses import dataclass
 from typing import TextIO
 
+from ..neutral import neutralise
+
 KiB, MiB = 1024, 1024 * 1024
 
-#: Shown as ``\\xNN``/``\\uNNNN``: C0 and C1 controls (not tab or newline) -- ESC, ``\\r``, BEL,
-#: the CSI byte --, line and paragraph separators, the invisible formatting characters that
-#: reorder or hide text (bidirectional overrides and isolates, zero-width characters, BOM) and
-#: lone surrogates (which no UTF-8 stream can write).
-_ESCAPED = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
-    "\u2066-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb]"
-)
 #: ``##[...]`` (GitHub's older form), ``##vso[`` (Azure), ``##teamcity[``: read anywhere in a line.
 _HASH_COMMAND = re.compile(r"##([A-Za-z]*)\[")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def inert(text: str) -> str:
@@ -40,7 +29,7 @@ def inert(text: str) -> str:
     characters escaped, the ``[`` of ``##word[`` escaped (``##vso\\x5b``), and the first ``:``
     of a line whose first non-blank characters are ``::`` escaped (``\\x3a:add-mask::``).
     Newlines and tabs stay; everything else is unchanged."""
-    text = _ESCAPED.sub(_escape, text)
+    text = neutralise(text)  # the service's one neutraliser (model-bound text passes it too)
     text = _HASH_COMMAND.sub(lambda m: f"##{m.group(1)}\\x5b", text)
     if "::" not in text:
         return text

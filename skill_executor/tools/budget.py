@@ -34,6 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import Settings
+from ..neutral import neutralise
 from ..runs.models import RunResult
 
 KiB = 1024
@@ -275,20 +276,21 @@ def shape_run(
     files_left = total // 2
     files: list[_File] = []
     for i, item in enumerate(result.output_files):
-        desc = f"file {item.name} ({item.mime_type}, {item.size_bytes} bytes"
+        desc = f"file {neutralise(item.name)} ({item.mime_type}, {item.size_bytes} bytes"
         whole = item.content is not None and not item.truncated
         if whole and item.encoding == "base64" and item.mime_type in IMAGE_TYPES and 0 < item.size_bytes <= images_left:
             images_left -= item.size_bytes
             files.append(_File(i, "image", f"{desc}): the image below; {_at(item.ref)}"))
             continue
         small = whole and item.size_bytes <= budget.inline_bytes
-        size = len(item.content or "")
+        shown_text = neutralise(item.content or "") if item.encoding == "utf-8" else ""  # what the text shows
+        size = len(shown_text) if item.encoding == "utf-8" else len(item.content or "")
         if small and item.encoding == "utf-8" and size <= files_left:
             files_left -= size
             if surface == "mcp" and item.ref is not None:  # an embedded resource is named by its URI
                 files.append(_File(i, "embed", f"{desc}): embedded below; {item.ref}"))
             else:
-                files.append(_File(i, "inline", f"{desc}, {_at(item.ref)}):", item.content or ""))
+                files.append(_File(i, "inline", f"{desc}, {_at(item.ref)}):", shown_text))
             continue
         if small and item.encoding == "base64" and surface == "mcp" and item.ref is not None and size <= files_left:
             files_left -= size
@@ -310,7 +312,8 @@ def shape_run(
                 else "not kept: not saved as an artifact (outputs.save is false, or see the warnings)"
             )
             files.append(_File(i, "ref", f"{desc}): {why}"))
-    warnings = [w if len(w) <= WARNING_CHARS else w[: WARNING_CHARS - 3] + "..." for w in result.warnings]
+    warnings = [neutralise(w) for w in result.warnings]
+    warnings = [w if len(w) <= WARNING_CHARS else w[: WARNING_CHARS - 3] + "..." for w in warnings]
     status = _status(result, failed)
 
     def fixed_size(listed: list[_File], warned: list[str]) -> int:
@@ -320,7 +323,8 @@ def shape_run(
         size += sum(len(result.output_files[f.index].content or "") for f in listed if f.how == "embed")
         return size
 
-    texts = {"stdout": result.stdout.rstrip("\n"), "stderr": result.stderr.rstrip("\n")}
+    # What the program wrote, neutralised (:mod:`.neutral`): no escape in it is interpreted.
+    texts = {"stdout": neutralise(result.stdout).rstrip("\n"), "stderr": neutralise(result.stderr).rstrip("\n")}
     run_cuts = {"stdout": result.stdout_truncated, "stderr": result.stderr_truncated}
     notes = {s: f" [cut by the run: {s}_max_bytes]" if run_cuts[s] else "" for s in STREAMS}
     present = [s for s in STREAMS if texts[s]]
@@ -331,7 +335,8 @@ def shape_run(
         last = max(f.index for f in files if f.how in ("inline", "embed"))
         item = result.output_files[last]
         where = f"full content at {item.ref}" if _readable(item.ref) else "not kept"
-        desc = f"file {item.name} ({item.mime_type}, {item.size_bytes} bytes): over the tool-result budget; {where}"
+        name = neutralise(item.name)
+        desc = f"file {name} ({item.mime_type}, {item.size_bytes} bytes): over the tool-result budget; {where}"
         files = [f if f.index != last else _File(last, "ref", desc) for f in files]
     listed, unlisted = files, 0
     warned, unwarned = warnings, 0
@@ -385,7 +390,9 @@ def shape_run(
         elif f.how == "ref" and surface == "mcp" and item.ref is not None and _readable(item.ref):
             blocks.append(Link(item.ref, item.name, item.mime_type, item.size_bytes))
     structured = result.model_dump(mode="json")
-    for name in cut:  # the same excerpt as the text (a stream shown whole stays as the run gave it)
+    for name in STREAMS:  # neutralised as the text (the raw streams: GET /v1/runs/{id}, the kept artifact)
+        structured[name] = neutralise(structured[name])
+    for name in cut:  # the same excerpt as the text
         structured[name] = shown[name]
         structured[f"{name}_truncated"] = True
     for entry in structured["output_files"]:

@@ -35,6 +35,7 @@ from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore
 from ..context import ContextService
 from ..errors import BadRequest, ExecutorError, Forbidden, NotFound
+from ..neutral import MAX_GROWTH, neutralise
 from ..registry import SkillRepository
 from ..runs.manager import ShuttingDown
 from ..runs.models import OutputSpec, RunRequest, RunResult
@@ -461,12 +462,17 @@ class ToolExecutor:
             raise BadRequest("'after' must be an offset (>= 0) and 'wait' seconds", code="invalid_arguments")
         limit = max(256, budget.max_chars - 400)  # the rest is for the next poll: nothing is cut
         polled = processes.poll(tenant, session, process_id, after=after, limit=limit, wait=float(wait))
+        output = neutralise(polled.output)
+        if len(output) > limit:  # escapes grew it past the budget: less of it now, the rest next poll
+            polled = processes.poll(tenant, session, process_id, after=after, limit=max(64, limit // MAX_GROWTH))
+            output = neutralise(polled.output)
         state = "running" if polled.running else f"ended: exit code {polled.exit_code} ({polled.reason})"
         lost = f"; {polled.dropped} bytes before were dropped (the output ring is full)" if polled.dropped else ""
         more = "; more output waits: poll again" if polled.next < polled.total else ""
-        footer = f"[{process_id} {state}; next offset {polled.next} of {polled.total}{lost}{more}]"
+        empty = "" if output else "; no new output"
+        status = f"[{process_id} {state}; next offset {polled.next} of {polled.total}{lost}{more}{empty}]"
         data = {
-            "output": polled.output,
+            "output": output,
             "offset": polled.offset,
             "next": polled.next,
             "total": polled.total,
@@ -475,7 +481,9 @@ class ToolExecutor:
             "exit_code": polled.exit_code,
             "reason": polled.reason,
         }
-        return ToolResult(name, f"{polled.output}\n{footer}" if polled.output else footer, False, data)
+        # The output (neutralised: no escape is interpreted) is the content; the state is not a
+        # line inside it, which the output could imitate, but the result's status and data.
+        return ToolResult(name, output, False, data, status=status)
 
     def _skill_run(self, arguments: dict[str, Any], budget: ResultBudget, surface: Surface, tenant: str) -> ToolResult:
         if self._run is None:

@@ -28,9 +28,26 @@ class ToolResult:
     #: The model view's blocks after the text (images, embedded files, links), when the
     #: result was shaped for a surface that has them.
     blocks: list[Block] = field(default_factory=list)
+    #: The call's state in words (``process_poll``: running or ended, the next offset), apart
+    #: from ``content``: a block of its own before it in every message, never a line inside
+    #: text a program wrote, which could imitate it.
+    status: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "content": self.content, "is_error": self.is_error, "data": self.data}
+        return {
+            "name": self.name,
+            "content": self.content,
+            "is_error": self.is_error,
+            "data": self.data,
+            "status": self.status,
+        }
+
+    def texts(self) -> list[str]:
+        """The text parts in order: the status (if any), then the content (if not empty
+        beside a status)."""
+        if self.status is None:
+            return [self.content]
+        return [self.status, self.content] if self.content else [self.status]
 
     def message(self, fmt: Format, call_id: str) -> dict[str, Any]:
         """This result as the tool-result message of ``fmt``, answering the call ``call_id``.
@@ -42,21 +59,25 @@ class ToolResult:
         error flag, so an error is told in the text, which then starts with ``error:``
         (every error result's does).
         """
+        texts = self.texts()
         if fmt == "anthropic":
             images = [b for b in self.blocks if isinstance(b, Image)]
             content: Any = self.content
-            if images:
-                content = [{"type": "text", "text": self.content}] + [
+            if images or self.status is not None:
+                content = [{"type": "text", "text": t} for t in texts] + [
                     {"type": "image", "source": {"type": "base64", "media_type": i.mime_type, "data": i.data}}
                     for i in images
                 ]
             return {"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": self.is_error}
         if fmt == "mcp":
-            return {"content": [mcp_block(b) for b in [Text(self.content), *self.blocks]], "isError": self.is_error}
-        if fmt == "openai":
-            return {"role": "tool", "tool_call_id": call_id, "content": self.content}
+            blocks = [*(Text(t) for t in texts), *self.blocks]
+            return {"content": [mcp_block(b) for b in blocks], "isError": self.is_error}
+        if fmt == "openai":  # a status is a text part of its own
+            parts: Any = self.content if self.status is None else [{"type": "text", "text": t} for t in texts]
+            return {"role": "tool", "tool_call_id": call_id, "content": parts}
         if fmt == "openai-responses":  # a Responses input item; no error flag either
-            return {"type": "function_call_output", "call_id": call_id, "output": self.content}
+            output: Any = self.content if self.status is None else [{"type": "input_text", "text": t} for t in texts]
+            return {"type": "function_call_output", "call_id": call_id, "output": output}
         raise BadRequest(f"unknown tool format {fmt!r}; use {', '.join(TOOL_FORMATS)}", code="invalid_format")
 
 

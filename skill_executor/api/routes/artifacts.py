@@ -33,6 +33,7 @@ from ...artifacts.store import ArtifactInfo, LocalArtifactStore, validate_name
 from ...errors import BadRequest
 from ...outputs.mime import detect
 from ...web.auth import principal
+from ...web.content import download_headers
 from ..schemas import ERRORS, ArtifactList, ArtifactModel
 
 log = logging.getLogger("skill_executor.artifacts")
@@ -194,7 +195,7 @@ def get_artifact(
         "X-Artifact-SHA256": info.sha256,
         "ETag": f'"{info.sha256}"',
         "Content-Length": str(info.size),
-    }
+    } | download_headers(info.name, info.mime_type)  # never active content of this origin
     return StreamingResponse(blob_chunks(handle), media_type=info.mime_type, headers=headers)
 
 

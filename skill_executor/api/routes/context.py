@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from ...access import Principal, resolve_tenant_audited
 from ...context import ContextService
 from ...web.auth import principal
+from ...web.content import download_headers
 from ..schemas import ERRORS, ContextBudget, ContextLoad, ContextSelectDocs, ContextSkill
 
 router = APIRouter(prefix="/v1/sessions/{session}/context", tags=["context"], responses=ERRORS)
@@ -140,6 +141,8 @@ def render(
     headers = {"X-Context-Tokens": str(rendered["tokens"]), "X-Token-Counter": rendered["counter"]}
     if raw and isinstance(rendered["content"], str):
         media = {"text": "text/plain", "xml": "application/xml", "markdown": "text/markdown"}[format]
+        extension = {"text": "txt", "xml": "xml", "markdown": "md"}[format]
+        headers |= download_headers(f"context-{session}.{extension}", media)  # skills' text: never active
         return PlainTextResponse(rendered["content"], media_type=f"{media}; charset=utf-8", headers=headers)
     return JSONResponse(rendered, headers=headers)
 

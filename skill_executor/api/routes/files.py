@@ -22,6 +22,7 @@ from ...access import Principal
 from ...artifacts.store import NAME_MAX, ArtifactInfo, LocalArtifactStore, validate_name
 from ...errors import BadRequest
 from ...web.auth import principal
+from ...web.content import download_headers
 from ..schemas import ERRORS
 from .artifacts import blob_chunks, check_mime, receive
 
@@ -153,6 +154,7 @@ async def file_content(file_id: str, request: Request, who: Principal = Depends(
     info = await run_in_threadpool(store.by_file_id, file_id, tenant=who.id)
     handle = await run_in_threadpool(store.open, info)
     headers = {"ETag": f'"{info.sha256}"', "Content-Length": str(info.size), "X-File-Name": info.name}
+    headers |= download_headers(info.name, info.mime_type)  # never active content of this origin
     return StreamingResponse(blob_chunks(handle), media_type=info.mime_type, headers=headers)
 
 

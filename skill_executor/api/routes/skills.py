@@ -30,6 +30,7 @@ from ...skills import (
 from ...skills.files import is_text
 from ...skills.model import estimate_tokens
 from ...web.auth import admin, principal
+from ...web.content import download_headers
 from ..schemas import ERRORS, DocEntry, DocList, FileInfo, Finding, Installed, SkillDetail, SkillList, SkillSummary
 from . import versions
 
@@ -223,7 +224,7 @@ def skill_file(name: str, path: str, request: Request, _: Principal = Depends(pr
         "X-File-Size": str(size),
         "X-Truncated": "true" if size > limit else "false",
         "Content-Length": str(length),
-    }
+    } | download_headers(rel, mime)  # a skill's file is never active content of this origin
     if match.note:
         headers["X-Resolved-Path"] = quote(match.path, safe="/")  # percent-encoded: headers are latin-1
     # streamed from the open file, never held whole

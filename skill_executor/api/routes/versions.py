@@ -12,7 +12,6 @@ import contextlib
 import io
 import zipfile
 from collections.abc import Iterator
-from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -30,6 +29,7 @@ from ...registry.store import Registry, Version
 from ...skills import FileEntry, Skill
 from ...skills.rules import split_verdict
 from ...web.auth import admin, principal
+from ...web.content import download_headers
 from ..schemas import (
     ERRORS,
     AuditLog,
@@ -243,10 +243,10 @@ def version_content(name: str, version: str, request: Request, _: Principal = De
         body(),
         media_type="application/zip",
         headers={
-            "Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename)}",
             "X-Skill-Version": str(found.number),
             "X-Skill-Digest": found.digest,
-        },
+        }
+        | download_headers(filename, "application/zip"),
     )
 
 
