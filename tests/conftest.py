@@ -334,6 +334,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_database_legacy": "unit",
     "test_dispatch_connector": "unit",
     "test_snapshots": "service",  # a SeaweedFS server
+    "test_snapshot_names": "unit",
     "test_session_snapshots": "engine",
     "test_tracing": "service",
     "test_activity": "unit",

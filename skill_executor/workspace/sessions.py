@@ -89,6 +89,8 @@ class SessionStore:
         self._hosted: dict[Path, int] = {}
         #: Called with (session, tenant) when a session is ended (its processes end first).
         self.on_end: list[Callable[[str, str], None]] = []
+        #: What a run of a session should be told of its work/ (a restore from an older snapshot).
+        self._notes: dict[Path, list[str]] = {}
         self.release_mounts()
 
     def path(self, session: str, tenant: str) -> Path:
@@ -350,6 +352,20 @@ class SessionStore:
         if not made:
             empty_tree(work)
         self.snapshots.restore(check_tenant(tenant), session, work, self.owner, sha=latest)
+        why = self.snapshots.unkept(check_tenant(tenant), session)
+        if why is not None:
+            log.warning("session %s: restored from a snapshot older than its last run: %s", session, why)
+            note = (
+                "the session's work/ was restored on this worker from an older snapshot: the files of its "
+                f"last run(s) on the worker it left could not be kept ({why})"
+            )
+            with self._lock:
+                self._notes.setdefault(directory, []).append(note)
+
+    def notes(self, work: Path) -> list[str]:
+        """What the run holding ``work`` should be told of it (once)."""
+        with self._lock:
+            return self._notes.pop(work.parent, [])
 
     def keep(self, session: str, tenant: str, work: Path) -> str | None:
         """Snapshot the session's ``work/`` (held by the caller's :meth:`use`) when sessions
