@@ -343,6 +343,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_bench_coldpath": "engine",
     "test_bench_workloads": "engine",
     "test_disk_cap": "engine",
+    "test_crash_leftovers": "engine",
     "test_podserver": "engine",
     "test_agentsandbox_wire": "engine",
     "test_agentsandbox_runtime": "engine",

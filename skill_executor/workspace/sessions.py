@@ -91,6 +91,8 @@ class SessionStore:
         self.on_end: list[Callable[[str, str], None]] = []
         #: What a run of a session should be told of its work/ (a restore from an older snapshot).
         self._notes: dict[Path, list[str]] = {}
+        #: Session volumes (a mount and a loop device each) a crashed process left, released at start.
+        self.released_volumes = 0
         self.release_mounts()
 
     def path(self, session: str, tenant: str) -> Path:
@@ -291,9 +293,10 @@ class SessionStore:
             details={"session": session},
         )
 
-    def release_mounts(self) -> None:
+    def release_mounts(self) -> int:
         """Unmount session volumes left mounted by a process that died holding them (their
-        session's lock is free); those of live holders stay."""
+        session's lock is free); those of live holders stay.  How many it unmounted."""
+        released = 0
         for point in volumes.mounts_under(self.root):
             directory = point.parent
             if point.name != "work":
@@ -301,16 +304,20 @@ class SessionStore:
             try:
                 fd = os.open(directory / _LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
-                volumes.unmount(point)  # no lock file: no run can hold it
+                released += volumes.unmount(point)  # no lock file: no run can hold it
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # a live run holds it
             else:
-                volumes.unmount(point)
+                released += volumes.unmount(point)
             finally:
                 os.close(fd)
+        if released:
+            log.warning("start-up: unmounted %d session volume(s) a crashed process left mounted", released)
+        self.released_volumes = released
+        return released
 
     @staticmethod
     def _busy(session: str, wait: float) -> SessionBusy:
