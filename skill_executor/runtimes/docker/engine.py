@@ -281,8 +281,9 @@ class Engine:
         its root's identity (a copy of the data dir, whose lease files and instance id are the
         same, is another root)."""
         try:
-            wanted = [f"{LABEL_OWNER}={self.token}", *([f"{LABEL_ROOT}={self.root}"] if self.root else [])]
-            return list(self.api.containers(all=True, filters={"label": wanted}))
+            listed = self.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={self.token}"})
+            # one without the root label is an older version's: its token alone decides, as before
+            return [c for c in listed if (c.get("Labels") or {}).get(LABEL_ROOT, self.root) == self.root]
         except ENGINE_ERRORS as exc:
             raise unreachable(exc) from None
 
