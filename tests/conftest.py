@@ -336,6 +336,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_database_legacy": "unit",
     "test_dispatch_connector": "unit",
     "test_snapshots": "service",  # a SeaweedFS server
+    "test_snapshot_names": "unit",
     "test_session_snapshots": "engine",
     "test_tracing": "service",
     "test_activity": "unit",
@@ -344,6 +345,7 @@ MODULE_TIERS: dict[str, str] = {
     "test_bench_coldpath": "engine",
     "test_bench_workloads": "engine",
     "test_disk_cap": "engine",
+    "test_crash_leftovers": "engine",
     "test_podserver": "engine",
     "test_agentsandbox_wire": "engine",
     "test_agentsandbox_runtime": "engine",

@@ -661,3 +661,108 @@ def test_stopping_a_worker_or_a_replica_lets_acknowledged_runs_finish(own_cluste
     refused = submit(cluster.api(1), run_body("echo nobody"))
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "no_workers", refused.text
     assert refused.headers.get("Retry-After") == "5"
+
+
+#: Run inside the sandbox: ``make`` writes a corpus of odd names (tests/test_snapshot_names.py's,
+#: a path past PATH_MAX, links with odd targets) into work/odd; both modes print a listing of
+#: work/odd as bytes (path, kind, mode, content's sha256 or the link's target), one line each.
+ODD_TREE = r"""
+import hashlib, os, sys
+NAMES = %(names)r
+def mkdirs_fd(fd, name):
+    os.mkdir(name, dir_fd=fd)
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+def write(fd, name, data, mode=0o644):
+    out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode, dir_fd=fd)
+    os.write(out, data)
+    os.close(out)
+    os.chmod(name, mode, dir_fd=fd)
+os.chdir(os.environ["WORK_DIR"])
+if sys.argv[1] == "make":
+    os.mkdir(b"odd")
+    top = os.open(b"odd", os.O_RDONLY | os.O_DIRECTORY)
+    for i, name in enumerate(NAMES):
+        write(top, name, b"content %%d: " %% i + name, 0o600 if i %% 3 == 0 else 0o755 if i %% 3 == 1 else 0o644)
+        sub = mkdirs_fd(top, b"d%%d" %% i)
+        write(sub, name, name * 3)
+        os.symlink(name, b"link", dir_fd=sub)
+        os.close(sub)
+    for i, target in enumerate([b"\xff\xfe", b"back\\slash", b"/etc/shadow", b"../../../outside", b"dangling\n"]):
+        os.symlink(target, b"odd-link-%%d" %% i, dir_fd=top)
+    fd = os.dup(top)
+    for level in range(20):
+        child = mkdirs_fd(fd, bytes([0x61 + level]) * 250)
+        os.close(fd)
+        fd = child
+    write(fd, b"\xfe bottom", b"at the bottom")
+    os.close(fd)
+    os.close(top)
+lines = []
+for root, dirs, files, rootfd in os.fwalk(b"odd"):
+    for name in dirs + files:
+        st = os.stat(name, dir_fd=rootfd, follow_symlinks=False)
+        path = hashlib.sha256(os.path.join(root, name)).hexdigest()[:20]
+        if os.path.stat.S_ISLNK(st.st_mode):
+            what = "link " + os.readlink(name, dir_fd=rootfd).hex()
+        elif os.path.stat.S_ISDIR(st.st_mode):
+            what = "dir"
+        else:
+            fd = os.open(name, os.O_RDONLY, dir_fd=rootfd)
+            with os.fdopen(fd, "rb") as f:
+                what = "file " + hashlib.sha256(f.read()).hexdigest()[:20]
+        lines.append("%%s %%o %%s" %% (path, st.st_mode & 0o7777 if not what.startswith("link") else 0, what))
+print("\n".join(sorted(lines)))
+print("entries", len(lines))
+"""
+
+
+def test_on_s3_a_session_of_odd_names_outlives_its_worker_byte_for_byte(
+    own_cluster: Any,
+    s3_server: SeaweedS3,  # noqa: F811
+) -> None:
+    """Issue 39, class 3: a session's work/ holding every name Linux allows (a backslash, a
+    newline, bytes that are not UTF-8, leading dashes, 255-byte names, two spellings of one
+    accented letter, a path past PATH_MAX, links with odd targets) is written on worker A;
+    A is killed with SIGKILL; the session's next run, on worker B, restores it from the
+    snapshot in a real S3 bucket and sees every file byte-identical (before: 503
+    session_snapshot_failed, manifest invalid, and the files were gone)."""
+    import base64
+    import uuid
+
+    from .test_snapshot_names import ODD_NAMES
+
+    prefix = f"odd-{uuid.uuid4().hex[:12]}"
+    env = {
+        **FAST,
+        "SKILL_EXECUTOR_WORKER_CAPACITY": "1",
+        "SKILL_EXECUTOR_OBJECT_STORE": f"s3://{s3_server.bucket}/{prefix}",
+        "SKILL_EXECUTOR_S3_ENDPOINT_URL": s3_server.endpoint,
+        "AWS_ACCESS_KEY_ID": s3_server.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    cluster = own_cluster(apis=1, workers=2, env=env)
+    script = base64.b64encode((ODD_TREE % {"names": ODD_NAMES}).encode()).decode()
+
+    def command(mode: str) -> str:
+        return f"echo {script} | base64 -d > $RUN_DIR/odd.py && python3 $RUN_DIR/odd.py {mode}"
+
+    written = submit(cluster.api(0), run_body(command("make"), session="odd"))
+    assert written.status_code == 200, written.text
+    first = written.json()
+    assert first["exit_code"] == 0 and not first["warnings"], first
+    listing = first["stdout"]
+    assert f"entries {len(ODD_NAMES) * 4 + 5 + 21}" in listing, listing[-300:]
+    holder = rows(cluster.database_url, "SELECT worker_id FROM runs WHERE run_id = :r", r=first["run_id"])[0][0]
+    victim = next(i for i, w in enumerate(cluster.workers) if worker_id(w) == holder)
+    cluster.kill_worker(victim)
+    moved = submit(cluster.api(0), run_body(command("list"), session="odd"), params={"wait": "false"}).json()
+    record = wait_status(cluster.api(0), moved["run_id"], {"completed", "failed", "cancelled"}, timeout=90)
+    assert record["status"] == "completed", record
+    survivor = worker_id(cluster.workers[1 - victim])
+    assert (
+        rows(cluster.database_url, "SELECT worker_id FROM runs WHERE run_id = :r", r=moved["run_id"])[0][0] == survivor
+    )
+    assert record["result"]["exit_code"] == 0 and not record["result"]["warnings"], record["result"]
+    assert record["result"]["stdout"] == listing

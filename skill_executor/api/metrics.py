@@ -57,6 +57,17 @@ class RuntimeCollector(Collector):
         ):
             if key in stats:
                 yield GaugeMetricFamily(f"skill_executor_{key}", text, value=stats[key])
+        cleaned = stats.get("crash_cleanup")
+        if cleaned is not None:
+            family = GaugeMetricFamily(
+                "skill_executor_crash_leftovers_removed",
+                "What this start removed of a crashed predecessor's on its data dir, by kind "
+                "(containers, workspaces, volumes: a mount and its loop device each)",
+                labels=["kind"],
+            )
+            for kind, count in sorted(cleaned.items()):
+                family.add_metric([kind], count)
+            yield family
         workers = stats.get("workers") or {}
         failures = CounterMetricFamily(
             "skill_executor_worker_failures", "Failed steps of background workers", labels=["worker"]

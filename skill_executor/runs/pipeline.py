@@ -182,6 +182,7 @@ class SkillRunner:
                         result = self._run(request, plan, sandbox_plan, listener, cancel)
                     finally:  # whatever the run changed in work/ is kept (also when it was refused half way)
                         kept = self.sessions.keep(request.session, tenant, work)
+                    result.warnings[:0] = self.sessions.notes(work)
                     if kept is not None:
                         result.warnings.append(kept)
                     return result

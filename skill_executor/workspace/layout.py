@@ -188,6 +188,12 @@ class WorkspaceManager:
         self.home_template: Path | None = None
         self.lease = Lease(self.root, instance)
         self.token = self.lease.token
+        st = os.stat(self.root)
+        #: This root's identity on this machine (its device and inode): a copy of the data
+        #: dir has the same lease root id and lease files, never the same identity.
+        self.identity = f"{st.st_dev:x}:{st.st_ino:x}"
+        #: Volumes (a loop device each) of dead owners' workspaces unmounted by :meth:`sweep`.
+        self.released_volumes = 0
         #: Names of this process's workspaces that are in use (made, not yet discarded).
         self._live: set[str] = set()
         self._live_lock = threading.Lock()
@@ -259,10 +265,10 @@ class WorkspaceManager:
         except OSError:
             return 0
 
-    @staticmethod
-    def _remove(entry: Path) -> bool:
+    def _remove(self, entry: Path) -> bool:
         try:
-            volumes.unmount(entry)
+            if volumes.unmount(entry):
+                self.released_volumes += 1
             remove_tree(entry)
             return True
         except OSError as exc:  # one bad leftover must not stop the service starting

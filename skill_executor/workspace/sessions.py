@@ -89,6 +89,10 @@ class SessionStore:
         self._hosted: dict[Path, int] = {}
         #: Called with (session, tenant) when a session is ended (its processes end first).
         self.on_end: list[Callable[[str, str], None]] = []
+        #: What a run of a session should be told of its work/ (a restore from an older snapshot).
+        self._notes: dict[Path, list[str]] = {}
+        #: Session volumes (a mount and a loop device each) a crashed process left, released at start.
+        self.released_volumes = 0
         self.release_mounts()
 
     def path(self, session: str, tenant: str) -> Path:
@@ -289,9 +293,10 @@ class SessionStore:
             details={"session": session},
         )
 
-    def release_mounts(self) -> None:
+    def release_mounts(self) -> int:
         """Unmount session volumes left mounted by a process that died holding them (their
-        session's lock is free); those of live holders stay."""
+        session's lock is free); those of live holders stay.  How many it unmounted."""
+        released = 0
         for point in volumes.mounts_under(self.root):
             directory = point.parent
             if point.name != "work":
@@ -299,16 +304,20 @@ class SessionStore:
             try:
                 fd = os.open(directory / _LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
-                volumes.unmount(point)  # no lock file: no run can hold it
+                released += volumes.unmount(point)  # no lock file: no run can hold it
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # a live run holds it
             else:
-                volumes.unmount(point)
+                released += volumes.unmount(point)
             finally:
                 os.close(fd)
+        if released:
+            log.warning("start-up: unmounted %d session volume(s) a crashed process left mounted", released)
+        self.released_volumes = released
+        return released
 
     @staticmethod
     def _busy(session: str, wait: float) -> SessionBusy:
@@ -350,6 +359,20 @@ class SessionStore:
         if not made:
             empty_tree(work)
         self.snapshots.restore(check_tenant(tenant), session, work, self.owner, sha=latest)
+        why = self.snapshots.unkept(check_tenant(tenant), session)
+        if why is not None:
+            log.warning("session %s: restored from a snapshot older than its last run: %s", session, why)
+            note = (
+                "the session's work/ was restored on this worker from an older snapshot: the files of its "
+                f"last run(s) on the worker it left could not be kept ({why})"
+            )
+            with self._lock:
+                self._notes.setdefault(directory, []).append(note)
+
+    def notes(self, work: Path) -> list[str]:
+        """What the run holding ``work`` should be told of it (once)."""
+        with self._lock:
+            return self._notes.pop(work.parent, [])
 
     def keep(self, session: str, tenant: str, work: Path) -> str | None:
         """Snapshot the session's ``work/`` (held by the caller's :meth:`use`) when sessions

@@ -11,12 +11,28 @@ does not hold on disk, the pointer's manifest is restored into a fresh ``work/``
 
 ``work/`` is written by runs: it is read and written only through :class:`~.fs.Tree`
 (no path resolved by name, links never followed, special files skipped), and a manifest is
-checked before anything of it is restored (relative paths without ``..``, known kinds, modes
-without set-id bits, bounded entries), since the store is outside the service.
+checked before anything of it is restored, since the store is outside the service.
+
+Names are bytes, not text: a run may name a file anything Linux allows (a backslash, a
+newline, bytes that are not UTF-8, a leading dash, 255 bytes, two spellings of one accented
+letter), and such a session must survive its worker.  A manifest of format 2 keeps every
+path and link target as the base64 of its bytes (``path_b64``, ``target_b64``); format 1
+(text, written before) is still read.  A restore refuses only what is unsafe, never what is
+merely unusual: an absolute path, an empty, ``.`` or ``..`` component, a NUL, a component
+over 255 bytes, a path seen twice, an entry below a link or a file (it would be written
+through it), a kind but folder, file and link (device nodes, FIFOs, sockets), set-id bits,
+unbounded sizes.  A link's target is kept as it is (an absolute one, ``../x``): it is only
+ever followed inside the sandbox, where it means what it meant to the run; the service
+never follows a link in ``work/``.  Every snapshot is parsed with the restore's own checks
+before it becomes the session's newest (:meth:`SessionSnapshots.take`): one that could not
+be restored is refused when it is taken, the previous one stays, and the run's result says
+why -- a session is never silently unrecoverable.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import json
 import logging
@@ -32,11 +48,17 @@ from typing import Any, Literal
 
 from ..errors import ExecutorError
 from ..objects import ObjectNotFound, ObjectStore, trees
+from ..objects.trees import MAX_ENTRIES as MAX_MANIFEST_ENTRIES
 from .fs import MAX_DEPTH, MAX_ENTRIES, Owner, Tree
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+#: The manifest format written (names as the base64 of their bytes); formats read.
+FORMAT = 2
+FORMATS = (1, 2)
+#: The longest name of one folder entry, and of a link's target (Linux: NAME_MAX, PATH_MAX - 1).
+NAME_MAX = 255
+TARGET_MAX = 4095
 #: Where the cache of the last snapshot lives in the session's folder (outside ``work/``).
 CACHE_FILE = "snapshot-cache.json"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -76,6 +98,12 @@ def pointer_key(tenant: str, session: str) -> str:
     return f"sessions/{tenant}/{session}/latest"
 
 
+def unkept_key(tenant: str, session: str) -> str:
+    """Where a snapshot that failed says why (until one succeeds): a restore elsewhere tells
+    the session's next run that its ``work/`` is older than its last run left it."""
+    return f"sessions/{tenant}/{session}/unkept"
+
+
 class SessionSnapshots:
     """Snapshots of sessions' ``work/`` in ``store`` (thread-safe: one session is used by one
     run at a time, under its lock)."""
@@ -95,9 +123,29 @@ class SessionSnapshots:
 
     def take(self, tenant: str, session: str, work: Path, cache_dir: Path) -> Snapshot:
         """Snapshot ``work`` and point the session at it; raises :class:`SnapshotError` when
-        the tree could not be read whole (the previous snapshot stays the session's)."""
+        the tree could not be read whole or would not restore (the previous snapshot stays
+        the session's, and the store remembers why: :func:`unkept_key`)."""
         cache_path = cache_dir / CACHE_FILE
-        cache = _load_cache(cache_path).get("files", {})
+        loaded = _load_cache(cache_path)
+        try:
+            taken = self._take(tenant, session, work, cache_path, loaded.get("files", {}))
+        except SnapshotError as exc:
+            if not exc.details.get("moved"):
+                self._unkept(tenant, session, exc.message, cache_path, loaded)
+            raise
+        if loaded.get("unkept"):  # this one is whole again: nothing older to warn about
+            self.store.delete(unkept_key(tenant, session))
+        return taken
+
+    def _unkept(self, tenant: str, session: str, why: str, cache_path: Path, cache: dict[str, Any]) -> None:
+        record = {"reason": why[:2000], "at": round(self.clock(), 3)}
+        try:
+            self.store.put_stream(unkept_key(tenant, session), io.BytesIO(json.dumps(record).encode()))
+            _save_cache(cache_path, {**cache, "unkept": True})
+        except Exception:  # the run's warning says it all the same
+            log.exception("session %s: could not record why its snapshot failed", session)
+
+    def _take(self, tenant: str, session: str, work: Path, cache_path: Path, cache: dict[str, Any]) -> Snapshot:
         fresh: dict[str, list[Any]] = {}
         items: list[Item] = []
         total = read = skipped = 0
@@ -131,10 +179,20 @@ class SessionSnapshots:
         manifest = json.dumps(
             {"format": FORMAT, "items": [_item_json(i) for i in items]}, separators=(",", ":"), sort_keys=True
         ).encode()
+        try:  # what a restore would refuse is refused now, while this worker still holds the files
+            parse_manifest(manifest, session)
+        except SnapshotError as exc:
+            raise SnapshotError(
+                f"session {session!r}: work/ holds what a snapshot could not restore ({exc.message}); "
+                "not snapshotted: the session stays on this worker, and its previous snapshot is its newest"
+            ) from None
         sha, _ = self.store.put_blob(io.BytesIO(manifest))
         if self.holds is not None and not self.holds(tenant, session):
             # a worker that lost its lease (paused past it): the session moved on without it
-            raise SnapshotError(f"session {session!r}: this worker no longer holds the session; its work/ is not kept")
+            raise SnapshotError(
+                f"session {session!r}: this worker no longer holds the session; its work/ is not kept",
+                details={"moved": True},
+            )
         pointer = f"{sha} {self.clock():.3f}".encode()
         self.store.put_stream(pointer_key(tenant, session), io.BytesIO(pointer))
         _save_cache(cache_path, {"manifest": sha, "files": fresh})
@@ -199,41 +257,122 @@ class SessionSnapshots:
         _save_cache(work.parent / CACHE_FILE, {"manifest": sha, "files": {}})
         return Snapshot(sha, len(items), total, total, 0)
 
+    def unkept(self, tenant: str, session: str) -> str | None:
+        """Why the session's last snapshot failed, when its newest is older than its last
+        run left it (None: the newest snapshot is its last run's)."""
+        try:
+            with self.store.open(unkept_key(tenant, session)) as reader:
+                record = json.loads(reader.read(8192))
+        except ObjectNotFound:
+            return None
+        except ValueError:
+            return "unknown"
+        reason = record.get("reason") if isinstance(record, dict) else None
+        return str(reason) if reason else "unknown"
+
     def forget(self, tenant: str, session: str) -> None:
         """The session ended: later sessions of that name start empty."""
         self.store.delete(pointer_key(tenant, session))
+        self.store.delete(unkept_key(tenant, session))
 
 
 def parse_manifest(raw: bytes, session: str) -> list[Item]:
-    """The items of a manifest, each checked (the store is outside the service)."""
+    """The items of a manifest (format 1 or 2), each checked (the store is outside the
+    service): what is unsafe to restore is refused, whatever else a name holds is kept."""
 
     def bad(why: str) -> SnapshotError:
         return SnapshotError(f"session {session!r}: its snapshot manifest is invalid ({why})")
 
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise bad("not JSON") from None
+    if not isinstance(data, dict) or data.get("format") not in FORMATS or not isinstance(data.get("items"), list):
+        raise bad("unknown format")
+    if len(data["items"]) > MAX_MANIFEST_ENTRIES:
+        raise bad("too many entries")
+    binary = data["format"] >= 2
     items: list[Item] = []
-    for path, kind, raw_item in trees.manifest_entries(raw, bad, max_depth=MAX_DEPTH):
-        mode, sha, size, target = (raw_item.get(k) for k in ("mode", "sha256", "size", "target"))
-        if kind not in ("dir", "file", "link") or not isinstance(mode, int) or mode & ~0o1777:
-            raise bad(f"entry {path!r}")
+    kinds: dict[bytes, str] = {}
+    for raw_item in data["items"]:
+        if not isinstance(raw_item, dict):
+            raise bad("an entry is not an object")
+        path = _name(raw_item.get("path_b64" if binary else "path"), binary)
+        shown = _show(path if path is not None else b"?")
+        if path is None or not safe_name(path):
+            raise bad(f"path {shown}")
+        if path in kinds:
+            raise bad(f"path {shown} is there twice")
+        kind, mode = raw_item.get("kind"), raw_item.get("mode")
+        if kind not in ("dir", "file", "link") or isinstance(mode, bool) or not isinstance(mode, int):
+            raise bad(f"entry {shown} (kind {str(kind)[:20]!r}: only folders, files and links are restored)")
+        if mode & ~0o1777 or mode < 0:
+            raise bad(f"entry {shown} (mode {mode:#o}: no set-id bits)")
+        name = os.fsdecode(path)
         if kind == "file":
-            if not isinstance(sha, str) or not _SHA256.match(sha) or not isinstance(size, int):
-                raise bad(f"file {path!r}")
-            items.append(Item(path, "file", mode, sha, size))
+            sha, size = raw_item.get("sha256"), raw_item.get("size")
+            if not isinstance(sha, str) or not _SHA256.match(sha):
+                raise bad(f"file {shown} (sha256)")
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise bad(f"file {shown} (size)")
+            items.append(Item(name, "file", mode, sha, size))
         elif kind == "link":
-            if not isinstance(target, str) or not target or "\0" in target or len(target) > 4096:
-                raise bad(f"link {path!r}")
-            items.append(Item(path, "link", mode, target=target))
+            target = _name(raw_item.get("target_b64" if binary else "target"), binary)
+            if target is None or not target or b"\0" in target or len(target) > TARGET_MAX:
+                raise bad(f"link {shown} (target)")
+            items.append(Item(name, "link", mode, target=os.fsdecode(target)))
         else:
-            items.append(Item(path, "dir", mode))
+            items.append(Item(name, "dir", mode))
+        kinds[path] = kind
+    for path in kinds:  # below a link or a file, it would be written through it (or fail half way)
+        parent = path.rpartition(b"/")[0]
+        while parent and parent not in kinds:  # up to the nearest entry (checked itself the same way)
+            parent = parent.rpartition(b"/")[0]
+        if parent and kinds[parent] != "dir":
+            raise bad(f"{_show(path)} lies below a {kinds[parent]}")
     return items
 
 
+def safe_name(path: bytes, max_depth: int = MAX_DEPTH) -> bool:
+    """A relative ``/``-separated path of bytes that a restore may make below ``work/``: no
+    NUL, not absolute, no empty, ``.`` or ``..`` component, at most ``max_depth`` components
+    of at most :data:`NAME_MAX` bytes each.  Anything else a name holds is the run's business."""
+    if not path or path.startswith(b"/") or b"\0" in path:
+        return False
+    parts = path.split(b"/")
+    return len(parts) <= max_depth and all(p not in (b"", b".", b"..") and len(p) <= NAME_MAX for p in parts)
+
+
+def _name(value: object, binary: bool) -> bytes | None:
+    """The bytes of a path or link target as a manifest keeps it (None: not one)."""
+    if not isinstance(value, str):
+        return None
+    if not binary:  # format 1: text (a name that was not UTF-8 as lone surrogates)
+        try:
+            return os.fsencode(value)
+        except UnicodeEncodeError:
+            return None
+    try:
+        return base64.b64decode(value.encode("ascii"), validate=True)
+    except (UnicodeEncodeError, binascii.Error, ValueError):
+        return None
+
+
+def _b64(name: str) -> str:
+    return base64.b64encode(os.fsencode(name)).decode("ascii")
+
+
+def _show(path: bytes) -> str:
+    """A path for a message: escaped, bounded."""
+    return repr(os.fsdecode(path[:120]))
+
+
 def _item_json(item: Item) -> dict[str, Any]:
-    body: dict[str, Any] = {"path": item.path, "kind": item.kind, "mode": item.mode}
+    body: dict[str, Any] = {"path_b64": _b64(item.path), "kind": item.kind, "mode": item.mode}
     if item.kind == "file":
         body.update(sha256=item.sha256, size=item.size)
     elif item.kind == "link":
-        body["target"] = item.target
+        body["target_b64"] = _b64(item.target)
     return body
 
 

@@ -41,6 +41,7 @@ from .engine import (
     LABEL_DEADLINE,
     LABEL_MANAGED,
     LABEL_OWNER,
+    LABEL_ROOT,
     LABEL_RUN,
     Engine,
     InitProcess,
@@ -111,6 +112,8 @@ class DockerRuntime:
         self._problem: Unavailable | None = None
         self.pool: WarmPool | None = None
         self.leftovers = 0
+        #: What this start removed of a crashed predecessor's (containers, workspaces, volumes).
+        self.crash_cleanup: dict[str, int] = {"containers": 0, "workspaces": 0, "volumes": 0}
         self._causes = Causes()
         if settings.disk_cap == "hard":
             try:
@@ -148,7 +151,9 @@ class DockerRuntime:
             if self._engine is not None:
                 return
             client = self._client or connect()
-            engine = Engine(self.settings, client, self.token, self.workspaces.root / HOSTS_FILE)
+            engine = Engine(
+                self.settings, client, self.token, self.workspaces.root / HOSTS_FILE, self.workspaces.identity
+            )
             engine.check_image()
             for name in self.settings.python_tier_images:
                 try:
@@ -161,10 +166,23 @@ class DockerRuntime:
                 client, self.settings.docker_image, self.settings.data_dir / "warm"
             )
             # First the containers of dead owners, then (nothing runs in them any more) their folders.
-            self._sweep(engine)
+            containers = self._sweep(engine)
             swept = self.workspaces.sweep()
             if swept:
                 log.warning("removed %d workspace(s) left by a crashed process", len(swept))
+            self.crash_cleanup = {
+                "containers": containers,
+                "workspaces": len(swept),
+                "volumes": self.workspaces.released_volumes,
+            }
+            if containers or swept:
+                log.warning(
+                    "start-up: released what a crashed predecessor on this data dir left: %d container(s), "
+                    "%d workspace(s), %d volume(s) (mount and loop device)",
+                    containers,
+                    len(swept),
+                    self.workspaces.released_volumes,
+                )
             if self.supervisor.closed:
                 return  # closed while it connected: start nothing
             self._engine = engine
@@ -307,6 +325,7 @@ class DockerRuntime:
             "containers": by_state,
             "cleanup_backlog": self.janitor.backlog,
             "cleanup_leftovers": self.leftovers,
+            "crash_cleanup": dict(self.crash_cleanup),
             "workspaces": self.workspaces.count(),
             "workers": self.supervisor.stats(),
             "engine_up": by_state is not None,
@@ -416,12 +435,17 @@ class DockerRuntime:
     def _sweep(self, engine: Engine) -> int:
         """Remove the containers of dead owners of this root (judged by their leases,
         :mod:`skill_executor.owners`); a container of another root is left to its deadline.
+        One labelled with another root's identity (LABEL_ROOT) is never judged: a copy of this
+        data dir (same lease root id, same lease files) made it, which may be alive.
         A container that cannot be removed is logged and skipped (its owner's lease stays,
         so the next start tries again): it never stops this start."""
         lease = self.workspaces.lease
         owners: dict[str, list[str]] = {}
         for container in engine.managed():
-            owners.setdefault(container["Labels"].get(LABEL_OWNER, ""), []).append(container["Id"])
+            labels = container.get("Labels") or {}
+            if labels.get(LABEL_ROOT, engine.root) != engine.root:
+                continue  # another root's (a copied data dir's), whatever its owner token says
+            owners.setdefault(labels.get(LABEL_OWNER, ""), []).append(container["Id"])
         removed = 0
         for token in sorted(set(owners) | set(lease.dead_leases())):
             if lease.judge(token) is not LeaseState.DEAD:

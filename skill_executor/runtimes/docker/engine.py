@@ -51,6 +51,9 @@ ENGINE_ERRORS: tuple[type[Exception], ...] = (DockerException, RequestException)
 LABEL = "io.skill-executor"
 LABEL_MANAGED = f"{LABEL}.managed"
 LABEL_OWNER = f"{LABEL}.owner"
+#: The identity of the workspace root (its device and inode) whose service made a container:
+#: two data dirs never share one, a copy of a data dir (and its lease root id) neither.
+LABEL_ROOT = f"{LABEL}.root"
 LABEL_RUN = f"{LABEL}.run"
 LABEL_DEADLINE = f"{LABEL}.deadline"
 CONTAINER_WORKSPACE = "/workspace"
@@ -113,11 +116,15 @@ def parse_user(user: str) -> tuple[int, int]:
 class Engine:
     """Containers of one service process: made hardened, labelled with its owner token."""
 
-    def __init__(self, settings: Settings, client: docker.DockerClient, token: str, hosts_file: Path) -> None:
+    def __init__(
+        self, settings: Settings, client: docker.DockerClient, token: str, hosts_file: Path, root: str = ""
+    ) -> None:
         self.settings = settings
         self.client = client
         self.api = client.api
         self.token = token
+        #: The workspace root's identity (LABEL_ROOT): only containers of this root are this instance's.
+        self.root = root
         self.oci_runtime: OciRuntime | None = None
         self.hosts_file = write_hosts(hosts_file)
         self.envs_dir = settings.envs_dir
@@ -179,7 +186,12 @@ class Engine:
             "user": s.docker_user,
             "working_dir": cwd,
             "environment": env,
-            "labels": {LABEL_MANAGED: "1", LABEL_OWNER: self.token, **labels},
+            "labels": {
+                LABEL_MANAGED: "1",
+                LABEL_OWNER: self.token,
+                **({LABEL_ROOT: self.root} if self.root else {}),
+                **labels,
+            },
             "network_disabled": s.docker_network_disabled and network_of is None,
             "stdin_open": False,
             "tty": False,
@@ -265,9 +277,13 @@ class Engine:
             raise unreachable(exc) from None
 
     def own(self) -> list[dict[str, Any]]:
-        """Every container of this instance (any state), as list entries."""
+        """Every container of this instance (any state), as list entries: its owner token and
+        its root's identity (a copy of the data dir, whose lease files and instance id are the
+        same, is another root)."""
         try:
-            return list(self.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={self.token}"}))
+            listed = self.api.containers(all=True, filters={"label": f"{LABEL_OWNER}={self.token}"})
+            # one without the root label is an older version's: its token alone decides, as before
+            return [c for c in listed if (c.get("Labels") or {}).get(LABEL_ROOT, self.root) == self.root]
         except ENGINE_ERRORS as exc:
             raise unreachable(exc) from None
 
