@@ -51,7 +51,7 @@
  * content (a byte-identical copy, a memfd).  Running the dynamic loader directly is
  * refused.  A refused exec kills every tracee at once and ends the run with exit code
  * 126 and a verdict naming the rule: in the exit frame ("policy_denied_exec"), or in
- * exec mode in the file `<dir of FILE>/policy-verdict-<nonce>` (the nonce is known only
+ * exec mode in the file `<dir of FILE>/.policy-verdict-<nonce>` (the nonce is known only
  * to the host and the launcher).  The command's filter then also refuses clone3
  * (ENOSYS: libc falls back to clone) and clone with CLONE_UNTRACED (which escapes
  * tracing), and ptrace as always: a tracee cannot trace or detach anything.
@@ -454,7 +454,7 @@ static int is_loader_name(const char *path) {
 static int judge(const struct policy *p, pid_t pid, struct verdict *v) {
     char link[64];
     snprintf(link, sizeof link, "/proc/%d/exe", (int)pid);
-    ssize_t n = readlink(link, v->path, sizeof v->path - 1);
+    ssize_t n = readlink(link, v->path, 1024);
     if (n < 0) n = 0;
     v->path[n] = '\0';
     v->program = program_of(v->path);
@@ -507,17 +507,20 @@ static size_t json_string(char *out, size_t room, const char *s) {
     return n;
 }
 
-/* {"rule": ..., "program": ..., "path": ..., "reason": ...} */
+/* {"rule": ..., "program": ..., "path": ..., "reason": ...}, cut to fit `room`. */
 static size_t verdict_json(char *out, size_t room, const struct policy *p, const struct verdict *v) {
-    size_t n = (size_t)snprintf(out, room, "{\"rule\": ");
-    n += json_string(out + n, room - n, p->rule);
-    n += (size_t)snprintf(out + n, room - n, ", \"program\": ");
-    n += json_string(out + n, room - n, v->program);
-    n += (size_t)snprintf(out + n, room - n, ", \"path\": ");
-    n += json_string(out + n, room - n, v->path);
-    n += (size_t)snprintf(out + n, room - n, ", \"reason\": ");
-    n += json_string(out + n, room - n, v->reason);
-    n += (size_t)snprintf(out + n, room - n, "}");
+    const char *names[] = {"rule", "program", "path", "reason"};
+    const char *values[] = {p->rule, v->program, v->path, v->reason};
+    size_t n = 0;
+    out[n++] = '{';
+    for (int i = 0; i < 4; i++) {
+        int w = snprintf(out + n, room - n, "%s\"%s\": ", i ? ", " : "", names[i]);
+        if (w < 0 || (size_t)w >= room - n) break;
+        n += (size_t)w;
+        n += json_string(out + n, room - n - 2, values[i]);
+    }
+    out[n++] = '}';
+    out[n] = '\0';
     return n;
 }
 
@@ -743,9 +746,9 @@ static int exec_mode(char **program, int allow_vsock, const char *policy_file) {
     for (size_t i = 0; i < sizeof passed / sizeof passed[0]; i++) sigaction(passed[i], &pass, NULL);
     while (!s.main_exited && !s.refused) supervise(&s, 1);
     if (s.refused) {
-        char body[8192], name[128];
+        char body[16384], name[128];
         size_t n = verdict_json(body, sizeof body, &policy, &s.verdict);
-        snprintf(name, sizeof name, "policy-verdict-%s", policy.nonce);
+        snprintf(name, sizeof name, ".policy-verdict-%s", policy.nonce);
         int out = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (out < 0 || write(out, body, n) != (ssize_t)n)
             fprintf(stderr, "launcher: cannot record the verdict: %s\n", strerror(errno));
@@ -925,7 +928,7 @@ int main(int argc, char **argv) {
         int size = snprintf(text, sizeof text, "launcher: policy rule '%s' refused the program %s (%s): %s\n",
                             policy.rule, s.verdict.program, s.verdict.path, s.verdict.reason);
         frame(conn, 'E', text, (uint32_t)(size < (int)sizeof text ? size : (int)sizeof text - 1));
-        char body[8192];
+        char body[16384];
         size_t n = (size_t)snprintf(body, sizeof body, "{\"exit_code\": 126, \"policy_denied_exec\": ");
         n += verdict_json(body + n, sizeof body - n - 2, &policy, &s.verdict);
         body[n++] = '}';

@@ -53,6 +53,7 @@ from pathlib import Path
 
 from ..config import Settings
 from ..errors import Unavailable
+from ..policy import unenforceable
 from ..workspace.layout import Workspace
 from . import cgroups, syscalls
 from .base import BoxVerdict, ProcessSpec, SandboxPlan
@@ -105,6 +106,7 @@ class BwrapRuntime(Housekeeping):
     skill_envs = True
     #: Polled (no file system per workspace), plus the ``fsize`` limit on every file.
     disk_cap = "soft"
+    exec_policy = False
 
     def __init__(self, settings: Settings) -> None:
         self.bwrap = find_bwrap()
@@ -222,6 +224,8 @@ class BwrapRuntime(Housekeeping):
         return ["bash", "-c", text, "limits"]
 
     def claim(self, plan: SandboxPlan) -> BwrapBox:
+        if plan.exec_rule is not None and not self.exec_policy:
+            raise unenforceable(plan.exec_rule, self.name)
         check_host_python(plan.python, "bwrap", PATH)
         workspace = self.workspaces.create(
             plan.run_id,
