@@ -6,14 +6,14 @@ name the same program differently.  Each attack below gets past the parser (the 
 starts), and the launcher's exec supervisor (``images/runner/launcher.c``) refuses the
 program when the kernel is about to run it: the run ends at once, its result carries
 ``policy_denied_exec`` naming the rule, and nothing after the refused exec runs.  Allowed
-work still runs.  On runc and gVisor, per-run containers and the warm pool.
+work still runs.  On runc and gVisor, per-run containers and the warm pool, and on bwrap.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,11 +25,8 @@ from skill_executor.runs.models import RunResult
 from skill_executor.runtimes.docker.launcher import LauncherFrames
 from skill_executor.runtimes.streams import ProtocolError
 
-from . import test_docker
+from .conftest import HARDENING_RUNTIMES, make_settings, require_runtime
 from .helpers import run
-
-make_docker = test_docker.make_docker
-MakeDocker = Callable[..., Executor]
 
 POLICY = """
 rules:
@@ -47,7 +44,10 @@ DENY_ID_BYPASSES = {
     "a copy in work/": "cp /usr/bin/id /workspace/work/x && /workspace/work/x; echo after",
     "a symbolic link": "ln -s /usr/bin/id /tmp/y && /tmp/y; echo after",
     # (the image's /usr is another file system than the workspace: a link of a copy)
-    "a hard link": "cp /usr/bin/id /workspace/work/a && ln /workspace/work/a /workspace/work/b && rm /workspace/work/a && /workspace/work/b; echo after",
+    "a hard link": (
+        "cp /usr/bin/id /workspace/work/a && ln /workspace/work/a /workspace/work/b && rm /workspace/work/a "
+        "&& /workspace/work/b; echo after"
+    ),
     "memfd and execveat": (
         "python3 -c \"import os; fd = os.memfd_create('m'); os.write(fd, open('/usr/bin/id', 'rb').read()); "
         "os.execve(fd, ['id'], {})\"; echo after"
@@ -88,11 +88,20 @@ def write_skills(root: Path) -> None:
     )
 
 
-@pytest.fixture
-def executor(make_docker: MakeDocker, tmp_path: Path) -> Executor:
+@pytest.fixture(params=[*HARDENING_RUNTIMES, "bwrap"])
+def executor(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Executor]:
+    """An executor under :data:`POLICY`: Docker per-run and warm, on runc and gVisor, and bwrap."""
+    require_runtime(request.param)
     (tmp_path / "policy.yaml").write_text(POLICY)
     write_skills(tmp_path / "extra-skills")
-    return make_docker(policy_file=tmp_path / "policy.yaml")
+    made = Executor.from_settings(make_settings(tmp_path, request.param, policy_file=tmp_path / "policy.yaml"))
+    try:
+        pool = getattr(made.runtime, "pool", None)
+        if pool is not None:
+            assert pool.wait_ready()
+        yield made
+    finally:
+        made.close()
 
 
 def assert_refused(result: RunResult, rule: str, program: str, what: str) -> None:
@@ -197,8 +206,6 @@ def test_the_exit_frame_carries_a_checked_verdict() -> None:
 
 
 def test_runtimes_that_cannot_enforce_refuse_the_run(tmp_path: Path) -> None:
-    from .conftest import make_settings
-
     (tmp_path / "policy.yaml").write_text(POLICY)
     executor = Executor.from_settings(make_settings(tmp_path, "local", policy_file=tmp_path / "policy.yaml"))
     try:
