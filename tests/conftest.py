@@ -397,6 +397,7 @@ TEST_TIERS: dict[str, dict[str, str]] = {
         "test_the_rule_reaches_the_launcher_as_its_files_are_named": "unit",
         "test_the_exit_frame_carries_a_checked_verdict": "unit",
         "test_runtimes_that_cannot_enforce_refuse_the_run": "engine",
+        "test_a_supervisor_killed_by_the_command_takes_the_command_with_it": "engine",
     },
     "test_artifact_races": {"test_the_cli_uses_the_configured_database": "service"},
     "test_artifacts": {

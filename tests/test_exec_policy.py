@@ -217,4 +217,43 @@ def test_runtimes_that_cannot_enforce_refuse_the_run(tmp_path: Path) -> None:
         assert run(executor, skill="csv-report", command="echo ok").stdout == "ok\n"
     finally:
         executor.close()
+    # agent-sandbox's pods start commands without the launcher: the same refusal at claim
+    from skill_executor.runtimes.agentsandbox.runtime import AgentSandboxRuntime
+
+    assert AgentSandboxRuntime.exec_policy is False
     assert os.path.exists(tmp_path)
+
+
+SUPERVISOR_KILLED = r"""
+printf 'rule\0r\0nonce\0n\0deny\0id\0' > /tmp/policy
+/opt/skill-executor/launcher --exec --policy /tmp/policy -- \
+  bash -c '(sleep 1; echo alive > /tmp/alive; /usr/bin/id > /tmp/leak) & sleep 0.3; kill -9 $PPID' 2>/dev/null
+echo "launcher $?"
+sleep 2.5
+cat /tmp/alive /tmp/leak 2>/dev/null || echo "nothing ran"
+"""
+
+
+@pytest.mark.parametrize("runtime", ["docker", "docker-runsc"])
+def test_a_supervisor_killed_by_the_command_takes_the_command_with_it(runtime: str, tmp_path: Path) -> None:
+    """Fail closed: the command may signal its launcher (same user), and then nothing of it
+    goes on untraced (PTRACE_O_EXITKILL; in a run the container ends with it besides)."""
+    require_runtime(runtime)
+    import docker
+
+    settings = make_settings(tmp_path, runtime)
+    client = docker.from_env()
+    try:
+        out = client.containers.run(
+            settings.docker_image,
+            ["bash", "-c", SUPERVISOR_KILLED],
+            remove=True,
+            user="1000:1000",
+            network_mode="none",
+            tmpfs={"/tmp": "mode=1777"},
+            runtime=settings.docker_oci_runtime,
+            init=True,
+        )
+    finally:
+        client.close()
+    assert out.decode().split("\n")[:2] == ["launcher 137", "nothing ran"], out
