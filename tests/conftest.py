@@ -396,6 +396,7 @@ TEST_TIERS: dict[str, dict[str, str]] = {
     "test_exec_policy": {
         "test_the_rule_reaches_the_launcher_as_its_files_are_named": "unit",
         "test_the_exit_frame_carries_a_checked_verdict": "unit",
+        "test_a_tool_result_says_which_rule_stopped_the_run": "unit",
         "test_runtimes_that_cannot_enforce_refuse_the_run": "engine",
         "test_a_supervisor_killed_by_the_command_takes_the_command_with_it": "engine",
     },

@@ -257,3 +257,13 @@ def test_a_supervisor_killed_by_the_command_takes_the_command_with_it(runtime: s
     finally:
         client.close()
     assert out.decode().split("\n")[:2] == ["launcher 137", "nothing ran"], out
+
+
+def test_a_tool_result_says_which_rule_stopped_the_run() -> None:
+    """An agent reads why its run ended: the tool result is an error naming the rule."""
+    from skill_executor.tools.results import failed, render_result
+
+    verdict = {"rule": "no-id", "program": "id", "path": "/usr/bin/id", "reason": "denied"}
+    result = RunResult(run_id="r", skill="math-tools", exit_code=126, policy_denied_exec=verdict)
+    assert failed(result)
+    assert "stopped: policy rule 'no-id' refused the program 'id' (exit code 126)" in render_result(result)
