@@ -264,6 +264,12 @@ ensure_bwrap() {
     BWRAP_PROBLEM="bubblewrap's bwrap is not installed and could not be installed (Debian package bubblewrap)"
     return 1
   fi
+  # The runtime compiles the launcher (its exec supervisor) with the host's cc, statically.
+  if { ! command -v cc >/dev/null || [[ ! -f /usr/lib/x86_64-linux-gnu/libc.a && ! -f /usr/lib/aarch64-linux-gnu/libc.a ]]; } \
+    && ! apt_install gcc libc6-dev; then
+    BWRAP_PROBLEM="no C compiler for the bwrap runtime's launcher (Debian packages gcc, libc6-dev)"
+    return 1
+  fi
   local said
   if ! said=$(bwrap --unshare-user --unshare-pid --unshare-net --ro-bind / / true 2>&1); then
     BWRAP_PROBLEM="bwrap cannot make a sandbox here (user namespaces?): $said"

@@ -530,6 +530,13 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Do not retry the same command; use a program the rule allows, or ask an operator to change the policy.",
     ),
     E(
+        "policy_unenforceable",
+        403,
+        "A command-policy rule with allow or deny applies to the run, and the service's runtime cannot enforce it "
+        "inside the sandbox at exec (the local and agent-sandbox runtimes): the run is refused, never run unenforced.",
+        "Run it on a service with the docker or bwrap runtime, or ask an operator to change the policy.",
+    ),
+    E(
         "invalid_keys_file",
         500,
         "A line of the API keys file names its key badly (name= not a-z 0-9 . _ -, or used twice): "

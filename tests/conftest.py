@@ -393,12 +393,20 @@ MODULE_TIERS: dict[str, str] = {
     # world
     "test_boundary": "world",
     "test_launcher_boundary": "world",
+    "test_exec_policy": "world",
     "test_skill_deps_attacks": "world",
     "test_skill_tests_hostile": "world",
     "test_world_skills": "world",
 }
 #: Tests whose tier is not their module's (modules that mix tiers): module -> {test function: tier}.
 TEST_TIERS: dict[str, dict[str, str]] = {
+    "test_exec_policy": {
+        "test_the_rule_reaches_the_launcher_as_its_files_are_named": "unit",
+        "test_the_exit_frame_carries_a_checked_verdict": "unit",
+        "test_a_tool_result_says_which_rule_stopped_the_run": "unit",
+        "test_runtimes_that_cannot_enforce_refuse_the_run": "engine",
+        "test_a_supervisor_killed_by_the_command_takes_the_command_with_it": "engine",
+    },
     "test_artifact_races": {"test_the_cli_uses_the_configured_database": "service"},
     "test_client_package": {"test_the_generator_checks": "service"},  # the generator in a subprocess
     "test_database": {"test_processes_opening_one_new_sqlite_file_at_once_all_get_it": "service"},  # 48 processes

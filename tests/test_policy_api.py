@@ -496,8 +496,12 @@ def test_the_cli_local_run_applies_the_policy(tmp_path: Path) -> None:
             timeout=120,
         )
 
+    # The local runtime has no sandbox to enforce allow/deny at exec in: a run the parser lets
+    # through is refused all the same (fail closed), never run unenforced.
     ran = run("math-tools", "python3 scripts/fib.py 5")
-    assert ran.returncode == 0, ran.stderr
+    assert ran.returncode == 2 and ran.stdout == "", ran.stderr
+    refused = json.loads(ran.stderr.splitlines()[-1])["error"]
+    assert refused["code"] == "policy_unenforceable" and refused["details"] == {"rule": "cli-deny", "runtime": "local"}
     denied = run("math-tools", "env python3 x.py; ls")
     assert denied.returncode == 2 and denied.stdout == ""
     error = json.loads(denied.stderr.splitlines()[-1])["error"]

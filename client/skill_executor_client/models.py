@@ -493,6 +493,10 @@ class RunResult(WireModel):
     timed_out: bool = False
     oom_killed: bool = False
     disk_limit_hit: bool = False
+    policy_denied_exec: dict[str, str] | None = Field(
+        default=None,
+        description="the program the sandbox refused to start under the command policy, which ended the run: {rule, program, path, reason} (docs: guides/policy.md)",
+    )
     duration_ms: int = 0
     stdout_truncated: bool = False
     stderr_truncated: bool = False

@@ -36,6 +36,25 @@
  * `launcher [--allow-vsock] --exec -- PROGRAM ARGS...` applies the same filter and
  * execs PROGRAM: the per-run (cold) container starts its command that way, so one
  * piece of code guards both paths.
+ *
+ * The exec policy.  When a command-policy rule with allow/deny applies to the run, the
+ * host passes it (the request's fourth field; `--exec --policy FILE` in exec mode, a
+ * file the launcher reads and removes before anything of the command exists) and the
+ * launcher becomes the command's exec supervisor: it forks the command and traces it
+ * and everything it starts (PTRACE_SEIZE with TRACEEXEC, TRACEFORK, TRACEVFORK,
+ * TRACECLONE and EXITKILL: the launcher's end kills every tracee).  At each exec stop
+ * (the kernel has loaded the new image, its first instruction has not run) the file
+ * the kernel executes, /proc/<pid>/exe, is judged by identity: its device and inode
+ * against the files the rule's names resolve to in this sandbox (bare names in the
+ * system bin folders, paths from the command's folder), so hard links and symlink
+ * aliases are the same program; for denied programs and the dynamic loader also by
+ * content (a byte-identical copy, a memfd).  Running the dynamic loader directly is
+ * refused.  A refused exec kills every tracee at once and ends the run with exit code
+ * 126 and a verdict naming the rule: in the exit frame ("policy_denied_exec"), or in
+ * exec mode in the file `<dir of FILE>/.policy-verdict-<nonce>` (the nonce is known only
+ * to the host and the launcher).  The command's filter then also refuses clone3
+ * (ENOSYS: libc falls back to clone) and clone with CLONE_UNTRACED (which escapes
+ * tracing), and ptrace as always: a tracee cannot trace or detach anything.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -51,6 +70,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <limits.h>
+#include <linux/sched.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -79,15 +103,28 @@ extern char **environ;
 #define DENY BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA))
 #define ALLOW BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
 
-/* Refuse what would let the command reach the launcher or leave the network namespace. */
-static int restrict_command(int allow_vsock) {
-    struct sock_filter filter[] = {
+/* Refuse what would let the command reach the launcher or leave the network namespace;
+ * `traced`: also what would start a process the exec supervisor does not see. */
+static int restrict_command(int allow_vsock, int traced) {
+    struct sock_filter head[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, 1, 0),
         DENY, /* another ABI (i386, arm32): none of it is needed, all of it refused */
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, X32_BIT ? X32_BIT : 0xffffffffu, 0, 1),
         DENY, /* the x32 ABI */
+    };
+    struct sock_filter untraced[] = {
+        /* clone3's flags are in memory a filter cannot read: ENOSYS, libc falls back to clone */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone3, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 4),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_UNTRACED, 0, 1),
+        DENY, /* a child no tracer may follow */
+        ALLOW,
+    };
+    struct sock_filter tail[] = {
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ptrace, 0, 1),
         DENY,
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 0, 1),
@@ -106,7 +143,18 @@ static int restrict_command(int allow_vsock) {
         DENY,
         ALLOW,
     };
-    struct sock_fprog program = {.len = sizeof filter / sizeof filter[0], .filter = filter};
+    struct sock_filter filter[sizeof head / sizeof head[0] + sizeof untraced / sizeof untraced[0] +
+                              sizeof tail / sizeof tail[0]];
+    size_t n = 0;
+    memcpy(filter, head, sizeof head);
+    n += sizeof head / sizeof head[0];
+    if (traced) {
+        memcpy(filter + n, untraced, sizeof untraced);
+        n += sizeof untraced / sizeof untraced[0];
+    }
+    memcpy(filter + n, tail, sizeof tail);
+    n += sizeof tail / sizeof tail[0];
+    struct sock_fprog program = {.len = (unsigned short)n, .filter = filter};
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) return -1;
     return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program);
 }
@@ -151,15 +199,15 @@ static int frame(int conn, char kind, const void *data, uint32_t size) {
     return size ? write_all(conn, data, size) : 0;
 }
 
-/* Read one field of the request into a fresh NUL-terminated buffer. */
-static char *read_field(int conn) {
+/* Read one field of the request into a fresh NUL-terminated buffer (its size in `size`). */
+static char *read_field(int conn, uint32_t *size) {
     unsigned char len[4];
     if (read_exact(conn, len, 4)) return NULL;
-    uint32_t size = be32(len);
-    if (size > MAX_FIELD) return NULL;
-    char *field = malloc(size + 1);
-    if (!field || read_exact(conn, field, size)) return NULL;
-    field[size] = '\0';
+    *size = be32(len);
+    if (*size > MAX_FIELD) return NULL;
+    char *field = malloc(*size + 1);
+    if (!field || read_exact(conn, field, *size)) return NULL;
+    field[*size] = '\0';
     return field;
 }
 
@@ -197,32 +245,565 @@ static int forward(int conn, int fd, char kind) {
     return 1;
 }
 
+/* -- the exec policy ------------------------------------------------------------------- */
+
+/* A file a rule names, as this sandbox resolves it. */
+struct ident {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    int fd; /* kept open to compare contents (denied files and loaders); -1 otherwise */
+    const char *program;
+};
+
+struct idents {
+    struct ident *items;
+    size_t count, room;
+};
+
+struct policy {
+    int active;
+    const char *rule, *nonce, *root;
+    int allow_list; /* the rule has `allow`: nothing else may start */
+    int trusted;    /* execs of the main process not judged: the launcher's own shell */
+    struct idents allowed, denied, loaders;
+    const char **allowed_paths, **denied_paths, **allowed_path_programs, **denied_path_programs;
+    size_t n_allowed_paths, n_denied_paths;
+};
+
+struct verdict {
+    const char *program, *reason;
+    char path[PATH_MAX];
+};
+
+static const char *const SYSTEM_DIRS[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"};
+static const char *const LOADERS[] = {
+    "/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", "/usr/lib64/ld-linux-x86-64.so.2",
+    "/lib/ld-linux-aarch64.so.1", "/lib/aarch64-linux-gnu/ld-linux-aarch64.so.1", "/lib/ld-musl-x86_64.so.1",
+    "/lib/ld-musl-aarch64.so.1",
+};
+
+static void add_ident(struct idents *list, int fd, const struct stat *st, const char *program, int keep) {
+    for (size_t i = 0; i < list->count; i++)
+        if (list->items[i].dev == st->st_dev && list->items[i].ino == st->st_ino) {
+            close(fd);
+            return;
+        }
+    if (list->count == list->room) {
+        list->room = list->room ? 2 * list->room : 16;
+        list->items = realloc(list->items, list->room * sizeof *list->items);
+        if (!list->items) die("realloc");
+    }
+    if (!keep) {
+        close(fd);
+        fd = -1;
+    }
+    list->items[list->count++] = (struct ident){st->st_dev, st->st_ino, st->st_size, fd, program};
+}
+
+static void add_program(struct policy *p, struct idents *list, const char *name, const char *program, int keep,
+                        int depth);
+
+/* A script's interpreter comes with it in an allow list (`#!/usr/bin/env X`: X). */
+static void add_interpreter(struct policy *p, int fd, const char *program, int depth) {
+    char line[256];
+    ssize_t n = pread(fd, line, sizeof line - 1, 0);
+    if (n < 3 || line[0] != '#' || line[1] != '!') return;
+    line[n] = '\0';
+    char *end = strchr(line, '\n');
+    if (end) *end = '\0';
+    char *save = NULL, *interp = strtok_r(line + 2, " \t", &save);
+    if (!interp) return;
+    add_program(p, &p->allowed, interp, program, 0, depth + 1);
+    const char *base = strrchr(interp, '/');
+    if (strcmp(base ? base + 1 : interp, "env") == 0) {
+        char *arg = strtok_r(NULL, " \t", &save);
+        while (arg && arg[0] == '-') arg = strtok_r(NULL, " \t", &save); /* env -S x: the parser refuses it */
+        if (arg) add_program(p, &p->allowed, arg, program, 0, depth + 1);
+    }
+}
+
+static void add_file(struct policy *p, struct idents *list, const char *path, const char *program, int keep,
+                     int depth) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0) return;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return;
+    }
+    if (list == &p->allowed && depth < 3) add_interpreter(p, fd, program, depth);
+    add_ident(list, fd, &st, program, keep);
+}
+
+/* A rule's name for a program: bare names are looked up in the system bin folders, other
+ * names are paths (relative ones from the command's folder, as the parser reads them). */
+static void add_program(struct policy *p, struct idents *list, const char *name, const char *program, int keep,
+                        int depth) {
+    char path[PATH_MAX];
+    if (!strchr(name, '/')) {
+        for (size_t i = 0; i < sizeof SYSTEM_DIRS / sizeof SYSTEM_DIRS[0]; i++)
+            if (snprintf(path, sizeof path, "%s/%s", SYSTEM_DIRS[i], name) < (int)sizeof path)
+                add_file(p, list, path, program, keep, depth);
+        return;
+    }
+    if (name[0] == '/')
+        snprintf(path, sizeof path, "%s", name);
+    else
+        snprintf(path, sizeof path, "%s/%s", p->root, strncmp(name, "./", 2) == 0 ? name + 2 : name);
+    add_file(p, list, path, program, keep, depth);
+    /* A path is also judged by name: a file made there later is the same program. */
+    char real[PATH_MAX];
+    const char *named = realpath(path, real) ? real : path;
+    const char ***paths = list == &p->denied ? &p->denied_paths : &p->allowed_paths;
+    const char ***programs = list == &p->denied ? &p->denied_path_programs : &p->allowed_path_programs;
+    size_t *count = list == &p->denied ? &p->n_denied_paths : &p->n_allowed_paths;
+    if (list == &p->loaders) return;
+    *paths = realloc(*paths, (*count + 1) * sizeof **paths);
+    *programs = realloc(*programs, (*count + 1) * sizeof **programs);
+    if (!*paths || !*programs) die("realloc");
+    (*paths)[*count] = strdup(named);
+    (*programs)[*count] = program;
+    (*count)++;
+}
+
+/* The policy from its serialised form: NUL-separated key, value pairs
+ * (rule NAME, nonce HEX, root DIR, trusted N, allow-list 1, allow PROGRAM, deny PROGRAM). */
+static int parse_policy(struct policy *p, const char *data, size_t size) {
+    memset(p, 0, sizeof *p);
+    p->root = "/";
+    const char *at = data, *end = data + size;
+    const char *keys[MAX_FIELDS], *values[MAX_FIELDS];
+    size_t n = 0;
+    while (at < end) {
+        const char *key = at;
+        at += strnlen(at, (size_t)(end - at)) + 1;
+        if (at >= end || n == MAX_FIELDS) return -1;
+        const char *value = at;
+        at += strnlen(at, (size_t)(end - at)) + 1;
+        if (at > end) return -1;
+        keys[n] = key;
+        values[n++] = value;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(keys[i], "rule") == 0) p->rule = values[i];
+        else if (strcmp(keys[i], "nonce") == 0) p->nonce = values[i];
+        else if (strcmp(keys[i], "root") == 0) p->root = values[i];
+        else if (strcmp(keys[i], "trusted") == 0) p->trusted = atoi(values[i]);
+        else if (strcmp(keys[i], "allow-list") == 0) p->allow_list = 1;
+        else if (strcmp(keys[i], "allow") != 0 && strcmp(keys[i], "deny") != 0) return -1;
+    }
+    if (!p->rule) return -1;
+    for (size_t i = 0; i < sizeof LOADERS / sizeof LOADERS[0]; i++) add_file(p, &p->loaders, LOADERS[i], "ld.so", 1, 9);
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(keys[i], "deny") == 0) add_program(p, &p->denied, values[i], values[i], 1, 0);
+        else if (strcmp(keys[i], "allow") == 0) add_program(p, &p->allowed, values[i], values[i], 0, 0);
+    }
+    p->active = 1;
+    return 0;
+}
+
+static int same_content(int a, int b, off_t size) {
+    static char x[CHUNK], y[CHUNK];
+    for (off_t at = 0; at < size;) {
+        size_t want = size - at < (off_t)CHUNK ? (size_t)(size - at) : CHUNK;
+        if (pread(a, x, want, at) != (ssize_t)want || pread(b, y, want, at) != (ssize_t)want) return 0;
+        if (memcmp(x, y, want)) return 0;
+        at += (off_t)want;
+    }
+    return 1;
+}
+
+/* The entry of `list` that is the file `fd` (`content`: or a byte-identical copy of it). */
+static const struct ident *find(const struct idents *list, int fd, const struct stat *st, int content) {
+    for (size_t i = 0; i < list->count; i++)
+        if (list->items[i].dev == st->st_dev && list->items[i].ino == st->st_ino) return &list->items[i];
+    if (content)
+        for (size_t i = 0; i < list->count; i++)
+            if (list->items[i].fd >= 0 && list->items[i].size == st->st_size &&
+                same_content(list->items[i].fd, fd, st->st_size))
+                return &list->items[i];
+    return NULL;
+}
+
+static const char *find_path(const char **paths, const char **programs, size_t count, const char *path) {
+    for (size_t i = 0; i < count; i++)
+        if (strcmp(paths[i], path) == 0) return programs[i];
+    return NULL;
+}
+
+/* How a file is named in a verdict: its basename in a system bin folder, else its path. */
+static const char *program_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return path;
+    for (size_t i = 0; i < sizeof SYSTEM_DIRS / sizeof SYSTEM_DIRS[0]; i++) {
+        size_t len = strlen(SYSTEM_DIRS[i]);
+        if ((size_t)(slash - path) == len && strncmp(path, SYSTEM_DIRS[i], len) == 0) return slash + 1;
+    }
+    return path;
+}
+
+static int is_loader_name(const char *path) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    return (strncmp(base, "ld-linux", 8) == 0 || strncmp(base, "ld-musl", 7) == 0 || strncmp(base, "ld.so", 5) == 0) &&
+           strstr(base, ".so") != NULL;
+}
+
+/* Judge the program process `pid` has just been made to run; 0: it may, else the verdict. */
+static int judge(const struct policy *p, pid_t pid, struct verdict *v) {
+    char link[64];
+    snprintf(link, sizeof link, "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(link, v->path, 1024);
+    if (n < 0) n = 0;
+    v->path[n] = '\0';
+    v->program = program_of(v->path);
+    int fd = open(link, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+        v->reason = "its file cannot be read by the exec supervisor (fail closed)";
+        if (fd >= 0) close(fd);
+        return 1;
+    }
+    const struct ident *hit;
+    const char *named;
+    int refused = 1;
+    if (is_loader_name(v->path) || find(&p->loaders, fd, &st, 1)) {
+        v->program = "ld.so";
+        v->reason = "the dynamic loader may not be run directly";
+    } else if ((hit = find(&p->denied, fd, &st, 1))) {
+        v->program = hit->program;
+        v->reason = "denied";
+    } else if ((named = find_path(p->denied_paths, p->denied_path_programs, p->n_denied_paths, v->path))) {
+        v->program = named;
+        v->reason = "denied";
+    } else if (p->allow_list && !find(&p->allowed, fd, &st, 0) &&
+               !find_path(p->allowed_paths, p->allowed_path_programs, p->n_allowed_paths, v->path)) {
+        v->reason = "not allowed";
+    } else {
+        refused = 0;
+    }
+    close(fd);
+    return refused;
+}
+
+/* The exit frame's (or verdict file's) JSON string: bytes outside printable ASCII escaped. */
+static size_t json_string(char *out, size_t room, const char *s) {
+    size_t n = 0;
+    if (room < 8) return 0;
+    out[n++] = '"';
+    for (const unsigned char *c = (const unsigned char *)s; *c && n + 8 < room; c++) {
+        if (*c == '"' || *c == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)*c;
+        } else if (*c < 0x20 || *c >= 0x7f) {
+            n += (size_t)snprintf(out + n, room - n, "\\u%04x", *c);
+        } else {
+            out[n++] = (char)*c;
+        }
+    }
+    out[n++] = '"';
+    out[n] = '\0';
+    return n;
+}
+
+/* {"rule": ..., "program": ..., "path": ..., "reason": ...}, cut to fit `room`. */
+static size_t verdict_json(char *out, size_t room, const struct policy *p, const struct verdict *v) {
+    const char *names[] = {"rule", "program", "path", "reason"};
+    const char *values[] = {p->rule, v->program, v->path, v->reason};
+    size_t n = 0;
+    out[n++] = '{';
+    for (int i = 0; i < 4; i++) {
+        int w = snprintf(out + n, room - n, "%s\"%s\": ", i ? ", " : "", names[i]);
+        if (w < 0 || (size_t)w >= room - n) break;
+        n += (size_t)w;
+        n += json_string(out + n, room - n - 2, values[i]);
+    }
+    out[n++] = '}';
+    out[n] = '\0';
+    return n;
+}
+
+/* -- the exec supervisor ---------------------------------------------------------------- */
+
+#define TRACE_OPTIONS                                                                                         \
+    (PTRACE_O_TRACEEXEC | PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK | PTRACE_O_TRACECLONE | PTRACE_O_EXITKILL)
+
+struct supervisor {
+    const struct policy *policy;
+    pid_t main;
+    int main_exited, main_status, trusted_left, refused, in_container;
+    struct verdict verdict;
+    pid_t *tracees;
+    size_t count, room;
+};
+
+static void track(struct supervisor *s, pid_t pid) {
+    for (size_t i = 0; i < s->count; i++)
+        if (s->tracees[i] == pid) return;
+    if (s->count == s->room) {
+        s->room = s->room ? 2 * s->room : 64;
+        s->tracees = realloc(s->tracees, s->room * sizeof *s->tracees);
+        if (!s->tracees) die("realloc");
+    }
+    s->tracees[s->count++] = pid;
+}
+
+static void untrack(struct supervisor *s, pid_t pid) {
+    for (size_t i = 0; i < s->count; i++)
+        if (s->tracees[i] == pid) {
+            s->tracees[i] = s->tracees[--s->count];
+            return;
+        }
+}
+
+/* Every process of the run, at once: what is stopped at an exec stop never runs again. */
+static void kill_tracees(struct supervisor *s) {
+    if (s->in_container) kill(-1, SIGKILL);
+    for (size_t i = 0; i < s->count; i++) kill(s->tracees[i], SIGKILL);
+}
+
+/* Fork the command traced.  The child waits until it is seized (and makes itself
+ * dumpable first: the launcher is not, and a non-dumpable child cannot be seized). */
+static pid_t fork_traced(struct supervisor *s, void (*child_setup)(void *), void *arg) {
+    int ready[2], go[2];
+    if (pipe2(ready, O_CLOEXEC) || pipe2(go, O_CLOEXEC)) die("pipe");
+    pid_t child = fork();
+    if (child < 0) die("fork");
+    if (child == 0) {
+        char c = 'r';
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+        if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1) _exit(126);
+        close(ready[1]);
+        close(go[0]);
+        child_setup(arg); /* does not return */
+        _exit(127);
+    }
+    close(ready[1]);
+    close(go[0]);
+    char c;
+    int ok = read(ready[0], &c, 1) == 1 && ptrace(PTRACE_SEIZE, child, 0, (void *)(long)TRACE_OPTIONS) == 0;
+    if (!ok) {
+        int saved = errno;
+        kill(child, SIGKILL);
+        waitpid(child, NULL, __WALL);
+        errno = saved;
+        close(ready[0]);
+        close(go[1]);
+        return -1;
+    }
+    if (write(go[1], "g", 1) != 1) die("write");
+    close(ready[0]);
+    close(go[1]);
+    s->main = child;
+    s->trusted_left = s->policy->trusted;
+    track(s, child);
+    return child;
+}
+
+/* Handle what the tracees report (`block`: wait for one event first); returns at once
+ * when nothing more is pending (or nothing is left to wait for). */
+static void supervise(struct supervisor *s, int block) {
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, __WALL | (block ? 0 : WNOHANG));
+        if (pid < 0 && errno == EINTR) continue;
+        if (pid <= 0) return;
+        block = 0;
+        if (WIFEXITED(status) || WIFSIGNALED(status)) {
+            untrack(s, pid);
+            if (pid == s->main) {
+                s->main_exited = 1;
+                s->main_status = status;
+            }
+            continue;
+        }
+        if (!WIFSTOPPED(status)) continue;
+        track(s, pid);
+        int event = (unsigned)status >> 16, sig = WSTOPSIG(status);
+        unsigned long message = 0;
+        if (s->refused) {
+            kill(pid, SIGKILL);
+            ptrace(PTRACE_CONT, pid, 0, 0);
+            continue;
+        }
+        switch (event) {
+        case PTRACE_EVENT_FORK:
+        case PTRACE_EVENT_VFORK:
+        case PTRACE_EVENT_CLONE:
+            if (ptrace(PTRACE_GETEVENTMSG, pid, 0, &message) == 0) track(s, (pid_t)message);
+            ptrace(PTRACE_CONT, pid, 0, 0);
+            break;
+        case PTRACE_EVENT_EXEC:
+            if (ptrace(PTRACE_GETEVENTMSG, pid, 0, &message) == 0 && (pid_t)message != pid)
+                untrack(s, (pid_t)message);
+            if (pid == s->main && s->trusted_left > 0) {
+                s->trusted_left--;
+            } else if (judge(s->policy, pid, &s->verdict)) {
+                s->refused = 1;
+                kill(pid, SIGKILL);
+                kill_tracees(s);
+                break;
+            }
+            ptrace(PTRACE_CONT, pid, 0, 0);
+            break;
+        case PTRACE_EVENT_STOP:
+            /* a group stop (job control) stays a stop; a new tracee's first stop goes on */
+            if (sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU)
+                ptrace(PTRACE_LISTEN, pid, 0, 0);
+            else
+                ptrace(PTRACE_CONT, pid, 0, 0);
+            break;
+        case 0: /* a signal on its way: deliver it */
+            ptrace(PTRACE_CONT, pid, 0, (void *)(long)sig);
+            break;
+        default:
+            ptrace(PTRACE_CONT, pid, 0, 0);
+        }
+    }
+}
+
+/* The refusal as the command's stderr says it. */
+static void say_refused(int fd, const struct supervisor *s) {
+    dprintf(fd, "launcher: policy rule '%s' refused the program %s (%s): %s\n", s->policy->rule,
+            s->verdict.program, s->verdict.path, s->verdict.reason);
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: launcher [--allow-vsock] [--container] SOCKET\n"
-                    "       launcher [--allow-vsock] --exec -- PROGRAM ARGS...\n");
+                    "       launcher [--allow-vsock] --exec [--policy FILE] -- PROGRAM ARGS...\n");
     return 2;
 }
 
-/* launcher [--allow-vsock] --exec -- PROGRAM ARGS...: the filter, then PROGRAM in place. */
-static int exec_mode(char **program, int allow_vsock) {
-    if (restrict_command(allow_vsock)) die("seccomp");
-    execvp(program[0], program);
-    fprintf(stderr, "launcher: cannot run %s: %s\n", program[0], strerror(errno));
-    return 127;
+struct exec_child {
+    char **program;
+    int allow_vsock;
+    sigset_t mask;
+};
+
+static void exec_child(void *arg) {
+    struct exec_child *c = arg;
+    sigprocmask(SIG_SETMASK, &c->mask, NULL);
+    if (restrict_command(c->allow_vsock, 1)) die("seccomp");
+    execvp(c->program[0], c->program);
+    fprintf(stderr, "launcher: cannot run %s: %s\n", c->program[0], strerror(errno));
+    _exit(127);
+}
+
+static pid_t exec_main = -1;
+
+static void pass_signal(int sig) {
+    if (exec_main > 0) kill(exec_main, sig);
+}
+
+/* The policy file of exec mode: read, then removed before anything of the command exists. */
+static char *read_policy_file(const char *path, size_t *size, int *dir) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    char *data = malloc(MAX_FIELD + 1);
+    size_t n = 0;
+    ssize_t got;
+    while (data && n < MAX_FIELD && (got = read(fd, data + n, MAX_FIELD - n)) > 0) n += (size_t)got;
+    close(fd);
+    if (!data || unlink(path)) return NULL;
+    char folder[PATH_MAX];
+    snprintf(folder, sizeof folder, "%s", path);
+    char *slash = strrchr(folder, '/');
+    if (slash) *slash = '\0';
+    *dir = open(slash ? (folder[0] ? folder : "/") : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    *size = n;
+    return data;
+}
+
+/* launcher [--allow-vsock] --exec [--policy FILE] -- PROGRAM ARGS...: the filter, then
+ * PROGRAM in place; under a policy, PROGRAM in a traced child this process supervises. */
+static int exec_mode(char **program, int allow_vsock, const char *policy_file) {
+    if (!policy_file) {
+        if (restrict_command(allow_vsock, 0)) die("seccomp");
+        execvp(program[0], program);
+        fprintf(stderr, "launcher: cannot run %s: %s\n", program[0], strerror(errno));
+        return 127;
+    }
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) die("prctl");
+    size_t size = 0;
+    int dir = -1;
+    char *data = read_policy_file(policy_file, &size, &dir);
+    struct policy policy;
+    if (!data || dir < 0 || parse_policy(&policy, data, size) || !policy.nonce) {
+        fprintf(stderr, "launcher: cannot read the exec policy %s: %s\n", policy_file, data ? "invalid" : strerror(errno));
+        return 126;
+    }
+    struct supervisor s = {.policy = &policy};
+    struct exec_child child = {program, allow_vsock, {{0}}};
+    sigprocmask(SIG_SETMASK, NULL, &child.mask);
+    if (fork_traced(&s, exec_child, &child) < 0) {
+        fprintf(stderr, "launcher: cannot trace the command: %s\n", strerror(errno));
+        return 126;
+    }
+    exec_main = s.main;
+    struct sigaction pass = {.sa_handler = pass_signal};
+    int passed[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+    for (size_t i = 0; i < sizeof passed / sizeof passed[0]; i++) sigaction(passed[i], &pass, NULL);
+    while (!s.main_exited && !s.refused) supervise(&s, 1);
+    if (s.refused) {
+        char body[16384], name[128];
+        size_t n = verdict_json(body, sizeof body, &policy, &s.verdict);
+        snprintf(name, sizeof name, ".policy-verdict-%s", policy.nonce);
+        int out = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (out < 0 || write(out, body, n) != (ssize_t)n)
+            fprintf(stderr, "launcher: cannot record the verdict: %s\n", strerror(errno));
+        if (out >= 0) close(out);
+        say_refused(2, &s);
+        kill_tracees(&s);
+        return 126; /* and the tracees left die with this process (EXITKILL) */
+    }
+    int status = s.main_status;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct shell_child {
+    char **fields, **env;
+    int out, err, allow_vsock, traced;
+    sigset_t mask;
+};
+
+static void shell_child(void *arg) {
+    struct shell_child *c = arg;
+    char **fields = c->fields;
+    setsid();
+    signal(SIGPIPE, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &c->mask, NULL);
+    int in = open(fields[2][0] ? fields[2] : "/dev/null", O_RDONLY);
+    if (in < 0 || dup2(in, 0) < 0 || dup2(c->out, 1) < 0 || dup2(c->err, 2) < 0) _exit(126);
+    if (chdir(fields[1])) {
+        dprintf(2, "launcher: cannot enter %s: %s\n", fields[1], strerror(errno));
+        _exit(126);
+    }
+    if (restrict_command(c->allow_vsock, c->traced)) {
+        dprintf(2, "launcher: cannot restrict the command: %s\n", strerror(errno));
+        _exit(126);
+    }
+    char *args[] = {"bash", "-c", fields[0], NULL};
+    execve("/bin/bash", args, c->env);
+    dprintf(2, "launcher: cannot run bash: %s\n", strerror(errno));
+    _exit(127);
 }
 
 int main(int argc, char **argv) {
     int allow_vsock = 0, in_container = 0, exec = 0, arg = 1;
+    const char *policy_file = NULL;
     for (; arg < argc; arg++) { /* the options, in any order */
         if (strcmp(argv[arg], "--allow-vsock") == 0) allow_vsock = 1;
         else if (strcmp(argv[arg], "--container") == 0) in_container = 1;
         else if (strcmp(argv[arg], "--exec") == 0) exec = 1;
+        else if (strcmp(argv[arg], "--policy") == 0 && arg + 1 < argc) policy_file = argv[++arg];
         else break;
     }
     if (exec) {
         if (in_container || arg + 1 >= argc || strcmp(argv[arg], "--") != 0) return usage();
-        return exec_mode(argv + arg + 1, allow_vsock);
+        return exec_mode(argv + arg + 1, allow_vsock, policy_file);
     }
+    if (policy_file) return usage();
     if (arg != argc - 1) return usage();
     /* Not ptrace-able, its memory and descriptors not readable, by the command (same uid). */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) die("prctl");
@@ -252,35 +833,45 @@ int main(int argc, char **argv) {
     unsigned char countb[4];
     if (read_exact(conn, countb, 4)) return 0;
     uint32_t count = be32(countb);
-    if (count < 3 || count > MAX_FIELDS) return 1;
+    if (count < 4 || count > MAX_FIELDS) return 1;
     char **fields = calloc(count, sizeof(char *));
-    if (!fields) die("calloc");
+    uint32_t *sizes = calloc(count, sizeof(uint32_t));
+    if (!fields || !sizes) die("calloc");
     for (uint32_t i = 0; i < count; i++)
-        if (!(fields[i] = read_field(conn))) return 1;
-    char **env = merge_environment(fields + 3, count - 3);
+        if (!(fields[i] = read_field(conn, &sizes[i]))) return 1;
+    char **env = merge_environment(fields + 4, count - 4);
     if (!env) die("environment");
+    struct policy policy = {0};
+    if (sizes[3] && parse_policy(&policy, fields[3], sizes[3])) return 1;
+    if (policy.active && strcmp(policy.root, "/") == 0) policy.root = fields[1];
+    struct supervisor s = {.policy = &policy, .in_container = in_container};
 
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) die("pipe");
-    pid_t child = fork();
-    if (child < 0) die("fork");
-    if (child == 0) {
-        setsid();
-        signal(SIGPIPE, SIG_DFL);
-        int in = open(fields[2][0] ? fields[2] : "/dev/null", O_RDONLY);
-        if (in < 0 || dup2(in, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0) _exit(126);
-        if (chdir(fields[1])) {
-            dprintf(2, "launcher: cannot enter %s: %s\n", fields[1], strerror(errno));
-            _exit(126);
+    struct shell_child spec = {fields, env, out[1], err[1], allow_vsock, policy.active, {{0}}};
+    sigprocmask(SIG_SETMASK, NULL, &spec.mask);
+    int sigfd = -1;
+    pid_t child;
+    if (policy.active) {
+        /* Tracees' stops arrive as SIGCHLD: read through a signalfd in the poll below. */
+        sigset_t chld;
+        sigemptyset(&chld);
+        sigaddset(&chld, SIGCHLD);
+        sigprocmask(SIG_BLOCK, &chld, NULL);
+        sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+        if (sigfd < 0) die("signalfd");
+        child = fork_traced(&s, shell_child, &spec);
+        if (child < 0) {
+            char text[256];
+            int size = snprintf(text, sizeof text, "launcher: cannot trace the command: %s\n", strerror(errno));
+            frame(conn, 'E', text, (uint32_t)size);
+            frame(conn, 'X', "{\"exit_code\": 126}", 18);
+            return 0;
         }
-        if (restrict_command(allow_vsock)) {
-            dprintf(2, "launcher: cannot restrict the command: %s\n", strerror(errno));
-            _exit(126);
-        }
-        char *args[] = {"bash", "-c", fields[0], NULL};
-        execve("/bin/bash", args, env);
-        dprintf(2, "launcher: cannot run bash: %s\n", strerror(errno));
-        _exit(127);
+    } else {
+        child = fork();
+        if (child < 0) die("fork");
+        if (child == 0) shell_child(&spec);
     }
     close(out[1]);
     close(err[1]);
@@ -289,10 +880,10 @@ int main(int argc, char **argv) {
 
     /* The main process's exit wakes poll too (a pidfd), even while leftovers keep the pipes open. */
     int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
-    struct pollfd fds[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {pidfd, POLLIN, 0}};
+    struct pollfd fds[4] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {pidfd, POLLIN, 0}, {sigfd, POLLIN, 0}};
     int open_pipes = 2, exited = 0, status = 0;
     while (open_pipes) {
-        int ready = poll(fds, 3, exited ? 0 : (pidfd >= 0 ? -1 : 5));
+        int ready = poll(fds, 4, exited ? 0 : (pidfd >= 0 ? -1 : 5));
         if (ready < 0 && errno == EINTR) continue;
         for (int i = 0; i < 2; i++) {
             if (fds[i].fd >= 0 && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) {
@@ -304,18 +895,47 @@ int main(int argc, char **argv) {
             }
         }
         if (fds[2].fd >= 0 && (fds[2].revents & POLLIN)) fds[2].fd = -1;
-        if (!exited && waitpid(child, &status, WNOHANG) == child) {
+        if (policy.active) {
+            struct signalfd_siginfo info;
+            while (read(sigfd, &info, sizeof info) > 0) {
+            }
+            supervise(&s, 0);
+            if (!exited && s.main_exited) {
+                exited = 1;
+                status = s.main_status;
+                continue;
+            }
+        } else if (!exited && waitpid(child, &status, WNOHANG) == child) {
             exited = 1;
             continue; /* one more pass to drain what is already in the pipes */
         }
         if (exited && ready <= 0) break; /* leftovers holding the pipes die below */
     }
-    if (!exited) waitpid(child, &status, 0);
+    if (policy.active) {
+        while (!s.main_exited) supervise(&s, 1);
+        status = s.main_status;
+    } else if (!exited) {
+        waitpid(child, &status, 0);
+    }
     if (in_container)
         kill(-1, SIGKILL);
     else
         kill(-child, SIGKILL); /* the command's session and process group */
+    if (policy.active) kill_tracees(&s);
 
+    if (s.refused) {
+        char text[PATH_MAX + 512];
+        int size = snprintf(text, sizeof text, "launcher: policy rule '%s' refused the program %s (%s): %s\n",
+                            policy.rule, s.verdict.program, s.verdict.path, s.verdict.reason);
+        frame(conn, 'E', text, (uint32_t)(size < (int)sizeof text ? size : (int)sizeof text - 1));
+        char body[16384];
+        size_t n = (size_t)snprintf(body, sizeof body, "{\"exit_code\": 126, \"policy_denied_exec\": ");
+        n += verdict_json(body + n, sizeof body - n - 2, &policy, &s.verdict);
+        body[n++] = '}';
+        frame(conn, 'X', body, (uint32_t)n);
+        close(conn);
+        return 0;
+    }
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     char body[64];
     int size = snprintf(body, sizeof body, "{\"exit_code\": %d}", code);

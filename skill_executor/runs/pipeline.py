@@ -24,7 +24,7 @@ from ..artifacts.store import ArtifactStore
 from ..config import Settings
 from ..errors import ExecutorError
 from ..image.inputs import DEFAULT_TIER, PythonTier
-from ..policy import Policy, load_policy
+from ..policy import Policy, load_policy, unenforceable
 from ..policy import check as check_policy
 from ..registry import PackageLimits, SkillRepository
 from ..registry.bundles import BundleStore, refuse_unprovided
@@ -118,6 +118,8 @@ class SkillRunner:
         decision = check_policy(request.command, tenant, plan.skill.id, self.policy, request.env, bundled=plan.bundled)
         if not decision.allowed:
             raise decision.error()
+        if decision.exec_rule is not None and not self.runtime.exec_policy:
+            raise unenforceable(decision.exec_rule, self.runtime.name)
         return replace(plan, decision=decision)
 
     def run(
@@ -177,6 +179,7 @@ class SkillRunner:
                         tenant,
                         self.settings.session_disk_bytes,
                         network_of=self.processes.network_of(tenant, request.session),
+                        exec_rule=plan.decision.exec_rule,
                     )
                     try:
                         result = self._run(request, plan, sandbox_plan, listener, cancel)
@@ -186,7 +189,8 @@ class SkillRunner:
                     if kept is not None:
                         result.warnings.append(kept)
                     return result
-            return self._run(request, plan, SandboxPlan(run_id, plan.skill, tenant=tenant), listener, cancel)
+            sandbox_plan = SandboxPlan(run_id, plan.skill, tenant=tenant, exec_rule=plan.decision.exec_rule)
+            return self._run(request, plan, sandbox_plan, listener, cancel)
 
     def _run(
         self,

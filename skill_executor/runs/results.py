@@ -40,6 +40,7 @@ def build_result(
         timed_out=executed.timed_out,
         oom_killed=executed.oom_killed,
         disk_limit_hit=executed.disk_limit_hit,
+        policy_denied_exec=executed.policy_denied_exec,
         duration_ms=executed.duration_ms,
         stdout_truncated=executed.stdout_truncated,
         stderr_truncated=executed.stderr_truncated,
@@ -48,6 +49,12 @@ def build_result(
     )
     if executed.cancelled:
         result.warnings.append("the run was cancelled")
+    denied = executed.policy_denied_exec
+    if denied is not None:
+        result.warnings.append(
+            f"policy rule {denied['rule']!r} refused to start the program {denied['program']!r} "
+            f"({denied['path']}: {denied['reason']}); the run was stopped"
+        )
     result.limits_hit += [
         limit
         for limit, hit in (
@@ -56,6 +63,7 @@ def build_result(
             ("timeout", executed.timed_out),
             ("disk", executed.disk_limit_hit),
             ("memory", executed.oom_killed),
+            ("policy_denied_exec", denied is not None),
         )
         if hit
     ]

@@ -119,6 +119,7 @@ class RunSandbox:
             oom_killed=verdict.oom_killed,
             disk_limit_hit=disk_hit,
             warnings=[*process.warnings, *warnings, *verdict.warnings],
+            policy_denied_exec=verdict.policy_denied_exec,
         )
 
     def collect(

@@ -32,6 +32,7 @@ from ..access import LOCAL_TENANT
 from ..activity import Activity
 from ..image.inputs import DEFAULT_TIER, PythonTier
 from ..outputs.collect import Collection, CollectLimits
+from ..policy import ExecRule
 from ..skills import Skill
 from ..workspace.layout import Workspace, WorkspaceManager
 from ..workspace.schema import InputSpec
@@ -59,6 +60,9 @@ class SandboxPlan:
     python: PythonTier = DEFAULT_TIER
     #: The sandbox of the session's processes, whose loopback the run shares (None: its own).
     network_of: str | None = None
+    #: The command-policy rule's allow/deny the sandbox enforces at every exec (None: none
+    #: applies); a runtime that cannot enforce it refuses the claim (``policy_unenforceable``).
+    exec_rule: ExecRule | None = None
 
 
 @dataclass(slots=True)
@@ -90,6 +94,8 @@ class ExecResult:
     oom_killed: bool = False
     disk_limit_hit: bool = False
     warnings: list[str] = field(default_factory=list)
+    #: the exec the sandbox refused under the command policy ({rule, program, path, reason}), if any
+    policy_denied_exec: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +163,8 @@ class BoxVerdict:
     oom_killed: bool = False
     disk_limit_hit: bool = False
     warnings: tuple[str, ...] = ()
+    #: the exec refused under the command policy ({rule, program, path, reason}), if any
+    policy_denied_exec: dict[str, str] | None = None
 
 
 class Box(Protocol):
@@ -236,6 +244,9 @@ class Runtime(Protocol):
     visible_envs_dir: str | None
     #: Whether runs can use skills' dependency environments at all.
     skill_envs: bool
+    #: Whether the runtime enforces a command-policy rule's allow/deny at every exec in the
+    #: sandbox (False: a run under such a rule is refused, ``policy_unenforceable``).
+    exec_policy: bool
     #: How the disk cap is enforced: ``hard`` (a file system per workspace and per
     #: session's ``work/``), ``soft`` (polled), ``none`` (the local runtime).
     disk_cap: str

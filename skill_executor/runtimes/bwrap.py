@@ -28,6 +28,10 @@ the Docker runtime gets, as far as a sandbox without an image can:
   root service set them (:mod:`.cgroups`: cgroup v1), the sandbox's init joining them
   while it is held; an OOM kill is reported.
 * ``--die-with-parent``: the sandbox dies with the thread that started it.
+* under a command-policy rule with allow/deny, the runner image's launcher
+  (``images/runner/launcher.c``, compiled on this host at start with ``cc``) runs the
+  command as its exec supervisor, as in a container (:func:`build_launcher`); without a
+  compiler such runs are refused (``policy_unenforceable``).
 
 The sandbox's init (bwrap's, PID 1 of its namespace) is held on ``--block-fd`` until the
 service has a pidfd of it.  A kill is a SIGKILL to that init: the kernel then ends every
@@ -41,22 +45,27 @@ a service that is not root) and a hard disk cap (the soft, polled one applies).
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
+import secrets
 import select
 import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from ..config import Settings
 from ..errors import Unavailable
-from ..workspace.layout import Workspace
+from ..image.inputs import RUNNER_PINS
+from ..policy import unenforceable
+from ..workspace.layout import EXEC_POLICY_FILE, Workspace
 from . import cgroups, syscalls
 from .base import BoxVerdict, ProcessSpec, SandboxPlan
-from .docker.engine import CONTAINER_ENVS, CONTAINER_WORKSPACE, parse_user, write_hosts
+from .docker.engine import CONTAINER_ENVS, CONTAINER_WORKSPACE, LAUNCHER, parse_user, write_hosts
+from .docker.launcher import read_verdict
 from .host import SharedBox
 from .hostpython import check_host_python
 from .housekeeping import Housekeeping
@@ -117,6 +126,12 @@ class BwrapRuntime(Housekeeping):
         self.envs_dir = settings.envs_dir
         self.envs_dir.mkdir(parents=True, exist_ok=True)
         self.version = _version(self.bwrap)
+        #: The exec supervisor (a launcher built here), or why there is none: then runs under a
+        #: rule with allow/deny are refused (policy_unenforceable).
+        self.launcher, self.launcher_problem = build_launcher(self.workspaces.root)
+        self.exec_policy = self.launcher is not None
+        if self.launcher_problem is not None:
+            log.warning("the bwrap runtime cannot enforce the command policy at exec: %s", self.launcher_problem)
         try:
             self.seccomp = syscalls.program(settings.docker_allow_vsock)
         except (ImportError, OSError, RuntimeError) as exc:
@@ -222,6 +237,8 @@ class BwrapRuntime(Housekeeping):
         return ["bash", "-c", text, "limits"]
 
     def claim(self, plan: SandboxPlan) -> BwrapBox:
+        if plan.exec_rule is not None and not self.exec_policy:
+            raise unenforceable(plan.exec_rule, self.name)
         check_host_python(plan.python, "bwrap", PATH)
         workspace = self.workspaces.create(
             plan.run_id,
@@ -253,6 +270,40 @@ class BwrapRuntime(Housekeeping):
             ),
             "disk_cap": (True, f"soft: {self.settings.docker_disk_bytes} bytes per run, polled; fsize per file"),
         }
+
+
+def build_launcher(folder: Path) -> tuple[Path | None, str | None]:
+    """The runner image's launcher compiled for this host (once per source: its hash names
+    the binary), in ``folder`` (the workspaces' root, which the run's user reaches); or
+    None and why it cannot be built."""
+    source = RUNNER_PINS / "launcher.c"
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None, "no C compiler (cc, gcc) to build the launcher with (Debian: gcc, libc6-dev)"
+    try:
+        text = source.read_bytes()
+    except OSError as exc:
+        return None, f"the launcher's source {source} cannot be read: {exc}"
+    target = folder / f"launcher-{hashlib.sha256(text).hexdigest()[:16]}"
+    if target.is_file():
+        return target, None
+    partial = folder / f".{target.name}.{os.getpid()}.tmp"
+    try:
+        done = subprocess.run(
+            [compiler, "-O2", "-Wall", "-Wextra", "-Werror", "-static", "-o", str(partial), str(source)],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode != 0:
+            return None, f"compiling the launcher failed: {done.stderr.decode(errors='replace').strip()[-500:]}"
+        os.chmod(partial, 0o755)
+        os.replace(partial, target)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"compiling the launcher failed: {exc}"
+    finally:
+        partial.unlink(missing_ok=True)
+    return target, None
 
 
 def unreachable(path: Path, user: tuple[int, int]) -> Path | None:
@@ -300,10 +351,28 @@ class BwrapBox(SharedBox):
                 groups.remove()
             raise
 
+    #: The nonce naming the launcher's verdict file (a run under an exec policy).
+    nonce: str | None = None
+
     def judge(self, disk: Cap, code: int | None, oom: bool) -> None:
         """The verdict once the process has ended."""
         hit = disk.reached(code)
-        self._verdict = BoxVerdict(oom, hit, (disk.warning(),) if hit else ())
+        denied = read_verdict(self.workspace, self.nonce) if self.nonce is not None else None
+        self._verdict = BoxVerdict(oom, hit, (disk.warning(),) if hit else (), policy_denied_exec=denied)
+
+    def supervised(self, spec: ProcessSpec) -> list[str]:
+        """The launcher's exec-mode arguments before the command under a rule with allow/deny
+        (its policy file written; empty without such a rule)."""
+        rule = self.plan.exec_rule
+        if rule is None:
+            return []
+        self.nonce = secrets.token_hex(16)
+        top, _, name = EXEC_POLICY_FILE.partition("/")
+        with self.workspace.tree(top) as tree:
+            data = rule.spec(root=spec.cwd, trusted=1, nonce=self.nonce)
+            tree.write(PurePosixPath(name), data, owner=None, mode=0o444, what="the exec policy")
+        vsock = ["--allow-vsock"] if self.runtime.settings.docker_allow_vsock else []
+        return [LAUNCHER, *vsock, "--exec", "--policy", f"{CONTAINER_WORKSPACE}/{EXEC_POLICY_FILE}", "--"]
 
 
 class BwrapProcess(LocalProcess):
@@ -321,7 +390,9 @@ class BwrapProcess(LocalProcess):
     def _spawn(self, spec: ProcessSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
         runtime, workspace = self.box.runtime, self.box.workspace
         user, group, groups = runtime.credentials()
-        filter_r = syscalls.loadable(runtime.seccomp)
+        supervisor = self.box.supervised(spec)
+        program = syscalls.program(runtime.settings.docker_allow_vsock, supervised=True) if supervisor else None
+        filter_r = syscalls.loadable(program or runtime.seccomp)
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
         try:
@@ -333,8 +404,20 @@ class BwrapProcess(LocalProcess):
                 args += ["--bind", str(workspace.work), f"{CONTAINER_WORKSPACE}/work"]
             for link, target in HOSTED_LINKS.items():
                 args += ["--symlink", target, link]
+            if supervisor:
+                assert runtime.launcher is not None
+                args += ["--ro-bind", str(runtime.launcher), LAUNCHER]
             args += ["--remount-ro", "/", "--chdir", spec.cwd]
-            args += ["--info-fd", str(info_w), "--block-fd", str(block_r), "--", *runtime.limits(), *spec.argv]
+            args += [
+                "--info-fd",
+                str(info_w),
+                "--block-fd",
+                str(block_r),
+                "--",
+                *runtime.limits(),
+                *supervisor,
+                *spec.argv,
+            ]
             proc = subprocess.Popen(
                 args,
                 cwd="/",

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 
 from ..config import Settings
+from ..policy import unenforceable
 from ..workspace.layout import Workspace
 from .base import Chunk, ProcessSpec, SandboxPlan
 from .host import SharedBox
@@ -54,6 +55,8 @@ class LocalRuntime(Housekeeping):
     skill_envs = True
     #: No disk cap at all (development only; SKILL_EXECUTOR_DISK_CAP does not apply).
     disk_cap = "none"
+    #: No sandbox to enforce a rule's allow/deny in: such runs are refused (policy_unenforceable).
+    exec_policy = False
 
     def __init__(self, settings: Settings, *, path: str = "/usr/local/bin:/usr/bin:/bin") -> None:
         super().__init__(settings, "local")
@@ -62,6 +65,8 @@ class LocalRuntime(Housekeeping):
         log.warning(WARNING)
 
     def claim(self, plan: SandboxPlan) -> LocalBox:
+        if plan.exec_rule is not None:
+            raise unenforceable(plan.exec_rule, self.name)
         check_host_python(plan.python, "local", self.path)
         workspace = self.workspaces.create(
             plan.run_id, plan.skill.id, session_work=plan.session_work, session=plan.session, tenant=plan.tenant

@@ -24,6 +24,8 @@ class RemoteRuntime:
     visible_envs_dir: str | None = CONTAINER_ENVS
     skill_envs = True
     disk_cap = "none"
+    #: The workers' runtime enforces it (each worker checks again when it takes a run).
+    exec_policy = True
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

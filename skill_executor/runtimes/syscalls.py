@@ -96,14 +96,19 @@ AF_VSOCK = 40
 
 
 @functools.cache
-def program(allow_vsock: bool) -> bytes:
-    """The filter as a BPF program (what ``bwrap --seccomp FD`` reads), made once."""
+def program(allow_vsock: bool, *, supervised: bool = False) -> bytes:
+    """The filter as a BPF program (what ``bwrap --seccomp FD`` reads), made once.
+    ``supervised``: the launcher's exec supervisor runs under it and traces the command
+    (``ptrace`` is allowed here; the launcher's own filter, stacked on this one for the
+    command, refuses it to the command, as in a container)."""
     import pyseccomp as seccomp
 
     deny = seccomp.ERRNO(errno.EPERM)
     rules = seccomp.SyscallFilter(seccomp.ALLOW)
     rules.set_attr(seccomp.Attr.ACT_BADARCH, deny)
     for name in DENIED:
+        if supervised and name == "ptrace":
+            continue
         try:
             rules.add_rule(deny, name)
         except (OSError, ValueError, RuntimeError):  # not a system call of this architecture

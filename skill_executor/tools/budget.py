@@ -233,6 +233,10 @@ def _status(result: RunResult, failed: bool) -> str:
         status = f"timed out (exit code {result.exit_code})"
     elif result.oom_killed:
         status = f"out of memory (exit code {result.exit_code})"
+    elif result.policy_denied_exec is not None:
+        denied = result.policy_denied_exec
+        refused = f"policy rule {denied['rule']!r} refused the program {denied['program']!r}"
+        status = f"stopped: {refused} (exit code {result.exit_code})"
     elif result.signal is not None:
         status = f"killed by {result.signal} (exit code {result.exit_code})"
     elif result.exit_code is None:

@@ -103,7 +103,13 @@ def mcp_block(block: Block) -> dict[str, Any]:
 def failed(result: RunResult) -> bool:
     """The command did not succeed: a non-zero (or no) exit code, a timeout, out of
     memory, or killed by a signal."""
-    return result.exit_code != 0 or result.timed_out or result.oom_killed or result.signal is not None
+    return (
+        result.exit_code != 0
+        or result.timed_out
+        or result.oom_killed
+        or result.signal is not None
+        or result.policy_denied_exec is not None
+    )
 
 
 def from_shaped(shaped: Shaped, is_error: bool) -> ToolResult:

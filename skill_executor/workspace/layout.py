@@ -47,8 +47,10 @@ SKILLS = "skills"
 #: Where the warm-pool launcher listens, and where a run's stdin is written.
 LAUNCHER_SOCKET = "run/.launcher.sock"
 STDIN_FILE = "run/.stdin"
+#: The exec policy a per-run container's launcher reads (and removes) before the command starts.
+EXEC_POLICY_FILE = "run/.exec-policy"
 #: Places in ``run/`` the service itself uses: never staging targets.
-RESERVED = frozenset({LAUNCHER_SOCKET, f"{LAUNCHER_SOCKET}.tmp", STDIN_FILE})
+RESERVED = frozenset({LAUNCHER_SOCKET, f"{LAUNCHER_SOCKET}.tmp", STDIN_FILE, EXEC_POLICY_FILE})
 #: The workspace variables that name folders, and the logical folder each names
 #: (``""``: the workspace itself).  Callers may start a path with one (``$OUTPUT_DIR/x``).
 PATH_VARIABLES = {"OUTPUT_DIR": "out", "WORK_DIR": "work", "RUN_DIR": "run", "WORKSPACE_DIR": ""}

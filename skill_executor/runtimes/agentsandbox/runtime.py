@@ -35,6 +35,7 @@ from ...config import Settings
 from ...errors import BadRequest, ExecutorError, Unavailable
 from ...image.inputs import DEFAULT_TIER, PythonTier
 from ...owners import data_dir_id
+from ...policy import unenforceable
 from ...registry.installdir import exchange
 from ...workspace.fs import Tree
 from ...workspace.layout import Workspace
@@ -74,6 +75,9 @@ class AgentSandboxRuntime(Housekeeping):
     skill_envs = False
     #: The kubelet's (the template's emptyDir sizeLimit), not polled here.
     disk_cap = "none"
+    #: sandboxd starts commands without the launcher's exec supervisor: a run under a rule
+    #: with allow/deny is refused (policy_unenforceable).
+    exec_policy = False
 
     def __init__(self, settings: Settings, *, claims: Claims | None = None) -> None:
         if claims is None and not settings.agent_sandbox_pools:
@@ -117,6 +121,8 @@ class AgentSandboxRuntime(Housekeeping):
         return tier
 
     def claim(self, plan: SandboxPlan) -> PodBox:
+        if plan.exec_rule is not None:
+            raise unenforceable(plan.exec_rule, self.name)
         tier = self.pool_tier(plan.python)
         # The worker-side workspace is made while the pod is claimed (both are on the run's path).
         prepared = self._preparing.submit(contextvars.copy_context().run, self._prepare, plan)

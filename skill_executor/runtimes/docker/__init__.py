@@ -84,6 +84,8 @@ class DockerRuntime:
     #: Where every container sees the skills' dependency environments (read-only).
     visible_envs_dir: str | None = CONTAINER_ENVS
     skill_envs = True
+    #: The launcher's exec supervisor enforces a rule's allow/deny (warm and cold).
+    exec_policy = True
 
     def __init__(
         self, settings: Settings, client: docker.DockerClient | None = None, *, wait_for_engine: bool = False

@@ -1,10 +1,13 @@
 """The warm-pool launcher's protocol (``images/runner/launcher.c``), host side.
 
 Request (host -> launcher): u32 count, then count fields of u32 length + bytes, all
-big-endian: command, cwd, stdin path (``""`` for none), then ``NAME=value`` entries.
+big-endian: command, cwd, stdin path (``""`` for none), the exec policy (``b""``: none;
+:meth:`skill_executor.policy.ExecRule.spec`), then ``NAME=value`` entries.
 
 Frames (launcher -> host): 1 byte kind + u32 big-endian length + payload: ``O`` stdout
-bytes, ``E`` stderr bytes, ``X`` ``{"exit_code": N}`` (last).  Everything the launcher
+bytes, ``E`` stderr bytes, ``X`` ``{"exit_code": N}`` (last; with
+``"policy_denied_exec": {"rule", "program", "path", "reason"}`` when the exec supervisor
+refused a program and stopped the run).  Everything the launcher
 sends is untrusted: output goes into bounded buffers as it streams, never a whole
 frame at a time.
 """
@@ -15,6 +18,7 @@ import json
 import logging
 import os
 import socket
+import stat
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -24,8 +28,10 @@ from ..streams import BoundedBuffer, Demux, ProtocolError, Sink
 
 log = logging.getLogger(__name__)
 
-#: The most an exit frame may hold (it is ``{"exit_code": N}``).
-EXIT_FRAME_MAX = 256
+#: The most an exit frame may hold (``{"exit_code": N}``, or with a verdict of paths up to 4 KiB, escaped).
+EXIT_FRAME_MAX = 32 * 1024
+#: The fields of a ``policy_denied_exec`` verdict (each a string).
+VERDICT_FIELDS = frozenset({"rule", "program", "path", "reason"})
 
 
 class LauncherFrames:
@@ -49,6 +55,8 @@ class LauncherFrames:
         sinks: tuple[Sink, Sink] = outputs or (self.out, self.err)
         self.exit_code: int | None = None
         self.exited = False
+        #: the exec the launcher refused under the command policy, if any
+        self.policy_denied_exec: dict[str, str] | None = None
         self._demux = Demux(
             5,
             lambda h: (h[0], int.from_bytes(h[1:5], "big")),
@@ -71,20 +79,62 @@ class LauncherFrames:
             message: Any = json.loads(payload)
         except ValueError:
             raise ProtocolError("an exit frame that is not JSON") from None
-        code = message.get("exit_code") if isinstance(message, dict) and set(message) == {"exit_code"} else None
+        keys = set(message) if isinstance(message, dict) else set()
+        code = message.get("exit_code") if keys in ({"exit_code"}, {"exit_code", "policy_denied_exec"}) else None
         if type(code) is not int or not 0 <= code <= 255:
             raise ProtocolError("an exit frame without an exit code in 0..255")
+        if "policy_denied_exec" in keys:
+            verdict = parse_verdict(message["policy_denied_exec"])
+            if verdict is None:
+                raise ProtocolError("an exit frame with a malformed policy verdict")
+            self.policy_denied_exec = verdict
         self.exit_code, self.exited = code, True
 
 
-def request_bytes(command: str, cwd: str, stdin: str, env: dict[str, str]) -> bytes:
-    """u32 count, then (u32 length, bytes) fields: command, cwd, stdin path, NAME=value..."""
-    fields = [command, cwd, stdin, *(f"{name}={value}" for name, value in env.items())]
-    encoded = [field.encode() for field in fields]
+def parse_verdict(value: Any) -> dict[str, str] | None:
+    """A launcher's ``policy_denied_exec`` verdict, checked: exactly ``rule``, ``program``,
+    ``path`` and ``reason``, each a string of at most 4096 characters (None otherwise)."""
+    if not isinstance(value, dict) or set(value) != VERDICT_FIELDS:
+        return None
+    if not all(isinstance(v, str) and len(v) <= 4096 for v in value.values()):
+        return None
+    return {k: str(value[k]) for k in ("rule", "program", "path", "reason")}
+
+
+def request_bytes(command: str, cwd: str, stdin: str, env: dict[str, str], policy: bytes = b"") -> bytes:
+    """u32 count, then (u32 length, bytes) fields: command, cwd, stdin path, exec policy, NAME=value..."""
+    fields = [command, cwd, stdin]
+    encoded = [field.encode() for field in fields] + [policy]
+    encoded += [f"{name}={value}".encode() for name, value in env.items()]
     parts = [len(encoded).to_bytes(4, "big")]
     for field in encoded:
         parts += [len(field).to_bytes(4, "big"), field]
     return b"".join(parts)
+
+
+def read_verdict(workspace: Workspace, nonce: str) -> dict[str, str] | None:
+    """The verdict an exec-mode launcher left in ``run/.policy-verdict-<nonce>`` (removed
+    once read); None when there is none (or it is not one: the name is known only to the
+    host and the launcher, so the command cannot have written it)."""
+    name = f".policy-verdict-{nonce}"
+    try:
+        with workspace.tree("run") as run_dir:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=run_dir.fd)
+            except FileNotFoundError:
+                return None
+            try:
+                data = os.read(fd, EXIT_FRAME_MAX) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+            finally:
+                os.close(fd)
+                os.unlink(name, dir_fd=run_dir.fd)
+    except OSError as exc:
+        log.warning("reading the exec verdict of %s failed: %s", workspace.run_id, exc)
+        return None
+    try:
+        return parse_verdict(json.loads(data))
+    except ValueError:
+        return None
 
 
 def connect_unix(conn: socket.socket, path: Path) -> None:

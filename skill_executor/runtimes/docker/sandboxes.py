@@ -12,6 +12,7 @@ caller's (:mod:`skill_executor.runs.sandbox`), the same for every runtime.
 from __future__ import annotations
 
 import os
+import secrets
 import selectors
 import signal as signals
 import socket
@@ -24,7 +25,7 @@ from docker.types import Mount
 
 from ...config import Settings
 from ...errors import Unavailable
-from ...workspace.layout import STDIN_FILE, Workspace
+from ...workspace.layout import EXEC_POLICY_FILE, STDIN_FILE, Workspace
 from ..base import BoxVerdict, Chunk, ProcessSpec, SandboxPlan
 from ..host import SharedBox, shell
 from ..janitor import Janitor
@@ -39,7 +40,7 @@ from .engine import (
     launcher_argv,
     oom_kills,
 )
-from .launcher import LauncherFrames, connect_unix, request_bytes, unpublish
+from .launcher import LauncherFrames, connect_unix, read_verdict, request_bytes, unpublish
 from .pool import WarmContainer
 
 #: Called with (run id, container id) while a run's container executes, (run id, None) after.
@@ -87,10 +88,28 @@ class DockerBox(SharedBox):
         kind = VolumeCap if self.settings.disk_cap == "hard" else DiskCap
         return kind(self.workspace, self.settings.docker_disk_bytes, self.plan.session_disk_max)
 
-    def _judge(self, disk: Cap, code: int | None, oom: bool, warnings: list[str]) -> None:
-        """The verdict once the process has ended."""
+    def _judge(
+        self, disk: Cap, code: int | None, oom: bool, warnings: list[str], denied: dict[str, str] | None = None
+    ) -> None:
+        """The verdict once the process has ended (``denied``: the exec the launcher refused)."""
         disk_hit = disk.reached(code)
-        self._verdict = BoxVerdict(oom, disk_hit, (*warnings, *([disk.warning()] if disk_hit else [])))
+        self._verdict = BoxVerdict(
+            oom, disk_hit, (*warnings, *([disk.warning()] if disk_hit else [])), policy_denied_exec=denied
+        )
+
+    def _write_exec_policy(self, spec: ProcessSpec, trusted: int) -> tuple[str, str] | None:
+        """For a run under a rule with allow/deny: the policy file the exec-mode launcher reads
+        (and removes) before the command starts, and the nonce naming its verdict file; None
+        without such a rule."""
+        rule = self.plan.exec_rule
+        if rule is None:
+            return None
+        nonce = secrets.token_hex(16)
+        top, _, name = EXEC_POLICY_FILE.partition("/")
+        with self.workspace.tree(top) as tree:
+            data = rule.spec(root=spec.cwd, trusted=trusted, nonce=nonce)
+            tree.write(PurePosixPath(name), data, owner=None, mode=0o444, what="the exec policy")
+        return f"{CONTAINER_WORKSPACE}/{EXEC_POLICY_FILE}", nonce
 
 
 class ColdBox(DockerBox):
@@ -99,6 +118,8 @@ class ColdBox(DockerBox):
     #: The run's container, once it has exited: removed by the janitor (:meth:`discard_first`),
     #: off the run's path -- nothing of it is alive, it only holds the engine's records.
     _exited: str | None = None
+    #: The nonce naming the launcher's verdict file (a run under an exec policy).
+    _nonce: str | None = None
 
     def _config(self, spec: ProcessSpec, stdin_path: str) -> dict[str, object]:
         ws = self.workspace
@@ -111,8 +132,14 @@ class ColdBox(DockerBox):
         if stdin_path:
             # A constant wrapper: the argv and the file travel as arguments, never spliced.
             argv = ["bash", "-c", 'exec "$@" < "$0"', stdin_path, *argv]
-        # The launcher's exec mode puts the command under the same seccomp filter as a warm run.
-        argv = [*launcher_argv(self.settings, "--exec"), "--", *argv]
+        # The launcher's exec mode puts the command under the same seccomp filter as a warm run
+        # (and, under a rule with allow/deny, under its exec supervisor; the shell of the stdin
+        # wrapper, then the command's, are the runtime's own execs).
+        policy = self._write_exec_policy(spec, trusted=2 if stdin_path else 1)
+        options: list[str] = []
+        if policy is not None:
+            options, self._nonce = ["--policy", policy[0]], policy[1]
+        argv = [*launcher_argv(self.settings, "--exec"), *options, "--", *argv]
         return self.engine.config(
             command=argv,
             cwd=spec.cwd,
@@ -230,8 +257,9 @@ class ColdProcess:
                 # Not seen to exit (an engine error, or the wait failed): kill and remove
                 # it now, before anything reads the run's folders.
                 engine.remove(container_id)
+        denied = read_verdict(box.workspace, box._nonce) if box._nonce is not None else None
         assert self.disk is not None
-        box._judge(self.disk, code, oom, [])
+        box._judge(self.disk, code, oom, [], denied)
         return code
 
 
@@ -295,7 +323,9 @@ class WarmBox(DockerBox):
         try:
             connect_unix(conn, self.warm.socket)
             unpublish(self.workspace)
-            conn.sendall(request_bytes(command, spec.cwd, stdin_path, spec.env))
+            rule = self.plan.exec_rule
+            policy = rule.spec(root=spec.cwd, trusted=1) if rule is not None else b""
+            conn.sendall(request_bytes(command, spec.cwd, stdin_path, spec.env, policy))
         except OSError as exc:
             conn.close()
             self._track(self.plan.run_id, None)
@@ -379,7 +409,7 @@ class WarmProcess:
             code = None
             warnings.append("the run's launcher ended without reporting an exit status")
         assert self.disk is not None
-        box._judge(self.disk, code, oom, warnings)
+        box._judge(self.disk, code, oom, warnings, frames.policy_denied_exec)
         return code
 
 

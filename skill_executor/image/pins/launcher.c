@@ -1,0 +1,1 @@
+../../../images/runner/launcher.c
