@@ -5,7 +5,7 @@ components) as pydantic models, so the client returns what the service answers, 
     python client/generate.py --check   # exit 1 when models.py is not what the service says
 
 Run with the project's environment (it builds the service's OpenAPI document);
-``tests/test_client_package.py`` fails while models.py is stale.  Constraints (lengths,
+``tests/unit/test_client_package.py`` fails while models.py is stale.  Constraints (lengths,
 patterns, ranges) are left to the service, which checks every request; unknown fields a
 newer service adds are kept (``extra="allow"``), so an older client keeps working.
 """

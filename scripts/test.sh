@@ -46,7 +46,7 @@ if ! ensure_bwrap; then
 fi
 if ! ensure_chromium; then
   if [[ "${CI:-}" == "true" ]]; then
-    log "CI runs the browser tests (tests/test_content_safety.py), but: $CHROMIUM_PROBLEM; failing"
+    log "CI runs the browser tests (tests/service/test_content_safety.py), but: $CHROMIUM_PROBLEM; failing"
     exit 1
   fi
   log "the browser tests will be skipped: $CHROMIUM_PROBLEM"

@@ -3,7 +3,7 @@
 Each entry gives the HTTP status, how the error reaches an MCP client, what it means and
 what the caller should do.  :class:`skill_executor.errors.ExecutorError` takes its status from
 here when a raise names a catalogued code, the docs' error reference is generated from
-this table, and ``tests/test_error_catalogue.py`` checks that every code raised in
+this table, and ``tests/unit/test_error_catalogue.py`` checks that every code raised in
 ``skill_executor/`` is listed and every listed code is raised somewhere.
 """
 

@@ -1,4 +1,4 @@
-"""Run by tests/test_bwrap.py as an unprivileged user (a developer's laptop, a CI job): a
+"""Run by tests/engine/test_bwrap.py as an unprivileged user (a developer's laptop, a CI job): a
 bwrap service that is not root runs one command and prints its result as JSON.
 
     python3 tests/bwrap_nonroot.py FOLDER COMMAND

@@ -6,7 +6,7 @@ Pipeline tests take the ``executor`` fixture and run unchanged on every runtime 
 is a failure, elsewhere those tests skip with the reason.
 
 Every test is in exactly one tier (a marker, ``./scripts/test.sh -m unit``), assigned
-here (``MODULE_TIERS``, ``TEST_TIERS``), never in the test files; see
+by the folder its module is in (``tests/<tier>/``; ``TEST_TIERS`` for the tests of a module that differ from it); see
 docs/guides/development.md.
 """
 
@@ -289,115 +289,6 @@ def in_ci() -> bool:
 #: processes (tests/api_server.py's Server) and CLI subprocesses, on the engine when there is
 #: one; world: published-skill patterns and the attack/boundary suites.
 TIERS = ("unit", "engine", "service", "world")
-#: Each test module's tier. A test in a module missing here is a collection error.
-MODULE_TIERS: dict[str, str] = {
-    # unit (the Docker-parametrized tests of these modules are engine, see tier_of)
-    "test_appear": "unit",
-    "test_bwrap": "engine",  # bubblewrap sandboxes (no Docker engine, but real sandboxes)
-    "test_architecture": "unit",
-    "test_artifacts": "unit",
-    "test_artifact_races": "unit",
-    "test_bench_report": "unit",
-    "test_client": "unit",
-    "test_client_package": "unit",  # its installed-wheel test uses a server (service, see tier_of)
-    "test_context": "unit",
-    "test_process_ring": "unit",
-    "test_deploy_kubernetes": "unit",
-    "test_agentsandbox_claims": "unit",
-    "test_docs": "unit",
-    "test_doctor": "unit",
-    "test_error_catalogue": "unit",
-    "test_fs": "unit",
-    "test_hosttools": "unit",
-    "test_naming": "unit",
-    "test_neutral": "unit",
-    "test_object_keys": "unit",
-    "test_object_trees": "unit",
-    "test_pipeline": "unit",
-    "test_registry": "unit",
-    "test_registry_shared": "unit",
-    "test_results_paths": "unit",
-    "test_tool_formats": "unit",
-    "test_result_budget": "unit",
-    "test_result_refs": "service",  # real servers (REST and MCP), two keys
-    "test_sandbox_contract": "unit",
-    "test_runtime_contract": "unit",
-    "test_processes": "unit",
-    "test_skill_deps": "unit",
-    "test_skill_prepare": "unit",
-    "test_skill_refs": "unit",
-    "test_session_limit": "unit",  # on main (e270976 and before), not yet on this branch
-    "test_skill_tests": "unit",
-    "test_skill_view": "unit",
-    "test_skills_package": "unit",
-    "test_skills_parsing": "unit",
-    "test_skills_repository": "unit",
-    "test_database": "unit",  # its Postgres cases are service (tier_of)
-    "test_database_legacy": "unit",
-    "test_dispatch_connector": "unit",
-    "test_snapshots": "service",  # a SeaweedFS server
-    "test_snapshot_names": "unit",
-    "test_session_snapshots": "engine",
-    "test_tracing": "service",
-    "test_activity": "unit",
-    "test_streams": "unit",
-    # engine
-    "test_bench_coldpath": "engine",
-    "test_bench_workloads": "engine",
-    "test_disk_cap": "engine",
-    "test_crash_leftovers": "engine",
-    "test_podserver": "engine",
-    "test_agentsandbox_wire": "engine",
-    "test_agentsandbox_runtime": "engine",
-    "test_docker": "engine",
-    "test_image_tools": "engine",
-    "test_python_tiers": "engine",
-    "test_key_names": "service",
-    "test_image": "engine",
-    "test_operations": "engine",
-    "test_volumes": "engine",
-    # service
-    "test_api": "service",
-    "test_api_tenancy": "service",
-    "test_policy": "unit",
-    "test_policy_api": "service",
-    "test_inline_files": "service",
-    "test_artifact_objects": "service",  # a SeaweedFS server, a Postgres
-    "test_bench": "service",
-    "test_ci_recipe": "service",
-    "test_cluster_versions": "service",  # SeaweedFS and Postgres
-    "test_cli_runs": "service",
-    "test_cli_skills": "service",
-    "test_cli_errors": "service",  # the console script as subprocesses
-    "test_compose": "service",
-    "test_cluster": "service",
-    "test_cluster_processes": "service",
-    "test_dispatch_retry": "service",
-    "test_engines": "service",  # a second dockerd, Postgres
-    "test_cluster_tracing": "service",  # Postgres, an OTLP receiver
-    "test_context_api": "service",
-    "test_content_safety": "service",  # a real service and a real headless Chromium
-    "test_processes_api": "service",
-    "test_mcp": "service",
-    "test_mcp_sessions": "service",
-    "test_objects": "service",
-    "test_packaging": "service",  # a wheel installed into a virtualenv, its CLI as subprocesses
-    "test_pgserver": "service",
-    "test_registry_download": "service",
-    "test_registry_uploads": "service",
-    "test_registry_no_default": "service",  # its registry-only tests are unit (TEST_TIERS)
-    "test_tool_session_binding": "service",
-    "test_service": "service",
-    "test_skill_tests_ci": "service",
-    "test_skill_tests_engine": "service",
-    # world
-    "test_boundary": "world",
-    "test_launcher_boundary": "world",
-    "test_exec_policy": "world",
-    "test_skill_deps_attacks": "world",
-    "test_skill_tests_hostile": "world",
-    "test_world_skills": "world",
-}
 #: Tests whose tier is not their module's (modules that mix tiers): module -> {test function: tier}.
 TEST_TIERS: dict[str, dict[str, str]] = {
     "test_exec_policy": {
@@ -474,12 +365,13 @@ SERVER_FIXTURES = {
 
 
 def tier_of(item: pytest.Item) -> str | None:
-    """The item's tier: its own entry in ``TEST_TIERS``, else its module's; raised to
+    """The item's tier: its own entry in ``TEST_TIERS``, else its module's folder's; raised to
     engine when it runs on Docker (a Docker ``runtime_name``, ``docker_runtime_name``, the
     ``docker`` marker) and to service when it uses a server fixture."""
     module = item.module.__name__.rsplit(".", 1)[-1] if isinstance(item, pytest.Function) else ""
     function = item.originalname if isinstance(item, pytest.Function) else item.name
-    tier = TEST_TIERS.get(module, {}).get(function) or MODULE_TIERS.get(module)
+    folder = item.path.parent.name if isinstance(item, pytest.Function) else ""
+    tier = TEST_TIERS.get(module, {}).get(function) or (folder if folder in TIERS else None)
     if tier is None:
         return None
     names = set(getattr(item, "fixturenames", ()))
@@ -513,7 +405,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(getattr(pytest.mark, tier))
     if lost:
         raise pytest.UsageError(
-            f"{len(lost)} test(s) in no tier (add the module to MODULE_TIERS in tests/conftest.py): "
+            f"{len(lost)} test(s) in no tier (a test module belongs in tests/unit, tests/engine, tests/service or tests/world): "
             + ", ".join(lost[:10])
         )
 

@@ -1,4 +1,4 @@
-"""deploy/kubernetes, rendered and judged offline (tests/test_deploy_kubernetes.py).
+"""deploy/kubernetes, rendered and judged offline (tests/unit/test_deploy_kubernetes.py).
 
 * :func:`render` -- ``kubectl kustomize`` (the kustomize built into kubectl), the documents it prints.
 * :func:`schema_problems` -- built-in kinds against the Kubernetes API schemas

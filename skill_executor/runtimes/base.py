@@ -17,7 +17,7 @@ The one runtime-neutral user of a box is :mod:`skill_executor.runs.sandbox`: sta
 the deadline, cancellation, the disk cap, bounded output, partial output on a kill, and
 collection live there, once, above every runtime.  The pipeline sees only the
 :class:`Sandbox` it makes.  A new runtime implements :class:`Runtime` and :class:`Box`
-and passes ``tests/test_runtime_contract.py``; the pipeline does not change.
+and passes ``tests/unit/test_runtime_contract.py``; the pipeline does not change.
 """
 
 from __future__ import annotations
