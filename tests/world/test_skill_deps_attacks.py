@@ -464,8 +464,12 @@ def test_a_token_in_the_index_path_never_reaches_a_run_nor_the_logs(
         result = run(
             executor,
             skill="path-token-deps",
+            # Every place the service puts into the sandbox (each mount but the image's read-only
+            # root, which was built before the token existed) and the environment: the whole
+            # image is 4 GB, whose grep outlasts the run's timeout on a busy machine.
             command="python3 -c 'import tinypkg; print(tinypkg.VALUE)'; cat /opt/skill-envs/*/manifest.json; "
-            "grep -rl pathT0ken / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; true",
+            "for m in $(awk '$5 != \"/\" {print $5}' /proc/self/mountinfo | grep -Ev '^/(proc|sys|dev)(/|$)'); "
+            'do grep -rl pathT0ken "$m" 2>/dev/null; done; env | grep pathT0ken; true',
         )
     finally:
         executor.close()
