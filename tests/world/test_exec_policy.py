@@ -267,3 +267,28 @@ def test_a_tool_result_says_which_rule_stopped_the_run() -> None:
     result = RunResult(run_id="r", skill="math-tools", exit_code=126, policy_denied_exec=verdict)
     assert failed(result)
     assert "stopped: policy rule 'no-id' refused the program 'id' (exit code 126)" in render_result(result)
+
+
+#: Each rewrites the skill's own ``scripts/hello.pl`` (the allow list names it; the run's copy
+#: of the skill is writable) with ``/usr/bin/id``, then runs it by its allowed name.
+ALLOWED_SCRIPT_REWRITES = {
+    "in place (same inode)": "cat /usr/bin/id > scripts/hello.pl && scripts/hello.pl; echo after",
+    "replaced (a new file at the path)": (
+        "python3 -c \"import shutil, os; shutil.copy('/usr/bin/id', 'n'); os.replace('n', 'scripts/hello.pl')\" "
+        "&& scripts/hello.pl; echo after"
+    ),
+}
+
+
+def test_an_allowed_script_rewritten_by_the_run_is_not_allowed(executor: Executor) -> None:
+    """An allow list's skill script is a file the run may write (its copy of the skill): what
+    it holds when it is run must be what it held when the run started."""
+    for what, command in ALLOWED_SCRIPT_REWRITES.items():
+        assert check(command, "local", "exec-probe", executor.runner.policy).allowed, what  # past the parser
+        result = run(executor, skill="exec-probe", command=command)
+        assert_refused(result, "python-only", "/workspace/skills/exec-probe/scripts/hello.pl", what)
+        assert result.policy_denied_exec is not None and result.policy_denied_exec["reason"] == "not allowed"
+    # the script as the skill ships it still runs
+    script = run(executor, skill="exec-probe", command="scripts/hello.pl")
+    assert script.exit_code == 0 and script.stdout == "hello from perl\n", (script.stdout, script.stderr)
+
