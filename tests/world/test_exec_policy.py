@@ -292,3 +292,12 @@ def test_an_allowed_script_rewritten_by_the_run_is_not_allowed(executor: Executo
     script = run(executor, skill="exec-probe", command="scripts/hello.pl")
     assert script.exit_code == 0 and script.stdout == "hello from perl\n", (script.stdout, script.stderr)
 
+
+def test_a_command_cannot_hide_its_refusal_by_locking_the_verdict_folder(executor: Executor) -> None:
+    """A per-run container's launcher leaves its verdict in ``run/``, a folder the command's
+    user owns: the command makes it read-only first, and a refused exec must still be
+    reported as one (not as a mere exit code 126)."""
+    command = "chmod 555 /workspace/run && python3 -c \"import os; os.execv('/usr/bin/id', ['id'])\"; echo after"
+    assert check(command, "local", "math-tools", executor.runner.policy).allowed  # past the parser
+    result = run(executor, command=command)
+    assert_refused(result, "no-id", "id", "a read-only run/")
