@@ -301,3 +301,20 @@ def test_a_command_cannot_hide_its_refusal_by_locking_the_verdict_folder(executo
     assert check(command, "local", "math-tools", executor.runner.policy).allowed  # past the parser
     result = run(executor, command=command)
     assert_refused(result, "no-id", "id", "a read-only run/")
+
+
+def test_a_rule_names_the_skills_script_whatever_the_runs_cwd(executor: Executor) -> None:
+    """``allow: [scripts/hello.pl]`` names the skill's script.  A request whose ``cwd`` is its
+    own ``work/`` must not make the name mean ``work/scripts/hello.pl``, a file the run
+    writes (here a copy of ``/usr/bin/id``)."""
+    command = (
+        "python3 -c \"import os, shutil; os.makedirs('scripts'); shutil.copy('/usr/bin/id', 'scripts/hello.pl')\" "
+        "&& scripts/hello.pl; echo after"
+    )
+    assert check(command, "local", "exec-probe", executor.runner.policy).allowed  # past the parser
+    result = run(executor, skill="exec-probe", cwd="$WORK_DIR", command=command)
+    assert_refused(result, "python-only", "/workspace/work/scripts/hello.pl", "cwd in work/")
+    assert result.policy_denied_exec is not None and result.policy_denied_exec["reason"] == "not allowed"
+    # allowed work from work/ still runs
+    ok = run(executor, skill="exec-probe", cwd="$WORK_DIR", command="python3 -V")
+    assert ok.exit_code == 0 and ok.stdout.startswith("Python 3."), (ok.stdout, ok.stderr)
