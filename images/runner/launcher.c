@@ -46,7 +46,7 @@
  * (the kernel has loaded the new image, its first instruction has not run) the file
  * the kernel executes, /proc/<pid>/exe, is judged by identity: its device and inode
  * against the files the rule's names resolve to in this sandbox (bare names in the
- * system bin folders, paths from the command's folder), so hard links and symlink
+ * system bin folders, paths from the skill's folder), so hard links and symlink
  * aliases are the same program; for denied programs and the dynamic loader also by
  * content (a byte-identical copy, a memfd).  Running the dynamic loader directly is
  * refused.  A refused exec kills every tracee at once and ends the run with exit code
@@ -376,7 +376,7 @@ static void add_file(struct policy *p, struct idents *list, const char *path, co
 }
 
 /* A rule's name for a program: bare names are looked up in the system bin folders, other
- * names are paths (relative ones from the command's folder, as the parser reads them). */
+ * names are paths (relative ones from the skill's folder, the root the host passes). */
 static void add_program(struct policy *p, struct idents *list, const char *name, const char *program, int keep,
                         int depth) {
     char path[PATH_MAX];
