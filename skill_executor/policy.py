@@ -197,7 +197,7 @@ class ExecRule:
 
     def spec(self, *, root: str, trusted: int, nonce: str = "") -> bytes:
         """The launcher's serialised policy: NUL-separated key, value pairs.  ``root``: where
-        relative names are resolved (the command's folder); ``trusted``: execs of the main
+        relative names are resolved (the skill's folder, whatever the run's ``cwd``); ``trusted``: execs of the main
         process that are the runtime's own shell (not judged); ``nonce``: names the verdict
         file in exec mode."""
         pairs = [("rule", self.rule), ("root", root), ("trusted", str(trusted))]

@@ -46,7 +46,7 @@
  * (the kernel has loaded the new image, its first instruction has not run) the file
  * the kernel executes, /proc/<pid>/exe, is judged by identity: its device and inode
  * against the files the rule's names resolve to in this sandbox (bare names in the
- * system bin folders, paths from the command's folder), so hard links and symlink
+ * system bin folders, paths from the skill's folder), so hard links and symlink
  * aliases are the same program; for denied programs and the dynamic loader also by
  * content (a byte-identical copy, a memfd).  Running the dynamic loader directly is
  * refused.  A refused exec kills every tracee at once and ends the run with exit code
@@ -73,6 +73,8 @@
 #include <sys/ptrace.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/mman.h>
 #include <limits.h>
 #include <linux/sched.h>
 #include <sys/socket.h>
@@ -254,6 +256,9 @@ struct ident {
     off_t size;
     int fd; /* kept open to compare contents (denied files and loaders); -1 otherwise */
     const char *program;
+    /* an allowed file the command could change (the run's copy of the skill, work/): `fd` is a
+     * copy of its content when the run started, and it is allowed only as long as it is that */
+    int frozen;
 };
 
 struct idents {
@@ -268,6 +273,7 @@ struct policy {
     int trusted;    /* execs of the main process not judged: the launcher's own shell */
     struct idents allowed, denied, loaders;
     const char **allowed_paths, **denied_paths, **allowed_path_programs, **denied_path_programs;
+    int *allowed_path_fds; /* what an allowed path held when the run started (-1: nothing) */
     size_t n_allowed_paths, n_denied_paths;
 };
 
@@ -283,7 +289,8 @@ static const char *const LOADERS[] = {
     "/lib/ld-musl-aarch64.so.1",
 };
 
-static void add_ident(struct idents *list, int fd, const struct stat *st, const char *program, int keep) {
+static void add_ident(struct idents *list, int fd, const struct stat *st, const char *program, int keep,
+                      int frozen) {
     for (size_t i = 0; i < list->count; i++)
         if (list->items[i].dev == st->st_dev && list->items[i].ino == st->st_ino) {
             close(fd);
@@ -298,7 +305,7 @@ static void add_ident(struct idents *list, int fd, const struct stat *st, const 
         close(fd);
         fd = -1;
     }
-    list->items[list->count++] = (struct ident){st->st_dev, st->st_ino, st->st_size, fd, program};
+    list->items[list->count++] = (struct ident){st->st_dev, st->st_ino, st->st_size, fd, program, frozen};
 }
 
 static void add_program(struct policy *p, struct idents *list, const char *name, const char *program, int keep,
@@ -323,6 +330,31 @@ static void add_interpreter(struct policy *p, int fd, const char *program, int d
     }
 }
 
+/* Whether the command (this process's user) could change the file: write it, or make it
+ * writable (its owner may chmod it) -- unless its file system is read-only. */
+static int changeable(int fd, const struct stat *st, const char *path) {
+    struct statvfs fs;
+    if (fstatvfs(fd, &fs) == 0 && (fs.f_flag & ST_RDONLY)) return 0;
+    return st->st_uid == geteuid() || access(path, W_OK) == 0;
+}
+
+/* A private copy of a file's content as it is now (a memfd only this process holds); -1 if
+ * it cannot be made. */
+static int snapshot(int fd, off_t size) {
+    static char buf[CHUNK];
+    int copy = memfd_create("allowed", MFD_CLOEXEC);
+    if (copy < 0) return -1;
+    for (off_t at = 0; at < size;) {
+        ssize_t n = pread(fd, buf, sizeof buf, at);
+        if (n <= 0 || write(copy, buf, (size_t)n) != n) {
+            close(copy);
+            return -1;
+        }
+        at += n;
+    }
+    return copy;
+}
+
 static void add_file(struct policy *p, struct idents *list, const char *path, const char *program, int keep,
                      int depth) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -333,11 +365,18 @@ static void add_file(struct policy *p, struct idents *list, const char *path, co
         return;
     }
     if (list == &p->allowed && depth < 3) add_interpreter(p, fd, program, depth);
-    add_ident(list, fd, &st, program, keep);
+    if (list == &p->allowed && changeable(fd, &st, path)) {
+        /* the run could rewrite it in place: allowed is what it holds now (no copy: never) */
+        int copy = snapshot(fd, st.st_size);
+        close(fd);
+        add_ident(list, copy, &st, program, 1, 1);
+        return;
+    }
+    add_ident(list, fd, &st, program, keep, 0);
 }
 
 /* A rule's name for a program: bare names are looked up in the system bin folders, other
- * names are paths (relative ones from the command's folder, as the parser reads them). */
+ * names are paths (relative ones from the skill's folder, the root the host passes). */
 static void add_program(struct policy *p, struct idents *list, const char *name, const char *program, int keep,
                         int depth) {
     char path[PATH_MAX];
@@ -362,6 +401,20 @@ static void add_program(struct policy *p, struct idents *list, const char *name,
     *paths = realloc(*paths, (*count + 1) * sizeof **paths);
     *programs = realloc(*programs, (*count + 1) * sizeof **programs);
     if (!*paths || !*programs) die("realloc");
+    if (list == &p->allowed) {
+        /* An allowed path that holds a file now allows that content there, not whatever the
+         * run puts at the path later (the skill's scripts are the run's to overwrite). */
+        p->allowed_path_fds = realloc(p->allowed_path_fds, (*count + 1) * sizeof *p->allowed_path_fds);
+        if (!p->allowed_path_fds) die("realloc");
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), ref = -1;
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+            ref = changeable(fd, &st, path) ? snapshot(fd, st.st_size) : fd;
+            if (ref < 0) ref = -2; /* there, but not copied: nothing matches it by path */
+        }
+        if (fd >= 0 && ref != fd) close(fd);
+        p->allowed_path_fds[*count] = ref;
+    }
     (*paths)[*count] = strdup(named);
     (*programs)[*count] = program;
     (*count)++;
@@ -416,8 +469,14 @@ static int same_content(int a, int b, off_t size) {
 
 /* The entry of `list` that is the file `fd` (`content`: or a byte-identical copy of it). */
 static const struct ident *find(const struct idents *list, int fd, const struct stat *st, int content) {
-    for (size_t i = 0; i < list->count; i++)
-        if (list->items[i].dev == st->st_dev && list->items[i].ino == st->st_ino) return &list->items[i];
+    for (size_t i = 0; i < list->count; i++) {
+        const struct ident *item = &list->items[i];
+        if (item->dev != st->st_dev || item->ino != st->st_ino) continue;
+        if (!item->frozen) return item;
+        /* a file the run could change: only while it holds what it held at the start */
+        if (item->fd >= 0 && item->size == st->st_size && same_content(item->fd, fd, st->st_size)) return item;
+        return NULL;
+    }
     if (content)
         for (size_t i = 0; i < list->count; i++)
             if (list->items[i].fd >= 0 && list->items[i].size == st->st_size &&
@@ -429,6 +488,20 @@ static const struct ident *find(const struct idents *list, int fd, const struct 
 static const char *find_path(const char **paths, const char **programs, size_t count, const char *path) {
     for (size_t i = 0; i < count; i++)
         if (strcmp(paths[i], path) == 0) return programs[i];
+    return NULL;
+}
+
+/* The allowed path entry the file `fd` (at `path`) matches: the path, and, when the path held
+ * a file when the run started, that file's content. */
+static const char *find_allowed_path(const struct policy *p, int fd, const struct stat *st, const char *path) {
+    for (size_t i = 0; i < p->n_allowed_paths; i++) {
+        if (strcmp(p->allowed_paths[i], path) != 0) continue;
+        int ref = p->allowed_path_fds[i];
+        struct stat was;
+        if (ref == -1) return p->allowed_path_programs[i];
+        if (ref >= 0 && fstat(ref, &was) == 0 && was.st_size == st->st_size && same_content(ref, fd, st->st_size))
+            return p->allowed_path_programs[i];
+    }
     return NULL;
 }
 
@@ -478,7 +551,7 @@ static int judge(const struct policy *p, pid_t pid, struct verdict *v) {
         v->program = named;
         v->reason = "denied";
     } else if (p->allow_list && !find(&p->allowed, fd, &st, 0) &&
-               !find_path(p->allowed_paths, p->allowed_path_programs, p->n_allowed_paths, v->path)) {
+               !find_allowed_path(p, fd, &st, v->path)) {
         v->reason = "not allowed";
     } else {
         refused = 0;
@@ -749,6 +822,10 @@ static int exec_mode(char **program, int allow_vsock, const char *policy_file) {
         char body[16384], name[128];
         size_t n = verdict_json(body, sizeof body, &policy, &s.verdict);
         snprintf(name, sizeof name, ".policy-verdict-%s", policy.nonce);
+        /* The folder is the command's user's: it may have made it read-only to hide this. */
+        struct stat folder;
+        if (fstat(dir, &folder) == 0 && (folder.st_mode & (S_IWUSR | S_IXUSR)) != (S_IWUSR | S_IXUSR))
+            fchmod(dir, (folder.st_mode & 07777) | S_IWUSR | S_IXUSR);
         int out = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (out < 0 || write(out, body, n) != (ssize_t)n)
             fprintf(stderr, "launcher: cannot record the verdict: %s\n", strerror(errno));

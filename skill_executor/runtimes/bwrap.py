@@ -369,7 +369,7 @@ class BwrapBox(SharedBox):
         self.nonce = secrets.token_hex(16)
         top, _, name = EXEC_POLICY_FILE.partition("/")
         with self.workspace.tree(top) as tree:
-            data = rule.spec(root=spec.cwd, trusted=1, nonce=self.nonce)
+            data = rule.spec(root=self.skill_root(), trusted=1, nonce=self.nonce)
             tree.write(PurePosixPath(name), data, owner=None, mode=0o444, what="the exec policy")
         vsock = ["--allow-vsock"] if self.runtime.settings.docker_allow_vsock else []
         return [LAUNCHER, *vsock, "--exec", "--policy", f"{CONTAINER_WORKSPACE}/{EXEC_POLICY_FILE}", "--"]

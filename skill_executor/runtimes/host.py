@@ -44,6 +44,12 @@ class SharedBox:
         self._released = False
         self._verdict = BoxVerdict()
 
+    def skill_root(self) -> str:
+        """The run's skill folder as the command sees it: where a command-policy rule's relative
+        program names (``scripts/x.py``) are resolved, whatever the run's ``cwd`` (a name that
+        meant ``work/scripts/x.py`` under ``cwd: $WORK_DIR`` would be whatever the run put there)."""
+        return f"{self.root.rstrip('/')}/skills/{self.workspace.skill_id}"
+
     def put(self, tops: Sequence[str]) -> None:
         """Nothing to copy: the command sees the workspace itself."""
 

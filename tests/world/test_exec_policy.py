@@ -267,3 +267,54 @@ def test_a_tool_result_says_which_rule_stopped_the_run() -> None:
     result = RunResult(run_id="r", skill="math-tools", exit_code=126, policy_denied_exec=verdict)
     assert failed(result)
     assert "stopped: policy rule 'no-id' refused the program 'id' (exit code 126)" in render_result(result)
+
+
+#: Each rewrites the skill's own ``scripts/hello.pl`` (the allow list names it; the run's copy
+#: of the skill is writable) with ``/usr/bin/id``, then runs it by its allowed name.
+ALLOWED_SCRIPT_REWRITES = {
+    "in place (same inode)": "cat /usr/bin/id > scripts/hello.pl && scripts/hello.pl; echo after",
+    "replaced (a new file at the path)": (
+        "python3 -c \"import shutil, os; shutil.copy('/usr/bin/id', 'n'); os.replace('n', 'scripts/hello.pl')\" "
+        "&& scripts/hello.pl; echo after"
+    ),
+}
+
+
+def test_an_allowed_script_rewritten_by_the_run_is_not_allowed(executor: Executor) -> None:
+    """An allow list's skill script is a file the run may write (its copy of the skill): what
+    it holds when it is run must be what it held when the run started."""
+    for what, command in ALLOWED_SCRIPT_REWRITES.items():
+        assert check(command, "local", "exec-probe", executor.runner.policy).allowed, what  # past the parser
+        result = run(executor, skill="exec-probe", command=command)
+        assert_refused(result, "python-only", "/workspace/skills/exec-probe/scripts/hello.pl", what)
+        assert result.policy_denied_exec is not None and result.policy_denied_exec["reason"] == "not allowed"
+    # the script as the skill ships it still runs
+    script = run(executor, skill="exec-probe", command="scripts/hello.pl")
+    assert script.exit_code == 0 and script.stdout == "hello from perl\n", (script.stdout, script.stderr)
+
+
+def test_a_command_cannot_hide_its_refusal_by_locking_the_verdict_folder(executor: Executor) -> None:
+    """A per-run container's launcher leaves its verdict in ``run/``, a folder the command's
+    user owns: the command makes it read-only first, and a refused exec must still be
+    reported as one (not as a mere exit code 126)."""
+    command = "chmod 555 /workspace/run && python3 -c \"import os; os.execv('/usr/bin/id', ['id'])\"; echo after"
+    assert check(command, "local", "math-tools", executor.runner.policy).allowed  # past the parser
+    result = run(executor, command=command)
+    assert_refused(result, "no-id", "id", "a read-only run/")
+
+
+def test_a_rule_names_the_skills_script_whatever_the_runs_cwd(executor: Executor) -> None:
+    """``allow: [scripts/hello.pl]`` names the skill's script.  A request whose ``cwd`` is its
+    own ``work/`` must not make the name mean ``work/scripts/hello.pl``, a file the run
+    writes (here a copy of ``/usr/bin/id``)."""
+    command = (
+        "python3 -c \"import os, shutil; os.makedirs('scripts'); shutil.copy('/usr/bin/id', 'scripts/hello.pl')\" "
+        "&& scripts/hello.pl; echo after"
+    )
+    assert check(command, "local", "exec-probe", executor.runner.policy).allowed  # past the parser
+    result = run(executor, skill="exec-probe", cwd="$WORK_DIR", command=command)
+    assert_refused(result, "python-only", "/workspace/work/scripts/hello.pl", "cwd in work/")
+    assert result.policy_denied_exec is not None and result.policy_denied_exec["reason"] == "not allowed"
+    # allowed work from work/ still runs
+    ok = run(executor, skill="exec-probe", cwd="$WORK_DIR", command="python3 -V")
+    assert ok.exit_code == 0 and ok.stdout.startswith("Python 3."), (ok.stdout, ok.stderr)

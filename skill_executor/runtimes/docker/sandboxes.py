@@ -107,7 +107,7 @@ class DockerBox(SharedBox):
         nonce = secrets.token_hex(16)
         top, _, name = EXEC_POLICY_FILE.partition("/")
         with self.workspace.tree(top) as tree:
-            data = rule.spec(root=spec.cwd, trusted=trusted, nonce=nonce)
+            data = rule.spec(root=self.skill_root(), trusted=trusted, nonce=nonce)
             tree.write(PurePosixPath(name), data, owner=None, mode=0o444, what="the exec policy")
         return f"{CONTAINER_WORKSPACE}/{EXEC_POLICY_FILE}", nonce
 
@@ -324,7 +324,7 @@ class WarmBox(DockerBox):
             connect_unix(conn, self.warm.socket)
             unpublish(self.workspace)
             rule = self.plan.exec_rule
-            policy = rule.spec(root=spec.cwd, trusted=1) if rule is not None else b""
+            policy = rule.spec(root=self.skill_root(), trusted=1) if rule is not None else b""
             conn.sendall(request_bytes(command, spec.cwd, stdin_path, spec.env, policy))
         except OSError as exc:
             conn.close()
