@@ -49,13 +49,12 @@ import hashlib
 import json
 import logging
 import os
-import secrets
 import select
 import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from ..config import Settings
 from ..errors import Unavailable
@@ -366,11 +365,7 @@ class BwrapBox(SharedBox):
         rule = self.plan.exec_rule
         if rule is None:
             return []
-        self.nonce = secrets.token_hex(16)
-        top, _, name = EXEC_POLICY_FILE.partition("/")
-        with self.workspace.tree(top) as tree:
-            data = rule.spec(root=self.skill_root(), trusted=1, nonce=self.nonce)
-            tree.write(PurePosixPath(name), data, owner=None, mode=0o444, what="the exec policy")
+        self.nonce = self.write_exec_policy(rule, trusted=1)
         vsock = ["--allow-vsock"] if self.runtime.settings.docker_allow_vsock else []
         return [LAUNCHER, *vsock, "--exec", "--policy", f"{CONTAINER_WORKSPACE}/{EXEC_POLICY_FILE}", "--"]
 

@@ -10,12 +10,14 @@ then the folder to the janitor.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 
 from ..errors import ExecutorError
-from ..workspace.layout import Workspace
+from ..policy import ExecRule
+from ..workspace.layout import EXEC_POLICY_FILE, Workspace
 from .base import BoxEntry, BoxVerdict, Process, ProcessSpec
 from .janitor import Janitor
 
@@ -49,6 +51,17 @@ class SharedBox:
         program names (``scripts/x.py``) are resolved, whatever the run's ``cwd`` (a name that
         meant ``work/scripts/x.py`` under ``cwd: $WORK_DIR`` would be whatever the run put there)."""
         return f"{self.root.rstrip('/')}/skills/{self.workspace.skill_id}"
+
+    def write_exec_policy(self, rule: ExecRule, *, trusted: int) -> str:
+        """Write ``rule`` where the exec-mode launcher reads (and removes) it before the
+        command starts (:data:`~skill_executor.workspace.layout.EXEC_POLICY_FILE`); the nonce
+        naming its verdict file, known only to the host and the launcher."""
+        nonce = secrets.token_hex(16)
+        top, _, name = EXEC_POLICY_FILE.partition("/")
+        with self.workspace.tree(top) as tree:
+            data = rule.spec(root=self.skill_root(), trusted=trusted, nonce=nonce)
+            tree.write(PurePosixPath(name), data, owner=None, mode=0o444, what="the exec policy")
+        return nonce
 
     def put(self, tops: Sequence[str]) -> None:
         """Nothing to copy: the command sees the workspace itself."""

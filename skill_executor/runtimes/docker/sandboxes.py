@@ -12,7 +12,6 @@ caller's (:mod:`skill_executor.runs.sandbox`), the same for every runtime.
 from __future__ import annotations
 
 import os
-import secrets
 import selectors
 import signal as signals
 import socket
@@ -104,12 +103,7 @@ class DockerBox(SharedBox):
         rule = self.plan.exec_rule
         if rule is None:
             return None
-        nonce = secrets.token_hex(16)
-        top, _, name = EXEC_POLICY_FILE.partition("/")
-        with self.workspace.tree(top) as tree:
-            data = rule.spec(root=self.skill_root(), trusted=trusted, nonce=nonce)
-            tree.write(PurePosixPath(name), data, owner=None, mode=0o444, what="the exec policy")
-        return f"{CONTAINER_WORKSPACE}/{EXEC_POLICY_FILE}", nonce
+        return f"{CONTAINER_WORKSPACE}/{EXEC_POLICY_FILE}", self.write_exec_policy(rule, trusted=trusted)
 
 
 class ColdBox(DockerBox):
