@@ -1,0 +1,130 @@
+"""Walk one run's trip through the code: which of the package's modules a ``POST /v1/runs``
+passes through, in this process and on its run threads.
+
+    python bench/trip.py [--runtime docker] [--pool 1]
+
+A *room* is a module of ``skill_executor``, a *floor* its layer (the layer map of
+tests/unit/test_architecture.py, which docs/concepts/architecture.md draws). A *stay* is a
+call from one room into another (each caller/callee pair counted once), a *climb* a stay whose
+callee sits on a higher floor than its caller (a lower layer calling back up: a listener, a
+hook, a callback). Fewer stays and climbs: a run's path is shorter and reads downwards.
+
+The request is traced after a warm-up run of the same kind, so imports and first-use caches
+do not count. Prints a JSON summary (and, with ``--edges``, every stay).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _layers() -> Any:
+    spec = importlib.util.spec_from_file_location("_arch", REPO / "tests" / "unit" / "test_architecture.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.layer
+
+
+def _room(frame: FrameType | None) -> str | None:
+    """The package module ``frame`` runs in (None: not ours)."""
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if isinstance(name, str) and (name == "skill_executor" or name.startswith("skill_executor.")):
+            return name
+        return None
+    return None
+
+
+class Tracer:
+    def __init__(self) -> None:
+        self.edges: dict[tuple[str, str], int] = {}
+        self.rooms: list[str] = []
+        self._lock = threading.Lock()
+        #: Set while the traced request is under way (the hook is installed in every thread
+        #: from the start: threads that exist before ``threading.setprofile`` are not seen).
+        self.on = False
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event != "call" or not self.on:
+            return
+        callee = _room(frame)
+        if callee is None:
+            return
+        caller_frame = frame.f_back
+        caller = None
+        while caller_frame is not None and caller is None:  # the nearest of ours up the stack
+            caller = _room(caller_frame)
+            caller_frame = caller_frame.f_back
+        with self._lock:
+            if callee not in self.rooms:
+                self.rooms.append(callee)
+            if caller is not None and caller != callee:
+                self.edges[(caller, callee)] = self.edges.get((caller, callee), 0) + 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runtime", default="docker")
+    parser.add_argument("--pool", type=int, default=1)
+    parser.add_argument("--edges", action="store_true", help="list every stay")
+    args = parser.parse_args()
+
+    from fastapi.testclient import TestClient
+
+    from skill_executor.api.app import create_app
+    from skill_executor.config import Settings
+
+    layer = _layers()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(
+            runtime=args.runtime,
+            pool_size=args.pool,
+            skills_dirs=[REPO / "skills"],
+            data_dir=Path(tmp) / "data",
+            skills_refresh_seconds=0.0,
+            disk_cap="soft",  # the trip is the same; a hard cap needs a shared mount here
+        )
+        body = {"skill": "math-tools", "command": "true"}
+        tracer = Tracer()
+        threading.setprofile(tracer)
+        sys.setprofile(tracer)
+        try:
+            with TestClient(create_app(settings), base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as client:
+                for _ in range(2):  # warm-up: imports, caches, the pool's first container
+                    response = client.post("/v1/runs", json=body)
+                    assert response.status_code in (200, 201), response.text
+                tracer.on = True
+                response = client.post("/v1/runs", json=body)
+                tracer.on = False
+                assert response.status_code in (200, 201), response.text
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)  # type: ignore[arg-type]
+    climbs = sorted((a, b) for a, b in tracer.edges if layer(b) > layer(a))
+    floors = {layer(room) for room in tracer.rooms}
+    summary: dict[str, Any] = {
+        "stays": len(tracer.edges),
+        "rooms": len(tracer.rooms),
+        "floors": len(floors),
+        "climbs": len(climbs),
+        "climbs_list": [f"{a} -> {b}" for a, b in climbs],
+    }
+    if args.edges:
+        summary["edges"] = [f"{a} -> {b}" for a, b in sorted(tracer.edges)]
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
