@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .access import key_names
@@ -15,10 +16,11 @@ from .artifacts.store import LocalArtifactStore
 from .config import Settings
 from .context import Budget, ContextService, ContextStore, counter
 from .db import Database, legacy, migrate, upgrade
-from .dispatch.local import LocalDispatcher
+from .dispatch.local import InProcess
 from .envs import SkillEnvs
 from .errors import BadRequest
 from .hosttools import seal_data_dir
+from .lifecycle import RunManager, RunRecord, RunStore
 from .objects import ObjectStore, open_object_store
 from .owners import data_dir_id
 from .policy import load_policy
@@ -27,9 +29,7 @@ from .registry.bundles import BundleStore
 from .registry.package import refuse_reserved
 from .registry.repository import check_layout
 from .registry.store import Registry
-from .runs.manager import RunManager
 from .runs.pipeline import SkillRunner
-from .runs.store import RunStore
 from .runtimes.base import Runtime
 from .workspace.snapshots import SessionSnapshots
 
@@ -161,16 +161,23 @@ class Executor:
         audited as the service's are (a service on the same data dir lists them).  It never
         marks other runs interrupted: a service may be running on the same data dir."""
         if self._runs is None:
-            limiter = self.runner.limiter
-            self._runs = RunManager(
-                self.runner,
-                RunStore(self.database, instance=data_dir_id(self.settings.data_dir)),
-                dispatcher=LocalDispatcher(limiter.slots + limiter.queue),
-                recover=False,
-                approval_timeout=self.settings.approval_timeout_seconds,
-                max_pending=self.settings.max_pending_approvals,
-            )
+            self._runs = self.manager(recover=False)
         return self._runs
+
+    def manager(self, *, recover: bool, on_finish: Callable[[RunRecord], None] | None = None) -> RunManager:
+        """A front door whose runs execute in this process (:class:`InProcess`), over this
+        data dir's run store; ``recover``: mark runs a previous process of this data dir left
+        unfinished failed (a service; never the CLI, which may run beside one)."""
+        store = RunStore(self.database, instance=data_dir_id(self.settings.data_dir))
+        dispatch = InProcess(self.runner, store, limiter=self.runner.limiter, on_finish=on_finish)
+        return RunManager(
+            self.runner,
+            store,
+            dispatch=dispatch,
+            recover=recover,
+            approval_timeout=self.settings.approval_timeout_seconds,
+            max_pending=self.settings.max_pending_approvals,
+        )
 
     def close(self, timeout: float = 300.0) -> None:
         """Stop the runner's workers, then close the runtime within ``timeout`` (a bound for a

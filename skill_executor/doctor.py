@@ -39,7 +39,7 @@ from .skills import Skill
 
 if TYPE_CHECKING:
     from .core import Executor
-    from .runs.manager import RunManager
+    from .lifecycle.manager import RunManager
 
 #: At most this many names (commands, modules) are probed; the rest is reported as not checked.
 MAX_PROBE_NAMES = 500

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -32,15 +33,13 @@ from . import tracing
 from .access import key_names
 from .config import Settings
 from .core import Executor
-from .dispatch import LocalDispatcher, PostgresDispatcher, Worker, sweep
+from .dispatch import InProcess, QueueDispatch, Worker, sweep
 from .dispatch.processes import ClusterProcesses
 from .errors import ExecutorError
+from .lifecycle import RunManager, RunRecord, RunStore
 from .owners import data_dir_id
 from .policy import load_policy
-from .runs.manager import RunManager
 from .runs.processes import Processes
-from .runs.seam import Dispatcher
-from .runs.store import RunRecord, RunStore
 from .runtimes.base import Runtime
 from .tools import ToolExecutor, default_budget
 
@@ -113,98 +112,15 @@ class Service:
         on_finish: Callable[[RunRecord], None] | None = None,
         role: Role = "all",
     ) -> Service:
-        """Build everything once from ``settings`` and start the periodic expiry;
-        ``on_finish`` sees every run's final record before any waiter gets its answer."""
+        """Build everything once from ``settings`` for ``role`` (:func:`assemble_embedded`,
+        :func:`assemble_replica` or :func:`assemble_worker`) and start the periodic expiry; ``on_finish`` sees
+        every run's final record before any waiter gets its answer."""
         check_role(settings, role)
         if settings.session_snapshots is None:  # a cluster's sessions follow their runs to any worker
             settings = settings.model_copy(update={"session_snapshots": role != "all"})
         tracing.configure(role)  # on when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set
-        if role == "api" and runtime is None:
-            from .runtimes.remote import RemoteRuntime
-
-            runtime = RemoteRuntime(settings)
-        executor = Executor.from_settings(settings, runtime, wait_for_engine=wait_for_engine)
-        worker: Worker | None = None
-        try:
-            limiter = executor.runner.limiter
-            dispatcher: Dispatcher
-            if role == "api":
-                dispatcher = PostgresDispatcher(
-                    executor.database,
-                    queued_allowance=settings.max_queued_runs,
-                    validate=executor.runner.validate,
-                    moving_sessions=bool(settings.session_snapshots),
-                    sessions_per_tenant=settings.sessions_per_tenant,
-                    session_ttl=settings.session_ttl_seconds,
-                )
-            else:
-                dispatcher = LocalDispatcher(limiter.slots + limiter.queue)
-            manager = RunManager(
-                executor.runner,
-                RunStore(executor.database, instance=data_dir_id(settings.data_dir)),
-                dispatcher=dispatcher,
-                on_finish=on_finish,
-                recover=role == "all",
-                approval_timeout=settings.approval_timeout_seconds,
-                max_pending=settings.max_pending_approvals,
-            )
-            if role == "worker":
-                worker = Worker(
-                    manager,
-                    executor.database,
-                    capacity=settings.worker_capacity or limiter.slots,
-                    lease=settings.worker_lease_seconds,
-                    heartbeat=settings.worker_heartbeat_seconds,
-                    worker_id=f"{socket.gethostname()[:40]}-{data_dir_id(settings.data_dir)[:12]}",
-                    moving_sessions=bool(settings.session_snapshots),
-                    url=worker_url(settings),
-                )
-                worker.serve_processes(executor.runner.processes)
-        except BaseException:
-            executor.close(timeout=5.0)
-            raise
-        try:
-            processes: Processes = executor.runner.processes
-            if role == "api":  # a replica proxies them to the worker running each session's
-                processes = ClusterProcesses(
-                    executor.database, settings, moving_sessions=bool(settings.session_snapshots)
-                )
-            # skill_run tool calls go through the manager, never the runner directly.
-            tools = ToolExecutor(
-                executor.repository,
-                visible_skills_dir=executor.runtime.visible_skills_dir,
-                contexts=executor.contexts,
-                artifacts=executor.artifacts,
-                budget=default_budget(settings),
-                processes=processes if role == "api" or executor.runner.processes.supported else None,
-            )
-            supervisor = executor.runner.supervisor
-            ttl = settings.artifact_ttl_seconds
-            supervisor.every(
-                "artifact-expiry", min(EXPIRY_SECONDS, ttl) if ttl else EXPIRY_SECONDS, executor.artifacts.expire
-            )
-            supervisor.every(
-                "context-expiry", min(EXPIRY_SECONDS, settings.session_ttl_seconds), executor.contexts.store.expire
-            )
-            if role == "api":
-                database = executor.database
-                supervisor.every(
-                    "worker-sweep",
-                    settings.worker_sweep_seconds,
-                    lambda: sweep(
-                        database,
-                        moving=bool(settings.session_snapshots),
-                        queue_timeout=settings.queue_timeout_seconds,
-                        stuck_after=settings.worker_lease_seconds,
-                    ),
-                )
-        except BaseException:
-            try:
-                manager.shutdown()
-            finally:
-                executor.close(timeout=5.0)
-            raise
-        return cls(settings, executor, manager, tools, role, worker, processes)
+        assemble = {"all": assemble_embedded, "api": assemble_replica, "worker": assemble_worker}[role]
+        return assemble(settings, runtime, wait_for_engine=wait_for_engine, on_finish=on_finish)
 
     async def drain(self, grace: float | None = None) -> None:
         """Take no more runs; let those in flight finish for ``grace`` seconds (the
@@ -248,3 +164,146 @@ class Service:
                 self.executor.close(timeout=timeout)
             finally:
                 tracing.shutdown()  # what is buffered is sent
+
+
+# -- the three assemblies, over one core (the :class:`Executor`) --------------------------------
+
+
+def assemble_embedded(
+    settings: Settings,
+    runtime: Runtime | None,
+    *,
+    wait_for_engine: bool,
+    on_finish: Callable[[RunRecord], None] | None,
+) -> Service:
+    """Role ``all``: one process; runs execute here (:class:`InProcess`)."""
+    executor = Executor.from_settings(settings, runtime, wait_for_engine=wait_for_engine)
+    with _closing_on_failure(executor) as closers:
+        manager = executor.manager(recover=True, on_finish=on_finish)
+        closers.append(manager.shutdown)
+        processes = executor.runner.processes
+        tools = _tools(executor, processes if processes.supported else None)
+        _expiry(executor)
+        return Service(settings, executor, manager, tools, "all", None, processes)
+
+
+def assemble_replica(
+    settings: Settings,
+    runtime: Runtime | None,
+    *,
+    wait_for_engine: bool,
+    on_finish: Callable[[RunRecord], None] | None,
+) -> Service:
+    """Role ``api``: a cluster's API replica on Postgres; runs are queued for workers
+    (:class:`QueueDispatch`), sessions' processes proxied to the worker holding each; nothing
+    executes here (its runtime is a :class:`~skill_executor.runtimes.remote.RemoteRuntime`
+    stand-in, no Docker engine); lost workers are swept here."""
+    from .runtimes.remote import RemoteRuntime
+
+    executor = Executor.from_settings(settings, runtime or RemoteRuntime(settings))
+    with _closing_on_failure(executor) as closers:
+        store = RunStore(executor.database, instance=data_dir_id(settings.data_dir))
+        dispatch = QueueDispatch(
+            executor.database,
+            store,
+            queued_allowance=settings.max_queued_runs,
+            moving_sessions=bool(settings.session_snapshots),
+            sessions_per_tenant=settings.sessions_per_tenant,
+            session_ttl=settings.session_ttl_seconds,
+        )
+        manager = RunManager(
+            executor.runner,
+            store,
+            dispatch=dispatch,
+            recover=False,
+            approval_timeout=settings.approval_timeout_seconds,
+            max_pending=settings.max_pending_approvals,
+        )
+        closers.append(manager.shutdown)
+        processes = ClusterProcesses(executor.database, settings, moving_sessions=bool(settings.session_snapshots))
+        closers.append(processes.close)
+        tools = _tools(executor, processes)
+        _expiry(executor)
+        database = executor.database
+        executor.runner.supervisor.every(
+            "worker-sweep",
+            settings.worker_sweep_seconds,
+            lambda: sweep(
+                database,
+                moving=bool(settings.session_snapshots),
+                queue_timeout=settings.queue_timeout_seconds,
+                stuck_after=settings.worker_lease_seconds,
+            ),
+        )
+        return Service(settings, executor, manager, tools, "api", None, processes)
+
+
+def assemble_worker(
+    settings: Settings,
+    runtime: Runtime | None,
+    *,
+    wait_for_engine: bool,
+    on_finish: Callable[[RunRecord], None] | None,
+) -> Service:
+    """Role ``worker``: executes the runs it claims from the queue (:class:`Worker` over an
+    :class:`InProcess` dispatch) and serves its sessions' processes to the replicas."""
+    executor = Executor.from_settings(settings, runtime, wait_for_engine=wait_for_engine)
+    with _closing_on_failure(executor) as closers:
+        manager = executor.manager(recover=False, on_finish=on_finish)
+        closers.append(manager.shutdown)
+        limiter = executor.runner.limiter
+        assert isinstance(manager.dispatch, InProcess)
+        taker = Worker(
+            manager.dispatch,
+            executor.database,
+            capacity=settings.worker_capacity or limiter.slots,
+            lease=settings.worker_lease_seconds,
+            heartbeat=settings.worker_heartbeat_seconds,
+            worker_id=f"{socket.gethostname()[:40]}-{data_dir_id(settings.data_dir)[:12]}",
+            moving_sessions=bool(settings.session_snapshots),
+            url=worker_url(settings),
+        )
+        closers.append(taker.close)
+        processes = executor.runner.processes
+        taker.serve_processes(processes)
+        tools = _tools(executor, processes if processes.supported else None)
+        _expiry(executor)
+        return Service(settings, executor, manager, tools, "worker", taker, processes)
+
+
+@contextmanager
+def _closing_on_failure(executor: Executor) -> Iterator[list[Callable[[], None]]]:
+    """What an assembly started is stopped (newest first), then the executor, if it fails."""
+    closers: list[Callable[[], None]] = []
+    try:
+        yield closers
+    except BaseException:
+        try:
+            for close in reversed(closers):
+                close()
+        finally:
+            executor.close(timeout=5.0)
+        raise
+
+
+def _tools(executor: Executor, processes: Processes | None) -> ToolExecutor:
+    """The tools' executor; ``skill_run`` tool calls go through the manager, never the runner."""
+    return ToolExecutor(
+        executor.repository,
+        visible_skills_dir=executor.runtime.visible_skills_dir,
+        contexts=executor.contexts,
+        artifacts=executor.artifacts,
+        budget=default_budget(executor.settings),
+        processes=processes,
+    )
+
+
+def _expiry(executor: Executor) -> None:
+    """The periodic expiry of artifact versions and agents' contexts."""
+    settings = executor.settings
+    supervisor = executor.runner.supervisor
+    ttl = settings.artifact_ttl_seconds
+    supervisor.every("artifact-expiry", min(EXPIRY_SECONDS, ttl) if ttl else EXPIRY_SECONDS, executor.artifacts.expire)
+    supervisor.every(
+        "context-expiry", min(EXPIRY_SECONDS, settings.session_ttl_seconds), executor.contexts.store.expire
+    )

@@ -24,7 +24,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from .. import __version__
 from ..config import Settings
-from ..dispatch.postgres import PostgresDispatcher
+from ..dispatch.postgres import QueueDispatch
 from ..dispatch.view import status as cluster_status
 from ..errors import ExecutorError
 from ..extras import mcp_problem
@@ -82,8 +82,8 @@ def create_app(
         executor = service.executor
         metrics.watch_runtime(executor.runtime.stats)
         metrics.watch_processes(executor.runner.processes.stats)
-        if isinstance(service.manager.dispatcher, PostgresDispatcher):  # an API replica
-            database = service.manager.dispatcher.database
+        if isinstance(service.manager.dispatch, QueueDispatch):  # an API replica
+            database = service.manager.dispatch.database
             metrics.watch_cluster(lambda: cluster_status(database), settings.worker_lease_seconds)
         app.state.service = service
         app.state.executor = executor

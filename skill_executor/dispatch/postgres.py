@@ -1,4 +1,4 @@
-"""Remote dispatch (an API replica, ``serve --role api``): runs are recorded and queued in
+"""Queue dispatch (:class:`QueueDispatch`, an API replica, ``serve --role api``): runs are recorded and queued in
 one transaction, and everything about them comes back through the database.
 
 * Submit: admission against the cluster's capacity (``busy``), the run's first event
@@ -16,9 +16,11 @@ one transaction, and everything about them comes back through the database.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, delete, func, select, text, update
@@ -26,14 +28,22 @@ from sqlalchemy import Connection, delete, func, select, text, update
 from ..db import Database
 from ..db.schema import runs, session_leases, workers
 from ..errors import Busy, Conflict, Unavailable
+from ..lifecycle.handle import RunHandle
+from ..lifecycle.outcomes import shutdown_error
+from ..lifecycle.records import FINAL, RunRecord, RunStore, Status
+from ..lifecycle.seam import StreamEvent, Ticket
 from ..runs.models import RunRequest
-from ..runs.store import Status
+from ..runs.plan import RunPlan
 from ..workspace.sessions import SessionLimit
 from . import events as ev
 from . import queue
 from .hub import Hub
 from .sweep import now_sql
 
+log = logging.getLogger(__name__)
+
+#: How long a wait for a run of a worker trusts the notifications before it looks itself.
+POLL_SECONDS = 1.0
 #: Final event kinds: a stream ends after one.
 TERMINAL = ("result", "error")
 
@@ -79,15 +89,31 @@ class NoWorkers(Unavailable):
     code = "no_workers"
 
 
-class PostgresDispatcher:
-    remote = True
+@dataclass(slots=True)
+class Queued:
+    """A run on its way to the queue (:class:`~skill_executor.lifecycle.seam.Ticket`): the
+    cluster's admission and its job, written in the transaction that records it."""
 
+    dispatch: QueueDispatch
+    run_id: str
+    request: RunRequest
+    tenant: str
+
+    def record(self, conn: Connection) -> None:
+        self.dispatch.admit(conn)
+        self.dispatch.enqueue(conn, self.run_id, self.request, self.tenant)
+
+    def release(self) -> None:
+        pass  # nothing was taken before the transaction
+
+
+class QueueDispatch:
     def __init__(
         self,
         database: Database,
+        store: RunStore,
         *,
         queued_allowance: int,
-        validate: Callable[[RunRequest], Any],
         moving_sessions: bool = False,
         sessions_per_tenant: int | None = None,
         session_ttl: float = 3600.0,
@@ -97,12 +123,30 @@ class PostgresDispatcher:
         ``sessions_per_tenant``: live sessions (a run within ``session_ttl``) a tenant may
         hold across the cluster."""
         self.database = database
+        self.store = store
         self.sessions_per_tenant = sessions_per_tenant
         self.session_ttl = session_ttl
         self.moving_sessions = moving_sessions
         self.queued_allowance = queued_allowance
         self.hub = Hub(conninfo(database))
-        self._validate = validate
+        self._closing = False
+
+    def reserve(self, run_id: str, request: RunRequest, tenant: str) -> Queued:
+        if self._closing:
+            raise shutdown_error()
+        return Queued(self, run_id, request, tenant)
+
+    def start(self, ticket: Ticket, record: RunRecord, plan: RunPlan) -> None:
+        log.info("run %s queued", record.run_id, extra={"run_id": record.run_id})
+
+    def current(self, record: RunRecord) -> RunRecord:
+        return record  # the database is the truth
+
+    def handle(self, run_id: str) -> None:
+        return None  # nothing executes on a replica
+
+    def running(self) -> list[str]:
+        return []
 
     # -- submit (in the transaction that records the run) ---------------------------------
 
@@ -158,7 +202,13 @@ class PostgresDispatcher:
 
     # -- cancel ---------------------------------------------------------------------------
 
-    def cancel(self, run_id: str) -> Status | None:
+    def cancel(self, record: RunRecord) -> None:
+        if self._cancel(record.run_id) is None and self.store.get(record.run_id).status in FINAL:
+            raise Conflict(f"run {record.run_id!r} has already ended", code="run_finished")
+
+    def _cancel(self, run_id: str) -> Status | None:
+        """Its status now when that is final (a queued run is cancelled at once), else None
+        (a running one is told through the database)."""
         with self.database.write() as conn:
             row = conn.execute(
                 update(runs)
@@ -178,13 +228,42 @@ class PostgresDispatcher:
     # -- reading --------------------------------------------------------------------------
 
     def watch(self, run_id: str, *, outcome_only: bool = False) -> AbstractAsyncContextManager[asyncio.Event]:
+        """An event set whenever the run may have new events or an outcome (``outcome_only``:
+        an outcome); watch first, then clear it and look: nothing is missed in between."""
         return self.hub.watching(run_id, outcome_only=outcome_only)
 
     def events_after(self, run_id: str, after: int) -> list[tuple[int, str, Any]]:
         with self.database.read() as conn:
             return ev.after(conn, run_id, after)
 
-    async def events(self, run_id: str, after: int) -> AsyncIterator[tuple[int, str, Any]]:
+    async def wait(self, record: RunRecord) -> RunRecord:
+        async with self.watch(record.run_id, outcome_only=True) as wake:  # woken by its outcome
+            while True:
+                wake.clear()  # then look: an outcome recorded from now on wakes us
+                record = await asyncio.to_thread(self.store.get, record.run_id)
+                if record.status in FINAL:
+                    return record
+                if self._closing:
+                    raise shutdown_error()
+                await _woken(wake, POLL_SECONDS)
+
+    async def settle(self, record: RunRecord, handle: RunHandle | None, timeout: float) -> tuple[Status, bool]:
+        deadline = time.monotonic() + timeout
+        async with self.watch(record.run_id, outcome_only=True) as wake:
+            while True:
+                wake.clear()
+                record = await asyncio.to_thread(self.store.get, record.run_id)
+                left = deadline - time.monotonic()
+                if record.status in FINAL or left <= 0:
+                    return record.status, record.status in FINAL
+                await _woken(wake, min(left, POLL_SECONDS))
+
+    def events(self, record: RunRecord, after: int) -> AsyncIterator[StreamEvent] | None:
+        if record.status in FINAL and record.events is not None and after >= record.events:
+            return None
+        return self._events(record.run_id, after)
+
+    async def _events(self, run_id: str, after: int) -> AsyncIterator[StreamEvent]:
         async with self.hub.watching(run_id) as wake:
             while True:
                 wake.clear()
@@ -194,21 +273,26 @@ class PostgresDispatcher:
                     yield seq, kind, data
                     if kind in TERMINAL:
                         return
-                try:
-                    await asyncio.wait_for(wake.wait(), 1.0)  # a safety net under the notifications
-                except TimeoutError:
-                    pass
+                await _woken(wake, POLL_SECONDS)  # a safety net under the notifications
 
-    # -- local only ------------------------------------------------------------------------
+    # -- shutdown -------------------------------------------------------------------------
 
-    def start(self, body: Callable[[], None]) -> None:
-        raise NotImplementedError("an API replica executes no run")
+    async def drain(self, grace: float, settle: float) -> None:
+        self._closing = True  # nothing of the runs executes here: waiters get shutting_down
 
-    def shutdown(self) -> None:
-        pass
+    def close(self, timeout: float) -> None:
+        self._closing = True
 
     def figures(self) -> tuple[int, int]:
         """The cluster's (runs waiting for a worker, runs executing), for the metrics."""
         with self.database.read() as conn:
             running = conn.execute(select(func.count()).where(runs.c.status == "running")).scalar_one()
             return queue.depth(conn), int(running)
+
+
+async def _woken(wake: asyncio.Event, timeout: float) -> None:
+    """Until ``wake`` is set, or ``timeout`` seconds."""
+    try:
+        await asyncio.wait_for(wake.wait(), timeout)
+    except TimeoutError:
+        pass

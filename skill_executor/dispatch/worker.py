@@ -1,5 +1,5 @@
 """A run worker (``skill-executor worker``): claims queued runs through procrastinate,
-executes them with this process's :class:`~skill_executor.runs.manager.RunManager` (its
+executes them with this process's :class:`~skill_executor.dispatch.local.InProcess` (its
 Docker engine, warm pool and workspaces), and records their events and outcomes.
 
 * **Claim** (the only way a run starts): ``UPDATE runs SET status='running' ... WHERE
@@ -36,13 +36,14 @@ from .. import tracing
 from ..db import Database
 from ..db.schema import run_events, runs, session_leases, workers
 from ..errors import Conflict
-from ..runs.manager import TERMINAL, RunManager
+from ..lifecycle.handle import TERMINAL
+from ..lifecycle.records import FINAL, RunRecord
 from ..runs.processes import ProcessManager
-from ..runs.store import FINAL, RunRecord
 from . import events as ev
 from . import queue
 from .connector import SteadyConnector
 from .hub import Hub
+from .local import InProcess
 from .membership import Membership
 from .postgres import SessionLost, conninfo
 from .sweep import SESSION_LOST, now_sql
@@ -170,11 +171,11 @@ class EventWriter:
 
 
 class Worker:
-    """The worker's side of dispatch, on a :class:`RunManager` with a local dispatcher."""
+    """The worker's side of dispatch: what it claims runs :class:`InProcess`."""
 
     def __init__(
         self,
-        manager: RunManager,
+        runs: InProcess,
         database: Database,
         *,
         capacity: int,
@@ -185,10 +186,10 @@ class Worker:
         url: str | None = None,
     ) -> None:
         """``url``: where replicas reach this worker (its sessions' processes)."""
-        self.manager = manager
+        self.runs = runs
         #: Sessions are kept in the object store: a lost worker's sessions move here.
         self.moving_sessions = moving_sessions
-        snapshots = manager.runner.sessions.snapshots
+        snapshots = runs.runner.sessions.snapshots
         if snapshots is not None:  # a snapshot is the session's newest only while it is still ours
             snapshots.holds = self.holds_session
         self.database = database
@@ -210,7 +211,7 @@ class Worker:
 
     async def _execute_run(self, run_id: str) -> None:
         loop = asyncio.get_running_loop()
-        hold = self.manager.runner.runtime.activity.hold()
+        hold = self.runs.runner.runtime.activity.hold()
         answered = False
         try:
             handle = await loop.run_in_executor(self._claims, self.claim, run_id)
@@ -290,7 +291,7 @@ class Worker:
         )
         with tracing.under(parent):
             log.info("run %s claimed by worker %s", run_id, self.worker_id, extra={"run_id": run_id})
-        return self.manager.run_claimed(
+        return self.runs.execute_claimed(
             record,
             history=[(kind, data) for _, kind, data in history],
             sink=self.writer.sink(run_id),
@@ -399,10 +400,10 @@ class Worker:
     # -- cancel ---------------------------------------------------------------------------
 
     def _cancel_one(self, run_id: str) -> None:
-        self.manager.cancel_local(run_id, "request")
+        self.runs.cancel_local(run_id, "request")
 
     def _catch_up_cancels(self) -> None:
-        ids = self.manager.running()
+        ids = self.runs.running()
         if not ids:
             return
         with self.database.read() as conn:  # raises while Postgres is away: the caller retries
@@ -425,8 +426,8 @@ class Worker:
         def on_lost(reason: str) -> None:
             self.lost_reason = reason
             log.error("worker %s: lease lost: %s; cancelling its runs and exiting", self.worker_id, reason)
-            for run_id in self.manager.running():
-                self.manager.cancel_local(run_id, "lease_lost")
+            for run_id in self.runs.running():
+                self.runs.cancel_local(run_id, "lease_lost")
             loop.call_soon_threadsafe(lost.set)
 
         self.membership.start(on_lost)

@@ -4,7 +4,7 @@ One :class:`McpBackend` (the executor, the run manager, who is calling) serves b
 transports: stdio (``skill-executor mcp``, the local tenant) and streamable HTTP at
 ``/mcp`` in the service (the caller of each HTTP request, by its bearer token).
 
-``skill_run`` goes through the :class:`~skill_executor.runs.manager.RunManager` like
+``skill_run`` goes through the :class:`~skill_executor.lifecycle.manager.RunManager` like
 ``POST /v1/runs`` (same authorization, validation, admission); while it runs, stdout and
 stderr chunks are sent as progress notifications (when the client asked for progress);
 a ``notifications/cancelled`` for the call cancels the run, which kills its container.
@@ -36,11 +36,11 @@ from .. import __version__
 from ..access import Principal
 from ..artifacts.store import ArtifactInfo, LocalArtifactStore, parse_ref
 from ..errors import BadRequest, ExecutorError, NotFound
+from ..lifecycle import RunHandle, RunManager
+from ..lifecycle.records import PENDING, RunRecord
 from ..neutral import neutralise
 from ..registry import SkillRepository
-from ..runs.manager import RunHandle, RunManager
 from ..runs.models import RunRequest, RunResult
-from ..runs.store import PENDING, RunRecord
 from ..skills import expand_placeholders, render_xml, sandbox_dir
 from ..tools import (
     CONTEXT_TOOLS,

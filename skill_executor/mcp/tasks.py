@@ -37,8 +37,8 @@ from pydantic import ConfigDict
 
 from ..access import Principal
 from ..errors import Conflict, ExecutorError
-from ..runs.manager import RunManager
-from ..runs.store import FINAL, RunRecord
+from ..lifecycle.manager import RunManager
+from ..lifecycle.records import FINAL, RunRecord
 from ..tools import ResultBudget, ToolExecutor
 from .protocol import call_result, invalid_params, request_budget
 

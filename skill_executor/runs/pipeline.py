@@ -35,7 +35,7 @@ from ..workspace.layout import WorkspaceManager, environment
 from ..workspace.sessions import SessionStore
 from ..workspace.snapshots import SessionSnapshots
 from ..workspace.staging import Stager
-from .limiter import Reservation, RunLimiter
+from .limiter import RunLimiter
 from .models import RunRequest, RunResult
 from .plan import RunPlan, check_request, resolve_cwd
 from .processes import ProcessManager
@@ -129,30 +129,39 @@ class SkillRunner:
         run_id: str | None = None,
         listener: OutputListener | None = None,
         cancel: threading.Event | None = None,
-        reservation: Reservation | None = None,
-        checked: RunPlan | None = None,
         tenant: str = LOCAL_TENANT,
     ) -> RunResult:
-        """Run a request for ``tenant`` (the API key it belongs to: its session and
-        artifacts are that key's); ``reservation`` is a place already taken with the
-        limiter, ``checked`` what :meth:`validate` already settled about this request
-        (its approval too: without it, a run the policy would hold is refused, as no one
-        can approve it here).
+        """Plan and execute one request for ``tenant`` on this runner alone, holding a place
+        with its limiter: the single run, for tests and benchmarks of this layer. It is not a
+        door: nothing is recorded, and a run the policy would hold is refused (no one can
+        approve it here). Services, the CLI and every front end go through
+        :class:`~skill_executor.lifecycle.manager.RunManager`."""
+        plan = self.validate(request, tenant=tenant)
+        if plan.decision.approval != "never":
+            raise plan.decision.held_locally()
+        with self.limiter.reserve():
+            return self.execute(plan, request, run_id=run_id, listener=listener, cancel=cancel, tenant=tenant)
+
+    def execute(
+        self,
+        plan: RunPlan,
+        request: RunRequest,
+        *,
+        run_id: str | None = None,
+        listener: OutputListener | None = None,
+        cancel: threading.Event | None = None,
+        tenant: str = LOCAL_TENANT,
+    ) -> RunResult:
+        """Execute a request :meth:`validate` planned, for ``tenant`` (the API key it belongs
+        to: its session and artifacts are that key's); the caller holds its place (the
+        dispatch's).
 
         Runs of one session never overlap: a second one waits for the session at most
         its own timeout, then is refused with ``session_busy``.
         """
-        try:
-            plan = checked or self.validate(request, tenant=tenant)
-            if checked is None and plan.decision.approval != "never":  # no one to ask here
-                raise plan.decision.held_locally()
-        except BaseException:
-            if reservation is not None:
-                reservation.release()
-            raise
         run_id = run_id or new_run_id()
         with tracing.span("run", run_id=run_id, skill=plan.skill.id, session=request.session, tenant=tenant):
-            return self._held(request, plan, run_id, listener, cancel, reservation, tenant)
+            return self._held(request, plan, run_id, listener, cancel, tenant)
 
     def _held(
         self,
@@ -161,14 +170,13 @@ class SkillRunner:
         run_id: str,
         listener: OutputListener | None,
         cancel: threading.Event | None,
-        reservation: Reservation | None,
         tenant: str,
     ) -> RunResult:
-        """The run holding its place, its skill version and (if any) its session."""
+        """The run holding its skill version and (if any) its session."""
         registry = self.repository.registry
         # the run's version cannot be deleted while the run holds it (409 version_in_use)
         lease = registry.lease(plan.skill) if registry is not None else contextlib.nullcontext()
-        with reservation or self.limiter.reserve(), self.runtime.activity.running(), lease:
+        with self.runtime.activity.running(), lease:
             if request.session:
                 with self.sessions.use(request.session, tenant, wait=plan.timeout) as work:
                     sandbox_plan = SandboxPlan(

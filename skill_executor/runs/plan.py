@@ -20,7 +20,7 @@ from ..outputs.naming import DEFAULT_TEMPLATE, NameTemplate
 from ..paths import clean_relative, resolve_within
 from ..policy import ALLOWED, Decision
 from ..registry import SkillRepository
-from ..registry.bundles import BundleStore, decode_bundle
+from ..registry.bundles import BundleStore
 from ..skills import Skill
 from ..workspace.layout import Workspace, expand_path_variable
 from .models import RunRequest
@@ -67,8 +67,9 @@ def check_request(
     bundles: BundleStore | None = None,
     tenant: str = LOCAL_TENANT,
 ) -> RunPlan:
-    """Everything that can be refused before a workspace exists (a bundle is checked, and
-    unpacked unless ``tenant`` sent it before, here)."""
+    """Everything that can be refused before a workspace exists. Pure: a request's inline
+    bundle is named by its digest (installed by admission: :func:`~skill_executor.registry.
+    bundles.installed`), and only read here."""
     s = settings
     _check_text(request.model_dump(by_alias=True), "request")
     skill = _skill(request, settings, repository, bundles, tenant)
@@ -134,11 +135,9 @@ def _skill(
         return repository.get(request.skill)
     if bundles is None:
         raise BadRequest("this service runs no inline bundles", code="invalid_bundle")
-    if bundle.data is not None:
-        skill = bundles.add(tenant, decode_bundle(bundle.data, max_bytes=settings.skill_upload_max_bytes))
-    else:
-        assert bundle.digest is not None
-        skill = bundles.get(tenant, bundle.digest)
+    if bundle.digest is None:  # pragma: no cover - admission installs every bundle first
+        raise BadRequest("an inline bundle is installed before its run is planned", code="invalid_bundle")
+    skill = bundles.get(tenant, bundle.digest)
     if request.skill is not None and request.skill.lower() not in (skill.id.lower(), skill.name.lower()):
         raise BadRequest(
             f"the bundle is the skill {skill.id!r}, not {request.skill!r}; name its skill or leave skill out",

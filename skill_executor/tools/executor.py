@@ -35,9 +35,9 @@ from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore
 from ..context import ContextService
 from ..errors import BadRequest, ExecutorError, Forbidden, NotFound
+from ..lifecycle.outcomes import ShuttingDown
 from ..neutral import MAX_GROWTH, neutralise
 from ..registry import SkillRepository
-from ..runs.manager import ShuttingDown
 from ..runs.models import OutputSpec, RunRequest, RunResult
 from ..runs.processes import Processes, ProcessView
 from ..skills import docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
@@ -243,7 +243,7 @@ class ToolExecutor:
     ) -> ToolResult:
         """:meth:`call` for an event loop: ``skill_run`` awaits ``run``; the other tools
         (file reads) and the parsing and rendering around a run go through ``offload``.
-        A :class:`~skill_executor.runs.manager.ShuttingDown` from ``run`` is raised, not fed
+        A :class:`~skill_executor.lifecycle.outcomes.ShuttingDown` from ``run`` is raised, not fed
         back to the model: the call failed, the tool did not."""
         budget = budget or self.budget
         if name != "skill_run":

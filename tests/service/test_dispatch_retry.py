@@ -20,7 +20,7 @@ from skill_executor.dispatch import queue
 from skill_executor.dispatch.membership import Membership
 from skill_executor.dispatch.sweep import RETRIES_USED, SESSION_GONE, sweep
 from skill_executor.runs.models import RunRequest
-from skill_executor.runs.store import RunStore
+from skill_executor.lifecycle.records import RunStore
 
 pytestmark = pytest.mark.usefixtures("postgres_server")
 
@@ -219,9 +219,9 @@ def test_a_run_fetched_by_a_worker_is_left_to_its_claim(database: Database) -> N
 
 
 def dispatcher(database: Database) -> Any:
-    from skill_executor.dispatch.postgres import PostgresDispatcher
+    from skill_executor.dispatch.postgres import QueueDispatch
 
-    return PostgresDispatcher(database, queued_allowance=1, validate=lambda request: None)
+    return QueueDispatch(database, RunStore(database, instance="test"), queued_allowance=1)
 
 
 def test_admission_counts_only_live_workers_and_refuses_when_there_is_none(database: Database) -> None:
@@ -249,11 +249,11 @@ def test_the_sessions_quota_holds_across_the_cluster(database: Database) -> None
     """SESSIONS_PER_TENANT counts a tenant's live sessions (a run within the TTL) on every
     worker: a new one past it is refused before it is queued; a live one goes on; idle ones
     (past the TTL) and other tenants' do not count."""
-    from skill_executor.dispatch.postgres import PostgresDispatcher
+    from skill_executor.dispatch.postgres import QueueDispatch
     from skill_executor.workspace.sessions import SessionLimit
 
-    dispatch = PostgresDispatcher(
-        database, queued_allowance=100, validate=lambda request: None, sessions_per_tenant=2, session_ttl=60
+    dispatch = QueueDispatch(
+        database, RunStore(database, instance="test"), queued_allowance=100, sessions_per_tenant=2, session_ttl=60
     )
     worker(database, "w1", lease=60)
     store = RunStore(database, instance="test")
@@ -350,10 +350,10 @@ def test_a_run_asked_to_stop_is_not_retried_when_its_worker_is_lost(database: Da
 def test_two_runs_of_one_new_session_at_once_are_one_session_for_the_quota(database: Database) -> None:
     import threading
 
-    from skill_executor.dispatch.postgres import PostgresDispatcher
+    from skill_executor.dispatch.postgres import QueueDispatch
 
-    dispatch = PostgresDispatcher(
-        database, queued_allowance=100, validate=lambda request: None, sessions_per_tenant=1, session_ttl=60
+    dispatch = QueueDispatch(
+        database, RunStore(database, instance="test"), queued_allowance=100, sessions_per_tenant=1, session_ttl=60
     )
     other = Database(database.url.render_as_string(hide_password=False))
     worker(database, "w1", lease=60)

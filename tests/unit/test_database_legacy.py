@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlalchemy import text
 
 from skill_executor.core import Executor
-from skill_executor.runs.store import RunStore
+from skill_executor.lifecycle.records import RunStore
 
 from ..conftest import make_settings
 

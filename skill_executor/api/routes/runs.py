@@ -19,9 +19,11 @@ from starlette.background import BackgroundTask
 
 from ...access import Principal
 from ...activity import Activity
-from ...runs.manager import RunHandle, RunManager, shutdown_error, terminal
+from ...lifecycle import RunManager
+from ...lifecycle.handle import terminal
+from ...lifecycle.records import RunFilter, RunRecord, Status
+from ...lifecycle.seam import StreamEvent
 from ...runs.models import RunRequest, RunResult
-from ...runs.store import FINAL, RunFilter, RunRecord, Status
 from ...web.auth import principal
 from ...web.problems import error_response
 from ..schemas import ERRORS, ApprovalRequest, RunAccepted, RunList, RunRecordModel, RunSummary
@@ -30,8 +32,6 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=ERRORS)
 
 #: How long ``DELETE /v1/runs/{id}`` waits for the run to stop before answering 202.
 CANCEL_SETTLE_SECONDS = 5.0
-#: How often a stream of a run of another process looks at its record.
-POLL_SECONDS = 0.2
 #: An answer with at most this much text (output, error, file contents) is built on the
 #: event loop (microseconds); a larger one on the run manager's threads.
 INLINE_ANSWER_CHARS = 64 * 1024
@@ -180,38 +180,9 @@ def _last_event_id(value: str | None) -> int:
     return int(text) if text.isdigit() and len(text) <= 18 else 0
 
 
-async def _live(handle: RunHandle, after: int) -> AsyncIterator[bytes]:
-    async for event_id, kind, data in handle.stream(after):
+async def _sse_stream(events: AsyncIterator[StreamEvent]) -> AsyncIterator[bytes]:
+    async for event_id, kind, data in events:
         yield _sse(kind, _payload(kind, data), event_id)
-
-
-async def _remote(manager: RunManager, run_id: str, after: int) -> AsyncIterator[bytes]:
-    async for event_id, kind, data in manager.dispatcher.events(run_id, after):
-        yield _sse(kind, _payload(kind, data), event_id)
-
-
-async def _recorded(manager: RunManager, record: RunRecord, after: int) -> AsyncIterator[bytes]:
-    """A run with no live view here: one that has ended, or one of another process
-    (polled until it ends, or until this process shuts down)."""
-    status = None
-    while record.status not in FINAL:
-        if record.status != status:
-            status = record.status
-            yield _sse("status", {"status": status})
-        if manager.closing:
-            yield _sse("error", shutdown_error().to_dict()["error"])
-            return
-        await asyncio.sleep(POLL_SECONDS)
-        record = await manager.offload(manager.reload, record)
-    kind, body = terminal(record)
-    count = record.events
-    # The last two events carry the ids the live stream gave them, when it was recorded.
-    for event_id, event, data in (
-        (count - 1 if count else None, "status", {"status": record.status}),
-        (count, kind, body),
-    ):
-        if event_id is None or event_id > after:
-            yield _sse(event, data, event_id)
 
 
 @router.get(
@@ -237,24 +208,13 @@ async def run_events(
     manager: RunManager = request.app.state.manager
     after = _last_event_id(last_event_id)
     record = await manager.offload(lambda: manager.get(run_id, who, action="run.events"))
-    if manager.remote:  # a cluster's run: its events are in the database, wherever it runs
-        if record.status in FINAL and record.events is not None and after >= record.events:
-            return Response(status_code=204)
-        return StreamingResponse(
-            _remote(manager, run_id, after),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-    handle = manager.handle(run_id)
-    if handle is not None and handle.future.done() and not handle.future.cancelled():  # ended: as a recorded one
-        record, handle = handle.future.result(), None
-    if handle is None and record.status not in FINAL:
-        record = await manager.offload(manager.reload, record)  # it may have ended a moment ago
-    if handle is None and record.status in FINAL and record.events is not None and after >= record.events:
+    events = await manager.offload(manager.events, record, after)
+    if events is None:  # Last-Event-ID names the run's last event
         return Response(status_code=204)
-    stream = _live(handle, after) if handle is not None else _recorded(manager, record, after)
     return StreamingResponse(
-        stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        _sse_stream(events),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 

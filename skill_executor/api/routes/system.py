@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ...access import Principal
-from ...dispatch import PostgresDispatcher
+from ...dispatch import QueueDispatch
 from ...web.auth import principal
 from ..schemas import Check, Health
 
@@ -62,8 +62,8 @@ def metrics(request: Request, _: Principal = Depends(principal)) -> Response:
     """Never fails: a figure that cannot be had (the engine is away) is left out, and
     ``skill_executor_engine_up`` says so."""
     state = request.app.state
-    dispatcher = state.manager.dispatcher
-    if isinstance(dispatcher, PostgresDispatcher):  # an API replica: the cluster's figures
+    dispatcher = state.manager.dispatch
+    if isinstance(dispatcher, QueueDispatch):  # an API replica: the cluster's figures
         try:
             waiting, running = dispatcher.figures()
             state.metrics.queue_depth.set(waiting)

@@ -29,7 +29,7 @@ from pydantic import Discriminator, Tag
 from ...access import Principal
 from ...activity import Activity
 from ...errors import BadRequest
-from ...runs.manager import RunManager
+from ...lifecycle.manager import RunManager
 from ...runs.models import RunRequest, RunResult
 from ...tools import Surface, ToolExecutor, ToolResult, definitions
 from ...web.auth import principal

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .store import RunRecord
+from .records import RunRecord
 
 Event = tuple[str, Any]
 
