@@ -33,12 +33,12 @@ from .access import key_names
 from .config import Settings
 from .core import Executor
 from .dispatch import LocalDispatcher, PostgresDispatcher, Worker, sweep
-from .dispatch.processes import ClusterProcesses
 from .errors import ExecutorError
 from .owners import data_dir_id
 from .policy import load_policy
+from .processes.base import Processes
+from .processes.cluster import ClusterProcesses
 from .runs.manager import RunManager
-from .runs.processes import Processes
 from .runs.seam import Dispatcher
 from .runs.store import RunRecord, RunStore
 from .runtimes.base import Runtime
@@ -159,12 +159,12 @@ class Service:
                     moving_sessions=bool(settings.session_snapshots),
                     url=worker_url(settings),
                 )
-                worker.serve_processes(executor.runner.processes)
+                executor.processes.before_start = worker.claim_session  # a process start takes its session's lease
         except BaseException:
             executor.close(timeout=5.0)
             raise
         try:
-            processes: Processes = executor.runner.processes
+            processes: Processes = executor.processes
             if role == "api":  # a replica proxies them to the worker running each session's
                 processes = ClusterProcesses(
                     executor.database, settings, moving_sessions=bool(settings.session_snapshots)
@@ -176,7 +176,7 @@ class Service:
                 contexts=executor.contexts,
                 artifacts=executor.artifacts,
                 budget=default_budget(settings),
-                processes=processes if role == "api" or executor.runner.processes.supported else None,
+                processes=processes if role == "api" or executor.processes.supported else None,
             )
             supervisor = executor.runner.supervisor
             ttl = settings.artifact_ttl_seconds
