@@ -2,7 +2,7 @@
 
     python bench/process_latency.py [--runs N] [--oci-runtime runsc] [--out FILE]
 
-Through the library (:class:`~skill_executor.runs.processes.ProcessManager`, no HTTP), per sample:
+Through the library (:class:`~skill_executor.processes.manager.ProcessManager`, no HTTP), per sample:
 
 * ``first_start``: a session's first process (``cat``): the session's container made and
   started, then the exec -- the call's return;
@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from skill_executor.client import Client  # noqa: E402
 from skill_executor.config import Settings  # noqa: E402
 from skill_executor.core import Executor  # noqa: E402
-from skill_executor.runs.processes import ProcessManager  # noqa: E402
+from skill_executor.processes.manager import ProcessManager  # noqa: E402
 
 T = "local"
 
@@ -105,7 +105,7 @@ def main() -> None:
         runtime="docker", pool_size=0, data_dir=data, docker_oci_runtime=args.oci_runtime, skills_dirs=[REPO / "skills"]
     )
     executor = Executor.from_settings(settings)
-    pm = executor.runner.processes
+    pm = executor.processes
     results: dict[str, list[float]] = {
         k: []
         for k in (
@@ -138,7 +138,9 @@ def main() -> None:
                 after = until_output(pm, session, cat, line, after)
                 results["echo_round_trip"].append((time.perf_counter() - started) * 1000)
                 results["poll"].append(ms(lambda s=session, a=after: pm.poll(T, s, cat, after=a)))
-            host = pm._hosts[(T, session)].host  # the floor: the same container, a plain exec
+            entry = pm.hosts.get((T, session))
+            assert entry is not None
+            host = entry.host  # the floor: the same container, a plain exec
             api = executor.runtime.client.api  # type: ignore[attr-defined]
 
             def exec_api(cid: str = host.id) -> None:

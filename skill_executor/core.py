@@ -24,6 +24,7 @@ from .lifecycle import RunManager, RunRecord, RunStore
 from .objects import ObjectStore, open_object_store
 from .owners import data_dir_id
 from .policy import load_policy
+from .processes.manager import ProcessManager
 from .registry import PackageLimits, SkillRepository
 from .registry.bundles import BundleStore
 from .registry.package import refuse_reserved
@@ -31,6 +32,7 @@ from .registry.repository import check_layout
 from .registry.store import Registry
 from .runs.pipeline import SkillRunner
 from .runtimes.base import Runtime
+from .workspace.sessions import SessionStore
 from .workspace.snapshots import SessionSnapshots
 
 
@@ -109,6 +111,8 @@ class Executor:
     artifacts: LocalArtifactStore
     runtime: Runtime
     runner: SkillRunner
+    #: the sessions' interactive processes (in each one's sandbox; the session's runs share its loopback)
+    processes: ProcessManager
     #: agents' contexts per session (what they loaded), shared by the library, REST, MCP and tools
     contexts: ContextService
     #: the run manager of in-process callers (:meth:`runs`), made on first use
@@ -151,8 +155,17 @@ class Executor:
             strict=settings.skill_upload_strict,
             check=refuse_reserved if settings.skill_refuse_reserved_names else None,
         )
-        runner = SkillRunner(settings, repository, artifacts, runtime, snapshots, bundles, policy)
-        return cls(settings, database, objects, repository, artifacts, runtime, runner, contexts)
+        sessions = SessionStore(
+            settings.workspaces,
+            settings.session_ttl_seconds,
+            volume_bytes=settings.session_disk_bytes if runtime.disk_cap == "hard" else None,
+            per_tenant=settings.sessions_per_tenant,
+            snapshots=snapshots,
+            owner=runtime.owner,
+        )
+        processes = ProcessManager(settings, runtime, sessions, policy=policy)
+        runner = SkillRunner(settings, repository, artifacts, runtime, sessions, processes.network_of, bundles, policy)
+        return cls(settings, database, objects, repository, artifacts, runtime, runner, processes, contexts)
 
     def runs(self) -> RunManager:
         """The front door of in-process callers (``skill-executor run``, the doctor's probe from
@@ -187,6 +200,7 @@ class Executor:
         if self._runs is not None:
             self._runs.shutdown(timeout=max(0.5, deadline - time.monotonic()))
         self.runner.close()
+        self.processes.close()
         try:
             self.runtime.close(timeout=max(0.5, deadline - time.monotonic()))
         finally:

@@ -34,12 +34,12 @@ from .access import key_names
 from .config import Settings
 from .core import Executor
 from .dispatch import InProcess, QueueDispatch, Worker, sweep
-from .dispatch.processes import ClusterProcesses
 from .errors import ExecutorError
 from .lifecycle import RunManager, RunRecord, RunStore
 from .owners import data_dir_id
 from .policy import load_policy
-from .runs.processes import Processes
+from .processes.base import Processes
+from .processes.cluster import ClusterProcesses
 from .runtimes.base import Runtime
 from .tools import ToolExecutor, default_budget
 
@@ -181,7 +181,7 @@ def assemble_embedded(
     with _closing_on_failure(executor) as closers:
         manager = executor.manager(recover=True, on_finish=on_finish)
         closers.append(manager.shutdown)
-        processes = executor.runner.processes
+        processes = executor.processes
         tools = _tools(executor, processes if processes.supported else None)
         _expiry(executor)
         return Service(settings, executor, manager, tools, "all", None, processes)
@@ -264,8 +264,8 @@ def assemble_worker(
             url=worker_url(settings),
         )
         closers.append(taker.close)
-        processes = executor.runner.processes
-        taker.serve_processes(processes)
+        processes = executor.processes
+        processes.before_start = taker.claim_session  # a process start takes its session's lease
         tools = _tools(executor, processes if processes.supported else None)
         _expiry(executor)
         return Service(settings, executor, manager, tools, "worker", taker, processes)

@@ -81,7 +81,7 @@ def create_app(
             raise
         executor = service.executor
         metrics.watch_runtime(executor.runtime.stats)
-        metrics.watch_processes(executor.runner.processes.stats)
+        metrics.watch_processes(executor.processes.stats)
         if isinstance(service.manager.dispatch, QueueDispatch):  # an API replica
             database = service.manager.dispatch.database
             metrics.watch_cluster(lambda: cluster_status(database), settings.worker_lease_seconds)

@@ -191,7 +191,7 @@ class ClusterCollector(Collector):
 
 
 class ProcessCollector(Collector):
-    """The sessions' processes (:meth:`~skill_executor.runs.processes.ProcessManager.stats`), read at each scrape."""
+    """The sessions' processes (:meth:`~skill_executor.processes.manager.ProcessManager.stats`), read at each scrape."""
 
     def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
         self.stats = stats

@@ -23,8 +23,8 @@ from fastapi import FastAPI, Request
 from .. import __version__
 from ..access import TENANT_HEADER, Principal
 from ..config import Settings
-from ..dispatch.processes import internal_secret
 from ..owners import DataDirClaim
+from ..processes.cluster import internal_secret
 from ..service import Service
 from ..web import problems
 from ..web.auth import KeyRing, Unauthorized, internal_principal, key_principal, principal
@@ -59,7 +59,7 @@ def create_worker_app(settings: Settings, *, claim: DataDirClaim, on_exit: Calla
             claim.release()
             raise
         metrics.watch_runtime(service.executor.runtime.stats)
-        metrics.watch_processes(service.executor.runner.processes.stats)
+        metrics.watch_processes(service.executor.processes.stats)
         app.state.internal_secret = await asyncio.to_thread(internal_secret, service.executor.database, settings)
         app.state.service = service
         app.state.executor = service.executor

@@ -38,7 +38,6 @@ from ..db.schema import run_events, runs, session_leases, workers
 from ..errors import Conflict
 from ..lifecycle.handle import TERMINAL
 from ..lifecycle.records import FINAL, RunRecord
-from ..runs.processes import ProcessManager
 from . import events as ev
 from . import queue
 from .connector import SteadyConnector
@@ -347,10 +346,6 @@ class Worker:
                 ).first()
                 is not None
             )
-
-    def serve_processes(self, processes: ProcessManager) -> None:
-        """This worker's sessions' processes: a process start takes its session's lease."""
-        processes.before_start = self.claim_session
 
     def claim_session(self, tenant: str, session: str) -> None:
         """Make this worker ``session``'s home before a process of it starts here (so its

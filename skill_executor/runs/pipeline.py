@@ -16,6 +16,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from .. import tracing
@@ -33,12 +34,10 @@ from ..runtimes.skillcopy import add_node_modules, add_sibling
 from ..workers import Supervisor
 from ..workspace.layout import WorkspaceManager, environment
 from ..workspace.sessions import SessionStore
-from ..workspace.snapshots import SessionSnapshots
 from ..workspace.staging import Stager
 from .limiter import RunLimiter
 from .models import RunRequest, RunResult
 from .plan import RunPlan, check_request, resolve_cwd
-from .processes import ProcessManager
 from .results import build_result
 from .sandbox import RunSandbox
 
@@ -62,10 +61,14 @@ class SkillRunner:
         repository: SkillRepository,
         artifacts: ArtifactStore,
         runtime: Runtime,
-        snapshots: SessionSnapshots | None = None,
+        sessions: SessionStore,
+        network_of: Callable[[str, str], str | None],
         bundles: BundleStore | None = None,
         policy: Policy | None = None,
     ) -> None:
+        """``sessions``: the sessions' work/ its runs use; ``network_of``: the sandbox whose
+        loopback a run of a session joins (its interactive processes', None: its own;
+        :meth:`skill_executor.processes.manager.ProcessManager.network_of`)."""
         self.settings = settings
         #: the command policy (SKILL_EXECUTOR_POLICY_FILE; None: none)
         self.policy = (
@@ -82,14 +85,8 @@ class SkillRunner:
         )
         self.artifacts = artifacts
         self.runtime = runtime
-        self.sessions = SessionStore(
-            settings.workspaces,
-            settings.session_ttl_seconds,
-            volume_bytes=settings.session_disk_bytes if runtime.disk_cap == "hard" else None,
-            per_tenant=settings.sessions_per_tenant,
-            snapshots=snapshots,
-            owner=runtime.owner,
-        )
+        self.sessions = sessions
+        self.network_of = network_of
         self.stager = Stager(
             repository,
             artifacts,
@@ -99,8 +96,6 @@ class SkillRunner:
             owner=runtime.owner,
         )
         self.limiter = RunLimiter(settings.max_concurrent_runs, settings.max_queued_runs)
-        #: A session's interactive processes (in its sandbox; runs of the session share its loopback).
-        self.processes = ProcessManager(settings, runtime, self.sessions, policy=self.policy)
         self.supervisor = Supervisor("runner")
         self.supervisor.every(
             "session-expiry", SESSION_SWEEP_SECONDS, self.sessions.sweep, initial_delay=SESSION_SWEEP_SECONDS
@@ -186,7 +181,7 @@ class SkillRunner:
                         work,
                         tenant,
                         self.settings.session_disk_bytes,
-                        network_of=self.processes.network_of(tenant, request.session),
+                        network_of=self.network_of(tenant, request.session),
                         exec_rule=plan.decision.exec_rule,
                     )
                     try:
@@ -284,6 +279,5 @@ class SkillRunner:
         self.runtime.settle()
 
     def close(self) -> None:
-        """Stop its own workers and the sessions' processes; the runtime (closed by its owner) holds the rest."""
+        """Stop its own workers; the runtime and the sessions' processes (closed by their owner) hold the rest."""
         self.supervisor.close(timeout=1.0)
-        self.processes.close()

@@ -18,6 +18,11 @@ the deadline, cancellation, the disk cap, bounded output, partial output on a ki
 collection live there, once, above every runtime.  The pipeline sees only the
 :class:`Sandbox` it makes.  A new runtime implements :class:`Runtime` and :class:`Box`
 and passes ``tests/unit/test_runtime_contract.py``; the pipeline does not change.
+
+A runtime may also keep a session's sandbox for interactive processes
+(:mod:`skill_executor.processes`): the optional capability :class:`SupportsProcesses`
+(``host`` -> :class:`RuntimeHost`, whose ``exec`` -> :class:`RuntimeProcess`).  A runtime
+without it has no interactive processes; nothing else changes for it.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, runtime_checkable
 
 from ..access import LOCAL_TENANT
 from ..activity import Activity
@@ -271,4 +276,49 @@ class Runtime(Protocol):
 
     def close(self, timeout: float = 300.0) -> None:
         """Release everything within ``timeout`` seconds (leftovers: swept at the next start)."""
+        ...
+
+
+class RuntimeProcess(Protocol):
+    """One interactive process as a runtime runs it in a session's sandbox
+    (:class:`~skill_executor.runtimes.docker.processes.DockerProcess`)."""
+
+    def read(self) -> bytes: ...
+    def write(self, data: bytes) -> None: ...
+    def close_stdin(self) -> None: ...
+    def signal(self, signum: int) -> bool: ...
+    def kill(self) -> None: ...
+    def exit_code(self) -> int | None: ...
+    def close(self) -> None: ...
+
+
+class RuntimeHost(Protocol):
+    """A session's sandbox for interactive processes
+    (:class:`~skill_executor.runtimes.docker.processes.DockerHost`)."""
+
+    id: str
+
+    @property
+    def network_of(self) -> str:
+        """What a run of the session joins to reach the sandbox's loopback (:attr:`SandboxPlan.network_of`)."""
+        ...
+
+    def exec(self, argv: list[str], *, cwd: str, env: dict[str, str], pty: bool) -> RuntimeProcess:
+        """Start ``argv`` in the sandbox, stdin open (a TTY when ``pty``)."""
+        ...
+
+
+@runtime_checkable
+class SupportsProcesses(Protocol):
+    """The optional capability of a :class:`Runtime` to keep a session's sandbox for its
+    interactive processes (:mod:`skill_executor.processes`; Docker has it).  Without it a
+    process start is refused (501 ``processes_unsupported``)."""
+
+    def host(self, work: Path, key: str, lifetime: float) -> RuntimeHost:
+        """A new sandbox with the session's ``work/`` (``work``), tracked under ``key`` until
+        :meth:`unhost`, living at most ``lifetime`` seconds (a backstop for the runtime's reaper)."""
+        ...
+
+    def unhost(self, host: RuntimeHost) -> None:
+        """Remove a sandbox :meth:`host` made (everything in it killed)."""
         ...

@@ -37,9 +37,9 @@ from ..context import ContextService
 from ..errors import BadRequest, ExecutorError, Forbidden, NotFound
 from ..lifecycle.outcomes import ShuttingDown
 from ..neutral import MAX_GROWTH, neutralise
+from ..processes.base import Processes, ProcessView
 from ..registry import SkillRepository
 from ..runs.models import OutputSpec, RunRequest, RunResult
-from ..runs.processes import Processes, ProcessView
 from ..skills import docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
 from ..skills.model import estimate_tokens
 from .budget import ResultBudget, Surface, head_tail

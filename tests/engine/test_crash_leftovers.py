@@ -43,7 +43,7 @@ CRASHER = textwrap.dedent("""
     settings = Settings(data_dir=Path(sys.argv[1]), skills_dirs=[Path(sys.argv[2])], pool_size=0,
                         skills_refresh_seconds=0, docker_disk_bytes=64 << 20, session_disk_bytes=64 << 20)
     executor = Executor.from_settings(settings)
-    executor.runner.processes.start("local", "kept", "sleep 600")
+    executor.processes.start("local", "kept", "sleep 600")
     request = RunRequest(skill="math-tools", command="echo x > $OUTPUT_DIR/x; sleep 600", timeout=600)
     threading.Thread(target=executor.runner.run, args=(request,), daemon=True).start()
     print(executor.runtime.token, flush=True)
@@ -140,7 +140,7 @@ def test_two_services_one_a_copy_of_the_others_data_dir_never_end_each_others_sa
     a = Executor.from_settings(settings_a)
     b: Executor | None = None
     try:
-        process = a.runner.processes.start("local", "chat", "sleep 600")
+        process = a.processes.start("local", "chat", "sleep 600")
         host = _containers(**{LABEL_OWNER: a.runtime.token})
         assert [c["State"] for c in host] == ["running"]
         b_dir = tmp_path / "b"
@@ -162,7 +162,7 @@ def test_two_services_one_a_copy_of_the_others_data_dir_never_end_each_others_sa
             docker_runtime.STRAY_GRACE_SECONDS = stray
         b.runtime.reap()
         assert [c["Id"] for c in _containers(**{LABEL_OWNER: a.runtime.token})] == [host[0]["Id"]]
-        view = a.runner.processes.get("local", "chat", process.id)
+        view = a.processes.get("local", "chat", process.id)
         assert not view.ended, view
     finally:
         if b is not None:

@@ -9,7 +9,7 @@ import pytest
 from skill_executor.config import Settings
 from skill_executor.core import Executor
 from skill_executor.errors import ExecutorError
-from skill_executor.runs.processes import OutputRing, _text
+from skill_executor.processes.output import OutputRing, as_text
 from skill_executor.tools import ToolExecutor
 
 from ..conftest import REPO
@@ -29,9 +29,9 @@ def test_the_ring_keeps_the_newest_bytes_and_counts_them_all() -> None:
 
 def test_a_poll_cut_short_leaves_a_split_character_for_the_next() -> None:
     data = "aé".encode()  # b"a\xc3\xa9"
-    assert _text(data[:2], cut=True) == ("a", 1)
-    assert _text(data, cut=True) == ("aé", 3)
-    assert _text(data[:2], cut=False) == ("a\ufffd", 2)
+    assert as_text(data[:2], cut=True) == ("a", 1)
+    assert as_text(data, cut=True) == ("aé", 3)
+    assert as_text(data[:2], cut=False) == ("a\ufffd", 2)
 
 
 def test_the_process_tools_refuse_as_error_results(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_the_process_tools_refuse_as_error_results(tmp_path: Path) -> None:
         unavailable = ToolExecutor(executor.repository)
         result = unavailable.call("process_start", {"session": "s", "command": "true"})
         assert result.is_error and "tool_unavailable" in result.content
-        tools = ToolExecutor(executor.repository, processes=executor.runner.processes)
+        tools = ToolExecutor(executor.repository, processes=executor.processes)
         result = tools.call("process_start", {"session": "s", "command": "true"})
         assert result.is_error and "processes_unsupported" in result.content
         result = tools.call("process_poll", {"session": "s", "process": "p-1", "after": -1})
@@ -73,23 +73,23 @@ def test_a_key_under_a_command_policy_starts_no_process(tmp_path: Path) -> None:
     executor = Executor.from_settings(settings)
     try:
         with pytest.raises(ExecutorError) as denied:
-            executor.runner.processes.start("tenant-a", "s", "python3 -i")
+            executor.processes.start("tenant-a", "s", "python3 -i")
         assert denied.value.code == "command_denied" and denied.value.status == 403
         assert denied.value.details["rule"] == "no-curl"
         with pytest.raises(ExecutorError) as other:
-            executor.runner.processes.start("tenant-b", "s", "python3 -i")
+            executor.processes.start("tenant-b", "s", "python3 -i")
         assert other.value.code == "processes_unsupported"  # no rule for this key: on to the runtime
     finally:
         executor.close()
 
 
 def test_a_cluster_replica_maps_a_workers_answers() -> None:
-    """A replica's proxy (dispatch/processes.py): a worker's refusal comes back with its own
+    """A replica's proxy (processes/cluster.py): a worker's refusal comes back with its own
     status and code; a worker refusing the cluster's secret is the cluster's fault (503), never
     the caller's 401; a worker that does not answer is ``worker_unreachable``."""
     import httpx
 
-    from skill_executor.dispatch.processes import ClusterProcesses
+    from skill_executor.processes.cluster import ClusterProcesses
 
     seen: list[httpx.Request] = []
 
@@ -115,3 +115,18 @@ def test_a_cluster_replica_maps_a_workers_answers() -> None:
         with pytest.raises(ExecutorError) as refused:
             proxy._call("GET", "http://w", "tenant-a", "s", path)
         assert (refused.value.status, refused.value.code) == (503, "worker_unreachable")
+
+
+def test_only_a_runtime_with_the_capability_has_processes() -> None:
+    """Interactive processes are an optional capability of the runtime seam
+    (runtimes/base.py's SupportsProcesses): Docker has it, the others refuse processes."""
+    from skill_executor.runtimes.agentsandbox.runtime import AgentSandboxRuntime
+    from skill_executor.runtimes.base import SupportsProcesses
+    from skill_executor.runtimes.bwrap import BwrapRuntime
+    from skill_executor.runtimes.docker import DockerRuntime
+    from skill_executor.runtimes.local import LocalRuntime
+    from skill_executor.runtimes.remote import RemoteRuntime
+
+    assert issubclass(DockerRuntime, SupportsProcesses)
+    without = (LocalRuntime, BwrapRuntime, AgentSandboxRuntime, RemoteRuntime)
+    assert [r.__name__ for r in without if issubclass(r, SupportsProcesses)] == []

@@ -13,8 +13,9 @@ from skill_executor.access import key_id
 from skill_executor.core import Executor
 from skill_executor.errors import ExecutorError
 from skill_executor.policy import parse_policy
+from skill_executor.processes.base import Poll
+from skill_executor.processes.manager import ProcessManager
 from skill_executor.runs.models import RunRequest
-from skill_executor.runs.processes import Poll, ProcessManager
 from skill_executor.runtimes.docker import processes as docker_processes
 
 from ..conftest import is_gvisor, make_settings
@@ -38,14 +39,14 @@ def until(
 
 @pytest.fixture
 def pm(executor: Executor) -> ProcessManager:
-    return executor.runner.processes
+    return executor.processes
 
 
 def test_the_local_runtime_refuses_processes(tmp_path: Path) -> None:
     executor = Executor.from_settings(make_settings(tmp_path, "local"))
     try:
         with pytest.raises(ExecutorError) as refused:
-            executor.runner.processes.start(T, "s", "true")
+            executor.processes.start(T, "s", "true")
         assert refused.value.code == "processes_unsupported" and refused.value.status == 501
     finally:
         executor.close()
@@ -233,7 +234,7 @@ def test_a_write_to_a_process_that_does_not_read_gives_up(pm: ProcessManager, mo
 def test_a_key_and_the_service_hold_a_bounded_number_of_sandboxes(make_executor) -> None:  # type: ignore[no-untyped-def]
     """Each session with processes keeps a sandbox as big as a run's, taking no run slot: a key
     (and the service) may have only so many (else one key holds ``sessions_per_tenant`` of them)."""
-    pm = make_executor(process_sandboxes_per_key=2, process_sandboxes=3).runner.processes
+    pm = make_executor(process_sandboxes_per_key=2, process_sandboxes=3).processes
     first = pm.start(T, "box-1", "sleep 300")
     pm.start(T, "box-1", "sleep 300")  # the same sandbox
     pm.start(T, "box-2", "sleep 300")

@@ -1,5 +1,5 @@
 """A session's interactive processes: start, stdin, output (polled, or as Server-Sent Events),
-signals, kill (:mod:`skill_executor.runs.processes`).
+signals, kill (:mod:`skill_executor.processes`).
 
 The processes of ``{session}`` are the caller's own (its API key's tenant), as the session
 is; an admin key may address another key's with ``?owner=<key id>`` (audited).
@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...access import Principal, resolve_tenant_audited
 from ...errors import ExecutorError
-from ...runs.processes import MAX_POLL_BYTES, MAX_WAIT_SECONDS, Processes, ProcessView
+from ...processes.base import MAX_POLL_BYTES, MAX_WAIT_SECONDS, Processes, ProcessView
 from ...web.auth import principal
 from ..schemas import ERRORS, ProcessInfo, ProcessList, ProcessOutput, ProcessSignal, ProcessStart, ProcessWrite
 
@@ -29,7 +29,7 @@ STREAM_WAIT_SECONDS = 10.0
 def _processes(request: Request) -> Processes:
     """This service's processes: executed here (a runtime without any refuses a start, 501
     ``processes_unsupported``), or, on a cluster's API replica, proxied to the worker running
-    each session's (:mod:`skill_executor.dispatch.processes`)."""
+    each session's (:mod:`skill_executor.processes.cluster`)."""
     processes: Processes | None = getattr(getattr(request.app.state, "service", None), "processes", None)
     if processes is None:
         raise ExecutorError("this service is not started", code="unavailable", status=503)

@@ -31,7 +31,7 @@ from ...owners import LeaseState
 from ...workers import Causes, Supervisor
 from ...workspace.layout import LAUNCHER_SOCKET, PREPARED, SKILLS, WorkspaceManager
 from ...workspace.remove import remove_tree
-from ..base import SandboxPlan
+from ..base import RuntimeHost, SandboxPlan
 from ..janitor import Janitor
 from ..limits import DISK_POLL_SECONDS, describe_disk_cap, workspace_volume_bytes
 from ..skillcopy import provide, stage
@@ -354,12 +354,15 @@ class DockerRuntime:
 
     def host(self, work: Path, key: str, lifetime: float) -> DockerHost:
         """A session's long-lived container for its processes (:mod:`.processes`), tracked
-        under ``key`` (so the reconciliation leaves it alone) until :meth:`unhost`."""
+        under ``key`` (so the reconciliation leaves it alone) until :meth:`unhost`
+        (:class:`~skill_executor.runtimes.base.SupportsProcesses`)."""
         host = DockerHost(self.engine, self.settings, work, key=key, lifetime=lifetime)
         self._track(key, host.id)
         return host
 
-    def unhost(self, host: DockerHost) -> None:
+    def unhost(self, host: RuntimeHost) -> None:
+        if not isinstance(host, DockerHost):
+            raise TypeError(f"not a host of the docker runtime: {host!r}")
         host.close()
         self._track(host.key, None)
 

@@ -1,7 +1,7 @@
 """A cluster's session processes, as an API replica serves them: each runs on its session's
 worker (the one holding the session's lease, which its runs go to as well), and the replica
 proxies every call to that worker's own processes routes (:mod:`skill_executor.api.worker`),
-which execute them (:class:`~skill_executor.runs.processes.ProcessManager`).
+which execute them (:class:`~skill_executor.processes.manager.ProcessManager`).
 
 * Start: the session's home worker, else a live worker (the fewest sessions); that worker
   takes the session's lease as the process starts (its runs go there from then on). The
@@ -29,10 +29,10 @@ from ..access import TENANT_HEADER
 from ..config import Settings
 from ..db import Database
 from ..db.schema import cluster_secrets, session_leases, session_processes, workers
+from ..dispatch.postgres import NoWorkers, session_home
+from ..dispatch.sweep import now_sql
 from ..errors import ExecutorError, Unavailable
-from ..runs.processes import HOST_LIFETIMES, KEEP_ENDED_SECONDS, MAX_WAIT_SECONDS, Poll, ProcessLost, ProcessNotFound
-from .postgres import NoWorkers, session_home
-from .sweep import now_sql
+from .base import HOST_LIFETIMES, KEEP_ENDED_SECONDS, MAX_WAIT_SECONDS, Poll, ProcessLost, ProcessNotFound
 
 #: How long a call to a worker may take besides a poll's wait.
 CALL_SECONDS = 30.0
@@ -60,7 +60,7 @@ _RUNNING = (workers.c.lease_until > text(now_sql())) & (workers.c.started_at <= 
 
 
 class RemoteProcess:
-    """A process as its worker answered it (a :class:`~skill_executor.runs.processes.ProcessView`)."""
+    """A process as its worker answered it (a :class:`~skill_executor.processes.base.ProcessView`)."""
 
     def __init__(self, info: dict[str, Any]) -> None:
         self.info = info

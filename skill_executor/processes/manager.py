@@ -1,260 +1,53 @@
-"""A session's interactive processes: start, write to stdin, poll output, signal, kill.
-
-A process runs in its session's sandbox: on Docker a long-lived container of the session
-(its *host*, :mod:`skill_executor.runtimes.docker.processes`) made with every cap of a
-run's container and the session's ``work/``; runs of the session join its loopback, so a
-server a process started answers them.  The host is made with the session's first
-process and removed with its last; while it lives, the session's ``work/`` is held
-(:meth:`~skill_executor.workspace.sessions.SessionStore.hold`: mounted under the hard
-cap, never expired).
-
-Each process's output (stdout and stderr as they arrive, one stream; a TTY's as it is) is
-kept in a ring of ``process_output_bytes``: bytes are numbered from 0 as they were
-written, ``total`` counts them all, and a poll ``after=<offset>`` answers what the ring
-still holds past it, saying how many bytes it lost before (``dropped``).  A process is
-killed at its wall-clock limit, and when idle (no input, no output) past its idle limit;
-all of a session's processes are killed when the session ends.  An ended process keeps
-its output and exit code for :data:`KEEP_ENDED_SECONDS`.
-"""
+"""The processes of one service process (:class:`ProcessManager`): every call on them, their
+output pumped into each one's ring, their limits swept (see :mod:`skill_executor.processes`)."""
 
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import signal as signals
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from functools import partial
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any
 
 from ..access import check_tenant
 from ..config import Settings
-from ..errors import BadRequest, Busy, Conflict, ExecutorError, NotFound, TooLarge
+from ..errors import BadRequest, Busy, Conflict, ExecutorError, TooLarge
 from ..policy import CommandDenied, Policy
+from ..runs.plan import check_env
+from ..runtimes.base import Runtime
 from ..workers import Supervisor
-from ..workspace.fs import Tree
 from ..workspace.sessions import SessionStore
-from .plan import check_env
+from .base import (
+    HOST_LIFETIMES,
+    KEEP_ENDED_SECONDS,
+    MAX_POLL_BYTES,
+    MAX_WAIT_SECONDS,
+    MAX_WRITE_BYTES,
+    Poll,
+    ProcessEnded,
+    ProcessNotFound,
+    Reason,
+)
+from .hosts import SessionHost, SessionHosts
+from .output import OutputRing, SessionProcess, as_text
 
 log = logging.getLogger(__name__)
 
-#: How long an ended process stays pollable.
-KEEP_ENDED_SECONDS = 600.0
 #: How often the limits are checked.
 SWEEP_SECONDS = 0.5
-#: The longest one poll may wait for output.
-MAX_WAIT_SECONDS = 30.0
 #: The most polls (an SSE stream is one) of one key that may wait at once, and of the service:
 #: a waiting poll holds one of the service's worker threads (40), which every call needs.
 MAX_WAITS_PER_KEY = 8
 MAX_WAITS = 24
-#: The most bytes one write takes.
-MAX_WRITE_BYTES = 1024 * 1024
-#: The most bytes one poll answers.
-MAX_POLL_BYTES = 1024 * 1024
 #: How long a killed process may take to end before its stream is given up.
 KILL_GRACE_SECONDS = 5.0
 #: The signals a caller may send.
 SIGNALS = ("INT", "TERM", "KILL", "HUP", "QUIT", "USR1", "USR2", "STOP", "CONT", "WINCH")
-#: A session's sandbox lives at most this many ``process_max_seconds`` (its container's
-#: deadline label, for the runtime's reaper); a process started late in it gets less.
-HOST_LIFETIMES = 4
-#: Kept between a process's wall-clock limit and its sandbox's deadline.
-HOST_GRACE_SECONDS = 60.0
 #: Where a process sees the session's work/.
 WORK_DIR = "/workspace/work"
-
-Reason = Literal["exited", "killed", "timeout", "idle", "session_ended", "lost"]
-
-
-class ProcessNotFound(NotFound):
-    code = "process_not_found"
-
-
-class ProcessEnded(Conflict):
-    code = "process_ended"
-
-
-class ProcessLost(ExecutorError):
-    """In a cluster: the worker that ran the process is gone (with the process and its output)."""
-
-    code = "process_lost"
-    status = 410
-
-
-class RuntimeProcess(Protocol):
-    """One process as a runtime runs it (:class:`~skill_executor.runtimes.docker.processes.DockerProcess`)."""
-
-    def read(self) -> bytes: ...
-    def write(self, data: bytes) -> None: ...
-    def close_stdin(self) -> None: ...
-    def signal(self, signum: int) -> bool: ...
-    def kill(self) -> None: ...
-    def exit_code(self) -> int | None: ...
-    def close(self) -> None: ...
-
-
-class RuntimeHost(Protocol):
-    """A session's sandbox for processes (:class:`~skill_executor.runtimes.docker.processes.DockerHost`)."""
-
-    id: str
-
-    @property
-    def network_of(self) -> str: ...
-
-    def exec(self, argv: list[str], *, cwd: str, env: dict[str, str], pty: bool) -> RuntimeProcess: ...
-
-
-class ProcessView(Protocol):
-    """A process as the calls answer it (:class:`SessionProcess`, or a cluster worker's answer)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def ended(self) -> bool: ...
-    @property
-    def exit_code(self) -> int | None: ...
-    def state(self) -> dict[str, Any]: ...
-
-
-class Processes(Protocol):
-    """A session's processes as the API and the tools call them: :class:`ProcessManager`
-    (executed here), or a cluster's replica's proxy to the worker running them
-    (:class:`~skill_executor.dispatch.processes.ClusterProcesses`)."""
-
-    def start(
-        self,
-        tenant: str,
-        session: str,
-        command: str | list[str],
-        *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        pty: bool = False,
-        timeout: float | None = None,
-        idle_timeout: float | None = None,
-    ) -> ProcessView: ...
-    def list(self, tenant: str, session: str) -> Sequence[ProcessView]: ...
-    def get(self, tenant: str, session: str, process_id: str) -> ProcessView: ...
-    def write(self, tenant: str, session: str, process_id: str, data: bytes, *, eof: bool = False) -> ProcessView: ...
-    def poll(
-        self, tenant: str, session: str, process_id: str, *, after: int = 0, limit: int = 64 * 1024, wait: float = 0.0
-    ) -> Poll: ...
-    def signal(self, tenant: str, session: str, process_id: str, name: str) -> ProcessView: ...
-    def kill(self, tenant: str, session: str, process_id: str) -> ProcessView: ...
-
-
-class OutputRing:
-    """The newest ``cap`` bytes of a stream, numbered from 0 as written; ``total`` counts all."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self._data = bytearray()
-        self.total = 0
-
-    @property
-    def start(self) -> int:
-        """The offset of the oldest byte still held."""
-        return self.total - len(self._data)
-
-    def write(self, chunk: bytes) -> None:
-        self._data += chunk
-        self.total += len(chunk)
-        over = len(self._data) - self.cap
-        if over > 0:
-            del self._data[:over]
-
-    def read(self, after: int, limit: int) -> tuple[int, bytes, int]:
-        """From offset ``after`` (clamped to what was written), at most ``limit`` bytes:
-        (the offset of the first byte answered, the bytes, how many bytes past ``after``
-        the ring no longer holds)."""
-        after = min(max(0, after), self.total)
-        start = self.start
-        dropped = max(0, start - after)
-        begin = max(after, start)
-        return begin, bytes(self._data[begin - start : begin - start + limit]), dropped
-
-
-@dataclass(eq=False)
-class SessionProcess:
-    id: str
-    tenant: str
-    session: str
-    command: str | list[str]
-    pty: bool
-    handle: RuntimeProcess
-    ring: OutputRing
-    timeout: float
-    idle_timeout: float
-    started_at: float = field(default_factory=time.time)
-    started: float = field(default_factory=time.monotonic)
-    active: float = field(default_factory=time.monotonic)
-    cond: threading.Condition = field(default_factory=threading.Condition)
-    ended: bool = False
-    ended_at: float | None = None
-    exit_code: int | None = None
-    reason: Reason | None = None
-    killing: float | None = None  # when a kill was sent (monotonic)
-    gone: bool = False  # its output is over (set under its host's lock)
-    stdin_open: bool = True
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "session": self.session,
-            "command": self.command,
-            "pty": self.pty,
-            "running": not self.ended,
-            "exit_code": self.exit_code,
-            "reason": self.reason,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "total": self.ring.total,
-            "timeout": self.timeout,
-            "idle_timeout": self.idle_timeout,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Poll:
-    """One poll's answer (see the module docstring)."""
-
-    output: str
-    offset: int
-    next: int
-    total: int
-    dropped: int
-    running: bool
-    exit_code: int | None
-    reason: str | None
-
-
-@dataclass(eq=False)
-class _Host:
-    host: RuntimeHost
-    #: When the host's container is past its deadline label (``time.time()``): the
-    #: runtime's reaper removes it then, so no process of it may outlive that.
-    deadline: float
-    processes: dict[str, SessionProcess] = field(default_factory=dict)
-
-
-def _text(data: bytes, cut: bool) -> tuple[str, int]:
-    """The bytes as text (invalid UTF-8 replaced); when ``cut`` (more follows), an incomplete
-    character at the end is left for the next poll.  (text, bytes used)"""
-    used = len(data)
-    if cut:
-        for back in range(1, min(4, len(data)) + 1):
-            lead = data[-back]
-            if lead & 0xC0 != 0x80:  # the last character's first byte
-                need = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4
-                if need > back and back < len(data):
-                    used -= back
-                break
-    return data[:used].decode("utf-8", errors="replace"), used
 
 
 def _ended(process: SessionProcess) -> bool:
@@ -265,7 +58,7 @@ class ProcessManager:
     """Every session's processes of one service process (thread-safe)."""
 
     def __init__(
-        self, settings: Settings, runtime: object, sessions: SessionStore, *, policy: Policy | None = None
+        self, settings: Settings, runtime: Runtime, sessions: SessionStore, *, policy: Policy | None = None
     ) -> None:
         """``policy``: the command policy (a key any of whose rules limits programs or asks
         for approval starts no process: what its stdin starts, the policy cannot judge)."""
@@ -273,11 +66,10 @@ class ProcessManager:
         self.policy = policy
         self.runtime = runtime
         self.sessions = sessions
+        #: Each session's sandbox (a runtime with :class:`~skill_executor.runtimes.base.SupportsProcesses` has them).
+        self.hosts = SessionHosts(settings, runtime, sessions)
         self._lock = threading.Lock()
-        self._hosts: dict[tuple[str, str], _Host] = {}
-        self._host_locks: dict[tuple[str, str], threading.Lock] = {}
         self._processes: dict[tuple[str, str, str], SessionProcess] = {}
-        self._making: set[tuple[str, str]] = set()  # sessions whose host is being made (counted)
         self._waits: dict[str, int] = {}  # polls waiting now, by key
         self.started_total = 0
         self.ended_total: dict[str, int] = {}
@@ -290,7 +82,7 @@ class ProcessManager:
 
     @property
     def supported(self) -> bool:
-        return callable(getattr(self.runtime, "host", None))
+        return self.hosts.supported
 
     # -- start -----------------------------------------------------------------------------
 
@@ -307,12 +99,7 @@ class ProcessManager:
         idle_timeout: float | None = None,
     ) -> SessionProcess:
         self._judge(check_tenant(tenant))
-        if not self.supported:
-            name = getattr(self.runtime, "name", "?")
-            raise ExecutorError(
-                f"the {name} runtime has no interactive processes: run the service with SKILL_EXECUTOR_RUNTIME=docker",
-                code="processes_unsupported",
-            )
+        self.hosts.require()
         self.sessions.path(session, tenant)  # a valid id (400 invalid_session)
         s = self.settings
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
@@ -324,10 +111,8 @@ class ProcessManager:
         wall = min(timeout or s.process_max_seconds, s.process_max_seconds)
         idle = min(idle_timeout or s.process_idle_seconds, s.process_idle_seconds)
         key = (check_tenant(tenant), session)
-        with self._lock:
-            lock = self._host_locks.setdefault(key, threading.Lock())
-        with lock:
-            entry = self._hosts.get(key)
+        with self.hosts.lock(key):
+            entry = self.hosts.get(key)
             live = [p for p in entry.processes.values() if not p.ended] if entry is not None else []
             if len(live) >= s.processes_per_session:
                 raise Busy(
@@ -337,7 +122,7 @@ class ProcessManager:
                     details={"processes": len(live), "limit": s.processes_per_session},
                 )
             if entry is None:
-                entry = self._make_host_within_limits(tenant, session)
+                entry = self.hosts.make(tenant, session, self.before_start)
             wall = min(wall, entry.deadline - time.time())  # a long-lived session's sandbox ends some day
             if wall < 1:
                 raise Busy(
@@ -355,7 +140,7 @@ class ProcessManager:
                 handle = entry.host.exec(argv, cwd=where, env=environment, pty=pty)
             except BaseException:
                 if not entry.processes:
-                    self._drop_host(key, entry)
+                    self.hosts.drop(key, entry)
                 raise
             process = SessionProcess(
                 f"p-{secrets.token_hex(6)}",
@@ -393,68 +178,9 @@ class ProcessManager:
                     details={"rule": name, "program": None, "reason": reason},
                 )
 
-    def _make_host_within_limits(self, tenant: str, session: str) -> _Host:
-        """A new host, if the key's and the service's counts of sandboxes allow it (each is as big
-        as a run's container and takes no run slot: without a bound, one key could hold
-        ``sessions_per_tenant`` of them for hours)."""
-        key = (check_tenant(tenant), session)
-        s = self.settings
-        with self._lock:
-            held = set(self._hosts) | self._making
-            mine = sum(1 for t, _ in held if t == key[0])
-            if mine >= s.process_sandboxes_per_key or len(held) >= s.process_sandboxes:
-                per_key = mine >= s.process_sandboxes_per_key
-                raise Busy(
-                    f"{mine} sessions of this key have processes, the most allowed "
-                    "(SKILL_EXECUTOR_PROCESS_SANDBOXES_PER_KEY): end the processes of one first"
-                    if per_key
-                    else f"{len(held)} sessions have processes, the most this service allows "
-                    "(SKILL_EXECUTOR_PROCESS_SANDBOXES): try again later",
-                    code="process_limit",
-                    details={
-                        "sandboxes": mine if per_key else len(held),
-                        "limit": s.process_sandboxes_per_key if per_key else s.process_sandboxes,
-                    },
-                )
-            self._making.add(key)
-        try:
-            if self.before_start is not None:
-                self.before_start(key[0], session)
-            return self._make_host(tenant, session)
-        finally:
-            with self._lock:
-                self._making.discard(key)
-
-    def _make_host(self, tenant: str, session: str) -> _Host:
-        key = (check_tenant(tenant), session)
-        work: Path = self.sessions.hold(session, tenant, wait=self.settings.max_timeout)
-        owner: tuple[int, int] | None = getattr(self.runtime, "owner", None)
-        if owner is not None:  # the runs' user owns work/, as a run's workspace makes it
-            with Tree(work) as tree:
-                os.fchown(tree.fd, *owner)
-        lifetime = HOST_LIFETIMES * self.settings.process_max_seconds
-        try:
-            host = self.runtime.host(work, f"processes-{key[0]}-{session}", lifetime)  # type: ignore[attr-defined]
-        except BaseException:
-            self.sessions.release(session, tenant)
-            raise
-        entry = _Host(host, time.time() + lifetime - HOST_GRACE_SECONDS)
-        self._hosts[key] = entry
-        return entry
-
-    def _drop_host(self, key: tuple[str, str], entry: _Host) -> None:
-        """Remove a host with no live processes (called holding its lock); once."""
-        if self._hosts.get(key) is not entry:
-            return
-        del self._hosts[key]
-        try:
-            self.runtime.unhost(entry.host)  # type: ignore[attr-defined]
-        finally:
-            self.sessions.release(key[1], key[0])
-
     # -- output ----------------------------------------------------------------------------
 
-    def _read(self, process: SessionProcess, entry: _Host) -> None:
+    def _read(self, process: SessionProcess, entry: SessionHost) -> None:
         touched = 0.0
         try:
             while True:
@@ -480,17 +206,16 @@ class ProcessManager:
         process.handle.close()
         self._ended(process, entry, code)
 
-    def _ended(self, process: SessionProcess, entry: _Host, code: int | None) -> None:
+    def _ended(self, process: SessionProcess, entry: SessionHost, code: int | None) -> None:
         """Its host goes with the session's last process (before the process is marked ended:
         once a kill has answered, the session's runs no longer join the host)."""
         key = (process.tenant, process.session)
-        with self._lock:
-            lock = self._host_locks.setdefault(key, threading.Lock())
+        lock = self.hosts.lock(key)
         try:
             with lock:
                 process.gone = True  # under the host's lock: exactly the last one removes it
-                if self._hosts.get(key) is entry and all(p.gone for p in entry.processes.values()):
-                    self._drop_host(key, entry)
+                if self.hosts.get(key) is entry and all(p.gone for p in entry.processes.values()):
+                    self.hosts.drop(key, entry)
         except Exception:
             log.exception("process %s: removing its session's sandbox failed", process.id)
         finally:
@@ -571,7 +296,7 @@ class ProcessManager:
             if waiting:
                 with self._lock:
                     self._waits[process.tenant] -= 1
-        text, used = _text(data, cut=offset + len(data) < total)
+        text, used = as_text(data, cut=offset + len(data) < total)
         return Poll(text, offset, offset + used, total, dropped, running, code, reason)
 
     def _wait_slot(self, tenant: str) -> None:
@@ -624,7 +349,7 @@ class ProcessManager:
 
     def network_of(self, tenant: str, session: str) -> str | None:
         """The sandbox whose loopback a run of this session joins (None: no processes)."""
-        entry = self._hosts.get((check_tenant(tenant), session))
+        entry = self.hosts.get((check_tenant(tenant), session))
         return entry.host.network_of if entry is not None else None
 
     # -- limits and ends -------------------------------------------------------------------
@@ -657,14 +382,12 @@ class ProcessManager:
             with process.cond:
                 process.cond.wait_for(partial(_ended, process), timeout=KILL_GRACE_SECONDS)
         key = (check_tenant(tenant), session)
-        with self._lock:
-            lock = self._host_locks.setdefault(key, threading.Lock())
-        with lock:
-            entry = self._hosts.get(key)
+        with self.hosts.lock(key):
+            entry = self.hosts.get(key)
             if entry is not None:
                 for process in entry.processes.values():
                     process.handle.close()
-                self._drop_host(key, entry)
+                self.hosts.drop(key, entry)
         with self._lock:
             for k in [k for k in self._processes if k[:2] == key]:
                 del self._processes[k]
@@ -674,7 +397,7 @@ class ProcessManager:
             running = sum(1 for p in self._processes.values() if not p.ended)
             return {
                 "running": running,
-                "hosts": len(self._hosts),
+                "hosts": len(self.hosts),
                 "started_total": self.started_total,
                 "ended_total": dict(self.ended_total),
             }
@@ -691,15 +414,12 @@ class ProcessManager:
                 log.exception("ending the processes of session %s failed", session)
         # A host whose processes were all forgotten (or whose start never recorded one) goes too:
         # nothing of a closed service may outlive it (a session container, its mounted work/).
-        with self._lock:
-            hosts = list(self._hosts.items())
-        for key, entry in hosts:
-            with self._lock:
-                lock = self._host_locks.setdefault(key, threading.Lock())
+        for key, entry in self.hosts.all():
+            lock = self.hosts.lock(key)
             try:
                 with lock:
                     for process in entry.processes.values():
                         process.handle.close()
-                    self._drop_host(key, entry)
+                    self.hosts.drop(key, entry)
             except Exception:
                 log.exception("removing the processes' sandbox of session %s failed", key[1])
