@@ -25,7 +25,7 @@ from .policy import load_policy
 from .registry import PackageLimits, SkillRepository
 from .registry.bundles import BundleStore
 from .registry.package import refuse_reserved
-from .registry.repository import check_layout
+from .registry.roots import check_layout
 from .registry.store import Registry
 from .runs.manager import RunManager
 from .runs.pipeline import SkillRunner
