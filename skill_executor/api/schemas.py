@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from ..context.service import MAX_BUDGET_TOKENS
+from ..context.budget import MAX_BUDGET_TOKENS
 from ..runs.models import RunResult
 from ..tools.budget import BudgetOverride
 
