@@ -59,7 +59,8 @@ from skill_executor.errors import ExecutorError  # noqa: E402
 from skill_executor.outputs.collect import CollectLimits, collect  # noqa: E402
 from skill_executor.registry import SkillRepository  # noqa: E402
 from skill_executor.runs.models import RunRequest  # noqa: E402
-from skill_executor.runtimes.docker.engine import CONTAINER_WORKSPACE, check_oci_runtime  # noqa: E402
+from skill_executor.runtimes.docker.engine import CONTAINER_WORKSPACE  # noqa: E402
+from skill_executor.runtimes.docker.oci import check_oci_runtime  # noqa: E402
 from skill_executor.runtimes.docker.launcher import LauncherFrames, connect_unix, request_bytes  # noqa: E402
 from skill_executor.skills import render_text, render_xml
 from skill_executor.workspace.layout import Workspace, WorkspaceManager, environment  # noqa: E402

@@ -132,14 +132,14 @@ etc_daemon_json() {
 
 # engine_config IN OUT [EXTRA_JSON]: write to OUT the engine config IN (a file, or "" for
 # none) with the `runsc` runtime (gVisor) registered with the arguments the executor needs
-# (skill_executor/runtimes/docker.py RUNSC_ARGS; an existing entry keeps its path, its other
+# (skill_executor/runtimes/docker/oci.py RUNSC_ARGS; an existing entry keeps its path, its other
 # arguments and its --platform), and EXTRA_JSON's keys set. Written atomically; IN is
 # only read (unless it is OUT).
 engine_config() {
   local extra="${3:-}"
   "$PY" -P - "$1" "$2" "${extra:-"{}"}" <<'PYEOF'
 import json, os, shutil, sys, tempfile
-from skill_executor.runtimes.docker.engine import RUNSC_ARGS
+from skill_executor.runtimes.docker.oci import RUNSC_ARGS
 source, target, extra = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 config = {}
 if source:
@@ -178,7 +178,7 @@ runsc_problem() {
   "$PY" -P - <<'PYEOF' 2>&1
 import docker
 from skill_executor.errors import ExecutorError
-from skill_executor.runtimes.docker.engine import check_oci_runtime
+from skill_executor.runtimes.docker.oci import check_oci_runtime
 client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=10)
 try:
     check_oci_runtime("runsc", client.info(), pool=True)

@@ -28,7 +28,7 @@ from .processes.manager import ProcessManager
 from .registry import PackageLimits, SkillRepository
 from .registry.bundles import BundleStore
 from .registry.package import refuse_reserved
-from .registry.repository import check_layout
+from .registry.roots import check_layout
 from .registry.store import Registry
 from .runs.pipeline import SkillRunner
 from .runtimes.base import Runtime

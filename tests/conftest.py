@@ -82,7 +82,7 @@ def runsc_problem() -> str | None:
             import docker
 
             from skill_executor.errors import ExecutorError
-            from skill_executor.runtimes.docker.engine import check_oci_runtime
+            from skill_executor.runtimes.docker.oci import check_oci_runtime
 
             client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=10)
             try:

@@ -90,7 +90,7 @@ def _database_exists(settings: Settings) -> bool:
 
 def _nothing_saved(args: argparse.Namespace) -> int:
     """What reading a store that never saved anything answers: an empty list, or not found."""
-    from ..artifacts.store import parse_ref, validate_name
+    from ..artifacts.names import parse_ref, validate_name
     from ..errors import NotFound
 
     if args.command == "list" and args.name is None:
@@ -101,7 +101,7 @@ def _nothing_saved(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, store: LocalArtifactStore, tenant: str) -> int:
-    from ..artifacts.store import parse_ref
+    from ..artifacts.names import parse_ref
 
     if args.command == "put":
         if args.file == "-":

@@ -11,7 +11,7 @@ from ..config import Settings
 from ..envs import SkillEnvs
 from ..errors import ExecutorError
 from ..registry import SkillRepository
-from ..registry.repository import check_layout
+from ..registry.roots import check_layout
 from ..registry.store import Registry
 from ..skills import (
     SkillLoadError,

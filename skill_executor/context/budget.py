@@ -7,16 +7,22 @@ recently used skills and docs (a skill leaves with its docs); ``mention`` first 
 the skills that the given recent messages do not mention (least recently used first),
 then falls back to ``lru``.  The item being added and its skill are never evicted.
 Evictions are planned in full before anything changes: when even evicting everything
-else would not make room, nothing is evicted and the request is refused.
+else would not make room, nothing is evicted and the request is refused.  A request may
+override the settings' budget (:func:`with_overrides`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 from ..errors import BadRequest, Conflict
 from .model import POLICIES, Budget, Context, Eviction, Policy, Reason
+
+#: The largest budget a request may set (a billion tokens: larger is a mistake).
+MAX_BUDGET_TOKENS = 1_000_000_000
 
 
 class BudgetExceeded(Conflict):
@@ -117,3 +123,28 @@ def plan(
             f"{after}, and evicting everything else ({freed} tokens) would not make room", details=details
         )
     return evictions
+
+
+def with_overrides(defaults: Budget, overrides: Mapping[str, Any] | None) -> Budget:
+    """The settings' budget with a request's overrides (``max_tokens``, ``skill_tokens``,
+    ``doc_tokens``, ``high_water``)."""
+    if not overrides:
+        return defaults
+    values: dict[str, Any] = {}
+    for key in ("max_tokens", "skill_tokens", "doc_tokens"):
+        value = overrides.get(key)
+        if value is not None:
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_BUDGET_TOKENS:
+                raise BadRequest(
+                    f"budget.{key} must be an integer from 1 to {MAX_BUDGET_TOKENS}", code="invalid_budget"
+                )
+            values[key] = value
+    high = overrides.get("high_water")
+    if high is not None:
+        if not isinstance(high, int | float) or isinstance(high, bool) or not 0 < high <= 1:
+            raise BadRequest("budget.high_water must be a number in (0, 1]", code="invalid_budget")
+        values["high_water"] = float(high)
+    unknown = set(overrides) - {"max_tokens", "skill_tokens", "doc_tokens", "high_water"}
+    if unknown:
+        raise BadRequest(f"unknown budget field(s): {', '.join(sorted(unknown))}", code="invalid_budget")
+    return replace(defaults, **values)

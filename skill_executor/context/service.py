@@ -12,25 +12,21 @@ import datetime
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, Literal
 
 from ..access import check_tenant
 from ..errors import BadRequest, Conflict, NotFound
 from ..registry import SkillRepository
-from ..skills import Skill, docs, expand_placeholders, inventory, match_path, read_file, sandbox_dir
+from ..skills import Skill, docs, inventory, match_path
 from ..workspace.sessions import SESSION_ID
 from . import render as rendering
-from .budget import check_item, check_policy, plan
+from .budget import check_item, check_policy, plan, with_overrides
 from .model import Budget, Context, DocItem, Eviction, SkillItem
 from .store import ContextStore
+from .texts import SkillTexts
 from .tokens import Counter
 
-#: Docs are read up to this size (a larger one is cut, and says so).
-DOC_MAX_BYTES = 256 * 1024
 Mode = Literal["add", "replace", "clear"]
-#: The largest budget a request may set (a billion tokens: larger is a mistake).
-MAX_BUDGET_TOKENS = 1_000_000_000
 
 
 class NotLoaded(NotFound):
@@ -66,73 +62,14 @@ class ContextService:
         self.defaults = budget
         self.counter = counter
         self.visible_skills_dir = visible_skills_dir
+        self.texts = SkillTexts(repository, counter, visible_skills_dir)
         self._lock = threading.Lock()
 
     # -- helpers ------------------------------------------------------------------------
 
     def budget(self, overrides: Mapping[str, Any] | None = None) -> Budget:
-        """The settings' budget with a request's overrides (``max_tokens``, ``skill_tokens``,
-        ``doc_tokens``, ``high_water``)."""
-        if not overrides:
-            return self.defaults
-        values: dict[str, Any] = {}
-        for key in ("max_tokens", "skill_tokens", "doc_tokens"):
-            value = overrides.get(key)
-            if value is not None:
-                if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_BUDGET_TOKENS:
-                    raise BadRequest(
-                        f"budget.{key} must be an integer from 1 to {MAX_BUDGET_TOKENS}", code="invalid_budget"
-                    )
-                values[key] = value
-        high = overrides.get("high_water")
-        if high is not None:
-            if not isinstance(high, int | float) or isinstance(high, bool) or not 0 < high <= 1:
-                raise BadRequest("budget.high_water must be a number in (0, 1]", code="invalid_budget")
-            values["high_water"] = float(high)
-        unknown = set(overrides) - {"max_tokens", "skill_tokens", "doc_tokens", "high_water"}
-        if unknown:
-            raise BadRequest(f"unknown budget field(s): {', '.join(sorted(unknown))}", code="invalid_budget")
-        return replace(self.defaults, **values)
-
-    def _where(self, skill: Skill) -> str:
-        return sandbox_dir(skill, self.visible_skills_dir)
-
-    def _skill_text(self, skill: Skill) -> rendering.SkillText:
-        where = self._where(skill)
-        text = rendering.SkillText(
-            skill.id,
-            skill.version,
-            f"{where}/{skill.skill_file.name}",
-            expand_placeholders(skill.body, where),
-            inventory(skill),
-        )
-        text.tokens = self.counter.count(rendering.skill_section(text))
-        return text
-
-    def _doc_content(self, skill: Skill, name: str) -> str:
-        content = read_file(skill, name, max_bytes=DOC_MAX_BYTES)
-        if content.text is None:
-            return "(binary file)"
-        text = expand_placeholders(content.text, self._where(skill))
-        return text + ("\n[truncated]" if content.truncated else "")
-
-    def _doc_tokens(self, skill: Skill, name: str) -> int:
-        return self.counter.count(rendering.doc_section(skill.id, name, self._doc_content(skill, name)))
-
-    def _overview(self, context: Context | None) -> list[rendering.OverviewEntry]:
-        loaded = {s.name for s in context.skills} if context else set()
-        out = []
-        for skill in self.repository.list():
-            where = self._where(skill)
-            out.append(
-                rendering.OverviewEntry(
-                    skill.id, skill.description, f"{where}/{skill.skill_file.name}", skill.id in loaded
-                )
-            )
-        return out
-
-    def _overview_tokens(self, context: Context | None) -> int:
-        return self.counter.count(rendering.overview_text(self._overview(context)))
+        """The settings' budget with a request's overrides (:func:`.budget.with_overrides`)."""
+        return with_overrides(self.defaults, overrides)
 
     def _pinned(self, item: SkillItem) -> Skill:
         return self.repository.get(item.ref)
@@ -170,7 +107,7 @@ class ContextService:
     def view(self, context: Context, budget: Budget | None = None) -> dict[str, Any]:
         """The state as JSON: skills with versions, token counts and last use; totals; budget."""
         budget = budget or self.defaults
-        overview = self._overview_tokens(context)
+        overview = self.texts.overview_tokens(context)
         return {
             "session": context.session,
             "skills": [
@@ -210,10 +147,10 @@ class ContextService:
                 skill = self._pinned(item)
             except NotFound:
                 continue
-            item.tokens = self._skill_text(skill).tokens
+            item.tokens = self.texts.skill(skill).tokens
             for doc in item.docs:
                 try:
-                    doc.tokens = self._doc_tokens(skill, doc.name)
+                    doc.tokens = self.texts.doc_tokens(skill, doc.name)
                 except NotFound:
                     pass
         context.counter = self.counter.name
@@ -238,7 +175,7 @@ class ContextService:
         policy = check_policy(evict)
         limits = self.budget(budget)
         found = self.repository.get(skill)
-        text = self._skill_text(found)
+        text = self.texts.skill(found)
         check_item(f"skill {found.id!r}", text.tokens, limits.skill_tokens, "skill", self.counter.name)
 
         def change(context: Context, now: float) -> dict[str, Any]:
@@ -259,7 +196,7 @@ class ContextService:
                 context,
                 what=f"skill {found.id!r}",
                 need=text.tokens,
-                base=self._overview_tokens(context),
+                base=self.texts.overview_tokens(context),
                 budget=limits,
                 policy=policy,
                 messages=messages,
@@ -339,7 +276,7 @@ class ContextService:
         counted = {}
         for name in names:
             if pinned.doc(name) is None:
-                counted[name] = self._doc_tokens(found, name)
+                counted[name] = self.texts.doc_tokens(found, name)
                 check_item(
                     f"doc {name!r} of skill {found.id!r}", counted[name], limits.doc_tokens, "doc", self.counter.name
                 )
@@ -360,7 +297,7 @@ class ContextService:
                     d.last_used = now
             kept = {d.name for d in keep}
             new = [
-                DocItem(n, counted[n] if n in counted else self._doc_tokens(found, n), now)
+                DocItem(n, counted[n] if n in counted else self.texts.doc_tokens(found, n), now)
                 for n in names
                 if n not in kept
             ]
@@ -370,7 +307,7 @@ class ContextService:
                     context,
                     what=f"docs {', '.join(d.name for d in new) or '-'} of skill {item.name!r}",
                     need=sum(d.tokens for d in new),
-                    base=self._overview_tokens(context),
+                    base=self.texts.overview_tokens(context),
                     budget=limits,
                     policy=policy,
                     messages=messages,
@@ -401,7 +338,12 @@ class ContextService:
         found = self._pinned(item) if item is not None and "@" not in skill else self.repository.get(skill)
         selected = {d.name for d in item.docs} if item is not None else set()
         listed = [
-            {"name": e.path, "size": e.size, "tokens": self._doc_tokens(found, e.path), "selected": e.path in selected}
+            {
+                "name": e.path,
+                "size": e.size,
+                "tokens": self.texts.doc_tokens(found, e.path),
+                "selected": e.path in selected,
+            }
             for e in docs(inventory(found))
         ]
         return {
@@ -457,16 +399,16 @@ class ContextService:
                     )
                 )
                 continue
-            text = self._skill_text(found)
+            text = self.texts.skill(found)
             text.tokens = item.tokens
             for doc in item.docs:
                 try:
-                    content = self._doc_content(found, doc.name)
+                    content = self.texts.doc_content(found, doc.name)
                 except NotFound:
                     content = "(no longer available)"
                 text.docs.append(rendering.DocText(doc.name, content, doc.tokens))
             skills.append(text)
-        body = rendering.render(fmt, self._overview(context), skills)
+        body = rendering.render(fmt, self.texts.overview(context), skills)
         counted = body if isinstance(body, str) else _json(body)
         return {
             "session": session,

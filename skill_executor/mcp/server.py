@@ -34,7 +34,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
 from ..access import Principal
-from ..artifacts.store import ArtifactInfo, LocalArtifactStore, parse_ref
+from ..artifacts.names import parse_ref
+from ..artifacts.store import ArtifactInfo, LocalArtifactStore
 from ..errors import BadRequest, ExecutorError, NotFound
 from ..lifecycle import RunHandle, RunManager
 from ..lifecycle.records import PENDING, RunRecord

@@ -8,7 +8,7 @@ specs, conversions, attribute or index access -- ``str.format`` on a caller's
 template let ``{path:>20000000}`` build a 19 MiB name and ``{name.__class__}`` reach
 into Python.  A template is parsed once when the request is checked (a bad one is a
 400 naming the placeholder and its position) and rendered per file; a rendering over
-:data:`~skill_executor.artifacts.store.NAME_MAX` characters stops there and is refused.
+:data:`~skill_executor.artifacts.names.NAME_MAX` characters stops there and is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..artifacts.store import NAME_MAX
+from ..artifacts.names import NAME_MAX
 from ..errors import BadRequest
 
 FIELDS = ("path", "name", "stem", "ext", "run_id", "session", "prefix")

@@ -39,9 +39,9 @@ from ..image.inputs import PythonTier
 from ..objects import ObjectNotFound, ObjectStore
 from ..skills.loader import load_skill
 from ..skills.model import Skill
-from .archive import PackageLimits
 from .installdir import STAGING_PREFIX
 from .package import install_package
+from .unpacking import PackageLimits
 
 log = logging.getLogger(__name__)
 

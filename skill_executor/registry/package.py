@@ -27,9 +27,10 @@ from ..skills.files import FileEntry, inventory
 from ..skills.loader import SkillLoadError, load_skill
 from ..skills.model import Skill
 from ..skills.rules import SKILL_FILE, split_verdict
-from .archive import PackageError, PackageLimits, unpack
+from .archive import unpack
 from .installdir import STAGING_PREFIX, Staging, exchange
 from .store import Version
+from .unpacking import PackageError, PackageLimits
 
 __all__ = ["InstallOutcome", "PackageError", "PackageLimits", "install_package", "uninstall"]
 

@@ -1,16 +1,6 @@
-"""Discovery of skills under configured roots, cached in memory.
-
-In a read-only root, any directory that holds a ``SKILL.md`` (or a tolerated
-``skill.md``) is a skill.  The walk goes at most :data:`MAX_DEPTH` levels deep, skips
-``.git``, ``node_modules`` and ``__pycache__`` but *not* other dot-directories (real
-collections keep skills under ``.curated/`` or ``.system/``), and follows a symlinked
-directory only when it resolves inside the same root.
-
-The install root is not walked: its skills are exactly its top folders ``<id>/`` whose
-``SKILL.md`` has that id (what :meth:`SkillRepository.install` makes).  A ``SKILL.md``
-deeper inside an installed skill is a plain file of that skill, never a skill of its
-own.  Read-only roots may not overlap the install root, the registry or the service's
-data folders (refused at start), so nothing a tenant uploads or writes is discovered.
+"""The repository every entry point reads skills from: the catalog of the roots (found
+and loaded by :mod:`.discovery`), cached in memory, plus installs and removals in the
+install root and the registry's versions.
 
 The catalog is a snapshot: parsing happens once per changed ``SKILL.md`` (mtime and
 size), and reads in between cost nothing.  A rescan runs on :meth:`SkillRepository.reload`,
@@ -21,129 +11,38 @@ every read rescans first, synchronously.
 
 The roots come in two kinds: the read-only roots (``SKILLS_DIRS``: shipped skills,
 never written to) and at most one install root, searched last, where
-:meth:`SkillRepository.install` puts packages and the only place
-:meth:`SkillRepository.remove` deletes from.  Opening a repository with an install
-root sweeps the staging folders a crashed install left there (see :mod:`.installdir`).
+:meth:`SkillRepository.install` puts packages (a skill is exactly a top folder ``<id>/``
+whose ``SKILL.md`` has that id) and the only place :meth:`SkillRepository.remove`
+deletes from.  Read-only roots may not overlap the install root, the registry or the
+service's data folders (:mod:`.roots`, refused at start), so nothing a tenant uploads or
+writes is discovered.  Opening a repository with an install root sweeps the staging
+folders a crashed install left there (see :mod:`.installdir`).
 """
 
 from __future__ import annotations
 
 import builtins
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..envs import SkillEnvs
 from ..errors import Conflict, ExecutorError, Forbidden, NotFound
 from ..paths import is_within
-from ..skills.loader import SkillLoadError, find_skill_file, load_skill
+from ..skills.loader import find_skill_file
 from ..skills.model import Skill
-from ..skills.rules import Diagnostic
-from ..skills.search import Hit, SearchIndex
-from .archive import PackageLimits
-from .installdir import STAGING_PREFIX, sweep
+from ..skills.search import Hit
+from .discovery import Catalog, Rejected, build_catalog, discover, installed_dirs, load_dir
+from .installdir import sweep
 from .package import InstallOutcome, install_package, uninstall
 from .refs import InvalidVersion, SkillRef, VersionRef, parse_ref
+from .roots import check_layout
 from .store import Registry, Version
+from .unpacking import PackageLimits
 
 log = logging.getLogger(__name__)
-
-MAX_DEPTH = 6
-SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__"})
-
-
-@dataclass(frozen=True, slots=True)
-class Rejected:
-    path: Path
-    diagnostics: list[Diagnostic]
-
-    def to_dict(self) -> dict[str, object]:
-        return {"path": str(self.path), "errors": [d.to_dict() for d in self.diagnostics if d.severity == "fatal"]}
-
-
-@dataclass(slots=True)
-class Catalog:
-    """One consistent snapshot of the skills under the roots."""
-
-    skills: list[Skill] = field(default_factory=list)
-    rejected: list[Rejected] = field(default_factory=list)
-    by_id: dict[str, Skill] = field(default_factory=dict)
-    #: ids (lower case) of skills published without a default and given none since: callable
-    #: only pinned (``name@N``), in no overview, search or tool list
-    undefaulted: frozenset[str] = frozenset()
-    _index: SearchIndex | None = None
-
-    @property
-    def index(self) -> SearchIndex:
-        if self._index is None:
-            self._index = SearchIndex(self.visible())
-        return self._index
-
-    def visible(self) -> list[Skill]:
-        """The skills offered in the overview (hidden ones stay callable by name; those
-        without a default version, by a pinned name only)."""
-        return [s for s in self.skills if not s.hidden and s.id.lower() not in self.undefaulted]
-
-
-def discover(roots: Sequence[Path]) -> list[Path]:
-    """Skill directories under ``roots``, in root order then path order."""
-    found: list[Path] = []
-    for root in roots:
-        real_root = Path(root).resolve()
-        if not real_root.is_dir():
-            continue
-        found.extend(_walk(real_root, real_root, 0, {real_root}))
-    return found
-
-
-def installed_dirs(install_root: Path) -> list[Path]:
-    """The install root's candidate skills: its top folders (real ones, not links), by name;
-    staging folders excluded.  Nothing below them is looked at."""
-    real_root = install_root.resolve()
-    try:
-        entries = sorted(os.scandir(real_root), key=lambda e: e.name)
-    except OSError:
-        return []
-    found: list[Path] = []
-    for entry in entries:
-        if entry.name.startswith(STAGING_PREFIX):
-            continue
-        try:
-            if entry.is_dir(follow_symlinks=False) and find_skill_file(Path(entry.path)) is not None:
-                found.append(Path(entry.path))
-        except OSError:
-            continue
-    return found
-
-
-def _walk(directory: Path, root: Path, depth: int, seen: set[Path]) -> Iterable[Path]:
-    if find_skill_file(directory) is not None:
-        yield directory
-    if depth >= MAX_DEPTH:
-        return
-    try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except OSError:
-        return
-    for entry in entries:
-        if entry.name in SKIP_DIRS or entry.name.startswith(STAGING_PREFIX):  # staging folders are never skills
-            continue
-        try:
-            if not entry.is_dir(follow_symlinks=True):
-                continue
-        except OSError:
-            continue
-        child = Path(entry.path)
-        if entry.is_symlink():
-            target = child.resolve()
-            if not is_within(target, root) or target in seen:
-                continue
-            seen.add(target)
-        yield from _walk(child, root, depth + 1, seen)
 
 
 class SkillRepository:
@@ -223,7 +122,7 @@ class SkillRepository:
                 if previous is not None and previous[0] == key:
                     item = previous[1]
                 else:
-                    item = _load(directory, installed=directory in in_install_root)
+                    item = load_dir(directory, installed=directory in in_install_root)
                 gone = item.id if isinstance(item, Skill) and directory in in_install_root else None
                 if gone in deleted and gone is not None and self._still_deleted(gone):  # deleted elsewhere, not back
                     self._drop_local(directory)
@@ -233,7 +132,7 @@ class SkillRepository:
             self._cache = cache
             others, undefaulted = self._installed_through_others({i.id.lower() for i in loaded if isinstance(i, Skill)})
             loaded += others
-            catalog = _build_catalog(loaded)
+            catalog = build_catalog(loaded)
             catalog.undefaulted = undefaulted
             self._catalog = catalog
             self._scanned_at = time.monotonic()
@@ -471,91 +370,3 @@ class SkillRepository:
                 "no install root is configured: skills cannot be installed or deleted here", code="install_disabled"
             )
         return self.install_root
-
-
-def _load(directory: Path, *, installed: bool) -> Skill | Rejected:
-    try:
-        skill = load_skill(directory)
-    except SkillLoadError as exc:
-        return Rejected(directory, exc.diagnostics)
-    if installed and skill.id != directory.name:  # not what an install makes: not a skill of the registry
-        return Rejected(
-            directory,
-            [
-                Diagnostic(
-                    "install-dir-mismatch",
-                    f"the installed folder {directory.name!r} holds the skill {skill.id!r}; "
-                    "an installed skill's folder is named by its id",
-                    "fatal",
-                )
-            ],
-        )
-    return skill
-
-
-def check_layout(read_only: Sequence[Path], install_root: Path | None, private: Sequence[Path]) -> None:
-    """Tenants' writes never reach a read-only root, and an install never replaces the service's data.
-
-    A read-only root may neither be, nor lie inside, nor contain the install root, the
-    registry or a service folder (``private``: the data folder, the workspaces); the install
-    root may neither be nor contain the registry or a service folder (an upload named like
-    one of them would replace it).
-    """
-    for root in read_only:
-        theirs = root.resolve()
-        if install_root is not None and _overlap(install_root.resolve(), theirs):
-            raise ExecutorError(
-                f"the install root {install_root} overlaps the read-only skills root {root}: installs would "
-                "write into shipped skills; set SKILL_EXECUTOR_INSTALL_DIR to a folder of its own",
-                code="install_root_overlaps",
-                status=500,
-            )
-        for folder in private:
-            if _overlap(folder.resolve(), theirs):
-                raise ExecutorError(
-                    f"the read-only skills root {root} overlaps the service's folder {folder}: what tenants "
-                    "upload or write there would be discovered as skills; keep SKILL_EXECUTOR_SKILLS_DIRS apart "
-                    "from SKILL_EXECUTOR_DATA_DIR and SKILL_EXECUTOR_WORKSPACE_ROOT",
-                    code="skills_root_overlaps",
-                    status=500,
-                )
-    if install_root is not None:
-        mine = install_root.resolve()
-        for folder in private:
-            if is_within(folder.resolve(), mine):
-                raise ExecutorError(
-                    f"the install root {install_root} holds the service's folder {folder}: an upload named like "
-                    "it would replace it; set SKILL_EXECUTOR_INSTALL_DIR to a folder of its own",
-                    code="install_root_overlaps",
-                    status=500,
-                )
-
-
-def _overlap(a: Path, b: Path) -> bool:
-    return is_within(a, b) or is_within(b, a)
-
-
-def _build_catalog(items: list[Skill | Rejected]) -> Catalog:
-    """Resolve duplicate names: the first by root order then path order wins."""
-    catalog = Catalog()
-    for item in items:
-        if isinstance(item, Rejected):
-            catalog.rejected.append(item)
-            continue
-        keys = {item.id.lower(), item.name.lower()}
-        winner = next((catalog.by_id[k] for k in keys if k in catalog.by_id), None)
-        if winner is not None:
-            winner.diagnostics = [
-                d for d in winner.diagnostics if not (d.code == "duplicate-name" and str(item.path) in d.message)
-            ] + [
-                Diagnostic(
-                    "duplicate-name",
-                    f"another skill named {item.name!r} at {item.path} is shadowed by this one",
-                    "note",
-                )
-            ]
-            continue
-        catalog.skills.append(item)
-        for key in keys:
-            catalog.by_id.setdefault(key, item)
-    return catalog

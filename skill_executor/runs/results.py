@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 from pathlib import PurePosixPath
 
-from ..artifacts.store import ArtifactStore, validate_name
+from ..artifacts.names import validate_name
+from ..artifacts.store import ArtifactStore
 from ..errors import ExecutorError
 from ..outputs.collect import CollectedFile, Collection
 from ..runtimes.base import ExecResult

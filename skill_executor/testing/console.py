@@ -10,8 +10,8 @@ import threading
 from typing import TextIO
 
 from .logtext import BoundedLog, Caps, for_log, inert
+from .outcomes import Outcome, Report
 from .report import describe, one_line
-from .runner import Outcome, Report
 
 _MARK = {"passed": "PASS", "failed": "FAIL", "error": "ERROR", "skipped": "SKIP"}
 

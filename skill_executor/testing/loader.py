@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from ..errors import ExecutorError
 from ..paths import is_within
-from ..registry.repository import discover
+from ..registry.discovery import discover
 from ..skills.loader import find_skill_file
 from .format import EVALS_FILE, TEST_FILE_NAMES, TestFile
 

@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from .logtext import Caps, for_log, inert
-from .runner import Outcome, Report
+from .outcomes import Outcome, Report
 
 #: Characters XML 1.0 cannot carry (JUnit readers reject the whole file for one).
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -35,7 +35,7 @@ from ..access import LOCAL_TENANT
 from ..errors import BadRequest, Forbidden
 from ..owners import Lease, LeaseState
 from ..paths import clean_relative
-from . import volumes
+from . import volumeprobe, volumes
 from .fs import Tree
 from .remove import remove_tree
 
@@ -288,11 +288,11 @@ class WorkspaceManager:
                 self._live.discard(root.name)
 
     def probe_volumes(self) -> None:
-        """Make, fill and remove a test volume (:func:`.volumes.probe`): ``DiskCapUnavailable``
+        """Make, fill and remove a test volume (:func:`.volumeprobe.probe`): ``DiskCapUnavailable``
         naming what is missing when the hard disk cap cannot work here."""
         folder = self._new_folder(f"probe-{os.getpid()}-{time.monotonic_ns()}")
         try:
-            volumes.probe(folder)
+            volumeprobe.probe(folder)
         finally:
             self.discard(folder)
 

@@ -15,7 +15,7 @@ A session expires after an idle TTL; :meth:`SessionStore.sweep` deletes expired
 sessions that no run is holding.
 
 Under the hard disk cap (``volume_bytes``) a session's ``work/`` is a volume of its own
-(:mod:`.volumes`; the image ``work.img`` beside it, in the session's folder, which no run
+(:mod:`.sessionvolume`; the image ``work.img`` beside it, in the session's folder, which no run
 reaches) that holds at most ``volume_bytes``: mounted while a run holds the session, and
 unmounted when it lets go.  A session made under one cap is refused under the other
 (``session_disk_cap_mismatch``): its files are where the other cap cannot see them.
@@ -40,6 +40,7 @@ from ..errors import BadRequest, Busy, Conflict, ExecutorError
 from . import volumes
 from .fs import Owner
 from .remove import empty_tree, remove_tree
+from .sessionvolume import attach_volume, release_stale_mounts
 from .snapshots import SessionSnapshots
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")  # \Z: no "id\n"
 _TOUCH = ".last_used"
 _LOCK = ".lock"
-#: A session's volume under the hard disk cap, beside its ``work/``.
-VOLUME_IMAGE = "work.img"
 #: How often a waiting run retries a session held by another process.
 _POLL_SECONDS = 0.05
 
@@ -250,70 +249,14 @@ class SessionStore:
     def _attach(self, directory: Path, session: str) -> None:
         """Under the hard cap, mount the session's volume on its ``work/`` (made on first
         use); refuse a session made under the other cap."""
-        work, image = directory / "work", directory / VOLUME_IMAGE
         if directory in self._hosted:
             return  # its processes keep it as it is (mounted under the hard cap)
-        volumes.unmount(work)  # left by a process that died holding the session
-        if self.volume_bytes is None:
-            if image.exists():
-                raise self._mismatch(session, "the hard disk cap (SKILL_EXECUTOR_DISK_CAP=hard)")
-            return
-        fresh = not image.exists()
-        if fresh:
-            with os.scandir(work) as entries:
-                made_soft = any(entries)
-            if made_soft:
-                raise self._mismatch(session, "the soft disk cap (SKILL_EXECUTOR_DISK_CAP=soft)")
-        try:
-            if fresh:
-                try:
-                    volumes.make(image, volumes.image_size(self.volume_bytes + volumes.SLACK))
-                except BaseException:
-                    image.unlink(missing_ok=True)
-                    raise
-            volumes.mount(image, work, fresh=fresh)
-        except OSError as exc:
-            raise volumes.unavailable(exc) from None
-        try:
-            if fresh:  # later, lost+found is the session's own business (a run may have used the name)
-                volumes.tidy(work)
-            volumes.hold_total(work, self.volume_bytes + volumes.SLACK)
-        except BaseException as exc:
-            volumes.unmount(work)
-            if isinstance(exc, OSError):
-                raise volumes.unavailable(exc) from None
-            raise
-
-    @staticmethod
-    def _mismatch(session: str, made: str) -> Conflict:
-        return Conflict(
-            f"session {session!r} was made under {made}, which is not in force now: its work/ cannot be "
-            "used; end the session (or let it expire) and start a new one",
-            code="session_disk_cap_mismatch",
-            details={"session": session},
-        )
+        attach_volume(directory, session, self.volume_bytes)
 
     def release_mounts(self) -> int:
         """Unmount session volumes left mounted by a process that died holding them (their
         session's lock is free); those of live holders stay.  How many it unmounted."""
-        released = 0
-        for point in volumes.mounts_under(self.root):
-            directory = point.parent
-            if point.name != "work":
-                continue
-            try:
-                fd = os.open(directory / _LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError:
-                released += volumes.unmount(point)  # no lock file: no run can hold it
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # a live run holds it
-            else:
-                released += volumes.unmount(point)
-            finally:
-                os.close(fd)
+        released = release_stale_mounts(self.root, _LOCK)
         if released:
             log.warning("start-up: unmounted %d session volume(s) a crashed process left mounted", released)
         self.released_volumes = released

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from ..artifacts.store import ArtifactInfo, ArtifactStore, parse_ref
+from ..artifacts.names import parse_ref
+from ..artifacts.store import ArtifactInfo, ArtifactStore
 from ..errors import BadRequest, ExecutorError, Forbidden, NotFound, TooLarge
 from ..paths import clean_relative, is_within, resolve_within
 from ..registry import SkillRepository

@@ -17,25 +17,25 @@ An image is only ever written by the kernel's ext4 (runs see the mounted file sy
 never the image), and lives where no run reaches (a folder of the service, hidden under
 the mount or beside it), so the kernel never mounts bytes a run wrote.
 
-Everything here needs root (``CAP_SYS_ADMIN``: loop devices, mounts, sysfs); :func:`probe`
-says at start-up whether it works, and why not.
+Everything here needs root (``CAP_SYS_ADMIN``: loop devices, mounts, sysfs);
+:func:`.volumeprobe.probe` says at start-up whether it works, and why not.  Loop devices
+themselves are :mod:`.loopdev`'s.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import os
 import shutil
 import stat
-import struct
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 from ..errors import ExecutorError
+from .loopdev import LOOP_MAJOR, attach, attached
 
 MiB = 1024 * 1024
 #: How far past its cap a volume takes writes: a run's result says it reached its cap
@@ -52,14 +52,6 @@ BLOCK = 4096
 BYTES_PER_INODE = 16384
 _MKFS_SEARCH = "/usr/local/sbin:/usr/sbin:/sbin:/usr/local/bin:/usr/bin:/bin"
 
-_LOOP_MAJOR = 7
-_LOOP_CTL_GET_FREE = 0x4C82
-_LOOP_SET_FD = 0x4C00
-_LOOP_SET_STATUS64 = 0x4C04
-_LOOP_GET_STATUS64 = 0x4C05
-_LOOP_CONFIGURE = 0x4C0A
-_LO_FLAGS_AUTOCLEAR = 4
-_INFO64 = struct.Struct("=QQQQQIIII64s64s32sQQ")  # struct loop_info64
 _MS_NOSUID, _MS_NODEV, _MS_NOATIME = 2, 4, 1024
 _MNT_DETACH, _UMOUNT_NOFOLLOW = 2, 8
 
@@ -170,7 +162,7 @@ def mount(image: Path, target: Path, *, fresh: bool = False) -> None:
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
             raise OSError(errno.EPERM, f"{image} is not a volume image of this service")
         for attempt in range(20):
-            device = None if fresh else _attached(st)
+            device = None if fresh else attached(st)
             if device is not None:
                 try:
                     if _mount(device, target):
@@ -183,7 +175,7 @@ def mount(image: Path, target: Path, *, fresh: bool = False) -> None:
                         raise
                 time.sleep(min(0.5, 0.02 * (attempt + 1)))
                 continue
-            device, held = _attach(fd, image)
+            device, held = attach(fd, image)
             try:  # held open until mounted: the device clears itself on its last close
                 if _mount(device, target):
                     return
@@ -246,7 +238,7 @@ def mounts_under(root: Path) -> list[Path]:
     found = []
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
         for line in table:
-            point = _unescape(line.split(" ", 5)[4])
+            point = unescape_mountinfo(line.split(" ", 5)[4])
             if point.startswith(prefix):
                 found.append(Path(point))
     return sorted(found, key=lambda p: len(p.parts), reverse=True)  # the deepest first
@@ -287,106 +279,12 @@ def _reserve(target: Path, clusters: int, blocks: int) -> int:
 
 def _device_name(target: Path) -> str:
     dev = os.stat(target).st_dev
-    if os.major(dev) != _LOOP_MAJOR:
+    if os.major(dev) != LOOP_MAJOR:
         raise OSError(errno.ENODEV, f"{target} is not a volume (a loop device's file system)")
     return f"loop{os.minor(dev)}"
 
 
-def probe(folder: Path) -> None:
-    """Make, fill and remove a small volume in ``folder`` (an empty folder of the service):
-    :class:`DiskCapUnavailable` naming what is missing when the hard cap cannot work here,
-    and how to choose the soft cap instead."""
-    try:
-        _probe(folder)
-    except DiskCapUnavailable as exc:
-        raise DiskCapUnavailable(
-            f"the hard disk cap (a file system per workspace) cannot be set up here: {exc.message}; or set "
-            "SKILL_EXECUTOR_DISK_CAP=soft to accept the soft cap (polled: a fast writer can pass it before "
-            "its run is stopped)"
-        ) from None
-
-
-def _probe(folder: Path) -> None:
-    if os.geteuid() != 0:
-        raise DiskCapUnavailable("the service does not run as root, which loop devices and mounts need")
-    if not os.path.exists("/dev/loop-control"):
-        raise DiskCapUnavailable("this system has no loop devices (/dev/loop-control is missing: modprobe loop)")
-    problem = _hidden_from_engine(folder)
-    if problem:
-        raise DiskCapUnavailable(problem)
-    image = folder / IMAGE
-    try:
-        create(folder, image_size(8 * MiB))
-        try:
-            allowed = hold(folder, 1 * MiB)
-            written = _fill(folder / "probe", 4 * MiB)
-        finally:
-            unmount(folder)
-    except DiskCapUnavailable:
-        raise
-    except OSError as exc:
-        raise DiskCapUnavailable(
-            f"a test volume could not be made ({exc.strerror or exc}): the kernel needs ext4 and loop devices"
-        ) from None
-    finally:
-        try:
-            os.unlink(image)
-        except FileNotFoundError:
-            pass
-    if not (allowed >= 1 * MiB and written <= allowed):
-        raise DiskCapUnavailable(f"a test volume limited to 1 MiB took {written} bytes")
-
-
-def _fill(path: Path, size: int) -> int:
-    """Write up to ``size`` bytes to a new file; what was written before it was refused."""
-    written = 0
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        chunk = b"\0" * (64 * 1024)
-        while written < size:
-            written += os.write(fd, chunk)
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-    finally:
-        os.close(fd)
-    return written
-
-
-def _hidden_from_engine(folder: Path) -> str | None:
-    """The engine resolves a bind mount's source in its own mount namespace: a volume
-    mounted here reaches it when that is this process's namespace, or else through a
-    shared mount (a service in a container).  Otherwise runs would get the empty folder
-    beneath the volume."""
-    ours = os.readlink("/proc/self/ns/mnt")
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                if Path(f"/proc/{pid}/comm").read_text().strip() == "dockerd":
-                    if os.readlink(f"/proc/{pid}/ns/mnt") == ours:
-                        return None
-                    break
-            except OSError:
-                continue
-    best: tuple[int, str] = (-1, "")
-    path = str(folder)
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
-        for line in table:
-            fields = line.split(" ")
-            point = _unescape(fields[4])
-            if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) > best[0]:
-                best = (len(point), " ".join(fields[6 : fields.index("-")]))
-    if "shared:" in best[1]:
-        return None
-    return (
-        f"the Docker engine does not share this process's mount namespace and {folder} is not on a "
-        "shared mount, so volumes mounted there would not reach it; mount the data folder with "
-        "propagation rshared (see docker-compose.yml)"
-    )
-
-
-def _unescape(text: str) -> str:
+def unescape_mountinfo(text: str) -> str:
     """mountinfo's octal escapes (``\\040`` for a space)."""
     if "\\" not in text:
         return text
@@ -399,73 +297,6 @@ def _unescape(text: str) -> str:
             out.append(text[i])
             i += 1
     return "".join(out)
-
-
-# -- loop devices -------------------------------------------------------------------------
-
-
-def _attached(image: os.stat_result) -> str | None:
-    """The loop device still attached to this image (same file), if any."""
-    try:
-        names = os.listdir("/sys/block")
-    except OSError:
-        return None
-    for name in names:
-        if not name.startswith("loop"):
-            continue
-        try:
-            fd = os.open(f"/dev/{name}", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            info = _INFO64.unpack(fcntl.ioctl(fd, _LOOP_GET_STATUS64, bytes(_INFO64.size)))
-        except OSError:
-            continue  # not attached
-        finally:
-            os.close(fd)
-        if (info[0], info[1]) == (image.st_dev, image.st_ino):
-            return f"/dev/{name}"
-    return None
-
-
-def _attach(image_fd: int, image: Path) -> tuple[str, int]:
-    """A free loop device attached to the open image, and a descriptor of it: the device
-    clears itself on its last close (while mounted, the mount holds it)."""
-    control = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
-    try:
-        for _ in range(100):
-            number = fcntl.ioctl(control, _LOOP_CTL_GET_FREE)
-            device = f"/dev/loop{number}"
-            if not os.path.exists(device):  # a container's /dev holds only the devices it started with
-                os.mknod(device, 0o600 | stat.S_IFBLK, os.makedev(_LOOP_MAJOR, number))
-            fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
-            try:
-                _configure(fd, image_fd, os.fsencode(image)[-63:])
-            except OSError as exc:
-                os.close(fd)
-                if exc.errno == errno.EBUSY:
-                    continue  # taken by someone else meanwhile: another one
-                raise
-            except BaseException:
-                os.close(fd)
-                raise
-            return device, fd
-        raise OSError(errno.EBUSY, "no free loop device")
-    finally:
-        os.close(control)
-
-
-def _configure(fd: int, image_fd: int, name: bytes) -> None:
-    info = _INFO64.pack(0, 0, 0, 0, 0, 0, 0, 0, _LO_FLAGS_AUTOCLEAR, name, b"", b"", 0, 0)
-    try:
-        fcntl.ioctl(fd, _LOOP_CONFIGURE, struct.pack("=II", image_fd, 0) + info + bytes(64))
-        return
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTTY):
-            raise
-    # Before Linux 5.8: attach, then set the flags.
-    fcntl.ioctl(fd, _LOOP_SET_FD, image_fd)
-    fcntl.ioctl(fd, _LOOP_SET_STATUS64, info)
 
 
 def _mount(device: str, target: Path) -> bool:

@@ -152,14 +152,14 @@ def test_two_services_one_a_copy_of_the_others_data_dir_never_end_each_others_sa
         assert (b.runtime.token == a.runtime.token) == (instance is not None)  # one id: one token for both
         assert [c["State"] for c in _containers(**{LABEL_OWNER: a.runtime.token})] == ["running"]
         # what B would do a minute later: its reconciliation (strays) and its reaper
-        import skill_executor.runtimes.docker as docker_runtime
+        import skill_executor.runtimes.docker.cleanup as docker_cleanup
 
-        stray = docker_runtime.STRAY_GRACE_SECONDS
-        docker_runtime.STRAY_GRACE_SECONDS = 0.0
+        stray = docker_cleanup.STRAY_GRACE_SECONDS
+        docker_cleanup.STRAY_GRACE_SECONDS = 0.0
         try:
             b.runtime.reconcile()
         finally:
-            docker_runtime.STRAY_GRACE_SECONDS = stray
+            docker_cleanup.STRAY_GRACE_SECONDS = stray
         b.runtime.reap()
         assert [c["Id"] for c in _containers(**{LABEL_OWNER: a.runtime.token})] == [host[0]["Id"]]
         view = a.processes.get("local", "chat", process.id)

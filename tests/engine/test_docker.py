@@ -26,7 +26,8 @@ from skill_executor.errors import ExecutorError
 from skill_executor.runs.models import RunRequest, RunResult
 from skill_executor.runs.pipeline import new_run_id
 from skill_executor.runtimes.docker import LABEL_DEADLINE, LABEL_MANAGED, LABEL_OWNER, LABEL_RUN, DockerRuntime
-from skill_executor.runtimes.docker.engine import GVISOR_HOST_TASKS_PER_PID, check_oci_runtime
+from skill_executor.runtimes.docker.engine import GVISOR_HOST_TASKS_PER_PID
+from skill_executor.runtimes.docker.oci import check_oci_runtime
 from skill_executor.workspace.volumes import SLACK
 
 from ..conftest import HARDENING_RUNTIMES, make_settings, require_disk_cap, require_runtime
@@ -681,20 +682,20 @@ def test_health_reports_the_oci_runtime(tmp_path: Path, runtime: str) -> None:
 
 def test_a_process_that_can_no_longer_run_code_is_told_from_one_that_can() -> None:
     """What a gVisor warm box waits out after killing its sandbox (pure /proc reading)."""
-    from skill_executor.runtimes.docker.sandboxes import _may_run
+    from skill_executor.runtimes.docker.hostview import may_run
 
     child = subprocess.Popen(["sleep", "30"])
     try:
-        assert _may_run(child.pid)
+        assert may_run(child.pid)
         child.kill()
         deadline = time.monotonic() + 10
-        while _may_run(child.pid) and time.monotonic() < deadline:  # exiting, then a zombie: never again
+        while may_run(child.pid) and time.monotonic() < deadline:  # exiting, then a zombie: never again
             time.sleep(0.01)
-        assert not _may_run(child.pid)
+        assert not may_run(child.pid)
     finally:
         child.kill()
         child.wait()
-    assert not _may_run(child.pid)  # reaped: gone
+    assert not may_run(child.pid)  # reaped: gone
 
 
 def test_a_container_that_exits_while_it_is_killed_for_its_removal_is_removed_again() -> None:

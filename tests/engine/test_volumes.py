@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from skill_executor.workspace import volumes
+from skill_executor.workspace import volumeprobe, volumes
 
 from ..conftest import require_disk_cap
 
@@ -135,5 +135,5 @@ def test_mounted_nosuid_nodev(volume: Path) -> None:
 
 
 def test_probe_passes_here(tmp_path: Path) -> None:
-    volumes.probe(tmp_path)
+    volumeprobe.probe(tmp_path)
     assert volumes.mounts_under(tmp_path) == [] and os.listdir(tmp_path) == []

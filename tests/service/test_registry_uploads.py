@@ -25,7 +25,7 @@ import pytest
 
 from skill_executor.errors import ExecutorError
 from skill_executor.registry import SkillRepository
-from skill_executor.registry.repository import check_layout
+from skill_executor.registry.roots import check_layout
 from skill_executor.registry.store import Registry
 
 from ..api_server import Server

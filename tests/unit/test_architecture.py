@@ -144,6 +144,7 @@ PROCESS_STARTERS = {
     "skill_executor.hosttools",
     "skill_executor.image.build",
     "skill_executor.runtimes.bwrap",  # the run's sandbox (bwrap, as the run's user)
+    "skill_executor.runtimes.bwrapbox",  # the same sandbox's bwrap command
     "skill_executor.runtimes.local",
     "skill_executor.workspace.volumes",
 }

@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from skill_executor.artifacts.blobs import TempBlob
-from skill_executor.artifacts.store import LocalArtifactStore, parse_ref, validate_name
+from skill_executor.artifacts.names import parse_ref, validate_name
+from skill_executor.artifacts.store import LocalArtifactStore
 from skill_executor.client import ApiError, Client
 from skill_executor.config import Settings
 from skill_executor.db import Database, upgrade

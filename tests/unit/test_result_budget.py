@@ -328,7 +328,7 @@ def test_the_library_tool_helper_keeps_what_it_refers_to(library: Executor) -> N
 
 
 def test_safe_path() -> None:
-    from skill_executor.artifacts.store import validate_name
+    from skill_executor.artifacts.names import validate_name
     from skill_executor.outputs.naming import NameTemplate, safe_path
 
     assert safe_path("out/My Report (1).pdf") == "out/My_Report__1_.pdf"

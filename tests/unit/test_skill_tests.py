@@ -14,10 +14,12 @@ import pytest
 import xmlschema
 
 from skill_executor.errors import BadRequest
-from skill_executor.testing.checks import Failure, Observed, RunFile, check, subset_problems, text_diff
+from skill_executor.testing.checks import Failure, Observed, RunFile, check
+from skill_executor.testing.diffs import subset_problems, text_diff
 from skill_executor.testing.loader import TestFileError, collect, read_test_file
 from skill_executor.testing.report import junit_xml
-from skill_executor.testing.runner import Outcome, Report, build_request
+from skill_executor.testing.outcomes import Outcome, Report
+from skill_executor.testing.runner import build_request
 from skill_executor.testing.select import keyword_matcher
 from skill_executor.testing.format import Expect, TestFile, json_schema
 

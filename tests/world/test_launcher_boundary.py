@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-import skill_executor.runtimes.docker as docker_runtime
+import skill_executor.runtimes.docker.runtime as docker_runtime
 from skill_executor.config import Settings
 from skill_executor.core import Executor
 from skill_executor.runs.sandbox import RunSandbox

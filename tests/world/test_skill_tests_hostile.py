@@ -193,7 +193,7 @@ def test_cuts_never_make_a_new_command_line() -> None:
 
 def failing_outcome(stdout: str, name: str = "hostile") -> Any:
     from skill_executor.testing.checks import Failure
-    from skill_executor.testing.runner import Outcome
+    from skill_executor.testing.outcomes import Outcome
 
     return Outcome(
         "demo",
@@ -239,7 +239,7 @@ def test_the_console_is_bounded_and_always_ends_with_the_summary() -> None:
 
     from skill_executor.testing.console import Console
     from skill_executor.testing.logtext import Caps
-    from skill_executor.testing.runner import Report
+    from skill_executor.testing.outcomes import Report
 
     outcomes = [failing_outcome("\n".join(HOSTILE) + "z" * 100_000, name=f"case {i} ##[error]x") for i in range(300)]
     stream = io.StringIO()
@@ -258,7 +258,7 @@ def test_the_console_is_bounded_and_always_ends_with_the_summary() -> None:
 def test_reports_are_bounded_schema_valid_and_inert() -> None:
     from skill_executor.testing.logtext import Caps
     from skill_executor.testing.report import json_report, junit_xml
-    from skill_executor.testing.runner import Report
+    from skill_executor.testing.outcomes import Report
 
     big = "\n".join(HOSTILE) + "\n" + ("w" * 50_000 + "\n") * 20
     outcomes = [failing_outcome(big, name=f"case {i}") for i in range(200)]

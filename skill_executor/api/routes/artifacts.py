@@ -29,7 +29,8 @@ from starlette.requests import ClientDisconnect
 
 from ...access import Principal, resolve_tenant_audited
 from ...artifacts.blobs import TempBlob
-from ...artifacts.store import ArtifactInfo, LocalArtifactStore, validate_name
+from ...artifacts.names import validate_name
+from ...artifacts.store import ArtifactInfo, LocalArtifactStore
 from ...errors import BadRequest
 from ...outputs.mime import detect
 from ...web.auth import principal

@@ -2,7 +2,7 @@
 
 A file is an artifact version (:mod:`.artifacts`): ``POST /v1/files`` saves the upload as the
 next version of the artifact named by its file name, and answers with the version's
-``id`` (:func:`~skill_executor.artifacts.store.file_id`); every artifact version -- a run's
+``id`` (:func:`~skill_executor.artifacts.names.file_id`); every artifact version -- a run's
 saved outputs included (``outputs.save``: ``output_files[].file_id``) -- has one.  Ids are
 per key: another key's id is 404 ``file_not_found``, as is an unknown one.
 """
@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 from starlette.datastructures import UploadFile
 
 from ...access import Principal
-from ...artifacts.store import NAME_MAX, ArtifactInfo, LocalArtifactStore, validate_name
+from ...artifacts.names import NAME_MAX, validate_name
+from ...artifacts.store import ArtifactInfo, LocalArtifactStore
 from ...errors import BadRequest
 from ...web.auth import principal
 from ...web.content import download_headers

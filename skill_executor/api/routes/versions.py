@@ -20,12 +20,12 @@ from starlette.datastructures import UploadFile
 
 from ...access import Principal
 from ...errors import BadRequest, NotFound, TooLarge, Unavailable
-from ...registry.archive import PackageLimits
 from ...registry.download import zip_chunks
 from ...registry.package import refuse_reserved
 from ...registry.refs import parse_ref
 from ...registry.repository import SkillRepository
 from ...registry.store import Registry, Version
+from ...registry.unpacking import PackageLimits
 from ...skills import FileEntry, Skill
 from ...skills.rules import split_verdict
 from ...web.auth import admin, principal

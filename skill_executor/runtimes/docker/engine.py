@@ -17,20 +17,17 @@ Isolation of every container, each a setting (:class:`~skill_executor.config.Set
 * the log driver off, so even an output flood never lands on the host disk.
 
 The engine's OCI runtime (``docker_oci_runtime``, e.g. gVisor's ``runsc``) is checked at
-start-up against what the engine has registered (:func:`check_oci_runtime`).
+start-up against what the engine has registered (:mod:`.oci`); a container seen from the
+host (its init's pidfd, its cgroups) is :mod:`.hostview`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import select
-import signal
 import socket
 import time
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -41,6 +38,7 @@ from requests.exceptions import RequestException
 from ...config import Settings
 from ...errors import Unavailable
 from ...image.inputs import DEFAULT_TIER, PythonTier
+from .oci import OciRuntime, check_oci_runtime
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +62,6 @@ HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 LAUNCHER = "/opt/skill-executor/launcher"
 #: Where every container sees the skills' dependency environments (``<data_dir>/envs``, read-only).
 CONTAINER_ENVS = "/opt/skill-envs"
-#: gVisor's arguments: no network of its own (else a network-less container fails with "cannot
-#: run with network enabled in root network namespace"), the ptrace platform (kvm hangs on
-#: many hosts), and host Unix sockets it may create in a mount (the warm pool's launcher socket).
-RUNSC_ARGS = ("--network=none", "--platform=ptrace", "--host-uds=create")
-RUNSC_REGISTRATION = json.dumps({"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": list(RUNSC_ARGS)}}})
 #: Host tasks per process of a run under gVisor's ptrace platform (a stub per process,
 #: tracer threads in the sandbox; ~12 measured): there the pids limit is enforced in the
 #: sandbox (``nproc``), and the host cgroup caps the sandbox as a whole at this multiple.
@@ -391,137 +384,3 @@ class Engine:
         except ENGINE_ERRORS as exc:
             checks["oci_runtime"] = (False, str(exc))
         return checks
-
-
-@dataclass(frozen=True, slots=True)
-class OciRuntime:
-    """The engine's OCI runtime that runs the containers, as the engine registered it."""
-
-    name: str
-    path: str
-    args: tuple[str, ...]
-
-    @property
-    def gvisor(self) -> bool:
-        return PurePosixPath(self.path).name == "runsc"
-
-    def describe(self) -> str:
-        command = " ".join([self.path, *self.args])
-        return f"{self.name} ({command}{'; gVisor' if self.gvisor else ''})"
-
-
-def check_oci_runtime(name: str | None, info: dict[str, Any], *, pool: bool) -> OciRuntime:
-    """The runtime ``name`` (None: the engine's default) as the engine's ``info`` lists it,
-    or a clear ``Unavailable`` naming what is missing and how to register it."""
-    runtimes: dict[str, Any] = info.get("Runtimes") or {}
-    chosen = name or info.get("DefaultRuntime") or "runc"
-    how = (
-        f"register it in the engine's config file (/etc/docker/daemon.json), e.g. {RUNSC_REGISTRATION}, "
-        "then reload the engine (kill -HUP the dockerd process) or start it with --config-file; "
-        "./scripts/test.sh and ./scripts/serve.sh do this for runsc"
-    )
-    if chosen not in runtimes:
-        known = ", ".join(sorted(runtimes)) or "none"
-        raise Unavailable(
-            f"the OCI runtime {chosen!r} (SKILL_EXECUTOR_DOCKER_OCI_RUNTIME) is not registered with the "
-            f"Docker engine (it has: {known}); {how}",
-            code="oci_runtime_missing",
-        )
-    entry = runtimes[chosen] or {}
-    runtime = OciRuntime(chosen, str(entry.get("path") or chosen), tuple(entry.get("runtimeArgs") or ()))
-    if runtime.gvisor:
-        missing = [] if "--network=none" in runtime.args else ["--network=none"]
-        if pool and not {"--host-uds=create", "--host-uds=all"} & set(runtime.args):
-            missing.append("--host-uds=create (for the warm pool; or SKILL_EXECUTOR_POOL_SIZE=0)")
-        if missing:
-            raise Unavailable(
-                f"the OCI runtime {chosen!r} is gVisor registered without {', '.join(missing)} in its "
-                f"runtimeArgs (it has: {' '.join(runtime.args) or 'none'}); {how}",
-                code="oci_runtime_misconfigured",
-            )
-    return runtime
-
-
-class InitProcess:
-    """A container's init process, held by a pidfd (so a reused pid is never signalled).
-
-    On runc, killing it ends the container's PID namespace: the kernel kills every other
-    process in it before the init's exit is reported, so once :meth:`kill` returns nothing
-    of the container runs any more.  Not on gVisor: the engine's pid is the sandbox's, in
-    the host's namespace, and the processes that run the command's code (its stubs) die
-    after it (the caller waits for the container's cgroup to empty).
-    """
-
-    def __init__(self, pidfd: int) -> None:
-        self.pidfd = pidfd
-
-    @classmethod
-    def of(cls, engine: Engine, container_id: str) -> InitProcess | None:
-        """The init of a running container, or None when it cannot be held safely."""
-        pid = engine.state(container_id).get("Pid")
-        if not isinstance(pid, int) or pid <= 0:
-            return None
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            return None
-        try:
-            # Opened after the look-up: make sure the pid still is this container's.
-            if container_id not in Path(f"/proc/{pid}/cgroup").read_text():
-                os.close(pidfd)
-                return None
-        except OSError:
-            os.close(pidfd)
-            return None
-        return cls(pidfd)
-
-    def kill(self, timeout: float = 5.0) -> bool:
-        """SIGKILL the init and wait until it (and so its whole namespace) is gone."""
-        try:
-            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-        except ProcessLookupError:
-            return True
-        except OSError:
-            return False
-        poller = select.poll()  # not select(): descriptors past 1024 are fine
-        poller.register(self.pidfd, select.POLLIN)
-        return bool(poller.poll(timeout * 1000))
-
-    def close(self) -> None:
-        if self.pidfd >= 0:
-            os.close(self.pidfd)
-            self.pidfd = -1
-
-
-def container_processes(container_id: str) -> list[int] | None:
-    """The processes in the container's cgroup, read from the host (cgroup v1 or v2, the
-    cgroupfs or systemd driver); None when its cgroup is not found (or is gone)."""
-    candidates = [
-        Path(f"/sys/fs/cgroup/pids/docker/{container_id}/cgroup.procs"),
-        Path(f"/sys/fs/cgroup/docker/{container_id}/cgroup.procs"),
-        Path(f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cgroup.procs"),
-    ]
-    for path in candidates:
-        try:
-            return [int(line) for line in path.read_text().split()]
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError):
-            return None
-    return None
-
-
-def oom_kills(container_id: str) -> int | None:
-    """OOM kills in the container's memory cgroup (v1 or v2), read from the host."""
-    candidates = [
-        Path(f"/sys/fs/cgroup/memory/docker/{container_id}/memory.oom_control"),
-        Path(f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/memory.events"),
-    ]
-    for path in candidates:
-        try:
-            for line in path.read_text().splitlines():
-                if line.startswith("oom_kill "):
-                    return int(line.split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    return None

@@ -29,7 +29,7 @@ from ...workers import Supervisor
 from ...workspace.layout import LAUNCHER_SOCKET, WorkspaceManager
 from ..skillcopy import StagedSkill
 from .appear import wait_for
-from .engine import InitProcess
+from .hostview import InitProcess
 
 log = logging.getLogger(__name__)
 

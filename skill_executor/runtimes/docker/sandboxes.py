@@ -11,7 +11,6 @@ caller's (:mod:`skill_executor.runs.sandbox`), the same for every runtime.
 
 from __future__ import annotations
 
-import os
 import selectors
 import signal as signals
 import socket
@@ -30,15 +29,8 @@ from ..host import SharedBox, shell
 from ..janitor import Janitor
 from ..limits import Cap, DiskCap, VolumeCap
 from ..streams import Demux, ProtocolError, Relay
-from .engine import (
-    CONTAINER_WORKSPACE,
-    LABEL_DEADLINE,
-    LABEL_RUN,
-    Engine,
-    container_processes,
-    launcher_argv,
-    oom_kills,
-)
+from .engine import CONTAINER_WORKSPACE, LABEL_DEADLINE, LABEL_RUN, Engine, launcher_argv
+from .hostview import emptied, oom_kills
 from .launcher import LauncherFrames, connect_unix, read_verdict, request_bytes, unpublish
 from .pool import WarmContainer
 
@@ -299,7 +291,7 @@ class WarmBox(DockerBox):
         if not (init is not None and init.kill()):
             self.engine.kill(self.warm.id)
             self.engine.wait(self.warm.id, timeout=5)
-        if self.engine.gvisor and not _emptied(self.warm.id, GVISOR_TEARDOWN_SECONDS):
+        if self.engine.gvisor and not emptied(self.warm.id, GVISOR_TEARDOWN_SECONDS):
             oom = self.engine.oom_killed(self.warm.id, timeout=GVISOR_TEARDOWN_SECONDS)
             self.engine.remove(self.warm.id, strict=True)
             return oom
@@ -405,64 +397,6 @@ class WarmProcess:
         assert self.disk is not None
         box._judge(self.disk, code, oom, warnings, frames.policy_denied_exec)
         return code
-
-
-def _emptied(container_id: str, timeout: float) -> bool:
-    """Whether, within ``timeout`` seconds, no process left in the container's cgroup can
-    run code again (False: its cgroup cannot be read)."""
-    deadline = time.monotonic() + timeout
-    pause = 0.0005
-    while True:
-        left = container_processes(container_id)
-        if left is None:
-            return False
-        if not any(_may_run(pid) for pid in left):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
-
-
-#: ``PF_EXITING`` of a process's flags (``/proc/<pid>/stat``, field 9).
-_PF_EXITING = 0x4
-_SIGKILL_BIT = 1 << (signals.SIGKILL - 1)
-
-
-def _may_run(pid: int) -> bool:
-    """Whether host process ``pid`` may still run code: a thread of it that is not a zombie,
-    not exiting, and has no SIGKILL pending (taken before any return to user space); never
-    gVisor's gofer (it serves the sandbox's files and runs none of the command's code; it
-    ends once the sandbox is gone).  What cannot be judged from here (a pid of another
-    namespace, /proc hidden) may run."""
-    if pid <= 0:
-        return True
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if f.read(11) == b"runsc-gofer":
-                return False
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except (FileNotFoundError, ProcessLookupError):
-        return False  # gone
-    except OSError:
-        return True
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                status = f.read()
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # that thread is gone
-        except (OSError, IndexError):
-            return True
-        pending = 0
-        for line in status.splitlines():
-            if line.startswith(("SigPnd:", "ShdPnd:")):
-                pending |= int(line.split()[1], 16)
-        if not (fields[0] in ("Z", "X") or int(fields[6]) & _PF_EXITING or pending & _SIGKILL_BIT):
-            return True
-    return False
 
 
 def _attach_header(header: bytes) -> tuple[int, int]:
