@@ -30,10 +30,16 @@ from .registry.bundles import BundleStore
 from .registry.package import refuse_reserved
 from .registry.roots import check_layout
 from .registry.store import Registry
+from .runs.limiter import RunLimiter
 from .runs.pipeline import SkillRunner
 from .runtimes.base import Runtime
+from .workers import Supervisor
 from .workspace.sessions import SessionStore
 from .workspace.snapshots import SessionSnapshots
+from .workspace.staging import Stager
+
+#: Seconds between two sweeps of expired sessions (a supervised background worker).
+SESSION_SWEEP_SECONDS = 60.0
 
 
 def make_runtime(settings: Settings, *, wait_for_engine: bool = False) -> Runtime:
@@ -115,6 +121,8 @@ class Executor:
     processes: ProcessManager
     #: agents' contexts per session (what they loaded), shared by the library, REST, MCP and tools
     contexts: ContextService
+    #: the periodic housekeeping of this process (session expiry; the service adds its own)
+    supervisor: Supervisor
     #: the run manager of in-process callers (:meth:`runs`), made on first use
     _runs: RunManager | None = None
 
@@ -164,8 +172,29 @@ class Executor:
             owner=runtime.owner,
         )
         processes = ProcessManager(settings, runtime, sessions, policy=policy)
-        runner = SkillRunner(settings, repository, artifacts, runtime, sessions, processes.network_of, bundles, policy)
-        return cls(settings, database, objects, repository, artifacts, runtime, runner, processes, contexts)
+        stager = Stager(
+            repository,
+            artifacts,
+            sessions,
+            allowed_host_roots=settings.allowed_host_roots,
+            max_bytes=settings.max_staged_bytes,
+            owner=runtime.owner,
+        )
+        runner = SkillRunner(
+            settings,
+            repository,
+            artifacts,
+            runtime,
+            sessions=sessions,
+            stager=stager,
+            limiter=RunLimiter(settings.max_concurrent_runs, settings.max_queued_runs),
+            network_of=processes.network_of,
+            bundles=bundles,
+            policy=policy,
+        )
+        supervisor = Supervisor("executor")
+        supervisor.every("session-expiry", SESSION_SWEEP_SECONDS, sessions.sweep, initial_delay=SESSION_SWEEP_SECONDS)
+        return cls(settings, database, objects, repository, artifacts, runtime, runner, processes, contexts, supervisor)
 
     def runs(self) -> RunManager:
         """The front door of in-process callers (``skill-executor run``, the doctor's probe from
@@ -192,16 +221,18 @@ class Executor:
             max_pending=self.settings.max_pending_approvals,
         )
 
-    def close(self, timeout: float = 300.0) -> None:
+    def close(self, timeout: float = 300.0, *, runtime: bool = True) -> None:
         """Stop the runner's workers, then close the runtime within ``timeout`` (a bound for a
         pathological cleanup, e.g. a run that left 50,000 folders): what its
-        cleanup cannot finish by then is swept by the next start."""
+        cleanup cannot finish by then is swept by the next start.  ``runtime=False``: a
+        runtime shared with another executor is left to its owner."""
         deadline = time.monotonic() + timeout
         if self._runs is not None:
             self._runs.shutdown(timeout=max(0.5, deadline - time.monotonic()))
-        self.runner.close()
+        self.supervisor.close(timeout=1.0)
         self.processes.close()
         try:
-            self.runtime.close(timeout=max(0.5, deadline - time.monotonic()))
+            if runtime:
+                self.runtime.close(timeout=max(0.5, deadline - time.monotonic()))
         finally:
             self.database.close()

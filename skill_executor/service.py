@@ -225,7 +225,7 @@ def assemble_replica(
         tools = _tools(executor, processes)
         _expiry(executor)
         database = executor.database
-        executor.runner.supervisor.every(
+        executor.supervisor.every(
             "worker-sweep",
             settings.worker_sweep_seconds,
             lambda: sweep(
@@ -301,7 +301,7 @@ def _tools(executor: Executor, processes: Processes | None) -> ToolExecutor:
 def _expiry(executor: Executor) -> None:
     """The periodic expiry of artifact versions and agents' contexts."""
     settings = executor.settings
-    supervisor = executor.runner.supervisor
+    supervisor = executor.supervisor
     ttl = settings.artifact_ttl_seconds
     supervisor.every("artifact-expiry", min(EXPIRY_SECONDS, ttl) if ttl else EXPIRY_SECONDS, executor.artifacts.expire)
     supervisor.every(

@@ -20,18 +20,17 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .. import tracing
-from ..access import LOCAL_TENANT, key_names
+from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore
 from ..config import Settings
 from ..errors import ExecutorError
 from ..image.inputs import DEFAULT_TIER, PythonTier
-from ..policy import Policy, load_policy, unenforceable
+from ..policy import Policy, unenforceable
 from ..policy import check as check_policy
-from ..registry import PackageLimits, SkillRepository
+from ..registry import SkillRepository
 from ..registry.bundles import BundleStore, refuse_unprovided
 from ..runtimes.base import Command, OutputListener, Runtime, SandboxPlan
 from ..runtimes.skillcopy import add_node_modules, add_sibling
-from ..workers import Supervisor
 from ..workspace.layout import WorkspaceManager, environment
 from ..workspace.sessions import SessionStore
 from ..workspace.staging import Stager
@@ -42,9 +41,6 @@ from .results import build_result
 from .sandbox import RunSandbox
 
 log = logging.getLogger(__name__)
-
-#: Seconds between two sweeps of expired sessions (a supervised background worker).
-SESSION_SWEEP_SECONDS = 60.0
 
 
 def new_run_id() -> str:
@@ -61,45 +57,31 @@ class SkillRunner:
         repository: SkillRepository,
         artifacts: ArtifactStore,
         runtime: Runtime,
+        *,
         sessions: SessionStore,
+        stager: Stager,
+        limiter: RunLimiter,
         network_of: Callable[[str, str], str | None],
-        bundles: BundleStore | None = None,
-        policy: Policy | None = None,
+        bundles: BundleStore,
+        policy: Policy | None,
     ) -> None:
-        """``sessions``: the sessions' work/ its runs use; ``network_of``: the sandbox whose
-        loopback a run of a session joins (its interactive processes', None: its own;
-        :meth:`skill_executor.processes.manager.ProcessManager.network_of`)."""
+        """Every part is given (:meth:`skill_executor.core.Executor.from_settings` builds
+        them): ``sessions``, the sessions' work/ its runs use; ``stager``, what puts a run's
+        inputs in place; ``limiter``, the places runs of this process take (the in-process
+        dispatch's); ``network_of``, the sandbox whose loopback a run of a session joins (its
+        interactive processes', None: its own;
+        :meth:`skill_executor.processes.manager.ProcessManager.network_of`); ``bundles``, the
+        skills sent with run requests, per key; ``policy``, the command policy (None: none)."""
         self.settings = settings
-        #: the command policy (SKILL_EXECUTOR_POLICY_FILE; None: none)
-        self.policy = (
-            policy if policy is not None else load_policy(settings.policy_file, key_names(settings.api_keys_file))
-        )
         self.repository = repository
-        #: skills sent with run requests (inline bundles), per key
-        self.bundles = bundles or BundleStore(
-            settings.data_dir / "bundles",
-            deps=repository.deps,
-            resolve_deps=settings.bundle_deps == "install",
-            limits=PackageLimits(max_entries=settings.skill_upload_max_files),
-            strict=settings.skill_upload_strict,
-        )
         self.artifacts = artifacts
         self.runtime = runtime
         self.sessions = sessions
+        self.stager = stager
+        self.limiter = limiter
         self.network_of = network_of
-        self.stager = Stager(
-            repository,
-            artifacts,
-            self.sessions,
-            allowed_host_roots=settings.allowed_host_roots,
-            max_bytes=settings.max_staged_bytes,
-            owner=runtime.owner,
-        )
-        self.limiter = RunLimiter(settings.max_concurrent_runs, settings.max_queued_runs)
-        self.supervisor = Supervisor("runner")
-        self.supervisor.every(
-            "session-expiry", SESSION_SWEEP_SECONDS, self.sessions.sweep, initial_delay=SESSION_SWEEP_SECONDS
-        )
+        self.bundles = bundles
+        self.policy = policy
 
     @property
     def workspaces(self) -> WorkspaceManager:
@@ -277,7 +259,3 @@ class SkillRunner:
     def settle(self) -> None:
         """Wait until every finished run's workspace is removed."""
         self.runtime.settle()
-
-    def close(self) -> None:
-        """Stop its own workers; the runtime and the sessions' processes (closed by their owner) hold the rest."""
-        self.supervisor.close(timeout=1.0)

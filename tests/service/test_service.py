@@ -27,7 +27,7 @@ from ..service.test_mcp import _env, _skills
 def test_a_service_starts_the_expiry_and_stops_in_two_steps(tmp_path: Path) -> None:
     service = Service.start(make_settings(tmp_path, "local", artifact_ttl_seconds=1.0))
     try:
-        workers = service.executor.runner.supervisor.stats()
+        workers = service.executor.supervisor.stats()
         assert {"artifact-expiry", "context-expiry"} <= set(workers)
         anyio.run(service.drain, 0.0)
         assert service.manager.closing

@@ -54,7 +54,7 @@ def test_environment_is_clean_and_complete(executor: Executor, monkeypatch: pyte
     try:
         result = run(fresh, command="env", env={"GREETING": "hi there"})
     finally:
-        fresh.runner.close()  # the runtime is shared and closed by the fixture
+        fresh.close(runtime=False)  # the runtime is shared and closed by the fixture
     env = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
     assert "s3cr3t" not in result.stdout and "leak-me" not in result.stdout
     for name in (
