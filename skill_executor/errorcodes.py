@@ -521,7 +521,7 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         mcp="none",
     ),
     E("run_finished", 409, "The run has already ended.", "Read its result instead."),
-    # -- the command policy (SKILL_EXECUTOR_POLICY_FILE; skill_executor/policy.py) ------------
+    # -- the command policy (SKILL_EXECUTOR_POLICY_FILE; skill_executor/policy/) ---------------
     E(
         "command_denied",
         403,
