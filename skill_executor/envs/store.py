@@ -5,7 +5,7 @@ What a plan leaves is resolved by :class:`SkillEnvs` into
 environment is built in a temporary folder next to its place and renamed there in one
 step: it is complete or absent, and immutable once in place.
 
-pip and npm run only through :mod:`skill_executor.hosttools` (a fresh working directory, an
+pip and npm run only through :mod:`skill_executor.envs.hosttools` (a fresh working directory, an
 allow-listed environment, an unprivileged user when the service is root, redacted
 output), with their own isolation switches: ``python -I -m pip --isolated`` with
 ``PIP_CONFIG_FILE=/dev/null``, npm with empty user and global ``npmrc`` files.  Nothing
@@ -33,11 +33,11 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from ..config import Settings
-from ..hosttools import HostToolResult, HostTools, Scratch, ToolUser, reclaim, tool_user
 from ..image.inputs import DEFAULT_TIER, PYTHON_TIERS, RUNNER_PINS, PythonTier
 from ..objects import ObjectStore
 from ..skills.requirements import NPM_NAME, UNSAFE_TEXT, safe_npm_spec, safe_python_need
 from .declared import DependenciesUnmet, declared, signature, with_documented
+from .hosttools import HostToolResult, HostTools, Scratch, ToolUser, reclaim, tool_user
 from .plan import (
     EnvPlan,
     ImagePackages,

@@ -36,7 +36,6 @@ from .. import __version__
 from ..access import Principal
 from ..artifacts.store import ArtifactInfo, LocalArtifactStore, parse_ref
 from ..errors import BadRequest, ExecutorError, NotFound
-from ..neutral import neutralise
 from ..registry import SkillRepository
 from ..runs.manager import RunHandle, RunManager
 from ..runs.models import RunRequest, RunResult
@@ -52,6 +51,7 @@ from ..tools import (
     keep_outputs,
     run_request,
 )
+from ..tools.neutral import neutralise
 from .catalog import CACHE_SCOPE, CACHE_TTL_MS, EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 from .protocol import (
     ARTIFACT_MAX_BYTES,

@@ -35,7 +35,6 @@ from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore
 from ..context import ContextService
 from ..errors import BadRequest, ExecutorError, Forbidden, NotFound
-from ..neutral import MAX_GROWTH, neutralise
 from ..registry import SkillRepository
 from ..runs.manager import ShuttingDown
 from ..runs.models import OutputSpec, RunRequest, RunResult
@@ -44,6 +43,7 @@ from ..skills import docs, expand_placeholders, inventory, match_path, read_file
 from ..skills.model import estimate_tokens
 from .budget import ResultBudget, Surface, head_tail
 from .catalogue import CONTEXT_TOOLS, PROCESS_TOOLS
+from .neutral import MAX_GROWTH, neutralise
 from .results import ToolResult, kept_result
 
 T = TypeVar("T")
