@@ -18,8 +18,8 @@ from .context import Budget, ContextService, ContextStore, counter
 from .db import Database, legacy, migrate, upgrade
 from .dispatch.local import InProcess
 from .envs import SkillEnvs
+from .envs.hosttools import seal_data_dir
 from .errors import BadRequest
-from .hosttools import seal_data_dir
 from .lifecycle import RunManager, RunRecord, RunStore
 from .objects import ObjectStore, open_object_store
 from .owners import data_dir_id

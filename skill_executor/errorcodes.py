@@ -5,6 +5,10 @@ what the caller should do.  :class:`skill_executor.errors.ExecutorError` takes i
 here when a raise names a catalogued code, the docs' error reference is generated from
 this table, and ``tests/unit/test_error_catalogue.py`` checks that every code raised in
 ``skill_executor/`` is listed and every listed code is raised somewhere.
+
+This module is a data table, and long on purpose (over the 450 lines a module of code is
+held to): one entry per code, read top to bottom, and one place to look a code up.  Split by
+area, a code's neighbours and the generated reference would be spread over several files.
 """
 
 from __future__ import annotations
@@ -521,7 +525,7 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         mcp="none",
     ),
     E("run_finished", 409, "The run has already ended.", "Read its result instead."),
-    # -- the command policy (SKILL_EXECUTOR_POLICY_FILE; skill_executor/policy.py) ------------
+    # -- the command policy (SKILL_EXECUTOR_POLICY_FILE; skill_executor/policy/) ---------------
     E(
         "command_denied",
         403,

@@ -67,7 +67,7 @@ def markers() -> Iterator[Markers]:
 
 def usable_by(user: str, argv: list[str]) -> bool:
     """Whether ``argv`` exits 0 when run as ``user`` (from /, no supplementary groups: as
-    skill_executor/hosttools.py runs tools)."""
+    skill_executor/envs/hosttools.py runs tools)."""
     try:
         entry = pwd.getpwnam(user)
         done = subprocess.run(

@@ -125,23 +125,11 @@ def openapi(document: dict[str, Any]) -> str:
 
 
 def mcp_tools() -> str:
-    from skill_executor.mcp.server import McpBackend, SkillServer
+    from skill_executor.mcp.toollist import tool_list
     from skill_executor.registry.repository import SkillRepository
 
-    def unused(*_: Any) -> Any:
-        raise RuntimeError("not needed to list the tools")
-
     with tempfile.TemporaryDirectory() as empty:
-        repository = SkillRepository([Path(empty)])
-        backend = McpBackend(
-            repository=lambda: repository,
-            manager=unused,
-            tools=unused,
-            artifacts=unused,
-            visible_skills_dir=unused,
-            principal=unused,
-        )
-        tools = SkillServer(backend)._tool_list(processes=True)
+        tools = tool_list(SkillRepository([Path(empty)]), processes=True)
     parts = [
         f"# MCP tools\n\n{GENERATED}The tools of `skill-executor mcp` and `/mcp`. The REST "
         "`GET /v1/tools?format=openai|anthropic|mcp` lists `skill_load`, `skill_list_docs`, "

@@ -30,9 +30,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from ..errors import ExecutorError
-from ..hosttools import redact_url, url_secrets
 from ..image.inputs import DEFAULT_TIER, PythonTier, read_pins
 from .declared import DependenciesUnmet, Needs
+from .hosttools import redact_url, url_secrets
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ class Sources:
 
     def describe(self) -> dict[str, str | None]:
         """The sources as every run may read them (the manifest) and the key hashes them:
-        URLs as scheme and host only (:func:`~skill_executor.hosttools.redact_url`: a token
+        URLs as scheme and host only (:func:`~skill_executor.envs.hosttools.redact_url`: a token
         may be the userinfo, a path segment or the query)."""
         return {
             "index_url": redact_url(self.index_url) if self.index_url else None,

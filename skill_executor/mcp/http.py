@@ -32,7 +32,8 @@ from ..config import Settings
 from ..errors import ExecutorError
 from ..web.auth import KeyRing
 from ..web.problems import error_response
-from .server import McpBackend, SkillServer
+from .backend import McpBackend
+from .server import SkillServer
 from .sessions import McpSessionLimit, Sessions, bind_caller, session_header, single_header
 from .watch import watch_catalog
 

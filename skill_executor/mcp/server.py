@@ -7,14 +7,14 @@ transports: stdio (``skill-executor mcp``, the local tenant) and streamable HTTP
 ``skill_run`` goes through the :class:`~skill_executor.lifecycle.manager.RunManager` like
 ``POST /v1/runs`` (same authorization, validation, admission); while it runs, stdout and
 stderr chunks are sent as progress notifications (when the client asked for progress);
-a ``notifications/cancelled`` for the call cancels the run, which kills its container.
+a ``notifications/cancelled`` for the call cancels the run, which kills its container
+(:mod:`.skillrun`).  The tool list is :mod:`.toollist`'s; artifacts are served by :mod:`.artifacts`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -34,74 +34,37 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import __version__
 from ..access import Principal
-from ..artifacts.names import parse_ref
-from ..artifacts.store import ArtifactInfo, LocalArtifactStore
 from ..errors import BadRequest, ExecutorError, NotFound
-from ..lifecycle import RunHandle, RunManager
-from ..lifecycle.records import PENDING, RunRecord
-from ..neutral import neutralise
-from ..registry import SkillRepository
-from ..runs.models import RunRequest, RunResult
 from ..skills import expand_placeholders, render_xml, sandbox_dir
 from ..tools import (
     CONTEXT_TOOLS,
     PROCESS_TOOLS,
     ResultBudget,
-    ToolExecutor,
     bound,
-    definitions,
-    keep_outputs,
-    run_request,
 )
+from .artifacts import ARTIFACT_TEMPLATE, artifact_tool, read_artifact
+from .backend import McpBackend
 from .catalog import CACHE_SCOPE, CACHE_TTL_MS, EXTENSION, SCHEME, SkillFiles, UnknownResource, page
 from .protocol import (
-    ARTIFACT_MAX_BYTES,
     INSTRUCTIONS,
-    READ_MAX_BYTES,
-    READ_ONLY,
-    RUN,
     SETTINGS,
-    WRITE,
     DirectoryParams,
     SkillsListParams,
     UriParams,
-    call_result,
-    embedded_resource,
     error_result,
-    inline_schema,
     internal_error,
     invalid_params,
-    object_schema,
-    payload_bytes,
     request_budget,
     request_session,
     resource_contents,
-    run_output_schema,
     text_content,
 )
-from .tasks import TASKS, SkillTasks, TaskParams, TaskUpdateParams, wants_tasks
+from .skillrun import SkillRun
+from .tasks import TASKS, SkillTasks, TaskParams, TaskUpdateParams
+from .toollist import tool_list
 
 log = logging.getLogger("skill_executor.mcp")
-#: Every artifact of the caller's key is a resource: the refs tool results print.
-ARTIFACT_TEMPLATE = types.ResourceTemplate(
-    name="artifact",
-    uri_template="artifact://{+name}@{version}{?offset,length}",
-    description="Your artifacts (files runs saved, and what tool results refer to); "
-    f"a read answers at most {READ_MAX_BYTES} bytes: read larger ones in parts with offset and length",
-)
 T = TypeVar("T")
-
-
-@dataclass
-class McpBackend:
-    """What the handlers need: read lazily, so the HTTP app can build it before its lifespan."""
-
-    repository: Callable[[], SkillRepository]
-    manager: Callable[[], RunManager]
-    tools: Callable[[], ToolExecutor]
-    artifacts: Callable[[], LocalArtifactStore]
-    visible_skills_dir: Callable[[], str | None]
-    principal: Callable[[ServerRequestContext[Any, Any]], Principal]
 
 
 class _Server(Server[Any]):
@@ -174,6 +137,7 @@ class SkillServer:
         server.add_request_handler("tasks/get", TaskParams, self.tasks.get)
         server.add_request_handler("tasks/update", TaskUpdateParams, self.tasks.update)
         server.add_request_handler("tasks/cancel", TaskParams, self.tasks.cancel)
+        self.runs = SkillRun(backend)
         self.server = server
 
     def options(self) -> InitializationOptions:
@@ -311,42 +275,13 @@ class SkillServer:
         uri = str(params.uri)
         if uri.startswith("artifact://"):
             who = self.backend.principal(ctx)
-            info, data, read = await self._guard(lambda: self._artifact(uri, who), uri)
+            info, data, read = await self._guard(lambda: read_artifact(self.backend.artifacts(), uri, who), uri)
             contents = resource_contents(read, info.mime_type, data)
         else:
             files = self.files
             contents = await self._guard(lambda: files.read(uri), uri)
         model = types.TextResourceContents if "text" in contents else types.BlobResourceContents
         return types.ReadResourceResult(contents=[model.model_validate(contents)])
-
-    def _artifact(self, ref: str, who: Principal) -> tuple[ArtifactInfo, bytes, str]:
-        """``artifact://name[@version][?offset=N&length=M]``: the caller's artifact (another
-        key's is not found), whole or the part asked for, and the URI of what was read."""
-        body, _, query = ref.removeprefix("artifact://").partition("?")
-        name, version = parse_ref(body)
-        store = self.backend.artifacts()
-        info = store.info(name, version, tenant=who.id)
-        if query:
-            offset, length = _part(query, info)
-            uri = f"{info.ref}?offset={offset}&length={length}"
-        elif info.size > READ_MAX_BYTES:
-            raise BadRequest(
-                f"artifact {info.ref} is {info.size} bytes; one read answers at most {READ_MAX_BYTES}: read it "
-                f"in parts ({info.ref}?offset=0&length={READ_MAX_BYTES}, then the next offset), or over HTTP "
-                f"(GET /v1/artifacts/{info.name}?version={info.version})",
-                code="artifact_too_large",
-            )
-        else:
-            offset, length, uri = 0, info.size, info.ref
-        with store.open(info) as handle:
-            skipped = 0
-            while skipped < offset:  # a stream from the object store: read up to the part
-                chunk = handle.read(min(1024 * 1024, offset - skipped))
-                if not chunk:
-                    break
-                skipped += len(chunk)
-            data = handle.read(length)
-        return info, data, uri
 
     # -- prompts ------------------------------------------------------------------------
 
@@ -393,85 +328,11 @@ class SkillServer:
         return types.GetPromptResult(description=description, messages=[message])
 
     # -- tools --------------------------------------------------------------------------
-
     def _tool_list(self, *, processes: bool | None = None) -> list[types.Tool]:
         """``processes``: list the process tools (None: when the runtime has processes)."""
-        repository = self.backend.repository()
-        by_name = {d["name"]: d for d in definitions(repository, "mcp", context=True, processes=True)}
-        skill = by_name["skill_list_docs"]["inputSchema"]["properties"]["skill"]
-        output = run_output_schema(inline_schema(RunResult.model_json_schema()))
-        specs: list[tuple[str, str, dict[str, Any], types.ToolAnnotations, dict[str, Any] | None]] = [
-            ("skill_load", by_name["skill_load"]["description"], by_name["skill_load"]["inputSchema"], READ_ONLY, None),
-            (
-                "skill_list_docs",
-                by_name["skill_list_docs"]["description"],
-                by_name["skill_list_docs"]["inputSchema"],
-                READ_ONLY,
-                None,
-            ),
-            (
-                "skill_read_doc",
-                "Read one doc of a skill (a path from skill_list_docs).",
-                object_schema(
-                    {"skill": skill, "path": {"type": "string", "description": "the doc's path"}}, ["skill", "path"]
-                ),
-                READ_ONLY,
-                None,
-            ),
-            (
-                "skill_search",
-                "Search the skills by words; returns the best matching names and descriptions.",
-                object_schema(
-                    {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 50}}, ["query"]
-                ),
-                READ_ONLY,
-                None,
-            ),
-            ("skill_run", by_name["skill_run"]["description"], by_name["skill_run"]["inputSchema"], RUN, output),
-            (
-                "artifact_put",
-                "Store a file as the next version of an artifact (text, or base64 for binary); "
-                "returns its artifact:// ref for skill_run inputs.",
-                object_schema(
-                    {
-                        "name": {"type": "string"},
-                        "text": {"type": "string"},
-                        "base64": {"type": "string", "description": "the content, base64-encoded"},
-                        "mime_type": {"type": "string"},
-                    },
-                    ["name"],
-                ),
-                WRITE,
-                None,
-            ),
-            (
-                "artifact_get",
-                "Read an artifact (a name, name@version or artifact:// ref).",
-                object_schema({"ref": {"type": "string"}}, ["ref"]),
-                READ_ONLY,
-                None,
-            ),
-            ("artifact_list", "List your artifacts (latest version of each).", object_schema({}, []), READ_ONLY, None),
-        ]
-        specs += [
-            (
-                name,
-                by_name[name]["description"],
-                by_name[name]["inputSchema"],
-                READ_ONLY if name in ("context_list_docs", "context_render") else WRITE,
-                None,
-            )
-            for name in CONTEXT_TOOLS
-        ]
         if processes is None:
             processes = self.backend.tools().processes is not None  # a runtime with a session's processes
-        if processes:
-            specs += [
-                (name, by_name[name]["description"], by_name[name]["inputSchema"], RUN, None) for name in PROCESS_TOOLS
-            ]
-        return [
-            types.Tool(name=n, description=d, input_schema=i, annotations=a, output_schema=o) for n, d, i, a, o in specs
-        ]
+        return tool_list(self.backend.repository(), processes=processes)
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -488,13 +349,15 @@ class SkillServer:
             budget = request_budget(self.backend.tools().budget, params.meta)
             session = request_session(params.meta)  # the host's binding: every tool with a session keeps to it
             if params.name == "skill_run":
-                return await self._skill_run(ctx, bound("skill_run", arguments, session), budget)
+                return await self.runs.skill_run(ctx, bound("skill_run", arguments, session), budget)
             if params.name in CONTEXT_TOOLS or params.name in PROCESS_TOOLS:
                 who = self.backend.principal(ctx)
                 return await self._offload(lambda: self._context_tool(params.name, arguments, who, budget, session))
             if params.name.startswith("artifact_"):
                 who = self.backend.principal(ctx)
-                return await self._offload(lambda: self._artifact_tool(params.name, arguments, who, budget))
+                return await self._offload(
+                    lambda: artifact_tool(self.backend.artifacts(), params.name, arguments, who, budget)
+                )
             return await self._offload(lambda: self._read_tool(params.name, arguments, budget))
         except ExecutorError as exc:
             return error_result(f"error ({exc.code}): {exc.message}")
@@ -530,208 +393,3 @@ class SkillServer:
         return types.CallToolResult(
             content=[text_content(t) for t in result.texts()], structured_content=structured, is_error=result.is_error
         )
-
-    def _artifact_tool(
-        self, name: str, arguments: dict[str, Any], who: Principal, budget: ResultBudget
-    ) -> types.CallToolResult:
-        store = self.backend.artifacts()
-        if name == "artifact_list":
-            items = [i.to_dict() for i in store.names(tenant=who.id)]
-            text = "\n".join(f"- {i['ref']} ({i['size']} bytes, {i['mime_type']})" for i in items) or "(none)"
-            return types.CallToolResult(content=[text_content(text)], structured_content={"artifacts": items})
-        if name == "artifact_put":
-            artifact = arguments.get("name")
-            if not isinstance(artifact, str):
-                raise BadRequest("the 'name' argument is required", code="invalid_arguments")
-            data = payload_bytes(arguments)
-            mime = arguments.get("mime_type")
-            if not isinstance(mime, str):
-                mime = "text/plain" if "text" in arguments else "application/octet-stream"
-            info = store.put(artifact, data, mime_type=mime, tenant=who.id, max_bytes=ARTIFACT_MAX_BYTES)
-            return types.CallToolResult(
-                content=[text_content(f"stored {info.ref} ({info.size} bytes)")], structured_content=info.to_dict()
-            )
-        if name == "artifact_get":
-            ref = arguments.get("ref")
-            if not isinstance(ref, str):
-                raise BadRequest("the 'ref' argument is required", code="invalid_arguments")
-            body, _, _ = ref.removeprefix("artifact://").partition("?")
-            name, version = parse_ref(body)
-            info = self.backend.artifacts().info(name, version, tenant=who.id)
-            said = f"{info.ref} ({info.size} bytes, {info.mime_type})"
-            if info.size * 4 // 3 + 4 > budget.max_chars or info.size > READ_MAX_BYTES:  # by reference
-                link = types.ResourceLink(
-                    type="resource_link", uri=info.ref, name=info.name, mime_type=info.mime_type, size=info.size
-                )
-                note = (
-                    f"{said}: larger than the tool-result budget ({budget.max_chars} characters); read it with "
-                    f"resources/read ({info.ref}, in parts of at most {READ_MAX_BYTES} bytes: "
-                    f"{info.ref}?offset=0&length={READ_MAX_BYTES}) or stage it as a skill_run input"
-                )
-                return types.CallToolResult(content=[text_content(note), link], structured_content=info.to_dict())
-            _, data, uri = self._artifact(info.ref, who)
-            return types.CallToolResult(
-                content=[text_content(said), embedded_resource(resource_contents(uri, info.mime_type, data))],
-                structured_content=info.to_dict(),
-            )
-        raise NotFound(f"unknown tool {name!r}", code="tool_not_found")
-
-    async def _skill_run(
-        self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any], budget: ResultBudget
-    ) -> types.CallToolResult | dict[str, Any]:
-        manager = self.backend.manager()
-        who = self.backend.principal(ctx)
-        # What the result refers to is kept (artifact:// refs); binary files are read for blobs and images.
-        request = await self._offload(lambda: keep_outputs(run_request(arguments), "mcp"))
-        # Shielded: a cancellation during admission would leave the accepted run unowned;
-        # it is delivered at the next await below, which cancels the run.
-        with anyio.CancelScope(shield=True):
-            record, handle, _ = await manager.submit_async(request, principal=who)
-        if wants_tasks(ctx):  # a task handle at once; the run goes on, tasks/get tells (tasks.py)
-            manager.answered(record)
-            await self._context_used(who, request)
-            return SkillTasks.created(record)
-        try:
-            if record.status == PENDING:  # held by the command policy: ask the user, if the client can
-                record, handle = await self._elicit_approval(ctx, manager, who, record)
-            return await self._answer_run(ctx, manager, who, request, record, handle, budget)
-        finally:
-            manager.answered(record)  # the run's root span ends
-
-    async def _elicit_approval(
-        self, ctx: ServerRequestContext[Any, Any], manager: RunManager, who: Principal, record: RunRecord
-    ) -> tuple[RunRecord, RunHandle | None]:
-        """A run held for approval, when the client declared elicitation and may decide (the
-        rule lets the caller approve): ``elicitation/create`` asks its user, and the answer is
-        the caller's decision (``via: mcp-elicitation``, audited).  Otherwise, or when the user
-        dismisses the question, the run stays pending for an admin (or the timeout)."""
-        capabilities = ctx.session.client_capabilities
-        if capabilities is None or capabilities.elicitation is None or not ctx.session.can_send_request:
-            return record, None
-        request = RunRequest.model_validate(record.request)
-        checked = await manager.offload(lambda: manager.runner.validate(request, tenant=record.owner))
-        decision = checked.decision
-        if decision.approver == "admin" and not who.admin:
-            return record, None
-        programs = ", ".join(decision.programs) or "(not all known before the run)"
-        message = (
-            f"Run {record.run_id} of skill {checked.skill.id!r} waits for your approval "
-            f"(policy rule {decision.rule!r}).\nCommand: {request.command}\nPrograms: {programs}"
-        )
-        answers: list[types.ElicitResult] = []
-        async with anyio.create_task_group() as group:
-
-            async def ask() -> None:
-                answers.append(
-                    await ctx.session.elicit_form(message, APPROVAL_SCHEMA, related_request_id=ctx.request_id)
-                )
-                group.cancel_scope.cancel()
-
-            async def watch() -> None:  # decided elsewhere (an admin, the timeout, a cancel): stop asking
-                while (await manager.offload(manager.reload, record)).status == PENDING:
-                    await anyio.sleep(ELICITATION_WATCH_SECONDS)
-                group.cancel_scope.cancel()
-
-            group.start_soon(ask)
-            group.start_soon(watch)
-        if not answers:  # unanswered while the run was decided or expired: as it is now
-            return await manager.offload(manager.reload, record), None
-        answer = answers[0]
-        content = answer.content or {}
-        if answer.action == "cancel":
-            return record, None
-        given = content.get("reason")
-        reason = given[:MAX_REASON_CHARS] if isinstance(given, str) else None  # as over REST
-        verdict = "approve" if answer.action == "accept" and content.get("decision") == "approve" else "reject"
-        if answer.action == "decline" and reason is None:
-            reason = "declined by the user"
-        try:
-            return await manager.offload(
-                lambda: manager.decide(record.run_id, who, verdict, reason, via="mcp-elicitation")
-            )
-        except ExecutorError as exc:
-            if exc.code != "approval_not_pending":  # decided meanwhile (an admin, the timeout): as it is
-                raise
-            return await manager.offload(manager.reload, record), None
-
-    async def _context_used(self, who: Principal, request: RunRequest) -> None:
-        contexts = self.backend.tools().contexts
-        session = request.session
-        if contexts is not None and session is not None:  # the agent uses this skill: its context says so
-            await self._offload(lambda: contexts.used(who.id, session, request.skill))
-
-    async def _answer_run(
-        self,
-        ctx: ServerRequestContext[Any, Any],
-        manager: RunManager,
-        who: Principal,
-        request: RunRequest,
-        record: RunRecord,
-        handle: RunHandle | None,
-        budget: ResultBudget,
-    ) -> types.CallToolResult:
-        await self._context_used(who, request)
-        try:
-            await anyio.lowlevel.checkpoint()
-            if handle is not None:
-                sent = 0
-                async for _, kind, data in handle.stream():
-                    if kind in ("stdout", "stderr"):
-                        sent += 1
-                        await ctx.session.report_progress(sent, message=f"{kind}: {neutralise(data)}")
-                    elif kind == "status":
-                        sent += 1
-                        await ctx.session.report_progress(sent, message=f"run {record.run_id}: {data}")
-            final = await manager.wait(record, handle)
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                try:
-                    await manager.offload(manager.cancel, record.run_id, who)
-                    if handle is not None:
-                        await manager.settle(handle, 10.0)
-                except ExecutorError:
-                    pass
-            raise
-        result = await manager.offload(manager.result, final)
-        tools = self.backend.tools()
-        return await self._offload(lambda: call_result(tools.result(result, budget, "mcp", who.id)))
-
-
-#: How often a question about a held run checks whether the run was decided elsewhere.
-ELICITATION_WATCH_SECONDS = 0.5
-#: The longest reason recorded with a decision (``ApprovalRequest.reason``'s over REST).
-MAX_REASON_CHARS = 1000
-#: What ``elicitation/create`` asks about a run held for approval.
-APPROVAL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "decision": {
-            "type": "string",
-            "title": "Decision",
-            "enum": ["approve", "reject"],
-            "description": "approve: the run starts; reject: it ends, nothing runs",
-        },
-        "reason": {"type": "string", "title": "Reason", "description": "recorded with the decision"},
-    },
-    "required": ["decision"],
-}
-
-
-def _part(query: str, info: ArtifactInfo) -> tuple[int, int]:
-    """``offset=N&length=M`` of a part read: within the artifact, at most READ_MAX_BYTES."""
-    fields: dict[str, int] = {}
-    for pair in query.split("&"):
-        key, _, value = pair.partition("=")
-        if key not in ("offset", "length") or key in fields or not value.isdigit() or len(value) > 19:
-            raise BadRequest(
-                f"invalid part {query[:80]!r} of {info.ref}: give offset=N&length=M (bytes)",
-                code="invalid_artifact_ref",
-            )
-        fields[key] = int(value)
-    offset = fields.get("offset", 0)
-    length = min(fields.get("length", READ_MAX_BYTES), READ_MAX_BYTES, max(0, info.size - offset))
-    if offset > info.size:
-        raise BadRequest(
-            f"offset {offset} is past the end of {info.ref} ({info.size} bytes)", code="invalid_artifact_ref"
-        )
-    return offset, length

@@ -20,7 +20,8 @@ from ..errors import ExecutorError
 from ..owners import DataDirClaim
 from ..policy import load_policy
 from ..service import Service
-from .server import McpBackend, SkillServer
+from .backend import McpBackend
+from .server import SkillServer
 from .watch import watch_catalog
 
 log = logging.getLogger("skill_executor.mcp")

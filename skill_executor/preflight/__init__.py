@@ -2,9 +2,10 @@
 static half of ``skills doctor``; the probe in the sandbox is :mod:`skill_executor.doctor`)."""
 
 from ..shell import ShellCommand, shell_commands
-from .model import PIP_REASON, ImageNeeds, locations, node_package, python_distribution
+from .model import ImageNeeds, locations, node_package, python_distribution
 from .scan import scan, scan_texts
 from .text import fenced_blocks, looks_like_shell
+from .vocabulary import PIP_REASON
 
 __all__ = [
     "PIP_REASON",

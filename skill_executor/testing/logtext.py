@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import TextIO
 
-from ..neutral import neutralise
+from ..tools.neutral import neutralise
 
 KiB, MiB = 1024, 1024 * 1024
 

@@ -34,8 +34,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import Settings
-from ..neutral import neutralise
 from ..runs.models import RunResult
+from .neutral import neutralise
 
 KiB = 1024
 MiB = 1024 * KiB

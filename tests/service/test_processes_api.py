@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from skill_executor.client import AsyncClient, Client
-from skill_executor.neutral import neutralise
+from skill_executor.tools.neutral import neutralise
 
 from ..api_server import Server
 from ..conftest import require_runtime

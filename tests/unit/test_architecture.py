@@ -20,15 +20,13 @@ LAYERS = [
         "skill_executor.errorcodes",
         "skill_executor.config",
         "skill_executor.paths",
-        "skill_executor.access",
         "skill_executor.owners",
         "skill_executor.activity",
         "skill_executor.workers",
         "skill_executor.tracing",
-        "skill_executor.hosttools",
         "skill_executor.extras",
-        "skill_executor.neutral",
     },
+    {"skill_executor.access"},
     {"skill_executor.db", "skill_executor.objects"},
     {"skill_executor.skills", "skill_executor.image", "skill_executor.shell"},
     {"skill_executor.envs", "skill_executor.preflight", "skill_executor.policy"},
@@ -137,11 +135,11 @@ def test_no_import_cycles() -> None:
 #: The only modules that may start a process on the service's host: the one runner of host
 #: tools over untrusted input (pip and npm over a skill's needs), the runner image's build
 #: (the project's own files) and the local runtime (development only: runs commands as the
-#: service, by design); and, not on the service's host, the in-pod server in the runner image.  Anything else that needs a tool goes through skill_executor/hosttools.py.
+#: service, by design); and, not on the service's host, the in-pod server in the runner image.  Anything else that needs a tool goes through skill_executor/envs/hosttools.py.
 #: mkfs.ext4 in workspace/volumes.py formats the service's own image files (never skill content).
 PROCESS_STARTERS = {
     "skill_executor.podserver.process",  # in the pod: each child through the launcher's filter
-    "skill_executor.hosttools",
+    "skill_executor.envs.hosttools",
     "skill_executor.image.build",
     "skill_executor.runtimes.bwrap",  # the run's sandbox (bwrap, as the run's user)
     "skill_executor.runtimes.bwrapbox",  # the same sandbox's bwrap command
@@ -181,13 +179,14 @@ def starts_processes(path: Path) -> list[str]:
 
 def test_only_the_allowed_modules_start_processes() -> None:
     """A process started anywhere else could run a tool over a skill's files without the
-    isolation skill_executor/hosttools.py gives it (a fresh folder, a scrubbed environment,
+    isolation skill_executor/envs/hosttools.py gives it (a fresh folder, a scrubbed environment,
     another user)."""
     starters = {name: how for name, path in modules().items() if (how := starts_processes(path))}
     assert set(starters) <= PROCESS_STARTERS, {k: v for k, v in starters.items() if k not in PROCESS_STARTERS}
-    assert "skill_executor.hosttools" in starters  # the check sees what it looks for
-    assert [p.name for p in (PACKAGE / "envs").glob("*.py") if starts_processes(p)] == []  # pip, npm: hosttools
-    assert starts_processes(PACKAGE / "doctor.py") == []  # its probe's processes start in the sandbox
+    assert "skill_executor.envs.hosttools" in starters  # the check sees what it looks for
+    # pip, npm: through hosttools.py only
+    assert [p.name for p in (PACKAGE / "envs").glob("*.py") if starts_processes(p)] == ["hosttools.py"]
+    assert [p.name for p in (PACKAGE / "doctor").glob("*.py") if starts_processes(p)] == []  # the probe: in the sandbox
 
 
 def test_no_class_name_is_used_twice() -> None:

@@ -14,11 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from skill_executor import doctor
 from skill_executor.access import LOCAL
 from skill_executor.client import Client
 from skill_executor.core import Executor
-from skill_executor.doctor import PROBE_FAILED, DoctorReport, _probe, diagnose, parse_answer, render_table
+from skill_executor.doctor import PROBE_FAILED, DoctorReport, diagnose, parse_answer, render_table
+from skill_executor.doctor import probe as doctor_probe
+from skill_executor.doctor.probe import run_probe
 from skill_executor.errors import NotFound
 from skill_executor.skills import load_skill
 from skill_executor.preflight import ImageNeeds, fenced_blocks, looks_like_shell, scan, scan_texts, shell_commands
@@ -769,7 +770,7 @@ def test_probe_names_cannot_escape(docker_executor: Executor, tmp_path: Path) ->
     # been spliced into shell, Python or JavaScript, the probe would have exited 3 (an error).
     hostile = ["a;touch /tmp/pwned", "$(touch /tmp/pwned)", "x' \"; exit 3; #"]
     skill = docker_executor.repository.get("needs-hostile")
-    answer = _probe(
+    answer = run_probe(
         docker_executor,
         docker_executor.runs(),
         skill,
@@ -816,7 +817,7 @@ def test_the_forgery_is_real_where_the_skill_is_on_the_probes_path(docker_execut
     result = docker_executor.runner.run(
         RunRequest(
             skill=skill.id,
-            command=f"python3 -c {shlex.quote(doctor.PROBE)}",
+            command=f"python3 -c {shlex.quote(doctor_probe.PROBE)}",
             stdin='{"commands": [], "python": [], "node": []}',
             timeout=30,
         )
@@ -838,8 +839,8 @@ def test_the_forgery_is_real_where_the_skill_is_on_the_probes_path(docker_execut
 def test_a_probe_that_answers_garbage_is_a_failed_verdict(
     docker_executor: Executor, monkeypatch: pytest.MonkeyPatch, probe: str
 ) -> None:
-    monkeypatch.setattr(doctor, "PROBE", probe)
-    monkeypatch.setattr(doctor, "PROBE_TIMEOUT", 5.0)
+    monkeypatch.setattr(doctor_probe, "PROBE", probe)
+    monkeypatch.setattr(doctor_probe, "PROBE_TIMEOUT", 5.0)
     report = diagnose(docker_executor, "needs-bad")
     assert not report.ok
     assert [f.code for f in report.findings] == [PROBE_FAILED]
@@ -902,7 +903,7 @@ def test_the_probes_answer_is_parsed_strictly() -> None:
         good.replace('"git"', '"hg"'),
         good.replace('"yaml": true', '"yaml": true, "extra": true'),
         good.replace('"errors": []', '"errors": ' + str(["e"] * 11).replace("'", '"')),
-        good + " " * (doctor.MAX_ANSWER_BYTES + 1),
+        good + " " * (doctor_probe.MAX_ANSWER_BYTES + 1),
     ]:
         assert parse_answer(bad, *asked) is None, bad[:200]
 

@@ -1,4 +1,4 @@
-"""Running host tools over untrusted input (skill_executor/hosttools.py), with real processes:
+"""Running host tools over untrusted input (skill_executor/envs/hosttools.py), with real processes:
 what a tool sees (environment, working directory, user), what is left of it afterwards
 (processes, files, output), and what of a secret leaves the host process (nothing)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skill_executor.hosttools import (
+from skill_executor.envs.hosttools import (
     OUTPUT_BYTES,
     PASSED,
     HostTools,

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from skill_executor.neutral import MAX_GROWTH, neutralise
 from skill_executor.runs.models import RunResult
 from skill_executor.tools import ToolResult, run_result
+from skill_executor.tools.neutral import MAX_GROWTH, neutralise
 
 #: What a hostile process prints: a clear-screen and cursor home, cursor moves, an OSC window
 #: title, an OSC 8 hyperlink and an OSC 52 clipboard write, a colour, a C1 CSI, a CR overwrite,

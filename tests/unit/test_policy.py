@@ -1,4 +1,4 @@
-"""The command policy (skill_executor/policy.py), pure: one bypass attempt per shell
+"""The command policy (skill_executor/policy/), pure: one bypass attempt per shell
 metacharacter class, each denied or judged through to the program it starts; the policy
 file's errors; the decision's stable error."""
 

@@ -36,8 +36,8 @@ from skill_executor.envs import (
     safe_npm_spec,
     safe_python_need,
 )
+from skill_executor.envs.hosttools import PASSED, tool_user
 from skill_executor.errors import ExecutorError
-from skill_executor.hosttools import PASSED, tool_user
 
 from .. import untrusted
 from ..conftest import make_settings

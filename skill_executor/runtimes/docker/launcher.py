@@ -2,7 +2,7 @@
 
 Request (host -> launcher): u32 count, then count fields of u32 length + bytes, all
 big-endian: command, cwd, stdin path (``""`` for none), the exec policy (``b""``: none;
-:meth:`skill_executor.policy.ExecRule.spec`), then ``NAME=value`` entries.
+:meth:`skill_executor.policy.enforcement.ExecRule.spec`), then ``NAME=value`` entries.
 
 Frames (launcher -> host): 1 byte kind + u32 big-endian length + payload: ``O`` stdout
 bytes, ``E`` stderr bytes, ``X`` ``{"exit_code": N}`` (last; with

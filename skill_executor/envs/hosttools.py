@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from .errors import Unavailable
+from ..errors import Unavailable
 
 #: Inherited variables a tool may see: how the operator's host reaches the network.
 PASSED = (
