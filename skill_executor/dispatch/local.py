@@ -25,8 +25,9 @@ from .. import tracing
 from ..errors import Conflict, ExecutorError
 from ..lifecycle.handle import RunHandle, terminal
 from ..lifecycle.outcomes import INTERNAL, error_body, not_started, shutdown_error
-from ..lifecycle.records import FINAL, RunRecord, RunStore, Status
+from ..lifecycle.records import RunRecord, RunStore
 from ..lifecycle.seam import StreamEvent, Ticket
+from ..lifecycle.status import FINAL, Status
 from ..runs.limiter import Reservation, RunLimiter
 from ..runs.models import RunRequest, RunResult
 from ..runs.pipeline import SkillRunner

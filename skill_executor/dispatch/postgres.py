@@ -30,8 +30,9 @@ from ..db.schema import runs, session_leases, workers
 from ..errors import Busy, Conflict, Unavailable
 from ..lifecycle.handle import RunHandle
 from ..lifecycle.outcomes import shutdown_error
-from ..lifecycle.records import FINAL, RunRecord, RunStore, Status
+from ..lifecycle.records import RunRecord, RunStore
 from ..lifecycle.seam import StreamEvent, Ticket
+from ..lifecycle.status import FINAL, Status
 from ..runs.models import RunRequest
 from ..runs.plan import RunPlan
 from ..workspace.sessions import SessionLimit

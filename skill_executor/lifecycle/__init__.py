@@ -8,8 +8,9 @@ approvals, and reading, streaming, cancelling and waiting for it; where it execu
 from .handle import RunHandle
 from .manager import RunManager
 from .outcomes import ShuttingDown, shutdown_error
-from .records import FINAL, PENDING, RunRecord, RunStore, Status
+from .records import RunRecord, RunStore
 from .seam import Dispatch, Ticket
+from .status import FINAL, PENDING, Status
 
 __all__ = [
     "FINAL",

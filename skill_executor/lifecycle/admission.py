@@ -37,8 +37,9 @@ from ..runs.plan import RunPlan
 from .approvals import Approvals
 from .handle import RunHandle
 from .outcomes import shutdown_error
-from .records import PENDING, RunRecord, RunStore
+from .records import RunRecord, RunStore
 from .seam import Dispatch
+from .status import PENDING
 
 #: What an admission answers: the run's record, its live handle (None: it runs elsewhere or
 #: is held), and whether this is a replay of an earlier submission.

@@ -19,7 +19,8 @@ from ..access import Principal, audit_log
 from ..errors import Busy, ExecutorError, Forbidden
 from ..runs.plan import RunPlan
 from .outcomes import error_body, not_started
-from .records import PENDING, RunRecord, RunStore
+from .records import RunRecord, RunStore
+from .status import PENDING
 
 log = logging.getLogger(__name__)
 

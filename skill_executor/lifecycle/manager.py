@@ -33,8 +33,10 @@ from . import outcomes
 from .admission import Accepted, Admission, plan_of
 from .approvals import Approvals
 from .handle import RunHandle
-from .records import FINAL, PENDING, RunFilter, RunListing, RunRecord, RunStore, Status, decode_cursor, encode_cursor
+from .listing import RunFilter, RunListing, decode_cursor, encode_cursor
+from .records import RunRecord, RunStore
 from .seam import Dispatch, StreamEvent
+from .status import FINAL, PENDING, Status
 
 log = logging.getLogger(__name__)
 

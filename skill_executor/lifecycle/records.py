@@ -16,14 +16,11 @@ the same on page 1000 as on page 1 (index ``ix_runs_owner_created``).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import math
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, func, insert, literal, not_, or_, select, true, tuple_, update
 from sqlalchemy.exc import IntegrityError
@@ -32,12 +29,9 @@ from ..access import LOCAL_TENANT
 from ..db import Database
 from ..db.schema import idempotency as idempotency_keys
 from ..db.schema import run_approvals, runs
-from ..errors import BadRequest, Conflict, NotFound
-
-Status = Literal["pending_approval", "queued", "running", "completed", "failed", "cancelled"]
-#: A run held by the command policy until it is approved (nothing of it exists but its record).
-PENDING: Status = "pending_approval"
-FINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+from ..errors import Conflict, NotFound
+from .listing import RunFilter, RunListing
+from .status import PENDING, Status
 
 
 @dataclass(slots=True)
@@ -60,7 +54,7 @@ class RunRecord:
     trace_id: str | None = None
     traceparent: str | None = None
     #: In the process that admitted the run (not stored): its open root span, ended when the
-    #: front end has answered (:meth:`~skill_executor.runs.manager.RunManager.answered`).
+    #: front end has answered (:meth:`~skill_executor.lifecycle.manager.RunManager.answered`).
     root: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,70 +71,6 @@ class RunRecord:
             "owner": self.owner,
             "trace_id": self.trace_id,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class RunFilter:
-    """Which runs a listing shows (every one given must hold)."""
-
-    #: The skill's name (any case; runs of a pinned ``name@ref`` too).
-    skill: str | None = None
-    #: Any of these statuses (empty: any).
-    statuses: tuple[str, ...] = ()
-    session: str | None = None
-    #: Made at or after / before this time (seconds since the epoch).
-    created_after: float | None = None
-    created_before: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RunListing:
-    """A run as a listing shows it: no request, no result (``GET /v1/runs/{id}`` has them)."""
-
-    run_id: str
-    status: Status
-    skill: str
-    session: str | None
-    created_at: float
-    updated_at: float
-    owner: str
-    trace_id: str | None
-    error: dict[str, Any] | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "skill": self.skill,
-            "session": self.session,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            "owner": self.owner,
-            "trace_id": self.trace_id,
-            "error": self.error,
-        }
-
-
-def encode_cursor(listing: RunListing) -> str:
-    """The opaque cursor of the page after ``listing`` (its position, nothing else)."""
-    raw = json.dumps([listing.created_at, listing.run_id], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[float, str]:
-    """A cursor's position; 400 ``invalid_cursor`` for anything :func:`encode_cursor` did not make."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_at, run_id = json.loads(raw)
-        if isinstance(created_at, bool) or not isinstance(created_at, (int, float)) or not isinstance(run_id, str):
-            raise ValueError
-        if not math.isfinite(created_at) or len(run_id) > 128:
-            raise ValueError
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise BadRequest(
-            "invalid cursor: pass next_cursor of the previous page as it is", code="invalid_cursor"
-        ) from None
-    return float(created_at), run_id
 
 
 def _status_is(status: str, running: Collection[str]) -> ColumnElement[bool]:

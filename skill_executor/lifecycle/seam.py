@@ -28,7 +28,8 @@ from sqlalchemy import Connection
 from ..runs.models import RunRequest
 from ..runs.plan import RunPlan
 from .handle import RunHandle
-from .records import RunRecord, Status
+from .records import RunRecord
+from .status import Status
 
 #: An event of a run's stream: its id (None for a status a poll saw between recorded
 #: events), its kind and its data.

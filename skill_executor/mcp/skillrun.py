@@ -14,7 +14,8 @@ from mcp.server.context import ServerRequestContext
 from ..access import Principal
 from ..errors import ExecutorError
 from ..lifecycle import RunHandle, RunManager
-from ..lifecycle.records import PENDING, RunRecord
+from ..lifecycle.records import RunRecord
+from ..lifecycle.status import PENDING
 from ..runs.models import RunRequest
 from ..tools import ResultBudget, keep_outputs, run_request
 from ..tools.neutral import neutralise

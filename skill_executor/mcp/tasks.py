@@ -38,7 +38,8 @@ from pydantic import ConfigDict
 from ..access import Principal
 from ..errors import Conflict, ExecutorError
 from ..lifecycle.manager import RunManager
-from ..lifecycle.records import FINAL, RunRecord
+from ..lifecycle.records import RunRecord
+from ..lifecycle.status import FINAL
 from ..tools import ResultBudget, ToolExecutor
 from .protocol import call_result, invalid_params, request_budget
 

@@ -19,7 +19,8 @@ from skill_executor.db import Database, DatabaseUnavailable, SchemaMismatch, Sto
 from skill_executor.db.schema import runs
 from skill_executor.db.url import BadDatabaseUrl, parse, shown
 from skill_executor.errors import BadRequest, Conflict, NotFound
-from skill_executor.lifecycle.records import RunFilter, RunListing, RunStore, decode_cursor, encode_cursor
+from skill_executor.lifecycle.listing import RunFilter, RunListing, decode_cursor, encode_cursor
+from skill_executor.lifecycle.records import RunStore
 
 from ..databases import open_database
 

@@ -21,8 +21,10 @@ from ...access import Principal
 from ...activity import Activity
 from ...lifecycle import RunManager
 from ...lifecycle.handle import terminal
-from ...lifecycle.records import RunFilter, RunRecord, Status
+from ...lifecycle.listing import RunFilter
+from ...lifecycle.records import RunRecord
 from ...lifecycle.seam import StreamEvent
+from ...lifecycle.status import Status
 from ...runs.models import RunRequest, RunResult
 from ...web.auth import principal
 from ...web.problems import error_response
