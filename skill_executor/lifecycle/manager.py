@@ -29,6 +29,7 @@ from ..access import Principal, audit_log, permit, resolve_tenant_audited
 from ..errors import Conflict, ExecutorError, NotFound
 from ..runs.models import RunRequest, RunResult
 from ..runs.pipeline import SkillRunner
+from ..runs.plan import RunPlan
 from . import outcomes
 from .admission import Accepted, Admission, plan_of
 from .approvals import Approvals
@@ -243,6 +244,11 @@ class RunManager:
             return None
 
     # -- approvals --------------------------------------------------------------------------
+
+    def held_for(self, record: RunRecord) -> RunPlan:
+        """What a held run waits for: its plan under the policy as it is now (the rule that
+        holds it, who may decide, the programs it starts). Blocking."""
+        return plan_of(self.runner, record)
 
     def decide(
         self,

@@ -87,7 +87,7 @@ class SkillRun:
         if capabilities is None or capabilities.elicitation is None or not ctx.session.can_send_request:
             return record, None
         request = RunRequest.model_validate(record.request)
-        checked = await manager.offload(lambda: manager.runner.validate(request, tenant=record.owner))
+        checked = await manager.offload(manager.held_for, record)
         decision = checked.decision
         if decision.approver == "admin" and not who.admin:
             return record, None
