@@ -3,11 +3,13 @@ passes through, in this process and on its run threads.
 
     python bench/trip.py [--runtime docker] [--pool 1]
 
-A *room* is a module of ``skill_executor``, a *floor* its layer (the layer map of
-tests/unit/test_architecture.py, which docs/concepts/architecture.md draws). A *stay* is a
-call from one room into another (each caller/callee pair counted once), a *climb* a stay whose
-callee sits on a higher floor than its caller (a lower layer calling back up: a listener, a
-hook, a callback). Fewer stays and climbs: a run's path is shorter and reads downwards.
+A *room* is a module of ``skill_executor`` (and, coarser, a package), a *floor* its layer
+(the layer map of tests/unit/test_architecture.py, which docs/concepts/architecture.md
+draws). A *stay* is a call from one room into another (each caller/callee pair counted
+once), a *climb* a stay whose callee sits on a higher floor than its caller (a lower layer
+calling back up: a listener, a hook, a callback, a protocol implemented above). Fewer stays
+and climbs: a run's path is shorter and reads downwards. Only the run's own threads count
+(the event loop, admission, the run's thread), not the housekeeping meanwhile.
 
 The request is traced after a warm-up run of the same kind, so imports and first-use caches
 do not count. Prints a JSON summary (and, with ``--edges``, every stay).
@@ -26,6 +28,10 @@ from types import FrameType
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+#: The threads a run's trip passes through: the event loop (and its thread pool), admission,
+#: the manager's I/O and the run's own thread. Housekeeping that happens meanwhile (the
+#: warm pool's refill, the janitor, supervised expiry) is not the run's trip.
+TRIP_THREADS = ("asyncio-portal", "AnyIO worker thread", "run", "MainThread")
 
 
 def _layers() -> Any:
@@ -54,9 +60,10 @@ class Tracer:
         #: Set while the traced request is under way (the hook is installed in every thread
         #: from the start: threads that exist before ``threading.setprofile`` are not seen).
         self.on = False
+        self.threads: set[str] = set()
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
-        if event != "call" or not self.on:
+        if event != "call" or not self.on or not threading.current_thread().name.startswith(TRIP_THREADS):
             return
         callee = _room(frame)
         if callee is None:
@@ -67,10 +74,31 @@ class Tracer:
             caller = _room(caller_frame)
             caller_frame = caller_frame.f_back
         with self._lock:
+            self.threads.add(threading.current_thread().name)
             if callee not in self.rooms:
                 self.rooms.append(callee)
             if caller is not None and caller != callee:
                 self.edges[(caller, callee)] = self.edges.get((caller, callee), 0) + 1
+
+
+def package(module: str) -> str:
+    """The package a module belongs to (``skill_executor.lifecycle.admission`` ->
+    ``skill_executor.lifecycle``); a module at the package's root is its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def walk(edges: Any, rooms: list[str], layer: Any, listed: bool) -> dict[str, Any]:
+    climbs = sorted((a, b) for a, b in edges if layer(b) > layer(a))
+    out: dict[str, Any] = {
+        "stays": len(edges),
+        "rooms": len(rooms),
+        "floors": len({layer(room) for room in rooms}),
+        "climbs": len(climbs),
+        "climbs_list": [f"{a} -> {b}" for a, b in climbs],
+    }
+    if listed:
+        out["edges"] = [f"{a} -> {b}" for a, b in sorted(edges)]
+    return out
 
 
 def main() -> int:
@@ -111,17 +139,16 @@ def main() -> int:
         finally:
             sys.setprofile(None)
             threading.setprofile(None)  # type: ignore[arg-type]
-    climbs = sorted((a, b) for a, b in tracer.edges if layer(b) > layer(a))
-    floors = {layer(room) for room in tracer.rooms}
     summary: dict[str, Any] = {
-        "stays": len(tracer.edges),
-        "rooms": len(tracer.rooms),
-        "floors": len(floors),
-        "climbs": len(climbs),
-        "climbs_list": [f"{a} -> {b}" for a, b in climbs],
+        "modules": walk(tracer.edges, tracer.rooms, layer, args.edges),
+        "packages": walk(
+            {(package(a), package(b)) for a, b in tracer.edges if package(a) != package(b)},
+            list(dict.fromkeys(package(room) for room in tracer.rooms)),
+            layer,
+            args.edges,
+        ),
+        "threads": sorted(tracer.threads),
     }
-    if args.edges:
-        summary["edges"] = [f"{a} -> {b}" for a, b in sorted(tracer.edges)]
     print(json.dumps(summary, indent=2))
     return 0
 
