@@ -16,11 +16,11 @@ from .artifacts.store import LocalArtifactStore
 from .config import Settings
 from .context import Budget, ContextService, ContextStore, counter
 from .db import Database, legacy, migrate, upgrade
-from .dispatch.local import InProcess
 from .envs import SkillEnvs
 from .envs.hosttools import seal_data_dir
 from .errors import BadRequest
 from .lifecycle import RunManager, RunRecord, RunStore
+from .lifecycle.dispatch.local import InProcess
 from .objects import ObjectStore, open_object_store
 from .owners import data_dir_id
 from .policy import load_policy

@@ -5,7 +5,7 @@ the same way.
 Roles (:data:`Role`): ``all`` (the embedded service: runs execute in this process),
 ``api`` (a cluster's API replica on Postgres: runs are queued for workers, nothing executes
 here, no Docker engine; lost workers are swept here) and ``worker`` (executes the runs it
-claims from the queue: :class:`~skill_executor.dispatch.worker.Worker`).
+claims from the queue: :class:`~skill_executor.lifecycle.dispatch.worker.Worker`).
 
 A service is the library's :class:`~skill_executor.core.Executor` plus what a process that
 takes runs from others needs on top: the run records and the :class:`RunManager` (runs
@@ -33,9 +33,9 @@ from . import tracing
 from .access import key_names
 from .config import Settings
 from .core import Executor
-from .dispatch import InProcess, QueueDispatch, Worker, sweep
 from .errors import ExecutorError
 from .lifecycle import RunManager, RunRecord, RunStore
+from .lifecycle.dispatch import InProcess, QueueDispatch, Worker, sweep
 from .owners import data_dir_id
 from .policy import load_policy
 from .processes.base import Processes

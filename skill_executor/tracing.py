@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sys
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
@@ -196,23 +195,6 @@ def end_attributes(current: Span | None, **attributes: Any) -> None:
     """Record ``attributes`` on ``current`` (a step's outcome), if tracing."""
     if current is not None:
         current.set_attributes(_clean(attributes))
-
-
-@contextlib.contextmanager
-def entered(manager: contextlib.AbstractContextManager[T], enter: str, leave: str, **attributes: Any) -> Iterator[T]:
-    """``with manager as value``, its entering traced as span ``enter`` and its leaving (a
-    sandbox's cleanup, say) as span ``leave``."""
-    with span(enter, **attributes):
-        value = manager.__enter__()
-    try:
-        yield value
-    except BaseException:
-        with span(leave):
-            if not manager.__exit__(*sys.exc_info()):
-                raise
-    else:
-        with span(leave):
-            manager.__exit__(None, None, None)
 
 
 def trace_id(current: Span | None = None) -> str | None:

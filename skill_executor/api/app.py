@@ -24,10 +24,10 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from .. import __version__
 from ..config import Settings
-from ..dispatch.postgres import QueueDispatch
-from ..dispatch.view import status as cluster_status
 from ..errors import ExecutorError
 from ..extras import mcp_problem
+from ..lifecycle.dispatch.postgres import QueueDispatch
+from ..lifecycle.dispatch.view import status as cluster_status
 from ..owners import DataDirClaim
 from ..runtimes.base import Runtime
 from ..service import Role, Service

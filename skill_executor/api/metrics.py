@@ -115,7 +115,7 @@ def _claim_families(claims: dict[str, Any]) -> Iterator[Metric]:
 
 
 class ClusterCollector(Collector):
-    """An API replica's view of its cluster (:func:`skill_executor.dispatch.view.status`), read
+    """An API replica's view of its cluster (:func:`skill_executor.lifecycle.dispatch.view.status`), read
     at each scrape: per worker its capacity, runs, sessions and lease; the cluster's capacity
     and its runs by state. Never raises: with the database away the families are left out."""
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from ..config import Settings
 from ..db import Database, DatabaseUnavailable, migrate
-from ..dispatch.view import status
 from ..errors import ExecutorError
+from ..lifecycle.dispatch.view import status
 from .db import explained
 from .output import emit_json
 

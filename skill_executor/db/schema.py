@@ -49,7 +49,7 @@ runs = Table(
     Column("events", Integer),
     #: The service instance (its data dir's id) that took the run.
     Column("instance", Text),
-    # -- dispatch over Postgres (skill_executor.dispatch); unused by the embedded service --
+    # -- dispatch over Postgres (skill_executor.lifecycle.dispatch); unused by the embedded service --
     #: The image tier whose workers may run it.
     Column("tier", Text),
     #: Its procrastinate job.

@@ -1,6 +1,6 @@
 """A run's life, whichever door it came by: admission (where a run is refused), its record,
 approvals, and reading, streaming, cancelling and waiting for it; where it executes is a
-:class:`~skill_executor.lifecycle.seam.Dispatch`'s (:mod:`skill_executor.dispatch`).
+:class:`~skill_executor.lifecycle.seam.Dispatch`'s (:mod:`skill_executor.lifecycle.dispatch`).
 
 :class:`RunManager` is the front door; :mod:`skill_executor.runs` below it is the single run.
 """

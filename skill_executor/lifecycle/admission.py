@@ -16,7 +16,7 @@ doctor's probe), in one order:
    ``no_workers``, ``busy``, ``session_lost``, ``session_limit``).
 
 A cluster worker refuses nothing of this again: it plans the run it claimed
-(:meth:`~skill_executor.dispatch.local.InProcess.execute_claimed`), and a policy changed
+(:meth:`~skill_executor.lifecycle.dispatch.local.InProcess.execute_claimed`), and a policy changed
 since still ends it failed.
 """
 
@@ -68,7 +68,8 @@ class Admission:
     store: RunStore
     dispatch: Dispatch
     approvals: Approvals
-    closing: Any  # () -> bool: a shutdown began
+    #: A shutdown began: no new run is admitted (``shutting_down``).
+    closing: bool = False
 
     def submit(self, request: RunRequest, principal: Principal, idempotency_key: str | None, hold: bool) -> Accepted:
         fingerprinted = (idempotency_key, fingerprint(request)) if idempotency_key else None
@@ -76,7 +77,7 @@ class Admission:
             replay = self.replay(principal.id, *fingerprinted)
             if replay is not None:
                 return replay
-        if self.closing():
+        if self.closing:
             raise shutdown_error()
         run_id = new_run_id()
         root = tracing.start(
@@ -105,7 +106,7 @@ class Admission:
     ) -> Accepted:
         tenant = principal.id
         trace = (tracing.traceparent(root), tracing.trace_id(root))
-        authorize_inputs(principal, (i.from_ for i in request.inputs))
+        authorize_inputs(principal, [i.from_ for i in request.inputs])
         settings = self.runner.settings
         request = installed(request, self.runner.bundles, tenant, settings.skill_upload_max_bytes)
         plan = self.runner.validate(request, tenant=tenant)

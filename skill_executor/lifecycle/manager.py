@@ -63,15 +63,14 @@ class RunManager:
         approval_timeout: float = 3600.0,
         max_pending: int = 100,
     ) -> None:
-        """``dispatch``: where accepted runs go (:mod:`skill_executor.dispatch`);
+        """``dispatch``: where accepted runs go (:mod:`skill_executor.lifecycle.dispatch`);
         ``recover``: mark this instance's runs left unfinished by its previous process
         failed (the embedded service; in a cluster, lost workers are swept instead)."""
         self.runner = runner
         self.store = store
         self.dispatch = dispatch
-        self._closing = False
         self.approvals = Approvals(store, timeout=approval_timeout, max_pending=max_pending)
-        self.admission = Admission(runner, store, dispatch, self.approvals, lambda: self._closing)
+        self.admission = Admission(runner, store, dispatch, self.approvals)
         self._admission_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=ADMISSION_THREADS, thread_name_prefix="run-admit"
         )
@@ -86,7 +85,7 @@ class RunManager:
     @property
     def closing(self) -> bool:
         """True once a shutdown began: no new runs are accepted."""
-        return self._closing
+        return self.admission.closing
 
     async def offload(self, fn: Callable[..., T], *args: Any) -> T:
         """Run blocking ``fn(*args)`` on the manager's own threads, off the event loop
@@ -128,7 +127,7 @@ class RunManager:
             if handle is not None:
                 record = handle.future.result()
             while record.status not in FINAL:  # a replay of a run still under way elsewhere
-                if self._closing:
+                if self.closing:
                     raise outcomes.shutdown_error()
                 time.sleep(0.2)
                 record = self.reload(record)
@@ -200,7 +199,7 @@ class RunManager:
         process shuts down)."""
         if handle is not None:
             return await handle.wait()
-        if self._closing and record.status not in FINAL:
+        if self.closing and record.status not in FINAL:
             raise outcomes.shutdown_error()
         return await self.dispatch.wait(record)
 
@@ -317,14 +316,14 @@ class RunManager:
         ``grace`` seconds to finish, then cancel the rest (their records end
         ``cancelled`` with the ``shutting_down`` error, which their waiting clients get)
         and wait up to ``settle`` seconds for them to wind up.  Idempotent."""
-        self._closing = True
+        self.admission.closing = True
         self.approvals.close()
         await self.dispatch.drain(grace, settle)
 
     def shutdown(self, timeout: float = 15.0) -> None:
         """Cancel every run of this process and wait for them to clean up (blocking; after
         :meth:`drain` there is nothing left to wait for)."""
-        self._closing = True
+        self.admission.closing = True
         self.approvals.close()
         self.dispatch.close(timeout)
         self._admission_pool.shutdown(wait=False, cancel_futures=True)

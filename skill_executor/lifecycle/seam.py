@@ -1,12 +1,12 @@
 """Where an accepted run goes: the one seam between the lifecycle (:class:`~skill_executor.
-lifecycle.manager.RunManager`) and the two dispatches of :mod:`skill_executor.dispatch`.
+lifecycle.manager.RunManager`) and the two dispatches of :mod:`skill_executor.lifecycle.dispatch`.
 
 Both are complete; the lifecycle never asks which one it has:
 
-* **in process** (:class:`~skill_executor.dispatch.local.InProcess`): the run's body on this
+* **in process** (:class:`~skill_executor.lifecycle.dispatch.local.InProcess`): the run's body on this
   process's run threads, its live events in a :class:`RunHandle` (the embedded service, the
   CLI and a cluster worker);
-* **queue** (:class:`~skill_executor.dispatch.postgres.QueueDispatch`): an API replica
+* **queue** (:class:`~skill_executor.lifecycle.dispatch.postgres.QueueDispatch`): an API replica
   records and queues the run in one transaction, a worker executes it, and its events and
   outcome come back through the database.
 

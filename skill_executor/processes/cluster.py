@@ -29,9 +29,9 @@ from ..access import TENANT_HEADER
 from ..config import Settings
 from ..db import Database
 from ..db.schema import cluster_secrets, session_leases, session_processes, workers
-from ..dispatch.postgres import NoWorkers, session_home
-from ..dispatch.sweep import now_sql
 from ..errors import ExecutorError, Unavailable
+from ..lifecycle.dispatch.postgres import NoWorkers, session_home
+from ..lifecycle.dispatch.sweep import now_sql
 from .base import HOST_LIFETIMES, KEEP_ENDED_SECONDS, MAX_WAIT_SECONDS, Poll, ProcessLost, ProcessNotFound
 
 #: How long a call to a worker may take besides a poll's wait.

@@ -189,8 +189,9 @@ class SkillRunner:
         skill_env, python = self._skill_env(plan)
         if python != sandbox_plan.python:
             sandbox_plan = dataclasses.replace(sandbox_plan, python=python)
-        opened = RunSandbox(self.runtime.claim(sandbox_plan))
-        with tracing.entered(opened, "sandbox", "cleanup", runtime=self.settings.runtime) as sandbox:
+        with tracing.span("sandbox", runtime=self.settings.runtime):
+            sandbox = RunSandbox(self.runtime.claim(sandbox_plan))
+        try:
             warnings = list(sandbox.warnings)
             for sibling in plan.siblings:  # read-only, beside the run's own copy
                 warnings += add_sibling(sandbox.workspace, sibling.id, sibling.path, self.runtime.owner)
@@ -229,6 +230,9 @@ class SkillRunner:
                     warnings,
                     sandbox_plan.tenant,
                 )
+        finally:
+            with tracing.span("cleanup"):
+                sandbox.close()
 
     def _skill_env(self, plan: RunPlan) -> tuple[str | None, PythonTier]:
         """Where the run sees its skill's dependency environment (resolved on first use),

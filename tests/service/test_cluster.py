@@ -109,7 +109,7 @@ def test_runs_submitted_round_robin_to_both_replicas_all_finish_exactly_once(clu
 def test_a_job_delivered_again_never_runs_a_run_twice(cluster: Cluster) -> None:
     """A second job for a finished run (a re-delivery, a crafted row): the claim guard
     starts nothing; the run, its attempt and its events stay as they were."""
-    from skill_executor.dispatch import queue
+    from skill_executor.lifecycle.dispatch import queue
 
     answer = submit(cluster.api(0), run_body("echo only-once"))
     run_id = answer.json()["run_id"]

@@ -15,10 +15,10 @@ from sqlalchemy import insert, select, text, update
 from skill_executor.db import Database
 from skill_executor.db.migrate import upgrade
 from skill_executor.db.schema import runs, session_leases, workers
-from skill_executor.dispatch import events as ev
-from skill_executor.dispatch import queue
-from skill_executor.dispatch.membership import Membership
-from skill_executor.dispatch.sweep import RETRIES_USED, SESSION_GONE, sweep
+from skill_executor.lifecycle.dispatch import events as ev
+from skill_executor.lifecycle.dispatch import queue
+from skill_executor.lifecycle.dispatch.membership import Membership
+from skill_executor.lifecycle.dispatch.sweep import RETRIES_USED, SESSION_GONE, sweep
 from skill_executor.runs.models import RunRequest
 from skill_executor.lifecycle.records import RunStore
 
@@ -219,13 +219,13 @@ def test_a_run_fetched_by_a_worker_is_left_to_its_claim(database: Database) -> N
 
 
 def dispatcher(database: Database) -> Any:
-    from skill_executor.dispatch.postgres import QueueDispatch
+    from skill_executor.lifecycle.dispatch.postgres import QueueDispatch
 
     return QueueDispatch(database, RunStore(database, instance="test"), queued_allowance=1)
 
 
 def test_admission_counts_only_live_workers_and_refuses_when_there_is_none(database: Database) -> None:
-    from skill_executor.dispatch.postgres import NoWorkers
+    from skill_executor.lifecycle.dispatch.postgres import NoWorkers
     from skill_executor.errors import Busy
 
     admit = dispatcher(database).admit
@@ -249,7 +249,7 @@ def test_the_sessions_quota_holds_across_the_cluster(database: Database) -> None
     """SESSIONS_PER_TENANT counts a tenant's live sessions (a run within the TTL) on every
     worker: a new one past it is refused before it is queued; a live one goes on; idle ones
     (past the TTL) and other tenants' do not count."""
-    from skill_executor.dispatch.postgres import QueueDispatch
+    from skill_executor.lifecycle.dispatch.postgres import QueueDispatch
     from skill_executor.workspace.sessions import SessionLimit
 
     dispatch = QueueDispatch(
@@ -334,7 +334,7 @@ def test_a_retried_session_run_goes_before_the_sessions_later_runs_after_a_sweep
 
 
 def test_a_run_asked_to_stop_is_not_retried_when_its_worker_is_lost(database: Database) -> None:
-    from skill_executor.dispatch.sweep import CANCELLED_LOST
+    from skill_executor.lifecycle.dispatch.sweep import CANCELLED_LOST
 
     worker(database, "w1", lease=-1)
     run_id = running(database, "w1", retry=2)
@@ -350,7 +350,7 @@ def test_a_run_asked_to_stop_is_not_retried_when_its_worker_is_lost(database: Da
 def test_two_runs_of_one_new_session_at_once_are_one_session_for_the_quota(database: Database) -> None:
     import threading
 
-    from skill_executor.dispatch.postgres import QueueDispatch
+    from skill_executor.lifecycle.dispatch.postgres import QueueDispatch
 
     dispatch = QueueDispatch(
         database, RunStore(database, instance="test"), queued_allowance=100, sessions_per_tenant=1, session_ttl=60

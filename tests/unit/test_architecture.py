@@ -37,7 +37,6 @@ LAYERS = [
     {"skill_executor.runtimes"},
     {"skill_executor.runs"},
     {"skill_executor.lifecycle"},
-    {"skill_executor.dispatch"},
     {"skill_executor.processes"},
     {"skill_executor.context"},
     {"skill_executor.core", "skill_executor.tools", "skill_executor.doctor", "skill_executor.service"},

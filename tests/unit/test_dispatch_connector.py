@@ -11,8 +11,8 @@ import psycopg_pool
 import pytest
 from procrastinate import exceptions
 
-from skill_executor.dispatch import connector as steady
-from skill_executor.dispatch.connector import SteadyConnector, connection_failed
+from skill_executor.lifecycle.dispatch import connector as steady
+from skill_executor.lifecycle.dispatch.connector import SteadyConnector, connection_failed
 
 
 def failure(cause: BaseException) -> exceptions.ConnectorException:

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ...access import Principal
-from ...dispatch import QueueDispatch
+from ...lifecycle.dispatch import QueueDispatch
 from ...web.auth import principal
 from ..schemas import Check, Health
 

@@ -16,11 +16,11 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from ..db import Database
-from ..db.schema import run_events, runs
-from ..lifecycle.handle import TERMINAL
-from ..lifecycle.records import RunRecord
-from ..lifecycle.status import FINAL
+from ...db import Database
+from ...db.schema import run_events, runs
+from ..handle import TERMINAL
+from ..records import RunRecord
+from ..status import FINAL
 from . import events as ev
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ one transaction, and everything about them comes back through the database.
   worker. (:func:`session_home` is where a restore from a snapshot will take over.)
 * Cancel: a queued run is cancelled at once (its job and its record); a running one is
   told through ``NOTIFY run_cancel`` (its worker listens).
-* Waiting, events: the :class:`~skill_executor.dispatch.hub.Hub` wakes readers, who read
+* Waiting, events: the :class:`~skill_executor.lifecycle.dispatch.hub.Hub` wakes readers, who read
   ``runs`` / ``run_events``.
 """
 
@@ -25,17 +25,17 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, select, text, update
 
-from ..db import Database
-from ..db.schema import runs, session_leases, workers
-from ..errors import Busy, Conflict, Unavailable
-from ..lifecycle.handle import RunHandle
-from ..lifecycle.outcomes import shutdown_error
-from ..lifecycle.records import RunRecord, RunStore
-from ..lifecycle.seam import StreamEvent, Ticket
-from ..lifecycle.status import FINAL, Status
-from ..runs.models import RunRequest
-from ..runs.plan import RunPlan
-from ..workspace.sessions import SessionLimit
+from ...db import Database
+from ...db.schema import runs, session_leases, workers
+from ...errors import Busy, Conflict, Unavailable
+from ...runs.models import RunRequest
+from ...runs.plan import RunPlan
+from ...workspace.sessions import SessionLimit
+from ..handle import RunHandle
+from ..outcomes import shutdown_error
+from ..records import RunRecord, RunStore
+from ..seam import StreamEvent, Ticket
+from ..status import FINAL, Status
 from . import events as ev
 from . import queue
 from .hub import Hub

@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from ..db import Database
-from ..db.schema import runs, session_leases, workers
+from ...db import Database
+from ...db.schema import runs, session_leases, workers
 
 
 def status(database: Database, now: float | None = None) -> dict[str, Any]:

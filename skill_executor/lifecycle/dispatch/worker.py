@@ -1,5 +1,5 @@
 """A run worker (``skill-executor worker``): claims queued runs through procrastinate,
-executes them with this process's :class:`~skill_executor.dispatch.local.InProcess` (its
+executes them with this process's :class:`~skill_executor.lifecycle.dispatch.local.InProcess` (its
 Docker engine, warm pool and workspaces), and records their events and outcomes.
 
 * **Claim** (the only way a run starts): ``UPDATE runs SET status='running' ... WHERE
@@ -29,11 +29,11 @@ from typing import Any
 from procrastinate import App
 from sqlalchemy import Connection, delete, insert, select, text, update
 
-from .. import tracing
-from ..db import Database
-from ..db.schema import runs, session_leases, workers
-from ..errors import Conflict
-from ..lifecycle.records import RunRecord
+from ... import tracing
+from ...db import Database
+from ...db.schema import runs, session_leases, workers
+from ...errors import Conflict
+from ..records import RunRecord
 from . import events as ev
 from . import queue
 from .connector import SteadyConnector

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, delete, select, text, update
 
-from ..db import Database
-from ..db.schema import runs, session_leases, workers
+from ...db import Database
+from ...db.schema import runs, session_leases, workers
 from . import events as ev
 from . import queue
 

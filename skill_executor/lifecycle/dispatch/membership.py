@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from sqlalchemy import delete, insert, select, text, update
 
-from ..db import Database
-from ..db.schema import runs, workers
+from ...db import Database
+from ...db.schema import runs, workers
 from .sweep import lost_run, now_sql
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, text, update
 
-from ..db.schema import run_events, runs
-from ..runs.models import RunResult
+from ...db.schema import run_events, runs
+from ...runs.models import RunResult
 
 #: Channels: new events of a run; a run ended; a run is asked to stop.
 EVENTS_CHANNEL = "run_events"

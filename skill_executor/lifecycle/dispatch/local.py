@@ -21,17 +21,17 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from .. import tracing
-from ..errors import Conflict, ExecutorError
-from ..lifecycle.handle import RunHandle, terminal
-from ..lifecycle.outcomes import INTERNAL, error_body, not_started, shutdown_error
-from ..lifecycle.records import RunRecord, RunStore
-from ..lifecycle.seam import StreamEvent, Ticket
-from ..lifecycle.status import FINAL, Status
-from ..runs.limiter import Reservation, RunLimiter
-from ..runs.models import RunRequest, RunResult
-from ..runs.pipeline import SkillRunner
-from ..runs.plan import RunPlan
+from ... import tracing
+from ...errors import Conflict, ExecutorError
+from ...runs.limiter import Reservation, RunLimiter
+from ...runs.models import RunRequest, RunResult
+from ...runs.pipeline import SkillRunner
+from ...runs.plan import RunPlan
+from ..handle import RunHandle, terminal
+from ..outcomes import INTERNAL, error_body, not_started, shutdown_error
+from ..records import RunRecord, RunStore
+from ..seam import StreamEvent, Ticket
+from ..status import FINAL, Status
 
 log = logging.getLogger(__name__)
 
