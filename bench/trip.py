@@ -53,7 +53,9 @@ def _room(frame: FrameType | None) -> str | None:
 
 
 class Tracer:
-    def __init__(self) -> None:
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
+        #: the run's threads (:data:`TRIP_THREADS`, and a worker's: ``extra``)
+        self.threads_traced = TRIP_THREADS + extra
         self.edges: dict[tuple[str, str], int] = {}
         self.rooms: list[str] = []
         self._lock = threading.Lock()
@@ -63,7 +65,7 @@ class Tracer:
         self.threads: set[str] = set()
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
-        if event != "call" or not self.on or not threading.current_thread().name.startswith(TRIP_THREADS):
+        if event != "call" or not self.on or not threading.current_thread().name.startswith(self.threads_traced):
             return
         callee = _room(frame)
         if callee is None:
@@ -101,19 +103,102 @@ def walk(edges: Any, rooms: list[str], layer: Any, listed: bool) -> dict[str, An
     return out
 
 
+def report(tracer: Tracer, listed: bool) -> None:
+    layer = _layers()
+    summary: dict[str, Any] = {
+        "modules": walk(tracer.edges, tracer.rooms, layer, listed),
+        "packages": walk(
+            {(package(a), package(b)) for a, b in tracer.edges if package(a) != package(b)},
+            list(dict.fromkeys(package(room) for room in tracer.rooms)),
+            layer,
+            listed,
+        ),
+        "threads": sorted(tracer.threads),
+    }
+    print(json.dumps(summary, indent=2))
+
+
+def cluster_trip(args: Any) -> int:
+    """One warm run through an API replica (its TestClient) executed by a worker (its job
+    loop on a thread of this process): both sides of the trip, traced alike."""
+    import asyncio
+
+    from fastapi.testclient import TestClient
+
+    sys.path.insert(0, str(REPO))
+    from skill_executor.api.app import create_app
+    from skill_executor.config import Settings
+    from skill_executor.service import Service
+    from tests.pgserver import PostgresServer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        server = PostgresServer(base / "pg-records")
+        server.start()
+        try:
+            common: dict[str, Any] = {
+                "database_url": server.url(server.create_database()),
+                "object_store": str(base / "objects"),
+                "skills_dirs": [REPO / "skills"],
+                "skills_refresh_seconds": 0.0,
+                "disk_cap": "soft",
+                "worker_poll_seconds": 0.5,
+            }
+            replica_settings = Settings(data_dir=base / "replica", **common)
+            worker_settings = Settings(data_dir=base / "worker", pool_size=args.pool, **common)
+            tracer = Tracer(extra=("claim", "worker-loop", "run-events"))
+            threading.setprofile(tracer)
+            sys.setprofile(tracer)
+            worker = Service.start(worker_settings, role="worker")
+            stop = asyncio.Event()
+            loop = asyncio.new_event_loop()
+            job_loop = threading.Thread(
+                target=lambda: loop.run_until_complete(worker.work(stop)), name="worker-loop", daemon=True
+            )
+            job_loop.start()
+            try:
+                app = create_app(replica_settings, role="api")
+                with TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as client:
+                    body = {"skill": "math-tools", "command": "true"}
+                    for _ in range(3):  # warm-up: imports, caches, the pool, the worker's lease
+                        response = client.post("/v1/runs", json=body)
+                        assert response.status_code == 200, response.text
+                    tracer.on = True
+                    response = client.post("/v1/runs", json=body)
+                    tracer.on = False
+                    assert response.status_code == 200, response.text
+            finally:
+                sys.setprofile(None)
+                threading.setprofile(None)  # type: ignore[arg-type]
+                loop.call_soon_threadsafe(stop.set)
+                job_loop.join(timeout=60)
+                worker.close(timeout=30)
+        finally:
+            server.close()
+    report(tracer, args.edges)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runtime", default="docker")
     parser.add_argument("--pool", type=int, default=1)
     parser.add_argument("--edges", action="store_true", help="list every stay")
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="a cluster run: an API replica and a worker (in this process, both traced) over a "
+        "throw-away Postgres (tests/pgserver.py) and a shared folder as the object store",
+    )
     args = parser.parse_args()
+    if args.cluster:
+        return cluster_trip(args)
 
     from fastapi.testclient import TestClient
 
     from skill_executor.api.app import create_app
     from skill_executor.config import Settings
 
-    layer = _layers()
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(
             runtime=args.runtime,
@@ -139,17 +224,7 @@ def main() -> int:
         finally:
             sys.setprofile(None)
             threading.setprofile(None)  # type: ignore[arg-type]
-    summary: dict[str, Any] = {
-        "modules": walk(tracer.edges, tracer.rooms, layer, args.edges),
-        "packages": walk(
-            {(package(a), package(b)) for a, b in tracer.edges if package(a) != package(b)},
-            list(dict.fromkeys(package(room) for room in tracer.rooms)),
-            layer,
-            args.edges,
-        ),
-        "threads": sorted(tracer.threads),
-    }
-    print(json.dumps(summary, indent=2))
+    report(tracer, args.edges)
     return 0
 
 
