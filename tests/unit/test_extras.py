@@ -24,7 +24,16 @@ from ..api_server import free_port
 from ..conftest import REPO, SKILLS
 
 #: The top-level modules of the cluster, s3 and kubernetes extras' distributions.
-EXTRA_MODULES = ["psycopg", "psycopg_binary", "procrastinate", "boto3", "botocore", "kubernetes", "k8s_agent_sandbox", "grpc"]
+EXTRA_MODULES = [
+    "psycopg",
+    "psycopg_binary",
+    "procrastinate",
+    "boto3",
+    "botocore",
+    "kubernetes",
+    "k8s_agent_sandbox",
+    "grpc",
+]
 
 BLOCKER = textwrap.dedent(
     """
