@@ -14,9 +14,10 @@ way (:func:`raise_for`), and parse Server-Sent Events with the same parser.  (Th
 module is long only because each client lists every operation once, as httpx does.)
 """
 
+from skill_executor_client.calls import ApiError, Call, Calls, raise_for
+from skill_executor_client.transfer import folder_files
+
 from .aio import AsyncClient
-from .calls import ApiError, Call, Calls, raise_for
 from .sync import Client
-from .transfer import folder_files
 
 __all__ = ["ApiError", "AsyncClient", "Call", "Calls", "Client", "folder_files", "raise_for"]

@@ -10,9 +10,8 @@ from typing import Any, BinaryIO
 
 import anyio.to_thread
 import httpx
-
-from .calls import JSON, Call, Calls, T, auth_headers, raise_for
-from .transfer import (
+from skill_executor_client.calls import JSON, Call, Calls, T, auth_headers, raise_for
+from skill_executor_client.transfer import (
     CHUNK,
     AsyncBody,
     Bundle,

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import httpx
-
-from .calls import JSON, Call, Calls, T, auth_headers, raise_for
-from .transfer import (
+from skill_executor_client.calls import JSON, Call, Calls, T, auth_headers, raise_for
+from skill_executor_client.transfer import (
     CHUNK,
     Body,
     Bundle,
