@@ -274,7 +274,8 @@ def test_a_default_that_moves_during_the_upload_is_an_error_and_is_put_back(tmp_
 
     def push_and_promote(*args: object, **kwargs: object) -> object:
         pushed = real_push(*args, **kwargs)  # type: ignore[arg-type]
-        backend._client.set_default_version(pushed["id"], pushed["version"])
+        assert pushed.version is not None
+        backend._client.set_default_version(pushed.id, pushed.version)
         return pushed
 
     backend._client.push_skill = push_and_promote  # type: ignore[method-assign]
