@@ -224,7 +224,7 @@ def test_next_to_mcp1_the_library_client_and_rest_api_work(tmp_path: Path, next_
         [
             str(installed.bin / "python"),
             "-c",
-            "import skill_executor.core, skill_executor.client, skill_executor_client, skill_executor.api.app",
+            "import skill_executor.core, skill_executor_client, skill_executor.api.app",
         ],
         cwd=tmp_path,
         env=installed.env(),

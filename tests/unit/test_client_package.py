@@ -57,13 +57,15 @@ def test_the_models_are_the_services_openapi() -> None:
     )
 
 
-def test_the_service_package_holds_no_http_core_of_its_own() -> None:
-    """One HTTP core: calls.py and transfer.py live in the client's package only (the service's
-    wheel ships that package; test_packaging checks the copy)."""
+def test_the_service_package_holds_no_http_client_of_its_own() -> None:
+    """One client: calls.py and transfer.py live in the client's package only (the service's
+    wheel ships that package; test_packaging checks the copy), and the service's package
+    keeps no second client beside it."""
     for name in ("calls.py", "transfer.py"):
         module = CLIENT / "skill_executor_client" / name
         assert module.is_file() and not module.is_symlink()
-        assert not (REPO / "skill_executor" / "client" / name).exists()
+    assert not (REPO / "skill_executor" / "client").exists()
+    assert importlib.util.find_spec("skill_executor.client") is None
 
 
 @pytest.fixture(scope="module")
