@@ -93,7 +93,7 @@ def test_health_openapi_docs(client: Client, server: Server) -> None:
     assert "3 skills" in health.checks["skills"].detail and health.failing == []
     if api_runtime() == "docker":
         assert health.checks["engine"].ok and health.checks["image"].ok
-        assert health["checks"]["workers"]["ok"]
+        assert health.checks["workers"].ok
     spec = httpx.get(f"{server.url}/openapi.json").json()
     assert {"/v1/runs", "/v1/skills", "/v1/tools/call", "/healthz", "/metrics"} <= set(spec["paths"])
     assert httpx.get(f"{server.url}/docs").status_code == 200
@@ -569,7 +569,7 @@ def test_delete_answers_the_state_the_run_ended_in(tmp_path: Path) -> None:
             # A queued run: cancelled at once, though the blocker still holds the only slot.
             request = {"skill": "math-tools", "command": "echo never"}
             queued = c.submit(request, idempotency_key="queued-1")
-            assert queued["status"] == "queued"
+            assert queued.status == "queued"
             waiting: list[httpx.Response] = []
             waiter = threading.Thread(
                 target=lambda: waiting.append(
