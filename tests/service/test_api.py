@@ -199,7 +199,7 @@ def test_load_docs_and_files(client: Client) -> None:
     docs = client.list_docs("math-tools").docs
     assert docs[0].path == "references/REFERENCE.md" and docs[0].content is None
     read = client.read_docs("math-tools", ["references/REFERENCE.md"]).docs[0]
-    assert "math-tools reference" in read["content"] and read["tokens"] > 0
+    assert "math-tools reference" in read.content and read.tokens > 0
     with expect_error(404, "doc_not_found"):
         client.read_docs("math-tools", ["nope.md"])
     script = client.send(Calls.read_file("math-tools", "scripts/fib.py"))  # the response: its headers
@@ -772,11 +772,11 @@ def test_a_request_still_open_after_the_drain_gets_json(tmp_path: Path) -> None:
 def test_artifacts(client: Client) -> None:
     one = client.put_artifact("reports/q1.txt", b"first", mime_type="text/plain")
     two = client.put_artifact("reports/q1.txt", b"second", mime_type="text/plain")
-    assert (one["version"], two["version"]) == (1, 2) and two["ref"] == "artifact://reports/q1.txt@2"
+    assert (one.version, two.version) == (1, 2) and two.ref == "artifact://reports/q1.txt@2"
     latest = client.send(Calls.get_artifact("reports/q1.txt", None, None))  # the response: its headers
     assert latest.content == b"second" and latest.headers["x-artifact-version"] == "2"
     assert latest.headers["content-type"].startswith("text/plain")
-    assert client.get_artifact("reports/q1.txt", version=1).content == b"first"
+    assert client.get_artifact("reports/q1.txt", version=1) == b"first"
     assert [a["version"] for a in client.artifact_versions("reports/q1.txt")["artifacts"]] == [1, 2]
     assert any(a.name == "reports/q1.txt" and a.version == 2 for a in client.list_artifacts().artifacts)
     with expect_error(404, "artifact_not_found"):
@@ -841,7 +841,7 @@ def test_agent_loop_through_tool_calls(client: Client) -> None:
     report = ran.data["output_files"][0]
     assert report["name"] == "out/report.md" and report["mime_type"] == "text/markdown"
     # The file's content is in the text the model reads, once (not again in data), and at its ref.
-    assert "| region | text |" in ran.content and report.content is None
+    assert "| region | text |" in ran.content and report["content"] is None
     name, version = report["ref"].removeprefix("artifact://").rsplit("@", 1)
     assert "| region | text |" in client.get_artifact(name, int(version)).decode()
     bad = client.call_tool("skill_run", {"skill": "nope", "command": "true"})
