@@ -777,7 +777,7 @@ def test_artifacts(client: Client) -> None:
     assert latest.content == b"second" and latest.headers["x-artifact-version"] == "2"
     assert latest.headers["content-type"].startswith("text/plain")
     assert client.get_artifact("reports/q1.txt", version=1) == b"first"
-    assert [a["version"] for a in client.artifact_versions("reports/q1.txt")["artifacts"]] == [1, 2]
+    assert [a.version for a in client.artifact_versions("reports/q1.txt").artifacts] == [1, 2]
     assert any(a.name == "reports/q1.txt" and a.version == 2 for a in client.list_artifacts().artifacts)
     with expect_error(404, "artifact_not_found"):
         client.get_artifact("reports/none.txt")
