@@ -34,7 +34,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from skill_executor.client import Client  # noqa: E402
+from skill_executor_client import Client  # noqa: E402
+
 from skill_executor.config import Settings  # noqa: E402
 from skill_executor.core import Executor  # noqa: E402
 from skill_executor.processes.manager import ProcessManager  # noqa: E402
@@ -75,7 +76,7 @@ def rest(runs: int, oci_runtime: str | None) -> dict[str, list[float]]:
         with Client(server.url, timeout=60) as client:
             for i in range(runs):
                 session = f"rest-{i}"
-                cat = client.process_start(session, "cat")["id"]
+                cat = client.process_start(session, "cat").id
                 out["rest_start"].append(ms(lambda s=session: client.process_start(s, "sleep 30")))
                 after = 0
                 for n in range(3):
@@ -84,11 +85,11 @@ def rest(runs: int, oci_runtime: str | None) -> dict[str, list[float]]:
                     client.process_write(session, cat, line)
                     while line not in seen:
                         polled = client.process_poll(session, cat, after, wait=5)
-                        seen, after = seen + polled["output"], polled["next"]
+                        seen, after = seen + polled.output, polled.next
                     out["rest_echo_round_trip"].append((time.perf_counter() - started) * 1000)
                     out["rest_poll"].append(ms(lambda s=session, a=after: client.process_poll(s, cat, a)))
-                for process in client.processes(session)["processes"]:
-                    client.process_kill(session, process["id"])
+                for process in client.processes(session).processes:
+                    client.process_kill(session, process.id)
     finally:
         server.stop()
     return out

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skill_executor.client import Client
+from skill_executor_client import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -445,7 +445,7 @@ def run_service(args: argparse.Namespace, cases: list[Case], inputs: Path) -> li
     rows: list[dict[str, Any]] = []
     try:
         with Client(url, timeout=900) as client:
-            file_ids = {p.name: client.upload_file(str(p))["id"] for p in sorted(inputs.iterdir())}
+            file_ids = {p.name: client.upload_file(str(p)).id for p in sorted(inputs.iterdir())}
             # Every skill first: a skill's instructions may name a sibling (``../other``).
             names: dict[Case, str] = {}
             for case in cases:
@@ -453,7 +453,7 @@ def run_service(args: argparse.Namespace, cases: list[Case], inputs: Path) -> li
                 row = {"collection": case.collection, "skill": skill_name(folder), "pattern": case.pattern}
                 try:
                     installed = client.push_skill(folder)
-                    row |= {"install": "ok", "findings": [f.get("code") for f in installed.get("findings", [])]}
+                    row |= {"install": "ok", "findings": [f.code for f in installed.findings or []]}
                     names[case] = row["skill"]
                 except Exception as exc:  # noqa: BLE001 - recorded as the outcome
                     details = getattr(exc, "details", None)
@@ -466,7 +466,11 @@ def run_service(args: argparse.Namespace, cases: list[Case], inputs: Path) -> li
                 name = names[case]
                 try:
                     doc = client.skill_doctor(name)
-                    row["doctor"] = {"ok": doc.get("ok"), "missing": doc.get("missing"), "network": doc.get("network")}
+                    row["doctor"] = {
+                        "ok": doc.ok,
+                        "missing": doc.missing.model_dump(mode="json", exclude_unset=True),
+                        "network": doc.network.model_dump(mode="json", exclude_unset=True),
+                    }
                 except Exception as exc:  # noqa: BLE001
                     row["doctor"] = {"error": short(str(exc))}
                 results = []
@@ -489,13 +493,13 @@ def run_service(args: argparse.Namespace, cases: list[Case], inputs: Path) -> li
                     results.append(
                         {
                             "command": invocation.command,
-                            "exit_code": result["exit_code"],
-                            "timed_out": result["timed_out"],
+                            "exit_code": result.exit_code,
+                            "timed_out": result.timed_out,
                             "seconds": round(time.monotonic() - started, 1),
-                            "outputs": [(f["name"], f["mime_type"], f["size_bytes"]) for f in result["output_files"]],
-                            "warnings": result.get("warnings", []),
-                            "stdout": short(result["stdout"], 400),
-                            "stderr": short(result["stderr"], 600),
+                            "outputs": [(f.name, f.mime_type, f.size_bytes) for f in result.output_files or []],
+                            "warnings": result.warnings or [],
+                            "stdout": short(result.stdout, 400),
+                            "stderr": short(result.stderr, 600),
                         }
                     )
                 row["invocations"] = results

@@ -9,7 +9,7 @@ PY="$VENV/bin/python"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # Create the virtualenv and install the pinned environment (requirements/lock.txt, with
-# hashes: exactly what CI tested), then the project itself (editable, no dependencies),
+# hashes: exactly what CI tested; every extra, cluster, s3 and kubernetes included), then the project itself (editable, no dependencies),
 # whenever pyproject.toml or the lock file changed. The pins move only by
 # ./scripts/lock.sh, a reviewed commit.
 ensure_venv() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Move the pins, deliberately: resolve pyproject.toml's ranges (the service, its mcp, test
-# and tokens extras, and the build backend) into requirements/lock.txt with hashes.
+# Move the pins, deliberately: resolve pyproject.toml's ranges (the service, every extra --
+# mcp, tokens, cluster, s3, kubernetes, test -- and the build backend) into
+# requirements/lock.txt with hashes.
 # scripts/serve.sh and scripts/test.sh install exactly that file, so a fresh clone tests
 # what CI tested; `pip install .` (as users install the service) keeps using the ranges.
 # Review the diff of requirements/lock.txt like code, then commit it.
@@ -18,7 +19,7 @@ upgrade=(--upgrade)
 if [[ "${1:-}" == "-P" ]]; then upgrade=(--upgrade-package "$2"); fi
 cd "$ROOT"
 "$TOOL/bin/uv" pip compile pyproject.toml requirements/build.in \
-  --extra mcp --extra test --extra tokens --generate-hashes \
+  --extra mcp --extra test --extra tokens --extra cluster --extra s3 --extra kubernetes --generate-hashes \
   --python-version 3.11 --python-platform x86_64-unknown-linux-gnu \
   --no-header --annotation-style line "${upgrade[@]}" \
   --output-file requirements/lock.txt.new

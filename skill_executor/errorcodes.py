@@ -496,6 +496,15 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         mcp="http",
     ),
     E(
+        "extra_missing",
+        501,
+        "A configured part needs an extra that is not installed: cluster (a Postgres database), s3 (an S3 "
+        "object store) or kubernetes (the agent-sandbox runtime).",
+        "Install the extra the message names (pip install 'skill-executor[cluster]', ...), or configure "
+        "without that part.",
+        mcp="none",
+    ),
+    E(
         "invalid_settings",
         400,
         "A SKILL_EXECUTOR_* variable does not parse (the message names it and says what it takes).",

@@ -318,6 +318,7 @@ TEST_TIERS: dict[str, dict[str, str]] = {
         "test_the_pod_servers_rule_is_the_services": "unit",
     },
     "test_doctor": {"test_cli": "service", "test_http": "service"},
+    "test_extras": {"test_serve_on_sqlite_needs_no_extra": "service"},  # a server process
     "test_docs": {  # the docs site's build (mkdocs) in a subprocess
         "test_the_site_builds_strictly_offline": "service",
         "test_reference_pages_are_generated_from_the_code": "service",

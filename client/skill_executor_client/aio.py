@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pathlib
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
+import anyio.to_thread
 import httpx
 
-from .calls import Call, T, auth_headers, raise_for
+from .calls import JSON, Call, Calls, T, auth_headers, raise_for
 from .models import (
     ArtifactList,
     ArtifactModel,
@@ -19,7 +22,11 @@ from .models import (
     FileModel,
     Health,
     Installed,
+    ProcessInfo,
+    ProcessList,
+    ProcessOutput,
     RunAccepted,
+    RunList,
     RunRecordModel,
     RunRequest,
     RunResult,
@@ -30,7 +37,17 @@ from .models import (
     VersionInfo,
     VersionList,
 )
-from .transfer import AsyncBody, Bundle, SSEParser, aupload_body, file_name_of
+from .transfer import (
+    CHUNK,
+    AsyncBody,
+    Bundle,
+    Download,
+    SSEParser,
+    aupload_body,
+    extract_version,
+    file_name_of,
+    folder_files,
+)
 from .typed import RunEvent, ToolFormat, Typed
 
 
@@ -83,8 +100,10 @@ class AsyncClient:
     async def skill_doctor(self, name: str) -> DoctorReport:
         return await self.send(Typed.skill_doctor(name))
 
-    async def install_skill(self, package: bytes, *, filename: str = "skill.zip", strict: bool = False) -> Installed:
-        return await self.send(Typed.install_skill(package, filename, strict))
+    async def install_skill(
+        self, package: bytes, *, filename: str = "skill.zip", strict: bool = False, multipart: bool = True
+    ) -> Installed:
+        return await self.send(Typed.install_skill(package, filename, strict, multipart))
 
     async def delete_skill(self, name: str) -> None:
         await self.send(Typed.delete_skill(name))
@@ -103,6 +122,21 @@ class AsyncClient:
 
     async def skill_audit(self, name: str) -> AuditLog:
         return await self.send(Typed.skill_audit(name))
+
+    async def push_skill(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        strict: bool | None = None,
+        set_default: bool = True,
+    ) -> Installed:
+        """Upload a skill folder as a new version (``name``: of that existing skill, which it must be)."""
+        return await self.send(Typed.push_skill(folder_files(directory), name, strict, set_default))
+
+    async def pull_skill(self, name: str, directory: str | os.PathLike[str], version: int | str = "default") -> JSON:
+        """Download a version into ``directory`` (created; must be empty): its version, digest and path."""
+        return extract_version(await self.send(Typed.skill_version_content(name, version)), directory)
 
     # runs
     async def run(
@@ -129,6 +163,31 @@ class AsyncClient:
 
     async def get_run(self, run_id: str) -> RunRecordModel:
         return await self.send(Typed.get_run(run_id))
+
+    async def list_runs(
+        self,
+        *,
+        skill: str | None = None,
+        status: str | list[str] | None = None,
+        session: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        owner: str | None = None,
+    ) -> RunList:
+        """One page of your runs, newest first (``next_cursor`` for the next)."""
+        filters = {
+            "skill": skill,
+            "status": status,
+            "session": session,
+            "created_after": created_after,
+            "created_before": created_before,
+            "limit": limit,
+            "cursor": cursor,
+            "owner": owner,
+        }
+        return await self.send(Typed.list_runs(filters))
 
     async def cancel_run(self, run_id: str) -> RunAccepted:
         return await self.send(Typed.cancel_run(run_id))
@@ -162,6 +221,40 @@ class AsyncClient:
     async def get_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> bytes:
         return await self.send(Typed.get_artifact(name, version, owner))
 
+    async def download_artifact(
+        self,
+        name: str,
+        target: str | os.PathLike[str] | BinaryIO,
+        version: int | None = None,
+        *,
+        owner: str | None = None,
+    ) -> JSON:
+        """:meth:`Client.download_artifact`; file writes run in a thread."""
+        call = Typed.get_artifact(name, version, owner)
+        async with self._http.stream(call.method, call.path, params=call.params) as response:
+            if not response.is_success:
+                await response.aread()
+                raise_for(response)
+            download = Download(response)
+            if not isinstance(target, str | os.PathLike):
+                async for chunk in response.aiter_bytes(CHUNK):
+                    download.update(chunk)
+                    await anyio.to_thread.run_sync(target.write, chunk)
+                return download.done()
+            out = await anyio.to_thread.run_sync(open, target, "wb")
+            try:
+                try:
+                    async for chunk in response.aiter_bytes(CHUNK):
+                        download.update(chunk)
+                        await anyio.to_thread.run_sync(out.write, chunk)
+                finally:
+                    await anyio.to_thread.run_sync(out.close)
+                return download.done()
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(target)
+                raise
+
     async def delete_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> ArtifactList:
         return await self.send(Typed.delete_artifact(name, version, owner))
 
@@ -194,9 +287,112 @@ class AsyncClient:
     async def delete_file(self, file_id: str) -> FileModel:
         return await self.send(Typed.delete_file(file_id))
 
+    # a session's processes (in its sandbox, of this key)
+    async def process_start(
+        self,
+        session: str,
+        command: str | list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        pty: bool = False,
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+    ) -> ProcessInfo:
+        """Start a long-lived process in the session's sandbox; its state (``id``: the process id)."""
+        body = {
+            "command": command,
+            "env": env,
+            "cwd": cwd,
+            "pty": pty,
+            "timeout": timeout,
+            "idle_timeout": idle_timeout,
+        }
+        return await self.send(Typed.process_start(session, body))
+
+    async def processes(self, session: str) -> ProcessList:
+        return await self.send(Typed.processes(session))
+
+    async def process(self, session: str, process_id: str) -> ProcessInfo:
+        return await self.send(Typed.process(session, process_id))
+
+    async def process_write(self, session: str, process_id: str, data: str = "", *, eof: bool = False) -> ProcessInfo:
+        """Write to the process's stdin (``eof``: then close it)."""
+        return await self.send(Typed.process_write(session, process_id, data, eof))
+
+    async def process_poll(
+        self, session: str, process_id: str, after: int = 0, *, limit: int | None = None, wait: float = 0.0
+    ) -> ProcessOutput:
+        """Output past byte offset ``after`` (poll next from the answer's ``next``), waiting up to ``wait`` s."""
+        return await self.send(Typed.process_poll(session, process_id, after, limit, wait))
+
+    async def process_signal(self, session: str, process_id: str, signal: str) -> ProcessInfo:
+        return await self.send(Typed.process_signal(session, process_id, signal))
+
+    async def process_kill(self, session: str, process_id: str) -> ProcessInfo:
+        """Kill the process and everything it started; its final state."""
+        return await self.send(Typed.process_kill(session, process_id))
+
+    # agent context (per session, of this key; the API gives these answers no schema: JSON)
+    async def context(self, session: str) -> JSON:
+        """The context's state: loaded skills, their docs, token counts, budget."""
+        return await self.send(Calls.context(session))
+
+    async def context_load(
+        self,
+        session: str,
+        skill: str,
+        *,
+        evict: str | None = None,
+        messages: list[str] | None = None,
+        budget: JSON | None = None,
+    ) -> JSON:
+        body = {"skill": skill, "evict": evict, "messages": messages, "budget": budget}
+        return await self.send(Calls.context_op(session, "load", body))
+
+    async def context_unload(self, session: str, skill: str) -> JSON:
+        return await self.send(Calls.context_op(session, "unload", {"skill": skill}))
+
+    async def context_select_docs(
+        self,
+        session: str,
+        skill: str,
+        docs: list[str] | None = None,
+        *,
+        all: bool | None = None,
+        mode: str = "add",
+        evict: str | None = None,
+        messages: list[str] | None = None,
+        budget: JSON | None = None,
+    ) -> JSON:
+        body = {
+            "skill": skill,
+            "docs": docs,
+            "all": all,
+            "mode": mode,
+            "evict": evict,
+            "messages": messages,
+            "budget": budget,
+        }
+        return await self.send(Calls.context_op(session, "select-docs", body))
+
+    async def context_docs(self, session: str, skill: str) -> JSON:
+        return await self.send(Calls.context_docs(session, skill))
+
+    async def context_touch(self, session: str, skill: str) -> JSON:
+        return await self.send(Calls.context_op(session, "touch", {"skill": skill}))
+
+    async def context_render(self, session: str, format: str = "text") -> JSON:
+        """``content`` (a string; a structure for json), ``tokens`` and ``counter``."""
+        return await self.send(Calls.context_render(session, format))
+
+    async def context_clear(self, session: str) -> JSON:
+        return await self.send(Calls.context_clear(session))
+
     # tools for a model
-    async def tools(self, format: ToolFormat = "openai", *, context: bool = False) -> ToolList:
-        return await self.send(Typed.tools(format, context))
+    async def tools(self, format: ToolFormat = "openai", *, context: bool = False, processes: bool = False) -> ToolList:
+        """The tool definitions (``context``: with the context_* tools; ``processes``: the process_* tools)."""
+        return await self.send(Typed.tools(format, context, processes))
 
     async def call_tool(
         self,
@@ -206,8 +402,16 @@ class AsyncClient:
         format: ToolFormat | None = None,
         call_id: str | None = None,
         session: str | None = None,
+        result_budget: Mapping[str, Any] | None = None,
     ) -> ToolCallResult:
-        return await self.send(Typed.call_tool(name, arguments, format, call_id, session))
+        """Execute a tool call; with ``format`` (and the call's id) the answer's ``message`` is the
+        tool-result message to append; ``session``: the ``context_*`` tools' session when the
+        arguments name none; ``result_budget``: overrides of the tool-result budget."""
+        return await self.send(Typed.call_tool(name, arguments, format, call_id, session, result_budget))
 
     async def health(self) -> Health:
         return await self.send(Typed.health())
+
+    async def metrics(self) -> str:
+        """The Prometheus text exposition."""
+        return await self.send(Typed.metrics())

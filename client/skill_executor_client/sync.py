@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pathlib
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import httpx
 
-from .calls import Call, T, auth_headers, raise_for
+from .calls import JSON, Call, Calls, T, auth_headers, raise_for
 from .models import (
     ArtifactList,
     ArtifactModel,
@@ -19,7 +21,11 @@ from .models import (
     FileModel,
     Health,
     Installed,
+    ProcessInfo,
+    ProcessList,
+    ProcessOutput,
     RunAccepted,
+    RunList,
     RunRecordModel,
     RunRequest,
     RunResult,
@@ -30,7 +36,17 @@ from .models import (
     VersionInfo,
     VersionList,
 )
-from .transfer import Body, Bundle, SSEParser, file_name_of, upload_body
+from .transfer import (
+    CHUNK,
+    Body,
+    Bundle,
+    Download,
+    SSEParser,
+    extract_version,
+    file_name_of,
+    folder_files,
+    upload_body,
+)
 from .typed import RunEvent, ToolFormat, Typed
 
 
@@ -83,8 +99,10 @@ class Client:
     def skill_doctor(self, name: str) -> DoctorReport:
         return self.send(Typed.skill_doctor(name))
 
-    def install_skill(self, package: bytes, *, filename: str = "skill.zip", strict: bool = False) -> Installed:
-        return self.send(Typed.install_skill(package, filename, strict))
+    def install_skill(
+        self, package: bytes, *, filename: str = "skill.zip", strict: bool = False, multipart: bool = True
+    ) -> Installed:
+        return self.send(Typed.install_skill(package, filename, strict, multipart))
 
     def delete_skill(self, name: str) -> None:
         self.send(Typed.delete_skill(name))
@@ -103,6 +121,21 @@ class Client:
 
     def skill_audit(self, name: str) -> AuditLog:
         return self.send(Typed.skill_audit(name))
+
+    def push_skill(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        strict: bool | None = None,
+        set_default: bool = True,
+    ) -> Installed:
+        """Upload a skill folder as a new version (``name``: of that existing skill, which it must be)."""
+        return self.send(Typed.push_skill(folder_files(directory), name, strict, set_default))
+
+    def pull_skill(self, name: str, directory: str | os.PathLike[str], version: int | str = "default") -> JSON:
+        """Download a version into ``directory`` (created; must be empty): its version, digest and path."""
+        return extract_version(self.send(Typed.skill_version_content(name, version)), directory)
 
     # runs
     def run(
@@ -129,6 +162,31 @@ class Client:
 
     def get_run(self, run_id: str) -> RunRecordModel:
         return self.send(Typed.get_run(run_id))
+
+    def list_runs(
+        self,
+        *,
+        skill: str | None = None,
+        status: str | list[str] | None = None,
+        session: str | None = None,
+        created_after: float | None = None,
+        created_before: float | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        owner: str | None = None,
+    ) -> RunList:
+        """One page of your runs, newest first (``next_cursor`` for the next)."""
+        filters = {
+            "skill": skill,
+            "status": status,
+            "session": session,
+            "created_after": created_after,
+            "created_before": created_before,
+            "limit": limit,
+            "cursor": cursor,
+            "owner": owner,
+        }
+        return self.send(Typed.list_runs(filters))
 
     def cancel_run(self, run_id: str) -> RunAccepted:
         return self.send(Typed.cancel_run(run_id))
@@ -160,6 +218,39 @@ class Client:
     def get_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> bytes:
         return self.send(Typed.get_artifact(name, version, owner))
 
+    def download_artifact(
+        self,
+        name: str,
+        target: str | os.PathLike[str] | BinaryIO,
+        version: int | None = None,
+        *,
+        owner: str | None = None,
+    ) -> JSON:
+        """Stream an artifact into ``target`` (a path, written anew, or a binary file), checking
+        its SHA-256; its version, sha256, size and mime_type.  A failed download to a path
+        leaves no file."""
+        call = Typed.get_artifact(name, version, owner)
+        with self._http.stream(call.method, call.path, params=call.params) as response:
+            if not response.is_success:
+                response.read()
+                raise_for(response)
+            download = Download(response)
+            if isinstance(target, str | os.PathLike):
+                try:
+                    with open(target, "wb") as out:
+                        for chunk in response.iter_bytes(CHUNK):
+                            download.update(chunk)
+                            out.write(chunk)
+                    return download.done()
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(target)
+                    raise
+            for chunk in response.iter_bytes(CHUNK):
+                download.update(chunk)
+                target.write(chunk)
+            return download.done()
+
     def delete_artifact(self, name: str, version: int | None = None, *, owner: str | None = None) -> ArtifactList:
         return self.send(Typed.delete_artifact(name, version, owner))
 
@@ -190,9 +281,112 @@ class Client:
     def delete_file(self, file_id: str) -> FileModel:
         return self.send(Typed.delete_file(file_id))
 
+    # a session's processes (in its sandbox, of this key)
+    def process_start(
+        self,
+        session: str,
+        command: str | list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        pty: bool = False,
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+    ) -> ProcessInfo:
+        """Start a long-lived process in the session's sandbox; its state (``id``: the process id)."""
+        body = {
+            "command": command,
+            "env": env,
+            "cwd": cwd,
+            "pty": pty,
+            "timeout": timeout,
+            "idle_timeout": idle_timeout,
+        }
+        return self.send(Typed.process_start(session, body))
+
+    def processes(self, session: str) -> ProcessList:
+        return self.send(Typed.processes(session))
+
+    def process(self, session: str, process_id: str) -> ProcessInfo:
+        return self.send(Typed.process(session, process_id))
+
+    def process_write(self, session: str, process_id: str, data: str = "", *, eof: bool = False) -> ProcessInfo:
+        """Write to the process's stdin (``eof``: then close it)."""
+        return self.send(Typed.process_write(session, process_id, data, eof))
+
+    def process_poll(
+        self, session: str, process_id: str, after: int = 0, *, limit: int | None = None, wait: float = 0.0
+    ) -> ProcessOutput:
+        """Output past byte offset ``after`` (poll next from the answer's ``next``), waiting up to ``wait`` s."""
+        return self.send(Typed.process_poll(session, process_id, after, limit, wait))
+
+    def process_signal(self, session: str, process_id: str, signal: str) -> ProcessInfo:
+        return self.send(Typed.process_signal(session, process_id, signal))
+
+    def process_kill(self, session: str, process_id: str) -> ProcessInfo:
+        """Kill the process and everything it started; its final state."""
+        return self.send(Typed.process_kill(session, process_id))
+
+    # agent context (per session, of this key; the API gives these answers no schema: JSON)
+    def context(self, session: str) -> JSON:
+        """The context's state: loaded skills, their docs, token counts, budget."""
+        return self.send(Calls.context(session))
+
+    def context_load(
+        self,
+        session: str,
+        skill: str,
+        *,
+        evict: str | None = None,
+        messages: list[str] | None = None,
+        budget: JSON | None = None,
+    ) -> JSON:
+        body = {"skill": skill, "evict": evict, "messages": messages, "budget": budget}
+        return self.send(Calls.context_op(session, "load", body))
+
+    def context_unload(self, session: str, skill: str) -> JSON:
+        return self.send(Calls.context_op(session, "unload", {"skill": skill}))
+
+    def context_select_docs(
+        self,
+        session: str,
+        skill: str,
+        docs: list[str] | None = None,
+        *,
+        all: bool | None = None,
+        mode: str = "add",
+        evict: str | None = None,
+        messages: list[str] | None = None,
+        budget: JSON | None = None,
+    ) -> JSON:
+        body = {
+            "skill": skill,
+            "docs": docs,
+            "all": all,
+            "mode": mode,
+            "evict": evict,
+            "messages": messages,
+            "budget": budget,
+        }
+        return self.send(Calls.context_op(session, "select-docs", body))
+
+    def context_docs(self, session: str, skill: str) -> JSON:
+        return self.send(Calls.context_docs(session, skill))
+
+    def context_touch(self, session: str, skill: str) -> JSON:
+        return self.send(Calls.context_op(session, "touch", {"skill": skill}))
+
+    def context_render(self, session: str, format: str = "text") -> JSON:
+        """``content`` (a string; a structure for json), ``tokens`` and ``counter``."""
+        return self.send(Calls.context_render(session, format))
+
+    def context_clear(self, session: str) -> JSON:
+        return self.send(Calls.context_clear(session))
+
     # tools for a model
-    def tools(self, format: ToolFormat = "openai", *, context: bool = False) -> ToolList:
-        return self.send(Typed.tools(format, context))
+    def tools(self, format: ToolFormat = "openai", *, context: bool = False, processes: bool = False) -> ToolList:
+        """The tool definitions (``context``: with the context_* tools; ``processes``: the process_* tools)."""
+        return self.send(Typed.tools(format, context, processes))
 
     def call_tool(
         self,
@@ -202,8 +396,16 @@ class Client:
         format: ToolFormat | None = None,
         call_id: str | None = None,
         session: str | None = None,
+        result_budget: Mapping[str, Any] | None = None,
     ) -> ToolCallResult:
-        return self.send(Typed.call_tool(name, arguments, format, call_id, session))
+        """Execute a tool call; with ``format`` (and the call's id) the answer's ``message`` is the
+        tool-result message to append; ``session``: the ``context_*`` tools' session when the
+        arguments name none; ``result_budget``: overrides of the tool-result budget."""
+        return self.send(Typed.call_tool(name, arguments, format, call_id, session, result_budget))
 
     def health(self) -> Health:
         return self.send(Typed.health())
+
+    def metrics(self) -> str:
+        """The Prometheus text exposition."""
+        return self.send(Typed.metrics())

@@ -1,9 +1,9 @@
 """The typed core both clients share: each operation once, as a :class:`Call` whose
 answer is a model of :mod:`.models` (the untyped :class:`Calls` with the answer parsed).
 
-``calls.py`` and ``transfer.py`` beside this module are the service package's HTTP core
-(``skill_executor/client/``: links in the source tree, copies in a wheel), so paths,
-quoting, headers and errors are exactly the service's own client's.
+:mod:`.calls` describes each request once (method, quoted path, parameters, body) and maps
+errors; :mod:`.transfer` holds uploads, downloads, bundles and the Server-Sent Events parser.
+Answers the API gives no schema for (an agent context's, the metrics) stay JSON.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar, cast
 import httpx
 from pydantic import BaseModel
 
-from .calls import Call, Calls
+from .calls import JSON, Call, Calls
 from .models import (
     ArtifactList,
     ArtifactModel,
@@ -26,7 +26,11 @@ from .models import (
     FileModel,
     Health,
     Installed,
+    ProcessInfo,
+    ProcessList,
+    ProcessOutput,
     RunAccepted,
+    RunList,
     RunRecordModel,
     RunRequest,
     RunResult,
@@ -110,8 +114,18 @@ class Typed:
         return typed(Calls.skill_doctor(name), DoctorReport)
 
     @staticmethod
-    def install_skill(package: bytes, filename: str, strict: bool) -> Call[Installed]:
-        return typed(Calls.install_skill(package, filename, strict, True), Installed)
+    def install_skill(package: bytes, filename: str, strict: bool, multipart: bool = True) -> Call[Installed]:
+        return typed(Calls.install_skill(package, filename, strict, multipart), Installed)
+
+    @staticmethod
+    def push_skill(
+        files: list[tuple[str, bytes]], name: str | None, strict: bool | None, set_default: bool
+    ) -> Call[Installed]:
+        return typed(Calls.push_skill(files, name, strict, set_default), Installed)
+
+    @staticmethod
+    def skill_version_content(name: str, version: int | str) -> Call[httpx.Response]:
+        return Calls.skill_version_content(name, version)
 
     @staticmethod
     def delete_skill(name: str) -> Call[None]:
@@ -152,6 +166,10 @@ class Typed:
     @staticmethod
     def get_run(run_id: str) -> Call[RunRecordModel]:
         return typed(Calls.get_run(run_id), RunRecordModel)
+
+    @staticmethod
+    def list_runs(filters: dict[str, Any]) -> Call[RunList]:
+        return typed(Calls.list_runs(filters), RunList)
 
     @staticmethod
     def cancel_run(run_id: str) -> Call[RunAccepted]:
@@ -214,8 +232,8 @@ class Typed:
         return typed(Calls.delete_file(file_id), FileModel)
 
     @staticmethod
-    def tools(format: ToolFormat, context: bool) -> Call[ToolList]:
-        return typed(Calls.tools(format, context), ToolList)
+    def tools(format: ToolFormat, context: bool, processes: bool = False) -> Call[ToolList]:
+        return typed(Calls.tools(format, context, processes), ToolList)
 
     @staticmethod
     def call_tool(
@@ -224,10 +242,45 @@ class Typed:
         format: ToolFormat | None,
         call_id: str | None,
         session: str | None,
+        result_budget: Mapping[str, Any] | None = None,
     ) -> Call[ToolCallResult]:
         body = dict(arguments) if isinstance(arguments, Mapping) else arguments
-        return typed(Calls.call_tool(name, body, format, call_id, session), ToolCallResult)
+        budget = dict(result_budget) if result_budget is not None else None
+        return typed(Calls.call_tool(name, body, format, call_id, session, budget), ToolCallResult)
+
+    # a session's processes
+    @staticmethod
+    def process_start(session: str, body: JSON) -> Call[ProcessInfo]:
+        return typed(Calls.process_start(session, body), ProcessInfo)
+
+    @staticmethod
+    def processes(session: str) -> Call[ProcessList]:
+        return typed(Calls.processes(session), ProcessList)
+
+    @staticmethod
+    def process(session: str, process_id: str) -> Call[ProcessInfo]:
+        return typed(Calls.process(session, process_id), ProcessInfo)
+
+    @staticmethod
+    def process_write(session: str, process_id: str, data: str, eof: bool) -> Call[ProcessInfo]:
+        return typed(Calls.process_write(session, process_id, data, eof), ProcessInfo)
+
+    @staticmethod
+    def process_poll(session: str, process_id: str, after: int, limit: int | None, wait: float) -> Call[ProcessOutput]:
+        return typed(Calls.process_poll(session, process_id, after, limit, wait), ProcessOutput)
+
+    @staticmethod
+    def process_signal(session: str, process_id: str, signal: str) -> Call[ProcessInfo]:
+        return typed(Calls.process_signal(session, process_id, signal), ProcessInfo)
+
+    @staticmethod
+    def process_kill(session: str, process_id: str) -> Call[ProcessInfo]:
+        return typed(Calls.process_kill(session, process_id), ProcessInfo)
 
     @staticmethod
     def health() -> Call[Health]:
         return typed(Calls.health(), Health)
+
+    @staticmethod
+    def metrics() -> Call[str]:
+        return Calls.metrics()

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from skill_executor_client import ApiError, Client
+from skill_executor_client.transfer import folder_files
 
-from ..client import ApiError, Client, folder_files
 from ..registry.refs import parse_ref, parse_version
 from ..registry.store import manifest_digest
 from ..skills import check
@@ -99,10 +100,11 @@ def _push(args: argparse.Namespace) -> int:
         result = client.push_skill(
             args.directory, strict=True if args.strict else None, set_default=not args.no_default
         )
-        emit_json({k: result.get(k) for k in ("id", "version", "digest", "created", "is_default", "findings")})
-        if result.get("digest") != local:
+        answer = result.model_dump(mode="json", by_alias=True)
+        emit_json({k: answer.get(k) for k in ("id", "version", "digest", "created", "is_default", "findings")})
+        if result.digest != local:
             print(
-                f"skill-executor: the service's digest {result.get('digest')} differs from the folder's {local}",
+                f"skill-executor: the service's digest {result.digest} differs from the folder's {local}",
                 file=sys.stderr,
             )
             return 1
@@ -119,7 +121,7 @@ def _versions(args: argparse.Namespace) -> int:
     name = parse_ref(args.name, versioned=False).name  # a malformed name is a usage error (exit 2)
 
     def show(client: Client) -> int:
-        emit_json(client.skill_versions(name))
+        emit_json(client.skill_versions(name).model_dump(mode="json", by_alias=True))
         return 0
 
     return _call(args, show)
@@ -131,7 +133,7 @@ def _pin(args: argparse.Namespace) -> int:
     version: int | str = parsed.number if parsed.number is not None else str(parsed)
 
     def pin(client: Client) -> int:
-        emit_json(client.set_default_version(name, version))
+        emit_json(client.set_default_version(name, version).model_dump(mode="json", by_alias=True))
         return 0
 
     return _call(args, pin)

@@ -34,6 +34,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from ..errors import Unavailable
+from ..extras import require
 from . import url as urls
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class Database:
             event.listen(self.engine, "begin", _sqlite_begin)
             self._use_wal()
         else:
+            require("cluster")  # psycopg: say which extra, not a bare ModuleNotFoundError
             self.path = None
             self.engine = create_engine(
                 self.url,

@@ -48,6 +48,7 @@ from .inputs import (
     PODSERVER,
     REPOSITORY,
     RUNNER_PINS,
+    SERVICE_EXTRAS,
     SERVICE_PUBLIC_BASE,
     SERVICE_REPOSITORY,
     SYSTEM_TOOLS,
@@ -351,7 +352,8 @@ def build_service_image(
     shutil.rmtree(wheels, ignore_errors=True)
     _log("building the wheelhouse with pip (host configuration)")
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), f"{root}[mcp]"], check=False
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(wheels), f"{root}[{SERVICE_EXTRAS}]"],
+        check=False,
     )
     if proc.returncode != 0:
         raise ExecutorError(f"pip wheel failed (exit {proc.returncode})", code="image_build_failed")

@@ -20,6 +20,9 @@ SERVICE_REPOSITORY = "skill-executor/service"
 BASE_REPOSITORY = "skill-executor/base"
 PUBLIC_BASE = "debian:bookworm-slim"
 SERVICE_PUBLIC_BASE = "python:3.11-slim"
+#: The service image's extras (images/service/Dockerfile says the same): compose and
+#: Kubernetes run it on Postgres, S3 and the agent-sandbox runtime.
+SERVICE_EXTRAS = "mcp,cluster,s3,kubernetes"
 
 Mode = Literal["auto", "online", "offline"]
 Flavour = Literal["full", "minimal", "python3.13"]

@@ -8,6 +8,7 @@ is what callers use, the content-addressed blobs (``put_blob``, ``open_blob``,
 from __future__ import annotations
 
 from ..config import Settings
+from ..extras import require
 from .base import ByteReader, ObjectStore
 from .errors import ObjectCorrupt, ObjectNotFound, ObjectStoreMisconfigured, ObjectStoreUnavailable
 from .keys import blob_key, validate_key
@@ -34,6 +35,7 @@ def open_object_store(settings: Settings) -> ObjectStore:
     location = settings.object_store_location
     if location.bucket is None:
         return LocalObjectStore(location.path)
+    require("s3")
     from .s3 import S3ObjectStore  # boto3 is imported only when S3 is configured
 
     return S3ObjectStore(

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 import httpx
+from skill_executor_client import ApiError, Client
 
 from ..access import LOCAL, LOCAL_TENANT
-from ..client import ApiError, Client
 from ..config import Settings
 from ..core import Executor
 from ..errors import ExecutorError, Unavailable
@@ -204,21 +204,21 @@ class ServerBackend:
             )
         if before is None:
             pushed = self._call(lambda: self._client.push_skill(skill_dir, set_default=False))
-            return f"{pushed['id']}@{pushed['version']}"
+            return f"{pushed.id}@{pushed.version}"
         pushed = self._call(lambda: self._client.push_skill(skill_dir, name=skill.id, set_default=False))
         after = self._default_of(skill.id)
         if after != before:
             restored = ""
-            if after == pushed["version"]:
+            if after == pushed.version:
                 self._call(lambda: self._client.set_default_version(skill.id, before))
                 restored = f"; it was set back to {before}"
             raise PublishRefused(
                 f"the default version of {skill.id!r} moved from {before} to {after} while this "
-                f"run uploaded version {pushed['version']} as not-default{restored}; check the "
+                f"run uploaded version {pushed.version} as not-default{restored}; check the "
                 "service's audit log",
                 code="default_moved",
             )
-        return f"{pushed['id']}@{pushed['version']}"
+        return f"{pushed.id}@{pushed.version}"
 
     def _default_of(self, skill_id: str) -> int | None:
         """The skill's default version on the service; None when it has no such skill or no default."""
@@ -228,12 +228,11 @@ class ServerBackend:
             if exc.code in ("skill_not_found", "version_not_found", "not_found"):
                 return None
             raise
-        default = versions.get("default_version")
-        return default if isinstance(default, int) else None
+        return versions.default_version
 
     def run(self, request: RunRequest) -> RunResult:
         answer = self._call(lambda: self._client.run(request.model_dump(mode="json", by_alias=True, exclude_none=True)))
-        return RunResult.model_validate(answer)
+        return RunResult.model_validate(answer.model_dump(mode="json", by_alias=True, exclude_unset=True))
 
     def _call(self, action: Callable[[], T]) -> T:
         try:

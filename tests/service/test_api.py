@@ -1,4 +1,4 @@
-"""The HTTP API, driven through ``skill_executor.client`` against a real server process."""
+"""The HTTP API, driven through the typed client (``skill_executor_client``) against a real server process."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from skill_executor.client import ApiError, AsyncClient, Client
+from skill_executor_client import ApiError, AsyncClient, Client
+from skill_executor_client.calls import Calls
 
 from ..api_server import Server, api_runtime, free_port
 from ..conftest import REPO
@@ -87,12 +88,12 @@ def expect_error(status: int, code: str | None = None):  # type: ignore[no-untyp
 
 def test_health_openapi_docs(client: Client, server: Server) -> None:
     health = client.health()
-    assert health["status"] == "ok" and health["runtime"] == api_runtime()
-    assert health["checks"]["data_dir"]["ok"] and health["checks"]["database"]["ok"]
-    assert "3 skills" in health["checks"]["skills"]["detail"] and health["failing"] == []
+    assert health.status == "ok" and health.runtime == api_runtime()
+    assert health.checks["data_dir"].ok and health.checks["database"].ok
+    assert "3 skills" in health.checks["skills"].detail and health.failing == []
     if api_runtime() == "docker":
-        assert health["checks"]["engine"]["ok"] and health["checks"]["image"]["ok"]
-        assert health["checks"]["workers"]["ok"]
+        assert health.checks["engine"].ok and health.checks["image"].ok
+        assert health.checks["workers"].ok
     spec = httpx.get(f"{server.url}/openapi.json").json()
     assert {"/v1/runs", "/v1/skills", "/v1/tools/call", "/healthz", "/metrics"} <= set(spec["paths"])
     assert httpx.get(f"{server.url}/docs").status_code == 200
@@ -175,10 +176,10 @@ def test_error_shapes(server: Server) -> None:
 
 def test_overview_search_and_formats(client: Client, server: Server) -> None:
     overview = client.list_skills()
-    assert [s["id"] for s in overview["skills"]] == ["csv-report", "file-bundle", "math-tools"]
-    assert overview["total_tokens"] == sum(s["tokens"] for s in overview["skills"]) > 0
-    hits = client.list_skills("csv chart")["skills"]
-    assert hits[0]["id"] == "csv-report" and hits[0]["score"] > 0
+    assert [s.id for s in overview.skills] == ["csv-report", "file-bundle", "math-tools"]
+    assert overview.total_tokens == sum(s.tokens for s in overview.skills) > 0
+    hits = client.list_skills("csv chart").skills
+    assert hits[0].id == "csv-report" and hits[0].score > 0
     xml = client.skills_prompt("xml")
     location = (
         "/workspace/skills/math-tools/SKILL.md"
@@ -192,20 +193,20 @@ def test_overview_search_and_formats(client: Client, server: Server) -> None:
 
 def test_load_docs_and_files(client: Client) -> None:
     loaded = client.load_skill("MATH-TOOLS")
-    assert loaded["id"] == "math-tools" and "Fibonacci" in loaded["body"]
-    assert [d["path"] for d in loaded["docs"]] == ["references/REFERENCE.md"]
-    assert {s["path"] for s in loaded["scripts"]} == {"scripts/fib.py", "scripts/primes.py", "scripts/stats.py"}
-    docs = client.list_docs("math-tools")["docs"]
-    assert docs[0]["path"] == "references/REFERENCE.md" and docs[0]["content"] is None
-    read = client.read_docs("math-tools", ["references/REFERENCE.md"])["docs"][0]
-    assert "math-tools reference" in read["content"] and read["tokens"] > 0
+    assert loaded.id == "math-tools" and "Fibonacci" in loaded.body
+    assert [d.path for d in loaded.docs] == ["references/REFERENCE.md"]
+    assert {s.path for s in loaded.scripts} == {"scripts/fib.py", "scripts/primes.py", "scripts/stats.py"}
+    docs = client.list_docs("math-tools").docs
+    assert docs[0].path == "references/REFERENCE.md" and docs[0].content is None
+    read = client.read_docs("math-tools", ["references/REFERENCE.md"]).docs[0]
+    assert "math-tools reference" in read.content and read.tokens > 0
     with expect_error(404, "doc_not_found"):
         client.read_docs("math-tools", ["nope.md"])
-    script = client.read_file("math-tools", "scripts/fib.py")
+    script = client.send(Calls.read_file("math-tools", "scripts/fib.py"))  # the response: its headers
     assert script.text.startswith("#!/usr/bin/env python3") and script.headers["content-type"].startswith(
         "text/x-python"
     )
-    csv = client.read_file("csv-report", "assets/sample.csv")
+    csv = client.send(Calls.read_file("csv-report", "assets/sample.csv"))
     assert csv.headers["content-type"].startswith("text/csv") and csv.headers["x-truncated"] == "false"
     for bad in ["../csv-report/SKILL.md", "%2e%2e/%2e%2e/etc/passwd", "scripts/../../../etc/passwd"]:
         response = httpx.get(f"{client._http.base_url}/v1/skills/math-tools/files/{bad}")
@@ -214,16 +215,16 @@ def test_load_docs_and_files(client: Client) -> None:
 
 def test_install_and_delete(client: Client, server: Server) -> None:
     installed = client.install_skill(skill_zip("uploaded-one"))
-    assert installed["id"] == "uploaded-one" and not installed["replaced"]
+    assert installed.id == "uploaded-one" and not installed.replaced
     # Installs go under the data dir, never into the (read-only) skills dir.
-    assert installed["path"] == str(server.data_dir / "skills" / "uploaded-one")
+    assert installed.path == str(server.data_dir / "skills" / "uploaded-one")
     assert (server.data_dir / "skills" / "uploaded-one" / "SKILL.md").exists()
-    assert [f["path"] for f in installed["files"]] == ["scripts/hi.sh"]
+    assert [f.path for f in installed.files] == ["scripts/hi.sh"]
     raw = client.install_skill(skill_zip("uploaded-one", "Second version."), multipart=False)
-    assert raw["replaced"]
-    assert client.load_skill("uploaded-one")["description"] == "Second version."
+    assert raw.replaced
+    assert client.load_skill("uploaded-one").description == "Second version."
     result = client.run({"skill": "uploaded-one", "command": "bash scripts/hi.sh"})
-    assert result["stdout"] == "hello from upload\n"
+    assert result.stdout == "hello from upload\n"
     with expect_error(400, "invalid_package"):
         client.install_skill(b"not an archive")
     with expect_error(400, "invalid_skill"):
@@ -250,7 +251,7 @@ def test_shipped_skills_are_read_only(client: Client, server: Server) -> None:
     # An install may not shadow a shipped skill either, by id or by name.
     with expect_error(409, "shadows_read_only_skill"):
         client.install_skill(skill_zip("math-tools", "An impostor."))
-    assert client.load_skill("math-tools")["description"] != "An impostor."
+    assert client.load_skill("math-tools").description != "An impostor."
     assert _snapshot(server.skills_dir) == shipped
     assert not (server.data_dir / "skills" / "math-tools").exists()
 
@@ -265,7 +266,7 @@ def test_start_up_sweeps_what_crashed_installs_left(tmp_path: Path) -> None:
     try:
         assert list(install_root.iterdir()) == []
         with Client(srv.url) as client:
-            assert "packed" not in [s["id"] for s in client.list_skills()["skills"]]
+            assert "packed" not in [s.id for s in client.list_skills().skills]
     finally:
         srv.stop()
 
@@ -300,15 +301,15 @@ def test_sync_run_and_record(client: Client) -> None:
             "outputs": {"globs": ["out/*"]},
         }
     )
-    assert result["exit_code"] == 0
-    assert {f["name"]: f["mime_type"] for f in result["output_files"]} == {
+    assert result.exit_code == 0
+    assert {f.name: f.mime_type for f in result.output_files} == {
         "out/chart.svg": "image/svg+xml",
         "out/report.md": "text/markdown",
         "out/summary.json": "application/json",
     }
-    record = client.get_run(result["run_id"])
-    assert record["status"] == "completed" and record["result"]["stdout"] == result["stdout"]
-    assert record["request"]["skill"] == "csv-report"
+    record = client.get_run(result.run_id)
+    assert record.status == "completed" and record.result.stdout == result.stdout
+    assert record.request["skill"] == "csv-report"
     with expect_error(404, "run_not_found"):
         client.get_run("nope")
 
@@ -329,16 +330,14 @@ def test_refusals_are_errors_not_results(client: Client) -> None:
             }
         )
     failed_async = client.submit({"skill": "math-tools", "command": "true", "inputs": [{"from": "artifact://none"}]})
-    record = eventually(
-        lambda: (r := client.get_run(failed_async["run_id"]))["status"] not in ("queued", "running") and r
-    )
-    assert record["status"] == "failed" and record["error"]["code"] == "artifact_not_found"
+    record = eventually(lambda: (r := client.get_run(failed_async.run_id)).status not in ("queued", "running") and r)
+    assert record.status == "failed" and record.error.code == "artifact_not_found"
 
 
 def test_async_run_and_sse_stream(client: Client) -> None:
     accepted = client.submit({"skill": "math-tools", "command": "for i in 1 2 3; do echo line $i; sleep 0.4; done"})
-    assert accepted["status"] in ("queued", "running")
-    events = list(client.events(accepted["run_id"]))
+    assert accepted.status in ("queued", "running")
+    events = [(e.event, e.data) for e in client.events(accepted.run_id)]
     kinds = [e for e, _ in events]
     assert kinds[0] == "status" and kinds[-1] == "result"
     streamed = "".join(d["data"] for e, d in events if e == "stdout")
@@ -346,36 +345,40 @@ def test_async_run_and_sse_stream(client: Client) -> None:
     assert kinds.index("stdout") < kinds.index("result")
     final = events[-1][1]
     assert final["stdout"] == streamed and final["exit_code"] == 0
-    assert client.get_run(accepted["run_id"])["status"] == "completed"
+    assert client.get_run(accepted.run_id).status == "completed"
     # A finished run streams its result at once.
-    again = list(client.events(accepted["run_id"]))
+    again = [(e.event, e.data) for e in client.events(accepted.run_id)]
     assert [e for e, _ in again] == ["status", "result"]
 
 
 def test_sse_arrives_while_running(client: Client) -> None:
     accepted = client.submit({"skill": "math-tools", "command": "echo early; sleep 2; echo late"})
     started = time.monotonic()
-    for event, data in client.events(accepted["run_id"]):
-        if event == "stdout" and "early" in data["data"]:
+    for event in client.events(accepted.run_id):
+        if event.event == "stdout" and "early" in event.data["data"]:
             assert time.monotonic() - started < 1.8  # before the run ends
             break
-    for _ in client.events(accepted["run_id"]):
+    for _ in client.events(accepted.run_id):
         pass
 
 
 def test_cancel(client: Client) -> None:
     accepted = client.submit({"skill": "math-tools", "command": "echo started; sleep 60"})
-    for event, data in client.events(accepted["run_id"]):
-        if event == "stdout":
+    for event in client.events(accepted.run_id):
+        if event.event == "stdout":
             break
     started = time.monotonic()
-    answer = client.cancel_run(accepted["run_id"])
-    assert answer == {"run_id": accepted["run_id"], "status": "cancelled", "replayed": False}  # the state it ended in
+    answer = client.cancel_run(accepted.run_id)
+    assert answer.model_dump() == {
+        "run_id": accepted.run_id,
+        "status": "cancelled",
+        "replayed": False,
+    }  # the state it ended in
     assert time.monotonic() - started < 5
-    record = client.get_run(accepted["run_id"])
-    assert record["status"] == "cancelled" and "cancelled" in " ".join(record["result"]["warnings"])
+    record = client.get_run(accepted.run_id)
+    assert record.status == "cancelled" and "cancelled" in " ".join(record.result.warnings)
     with expect_error(409, "run_finished"):
-        client.cancel_run(accepted["run_id"])
+        client.cancel_run(accepted.run_id)
 
 
 def test_idempotent_retry(client: Client) -> None:
@@ -387,9 +390,9 @@ def test_idempotent_retry(client: Client) -> None:
     first = client.run(request, idempotency_key="key-1")
     second = client.run(request, idempotency_key="key-1")
     assert first == second
-    assert [v["version"] for v in client.artifact_versions("idem/t.txt")["artifacts"]] == [1]
+    assert [v.version for v in client.artifact_versions("idem/t.txt").artifacts] == [1]
     queued = client.submit(request, idempotency_key="key-1")
-    assert queued["run_id"] == first["run_id"] and queued["replayed"]
+    assert queued.run_id == first.run_id and queued.replayed
     with expect_error(409, "idempotency_key_reused"):
         client.run({**request, "command": "echo other"}, idempotency_key="key-1")
 
@@ -413,26 +416,26 @@ def test_restart_with_a_run_in_flight(tmp_path: Path) -> None:
     srv = Server(tmp_path).start()
     with Client(srv.url) as c:
         accepted = c.submit({"skill": "math-tools", "command": "sleep 60"})
-        for event, _ in c.events(accepted["run_id"]):
-            if event == "status":
+        for event in c.events(accepted.run_id):
+            if event.event == "status":
                 break
         time.sleep(1.0)
     srv.stop(signal.SIGKILL)
     srv.start()
     try:
         with Client(srv.url) as c:
-            record = c.get_run(accepted["run_id"])
-            assert record["status"] == "failed" and record["error"]["code"] == "interrupted"
-            assert "restarted" in record["error"]["message"]
-            assert c.run({"skill": "math-tools", "command": "echo alive"})["stdout"] == "alive\n"
+            record = c.get_run(accepted.run_id)
+            assert record.status == "failed" and record.error.code == "interrupted"
+            assert "restarted" in record.error.message
+            assert c.run({"skill": "math-tools", "command": "echo alive"}).stdout == "alive\n"
             if api_runtime() == "docker":
                 import docker
 
                 engine = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto")
-                left = engine.api.containers(all=True, filters={"label": f"io.skill-executor.run={accepted['run_id']}"})
+                left = engine.api.containers(all=True, filters={"label": f"io.skill-executor.run={accepted.run_id}"})
                 assert left == []
             runs = srv.data_dir / "workspaces" / "runs"
-            assert accepted["run_id"] not in [p.name for p in runs.iterdir()]  # swept at the start
+            assert accepted.run_id not in [p.name for p in runs.iterdir()]  # swept at the start
 
             def workspaces() -> list[str]:  # warm-*: the new server's pool
                 return [p.name for p in runs.iterdir() if not p.name.startswith("warm-")]
@@ -448,8 +451,8 @@ def test_graceful_shutdown_cancels_runs_and_removes_containers(tmp_path: Path) -
     srv = Server(tmp_path).start()
     with Client(srv.url) as c:
         accepted = c.submit({"skill": "math-tools", "command": "echo up; sleep 60"})
-        for event, _ in c.events(accepted["run_id"]):
-            if event == "stdout":
+        for event in c.events(accepted.run_id):
+            if event.event == "stdout":
                 break
     exited = srv.terminate()
     assert 8 <= exited < 10  # the default grace (8 s) and the clean-up, within `docker stop`'s 10 s
@@ -457,13 +460,13 @@ def test_graceful_shutdown_cancels_runs_and_removes_containers(tmp_path: Path) -
         import docker
 
         engine = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto")
-        assert engine.api.containers(all=True, filters={"label": f"io.skill-executor.run={accepted['run_id']}"}) == []
+        assert engine.api.containers(all=True, filters={"label": f"io.skill-executor.run={accepted.run_id}"}) == []
     assert list((srv.data_dir / "workspaces" / "runs").iterdir()) == []
     srv.start()
     try:
         with Client(srv.url) as c:
-            record = c.get_run(accepted["run_id"])
-            assert record["status"] == "cancelled" and record["error"]["code"] == "shutting_down"
+            record = c.get_run(accepted.run_id)
+            assert record.status == "cancelled" and record.error.code == "shutting_down"
     finally:
         srv.stop()
 
@@ -519,7 +522,7 @@ def nothing_left(srv: Server) -> None:
 
 
 def test_sse_ids_each_state_once_cancelled_and_resume(client: Client, server: Server) -> None:
-    run_id = client.submit({"skill": "math-tools", "command": "echo one; sleep 0.5; echo two; sleep 60"})["run_id"]
+    run_id = client.submit({"skill": "math-tools", "command": "echo one; sleep 0.5; echo two; sleep 60"}).run_id
     url = f"{server.url}/v1/runs/{run_id}/events"
     first = stream_events(url, until="one")
     assert [e.id for e in first] == list(range(1, len(first) + 1))
@@ -534,7 +537,7 @@ def test_sse_ids_each_state_once_cancelled_and_resume(client: Client, server: Se
     reader = threading.Thread(target=lambda: whole.extend(stream_events(url)))
     reader.start()
     time.sleep(0.3)
-    assert client.cancel_run(run_id)["status"] == "cancelled"
+    assert client.cancel_run(run_id).status == "cancelled"
     reader.join(timeout=10)
     assert not reader.is_alive()
     ids = [e.id for e in whole]
@@ -559,14 +562,14 @@ def test_delete_answers_the_state_the_run_ended_in(tmp_path: Path) -> None:
     ).start()
     try:
         with Client(srv.url) as c:
-            blocker = c.submit({"skill": "math-tools", "command": "echo up; sleep 60"})["run_id"]
-            for event, _ in c.events(blocker):
-                if event == "stdout":
+            blocker = c.submit({"skill": "math-tools", "command": "echo up; sleep 60"}).run_id
+            for event in c.events(blocker):
+                if event.event == "stdout":
                     break
             # A queued run: cancelled at once, though the blocker still holds the only slot.
             request = {"skill": "math-tools", "command": "echo never"}
             queued = c.submit(request, idempotency_key="queued-1")
-            assert queued["status"] == "queued"
+            assert queued.status == "queued"
             waiting: list[httpx.Response] = []
             waiter = threading.Thread(
                 target=lambda: waiting.append(
@@ -576,8 +579,8 @@ def test_delete_answers_the_state_the_run_ended_in(tmp_path: Path) -> None:
             waiter.start()
             time.sleep(0.3)
             started = time.monotonic()
-            assert c.cancel_run(queued["run_id"]) == {
-                "run_id": queued["run_id"],
+            assert c.cancel_run(queued.run_id).model_dump() == {
+                "run_id": queued.run_id,
                 "status": "cancelled",
                 "replayed": False,
             }
@@ -587,14 +590,14 @@ def test_delete_answers_the_state_the_run_ended_in(tmp_path: Path) -> None:
             result = waiting[0].json()
             assert result["exit_code"] is None and result["stdout"] == ""
             assert result["warnings"] == ["the run was cancelled before it started"]
-            record = c.get_run(queued["run_id"])
-            assert record["status"] == "cancelled" and record["result"]["warnings"] == result["warnings"]
-            assert c.get_run(blocker)["status"] == "running"
+            record = c.get_run(queued.run_id)
+            assert record.status == "cancelled" and record.result.warnings == result["warnings"]
+            assert c.get_run(blocker).status == "running"
             # A running run: the answer is its final state, not "running".
-            assert c.cancel_run(blocker) == {"run_id": blocker, "status": "cancelled", "replayed": False}
-            assert c.get_run(blocker)["status"] == "cancelled"
+            assert c.cancel_run(blocker).model_dump() == {"run_id": blocker, "status": "cancelled", "replayed": False}
+            assert c.get_run(blocker).status == "cancelled"
             with expect_error(409, "run_finished"):
-                c.cancel_run(queued["run_id"])
+                c.cancel_run(queued.run_id)
     finally:
         srv.stop()
 
@@ -685,7 +688,7 @@ def test_sigterm_drains_within_the_grace_and_answers_every_waiting_client(tmp_pa
         answers[name] = httpx.post(f"{srv.url}{path}", json=body, timeout=60)
 
     with Client(srv.url) as c:
-        streamed_id = c.submit({"skill": "math-tools", "command": "echo up; sleep 60"})["run_id"]
+        streamed_id = c.submit({"skill": "math-tools", "command": "echo up; sleep 60"}).run_id
         waiters = [
             threading.Thread(target=post, args=("long", "/v1/runs", {"skill": "math-tools", "command": "sleep 60"})),
             threading.Thread(target=post, args=("tool", "/v1/tools/call", _tool_run("sleep 60"))),
@@ -729,12 +732,12 @@ def test_sigterm_drains_within_the_grace_and_answers_every_waiting_client(tmp_pa
             never_started = []
             for name, run_id in [*cancelled.items(), ("streamed", streamed_id)]:
                 record = c.get_run(run_id)
-                assert record["status"] == "cancelled" and record["error"]["code"] == "shutting_down", (name, record)
+                assert record.status == "cancelled" and record.error.code == "shutting_down", (name, record)
                 # What ran is kept (its partial output); what never started has no result.
-                if record["result"] is None:
+                if record.result is None:
                     never_started.append(name)
             assert never_started in (["queued-a"], ["queued-b"])
-            assert c.get_run(streamed_id)["result"]["stdout"] == "up\n"
+            assert c.get_run(streamed_id).result.stdout == "up\n"
     finally:
         srv.stop()
 
@@ -769,13 +772,13 @@ def test_a_request_still_open_after_the_drain_gets_json(tmp_path: Path) -> None:
 def test_artifacts(client: Client) -> None:
     one = client.put_artifact("reports/q1.txt", b"first", mime_type="text/plain")
     two = client.put_artifact("reports/q1.txt", b"second", mime_type="text/plain")
-    assert (one["version"], two["version"]) == (1, 2) and two["ref"] == "artifact://reports/q1.txt@2"
-    latest = client.get_artifact("reports/q1.txt")
+    assert (one.version, two.version) == (1, 2) and two.ref == "artifact://reports/q1.txt@2"
+    latest = client.send(Calls.get_artifact("reports/q1.txt", None, None))  # the response: its headers
     assert latest.content == b"second" and latest.headers["x-artifact-version"] == "2"
     assert latest.headers["content-type"].startswith("text/plain")
-    assert client.get_artifact("reports/q1.txt", version=1).content == b"first"
-    assert [a["version"] for a in client.artifact_versions("reports/q1.txt")["artifacts"]] == [1, 2]
-    assert any(a["name"] == "reports/q1.txt" and a["version"] == 2 for a in client.list_artifacts()["artifacts"])
+    assert client.get_artifact("reports/q1.txt", version=1) == b"first"
+    assert [a.version for a in client.artifact_versions("reports/q1.txt").artifacts] == [1, 2]
+    assert any(a.name == "reports/q1.txt" and a.version == 2 for a in client.list_artifacts().artifacts)
     with expect_error(404, "artifact_not_found"):
         client.get_artifact("reports/none.txt")
     with expect_error(400, "invalid_artifact_name"):
@@ -783,14 +786,14 @@ def test_artifacts(client: Client) -> None:
     used = client.run(
         {"skill": "math-tools", "command": "cat inputs/q1.txt", "inputs": [{"from": "artifact://reports/q1.txt@1"}]}
     )
-    assert used["stdout"] == "first"
+    assert used.stdout == "first"
 
 
 # -- tools and the agent loop ------------------------------------------------------------------------
 
 
 def test_tool_definitions(client: Client) -> None:
-    openai = client.tools("openai")["tools"]
+    openai = client.tools("openai").tools
     assert [t["function"]["name"] for t in openai] == [
         "skill_load",
         "skill_list_docs",
@@ -803,27 +806,27 @@ def test_tool_definitions(client: Client) -> None:
     assert openai[3]["function"]["strict"] is True and run_params["required"] == list(run_params["properties"])
     assert run_params["properties"]["cwd"]["anyOf"][-1] == {"type": "null"} and "$defs" not in json.dumps(run_params)
     assert "skill_load" in openai[3]["function"]["description"] or "isolated" in openai[3]["function"]["description"]
-    responses = client.tools("openai-responses")["tools"]
+    responses = client.tools("openai-responses").tools
     assert [t["name"] for t in responses] == [t["function"]["name"] for t in openai]
     assert responses[3] == {"type": "function", "strict": True, **openai[3]["function"]}
-    anthropic = client.tools("anthropic")["tools"]
+    anthropic = client.tools("anthropic").tools
     assert anthropic[0]["name"] == "skill_load" and "input_schema" in anthropic[0]
     assert set(anthropic[3]["input_schema"]["required"]) == {"skill", "command"}
-    mcp = client.tools("mcp")["tools"]
+    mcp = client.tools("mcp").tools
     assert mcp[1]["name"] == "skill_list_docs" and "inputSchema" in mcp[1]
     with expect_error(422):
         client.tools("bogus")
 
 
 def test_agent_loop_through_tool_calls(client: Client) -> None:
-    tools = {t["function"]["name"] for t in client.tools()["tools"]}
+    tools = {t["function"]["name"] for t in client.tools().tools}
     assert {"skill_load", "skill_run"} <= tools
     loaded = client.call_tool("skill_load", {"skill": "csv-report"})
-    assert not loaded["is_error"] and "python3 scripts/report.py" in loaded["content"]
+    assert not loaded.is_error and "python3 scripts/report.py" in loaded.content
     listed = client.call_tool("skill_list_docs", json.dumps({"skill": "csv-report"}))
-    assert "references/FORMAT.md" in listed["content"]
+    assert "references/FORMAT.md" in listed.content
     selected = client.call_tool("skill_select_docs", {"skill": "csv-report", "docs": ["references/FORMAT.md"]})
-    assert "summary.json format" in selected["content"]
+    assert "summary.json format" in selected.content
     ran = client.call_tool(
         "skill_run",
         {
@@ -833,17 +836,17 @@ def test_agent_loop_through_tool_calls(client: Client) -> None:
             "outputs": {"globs": ["out/report.md"]},
         },
     )
-    assert not ran["is_error"], ran["content"]
-    assert "exit code 0" in ran["content"] and "# Agent" in ran["content"]
-    report = ran["data"]["output_files"][0]
+    assert not ran.is_error, ran.content
+    assert "exit code 0" in ran.content and "# Agent" in ran.content
+    report = ran.data["output_files"][0]
     assert report["name"] == "out/report.md" and report["mime_type"] == "text/markdown"
     # The file's content is in the text the model reads, once (not again in data), and at its ref.
-    assert "| region | text |" in ran["content"] and report["content"] is None
+    assert "| region | text |" in ran.content and report["content"] is None
     name, version = report["ref"].removeprefix("artifact://").rsplit("@", 1)
-    assert "| region | text |" in client.get_artifact(name, int(version)).text
+    assert "| region | text |" in client.get_artifact(name, int(version)).decode()
     bad = client.call_tool("skill_run", {"skill": "nope", "command": "true"})
-    assert bad["is_error"] and "skill_not_found" in bad["content"]
-    assert client.call_tool("skill_load", "{not json")["is_error"]
+    assert bad.is_error and "skill_not_found" in bad.content
+    assert client.call_tool("skill_load", "{not json").is_error
 
 
 @pytest.mark.parametrize(
@@ -920,13 +923,13 @@ def test_async_client(server: Server) -> None:
     async def scenario() -> None:
         async with AsyncClient(server.url) as c:
             skills = await c.list_skills()
-            assert skills["count"] == 3
+            assert skills.count == 3
             accepted = await c.submit({"skill": "math-tools", "command": "echo async"})
-            kinds = [e async for e, _ in c.events(accepted["run_id"])]
+            kinds = [e.event async for e in c.events(accepted.run_id)]
             assert kinds[-1] == "result"
-            assert (await c.get_run(accepted["run_id"]))["result"]["stdout"] == "async\n"
-            assert (await c.health())["status"] == "ok"
-            assert (await c.put_artifact("async.txt", b"a"))["version"] >= 1
+            assert (await c.get_run(accepted.run_id)).result.stdout == "async\n"
+            assert (await c.health()).status == "ok"
+            assert (await c.put_artifact("async.txt", b"a")).version >= 1
 
     asyncio.run(scenario())
 
@@ -971,19 +974,19 @@ def test_auth(secured: Server) -> None:
     assert httpx.get(f"{url}/metrics").status_code == 401
     assert httpx.get(f"{url}/healthz").status_code == 200
     with Client(url, api_key=USER) as user, Client(url, api_key=ADMIN) as admin:
-        assert user.list_skills()["count"] == 3
-        assert user.run({"skill": "math-tools", "command": "echo hi"})["stdout"] == "hi\n"
+        assert user.list_skills().count == 3
+        assert user.run({"skill": "math-tools", "command": "echo hi"}).stdout == "hi\n"
         with expect_error(403, "admin_required"):
             user.install_skill(skill_zip("by-user"))
         with expect_error(403, "admin_required"):
             user.run({"skill": "math-tools", "command": "true", "inputs": [{"from": "host:///etc/hostname"}]})
         with expect_error(403, "admin_required"):
             user.delete_skill("math-tools")
-        assert admin.install_skill(skill_zip("by-admin"))["id"] == "by-admin"
+        assert admin.install_skill(skill_zip("by-admin")).id == "by-admin"
         admin.delete_skill("by-admin")
         # Runs are private to the key that made them (admins see all).
         mine = user.submit({"skill": "math-tools", "command": "true"})
-        assert admin.get_run(mine["run_id"])["run_id"] == mine["run_id"]
+        assert admin.get_run(mine.run_id).run_id == mine.run_id
 
 
 def test_refuses_public_bind_without_keys(tmp_path: Path) -> None:

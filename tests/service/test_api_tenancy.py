@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from skill_executor.client import ApiError, Client
+from skill_executor_client import ApiError, Client, RunResult
 
 from ..api_server import Server, free_port
 from ..conftest import REPO
@@ -96,27 +96,27 @@ def test_another_keys_run_is_not_found_and_the_admin_is_audited(
 ) -> None:
     a, b, admin = clients
     accepted = a.submit({"skill": "math-tools", "command": "echo started; sleep 30"})
-    run_id = accepted["run_id"]
-    for event, _ in a.events(run_id):
-        if event == "stdout":
+    run_id = accepted.run_id
+    for event in a.events(run_id):
+        if event.event == "stdout":
             break
-    assert a.get_run(run_id)["owner"] == A
+    assert a.get_run(run_id).owner == A
     absent = error_of(lambda: b.get_run("0" * 11 + "-" + "0" * 24))
     for call in (lambda: b.get_run(run_id), lambda: b.cancel_run(run_id), lambda: list(b.events(run_id))):
         refused = error_of(call)
         # Refusal looks exactly like absence: same status, same code, same message shape.
         assert (refused.status, refused.code) == (absent.status, absent.code) == (404, "run_not_found")
         assert refused.message == f"no run {run_id!r}"
-    assert a.get_run(run_id)["status"] == "running"  # B's cancel did nothing
+    assert a.get_run(run_id).status == "running"  # B's cancel did nothing
 
     response = httpx.get(
         f"{tenants.url}/v1/runs/{run_id}", headers={"Authorization": f"Bearer {ADMIN}", "X-Request-ID": "audit-read-1"}
     )
     assert response.status_code == 200 and response.json()["owner"] == A
     admin.cancel_run(run_id)
-    while a.get_run(run_id)["status"] not in ("cancelled", "completed", "failed"):
+    while a.get_run(run_id).status not in ("cancelled", "completed", "failed"):
         time.sleep(0.05)
-    assert a.get_run(run_id)["status"] == "cancelled"
+    assert a.get_run(run_id).status == "cancelled"
 
     lines = audit_lines(tenants)
     read = [x for x in lines if x["action"] == "run.read" and x["target"] == run_id]
@@ -130,9 +130,9 @@ def test_another_keys_run_is_not_found_and_the_admin_is_audited(
 
 def test_admin_streams_another_keys_run(clients: tuple[Client, Client, Client], tenants: Server) -> None:
     a, _, admin = clients
-    run_id = a.submit({"skill": "math-tools", "command": "echo streamed"})["run_id"]
+    run_id = a.submit({"skill": "math-tools", "command": "echo streamed"}).run_id
     events = list(admin.events(run_id))
-    assert events[-1][0] == "result" and events[-1][1]["stdout"] == "streamed\n"
+    assert events[-1].event == "result" and events[-1].data["stdout"] == "streamed\n"
     assert any(x["action"] == "run.events" and x["target"] == run_id for x in audit_lines(tenants))
 
 
@@ -140,32 +140,32 @@ def test_run_list_shows_only_the_callers_runs(clients: tuple[Client, Client, Cli
     a, b, admin = clients
     session = f"list-{time.time_ns()}"
     since = time.time()  # the server's clock is this one: no earlier test's run counts
-    mine = [a.run({"skill": "math-tools", "command": f"echo {i}", "session": session})["run_id"] for i in range(3)]
-    failed = a.run({"skill": "math-tools", "command": "exit 3"})["run_id"]
-    theirs = b.run({"skill": "math-tools", "command": "echo b", "session": session})["run_id"]
+    mine = [a.run({"skill": "math-tools", "command": f"echo {i}", "session": session}).run_id for i in range(3)]
+    failed = a.run({"skill": "math-tools", "command": "exit 3"}).run_id
+    theirs = b.run({"skill": "math-tools", "command": "echo b", "session": session}).run_id
 
     listed = a.list_runs(created_after=since)
-    assert [r["run_id"] for r in listed["runs"]] == [failed, *reversed(mine)] and listed["next_cursor"] is None
-    assert all(r["owner"] == A and "result" not in r and "request" not in r for r in listed["runs"])
-    assert listed["runs"][0]["status"] == "completed"  # the command failed; the run did not
+    assert [r.run_id for r in listed.runs] == [failed, *reversed(mine)] and listed.next_cursor is None
+    assert all(r.owner == A and "result" not in r.model_dump() and "request" not in r.model_dump() for r in listed.runs)
+    assert listed.runs[0].status == "completed"  # the command failed; the run did not
     ids: list[str] = []
     cursor = None
     while True:  # cursor pages of one
         page = a.list_runs(session=session, limit=1, cursor=cursor)
-        ids += [r["run_id"] for r in page["runs"]]
-        cursor = page["next_cursor"]
+        ids += [r.run_id for r in page.runs]
+        cursor = page.next_cursor
         if cursor is None:
             break
     assert ids == list(reversed(mine))
-    assert [r["run_id"] for r in b.list_runs(session=session)["runs"]] == [theirs]
-    assert b.list_runs(skill="math-tools", status=["queued", "running"], created_after=since)["runs"] == []
+    assert [r.run_id for r in b.list_runs(session=session).runs] == [theirs]
+    assert b.list_runs(skill="math-tools", status=["queued", "running"], created_after=since).runs == []
     # B's cursor from its own listing reveals nothing of A's: positions only, always B's runs
-    assert [r["run_id"] for r in b.list_runs(cursor=page_cursor(a, since))["runs"]] == [
-        r["run_id"] for r in b.list_runs()["runs"] if r["created_at"] < a.get_run(mine[-1])["created_at"]
+    assert [r.run_id for r in b.list_runs(cursor=page_cursor(a, since)).runs] == [
+        r.run_id for r in b.list_runs().runs if r.created_at < a.get_run(mine[-1]).created_at
     ]
-    assert admin.list_runs(session=session)["runs"] == []  # an admin's own key has none
-    audited = admin.list_runs(session=session, owner=A)["runs"]
-    assert [r["run_id"] for r in audited] == list(reversed(mine))
+    assert admin.list_runs(session=session).runs == []  # an admin's own key has none
+    audited = admin.list_runs(session=session, owner=A).runs
+    assert [r.run_id for r in audited] == list(reversed(mine))
     assert any(x["action"] == "run.list" and x["owner"] == A for x in audit_lines(tenants))
     with expect_error(404, "owner_not_found"):
         a.list_runs(owner=B)
@@ -177,27 +177,24 @@ def test_run_list_shows_only_the_callers_runs(clients: tuple[Client, Client, Cli
         a.list_runs(status="sleeping")
     assert httpx.get(f"{tenants.url}/v1/runs").status_code == 401
     # a started run is listed as running (its record says queued until it ends)
-    started = a.submit({"skill": "math-tools", "command": "echo started; sleep 30"})["run_id"]
-    for event, _ in a.events(started):
-        if event == "stdout":
+    started = a.submit({"skill": "math-tools", "command": "echo started; sleep 30"}).run_id
+    for event in a.events(started):
+        if event.event == "stdout":
             break
     try:
-        assert [r["run_id"] for r in a.list_runs(status="running", created_after=since)["runs"]] == [started]
-        assert a.list_runs(status="queued", created_after=since)["runs"] == []
+        assert [r.run_id for r in a.list_runs(status="running", created_after=since).runs] == [started]
+        assert a.list_runs(status="queued", created_after=since).runs == []
     finally:
         a.cancel_run(started)
     deadline = time.monotonic() + 15
-    while a.list_runs(limit=1)["runs"][0]["status"] != "cancelled" and time.monotonic() < deadline:
+    while a.list_runs(limit=1).runs[0].status != "cancelled" and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert a.list_runs(limit=1)["runs"][0] == {
-        **a.list_runs(limit=1)["runs"][0],
-        "run_id": started,
-        "status": "cancelled",
-    }
+    last = a.list_runs(limit=1).runs[0]
+    assert (last.run_id, last.status) == (started, "cancelled")
 
 
 def page_cursor(client: Client, since: float) -> str:
-    cursor = client.list_runs(created_after=since, limit=1)["next_cursor"]
+    cursor = client.list_runs(created_after=since, limit=1).next_cursor
     assert isinstance(cursor, str)
     return cursor
 
@@ -208,7 +205,7 @@ def page_cursor(client: Client, since: float) -> str:
 def test_artifacts_are_per_key(clients: tuple[Client, Client, Client], tenants: Server) -> None:
     a, b, admin = clients
     first = a.put_artifact("private/plan.txt", b"a's plan", mime_type="text/plain")
-    assert first["owner"] == A and first["version"] == 1
+    assert first.owner == A and first.version == 1
     a.put_artifact("only-a.txt", b"a only")
     for call, code in (
         (lambda: b.get_artifact("private/plan.txt"), "artifact_not_found"),
@@ -218,12 +215,12 @@ def test_artifacts_are_per_key(clients: tuple[Client, Client, Client], tenants: 
     ):
         refused = error_of(call)
         assert (refused.status, refused.code) == (404, code)
-    assert "private/plan.txt" not in {x["name"] for x in b.list_artifacts()["artifacts"]}
+    assert "private/plan.txt" not in {x.name for x in b.list_artifacts().artifacts}
     # B's namespace is its own: the same name starts at version 1.
     mine = b.put_artifact("private/plan.txt", b"b's plan")
-    assert mine["version"] == 1 and mine["owner"] == B
-    assert a.get_artifact("private/plan.txt").content == b"a's plan"
-    assert b.get_artifact("private/plan.txt", owner=B).content == b"b's plan"  # one's own id is fine
+    assert mine.version == 1 and mine.owner == B
+    assert a.get_artifact("private/plan.txt") == b"a's plan"
+    assert b.get_artifact("private/plan.txt", owner=B) == b"b's plan"  # one's own id is fine
     with expect_error(400, "invalid_owner"):
         admin.list_artifacts(owner="../etc")
 
@@ -231,7 +228,7 @@ def test_artifacts_are_per_key(clients: tuple[Client, Client, Client], tenants: 
     staged = b.run(
         {"skill": "math-tools", "command": "cat inputs/plan.txt", "inputs": [{"from": "artifact://private/plan.txt"}]}
     )
-    assert staged["stdout"] == "b's plan"
+    assert staged.stdout == "b's plan"
     with expect_error(404, "artifact_not_found"):
         b.run({"skill": "math-tools", "command": "true", "inputs": [{"from": "artifact://only-a.txt"}]})
 
@@ -243,13 +240,13 @@ def test_artifacts_are_per_key(clients: tuple[Client, Client, Client], tenants: 
             "outputs": {"globs": ["out/r.txt"], "save": True, "name_template": "saved/{name}"},
         }
     )
-    assert saved["artifact_files"][0]["ref"] == "artifact://saved/r.txt@1"
+    assert saved.artifact_files[0].ref == "artifact://saved/r.txt@1"
     with expect_error(404, "artifact_not_found"):
         a.get_artifact("saved/r.txt")
 
     # The admin reads and lists A's with ?owner=, audited.
-    assert admin.get_artifact("private/plan.txt", owner=A).content == b"a's plan"
-    assert {x["name"] for x in admin.list_artifacts(owner=A)["artifacts"]} >= {"private/plan.txt", "only-a.txt"}
+    assert admin.get_artifact("private/plan.txt", owner=A) == b"a's plan"
+    assert {x.name for x in admin.list_artifacts(owner=A).artifacts} >= {"private/plan.txt", "only-a.txt"}
     with expect_error(404, "artifact_not_found"):
         admin.get_artifact("private/plan.txt")  # the admin's own namespace is empty
     lines = audit_lines(tenants)
@@ -287,7 +284,7 @@ def test_sessions_are_per_key(clients: tuple[Client, Client, Client], tenants: S
             "command": "echo a-secret > $WORK_DIR/note.txt && ls $WORK_DIR",
         }
     )
-    assert wrote["exit_code"] == 0 and "note.txt" in wrote["stdout"]
+    assert wrote.exit_code == 0 and "note.txt" in wrote.stdout
     looked = b.run(
         {
             "skill": "math-tools",
@@ -295,12 +292,12 @@ def test_sessions_are_per_key(clients: tuple[Client, Client, Client], tenants: S
             "command": "ls -A $WORK_DIR; cat $WORK_DIR/note.txt; echo b-own > $WORK_DIR/mine.txt",
         }
     )
-    assert "a-secret" not in looked["stdout"] and "note.txt" not in looked["stdout"]
-    assert "No such file" in looked["stderr"]  # cat found nothing
+    assert "a-secret" not in looked.stdout and "note.txt" not in looked.stdout
+    assert "No such file" in looked.stderr  # cat found nothing
     again = a.run(
         {"skill": "math-tools", "session": "shared-name", "command": "ls -A $WORK_DIR; cat $WORK_DIR/note.txt"}
     )
-    assert again["stdout"].split() == ["inputs", "note.txt", "a-secret"]  # no mine.txt from B
+    assert again.stdout.split() == ["inputs", "note.txt", "a-secret"]  # no mine.txt from B
     with expect_error(404, "input_not_found"):  # nor can B stage A's session work by name
         b.run(
             {
@@ -337,11 +334,11 @@ def test_idempotent_replay_comes_before_validation_and_admission(tmp_path: Path)
             admin.install_skill(skill_zip("short-lived"))
             request = {"skill": "short-lived", "command": "bash scripts/hi.sh"}
             first = a.run(request, idempotency_key="retry-1")
-            assert first["stdout"] == "hello from upload\n"
+            assert first.stdout == "hello from upload\n"
 
             blocker = a.submit({"skill": "math-tools", "command": "echo busy; sleep 30"})
-            for event, _ in a.events(blocker["run_id"]):
-                if event == "stdout":
+            for event in a.events(blocker.run_id):
+                if event.event == "stdout":
                     break
             with expect_error(429, "busy"):
                 a.run({"skill": "math-tools", "command": "true"})
@@ -353,17 +350,17 @@ def test_idempotent_replay_comes_before_validation_and_admission(tmp_path: Path)
             headers = {"Authorization": f"Bearer {KEY_A}", "Idempotency-Key": "retry-1"}
             replay = httpx.post(f"{srv.url}/v1/runs", json=request, headers=headers, timeout=30)
             assert replay.status_code == 200, replay.text
-            assert replay.json() == first and replay.headers["idempotent-replayed"] == "true"
+            assert RunResult.model_validate(replay.json()) == first and replay.headers["idempotent-replayed"] == "true"
             queued = a.submit(request, idempotency_key="retry-1")
-            assert queued == {"run_id": first["run_id"], "status": "completed", "replayed": True}
+            assert queued.model_dump() == {"run_id": first.run_id, "status": "completed", "replayed": True}
             with expect_error(409, "idempotency_key_reused"):
                 a.run({**request, "command": "echo other"}, idempotency_key="retry-1")
             # Keys are per API key: B's "retry-1" is a new request (refused on its own merits).
             with expect_error(404, "skill_not_found"):
                 b.run(request, idempotency_key="retry-1")
             with expect_error(404, "run_not_found"):
-                b.get_run(first["run_id"])
-            a.cancel_run(blocker["run_id"])
+                b.get_run(first.run_id)
+            a.cancel_run(blocker.run_id)
     finally:
         srv.stop()
 
@@ -383,12 +380,12 @@ def test_tool_calls_are_authorized_and_owned_like_runs(clients: tuple[Client, Cl
             "message": refused.message,
             **({"details": refused.details} if refused.details else {}),
         }
-        assert tool["is_error"] and tool["data"] == {"error": same}
-        assert tool["content"] == f"error ({refused.code}): {refused.message}"
+        assert tool.is_error and tool.data == {"error": same}
+        assert tool.content == f"error ({refused.code}): {refused.message}"
     ran = a.call_tool("skill_run", {"skill": "math-tools", "command": "echo via tool"})
-    assert not ran["is_error"] and ran["data"]["stdout"] == "via tool\n"
-    run_id = ran["data"]["run_id"]
-    assert a.get_run(run_id)["owner"] == A  # recorded by the run manager, owned by the caller
+    assert not ran.is_error and ran.data["stdout"] == "via tool\n"
+    run_id = ran.data["run_id"]
+    assert a.get_run(run_id).owner == A  # recorded by the run manager, owned by the caller
     with expect_error(404, "run_not_found"):
         b.get_run(run_id)
     # A tool run stages the caller's artifacts, like POST /v1/runs.
@@ -401,11 +398,11 @@ def test_tool_calls_are_authorized_and_owned_like_runs(clients: tuple[Client, Cl
             "inputs": [{"from": "artifact://tool-input.txt"}],
         },
     )
-    assert staged["data"]["stdout"] == "a's input"
+    assert staged.data["stdout"] == "a's input"
     refused = b.call_tool(
         "skill_run", {"skill": "math-tools", "command": "true", "inputs": [{"from": "artifact://tool-input.txt"}]}
     )
-    assert refused["is_error"] and refused["data"]["error"]["code"] == "artifact_not_found"
+    assert refused.is_error and refused.data["error"]["code"] == "artifact_not_found"
 
 
 def test_waiting_tool_calls_hold_no_request_threads(tmp_path: Path) -> None:

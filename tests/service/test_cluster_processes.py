@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from skill_executor.client import Client
+from skill_executor_client import Client
 
 from ..cluster import FAST, Cluster, worker_id
 from ..conftest import require_runtime, runsc_problem
@@ -60,8 +60,8 @@ def poll_until(client: Client, session: str, pid: str, wanted: str, after: int =
     while wanted not in seen:
         assert time.monotonic() < deadline, f"{wanted!r} not in {seen!r}"
         polled = client.process_poll(session, pid, after, wait=2)
-        seen += polled["output"]
-        after = polled["next"]
+        seen += polled.output
+        after = polled.next
     return after
 
 
@@ -78,8 +78,8 @@ def test_a_repl_started_on_one_replica_is_driven_from_the_other(
 ) -> None:
     a, b = clients
     started = a.process_start("repl", ["python3", "-i", "-u"])
-    pid = started["id"]
-    assert started["running"] and pid.startswith("p-")
+    pid = started.id
+    assert started.running and pid.startswith("p-")
     assert placed(cluster, "repl", pid) in {worker_id(w) for w in cluster.workers}
     ready = poll_until(b, "repl", pid, ">>> ")  # the banner and the prompt, through the other replica
     b.process_write("repl", pid, "6*7\n")
@@ -94,14 +94,14 @@ def test_a_repl_started_on_one_replica_is_driven_from_the_other(
         took.append(time.perf_counter() - begin)
     took.sort()
     print(f"write via B + its answer polled via A: median {took[10] * 1000:.1f} ms, max {took[-1] * 1000:.1f} ms")
-    assert a.process_poll("repl", pid, 0)["output"] == b.process_poll("repl", pid, 0)["output"]
-    assert [p["id"] for p in b.processes("repl")["processes"]] == [pid]
-    assert a.process("repl", pid)["running"]
+    assert a.process_poll("repl", pid, 0).output == b.process_poll("repl", pid, 0).output
+    assert [p.id for p in b.processes("repl").processes] == [pid]
+    assert a.process("repl", pid).running
     killed = b.process_kill("repl", pid)
-    assert not killed["running"] and killed["reason"] == "killed" and killed["exit_code"] == 137
+    assert not killed.running and killed.reason == "killed" and killed.exit_code == 137
     with expect_error(409, "process_ended"):  # the worker's own error, through the other replica
         a.process_write("repl", pid, "1\n")
-    assert a.process("repl", pid)["reason"] == "killed"
+    assert a.process("repl", pid).reason == "killed"
     with Client(cluster.api(1), api_key=KEY_B, timeout=TIMEOUT) as other:  # another key never reaches it
         with expect_error(404, "process_not_found"):
             other.process("repl", pid)
@@ -110,7 +110,7 @@ def test_a_repl_started_on_one_replica_is_driven_from_the_other(
 def test_the_sse_stream_through_the_other_replica(cluster: Cluster, clients: tuple[Client, Client]) -> None:
     a, _ = clients
     started = a.process_start("sse", "for i in 1 2 3; do echo line $i; sleep 0.2; done; exit 4")
-    url = f"{cluster.api(1)}/v1/sessions/sse/processes/{started['id']}/events"
+    url = f"{cluster.api(1)}/v1/sessions/sse/processes/{started.id}/events"
     events: list[tuple[str, Any]] = []
     with httpx.stream("GET", url, headers={"Authorization": f"Bearer {KEY_A}"}, timeout=60) as response:
         assert response.status_code == 200
@@ -131,25 +131,25 @@ def test_a_dev_server_answers_a_run_submitted_through_the_other_replica(
     server = a.process_start(
         "web", "echo '<p>served</p>' > page.html; exec python3 -u -m http.server 8766 --bind 127.0.0.1"
     )
-    poll_until(a, "web", server["id"], "Serving HTTP")
-    worker = placed(cluster, "web", server["id"])
+    poll_until(a, "web", server.id, "Serving HTTP")
+    worker = placed(cluster, "web", server.id)
     for _ in range(2):  # every run of the session goes to the process's worker
         fetched = b.run({"skill": "math-tools", "command": "curl -s http://127.0.0.1:8766/page.html", "session": "web"})
-        assert fetched["exit_code"] == 0 and "<p>served</p>" in fetched["stdout"], fetched
-        [(ran_on,)] = rows(cluster.database_url, "SELECT worker_id FROM runs WHERE run_id = :r", r=fetched["run_id"])
+        assert fetched.exit_code == 0 and "<p>served</p>" in fetched.stdout, fetched
+        [(ran_on,)] = rows(cluster.database_url, "SELECT worker_id FROM runs WHERE run_id = :r", r=fetched.run_id)
         assert ran_on == worker
-    b.process_kill("web", server["id"])
+    b.process_kill("web", server.id)
 
 
 def test_the_process_tools_on_a_replica(cluster: Cluster, clients: tuple[Client, Client]) -> None:
     a, b = clients
     started = a.call_tool("process_start", {"command": "cat"}, session="tools")
-    assert not started["is_error"], started["content"]
-    pid = started["data"]["id"]
+    assert not started.is_error, started.content
+    pid = started.data["id"]
     wrote = b.call_tool("process_write", {"process": pid, "data": "hello\n", "eof": True}, session="tools")
-    assert not wrote["is_error"], wrote["content"]
+    assert not wrote.is_error, wrote.content
     after = poll_until(a, "tools", pid, "hello")
-    assert b.process_poll("tools", pid, after, wait=10)["exit_code"] == 0  # cat ends at the eof
+    assert b.process_poll("tools", pid, after, wait=10).exit_code == 0  # cat ends at the eof
 
 
 def test_a_worker_only_answers_its_cluster(cluster: Cluster, clients: tuple[Client, Client]) -> None:
@@ -168,16 +168,16 @@ def test_a_restarted_workers_processes_are_reported_lost(cluster: Cluster, clien
     """A worker restarted on its data dir keeps its id and its sessions, not its processes."""
     a, b = clients
     before = a.process_start("restarted", "sleep 600")
-    worker = placed(cluster, "restarted", before["id"])
+    worker = placed(cluster, "restarted", before.id)
     index = next(i for i, w in enumerate(cluster.workers) if worker_id(w) == worker)
     cluster.restart_worker(index)
-    state = b.process("restarted", before["id"])
-    assert not state["running"] and state["reason"] == "lost"
+    state = b.process("restarted", before.id)
+    assert not state.running and state.reason == "lost"
     with expect_error(410, "process_lost"):
-        b.process_poll("restarted", before["id"], 0)
+        b.process_poll("restarted", before.id, 0)
     after = a.process_start("restarted", "echo again")  # the session stays on its worker
-    assert placed(cluster, "restarted", after["id"]) == worker
-    poll_until(b, "restarted", after["id"], "again")
+    assert placed(cluster, "restarted", after.id) == worker
+    poll_until(b, "restarted", after.id, "again")
 
 
 def test_a_killed_workers_processes_are_reported_lost_and_the_session_goes_on(
@@ -189,31 +189,31 @@ def test_a_killed_workers_processes_are_reported_lost_and_the_session_goes_on(
     the session starts on the other worker."""
     a, b = clients
     ended = a.process_start("doomed", "sleep 600")
-    assert b.process_kill("doomed", ended["id"])["reason"] == "killed"
+    assert b.process_kill("doomed", ended.id).reason == "killed"
     doomed = a.process_start("doomed", "sleep 600")
-    worker = placed(cluster, "doomed", doomed["id"])
+    worker = placed(cluster, "doomed", doomed.id)
     index = next(i for i, w in enumerate(cluster.workers) if worker_id(w) == worker)
     cluster.kill_worker(index)
     killed_at = time.monotonic()
     while True:
         try:
-            state = b.process("doomed", doomed["id"])
+            state = b.process("doomed", doomed.id)
         except Exception as exc:  # until its lease runs out: 503 worker_unreachable
             assert getattr(exc, "code", None) == "worker_unreachable", exc
         else:
-            if not state["running"]:
+            if not state.running:
                 break
         assert time.monotonic() - killed_at < 30
         time.sleep(0.2)
     lost_after = time.monotonic() - killed_at
-    assert state["reason"] == "lost" and state["exit_code"] is None
-    listed = [(p["id"], p["reason"]) for p in a.processes("doomed")["processes"]]
-    assert listed == [(ended["id"], "killed"), (doomed["id"], "lost")]  # one seen ending keeps its end
+    assert state.reason == "lost" and state.exit_code is None
+    listed = [(p.id, p.reason) for p in a.processes("doomed").processes]
+    assert listed == [(ended.id, "killed"), (doomed.id, "lost")]  # one seen ending keeps its end
     with expect_error(410, "process_lost"):
-        a.process_poll("doomed", doomed["id"], 0)
+        a.process_poll("doomed", doomed.id, 0)
     with expect_error(410, "process_lost"):
-        b.process_write("doomed", doomed["id"], "x\n")
-    assert a.process_kill("doomed", doomed["id"])["reason"] == "lost"
+        b.process_write("doomed", doomed.id, "x\n")
+    assert a.process_kill("doomed", doomed.id).reason == "lost"
     print(f"process reported lost {lost_after:.1f} s after its worker was killed")
     # the session goes on on the other worker (its lease moves: sessions are kept in the store)
     deadline = time.monotonic() + 30
@@ -224,8 +224,8 @@ def test_a_killed_workers_processes_are_reported_lost_and_the_session_goes_on(
         except Exception as exc:
             assert getattr(exc, "code", None) == "worker_unreachable" and time.monotonic() < deadline, exc
             time.sleep(0.2)
-    assert placed(cluster, "doomed", again["id"]) != worker
-    poll_until(a, "doomed", again["id"], "back")
+    assert placed(cluster, "doomed", again.id) != worker
+    poll_until(a, "doomed", again.id, "back")
 
 
 def test_on_gvisor_a_repl_across_replicas(postgres_server: PostgresServer, tmp_path: Path) -> None:
@@ -243,11 +243,11 @@ def test_on_gvisor_a_repl_across_replicas(postgres_server: PostgresServer, tmp_p
             Client(cluster.api(1), api_key=KEY_A, timeout=TIMEOUT) as b,
         ):
             started = a.process_start("repl", ["python3", "-i", "-u"])
-            ready = poll_until(b, "repl", started["id"], ">>> ")
-            a.process_write("repl", started["id"], "6*7\n")
-            poll_until(b, "repl", started["id"], "42", ready)
-            assert b.run({"skill": "math-tools", "command": "echo ran", "session": "repl"})["stdout"] == "ran\n"
-            assert a.process_kill("repl", started["id"])["reason"] == "killed"
+            ready = poll_until(b, "repl", started.id, ">>> ")
+            a.process_write("repl", started.id, "6*7\n")
+            poll_until(b, "repl", started.id, "42", ready)
+            assert b.run({"skill": "math-tools", "command": "echo ran", "session": "repl"}).stdout == "ran\n"
+            assert a.process_kill("repl", started.id).reason == "killed"
     except BaseException:
         print(cluster.logs())
         raise

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from skill_executor.client import Client
+from skill_executor_client import Client
 
 from ..api_server import free_port
 from ..conftest import REPO, in_ci, require_runtime
@@ -94,7 +94,7 @@ def test_compose_up_serves_a_run(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, compose("-p", project, "logs", env=env).stdout[-3000:]
             time.sleep(0.5)
         with Client(url) as client:
-            assert client.health()["checks"]["engine"]["ok"]
+            assert client.health().checks["engine"].ok
             result = client.run(
                 {
                     "skill": "math-tools",
@@ -102,12 +102,12 @@ def test_compose_up_serves_a_run(tmp_path: Path) -> None:
                     "output_files": ["out/fib.txt"],
                 }
             )
-            assert result["exit_code"] == 0, result
-            assert result["output_files"][0]["content"] == "0\n1\n1\n2\n3\n5\n8\n"
-            record = client.get_run(result["run_id"])
-            assert record["status"] == "completed"
-            health = client.health()["checks"]["disk_cap"]
-            assert health["ok"] and health["detail"].startswith("hard:"), health
+            assert result.exit_code == 0, result
+            assert result.output_files[0].content == "0\n1\n1\n2\n3\n5\n8\n"
+            record = client.get_run(result.run_id)
+            assert record.status == "completed"
+            health = client.health().checks["disk_cap"]
+            assert health.ok and health.detail.startswith("hard:"), health
         # The image installs the mcp extra: /mcp is the MCP server, not 501 mcp_unavailable.
         mcp = httpx.post(
             f"{url}/mcp",

@@ -15,7 +15,7 @@ import anyio
 import httpx
 import pytest
 
-from skill_executor.client import AsyncClient, Client
+from skill_executor_client import AsyncClient, Client
 
 from ..api_server import Server
 from ..service.test_api import expect_error
@@ -142,7 +142,7 @@ def test_a_key_cannot_see_or_change_another_keys_context(clients: tuple[Client, 
         b.context_unload(session, "data-cleaner")
     assert b.context_clear(session)["cleared"] is False
     via_tool = b.call_tool("context_render", {"format": "text"}, session=session)
-    assert "[✓] data-cleaner" not in via_tool["content"]
+    assert "[✓] data-cleaner" not in via_tool.content
     assert [s["name"] for s in a.context(session)["skills"]] == ["data-cleaner"]
 
 
@@ -168,7 +168,7 @@ def test_only_an_admin_reaches_another_keys_context_and_is_audited(
 
 def test_tools_call_and_definitions(server: Server, clients: tuple[Client, Client]) -> None:
     a, _ = clients
-    names = [t["function"]["name"] for t in a.tools("openai", context=True)["tools"]]
+    names = [t["function"]["name"] for t in a.tools("openai", context=True).tools]
     assert names[:4] == ["skill_load", "skill_list_docs", "skill_select_docs", "skill_run"]
     assert names[4:] == [
         "context_load",
@@ -179,22 +179,22 @@ def test_tools_call_and_definitions(server: Server, clients: tuple[Client, Clien
         "context_render",
         "context_clear",
     ]
-    assert len(a.tools("openai")["tools"]) == 4
+    assert len(a.tools("openai").tools) == 4
     session = "tools-1"
     loaded = a.call_tool(
         "context_load", {"skill": "report-writer"}, session=session, format="anthropic", call_id="toolu_1"
     )
-    assert not loaded["is_error"] and loaded["message"]["tool_use_id"] == "toolu_1"
-    assert loaded["data"]["loaded"] == "report-writer"
+    assert not loaded.is_error and loaded.message["tool_use_id"] == "toolu_1"
+    assert loaded.data["loaded"] == "report-writer"
     docs = a.call_tool(
         "context_select_docs", {"session": session, "skill": "report-writer", "all": True, "mode": "add"}
     )
-    assert docs["data"]["selected"] == ["references/style.md", "references/tables.md"]
+    assert docs.data["selected"] == ["references/style.md", "references/tables.md"]
     refused = a.call_tool("context_load", {"skill": "note-taker", "budget": {"max_tokens": 5}}, session=session)
-    assert refused["is_error"] and refused["content"].startswith("error (budget_exceeded): ")
-    assert refused["data"]["error"]["code"] == "budget_exceeded"
-    assert refused["data"]["error"]["details"]["limit"] == 4
-    rendered = a.call_tool("context_render", {}, session=session)["content"]
+    assert refused.is_error and refused.content.startswith("error (budget_exceeded): ")
+    assert refused.data["error"]["code"] == "budget_exceeded"
+    assert refused.data["error"]["details"]["limit"] == 4
+    rendered = a.call_tool("context_render", {}, session=session).content
     assert rendered == a.context_render(session)["content"]
 
 
@@ -245,11 +245,11 @@ def test_a_run_in_the_session_marks_its_loaded_skill_used(clients: tuple[Client,
     a.context_load(session, "report-writer")
     a.context_load(session, "data-cleaner")
     before = {s["name"]: s["last_used"] for s in a.context(session)["skills"]}
-    assert a.run({"skill": "report-writer", "command": "true", "session": session})["exit_code"] == 0
+    assert a.run({"skill": "report-writer", "command": "true", "session": session}).exit_code == 0
     after = {s["name"]: s["last_used"] for s in a.context(session)["skills"]}
     assert after["report-writer"] > before["report-writer"] and after["data-cleaner"] == before["data-cleaner"]
     ran = a.call_tool("skill_run", {"skill": "data-cleaner", "command": "true", "session": session})
-    assert not ran["is_error"]
+    assert not ran.is_error
     assert {s["name"]: s["last_used"] for s in a.context(session)["skills"]}["data-cleaner"] > after["data-cleaner"]
     # another key's run of the same session id, and a run in a session without a context, change nothing
     b.run({"skill": "report-writer", "command": "true", "session": session})
@@ -262,6 +262,8 @@ def test_both_clients_send_the_same_context_requests() -> None:
     def handler(kind: str) -> Any:
         def handle(request: httpx.Request) -> httpx.Response:
             seen[kind].append((request.method, request.url.raw_path.decode(), request.content))
+            if request.url.path == "/v1/tools/call":  # a tool call's answer is a model: it needs its fields
+                return httpx.Response(200, json={"name": "context_render", "content": "", "is_error": False})
             return httpx.Response(200, json={})
 
         return handle

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from skill_executor.client import ApiError, AsyncClient, Client
+from skill_executor_client import ApiError, AsyncClient, Client
 
 from ..api_server import Server
 from ..cluster import Cluster
@@ -104,28 +104,28 @@ def test_bundle_runs_like_an_installed_skill_and_is_nobody_elses(
         },
         bundle=folder,
     )
-    assert result["exit_code"] == 0, result
-    lines = result["stdout"].splitlines()
+    assert result.exit_code == 0, result
+    lines = result.stdout.splitlines()
     assert lines[:2] == ["hello A from a folder", "one-off"]
     cwd, skill_dir = lines[2].split(" = ")
     assert cwd == skill_dir and skill_dir.endswith("/skills/one-off")  # it runs from its folder, as installed ones
-    assert result["output_files"][0]["content"] == "hello A from a folder\n"
-    assert result["skill"] == "one-off" and result["skill_version"] is None
-    bundle_digest = result["skill_digest"]
+    assert result.output_files[0].content == "hello A from a folder\n"
+    assert result.skill == "one-off" and result.skill_version is None
+    bundle_digest = result.skill_digest
     assert bundle_digest.startswith("sha256:")
 
     # Recorded with its digest, never the archive; not in any catalog or listing.
-    record = a.get_run(result["run_id"])
-    assert record["request"]["bundle"] == {"digest": bundle_digest} and record["skill"] == "one-off"
+    record = a.get_run(result.run_id)
+    assert record.request["bundle"] == {"digest": bundle_digest} and record.skill == "one-off"
     for client in (a, b):
-        assert "one-off" not in [s["id"] for s in client.list_skills()["skills"]]
+        assert "one-off" not in [s.id for s in client.list_skills().skills]
         with expect_error(404, "skill_not_found"):
             client.load_skill("one-off")
-    assert [r["run_id"] for r in a.list_runs(skill="one-off")["runs"]] == [result["run_id"]]
+    assert [r.run_id for r in a.list_runs(skill="one-off").runs] == [result.run_id]
 
     # The digest alone runs it again for this key; another key neither finds it by name nor by digest.
     again = a.run({"command": "bash scripts/hi.sh again", "bundle": {"digest": bundle_digest}})
-    assert again["stdout"] == "hello again from a folder\n" and again["skill_digest"] == bundle_digest
+    assert again.stdout == "hello again from a folder\n" and again.skill_digest == bundle_digest
     with expect_error(404, "bundle_not_found"):
         b.run({"command": "true", "bundle": {"digest": bundle_digest}})
     with expect_error(404, "skill_not_found"):
@@ -136,39 +136,39 @@ def test_bundle_runs_like_an_installed_skill_and_is_nobody_elses(
     # skill, when given with a bundle, must name it.
     with expect_error(400, "name_mismatch"):
         a.run({"skill": "math-tools", "command": "true"}, bundle=folder)
-    assert a.run({"skill": "One-Off", "command": "true"}, bundle=folder)["exit_code"] == 0
+    assert a.run({"skill": "One-Off", "command": "true"}, bundle=folder).exit_code == 0
 
 
 def test_bundle_is_unpacked_once_per_key(server: Server, clients: tuple[Client, Client, Client]) -> None:
     a, b, _ = clients
     first = a.run({"command": "bash scripts/hi.sh 1"}, bundle=ONE_OFF)
-    assert first["stdout"] == "hello 1 from a bundle\n" and first["skill_digest"] == digest(ONE_OFF)
+    assert first.stdout == "hello 1 from a bundle\n" and first.skill_digest == digest(ONE_OFF)
     unpacked = server.data_dir / "bundles" / A / digest(ONE_OFF).removeprefix("sha256:") / "one-off" / "SKILL.md"
     before = os.stat(unpacked)
     # The same bytes again (the OpenAI-shaped field, sent by hand): the cached copy, not a new one.
     field = {"type": "base64", "media_type": "application/zip", "data": base64.b64encode(ONE_OFF).decode()}
     second = a.run({"command": "bash scripts/hi.sh 2", "bundle": field})
-    assert second["stdout"] == "hello 2 from a bundle\n"
+    assert second.stdout == "hello 2 from a bundle\n"
     after = os.stat(unpacked)
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     # Another key sending the same bytes gets a copy of its own, never a shared one.
-    assert b.run({"command": "bash scripts/hi.sh B"}, bundle=ONE_OFF)["stdout"] == "hello B from a bundle\n"
+    assert b.run({"command": "bash scripts/hi.sh B"}, bundle=ONE_OFF).stdout == "hello B from a bundle\n"
     theirs = server.data_dir / "bundles" / key_id(KEY_B) / digest(ONE_OFF).removeprefix("sha256:")
     assert (theirs / "one-off" / "SKILL.md").is_file()
     # A copy removed from the disk is built again from the object store's archive (checked again).
     shutil.rmtree(unpacked.parents[1])
     rebuilt = a.run({"command": "bash scripts/hi.sh 3", "bundle": {"digest": digest(ONE_OFF)}})
-    assert rebuilt["stdout"] == "hello 3 from a bundle\n" and unpacked.is_file()
+    assert rebuilt.stdout == "hello 3 from a bundle\n" and unpacked.is_file()
 
 
 def test_bundle_in_a_session(clients: tuple[Client, Client, Client]) -> None:
     a, _, _ = clients
     first = a.run({"command": "bash scripts/hi.sh s > $WORK_DIR/kept.txt", "session": "bundle-session"}, bundle=ONE_OFF)
-    assert first["exit_code"] == 0 and first["session"] == "bundle-session", first
+    assert first.exit_code == 0 and first.session == "bundle-session", first
     second = a.run(
         {"command": "cat $WORK_DIR/kept.txt", "session": "bundle-session", "bundle": {"digest": digest(ONE_OFF)}}
     )
-    assert second["stdout"] == "hello s from a bundle\n", second
+    assert second.stdout == "hello s from a bundle\n", second
 
 
 SKILL = b"---\nname: hostile\ndescription: A hostile bundle.\n---\n# Hostile\n"
@@ -252,11 +252,11 @@ def test_files_by_id_round_trip(server: Server, clients: tuple[Client, Client, C
     source = tmp_path / "sales data.csv"
     source.write_text("region,amount\nnorth,3\nsouth,4\n")
     uploaded = a.upload_file(source)
-    assert uploaded["name"] == "sales_data.csv" and uploaded["size"] == source.stat().st_size
-    assert uploaded["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
-    assert uploaded["mime_type"] == "text/csv" and uploaded["id"].startswith("file-")
-    assert a.get_file(uploaded["id"]) == uploaded
-    assert a.file_content(uploaded["id"]) == source.read_bytes()
+    assert uploaded.name == "sales_data.csv" and uploaded.size == source.stat().st_size
+    assert uploaded.sha256 == hashlib.sha256(source.read_bytes()).hexdigest()
+    assert uploaded.mime_type == "text/csv" and uploaded.id.startswith("file-")
+    assert a.get_file(uploaded.id) == uploaded
+    assert a.file_content(uploaded.id) == source.read_bytes()
 
     # Multipart: the part's file name names it.
     with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {KEY_A}"}) as http:
@@ -271,29 +271,29 @@ def test_files_by_id_round_trip(server: Server, clients: tuple[Client, Client, C
             "skill": "math-tools",
             "command": "awk -F, 'NR > 1 {s += $2} END {print s}' inputs/sales_data.csv > out/total.txt; "
             "cat inputs/notes.txt",
-            "inputs": [{"file_id": uploaded["id"]}, {"file_id": notes["id"]}],
+            "inputs": [{"file_id": uploaded.id}, {"file_id": notes["id"]}],
             "outputs": {"globs": ["out/*.txt"], "save": True, "name_template": "totals/{name}"},
         }
     )
-    assert first["exit_code"] == 0 and first["stdout"] == "remember\n", first
-    [output] = first["output_files"]
-    assert output["content"] == "7\n" and output["file_id"] == first["artifact_files"][0]["file_id"]
-    assert a.file_content(output["file_id"]) == b"7\n"
-    saved = a.get_file(output["file_id"])
-    assert (saved["name"], saved["run_id"]) == ("totals/total.txt", first["run_id"])
+    assert first.exit_code == 0 and first.stdout == "remember\n", first
+    [output] = first.output_files
+    assert output.content == "7\n" and output.file_id == first.artifact_files[0].file_id
+    assert a.file_content(output.file_id) == b"7\n"
+    saved = a.get_file(output.file_id)
+    assert (saved.name, saved.run_id) == ("totals/total.txt", first.run_id)
     second = a.run(
         {
             "skill": "math-tools",
             "command": "echo $(( $(cat inputs/t.txt) * 6 ))",
-            "inputs": [{"file_id": output["file_id"], "to": "inputs/t.txt"}],
+            "inputs": [{"file_id": output.file_id, "to": "inputs/t.txt"}],
         }
     )
-    assert second["stdout"] == "42\n", second
-    listed = {f["id"] for f in a.list_files()["files"]}
-    assert {uploaded["id"], notes["id"], output["file_id"]} <= listed
+    assert second.stdout == "42\n", second
+    listed = {f.id for f in a.list_files().files}
+    assert {uploaded.id, notes["id"], output.file_id} <= listed
 
     # Another key: every id of A's is unknown -- metadata, content, input, delete; its own listing lacks them.
-    for file_id in (uploaded["id"], output["file_id"]):
+    for file_id in (uploaded.id, output.file_id):
         with expect_error(404, "file_not_found"):
             b.get_file(file_id)
         with expect_error(404, "file_not_found"):
@@ -302,18 +302,18 @@ def test_files_by_id_round_trip(server: Server, clients: tuple[Client, Client, C
             b.delete_file(file_id)
         with expect_error(404, "file_not_found"):
             b.run({"skill": "math-tools", "command": "true", "inputs": [{"file_id": file_id}]})
-    assert not {uploaded["id"], output["file_id"]} & {f["id"] for f in b.list_files()["files"]}
+    assert not {uploaded.id, output.file_id} & {f.id for f in b.list_files().files}
     # B saving a file of the same name and version number still gets an id of its own.
     theirs = b.upload_file(b"other\n", name="sales data.csv")
-    assert theirs["version"] == uploaded["version"] and theirs["id"] != uploaded["id"]
-    for bad in ("nope", "file-" + "A" * 8 + ".1.0123456789abcdef0123", uploaded["id"][:-1] + "0"):
+    assert theirs.version == uploaded.version and theirs.id != uploaded.id
+    for bad in ("nope", "file-" + "A" * 8 + ".1.0123456789abcdef0123", uploaded.id[:-1] + "0"):
         with expect_error(404, "file_not_found"):
             a.get_file(bad)
 
     # Deleting the file deletes that version; its id is then unknown.
-    assert a.delete_file(uploaded["id"])["id"] == uploaded["id"]
+    assert a.delete_file(uploaded.id).id == uploaded.id
     with expect_error(404, "file_not_found"):
-        a.get_file(uploaded["id"])
+        a.get_file(uploaded.id)
 
 
 def test_files_async_client_and_artifact_ids(server: Server, tmp_path: Path) -> None:
@@ -322,12 +322,10 @@ def test_files_async_client_and_artifact_ids(server: Server, tmp_path: Path) -> 
     async def main() -> None:
         async with AsyncClient(server.url, api_key=KEY_A) as a:
             up = await a.upload_file(str(tmp_path / "greeting.txt"))  # a path as str: its content, its name
-            assert (up["name"], await a.file_content(up["id"])) == ("greeting.txt", b"hi there\n")
+            assert (up.name, await a.file_content(up.id)) == ("greeting.txt", b"hi there\n")
             # Every artifact version has an id: the artifacts API shows it, and it is the same file.
-            [version] = [
-                v for v in (await a.artifact_versions("greeting.txt"))["artifacts"] if v["version"] == up["version"]
-            ]
-            assert version["file_id"] == up["id"]
+            [version] = [v for v in (await a.artifact_versions("greeting.txt")).artifacts if v.version == up.version]
+            assert version.file_id == up.id
             with pytest.raises(ValueError, match="name="):
                 await a.upload_file(b"x")  # bytes without a name: refused before anything is sent
 
@@ -388,23 +386,23 @@ def test_bundle_and_file_ids_across_a_cluster(postgres_server: PostgresServer, t
         with Client(cluster.api(0)) as client:
             archive = zip_of({"SKILL.md": SKILL_MD.encode(), "scripts/hi.sh": b'echo "hello $1 from a worker"\n'})
             result = client.run({"command": "bash scripts/hi.sh C"}, bundle=archive)
-            assert result["stdout"] == "hello C from a worker\n", result
+            assert result.stdout == "hello C from a worker\n", result
             key = f"bundles/local/{hashlib.sha256(archive).hexdigest()}"
             assert (tmp_path / "cluster" / "objects" / key).is_file()
             worker_copy = tmp_path / "cluster" / "worker-0" / "data" / "bundles" / "local"
             assert (worker_copy / key.rsplit("/", 1)[-1] / "one-off" / "SKILL.md").is_file()
             again = client.run({"command": "bash scripts/hi.sh D", "bundle": {"digest": digest(archive)}})
-            assert again["stdout"] == "hello D from a worker\n"
+            assert again.stdout == "hello D from a worker\n"
 
             uploaded = client.upload_file(b"21\n", name="n.txt")
             doubled = client.run(
                 {
                     "skill": "math-tools",
                     "command": "echo $(( $(cat inputs/n.txt) * 2 ))",
-                    "inputs": [{"file_id": uploaded["id"]}],
+                    "inputs": [{"file_id": uploaded.id}],
                 }
             )
-            assert doubled["stdout"] == "42\n", doubled
+            assert doubled.stdout == "42\n", doubled
     except BaseException:
         print(cluster.logs())
         raise
@@ -434,4 +432,4 @@ def test_a_bundle_needs_only_what_the_image_provides(clients: tuple[Client, Clie
         }
     )
     result = a.run({"command": "python3 -c 'import numpy, pandas; print(\"ok\")'"}, bundle=provided)
-    assert (result["exit_code"], result["stdout"]) == (0, "ok\n")
+    assert (result.exit_code, result.stdout) == (0, "ok\n")

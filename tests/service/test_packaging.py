@@ -187,6 +187,17 @@ def test_the_wheel_asks_for_mcp_only_in_its_extra(wheel: Path) -> None:
     assert requires == ['Requires-Dist: mcp<3,>=2.3; extra == "mcp"'], requires
 
 
+def test_the_wheel_ships_the_clients_package_as_it_is(wheel: Path) -> None:
+    """skill_executor_client (client/, its own distribution too) is in the service's wheel,
+    byte for byte: the CLI's registry commands and the skill-test HTTP backend use it."""
+    source = REPO / "client" / "skill_executor_client"
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {n.split("/", 1)[1] for n in archive.namelist() if n.startswith("skill_executor_client/")}
+        assert shipped == {p.name for p in source.iterdir() if p.suffix in (".py", ".typed")}
+        for name in shipped:
+            assert archive.read(f"skill_executor_client/{name}") == (source / name).read_bytes(), name
+
+
 @pytest.mark.parametrize("variant", ["without_mcp", "next_to_mcp1"])
 def test_the_mcp_command_names_the_extra(tmp_path: Path, variant: str, request: pytest.FixtureRequest) -> None:
     installed: Installed = request.getfixturevalue(variant)
@@ -213,7 +224,7 @@ def test_next_to_mcp1_the_library_client_and_rest_api_work(tmp_path: Path, next_
         [
             str(installed.bin / "python"),
             "-c",
-            "import skill_executor.core, skill_executor.client, skill_executor.api.app",
+            "import skill_executor.core, skill_executor_client, skill_executor.api.app",
         ],
         cwd=tmp_path,
         env=installed.env(),

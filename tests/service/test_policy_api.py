@@ -25,7 +25,7 @@ from mcp.client.session import ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy import text
 
-from skill_executor.client import Client as ExecutorClient
+from skill_executor_client import Client as ExecutorClient
 from skill_executor.core import Executor
 from skill_executor.db import Database
 from skill_executor.errors import ExecutorError
@@ -222,7 +222,7 @@ def test_a_rejected_run_ends_failed_and_nothing_runs(server: Server) -> None:
     with client(server, KEY) as http, ExecutorClient(server.url, api_key=ADMIN) as admin:  # the service's own client
         run_id = http.post("/v1/runs?wait=false", json={"skill": "math-tools", "command": "ls"}).json()["run_id"]
         decided = admin.decide_run(run_id, "reject", "not today")
-        assert decided == {"run_id": run_id, "status": "failed", "replayed": False}
+        assert decided.model_dump() == {"run_id": run_id, "status": "failed", "replayed": False}
         record = http.get(f"/v1/runs/{run_id}").json()
         assert record["status"] == "failed" and record["result"] is None
         assert record["error"]["code"] == "approval_rejected"

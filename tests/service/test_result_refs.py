@@ -26,7 +26,7 @@ from mcp import Client as McpClient
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from skill_executor.client import Client
+from skill_executor_client import Client
 
 from ..api_server import Server
 from ..service.test_mcp import _skills, _task_done, _TasksExtension, http_client, raw
@@ -137,7 +137,7 @@ def test_rest_tool_call_fits_and_its_refs_round_trip(server: Server) -> None:
         # A request's own budget.
         with Client(server.url, api_key="k-one") as client:  # the Python client passes it on
             small = client.call_tool("skill_run", RUN, result_budget={"max_chars": 5_000, "image_bytes": 0})
-        assert len(small["content"]) <= 5_000 and "line 0000000" in small["content"]
+        assert len(small.content) <= 5_000 and "line 0000000" in small.content
         bad = one.post(
             "/v1/tools/call", json={"name": "skill_run", "arguments": RUN, "result_budget": {"max_chars": 5}}
         )

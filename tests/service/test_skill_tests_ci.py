@@ -16,7 +16,8 @@ import httpx
 import pytest
 import xmlschema
 
-from skill_executor.client import Client
+from skill_executor_client import Client
+from skill_executor_client.models import VersionList
 
 from ..api_server import Server
 from ..conftest import REPO, require_runtime
@@ -206,7 +207,7 @@ def test_a_server_run_of_an_existing_skill_keeps_its_default(tmp_path: Path, ser
     live = probe_skill(tmp_path / "live", "pr-old-skill", "The live version. Use in tests.")
     with Client(server.url) as client:
         first = client.push_skill(live)
-    assert first["version"] == 1 and first["is_default"]
+    assert first.version == 1 and first.is_default
     changed = probe_skill(tmp_path / "pr", "pr-old-skill", "The pull request's version. Use in tests.")
     before = live_state(server, "pr-old-skill")
     plain = run_cli(tmp_path, str(changed), "--server", server.url)
@@ -215,10 +216,10 @@ def test_a_server_run_of_an_existing_skill_keeps_its_default(tmp_path: Path, ser
     pushed = run_cli(tmp_path, str(changed), "--server", server.url, "--publish", "existing")
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     versions, _ = live_state(server, "pr-old-skill")
-    assert isinstance(versions, dict)
-    assert versions["default_version"] == 1 and versions["latest_version"] == 2
+    assert isinstance(versions, VersionList)
+    assert versions.default_version == 1 and versions.latest_version == 2
     with Client(server.url) as client:
-        assert client.load_skill("pr-old-skill")["description"] == "The live version. Use in tests."
+        assert client.load_skill("pr-old-skill").description == "The live version. Use in tests."
 
 
 def test_the_pytest_plugin_uploads_nothing_unless_asked(tmp_path: Path, server: Server) -> None:
@@ -274,7 +275,8 @@ def test_a_default_that_moves_during_the_upload_is_an_error_and_is_put_back(tmp_
 
     def push_and_promote(*args: object, **kwargs: object) -> object:
         pushed = real_push(*args, **kwargs)  # type: ignore[arg-type]
-        backend._client.set_default_version(pushed["id"], pushed["version"])
+        assert pushed.version is not None
+        backend._client.set_default_version(pushed.id, pushed.version)
         return pushed
 
     backend._client.push_skill = push_and_promote  # type: ignore[method-assign]
@@ -286,4 +288,4 @@ def test_a_default_that_moves_during_the_upload_is_an_error_and_is_put_back(tmp_
     assert caught.value.code == "default_moved"
     assert "moved from 1 to 2" in caught.value.message and "set back to 1" in caught.value.message
     versions, _ = live_state(server, "pr-moved-skill")
-    assert isinstance(versions, dict) and versions["default_version"] == 1
+    assert isinstance(versions, VersionList) and versions.default_version == 1

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import xmlschema
 
-from skill_executor.client import Client
+from skill_executor_client import Client
 
 from ..api_server import Server, free_port
 from ..conftest import REPO, require_runtime
@@ -377,8 +377,8 @@ def test_against_a_running_service_without_changing_its_default(tmp_path: Path, 
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     with Client(server.url) as client:
         after = client.skill_versions("probe-remote")
-    assert after["default_version"] == first["version"] == 1 and after["latest_version"] == 3
-    assert len(after["versions"]) == 3  # each test run pushed its snapshot; none became the default
+    assert after.default_version == first.version == 1 and after.latest_version == 3
+    assert len(after.versions) == 3  # each test run pushed its snapshot; none became the default
 
 
 PLUGIN_TEST = """

@@ -41,7 +41,7 @@ LAYERS = [
     {"skill_executor.context"},
     {"skill_executor.core", "skill_executor.tools", "skill_executor.doctor", "skill_executor.service"},
     {"skill_executor.web"},
-    {"skill_executor.client", "skill_executor.mcp", "skill_executor.testing"},
+    {"skill_executor.mcp", "skill_executor.testing"},
     {"skill_executor.api"},
     {"skill_executor.cli"},
 ]

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from skill_executor_client import ApiError, Client
 
 from skill_executor.artifacts.blobs import TempBlob
 from skill_executor.artifacts.names import parse_ref, validate_name
 from skill_executor.artifacts.store import LocalArtifactStore
-from skill_executor.client import ApiError, Client
 from skill_executor.config import Settings
 from skill_executor.db import Database, upgrade
 from skill_executor.errors import ExecutorError
@@ -452,8 +452,8 @@ def test_large_bodies_stream_with_bounded_server_memory(service: Server, tmp_pat
             thread.start()
         for thread in threads:
             thread.join()
-    assert sorted(int(str(u["version"])) for u in uploads) == [1, 2, 3, 4]
-    assert {u["sha256"] for u in uploads} == {expected} and {u["size"] for u in uploads} == {BIG}
+    assert sorted(int(str(u.version)) for u in uploads) == [1, 2, 3, 4]
+    assert {u.sha256 for u in uploads} == {expected} and {u.size for u in uploads} == {BIG}
     assert memory.growth < 200 * MiB, f"4 uploads of 60 MB grew the service by {memory.growth / MiB:.0f} MiB"
 
     sinks = [HashSink() for _ in range(8)]
@@ -513,8 +513,8 @@ def test_slow_uploads_hold_no_thread_and_a_vanished_client_leaves_no_temp(servic
         with client(service) as c:
             started = time.monotonic()
             c.put_artifact("quick.txt", b"not stuck behind the slow ones")
-            assert c.get_artifact("quick.txt").content == b"not stuck behind the slow ones"
-            assert "quick.txt" in {a["name"] for a in c.list_artifacts()["artifacts"]}
+            assert c.get_artifact("quick.txt") == b"not stuck behind the slow ones"
+            assert "quick.txt" in {a.name for a in c.list_artifacts().artifacts}
             assert time.monotonic() - started < 10
             c.delete_artifact("quick.txt")
     finally:
@@ -550,23 +550,23 @@ def test_delete_by_owner_or_admin_only(service: Server) -> None:
             with pytest.raises(ApiError) as info:
                 call()
             assert (info.value.status, info.value.code) == (404, code)
-        assert [v["version"] for v in a.artifact_versions("plans/q3.txt")["artifacts"]] == [1, 2]
+        assert [v.version for v in a.artifact_versions("plans/q3.txt").artifacts] == [1, 2]
 
         # The owner: one version, then the rest.
-        deleted = a.delete_artifact("plans/q3.txt", 1)["artifacts"]
-        assert [(d["name"], d["version"], d["sha256"]) for d in deleted] == [("plans/q3.txt", 1, first["sha256"])]
-        assert first["sha256"] not in blob_files(service.data_dir)
-        assert a.get_artifact("plans/q3.txt").content == b"final"
+        deleted = a.delete_artifact("plans/q3.txt", 1).artifacts
+        assert [(d.name, d.version, d.sha256) for d in deleted] == [("plans/q3.txt", 1, first.sha256)]
+        assert first.sha256 not in blob_files(service.data_dir)
+        assert a.get_artifact("plans/q3.txt") == b"final"
         with pytest.raises(ApiError) as gone:
             a.get_artifact("plans/q3.txt", version=1)
         assert gone.value.code == "artifact_not_found"
 
         # An admin, across tenants: allowed and audited.
-        assert [d["version"] for d in admin.delete_artifact("plans/q3.txt", owner=key_id(KEY_A))["artifacts"]] == [2]
+        assert [d.version for d in admin.delete_artifact("plans/q3.txt", owner=key_id(KEY_A)).artifacts] == [2]
         with pytest.raises(ApiError) as info:
             a.get_artifact("plans/q3.txt")
         assert info.value.code == "artifact_not_found"
-        names = {x["name"] for x in a.list_artifacts()["artifacts"]}
+        names = {x.name for x in a.list_artifacts().artifacts}
         assert "plans/q4.txt" in names and "plans/q3.txt" not in names
         assert any(
             x["action"] == "artifact.delete"
@@ -576,7 +576,7 @@ def test_delete_by_owner_or_admin_only(service: Server) -> None:
             for x in audit_lines(service)
         )
         # A new save continues the numbering: a ref like plans/q3.txt@1 never means other content.
-        assert a.put_artifact("plans/q3.txt", b"again")["version"] == 3
+        assert a.put_artifact("plans/q3.txt", b"again").version == 3
 
 
 def test_any_name_is_addressable_even_one_ending_in_versions(service: Server) -> None:
@@ -584,17 +584,15 @@ def test_any_name_is_addressable_even_one_ending_in_versions(service: Server) ->
         c.put_artifact("x/versions", b"a file called versions", mime_type="text/plain")
         c.put_artifact("x", b"x itself")
         c.put_artifact("versions", b"top-level")
-        assert c.get_artifact("x/versions").content == b"a file called versions"
-        assert c.get_artifact("versions").content == b"top-level"
-        assert [(v["name"], v["version"]) for v in c.artifact_versions("x/versions")["artifacts"]] == [
-            ("x/versions", 1)
-        ]
-        assert [(v["name"], v["version"]) for v in c.artifact_versions("x")["artifacts"]] == [("x", 1)]
+        assert c.get_artifact("x/versions") == b"a file called versions"
+        assert c.get_artifact("versions") == b"top-level"
+        assert [(v.name, v.version) for v in c.artifact_versions("x/versions").artifacts] == [("x/versions", 1)]
+        assert [(v.name, v.version) for v in c.artifact_versions("x").artifacts] == [("x", 1)]
         # The raw URLs: /v1/artifacts/x/versions is that artifact, never a listing of x.
         raw = httpx.get(f"{service.url}/v1/artifacts/x/versions", headers={"Authorization": f"Bearer {KEY_A}"})
         assert raw.status_code == 200 and raw.content == b"a file called versions"
-        assert [v["name"] for v in c.delete_artifact("x/versions")["artifacts"]] == ["x/versions"]
-        assert c.get_artifact("x").content == b"x itself"
+        assert [v.name for v in c.delete_artifact("x/versions").artifacts] == ["x/versions"]
+        assert c.get_artifact("x") == b"x itself"
 
 
 @pytest.fixture
@@ -628,15 +626,15 @@ def test_service_start_sweeps_temps_and_expires_versions(expiring: tuple[Server,
 
     with Client(srv.url) as c:
         saved = c.put_artifact("short-lived.txt", b"soon gone")
-        assert c.get_artifact("short-lived.txt").content == b"soon gone"
+        assert c.get_artifact("short-lived.txt") == b"soon gone"
         time.sleep(1.1)
         # Invisible at once ...
         with pytest.raises(ApiError) as info:
             c.get_artifact("short-lived.txt")
         assert info.value.code == "artifact_not_found"
-        assert c.list_artifacts()["artifacts"] == []
+        assert c.list_artifacts().artifacts == []
         # ... and removed (rows and blobs) by the service's periodic expiry.
-        blob = root / "objects" / "artifacts" / "sha256" / saved["sha256"][:2] / saved["sha256"]
+        blob = root / "objects" / "artifacts" / "sha256" / saved.sha256[:2] / saved.sha256
         deadline = time.monotonic() + 10
         while blob.exists() and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -1,5 +1,5 @@
-"""The client core (pure logic over httpx's mock transport): both clients send the same
-requests, quote path segments, and map errors the same way."""
+"""The client core (pure logic over httpx's mock transport): both typed clients send the
+same requests, quote path segments, read the answers as models, and map errors the same way."""
 
 from __future__ import annotations
 
@@ -13,26 +13,77 @@ from pathlib import Path
 import httpx
 import pytest
 
-from skill_executor.client import ApiError, AsyncClient, Client
+from skill_executor_client import ApiError, AsyncClient, Client, Health
 
 Seen = list[httpx.Request]
+
+
+FILES: dict[str, list[object]] = {
+    "docs": [],
+    "scripts": [],
+    "references": [],
+    "assets": [],
+    "files": [],
+    "warnings": [],
+}
+#: Answers the models accept, by (method, path prefix): the first that matches.
+ANSWERS: list[tuple[str, str, dict[str, object]]] = [
+    ("DELETE", "/v1/artifacts", {"artifacts": []}),
+    ("GET", "/v1/artifacts", {"artifacts": []}),
+    (
+        "POST",
+        "/v1/artifacts/",
+        {
+            "name": "a",
+            "version": 1,
+            "size": 1,
+            "sha256": "0" * 64,
+            "mime_type": "text/plain",
+            "created_at": 0.0,
+            "owner": "k",
+            "ref": "artifact://a@1",
+            "file_id": "f",
+        },
+    ),
+    (
+        "GET",
+        "/v1/runs/",
+        {
+            "run_id": "r",
+            "status": "completed",
+            "skill": "s",
+            "created_at": 0.0,
+            "updated_at": 0.0,
+            "request": {},
+            "owner": "k",
+        },
+    ),
+    ("POST", "/v1/runs", {"run_id": "r", "skill": "s", "exit_code": 0}),
+    ("POST", "/v1/skills", {"id": "s", "name": "s", "path": "/s", "replaced": False, **FILES}),
+    ("GET", "/v1/skills/", {"name": "s", "id": "s", "description": "d", "body": "b", "body_tokens": 1, **FILES}),
+]
+DEGRADED = {"status": "unhealthy", "runtime": "docker", "checks": {"runtime": {"ok": False, "detail": "down"}}}
 
 
 def handler(seen: Seen):  # type: ignore[no-untyped-def]
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        if request.url.path.endswith("/missing"):
+        path = request.url.path
+        if path.endswith("/missing"):
             return httpx.Response(404, json={"error": {"code": "skill_not_found", "message": "no skill"}})
-        if request.url.path == "/healthz":
-            return httpx.Response(503, json={"status": "degraded"})
-        if request.url.path.startswith("/v1/artifacts/dl/"):
-            sha = hashlib.sha256(CONTENT).hexdigest() if request.url.path.endswith("/good") else "0" * 64
+        if path == "/healthz":
+            return httpx.Response(503, json=DEGRADED)
+        if path.startswith("/v1/artifacts/dl/"):
+            sha = hashlib.sha256(CONTENT).hexdigest() if path.endswith("/good") else "0" * 64
             return httpx.Response(
                 200,
                 content=CONTENT,
                 headers={"X-Artifact-SHA256": sha, "X-Artifact-Version": "7", "Content-Type": "text/plain"},
             )
-        return httpx.Response(200, json={"ok": True})
+        if "/files/" in path:
+            return httpx.Response(200, content=b"print(1)\n")
+        body = next(b for method, prefix, b in ANSWERS if request.method == method and path.startswith(prefix))
+        return httpx.Response(200, json=body)
 
     return answer
 
@@ -41,26 +92,26 @@ CONTENT = b"streamed content " * 1000
 
 
 def calls(client: Client) -> None:
-    client.load_skill("a/b?c")
-    client.read_file("math-tools", "scripts/my file#1.py")
-    client.put_artifact("dir/name with space.txt", b"x")
-    client.get_run("id/../x")
-    client.install_skill(b"PK\x03\x04", multipart=False)
-    client.run({"skill": "s", "command": "true"}, idempotency_key="k1")
-    assert client.health() == {"status": "degraded"}
+    assert client.load_skill("a/b?c").name == "s"
+    assert client.read_file("math-tools", "scripts/my file#1.py") == b"print(1)\n"
+    assert client.put_artifact("dir/name with space.txt", b"x").ref == "artifact://a@1"
+    assert client.get_run("id/../x").status == "completed"
+    assert client.install_skill(b"PK\x03\x04", multipart=False).id == "s"
+    assert client.run({"skill": "s", "command": "true"}, idempotency_key="k1").exit_code == 0
+    assert client.health() == Health.model_validate(DEGRADED)  # a 503 is an answer, not an error
     client.put_artifact("chunks", iter([b"a", b"b"]))
-    client.delete_artifact("d/x", 2, owner="k")
+    assert client.delete_artifact("d/x", 2, owner="k").artifacts == []
     client.artifact_versions("x/versions")
 
 
 async def acalls(client: AsyncClient) -> None:
-    await client.load_skill("a/b?c")
-    await client.read_file("math-tools", "scripts/my file#1.py")
-    await client.put_artifact("dir/name with space.txt", b"x")
-    await client.get_run("id/../x")
-    await client.install_skill(b"PK\x03\x04", multipart=False)
-    await client.run({"skill": "s", "command": "true"}, idempotency_key="k1")
-    assert await client.health() == {"status": "degraded"}
+    assert (await client.load_skill("a/b?c")).name == "s"
+    assert await client.read_file("math-tools", "scripts/my file#1.py") == b"print(1)\n"
+    assert (await client.put_artifact("dir/name with space.txt", b"x")).ref == "artifact://a@1"
+    assert (await client.get_run("id/../x")).status == "completed"
+    assert (await client.install_skill(b"PK\x03\x04", multipart=False)).id == "s"
+    assert (await client.run({"skill": "s", "command": "true"}, idempotency_key="k1")).exit_code == 0
+    assert await client.health() == Health.model_validate(DEGRADED)
 
     async def chunks() -> AsyncIterator[bytes]:
         yield b"a"

@@ -57,11 +57,15 @@ def test_the_models_are_the_services_openapi() -> None:
     )
 
 
-def test_the_core_is_the_service_packages_own() -> None:
-    """calls.py and transfer.py are links to skill_executor/client's (one HTTP core)."""
+def test_the_service_package_holds_no_http_client_of_its_own() -> None:
+    """One client: calls.py and transfer.py live in the client's package only (the service's
+    wheel ships that package; test_packaging checks the copy), and the service's package
+    keeps no second client beside it."""
     for name in ("calls.py", "transfer.py"):
-        link = CLIENT / "skill_executor_client" / name
-        assert link.is_symlink() and link.resolve() == REPO / "skill_executor" / "client" / name
+        module = CLIENT / "skill_executor_client" / name
+        assert module.is_file() and not module.is_symlink()
+    assert not (REPO / "skill_executor" / "client").exists()
+    assert importlib.util.find_spec("skill_executor.client") is None
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +75,9 @@ def client_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wheel = build_wheel(source / "client", base / "dist", "skill_executor_client-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-        for module in ("calls.py", "transfer.py"):  # copies of the linked core
+        for module in ("calls.py", "transfer.py"):  # the one HTTP core
             shipped = archive.read(f"skill_executor_client/{module}")
-            assert shipped == (REPO / "skill_executor" / "client" / module).read_bytes()
+            assert shipped == (CLIENT / "skill_executor_client" / module).read_bytes()
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     requires = sorted(
         line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")

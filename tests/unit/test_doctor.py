@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 from skill_executor.access import LOCAL
-from skill_executor.client import Client
 from skill_executor.core import Executor
 from skill_executor.doctor import PROBE_FAILED, DoctorReport, diagnose, parse_answer, render_table
 from skill_executor.doctor import probe as doctor_probe
@@ -24,6 +23,8 @@ from skill_executor.errors import NotFound
 from skill_executor.skills import load_skill
 from skill_executor.preflight import ImageNeeds, fenced_blocks, looks_like_shell, scan, scan_texts, shell_commands
 from skill_executor.preflight.model import Use
+
+from skill_executor_client import Client
 
 from ..api_server import Server
 from ..conftest import REPO, SKILLS, make_settings
@@ -951,9 +952,9 @@ def test_http(docker_runtime_name: str, skills_root: Path, tmp_path: Path) -> No
         with Client(server.url) as client:
             body = client.skill_doctor("needs-bad")
             forged = client.skill_doctor("needs-forger")
-        assert body["ok"] is False and body["missing"]["node"] == ["nosuchmod"]
-        assert body["network"]["needed"] == "yes"
-        assert_honest(DoctorReport.model_validate(forged))
+        assert body.ok is False and body.missing.node == ["nosuchmod"]
+        assert body.network.needed == "yes"
+        assert_honest(DoctorReport.model_validate_json(forged.model_dump_json(by_alias=True, exclude_unset=True)))
         answer = httpx.get(f"{server.url}/v1/skills/nope/doctor", timeout=30)
         assert answer.status_code == 404 and answer.json()["error"]["code"] == "skill_not_found"
     finally:

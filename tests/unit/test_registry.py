@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from skill_executor.client import ApiError, AsyncClient, Client
+from skill_executor_client import ApiError, AsyncClient, Client
+from skill_executor_client.typed import Typed
 from skill_executor.core import Executor
 from skill_executor.db import Database
 from skill_executor.errors import Conflict, NotFound
@@ -352,14 +353,14 @@ def test_push_versions_pin_and_pull_through_the_cli(server: Server, tmp_path: Pa
 def test_the_rest_api(server: Server, tmp_path: Path) -> None:
     with Client(server.url) as client:
         made = client.install_skill(skill_zip("rest", "one"))
-        assert (made["version"], made["created"]) == (1, True)
-        assert made["findings"] == [] and made["strict"] is False
+        assert (made.version, made.created) == (1, True)
+        assert made.findings == [] and made.strict is False
         files = [
             ("rest/SKILL.md", b"---\nname: rest\ndescription: A versioned skill.\n---\n# rest\n"),
             ("rest/data.txt", b"two"),
         ]
         two = client.send(Client_push(files, "rest"))
-        assert (two["version"], two["digest"] != made["digest"]) == (2, True)
+        assert (two.version, two.digest != made.digest) == (2, True)
         with pytest.raises(ApiError) as wrong:
             client.send(Client_push([("other/SKILL.md", b"---\nname: other\ndescription: x.\n---\n")], "rest"))
         assert (wrong.value.status, wrong.value.code) == (400, "name_mismatch")
@@ -368,25 +369,25 @@ def test_the_rest_api(server: Server, tmp_path: Path) -> None:
         assert missing.value.status == 404
 
         manifest = client.skill_version("rest", 1)
-        assert {f["path"] for f in manifest["files"]} == {"SKILL.md", "data.txt"}
-        assert all(len(f["sha256"]) == 64 for f in manifest["files"])
-        assert client.load_skill("rest@1")["version"] == 1
-        assert client.load_skill("rest")["version"] == client.skill_versions("rest")["default_version"]
-        assert client.read_file("rest@1", "data.txt").content == b"one"
+        assert manifest.files is not None and {f.path for f in manifest.files} == {"SKILL.md", "data.txt"}
+        assert all(len(f.sha256) == 64 for f in manifest.files)
+        assert client.load_skill("rest@1").version == 1
+        assert client.load_skill("rest").version == client.skill_versions("rest").default_version
+        assert client.read_file("rest@1", "data.txt") == b"one"
 
         with pytest.raises(ApiError) as default:
-            client.delete_skill_version("rest", client.skill_versions("rest")["default_version"])
+            client.delete_skill_version("rest", client.skill_versions("rest").default_version)
         assert (default.value.status, default.value.code) == (409, "version_is_default")
         client.set_default_version("rest", 1)
         run = client.run({"skill": "rest", "command": "cat data.txt"})
-        assert (run["stdout"], run["skill_version"]) == ("one", 1)
-        record = client.get_run(run["run_id"])
-        assert record["result"]["skill_digest"] == manifest["digest"]
+        assert (run.stdout, run.skill_version) == ("one", 1)
+        record = client.get_run(run.run_id)
+        assert record.result is not None and record.result.skill_digest == manifest.digest
 
         loose = [("SKILL.md", b"---\nname: rest\ndescription: Loose.\nflavour: extra\n---\n# rest\n")]
         tolerated = client.send(Client_push(loose, "rest", strict=False, set_default=False))
-        assert "unknown-field" in {f["code"] for f in tolerated["findings"]}
-        assert (tolerated["version"], tolerated["is_default"]) == (3, False)
+        assert "unknown-field" in {f.code for f in tolerated.findings or []}
+        assert (tolerated.version, tolerated.is_default) == (3, False)
         with pytest.raises(ApiError) as strict:
             client.send(Client_push(loose + [("x.txt", b"x")], "rest", strict=True))
         assert (strict.value.status, strict.value.code) == (400, "invalid_skill")
@@ -396,7 +397,7 @@ def test_the_rest_api(server: Server, tmp_path: Path) -> None:
 
         async def pull_async() -> dict[str, object]:
             async with AsyncClient(server.url) as async_client:
-                assert (await async_client.skill_versions("rest"))["latest_version"] == 3
+                assert (await async_client.skill_versions("rest")).latest_version == 3
                 return await async_client.pull_skill("rest", tmp_path / "async-pull", 1)
 
         assert asyncio.run(pull_async())["version"] == 1
@@ -405,15 +406,15 @@ def test_the_rest_api(server: Server, tmp_path: Path) -> None:
         content = client.send(Client_content("rest", 1))
         with zipfile.ZipFile(io.BytesIO(content.content)) as archive:
             assert archive.read("rest/data.txt") == b"one"
-        assert content.headers["x-skill-digest"] == manifest["digest"]
+        assert content.headers["x-skill-digest"] == manifest.digest
 
-        audit = client.skill_audit("rest")["entries"]
-        assert [e["action"] for e in reversed(audit)][:2] == ["publish", "publish"]
-        assert all(e["actor"] and e["at"] for e in audit)
+        audit = client.skill_audit("rest").entries
+        assert [e.action for e in reversed(audit)][:2] == ["publish", "publish"]
+        assert all(e.actor and e.at for e in audit)
         client.delete_skill("rest")
         with pytest.raises(ApiError):
             client.skill_versions("rest")
-        assert client.skill_audit("rest")["entries"][0]["action"] == "delete_skill"
+        assert client.skill_audit("rest").entries[0].action == "delete_skill"
     assert httpx.get(f"{server.url}/v1/skills/rest/versions").status_code == 404
 
 
@@ -424,15 +425,11 @@ def Client_push(
     strict: bool | None = None,  # type: ignore[no-untyped-def]
     set_default: bool = True,
 ):
-    from skill_executor.client import Calls
-
-    return Calls.push_skill(files, name, strict, set_default)
+    return Typed.push_skill(files, name, strict, set_default)
 
 
 def Client_content(name: str, version: int):  # type: ignore[no-untyped-def]
-    from skill_executor.client import Calls
-
-    return Calls.skill_version_content(name, version)
+    return Typed.skill_version_content(name, version)
 
 
 def test_uploads_over_the_byte_cap_are_refused_before_they_are_held(tmp_path: Path) -> None:
@@ -497,30 +494,30 @@ def test_a_rollback_of_a_folder_skill_holds_across_a_touch_and_a_server_restart(
     folder = write_skill(srv.skills_dir / "rolled", "rolled", "good")
     try:
         with Client(srv.url) as client:
-            assert client.load_skill("rolled")["version"] == 1
+            assert client.load_skill("rolled").version == 1
             (folder / "data.txt").write_text("bad")
-            assert client.load_skill("rolled")["version"] == 2
+            assert client.load_skill("rolled").version == 2
             client.set_default_version("rolled", 1)  # the rollback
-            assert client.skill_versions("rolled")["default_held"] is True
+            assert client.skill_versions("rolled").default_held is True
             os.utime(folder / "data.txt")  # a touch: new times, same content
             os.utime(folder / "SKILL.md")
-            assert client.load_skill("rolled")["version"] == 1
+            assert client.load_skill("rolled").version == 1
             ran = client.run({"skill": "rolled", "command": "cat data.txt"})
-            assert (ran["stdout"], ran["skill_version"]) == ("good", 1)
+            assert (ran.stdout, ran.skill_version) == ("good", 1)
         srv.stop()
         os.utime(folder / "data.txt")
         srv.start()  # a real restart: the folder is observed anew by a new process
         with Client(srv.url) as client:
-            assert client.load_skill("rolled")["version"] == 1
+            assert client.load_skill("rolled").version == 1
             ran = client.run({"skill": "rolled", "command": "cat data.txt"})
-            assert (ran["stdout"], ran["skill_version"]) == ("good", 1)
+            assert (ran.stdout, ran.skill_version) == ("good", 1)
             (folder / "data.txt").write_text("worse")
-            assert client.load_skill("rolled")["version"] == 1  # a new version, not the default
+            assert client.load_skill("rolled").version == 1  # a new version, not the default
             listed = client.skill_versions("rolled")
-            assert (listed["default_version"], listed["latest_version"]) == (1, 3)
-            assert [v["source"] for v in listed["versions"]] == ["folder"] * 3
+            assert (listed.default_version, listed.latest_version) == (1, 3)
+            assert [v.source for v in listed.versions] == ["folder"] * 3
             client.set_default_version("rolled", "latest")  # explicitly: follow the folder again
             (folder / "data.txt").write_text("fixed")
-            assert client.load_skill("rolled")["version"] == 4
+            assert client.load_skill("rolled").version == 4
     finally:
         srv.stop()

@@ -18,13 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from skill_executor.client import ApiError, Client
 from skill_executor.errors import NotFound
 from skill_executor.outputs.mime import detect
 from skill_executor.registry import SkillRepository
 from skill_executor.runs.models import RunRequest, RunResult
 from skill_executor.skills import expand_placeholders, find_file, load_skill, match_path, sandbox_dir
 from skill_executor.tools import ToolExecutor, run_result
+from skill_executor_client import ApiError, Client
+from skill_executor_client.calls import Calls
 
 from ..api_server import Server, api_runtime
 from ..conftest import REPO
@@ -304,19 +305,19 @@ def test_api_serves_bodies_and_docs_with_placeholders_replaced(server: Server) -
     where = _skill_dir(server)
     with Client(server.url) as client:
         loaded = client.load_skill("forms-skill")
-        assert f"python {where}/scripts/fill.py in.pdf" in loaded["body"] and "{baseDir}" not in loaded["body"]
-        doc = client.read_docs("forms-skill", ["FORMS.md"])["docs"][0]
-        assert doc["path"] == "forms.md" and doc["note"] == "'FORMS.md' matched 'forms.md' ignoring case"
-        assert doc["content"] == f"Forms guide: run {where}/scripts/fill.py\n"
+        assert f"python {where}/scripts/fill.py in.pdf" in loaded.body and "{baseDir}" not in loaded.body
+        doc = client.read_docs("forms-skill", ["FORMS.md"]).docs[0]
+        assert doc.path == "forms.md" and doc.note == "'FORMS.md' matched 'forms.md' ignoring case"
+        assert doc.content == f"Forms guide: run {where}/scripts/fill.py\n"
         with pytest.raises(ApiError) as missing:
             client.read_docs("forms-skill", ["refrence.md"])
         assert missing.value.status == 404 and missing.value.code == "doc_not_found"
         assert "did you mean 'reference.md'" in missing.value.message
         raw = client.read_file("forms-skill", "SKILL.md")
-        assert "{baseDir}" in raw.text and "<path-to-skill>" in raw.text  # a file read is the file as written
-        folded = client.read_file("forms-skill", "FORMS.md")
+        assert b"{baseDir}" in raw and b"<path-to-skill>" in raw  # a file read is the file as written
+        folded = client.send(Calls.read_file("forms-skill", "FORMS.md"))  # the response: its headers
         assert folded.headers["x-resolved-path"] == "forms.md" and folded.text.startswith("Forms guide: run {baseDir}")
-        assert "x-resolved-path" not in client.read_file("forms-skill", "forms.md").headers
+        assert "x-resolved-path" not in client.send(Calls.read_file("forms-skill", "forms.md")).headers
         with pytest.raises(ApiError) as nofile:
             client.read_file("forms-skill", "scripts/fil.py")
         assert nofile.value.code == "file_not_found" and "did you mean 'scripts/fill.py'?" in nofile.value.message
@@ -340,26 +341,26 @@ def test_api_artifact_without_content_type_is_sniffed(server: Server) -> None:
     assert kept.json()["mime_type"] == "application/octet-stream"  # an explicit type is kept
     with Client(server.url) as client:  # the client sends no type unless given one
         assert (
-            client.put_artifact("client/deck.pptx", DOCX)["mime_type"]
+            client.put_artifact("client/deck.pptx", DOCX).mime_type
             == "application/vnd.openxmlformats-officedocument.presentationml.presentation"
         )
-        assert client.put_artifact("client/notes.txt", b"x", mime_type="text/markdown")["mime_type"] == "text/markdown"
+        assert client.put_artifact("client/notes.txt", b"x", mime_type="text/markdown").mime_type == "text/markdown"
 
 
 def test_tool_call_with_failing_command_is_an_error_and_outputs_are_typed(server: Server) -> None:
     with Client(server.url) as client:
         failed = client.call_tool("skill_run", {"skill": "forms-skill", "command": "no-such-command-xyz"})
-        assert failed["is_error"] and failed["content"].startswith("error: the command failed: exit code 127")
-        assert failed["data"]["exit_code"] == 127 and "not found" in failed["data"]["stderr"]
-        assert failed["message"] is None  # no format asked for
+        assert failed.is_error and failed.content.startswith("error: the command failed: exit code 127")
+        assert failed.data["exit_code"] == 127 and "not found" in failed.data["stderr"]
+        assert failed.message is None  # no format asked for
         arguments = {"skill": "forms-skill", "command": "exit 3"}
-        anthropic = client.call_tool("skill_run", arguments, format="anthropic", call_id="toolu_1")["message"]
+        anthropic = client.call_tool("skill_run", arguments, format="anthropic", call_id="toolu_1").message
         assert anthropic["type"] == "tool_result" and anthropic["tool_use_id"] == "toolu_1"
         assert anthropic["is_error"] is True and anthropic["content"].startswith("error:")
-        openai = client.call_tool("skill_run", arguments, format="openai", call_id="call_1")["message"]
+        openai = client.call_tool("skill_run", arguments, format="openai", call_id="call_1").message
         assert openai == {"role": "tool", "tool_call_id": "call_1", "content": openai["content"]}
         assert openai["content"].startswith("error:")
-        mcp = client.call_tool("skill_run", arguments, format="mcp")["message"]
+        mcp = client.call_tool("skill_run", arguments, format="mcp").message
         assert mcp["isError"] is True and mcp["content"][0]["type"] == "text"
         with pytest.raises(ApiError) as no_id:
             client.call_tool("skill_run", arguments, format="anthropic")
@@ -371,6 +372,6 @@ def test_tool_call_with_failing_command_is_an_error_and_outputs_are_typed(server
         ok = client.call_tool(
             "skill_run", {"skill": "forms-skill", "command": f'python3 -c "{script}"', "outputs": {"globs": ["out/**"]}}
         )
-        assert not ok["is_error"], ok["content"]
-        typed = {f["name"]: f["mime_type"] for f in ok["data"]["output_files"]}
+        assert not ok.is_error, ok.content
+        typed = {f["name"]: f["mime_type"] for f in ok.data["output_files"]}
         assert typed == {"out/r.docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document"}

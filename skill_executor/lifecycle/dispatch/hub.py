@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
-import psycopg
+if TYPE_CHECKING:
+    import psycopg
 
 from .events import DONE_CHANNEL, EVENTS_CHANNEL
 
@@ -71,6 +73,8 @@ class Hub:
                     wake.set()
 
     async def _listen(self) -> None:
+        import psycopg  # the cluster extra, imported when a hub starts
+
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(

@@ -26,7 +26,6 @@ import logging
 import time
 from typing import Any
 
-from procrastinate import App
 from sqlalchemy import Connection, delete, insert, select, text, update
 
 from ... import tracing
@@ -36,7 +35,6 @@ from ...errors import Conflict
 from ..records import RunRecord
 from . import events as ev
 from . import queue
-from .connector import SteadyConnector
 from .hub import Hub
 from .local import InProcess
 from .membership import Membership
@@ -90,6 +88,10 @@ class Worker:
         self.hub = Hub(conninfo(database), channels=(ev.CANCEL_CHANNEL,))
         self.hub.on_notify.append(lambda _channel, run_id: self._cancel_one(run_id))
         self._claims = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, capacity), thread_name_prefix="claim")
+        from procrastinate import App  # the cluster extra, imported by a worker only
+
+        from .connector import SteadyConnector
+
         self.app = App(connector=SteadyConnector(conninfo=conninfo(database), patience=lease))
         self.app.task(name=queue.TASK)(self._execute_run)
         self.lost_reason: str | None = None

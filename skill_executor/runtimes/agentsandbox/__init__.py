@@ -10,3 +10,7 @@
 The ``Runtime``/``Box`` that the runtime seam asks for is assembled from these once the seam
 (``Runtime.claim(plan) -> Box``) is in place; see docs/guides/runtimes.md.
 """
+
+from ...extras import require
+
+require("kubernetes")  # its modules import k8s_agent_sandbox, kubernetes and grpc at the top
