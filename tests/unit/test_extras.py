@@ -56,7 +56,7 @@ BLOCKER = textwrap.dedent(
 IMPORTS = BLOCKER + textwrap.dedent(
     """
     import skill_executor, skill_executor.service, skill_executor.core, skill_executor.api.app
-    import skill_executor.dispatch, skill_executor.objects, skill_executor.db
+    import skill_executor.lifecycle.dispatch, skill_executor.objects, skill_executor.db
     from skill_executor.cli import main as cli
     from skill_executor.config import Settings
     from skill_executor.db import Database
