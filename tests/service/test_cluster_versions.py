@@ -282,7 +282,7 @@ def test_a_tampered_environment_blob_is_refused_and_nothing_is_left(
 
     sha = hashlib.sha256(init.read_bytes()).hexdigest()
     shared.tamper(sha, b"import os; os.system('id')\n")
-    monkeypatch.setattr(b.repository.deps, "_pip", _never)  # type: ignore[union-attr]
+    monkeypatch.setattr("skill_executor.envs.store.resolve_python", _never)  # resolving is pip's only way in
     with pytest.raises(ExecutorError) as refused:
         run(b, skill="deps", command="true")
     assert refused.value.code == "object_corrupt"
@@ -347,8 +347,8 @@ def test_a_container_on_another_machine_imports_the_environment_resolved_at_inst
         (key,) = os.listdir(a.settings.envs_dir)
         for wheel in wheelhouse.iterdir():
             wheel.unlink()  # nothing left to resolve from
-        monkeypatch.setattr(b.repository.deps, "_pip", _never)  # type: ignore[union-attr]
-        monkeypatch.setattr(b.repository.deps, "_npm", _never)  # type: ignore[union-attr]
+        monkeypatch.setattr("skill_executor.envs.store.resolve_python", _never)  # resolving is pip's only way in
+        monkeypatch.setattr("skill_executor.envs.store.resolve_node", _never)
         result = run(
             b,
             skill="deps",
