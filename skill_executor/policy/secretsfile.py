@@ -84,11 +84,11 @@ def parse_secrets(text: str, source: str = "<secrets>", environ: Mapping[str, st
     if not isinstance(data, dict):
         raise SecretsError(f"secrets file {source}: expected a mapping of names to values, got {type(data).__name__}")
     values: dict[str, str] = {}
-    for name, entry in data.items():
-        if not isinstance(name, str) or not SECRET_NAME.match(name):
-            shown = repr(name) if isinstance(name, str) and len(name) <= 64 else "a name"
+    for number, (name, entry) in enumerate(data.items(), 1):
+        if not isinstance(name, str) or not SECRET_NAME.match(name):  # not shown: it may be a value
             raise SecretsError(
-                f"secrets file {source}: {shown} is not a secret's name (a variable name: A-Z, a-z, 0-9, _)"
+                f"secrets file {source}: entry {number}: its name is not a secret's name "
+                "(a variable name: A-Z, a-z, 0-9, _)"
             )
         values[name] = _value(name, entry, source, environ)
     return Secrets(values, source)
