@@ -111,6 +111,10 @@ class Settings(BaseSettings):
     policy_file: Path | None = None
     """A command policy (YAML): allow/deny lists of programs and approval per key and skill (docs: guides/policy.md);
     none: every command may run, without approval. A file that cannot be used stops the service at start."""
+    secrets_file: Path | None = None
+    """The secrets the egress gateway injects into requests' headers (YAML: name -> value, env:VAR or file:/path;
+    docs: guides/egress.md), named by the policy's {secret:NAME}; read once at start, never inside a sandbox, never
+    logged. A file that cannot be used, or a policy naming a secret it lacks, stops the service at start."""
     approval_timeout_seconds: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
     """How long a run held for approval (pending_approval) waits before it ends failed with approval_expired."""
     max_pending_approvals: int = Field(default=100, ge=1)

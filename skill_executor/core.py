@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .access import key_names
 from .artifacts.store import LocalArtifactStore
 from .config import Settings
 from .context import Budget, ContextService, ContextStore, counter
@@ -23,7 +22,7 @@ from .lifecycle import RunManager, RunRecord, RunStore
 from .lifecycle.dispatch.local import InProcess
 from .objects import ObjectStore, open_object_store
 from .owners import data_dir_id
-from .policy import load_policy
+from .policy import policy_of
 from .processes.manager import ProcessManager
 from .registry import PackageLimits, SkillRepository
 from .registry.bundles import BundleStore
@@ -135,7 +134,7 @@ class Executor:
             settings.skills_dirs, settings.install_root, [settings.registry_dir, settings.data_dir, settings.workspaces]
         )
         # a policy that cannot be used stops the start here
-        policy = load_policy(settings.policy_file, key_names(settings.api_keys_file))
+        policy = policy_of(settings)
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_descriptor_limit()
         database = open_database(settings)

@@ -550,6 +550,30 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Run it on a service with the docker or bwrap runtime, or ask an operator to change the policy.",
     ),
     E(
+        "network_not_allowed",
+        422,
+        "The request's network.allow names a host its policy rule's egress does not allow (a run may ask for "
+        "less than its rule allows, never more), or the request has network where no rule with egress applies; "
+        "details name the rule and the host.",
+        "Ask only for hosts the rule allows, or leave network out; ask an operator to change the policy.",
+    ),
+    E(
+        "egress_unavailable",
+        403,
+        "A policy rule with egress applies to the run, and this service runs no egress gateway to give it the "
+        "network the rule grants: the run is refused, never run without the network nor with it unaudited.",
+        "Run it on a service with the egress gateway, or ask an operator to remove the rule's egress block.",
+    ),
+    E(
+        "invalid_secrets_file",
+        500,
+        "The secrets file (SKILL_EXECUTOR_SECRETS_FILE) cannot be read or is invalid (a reference to a variable "
+        "that is not set, a file that cannot be read, a value too short): the service does not start. The "
+        "message names the secret, never its value.",
+        "Fix the file as the message says.",
+        mcp="none",
+    ),
+    E(
         "invalid_keys_file",
         500,
         "A line of the API keys file names its key badly (name= not a-z 0-9 . _ -, or used twice): "

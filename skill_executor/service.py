@@ -30,14 +30,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from . import tracing
-from .access import key_names
 from .config import Settings
 from .core import Executor
 from .errors import ExecutorError
 from .lifecycle import RunManager, RunRecord, RunStore
 from .lifecycle.dispatch import InProcess, QueueDispatch, Worker, sweep
 from .owners import data_dir_id
-from .policy import load_policy
+from .policy import policy_of
 from .processes.base import Processes
 from .processes.cluster import ClusterProcesses
 from .runtimes.base import Runtime
@@ -62,9 +61,9 @@ class RoleNeedsSharedStore(ExecutorError):
 def check_role(settings: Settings, role: Role) -> None:
     """``api`` and ``worker`` share a Postgres database and an object store with their
     cluster: refused on SQLite, and on the default object store (a folder in this process's
-    own data dir, which no other process sees).  Every role: a policy file that cannot be used
-    (:func:`~skill_executor.policy.load_policy`) refuses the start with its exact problem."""
-    load_policy(settings.policy_file, key_names(settings.api_keys_file))
+    own data dir, which no other process sees).  Every role: a policy file or a secrets file that
+    cannot be used (:func:`~skill_executor.policy.policy_of`) refuses the start with its exact problem."""
+    policy_of(settings)
     if role == "all":
         return
     if not settings.database.startswith("postgresql"):

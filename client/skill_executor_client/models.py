@@ -303,6 +303,14 @@ class NetworkReason(WireModel):
     level: Literal["yes", "maybe"]
 
 
+class NetworkRequest(WireModel):
+    """The network a run asks for: less than its policy rule's ``egress`` allows, never more."""
+
+    allow: list[str] = Field(
+        description="hosts the run may reach, each allowed by its policy rule's egress.allow: exact names, '*.' wildcards the rule lists as such, addresses and networks within the rule's ([]: no network)"
+    )
+
+
 class NodeNeed(WireModel):
     module: str
     found: bool | None = Field(description="null: not checked (no run could start; see findings)")
@@ -474,6 +482,10 @@ class RunRequest(WireModel):
     save_as_artifacts: bool = Field(default=False, description="legacy: save collected files as artifacts")
     omit_inline_content: bool = Field(default=False, description="legacy: do not inline file content")
     artifact_prefix: str = Field(default="", description="legacy: prefix of saved artifact names")
+    network: NetworkRequest | None = Field(
+        default=None,
+        description="narrow the network its policy rule's egress gives the run (docs: guides/egress.md); refused (422 network_not_allowed) for a host the rule does not allow, or where no egress rule applies",
+    )
     retry: int = Field(
         default=0,
         description="times the run is executed again when the cluster worker executing it is lost (0: never, as runs may have side effects; only for a command safe to repeat)",

@@ -8,8 +8,10 @@ doctor's probe), in one order:
 2. shutdown (503 ``shutting_down``);
 3. authorization of the request's inputs (:func:`~skill_executor.access.authorize_inputs`);
 4. an inline bundle is checked and installed (it is then named by its digest);
-5. validation and the command policy (:meth:`SkillRunner.validate`: ``command_denied``,
-   ``policy_unenforceable``, every 4xx of a bad request);
+5. validation and the command policy (:meth:`SkillRunner.validate`: every 4xx of a bad request,
+   ``command_denied``, the run's network (``network_not_allowed``: a request's ``network`` asking
+   more than its rule's ``egress`` allows, or where none applies), ``policy_unenforceable``,
+   ``egress_unavailable`` (a rule with ``egress``, and no egress gateway));
 6. a run the policy holds: ``too_many_pending_approvals``, or refused where no one can
    approve it (``approval_required`` for the CLI);
 7. the dispatch's place (``busy``; in a cluster, in the transaction that records the run:

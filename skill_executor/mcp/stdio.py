@@ -14,11 +14,11 @@ import sys
 import anyio
 from mcp.server.stdio import stdio_server
 
-from ..access import LOCAL, key_names
+from ..access import LOCAL
 from ..config import Settings
 from ..errors import ExecutorError
 from ..owners import DataDirClaim
-from ..policy import load_policy
+from ..policy import policy_of
 from ..service import Service
 from .backend import McpBackend
 from .server import SkillServer
@@ -60,7 +60,7 @@ def run(settings: Settings) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)  # stdout is the protocol's
     try:
         # a policy file that cannot be used: no start
-        load_policy(settings.policy_file, key_names(settings.api_keys_file))
+        policy_of(settings)
         claim = DataDirClaim(settings.data_dir)  # one service per data dir, as for serve
     except (ExecutorError, OSError) as exc:
         print(f"skill-executor: {getattr(exc, 'message', exc)}", file=sys.stderr)

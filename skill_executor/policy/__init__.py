@@ -12,8 +12,13 @@ The policy is a YAML file (``SKILL_EXECUTOR_POLICY_FILE``)::
         deny: [curl, wget]       # optional: never these
         approval: on-first-use   # always | never (default) | on-first-use
         approver: caller         # caller (default: the run's own key or an admin) | admin
+        egress:                  # optional: the hosts runs may reach through the egress gateway
+          allow: [api.github.com]
+          inject: [{host: api.github.com, header: Authorization, value: "Bearer {secret:GITHUB_TOKEN}"}]
 
-The first rule whose ``key`` and ``skill`` match applies; none: anything goes, no approval.
+The first rule whose ``key`` and ``skill`` match applies; none: anything goes, no approval,
+no network.  Its ``egress`` block (:mod:`.egress`; secrets from :mod:`.secretsfile`) decides a
+run's network (:func:`network_plan`): none without one.
 
 A command is a shell string (``bash -c``).  It is read by the project's shell parser
 (tree-sitter bash, :mod:`skill_executor.shell`) and judged by *every* program the shell
@@ -37,14 +42,19 @@ start anything; the sandbox, not the policy, is the security boundary.
 
 The package, by job: :mod:`.rules` (the file's model), :mod:`.loading` (reading and validating
 it), :mod:`.decision` (:func:`check`), :mod:`.analysis` (the programs a command starts, over
-:mod:`.words` and :mod:`.vocabulary`) and :mod:`.enforcement` (what the sandbox enforces at exec).
+:mod:`.words` and :mod:`.vocabulary`), :mod:`.enforcement` (what the sandbox enforces at exec),
+:mod:`.egress` (a rule's ``egress`` block), :mod:`.secretsfile` (the secrets it injects) and
+:mod:`.network` (a run's network, and the grant its egress gateway gets).
 """
 
 from .analysis import Analysis, analyse
 from .decision import ALLOWED, CommandDenied, Decision, check
+from .egress import Egress, HostError, HostPattern, Injection, parse_host
 from .enforcement import ExecRule, PolicyUnenforceable, unenforceable
-from .loading import PolicyError, load_policy, parse_policy
+from .loading import PolicyError, load_policy, parse_policy, policy_of
+from .network import EgressUnavailable, Grant, NetworkNotAllowed, NetworkPlan, egress_unavailable, network_plan
 from .rules import Approval, Approver, Policy, Rule
+from .secretsfile import Secrets, SecretsError, load_secrets, parse_secrets
 from .vocabulary import program_name
 
 __all__ = [
@@ -54,15 +64,31 @@ __all__ = [
     "Approver",
     "CommandDenied",
     "Decision",
+    "Egress",
+    "EgressUnavailable",
     "ExecRule",
+    "Grant",
+    "HostError",
+    "HostPattern",
+    "Injection",
+    "NetworkNotAllowed",
+    "NetworkPlan",
     "Policy",
     "PolicyError",
     "PolicyUnenforceable",
     "Rule",
+    "Secrets",
+    "SecretsError",
     "analyse",
     "check",
+    "egress_unavailable",
     "load_policy",
+    "load_secrets",
+    "network_plan",
+    "parse_host",
     "parse_policy",
+    "parse_secrets",
+    "policy_of",
     "program_name",
     "unenforceable",
 ]

@@ -10,8 +10,12 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from ..access import key_names
+from ..config import Settings
 from ..errors import ExecutorError
-from .rules import Policy, PolicyFile
+from .egress import egress_problems, parse_host
+from .rules import Policy, PolicyFile, Rule
+from .secretsfile import Secrets, load_secrets
 from .vocabulary import program_name
 
 
@@ -25,9 +29,12 @@ class PolicyError(ExecutorError):
 PROGRAM = r"^[^\s]+$"
 
 
-def parse_policy(text: str, source: str = "<policy>", names: Mapping[str, str] | None = None) -> Policy:
+def parse_policy(
+    text: str, source: str = "<policy>", names: Mapping[str, str] | None = None, secrets: Secrets | None = None
+) -> Policy:
     """A policy from YAML text (``names``: key id -> name, what rules may call keys besides
-    their ids); :class:`PolicyError` with the exact problem otherwise."""
+    their ids; ``secrets``: the secrets file, which every ``{secret:NAME}`` of an egress block
+    must name); :class:`PolicyError` with the exact problem otherwise."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -52,16 +59,42 @@ def parse_policy(text: str, source: str = "<policy>", names: Mapping[str, str] |
                 )
         if rule.key != "*" and rule.key != rule.key.lower():
             raise PolicyError(f"policy file {source}: rules.{index}.key: key ids are lower case: {rule.key!r}")
-    rules = tuple(r.model_copy(update={"skill": r.skill.lower()}) for r in parsed.rules)
-    return Policy(rules, source, dict(names or {}))
+        if rule.egress is not None:
+            found = egress_problems(rule.egress, secrets.names if secrets is not None else None)
+            if found:
+                where, problem = found[0]
+                raise PolicyError(f"policy file {source}: rules.{index}.egress.{where}: {problem}")
+    rules = tuple(_normalised(r) for r in parsed.rules)
+    return Policy(rules, source, dict(names or {}), secrets)
 
 
-def load_policy(path: Path | None, names: Mapping[str, str] | None = None) -> Policy | None:
-    """The policy file at ``path`` (None: no policy); ``names``: key id -> name."""
+def _normalised(rule: Rule) -> Rule:
+    update: dict[str, object] = {"skill": rule.skill.lower()}
+    if rule.egress is not None:
+        hosts = [h.text for h in rule.egress.hosts()]
+        inject = [i.model_copy(update={"host": parse_host(i.host).text}) for i in rule.egress.inject]
+        update["egress"] = rule.egress.model_copy(update={"allow": hosts, "inject": inject})
+    return rule.model_copy(update=update)
+
+
+def load_policy(
+    path: Path | None, names: Mapping[str, str] | None = None, secrets: Secrets | None = None
+) -> Policy | None:
+    """The policy file at ``path`` (None: no policy); ``names``: key id -> name; ``secrets``:
+    the secrets file (:func:`~.secretsfile.load_secrets`)."""
     if path is None:
         return None
     try:
         text = Path(path).read_text()
     except OSError as exc:
         raise PolicyError(f"policy file {path}: cannot be read: {exc.strerror or exc}") from None
-    return parse_policy(text, str(path), names)
+    return parse_policy(text, str(path), names, secrets)
+
+
+def policy_of(settings: Settings) -> Policy | None:
+    """The service's policy: ``SKILL_EXECUTOR_POLICY_FILE`` with the key names of
+    ``SKILL_EXECUTOR_API_KEYS_FILE`` and the secrets of ``SKILL_EXECUTOR_SECRETS_FILE``, each
+    read once; a file that cannot be used refuses the start (:class:`PolicyError`,
+    :class:`~.secretsfile.SecretsError`) with its exact problem."""
+    secrets = load_secrets(settings.secrets_file)
+    return load_policy(settings.policy_file, key_names(settings.api_keys_file), secrets)

@@ -8,6 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .egress import Egress
+from .secretsfile import Secrets
+
 Approval = Literal["always", "never", "on-first-use"]
 Approver = Literal["caller", "admin"]
 
@@ -24,6 +27,7 @@ class Rule(BaseModel):
     deny: list[str] = Field(default_factory=list)
     approval: Approval = "never"
     approver: Approver = "caller"
+    egress: Egress | None = Field(default=None, description="the hosts runs may reach (none: no network)")
 
     def matches(self, key: str, skill: str, bundled: bool = False) -> bool:
         """A rule naming a skill matches the installed skill only: an inline bundle's name is
@@ -48,6 +52,8 @@ class Policy:
     source: str = "<policy>"
     #: key id -> its name (SKILL_EXECUTOR_API_KEYS_FILE's ``name=``): a rule's ``key`` is either
     names: Mapping[str, str] = field(default_factory=dict)
+    #: the secrets file's values (SKILL_EXECUTOR_SECRETS_FILE; None: none), for egress ``inject``
+    secrets: Secrets | None = None
 
     def rule(self, key: str, skill: str, bundled: bool = False) -> tuple[str, Rule] | None:
         """The first rule for ``key`` (its id; a rule may name it by its name) and ``skill``

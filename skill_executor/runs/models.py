@@ -9,12 +9,22 @@ from __future__ import annotations
 
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..outputs.schema import OutputSpec
+from ..policy import HostError, parse_host
 from ..workspace.schema import InputSpec
 
-__all__ = ["InputSpec", "OutputSpec", "RunRequest", "RunResult", "OutputFile", "ArtifactFile", "SkillBundle"]
+__all__ = [
+    "InputSpec",
+    "NetworkRequest",
+    "OutputSpec",
+    "RunRequest",
+    "RunResult",
+    "OutputFile",
+    "ArtifactFile",
+    "SkillBundle",
+]
 
 
 #: Most re-executions a run may ask for (``RunRequest.retry``).
@@ -55,6 +65,32 @@ class SkillBundle(BaseModel):
         return self
 
 
+#: Most hosts a request's ``network.allow`` may name.
+MAX_NETWORK_HOSTS = 64
+
+
+class NetworkRequest(BaseModel):
+    """The network a run asks for: less than its policy rule's ``egress`` allows, never more."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow: list[str] = Field(
+        max_length=MAX_NETWORK_HOSTS,
+        description="hosts the run may reach, each allowed by its policy rule's egress.allow: exact names, "
+        "'*.' wildcards the rule lists as such, addresses and networks within the rule's ([]: no network)",
+    )
+
+    @field_validator("allow")
+    @classmethod
+    def _hosts(cls, hosts: list[str]) -> list[str]:
+        for host in hosts:
+            try:
+                parse_host(host)
+            except HostError as exc:
+                raise ValueError(str(exc)) from None
+        return hosts
+
+
 class RunRequest(BaseModel):
     """A ``skill_run`` call."""
 
@@ -88,6 +124,11 @@ class RunRequest(BaseModel):
     save_as_artifacts: bool = Field(default=False, description="legacy: save collected files as artifacts")
     omit_inline_content: bool = Field(default=False, description="legacy: do not inline file content")
     artifact_prefix: str = Field(default="", description="legacy: prefix of saved artifact names")
+    network: NetworkRequest | None = Field(
+        default=None,
+        description="narrow the network its policy rule's egress gives the run (docs: guides/egress.md); "
+        "refused (422 network_not_allowed) for a host the rule does not allow, or where no egress rule applies",
+    )
     retry: int = Field(
         default=0,
         ge=0,

@@ -23,9 +23,9 @@ from .. import tracing
 from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore
 from ..config import Settings
-from ..errors import ExecutorError
+from ..errors import BadRequest, ExecutorError
 from ..image.inputs import DEFAULT_TIER, PythonTier
-from ..policy import Policy, unenforceable
+from ..policy import Policy, egress_unavailable, network_plan, unenforceable
 from ..policy import check as check_policy
 from ..registry import SkillRepository
 from ..registry.bundles import BundleStore, refuse_unprovided
@@ -82,6 +82,9 @@ class SkillRunner:
         self.network_of = network_of
         self.bundles = bundles
         self.policy = policy
+        #: Whether an egress gateway serves this runner's runs (none yet: a run its policy rule
+        #: gives network is refused with ``egress_unavailable``, never run without it).
+        self.egress_available = False
 
     @property
     def workspaces(self) -> WorkspaceManager:
@@ -89,15 +92,30 @@ class SkillRunner:
 
     def validate(self, request: RunRequest, *, tenant: str = LOCAL_TENANT) -> RunPlan:
         """Everything that can be refused before a workspace exists (``tenant``: whose bundles
-        a request's ``bundle`` may name), the command policy's refusal (``command_denied``) included:
-        the plan carries the policy's decision (whether the run waits for approval)."""
+        a request's ``bundle`` may name), the command policy's refusal (``command_denied``) included,
+        then the network's (422 ``network_not_allowed``, a request's ``env`` naming a secret's
+        variable), the runtime's (``policy_unenforceable``) and a rule with ``egress`` without a
+        gateway (``egress_unavailable``): the plan carries the policy's decision (whether the run
+        waits for approval) and the run's network."""
         plan = check_request(request, self.settings, self.repository, bundles=self.bundles, tenant=tenant)
         decision = check_policy(request.command, tenant, plan.skill.id, self.policy, request.env, bundled=plan.bundled)
         if not decision.allowed:
             raise decision.error()
+        requested = request.network.allow if request.network is not None else None
+        network = network_plan(self.policy, tenant, plan.skill.id, requested, bundled=plan.bundled)
+        if network is not None:
+            for name in network.secret_names:
+                if name in request.env:
+                    raise BadRequest(
+                        f"environment variable {name} is set by the service: policy rule {network.rule!r} "
+                        f"gives the run the placeholder of the secret {name!r} in it",
+                        code="env_refused",
+                    )
         if decision.exec_rule is not None and not self.runtime.exec_policy:
             raise unenforceable(decision.exec_rule, self.runtime.name)
-        return replace(plan, decision=decision)
+        if network is not None and not self.egress_available:
+            raise egress_unavailable(network.rule)
+        return replace(plan, decision=decision, network=network)
 
     def run(
         self,

@@ -18,7 +18,7 @@ from ..errors import BadRequest, NotFound, TooLarge
 from ..outputs.collect import CollectLimits, resolve_globs
 from ..outputs.naming import DEFAULT_TEMPLATE, NameTemplate
 from ..paths import clean_relative, resolve_within
-from ..policy import ALLOWED, Decision
+from ..policy import ALLOWED, Decision, NetworkPlan
 from ..registry import SkillRepository
 from ..registry.bundles import BundleStore
 from ..skills import Skill
@@ -57,6 +57,9 @@ class RunPlan:
     bundled: bool = False
     #: what the command policy said (:func:`skill_executor.policy.check`)
     decision: Decision = ALLOWED
+    #: what the run may reach through the egress gateway (:func:`skill_executor.policy.network_plan`;
+    #: None: no network)
+    network: NetworkPlan | None = None
 
 
 def check_request(
