@@ -55,6 +55,7 @@ class EgressUnsupported(ExecutorError):
     """The runtime cannot give a run a path to the egress gateway."""
 
     code = "egress_unsupported"
+    status = 501
 
 
 @dataclass(frozen=True, slots=True)
