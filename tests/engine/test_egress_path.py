@@ -252,3 +252,50 @@ def test_the_bridge_under_gvisor_needs_host_socket_access(
         assert out.startswith("proxied GET http://api.example.test/gvisor Basic "), (out, done.stderr)
     else:
         assert "the egress gateway is not reachable" in out and server.seen == []
+
+
+def test_a_sessions_processes_and_runs_share_its_hosts_bridge(
+    tmp_path: Path, gateway: tuple[Gateway, EgressPath]
+) -> None:
+    """A session's host container runs the bridge for its loopback: its interactive processes
+    and the runs that join its network reach the gateway through it."""
+    require_runtime("docker")
+    server, egress = gateway
+    executor = Executor.from_settings(make_settings(tmp_path, "docker"))
+    runtime = executor.runtime
+    assert isinstance(runtime, DockerRuntime)
+    work = tmp_path / "session-work"
+    work.mkdir()
+    if runtime.owner is not None:
+        os.chown(work, *runtime.owner)
+    host = runtime.host(work, "processes-egress-test", 120.0, egress=egress)
+    try:
+        process = host.exec(
+            ["curl", "-sS", "http://api.example.test/process"], cwd="/workspace/work", env={}, pty=False
+        )
+        out = b""
+        while chunk := process.read():
+            out += chunk
+        process.close()
+        assert out.decode().startswith("proxied GET http://api.example.test/process Basic "), out
+        plan = SandboxPlan(
+            "session-run", executor.repository.get("math-tools"), network_of=host.network_of, egress=egress
+        )
+        with RunSandbox(runtime.claim(plan)) as sandbox:
+            cwd = f"{sandbox.root.rstrip('/')}/work"
+            result = sandbox.execute(
+                Command(
+                    "curl -sS http://api.example.test/run; test -e " + SANDBOX_DIR + " || echo NO-SOCKET",
+                    cwd,
+                    {**environment(sandbox.root, "math-tools"), "PWD": cwd},
+                    None,
+                    60,
+                    1 << 16,
+                    1 << 16,
+                )
+            )
+        assert result.stdout.decode().startswith("proxied GET http://api.example.test/run Basic "), result
+        assert "NO-SOCKET" in result.stdout.decode()  # the run's own container: no socket, the host's bridge
+    finally:
+        runtime.unhost(host)
+        executor.close()
