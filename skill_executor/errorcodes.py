@@ -747,6 +747,16 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Poll without wait, or close an output stream; then try again.",
     ),
     E(
+        "egress_unsupported",
+        501,
+        "The run has an egress grant and the service's runtime cannot give its sandbox the path to the egress "
+        "gateway: the local and agent-sandbox runtimes; bwrap without its launcher (no C compiler); Docker on "
+        "gVisor whose runsc may not open host sockets; a gateway socket or CA certificate that cannot be "
+        "mounted safely (a socket folder holding more than the socket, a certificate with a private key).",
+        "Run the service with the docker or bwrap runtime; on gVisor register runsc with --host-uds=all; "
+        "give the gateway's socket a folder of its own.",
+    ),
+    E(
         "processes_unsupported",
         501,
         "The runtime in use has no interactive processes (only the docker runtime, with runc or gVisor, has).",

@@ -55,6 +55,18 @@
  * to the host and the launcher).  The command's filter then also refuses clone3
  * (ENOSYS: libc falls back to clone) and clone with CLONE_UNTRACED (which escapes
  * tracing), and ptrace as always: a tracee cannot trace or detach anything.
+ *
+ * The egress bridge.  `--egress PORT=SOCKET` (exec mode; the runtime passes it only for a
+ * run with an egress grant) listens on 127.0.0.1:PORT before anything of the command
+ * exists, then forks a bridge that relays each connection accepted there to a new
+ * connection to the Unix socket SOCKET (the service's egress gateway, bind-mounted into
+ * the sandbox), bytes as they are, both ways, half-closes passed on.  The sandbox keeps
+ * only loopback: HTTP(S)_PROXY points at this port.  The bridge holds nothing the command
+ * lacks -- the socket is visible to the command too and the gateway knows a run only by
+ * the credentials in its proxy URL -- so a command that kills or replaces it only loses
+ * its own egress.  It is non-dumpable, under the command's seccomp filter, holds none of
+ * the command's descriptors (its stdio is /dev/null) and dies with its parent
+ * (PR_SET_PDEATHSIG).  Without the option nothing listens and nothing is forked.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -77,6 +89,9 @@
 #include <sys/mman.h>
 #include <limits.h>
 #include <linux/sched.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -245,6 +260,190 @@ static int forward(int conn, int fd, char kind) {
     if (n <= 0) return 0;
     if (frame(conn, kind, buf, (uint32_t)n)) _exit(0); /* the host went away */
     return 1;
+}
+
+/* -- the egress bridge ------------------------------------------------------------------ */
+
+#define BRIDGE_LINKS 256
+#define BRIDGE_BUF 65536
+
+/* One direction of a link: bytes read from `in`, not yet all written to `out`. */
+struct flow {
+    int in, out;
+    size_t len, off;
+    int eof, done;
+    char *buf;
+};
+
+struct link {
+    struct flow f[2];
+    int used;
+};
+
+static const char BRIDGE_502[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\nContent-Length: 47\r\n"
+                                 "Connection: close\r\n\r\nlauncher: the egress gateway is not reachable.\n";
+
+/* 127.0.0.1:`port`, listening (-1 and errno on failure). */
+static int egress_listen(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0) return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) || listen(fd, 128)) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+static void link_close(struct link *l) {
+    close(l->f[0].in);
+    close(l->f[0].out);
+    free(l->f[0].buf);
+    free(l->f[1].buf);
+    l->used = 0;
+}
+
+/* Move what can be moved along one flow now; -1 when the link is broken. */
+static int flow_step(struct flow *f, int readable, int writable) {
+    if (readable && !f->eof && f->len == 0) {
+        ssize_t n = read(f->in, f->buf, BRIDGE_BUF);
+        if (n > 0) {
+            f->len = (size_t)n;
+            f->off = 0;
+            writable = 1; /* try at once: a request's bytes go on without another poll */
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+            f->eof = 1;
+        }
+    }
+    if (writable && f->off < f->len) {
+        ssize_t n = send(f->out, f->buf + f->off, f->len - f->off, MSG_NOSIGNAL);
+        if (n < 0 && errno != EAGAIN && errno != EINTR) return -1;
+        if (n > 0) f->off += (size_t)n;
+        if (f->off == f->len) f->len = f->off = 0;
+    }
+    if (f->eof && f->len == 0 && !f->done) {
+        shutdown(f->out, SHUT_WR);
+        f->done = 1;
+    }
+    return 0;
+}
+
+/* A new link for an accepted client: its connection to the gateway's socket. */
+static void link_open(struct link *links, int client, const struct sockaddr_un *gateway) {
+    int one = 1;
+    setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int up = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (up < 0 || connect(up, (const struct sockaddr *)gateway, sizeof *gateway)) {
+        if (up >= 0) close(up);
+        fcntl(client, F_SETFL, 0);
+        send(client, BRIDGE_502, sizeof BRIDGE_502 - 1, MSG_NOSIGNAL);
+        close(client);
+        return;
+    }
+    fcntl(up, F_SETFL, O_NONBLOCK);
+    for (int i = 0; i < BRIDGE_LINKS; i++) {
+        if (links[i].used) continue;
+        struct link *l = &links[i];
+        l->f[0] = (struct flow){.in = client, .out = up, .buf = malloc(BRIDGE_BUF)};
+        l->f[1] = (struct flow){.in = up, .out = client, .buf = malloc(BRIDGE_BUF)};
+        l->used = 1;
+        if (!l->f[0].buf || !l->f[1].buf) link_close(l);
+        return;
+    }
+    close(up);
+    close(client);
+}
+
+/* The bridge's loop: never returns. */
+static void egress_bridge(int listener, const char *path) {
+    struct sockaddr_un gateway = {.sun_family = AF_UNIX};
+    memcpy(gateway.sun_path, path, strlen(path) + 1);
+    static struct link links[BRIDGE_LINKS];
+    static struct pollfd fds[1 + 2 * BRIDGE_LINKS];
+    fcntl(listener, F_SETFL, O_NONBLOCK);
+    for (;;) {
+        int n = 0, open_links = 0;
+        for (int i = 0; i < BRIDGE_LINKS; i++) {
+            struct link *l = &links[i];
+            fds[1 + 2 * i] = fds[2 + 2 * i] = (struct pollfd){-1, 0, 0};
+            if (!l->used) continue;
+            open_links++;
+            for (int d = 0; d < 2; d++) {
+                /* the fd this flow reads, with what either flow wants of it */
+                struct flow *f = &l->f[d], *g = &l->f[1 - d];
+                short events = 0;
+                if (!f->eof && f->len == 0) events |= POLLIN;
+                if (g->off < g->len) events |= POLLOUT;
+                fds[1 + 2 * i + d] = (struct pollfd){events ? f->in : -1, events, 0};
+            }
+            n = 1 + 2 * i + 2;
+        }
+        fds[0] = (struct pollfd){open_links < BRIDGE_LINKS ? listener : -1, POLLIN, 0};
+        if (n == 0) n = 1;
+        if (poll(fds, (nfds_t)n, -1) < 0) {
+            if (errno == EINTR) continue;
+            _exit(111);
+        }
+        if (fds[0].revents & POLLIN) {
+            int client;
+            while (open_links < BRIDGE_LINKS &&
+                   (client = accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+                link_open(links, client, &gateway);
+                open_links++;
+            }
+        }
+        for (int i = 0; i < BRIDGE_LINKS && 1 + 2 * i < n; i++) {
+            struct link *l = &links[i];
+            if (!l->used) continue;
+            short r0 = fds[1 + 2 * i].revents, r1 = fds[2 + 2 * i].revents;
+            if (fds[1 + 2 * i].fd < 0) r0 = 0;
+            if (fds[2 + 2 * i].fd < 0) r1 = 0;
+            /* flow 0 reads fd 0 (client) and writes fd 1 (gateway); flow 1 the other way */
+            int bad = flow_step(&l->f[0], r0 & (POLLIN | POLLHUP | POLLERR), r1 & (POLLOUT | POLLERR)) ||
+                      flow_step(&l->f[1], r1 & (POLLIN | POLLHUP | POLLERR), r0 & (POLLOUT | POLLERR));
+            if (bad || (l->f[0].done && l->f[1].done)) link_close(l);
+        }
+    }
+}
+
+/* `--egress PORT=SOCKET`: listen now (before anything of the command exists), then fork the
+ * bridge; returns in the parent (the bridge never does). */
+static void start_egress(const char *spec, int allow_vsock) {
+    char *end = NULL;
+    long port = strtol(spec, &end, 10);
+    const char *path = end && *end == '=' ? end + 1 : NULL;
+    if (port < 1 || port > 65535 || !path || path[0] != '/' || strlen(path) >= sizeof ((struct sockaddr_un *)0)->sun_path) {
+        fprintf(stderr, "launcher: --egress wants PORT=/path/of/the/socket, not %s\n", spec);
+        _exit(2);
+    }
+    int listener = egress_listen((int)port);
+    if (listener < 0) {
+        fprintf(stderr, "launcher: cannot listen on 127.0.0.1:%ld for the egress bridge: %s\n", port, strerror(errno));
+        _exit(111);
+    }
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child < 0) die("fork");
+    if (child > 0) {
+        close(listener);
+        return;
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != parent) _exit(0);
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    signal(SIGPIPE, SIG_IGN);
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int fd = 0; fd < 3; fd++)
+        if (null < 0 || dup2(null, fd) < 0) close(fd);
+    /* nothing of the parent's but the listener (a warm launcher's connection to the host, pipes) */
+    for (int fd = 3; fd < 1024; fd++)
+        if (fd != listener) close(fd);
+    if (restrict_command(allow_vsock, 0)) _exit(111);
+    egress_bridge(listener, path);
 }
 
 /* -- the exec policy ------------------------------------------------------------------- */
@@ -744,7 +943,7 @@ static void say_refused(int fd, const struct supervisor *s) {
 
 static int usage(void) {
     fprintf(stderr, "usage: launcher [--allow-vsock] [--container] SOCKET\n"
-                    "       launcher [--allow-vsock] --exec [--policy FILE] -- PROGRAM ARGS...\n");
+                    "       launcher [--allow-vsock] --exec [--policy FILE] [--egress PORT=SOCKET] -- PROGRAM ARGS...\n");
     return 2;
 }
 
@@ -868,19 +1067,21 @@ static void shell_child(void *arg) {
 
 int main(int argc, char **argv) {
     int allow_vsock = 0, in_container = 0, exec = 0, arg = 1;
-    const char *policy_file = NULL;
+    const char *policy_file = NULL, *egress = NULL;
     for (; arg < argc; arg++) { /* the options, in any order */
         if (strcmp(argv[arg], "--allow-vsock") == 0) allow_vsock = 1;
         else if (strcmp(argv[arg], "--container") == 0) in_container = 1;
         else if (strcmp(argv[arg], "--exec") == 0) exec = 1;
         else if (strcmp(argv[arg], "--policy") == 0 && arg + 1 < argc) policy_file = argv[++arg];
+        else if (strcmp(argv[arg], "--egress") == 0 && arg + 1 < argc) egress = argv[++arg];
         else break;
     }
     if (exec) {
         if (in_container || arg + 1 >= argc || strcmp(argv[arg], "--") != 0) return usage();
+        if (egress) start_egress(egress, allow_vsock);
         return exec_mode(argv + arg + 1, allow_vsock, policy_file);
     }
-    if (policy_file) return usage();
+    if (policy_file || egress) return usage();
     if (arg != argc - 1) return usage();
     /* Not ptrace-able, its memory and descriptors not readable, by the command (same uid). */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) die("prctl");

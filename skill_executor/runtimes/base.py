@@ -42,6 +42,7 @@ from ..skills import Skill
 from ..workspace.layout import Workspace, WorkspaceManager
 from ..workspace.schema import InputSpec
 from ..workspace.staging import Stager, StagingReport
+from .egress import EgressPath
 from .limits import Cap
 
 #: Called with ("stdout" | "stderr", chunk) as output arrives (for streaming).
@@ -68,6 +69,10 @@ class SandboxPlan:
     #: The command-policy rule's allow/deny the sandbox enforces at every exec (None: none
     #: applies); a runtime that cannot enforce it refuses the claim (``policy_unenforceable``).
     exec_rule: ExecRule | None = None
+    #: The run's path to the egress gateway (:mod:`.egress`: its socket and CA certificate
+    #: mounted read-only, a loopback bridge, the proxy variables); None: no network at all.
+    #: A runtime that cannot give it refuses the claim (``egress_unsupported``).
+    egress: EgressPath | None = None
 
 
 @dataclass(slots=True)
@@ -314,9 +319,12 @@ class SupportsProcesses(Protocol):
     interactive processes (:mod:`skill_executor.processes`; Docker has it).  Without it a
     process start is refused (501 ``processes_unsupported``)."""
 
-    def host(self, work: Path, key: str, lifetime: float) -> RuntimeHost:
+    def host(self, work: Path, key: str, lifetime: float, egress: EgressPath | None = None) -> RuntimeHost:
         """A new sandbox with the session's ``work/`` (``work``), tracked under ``key`` until
-        :meth:`unhost`, living at most ``lifetime`` seconds (a backstop for the runtime's reaper)."""
+        :meth:`unhost`, living at most ``lifetime`` seconds (a backstop for the runtime's reaper);
+        with ``egress``, the path to the egress gateway (:mod:`.egress`): one bridge on the
+        sandbox's loopback, which the session's runs share (their plans' ``egress`` with the
+        same port), and its variables in every process's environment."""
         ...
 
     def unhost(self, host: RuntimeHost) -> None:

@@ -60,6 +60,7 @@ from . import cgroups, syscalls
 from .base import SandboxPlan
 from .bwrapbox import INFO_SECONDS, PATH, BwrapBox
 from .docker.engine import CONTAINER_ENVS, CONTAINER_WORKSPACE, parse_user, write_hosts
+from .egress import EgressUnsupported
 from .hostpython import check_host_python
 from .housekeeping import Housekeeping
 from .skillcopy import provide
@@ -215,6 +216,12 @@ class BwrapRuntime(Housekeeping):
     def claim(self, plan: SandboxPlan) -> BwrapBox:
         if plan.exec_rule is not None and not self.exec_policy:
             raise unenforceable(plan.exec_rule, self.name)
+        if plan.egress is not None:
+            if self.launcher is None:  # the bridge is the launcher's
+                raise EgressUnsupported(
+                    f"the bwrap runtime has no launcher for the egress bridge: {self.launcher_problem}"
+                )
+            plan.egress.check()
         check_host_python(plan.python, "bwrap", PATH)
         workspace = self.workspaces.create(
             plan.run_id,

@@ -16,6 +16,7 @@ import select
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -26,6 +27,7 @@ from . import cgroups, syscalls
 from .base import BoxVerdict, ProcessSpec, SandboxPlan
 from .docker.engine import CONTAINER_ENVS, CONTAINER_WORKSPACE, LAUNCHER
 from .docker.launcher import read_verdict
+from .egress import SANDBOX_CA
 from .host import SharedBox
 from .janitor import Janitor
 from .limits import Cap, DiskCap
@@ -90,6 +92,8 @@ class BwrapBox(SharedBox):
         self.plan = plan
 
     def _start(self, spec: ProcessSpec) -> BwrapProcess:
+        if self.plan.egress is not None:  # the path's variables win over the run's own
+            spec = replace(spec, env={**spec.env, **self.plan.egress.environment()})
         runtime = self.runtime
         settings = runtime.settings
         disk: Cap = DiskCap(self.workspace, settings.docker_disk_bytes, self.plan.session_disk_max)
@@ -115,12 +119,15 @@ class BwrapBox(SharedBox):
     def supervised(self, spec: ProcessSpec) -> list[str]:
         """The launcher's exec-mode arguments before the command under a rule with allow/deny
         (its policy file written; empty without such a rule)."""
-        rule = self.plan.exec_rule
-        if rule is None:
+        rule, egress = self.plan.exec_rule, self.plan.egress
+        if rule is None and egress is None:
             return []
-        self.nonce = self.write_exec_policy(rule, trusted=1)
+        options = egress.launcher_option() if egress is not None else []
+        if rule is not None:
+            self.nonce = self.write_exec_policy(rule, trusted=1)
+            options += ["--policy", f"{CONTAINER_WORKSPACE}/{EXEC_POLICY_FILE}"]
         vsock = ["--allow-vsock"] if self.runtime.settings.docker_allow_vsock else []
-        return [LAUNCHER, *vsock, "--exec", "--policy", f"{CONTAINER_WORKSPACE}/{EXEC_POLICY_FILE}", "--"]
+        return [LAUNCHER, *vsock, "--exec", *options, "--"]
 
 
 class BwrapProcess(LocalProcess):
@@ -139,7 +146,8 @@ class BwrapProcess(LocalProcess):
         runtime, workspace = self.box.runtime, self.box.workspace
         user, group, groups = runtime.credentials()
         supervisor = self.box.supervised(spec)
-        program = syscalls.program(runtime.settings.docker_allow_vsock, supervised=True) if supervisor else None
+        traced = self.box.plan.exec_rule is not None
+        program = syscalls.program(runtime.settings.docker_allow_vsock, supervised=True) if traced else None
         filter_r = syscalls.loadable(program or runtime.seccomp)
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
@@ -155,6 +163,10 @@ class BwrapProcess(LocalProcess):
             if supervisor:
                 assert runtime.launcher is not None
                 args += ["--ro-bind", str(runtime.launcher), LAUNCHER]
+            egress = self.box.plan.egress
+            if egress is not None:  # the gateway's socket (only it) and the CA certificate
+                args += ["--ro-bind", str(egress.socket), egress.sandbox_socket]
+                args += ["--ro-bind", str(egress.ca_cert), SANDBOX_CA]
             args += ["--remount-ro", "/", "--chdir", spec.cwd]
             args += [
                 "--info-fd",

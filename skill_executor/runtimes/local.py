@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from ..config import Settings
 from ..policy import unenforceable
 from ..workspace.layout import Workspace
+from . import egress
 from .base import Chunk, ProcessSpec, SandboxPlan
 from .host import SharedBox
 from .hostpython import check_host_python
@@ -67,6 +68,7 @@ class LocalRuntime(Housekeeping):
     def claim(self, plan: SandboxPlan) -> LocalBox:
         if plan.exec_rule is not None:
             raise unenforceable(plan.exec_rule, self.name)
+        egress.refuse(self.name, plan.egress)  # no sandbox: nothing to keep its network to the gateway
         check_host_python(plan.python, "local", self.path)
         workspace = self.workspaces.create(
             plan.run_id, plan.skill.id, session_work=plan.session_work, session=plan.session, tenant=plan.tenant

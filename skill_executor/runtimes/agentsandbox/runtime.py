@@ -40,6 +40,7 @@ from ...registry.installdir import exchange
 from ...workspace.fs import Tree
 from ...workspace.layout import Workspace
 from ...workspace.remove import remove_tree
+from .. import egress
 from ..base import BoxEntry, BoxVerdict, Process, ProcessSpec, SandboxPlan
 from ..housekeeping import Housekeeping
 from ..skillcopy import make_view
@@ -123,6 +124,8 @@ class AgentSandboxRuntime(Housekeeping):
     def claim(self, plan: SandboxPlan) -> PodBox:
         if plan.exec_rule is not None:
             raise unenforceable(plan.exec_rule, self.name)
+        # A pod reaches a gateway Service through a NetworkPolicy, not a mounted socket: not yet.
+        egress.refuse(self.name, plan.egress)
         tier = self.pool_tier(plan.python)
         # The worker-side workspace is made while the pod is claimed (both are on the run's path).
         prepared = self._preparing.submit(contextvars.copy_context().run, self._prepare, plan)

@@ -30,6 +30,12 @@ class OciRuntime:
     def gvisor(self) -> bool:
         return PurePosixPath(self.path).name == "runsc"
 
+    @property
+    def opens_host_sockets(self) -> bool:
+        """Whether a sandbox may connect to a host Unix socket in a mount (the egress
+        gateway's): gVisor only with ``--host-uds=open`` or ``all``; runc always."""
+        return not self.gvisor or bool({"--host-uds=open", "--host-uds=all", "--fsgofer-host-uds"} & set(self.args))
+
     def describe(self) -> str:
         command = " ".join([self.path, *self.args])
         return f"{self.name} ({command}{'; gVisor' if self.gvisor else ''})"

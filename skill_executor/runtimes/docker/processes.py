@@ -31,6 +31,8 @@ from docker.types import Mount
 
 from ...config import Settings
 from ...errors import Conflict, Unavailable
+from ..egress import EgressPath
+from .egress import egress_mounts
 from .engine import CONTAINER_WORKSPACE, ENGINE_ERRORS, LABEL_DEADLINE, LABEL_RUN, Engine, launcher_argv
 
 #: How long a start waits for the process's wrapper to say its pid (its stream's first line).
@@ -52,13 +54,27 @@ EXIT_WAIT_SECONDS = 5.0
 class DockerHost:
     """One session's long-lived container; processes are ``docker exec``\\ s into it."""
 
-    def __init__(self, engine: Engine, settings: Settings, work: Path, *, key: str, lifetime: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        settings: Settings,
+        work: Path,
+        *,
+        key: str,
+        lifetime: float,
+        egress: EgressPath | None = None,
+    ) -> None:
         self.engine = engine
         self.settings = settings
         self.key = key
+        self.egress = egress
         mounts = [Mount(f"{CONTAINER_WORKSPACE}/work", str(work), type="bind", read_only=False)]
+        # With an egress grant: the bridge, a child of the first process, for the session's loopback.
+        options = egress.launcher_option() if egress is not None else []
+        if egress is not None:
+            mounts += egress_mounts(egress, bridge=True)
         config = engine.config(
-            command=[*launcher_argv(settings, "--exec"), "--", "sleep", "infinity"],
+            command=[*launcher_argv(settings, "--exec"), *options, "--", "sleep", "infinity"],
             cwd=f"{CONTAINER_WORKSPACE}/work",
             env={},
             mounts=mounts,
@@ -90,6 +106,8 @@ class DockerHost:
             "--",
             *["bash", "-c", 'echo $$ && exec "$@"', "bash", *argv],
         ]
+        if self.egress is not None:
+            env = {**env, **self.egress.environment()}
         with self._lock:
             process = self._exec(wrapped, cwd=cwd, env=env, pty=pty)
             if process.pid is not None:

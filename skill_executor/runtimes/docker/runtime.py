@@ -22,10 +22,12 @@ from ...workers import Causes, Supervisor
 from ...workspace.layout import LAUNCHER_SOCKET, PREPARED, SKILLS, WorkspaceManager
 from ...workspace.remove import remove_tree
 from ..base import RuntimeHost, SandboxPlan
+from ..egress import EgressPath
 from ..janitor import Janitor
 from ..limits import DISK_POLL_SECONDS, describe_disk_cap, workspace_volume_bytes
 from ..skillcopy import provide, stage
 from .cleanup import reap_expired, remove_all, stray_containers, sweep_dead_owners
+from .egress import check_egress
 from .engine import (
     CONTAINER_ENVS,
     CONTAINER_WORKSPACE,
@@ -221,12 +223,16 @@ class DockerRuntime:
         and the skill has not changed since (:func:`~..skillcopy.place`)."""
         engine = self.engine
         skill = plan.skill
+        if plan.egress is not None:
+            check_egress(engine, plan.egress)
         self._wanted = (skill.id, skill.path)
         warm = None
         default_python = plan.python == DEFAULT_TIER
         if not default_python:
             engine.image_for(plan.python)  # refused before a workspace is made
-        elif self.pool is not None and plan.session_work is None:  # warm containers are the default image's
+        elif self.pool is not None and plan.session_work is None and plan.egress is None:
+            # Warm containers are the default image's, their mounts made before the run was known
+            # (so never the egress gateway's socket: a run with a grant takes a cold container).
             warm = self.pool.acquire(prefer=lambda w: w.staged is not None and w.staged.skill_id == skill.id)
         box: ColdBox | WarmBox
         if warm is None:
@@ -329,11 +335,13 @@ class DockerRuntime:
 
     # -- a session's processes -----------------------------------------------------------
 
-    def host(self, work: Path, key: str, lifetime: float) -> DockerHost:
+    def host(self, work: Path, key: str, lifetime: float, egress: EgressPath | None = None) -> DockerHost:
         """A session's long-lived container for its processes (:mod:`.processes`), tracked
         under ``key`` (so the reconciliation leaves it alone) until :meth:`unhost`
         (:class:`~skill_executor.runtimes.base.SupportsProcesses`)."""
-        host = DockerHost(self.engine, self.settings, work, key=key, lifetime=lifetime)
+        if egress is not None:
+            check_egress(self.engine, egress)
+        host = DockerHost(self.engine, self.settings, work, key=key, lifetime=lifetime, egress=egress)
         self._track(key, host.id)
         return host
 

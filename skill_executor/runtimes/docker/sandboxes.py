@@ -29,6 +29,7 @@ from ..host import SharedBox, shell
 from ..janitor import Janitor
 from ..limits import Cap, DiskCap, VolumeCap
 from ..streams import Demux, ProtocolError, Relay
+from .egress import egress_mounts
 from .engine import CONTAINER_WORKSPACE, LABEL_DEADLINE, LABEL_RUN, Engine, launcher_argv
 from .hostview import emptied, oom_kills
 from .launcher import LauncherFrames, connect_unix, read_verdict, request_bytes, unpublish
@@ -125,11 +126,18 @@ class ColdBox(DockerBox):
         options: list[str] = []
         if policy is not None:
             options, self._nonce = ["--policy", policy[0]], policy[1]
+        env = spec.env
+        egress = self.plan.egress
+        if egress is not None:
+            env = {**env, **egress.environment()}  # the path's variables win over the run's own
+            mounts += egress_mounts(egress, bridge=self.plan.network_of is None)
+            if self.plan.network_of is None:  # else the session's host has the bridge on the shared loopback
+                options += egress.launcher_option()
         argv = [*launcher_argv(self.settings, "--exec"), *options, "--", *argv]
         return self.engine.config(
             command=argv,
             cwd=spec.cwd,
-            env=spec.env,
+            env=env,
             mounts=mounts,
             labels={LABEL_RUN: self.plan.run_id, LABEL_DEADLINE: f"{time.time() + timeout:.0f}"},
             image=self.engine.image_for(self.plan.python),
