@@ -505,6 +505,22 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         mcp="none",
     ),
     E(
+        "egress_unavailable",
+        503,
+        "The egress gateway (skill_executor/egress) is not running or did not answer: it could not start "
+        "(mitmproxy missing for SKILL_EXECUTOR_EGRESS_PYTHON?) or its process ended.",
+        "Retry; operators: read the service log for the gateway's error and check the egress extra is installed.",
+        mcp="none",
+    ),
+    E(
+        "invalid_egress_grant",
+        400,
+        "An egress grant cannot be applied: an allow-list entry is not a host name or an address, or an "
+        "injection names a secret or a host the grant does not have.",
+        "Operators: fix the rule's egress block.",
+        mcp="none",
+    ),
+    E(
         "invalid_settings",
         400,
         "A SKILL_EXECUTOR_* variable does not parse (the message names it and says what it takes).",
