@@ -351,17 +351,16 @@ class Egress:
                 request.stream = _Scanner(foreign, self.scan_bytes, flow, self)
             flow.metadata["egress_scan"] = foreign
         # Toward the injection's host: its header from the template, and placeholders replaced.
-        values = {name: grant.secrets[name] for name in owned if name in grant.secrets}
-        if values:
+        values_owned = {name: grant.secrets[name] for name in owned if name in grant.secrets}
+        if values_owned:
             for injection in grant.injections:
                 if rules.match_host(host, [injection["host"]]):
                     request.headers[injection["header"]] = rules.render(injection["value"], grant.secrets)
-            for key, value in list(request.headers.items(multi=True)):
-                replaced = value
-                for name, real in values.items():
-                    replaced = replaced.replace(grant.placeholders[name], real)
-                if replaced != value:
-                    _replace_header(request.headers, key, value, replaced)
+            for key in list(request.headers.keys()):
+                values = request.headers.get_all(key)
+                replaced = [_unplace(value, grant, values_by_name=values_owned) for value in values]
+                if replaced != values:
+                    request.headers.set_all(key, replaced)
 
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:  # refused in requestheaders
@@ -548,9 +547,11 @@ class _Scanner:
         return [window[:cut]] if cut else []
 
 
-def _replace_header(headers: http.Headers, key: str, old: str, new: str) -> None:
-    values = headers.get_all(key)
-    headers.set_all(key, [new if v == old else v for v in values])
+def _unplace(value: str, grant: RunGrant, *, values_by_name: dict[str, str]) -> str:
+    """``value`` with the placeholders of the secrets in ``values_by_name`` replaced by their values."""
+    for name, real in values_by_name.items():
+        value = value.replace(grant.placeholders[name], real)
+    return value
 
 
 def _split_target(target: str) -> tuple[str, int | None]:
