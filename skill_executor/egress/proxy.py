@@ -141,6 +141,7 @@ class Egress:
         self.grants: dict[str, RunGrant] = {}
         self.tunnels: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self.counted: weakref.WeakKeyDictionary[Any, RunGrant] = weakref.WeakKeyDictionary()
+        self.dialled: dict[str, tuple[str, int]] = {}  # server connection id -> (name, port) while it connects
         self.writer: asyncio.StreamWriter | None = None
         self.unix_server: asyncio.AbstractServer | None = None
 
@@ -418,6 +419,7 @@ class Egress:
             return
         host, port = server.address[0], server.address[1]
         name = rules.normalise_host(host)
+        self.dialled[server.id] = (host, port)
         mapped = self.hosts.get(name)
         if mapped is not None:
             server.address = (mapped[0], mapped[1] or port)
@@ -442,22 +444,37 @@ class Egress:
                 return
         server.error = f"skill-executor egress: {name} resolves to no public address"
 
+    def server_connected(self, data: Any) -> None:
+        """Give the connection its name back: mitmproxy reuses a server connection for a request
+        whose (host, port) equals the connection's address, and the address was the dialled one."""
+        original = self.dialled.pop(data.server.id, None)
+        if original is not None:
+            # Server.__setattr__ refuses a new address on an open connection (it would not move the
+            # connection); here the connection stays where it is and only its name is given back.
+            object.__setattr__(data.server, "address", original)
+
+    def server_connect_error(self, data: Any) -> None:
+        self.dialled.pop(data.server.id, None)
+
     def tcp_start(self, flow: Any) -> None:
         """Raw TCP in a tunnel (neither TLS nor HTTP) is never relayed."""
         flow.kill()
 
-    def cut(self, flow: http.HTTPFlow) -> None:
-        """Close the flow's connections (after what was allowed has been sent)."""
+    def cut(self, flow: http.HTTPFlow, *, client: bool = True) -> None:
+        """Close the flow's connections (after what was allowed has been sent; ``client`` false:
+        the upstream's only, when the client's response is complete as sent)."""
         handler = ctx.master.addons.get("proxyserver").connections.get(flow.client_conn.id)
         if handler is None:
             return
 
         def close() -> None:
-            for connection in (flow.server_conn, flow.client_conn):
+            # the client's first: closing the server's first would let mitmproxy end the client's
+            # chunked body cleanly, and a cut must read as one (an incomplete body), not a short file
+            for connection in (flow.client_conn, flow.server_conn) if client else (flow.server_conn,):
                 if connection in handler.transports:
                     handler.close_connection(connection)
 
-        asyncio.get_running_loop().call_soon(close)
+        close()  # now: a later event of this flow (the upstream's end) must find the client gone
 
 
 class _Counter:
@@ -504,7 +521,7 @@ class _Replacement:
             return []
         body, self.body = self.body, None
         self.egress.report_flow(self.flow)
-        self.egress.cut(self.flow)
+        self.egress.cut(self.flow, client=False)  # the explanation has its content-length: complete
         return [body]
 
 
