@@ -29,6 +29,23 @@ ensure_venv() {
   echo "$want" > "$stamp"
 }
 
+# The egress gateway's environment (skill_executor/egress runs mitmproxy there, in a process of
+# its own): requirements/egress-lock.txt, hashed, in $EGRESS_VENV, reinstalled when the lock
+# changes. Exports SKILL_EXECUTOR_EGRESS_PYTHON (unless set), or returns non-zero.
+EGRESS_VENV="${SKILL_EXECUTOR_EGRESS_VENV:-$ROOT/.venv-egress}"
+ensure_egress_venv() {
+  [[ -n "${SKILL_EXECUTOR_EGRESS_PYTHON:-}" ]] && return 0
+  local stamp="$EGRESS_VENV/.installed" want
+  want="$(sha256sum < "$ROOT/requirements/egress-lock.txt" | cut -d' ' -f1)"
+  if ! [[ -x "$EGRESS_VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    log "creating the egress gateway's virtualenv in $EGRESS_VENV (requirements/egress-lock.txt)"
+    python3 -m venv "$EGRESS_VENV" || return 1
+    "$EGRESS_VENV/bin/python" -m pip install --quiet --require-hashes --no-deps -r "$ROOT/requirements/egress-lock.txt" || return 1
+    echo "$want" > "$stamp"
+  fi
+  export SKILL_EXECUTOR_EGRESS_PYTHON="$EGRESS_VENV/bin/python"
+}
+
 # Dependency resolution runs pip as SKILL_EXECUTOR_HOST_TOOLS_USER (nobody) when the service is
 # root. A virtualenv whose Python lives under /root (pyenv) cannot be run by that user: then
 # pip runs from Debian's /usr/bin/python3 (python3-pip installed when missing), said here.

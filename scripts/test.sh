@@ -75,5 +75,9 @@ if ! ensure_npm_tools; then
   fi
   log "the MCP conformance and Inspector tests will be skipped: $NPM_TOOLS_PROBLEM"
 fi
+if ! ensure_egress_venv; then
+  [[ "${CI:-}" == "true" ]] && { log "CI runs the egress gateway's tests, but its environment could not be made; failing"; exit 1; }
+  log "the egress gateway's tests will be skipped: its environment (requirements/egress-lock.txt) could not be made"
+fi
 "$ROOT/scripts/lint.sh"
 "$PY" -m pytest $(xdist_args "$@") "$@"

@@ -328,6 +328,19 @@ class Settings(BaseSettings):
     host_tools_python: str | None = None
     """The Python (CPython 3.8+ with pip) that runs pip for dependency resolution (default: the service's own)."""
 
+    # -- the egress gateway (skill_executor/egress; docs/guides/egress.md) ------------------------
+    egress_python: str | None = None
+    """The Python whose environment has mitmproxy (the egress extra; requirements/egress-lock.txt), which runs the
+    egress gateway process (default: the service's own)."""
+    egress_ca_bundle: Path | None = None
+    """A PEM file of CA certificates the gateway trusts for upstreams besides the system bundle (private CAs, tests)."""
+    egress_hosts: dict[str, str] = Field(default_factory=dict)
+    """Name -> address or address:port, as JSON: where the gateway connects for that name, instead of resolving it
+    (split horizon, tests); the addresses given here are trusted even when private."""
+    egress_scan_bytes: int = 8 * 1024 * 1024
+    """The largest request body the gateway checks for secrets toward a host that is not theirs (a larger one is
+    refused while the run holds secrets)."""
+
     @field_validator("api_keys", "admin_keys", "allowed_origins", mode="before")
     @classmethod
     def _strs(cls, value: Any) -> Any:

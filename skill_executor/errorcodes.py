@@ -505,6 +505,14 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         mcp="none",
     ),
     E(
+        "invalid_egress_grant",
+        500,
+        "The egress gateway cannot apply a run's grant as the policy made it (an allow-list entry or an "
+        "injection it cannot read): a disagreement between the policy's checks and the gateway's, never the "
+        "caller's fault.",
+        "Report it with the rule's egress block; operators: simplify the rule's egress block meanwhile.",
+    ),
+    E(
         "invalid_settings",
         400,
         "A SKILL_EXECUTOR_* variable does not parse (the message names it and says what it takes).",
@@ -559,10 +567,13 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     ),
     E(
         "egress_unavailable",
-        403,
-        "A policy rule with egress applies to the run, and this service runs no egress gateway to give it the "
-        "network the rule grants: the run is refused, never run without the network nor with it unaudited.",
-        "Run it on a service with the egress gateway, or ask an operator to remove the rule's egress block.",
+        503,
+        "A policy rule with egress applies to the run, and this service cannot give it the network the rule "
+        "grants: it runs no egress gateway, or its gateway (skill_executor/egress) could not start (mitmproxy "
+        "missing for SKILL_EXECUTOR_EGRESS_PYTHON?), ended or did not answer. The run is refused, never run "
+        "without the network nor with it unaudited; details name the rule when one is known.",
+        "Retry later; operators: read the service log for the gateway's error and check the egress environment "
+        "(SKILL_EXECUTOR_EGRESS_PYTHON), or remove the rule's egress block.",
     ),
     E(
         "invalid_secrets_file",

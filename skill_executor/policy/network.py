@@ -14,7 +14,7 @@ import secrets as random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import ExecutorError, Forbidden
+from ..errors import ExecutorError, Unavailable
 from .egress import DEFAULT_PORTS, Egress, HostError, HostPattern, Injection, normal_host, parse_host, render
 from .egress import secret_names as template_names
 from .rules import Policy
@@ -31,7 +31,7 @@ class NetworkNotAllowed(ExecutorError):
     status = 422
 
 
-class EgressUnavailable(Forbidden):
+class EgressUnavailable(Unavailable):
     code = "egress_unavailable"
 
 

@@ -30,6 +30,7 @@ LAYERS = [
     {"skill_executor.db", "skill_executor.objects"},
     {"skill_executor.skills", "skill_executor.image", "skill_executor.shell"},
     {"skill_executor.envs", "skill_executor.preflight", "skill_executor.policy"},
+    {"skill_executor.egress"},
     {"skill_executor.registry"},
     {"skill_executor.artifacts"},
     {"skill_executor.workspace"},
@@ -139,6 +140,7 @@ def test_no_import_cycles() -> None:
 PROCESS_STARTERS = {
     "skill_executor.podserver.process",  # in the pod: each child through the launcher's filter
     "skill_executor.envs.hosttools",
+    "skill_executor.egress.gateway",  # the egress gateway's process (mitmproxy, in its own environment)
     "skill_executor.image.build",
     "skill_executor.runtimes.bwrap",  # the run's sandbox (bwrap, as the run's user)
     "skill_executor.runtimes.bwrapbox",  # the same sandbox's bwrap command

@@ -480,4 +480,4 @@ def test_an_egress_rule_without_a_gateway_is_refused_with_a_stable_code() -> Non
     error = egress_unavailable("gh")
     assert isinstance(error, ExecutorError)
     assert (error.code, error.status) == ("egress_unavailable", CATALOGUE["egress_unavailable"].status)
-    assert error.status == 403 and error.details == {"rule": "gh"}
+    assert error.status == 503 and error.details == {"rule": "gh"}

@@ -1,0 +1,78 @@
+"""The egress gateway's pure decisions (skill_executor/egress/rules.py) and its pins."""
+
+from __future__ import annotations
+
+import base64
+import re
+import tomllib
+from pathlib import Path
+
+from skill_executor.egress import rules
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def test_patterns_match_exact_names_and_one_label_wildcards() -> None:
+    allow = ["api.github.com", "*.githubusercontent.com", "10.0.0.5"]
+    assert rules.match_host("API.GitHub.com.", allow) == "api.github.com"
+    assert rules.match_host("raw.githubusercontent.com", allow) == "*.githubusercontent.com"
+    assert rules.match_host("githubusercontent.com", allow) is None
+    assert rules.match_host("a.b.githubusercontent.com", allow) is None
+    assert rules.match_host("evilgithubusercontent.com", allow) is None
+    assert rules.match_host("10.0.0.5", allow) == "10.0.0.5"
+    assert rules.match_host("10.0.0.6", allow) is None
+    assert rules.match_host("127.0.0.1", ["*.0.0.1"]) is None  # a literal never matches a pattern
+    assert not rules.valid_pattern("*.com") and not rules.valid_pattern("a b") and rules.valid_pattern("*.a.test")
+
+
+def test_addresses_that_are_not_public_are_refused_unless_listed() -> None:
+    for address in (
+        "127.0.0.1",
+        "::1",
+        "169.254.169.254",
+        "10.1.2.3",
+        "192.168.0.1",
+        "100.64.0.1",
+        "::ffff:127.0.0.1",
+        "0.0.0.0",
+    ):
+        assert rules.address_refusal(address, []) is not None, address
+    assert rules.address_refusal("10.1.2.3", ["10.1.2.3"]) is None
+    assert rules.address_refusal("93.184.216.34", []) is None
+    assert "metadata" in (rules.address_refusal("169.254.169.254", []) or "")
+
+
+def test_proxy_credentials() -> None:
+    header = "Basic " + base64.b64encode(b"run:tok-123").decode()
+    assert rules.proxy_token(header) == "tok-123"
+    assert (
+        rules.proxy_token("Bearer x") is None
+        and rules.proxy_token("Basic !!") is None
+        and rules.proxy_token(None) is None
+    )
+
+
+def test_secrets_are_found_in_their_encoded_forms_and_scrubbed() -> None:
+    value = "s3cr3t/+=value"
+    forms = {"T": rules.secret_forms(value)}
+    assert rules.find_secret(b"x=" + value.encode(), forms) == "T"
+    assert rules.find_secret(b"q=s3cr3t%2f%2B%3Dvalue", forms) == "T"  # percent-encoding, any case
+    assert (
+        rules.find_secret(base64.b64encode(b"user:" + value.encode())[:0] + base64.b64encode(value.encode()), forms)
+        == "T"
+    )
+    assert rules.find_secret(b"nothing here", forms) is None
+    assert rules.scrub(f"/p/{value}", {"T": value}) == "/p/[secret:T]"
+    assert rules.render("Bearer {secret:T}", {"T": "v"}) == "Bearer v" and rules.template_secrets(
+        "{secret:A}{secret:B}"
+    ) == ["A", "B"]
+
+
+def test_the_egress_extra_and_its_lock_agree() -> None:
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["egress"]
+    wanted = [
+        line for line in (ROOT / "requirements/egress.in").read_text().splitlines() if line and not line.startswith("#")
+    ]
+    assert extra == wanted
+    pinned = re.search(r"^mitmproxy==(\S+)", (ROOT / "requirements/egress-lock.txt").read_text(), re.M)
+    assert pinned is not None
