@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from skill_executor import egress  # noqa: E402
 from skill_executor.config import Settings  # noqa: E402
+from skill_executor.policy import Egress, Injection, NetworkPlan, Secrets  # noqa: E402
 from tests.service.test_egress_gateway import Upstream, egress_python, make_upstream_certs  # noqa: E402
 
 
@@ -75,15 +76,12 @@ def main() -> None:
             )
         )
         start_s = time.perf_counter() - started
-        token = gateway.grant(
-            "bench",
-            egress.EgressGrant(
-                rule="bench",
-                allow=["api.example.test"],
-                inject=[egress.Injection("api.example.test", "Authorization", "Bearer {secret:T}")],
-                secrets={"T": egress.Secret("bench-secret")},
-            ),
+        block = Egress(
+            allow=["api.example.test"],
+            inject=[Injection(host="api.example.test", header="Authorization", value="Bearer {secret:T}")],
         )
+        grant = NetworkPlan("bench", block, block.hosts()).grant("bench", Secrets({"T": "bench-secret-value"}))
+        token = gateway.grant(grant)
         try:
             direct_ctx = ssl.create_default_context(cafile=str(ca))
             direct_ctx.check_hostname = False  # the direct path dials 127.0.0.1 (the name is the gateway's)

@@ -31,11 +31,13 @@ Library or process? The gateway is **a process of its own** (:func:`~.gateway.st
   started after it is never refused for a race.
 
 The gateway listens on loopback TCP (mitmproxy's listener) and on ``<data_dir>/egress/egress.sock``
-(a byte relay to it, in the same process), which is what a sandbox's bridge reaches.
+(a byte relay to it, in the same process; ``socket/egress.sock``), which is what a sandbox's bridge
+reaches.  A run's grant is the policy's (:class:`skill_executor.policy.Grant`): one type from the
+rule to the gateway process, its token the run's proxy credential.
 """
 
 from __future__ import annotations
 
-from .gateway import EgressEvent, EgressGrant, Gateway, Injection, Secret, placeholder, start
+from .gateway import EgressEvent, Gateway, start, wire
 
-__all__ = ["EgressEvent", "EgressGrant", "Gateway", "Injection", "Secret", "placeholder", "start"]
+__all__ = ["EgressEvent", "Gateway", "start", "wire"]

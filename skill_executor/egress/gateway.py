@@ -6,28 +6,33 @@ See the package's docstring for why the gateway is a process of its own.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
-import secrets as random
 import shutil
 import socket
 import ssl
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import Settings
 from ..errors import ExecutorError
+from ..policy import Grant
 from . import rules
 
 #: The gateway's files under the data dir: ``ca/`` (the CA with its key; the gateway's only,
-#: 0700), ``ca-cert.pem`` (the CA's public certificate, what runs trust), ``egress.sock`` (the
-#: Unix socket the runs' bridges reach), ``trusted.pem`` (the upstream bundle it verifies with).
+#: 0700), ``ca-cert.pem`` (the CA's public certificate, what runs trust), ``socket/egress.sock``
+#: (the Unix socket the runs' bridges reach, in a folder of its own: a container mounts the
+#: folder, so it holds nothing else), ``trusted.pem`` (the upstream bundle it verifies with).
+log = logging.getLogger(__name__)
+
 FOLDER = "egress"
+SOCKET = "socket/egress.sock"
 PROXY_SCRIPT = Path(__file__).resolve().parent / "proxy.py"
 START_TIMEOUT = 30.0
 CALL_TIMEOUT = 10.0
@@ -35,78 +40,33 @@ CALL_TIMEOUT = 10.0
 SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 
 
-def placeholder() -> str:
-    """A fresh placeholder for a secret: what the run holds where it expects the secret."""
-    return f"se-placeholder-{random.token_hex(16)}"
-
-
-@dataclass(frozen=True)
-class Secret:
-    """A secret's real value (the gateway's only) and the placeholder the run holds instead."""
-
-    value: str
-    placeholder: str = field(default_factory=placeholder)
-
-    def __repr__(self) -> str:  # never in a log line or a traceback
-        return f"Secret(placeholder={self.placeholder!r})"
-
-
-@dataclass(frozen=True)
-class Injection:
-    """A header the gateway sets toward ``host`` (exact or ``*.`` pattern), from a template with
-    ``{secret:NAME}`` references."""
-
-    host: str
-    header: str
-    value: str
-
-
-@dataclass(frozen=True)
-class EgressGrant:
-    """What one run may reach, as its rule (narrowed by its request) says."""
-
-    rule: str
-    allow: Sequence[str]
-    inject: Sequence[Injection] = ()
-    secrets: Mapping[str, Secret] = field(default_factory=dict)
-    methods: Sequence[str] | None = None
-    ports: Sequence[int] = (443, 80)
-    websocket: bool = False
-    max_response_bytes: int | None = None
-    max_requests: int | None = None
-    max_bytes: int | None = None
-    max_connections: int | None = None
-
-    def check(self) -> None:
-        """Raise ``invalid_egress_grant`` when the grant cannot be applied as written."""
-        bad = [p for p in self.allow if not rules.valid_pattern(p)]
-        if bad:
-            raise ExecutorError(f"egress allow-list entries are not host names: {bad}", code="invalid_egress_grant")
-        for injection in self.inject:
-            missing = [n for n in rules.template_secrets(injection.value) if n not in self.secrets]
-            if missing:
-                raise ExecutorError(
-                    f"injection for {injection.host} names unknown secrets {missing}", code="invalid_egress_grant"
-                )
-            listed = any(rules.normalise_host(a) == rules.normalise_host(injection.host) for a in self.allow)
-            if not listed and (injection.host.startswith("*.") or rules.match_host(injection.host, self.allow) is None):
-                raise ExecutorError(f"injection host {injection.host} is not allowed", code="invalid_egress_grant")
-
-    def wire(self, run_id: str) -> dict[str, Any]:
-        return {
-            "run_id": run_id,
-            "rule": self.rule,
-            "allow": list(self.allow),
-            "inject": [{"host": i.host, "header": i.header, "value": i.value} for i in self.inject],
-            "secrets": {name: {"value": s.value, "placeholder": s.placeholder} for name, s in self.secrets.items()},
-            "methods": list(self.methods) if self.methods is not None else None,
-            "ports": list(self.ports),
-            "websocket": self.websocket,
-            "max_response_bytes": self.max_response_bytes,
-            "max_requests": self.max_requests,
-            "max_bytes": self.max_bytes,
-            "max_connections": self.max_connections,
-        }
+def wire(grant: Grant) -> dict[str, Any]:
+    """The policy's grant for one run (:meth:`skill_executor.policy.NetworkPlan.grant`) as the
+    gateway process reads it: its allow-list as written, each injection's template, and each
+    secret's value with the placeholder the run holds instead.  ``invalid_egress_grant`` when an
+    entry is one the gateway's rules cannot read (the policy's checks are stricter: never)."""
+    allow = [pattern.text for pattern in grant.allow]
+    bad = [entry for entry in allow if not rules.valid_pattern(entry)]
+    if bad:
+        raise ExecutorError(
+            f"policy rule {grant.rule!r}: the egress gateway cannot read allow-list entries {bad}",
+            code="invalid_egress_grant",
+        )
+    secrets = {name: {"value": grant.secrets.value(name), "placeholder": p} for name, p in grant.placeholders.items()}
+    return {
+        "run_id": grant.run_id,
+        "rule": grant.rule,
+        "allow": allow,
+        "inject": [{"host": h.host, "header": h.header, "value": h.template} for h in grant.headers],
+        "secrets": secrets,
+        "methods": list(grant.methods) if grant.methods is not None else None,
+        "ports": list(grant.ports),
+        "websocket": grant.websocket,
+        "max_response_bytes": grant.max_response_bytes,
+        "max_requests": grant.max_requests,
+        "max_bytes": grant.max_bytes,
+        "max_connections": grant.max_connections,
+    }
 
 
 @dataclass(frozen=True)
@@ -150,11 +110,13 @@ class Gateway:
         self.process = process
         self.folder = folder
         self.ca_cert = folder / "ca-cert.pem"
-        self.socket_path = folder / "egress.sock"
+        self.socket_path = folder / SOCKET
         self.port = 0
         #: Events, when no callback was given.
         self.events: queue.SimpleQueue[EgressEvent] = queue.SimpleQueue()
         self._on_event = on_event or self.events.put
+        #: run id -> who gets that run's events (:meth:`watch`), besides ``on_event``
+        self._watchers: dict[str, Callable[[EgressEvent], None]] = {}
         self._control = control
         self._lock = threading.Lock()
         self._pending: dict[int, threading.Event] = {}
@@ -172,10 +134,14 @@ class Gateway:
             message = json.loads(line)
             op = message.get("op")
             if op == "event":
-                try:
-                    self._on_event(EgressEvent.parse(message))
-                except Exception:  # a callback's failure must not stop the events after it
-                    pass
+                event = EgressEvent.parse(message)
+                watcher = self._watchers.get(event.run_id) if event.run_id is not None else None
+                for callback in (watcher, self._on_event):
+                    try:
+                        if callback is not None:
+                            callback(event)
+                    except Exception:  # a callback's failure must not stop the events after it
+                        log.exception("an egress event's callback failed")
             elif op == "ok":
                 waiter = self._pending.pop(message.get("id"), None)
                 if waiter is not None:
@@ -206,12 +172,19 @@ class Gateway:
     def alive(self) -> bool:
         return not self._closed and self.process.poll() is None
 
-    def grant(self, run_id: str, grant: EgressGrant) -> str:
-        """Register ``grant`` for ``run_id``; the token its proxy URL carries (:meth:`proxy_url`)."""
-        grant.check()
-        token = random.token_urlsafe(24)
-        self._call({"op": "grant", "token": token, "grant": grant.wire(run_id)})
-        return token
+    def grant(self, grant: Grant) -> str:
+        """Register ``grant`` (the policy's, for one run: :meth:`~skill_executor.policy.NetworkPlan.grant`)
+        before its run starts; the token its proxy URL carries (the grant's own, :meth:`proxy_url`)."""
+        self._call({"op": "grant", "token": grant.token, "grant": wire(grant)})
+        return grant.token
+
+    def watch(self, run_id: str, callback: Callable[[EgressEvent], None]) -> None:
+        """Give ``run_id``'s events to ``callback`` too (on the gateway's reader thread, in order)
+        until :meth:`unwatch`; the events a revoke's answer follows have all been given."""
+        self._watchers[run_id] = callback
+
+    def unwatch(self, run_id: str) -> None:
+        self._watchers.pop(run_id, None)
 
     def revoke(self, token: str) -> None:
         """Forget a grant: its run's further requests (and open tunnels' next requests) get 407."""
@@ -268,6 +241,12 @@ def start(settings: Settings, on_event: Callable[[EgressEvent], None] | None = N
     up in :attr:`Gateway.events`)."""
     folder = (settings.data_dir / FOLDER).resolve()
     folder.mkdir(parents=True, exist_ok=True)
+    # Traversable, not listable (the sealed data dir made it 0700): a sandbox's bind of the socket
+    # and of the CA certificate is made as the run's user under bwrap. ca/ (the key) stays 0700.
+    os.chmod(folder, 0o711)
+    socket_path = folder / SOCKET
+    socket_path.parent.mkdir(exist_ok=True)
+    os.chmod(socket_path.parent, 0o755)  # the runs' users reach the socket (0666) through it
     python = egress_python(settings)
     if shutil.which(python) is None and not Path(python).is_file():
         raise ExecutorError(f"SKILL_EXECUTOR_EGRESS_PYTHON {python} is not an executable", code="extra_missing")
@@ -275,7 +254,7 @@ def start(settings: Settings, on_event: Callable[[EgressEvent], None] | None = N
     config = {
         "confdir": str(folder / "ca"),
         "ca_cert": str(folder / "ca-cert.pem"),
-        "unix_socket": str(folder / "egress.sock"),
+        "unix_socket": str(socket_path),
         "trusted_ca": str(trusted),
         "hosts": dict(settings.egress_hosts),
         "scan_bytes": settings.egress_scan_bytes,

@@ -127,7 +127,7 @@ class Refusal(Exception):
         self.limit = limit
 
 
-class Egress:
+class EgressAddon:
     """The mitmproxy addon: judges each request against its run's grant and reports it."""
 
     def __init__(self, config: dict[str, Any], control: socket.socket) -> None:
@@ -480,7 +480,7 @@ class Egress:
 class _Counter:
     """The response body on its way to the client: counted, and cut at ``limit``."""
 
-    def __init__(self, limit: tuple[int, str, str] | None, flow: http.HTTPFlow, egress: Egress) -> None:
+    def __init__(self, limit: tuple[int, str, str] | None, flow: http.HTTPFlow, egress: EgressAddon) -> None:
         self.limit = limit
         self.flow = flow
         self.egress = egress
@@ -511,7 +511,7 @@ class _Counter:
 class _Replacement:
     """Stands in for an oversized body: the explanation once, then the connection is closed."""
 
-    def __init__(self, body: bytes, flow: http.HTTPFlow, egress: Egress) -> None:
+    def __init__(self, body: bytes, flow: http.HTTPFlow, egress: EgressAddon) -> None:
         self.body: bytes | None = body
         self.flow = flow
         self.egress = egress
@@ -529,7 +529,7 @@ class _Scanner:
     """A streamed request body toward a host that is not a secret's: each secret looked for
     across chunk boundaries (the last bytes are held back until the next chunk or the end)."""
 
-    def __init__(self, forms: dict[str, list[bytes]], bound: int, flow: http.HTTPFlow, egress: Egress) -> None:
+    def __init__(self, forms: dict[str, list[bytes]], bound: int, flow: http.HTTPFlow, egress: EgressAddon) -> None:
         self.forms = forms
         self.keep = max((len(f) for fs in forms.values() for f in fs), default=1) - 1
         self.held = b""
@@ -655,7 +655,7 @@ async def main(control: socket.socket, config: dict[str, Any]) -> None:
         block_global=False,
         websocket=True,
     )
-    master.addons.add(Egress(config, control))
+    master.addons.add(EgressAddon(config, control))
     await master.run()
 
 

@@ -37,10 +37,29 @@ def ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | Non
         return None
 
 
+def ip_network(entry: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    """The addresses an allow-list entry written as a network (``10.0.0.0/8``) names, or None."""
+    if "/" not in entry:
+        return None
+    try:
+        return ipaddress.ip_network(normalise_host(entry), strict=True)
+    except ValueError:
+        return None
+
+
+def listed_address(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, entry: str) -> bool:
+    """Whether the allow-list ``entry`` names ``ip``: the same address, or a network holding it."""
+    network = ip_network(entry)
+    if network is not None:
+        return ip.version == network.version and ip in network
+    return ip_literal(entry) == ip
+
+
 def valid_pattern(pattern: str) -> bool:
-    """An allow-list entry: an exact name, ``*.`` and a name of at least two labels, or an IP address."""
+    """An allow-list entry: an exact name, ``*.`` and a name of at least two labels, an IP
+    address or a network (``10.0.0.0/8``)."""
     pattern = normalise_host(pattern)
-    if ip_literal(pattern) is not None:
+    if ip_literal(pattern) is not None or ip_network(pattern) is not None:
         return True
     name = pattern[2:] if pattern.startswith("*.") else pattern
     labels = name.split(".")
@@ -54,15 +73,14 @@ def match_host(host: str, allow: Iterable[str]) -> str | None:
 
     Exact names match themselves; ``*.example.test`` matches exactly one more label
     (``api.example.test``, not ``example.test`` nor ``a.b.example.test``). An IP literal matches
-    only the same address written in the list, never a pattern.
+    only the same address written in the list (or a network listed as such), never a name pattern.
     """
     host = normalise_host(host)
     literal = ip_literal(host)
     for entry in allow:
         pattern = normalise_host(entry)
         if literal is not None:
-            listed = ip_literal(pattern)
-            if listed is not None and listed == literal:
+            if listed_address(literal, pattern):
                 return entry
             continue
         if pattern == host:
@@ -86,7 +104,7 @@ def address_refusal(address: str, allow: Iterable[str]) -> str | None:
         return f"{address!r} is not an address"
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    if any(ip_literal(entry) == ip for entry in allow):
+    if any(listed_address(ip, entry) for entry in allow):
         return None
     if str(ip) in METADATA_ADDRESSES:
         return f"{ip} is a cloud metadata address"

@@ -30,6 +30,7 @@ from cryptography.x509.oid import NameOID
 
 from skill_executor import egress
 from skill_executor.config import Settings
+from skill_executor.policy import Egress, Grant, NetworkPlan, Secrets
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 NAMES = ["api.example.test", "other.example.test", "files.example.test"]
@@ -44,6 +45,19 @@ def egress_python() -> str | None:
 pytestmark = pytest.mark.skipif(
     egress_python() is None, reason="no egress environment (scripts/test.sh makes .venv-egress)"
 )
+
+
+def make_grant(run_id: str, rule: str, secrets: dict[str, str] | None = None, **block: Any) -> Grant:
+    """The policy's grant for one run under a rule whose ``egress`` block is ``block``."""
+    parsed = Egress.model_validate(block)
+    return NetworkPlan(rule, parsed, parsed.hosts()).grant(run_id, Secrets(secrets or {}))
+
+
+class Placeholder:
+    """The run's view of its secret: the placeholder it holds."""
+
+    def __init__(self, grant: Grant, name: str) -> None:
+        self.placeholder = grant.placeholders[name]
 
 
 def _name(cn: str) -> x509.Name:
@@ -146,7 +160,7 @@ class Upstream(BaseHTTPRequestHandler):
 
 
 class Env:
-    def __init__(self, gateway: egress.Gateway, folder: Path, secret: egress.Secret, token: str) -> None:
+    def __init__(self, gateway: egress.Gateway, folder: Path, secret: Placeholder, token: str) -> None:
         self.gateway = gateway
         self.folder = folder
         self.secret = secret
@@ -187,19 +201,17 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         egress_hosts={name: f"127.0.0.1:{port}" for name in NAMES},
     )
     gateway = egress.start(settings)
-    secret = egress.Secret(SECRET)
-    token = gateway.grant(
+    grant = make_grant(
         "run-1",
-        egress.EgressGrant(
-            rule="gh-tools",
-            allow=["api.example.test", "*.example.test"],
-            inject=[egress.Injection("api.example.test", "Authorization", "Bearer {secret:GITHUB_TOKEN}")],
-            secrets={"GITHUB_TOKEN": secret},
-            methods=["GET", "POST"],
-            max_response_bytes=10_000,
-        ),
+        "gh-tools",
+        {"GITHUB_TOKEN": SECRET},
+        allow=["api.example.test", "*.example.test"],
+        inject=[{"host": "api.example.test", "header": "Authorization", "value": "Bearer {secret:GITHUB_TOKEN}"}],
+        methods=["GET", "POST"],
+        max_response_bytes=10_000,
     )
-    yield Env(gateway, folder, secret, token)
+    token = gateway.grant(grant)
+    yield Env(gateway, folder, Placeholder(grant, "GITHUB_TOKEN"), token)
     gateway.close()
     server.shutdown()
 
@@ -382,7 +394,7 @@ def test_the_unix_socket_reaches_the_same_gateway(env: Env) -> None:
 
 
 def test_caps_and_revocation(env: Env) -> None:
-    token = env.gateway.grant("run-2", egress.EgressGrant(rule="capped", allow=["files.example.test"], max_requests=2))
+    token = env.gateway.grant(make_grant("run-2", "capped", allow=["files.example.test"], max_requests=2))
     proxy = env.gateway.proxy_url(token)
     with httpx.Client(proxy=proxy, verify=env.ca) as client:
         assert client.get("https://files.example.test/1").status_code == 200

@@ -76,3 +76,15 @@ def test_the_egress_extra_and_its_lock_agree() -> None:
     assert extra == wanted
     pinned = re.search(r"^mitmproxy==(\S+)", (ROOT / "requirements/egress-lock.txt").read_text(), re.M)
     assert pinned is not None
+
+
+def test_networks_listed_as_such_let_their_addresses_through() -> None:
+    allow = ["10.0.0.0/8", "fd00::/8", "api.example.test"]
+    assert rules.valid_pattern("10.0.0.0/8") and rules.valid_pattern("fd00::/8")
+    assert not rules.valid_pattern("10.0.0.1/8")  # host bits set: the policy refuses it too
+    assert rules.match_host("10.1.2.3", allow) == "10.0.0.0/8"
+    assert rules.match_host("[fd00::5]", allow) == "fd00::/8"
+    assert rules.match_host("11.0.0.1", allow) is None
+    assert rules.address_refusal("10.1.2.3", allow) is None
+    assert rules.address_refusal("192.168.1.1", allow) is not None
+    assert rules.address_refusal("::ffff:10.0.0.1", allow) is None  # judged as the IPv4 address it carries
