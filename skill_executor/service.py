@@ -23,13 +23,15 @@ stays under the data dir's lease and is swept at the next start).
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
-from . import tracing
+from . import egress, tracing
+from .access import audit_log
 from .config import Settings
 from .core import Executor
 from .errors import ExecutorError
@@ -41,6 +43,8 @@ from .processes.base import Processes
 from .processes.cluster import ClusterProcesses
 from .runtimes.base import Runtime
 from .tools import ToolExecutor, default_budget
+
+log = logging.getLogger(__name__)
 
 #: How often expired artifact versions and contexts are looked for (at most their TTL).
 EXPIRY_SECONDS = 60.0
@@ -99,6 +103,8 @@ class Service:
     worker: Worker | None = None
     #: The sessions' processes the API and the tools call (None: this runtime has none).
     processes: Processes | None = None
+    #: This process's egress gateway (None: no policy rule has ``egress``, or it did not start).
+    gateway: egress.Gateway | None = None
     _stopping: list[asyncio.Future[None]] = field(default_factory=list)
 
     @classmethod
@@ -162,7 +168,11 @@ class Service:
             try:
                 self.executor.close(timeout=timeout)
             finally:
-                tracing.shutdown()  # what is buffered is sent
+                try:
+                    if self.gateway is not None:  # after the runs: their grants are revoked by now
+                        self.gateway.close()
+                finally:
+                    tracing.shutdown()  # what is buffered is sent
 
 
 # -- the three assemblies, over one core (the :class:`Executor`) --------------------------------
@@ -183,7 +193,8 @@ def assemble_embedded(
         processes = executor.processes
         tools = _tools(executor, processes if processes.supported else None)
         _expiry(executor)
-        return Service(settings, executor, manager, tools, "all", None, processes)
+        gateway = _gateway(executor, closers)
+        return Service(settings, executor, manager, tools, "all", None, processes, gateway)
 
 
 def assemble_replica(
@@ -219,6 +230,9 @@ def assemble_replica(
             max_pending=settings.max_pending_approvals,
         )
         closers.append(manager.shutdown)
+        # Runs execute on workers, each with its own egress gateway: a run under a rule with
+        # egress is admitted here and refused by the worker whose gateway is down.
+        executor.runner.gateway_elsewhere = True
         processes = ClusterProcesses(executor.database, settings, moving_sessions=bool(settings.session_snapshots))
         closers.append(processes.close)
         tools = _tools(executor, processes)
@@ -267,7 +281,8 @@ def assemble_worker(
         processes.before_start = taker.claim_session  # a process start takes its session's lease
         tools = _tools(executor, processes if processes.supported else None)
         _expiry(executor)
-        return Service(settings, executor, manager, tools, "worker", taker, processes)
+        gateway = _gateway(executor, closers)
+        return Service(settings, executor, manager, tools, "worker", taker, processes, gateway)
 
 
 @contextmanager
@@ -283,6 +298,52 @@ def _closing_on_failure(executor: Executor) -> Iterator[list[Callable[[], None]]
         finally:
             executor.close(timeout=5.0)
         raise
+
+
+def _gateway(executor: Executor, closers: list[Callable[[], None]]) -> egress.Gateway | None:
+    """This process's egress gateway, when a policy rule has ``egress`` (its runs reach the
+    network through it only).  One that cannot start leaves the service up, and such runs are
+    refused (``egress_unavailable``, naming why); the error is logged."""
+    runner = executor.runner
+    policy = runner.policy
+    if policy is None or not any(rule.egress is not None for rule in policy.rules):
+        return None
+    try:
+        gateway = egress.start(executor.settings, on_event=_audit_egress)
+    except ExecutorError as exc:
+        log.error("the egress gateway did not start: %s; runs under a rule with egress are refused", exc.message)
+        runner.gateway_problem = exc.message
+        return None
+    closers.append(gateway.close)
+    runner.gateway = gateway
+    return gateway
+
+
+def _audit_egress(event: egress.EgressEvent) -> None:
+    """Every request through the egress gateway is a line of the audit log."""
+    audit_log.warning(
+        "egress %s %s %s%s: %s %s",
+        event.run_id,
+        event.method,
+        event.host,
+        event.path,
+        event.decision,
+        event.status,
+        extra={
+            "audit": True,
+            "egress": True,
+            "run_id": event.run_id,
+            "rule": event.rule,
+            "host": event.host,
+            "method": event.method,
+            "path": event.path[:300],
+            "status": event.status,
+            "bytes": event.bytes,
+            "decision": event.decision,
+            "reason": event.reason,
+            "limit": event.limit,
+        },
+    )
 
 
 def _tools(executor: Executor, processes: Processes | None) -> ToolExecutor:

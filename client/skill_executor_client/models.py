@@ -159,6 +159,22 @@ class DoctorReport(WireModel):
     ok: bool = Field(description="nothing required is missing and the skill does not need the network")
 
 
+class EgressRequest(WireModel):
+    """One request of the run through the egress gateway (one per refused ``CONNECT``), as the
+    audit keeps it: never a query string, a header or a secret's value.
+    """
+
+    host: str
+    method: str
+    path: str = Field(description="without its query")
+    status: int = Field(description="what the run got (403: refused by the gateway; 502: cut or unreachable)")
+    bytes: int = Field(description="response body bytes the run got")
+    decision: Literal["allowed", "denied", "limited"]
+    rule: str | None = Field(default=None, description="the policy rule whose egress judged it")
+    reason: str | None = Field(default=None, description="why it was denied or limited")
+    limit: str | None = Field(default=None, description="the cap behind 'limited' (also in the run's limits_hit)")
+
+
 class ErrorBody(WireModel):
     code: str
     message: str
@@ -516,6 +532,10 @@ class RunResult(WireModel):
     artifact_files: list[ArtifactFile] | None = None
     limits_hit: list[str] | None = None
     warnings: list[str] | None = None
+    egress: list[EgressRequest] | None = Field(
+        default=None,
+        description="the run's requests through the egress gateway, in order (docs: guides/egress.md); empty for a run without network",
+    )
 
 
 class RunSummary(WireModel):

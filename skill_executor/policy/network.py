@@ -35,12 +35,14 @@ class EgressUnavailable(Unavailable):
     code = "egress_unavailable"
 
 
-def egress_unavailable(rule: str) -> EgressUnavailable:
-    """The refusal of a run under a rule with ``egress`` where no egress gateway runs: such a
-    run neither runs without the network its rule grants nor with network unaudited."""
+def egress_unavailable(rule: str, problem: str | None = None) -> EgressUnavailable:
+    """The refusal of a run under a rule with ``egress`` where no egress gateway runs (``problem``:
+    why it did not start): such a run neither runs without the network its rule grants nor with
+    network unaudited."""
+    why = f" (it did not start: {problem})" if problem else ""
     return EgressUnavailable(
         f"policy rule {rule!r} gives this run network access through the egress gateway, which this "
-        "service does not run: the run is refused rather than run without it",
+        f"service does not run{why}: the run is refused rather than run without it",
         details={"rule": rule},
     )
 

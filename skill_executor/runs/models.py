@@ -17,6 +17,7 @@ from ..workspace.schema import InputSpec
 
 __all__ = [
     "InputSpec",
+    "EgressRequest",
     "NetworkRequest",
     "OutputSpec",
     "RunRequest",
@@ -168,6 +169,21 @@ class ArtifactFile(BaseModel):
     file_id: str | None = Field(default=None, description="its file id (GET /v1/files/{id}; inputs' file_id)")
 
 
+class EgressRequest(BaseModel):
+    """One request of the run through the egress gateway (one per refused ``CONNECT``), as the
+    audit keeps it: never a query string, a header or a secret's value."""
+
+    host: str
+    method: str
+    path: str = Field(description="without its query")
+    status: int = Field(description="what the run got (403: refused by the gateway; 502: cut or unreachable)")
+    bytes: int = Field(description="response body bytes the run got")
+    decision: Literal["allowed", "denied", "limited"]
+    rule: str | None = Field(default=None, description="the policy rule whose egress judged it")
+    reason: str | None = Field(default=None, description="why it was denied or limited")
+    limit: str | None = Field(default=None, description="the cap behind 'limited' (also in the run's limits_hit)")
+
+
 class RunResult(BaseModel):
     run_id: str
     skill: str
@@ -193,3 +209,8 @@ class RunResult(BaseModel):
     artifact_files: list[ArtifactFile] = Field(default_factory=list)
     limits_hit: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    egress: list[EgressRequest] = Field(
+        default_factory=list,
+        description="the run's requests through the egress gateway, in order (docs: guides/egress.md); "
+        "empty for a run without network",
+    )

@@ -16,13 +16,14 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from .. import tracing
 from ..access import LOCAL_TENANT
 from ..artifacts.store import ArtifactStore
 from ..config import Settings
+from ..egress import Gateway
 from ..errors import BadRequest, ExecutorError
 from ..image.inputs import DEFAULT_TIER, PythonTier
 from ..policy import Policy, egress_unavailable, network_plan, unenforceable
@@ -34,6 +35,7 @@ from ..runtimes.skillcopy import add_node_modules, add_sibling
 from ..workspace.layout import WorkspaceManager, environment
 from ..workspace.sessions import SessionStore
 from ..workspace.staging import Stager
+from .egress import EgressListener, RunEgress, granted
 from .limiter import RunLimiter
 from .models import RunRequest, RunResult
 from .plan import RunPlan, check_request, resolve_cwd
@@ -82,9 +84,18 @@ class SkillRunner:
         self.network_of = network_of
         self.bundles = bundles
         self.policy = policy
-        #: Whether an egress gateway serves this runner's runs (none yet: a run its policy rule
-        #: gives network is refused with ``egress_unavailable``, never run without it).
-        self.egress_available = False
+        #: The egress gateway of this process (:mod:`skill_executor.egress`; the service starts it
+        #: when a policy rule has ``egress``), and why it is not there when it did not start.
+        self.gateway: Gateway | None = None
+        self.gateway_problem: str | None = None
+        #: An API replica's: its runs execute on workers, which run their own gateways.
+        self.gateway_elsewhere = False
+
+    @property
+    def egress_available(self) -> bool:
+        """Whether runs its policy rule gives network can run here (without: refused with
+        ``egress_unavailable``, never run without their network)."""
+        return self.gateway_elsewhere or (self.gateway is not None and self.gateway.alive)
 
     @property
     def workspaces(self) -> WorkspaceManager:
@@ -114,7 +125,7 @@ class SkillRunner:
         if decision.exec_rule is not None and not self.runtime.exec_policy:
             raise unenforceable(decision.exec_rule, self.runtime.name)
         if network is not None and not self.egress_available:
-            raise egress_unavailable(network.rule)
+            raise egress_unavailable(network.rule, self.gateway_problem)
         return replace(plan, decision=decision, network=network)
 
     def run(
@@ -146,6 +157,7 @@ class SkillRunner:
         listener: OutputListener | None = None,
         cancel: threading.Event | None = None,
         tenant: str = LOCAL_TENANT,
+        egress_listener: EgressListener | None = None,
     ) -> RunResult:
         """Execute a request :meth:`validate` planned, for ``tenant`` (the API key it belongs
         to: its session and artifacts are that key's); the caller holds its place (the
@@ -153,10 +165,14 @@ class SkillRunner:
 
         Runs of one session never overlap: a second one waits for the session at most
         its own timeout, then is refused with ``session_busy``.
+
+        A run with network (``plan.network``) has its grant at the egress gateway from before
+        its sandbox is claimed until after it is closed; ``egress_listener`` gets each of its
+        requests as it happens, and the result keeps them (``egress``, ``limits_hit``).
         """
         run_id = run_id or new_run_id()
         with tracing.span("run", run_id=run_id, skill=plan.skill.id, session=request.session, tenant=tenant):
-            return self._held(request, plan, run_id, listener, cancel, tenant)
+            return self._held(request, plan, run_id, listener, cancel, tenant, egress_listener)
 
     def _held(
         self,
@@ -166,6 +182,7 @@ class SkillRunner:
         listener: OutputListener | None,
         cancel: threading.Event | None,
         tenant: str,
+        egress_listener: EgressListener | None = None,
     ) -> RunResult:
         """The run holding its skill version and (if any) its session."""
         registry = self.repository.registry
@@ -174,26 +191,59 @@ class SkillRunner:
         with self.runtime.activity.running(), lease:
             if request.session:
                 with self.sessions.use(request.session, tenant, wait=plan.timeout) as work:
-                    sandbox_plan = SandboxPlan(
-                        run_id,
-                        plan.skill,
-                        request.session,
-                        work,
-                        tenant,
-                        self.settings.session_disk_bytes,
-                        network_of=self.network_of(tenant, request.session),
-                        exec_rule=plan.decision.exec_rule,
-                    )
-                    try:
-                        result = self._run(request, plan, sandbox_plan, listener, cancel)
-                    finally:  # whatever the run changed in work/ is kept (also when it was refused half way)
-                        kept = self.sessions.keep(request.session, tenant, work)
+                    network_of = self.network_of(tenant, request.session)
+                    with self._egress(plan, run_id, egress_listener, network_of is not None) as egress:
+                        sandbox_plan = SandboxPlan(
+                            run_id,
+                            plan.skill,
+                            request.session,
+                            work,
+                            tenant,
+                            self.settings.session_disk_bytes,
+                            network_of=network_of,
+                            exec_rule=plan.decision.exec_rule,
+                            egress=egress.path if egress is not None else None,
+                        )
+                        try:
+                            result = self._run(request, plan, sandbox_plan, listener, cancel)
+                        finally:  # whatever the run changed in work/ is kept (also when it was refused half way)
+                            kept = self.sessions.keep(request.session, tenant, work)
+                    if egress is not None:
+                        egress.into(result)
                     result.warnings[:0] = self.sessions.notes(work)
                     if kept is not None:
                         result.warnings.append(kept)
                     return result
-            sandbox_plan = SandboxPlan(run_id, plan.skill, tenant=tenant, exec_rule=plan.decision.exec_rule)
-            return self._run(request, plan, sandbox_plan, listener, cancel)
+            with self._egress(plan, run_id, egress_listener) as egress:
+                sandbox_plan = SandboxPlan(
+                    run_id,
+                    plan.skill,
+                    tenant=tenant,
+                    exec_rule=plan.decision.exec_rule,
+                    egress=egress.path if egress is not None else None,
+                )
+                result = self._run(request, plan, sandbox_plan, listener, cancel)
+            return egress.into(result) if egress is not None else result
+
+    @contextlib.contextmanager
+    def _egress(
+        self, plan: RunPlan, run_id: str, listener: EgressListener | None, joins_session: bool = False
+    ) -> Iterator[RunEgress | None]:
+        """The run's grant at the egress gateway while the block runs (None: no network)."""
+        if plan.network is None:
+            yield None
+            return
+        secrets = self.policy.secrets if self.policy is not None else None
+        with granted(
+            self.gateway,
+            plan.network,
+            run_id,
+            secrets,
+            listener,
+            joins_session=joins_session,
+            problem=self.gateway_problem,
+        ) as egress:
+            yield egress
 
     def _run(
         self,

@@ -194,9 +194,11 @@ async def _sse_stream(events: AsyncIterator[StreamEvent]) -> AsyncIterator[bytes
         200: {
             "content": {"text/event-stream": {}},
             "description": "events, each with an id: status (queued, running, then the final one, each "
-            'once), stdout, stderr ({"data": text}), then result or error. A run executed again after '
-            "its cluster worker was lost (its request's retry): retry ({reason, attempt, retries_left}), "
-            "then status queued and running again. With Last-Event-ID, only the events after that id",
+            'once), stdout, stderr ({"data": text}), egress (a request through the egress gateway: '
+            "{host, method, path, status, bytes, decision, rule, reason, limit}), then result or error. "
+            "A run executed again after its cluster worker was lost (its request's retry): retry "
+            "({reason, attempt, retries_left}), then status queued and running again. With Last-Event-ID, "
+            "only the events after that id",
         },
         204: {"description": "Last-Event-ID names the run's last event: nothing more will come"},
     },

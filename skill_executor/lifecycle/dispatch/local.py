@@ -155,6 +155,9 @@ class InProcess:
         def listener(stream: str, chunk: bytes) -> None:
             handle.publish(stream, chunk.decode("utf-8", "replace"))
 
+        def egress(request: dict[str, Any]) -> None:  # a request through the egress gateway
+            handle.publish("egress", request)
+
         try:
             started = reservation.acquire(handle.cancel)
             tracing.past("queue_wait", handle.record.created_at, time.time())  # until a claim and a slot
@@ -165,7 +168,13 @@ class InProcess:
             if handle.events[-1] != ("status", "running"):  # a worker's claim announced it already
                 handle.publish("status", "running")
             result: RunResult = self.runner.execute(
-                plan, request, run_id=run_id, listener=listener, cancel=handle.cancel, tenant=tenant
+                plan,
+                request,
+                run_id=run_id,
+                listener=listener,
+                cancel=handle.cancel,
+                tenant=tenant,
+                egress_listener=egress,
             )
             body = result.model_dump(mode="json")
             if handle.cancel.is_set():
