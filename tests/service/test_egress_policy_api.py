@@ -1,7 +1,8 @@
-"""The policy's egress side on the real service, before any gateway exists: a request's
+"""The policy's egress side on the real service, whose egress gateway cannot start here (its
+interpreter is /bin/false; tests/service/test_egress_runs.py has a working one): a request's
 ``network`` where no egress rule applies, or asking more than its rule, is 422
-``network_not_allowed``; a run under a rule with ``egress`` is refused (403
-``egress_unavailable``) rather than run without the network it was promised; a bad secrets
+``network_not_allowed``; a run under a rule with ``egress`` is refused (503
+``egress_unavailable``, saying why) rather than run without the network it was promised; a bad secrets
 file, or a policy naming a secret it lacks, stops the start; no secret value is in any answer
 or log line."""
 
@@ -58,6 +59,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "SKILL_EXECUTOR_SECRETS_FILE": str(base / "secrets.yaml"),
             "EGRESS_TEST_TOKEN": TOKEN,
             "SKILL_EXECUTOR_POOL_SIZE": "0",
+            "SKILL_EXECUTOR_EGRESS_PYTHON": "/bin/false",
         },
     ).start()
     yield srv
@@ -103,15 +105,16 @@ def test_a_malformed_host_is_an_invalid_request(server: Server) -> None:
     assert "'*' would allow every host" in answer.json()["error"]["message"]
 
 
-def test_a_run_under_an_egress_rule_is_refused_until_a_gateway_serves_it(server: Server) -> None:
+def test_a_run_under_an_egress_rule_is_refused_when_no_gateway_serves_it(server: Server) -> None:
     for body in (
         {"skill": "math-tools", "command": "true"},
         {"skill": "math-tools", "command": "true", "network": {"allow": ["x.cdn.example.test"]}},
     ):
         answer = post(server, body)
-        assert answer.status_code == 403, answer.text
+        assert answer.status_code == 503, answer.text
         error = answer.json()["error"]
         assert error["code"] == "egress_unavailable" and error["details"] == {"rule": "math-net"}
+        assert "the egress gateway did not start (it exited with 1" in error["message"]
     # asking for no network at all is a network-less run, as today
     with ExecutorClient(server.url, api_key=KEY) as client:
         request = RunRequest(skill="math-tools", command="echo ok", network=NetworkRequest(allow=[]))
