@@ -129,30 +129,36 @@ class Gateway:
     # -- the control channel ------------------------------------------------------------------------
 
     def _read(self) -> None:
-        buffer = self._control.makefile("rb")
-        for line in buffer:
-            message = json.loads(line)
-            op = message.get("op")
-            if op == "event":
-                event = EgressEvent.parse(message)
-                watcher = self._watchers.get(event.run_id) if event.run_id is not None else None
-                for callback in (watcher, self._on_event):
-                    try:
-                        if callback is not None:
-                            callback(event)
-                    except Exception:  # a callback's failure must not stop the events after it
-                        log.exception("an egress event's callback failed")
-            elif op == "ok":
-                waiter = self._pending.pop(message.get("id"), None)
-                if waiter is not None:
-                    waiter.set()
-            elif op == "ready":
-                self.port = int(message["port"])
-                self._ready.set()
-        self._closed = True
-        self._ready.set()
-        for waiter in list(self._pending.values()):
-            waiter.set()
+        try:
+            for line in self._control.makefile("rb"):
+                self._handle(json.loads(line))
+        except (OSError, ValueError) as exc:  # the process died (a reset), or wrote what is not ours
+            if not self._closed:
+                log.error("the egress gateway's control channel broke: %s", exc)
+        finally:
+            self._closed = True
+            self._ready.set()
+            for waiter in list(self._pending.values()):
+                waiter.set()
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        if op == "event":
+            event = EgressEvent.parse(message)
+            watcher = self._watchers.get(event.run_id) if event.run_id is not None else None
+            for callback in (watcher, self._on_event):
+                try:
+                    if callback is not None:
+                        callback(event)
+                except Exception:  # a callback's failure must not stop the events after it
+                    log.exception("an egress event's callback failed")
+        elif op == "ok":
+            waiter = self._pending.pop(int(message.get("id") or 0), None)
+            if waiter is not None:
+                waiter.set()
+        elif op == "ready":
+            self.port = int(message["port"])
+            self._ready.set()
 
     def _call(self, message: dict[str, Any]) -> None:
         if self._closed or self.process.poll() is not None:
@@ -272,7 +278,10 @@ def start(settings: Settings, on_event: Callable[[EgressEvent], None] | None = N
         )
     finally:
         theirs.close()
-    ours.sendall(json.dumps(config).encode() + b"\n")
+    try:
+        ours.sendall(json.dumps(config).encode() + b"\n")
+    except OSError:  # it is gone already: said below, with its exit status
+        pass
     gateway = Gateway(process, ours, folder, on_event)
     if not gateway._ready.wait(START_TIMEOUT) or not gateway.port:
         gateway.close()
