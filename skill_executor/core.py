@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from .artifacts.store import LocalArtifactStore
@@ -18,8 +17,9 @@ from .db import Database, legacy, migrate, upgrade
 from .envs import SkillEnvs
 from .envs.hosttools import seal_data_dir
 from .errors import BadRequest
-from .lifecycle import RunManager, RunRecord, RunStore
+from .lifecycle import RunManager, RunStore
 from .lifecycle.dispatch.local import InProcess
+from .lifecycle.figures import RunFigures
 from .objects import ObjectStore, open_object_store
 from .owners import data_dir_id
 from .policy import policy_of
@@ -205,16 +205,18 @@ class Executor:
             self._runs = self.manager(recover=False)
         return self._runs
 
-    def manager(self, *, recover: bool, on_finish: Callable[[RunRecord], None] | None = None) -> RunManager:
+    def manager(self, *, recover: bool) -> RunManager:
         """A front door whose runs execute in this process (:class:`InProcess`), over this
         data dir's run store; ``recover``: mark runs a previous process of this data dir left
         unfinished failed (a service; never the CLI, which may run beside one)."""
         store = RunStore(self.database, instance=data_dir_id(self.settings.data_dir))
-        dispatch = InProcess(self.runner, store, limiter=self.runner.limiter, on_finish=on_finish)
+        figures = RunFigures()
+        dispatch = InProcess(self.runner, store, limiter=self.runner.limiter, figures=figures)
         return RunManager(
             self.runner,
             store,
             dispatch=dispatch,
+            figures=figures,
             recover=recover,
             approval_timeout=self.settings.approval_timeout_seconds,
             max_pending=self.settings.max_pending_approvals,

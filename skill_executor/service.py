@@ -35,8 +35,9 @@ from .access import audit_log
 from .config import Settings
 from .core import Executor
 from .errors import ExecutorError
-from .lifecycle import RunManager, RunRecord, RunStore
+from .lifecycle import RunManager, RunStore
 from .lifecycle.dispatch import InProcess, QueueDispatch, Worker, sweep
+from .lifecycle.figures import RunFigures
 from .owners import data_dir_id
 from .policy import policy_of
 from .processes.base import Processes
@@ -114,18 +115,16 @@ class Service:
         runtime: Runtime | None = None,
         *,
         wait_for_engine: bool = False,
-        on_finish: Callable[[RunRecord], None] | None = None,
         role: Role = "all",
     ) -> Service:
         """Build everything once from ``settings`` for ``role`` (:func:`assemble_embedded`,
-        :func:`assemble_replica` or :func:`assemble_worker`) and start the periodic expiry; ``on_finish`` sees
-        every run's final record before any waiter gets its answer."""
+        :func:`assemble_replica` or :func:`assemble_worker`) and start the periodic expiry."""
         check_role(settings, role)
         if settings.session_snapshots is None:  # a cluster's sessions follow their runs to any worker
             settings = settings.model_copy(update={"session_snapshots": role != "all"})
         tracing.configure(role)  # on when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set
         assemble = {"all": assemble_embedded, "api": assemble_replica, "worker": assemble_worker}[role]
-        return assemble(settings, runtime, wait_for_engine=wait_for_engine, on_finish=on_finish)
+        return assemble(settings, runtime, wait_for_engine=wait_for_engine)
 
     async def drain(self, grace: float | None = None) -> None:
         """Take no more runs; let those in flight finish for ``grace`` seconds (the
@@ -183,12 +182,11 @@ def assemble_embedded(
     runtime: Runtime | None,
     *,
     wait_for_engine: bool,
-    on_finish: Callable[[RunRecord], None] | None,
 ) -> Service:
     """Role ``all``: one process; runs execute here (:class:`InProcess`)."""
     executor = Executor.from_settings(settings, runtime, wait_for_engine=wait_for_engine)
     with _closing_on_failure(executor) as closers:
-        manager = executor.manager(recover=True, on_finish=on_finish)
+        manager = executor.manager(recover=True)
         closers.append(manager.shutdown)
         processes = executor.processes
         tools = _tools(executor, processes if processes.supported else None)
@@ -202,7 +200,6 @@ def assemble_replica(
     runtime: Runtime | None,
     *,
     wait_for_engine: bool,
-    on_finish: Callable[[RunRecord], None] | None,
 ) -> Service:
     """Role ``api``: a cluster's API replica on Postgres; runs are queued for workers
     (:class:`QueueDispatch`), sessions' processes proxied to the worker holding each; nothing
@@ -225,6 +222,7 @@ def assemble_replica(
             executor.runner,
             store,
             dispatch=dispatch,
+            figures=RunFigures(),  # runs execute on workers: their figures are the workers'
             recover=False,
             approval_timeout=settings.approval_timeout_seconds,
             max_pending=settings.max_pending_approvals,
@@ -256,13 +254,12 @@ def assemble_worker(
     runtime: Runtime | None,
     *,
     wait_for_engine: bool,
-    on_finish: Callable[[RunRecord], None] | None,
 ) -> Service:
     """Role ``worker``: executes the runs it claims from the queue (:class:`Worker` over an
     :class:`InProcess` dispatch) and serves its sessions' processes to the replicas."""
     executor = Executor.from_settings(settings, runtime, wait_for_engine=wait_for_engine)
     with _closing_on_failure(executor) as closers:
-        manager = executor.manager(recover=False, on_finish=on_finish)
+        manager = executor.manager(recover=False)
         closers.append(manager.shutdown)
         limiter = executor.runner.limiter
         assert isinstance(manager.dispatch, InProcess)

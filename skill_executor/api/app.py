@@ -75,12 +75,13 @@ def create_app(
         held = claim or DataDirClaim(settings.data_dir)
         metrics: Metrics = app.state.metrics
         try:
-            service = Service.start(settings, runtime, wait_for_engine=True, on_finish=metrics.finished, role=role)
+            service = Service.start(settings, runtime, wait_for_engine=True, role=role)
         except BaseException:
             held.release()
             raise
         executor = service.executor
         metrics.watch_runtime(executor.runtime.stats)
+        metrics.watch_runs(service.manager.figures.snapshot)
         metrics.watch_processes(executor.processes.stats)
         if isinstance(service.manager.dispatch, QueueDispatch):  # an API replica
             database = service.manager.dispatch.database

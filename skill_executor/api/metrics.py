@@ -9,11 +9,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-from ..lifecycle.records import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -221,38 +219,46 @@ class ProcessCollector(Collector):
         yield ended
 
 
+class RunCollector(Collector):
+    """The finished runs' figures (:class:`~skill_executor.lifecycle.figures.RunFigures`),
+    read at each scrape."""
+
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self.snapshot()
+        runs = CounterMetricFamily("skill_executor_runs", "Finished runs by outcome", labels=["outcome"])
+        for outcome, count in sorted(figures["outcomes"].items()):
+            runs.add_metric([outcome], count)
+        yield runs
+        duration = HistogramMetricFamily("skill_executor_run_duration_seconds", "Wall-clock duration of finished runs")
+        buckets = [("+Inf" if math.isinf(le) else str(le), n) for le, n in figures["duration"]["buckets"]]
+        duration.add_metric([], buckets, figures["duration"]["sum"])
+        yield duration
+        yield CounterMetricFamily(
+            "skill_executor_output_bytes_collected", "Bytes of output files returned", value=figures["output_bytes"]
+        )
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._runtime: RuntimeCollector | None = None
         self._processes: ProcessCollector | None = None
-        self.runs = Counter("skill_executor_runs", "Finished runs by outcome", ["outcome"], registry=self.registry)
-        self.duration = Histogram(
-            "skill_executor_run_duration_seconds",
-            "Wall-clock duration of finished runs",
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
-            registry=self.registry,
-        )
+        self._runs: RunCollector | None = None
         self.queue_depth = Gauge("skill_executor_queue_depth", "Runs waiting for a slot", registry=self.registry)
         self.running = Gauge("skill_executor_runs_in_progress", "Runs holding a slot", registry=self.registry)
-        self.bytes_collected = Counter(
-            "skill_executor_output_bytes_collected", "Bytes of output files returned", registry=self.registry
-        )
         self.refusals = Counter(
             "skill_executor_refusals", "Requests refused, by reason", ["reason"], registry=self.registry
         )
 
-    def finished(self, record: RunRecord) -> None:
-        """Count a run's final record (called before any waiter gets its answer)."""
-        result = record.result or {}
-        if record.status == "completed":
-            outcome = "timeout" if result.get("timed_out") else ("ok" if result.get("exit_code") == 0 else "error")
-        else:
-            outcome = record.status
-        self.runs.labels(outcome=outcome).inc()
-        if result:
-            self.duration.observe(result.get("duration_ms", 0) / 1000)
-            self.bytes_collected.inc(sum(f.get("size_bytes", 0) for f in result.get("output_files", [])))
+    def watch_runs(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        """Report the finished runs' figures (:meth:`RunFigures.snapshot`, once the service exists)."""
+        if self._runs is not None:
+            self.registry.unregister(self._runs)
+        self._runs = RunCollector(snapshot)
+        self.registry.register(self._runs)
 
     def watch_cluster(self, status: Callable[[], dict[str, Any]], lease: float) -> None:
         """Report the cluster's figures (an API replica)."""

@@ -54,11 +54,12 @@ def create_worker_app(settings: Settings, *, claim: DataDirClaim, on_exit: Calla
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics: Metrics = app.state.metrics
         try:
-            service = Service.start(settings, wait_for_engine=True, on_finish=metrics.finished, role="worker")
+            service = Service.start(settings, wait_for_engine=True, role="worker")
         except BaseException:
             claim.release()
             raise
         metrics.watch_runtime(service.executor.runtime.stats)
+        metrics.watch_runs(service.manager.figures.snapshot)
         metrics.watch_processes(service.executor.processes.stats)
         app.state.internal_secret = await asyncio.to_thread(internal_secret, service.executor.database, settings)
         app.state.service = service

@@ -37,6 +37,21 @@ class Judgement:
     audit: dict[str, Any]
 
 
+def decision_audit(record: RunRecord, who: Principal, decision: str, via: str, **more: Any) -> dict[str, Any]:
+    """The audit record of a decision on a held run (``more``: its reason, rule, programs)."""
+    return {
+        "audit": True,
+        "action": "run.approval",
+        "run_id": record.run_id,
+        "tenant": record.owner,
+        "who": who.id,
+        "admin": who.admin,
+        "decision": decision,
+        "via": via,
+        **more,
+    }
+
+
 class Approvals:
     def __init__(self, store: RunStore, *, timeout: float, max_pending: int) -> None:
         """``timeout``: how long a held run waits (SKILL_EXECUTOR_APPROVAL_TIMEOUT_SECONDS);
@@ -156,16 +171,7 @@ class Approvals:
             "run %s: cancel by %s",
             record.run_id,
             who.id,
-            extra={
-                "audit": True,
-                "action": "run.approval",
-                "run_id": record.run_id,
-                "tenant": record.owner,
-                "who": who.id,
-                "admin": who.admin,
-                "decision": "cancel",
-                "via": "cancel",
-            },
+            extra=decision_audit(record, who, "cancel", "cancel"),
         )
         return True
 
@@ -187,19 +193,9 @@ class Approvals:
                 exc.code,
                 decision,
                 who.id,
-                extra={
-                    "audit": True,
-                    "action": "run.approval",
-                    "run_id": record.run_id,
-                    "tenant": record.owner,
-                    "who": who.id,
-                    "admin": who.admin,
-                    "decision": "reject",
-                    "via": via,
-                    "reason": exc.message,
-                    "rule": (exc.details or {}).get("rule"),
-                    "programs": [],
-                },
+                extra=decision_audit(
+                    record, who, "reject", via, reason=exc.message, rule=(exc.details or {}).get("rule"), programs=[]
+                ),
             )
 
     @staticmethod
@@ -218,19 +214,7 @@ class Approvals:
         programs = list(policy.programs)
         # a bundle's decisions are recorded apart: on-first-use never reads them as the installed skill's
         skill = f"bundle:{record.skill}" if plan.bundled else None
-        audit = {
-            "audit": True,
-            "action": "run.approval",
-            "run_id": record.run_id,
-            "tenant": record.owner,
-            "who": who.id,
-            "admin": who.admin,
-            "decision": decision,
-            "via": via,
-            "reason": reason,
-            "rule": policy.rule,
-            "programs": programs,
-        }
+        audit = decision_audit(record, who, decision, via, reason=reason, rule=policy.rule, programs=programs)
         return Judgement(plan, programs, skill, audit)
 
     def reject(self, record: RunRecord, verdict: Judgement, who: Principal, reason: str | None, via: str) -> bool:

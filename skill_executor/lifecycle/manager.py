@@ -33,6 +33,7 @@ from ..runs.plan import RunPlan
 from . import outcomes
 from .admission import Accepted, Admission, plan_of
 from .approvals import Approvals
+from .figures import RunFigures
 from .handle import RunHandle
 from .listing import RunFilter, RunListing, decode_cursor, encode_cursor
 from .records import RunRecord, RunStore
@@ -59,16 +60,19 @@ class RunManager:
         store: RunStore,
         *,
         dispatch: Dispatch,
+        figures: RunFigures,
         recover: bool = True,
         approval_timeout: float = 3600.0,
         max_pending: int = 100,
     ) -> None:
         """``dispatch``: where accepted runs go (:mod:`skill_executor.lifecycle.dispatch`);
+        ``figures``: what the runs it executes add up to (what the metrics read);
         ``recover``: mark this instance's runs left unfinished by its previous process
         failed (the embedded service; in a cluster, lost workers are swept instead)."""
         self.runner = runner
         self.store = store
         self.dispatch = dispatch
+        self.figures = figures
         self.approvals = Approvals(store, timeout=approval_timeout, max_pending=max_pending)
         self.admission = Admission(runner, store, dispatch, self.approvals)
         self._admission_pool = concurrent.futures.ThreadPoolExecutor(

@@ -27,6 +27,7 @@ from ...runs.limiter import Reservation, RunLimiter
 from ...runs.models import RunRequest, RunResult
 from ...runs.pipeline import SkillRunner
 from ...runs.plan import RunPlan
+from ..figures import RunFigures
 from ..handle import RunHandle, terminal
 from ..outcomes import INTERNAL, error_body, not_started, shutdown_error
 from ..records import RunRecord, RunStore
@@ -62,14 +63,14 @@ class InProcess:
         store: RunStore,
         *,
         limiter: RunLimiter,
-        on_finish: Callable[[RunRecord], None] | None = None,
+        figures: RunFigures,
     ) -> None:
         """``limiter``: the places runs take (one thread per place, executing or queued);
-        ``on_finish``: sees every run's final record before any waiter gets its answer."""
+        ``figures``: count every run's final record before any waiter gets its answer."""
         self.runner = runner
         self.store = store
         self.limiter = limiter
-        self.on_finish = on_finish
+        self.figures = figures
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=limiter.slots + limiter.queue, thread_name_prefix="run"
         )
@@ -202,7 +203,7 @@ class InProcess:
     ) -> None:
         """Publish the final status and the last event, wake waiters, then record the outcome.
 
-        ``on_finish`` (the metrics) runs first, so what it records is visible to a client
+        The figures (what the metrics read) count it first, so it is visible to a client
         as soon as it has its answer.  Waiters are answered before the store write (off
         the answer's path); until the write is done the handle stays registered and
         :meth:`current` answers from it, so a client that reads the run right after its
@@ -212,11 +213,10 @@ class InProcess:
         record = replace(handle.record, status=status, result=body, error=error, updated_at=time.time())
         with handle._lock:
             record.events = len(handle.events) + 2  # + the final status and the last event
-        if self.on_finish is not None:
-            try:
-                self.on_finish(record)
-            except Exception:
-                log.exception("on_finish hook failed")
+        try:
+            self.figures.finished(record)
+        except Exception:
+            log.exception("counting run %s failed", run_id)
         handle.publish("status", status)
         handle.publish(*terminal(record))
         handle.future.set_result(record)
