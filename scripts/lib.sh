@@ -46,6 +46,24 @@ ensure_egress_venv() {
   export SKILL_EXECUTOR_EGRESS_PYTHON="$EGRESS_VENV/bin/python"
 }
 
+# Whether SKILL_EXECUTOR_POLICY_FILE has a rule with `egress` (then the service starts the
+# egress gateway, which needs its environment). A policy that cannot be read answers yes:
+# the service itself then refuses to start with the file's exact problem.
+policy_needs_egress() {
+  [[ -n "${SKILL_EXECUTOR_POLICY_FILE:-}" ]] || return 1
+  "$PY" -P - <<'PYEOF'
+import sys
+from skill_executor.config import Settings
+from skill_executor.errors import ExecutorError
+from skill_executor.policy.loading import policy_of
+try:
+    policy = policy_of(Settings())
+except ExecutorError:
+    sys.exit(0)
+sys.exit(0 if policy is not None and any(rule.egress is not None for rule in policy.rules) else 1)
+PYEOF
+}
+
 # Dependency resolution runs pip as SKILL_EXECUTOR_HOST_TOOLS_USER (nobody) when the service is
 # root. A virtualenv whose Python lives under /root (pyenv) cannot be run by that user: then
 # pip runs from Debian's /usr/bin/python3 (python3-pip installed when missing), said here.

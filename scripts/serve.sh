@@ -3,7 +3,8 @@
 # virtualenv + project, a Docker engine (installed and started when none answers; it
 # keeps running after the service stops), gVisor's runsc registered with it when
 # SKILL_EXECUTOR_DOCKER_OCI_RUNTIME=runsc, what the hard disk cap needs (root, loop
-# devices, mkfs.ext4), the runner image, then
+# devices, mkfs.ext4), the runner image, the egress gateway's environment when a policy
+# rule has egress (SKILL_EXECUTOR_POLICY_FILE), then
 # `skill-executor serve` on 127.0.0.1:8080 with skills from ./skills (read-only: never
 # written), data in ./data and uploaded skills in ./data/skills.
 # Arguments go to `skill-executor serve` (e.g. --port 9000, --runtime local).
@@ -12,6 +13,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 ensure_venv
 ensure_host_tools_python
+if policy_needs_egress && ! ensure_egress_venv; then
+  log "a policy rule has egress, but the egress gateway's environment (requirements/egress-lock.txt) could not be made"
+  exit 1
+fi
 if [[ " $* " != *" --runtime local "* && "${SKILL_EXECUTOR_RUNTIME:-docker}" != "local" ]]; then
   if ! ensure_engine; then
     log "no Docker engine: the service cannot run skills in containers here."
