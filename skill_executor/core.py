@@ -191,6 +191,9 @@ class Executor:
             bundles=bundles,
             policy=policy,
         )
+        processes.networks = runner.networks
+        sessions.on_end.append(runner.networks.end)  # after the processes' own hook: they end first
+        sessions.on_expired.append(runner.networks.end)
         supervisor = Supervisor("executor")
         supervisor.every("session-expiry", SESSION_SWEEP_SECONDS, sessions.sweep, initial_delay=SESSION_SWEEP_SECONDS)
         return cls(settings, database, objects, repository, artifacts, runtime, runner, processes, contexts, supervisor)
@@ -232,6 +235,7 @@ class Executor:
             self._runs.shutdown(timeout=max(0.5, deadline - time.monotonic()))
         self.supervisor.close(timeout=1.0)
         self.processes.close()
+        self.runner.networks.close()  # the sessions' grants (their processes are gone)
         try:
             if runtime:
                 self.runtime.close(timeout=max(0.5, deadline - time.monotonic()))

@@ -695,6 +695,19 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
         "Start a new session (and stage its inputs again).",
     ),
     E("session_busy", 409, "A run in this session is already in progress.", "Wait for it, or use another session."),
+    E(
+        "session_network_conflict",
+        409,
+        "The session's network cannot be opened: it has network already (a session has one grant, opened once), "
+        "or its interactive processes started without network (their sandbox has no path to the egress gateway).",
+        "Narrow the session's network (PATCH), or end its processes (or the session) first.",
+    ),
+    E(
+        "session_network_not_found",
+        404,
+        "The session has no network: it was never opened with network, or it ended.",
+        "Open it (PUT /v1/sessions/{session}/network with a skill whose policy rule has egress).",
+    ),
     # -- a session's interactive processes (/v1/sessions/{session}/processes) ----------------
     E(
         "process_not_found",

@@ -30,6 +30,8 @@ from .models import (
     RunRecordModel,
     RunRequest,
     RunResult,
+    SessionEnded,
+    SessionNetworkState,
     SkillDetail,
     SkillList,
     ToolCallResult,
@@ -332,6 +334,26 @@ class AsyncClient:
     async def process_kill(self, session: str, process_id: str) -> ProcessInfo:
         """Kill the process and everything it started; its final state."""
         return await self.send(Typed.process_kill(session, process_id))
+
+    # a session's network ("install, then lock") and its end
+    async def session_network_open(
+        self, session: str, skill: str, allow: list[str] | None = None
+    ) -> SessionNetworkState:
+        """Open the session's network: the egress of the policy rule of this key and ``skill``,
+        narrowed to ``allow`` when given; its processes and runs share it."""
+        return await self.send(Typed.session_network_open(session, skill, allow))
+
+    async def session_network_narrow(self, session: str, allow: list[str]) -> SessionNetworkState:
+        """Narrow the session's network to ``allow`` (never wider than it is: 422 network_not_allowed)."""
+        return await self.send(Typed.session_network_narrow(session, allow))
+
+    async def session_network(self, session: str) -> SessionNetworkState:
+        """The session's network: its rule, what it may reach now, its requests."""
+        return await self.send(Typed.session_network(session))
+
+    async def session_end(self, session: str) -> SessionEnded:
+        """End the session: its processes are killed, its network revoked, its work/ deleted."""
+        return await self.send(Typed.session_end(session))
 
     # agent context (per session, of this key; the API gives these answers no schema: JSON)
     async def context(self, session: str) -> JSON:

@@ -364,6 +364,23 @@ class Calls:
         return Call("DELETE", f"/v1/sessions/{segment(session)}/processes/{segment(process_id)}", as_json)
 
     @staticmethod
+    def session_network_open(session: str, skill: str, allow: list[str] | None) -> Call[JSON]:
+        body: JSON = {"skill": skill} if allow is None else {"skill": skill, "allow": allow}
+        return Call("PUT", f"/v1/sessions/{segment(session)}/network", as_json, json=body)
+
+    @staticmethod
+    def session_network_narrow(session: str, allow: list[str]) -> Call[JSON]:
+        return Call("PATCH", f"/v1/sessions/{segment(session)}/network", as_json, json={"allow": allow})
+
+    @staticmethod
+    def session_network(session: str) -> Call[JSON]:
+        return Call("GET", f"/v1/sessions/{segment(session)}/network", as_json)
+
+    @staticmethod
+    def session_end(session: str) -> Call[JSON]:
+        return Call("DELETE", f"/v1/sessions/{segment(session)}", as_json)
+
+    @staticmethod
     def health() -> Call[JSON]:
         return Call("GET", "/healthz", as_json, accept=(200, 503))
 

@@ -560,6 +560,42 @@ class RuntimeNeed(WireModel):
     used_in: list[str] = Field(description="file:line: requires-python, engines.node, the docs' prose")
 
 
+class SessionEnded(WireModel):
+    session: str
+    removed: bool = Field(description="its work/ was there and is deleted (false: there was none, or a run holds it)")
+
+
+class SessionNetworkNarrow(WireModel):
+    """Narrow the session's network: each host within what it may reach now ([]: nothing)."""
+
+    allow: list[str]
+
+
+class SessionNetworkOpen(WireModel):
+    """Open the session's network: the egress of the policy rule of the caller's key and
+    ``skill``, narrowed to ``allow`` when given (never more than the rule).
+    """
+
+    skill: str = Field(description="the skill whose policy rule's egress applies")
+    allow: list[str] | None = Field(
+        default=None, description="hosts the session may reach, each within the rule's egress.allow (null: the rule's)"
+    )
+
+
+class SessionNetworkState(WireModel):
+    """A session's network: its rule, what it may reach now, its requests."""
+
+    session: str
+    rule: str = Field(description="the policy rule whose egress the session has")
+    allow: list[str] = Field(description="what the session's processes and runs may reach now")
+    rule_allow: list[str] = Field(description="the rule's egress.allow (the most the session had)")
+    secrets: list[str] = Field(description="the secrets whose placeholders its processes and runs hold")
+    opened_at: float
+    narrowed_at: float | None
+    requests: dict[str, int] = Field(description="its requests so far, by decision (allowed, denied, limited)")
+    events: list[EgressRequest] = Field(description="its newest requests (at most 100)")
+
+
 class SkillBundle(WireModel):
     """A skill sent with the run instead of installed (OpenAI's inline skill ``source``): the
     base64 of a .zip or .tar[.gz|.bz2|.xz] holding one skill, or the digest of one this key

@@ -34,6 +34,8 @@ from .models import (
     RunRecordModel,
     RunRequest,
     RunResult,
+    SessionEnded,
+    SessionNetworkState,
     SkillDetail,
     SkillList,
     ToolCallResult,
@@ -268,6 +270,23 @@ class Typed:
     @staticmethod
     def process_poll(session: str, process_id: str, after: int, limit: int | None, wait: float) -> Call[ProcessOutput]:
         return typed(Calls.process_poll(session, process_id, after, limit, wait), ProcessOutput)
+
+    # a session's network and its end
+    @staticmethod
+    def session_network_open(session: str, skill: str, allow: list[str] | None) -> Call[SessionNetworkState]:
+        return typed(Calls.session_network_open(session, skill, allow), SessionNetworkState)
+
+    @staticmethod
+    def session_network_narrow(session: str, allow: list[str]) -> Call[SessionNetworkState]:
+        return typed(Calls.session_network_narrow(session, allow), SessionNetworkState)
+
+    @staticmethod
+    def session_network(session: str) -> Call[SessionNetworkState]:
+        return typed(Calls.session_network(session), SessionNetworkState)
+
+    @staticmethod
+    def session_end(session: str) -> Call[SessionEnded]:
+        return typed(Calls.session_end(session), SessionEnded)
 
     @staticmethod
     def process_signal(session: str, process_id: str, signal: str) -> Call[ProcessInfo]:

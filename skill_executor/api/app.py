@@ -36,7 +36,7 @@ from ..web.auth import KeyRing, bind_problem
 from .docs import install_docs
 from .metrics import Metrics
 from .middleware import BodyLimit, BrowserGuard, ContentSafety, RequestContext, normalize_origin
-from .routes import artifacts, context, files, processes, runs, skills, system, tools, versions
+from .routes import artifacts, context, files, processes, runs, sessions, skills, system, tools, versions
 
 if TYPE_CHECKING:
     from ..mcp.http import McpHttp
@@ -127,7 +127,7 @@ def create_app(
     app.state.keyring = keyring
     app.state.metrics = Metrics()
     problems.install(app)
-    for module in (versions, skills, runs, artifacts, files, tools, context, processes, system):
+    for module in (versions, skills, runs, artifacts, files, tools, context, processes, sessions, system):
         app.include_router(module.router)
     mcp_http = _mount_mcp(app)
     # Outermost last: ContentSafety -> RequestContext -> BrowserGuard -> CORS (allowed origins only)

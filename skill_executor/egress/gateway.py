@@ -192,6 +192,14 @@ class Gateway:
     def unwatch(self, run_id: str) -> None:
         self._watchers.pop(run_id, None)
 
+    def narrow(self, token: str, allow: list[str]) -> None:
+        """Replace the allow-list of a live grant (a session's, narrowed), keeping its counters; a
+        request after this returns is judged by the new list, one in an open tunnel too."""
+        bad = [entry for entry in allow if not rules.valid_pattern(entry)]
+        if bad:
+            raise ExecutorError(f"the egress gateway cannot read allow-list entries {bad}", code="invalid_egress_grant")
+        self._call({"op": "narrow", "token": token, "allow": allow})
+
     def revoke(self, token: str) -> None:
         """Forget a grant: its run's further requests (and open tunnels' next requests) get 407."""
         self._call({"op": "revoke", "token": token})

@@ -166,6 +166,8 @@ class EgressAddon:
             op = message.get("op")
             if op == "grant":
                 self.grants[message["token"]] = RunGrant.parse(message["token"], message["grant"])
+            elif op == "narrow" and message["token"] in self.grants:  # a session's: counters kept
+                self.grants[message["token"]].allow = list(message["allow"])
             elif op == "revoke":
                 self.grants.pop(message["token"], None)
             elif op == "close":

@@ -52,7 +52,15 @@ from .decision import ALLOWED, CommandDenied, Decision, check
 from .egress import Egress, HostError, HostPattern, Injection, parse_host
 from .enforcement import ExecRule, PolicyUnenforceable, unenforceable
 from .loading import PolicyError, load_policy, parse_policy, policy_of
-from .network import EgressUnavailable, Grant, NetworkNotAllowed, NetworkPlan, egress_unavailable, network_plan
+from .network import (
+    EgressUnavailable,
+    Grant,
+    NetworkNotAllowed,
+    NetworkPlan,
+    egress_unavailable,
+    narrow,
+    network_plan,
+)
 from .rules import Approval, Approver, Policy, Rule
 from .secretsfile import Secrets, SecretsError, load_secrets, parse_secrets
 from .vocabulary import program_name
@@ -84,6 +92,7 @@ __all__ = [
     "egress_unavailable",
     "load_policy",
     "load_secrets",
+    "narrow",
     "network_plan",
     "parse_host",
     "parse_policy",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets as random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import ExecutorError, Unavailable
 from .egress import DEFAULT_PORTS, Egress, HostError, HostPattern, Injection, normal_host, parse_host, render
@@ -220,20 +220,47 @@ def network_plan(
     hosts = egress.hosts()
     if requested is None:
         return NetworkPlan(name, egress, hosts)
+    why = f"is not allowed by policy rule {name!r}: a run may ask for less than its rule allows, never more"
+    narrowed = within(name, hosts, requested, why)
+    if not narrowed:
+        return None
+    return NetworkPlan(name, egress, narrowed, narrowed=True)
+
+
+def within(
+    rule: str, hosts: Sequence[HostPattern], requested: Sequence[str], why: str, **details: str
+) -> tuple[HostPattern, ...]:
+    """``requested`` (host entries as a request writes them) parsed, each covered by an entry of
+    ``hosts`` (422 ``network_not_allowed`` naming the first that is not, ``why`` after its name),
+    without repeats, in order.  Pure."""
     narrowed: list[HostPattern] = []
     for entry in requested:
         try:
             wanted = parse_host(entry)
         except HostError as exc:
-            raise NetworkNotAllowed(f"network.allow: {exc}", details={"rule": name, "host": entry}) from None
+            raise NetworkNotAllowed(f"network.allow: {exc}", details={"rule": rule, "host": entry, **details}) from None
         if not any(p.covers(wanted) for p in hosts):
             raise NetworkNotAllowed(
-                f"network.allow: {wanted.text!r} is not allowed by policy rule {name!r}: a run may ask for less "
-                "than its rule allows, never more",
-                details={"rule": name, "host": wanted.text},
+                f"network.allow: {wanted.text!r} {why}",
+                details={"rule": rule, "host": wanted.text, **details},
             )
         if wanted not in narrowed:
             narrowed.append(wanted)
-    if not narrowed:
-        return None
-    return NetworkPlan(name, egress, tuple(narrowed), narrowed=True)
+    return tuple(narrowed)
+
+
+def narrow(plan: NetworkPlan, requested: Sequence[str], *, session: str) -> NetworkPlan:
+    """A session's network (``plan``: what it may reach now) narrowed to ``requested``: each host
+    must be covered by what the session has now, which is within its rule, so a session is never
+    widened, neither past its rule nor past an earlier narrowing (422 ``network_not_allowed``,
+    naming the host).  ``[]`` leaves it no host (its grant stays: every request is refused).
+    Pure."""
+    hosts = within(
+        plan.rule,
+        plan.allow,
+        requested,
+        f"is not in what session {session!r} may reach now ({', '.join(p.text for p in plan.allow) or 'nothing'}; "
+        f"policy rule {plan.rule!r}): a session's network may be narrowed, never widened",
+        session=session,
+    )
+    return replace(plan, allow=hosts, narrowed=True)

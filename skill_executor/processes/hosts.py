@@ -17,6 +17,7 @@ from ..access import check_tenant
 from ..config import Settings
 from ..errors import Busy, ExecutorError
 from ..runtimes.base import Runtime, RuntimeHost, SupportsProcesses
+from ..runtimes.egress import EgressPath
 from ..workspace.fs import Tree
 from ..workspace.sessions import SessionStore
 from .base import HOST_LIFETIMES
@@ -35,6 +36,8 @@ class SessionHost:
     #: When the host's container is past its deadline label (``time.time()``): the
     #: runtime's reaper removes it then, so no process of it may outlive that.
     deadline: float
+    #: The session's network it was made with (None: none; a grant opened later does not reach it).
+    egress: EgressPath | None = None
     processes: dict[str, SessionProcess] = field(default_factory=dict)
 
 
@@ -82,10 +85,17 @@ class SessionHosts:
     def __len__(self) -> int:
         return len(self._hosts)
 
-    def make(self, tenant: str, session: str, before: Callable[[str, str], None] | None = None) -> SessionHost:
+    def make(
+        self,
+        tenant: str,
+        session: str,
+        before: Callable[[str, str], None] | None = None,
+        egress: EgressPath | None = None,
+    ) -> SessionHost:
         """A new host (called holding its lock), if the key's and the service's counts of
         sandboxes allow it (without a bound, one key could hold ``sessions_per_tenant`` of
-        them for hours); ``before`` is called with (tenant, session) first."""
+        them for hours); ``before`` is called with (tenant, session) first; ``egress``: the
+        session's network (its grant's path: the bridge, the mounts, every process's variables)."""
         key = (check_tenant(tenant), session)
         s = self.settings
         with self._lock:
@@ -109,12 +119,12 @@ class SessionHosts:
         try:
             if before is not None:
                 before(key[0], session)
-            return self._make(tenant, session)
+            return self._make(tenant, session, egress)
         finally:
             with self._lock:
                 self._making.discard(key)
 
-    def _make(self, tenant: str, session: str) -> SessionHost:
+    def _make(self, tenant: str, session: str, egress: EgressPath | None) -> SessionHost:
         maker = self.require()
         key = (check_tenant(tenant), session)
         work: Path = self.sessions.hold(session, tenant, wait=self.settings.max_timeout)
@@ -124,11 +134,11 @@ class SessionHosts:
                 os.fchown(tree.fd, *owner)
         lifetime = HOST_LIFETIMES * self.settings.process_max_seconds
         try:
-            host = maker.host(work, f"processes-{key[0]}-{session}", lifetime)
+            host = maker.host(work, f"processes-{key[0]}-{session}", lifetime, egress)
         except BaseException:
             self.sessions.release(session, tenant)
             raise
-        entry = SessionHost(host, time.time() + lifetime - HOST_GRACE_SECONDS)
+        entry = SessionHost(host, time.time() + lifetime - HOST_GRACE_SECONDS, egress)
         self._hosts[key] = entry
         return entry
 

@@ -17,6 +17,7 @@ from ..config import Settings
 from ..errors import BadRequest, Busy, Conflict, ExecutorError, TooLarge
 from ..policy import CommandDenied, Policy
 from ..runs.plan import check_env
+from ..runs.sessionnet import SessionNetworks
 from ..runtimes.base import Runtime
 from ..workers import Supervisor
 from ..workspace.sessions import SessionStore
@@ -76,6 +77,9 @@ class ProcessManager:
         #: Called with (tenant, session) before a session's first process starts here (a
         #: cluster's worker takes the session's lease: its runs come here then).
         self.before_start: Callable[[str, str], None] | None = None
+        #: The sessions' network (:mod:`skill_executor.runs.sessionnet`; set by the executor): a
+        #: session's processes start with its grant's path when it has one.
+        self.networks: SessionNetworks | None = None
         sessions.on_end.append(self.end_session)
         self.supervisor = Supervisor("processes")
         self.supervisor.every("process-limits", SWEEP_SECONDS, self.sweep, initial_delay=SWEEP_SECONDS)
@@ -122,7 +126,8 @@ class ProcessManager:
                     details={"processes": len(live), "limit": s.processes_per_session},
                 )
             if entry is None:
-                entry = self.hosts.make(tenant, session, self.before_start)
+                egress = self.networks.path(key[0], session) if self.networks is not None else None
+                entry = self.hosts.make(tenant, session, self.before_start, egress)
             wall = min(wall, entry.deadline - time.time())  # a long-lived session's sandbox ends some day
             if wall < 1:
                 raise Busy(
@@ -346,6 +351,11 @@ class ProcessManager:
             process.handle.kill()
         except ExecutorError as exc:
             log.warning("process %s: kill failed: %s", process.id, exc.message)
+
+    def without_network(self, tenant: str, session: str) -> bool:
+        """Whether the session has a processes' sandbox made without a path to the gateway."""
+        entry = self.hosts.get((check_tenant(tenant), session))
+        return entry is not None and entry.egress is None
 
     def network_of(self, tenant: str, session: str) -> str | None:
         """The sandbox whose loopback a run of this session joins (None: no processes)."""

@@ -20,7 +20,7 @@ from typing import Any
 from ..egress import EgressEvent, Gateway
 from ..errors import ExecutorError
 from ..policy import EgressUnavailable, NetworkPlan, Secrets, egress_unavailable
-from ..runtimes.egress import EgressPath, EgressUnsupported
+from ..runtimes.egress import EgressPath
 from .models import EgressRequest, RunResult
 
 log = logging.getLogger(__name__)
@@ -95,22 +95,15 @@ def granted(
     secrets: Secrets | None,
     listener: EgressListener | None,
     *,
-    joins_session: bool = False,
     problem: str | None = None,
 ) -> Iterator[RunEgress]:
     """The run's grant at ``gateway`` for as long as the block runs (``egress_unavailable`` when
-    there is no gateway, or it is down: ``problem`` says why it did not start).  ``joins_session``:
-    the run joins its session's interactive processes' sandbox, whose loopback has no bridge to
-    the gateway (``egress_unsupported``)."""
+    there is no gateway, or it is down: ``problem`` says why it did not start).  A run of a
+    session uses its session's grant instead (:mod:`.sessionnet`)."""
     if gateway is None:
         raise egress_unavailable(network.rule, problem)
     if not gateway.alive:
         raise unavailable(network.rule, "has stopped")
-    if joins_session:
-        raise EgressUnsupported(
-            "this run joins its session's interactive processes' sandbox, which has no path to the egress gateway "
-            "(yet): run it in a session without processes, or without a session"
-        )
     grant = network.grant(run_id, secrets)
     path = EgressPath(socket=gateway.socket_path, ca_cert=gateway.ca_cert, credential=grant.token, variables=grant.env)
     run = RunEgress(path, listener)

@@ -41,6 +41,7 @@ from .models import RunRequest, RunResult
 from .plan import RunPlan, check_request, resolve_cwd
 from .results import build_result
 from .sandbox import RunSandbox
+from .sessionnet import SessionNetworks
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,10 @@ class SkillRunner:
         self.gateway_problem: str | None = None
         #: An API replica's: its runs execute on workers, which run their own gateways.
         self.gateway_elsewhere = False
+        #: The sessions' grants at the gateway (:mod:`.sessionnet`), which their runs and processes share.
+        self.networks = SessionNetworks(
+            lambda: (self.gateway, self.gateway_problem), policy.secrets if policy is not None else None
+        )
 
     @property
     def egress_available(self) -> bool:
@@ -192,7 +197,7 @@ class SkillRunner:
             if request.session:
                 with self.sessions.use(request.session, tenant, wait=plan.timeout) as work:
                     network_of = self.network_of(tenant, request.session)
-                    with self._egress(plan, run_id, egress_listener, network_of is not None) as egress:
+                    with self._egress(plan, run_id, egress_listener, (tenant, request.session, network_of)) as egress:
                         sandbox_plan = SandboxPlan(
                             run_id,
                             plan.skill,
@@ -227,22 +232,27 @@ class SkillRunner:
 
     @contextlib.contextmanager
     def _egress(
-        self, plan: RunPlan, run_id: str, listener: EgressListener | None, joins_session: bool = False
+        self,
+        plan: RunPlan,
+        run_id: str,
+        listener: EgressListener | None,
+        session: tuple[str, str, str | None] | None = None,
     ) -> Iterator[RunEgress | None]:
-        """The run's grant at the egress gateway while the block runs (None: no network)."""
+        """The run's grant at the egress gateway while the block runs (None: no network).  A run
+        of a session (``session``: tenant, session, the processes' sandbox it joins) uses its
+        session's grant (:mod:`.sessionnet`), opened for it when the session has none."""
         if plan.network is None:
             yield None
             return
+        if session is not None:
+            tenant, name, joins = session
+            with self.networks.run(
+                tenant, name, plan.network, run_id, listener, joins_processes=joins is not None
+            ) as run:
+                yield run
+            return
         secrets = self.policy.secrets if self.policy is not None else None
-        with granted(
-            self.gateway,
-            plan.network,
-            run_id,
-            secrets,
-            listener,
-            joins_session=joins_session,
-            problem=self.gateway_problem,
-        ) as egress:
+        with granted(self.gateway, plan.network, run_id, secrets, listener, problem=self.gateway_problem) as egress:
             yield egress
 
     def _run(

@@ -88,6 +88,8 @@ class SessionStore:
         self._hosted: dict[Path, int] = {}
         #: Called with (session, tenant) when a session is ended (its processes end first).
         self.on_end: list[Callable[[str, str], None]] = []
+        #: Called with (session, tenant) after an idle session expired (:meth:`sweep`).
+        self.on_expired: list[Callable[[str, str], None]] = []
         #: What a run of a session should be told of its work/ (a restore from an older snapshot).
         self._notes: dict[Path, list[str]] = {}
         #: Session volumes (a mount and a loop device each) a crashed process left, released at start.
@@ -290,6 +292,11 @@ class SessionStore:
                     continue
                 if self._expire(entry, now):
                     removed.append(f"{tenant_dir.name}/{entry.name}")
+                    for hook in self.on_expired:
+                        try:
+                            hook(entry.name, tenant_dir.name)
+                        except Exception:  # the sweep goes on
+                            log.exception("session %s: a hook of its expiry failed", entry.name)
         return removed
 
     def _catch_up(self, directory: Path, work: Path, session: str, tenant: str, made: bool) -> None:

@@ -19,6 +19,10 @@ from .sessions import (
     ProcessSignal,
     ProcessStart,
     ProcessWrite,
+    SessionEnded,
+    SessionNetworkNarrow,
+    SessionNetworkOpen,
+    SessionNetworkState,
 )
 from .skills import (
     AuditLog,
@@ -63,6 +67,10 @@ __all__ = [
     "Health",
     "Installed",
     "ProcessInfo",
+    "SessionEnded",
+    "SessionNetworkNarrow",
+    "SessionNetworkOpen",
+    "SessionNetworkState",
     "ProcessList",
     "ProcessOutput",
     "ProcessSignal",

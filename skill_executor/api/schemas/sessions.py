@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, StrictStr
 
 from ...context.budget import MAX_BUDGET_TOKENS
+from ...runs.models import MAX_NETWORK_HOSTS, EgressRequest
+from ...runs.sessionnet import KEEP_EVENTS
 
 # -- agent context (/v1/sessions/{session}/context) ---------------------------------------
 
@@ -121,3 +123,46 @@ class ProcessOutput(BaseModel):
     running: bool
     exit_code: int | None
     reason: str | None
+
+
+# -- a session's network (/v1/sessions/{session}/network) and its end -----------------------
+
+
+class SessionNetworkOpen(BaseModel):
+    """Open the session's network: the egress of the policy rule of the caller's key and
+    ``skill``, narrowed to ``allow`` when given (never more than the rule)."""
+
+    model_config = {"extra": "forbid"}
+    skill: StrictStr = Field(min_length=1, max_length=300, description="the skill whose policy rule's egress applies")
+    allow: list[StrictStr] | None = Field(
+        default=None,
+        max_length=MAX_NETWORK_HOSTS,
+        description="hosts the session may reach, each within the rule's egress.allow (null: the rule's)",
+        examples=[["pypi.org", "files.pythonhosted.org", "api.github.com"]],
+    )
+
+
+class SessionNetworkNarrow(BaseModel):
+    """Narrow the session's network: each host within what it may reach now ([]: nothing)."""
+
+    model_config = {"extra": "forbid"}
+    allow: list[StrictStr] = Field(max_length=MAX_NETWORK_HOSTS, examples=[["api.github.com"]])
+
+
+class SessionNetworkState(BaseModel):
+    """A session's network: its rule, what it may reach now, its requests."""
+
+    session: str
+    rule: str = Field(description="the policy rule whose egress the session has")
+    allow: list[str] = Field(description="what the session's processes and runs may reach now")
+    rule_allow: list[str] = Field(description="the rule's egress.allow (the most the session had)")
+    secrets: list[str] = Field(description="the secrets whose placeholders its processes and runs hold")
+    opened_at: float
+    narrowed_at: float | None
+    requests: dict[str, int] = Field(description="its requests so far, by decision (allowed, denied, limited)")
+    events: list[EgressRequest] = Field(description=f"its newest requests (at most {KEEP_EVENTS})")
+
+
+class SessionEnded(BaseModel):
+    session: str
+    removed: bool = Field(description="its work/ was there and is deleted (false: there was none, or a run holds it)")
