@@ -141,6 +141,7 @@ class EgressAddon:
         self.grants: dict[str, RunGrant] = {}
         self.tunnels: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self.counted: weakref.WeakKeyDictionary[Any, RunGrant] = weakref.WeakKeyDictionary()
+        self.connected: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()  # a tunnel's host
         self.dialled: dict[str, tuple[str, int]] = {}  # server connection id -> (name, port) while it connects
         self.writer: asyncio.StreamWriter | None = None
         self.unix_server: asyncio.AbstractServer | None = None
@@ -248,6 +249,9 @@ class EgressAddon:
         token = rules.proxy_token(header) if header else self.tunnels.get(flow.client_conn)
         if header is not None:
             del flow.request.headers["proxy-authorization"]
+        bound = self.tunnels.get(flow.client_conn)
+        if bound is not None and token != bound:  # a connection never changes runs
+            raise Refusal("other proxy credentials than the connection's", status=407)
         if not token:
             raise Refusal("no proxy credentials: use the proxy URL the run was given", status=407)
         grant = self.grants.get(token)
@@ -259,6 +263,9 @@ class EgressAddon:
         return grant
 
     def check_destination(self, grant: RunGrant, host: str, port: int) -> None:
+        carried = rules.find_secret_in_name(host, grant.forms) if grant.forms else None
+        if carried:  # a name under an allowed wildcard would carry it to the zone's resolvers
+            raise Refusal(f"the host name carries secret {carried}")
         if rules.match_host(host, grant.allow) is None:
             what = "an IP address not listed" if rules.ip_literal(host) is not None else "not in the allow-list"
             raise Refusal(f"{host} is {what}")
@@ -297,6 +304,7 @@ class EgressAddon:
             return
         grant.connections += 1
         self.counted[flow.client_conn] = grant  # counted down when the client goes
+        self.connected[flow.client_conn] = rules.normalise_host(host)
 
     def client_disconnected(self, client: Any) -> None:
         grant = self.counted.pop(client, None)
@@ -315,10 +323,27 @@ class EgressAddon:
         request = flow.request
         host = rules.normalise_host(request.host)
         self.check_destination(grant, host, request.port)
-        authority = request.host_header or ""
-        header_host = rules.normalise_host(authority.rsplit(":", 1)[0] if not authority.endswith("]") else authority)
-        if header_host and header_host != host:
-            raise Refusal(f"the Host header {header_host!r} is not the host connected to ({host})")
+        tunnel = self.connected.get(flow.client_conn)
+        if tunnel is not None and host != tunnel:
+            raise Refusal(f"{host} is not the host the tunnel was opened to ({tunnel})")
+        # Every Host header (one may hide behind another, or behind HTTP/2's :authority) names it.
+        for authority in [request.host_header or "", *request.headers.get_all("host")]:
+            header_host = rules.normalise_host(
+                authority.rsplit(":", 1)[0] if not authority.endswith("]") else authority
+            )
+            if header_host and header_host != host:
+                raise Refusal(f"the Host header {header_host!r} is not the host connected to ({host})")
+        if len(request.headers.get_all("host")) > 1:
+            raise Refusal("a request with more than one Host header")
+        if flow.client_conn not in self.counted:  # plain HTTP: the connection is counted at its first request
+            if grant.max_connections is not None and grant.connections >= grant.max_connections:
+                raise Refusal(
+                    f"the run's cap of {grant.max_connections} connections is reached",
+                    decision="limited",
+                    limit="egress_connections",
+                )
+            grant.connections += 1
+            self.counted[flow.client_conn] = grant
         sni = flow.client_conn.sni
         if request.scheme == "https" and sni and rules.normalise_host(sni) != host:
             raise Refusal(f"the TLS server name {sni!r} is not the host connected to ({host})")
@@ -350,8 +375,11 @@ class EgressAddon:
             length = request.headers.get("content-length")
             if length is not None and length.isdigit() and int(length) > self.scan_bytes:
                 raise Refusal(f"a request body over {self.scan_bytes} bytes cannot be checked for secrets")
+            coding = ",".join(request.headers.get_all("content-encoding"))
+            if coding.strip().lower() not in rules.READABLE_CODINGS:
+                raise Refusal(f"a request body in content-encoding {coding!r} cannot be checked for secrets")
             if length is None and (request.headers.get("transfer-encoding") or request.is_http2):
-                request.stream = _Scanner(foreign, self.scan_bytes, flow, self)
+                request.stream = _Scanner(foreign, self.scan_bytes, flow, self, coding)
             flow.metadata["egress_scan"] = foreign
         # Toward the injection's host: its header from the template, and placeholders replaced.
         values_owned = {name: grant.secrets[name] for name in owned if name in grant.secrets}
@@ -373,8 +401,35 @@ class EgressAddon:
         body = flow.request.raw_content
         if foreign and body and not flow.request.stream:
             carried = rules.find_secret(body, foreign)
+            if not carried:
+                try:
+                    decoder = rules.BodyDecoder(
+                        ",".join(flow.request.headers.get_all("content-encoding")), self.scan_bytes
+                    )
+                    if decoder.inflate is not None:
+                        carried = rules.find_secret(decoder.feed(body) + decoder.feed(b""), foreign)
+                except ValueError as exc:
+                    self.refuse(flow, grant, Refusal(f"the request body cannot be checked for secrets: {exc}"))
+                    return
             if carried:
                 self.refuse(flow, grant, Refusal(f"the request body carries secret {carried}, which is not sent there"))
+                return
+        trailers = flow.request.trailers
+        carried = (
+            rules.find_secret(b"\n".join(k + b": " + v for k, v in trailers.fields), foreign)
+            if foreign and trailers
+            else None
+        )
+        if carried:
+            reason = f"the request's trailers carry secret {carried}, which is not sent there"
+            if flow.request.stream:  # the body has gone: the trailers stay here and the request is cut
+                flow.request.trailers = None
+                flow.metadata.update(egress_decision="denied", egress_reason=reason)
+                self.report_flow(flow)
+                self.cut(flow)
+            else:
+                self.refuse(flow, grant, Refusal(reason))
+            return
         if grant is not None and body:
             grant.bytes += len(body)
 
@@ -458,6 +513,29 @@ class EgressAddon:
     def server_connect_error(self, data: Any) -> None:
         self.dialled.pop(data.server.id, None)
 
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """A message the run sends over a WebSocket (``websocket: true``) toward a host that is not
+        a secret's is looked through like a body: one that carries a secret ends the connection."""
+        foreign = flow.metadata.get("egress_scan")
+        if not foreign or flow.websocket is None:
+            return
+        message = flow.websocket.messages[-1]
+        carried = rules.find_secret(message.content, foreign) if message.from_client else None
+        if carried:
+            message.drop()
+            flow.kill()
+            self.report(
+                flow.metadata.get("egress_grant"),
+                host=flow.request.pretty_host,
+                method="WEBSOCKET",
+                path=flow.request.path,
+                status=403,
+                sent=len(message.content),
+                received=0,
+                decision="denied",
+                reason=f"a WebSocket message carries secret {carried}, which is not sent there",
+            )
+
     def tcp_start(self, flow: Any) -> None:
         """Raw TCP in a tunnel (neither TLS nor HTTP) is never relayed."""
         flow.kill()
@@ -531,9 +609,13 @@ class _Scanner:
     """A streamed request body toward a host that is not a secret's: each secret looked for
     across chunk boundaries (the last bytes are held back until the next chunk or the end)."""
 
-    def __init__(self, forms: dict[str, list[bytes]], bound: int, flow: http.HTTPFlow, egress: EgressAddon) -> None:
+    def __init__(
+        self, forms: dict[str, list[bytes]], bound: int, flow: http.HTTPFlow, egress: EgressAddon, coding: str = ""
+    ) -> None:
         self.forms = forms
-        self.keep = max((len(f) for fs in forms.values() for f in fs), default=1) - 1
+        self.keep = rules.overlap(forms)
+        self.decoder = rules.BodyDecoder(coding, bound)
+        self.plain = b""  # the decoded body's last bytes, when it has a content-encoding
         self.held = b""
         self.bound = bound
         self.flow = flow
@@ -547,12 +629,19 @@ class _Scanner:
         window = self.held + data
         self.total += len(data)
         carried = rules.find_secret(window, self.forms)
-        if carried or self.total > self.bound:
+        problem = None
+        if not carried and self.decoder.inflate is not None:
+            try:
+                self.plain = self.plain[-self.keep :] + self.decoder.feed(data)
+                carried = rules.find_secret(self.plain, self.forms)
+            except ValueError as exc:
+                problem = f"the request body cannot be checked for secrets: {exc}"
+        if carried or problem or self.total > self.bound:
             self.stopped = True
             reason = (
                 f"the request body carries secret {carried}, which is not sent there"
                 if carried
-                else f"a request body over {self.bound} bytes cannot be checked for secrets"
+                else problem or f"a request body over {self.bound} bytes cannot be checked for secrets"
             )
             self.flow.metadata.update(egress_decision="denied", egress_reason=reason)
             self.egress.report_flow(self.flow)

@@ -12,6 +12,7 @@ import binascii
 import ipaddress
 import re
 import urllib.parse
+import zlib
 from collections.abc import Iterable, Mapping
 
 #: Addresses of cloud metadata services, refused even where a private range were allowed by a
@@ -132,33 +133,110 @@ def proxy_token(header: str | None) -> str | None:
     return token if sep and token else None
 
 
+def _base64_forms(raw: bytes) -> set[bytes]:
+    """base64 of ``raw`` (both alphabets) as it appears inside a longer encoded text, at each of
+    the three byte alignments it can start at: only the characters that depend on ``raw`` alone
+    (what ``base64("user:" + value)`` holds of the value, whatever the prefix's length)."""
+    forms: set[bytes] = set()
+    for shift in range(3):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            encoded = encode(b"\0" * shift + raw)
+            start, end = -(-8 * shift // 6), 8 * (shift + len(raw)) // 6
+            forms.add(encoded[start:end])
+    return forms
+
+
 def secret_forms(value: str) -> list[bytes]:
-    """The byte strings a secret is looked for as: itself, percent-encoded, base64 (both alphabets,
-    without padding) -- what a script that copies it into a URL, a form or a Basic header writes."""
+    """The byte strings a secret is looked for as: itself, percent-encoded (a text is also looked
+    through percent-decoded, see :func:`find_secret`), base64 at any alignment and hex (either
+    case) -- what a script that copies it into a URL, a form, a Basic header or a digest writes.
+    Longest first."""
     raw = value.encode("utf-8")
     forms = {
         raw,
         urllib.parse.quote(value, safe="").encode(),
         urllib.parse.quote_plus(value).encode(),
-        base64.b64encode(raw).rstrip(b"="),
-        base64.urlsafe_b64encode(raw).rstrip(b"="),
+        raw.hex().encode(),
+        *_base64_forms(raw),
     }
     return sorted((f for f in forms if f), key=len, reverse=True)
 
 
+def overlap(secrets: Mapping[str, list[bytes]]) -> int:
+    """How many bytes a scan of a streamed body holds back between chunks: enough for the longest
+    form percent-encoded twice (``%25XX`` a byte)."""
+    return 5 * max((len(f) for forms in secrets.values() for f in forms), default=0)
+
+
+_HEX = re.compile(rb"^[0-9a-f]+$")
+
+
+def _decodings(data: bytes) -> Iterable[bytes]:
+    """``data``, then percent-decoded (up to three times: ``%2541`` is ``%41`` is ``A``)."""
+    yield data
+    for _ in range(3):
+        if b"%" not in data:
+            return
+        decoded = urllib.parse.unquote_to_bytes(data)
+        if decoded == data:
+            return
+        data = decoded
+        yield data
+
+
 def find_secret(data: bytes, secrets: Mapping[str, list[bytes]]) -> str | None:
-    """The name of the first secret ``data`` carries in any of its forms (see :func:`secret_forms`)."""
+    """The name of the first secret ``data`` carries in any of its forms (see :func:`secret_forms`),
+    also once percent-decoded (any mix of encoded and plain characters, any case, twice)."""
     if not data:
         return None
-    lowered = data.lower()
-    for name, forms in secrets.items():
-        for form in forms:
-            # Percent-encoding is case-insensitive in its hex digits; base64 is not.
-            haystack = lowered if b"%" in form else data
-            needle = form.lower() if b"%" in form else form
-            if needle in haystack:
-                return name
+    for text in _decodings(data):
+        lowered = text.lower()
+        for name, forms in secrets.items():
+            for form in forms:
+                # Percent-encoding and hex are case-insensitive; the value itself and base64 are not.
+                if b"%" in form or _HEX.match(form):
+                    if form.lower() in lowered:
+                        return name
+                elif form in text:
+                    return name
     return None
+
+
+def find_secret_in_name(host: str, secrets: Mapping[str, list[bytes]]) -> str | None:
+    """The name of a secret a host name carries (names are case-insensitive: so is the search)."""
+    lowered = {name: [form.lower() for form in forms] for name, forms in secrets.items()}
+    return find_secret(host.lower().encode("utf-8", "replace"), lowered)
+
+
+#: The content codings a request body toward a host that is not a secret's may use: the gateway
+#: reads them to look for secrets (others, e.g. br or zstd, are refused there).
+READABLE_CODINGS = frozenset({"", "identity", "gzip", "x-gzip", "deflate"})
+
+
+class BodyDecoder:
+    """A request body's ``Content-Encoding`` undone, chunk by chunk, at most ``bound`` bytes out:
+    :meth:`feed` raises ValueError for a coding it cannot read, a broken stream or a body that
+    decodes to more than ``bound`` bytes (a small gzip can stand for gigabytes)."""
+
+    def __init__(self, coding: str, bound: int) -> None:
+        coding = coding.strip().lower()
+        if coding not in READABLE_CODINGS:
+            raise ValueError(f"content-encoding {coding!r} cannot be read")
+        # wbits 47: gzip or zlib, told apart by their header (what servers accept as deflate)
+        self.inflate = zlib.decompressobj(47) if coding not in ("", "identity") else None
+        self.left = bound
+
+    def feed(self, data: bytes) -> bytes:
+        if self.inflate is None:
+            return data
+        try:
+            out = self.inflate.decompress(data, self.left + 1) if data else self.inflate.flush()
+        except zlib.error as exc:
+            raise ValueError(f"the compressed body is broken: {exc}") from None
+        self.left -= len(out)
+        if self.left < 0 or self.inflate.unconsumed_tail:
+            raise ValueError("the body decompresses to more than can be checked")
+        return out
 
 
 def scrub(text: str, secrets: Mapping[str, str]) -> str:

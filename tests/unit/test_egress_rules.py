@@ -88,3 +88,45 @@ def test_networks_listed_as_such_let_their_addresses_through() -> None:
     assert rules.address_refusal("10.1.2.3", allow) is None
     assert rules.address_refusal("192.168.1.1", allow) is not None
     assert rules.address_refusal("::ffff:10.0.0.1", allow) is None  # judged as the IPv4 address it carries
+
+
+def test_the_scan_finds_a_secret_however_a_script_would_copy_it() -> None:
+    value = "ghs_Sc4n-me_0123456789abcdef"
+    raw = value.encode()
+    forms = {"T": rules.secret_forms(value)}
+    found = [
+        b"x=" + raw,
+        b"".join(b"%%%02X" % c for c in raw),  # every byte encoded
+        b"".join(b"%%%02x" % c if i % 2 else bytes([c]) for i, c in enumerate(raw)),  # a mix, lower case
+        b"".join(b"%%25%02X" % c for c in raw),  # twice
+        raw.hex().encode(),
+        raw.hex().upper().encode(),
+    ]
+    for prefix in (b"", b"u", b"us", b"user:", b"Bearer "):  # base64 at every alignment, both alphabets
+        found += [base64.b64encode(prefix + raw + b"!"), base64.urlsafe_b64encode(prefix + raw)]
+    for data in found:
+        assert rules.find_secret(data, forms) == "T", data
+    for data in (raw[::-1], raw[:10], base64.b32encode(raw), b"nothing"):
+        assert rules.find_secret(data, forms) is None, data
+    assert rules.find_secret_in_name(value.lower() + ".wild.example.test", forms) == "T"
+    assert rules.find_secret_in_name(raw.hex() + ".example.test", forms) == "T"
+    assert rules.find_secret_in_name("api.example.test", forms) is None
+    assert rules.overlap(forms) >= 5 * len(raw)  # a streamed body's window holds it encoded twice
+
+
+def test_bodies_are_decoded_within_a_bound_or_refused() -> None:
+    import gzip
+    import zlib
+
+    import pytest
+
+    body = b"t=secret-value" * 10
+    for coding, data in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body)), ("identity", body)):
+        decoder = rules.BodyDecoder(coding, 10_000)
+        assert decoder.feed(data[:7]) + decoder.feed(data[7:]) + decoder.feed(b"") == body
+    with pytest.raises(ValueError, match="cannot be read"):
+        rules.BodyDecoder("br", 10)
+    with pytest.raises(ValueError, match="more than"):
+        rules.BodyDecoder("gzip", 1000).feed(gzip.compress(b"\0" * 100_000))  # a bomb
+    with pytest.raises(ValueError, match="broken"):
+        rules.BodyDecoder("gzip", 1000).feed(b"not gzip at all")
