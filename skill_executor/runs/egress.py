@@ -104,8 +104,8 @@ def granted(
     the gateway (``egress_unsupported``)."""
     if gateway is None:
         raise egress_unavailable(network.rule, problem)
-    if not gateway.alive:
-        raise unavailable(network.rule, "has stopped")
+    if not gateway.available:  # a gateway being started again is waited for (Gateway.grant)
+        raise unavailable(network.rule, "has stopped and could not be started again")
     if joins_session:
         raise EgressUnsupported(
             "this run joins its session's interactive processes' sandbox, which has no path to the egress gateway "
