@@ -260,11 +260,12 @@ class Gateway:
                 return
             self._restarting = True
             self._up.clear()
-        log.error(
-            "the egress gateway process (pid %s) ended with %s: starting it again",
-            link.process.pid,
-            link.process.poll(),
-        )
+        try:
+            status: int | None = link.process.wait(2)
+        except subprocess.TimeoutExpired:  # its control channel broke, yet it runs: it is replaced
+            link.process.kill()
+            status = None
+        log.error("the egress gateway process (pid %s) ended (status %s): starting it again", link.process.pid, status)
         threading.Thread(target=self._restart, name="egress-gateway-restart", daemon=True).start()
 
     def _restart(self) -> None:
