@@ -347,7 +347,7 @@ class Gateway:
         with self._state:
             self._grants[grant.token] = grant
         try:
-            for _ in range(2):  # once more when the process died under the call and is started again
+            for _ in range(3):  # again when the process died under the call and is started again
                 self._up.wait(START_TIMEOUT * 2)
                 link = self._link
                 try:
