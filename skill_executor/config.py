@@ -340,6 +340,15 @@ class Settings(BaseSettings):
     egress_scan_bytes: int = 8 * 1024 * 1024
     """The largest request body the gateway checks for secrets toward a host that is not theirs (a larger one is
     refused while the run holds secrets)."""
+    egress_restarts: int = Field(default=5, ge=0, le=100)
+    """How many times in a row the service starts its egress gateway again when the process dies (pauses of
+    0.2 s, doubling, up to 10 s); after that runs under a rule with egress are refused (egress_unavailable)."""
+    egress_listen: str | None = None
+    """Where the egress gateway listens for TCP, as host:port (0.0.0.0:3128): for sandboxes that reach it over
+    the network (agent-sandbox pods; a NetworkPolicy lets only them in). Default: a free loopback port."""
+    egress_advertise: str | None = None
+    """The address:port agent-sandbox pods put in their proxy URL to reach this worker's gateway (its pod IP and
+    the port of SKILL_EXECUTOR_EGRESS_LISTEN, e.g. $(POD_IP):3128); without it such runs are refused."""
 
     @field_validator("api_keys", "admin_keys", "allowed_origins", mode="before")
     @classmethod

@@ -7,7 +7,7 @@
   embedded in those (a PodSpec, NetworkPolicy rules, HPA behavior) through kubernetes-validate
   again. A kind neither knows is a problem, never a pass.
 * :func:`security_problems` -- what the deployment promises: restricted pods, sandboxes that
-  reach nothing, RBAC limited to sandbox claims, a worker never scaled to zero.
+  reach nothing (or, with the egress overlay, the workers' gateway port alone), RBAC limited to sandbox claims, a worker never scaled to zero.
 
 Each check returns a list of problems (empty: fine), so the tests can show it catches the
 hostile variants too.
@@ -289,9 +289,32 @@ def _ingress_problems(where: str, rules: list[Doc]) -> list[str]:
     return p
 
 
+def gateway_port(docs: list[Doc]) -> int | None:
+    """The port the workers' egress gateway listens on (SKILL_EXECUTOR_EGRESS_LISTEN; None: it does not)."""
+    workers = find(docs, "Deployment", "skill-executor-worker", APP_NS)
+    listen = _env(workers[0], docs).get("SKILL_EXECUTOR_EGRESS_LISTEN") if workers else None
+    port = listen.rpartition(":")[2] if listen else ""
+    return int(port) if port.isdigit() else None
+
+
+def _egress_problems(where: str, rules: list[Doc], port: int | None) -> list[str]:
+    """Sandboxes may reach the workers' egress gateway port, and nothing else (no DNS, no address)."""
+    if port is None:
+        return [f"{where}: allows egress from sandboxes, and the workers run no gateway listening for them"]
+    p = []
+    for rule in rules:
+        peers, ports = rule.get("to") or [], rule.get("ports") or []
+        if not peers or not all(_peer_is_worker(peer) for peer in peers):
+            p.append(f"{where}: egress only to the workers' gateway, not {peers or 'anywhere'}")
+        if [(x.get("protocol", "TCP"), x.get("port"), x.get("endPort")) for x in ports] != [("TCP", port, None)]:
+            p.append(f"{where}: egress only to TCP {port} (the workers' gateway), not {ports or 'every port'}")
+    return p
+
+
 def sandbox_network_problems(docs: list[Doc]) -> list[str]:
     """Sandboxes reach nothing (agent-sandbox's default egress allows public addresses: ours is
-    set, and empty), only workers reach them, and a namespace-wide deny covers every other pod."""
+    set, and empty; with the egress overlay, the workers' gateway port alone), only workers reach
+    them, and a namespace-wide deny covers every other pod."""
     p: list[str] = []
     for template in find(docs, "SandboxTemplate"):
         where, spec = name_of(template), template["spec"]
@@ -300,8 +323,10 @@ def sandbox_network_problems(docs: list[Doc]) -> list[str]:
         if spec.get("networkPolicyManagement", "Managed") != "Managed":
             p.append(f"{where}: the network policy must be Managed (Unmanaged: none is applied)")
         policy = spec.get("networkPolicy")
-        if policy is None or policy.get("egress") != []:
-            p.append(f"{where}: networkPolicy.egress must be given, and empty (omitted: the controller's default)")
+        if policy is None or not isinstance(policy.get("egress"), list):
+            p.append(f"{where}: networkPolicy.egress must be given (omitted: the controller's default, public egress)")
+        elif policy["egress"]:  # the egress overlay: to the workers' gateway port only
+            p += _egress_problems(where, policy["egress"], gateway_port(docs))
         p += _ingress_problems(where, (policy or {}).get("ingress") or [])
         if spec.get("envVarsInjectionPolicy", "Disallowed") != "Disallowed":
             p.append(f"{where}: claims must not set env (envVarsInjectionPolicy: Disallowed)")
@@ -356,6 +381,7 @@ def wiring_problems(docs: list[Doc]) -> list[str]:
     for pool in find(docs, "SandboxWarmPool"):
         if (pool["metadata"]["namespace"], pool["metadata"]["name"]) not in listed:
             p.append(f"{name_of(pool)}: no tier uses it")
+    p += _gateway_wiring_problems(workers[0], env)
     scaled = find(docs, "ScaledObject")
     for so in scaled:
         spec, where = so["spec"], name_of(so)
@@ -372,6 +398,24 @@ def wiring_problems(docs: list[Doc]) -> list[str]:
                 p.append(f"{name_of(hpa)}: {target} is scaled by KEDA already")
     if not any(so["spec"]["scaleTargetRef"]["name"] == "skill-executor-worker" for so in scaled):
         p.append("the worker has no ScaledObject")
+    return p
+
+
+def _gateway_wiring_problems(worker: Doc, env: dict[str, str]) -> list[str]:
+    """A worker whose gateway listens for pods tells them where: its pod IP at the same port."""
+    listen, advertise = env.get("SKILL_EXECUTOR_EGRESS_LISTEN"), env.get("SKILL_EXECUTOR_EGRESS_ADVERTISE")
+    if listen is None and advertise is None:
+        return []
+    if listen is None or advertise is None:
+        return ["worker: SKILL_EXECUTOR_EGRESS_LISTEN and SKILL_EXECUTOR_EGRESS_ADVERTISE go together"]
+    port = listen.rpartition(":")[2]
+    p = []
+    container = worker["spec"]["template"]["spec"]["containers"][0]
+    refs = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container.get("env") or []}
+    if advertise != f"$(POD_IP):{port}" or refs.get("POD_IP") != "status.podIP":
+        p.append(f"worker: SKILL_EXECUTOR_EGRESS_ADVERTISE must be its own pod IP at port {port}, not {advertise}")
+    if not any(str(x.get("containerPort")) == port for x in container.get("ports") or []):
+        p.append(f"worker: the gateway's port {port} is not a port of its container")
     return p
 
 

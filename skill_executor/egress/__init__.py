@@ -19,8 +19,8 @@ Library or process? The gateway is **a process of its own** (:func:`~.gateway.st
 - *Isolation.* The gateway parses hostile traffic from the sandboxes. In its own process it
   holds the CA key and the secrets of the runs it serves, but not the service's database,
   API keys or object store; a parser bug or a crash stays there, and the service sees the
-  control socket close (:attr:`~.gateway.Gateway.alive` false; grants fail with
-  ``egress_unavailable``) and can start another. mitmproxy's master is a process-wide
+  control socket close and starts another (the same CA and socket; the live grants registered
+  again; bounded attempts: :class:`~.gateway.Gateway`). mitmproxy's master is a process-wide
   singleton (``mitmproxy.ctx``) that would not share an interpreter with the service cleanly.
 - *Performance.* The proxy's work (TLS on both sides, HTTP parsing) runs on the gateway's own
   core and GIL, not the service's event loop. Start-up costs about a second (imports and
@@ -30,7 +30,8 @@ Library or process? The gateway is **a process of its own** (:func:`~.gateway.st
   :meth:`~.gateway.Gateway.grant` returns when the gateway has applied the grant, so a run
   started after it is never refused for a race.
 
-The gateway listens on loopback TCP (mitmproxy's listener) and on ``<data_dir>/egress/egress.sock``
+The gateway listens on loopback TCP (mitmproxy's listener; where ``SKILL_EXECUTOR_EGRESS_LISTEN`` says
+for agent-sandbox pods) and on ``<data_dir>/egress/egress.sock``
 (a byte relay to it, in the same process; ``socket/egress.sock``), which is what a sandbox's bridge
 reaches.  A run's grant is the policy's (:class:`skill_executor.policy.Grant`): one type from the
 rule to the gateway process, its token the run's proxy credential.

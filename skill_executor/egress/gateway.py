@@ -15,14 +15,15 @@ import ssl
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..config import Settings
 from ..errors import ExecutorError
-from ..policy import Grant
+from ..policy import Grant, HostPattern
 from . import rules
 
 #: The gateway's files under the data dir: ``ca/`` (the CA with its key; the gateway's only,
@@ -36,6 +37,12 @@ SOCKET = "socket/egress.sock"
 PROXY_SCRIPT = Path(__file__).resolve().parent / "proxy.py"
 START_TIMEOUT = 30.0
 CALL_TIMEOUT = 10.0
+#: A gateway process that dies is started again: at most this many attempts in a row (unless the
+#: settings' ``egress_restarts`` says otherwise), the first after RESTART_DELAY seconds, each next
+#: pause twice the last, up to RESTART_MAX_DELAY.
+RESTART_ATTEMPTS = 5
+RESTART_DELAY = 0.2
+RESTART_MAX_DELAY = 10.0
 #: Where the system's CA bundle is looked for when Python's ssl module names none.
 SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 
@@ -97,8 +104,95 @@ class EgressEvent:
         return cls(**fields)
 
 
+class _Link:
+    """One gateway process and its control channel (a restart makes a new one)."""
+
+    def __init__(self, process: subprocess.Popen[bytes], control: socket.socket, owner: Gateway) -> None:
+        self.process = process
+        self.control = control
+        self.owner = owner
+        self.port = 0
+        self.lock = threading.Lock()
+        self.pending: dict[int, threading.Event] = {}
+        self.next = 0
+        self.ready = threading.Event()
+        self.closed = False
+        self.reader = threading.Thread(target=self._read, name="egress-gateway-events", daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        try:
+            for line in self.control.makefile("rb"):
+                self._handle(json.loads(line))
+        except (OSError, ValueError) as exc:  # the process died (a reset), or wrote what is not ours
+            if not self.owner._closing:
+                log.error("the egress gateway's control channel broke: %s", exc)
+        finally:
+            self.closed = True
+            self.ready.set()
+            for waiter in list(self.pending.values()):
+                waiter.set()
+            self.owner._lost(self)
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        if op == "event":
+            self.owner._event(EgressEvent.parse(message))
+        elif op == "ok":
+            waiter = self.pending.pop(int(message.get("id") or 0), None)
+            if waiter is not None:
+                waiter.set()
+        elif op == "ready":
+            self.port = int(message["port"])
+            self.ready.set()
+
+    @property
+    def alive(self) -> bool:
+        return not self.closed and self.process.poll() is None
+
+    def call(self, message: dict[str, Any]) -> None:
+        if not self.alive:
+            raise ExecutorError("the egress gateway is not running", code="egress_unavailable")
+        waiter = threading.Event()
+        with self.lock:
+            self.next += 1
+            message["id"] = self.next
+            self.pending[self.next] = waiter
+            try:
+                self.control.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+            except OSError:
+                raise ExecutorError("the egress gateway is not running", code="egress_unavailable") from None
+        if not waiter.wait(CALL_TIMEOUT) or self.closed:
+            raise ExecutorError("the egress gateway did not answer", code="egress_unavailable")
+
+    def stop(self) -> None:
+        """Ask it to exit, then make sure it has (SIGKILL after 5 s)."""
+        if self.alive:
+            try:
+                self.call({"op": "close"})
+            except ExecutorError:
+                pass
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+        self.control.close()
+        if self.reader is not threading.current_thread():
+            self.reader.join(5)
+
+
 class Gateway:
-    """A running gateway process. Thread-safe; :meth:`close` ends it."""
+    """The service's handle on its gateway process. Thread-safe; :meth:`close` ends it.
+
+    The handle outlives its process: when the process dies (a crash, ``kill -9``) the handle
+    starts another (``respawn``: the same CA, socket path and settings) after a pause, at most
+    :data:`RESTART_ATTEMPTS` times in a row with doubling pauses, and registers again every grant
+    not yet revoked; :attr:`available` is true meanwhile, and a :meth:`grant` waits for it.
+    Requests in flight when the process died fail (the bridge answers 502, or the connection
+    ends); the runs' later requests reach the new process with the same credentials.
+    A successful restart ends the count; when every attempt fails the handle gives up:
+    :attr:`available` is false, grants fail with ``egress_unavailable``."""
 
     def __init__(
         self,
@@ -106,83 +200,168 @@ class Gateway:
         control: socket.socket,
         folder: Path,
         on_event: Callable[[EgressEvent], None] | None,
+        respawn: Callable[[], tuple[subprocess.Popen[bytes], socket.socket]] | None = None,
+        *,
+        restarts: int | None = None,
     ) -> None:
-        self.process = process
         self.folder = folder
         self.ca_cert = folder / "ca-cert.pem"
         self.socket_path = folder / SOCKET
-        self.port = 0
         #: Events, when no callback was given.
         self.events: queue.SimpleQueue[EgressEvent] = queue.SimpleQueue()
         self._on_event = on_event or self.events.put
         #: run id -> who gets that run's events (:meth:`watch`), besides ``on_event``
         self._watchers: dict[str, Callable[[EgressEvent], None]] = {}
-        self._control = control
-        self._lock = threading.Lock()
-        self._pending: dict[int, threading.Event] = {}
-        self._next = 0
-        self._ready = threading.Event()
-        self._closed = False
-        self._reader = threading.Thread(target=self._read, name="egress-gateway-events", daemon=True)
-        self._reader.start()
+        self._respawn = respawn
+        self._restarts = RESTART_ATTEMPTS if restarts is None else restarts
+        self._closing = False
+        #: token -> grant, every grant registered and not revoked (what a restart registers again)
+        self._grants: dict[str, Grant] = {}
+        self._state = threading.Lock()
+        self._up = threading.Event()  # set while a live process serves (clear during a restart)
+        self._up.set()
+        self._restarting = False
+        self._gave_up = False
+        #: How many times the process was started again (since the start of the service).
+        self.restarted = 0
+        self._link = _Link(process, control, self)
 
-    # -- the control channel ------------------------------------------------------------------------
+    # -- one process's link --------------------------------------------------------------------------
 
-    def _read(self) -> None:
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        """The current gateway process."""
+        return self._link.process
+
+    @property
+    def port(self) -> int:
+        """The current process's TCP port (it may change with a restart, unless the listener's is fixed)."""
+        return self._link.port
+
+    @property
+    def _ready(self) -> threading.Event:
+        return self._link.ready
+
+    def _event(self, event: EgressEvent) -> None:
+        watcher = self._watchers.get(event.run_id) if event.run_id is not None else None
+        for callback in (watcher, self._on_event):
+            try:
+                if callback is not None:
+                    callback(event)
+            except Exception:  # a callback's failure must not stop the events after it
+                log.exception("an egress event's callback failed")
+
+    def _lost(self, link: _Link) -> None:
+        """A link's reader ended: start again, unless closing, starting, or already restarting."""
+        with self._state:
+            if link is not self._link or self._closing or self._respawn is None or self._restarting:
+                return
+            if link.port == 0:  # it never started: start() says why
+                return
+            self._restarting = True
+            self._up.clear()
         try:
-            for line in self._control.makefile("rb"):
-                self._handle(json.loads(line))
-        except (OSError, ValueError) as exc:  # the process died (a reset), or wrote what is not ours
-            if not self._closed:
-                log.error("the egress gateway's control channel broke: %s", exc)
-        finally:
-            self._closed = True
-            self._ready.set()
-            for waiter in list(self._pending.values()):
-                waiter.set()
+            status: int | None = link.process.wait(2)
+        except subprocess.TimeoutExpired:  # its control channel broke, yet it runs: it is replaced
+            link.process.kill()
+            status = None
+        log.error("the egress gateway process (pid %s) ended (status %s): starting it again", link.process.pid, status)
+        threading.Thread(target=self._restart, name="egress-gateway-restart", daemon=True).start()
 
-    def _handle(self, message: dict[str, Any]) -> None:
-        op = message.get("op")
-        if op == "event":
-            event = EgressEvent.parse(message)
-            watcher = self._watchers.get(event.run_id) if event.run_id is not None else None
-            for callback in (watcher, self._on_event):
-                try:
-                    if callback is not None:
-                        callback(event)
-                except Exception:  # a callback's failure must not stop the events after it
-                    log.exception("an egress event's callback failed")
-        elif op == "ok":
-            waiter = self._pending.pop(int(message.get("id") or 0), None)
-            if waiter is not None:
-                waiter.set()
-        elif op == "ready":
-            self.port = int(message["port"])
-            self._ready.set()
+    def _restart(self) -> None:
+        delay = RESTART_DELAY
+        for attempt in range(1, self._restarts + 1):
+            time.sleep(delay)
+            delay = min(delay * 2, RESTART_MAX_DELAY)
+            if self._closing:
+                break
+            link: _Link | None = None
+            try:
+                assert self._respawn is not None
+                process, control = self._respawn()
+                link = _Link(process, control, self)
+                if not link.ready.wait(START_TIMEOUT) or not link.port:
+                    raise ExecutorError(f"it did not start (exit status {process.poll()})", code="egress_unavailable")
+                with self._state:
+                    snapshot = dict(self._grants)
+                for grant in snapshot.values():
+                    link.call({"op": "grant", "token": grant.token, "grant": wire(grant)})
+                with self._state:
+                    if self._closing:
+                        raise ExecutorError("the service is closing", code="egress_unavailable")
+                    old, self._link = self._link, link
+                    stale = [token for token in snapshot if token not in self._grants]
+                    self._restarting = False
+                    self.restarted += 1
+                    self._up.set()
+                for token in stale:  # revoked while it was re-registered
+                    link.call({"op": "revoke", "token": token})
+                old.control.close()
+                old.process.poll()  # reaped
+                log.warning(
+                    "the egress gateway is running again (pid %s, attempt %d; %d grant(s) registered again)",
+                    process.pid,
+                    attempt,
+                    len(snapshot),
+                )
+                return
+            except (ExecutorError, OSError) as exc:
+                message = exc.message if isinstance(exc, ExecutorError) else str(exc)
+                log.error(
+                    "the egress gateway's restart (attempt %d of %d) failed: %s", attempt, self._restarts, message
+                )
+                if link is not None:
+                    link.stop()
+        with self._state:
+            self._restarting = False
+            self._gave_up = not self._closing
+            self._up.set()
+        if not self._closing:
+            log.error(
+                "the egress gateway could not be started again after %d attempts: runs under a rule with egress "
+                "are refused (egress_unavailable) until the service restarts",
+                self._restarts,
+            )
 
     def _call(self, message: dict[str, Any]) -> None:
-        if self._closed or self.process.poll() is not None:
-            raise ExecutorError("the egress gateway is not running", code="egress_unavailable")
-        waiter = threading.Event()
-        with self._lock:
-            self._next += 1
-            message["id"] = self._next
-            self._pending[self._next] = waiter
-            self._control.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
-        if not waiter.wait(CALL_TIMEOUT) or self._closed:
-            raise ExecutorError("the egress gateway did not answer", code="egress_unavailable")
+        self._link.call(message)
 
     # -- the API -------------------------------------------------------------------------------------
 
     @property
     def alive(self) -> bool:
-        return not self._closed and self.process.poll() is None
+        """Whether a gateway process serves now."""
+        return not self._closing and self._link.alive
+
+    @property
+    def available(self) -> bool:
+        """Whether runs with network can be given a grant: the process serves, or is being started
+        again after it died (not given up, not closed)."""
+        return not self._closing and not self._gave_up and (self._restarting or self._link.alive)
 
     def grant(self, grant: Grant) -> str:
         """Register ``grant`` (the policy's, for one run: :meth:`~skill_executor.policy.NetworkPlan.grant`)
-        before its run starts; the token its proxy URL carries (the grant's own, :meth:`proxy_url`)."""
-        self._call({"op": "grant", "token": grant.token, "grant": wire(grant)})
-        return grant.token
+        before its run starts; the token its proxy URL carries (the grant's own, :meth:`proxy_url`).
+        While the process is being started again this waits for it (``egress_unavailable`` when it
+        cannot be)."""
+        with self._state:
+            self._grants[grant.token] = grant
+        try:
+            for _ in range(3):  # again when the process died under the call and is started again
+                self._up.wait(START_TIMEOUT * 2)
+                link = self._link
+                try:
+                    link.call({"op": "grant", "token": grant.token, "grant": wire(grant)})
+                    return grant.token
+                except ExecutorError:
+                    time.sleep(0.05)  # let the reader notice the death
+                    if not self.available:
+                        raise
+            raise ExecutorError("the egress gateway did not take the grant", code="egress_unavailable")
+        except BaseException:
+            with self._state:
+                self._grants.pop(grant.token, None)
+            raise
 
     def watch(self, run_id: str, callback: Callable[[EgressEvent], None]) -> None:
         """Give ``run_id``'s events to ``callback`` too (on the gateway's reader thread, in order)
@@ -192,16 +371,24 @@ class Gateway:
     def unwatch(self, run_id: str) -> None:
         self._watchers.pop(run_id, None)
 
-    def narrow(self, token: str, allow: list[str]) -> None:
+    def narrow(self, token: str, allow: Sequence[HostPattern]) -> None:
         """Replace the allow-list of a live grant (a session's, narrowed), keeping its counters; a
-        request after this returns is judged by the new list, one in an open tunnel too."""
-        bad = [entry for entry in allow if not rules.valid_pattern(entry)]
+        request after this returns is judged by the new list, one in an open tunnel too, and a
+        restarted process is given the narrowed grant."""
+        texts = [pattern.text for pattern in allow]
+        bad = [entry for entry in texts if not rules.valid_pattern(entry)]
         if bad:
             raise ExecutorError(f"the egress gateway cannot read allow-list entries {bad}", code="invalid_egress_grant")
-        self._call({"op": "narrow", "token": token, "allow": allow})
+        with self._state:
+            if token in self._grants:
+                self._grants[token] = replace(self._grants[token], allow=tuple(allow))
+        self._call({"op": "narrow", "token": token, "allow": texts})
 
     def revoke(self, token: str) -> None:
-        """Forget a grant: its run's further requests (and open tunnels' next requests) get 407."""
+        """Forget a grant: its run's further requests (and open tunnels' next requests) get 407.
+        A process that died holds it no more, and a restart does not register it again."""
+        with self._state:
+            self._grants.pop(token, None)
         self._call({"op": "revoke", "token": token})
 
     def proxy_url(self, token: str, port: int | None = None) -> str:
@@ -210,18 +397,10 @@ class Gateway:
         return f"http://run:{token}@127.0.0.1:{port or self.port}"
 
     def close(self) -> None:
-        if not self._closed and self.process.poll() is None:
-            try:
-                self._call({"op": "close"})
-            except ExecutorError:
-                pass
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
-        self._control.close()
-        self._reader.join(5)
+        with self._state:
+            self._closing = True
+            self._up.set()
+        self._link.stop()
 
 
 def trusted_bundle(extra: Path | None, target: Path) -> Path:
@@ -252,7 +431,9 @@ def start(settings: Settings, on_event: Callable[[EgressEvent], None] | None = N
     """Start the gateway process (its CA made on the first start) and wait until it listens.
 
     ``on_event`` is called on the gateway's reader thread for each event (default: they queue
-    up in :attr:`Gateway.events`)."""
+    up in :attr:`Gateway.events`).  It listens on loopback (``port``, default any free one), or
+    where ``SKILL_EXECUTOR_EGRESS_LISTEN`` says (``host:port``: pods reach it over the network).
+    A process that dies later is started again the same way (:class:`Gateway`)."""
     folder = (settings.data_dir / FOLDER).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     # Traversable, not listable (the sealed data dir made it 0700): a sandbox's bind of the socket
@@ -265,6 +446,9 @@ def start(settings: Settings, on_event: Callable[[EgressEvent], None] | None = N
     if shutil.which(python) is None and not Path(python).is_file():
         raise ExecutorError(f"SKILL_EXECUTOR_EGRESS_PYTHON {python} is not an executable", code="extra_missing")
     trusted = trusted_bundle(settings.egress_ca_bundle, folder / "trusted.pem")
+    host = "127.0.0.1"
+    if settings.egress_listen:
+        host, port = listen_address(settings.egress_listen)
     config = {
         "confdir": str(folder / "ca"),
         "ca_cert": str(folder / "ca-cert.pem"),
@@ -272,25 +456,34 @@ def start(settings: Settings, on_event: Callable[[EgressEvent], None] | None = N
         "trusted_ca": str(trusted),
         "hosts": dict(settings.egress_hosts),
         "scan_bytes": settings.egress_scan_bytes,
+        "host": host,
         "port": port,
     }
-    ours, theirs = socket.socketpair()
-    try:
-        process = subprocess.Popen(
-            [python, "-I", str(PROXY_SCRIPT), str(theirs.fileno())],
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
-            close_fds=True,
-        )
-    finally:
-        theirs.close()
-    try:
-        ours.sendall(json.dumps(config).encode() + b"\n")
-    except OSError:  # it is gone already: said below, with its exit status
-        pass
-    gateway = Gateway(process, ours, folder, on_event)
+
+    def spawn() -> tuple[subprocess.Popen[bytes], socket.socket]:
+        ours, theirs = socket.socketpair()
+        try:
+            process = subprocess.Popen(
+                [python, "-I", str(PROXY_SCRIPT), str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"},
+                close_fds=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        try:
+            ours.sendall(json.dumps(config).encode() + b"\n")
+        except OSError:  # it is gone already: said by the caller, with its exit status
+            pass
+        return process, ours
+
+    process, ours = spawn()
+    gateway = Gateway(process, ours, folder, on_event, spawn, restarts=settings.egress_restarts)
     if not gateway._ready.wait(START_TIMEOUT) or not gateway.port:
         gateway.close()
         code = process.poll()
@@ -300,3 +493,15 @@ def start(settings: Settings, on_event: Callable[[EgressEvent], None] | None = N
             code="egress_unavailable",
         )
     return gateway
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``) of SKILL_EXECUTOR_EGRESS_LISTEN."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ExecutorError(
+            f"SKILL_EXECUTOR_EGRESS_LISTEN {text!r} is not host:port (for example 0.0.0.0:3128)",
+            code="invalid_settings",
+        )
+    return host, int(port)

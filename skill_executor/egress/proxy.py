@@ -734,7 +734,7 @@ async def main(control: socket.socket, config: dict[str, Any]) -> None:
     options = Options()
     master = DumpMaster(options, with_termlog=False, with_dumper=False)
     options.update(
-        listen_host="127.0.0.1",
+        listen_host=str(config.get("host") or "127.0.0.1"),
         listen_port=int(config.get("port") or 0),
         confdir=str(confdir),
         connection_strategy="lazy",

@@ -102,8 +102,8 @@ def granted(
     session uses its session's grant instead (:mod:`.sessionnet`)."""
     if gateway is None:
         raise egress_unavailable(network.rule, problem)
-    if not gateway.alive:
-        raise unavailable(network.rule, "has stopped")
+    if not gateway.available:  # a gateway being started again is waited for (Gateway.grant)
+        raise unavailable(network.rule, "has stopped and could not be started again")
     grant = network.grant(run_id, secrets)
     path = EgressPath(socket=gateway.socket_path, ca_cert=gateway.ca_cert, credential=grant.token, variables=grant.env)
     run = RunEgress(path, listener)

@@ -100,7 +100,7 @@ class SkillRunner:
     def egress_available(self) -> bool:
         """Whether runs its policy rule gives network can run here (without: refused with
         ``egress_unavailable``, never run without their network)."""
-        return self.gateway_elsewhere or (self.gateway is not None and self.gateway.alive)
+        return self.gateway_elsewhere or (self.gateway is not None and self.gateway.available)
 
     @property
     def workspaces(self) -> WorkspaceManager:

@@ -134,8 +134,8 @@ class SessionNetworks:
         gateway, problem = self.source()
         if gateway is None:
             raise egress_unavailable(rule, problem)
-        if not gateway.alive:
-            raise unavailable(rule, "has stopped")
+        if not gateway.available:
+            raise unavailable(rule, "has stopped and could not be started again")
         return gateway
 
     def open(self, tenant: str, session: str, plan: NetworkPlan, *, processes_without: bool = False) -> SessionNetwork:
@@ -185,7 +185,7 @@ class SessionNetworks:
             narrowed = narrow(network.plan, allow, session=session)
             gateway = self._gateway(narrowed.rule)
             try:
-                gateway.narrow(network.grant.token, [p.text for p in narrowed.allow])
+                gateway.narrow(network.grant.token, narrowed.allow)
             except ExecutorError as exc:
                 raise unavailable(narrowed.rule, f"did not take the session's narrowing: {exc.message}") from None
             with network.lock:

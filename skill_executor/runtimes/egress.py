@@ -20,8 +20,11 @@ Runtimes: docker (runc: cold containers -- a run with a grant never takes a warm
 mounts were fixed before the run was known; gVisor the same, when the engine's ``runsc``
 may open host sockets: ``--host-uds=open`` or ``all``), bwrap (when its launcher could be
 built), a session's process host (:class:`~.docker.processes.DockerHost`: one bridge for
-the session's shared loopback).  The local and agent-sandbox runtimes refuse such a plan
-(``egress_unsupported``).
+the session's shared loopback).  agent-sandbox pods have no socket of the worker's: they reach
+the worker's gateway over the network (``SKILL_EXECUTOR_EGRESS_LISTEN``, at
+``SKILL_EXECUTOR_EGRESS_ADVERTISE``; a NetworkPolicy lets them reach that port and nothing
+else) with the same credential and variables (:meth:`EgressPath.environment`'s ``address``).
+The local runtime refuses such a plan (``egress_unsupported``).
 """
 
 from __future__ import annotations
@@ -84,18 +87,21 @@ class EgressPath:
         """The launcher's option that starts the bridge (exec mode)."""
         return ["--egress", f"{self.port}={self.sandbox_socket}"]
 
-    def proxy_url(self) -> str:
-        return f"http://{PROXY_USER}:{self.credential}@127.0.0.1:{self.port}"
+    def proxy_url(self, address: str | None = None) -> str:
+        """The run's proxy URL: the bridge on its loopback, or ``address`` (``host:port``: a
+        gateway the sandbox reaches over the network, an agent-sandbox pod's)."""
+        return f"http://{PROXY_USER}:{self.credential}@{address or f'127.0.0.1:{self.port}'}"
 
-    def environment(self) -> dict[str, str]:
+    def environment(self, *, address: str | None = None, ca: str = SANDBOX_CA) -> dict[str, str]:
         """The run's variables for the path: proxies, the CA certificate, its own ones
-        (which cannot override the path's)."""
-        url = self.proxy_url()
+        (which cannot override the path's).  ``address`` and ``ca``: where a sandbox without the
+        bridge reaches the gateway, and where it finds the certificate."""
+        url = self.proxy_url(address)
         env = dict(self.variables)
         env.update({name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")})
         env.update({name: "localhost,127.0.0.1" for name in ("NO_PROXY", "no_proxy")})
         env["NODE_USE_ENV_PROXY"] = "1"  # Node 22.14+/24: fetch and https through HTTP(S)_PROXY
-        env.update({name: SANDBOX_CA for name in CA_VARIABLES})
+        env.update({name: ca for name in CA_VARIABLES})
         return env
 
     def check(self) -> None:

@@ -26,7 +26,7 @@ from tests.kube_manifests import (
     security_problems,
 )
 
-OVERLAYS = ("gvisor", "runc")
+OVERLAYS = ("gvisor", "runc", "egress")
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +70,7 @@ def test_security_promises_hold(overlay: str) -> None:
 
 
 def test_sandboxes_run_on_gvisor_unless_the_runc_overlay_is_chosen() -> None:
-    for overlay, expected in (("gvisor", {"gvisor"}), ("runc", {None})):
+    for overlay, expected in (("gvisor", {"gvisor"}), ("runc", {None}), ("egress", {"gvisor"})):
         templates = find(rendered(overlay), "SandboxTemplate")
         assert {t["metadata"]["name"] for t in templates} == {
             "skill-executor-base",
@@ -283,4 +283,85 @@ def test_schema_checks_catch(attack: str) -> None:
     change, word = SCHEMA_ATTACKS[attack]
     change(docs)
     problems = schema_problems(docs)
+    assert problems and any(word in p for p in problems), problems
+
+
+# --- the egress overlay: sandboxes reach the workers' gateway port, and nothing else ----------------
+
+
+def test_the_egress_overlay_opens_the_workers_gateway_port_to_sandboxes_and_nothing_else() -> None:
+    docs = rendered("egress")
+    worker = _one(docs, "Deployment", "skill-executor-worker")["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in worker["env"]}
+    assert env["SKILL_EXECUTOR_EGRESS_LISTEN"] == "0.0.0.0:3128"
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["SKILL_EXECUTOR_EGRESS_ADVERTISE"] == "$(POD_IP):3128"  # after POD_IP: Kubernetes expands it
+    names = [e["name"] for e in worker["env"]]
+    assert names.index("POD_IP") < names.index("SKILL_EXECUTOR_EGRESS_ADVERTISE")
+    for template in find(docs, "SandboxTemplate"):
+        (rule,) = template["spec"]["networkPolicy"]["egress"]
+        assert rule["ports"] == [{"protocol": "TCP", "port": 3128}]
+        assert rule["to"] == [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "skill-executor"}},
+                "podSelector": {
+                    "matchLabels": {"app.kubernetes.io/name": "skill-executor", "app.kubernetes.io/component": "worker"}
+                },
+            }
+        ]
+    # everything but the worker's egress settings and the templates' egress is the default overlay's
+    base = rendered("gvisor")
+    for doc in (*find(docs, "SandboxTemplate"), *find(base, "SandboxTemplate")):
+        doc["spec"]["networkPolicy"]["egress"] = []
+    for found in (docs, base):
+        container = _worker(found)["containers"][0]
+        container["env"] = [e for e in container["env"] if "EGRESS" not in e["name"] and e["name"] != "POD_IP"]
+        container["ports"] = [x for x in container["ports"] if x["name"] != "egress"]
+    assert docs == base
+
+
+def _egress_rule(docs: list[Doc]) -> Doc:
+    return _template(docs)["spec"]["networkPolicy"]["egress"][0]  # type: ignore[no-any-return]
+
+
+def _worker_env(docs: list[Doc], name: str, value: str | None) -> None:
+    env = _worker(docs)["containers"][0]["env"]
+    env[:] = [e for e in env if e["name"] != name] + ([{"name": name, "value": value}] if value is not None else [])
+
+
+EGRESS_ATTACKS: dict[str, tuple[Callable[[list[Doc]], object], str]] = {
+    "egress to the workers and anywhere": (
+        lambda d: _egress_rule(d)["to"].append({"ipBlock": {"cidr": "0.0.0.0/0"}}),
+        "only to the workers",
+    ),
+    "egress to any pod": (lambda d: _egress_rule(d).update({"to": [{"podSelector": {}}]}), "only to the workers"),
+    "egress to every port of the workers": (lambda d: _egress_rule(d).pop("ports"), "only to TCP 3128"),
+    "DNS besides": (
+        lambda d: _egress_rule(d)["ports"].append({"protocol": "UDP", "port": 53}),
+        "only to TCP 3128",
+    ),
+    "a port range": (lambda d: _egress_rule(d)["ports"][0].update(endPort=3200), "only to TCP 3128"),
+    "egress while the workers' gateway does not listen": (
+        lambda d: _worker_env(d, "SKILL_EXECUTOR_EGRESS_LISTEN", None),
+        "run no gateway",
+    ),
+    "the advertised address is not the pod's": (
+        lambda d: _worker_env(d, "SKILL_EXECUTOR_EGRESS_ADVERTISE", "skill-executor-worker:3128"),
+        "own pod IP",
+    ),
+    "the gateway's port not declared": (
+        lambda d: _worker(d)["containers"][0].update(
+            ports=[x for x in _worker(d)["containers"][0]["ports"] if x["name"] != "egress"]
+        ),
+        "not a port of its container",
+    ),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(EGRESS_ATTACKS))
+def test_egress_checks_catch(attack: str) -> None:
+    docs = rendered("egress")
+    change, word = EGRESS_ATTACKS[attack]
+    change(docs)
+    problems = security_problems(docs)
     assert problems and any(word in p for p in problems), problems

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from skill_executor.egress import EgressEvent
 from skill_executor.errorcodes import CATALOGUE
 from skill_executor.errors import ExecutorError
-from skill_executor.policy import Egress, NetworkPlan, Secrets, narrow
+from skill_executor.policy import Egress, HostPattern, NetworkPlan, Secrets, narrow
 from skill_executor.runs.sessionnet import SessionNetworks, grant_id
 from skill_executor.runtimes.egress import EgressUnsupported
 
@@ -77,8 +78,8 @@ class FakeGateway:
         self.calls.append(("grant", grant.run_id))
         return str(grant.token)
 
-    def narrow(self, token: str, allow: list[str]) -> None:
-        self.calls.append(("narrow", allow))
+    def narrow(self, token: str, allow: Sequence[HostPattern]) -> None:
+        self.calls.append(("narrow", [pattern.text for pattern in allow]))
 
     def revoke(self, token: str) -> None:
         self.calls.append(("revoke", token))

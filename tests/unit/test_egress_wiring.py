@@ -86,6 +86,8 @@ class FakeGateway:
 
     def __init__(self, alive: bool = True) -> None:
         self.alive = alive
+        #: alive, or being started again after its process died (the real one's)
+        self.available = alive
         self.socket_path = Path("/nonexistent/socket/egress.sock")
         self.ca_cert = Path("/nonexistent/ca-cert.pem")
         self.calls: list[tuple[str, str]] = []

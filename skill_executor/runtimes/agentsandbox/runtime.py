@@ -28,6 +28,7 @@ import socket
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,43 @@ log = logging.getLogger(__name__)
 POD_WORKSPACE = "/workspace"
 #: Threads making worker-side workspaces beside the claims (each a few milliseconds of disk work).
 PREPARE_WORKERS = 4
+#: Where a run with an egress grant finds the gateway CA's certificate in its pod (in its
+#: workspace, the one place sandboxd's files API writes; the public certificate only).
+POD_EGRESS_CA = ".egress-ca.pem"
+
+
+@dataclass(frozen=True, slots=True)
+class PodEgress:
+    """A run's way to its worker's egress gateway from a pod: no socket, no bridge; the
+    gateway's TCP listener at ``address`` (this worker's, ``SKILL_EXECUTOR_EGRESS_ADVERTISE``),
+    which the sandboxes' NetworkPolicy lets pods reach and nothing else."""
+
+    path: egress.EgressPath
+    address: str
+    ca_pem: bytes
+
+    def environment(self, root: str) -> dict[str, str]:
+        return self.path.environment(address=self.address, ca=f"{root}/{POD_EGRESS_CA}")
+
+
+def pod_egress(settings: Settings, path: egress.EgressPath | None) -> PodEgress | None:
+    """The pod side of a plan's egress (None: none); ``egress_unsupported`` when this worker's
+    gateway is not reachable from pods (no ``SKILL_EXECUTOR_EGRESS_ADVERTISE``)."""
+    if path is None:
+        return None
+    if not settings.egress_advertise or not settings.egress_listen:
+        raise egress.EgressUnsupported(
+            "the agent-sandbox runtime reaches the egress gateway over the pod network: set "
+            "SKILL_EXECUTOR_EGRESS_LISTEN (0.0.0.0:3128) and SKILL_EXECUTOR_EGRESS_ADVERTISE (this worker's "
+            "pod IP and that port) on the worker, and let the sandbox pods reach it (docs/guides/egress.md)"
+        )
+    try:
+        pem = path.ca_cert.read_bytes()
+    except OSError as exc:
+        raise egress.EgressUnsupported(f"the egress CA certificate cannot be read: {exc}") from None
+    if b"PRIVATE KEY" in pem or b"BEGIN CERTIFICATE" not in pem:
+        raise egress.EgressUnsupported(f"the egress CA certificate {path.ca_cert} is not a certificate alone")
+    return PodEgress(path, settings.egress_advertise, pem)
 
 
 def folder_limits(max_bytes: int) -> MirrorLimits:
@@ -124,8 +162,8 @@ class AgentSandboxRuntime(Housekeeping):
     def claim(self, plan: SandboxPlan) -> PodBox:
         if plan.exec_rule is not None:
             raise unenforceable(plan.exec_rule, self.name)
-        # A pod reaches a gateway Service through a NetworkPolicy, not a mounted socket: not yet.
-        egress.refuse(self.name, plan.egress)
+        # A pod reaches its worker's gateway over the pod network (a NetworkPolicy allows that port only).
+        way_out = pod_egress(self.settings, plan.egress)
         tier = self.pool_tier(plan.python)
         # The worker-side workspace is made while the pod is claimed (both are on the run's path).
         prepared = self._preparing.submit(contextvars.copy_context().run, self._prepare, plan)
@@ -151,7 +189,9 @@ class AgentSandboxRuntime(Housekeeping):
             self._releaser(claim, workspace)()
             raise
         work_max = plan.session_disk_max or self.settings.session_disk_bytes
-        box = PodBox(workspace, client, claim, release=self._releaser(claim, workspace), work_max=work_max)
+        box = PodBox(
+            workspace, client, claim, release=self._releaser(claim, workspace), work_max=work_max, egress=way_out
+        )
         box.warnings += warnings
         return box
 
@@ -212,8 +252,10 @@ class PodBox:
         *,
         release: Callable[[], None],
         work_max: int = 1 << 30,
+        egress: PodEgress | None = None,
     ) -> None:
         self.workspace = workspace
+        self.egress = egress
         self.work_max = work_max
         self.root = client.root
         self.warnings: list[str] = []
@@ -266,7 +308,11 @@ class PodBox:
         if self._started or self._released:
             raise ExecutorError("a box starts one process only (single use)", code="internal", status=500)
         self._started = True
-        return self.client.start(spec.argv, cwd=spec.cwd, env=spec.env, stdin=spec.stdin, timeout=spec.timeout)
+        env = spec.env
+        if self.egress is not None:  # the certificate in, and the path's variables over the run's own
+            self.client.put_file(POD_EGRESS_CA, self.egress.ca_pem, 0o444)
+            env = {**spec.env, **self.egress.environment(self.root)}
+        return self.client.start(spec.argv, cwd=spec.cwd, env=env, stdin=spec.stdin, timeout=spec.timeout)
 
     def verdict(self) -> BoxVerdict:
         return BoxVerdict()
