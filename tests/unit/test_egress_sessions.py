@@ -60,7 +60,7 @@ def test_narrowing_drops_the_injections_and_placeholders_of_the_hosts_left_out()
 
 class FakeGateway:
     def __init__(self) -> None:
-        self.alive = True
+        self.available = True
         self.socket_path = Path("/nonexistent/socket/egress.sock")
         self.ca_cert = Path("/nonexistent/ca-cert.pem")
         self.calls: list[tuple[str, Any]] = []
