@@ -18,10 +18,10 @@ nothing is forked: such a run is as network-less as before.
 
 Runtimes: docker (runc: cold containers -- a run with a grant never takes a warm one, whose
 mounts were fixed before the run was known; gVisor the same, when the engine's ``runsc``
-may open host sockets: ``--host-uds=open`` or ``all``), bwrap (when its launcher could be
-built), a session's process host (:class:`~.docker.processes.DockerHost`: one bridge for
-the session's shared loopback).  The local and agent-sandbox runtimes refuse such a plan
-(``egress_unsupported``).
+may open host sockets: ``--host-uds=all`` as ``RUNSC_ARGS`` registers it, or ``open``),
+bwrap (when its launcher could be built), a session's process host
+(:class:`~.docker.processes.DockerHost`: one bridge for the session's shared loopback).
+The local and agent-sandbox runtimes refuse such a plan (``egress_unsupported``).
 """
 
 from __future__ import annotations

@@ -235,7 +235,7 @@ def test_the_bridge_under_gvisor_needs_host_socket_access(
     tmp_path: Path, gateway: tuple[Gateway, EgressPath], host_uds: str
 ) -> None:
     """The launcher's bridge in a gVisor sandbox (``runsc do``: the host's files, no network),
-    to a host socket: refused under --host-uds=create (the engine's default here), relayed
+    to a host socket: refused under --host-uds=create (the older registration), relayed
     under --host-uds=all."""
     runsc = shutil.which("runsc")
     if runsc is None or os.geteuid() != 0:
