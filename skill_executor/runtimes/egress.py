@@ -94,7 +94,8 @@ class EgressPath:
         env = dict(self.variables)
         env.update({name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")})
         env.update({name: "localhost,127.0.0.1" for name in ("NO_PROXY", "no_proxy")})
-        env["NODE_USE_ENV_PROXY"] = "1"  # Node 22.14+/24: fetch and https through HTTP(S)_PROXY
+        env["NODE_USE_ENV_PROXY"] = "1"  # Node 22.21+/24.5+: fetch and https through HTTP(S)_PROXY
+        env["UV_OFFLINE"] = "0"  # the runner image's uv is offline (UV_OFFLINE=1) for runs without network
         env.update({name: SANDBOX_CA for name in CA_VARIABLES})
         return env
 
