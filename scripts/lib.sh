@@ -168,8 +168,9 @@ etc_daemon_json() {
 # engine_config IN OUT [EXTRA_JSON]: write to OUT the engine config IN (a file, or "" for
 # none) with the `runsc` runtime (gVisor) registered with the arguments the executor needs
 # (skill_executor/runtimes/docker/oci.py RUNSC_ARGS; an existing entry keeps its path, its other
-# arguments and its --platform), and EXTRA_JSON's keys set. Written atomically; IN is
-# only read (unless it is OUT).
+# arguments and its --platform; its --host-uds becomes RUNSC_ARGS' `all`, which holds both
+# `create` and `open`), and EXTRA_JSON's keys set. Written atomically; IN is only read
+# (unless it is OUT).
 engine_config() {
   local extra="${3:-}"
   "$PY" -P - "$1" "$2" "${extra:-"{}"}" <<'PYEOF'
@@ -187,7 +188,7 @@ args = list(entry.get("runtimeArgs") or [])
 key = lambda arg: arg.split("=", 1)[0]
 for want in RUNSC_ARGS:
     same = [a for a in args if key(a) == key(want)]
-    if (key(want) == "--platform" and same) or (want == "--host-uds=create" and "--host-uds=all" in same):
+    if key(want) == "--platform" and same:
         continue
     if not same:
         args.append(want)
@@ -216,9 +217,13 @@ from skill_executor.errors import ExecutorError
 from skill_executor.runtimes.docker.oci import check_oci_runtime
 client = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=10)
 try:
-    check_oci_runtime("runsc", client.info(), pool=True)
+    runtime = check_oci_runtime("runsc", client.info(), pool=True)
 except ExecutorError as exc:
     print(exc.message)
+else:
+    if not runtime.opens_host_sockets:  # an older registration (create): egress runs are refused
+        print(f"runsc is registered without --host-uds=all (it has: {' '.join(runtime.args)}): "
+              "runs with egress cannot reach the gateway's socket")
 PYEOF
 }
 

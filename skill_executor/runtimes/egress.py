@@ -18,7 +18,7 @@ nothing is forked: such a run is as network-less as before.
 
 Runtimes: docker (runc: cold containers -- a run with a grant never takes a warm one, whose
 mounts were fixed before the run was known; gVisor the same, when the engine's ``runsc``
-may open host sockets: ``--host-uds=open`` or ``all``), bwrap (when its launcher could be
+may open host sockets: ``--host-uds=all`` as ``RUNSC_ARGS`` registers it, or ``open``), bwrap (when its launcher could be
 built), a session's process host (:class:`~.docker.processes.DockerHost`: one bridge for
 the session's shared loopback).  agent-sandbox pods have no socket of the worker's: they reach
 the worker's gateway over the network (``SKILL_EXECUTOR_EGRESS_LISTEN``, at
@@ -100,7 +100,8 @@ class EgressPath:
         env = dict(self.variables)
         env.update({name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")})
         env.update({name: "localhost,127.0.0.1" for name in ("NO_PROXY", "no_proxy")})
-        env["NODE_USE_ENV_PROXY"] = "1"  # Node 22.14+/24: fetch and https through HTTP(S)_PROXY
+        env["NODE_USE_ENV_PROXY"] = "1"  # Node 22.21+/24.5+: fetch and https through HTTP(S)_PROXY
+        env["UV_OFFLINE"] = "0"  # the runner image's uv is offline (UV_OFFLINE=1) for runs without network
         env.update({name: ca for name in CA_VARIABLES})
         return env
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +32,7 @@ from skill_executor.runtimes.docker.engine import GVISOR_HOST_TASKS_PER_PID
 from skill_executor.runtimes.docker.oci import check_oci_runtime
 from skill_executor.workspace.volumes import SLACK
 
-from ..conftest import HARDENING_RUNTIMES, make_settings, require_disk_cap, require_runtime
+from ..conftest import HARDENING_RUNTIMES, REPO, make_settings, require_disk_cap, require_runtime
 from ..helpers import eventually
 
 
@@ -621,7 +623,7 @@ def test_unregistered_oci_runtime_is_a_clear_error_at_start(tmp_path: Path, dock
     error = info.value
     assert error.code == "oci_runtime_missing" and error.status == 503
     assert "'runcs'" in error.message and "SKILL_EXECUTOR_DOCKER_OCI_RUNTIME" in error.message
-    assert '"runtimeArgs": ["--network=none", "--platform=ptrace", "--host-uds=create"]' in error.message
+    assert '"runtimeArgs": ["--network=none", "--platform=ptrace", "--host-uds=all"]' in error.message
     assert "kill -HUP" in error.message and "runc" in error.message.split("it has:")[1]
 
 
@@ -629,15 +631,18 @@ def test_unregistered_oci_runtime_is_a_clear_error_at_start(tmp_path: Path, dock
     "args, pool, missing",
     [
         (["--platform=ptrace"], False, ["--network=none"]),
-        (["--network=none", "--platform=ptrace"], True, ["--host-uds=create"]),
-        (["--platform=ptrace"], True, ["--network=none", "--host-uds=create"]),
+        (["--network=none", "--platform=ptrace"], True, ["--host-uds=all"]),
+        (["--platform=ptrace"], True, ["--network=none", "--host-uds=all"]),
+        (["--network=none", "--host-uds=open"], True, ["--host-uds=all"]),
         (["--network=none", "--platform=ptrace"], False, []),
         (["--network=none", "--host-uds=all"], True, []),
+        (["--network=none", "--host-uds=create"], True, []),
     ],
 )
 def test_gvisor_registration_needs_its_arguments(args: list[str], pool: bool, missing: list[str]) -> None:
     """Pure logic on the engine's ``Runtimes`` answer: gVisor without ``--network=none`` cannot
-    start a network-less container, and the warm pool needs ``--host-uds=create``."""
+    start a network-less container, and the warm pool needs ``--host-uds=create`` (``all``
+    holds it; ``open`` alone does not): what is missing is named with the argument to add."""
     info = {
         "Runtimes": {"runc": {"path": "runc"}, "gv": {"path": "/usr/bin/runsc", "runtimeArgs": args}},
         "DefaultRuntime": "runc",
@@ -650,8 +655,56 @@ def test_gvisor_registration_needs_its_arguments(args: list[str], pool: bool, mi
     else:
         runtime = check_oci_runtime("gv", info, pool=pool)
         assert runtime.gvisor and runtime.args == tuple(args)
+        assert runtime.opens_host_sockets == ("--host-uds=all" in args)  # egress: the gateway's socket
     default = check_oci_runtime(None, info, pool=True)
     assert default.name == "runc" and not default.gvisor and default.describe() == "runc (runc)"
+
+
+@pytest.mark.parametrize(
+    "existing, expected",
+    [
+        (None, ["--network=none", "--platform=ptrace", "--host-uds=all"]),
+        (
+            ["--host-uds=create", "--platform=kvm", "--debug"],
+            ["--host-uds=all", "--platform=kvm", "--debug", "--network=none"],
+        ),
+        (["--network=none", "--host-uds=open"], ["--network=none", "--host-uds=all", "--platform=ptrace"]),
+        (
+            ["--network=none", "--host-uds=all", "--platform=ptrace"],
+            ["--network=none", "--host-uds=all", "--platform=ptrace"],
+        ),
+    ],
+)
+def test_the_scripts_register_runsc_with_host_sockets_for_egress(
+    tmp_path: Path, existing: list[str] | None, expected: list[str]
+) -> None:
+    """``scripts/lib.sh engine_config`` (what test.sh, serve.sh and bench.sh merge into an
+    engine's config): an existing runsc entry keeps its path, its other arguments and its
+    platform; its ``--host-uds`` becomes ``all`` (``create`` for the warm pool and ``open``
+    for the egress gateway's socket), where it stood."""
+    source = tmp_path / "in.json"
+    config: dict[str, Any] = {"log-level": "warn"}
+    if existing is not None:
+        config["runtimes"] = {"runsc": {"path": "/opt/runsc", "runtimeArgs": existing}}
+    source.write_text(json.dumps(config))
+    target = tmp_path / "out.json"
+    done = subprocess.run(
+        ["bash", "-c", 'source "$1/scripts/lib.sh" && engine_config "$2" "$3"', "engine_config"]
+        + [str(REPO), str(source), str(target)],
+        env={**os.environ, "SKILL_EXECUTOR_VENV": sys.prefix},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    written = json.loads(target.read_text())
+    assert written["log-level"] == "warn" and written["runtimes"]["runsc"]["runtimeArgs"] == expected
+    assert written["runtimes"]["runsc"]["path"] == (
+        "/opt/runsc" if existing is not None else shutil.which("runsc") or "/usr/bin/runsc"
+    )
+    info = {"Runtimes": {"runsc": written["runtimes"]["runsc"]}}
+    assert check_oci_runtime("runsc", info, pool=True).opens_host_sockets
 
 
 @pytest.mark.parametrize("runtime", ["docker", "docker-runsc"])

@@ -15,7 +15,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -64,8 +64,8 @@ def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def make_upstream_certs(folder: Path) -> tuple[Path, Path]:
-    """A test CA and a server certificate for NAMES signed by it (PEM files)."""
+def make_upstream_certs(folder: Path, names: Sequence[str] = NAMES) -> tuple[Path, Path]:
+    """A test CA and a server certificate for ``names`` signed by it (PEM files)."""
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (
@@ -82,13 +82,13 @@ def make_upstream_certs(folder: Path) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
-        .subject_name(_name(NAMES[0]))
+        .subject_name(_name(names[0]))
         .issuer_name(ca.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in NAMES]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     (folder / "upstream-ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))

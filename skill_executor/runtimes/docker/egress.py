@@ -24,6 +24,7 @@ def check_egress(engine: Engine, egress: EgressPath) -> None:
     if runtime is not None and not runtime.opens_host_sockets:
         raise EgressUnsupported(
             f"the OCI runtime {runtime.describe()} may not connect to the egress gateway's Unix socket: "
-            "register gVisor's runsc with --host-uds=all (or open) in its runtimeArgs"
+            "register gVisor's runsc with --host-uds=all in its runtimeArgs (open for the gateway's socket, "
+            "create for the warm pool; ./scripts/serve.sh upgrades an older registration)"
         )
     egress.check()

@@ -13,8 +13,10 @@ from ...errors import Unavailable
 
 #: gVisor's arguments: no network of its own (else a network-less container fails with "cannot
 #: run with network enabled in root network namespace"), the ptrace platform (kvm hangs on
-#: many hosts), and host Unix sockets it may create in a mount (the warm pool's launcher socket).
-RUNSC_ARGS = ("--network=none", "--platform=ptrace", "--host-uds=create")
+#: many hosts), and host Unix sockets in its mounts: ``all`` is ``create`` (the warm pool's
+#: launcher socket in the workspace) and ``open`` (the egress gateway's socket, mounted only
+#: into a run with an egress grant).  A sandbox's mounts hold no other host socket.
+RUNSC_ARGS = ("--network=none", "--platform=ptrace", "--host-uds=all")
 RUNSC_REGISTRATION = json.dumps({"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": list(RUNSC_ARGS)}}})
 
 
@@ -63,7 +65,7 @@ def check_oci_runtime(name: str | None, info: dict[str, Any], *, pool: bool) -> 
     if runtime.gvisor:
         missing = [] if "--network=none" in runtime.args else ["--network=none"]
         if pool and not {"--host-uds=create", "--host-uds=all"} & set(runtime.args):
-            missing.append("--host-uds=create (for the warm pool; or SKILL_EXECUTOR_POOL_SIZE=0)")
+            missing.append("--host-uds=all (create for the warm pool, or SKILL_EXECUTOR_POOL_SIZE=0; open for egress)")
         if missing:
             raise Unavailable(
                 f"the OCI runtime {chosen!r} is gVisor registered without {', '.join(missing)} in its "
