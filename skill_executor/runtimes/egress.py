@@ -17,14 +17,15 @@ nothing but the gateway, as itself.  Without a grant nothing is mounted, nothing
 nothing is forked: such a run is as network-less as before.
 
 Runtimes: docker (runc: cold containers -- a run with a grant never takes a warm one, whose
-mounts were fixed before the run was known; gVisor the same, when the engine's ``runsc``
-may open host sockets: ``--host-uds=all`` as ``RUNSC_ARGS`` registers it, or ``open``), bwrap (when its launcher could be
-built), a session's process host (:class:`~.docker.processes.DockerHost`: one bridge for
-the session's shared loopback).  agent-sandbox pods have no socket of the worker's: they reach
-the worker's gateway over the network (``SKILL_EXECUTOR_EGRESS_LISTEN``, at
-``SKILL_EXECUTOR_EGRESS_ADVERTISE``; a NetworkPolicy lets them reach that port and nothing
-else) with the same credential and variables (:meth:`EgressPath.environment`'s ``address``).
-The local runtime refuses such a plan (``egress_unsupported``).
+mounts were fixed before the run was known; gVisor the same, when the engine's ``runsc`` may
+open host sockets: ``--host-uds=all`` as ``RUNSC_ARGS`` registers it, or ``open``), bwrap
+(when its launcher could be built), a session's process host
+(:class:`~.docker.processes.DockerHost`: one bridge for the session's shared loopback).
+agent-sandbox pods have no socket of the worker's: they reach the worker's gateway over the
+network (``SKILL_EXECUTOR_EGRESS_LISTEN``, at ``SKILL_EXECUTOR_EGRESS_ADVERTISE``; a
+NetworkPolicy lets them reach that port and nothing else) with the same credential and
+variables (:meth:`EgressPath.environment`'s ``address``).  The local runtime refuses such a
+plan (``egress_unsupported``).
 """
 
 from __future__ import annotations
