@@ -340,7 +340,8 @@ def build_service_image(
             code="image_context_missing",
         )
     mode = _resolve_mode(client, mode, SERVICE_PUBLIC_BASE)
-    inputs = [dockerfile, root / "pyproject.toml", *sorted((root / "skill_executor").rglob("*.py"))]
+    egress_lock = root / "requirements" / "egress-lock.txt"
+    inputs = [dockerfile, root / "pyproject.toml", egress_lock, *sorted((root / "skill_executor").rglob("*.py"))]
     if mode == "offline":
         inputs.append(root / "images" / "build-base.sh")
     tag = f"{SERVICE_REPOSITORY}:{tree_hash(inputs, root)[:16]}"
@@ -357,6 +358,14 @@ def build_service_image(
     )
     if proc.returncode != 0:
         raise ExecutorError(f"pip wheel failed (exit {proc.returncode})", code="image_build_failed")
+    _log("building the egress gateway's wheels (requirements/egress-lock.txt, hashes checked)")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--require-hashes",
+         "--wheel-dir", str(wheels / "egress"), "-r", str(egress_lock)],
+        check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise ExecutorError(f"pip wheel of the egress lock failed (exit {proc.returncode})", code="image_build_failed")
     base = _offline_base(client, root / "images") if mode == "offline" else SERVICE_PUBLIC_BASE
     _docker_build(
         client, path=root, dockerfile="images/service/Dockerfile", tag=tag, base=base, repository=SERVICE_REPOSITORY
