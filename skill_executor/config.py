@@ -340,6 +340,12 @@ class Settings(BaseSettings):
     egress_scan_bytes: int = 8 * 1024 * 1024
     """The largest request body the gateway checks for secrets toward a host that is not theirs (a larger one is
     refused while the run holds secrets)."""
+    egress_ask_timeout_seconds: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    """How long a request to a host outside its rule's allow-list waits for approval (a rule with ask: true) before
+    it is refused (403); the run waits with it, within its own timeout."""
+    egress_max_pending_asks: int = Field(default=20, ge=1)
+    """The most hosts one API key's runs may have waiting for approval at once (ask: true); one more is refused at
+    once (403) until one is decided or expires."""
 
     @field_validator("api_keys", "admin_keys", "allowed_origins", mode="before")
     @classmethod

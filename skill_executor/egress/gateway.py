@@ -15,7 +15,7 @@ import ssl
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,12 +40,15 @@ CALL_TIMEOUT = 10.0
 SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 
 
-def wire(grant: Grant) -> dict[str, Any]:
+def wire(grant: Grant, approved: Sequence[str] = (), ask_timeout: float = 0.0) -> dict[str, Any]:
     """The policy's grant for one run (:meth:`skill_executor.policy.NetworkPlan.grant`) as the
-    gateway process reads it: its allow-list as written, each injection's template, and each
+    gateway process reads it: its allow-list as written (plus ``approved``: the hosts approved
+    before for the run's key and skill, when its rule asks), each injection's template, and each
     secret's value with the placeholder the run holds instead.  ``invalid_egress_grant`` when an
     entry is one the gateway's rules cannot read (the policy's checks are stricter: never)."""
     allow = [pattern.text for pattern in grant.allow]
+    if grant.ask:
+        allow += [host for host in approved if host not in allow]
     bad = [entry for entry in allow if not rules.valid_pattern(entry)]
     if bad:
         raise ExecutorError(
@@ -66,6 +69,8 @@ def wire(grant: Grant) -> dict[str, Any]:
         "max_requests": grant.max_requests,
         "max_bytes": grant.max_bytes,
         "max_connections": grant.max_connections,
+        "ask": grant.ask,
+        "ask_timeout": ask_timeout,
     }
 
 
@@ -90,11 +95,26 @@ class EgressEvent:
     reason: str | None
     limit: str | None
     time: float
+    #: when the request (the CONNECT) came (None: not known)
+    started: float | None = None
 
     @classmethod
     def parse(cls, data: Mapping[str, Any]) -> EgressEvent:
         fields: dict[str, Any] = {name: data.get(name) for name in cls.__dataclass_fields__}
         return cls(**fields)
+
+
+@dataclass(frozen=True)
+class HostQuestion:
+    """A request of a run whose rule says ``ask`` to a host outside its allow-list: held by the
+    gateway until :meth:`Gateway.answer` (every request to that host of that run waits on it)."""
+
+    ask: int
+    run_id: str
+    rule: str
+    host: str
+    #: the first held request's method (``CONNECT`` for a tunnel)
+    method: str
 
 
 class Gateway:
@@ -117,6 +137,10 @@ class Gateway:
         self._on_event = on_event or self.events.put
         #: run id -> who gets that run's events (:meth:`watch`), besides ``on_event``
         self._watchers: dict[str, Callable[[EgressEvent], None]] = {}
+        #: run id -> who gets that run's questions (:meth:`watch`; none: they are refused)
+        self._askers: dict[str, Callable[[HostQuestion], None]] = {}
+        #: how long the service lets a question wait (the gateway's bound is a little longer)
+        self.ask_timeout = 0.0
         self._control = control
         self._lock = threading.Lock()
         self._pending: dict[int, threading.Event] = {}
@@ -152,6 +176,19 @@ class Gateway:
                         callback(event)
                 except Exception:  # a callback's failure must not stop the events after it
                     log.exception("an egress event's callback failed")
+        elif op == "ask":
+            question = HostQuestion(
+                int(message["ask"]), str(message["run_id"]), str(message["rule"]), message["host"], message["method"]
+            )
+            asker = self._askers.get(question.run_id)
+            try:
+                if asker is None:
+                    raise ExecutorError("no one is asked for this run", code="egress_unavailable")
+                asker(question)
+            except Exception as exc:  # never left waiting: refused at once
+                if not isinstance(exc, ExecutorError):
+                    log.exception("an egress question's callback failed")
+                self.answer(question.ask, False, "approvals for new hosts are not available here")
         elif op == "ok":
             waiter = self._pending.pop(int(message.get("id") or 0), None)
             if waiter is not None:
@@ -178,19 +215,43 @@ class Gateway:
     def alive(self) -> bool:
         return not self._closed and self.process.poll() is None
 
-    def grant(self, grant: Grant) -> str:
+    def grant(self, grant: Grant, approved: Sequence[str] = ()) -> str:
         """Register ``grant`` (the policy's, for one run: :meth:`~skill_executor.policy.NetworkPlan.grant`)
-        before its run starts; the token its proxy URL carries (the grant's own, :meth:`proxy_url`)."""
-        self._call({"op": "grant", "token": grant.token, "grant": wire(grant)})
+        before its run starts (``approved``: hosts approved before, allowed when its rule asks);
+        the token its proxy URL carries (the grant's own, :meth:`proxy_url`)."""
+        self._call({"op": "grant", "token": grant.token, "grant": wire(grant, approved, self.ask_timeout)})
         return grant.token
 
-    def watch(self, run_id: str, callback: Callable[[EgressEvent], None]) -> None:
+    def watch(
+        self,
+        run_id: str,
+        callback: Callable[[EgressEvent], None],
+        asker: Callable[[HostQuestion], None] | None = None,
+    ) -> None:
         """Give ``run_id``'s events to ``callback`` too (on the gateway's reader thread, in order)
-        until :meth:`unwatch`; the events a revoke's answer follows have all been given."""
+        until :meth:`unwatch`; the events a revoke's answer follows have all been given.
+        ``asker`` gets the run's questions (``ask``; on the reader thread: it must not block,
+        and :meth:`answer` each later); without one they are refused at once."""
         self._watchers[run_id] = callback
+        if asker is not None:
+            self._askers[run_id] = asker
 
     def unwatch(self, run_id: str) -> None:
         self._watchers.pop(run_id, None)
+        self._askers.pop(run_id, None)
+
+    def answer(self, ask: int, allow: bool, reason: str | None = None) -> None:
+        """Answer a question (:class:`HostQuestion`): approved, its requests go on and the host is
+        allowed for the rest of the run; else they are refused (403, ``reason`` in the body).
+        Does not wait (safe on the reader thread); a gateway that is gone needs no answer."""
+        if self._closed:
+            return
+        line = json.dumps({"op": "answer", "ask": ask, "allow": allow, "reason": reason}, separators=(",", ":"))
+        try:
+            with self._lock:
+                self._control.sendall(line.encode() + b"\n")
+        except OSError:
+            pass
 
     def revoke(self, token: str) -> None:
         """Forget a grant: its run's further requests (and open tunnels' next requests) get 407."""
@@ -283,6 +344,7 @@ def start(settings: Settings, on_event: Callable[[EgressEvent], None] | None = N
     except OSError:  # it is gone already: said below, with its exit status
         pass
     gateway = Gateway(process, ours, folder, on_event)
+    gateway.ask_timeout = settings.egress_ask_timeout_seconds
     if not gateway._ready.wait(START_TIMEOUT) or not gateway.port:
         gateway.close()
         code = process.poll()

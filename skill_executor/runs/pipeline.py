@@ -35,7 +35,7 @@ from ..runtimes.skillcopy import add_node_modules, add_sibling
 from ..workspace.layout import WorkspaceManager, environment
 from ..workspace.sessions import SessionStore
 from ..workspace.staging import Stager
-from .egress import EgressListener, RunEgress, granted
+from .egress import EgressListener, HostAsk, HostDesk, RunEgress, granted
 from .limiter import RunLimiter
 from .models import RunRequest, RunResult
 from .plan import RunPlan, check_request, resolve_cwd
@@ -90,6 +90,9 @@ class SkillRunner:
         self.gateway_problem: str | None = None
         #: An API replica's: its runs execute on workers, which run their own gateways.
         self.gateway_elsewhere = False
+        #: Where runs' requests to hosts outside their allow-list wait for approval when their
+        #: rule asks (the lifecycle's; None: such requests are refused, as on a cluster worker).
+        self.host_desk: HostDesk | None = None
 
     @property
     def egress_available(self) -> bool:
@@ -192,7 +195,7 @@ class SkillRunner:
             if request.session:
                 with self.sessions.use(request.session, tenant, wait=plan.timeout) as work:
                     network_of = self.network_of(tenant, request.session)
-                    with self._egress(plan, run_id, egress_listener, network_of is not None) as egress:
+                    with self._egress(plan, run_id, tenant, egress_listener, network_of is not None) as egress:
                         sandbox_plan = SandboxPlan(
                             run_id,
                             plan.skill,
@@ -214,7 +217,7 @@ class SkillRunner:
                     if kept is not None:
                         result.warnings.append(kept)
                     return result
-            with self._egress(plan, run_id, egress_listener) as egress:
+            with self._egress(plan, run_id, tenant, egress_listener) as egress:
                 sandbox_plan = SandboxPlan(
                     run_id,
                     plan.skill,
@@ -227,13 +230,30 @@ class SkillRunner:
 
     @contextlib.contextmanager
     def _egress(
-        self, plan: RunPlan, run_id: str, listener: EgressListener | None, joins_session: bool = False
+        self,
+        plan: RunPlan,
+        run_id: str,
+        tenant: str,
+        listener: EgressListener | None,
+        joins_session: bool = False,
     ) -> Iterator[RunEgress | None]:
         """The run's grant at the egress gateway while the block runs (None: no network)."""
         if plan.network is None:
             yield None
             return
         secrets = self.policy.secrets if self.policy is not None else None
+        found = self.policy.rule(tenant, plan.skill.id, plan.bundled) if self.policy is not None else None
+        rule = found[1] if found is not None else None
+        asking = HostAsk(
+            run_id=run_id,
+            owner=tenant,
+            skill=f"bundle:{plan.skill.id}" if plan.bundled else plan.skill.id,
+            rule=plan.network.rule,
+            host="",
+            method="",
+            approver=rule.approver if rule is not None else "caller",
+            remember=not plan.bundled,
+        )
         with granted(
             self.gateway,
             plan.network,
@@ -242,6 +262,8 @@ class SkillRunner:
             listener,
             joins_session=joins_session,
             problem=self.gateway_problem,
+            desk=self.host_desk,
+            asking=asking,
         ) as egress:
             yield egress
 
