@@ -15,13 +15,20 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+import anyio
 import httpx
+import httpx2
+import mcp_types as types
 import pytest
+from mcp import Client
+from mcp.client.session import ElicitationFnT
+from mcp.client.streamable_http import streamable_http_client
 
 from ..api_server import Server
 from ..conftest import require_runtime
@@ -32,6 +39,7 @@ from .test_egress_runs import Upstream
 KEY = "egress-ask-key"
 KEY_ID = hashlib.sha256(KEY.encode()).hexdigest()[:12]
 OTHER_KEY = "egress-ask-other-key"
+OTHER_ID = hashlib.sha256(OTHER_KEY.encode()).hexdigest()[:12]
 ASK_TIMEOUT = 8
 POLICY = """
 rules:
@@ -284,3 +292,41 @@ def test_each_request_is_a_span_under_its_runs_trace(server: Server, receiver: R
     assert denied.attributes["skill_executor.decision"] == "denied"
     assert denied.attributes["skill_executor.method"] == "CONNECT"
     assert "token=abc" not in json.dumps([s.attributes for s in egress])
+
+
+@asynccontextmanager
+async def mcp_client(server: Server, key: str, elicit: ElicitationFnT | None) -> AsyncIterator[Client]:
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=120) as http:
+        transport = streamable_http_client(f"{server.url}/mcp", http_client=http)
+        async with Client(transport, mode="legacy", read_timeout_seconds=120, elicitation_callback=elicit) as client:
+            yield client
+
+
+def test_a_run_over_mcp_asks_its_user_about_a_held_host(server: Server) -> None:
+    """The other key (nothing remembered for it): its user is asked while the run waits."""
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"decision": "approve", "reason": "user: fine"})
+
+    async def main() -> types.CallToolResult:
+        async with mcp_client(server, OTHER_KEY, elicit) as client:
+            return await client.call_tool(
+                "skill_run", {"skill": "math-tools", "command": "curl -sS https://files.example.test/via-mcp"}
+            )
+
+    result = anyio.run(main)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None and result.structured_content["exit_code"] == 0
+    assert "hello /via-mcp" in result.content[0].text  # type: ignore[union-attr]
+    (message,) = asked
+    assert "wants to reach files.example.test, which its policy rule 'ask-net' does not list" in message
+    decided = [
+        json.loads(line)
+        for line in server.log_lines()
+        if line.startswith("{") and '"egress.approval"' in line and OTHER_ID in line
+    ]
+    assert [(d["decision"], d["via"], d["host"], d["reason"]) for d in decided] == [
+        ("approve", "mcp-elicitation", "files.example.test", "user: fine")
+    ]
