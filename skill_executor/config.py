@@ -349,6 +349,12 @@ class Settings(BaseSettings):
     egress_advertise: str | None = None
     """The address:port agent-sandbox pods put in their proxy URL to reach this worker's gateway (its pod IP and
     the port of SKILL_EXECUTOR_EGRESS_LISTEN, e.g. $(POD_IP):3128); without it such runs are refused."""
+    egress_ask_timeout_seconds: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    """How long a request to a host outside its rule's allow-list waits for approval (a rule with ask: true) before
+    it is refused (403); the run waits with it, within its own timeout."""
+    egress_max_pending_asks: int = Field(default=20, ge=1)
+    """The most hosts one API key's runs may have waiting for approval at once (ask: true); one more is refused at
+    once (403) until one is decided or expires."""
 
     @field_validator("api_keys", "admin_keys", "allowed_origins", mode="before")
     @classmethod

@@ -614,7 +614,8 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     E(
         "approval_not_pending",
         409,
-        "The run is not waiting for approval (it was decided already, or never needed approval).",
+        "The run (or the egress host: GET /v1/egress/approvals) is not waiting for approval (it was decided "
+        "already, expired, or never needed approval).",
         "Read the run's status.",
     ),
     E(
@@ -626,7 +627,7 @@ CATALOGUE: dict[str, ErrorCode] = _catalogue(
     E(
         "approval_forbidden",
         403,
-        "The policy rule holding the run lets only an admin key decide (approver: admin).",
+        "The policy rule holding the run (or the egress host) lets only an admin key decide (approver: admin).",
         "Ask an admin to approve or reject the run.",
     ),
     E(

@@ -37,7 +37,7 @@ from .core import Executor
 from .errors import ExecutorError
 from .lifecycle import RunManager, RunStore
 from .lifecycle.dispatch import InProcess, QueueDispatch, Worker, sweep
-from .lifecycle.figures import RunFigures
+from .lifecycle.figures import EgressFigures, RunFigures
 from .owners import data_dir_id
 from .policy import policy_of
 from .processes.base import Processes
@@ -191,7 +191,8 @@ def assemble_embedded(
         processes = executor.processes
         tools = _tools(executor, processes if processes.supported else None)
         _expiry(executor)
-        gateway = _gateway(executor, closers)
+        gateway = _gateway(executor, closers, manager.egress_figures)
+        executor.runner.host_desk = manager.hosts  # held hosts are decided through this process's API
         return Service(settings, executor, manager, tools, "all", None, processes, gateway)
 
 
@@ -278,7 +279,9 @@ def assemble_worker(
         processes.before_start = taker.claim_session  # a process start takes its session's lease
         tools = _tools(executor, processes if processes.supported else None)
         _expiry(executor)
-        gateway = _gateway(executor, closers)
+        # no host desk: a worker's held hosts could not be decided through the replicas' API (not yet),
+        # so a request to a host outside the allow-list is refused even when the rule asks
+        gateway = _gateway(executor, closers, manager.egress_figures)
         return Service(settings, executor, manager, tools, "worker", taker, processes, gateway)
 
 
@@ -297,7 +300,9 @@ def _closing_on_failure(executor: Executor) -> Iterator[list[Callable[[], None]]
         raise
 
 
-def _gateway(executor: Executor, closers: list[Callable[[], None]]) -> egress.Gateway | None:
+def _gateway(
+    executor: Executor, closers: list[Callable[[], None]], figures: EgressFigures | None = None
+) -> egress.Gateway | None:
     """This process's egress gateway, when a policy rule has ``egress`` (its runs reach the
     network through it only).  One that cannot start leaves the service up, and such runs are
     refused (``egress_unavailable``, naming why); the error is logged."""
@@ -306,7 +311,13 @@ def _gateway(executor: Executor, closers: list[Callable[[], None]]) -> egress.Ga
     if policy is None or not any(rule.egress is not None for rule in policy.rules):
         return None
     try:
-        gateway = egress.start(executor.settings, on_event=_audit_egress)
+
+        def on_event(event: egress.EgressEvent) -> None:
+            _audit_egress(event)
+            if figures is not None:
+                figures.count(event)
+
+        gateway = egress.start(executor.settings, on_event=on_event)
     except ExecutorError as exc:
         log.error("the egress gateway did not start: %s; runs under a rule with egress are refused", exc.message)
         runner.gateway_problem = exc.message

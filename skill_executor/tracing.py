@@ -172,15 +172,22 @@ def adopt(header: str | None, name: str, **attributes: Any) -> tuple[Span | None
     return root, traceparent(root)
 
 
-def past(name: str, started: float, ended: float, **attributes: Any) -> None:
-    """A span ``name`` (a child of the current one) that began at ``started`` and ended at
-    ``ended`` (seconds since the epoch), e.g. the wait of a queued run."""
+def captured() -> Any:
+    """The current context (its span the parent of spans :func:`past` records later, on another
+    thread: a run's egress requests); None when tracing is off."""
+    return otel_context.get_current() if _state["on"] else None
+
+
+def past(name: str, started: float, ended: float, *, parent: Any = None, **attributes: Any) -> None:
+    """A span ``name`` (a child of the current one, or of ``parent``'s: :func:`captured`) that
+    began at ``started`` and ended at ``ended`` (seconds since the epoch), e.g. the wait of a
+    queued run."""
     if not _state["on"]:
         return
     first = int(started * 1e9)
-    _TRACER.start_span(name, kind=SpanKind.INTERNAL, attributes=_clean(attributes), start_time=first).end(
-        end_time=max(first, int(ended * 1e9))
-    )
+    _TRACER.start_span(
+        name, context=parent, kind=SpanKind.INTERNAL, attributes=_clean(attributes), start_time=first
+    ).end(end_time=max(first, int(ended * 1e9)))
 
 
 def trace_of(header: str | None) -> str | None:

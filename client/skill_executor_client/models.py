@@ -159,6 +159,35 @@ class DoctorReport(WireModel):
     ok: bool = Field(description="nothing required is missing and the skill does not need the network")
 
 
+class EgressApproval(WireModel):
+    """A run's request to a host outside its egress rule's allow-list, held for approval (``ask``)."""
+
+    approval_id: str
+    kind: str = "egress_host"
+    run_id: str
+    key: str = Field(description="the key id (tenant) of the run")
+    skill: str = Field(description="the skill (bundle:<name> for an inline bundle's: never remembered)")
+    rule: str = Field(description="the policy rule whose egress says ask")
+    host: str
+    method: str = Field(description="the first held request's method (CONNECT for a tunnel)")
+    approver: Literal["caller", "admin"] = Field(description="admin: only an admin key may decide")
+    created_at: float
+    expires_at: float = Field(
+        description="refused (403) then, unless decided (SKILL_EXECUTOR_EGRESS_ASK_TIMEOUT_SECONDS)"
+    )
+
+
+class EgressApprovalList(WireModel):
+    approvals: list[EgressApproval]
+
+
+class EgressDecided(WireModel):
+    approval_id: str
+    decision: Literal["approve", "reject"]
+    host: str
+    run_id: str
+
+
 class EgressRequest(WireModel):
     """One request of the run through the egress gateway (one per refused ``CONNECT``), as the
     audit keeps it: never a query string, a header or a secret's value.
@@ -167,12 +196,17 @@ class EgressRequest(WireModel):
     host: str
     method: str
     path: str = Field(description="without its query")
-    status: int = Field(description="what the run got (403: refused by the gateway; 502: cut or unreachable)")
+    status: int = Field(
+        description="what the run got (403: refused by the gateway; 502: cut or unreachable; 0: pending approval)"
+    )
     bytes: int = Field(description="response body bytes the run got")
-    decision: Literal["allowed", "denied", "limited"]
+    decision: Literal["allowed", "denied", "limited", "pending"] = Field(
+        description="pending: the host is outside the allow-list of a rule with ask: the request waits for approval (POST /v1/egress/approvals/{approval}); its outcome is a later event"
+    )
     rule: str | None = Field(default=None, description="the policy rule whose egress judged it")
     reason: str | None = Field(default=None, description="why it was denied or limited")
     limit: str | None = Field(default=None, description="the cap behind 'limited' (also in the run's limits_hit)")
+    approval: str | None = Field(default=None, description="the pending approval's id (decision pending)")
 
 
 class ErrorBody(WireModel):

@@ -36,7 +36,7 @@ from ..web.auth import KeyRing, bind_problem
 from .docs import install_docs
 from .metrics import Metrics
 from .middleware import BodyLimit, BrowserGuard, ContentSafety, RequestContext, normalize_origin
-from .routes import artifacts, context, files, processes, runs, sessions, skills, system, tools, versions
+from .routes import artifacts, context, egress, files, processes, runs, sessions, skills, system, tools, versions
 
 if TYPE_CHECKING:
     from ..mcp.http import McpHttp
@@ -82,6 +82,7 @@ def create_app(
         executor = service.executor
         metrics.watch_runtime(executor.runtime.stats)
         metrics.watch_runs(service.manager.figures.snapshot)
+        metrics.watch_egress(service.manager.egress_figures.snapshot)
         metrics.watch_processes(executor.processes.stats)
         if isinstance(service.manager.dispatch, QueueDispatch):  # an API replica
             database = service.manager.dispatch.database
@@ -127,7 +128,7 @@ def create_app(
     app.state.keyring = keyring
     app.state.metrics = Metrics()
     problems.install(app)
-    for module in (versions, skills, runs, artifacts, files, tools, context, processes, sessions, system):
+    for module in (versions, skills, runs, egress, artifacts, files, tools, context, processes, sessions, system):
         app.include_router(module.router)
     mcp_http = _mount_mcp(app)
     # Outermost last: ContentSafety -> RequestContext -> BrowserGuard -> CORS (allowed origins only)

@@ -241,12 +241,48 @@ class RunCollector(Collector):
         )
 
 
+class EgressCollector(Collector):
+    """The egress gateway's figures (:class:`~skill_executor.lifecycle.figures.EgressFigures`),
+    read at each scrape."""
+
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self.snapshot()
+        requests = CounterMetricFamily(
+            "skill_executor_egress_requests",
+            "Requests through the egress gateway by decision (allowed, denied, limited) and policy rule",
+            labels=["decision", "rule"],
+        )
+        for (decision, rule), count in sorted(figures["requests"].items()):
+            requests.add_metric([decision, rule], count)
+        yield requests
+        sizes = CounterMetricFamily(
+            "skill_executor_egress_bytes",
+            "Body bytes through the egress gateway by direction (sent, received) and policy rule",
+            labels=["direction", "rule"],
+        )
+        for (direction, rule), count in sorted(figures["bytes"].items()):
+            sizes.add_metric([direction, rule], count)
+        yield sizes
+        approvals = CounterMetricFamily(
+            "skill_executor_egress_approvals",
+            "Decisions on hosts held for approval (ask): approve, reject, expire, refuse, run_ended",
+            labels=["decision"],
+        )
+        for decision, count in sorted(figures["approvals"].items()):
+            approvals.add_metric([decision], count)
+        yield approvals
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._runtime: RuntimeCollector | None = None
         self._processes: ProcessCollector | None = None
         self._runs: RunCollector | None = None
+        self._egress: EgressCollector | None = None
         self.queue_depth = Gauge("skill_executor_queue_depth", "Runs waiting for a slot", registry=self.registry)
         self.running = Gauge("skill_executor_runs_in_progress", "Runs holding a slot", registry=self.registry)
         self.refusals = Counter(
@@ -259,6 +295,13 @@ class Metrics:
             self.registry.unregister(self._runs)
         self._runs = RunCollector(snapshot)
         self.registry.register(self._runs)
+
+    def watch_egress(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        """Report the egress gateway's figures (:meth:`EgressFigures.snapshot`)."""
+        if self._egress is not None:
+            self.registry.unregister(self._egress)
+        self._egress = EgressCollector(snapshot)
+        self.registry.register(self._egress)
 
     def watch_cluster(self, status: Callable[[], dict[str, Any]], lease: float) -> None:
         """Report the cluster's figures (an API replica)."""

@@ -60,6 +60,7 @@ def create_worker_app(settings: Settings, *, claim: DataDirClaim, on_exit: Calla
             raise
         metrics.watch_runtime(service.executor.runtime.stats)
         metrics.watch_runs(service.manager.figures.snapshot)
+        metrics.watch_egress(service.manager.egress_figures.snapshot)
         metrics.watch_processes(service.executor.processes.stats)
         app.state.internal_secret = await asyncio.to_thread(internal_secret, service.executor.database, settings)
         app.state.service = service

@@ -113,6 +113,30 @@ run_approvals = Table(
 )
 Index("ix_run_approvals_owner_skill", run_approvals.c.owner, run_approvals.c.skill)
 
+#: Decisions on hosts asked for by runs whose egress rule says ``ask: true`` (migration 0008):
+#: the audit record of each, and the hosts later runs of the key and skill may reach unasked.
+egress_approvals = Table(
+    "egress_approvals",
+    metadata,
+    Column("approval_id", Text, primary_key=True),
+    Column("owner", Text, nullable=False),
+    #: The skill (lower case; ``bundle:<name>`` for an inline bundle's, never remembered).
+    Column("skill", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("rule", Text, nullable=False),
+    #: The run whose request asked.
+    Column("run_id", Text, nullable=False),
+    #: approve, reject or expire.
+    Column("decision", Text, nullable=False),
+    #: Who decided: a key id, or "timeout".
+    Column("decided_by", Text, nullable=False),
+    #: How: rest, mcp-elicitation or timeout.
+    Column("via", Text, nullable=False),
+    Column("reason", Text),
+    Column("decided_at", Float, nullable=False),
+)
+Index("ix_egress_approvals_owner_skill", egress_approvals.c.owner, egress_approvals.c.skill)
+
 # -- artifacts --------------------------------------------------------------------------
 
 artifacts = Table(

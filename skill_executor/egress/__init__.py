@@ -39,6 +39,6 @@ rule to the gateway process, its token the run's proxy credential.
 
 from __future__ import annotations
 
-from .gateway import EgressEvent, Gateway, start, wire
+from .gateway import EgressEvent, Gateway, HostQuestion, start, wire
 
-__all__ = ["EgressEvent", "Gateway", "start", "wire"]
+__all__ = ["EgressEvent", "Gateway", "HostQuestion", "start", "wire"]

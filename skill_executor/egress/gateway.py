@@ -47,12 +47,15 @@ RESTART_MAX_DELAY = 10.0
 SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem")
 
 
-def wire(grant: Grant) -> dict[str, Any]:
+def wire(grant: Grant, approved: Sequence[str] = (), ask_timeout: float = 0.0) -> dict[str, Any]:
     """The policy's grant for one run (:meth:`skill_executor.policy.NetworkPlan.grant`) as the
-    gateway process reads it: its allow-list as written, each injection's template, and each
+    gateway process reads it: its allow-list as written (plus ``approved``: the hosts approved
+    before for the run's key and skill, when its rule asks), each injection's template, and each
     secret's value with the placeholder the run holds instead.  ``invalid_egress_grant`` when an
     entry is one the gateway's rules cannot read (the policy's checks are stricter: never)."""
     allow = [pattern.text for pattern in grant.allow]
+    if grant.ask:
+        allow += [host for host in approved if host not in allow]
     bad = [entry for entry in allow if not rules.valid_pattern(entry)]
     if bad:
         raise ExecutorError(
@@ -73,6 +76,8 @@ def wire(grant: Grant) -> dict[str, Any]:
         "max_requests": grant.max_requests,
         "max_bytes": grant.max_bytes,
         "max_connections": grant.max_connections,
+        "ask": grant.ask,
+        "ask_timeout": ask_timeout,
     }
 
 
@@ -97,11 +102,26 @@ class EgressEvent:
     reason: str | None
     limit: str | None
     time: float
+    #: when the request (the CONNECT) came (None: not known)
+    started: float | None = None
 
     @classmethod
     def parse(cls, data: Mapping[str, Any]) -> EgressEvent:
         fields: dict[str, Any] = {name: data.get(name) for name in cls.__dataclass_fields__}
         return cls(**fields)
+
+
+@dataclass(frozen=True)
+class HostQuestion:
+    """A request of a run whose rule says ``ask`` to a host outside its allow-list: held by the
+    gateway until :meth:`Gateway.answer` (every request to that host of that run waits on it)."""
+
+    ask: int
+    run_id: str
+    rule: str
+    host: str
+    #: the first held request's method (``CONNECT`` for a tunnel)
+    method: str
 
 
 class _Link:
@@ -138,6 +158,8 @@ class _Link:
         op = message.get("op")
         if op == "event":
             self.owner._event(EgressEvent.parse(message))
+        elif op == "ask":
+            self.owner._ask(message)
         elif op == "ok":
             waiter = self.pending.pop(int(message.get("id") or 0), None)
             if waiter is not None:
@@ -164,6 +186,17 @@ class _Link:
                 raise ExecutorError("the egress gateway is not running", code="egress_unavailable") from None
         if not waiter.wait(CALL_TIMEOUT) or self.closed:
             raise ExecutorError("the egress gateway did not answer", code="egress_unavailable")
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Send without waiting for an answer (safe on the reader thread); a link that is gone
+        needs none."""
+        if self.closed:
+            return
+        try:
+            with self.lock:
+                self.control.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        except OSError:
+            pass
 
     def stop(self) -> None:
         """Ask it to exit, then make sure it has (SIGKILL after 5 s)."""
@@ -203,6 +236,7 @@ class Gateway:
         respawn: Callable[[], tuple[subprocess.Popen[bytes], socket.socket]] | None = None,
         *,
         restarts: int | None = None,
+        ask_timeout: float = 0.0,
     ) -> None:
         self.folder = folder
         self.ca_cert = folder / "ca-cert.pem"
@@ -212,6 +246,12 @@ class Gateway:
         self._on_event = on_event or self.events.put
         #: run id -> who gets that run's events (:meth:`watch`), besides ``on_event``
         self._watchers: dict[str, Callable[[EgressEvent], None]] = {}
+        #: run id -> who gets that run's questions (:meth:`watch`; none: they are refused)
+        self._askers: dict[str, Callable[[HostQuestion], None]] = {}
+        #: how long the service lets a question wait (the gateway's bound is a little longer)
+        self.ask_timeout = ask_timeout
+        #: token -> the hosts approved before the grant was registered (registered again with it)
+        self._approved: dict[str, tuple[str, ...]] = {}
         self._respawn = respawn
         self._restarts = RESTART_ATTEMPTS if restarts is None else restarts
         self._closing = False
@@ -251,6 +291,20 @@ class Gateway:
             except Exception:  # a callback's failure must not stop the events after it
                 log.exception("an egress event's callback failed")
 
+    def _ask(self, message: dict[str, Any]) -> None:
+        question = HostQuestion(
+            int(message["ask"]), str(message["run_id"]), str(message["rule"]), message["host"], message["method"]
+        )
+        asker = self._askers.get(question.run_id)
+        try:
+            if asker is None:
+                raise ExecutorError("no one is asked for this run", code="egress_unavailable")
+            asker(question)
+        except Exception as exc:  # never left waiting: refused at once
+            if not isinstance(exc, ExecutorError):
+                log.exception("an egress question's callback failed")
+            self.answer(question.ask, False, "approvals for new hosts are not available here")
+
     def _lost(self, link: _Link) -> None:
         """A link's reader ended: start again, unless closing, starting, or already restarting."""
         with self._state:
@@ -285,7 +339,8 @@ class Gateway:
                 with self._state:
                     snapshot = dict(self._grants)
                 for grant in snapshot.values():
-                    link.call({"op": "grant", "token": grant.token, "grant": wire(grant)})
+                    approved = self._approved.get(grant.token, ())
+                    link.call({"op": "grant", "token": grant.token, "grant": wire(grant, approved, self.ask_timeout)})
                 with self._state:
                     if self._closing:
                         raise ExecutorError("the service is closing", code="egress_unavailable")
@@ -339,19 +394,22 @@ class Gateway:
         again after it died (not given up, not closed)."""
         return not self._closing and not self._gave_up and (self._restarting or self._link.alive)
 
-    def grant(self, grant: Grant) -> str:
+    def grant(self, grant: Grant, approved: Sequence[str] = ()) -> str:
         """Register ``grant`` (the policy's, for one run: :meth:`~skill_executor.policy.NetworkPlan.grant`)
-        before its run starts; the token its proxy URL carries (the grant's own, :meth:`proxy_url`).
+        before its run starts (``approved``: hosts approved before, allowed when its rule asks);
+        the token its proxy URL carries (the grant's own, :meth:`proxy_url`).
         While the process is being started again this waits for it (``egress_unavailable`` when it
         cannot be)."""
+        wired = wire(grant, approved, self.ask_timeout)
         with self._state:
             self._grants[grant.token] = grant
+            self._approved[grant.token] = tuple(approved)
         try:
             for _ in range(3):  # again when the process died under the call and is started again
                 self._up.wait(START_TIMEOUT * 2)
                 link = self._link
                 try:
-                    link.call({"op": "grant", "token": grant.token, "grant": wire(grant)})
+                    link.call({"op": "grant", "token": grant.token, "grant": wired})
                     return grant.token
                 except ExecutorError:
                     time.sleep(0.05)  # let the reader notice the death
@@ -361,15 +419,33 @@ class Gateway:
         except BaseException:
             with self._state:
                 self._grants.pop(grant.token, None)
+                self._approved.pop(grant.token, None)
             raise
 
-    def watch(self, run_id: str, callback: Callable[[EgressEvent], None]) -> None:
+    def watch(
+        self,
+        run_id: str,
+        callback: Callable[[EgressEvent], None],
+        asker: Callable[[HostQuestion], None] | None = None,
+    ) -> None:
         """Give ``run_id``'s events to ``callback`` too (on the gateway's reader thread, in order)
-        until :meth:`unwatch`; the events a revoke's answer follows have all been given."""
+        until :meth:`unwatch`; the events a revoke's answer follows have all been given.
+        ``asker`` gets the run's questions (``ask``; on the reader thread: it must not block,
+        and :meth:`answer` each later); without one they are refused at once."""
         self._watchers[run_id] = callback
+        if asker is not None:
+            self._askers[run_id] = asker
 
     def unwatch(self, run_id: str) -> None:
         self._watchers.pop(run_id, None)
+        self._askers.pop(run_id, None)
+
+    def answer(self, ask: int, allow: bool, reason: str | None = None) -> None:
+        """Answer a question (:class:`HostQuestion`): approved, its requests go on and the host is
+        allowed for the rest of the run; else they are refused (403, ``reason`` in the body).
+        Does not wait (safe on the reader thread); a gateway that is gone needs no answer (a
+        restarted one holds no question any more: its requests were cut with the old process)."""
+        self._link.send({"op": "answer", "ask": ask, "allow": allow, "reason": reason})
 
     def narrow(self, token: str, allow: Sequence[HostPattern]) -> None:
         """Replace the allow-list of a live grant (a session's, narrowed), keeping its counters; a
@@ -389,6 +465,7 @@ class Gateway:
         A process that died holds it no more, and a restart does not register it again."""
         with self._state:
             self._grants.pop(token, None)
+            self._approved.pop(token, None)
         self._call({"op": "revoke", "token": token})
 
     def proxy_url(self, token: str, port: int | None = None) -> str:
@@ -483,7 +560,15 @@ def start(settings: Settings, on_event: Callable[[EgressEvent], None] | None = N
         return process, ours
 
     process, ours = spawn()
-    gateway = Gateway(process, ours, folder, on_event, spawn, restarts=settings.egress_restarts)
+    gateway = Gateway(
+        process,
+        ours,
+        folder,
+        on_event,
+        spawn,
+        restarts=settings.egress_restarts,
+        ask_timeout=settings.egress_ask_timeout_seconds,
+    )
     if not gateway._ready.wait(START_TIMEOUT) or not gateway.port:
         gateway.close()
         code = process.poll()

@@ -62,6 +62,11 @@ log = logging.getLogger("skill_executor.egress")
 CA_ORGANIZATION = "skill-executor"
 CA_COMMON_NAME = "skill-executor egress CA"
 REALM = 'Basic realm="skill-executor egress"'
+#: The most hosts one run may have waiting for approval at once (``ask``); one more is refused.
+MAX_ASKING = 8
+#: How long past the service's own timeout a held request waits for its answer (the service
+#: always answers: at a decision, at its timeout, at the run's end; this bounds a lost answer).
+ASK_GRACE = 5.0
 
 
 @dataclass
@@ -83,6 +88,13 @@ class RunGrant:
     secrets: dict[str, str]  # name -> real value
     placeholders: dict[str, str]  # name -> placeholder the run holds
     forms: dict[str, list[bytes]] = field(default_factory=dict)
+    #: ``ask``: a host outside ``allow`` is held for the service's answer (at most ``ask_timeout`` s)
+    ask: bool = False
+    ask_timeout: float = 0.0
+    #: host -> its question's answer, while one is asked (requests to it wait on the same)
+    asking: dict[str, asyncio.Future[tuple[bool, str | None]]] = field(default_factory=dict)
+    #: host -> why it was not approved: asked once per run
+    refused: dict[str, str] = field(default_factory=dict)
     requests: int = 0
     bytes: int = 0
     connections: int = 0
@@ -105,6 +117,8 @@ class RunGrant:
             injections=list(data.get("inject", [])),
             secrets=secrets,
             placeholders={name: s["placeholder"] for name, s in data.get("secrets", {}).items()},
+            ask=bool(data.get("ask")),
+            ask_timeout=float(data.get("ask_timeout") or 0.0),
         )
         grant.forms = {name: rules.secret_forms(value) for name, value in secrets.items()}
         return grant
@@ -143,6 +157,9 @@ class EgressAddon:
         self.counted: weakref.WeakKeyDictionary[Any, RunGrant] = weakref.WeakKeyDictionary()
         self.connected: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()  # a tunnel's host
         self.dialled: dict[str, tuple[str, int]] = {}  # server connection id -> (name, port) while it connects
+        #: question id -> (grant, host) of the hosts waiting for the service's answer (``ask``)
+        self.asks: dict[int, tuple[RunGrant, str]] = {}
+        self.next_ask = 0
         self.writer: asyncio.StreamWriter | None = None
         self.unix_server: asyncio.AbstractServer | None = None
 
@@ -170,11 +187,69 @@ class EgressAddon:
             elif op == "narrow" and message["token"] in self.grants:  # a session's: counters kept
                 self.grants[message["token"]].allow = list(message["allow"])
             elif op == "revoke":
-                self.grants.pop(message["token"], None)
+                revoked = self.grants.pop(message["token"], None)
+                for ask_id, (grant, _) in list(self.asks.items()):
+                    if grant is revoked:
+                        self.answer(ask_id, False, "the run has ended")
+            elif op == "answer":
+                self.answer(int(message["ask"]), bool(message.get("allow")), message.get("reason"))
             elif op == "close":
                 break
             self.send({"op": "ok", "id": message.get("id")})
         ctx.master.shutdown()
+
+    # -- approvals (``ask``) -------------------------------------------------------------------
+
+    def consent(self, grant: RunGrant, host: str, port: int, method: str) -> Any:
+        """None when ``host`` needs no question (allowed, or the grant does not ask, or it is an
+        address: addresses are never asked for); else an awaitable that holds the request until
+        the service answers (approved: the host joins the grant's ``allow``; else a Refusal).
+        Only a held request waits: the hook stays synchronous otherwise."""
+        if not grant.ask or port not in grant.ports or rules.match_host(host, grant.allow) is not None:
+            return None
+        if rules.ip_literal(host) is not None or "*" in host or not rules.valid_pattern(host):
+            return None
+        if host in grant.refused:
+            raise Refusal(f"{host} is not in the allow-list and was not approved: {grant.refused[host]}")
+        future = grant.asking.get(host)
+        if future is None:
+            if len(grant.asking) >= MAX_ASKING:
+                raise Refusal(f"{host} is not in the allow-list, and {MAX_ASKING} hosts already wait for approval")
+            future = asyncio.get_running_loop().create_future()
+            grant.asking[host] = future
+            self.next_ask += 1
+            self.asks[self.next_ask] = (grant, host)
+            self.send(
+                {"op": "ask", "ask": self.next_ask, "run_id": grant.run_id, "rule": grant.rule, "host": host}
+                | {"method": method}
+            )
+        return self._held(grant, host, future)
+
+    async def _held(self, grant: RunGrant, host: str, future: asyncio.Future[tuple[bool, str | None]]) -> None:
+        try:
+            allowed, reason = await asyncio.wait_for(asyncio.shield(future), grant.ask_timeout + ASK_GRACE)
+        except TimeoutError:
+            for ask_id, (asked, name) in list(self.asks.items()):
+                if asked is grant and name == host:
+                    self.answer(ask_id, False, "no answer came")
+            allowed, reason = future.result()
+        if not allowed:
+            raise Refusal(f"{host} is not in the allow-list and was not approved: {reason or 'rejected'}")
+
+    def answer(self, ask_id: int, allowed: bool, reason: str | None) -> None:
+        """The service's answer to question ``ask_id``: every request held for it goes on."""
+        found = self.asks.pop(ask_id, None)
+        if found is None:  # answered already (the timeout, the run's end)
+            return
+        grant, host = found
+        future = grant.asking.pop(host, None)
+        if allowed:
+            if host not in grant.allow:
+                grant.allow.append(host)
+        else:
+            grant.refused[host] = reason or "rejected"
+        if future is not None and not future.done():
+            future.set_result((allowed, reason))
 
     # -- events ------------------------------------------------------------------------------
 
@@ -191,6 +266,7 @@ class EgressAddon:
         decision: str,
         reason: str | None = None,
         limit: str | None = None,
+        started: float | None = None,
     ) -> None:
         secrets = grant.secrets if grant else {}
         self.send(
@@ -208,6 +284,7 @@ class EgressAddon:
                 "reason": rules.scrub(reason, secrets) if reason else None,
                 "limit": limit,
                 "time": time.time(),
+                "started": started,
             }
         )
 
@@ -229,6 +306,7 @@ class EgressAddon:
             decision=meta.get("egress_decision", "allowed"),
             reason=meta.get("egress_reason") or (flow.error.msg if flow.error else None),
             limit=meta.get("egress_limit"),
+            started=flow.request.timestamp_start,
         )
 
     # -- refusals --------------------------------------------------------------------------------
@@ -274,11 +352,14 @@ class EgressAddon:
 
     # -- hooks -------------------------------------------------------------------------------------
 
-    def http_connect(self, flow: http.HTTPFlow) -> None:
+    def http_connect(self, flow: http.HTTPFlow) -> Any:
         grant: RunGrant | None = None
         host, port = flow.request.host, flow.request.port
         try:
             grant = self.grant_of(flow)
+            held = self.consent(grant, rules.normalise_host(host), port, "CONNECT")
+            if held is not None:
+                return self._connect_held(flow, grant, held)
             self.check_destination(grant, host, port)
             if grant.max_connections is not None and grant.connections >= grant.max_connections:
                 raise Refusal(
@@ -287,34 +368,67 @@ class EgressAddon:
                     limit="egress_connections",
                 )
         except Refusal as refusal:
-            self.refuse(flow, grant, refusal)
-            self.report(
-                grant,
-                host=host,
-                method="CONNECT",
-                path="",
-                status=refusal.status,
-                sent=0,
-                received=0,
-                decision=refusal.decision,
-                reason=refusal.reason,
-                limit=refusal.limit,
-            )
-            flow.metadata["egress_reported"] = True
-            return
+            self.connect_refused(flow, grant, refusal)
+            return None
         grant.connections += 1
         self.counted[flow.client_conn] = grant  # counted down when the client goes
         self.connected[flow.client_conn] = rules.normalise_host(host)
+        return None
+
+    def connect_refused(self, flow: http.HTTPFlow, grant: RunGrant | None, refusal: Refusal) -> None:
+        self.refuse(flow, grant, refusal)
+        self.report(
+            grant,
+            host=flow.request.host,
+            method="CONNECT",
+            path="",
+            status=refusal.status,
+            sent=0,
+            received=0,
+            decision=refusal.decision,
+            reason=refusal.reason,
+            limit=refusal.limit,
+            started=flow.request.timestamp_start,
+        )
+        flow.metadata["egress_reported"] = True
+
+    async def _connect_held(self, flow: http.HTTPFlow, grant: RunGrant, held: Any) -> None:
+        """A CONNECT to a host waiting for approval: judged again once the service answered."""
+        try:
+            await held
+        except Refusal as refusal:
+            self.connect_refused(flow, grant, refusal)
+            return
+        if self.grants.get(flow.metadata.get("egress_token", "")) is not grant:
+            self.connect_refused(
+                flow, grant, Refusal("unknown or expired proxy credentials (the run is over?)", status=407)
+            )
+            return
+        self.http_connect(flow)
 
     def client_disconnected(self, client: Any) -> None:
         grant = self.counted.pop(client, None)
         if grant is not None:
             grant.connections -= 1
 
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
+    def requestheaders(self, flow: http.HTTPFlow) -> Any:
         grant: RunGrant | None = None
         try:
             grant = self.grant_of(flow)
+            held = self.consent(grant, rules.normalise_host(flow.request.host), flow.request.port, flow.request.method)
+            if held is not None:
+                return self._request_held(flow, grant, held)
+            self.judge(flow, grant)
+        except Refusal as refusal:
+            self.refuse(flow, grant, refusal)
+        return None
+
+    async def _request_held(self, flow: http.HTTPFlow, grant: RunGrant, held: Any) -> None:
+        """A plain-HTTP request to a host waiting for approval: judged once the service answered."""
+        try:
+            await held
+            if self.grants.get(flow.metadata.get("egress_token", "")) is not grant:
+                raise Refusal("unknown or expired proxy credentials (the run is over?)", status=407)
             self.judge(flow, grant)
         except Refusal as refusal:
             self.refuse(flow, grant, refusal)

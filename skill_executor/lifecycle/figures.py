@@ -10,6 +10,7 @@ import math
 import threading
 from typing import Any
 
+from ..egress import EgressEvent
 from .records import RunRecord
 
 #: The upper bounds (seconds) of the run-duration histogram's buckets.
@@ -58,3 +59,35 @@ class RunFigures:
                 "duration": {"buckets": cumulative, "sum": self._sum},
                 "output_bytes": self._bytes,
             }
+
+
+class EgressFigures:
+    """What this process's egress gateway saw: requests by decision and rule, body bytes by
+    direction and rule, and decisions on held hosts (``ask``). Counted from the gateway's
+    events (every request, also those without a run: ``rule`` is then empty)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[tuple[str, str], int] = {}
+        self._bytes: dict[tuple[str, str], int] = {}
+        self._approvals: dict[str, int] = {}
+
+    def count(self, event: EgressEvent) -> None:
+        rule = event.rule or ""
+        with self._lock:
+            key = (event.decision, rule)
+            self._requests[key] = self._requests.get(key, 0) + 1
+            for direction, size in (("received", event.bytes), ("sent", event.request_bytes)):
+                if size:
+                    self._bytes[(direction, rule)] = self._bytes.get((direction, rule), 0) + size
+
+    def approval(self, decision: str) -> None:
+        """A decision on a held host: approve, reject, expire, refuse (the key's cap), run_ended."""
+        with self._lock:
+            self._approvals[decision] = self._approvals.get(decision, 0) + 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """``requests`` ((decision, rule) -> count), ``bytes`` ((direction, rule) -> count),
+        ``approvals`` (decision -> count)."""
+        with self._lock:
+            return {"requests": dict(self._requests), "bytes": dict(self._bytes), "approvals": dict(self._approvals)}

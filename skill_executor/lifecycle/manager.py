@@ -33,8 +33,9 @@ from ..runs.plan import RunPlan
 from . import outcomes
 from .admission import Accepted, Admission, plan_of
 from .approvals import Approvals
-from .figures import RunFigures
+from .figures import EgressFigures, RunFigures
 from .handle import RunHandle
+from .hosts import HostApprovals
 from .listing import RunFilter, RunListing, decode_cursor, encode_cursor
 from .records import RunRecord, RunStore
 from .seam import Dispatch, StreamEvent
@@ -74,6 +75,16 @@ class RunManager:
         self.dispatch = dispatch
         self.figures = figures
         self.approvals = Approvals(store, timeout=approval_timeout, max_pending=max_pending)
+        #: what the egress gateway of this process saw (the service counts its events here)
+        self.egress_figures = EgressFigures()
+        #: hosts held for approval by the egress gateway (a rule's ask); the embedded service's
+        #: runner holds its runs' there (``SkillRunner.host_desk``)
+        self.hosts = HostApprovals(
+            store.database,
+            timeout=runner.settings.egress_ask_timeout_seconds,
+            max_pending=runner.settings.egress_max_pending_asks,
+            figures=self.egress_figures,
+        )
         self.admission = Admission(runner, store, dispatch, self.approvals)
         self._admission_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=ADMISSION_THREADS, thread_name_prefix="run-admit"
@@ -322,6 +333,7 @@ class RunManager:
         and wait up to ``settle`` seconds for them to wind up.  Idempotent."""
         self.admission.closing = True
         self.approvals.close()
+        self.hosts.close()  # held requests are refused: the runs in flight go on without waiting
         await self.dispatch.drain(grace, settle)
 
     def shutdown(self, timeout: float = 15.0) -> None:
@@ -329,6 +341,7 @@ class RunManager:
         :meth:`drain` there is nothing left to wait for)."""
         self.admission.closing = True
         self.approvals.close()
+        self.hosts.close()
         self.dispatch.close(timeout)
         self._admission_pool.shutdown(wait=False, cancel_futures=True)
         self._io.shutdown(wait=False, cancel_futures=True)

@@ -1,9 +1,11 @@
 """``skill_run`` over MCP: submitted through the run manager like ``POST /v1/runs``; a run held
-for approval asks the client's user (``elicitation/create``); stdout and stderr chunks sent as
-progress; a cancelled call cancels the run; a task handle at once when the client asks for tasks."""
+for approval asks the client's user (``elicitation/create``), and so does a host its egress rule
+holds for approval (``ask``) while it runs; stdout and stderr chunks sent as progress; a cancelled
+call cancels the run; a task handle at once when the client asks for tasks."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,6 +26,7 @@ from .protocol import call_result
 from .tasks import SkillTasks, wants_tasks
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 #: How often a question about a held run checks whether the run was decided elsewhere.
 ELICITATION_WATCH_SECONDS = 0.5
@@ -38,6 +41,21 @@ APPROVAL_SCHEMA: dict[str, Any] = {
             "title": "Decision",
             "enum": ["approve", "reject"],
             "description": "approve: the run starts; reject: it ends, nothing runs",
+        },
+        "reason": {"type": "string", "title": "Reason", "description": "recorded with the decision"},
+    },
+    "required": ["decision"],
+}
+#: What ``elicitation/create`` asks about a host a run waits to reach (egress ``ask``).
+HOST_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {
+            "type": "string",
+            "title": "Decision",
+            "enum": ["approve", "reject"],
+            "description": "approve: the run (and later runs of this key and skill) may reach the host; "
+            "reject: its requests there are refused",
         },
         "reason": {"type": "string", "title": "Reason", "description": "recorded with the decision"},
     },
@@ -132,6 +150,55 @@ class SkillRun:
                 raise
             return await manager.offload(manager.reload, record), None
 
+    async def _elicit_host(
+        self, ctx: ServerRequestContext[Any, Any], manager: RunManager, who: Principal, record: RunRecord, approval: str
+    ) -> None:
+        """A host the run waits to reach (its egress rule's ``ask``), when the client declared
+        elicitation and the caller may decide: its user is asked, and the answer is the caller's
+        decision (``via: mcp-elicitation``, audited). Otherwise, or dismissed, it waits for a
+        decision over REST (or its timeout)."""
+        capabilities = ctx.session.client_capabilities
+        if capabilities is None or capabilities.elicitation is None or not ctx.session.can_send_request:
+            return
+        try:
+            held = manager.hosts.get(approval, who)
+        except ExecutorError:  # decided already, or not the caller's
+            return
+        if held.ask.approver == "admin" and not who.admin:
+            return
+        message = (
+            f"Run {record.run_id} of skill {record.skill!r} wants to reach {held.ask.host}, which its policy rule "
+            f"{held.ask.rule!r} does not list; approved, this run and later runs of this key and skill may reach it."
+        )
+        answers: list[types.ElicitResult] = []
+        async with anyio.create_task_group() as group:
+
+            async def ask() -> None:
+                answers.append(await ctx.session.elicit_form(message, HOST_SCHEMA, related_request_id=ctx.request_id))
+                group.cancel_scope.cancel()
+
+            async def watch() -> None:  # decided elsewhere (REST, the timeout, the run's end): stop asking
+                while any(h.approval_id == approval for h in manager.hosts.pending(who)):
+                    await anyio.sleep(ELICITATION_WATCH_SECONDS)
+                group.cancel_scope.cancel()
+
+            group.start_soon(ask)
+            group.start_soon(watch)
+        if not answers or answers[0].action == "cancel":
+            return
+        answer = answers[0]
+        content = answer.content or {}
+        given = content.get("reason")
+        reason = given[:MAX_REASON_CHARS] if isinstance(given, str) else None
+        verdict = "approve" if answer.action == "accept" and content.get("decision") == "approve" else "reject"
+        if answer.action == "decline" and reason is None:
+            reason = "declined by the user"
+        try:
+            await manager.offload(lambda: manager.hosts.decide(approval, who, verdict, reason, via="mcp-elicitation"))
+        except ExecutorError as exc:  # decided meanwhile (approval_not_pending): as it is; the run goes on
+            if exc.code != "approval_not_pending":
+                log.warning("the decision on egress approval %s failed: %s", approval, exc.message)
+
     async def _context_used(self, who: Principal, request: RunRequest) -> None:
         contexts = self.backend.tools().contexts
         session = request.session
@@ -153,13 +220,17 @@ class SkillRun:
             await anyio.lowlevel.checkpoint()
             if handle is not None:
                 sent = 0
-                async for _, kind, data in handle.stream():
-                    if kind in ("stdout", "stderr"):
-                        sent += 1
-                        await ctx.session.report_progress(sent, message=f"{kind}: {neutralise(data)}")
-                    elif kind == "status":
-                        sent += 1
-                        await ctx.session.report_progress(sent, message=f"run {record.run_id}: {data}")
+                async with anyio.create_task_group() as asking:  # questions about held hosts, meanwhile
+                    async for _, kind, data in handle.stream():
+                        if kind in ("stdout", "stderr"):
+                            sent += 1
+                            await ctx.session.report_progress(sent, message=f"{kind}: {neutralise(data)}")
+                        elif kind == "status":
+                            sent += 1
+                            await ctx.session.report_progress(sent, message=f"run {record.run_id}: {data}")
+                        elif kind == "egress" and isinstance(data, dict) and data.get("approval"):
+                            asking.start_soon(self._elicit_host, ctx, manager, who, record, str(data["approval"]))
+                    asking.cancel_scope.cancel()  # the run has ended: a question still open is moot
             final = await manager.wait(record, handle)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):

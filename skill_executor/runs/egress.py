@@ -12,12 +12,15 @@ revoke's answer have all been given to the run by then (:meth:`~skill_executor.e
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from ..egress import EgressEvent, Gateway
+from .. import tracing
+from ..egress import EgressEvent, Gateway, HostQuestion
 from ..errors import ExecutorError
 from ..policy import EgressUnavailable, NetworkPlan, Secrets, egress_unavailable
 from ..runtimes.egress import EgressPath
@@ -32,6 +35,42 @@ MAX_KEPT = 1000
 EgressListener = Callable[[dict[str, Any]], None]
 
 
+@dataclass(frozen=True)
+class HostAsk:
+    """A run's request to a host outside its rule's allow-list, held for approval (``ask``)."""
+
+    run_id: str
+    #: the run's key (its tenant)
+    owner: str
+    #: the skill the decision is recorded under (``bundle:<name>`` for an inline bundle's)
+    skill: str
+    rule: str
+    host: str
+    method: str
+    #: who may decide besides an admin key: the run's own key (``caller``) or no one (``admin``)
+    approver: str
+    #: whether an approval is remembered for the key and skill (never for a bundle)
+    remember: bool
+
+
+class HostDesk(Protocol):
+    """Where a run's held hosts wait for a decision (the lifecycle's
+    :class:`~skill_executor.lifecycle.hosts.HostApprovals`)."""
+
+    def remembered(self, owner: str, skill: str) -> list[str]:
+        """The hosts approved before for ``owner``'s runs of ``skill``."""
+        ...
+
+    def hold(self, ask: HostAsk, answer: Callable[[bool, str | None], None]) -> str | None:
+        """Hold ``ask`` until it is decided or expires, then ``answer(allowed, reason)``; the
+        approval's id, or None when refused at once (``answer`` called). Must not block."""
+        ...
+
+    def forget(self, run_id: str) -> None:
+        """The run has ended: its pending hosts are dropped (the gateway refused their requests)."""
+        ...
+
+
 class RunEgress:
     """One run's grant at the gateway, and the events of it."""
 
@@ -42,24 +81,64 @@ class RunEgress:
         self.dropped = 0
         self.limits: list[str] = []
         self._lock = threading.Lock()
+        #: the run's span (its egress spans' parent), when tracing
+        self.trace = tracing.captured()
 
     def event(self, event: EgressEvent) -> None:
         """The gateway's reader thread: one request of this run."""
         decision = event.decision if event.decision in ("allowed", "denied", "limited") else "denied"
-        entry = EgressRequest(
+        tracing.past(
+            "egress",
+            event.started or event.time,
+            event.time,
+            parent=self.trace,
+            run_id=event.run_id,
+            rule=event.rule,
             host=event.host,
             method=event.method,
             path=event.path,
             status=event.status,
-            bytes=event.bytes or 0,
-            decision=decision,  # type: ignore[arg-type]
-            rule=event.rule,
-            reason=event.reason,
+            bytes=event.bytes,
+            request_bytes=event.request_bytes,
+            decision=decision,
             limit=event.limit,
         )
+        self.keep(
+            EgressRequest(
+                host=event.host,
+                method=event.method,
+                path=event.path,
+                status=event.status,
+                bytes=event.bytes or 0,
+                decision=decision,  # type: ignore[arg-type]
+                rule=event.rule,
+                reason=event.reason,
+                limit=event.limit,
+            ),
+            event.limit,
+        )
+
+    def pending(self, question: HostQuestion, approval: str) -> None:
+        """A request held for approval: a ``pending`` event naming the approval."""
+        self.keep(
+            EgressRequest(
+                host=question.host,
+                method=question.method,
+                path="",
+                status=0,
+                bytes=0,
+                decision="pending",
+                rule=question.rule,
+                reason=f"{question.host} is not in the allow-list: waiting for approval {approval}",
+                approval=approval,
+            ),
+            None,
+        )
+
+    def keep(self, entry: EgressRequest, limit: str | None) -> None:
         with self._lock:
-            if event.limit and event.limit not in self.limits:
-                self.limits.append(event.limit)
+            if limit and limit not in self.limits:
+                self.limits.append(limit)
             if len(self.kept) < MAX_KEPT:
                 self.kept.append(entry)
             else:
@@ -96,10 +175,15 @@ def granted(
     listener: EgressListener | None,
     *,
     problem: str | None = None,
+    desk: HostDesk | None = None,
+    asking: HostAsk | None = None,
 ) -> Iterator[RunEgress]:
     """The run's grant at ``gateway`` for as long as the block runs (``egress_unavailable`` when
     there is no gateway, or it is down: ``problem`` says why it did not start).  A run of a
-    session uses its session's grant instead (:mod:`.sessionnet`)."""
+    session uses its session's grant instead (:mod:`.sessionnet`).  ``desk``: where the run's
+    requests to hosts outside its allow-list wait for approval when its rule asks (``asking``:
+    the run's side of each question; the hosts approved before for its key and skill are
+    allowed from the start); without one they are refused."""
     if gateway is None:
         raise egress_unavailable(network.rule, problem)
     if not gateway.available:  # a gateway being started again is waited for (Gateway.grant)
@@ -107,10 +191,26 @@ def granted(
     grant = network.grant(run_id, secrets)
     path = EgressPath(socket=gateway.socket_path, ca_cert=gateway.ca_cert, credential=grant.token, variables=grant.env)
     run = RunEgress(path, listener)
-    gateway.watch(run_id, run.event)
+    asks = desk if grant.ask and asking is not None else None
+    approved: list[str] = []
+    asker: Callable[[HostQuestion], None] | None = None
+    if asks is not None and asking is not None:
+        template = asking
+        approved = asks.remembered(template.owner, template.skill) if template.remember else []
+
+        def asker(question: HostQuestion) -> None:
+            def answer(allowed: bool, reason: str | None) -> None:
+                gateway.answer(question.ask, allowed, reason)
+
+            ask = dataclasses.replace(template, host=question.host, method=question.method)
+            approval = asks.hold(ask, answer)
+            if approval is not None:
+                run.pending(question, approval)
+
+    gateway.watch(run_id, run.event, asker)
     try:
         try:
-            gateway.grant(grant)
+            gateway.grant(grant, approved)
         except ExecutorError as exc:
             raise unavailable(network.rule, f"did not take the run's grant: {exc.message}") from None
         try:
@@ -122,3 +222,5 @@ def granted(
                 log.warning("the egress gateway did not answer the revoke of run %s's grant", run_id)
     finally:
         gateway.unwatch(run_id)
+        if asks is not None:
+            asks.forget(run_id)

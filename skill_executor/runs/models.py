@@ -176,12 +176,18 @@ class EgressRequest(BaseModel):
     host: str
     method: str
     path: str = Field(description="without its query")
-    status: int = Field(description="what the run got (403: refused by the gateway; 502: cut or unreachable)")
+    status: int = Field(
+        description="what the run got (403: refused by the gateway; 502: cut or unreachable; 0: pending approval)"
+    )
     bytes: int = Field(description="response body bytes the run got")
-    decision: Literal["allowed", "denied", "limited"]
+    decision: Literal["allowed", "denied", "limited", "pending"] = Field(
+        description="pending: the host is outside the allow-list of a rule with ask: the request waits for approval "
+        "(POST /v1/egress/approvals/{approval}); its outcome is a later event"
+    )
     rule: str | None = Field(default=None, description="the policy rule whose egress judged it")
     reason: str | None = Field(default=None, description="why it was denied or limited")
     limit: str | None = Field(default=None, description="the cap behind 'limited' (also in the run's limits_hit)")
+    approval: str | None = Field(default=None, description="the pending approval's id (decision pending)")
 
 
 class RunResult(BaseModel):

@@ -35,7 +35,7 @@ from ..runtimes.skillcopy import add_node_modules, add_sibling
 from ..workspace.layout import WorkspaceManager, environment
 from ..workspace.sessions import SessionStore
 from ..workspace.staging import Stager
-from .egress import EgressListener, RunEgress, granted
+from .egress import EgressListener, HostAsk, HostDesk, RunEgress, granted
 from .limiter import RunLimiter
 from .models import RunRequest, RunResult
 from .plan import RunPlan, check_request, resolve_cwd
@@ -95,6 +95,9 @@ class SkillRunner:
         self.networks = SessionNetworks(
             lambda: (self.gateway, self.gateway_problem), policy.secrets if policy is not None else None
         )
+        #: Where runs' requests to hosts outside their allow-list wait for approval when their
+        #: rule asks (the lifecycle's; None: such requests are refused, as on a cluster worker).
+        self.host_desk: HostDesk | None = None
 
     @property
     def egress_available(self) -> bool:
@@ -197,7 +200,7 @@ class SkillRunner:
             if request.session:
                 with self.sessions.use(request.session, tenant, wait=plan.timeout) as work:
                     network_of = self.network_of(tenant, request.session)
-                    with self._egress(plan, run_id, egress_listener, (tenant, request.session, network_of)) as egress:
+                    with self._egress(plan, run_id, tenant, egress_listener, (request.session, network_of)) as egress:
                         sandbox_plan = SandboxPlan(
                             run_id,
                             plan.skill,
@@ -219,7 +222,7 @@ class SkillRunner:
                     if kept is not None:
                         result.warnings.append(kept)
                     return result
-            with self._egress(plan, run_id, egress_listener) as egress:
+            with self._egress(plan, run_id, tenant, egress_listener) as egress:
                 sandbox_plan = SandboxPlan(
                     run_id,
                     plan.skill,
@@ -235,24 +238,47 @@ class SkillRunner:
         self,
         plan: RunPlan,
         run_id: str,
+        tenant: str,
         listener: EgressListener | None,
-        session: tuple[str, str, str | None] | None = None,
+        session: tuple[str, str | None] | None = None,
     ) -> Iterator[RunEgress | None]:
         """The run's grant at the egress gateway while the block runs (None: no network).  A run
-        of a session (``session``: tenant, session, the processes' sandbox it joins) uses its
-        session's grant (:mod:`.sessionnet`), opened for it when the session has none."""
+        of a session (``session``: the session, the processes' sandbox it joins) uses its
+        session's grant (:mod:`.sessionnet`), opened for it when the session has none (a
+        session's network asks no approval: hosts outside its list are refused)."""
         if plan.network is None:
             yield None
             return
         if session is not None:
-            tenant, name, joins = session
+            name, joins = session
             with self.networks.run(
                 tenant, name, plan.network, run_id, listener, joins_processes=joins is not None
             ) as run:
                 yield run
             return
         secrets = self.policy.secrets if self.policy is not None else None
-        with granted(self.gateway, plan.network, run_id, secrets, listener, problem=self.gateway_problem) as egress:
+        found = self.policy.rule(tenant, plan.skill.id, plan.bundled) if self.policy is not None else None
+        rule = found[1] if found is not None else None
+        asking = HostAsk(
+            run_id=run_id,
+            owner=tenant,
+            skill=f"bundle:{plan.skill.id}" if plan.bundled else plan.skill.id,
+            rule=plan.network.rule,
+            host="",
+            method="",
+            approver=rule.approver if rule is not None else "caller",
+            remember=not plan.bundled,
+        )
+        with granted(
+            self.gateway,
+            plan.network,
+            run_id,
+            secrets,
+            listener,
+            problem=self.gateway_problem,
+            desk=self.host_desk,
+            asking=asking,
+        ) as egress:
             yield egress
 
     def _run(

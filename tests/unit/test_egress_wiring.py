@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from skill_executor.egress import EgressEvent, wire
+from skill_executor.egress import EgressEvent, HostQuestion, wire
 from skill_executor.errorcodes import CATALOGUE
 from skill_executor.errors import ExecutorError
 from skill_executor.policy import Egress, NetworkPlan, Secrets
-from skill_executor.runs.egress import RunEgress, granted
+from skill_executor.runs.egress import HostAsk, RunEgress, granted
 from skill_executor.runs.models import RunResult
 from skill_executor.runtimes.egress import EgressPath
 
@@ -39,6 +39,14 @@ def test_the_wire_carries_the_policys_grant_as_the_gateway_reads_it() -> None:
     assert data["methods"] == ["GET"] and data["ports"] == [443, 80] and data["max_response_bytes"] == 100
     assert data["max_connections"] == 32
     assert SECRET not in repr(grant)
+
+
+def test_hosts_approved_before_join_the_allow_list_of_a_grant_that_asks_only() -> None:
+    asks = wire(plan(allow=["api.example.test"], ask=True).grant("r", None), ["new.example.test"], 30.0)
+    assert asks["allow"] == ["api.example.test", "new.example.test"]
+    assert asks["ask"] is True and asks["ask_timeout"] == 30.0
+    plain = wire(plan(allow=["api.example.test"]).grant("r", None), ["new.example.test"], 30.0)
+    assert plain["allow"] == ["api.example.test"] and plain["ask"] is False
 
 
 def event(**fields: Any) -> EgressEvent:
@@ -78,6 +86,7 @@ def test_a_runs_events_are_kept_in_its_result_with_the_limits_they_name(tmp_path
         "rule": "gh",
         "reason": None,
         "limit": "egress_response_bytes",
+        "approval": None,
     }
 
 
@@ -91,15 +100,23 @@ class FakeGateway:
         self.socket_path = Path("/nonexistent/socket/egress.sock")
         self.ca_cert = Path("/nonexistent/ca-cert.pem")
         self.calls: list[tuple[str, str]] = []
+        self.asker: Any = None
+        self.approved: list[str] = []
+        self.answers: list[tuple[int, bool, str | None]] = []
 
-    def watch(self, run_id: str, callback: Any) -> None:
+    def watch(self, run_id: str, callback: Any, asker: Any = None) -> None:
         self.calls.append(("watch", run_id))
+        self.asker = asker
+
+    def answer(self, ask: int, allow: bool, reason: str | None = None) -> None:
+        self.answers.append((ask, allow, reason))
 
     def unwatch(self, run_id: str) -> None:
         self.calls.append(("unwatch", run_id))
 
-    def grant(self, grant: Any) -> str:
+    def grant(self, grant: Any, approved: Any = ()) -> str:
         self.calls.append(("grant", grant.run_id))
+        self.approved = list(approved)
         return str(grant.token)
 
     def revoke(self, token: str) -> None:
@@ -129,3 +146,72 @@ def test_no_gateway_or_a_stopped_one_refuses_the_run() -> None:
     stopped = FakeGateway(alive=False)
     with pytest.raises(ExecutorError, match="has stopped"), granted(stopped, network, "r", None, None):  # type: ignore[arg-type]
         pass
+
+
+class FakeDesk:
+    """Stands in for the lifecycle's HostApprovals (tested in tests/unit/test_egress_hosts.py)."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[HostAsk, Any]] = []
+        self.forgotten: list[str] = []
+
+    def remembered(self, owner: str, skill: str) -> list[str]:
+        return ["old.example.test"] if (owner, skill) == ("k1", "gh-tools") else []
+
+    def hold(self, ask: HostAsk, answer: Any) -> str | None:
+        self.held.append((ask, answer))
+        return f"eh-{len(self.held)}"
+
+    def forget(self, run_id: str) -> None:
+        self.forgotten.append(run_id)
+
+
+def asking(**fields: Any) -> HostAsk:
+    base: dict[str, Any] = {
+        "run_id": "run-5",
+        "owner": "k1",
+        "skill": "gh-tools",
+        "rule": "gh",
+        "host": "",
+        "method": "",
+        "approver": "caller",
+        "remember": True,
+    }
+    return HostAsk(**{**base, **fields})
+
+
+def test_a_rule_that_asks_sends_its_questions_to_the_desk_and_its_remembered_hosts_to_the_gateway() -> None:
+    gateway, desk = FakeGateway(), FakeDesk()
+    seen: list[dict[str, Any]] = []
+    network = plan(allow=["api.example.test"], ask=True)
+    with granted(gateway, network, "run-5", None, seen.append, desk=desk, asking=asking()) as run:  # type: ignore[arg-type]
+        assert gateway.approved == ["old.example.test"]
+        gateway.asker(HostQuestion(7, "run-5", "gh", "new.example.test", "CONNECT"))
+        ((ask, answer),) = desk.held
+        assert (ask.host, ask.method, ask.owner, ask.skill, ask.run_id) == (
+            "new.example.test",
+            "CONNECT",
+            "k1",
+            "gh-tools",
+            "run-5",
+        )
+        answer(False, "rejected by key k2")
+        assert gateway.answers == [(7, False, "rejected by key k2")]
+        assert seen[-1]["decision"] == "pending" and seen[-1]["approval"] == "eh-1"
+        assert seen[-1]["host"] == "new.example.test" and seen[-1]["status"] == 0
+    assert desk.forgotten == ["run-5"]
+    assert [e.decision for e in run.kept] == ["pending"]
+
+
+def test_no_desk_a_bundle_or_a_narrowed_run_is_never_asked_for_nor_remembered() -> None:
+    network = plan(allow=["api.example.test"], ask=True)
+    gateway = FakeGateway()
+    with granted(gateway, network, "r", None, None):  # type: ignore[arg-type]
+        assert gateway.asker is None and gateway.approved == []
+    desk = FakeDesk()
+    bundle = asking(skill="bundle:gh-tools", remember=False)
+    with granted(gateway, network, "r", None, None, desk=desk, asking=bundle):  # type: ignore[arg-type]
+        assert gateway.asker is not None and gateway.approved == []
+    narrowed = NetworkPlan("gh", network.egress, network.allow, narrowed=True)
+    with granted(gateway, narrowed, "r", None, None, desk=desk, asking=asking()):  # type: ignore[arg-type]
+        assert gateway.asker is None and gateway.approved == []

@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from .artifacts import ArtifactList, ArtifactModel
 from .errors import ERRORS, ErrorBody, ErrorResponse
-from .runs import ApprovalRequest, RunAccepted, RunList, RunRecordModel, RunSummary
+from .runs import (
+    ApprovalRequest,
+    EgressApproval,
+    EgressApprovalList,
+    EgressDecided,
+    RunAccepted,
+    RunList,
+    RunRecordModel,
+    RunSummary,
+)
 from .sessions import (
     ContextBudget,
     ContextLoad,
@@ -50,6 +59,9 @@ __all__ = [
     "ArtifactModel",
     "AuditLog",
     "AuditRecord",
+    "EgressApproval",
+    "EgressApprovalList",
+    "EgressDecided",
     "Check",
     "ContextBudget",
     "ContextLoad",

@@ -60,3 +60,32 @@ class RunList(BaseModel):
     next_cursor: str | None = Field(
         description="pass as ?cursor= for the next page (with the same filters); null: this is the last page"
     )
+
+
+class EgressApproval(BaseModel):
+    """A run's request to a host outside its egress rule's allow-list, held for approval (``ask``)."""
+
+    approval_id: str
+    kind: Literal["egress_host"] = "egress_host"
+    run_id: str
+    key: str = Field(description="the key id (tenant) of the run")
+    skill: str = Field(description="the skill (bundle:<name> for an inline bundle's: never remembered)")
+    rule: str = Field(description="the policy rule whose egress says ask")
+    host: str
+    method: str = Field(description="the first held request's method (CONNECT for a tunnel)")
+    approver: Literal["caller", "admin"] = Field(description="admin: only an admin key may decide")
+    created_at: float
+    expires_at: float = Field(
+        description="refused (403) then, unless decided (SKILL_EXECUTOR_EGRESS_ASK_TIMEOUT_SECONDS)"
+    )
+
+
+class EgressApprovalList(BaseModel):
+    approvals: list[EgressApproval]
+
+
+class EgressDecided(BaseModel):
+    approval_id: str
+    decision: Literal["approve", "reject"]
+    host: str
+    run_id: str
