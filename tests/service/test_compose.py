@@ -123,3 +123,49 @@ def test_compose_up_serves_a_run(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stderr
     left = engine.api.containers(all=True, filters={"label": f"com.docker.compose.project={project}"})
     assert left == []
+
+
+PROBE_GATEWAY = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(b"GET http://api.example.test/ HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n")
+print(s.recv(200).split(b"\r\n")[0].decode())
+"""
+
+
+def test_the_service_image_runs_the_egress_gateway(tmp_path: Path) -> None:
+    """What compose and Kubernetes run: a policy rule with egress makes the image's service start
+    its gateway from the image's own environment (/opt/egress), which answers a request without
+    a run's credentials with 407."""
+    require_runtime("docker")
+    import docker
+
+    from skill_executor.image.build import build_service_image
+
+    engine = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=600)
+    tag = build_service_image(engine).tag
+    (tmp_path / "policy.yaml").write_text('rules:\n  - key: "*"\n    skill: "*"\n    egress:\n      allow: [api.example.test]\n')
+    tmp_path.chmod(0o755)
+    container = engine.containers.run(
+        tag,
+        ["serve", "--runtime", "local"],
+        detach=True,
+        network_mode="none",
+        volumes={str(tmp_path): {"bind": "/cfg", "mode": "ro"}},
+        environment={"SKILL_EXECUTOR_POLICY_FILE": "/cfg/policy.yaml"},
+    )
+    try:
+        socket_path = "/srv/data/egress/socket/egress.sock"
+        deadline = time.monotonic() + 60
+        while container.exec_run(["test", "-S", socket_path]).exit_code != 0:
+            container.reload()
+            assert container.status == "running", container.logs().decode()[-3000:]
+            assert time.monotonic() < deadline, container.logs().decode()[-3000:]
+            time.sleep(0.5)
+        probe = container.exec_run(["/opt/venv/bin/python", "-c", PROBE_GATEWAY, socket_path])
+        assert probe.exit_code == 0, probe.output.decode()
+        assert probe.output.decode().strip() == "HTTP/1.1 407 Proxy Authentication Required"
+        assert b"did not start" not in container.logs()
+    finally:
+        container.remove(force=True)
