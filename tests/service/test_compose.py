@@ -145,7 +145,9 @@ def test_the_service_image_runs_the_egress_gateway(tmp_path: Path) -> None:
 
     engine = docker.DockerClient(base_url="unix:///var/run/docker.sock", version="auto", timeout=600)
     tag = build_service_image(engine).tag
-    (tmp_path / "policy.yaml").write_text('rules:\n  - key: "*"\n    skill: "*"\n    egress:\n      allow: [api.example.test]\n')
+    (tmp_path / "policy.yaml").write_text(
+        'rules:\n  - key: "*"\n    skill: "*"\n    egress:\n      allow: [api.example.test]\n'
+    )
     tmp_path.chmod(0o755)
     container = engine.containers.run(
         tag,
