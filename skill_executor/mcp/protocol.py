@@ -31,7 +31,8 @@ BUDGET_META = "skill-executor/result_budget"
 #: ``session`` in a ``POST /v1/tools/call`` body): every tool with a session acts in it.
 SESSION_META = "skill-executor/session"
 
-INSTRUCTIONS = """This server runs Agent Skills in isolated, network-less sandboxes.
+INSTRUCTIONS = """This server runs Agent Skills in isolated sandboxes without network (unless the operator's
+policy allows a skill some hosts: then those only, through a gateway that adds the credentials).
 1. Overview: the skills_overview prompt (or skills/list, resources/list, skill_search) names every skill.
 2. Load: call skill_load with the skill's name to get its instructions (SKILL.md body) and file list;
    skill_list_docs / skill_read_doc fetch extra docs on demand. Files are also resources skill://<name>/<path>.

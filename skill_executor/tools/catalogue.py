@@ -344,7 +344,8 @@ def definitions(
         ),
         (
             "skill_run",
-            "Run a shell command of a skill in a fresh, isolated, network-less workspace, as the skill's "
+            "Run a shell command of a skill in a fresh, isolated workspace without network (unless the operator's "
+            "policy allows the skill some hosts: then those only, credentials added outside), as the skill's "
             "instructions say (e.g. 'python3 scripts/x.py > out/result.txt'). Scripts run here; never paste them. "
             "The command starts in the skill's folder; write results to out/ and list them in outputs.globs "
             "(e.g. ['out/**']) to get them back. Stage files with inputs (artifact://, skill://, workspace://). "
