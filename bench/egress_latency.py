@@ -179,6 +179,15 @@ def serve(tls_pem: Path | None) -> ThreadingHTTPServer:
     return server
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user + system) process ``pid`` has used so far (Linux), or None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def added(through: dict[str, float], direct: dict[str, float]) -> dict[str, float]:
     return {
         "added_p50_ms": round(through["p50_ms"] - direct["p50_ms"], 3),
@@ -211,12 +220,15 @@ def bench_host(gateway: egress.Gateway, ca: Path, ports: dict[str, int], request
     try:
         for name, (direct_url, gateway_url) in urls.items():
             with direct_client() as direct, gateway_client() as through:
-                samples = in_turn(
-                    {"direct": warm_timings(direct, direct_url), "gateway": warm_timings(through, gateway_url)},
-                    requests,
-                )
+                paths = {"direct": warm_timings(direct, direct_url), "gateway": warm_timings(through, gateway_url)}
+                cpu_before = cpu_seconds(gateway.process.pid)
+                samples = in_turn(paths, requests)
+                cpu_after = cpu_seconds(gateway.process.pid)
             row: dict[str, Any] = {"direct": summary(samples["direct"]), "gateway": summary(samples["gateway"])}
             row.update(added(row["gateway"], row["direct"]))
+            if cpu_before is not None and cpu_after is not None:
+                # the gateway's own CPU per request: what load on the machine does not change much
+                row["gateway_cpu_ms_per_request"] = round((cpu_after - cpu_before) * 1000 / requests, 3)
             if total:
                 row["direct_rps"] = rate(direct_client, direct_url, total)
                 row["gateway_rps"] = rate(gateway_client, gateway_url, total)

@@ -50,9 +50,10 @@ except ImportError:  # run as a script in the gateway's environment
 
 try:
     from mitmproxy import ctx, http
+    from mitmproxy.addons import core, disable_h2c, errorcheck, next_layer, proxyserver, tlsconfig
     from mitmproxy.certs import CertStore
+    from mitmproxy.master import Master
     from mitmproxy.options import Options
-    from mitmproxy.tools.dump import DumpMaster
 except ModuleNotFoundError:  # imported by the service (whose checks walk the package); run where mitmproxy is
     pass
 
@@ -62,6 +63,8 @@ log = logging.getLogger("skill_executor.egress")
 CA_ORGANIZATION = "skill-executor"
 CA_COMMON_NAME = "skill-executor egress CA"
 REALM = 'Basic realm="skill-executor egress"'
+#: Hosts a grant remembers its answers for (RunGrant.memo) before it starts over.
+MEMO_SIZE = 256
 
 
 @dataclass
@@ -83,6 +86,12 @@ class RunGrant:
     secrets: dict[str, str]  # name -> real value
     placeholders: dict[str, str]  # name -> placeholder the run holds
     forms: dict[str, list[bytes]] = field(default_factory=dict)
+    #: (form as text, replacement) for scrubbing events, made once (rules.scrub's, in its order)
+    scrub_forms: list[tuple[str, str]] = field(default_factory=list)
+    #: host -> the allow-list entry that lets it through / the secrets injected toward it /
+    #: the injections toward it: the same answers for every request to it, found once
+    #: (bounded: a run naming many hosts only starts over)
+    memo: dict[tuple[str, str], Any] = field(default_factory=dict)
     requests: int = 0
     bytes: int = 0
     connections: int = 0
@@ -107,15 +116,47 @@ class RunGrant:
             placeholders={name: s["placeholder"] for name, s in data.get("secrets", {}).items()},
         )
         grant.forms = {name: rules.secret_forms(value) for name, value in secrets.items()}
+        grant.scrub_forms = [
+            (form.decode("utf-8", "replace"), f"[secret:{name}]")
+            for name, value in secrets.items()
+            for form in rules.secret_forms(value)
+        ]
         return grant
+
+    def _memo(self, kind: str, host: str, find: Any) -> Any:
+        key = (kind, host)
+        try:
+            return self.memo[key]
+        except KeyError:
+            pass
+        if len(self.memo) >= MEMO_SIZE:
+            self.memo.clear()
+        found = self.memo[key] = find(host)
+        return found
+
+    def allowed(self, host: str) -> str | None:
+        """The allow-list entry that lets ``host`` through (:func:`rules.match_host`), or None."""
+        return self._memo("allow", host, lambda h: rules.match_host(h, self.allow))  # type: ignore[no-any-return]
+
+    def injecting(self, host: str) -> list[dict[str, str]]:
+        """The injections toward ``host``."""
+        return self._memo(  # type: ignore[no-any-return]
+            "inject", host, lambda h: [i for i in self.injections if rules.match_host(h, [i["host"]])]
+        )
 
     def owned(self, host: str) -> set[str]:
         """The secrets an injection sends toward ``host``."""
         names: set[str] = set()
-        for injection in self.injections:
-            if rules.match_host(host, [injection["host"]]):
-                names.update(rules.template_secrets(injection["value"]))
+        for injection in self.injecting(host):
+            names.update(rules.template_secrets(injection["value"]))
         return names
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the run's secrets (:func:`rules.scrub`, with the forms made once)."""
+        for form, replacement in self.scrub_forms:
+            if form in text:
+                text = text.replace(form, replacement)
+        return text
 
 
 class Refusal(Exception):
@@ -189,20 +230,20 @@ class EgressAddon:
         reason: str | None = None,
         limit: str | None = None,
     ) -> None:
-        secrets = grant.secrets if grant else {}
+        scrub = grant.scrub if grant else _unchanged
         self.send(
             {
                 "op": "event",
                 "run_id": grant.run_id if grant else None,
                 "rule": grant.rule if grant else None,
-                "host": rules.scrub(host, secrets),
+                "host": scrub(host),
                 "method": method,
-                "path": rules.scrub(path.split("?", 1)[0], secrets),
+                "path": scrub(path.split("?", 1)[0]),
                 "status": status,
                 "bytes": received,
                 "request_bytes": sent,
                 "decision": decision,
-                "reason": rules.scrub(reason, secrets) if reason else None,
+                "reason": scrub(reason) if reason else None,
                 "limit": limit,
                 "time": time.time(),
             }
@@ -257,7 +298,7 @@ class EgressAddon:
         return grant
 
     def check_destination(self, grant: RunGrant, host: str, port: int) -> None:
-        if rules.match_host(host, grant.allow) is None:
+        if grant.allowed(host) is None:
             what = "an IP address not listed" if rules.ip_literal(host) is not None else "not in the allow-list"
             raise Refusal(f"{host} is {what}")
         if port not in grant.ports:
@@ -354,14 +395,16 @@ class EgressAddon:
         # Toward the injection's host: its header from the template, and placeholders replaced.
         values_owned = {name: grant.secrets[name] for name in owned if name in grant.secrets}
         if values_owned:
-            for injection in grant.injections:
-                if rules.match_host(host, [injection["host"]]):
-                    request.headers[injection["header"]] = rules.render(injection["value"], grant.secrets)
-            for key in list(request.headers.keys()):
-                values = request.headers.get_all(key)
-                replaced = [_unplace(value, grant, values_by_name=values_owned) for value in values]
-                if replaced != values:
-                    request.headers.set_all(key, replaced)
+            for injection in grant.injecting(host):
+                request.headers[injection["header"]] = rules.render(injection["value"], grant.secrets)
+            marks = [grant.placeholders[name].encode() for name in values_owned]
+            # (one pass over the headers first: most requests hold no placeholder)
+            if any(mark in value for _, value in request.headers.fields for mark in marks):
+                for key in list(request.headers.keys()):
+                    values = request.headers.get_all(key)
+                    replaced = [_unplace(value, grant, values_by_name=values_owned) for value in values]
+                    if replaced != values:
+                        request.headers.set_all(key, replaced)
 
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:  # refused in requestheaders
@@ -564,6 +607,10 @@ class _Scanner:
         return [window[:cut]] if cut else []
 
 
+def _unchanged(text: str) -> str:
+    return text
+
+
 def _unplace(value: str, grant: RunGrant, *, values_by_name: dict[str, str]) -> str:
     """``value`` with the placeholders of the secrets in ``values_by_name`` replaced by their values."""
     for name, real in values_by_name.items():
@@ -641,7 +688,19 @@ async def main(control: socket.socket, config: dict[str, Any]) -> None:
     confdir = Path(config["confdir"])
     prepare_ca(confdir, Path(config["ca_cert"]))
     options = Options()
-    master = DumpMaster(options, with_termlog=False, with_dumper=False)
+    # Only the addons a proxy needs, not mitmdump's ~35 defaults: each event of each request
+    # (a dozen per request) is offered to every addon, and none of the others has work here
+    # (their options are off; onboarding would answer for mitm.it, playback, saving, scripts,
+    # blocking -- block_global/block_private -- and proxyauth do nothing unless configured).
+    master = Master(options, with_termlog=False)
+    master.addons.add(
+        core.Core(),
+        disable_h2c.DisableH2C(),
+        proxyserver.Proxyserver(),
+        next_layer.NextLayer(),
+        tlsconfig.TlsConfig(),
+        errorcheck.ErrorCheck(),
+    )
     options.update(
         listen_host="127.0.0.1",
         listen_port=int(config.get("port") or 0),
@@ -652,7 +711,6 @@ async def main(control: socket.socket, config: dict[str, Any]) -> None:
         http2=True,
         http3=False,
         rawtcp=False,
-        block_global=False,
         websocket=True,
     )
     master.addons.add(EgressAddon(config, control))
