@@ -169,8 +169,18 @@ def rate(make: Callable[[], httpx.Client], url: str, total: int, threads: int = 
     return round(per * threads / elapsed, 1)
 
 
-def serve(tls_pem: Path | None) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+class Server(ThreadingHTTPServer):
+    """The upstream, counting the connections it accepts (the gateway's to it are kept alive)."""
+
+    connections = 0
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.connections += 1
+        super().process_request(request, client_address)
+
+
+def serve(tls_pem: Path | None) -> Server:
+    server = Server(("127.0.0.1", 0), Upstream)
     if tls_pem is not None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(tls_pem)
@@ -195,7 +205,9 @@ def added(through: dict[str, float], direct: dict[str, float]) -> dict[str, floa
     }
 
 
-def bench_host(gateway: egress.Gateway, ca: Path, ports: dict[str, int], requests: int, total: int) -> dict[str, Any]:
+def bench_host(
+    gateway: egress.Gateway, ca: Path, servers: dict[str, Server], requests: int, total: int
+) -> dict[str, Any]:
     block = Egress(
         allow=[HTTPS_HOST, HTTP_HOST],
         inject=[Injection(host=HTTPS_HOST, header="Authorization", value="Bearer {secret:T}")],
@@ -212,6 +224,7 @@ def bench_host(gateway: egress.Gateway, ca: Path, ports: dict[str, int], request
     def gateway_client() -> httpx.Client:
         return httpx.Client(proxy=gateway.proxy_url(token), verify=gateway_ctx)
 
+    ports = {name: server.server_address[1] for name, server in servers.items()}
     urls = {
         "https": (f"https://127.0.0.1:{ports['https']}/small", f"https://{HTTPS_HOST}/small"),
         "http": (f"http://127.0.0.1:{ports['http']}/small", f"http://{HTTP_HOST}/small"),
@@ -221,11 +234,12 @@ def bench_host(gateway: egress.Gateway, ca: Path, ports: dict[str, int], request
         for name, (direct_url, gateway_url) in urls.items():
             with direct_client() as direct, gateway_client() as through:
                 paths = {"direct": warm_timings(direct, direct_url), "gateway": warm_timings(through, gateway_url)}
-                cpu_before = cpu_seconds(gateway.process.pid)
+                cpu_before, accepted = cpu_seconds(gateway.process.pid), servers[name].connections
                 samples = in_turn(paths, requests)
-                cpu_after = cpu_seconds(gateway.process.pid)
+                cpu_after, accepted = cpu_seconds(gateway.process.pid), servers[name].connections - accepted
             row: dict[str, Any] = {"direct": summary(samples["direct"]), "gateway": summary(samples["gateway"])}
             row.update(added(row["gateway"], row["direct"]))
+            row["upstream_connections_opened_while_timed"] = accepted  # 0: both paths kept theirs alive
             if cpu_before is not None and cpu_after is not None:
                 # the gateway's own CPU per request: what load on the machine does not change much
                 row["gateway_cpu_ms_per_request"] = round((cpu_after - cpu_before) * 1000 / requests, 3)
@@ -284,7 +298,8 @@ def bench_egress(requests: int, total: int, sandbox: bool) -> dict[str, Any]:
         ca, pem = make_upstream_certs(root)
         Upstream.seen = []
         https_server, http_server = serve(pem), serve(None)
-        ports = {"https": https_server.server_address[1], "http": http_server.server_address[1]}
+        servers = {"https": https_server, "http": http_server}
+        ports = {name: server.server_address[1] for name, server in servers.items()}
         (root / "policy.yaml").write_text(POLICY)
         (root / "secrets.yaml").write_text(f"BENCH_TOKEN: {SECRET}\n")
         settings = Settings(  # type: ignore[call-arg]
@@ -308,7 +323,7 @@ def bench_egress(requests: int, total: int, sandbox: bool) -> dict[str, Any]:
                 "gateway_start_s": round(start_s, 3),
                 "goal_added_p50_ms": GOAL_ADDED_P50_MS,
             }
-            result["host"] = bench_host(gateway, ca, ports, requests, total)
+            result["host"] = bench_host(gateway, ca, servers, requests, total)
             if sandbox:
                 result["sandbox"] = bench_sandbox(root, settings, gateway, requests, total, result["host"])
         finally:
