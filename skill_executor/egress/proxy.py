@@ -630,40 +630,38 @@ def _split_target(target: str) -> tuple[str, int | None]:
 
 
 async def _unix_forwarder(path: str, port: int) -> asyncio.AbstractServer:
-    """The Unix socket the runs' bridges reach: each connection relayed, byte for byte, to the
-    proxy's loopback port (mitmproxy listens on TCP only)."""
-
-    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            try:
-                writer.write_eof()
-            except (OSError, RuntimeError):
-                writer.close()
+    """The Unix socket the runs' bridges reach: each connection handed to the proxy's own
+    listener (its regular-mode server instance), as if it had come to its loopback port --
+    no relay hop through a second socket (mitmproxy listens on TCP only)."""
+    instance = next(
+        i for i in ctx.master.addons.get("proxyserver").servers if getattr(i.mode, "type_name", "") == "regular"
+    )
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            writer.close()
-            return
-        sock = up_writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
-        writer.close()
-        up_writer.close()
+        await instance.handle_stream(reader, _Loopback(writer, port))
 
     if os.path.exists(path):
         os.unlink(path)
     server = await asyncio.start_unix_server(handle, path)
     os.chmod(path, 0o666)  # the runs' users connect; their proxy token is what lets them through
     return server
+
+
+class _Loopback:
+    """A Unix connection's writer, named as a loopback TCP client of the proxy's port (what
+    mitmproxy's connection objects hold; a Unix peer has no address)."""
+
+    def __init__(self, writer: asyncio.StreamWriter, port: int) -> None:
+        self._writer = writer
+        self._names = {"peername": ("127.0.0.1", 0), "sockname": ("127.0.0.1", port)}
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name in self._names:
+            return self._names[name]
+        return self._writer.get_extra_info(name, default)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
 
 
 def prepare_ca(confdir: Path, export: Path) -> None:
