@@ -24,6 +24,9 @@ and MET / NOT MET against each target (JSON: every figure, and ``targets``):
 * output collection (1,000 small files; one 64 MiB file) next to a plain read; catalog
   overview and search over 1,000 generated skills; the service's RSS idle and under 8
   concurrent output floods;
+* the egress gateway (bench/egress_latency.py): added latency p50/p99 through it vs direct,
+  HTTP and HTTPS kept alive, from the host and (not --quick) from a runc sandbox, requests/s
+  -- skipped (with the reason) without the egress environment;
 * gVisor (the engine's ``runsc``) next to runc: the floor, ours warm / pool 0, throughput
   at c=4, ``import pandas`` -- skipped (with the reason) when the engine has no usable runsc.
 """
@@ -511,7 +514,19 @@ def bench_oci_runtime(
     return out
 
 
-SECTIONS = ("floor", "library", "http", "coldpath", "workloads", "peers", "collection", "catalog", "rss", "gvisor")
+SECTIONS = (
+    "floor",
+    "library",
+    "http",
+    "coldpath",
+    "workloads",
+    "peers",
+    "collection",
+    "catalog",
+    "rss",
+    "egress",
+    "gvisor",
+)
 
 
 def main() -> int:
@@ -589,6 +604,14 @@ def main() -> int:
                 results.update(bench_catalog(base, quick))
             elif section == "rss":
                 results.update(bench_rss(base, quick))
+            elif section == "egress":
+                from egress_latency import bench_egress, egress_python
+
+                if egress_python() is None:
+                    results["egress"] = {"skipped": "no egress environment (requirements/egress-lock.txt)"}
+                else:
+                    # (quick: the host's rows only, fewer requests)
+                    results["egress"] = bench_egress(200 if quick else 500, 400 if quick else 2000, not quick)
             elif section == "gvisor":
                 problem = runsc_problem(client)
                 if problem is None:
@@ -659,6 +682,15 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     add("catalog overview, 1,000 skills (ms)", p50(r, "catalog_overview_text_ms"), "<=", 50, "ms")
     add("service RSS idle (MB)", r.get("rss_idle_mb"), "<=", 120, "MB")
     add("service RSS peak under 8 floods (MB)", r.get("rss_flood_peak_mb"), "<=", 300, "MB")
+    for where in ("host", "sandbox"):
+        row = (r.get("egress") or {}).get(where, {}).get("https")
+        add(
+            f"egress gateway added p50, HTTPS kept alive, {where} (ms)",
+            row["added_p50_ms"] if row else None,
+            "<=",
+            2.0,
+            "ms",
+        )
     add("--quick finishes within (s)", r["seconds"] if r.get("quick") else None, "<=", 90, "s")
     return out
 
@@ -769,6 +801,13 @@ def report(r: dict[str, Any]) -> None:
             f"{'service RSS idle / peak under 8 x ' + r['flood_per_run'] + ' stdout (MB)':63} "
             f"{r['rss_idle_mb']:9.1f} {r['rss_flood_peak_mb']:9.1f}"
         )
+    if "egress" in r:
+        from egress_latency import report as report_egress
+
+        egress = r["egress"]
+        print("\negress gateway: " + (f"skipped: {egress['skipped']}" if "skipped" in egress else ""))
+        if "skipped" not in egress:
+            print(report_egress(egress))
     if "oci_runtimes" in r:
         report_oci_runtimes(r["oci_runtimes"])
 

@@ -8,6 +8,11 @@
 # `--soak [--runs N --concurrency C ...]` runs the soak benchmark instead (bench/soak.py:
 # 2,000 runs at concurrency 8 by default, the cleanup backlog, before/after counts; exit
 # status 1 on failed runs, leaks or missed backlog/drain targets).
+# `--egress [--quick --no-sandbox --requests N ...]` runs the egress gateway's benchmark
+# instead (bench/egress_latency.py: added latency p50/p99 through the gateway vs direct, HTTP
+# and HTTPS kept alive, from the host and from a runc sandbox, requests/s; JSON on stdout).
+# The full benchmark has it as its `egress` section too (skipped when the egress environment,
+# requirements/egress-lock.txt, cannot be made).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
@@ -22,6 +27,14 @@ if [[ "${1:-}" == "--soak" ]]; then
     exit 1
   fi
   "$PY" bench/soak.py "$@"
+  exit 0
+fi
+if ! ensure_egress_venv; then
+  log "no egress rows: its environment (requirements/egress-lock.txt) could not be made"
+fi
+if [[ "${1:-}" == "--egress" ]]; then
+  shift
+  "$PY" bench/egress_latency.py "$@"
   exit 0
 fi
 if [[ " $* " != *" --quick "* && " $* " != *" --skip peers "* ]]; then

@@ -31,9 +31,9 @@ Library or process? The gateway is **a process of its own** (:func:`~.gateway.st
   started after it is never refused for a race.
 
 The gateway listens on loopback TCP (mitmproxy's listener; where ``SKILL_EXECUTOR_EGRESS_LISTEN`` says
-for agent-sandbox pods) and on ``<data_dir>/egress/egress.sock``
-(a byte relay to it, in the same process; ``socket/egress.sock``), which is what a sandbox's bridge
-reaches.  A run's grant is the policy's (:class:`skill_executor.policy.Grant`): one type from the
+for agent-sandbox pods) and on ``<data_dir>/egress/socket/egress.sock`` (each connection handed
+to the same listener, in the same process), which is what a sandbox's bridge reaches.  A run's
+grant is the policy's (:class:`skill_executor.policy.Grant`): one type from the
 rule to the gateway process, its token the run's proxy credential.
 """
 

@@ -50,9 +50,10 @@ except ImportError:  # run as a script in the gateway's environment
 
 try:
     from mitmproxy import ctx, http
+    from mitmproxy.addons import core, disable_h2c, errorcheck, next_layer, proxyserver, tlsconfig
     from mitmproxy.certs import CertStore
+    from mitmproxy.master import Master
     from mitmproxy.options import Options
-    from mitmproxy.tools.dump import DumpMaster
 except ModuleNotFoundError:  # imported by the service (whose checks walk the package); run where mitmproxy is
     pass
 
@@ -67,6 +68,8 @@ MAX_ASKING = 8
 #: How long past the service's own timeout a held request waits for its answer (the service
 #: always answers: at a decision, at its timeout, at the run's end; this bounds a lost answer).
 ASK_GRACE = 5.0
+#: Hosts a grant remembers its answers for (RunGrant.memo) before it starts over.
+MEMO_SIZE = 256
 
 
 @dataclass
@@ -95,6 +98,12 @@ class RunGrant:
     asking: dict[str, asyncio.Future[tuple[bool, str | None]]] = field(default_factory=dict)
     #: host -> why it was not approved: asked once per run
     refused: dict[str, str] = field(default_factory=dict)
+    #: (form as text, replacement) for scrubbing events, made once (rules.scrub's, in its order)
+    scrub_forms: list[tuple[str, str]] = field(default_factory=list)
+    #: host -> the allow-list entry that lets it through / the secrets injected toward it /
+    #: the injections toward it: the same answers for every request to it, found once
+    #: (bounded: a run naming many hosts only starts over)
+    memo: dict[tuple[str, str], Any] = field(default_factory=dict)
     requests: int = 0
     bytes: int = 0
     connections: int = 0
@@ -121,15 +130,53 @@ class RunGrant:
             ask_timeout=float(data.get("ask_timeout") or 0.0),
         )
         grant.forms = {name: rules.secret_forms(value) for name, value in secrets.items()}
+        grant.scrub_forms = [
+            (form.decode("utf-8", "replace"), f"[secret:{name}]")
+            for name, value in secrets.items()
+            for form in rules.secret_forms(value)
+        ]
         return grant
+
+    def _memo(self, kind: str, host: str, find: Any) -> Any:
+        key = (kind, host)
+        try:
+            return self.memo[key]
+        except KeyError:
+            pass
+        if len(self.memo) >= MEMO_SIZE:
+            self.memo.clear()
+        found = self.memo[key] = find(host)
+        return found
+
+    def set_allow(self, allow: list[str]) -> None:
+        """Change the allow-list in place (a session's narrowing, an approved host): the memo's
+        answers were the old list's, so it starts over."""
+        self.allow = allow
+        self.memo.clear()
+
+    def allowed(self, host: str) -> str | None:
+        """The allow-list entry that lets ``host`` through (:func:`rules.match_host`), or None."""
+        return self._memo("allow", host, lambda h: rules.match_host(h, self.allow))  # type: ignore[no-any-return]
+
+    def injecting(self, host: str) -> list[dict[str, str]]:
+        """The injections toward ``host``."""
+        return self._memo(  # type: ignore[no-any-return]
+            "inject", host, lambda h: [i for i in self.injections if rules.match_host(h, [i["host"]])]
+        )
 
     def owned(self, host: str) -> set[str]:
         """The secrets an injection sends toward ``host``."""
         names: set[str] = set()
-        for injection in self.injections:
-            if rules.match_host(host, [injection["host"]]):
-                names.update(rules.template_secrets(injection["value"]))
+        for injection in self.injecting(host):
+            names.update(rules.template_secrets(injection["value"]))
         return names
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the run's secrets (:func:`rules.scrub`, with the forms made once)."""
+        for form, replacement in self.scrub_forms:
+            if form in text:
+                text = text.replace(form, replacement)
+        return text
 
 
 class Refusal(Exception):
@@ -185,7 +232,7 @@ class EgressAddon:
             if op == "grant":
                 self.grants[message["token"]] = RunGrant.parse(message["token"], message["grant"])
             elif op == "narrow" and message["token"] in self.grants:  # a session's: counters kept
-                self.grants[message["token"]].allow = list(message["allow"])
+                self.grants[message["token"]].set_allow(list(message["allow"]))
             elif op == "revoke":
                 revoked = self.grants.pop(message["token"], None)
                 for ask_id, (grant, _) in list(self.asks.items()):
@@ -205,7 +252,7 @@ class EgressAddon:
         address: addresses are never asked for); else an awaitable that holds the request until
         the service answers (approved: the host joins the grant's ``allow``; else a Refusal).
         Only a held request waits: the hook stays synchronous otherwise."""
-        if not grant.ask or port not in grant.ports or rules.match_host(host, grant.allow) is not None:
+        if not grant.ask or port not in grant.ports or grant.allowed(host) is not None:
             return None
         if rules.ip_literal(host) is not None or "*" in host or not rules.valid_pattern(host):
             return None
@@ -245,7 +292,7 @@ class EgressAddon:
         future = grant.asking.pop(host, None)
         if allowed:
             if host not in grant.allow:
-                grant.allow.append(host)
+                grant.set_allow([*grant.allow, host])
         else:
             grant.refused[host] = reason or "rejected"
         if future is not None and not future.done():
@@ -268,20 +315,20 @@ class EgressAddon:
         limit: str | None = None,
         started: float | None = None,
     ) -> None:
-        secrets = grant.secrets if grant else {}
+        scrub = grant.scrub if grant else _unchanged
         self.send(
             {
                 "op": "event",
                 "run_id": grant.run_id if grant else None,
                 "rule": grant.rule if grant else None,
-                "host": rules.scrub(host, secrets),
+                "host": scrub(host),
                 "method": method,
-                "path": rules.scrub(path.split("?", 1)[0], secrets),
+                "path": scrub(path.split("?", 1)[0]),
                 "status": status,
                 "bytes": received,
                 "request_bytes": sent,
                 "decision": decision,
-                "reason": rules.scrub(reason, secrets) if reason else None,
+                "reason": scrub(reason) if reason else None,
                 "limit": limit,
                 "time": time.time(),
                 "started": started,
@@ -344,7 +391,7 @@ class EgressAddon:
         carried = rules.find_secret_in_name(host, grant.forms) if grant.forms else None
         if carried:  # a name under an allowed wildcard would carry it to the zone's resolvers
             raise Refusal(f"the host name carries secret {carried}")
-        if rules.match_host(host, grant.allow) is None:
+        if grant.allowed(host) is None:
             what = "an IP address not listed" if rules.ip_literal(host) is not None else "not in the allow-list"
             raise Refusal(f"{host} is {what}")
         if port not in grant.ports:
@@ -498,14 +545,16 @@ class EgressAddon:
         # Toward the injection's host: its header from the template, and placeholders replaced.
         values_owned = {name: grant.secrets[name] for name in owned if name in grant.secrets}
         if values_owned:
-            for injection in grant.injections:
-                if rules.match_host(host, [injection["host"]]):
-                    request.headers[injection["header"]] = rules.render(injection["value"], grant.secrets)
-            for key in list(request.headers.keys()):
-                values = request.headers.get_all(key)
-                replaced = [_unplace(value, grant, values_by_name=values_owned) for value in values]
-                if replaced != values:
-                    request.headers.set_all(key, replaced)
+            for injection in grant.injecting(host):
+                request.headers[injection["header"]] = rules.render(injection["value"], grant.secrets)
+            marks = [grant.placeholders[name].encode() for name in values_owned]
+            # (one pass over the headers first: most requests hold no placeholder)
+            if any(mark in value for _, value in request.headers.fields for mark in marks):
+                for key in list(request.headers.keys()):
+                    values = request.headers.get_all(key)
+                    replaced = [_unplace(value, grant, values_by_name=values_owned) for value in values]
+                    if replaced != values:
+                        request.headers.set_all(key, replaced)
 
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.response is not None:  # refused in requestheaders
@@ -769,6 +818,10 @@ class _Scanner:
         return [window[:cut]] if cut else []
 
 
+def _unchanged(text: str) -> str:
+    return text
+
+
 def _unplace(value: str, grant: RunGrant, *, values_by_name: dict[str, str]) -> str:
     """``value`` with the placeholders of the secrets in ``values_by_name`` replaced by their values."""
     for name, real in values_by_name.items():
@@ -788,40 +841,38 @@ def _split_target(target: str) -> tuple[str, int | None]:
 
 
 async def _unix_forwarder(path: str, port: int) -> asyncio.AbstractServer:
-    """The Unix socket the runs' bridges reach: each connection relayed, byte for byte, to the
-    proxy's loopback port (mitmproxy listens on TCP only)."""
-
-    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            try:
-                writer.write_eof()
-            except (OSError, RuntimeError):
-                writer.close()
+    """The Unix socket the runs' bridges reach: each connection handed to the proxy's own
+    listener (its regular-mode server instance), as if it had come to its loopback port --
+    no relay hop through a second socket (mitmproxy listens on TCP only)."""
+    instance = next(
+        i for i in ctx.master.addons.get("proxyserver").servers if getattr(i.mode, "type_name", "") == "regular"
+    )
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            writer.close()
-            return
-        sock = up_writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
-        writer.close()
-        up_writer.close()
+        await instance.handle_stream(reader, _Loopback(writer, port))
 
     if os.path.exists(path):
         os.unlink(path)
     server = await asyncio.start_unix_server(handle, path)
     os.chmod(path, 0o666)  # the runs' users connect; their proxy token is what lets them through
     return server
+
+
+class _Loopback:
+    """A Unix connection's writer, named as a loopback TCP client of the proxy's port (what
+    mitmproxy's connection objects hold; a Unix peer has no address)."""
+
+    def __init__(self, writer: asyncio.StreamWriter, port: int) -> None:
+        self._writer = writer
+        self._names = {"peername": ("127.0.0.1", 0), "sockname": ("127.0.0.1", port)}
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name in self._names:
+            return self._names[name]
+        return self._writer.get_extra_info(name, default)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
 
 
 def prepare_ca(confdir: Path, export: Path) -> None:
@@ -846,7 +897,19 @@ async def main(control: socket.socket, config: dict[str, Any]) -> None:
     confdir = Path(config["confdir"])
     prepare_ca(confdir, Path(config["ca_cert"]))
     options = Options()
-    master = DumpMaster(options, with_termlog=False, with_dumper=False)
+    # Only the addons a proxy needs, not mitmdump's ~35 defaults: each event of each request
+    # (a dozen per request) is offered to every addon, and none of the others has work here
+    # (their options are off; onboarding would answer for mitm.it, playback, saving, scripts,
+    # blocking -- block_global/block_private -- and proxyauth do nothing unless configured).
+    master = Master(options, with_termlog=False)
+    master.addons.add(
+        core.Core(),
+        disable_h2c.DisableH2C(),
+        proxyserver.Proxyserver(),
+        next_layer.NextLayer(),
+        tlsconfig.TlsConfig(),
+        errorcheck.ErrorCheck(),
+    )
     options.update(
         listen_host=str(config.get("host") or "127.0.0.1"),
         listen_port=int(config.get("port") or 0),
@@ -857,7 +920,6 @@ async def main(control: socket.socket, config: dict[str, Any]) -> None:
         http2=True,
         http3=False,
         rawtcp=False,
-        block_global=False,
         websocket=True,
     )
     master.addons.add(EgressAddon(config, control))

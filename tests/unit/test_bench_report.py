@@ -120,3 +120,35 @@ def test_the_report_prints_every_row_and_every_verdict(capsys: pytest.CaptureFix
     ):
         assert text in out, text
     assert out.count("NOT MET") == sum(1 for t in r["targets"] if t["met"] is False)
+
+
+def egress_row(added_p50: float, direct: bool = True) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "gateway": {"p50_ms": 0.5 + added_p50, "p99_ms": 4.0, "n": 200},
+        "added_p50_ms": added_p50,
+        "added_p99_ms": 3.0,
+        "gateway_rps": 600.0,
+    }
+    if direct:
+        row.update(direct={"p50_ms": 0.5, "p99_ms": 1.0, "n": 200}, direct_rps=1800.0)
+    return row
+
+
+def test_the_egress_gateway_is_judged_on_its_added_p50_where_measured(capsys: pytest.CaptureFixture[str]) -> None:
+    egress = {
+        "host": {"https": egress_row(1.5), "http": egress_row(1.2)},
+        "sandbox": {"https": egress_row(2.4, direct=False), "http": egress_row(1.1, direct=False)},
+    }
+    judged = verdicts(results(egress=egress))
+    assert judged["egress gateway added p50, HTTPS kept alive, host (ms)"] is True
+    assert judged["egress gateway added p50, HTTPS kept alive, sandbox (ms)"] is False  # 2.4 > 2
+    # --quick measures the host only; a skipped section measures nothing
+    del egress["sandbox"]
+    assert verdicts(results(egress=egress))["egress gateway added p50, HTTPS kept alive, sandbox (ms)"] is None
+    skipped = verdicts(results(egress={"skipped": "no egress environment"}))
+    assert skipped["egress gateway added p50, HTTPS kept alive, host (ms)"] is None
+    r = results(egress={"host": {"https": egress_row(1.5), "http": egress_row(1.2)}})
+    r["targets"] = bench.targets(r)
+    bench.report(r)
+    out = capsys.readouterr().out
+    assert "egress gateway" in out and "1800.0/600.0" in out and "1.50/3.00" in out
