@@ -303,7 +303,7 @@ class Gateway:
         except Exception as exc:  # never left waiting: refused at once
             if not isinstance(exc, ExecutorError):
                 log.exception("an egress question's callback failed")
-            self.answer(question.ask, False, "approvals for new hosts are not available here")
+            self.answer(question, False, "approvals for new hosts are not available here")
 
     def _lost(self, link: _Link) -> None:
         """A link's reader ended: start again, unless closing, starting, or already restarting."""
@@ -440,12 +440,21 @@ class Gateway:
         self._watchers.pop(run_id, None)
         self._askers.pop(run_id, None)
 
-    def answer(self, ask: int, allow: bool, reason: str | None = None) -> None:
+    def answer(self, question: HostQuestion, allow: bool, reason: str | None = None) -> None:
         """Answer a question (:class:`HostQuestion`): approved, its requests go on and the host is
         allowed for the rest of the run; else they are refused (403, ``reason`` in the body).
         Does not wait (safe on the reader thread); a gateway that is gone needs no answer (a
         restarted one holds no question any more: its requests were cut with the old process)."""
-        self._link.send({"op": "answer", "ask": ask, "allow": allow, "reason": reason})
+        self._link.send(
+            {
+                "op": "answer",
+                "ask": question.ask,
+                "run_id": question.run_id,
+                "host": question.host,
+                "allow": allow,
+                "reason": reason,
+            }
+        )
 
     def narrow(self, token: str, allow: Sequence[HostPattern]) -> None:
         """Replace the allow-list of a live grant (a session's, narrowed), keeping its counters; a

@@ -33,6 +33,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import socket
 import sys
 import time
@@ -206,7 +207,9 @@ class EgressAddon:
         self.dialled: dict[str, tuple[str, int]] = {}  # server connection id -> (name, port) while it connects
         #: question id -> (grant, host) of the hosts waiting for the service's answer (``ask``)
         self.asks: dict[int, tuple[RunGrant, str]] = {}
-        self.next_ask = 0
+        #: question ids start at random: an answer meant for a question of an earlier process (before
+        #: a restart) never matches one of this process's (and each answer names its run and host too)
+        self.next_ask = secrets.randbits(52)
         self.writer: asyncio.StreamWriter | None = None
         self.unix_server: asyncio.AbstractServer | None = None
 
@@ -239,7 +242,12 @@ class EgressAddon:
                     if grant is revoked:
                         self.answer(ask_id, False, "the run has ended")
             elif op == "answer":
-                self.answer(int(message["ask"]), bool(message.get("allow")), message.get("reason"))
+                self.answer(
+                    int(message["ask"]),
+                    bool(message.get("allow")),
+                    message.get("reason"),
+                    asked=(str(message.get("run_id")), str(message.get("host"))),
+                )
             elif op == "close":
                 break
             self.send({"op": "ok", "id": message.get("id")})
@@ -283,12 +291,17 @@ class EgressAddon:
         if not allowed:
             raise Refusal(f"{host} is not in the allow-list and was not approved: {reason or 'rejected'}")
 
-    def answer(self, ask_id: int, allowed: bool, reason: str | None) -> None:
-        """The service's answer to question ``ask_id``: every request held for it goes on."""
-        found = self.asks.pop(ask_id, None)
+    def answer(self, ask_id: int, allowed: bool, reason: str | None, *, asked: tuple[str, str] | None = None) -> None:
+        """The answer to question ``ask_id``: every request held for it goes on.  ``asked``: the
+        run and host the service's answer is for; an answer for another question is ignored."""
+        found = self.asks.get(ask_id)
         if found is None:  # answered already (the timeout, the run's end)
             return
         grant, host = found
+        if asked is not None and asked != (grant.run_id, host):
+            log.warning("an answer for question %d named another run or host: ignored", ask_id)
+            return
+        del self.asks[ask_id]
         future = grant.asking.pop(host, None)
         if allowed:
             if host not in grant.allow:
@@ -322,7 +335,7 @@ class EgressAddon:
                 "run_id": grant.run_id if grant else None,
                 "rule": grant.rule if grant else None,
                 "host": scrub(host),
-                "method": method,
+                "method": scrub(method),
                 "path": scrub(path.split("?", 1)[0]),
                 "status": status,
                 "bytes": received,
@@ -387,10 +400,15 @@ class EgressAddon:
         flow.metadata["egress_grant"] = grant
         return grant
 
-    def check_destination(self, grant: RunGrant, host: str, port: int) -> None:
+    def check_name(self, grant: RunGrant, host: str) -> None:
+        """Before anything else looks at a host name (an approval question, a resolver): one that
+        carries a secret would take it to the zone's resolvers, the audit log, the approvers."""
         carried = rules.find_secret_in_name(host, grant.forms) if grant.forms else None
-        if carried:  # a name under an allowed wildcard would carry it to the zone's resolvers
+        if carried:
             raise Refusal(f"the host name carries secret {carried}")
+
+    def check_destination(self, grant: RunGrant, host: str, port: int) -> None:
+        self.check_name(grant, host)
         if grant.allowed(host) is None:
             what = "an IP address not listed" if rules.ip_literal(host) is not None else "not in the allow-list"
             raise Refusal(f"{host} is {what}")
@@ -404,6 +422,7 @@ class EgressAddon:
         host, port = flow.request.host, flow.request.port
         try:
             grant = self.grant_of(flow)
+            self.check_name(grant, host)
             held = self.consent(grant, rules.normalise_host(host), port, "CONNECT")
             if held is not None:
                 return self._connect_held(flow, grant, held)
@@ -462,6 +481,7 @@ class EgressAddon:
         grant: RunGrant | None = None
         try:
             grant = self.grant_of(flow)
+            self.check_name(grant, flow.request.host)
             held = self.consent(grant, rules.normalise_host(flow.request.host), flow.request.port, flow.request.method)
             if held is not None:
                 return self._request_held(flow, grant, held)

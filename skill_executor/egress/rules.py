@@ -93,12 +93,34 @@ def match_host(host: str, allow: Iterable[str]) -> str | None:
     return None
 
 
+#: IPv6 prefixes whose last 32 bits are an IPv4 address a translator reaches (RFC 6052, 8215).
+NAT64_PREFIXES = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+#: IPv4-compatible addresses (deprecated, RFC 4291): ``::a.b.c.d`` (``::`` and ``::1`` excepted).
+COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries (NAT64, IPv4-compatible, 6to4, Teredo)."""
+    found: list[ipaddress.IPv4Address] = []
+    last32 = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if any(ip in prefix for prefix in NAT64_PREFIXES) or (ip in COMPATIBLE and int(ip) > 1):
+        found.append(last32)
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    return found
+
+
 def address_refusal(address: str, allow: Iterable[str]) -> str | None:
     """Why a connection to ``address`` is refused (None: it may go there).
 
     Anything not globally routable -- loopback, link-local (metadata endpoints), private,
     shared (CGNAT), multicast, reserved, unspecified -- is refused unless the allow-list names that
-    very address. An IPv4-mapped IPv6 address is judged as the IPv4 address it carries.
+    very address. An IPv6 address that carries an IPv4 one (mapped ``::ffff:0:0/96``, compatible
+    ``::/96``, NAT64 ``64:ff9b::/96`` and ``64:ff9b:1::/48``, 6to4 ``2002::/16``, Teredo
+    ``2001::/32``) is judged as each IPv4 address it carries too: a NAT64 or 6to4 path would take
+    it there.
     """
     ip = ip_literal(address)
     if ip is None:
@@ -107,6 +129,11 @@ def address_refusal(address: str, allow: Iterable[str]) -> str | None:
         ip = ip.ipv4_mapped
     if any(listed_address(ip, entry) for entry in allow):
         return None
+    if isinstance(ip, ipaddress.IPv6Address):
+        for carried in embedded_ipv4(ip):
+            why = address_refusal(str(carried), allow)
+            if why is not None:
+                return f"{ip} carries {carried}: {why}"
     if str(ip) in METADATA_ADDRESSES:
         return f"{ip} is a cloud metadata address"
     if ip.is_loopback:

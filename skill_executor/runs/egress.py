@@ -200,7 +200,7 @@ def granted(
 
         def asker(question: HostQuestion) -> None:
             def answer(allowed: bool, reason: str | None) -> None:
-                gateway.answer(question.ask, allowed, reason)
+                gateway.answer(question, allowed, reason)
 
             ask = dataclasses.replace(template, host=question.host, method=question.method)
             approval = asks.hold(ask, answer)

@@ -247,6 +247,8 @@ class SkillRunner:
         session's grant (:mod:`.sessionnet`), opened for it when the session has none (a
         session's network asks no approval: hosts outside its list are refused)."""
         if plan.network is None:
+            if session is not None:
+                self.networks.check_without(tenant, session[0], joins_processes=session[1] is not None)
             yield None
             return
         if session is not None:

@@ -234,6 +234,19 @@ class SessionNetworks:
             with network.lock:
                 network.runs.pop(run_id, None)
 
+    def check_without(self, tenant: str, session: str, *, joins_processes: bool) -> None:
+        """A run of the session that has no network: it may not join the processes' sandbox of a
+        session with network (their loopback has the gateway's bridge, their variables the
+        session's credential), 422 ``network_not_allowed``."""
+        network = self.get(tenant, session) if joins_processes else None
+        if network is not None:
+            raise NetworkNotAllowed(
+                f"session {session!r} has the network of policy rule {network.plan.rule!r}, and its processes' "
+                "sandbox the path to it; this run has no network (no rule with egress gives it one), so it cannot "
+                "join them: run it in another session",
+                details={"rule": None, "host": None, "session": session, "session_rule": network.plan.rule},
+            )
+
     def end(self, session: str, tenant: str) -> None:
         """Revoke the session's grant (its session ended: deleted, expired); a later request with
         its credential is a 407.  (``session, tenant``: the order of the session store's hooks.)"""

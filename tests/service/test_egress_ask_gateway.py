@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import dataclasses
 import queue
 import socket
 import ssl
@@ -123,7 +124,7 @@ def test_a_held_host_waits_for_its_answer_while_other_requests_go_on(env: Env) -
     out, _ = allowed.communicate(timeout=20)
     assert '"path": "/meanwhile"' in out, out
     assert all(p.poll() is None for p in held)
-    env.gateway.answer(asked.ask, True)
+    env.gateway.answer(asked, True)
     for i, process in enumerate(held):
         out, _ = process.communicate(timeout=20)
         assert f'"path": "/held/{i}"' in out, out
@@ -137,7 +138,7 @@ def test_a_refused_host_is_a_403_naming_the_rule_and_is_not_asked_again(env: Env
     _, token = env.grant(allow=["api.example.test"], ask=True)
     held = connect(env, token, "files.example.test:443")
     asked = question(env)
-    env.gateway.answer(asked.ask, False, "rejected by key k1: not this one")
+    env.gateway.answer(asked, False, "rejected by key k1: not this one")
     out = held.result(timeout=20)
     assert out.startswith("HTTP/1.1 403")
     assert (
@@ -148,12 +149,29 @@ def test_a_refused_host_is_a_403_naming_the_rule_and_is_not_asked_again(env: Env
     assert env.questions.empty()
 
 
+def test_an_answer_naming_another_run_or_host_approves_nothing(env: Env) -> None:
+    """An answer carries the question's run and host: one meant for another question (an earlier
+    gateway process's, whose ids a restart would reuse) leaves this one waiting."""
+    run_id, token = env.grant(allow=["api.example.test"], ask=True)
+    held = connect(env, token, "files.example.test:443")
+    asked = question(env)
+    for stray in (
+        dataclasses.replace(asked, run_id="another-run"),
+        dataclasses.replace(asked, host="other.example.test"),
+    ):
+        env.gateway.answer(stray, True)
+    time.sleep(0.3)
+    assert not held.done()
+    env.gateway.answer(asked, False, "no")
+    assert held.result(timeout=20).startswith("HTTP/1.1 403")
+
+
 def test_plain_http_requests_are_held_too(env: Env) -> None:
     _, token = env.grant(allow=["api.example.test"], ask=True)
     held = env.curl(token, "-i", "http://plain.example.test/p")
     asked = question(env)
     assert (asked.host, asked.method) == ("plain.example.test", "GET")
-    env.gateway.answer(asked.ask, False, "no")
+    env.gateway.answer(asked, False, "no")
     assert "was not approved: no (rule 'asking')" in held.communicate(timeout=20)[0]
 
 

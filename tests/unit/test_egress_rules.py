@@ -42,6 +42,21 @@ def test_addresses_that_are_not_public_are_refused_unless_listed() -> None:
     assert "metadata" in (rules.address_refusal("169.254.169.254", []) or "")
 
 
+def test_ipv6_addresses_carrying_an_ipv4_one_are_judged_by_it() -> None:
+    """NAT64, IPv4-compatible, 6to4 and Teredo addresses reach the IPv4 address they carry where a
+    translator runs: a metadata or loopback address inside one is refused like the address itself."""
+    for address, carried in (
+        ("64:ff9b::a9fe:a9fe", "169.254.169.254 is a cloud metadata address"),
+        ("64:ff9b:1::7f00:1", "127.0.0.1 is a loopback address"),
+        ("::7f00:1", "127.0.0.1 is a loopback address"),
+        ("2002:a9fe:a9fe::1", "169.254.169.254 is a cloud metadata address"),
+        ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "10.0.0.1 is not a public address"),
+    ):
+        assert carried in (rules.address_refusal(address, []) or ""), address
+    assert rules.address_refusal("64:ff9b::5db8:d822", []) is None  # 93.184.216.34, public
+    assert rules.address_refusal("2606:4700::1111", []) is None
+
+
 def test_proxy_credentials() -> None:
     header = "Basic " + base64.b64encode(b"run:tok-123").decode()
     assert rules.proxy_token(header) == "tok-123"

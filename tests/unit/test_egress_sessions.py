@@ -166,3 +166,18 @@ def test_a_run_joining_processes_without_network_no_gateway_and_close() -> None:
     nets.open("t1", "s2", plan(["a.example"]))
     nets.close()
     assert [c[0] for c in gateway.calls].count("revoke") == 2 and nets.stats()["sessions"] == 0
+
+
+def test_a_run_without_network_may_not_join_the_processes_of_a_session_with_network() -> None:
+    """Their loopback has the gateway's bridge and their variables the session's credential."""
+    gateway = FakeGateway()
+    nets = networks(gateway)
+    nets.check_without("t1", "s1", joins_processes=True)  # no network in the session: nothing to keep
+    with nets.run("t1", "s1", plan(["pypi.org"]), "run-1", None, joins_processes=False):
+        pass
+    nets.check_without("t1", "s1", joins_processes=False)  # its own sandbox: no bridge in it
+    nets.check_without("t2", "s1", joins_processes=True)  # another key's session of that name
+    with pytest.raises(ExecutorError) as refused:
+        nets.check_without("t1", "s1", joins_processes=True)
+    assert refused.value.code == "network_not_allowed" and refused.value.status == 422
+    assert refused.value.details["session_rule"] == "gh" and "cannot join them" in refused.value.message

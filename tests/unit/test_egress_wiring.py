@@ -108,8 +108,8 @@ class FakeGateway:
         self.calls.append(("watch", run_id))
         self.asker = asker
 
-    def answer(self, ask: int, allow: bool, reason: str | None = None) -> None:
-        self.answers.append((ask, allow, reason))
+    def answer(self, question: HostQuestion, allow: bool, reason: str | None = None) -> None:
+        self.answers.append((question.ask, allow, reason))
 
     def unwatch(self, run_id: str) -> None:
         self.calls.append(("unwatch", run_id))
