@@ -199,9 +199,23 @@ class SeaweedS3:
             process.wait(timeout=15)
 
     def freeze(self) -> None:
-        """SIGSTOP: the ports still accept connections, nothing answers."""
+        """SIGSTOP: the ports still accept connections, nothing answers (returns once every thread
+        of the server is stopped, not merely signalled)."""
         assert self.process is not None
         self.process.send_signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.process.pid}/task")
+        deadline = time.monotonic() + 10
+        while True:
+            states = []
+            for task in tasks.iterdir():
+                try:
+                    states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+                except (FileNotFoundError, IndexError):  # a thread that ended meanwhile
+                    continue
+            if states and all(state in ("T", "t") for state in states):
+                return
+            assert time.monotonic() < deadline, f"the S3 server did not stop: thread states {states}"
+            time.sleep(0.01)
 
     def thaw(self) -> None:
         assert self.process is not None

@@ -13,6 +13,7 @@ Every Docker test here runs on runc and on gVisor (``runsc``), per-run and warm.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -358,6 +359,10 @@ def processes_of(container_id: str) -> list[int]:
             return [int(line) for line in path.read_text().split()]
         except FileNotFoundError:
             continue
+        except OSError as exc:  # ENODEV: the cgroup is being removed, its processes are gone
+            if exc.errno == errno.ENODEV:
+                return []
+            raise
     return []
 
 
