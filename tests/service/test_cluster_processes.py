@@ -221,8 +221,9 @@ def test_a_killed_workers_processes_are_reported_lost_and_the_session_goes_on(
         try:
             again = b.process_start("doomed", "echo back")
             break
-        except Exception as exc:
-            assert getattr(exc, "code", None) == "worker_unreachable" and time.monotonic() < deadline, exc
+        except Exception as exc:  # no_workers: the survivor's 5 s lease lapsed on a loaded host ("retry shortly")
+            code = getattr(exc, "code", None)
+            assert code in ("worker_unreachable", "no_workers") and time.monotonic() < deadline, exc
             time.sleep(0.2)
     assert placed(cluster, "doomed", again.id) != worker
     poll_until(a, "doomed", again.id, "back")
