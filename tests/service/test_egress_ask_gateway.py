@@ -12,12 +12,9 @@ import concurrent.futures
 import dataclasses
 import queue
 import socket
-import ssl
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +23,7 @@ import pytest
 from skill_executor import egress
 from skill_executor.config import Settings
 
-from .test_egress_gateway import NAMES, Upstream, egress_python, make_grant, make_upstream_certs
+from .test_egress_gateway import NAMES, Upstream, egress_python, make_grant, make_upstream_certs, serve_https
 
 pytestmark = pytest.mark.skipif(
     egress_python() is None, reason="no egress environment (scripts/test.sh makes .venv-egress)"
@@ -89,11 +86,7 @@ def connect(env: Env, token: str, target: str) -> concurrent.futures.Future[str]
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     folder = tmp_path_factory.mktemp("egress-ask")
     upstream_ca, upstream_pem = make_upstream_certs(folder)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(upstream_pem)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_https(Upstream, upstream_pem)
     port = server.server_address[1]
     settings = Settings(
         data_dir=folder / "data",

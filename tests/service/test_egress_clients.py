@@ -23,12 +23,10 @@ import io
 import json
 import os
 import re
-import ssl
 import subprocess
-import threading
 import zipfile
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,7 @@ import pytest
 
 from ..api_server import Server
 from ..conftest import require_runtime
-from .test_egress_gateway import egress_python, make_upstream_certs
+from .test_egress_gateway import egress_python, make_upstream_certs, serve_https
 from .test_egress_runs import KEY, http, run_with_events
 
 SECRET = "ghs_client-matrix-secret-0123456789abcdef"
@@ -177,11 +175,7 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Pa
     ca, pem = make_upstream_certs(folder, NAMES)
     Upstream.wheel = make_wheel(folder)
     Upstream.repository = make_repository(folder).resolve()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(pem)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_https(Upstream, pem)
     yield server.server_address[1], ca
     server.shutdown()
 

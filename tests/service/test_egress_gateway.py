@@ -64,6 +64,17 @@ def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
+def serve_https(handler: type[BaseHTTPRequestHandler], pem: Path) -> ThreadingHTTPServer:
+    """A loopback HTTPS server of ``handler`` with the certificate and key in ``pem``, serving in
+    a thread of its own (``shutdown()`` ends it)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pem)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def make_upstream_certs(folder: Path, names: Sequence[str] = NAMES) -> tuple[Path, Path]:
     """A test CA and a server certificate for ``names`` signed by it (PEM files)."""
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -188,11 +199,7 @@ class Env:
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     folder = tmp_path_factory.mktemp("egress")
     upstream_ca, upstream_pem = make_upstream_certs(folder)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(upstream_pem)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_https(Upstream, upstream_pem)
     port = server.server_address[1]
     settings = Settings(
         data_dir=folder / "data",

@@ -10,10 +10,8 @@ import os
 import signal
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -24,7 +22,7 @@ from skill_executor.config import Settings
 from skill_executor.errors import ExecutorError
 
 from ..helpers import eventually
-from .test_egress_gateway import NAMES, Upstream, egress_python, make_grant, make_upstream_certs
+from .test_egress_gateway import NAMES, Upstream, egress_python, make_grant, make_upstream_certs, serve_https
 
 pytestmark = pytest.mark.skipif(
     egress_python() is None, reason="no egress environment (scripts/test.sh makes .venv-egress)"
@@ -35,11 +33,7 @@ pytestmark = pytest.mark.skipif(
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
     folder = tmp_path_factory.mktemp("restart-upstream")
     ca, pem = make_upstream_certs(folder)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(pem)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_https(Upstream, pem)
     yield server.server_address[1], ca
     server.shutdown()
 

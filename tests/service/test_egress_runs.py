@@ -11,10 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import ssl
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ import pytest
 
 from ..api_server import Server
 from ..conftest import require_runtime
-from .test_egress_gateway import egress_python, make_upstream_certs
+from .test_egress_gateway import egress_python, make_upstream_certs, serve_https
 
 KEY = "egress-runs-key"
 KEY_ID = hashlib.sha256(KEY.encode()).hexdigest()[:12]
@@ -75,11 +73,7 @@ class Upstream(BaseHTTPRequestHandler):
 def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
     folder = tmp_path_factory.mktemp("egress-upstream")
     ca, pem = make_upstream_certs(folder)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(pem)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_https(Upstream, pem)
     yield server.server_address[1], ca
     server.shutdown()
 
